@@ -1,0 +1,52 @@
+/*
+ * checkpoint.h — reading model checkpoints: safetensors, one file or sharded
+ * with model.safetensors.index.json, through mmap; header parsed with cJSON.
+ * (llama2.c .bin arrives as a second importer behind the same interface.)
+ *
+ * Every tensor's header entry is checked before anything reads it: dtype
+ * known, shape non-negative and without overflow, data_offsets inside the
+ * file's data section and of the size dtype x shape gives, no two tensors
+ * overlapping. Problems are reported as `file: error: tensor 'name': ...`.
+ *
+ * Prefix: kf_ (frontend).
+ */
+#ifndef KILN_CHECKPOINT_H
+#define KILN_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/ir.h"
+#include "support/support.h"
+
+typedef struct kf_tensor {
+    const char *name;        /* checkpoint name, e.g. "model.layers.0.mlp.up_proj.weight" */
+    kir_dtype dtype;         /* KIR_F32, KIR_F16 or KIR_BF16 */
+    int ndim;                /* 0..KIR_MAX_DIMS */
+    int64_t shape[KIR_MAX_DIMS]; /* dims as stored */
+    const uint8_t *data;     /* first byte, inside the file's mapping */
+    size_t nbytes;           /* bytes of data */
+    const char *file;        /* the file that holds it (for messages) */
+} kf_tensor;
+
+typedef struct kf_checkpoint kf_checkpoint;
+
+/* Open `path`: a folder holding model.safetensors or
+ * model.safetensors.index.json (+ its shards), or one .safetensors file.
+ * Returns NULL after reporting through d. */
+kf_checkpoint *kf_checkpoint_open(ks_diag *d, const char *path);
+void kf_checkpoint_close(kf_checkpoint *c);
+
+size_t kf_checkpoint_count(const kf_checkpoint *c);
+const kf_tensor *kf_checkpoint_at(const kf_checkpoint *c, size_t i);
+const kf_tensor *kf_checkpoint_find(const kf_checkpoint *c, const char *name); /* NULL if absent */
+const char *kf_checkpoint_path(const kf_checkpoint *c); /* the path it was opened with */
+
+/* Read the tensor as float32 into out, optionally transposed (a 2-D
+ * [a,b] tensor read as [b,a]) and then restricted to rows [row_start,
+ * row_end) of dim 0 (row_end < 0: all rows). out holds the result's
+ * elements. Returns 0, or -1 with an error through d. */
+int kf_tensor_read_f32(ks_diag *d, const kf_tensor *t, int transposed, int64_t row_start,
+                       int64_t row_end, float *out);
+
+#endif

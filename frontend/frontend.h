@@ -1,0 +1,54 @@
+/*
+ * frontend.h — from a .kiln model description, a Hugging Face config.json
+ * and a checkpoint to a kir_graph plus the weight bindings that say where
+ * each WEIGHT node's data comes from.
+ *
+ * Prefix: kf_.
+ */
+#ifndef KILN_FRONTEND_H
+#define KILN_FRONTEND_H
+
+#include <cjson/cJSON.h>
+
+#include "frontend/checkpoint.h"
+#include "ir/ir.h"
+#include "support/support.h"
+
+/* Where a WEIGHT node's data comes from. */
+typedef struct kf_weight_binding {
+    kir_val node;               /* the WEIGHT node in the graph */
+    const char *tensor;         /* checkpoint tensor name chosen (first alternative present) */
+    int transposed;             /* stored [in,out] (GPT-2 Conv1D): read transposed */
+    int64_t row_start;          /* rows [row_start,row_end) of dim 0 after transposition */
+    int64_t row_end;            /* -1: all rows */
+} kf_weight_binding;
+
+typedef struct kf_model {
+    ks_arena arena;             /* owns bindings and strings: the model's lifetime */
+    kir_graph *graph;           /* owned */
+    kf_weight_binding *weights; /* one per WEIGHT node, in node order */
+    size_t n_weights;           /* number of bindings */
+} kf_model;
+
+/* A .kiln model description shipped inside the kiln binary (models/ *.kiln). */
+typedef struct kf_builtin_model {
+    const char *file; /* e.g. "models/llama.kiln" */
+    const char *text; /* whole text */
+} kf_builtin_model;
+extern const kf_builtin_model kf_builtin_models[];
+extern const size_t kf_builtin_model_count;
+
+/* Compile a .kiln text against config (parsed config.json; may be NULL when
+ * the description needs no config key) and checkpoint (may be NULL: then
+ * every weight is taken as present with its declared shape, and optional
+ * weights as absent; used by `kiln ir` without weights).
+ * config_name names config.json in messages. NULL after reporting. */
+kf_model *kf_compile(const ks_source *kiln, const cJSON *config, const char *config_name,
+                     const kf_checkpoint *ckpt, ks_diag *d);
+void kf_model_free(kf_model *m);
+
+/* The `model_type` values a .kiln text declares with `matches`; returns
+ * 1 if model_type is among them. */
+int kf_kiln_matches(const char *kiln_text, const char *model_type);
+
+#endif

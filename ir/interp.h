@@ -1,0 +1,47 @@
+/*
+ * interp.h — the reference interpreter: executes any verified kir_graph in
+ * float32 on the CPU. It is the numerical reference for every backend.
+ *
+ * Execution model: a step processes a flat batch of tokens from any number
+ * of sequences; token i has tokens[i], positions[i] and seq_ids[i].
+ * ATTENTION writes each token's K and V into the paged KV cache at the row
+ * of (seq, position), then attends causally over positions [lo, position] of
+ * the same sequence (lo from the sliding window), reading through the cache.
+ * The caller has reserved the positions in the cache (krt_kv_seq_reserve)
+ * before the step, so positions earlier in the same step are visible.
+ *
+ * Prefix: kir_.
+ */
+#ifndef KILN_INTERP_H
+#define KILN_INTERP_H
+
+#include "ir/ir.h"
+#include "runtime/kv_cache.h"
+
+typedef struct kir_step {
+    int n_tokens;             /* tokens in this step */
+    const int32_t *tokens;    /* [n_tokens] token ids */
+    const int32_t *positions; /* [n_tokens] positions in their sequences */
+    const int32_t *seq_ids;   /* [n_tokens] sequence of each token */
+} kir_step;
+
+typedef struct kir_interp kir_interp;
+
+/* weights[v] points at the data of WEIGHT node v (in its node's dtype),
+ * NULL for other nodes; the pointers must outlive the interpreter.
+ * NULL after reporting. */
+kir_interp *kir_interp_new(const kir_graph *g, const void *const *weights, krt_kv *kv, ks_diag *d);
+void kir_interp_free(kir_interp *it);
+
+/* The KV-cache layout the graph needs (one krt_kv_layer per ATTENTION
+ * `layer`); *n_layers receives their count. Caller frees the array. */
+krt_kv_layer *kir_kv_layers(const kir_graph *g, int *n_layers);
+
+/* Run one step; out receives the OUTPUT value, [n_tokens, row_elems].
+ * Returns 0, or -1 after reporting (bad token id, position past the cache). */
+int kir_interp_step(kir_interp *it, const kir_step *step, float *out, ks_diag *d);
+
+/* Elements per token of the graph's OUTPUT (the vocabulary for logits). */
+int64_t kir_output_row_elems(const kir_graph *g);
+
+#endif

@@ -1,0 +1,218 @@
+/*
+ * ir.h — kiln's IR: a typed SSA graph with symbolic dimensions.
+ *
+ * A graph is a flat array of nodes in schedule order. Each node defines one
+ * value, named by its index (kir_val), so graphs copy and compare cheaply and
+ * survive reallocation (QBE's Ref). Operands are earlier values. Ops come from
+ * the one table in ir/ops.def; their shape rules live in ir/shape.c.
+ *
+ * Tutorial:
+ *
+ *     kir_graph *g = kir_graph_new("tiny");
+ *     kir_loc at = kir_loc_make(g, "tiny.kiln", 3, 5);
+ *     kir_val ids = kir_input(g, "tokens", at);            // i32[T]
+ *     int64_t tdims[2] = {100, 64};
+ *     kir_val tab = kir_weight(g, "embed", KIR_F32, 2, tdims, at);
+ *     kir_val x = kir_node_new(g, KIR_OP_EMBED, at);
+ *     kir_node_add_input(g, x, tab);
+ *     kir_node_add_input(g, x, ids);
+ *     if (kir_infer(g, x, &err) != 0) ...   // err names the op and shapes
+ *     kir_val out = kir_node_new(g, KIR_OP_OUTPUT, at); ...
+ *     kir_verify(g, diag);                  // whole-graph checks
+ *     kir_print(g, stdout);                 // text form; kir_parse reads it back
+ *
+ * Dimensions: a dim is a positive constant or a symbol (negative): KIR_DIM_T,
+ * the number of tokens in a step. Every activation has T as its first dim.
+ *
+ * Prefix: kir_.
+ */
+#ifndef KILN_IR_H
+#define KILN_IR_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "support/support.h"
+
+/* ---- the op table ---------------------------------------------------------- */
+typedef enum kir_op {
+#define KIR_OP(NAME, text, min, max, shape, fuse, be) KIR_OP_##NAME,
+#include "ir/ops.def"
+#undef KIR_OP
+    KIR_OP_COUNT
+} kir_op;
+
+/* How a pass may fuse an op. */
+typedef enum kir_fusion_class {
+    KIR_FUSE_NONE,      /* never fused (inputs, weights, outputs) */
+    KIR_FUSE_MATMUL,    /* a matmul: may absorb epilogues, may merge with siblings */
+    KIR_FUSE_ELEMWISE,  /* elementwise: may become an epilogue of its producer */
+    KIR_FUSE_NORM,      /* a row reduction: may absorb a preceding residual add */
+    KIR_FUSE_VIEW,      /* reshape/slice/concat: may disappear into consumers */
+    KIR_FUSE_ATTENTION, /* attention: scale, mask, softmax and PV stay one op */
+} kir_fusion_class;
+
+/* Backends that lower an op (bits). */
+enum {
+    KIR_BE_INTERP = 1 << 0,
+    KIR_BE_CPU = 1 << 1,
+    KIR_BE_CUDA = 1 << 2,
+    KIR_BE_HIP = 1 << 3,
+    KIR_BE_ALL = 0xf,
+};
+
+typedef struct kir_op_info {
+    const char *name;         /* name in the text form */
+    int min_inputs;           /* operands required */
+    int max_inputs;           /* operands allowed */
+    kir_fusion_class fusion;  /* KIR_FUSE_* */
+    unsigned backends;        /* KIR_BE_* bits */
+} kir_op_info;
+
+extern const kir_op_info kir_op_table[KIR_OP_COUNT];
+/* The op named `name` in the text form, or KIR_OP_COUNT. */
+kir_op kir_op_lookup(const char *name);
+
+/* ---- types ----------------------------------------------------------------- */
+typedef enum kir_dtype {
+    KIR_F32,  /* IEEE binary32 */
+    KIR_F16,  /* IEEE binary16 */
+    KIR_BF16, /* bfloat16 */
+    KIR_I32,  /* 32-bit signed integer (token ids, positions) */
+    KIR_DTYPE_COUNT
+} kir_dtype;
+
+const char *kir_dtype_name(kir_dtype t);   /* "f32", "f16", "bf16", "i32" */
+int kir_dtype_lookup(const char *name);    /* -1 if unknown */
+size_t kir_dtype_size(kir_dtype t);        /* bytes per element */
+
+enum { KIR_MAX_DIMS = 4, KIR_MAX_INPUTS = 16 };
+#define KIR_DIM_T (-1) /* symbolic dim: tokens in the step */
+
+typedef uint32_t kir_val;   /* index of the node that defines a value */
+#define KIR_NONE UINT32_MAX /* an absent optional operand */
+
+/* Where a node came from in a .kiln file (or an IR text). */
+typedef struct kir_loc {
+    uint32_t file; /* index into kir_graph.files; UINT32_MAX: unknown */
+    uint32_t line; /* 1-based; 0: unknown */
+    uint32_t col;  /* 1-based */
+} kir_loc;
+
+/* ---- attributes ------------------------------------------------------------ */
+typedef enum kir_attr_kind {
+    KIR_ATTR_INT,    /* i: a 64-bit integer */
+    KIR_ATTR_FLOAT,  /* f: a double */
+    KIR_ATTR_STR,    /* s: a string */
+    KIR_ATTR_INTS,   /* ints: a list of integers (dims may be KIR_DIM_T) */
+} kir_attr_kind;
+
+typedef struct kir_attr {
+    const char *key;     /* attribute name, in the graph's arena */
+    kir_attr_kind kind;  /* which member of the union holds the value */
+    union {
+        int64_t i;       /* KIR_ATTR_INT */
+        double f;        /* KIR_ATTR_FLOAT */
+        const char *s;   /* KIR_ATTR_STR, in the graph's arena */
+        struct {
+            const int64_t *v; /* KIR_ATTR_INTS, in the graph's arena */
+            uint32_t n;       /* number of integers */
+        } ints;
+    } u;
+} kir_attr;
+
+/* ---- nodes ----------------------------------------------------------------- */
+typedef struct kir_node {
+    kir_op op;                       /* what it computes */
+    kir_dtype dtype;                 /* element type of the value */
+    uint8_t ndim;                    /* number of dims, 0..KIR_MAX_DIMS */
+    uint8_t nin;                     /* number of operands */
+    int64_t dims[KIR_MAX_DIMS];      /* dims; KIR_DIM_T for the token dim */
+    kir_val in[KIR_MAX_INPUTS];      /* operands (earlier values) or KIR_NONE */
+    kir_attr *attrs;                 /* attributes, in the graph's arena */
+    uint32_t nattrs;                 /* number of attributes */
+    uint32_t cap_attrs;              /* capacity of attrs */
+    kir_loc loc;                     /* source location */
+} kir_node;
+
+/* A resolved model parameter (hyperparameter), e.g. hidden = 128. */
+typedef struct kir_param {
+    const char *name;      /* in the graph's arena */
+    kir_attr_kind kind;    /* INT, FLOAT or STR (booleans are INT 0/1) */
+    int64_t i;             /* KIR_ATTR_INT */
+    double f;              /* KIR_ATTR_FLOAT */
+    const char *s;         /* KIR_ATTR_STR */
+} kir_param;
+
+typedef struct kir_graph {
+    ks_arena arena;        /* owns strings, attributes and ints: the graph's lifetime */
+    const char *name;      /* model name (from the .kiln `model` line) */
+    kir_node *nodes;       /* schedule order; value i is nodes[i] */
+    size_t n_nodes;        /* number of nodes */
+    size_t cap_nodes;      /* capacity of nodes */
+    const char **files;    /* source files named by locations */
+    size_t n_files;        /* number of files */
+    size_t cap_files;      /* capacity of files */
+    kir_param *params;     /* resolved hyperparameters, in declaration order */
+    size_t n_params;       /* number of params */
+    size_t cap_params;     /* capacity of params */
+} kir_graph;
+
+kir_graph *kir_graph_new(const char *name);
+void kir_graph_free(kir_graph *g);
+kir_graph *kir_graph_clone(const kir_graph *g);
+
+kir_loc kir_loc_make(kir_graph *g, const char *file, uint32_t line, uint32_t col);
+static inline kir_node *kir_node_at(const kir_graph *g, kir_val v) { return &g->nodes[v]; }
+
+/* Builders. kir_node_new appends a node with no operands, dtype F32, ndim 0. */
+kir_val kir_node_new(kir_graph *g, kir_op op, kir_loc loc);
+void kir_node_add_input(kir_graph *g, kir_val node, kir_val operand); /* operand may be KIR_NONE */
+kir_val kir_input(kir_graph *g, const char *name, kir_loc loc);       /* i32[T] */
+kir_val kir_weight(kir_graph *g, const char *name, kir_dtype dtype, int ndim, const int64_t *dims, kir_loc loc);
+
+/* Attributes: set replaces a value of the same key. */
+void kir_set_int(kir_graph *g, kir_val v, const char *key, int64_t value);
+void kir_set_float(kir_graph *g, kir_val v, const char *key, double value);
+void kir_set_str(kir_graph *g, kir_val v, const char *key, const char *value);
+void kir_set_ints(kir_graph *g, kir_val v, const char *key, const int64_t *values, uint32_t n);
+const kir_attr *kir_get(const kir_graph *g, kir_val v, const char *key);
+int64_t kir_get_int(const kir_graph *g, kir_val v, const char *key, int64_t dflt);
+double kir_get_float(const kir_graph *g, kir_val v, const char *key, double dflt); /* INT attrs convert */
+const char *kir_get_str(const kir_graph *g, kir_val v, const char *key, const char *dflt);
+
+/* Params. */
+void kir_param_int(kir_graph *g, const char *name, int64_t v);
+void kir_param_float(kir_graph *g, const char *name, double v);
+void kir_param_str(kir_graph *g, const char *name, const char *v);
+const kir_param *kir_param_find(const kir_graph *g, const char *name);
+
+/* Shape inference: run the op's shape rule over its operands and attributes
+ * and store dtype/ndim/dims in the node. On a mismatch returns -1 and writes
+ * a message naming the op and the shapes to err, e.g.
+ * "matmul: inner dimensions differ: [T,256] x [688,128]". */
+int kir_infer(kir_graph *g, kir_val v, ks_buf *err);
+
+/* Whole-graph verification: operand order (SSA), arities, attribute
+ * presence and kinds, and every node's type equal to what its shape rule
+ * computes. Reports each problem through d, at the node's location; `what`
+ * names the graph in messages (e.g. the IR file). Returns the error count. */
+int kir_verify(const kir_graph *g, ks_diag *d, const char *what);
+
+/* Formatting of types, e.g. "f32[T,128]". */
+void kir_format_type(ks_buf *b, const kir_node *n);
+void kir_format_dims(ks_buf *b, int ndim, const int64_t *dims);
+
+/* Elements in one token's slice of a value (product of its non-T dims), and
+ * the number of elements for a given token count. */
+int64_t kir_row_elems(const kir_node *n);
+int64_t kir_elems(const kir_node *n, int64_t n_tokens);
+
+/* ---- text form --------------------------------------------------------------
+ * kir_print writes the graph so that kir_parse reads back the same graph and
+ * printing that again gives byte-identical text. */
+void kir_print(const kir_graph *g, ks_buf *out);
+/* Parse IR text; reports errors at file:line:col through d. NULL on error. */
+kir_graph *kir_parse(const ks_source *src, ks_diag *d);
+
+#endif

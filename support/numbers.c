@@ -1,0 +1,87 @@
+/* numbers.c — half-precision conversions, hashing, checked size arithmetic. */
+#include "support.h"
+
+#include <string.h>
+
+static float bits_to_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint32_t f32_to_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+float ks_bf16_to_f32(uint16_t h) { return bits_to_f32((uint32_t)h << 16); }
+
+float ks_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0) {
+        /* zero or subnormal: man * 2^-24 */
+        float f = (float)man * (1.0f / 16777216.0f);
+        return sign ? -f : f;
+    }
+    if (exp == 31) return bits_to_f32(sign | 0x7f800000u | (man << 13));
+    return bits_to_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+uint16_t ks_f32_to_bf16(float f)
+{
+    uint32_t u = f32_to_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+uint16_t ks_f32_to_f16(float f)
+{
+    uint32_t u = f32_to_bits(f);
+    uint32_t sign = (u >> 16) & 0x8000;
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00);
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to inf */
+    if (a < 0x38800000u) {
+        /* subnormal half: round a / 2^-24 to nearest even */
+        float v = bits_to_f32(a) * 16777216.0f;
+        uint32_t m = (uint32_t)v;
+        float r = v - (float)m;
+        if (r > 0.5f || (r == 0.5f && (m & 1))) m++;
+        return (uint16_t)(sign | m);
+    }
+    uint32_t exp = (a >> 23) - 112, man = a & 0x7fffff;
+    uint32_t h = (exp << 10) | (man >> 13);
+    uint32_t rest = man & 0x1fff;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+uint64_t ks_fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+int ks_mul_size(size_t a, size_t b, size_t *out)
+{
+    if (a && b > SIZE_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+int ks_add_size(size_t a, size_t b, size_t *out)
+{
+    if (b > SIZE_MAX - a) return 0;
+    *out = a + b;
+    return 1;
+}
