@@ -1,0 +1,340 @@
+/* shape.c — one shape rule per row of ir/ops.def: from operands and
+ * attributes to the result's dtype and dims, or a message that names the op
+ * and the shapes that disagree. */
+#include "ir/ir.h"
+
+#include <string.h>
+
+typedef struct shape_ctx {
+    const kir_graph *g; /* the graph */
+    kir_val v;          /* the node being inferred */
+    const kir_node *n;  /* its record */
+    kir_dtype dtype;    /* result, filled by the rule */
+    int ndim;           /* result rank */
+    int64_t dims[KIR_MAX_DIMS]; /* result dims */
+    ks_buf *err;        /* message on failure */
+} shape_ctx;
+
+static int fail(shape_ctx *c, const char *fmt, ...) KS_PRINTF(2, 3);
+static int fail(shape_ctx *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ks_buf_printf(c->err, "%s: ", kir_op_table[c->n->op].name);
+    ks_buf_vprintf(c->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* Operand i, or NULL when absent. */
+static const kir_node *operand(shape_ctx *c, int i)
+{
+    if (i >= c->n->nin || c->n->in[i] == KIR_NONE) return NULL;
+    return &c->g->nodes[c->n->in[i]];
+}
+
+static const char *type_str(ks_buf *b, const kir_node *n)
+{
+    b->len = 0;
+    kir_format_type(b, n);
+    return ks_buf_cstr(b);
+}
+
+static int is_float(kir_dtype t) { return t == KIR_F32 || t == KIR_F16 || t == KIR_BF16; }
+
+/* An activation: float, first dim T. */
+static int want_activation(shape_ctx *c, const kir_node *x, const char *what)
+{
+    ks_buf b = {0};
+    int bad = !is_float(x->dtype) || x->ndim < 1 || x->dims[0] != KIR_DIM_T;
+    if (bad) fail(c, "%s must be a float tensor with T as its first dim, got %s", what, type_str(&b, x));
+    ks_buf_free(&b);
+    return bad ? -1 : 0;
+}
+
+static void same_as(shape_ctx *c, const kir_node *x)
+{
+    c->dtype = KIR_F32;
+    c->ndim = x->ndim;
+    memcpy(c->dims, x->dims, sizeof c->dims);
+}
+
+static int64_t attr_int(shape_ctx *c, const char *key, int64_t dflt)
+{
+    return kir_get_int(c->g, c->v, key, dflt);
+}
+
+/* ---- the rules ------------------------------------------------------------------ */
+
+static int kir_shape_input(shape_ctx *c)
+{
+    c->dtype = KIR_I32;
+    c->ndim = 1;
+    c->dims[0] = KIR_DIM_T;
+    return 0;
+}
+
+static int kir_shape_weight(shape_ctx *c)
+{
+    /* a weight's declared type is the truth */
+    c->dtype = c->n->dtype;
+    c->ndim = c->n->ndim;
+    memcpy(c->dims, c->n->dims, sizeof c->dims);
+    for (int i = 0; i < c->ndim; i++)
+        if (c->dims[i] <= 0) return fail(c, "weight dims must be positive constants");
+    if (!is_float(c->dtype)) return fail(c, "weights must be f32, f16 or bf16");
+    return 0;
+}
+
+static int kir_shape_embed(shape_ctx *c)
+{
+    const kir_node *tab = operand(c, 0), *ids = operand(c, 1);
+    ks_buf b = {0}, b2 = {0};
+    int rc = 0;
+    if (!tab || !ids)
+        rc = fail(c, "needs a table and token ids");
+    else if (tab->ndim != 2 || tab->dims[0] <= 0 || tab->dims[1] <= 0 || !is_float(tab->dtype))
+        rc = fail(c, "table must be a [rows,dim] float weight, got %s", type_str(&b, tab));
+    else if (ids->dtype != KIR_I32 || ids->ndim != 1 || ids->dims[0] != KIR_DIM_T)
+        rc = fail(c, "ids must be i32[T], got %s", type_str(&b2, ids));
+    else {
+        c->dtype = KIR_F32;
+        c->ndim = 2;
+        c->dims[0] = KIR_DIM_T;
+        c->dims[1] = tab->dims[1];
+    }
+    ks_buf_free(&b);
+    ks_buf_free(&b2);
+    return rc;
+}
+
+static int kir_shape_matmul(shape_ctx *c)
+{
+    const kir_node *x = operand(c, 0), *w = operand(c, 1);
+    if (!x || !w) return fail(c, "needs an input and a weight");
+    if (want_activation(c, x, "input")) return -1;
+    ks_buf b = {0}, b2 = {0};
+    int rc = 0;
+    if (x->ndim != 2)
+        rc = fail(c, "input must be [T,K], got %s", type_str(&b, x));
+    else if (w->ndim != 2 || w->dims[0] == KIR_DIM_T || w->dims[1] == KIR_DIM_T || !is_float(w->dtype))
+        rc = fail(c, "weight must be a [N,K] float matrix, got %s", type_str(&b, w));
+    else if (x->dims[1] != w->dims[1])
+        rc = fail(c, "inner dimensions differ: %s x %s", type_str(&b, x), type_str(&b2, w));
+    else {
+        c->dtype = KIR_F32;
+        c->ndim = 2;
+        c->dims[0] = KIR_DIM_T;
+        c->dims[1] = w->dims[0];
+    }
+    ks_buf_free(&b);
+    ks_buf_free(&b2);
+    return rc;
+}
+
+static int kir_shape_binary(shape_ctx *c)
+{
+    const kir_node *a = operand(c, 0), *b = operand(c, 1);
+    if (!a || !b) return fail(c, "needs two operands");
+    if (want_activation(c, a, "first operand")) return -1;
+    ks_buf s1 = {0}, s2 = {0};
+    int ok = is_float(b->dtype) && b->ndim <= a->ndim;
+    for (int i = 0; ok && i < b->ndim; i++)
+        ok = b->dims[b->ndim - 1 - i] == a->dims[a->ndim - 1 - i];
+    int rc = 0;
+    if (!ok)
+        rc = fail(c, "shapes do not broadcast: %s and %s", type_str(&s1, a), type_str(&s2, b));
+    else
+        same_as(c, a);
+    ks_buf_free(&s1);
+    ks_buf_free(&s2);
+    return rc;
+}
+
+static int kir_shape_unary(shape_ctx *c)
+{
+    const kir_node *x = operand(c, 0);
+    if (!x) return fail(c, "needs an operand");
+    if (want_activation(c, x, "operand")) return -1;
+    same_as(c, x);
+    return 0;
+}
+
+static int kir_shape_norm(shape_ctx *c)
+{
+    const kir_node *x = operand(c, 0);
+    if (!x) return fail(c, "needs an operand");
+    if (want_activation(c, x, "operand")) return -1;
+    int64_t d = x->dims[x->ndim - 1];
+    if (d == KIR_DIM_T) return fail(c, "cannot normalize over T");
+    for (int i = 1; i < c->n->nin; i++) {
+        const kir_node *w = operand(c, i);
+        if (!w) continue;
+        if (w->ndim != 1 || w->dims[0] != d || !is_float(w->dtype)) {
+            ks_buf s1 = {0}, s2 = {0};
+            fail(c, "%s %s does not match the normalized dim of %s", i == 1 ? "weight" : "bias",
+                 type_str(&s1, w), type_str(&s2, x));
+            ks_buf_free(&s1);
+            ks_buf_free(&s2);
+            return -1;
+        }
+    }
+    same_as(c, x);
+    return 0;
+}
+
+static int kir_shape_reshape(shape_ctx *c)
+{
+    const kir_node *x = operand(c, 0);
+    if (!x) return fail(c, "needs an operand");
+    if (want_activation(c, x, "operand")) return -1;
+    const kir_attr *a = kir_get(c->g, c->v, "shape");
+    if (!a || a->kind != KIR_ATTR_INTS) return fail(c, "needs a shape=[T,...] attribute");
+    if (a->u.ints.n < 1 || a->u.ints.n > KIR_MAX_DIMS || a->u.ints.v[0] != KIR_DIM_T)
+        return fail(c, "shape must start with T and have at most %d dims", KIR_MAX_DIMS);
+    int64_t elems = 1;
+    for (uint32_t i = 1; i < a->u.ints.n; i++) {
+        if (a->u.ints.v[i] <= 0 || a->u.ints.v[i] > ((int64_t)1 << 40)) return fail(c, "shape dims must be positive");
+        elems *= a->u.ints.v[i];
+    }
+    if (elems != kir_row_elems(x)) {
+        ks_buf s1 = {0}, s2 = {0};
+        kir_format_dims(&s2, (int)a->u.ints.n, a->u.ints.v);
+        fail(c, "element counts differ: %s to %s", type_str(&s1, x), ks_buf_cstr(&s2));
+        ks_buf_free(&s1);
+        ks_buf_free(&s2);
+        return -1;
+    }
+    c->dtype = KIR_F32;
+    c->ndim = (int)a->u.ints.n;
+    for (int i = 0; i < c->ndim; i++) c->dims[i] = a->u.ints.v[i];
+    return 0;
+}
+
+static int kir_shape_slice(shape_ctx *c)
+{
+    const kir_node *x = operand(c, 0);
+    if (!x) return fail(c, "needs an operand");
+    if (want_activation(c, x, "operand")) return -1;
+    int64_t d = x->dims[x->ndim - 1];
+    int64_t s = attr_int(c, "start", -1), e = attr_int(c, "end", -1);
+    if (x->ndim < 2 || s < 0 || e <= s || e > d) {
+        ks_buf b = {0};
+        fail(c, "range [%lld,%lld) outside the last dim of %s", (long long)s, (long long)e, type_str(&b, x));
+        ks_buf_free(&b);
+        return -1;
+    }
+    same_as(c, x);
+    c->dims[c->ndim - 1] = e - s;
+    return 0;
+}
+
+static int kir_shape_concat(shape_ctx *c)
+{
+    const kir_node *first = operand(c, 0);
+    if (!first) return fail(c, "needs operands");
+    if (want_activation(c, first, "operand")) return -1;
+    if (first->ndim < 2) return fail(c, "operands need a dim after T");
+    same_as(c, first);
+    int64_t last = 0;
+    for (int i = 0; i < c->n->nin; i++) {
+        const kir_node *x = operand(c, i);
+        if (!x) return fail(c, "operand %d missing", i + 1);
+        int ok = x->ndim == first->ndim && is_float(x->dtype);
+        for (int d = 0; ok && d + 1 < x->ndim; d++) ok = x->dims[d] == first->dims[d];
+        if (!ok) {
+            ks_buf s1 = {0}, s2 = {0};
+            fail(c, "operands differ in more than the last dim: %s and %s", type_str(&s1, first),
+                 type_str(&s2, x));
+            ks_buf_free(&s1);
+            ks_buf_free(&s2);
+            return -1;
+        }
+        last += x->dims[x->ndim - 1];
+    }
+    c->dims[c->ndim - 1] = last;
+    return 0;
+}
+
+static int kir_shape_rope(shape_ctx *c)
+{
+    const kir_node *x = operand(c, 0), *pos = operand(c, 1);
+    if (!x || !pos) return fail(c, "needs a tensor and positions");
+    if (want_activation(c, x, "operand")) return -1;
+    ks_buf b = {0};
+    int rc = 0;
+    if (x->ndim != 3)
+        rc = fail(c, "operand must be [T,heads,head_dim], got %s", type_str(&b, x));
+    else if (pos->dtype != KIR_I32 || pos->ndim != 1 || pos->dims[0] != KIR_DIM_T)
+        rc = fail(c, "positions must be i32[T], got %s", type_str(&b, pos));
+    else {
+        int64_t rot = attr_int(c, "rot_dim", x->dims[2]);
+        if (rot <= 0 || rot > x->dims[2] || rot % 2)
+            rc = fail(c, "rot_dim %lld must be even and within head_dim %lld", (long long)rot, (long long)x->dims[2]);
+        else
+            same_as(c, x);
+    }
+    ks_buf_free(&b);
+    return rc;
+}
+
+static int kir_shape_attention(shape_ctx *c)
+{
+    const kir_node *q = operand(c, 0), *k = operand(c, 1), *v = operand(c, 2);
+    if (!q || !k || !v) return fail(c, "needs q, k and v");
+    ks_buf s1 = {0}, s2 = {0}, s3 = {0};
+    int rc = 0;
+    if (want_activation(c, q, "q") || want_activation(c, k, "k") || want_activation(c, v, "v"))
+        rc = -1;
+    else if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3)
+        rc = fail(c, "q, k, v must be [T,heads,head_dim], got %s, %s, %s", type_str(&s1, q), type_str(&s2, k),
+                  type_str(&s3, v));
+    else if (q->dims[2] != k->dims[2] || k->dims[1] != v->dims[1] || q->dims[1] % k->dims[1] != 0)
+        rc = fail(c, "q %s, k %s and v %s do not fit (head dims of q and k equal, heads of q a multiple of k's)",
+                  type_str(&s1, q), type_str(&s2, k), type_str(&s3, v));
+    else {
+        c->dtype = KIR_F32;
+        c->ndim = 3;
+        c->dims[0] = KIR_DIM_T;
+        c->dims[1] = q->dims[1];
+        c->dims[2] = v->dims[2];
+    }
+    ks_buf_free(&s1);
+    ks_buf_free(&s2);
+    ks_buf_free(&s3);
+    return rc;
+}
+
+static int kir_shape_output(shape_ctx *c)
+{
+    const kir_node *x = operand(c, 0);
+    if (!x) return fail(c, "needs an operand");
+    if (want_activation(c, x, "operand")) return -1;
+    same_as(c, x);
+    return 0;
+}
+
+typedef int (*shape_rule)(shape_ctx *c);
+static const shape_rule shape_rules[KIR_OP_COUNT] = {
+#define KIR_OP(NAME, text, min, max, shape, fuse, be) [KIR_OP_##NAME] = kir_shape_##shape,
+#include "ir/ops.def"
+#undef KIR_OP
+};
+
+int kir_infer(kir_graph *g, kir_val v, ks_buf *err)
+{
+    KS_ASSERT(v < g->n_nodes);
+    kir_node *n = &g->nodes[v];
+    shape_ctx c = {.g = g, .v = v, .n = n, .err = err};
+    const kir_op_info *info = &kir_op_table[n->op];
+    if (n->nin < info->min_inputs || n->nin > info->max_inputs)
+        return fail(&c, "takes %d to %d operands, got %d", info->min_inputs, info->max_inputs, n->nin);
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i] != KIR_NONE && n->in[i] >= v) return fail(&c, "operand %d is not defined before use", i + 1);
+    if (shape_rules[n->op](&c) != 0) return -1;
+    n->dtype = c.dtype;
+    n->ndim = (uint8_t)c.ndim;
+    memset(n->dims, 0, sizeof n->dims);
+    memcpy(n->dims, c.dims, sizeof(int64_t) * (size_t)c.ndim);
+    return 0;
+}
