@@ -62,10 +62,21 @@ uint16_t ks_f32_to_f16(float f)
     return (uint16_t)(sign | h);
 }
 
-uint64_t ks_fnv1a(uint64_t h, const void *data, size_t n)
+uint64_t ks_hash64(uint64_t h, const void *data, size_t n)
 {
+    /* FNV-1a over 8-byte little-endian words (then the tail bytes): eight
+     * times fewer multiplies than byte-wise FNV, enough to checksum tens of
+     * gigabytes of weights in seconds. Detects damage, not tampering. */
     const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h ^= w;
+        h *= 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) {
         h ^= p[i];
         h *= 0x100000001b3ull;
     }

@@ -138,9 +138,11 @@ float ks_bf16_to_f32(uint16_t h);
 uint16_t ks_f32_to_f16(float f);  /* round to nearest even */
 uint16_t ks_f32_to_bf16(float f); /* round to nearest even */
 
-/* 64-bit FNV-1a, continued from h (start with KS_FNV_SEED). */
-#define KS_FNV_SEED 0xcbf29ce484222325ull
-uint64_t ks_fnv1a(uint64_t h, const void *data, size_t n);
+/* A 64-bit checksum (FNV-1a over 8-byte words), continued from h: start
+ * with KS_HASH_SEED. Chunked calls give the same result as one call only
+ * when every chunk but the last is a multiple of 8 bytes long. */
+#define KS_HASH_SEED 0xcbf29ce484222325ull
+uint64_t ks_hash64(uint64_t h, const void *data, size_t n);
 
 /* Checked arithmetic for sizes from untrusted files: 0 on overflow. */
 int ks_mul_size(size_t a, size_t b, size_t *out);

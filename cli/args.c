@@ -1,0 +1,50 @@
+/* args.c — the argument parser the subcommands share. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+static int option_matches(const char *spec, const char *arg)
+{
+    const char *bar = strchr(spec, '|');
+    if (!bar) return strcmp(spec, arg) == 0;
+    size_t n = (size_t)(bar - spec);
+    return (strlen(arg) == n && strncmp(spec, arg, n) == 0) || strcmp(bar + 1, arg) == 0;
+}
+
+int kc_parse_args(int argc, char **argv, const kc_option *opts, const char **positional, int max_pos,
+                  int *n_pos, const char *help)
+{
+    *n_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(help, stdout);
+            return 1;
+        }
+        if (a[0] == '-' && a[1]) {
+            const kc_option *o = opts;
+            while (o->name && !option_matches(o->name, a)) o++;
+            if (!o->name) {
+                fprintf(stderr, "kiln %s: error: unknown option '%s' (see 'kiln %s --help')\n", argv[0], a, argv[0]);
+                return -1;
+            }
+            if (o->takes_value) {
+                if (i + 1 >= argc) {
+                    fprintf(stderr, "kiln %s: error: option '%s' needs a value\n", argv[0], a);
+                    return -1;
+                }
+                *o->value = argv[++i];
+            } else {
+                *o->value = "1";
+            }
+            continue;
+        }
+        if (*n_pos >= max_pos) {
+            fprintf(stderr, "kiln %s: error: unexpected argument '%s'\n", argv[0], a);
+            return -1;
+        }
+        positional[(*n_pos)++] = a;
+    }
+    return 0;
+}

@@ -1,0 +1,63 @@
+/* cmd_inspect.c — `kiln inspect`: what an engine file holds. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli/commands.h"
+#include "ir/interp.h"
+#include "runtime/engine.h"
+
+static const char inspect_help[] =
+    "usage: kiln inspect ENGINE\n"
+    "\n"
+    "Check an engine file (checksum, graph, weights) and say what it holds:\n"
+    "format version, target, model parameters, ops, weights and the KV-cache\n"
+    "layout it needs.\n";
+
+int kc_cmd_inspect(int argc, char **argv)
+{
+    kc_option opts[] = {{NULL, 0, NULL}};
+    const char *pos[1];
+    int npos = 0;
+    int rc = kc_parse_args(argc, argv, opts, pos, 1, &npos, inspect_help);
+    if (rc) return rc < 0 ? 2 : 0;
+    if (npos != 1) {
+        fprintf(stderr, "kiln inspect: error: needs an engine file (see 'kiln inspect --help')\n");
+        return 2;
+    }
+    ks_diag d = {0};
+    krt_engine *e = krt_engine_open(pos[0], &d);
+    if (!e) return 1;
+    const kir_graph *g = e->graph;
+    printf("engine:      %s\n", pos[0]);
+    printf("format:      kiln engine version %u, %zu bytes, checksum %016llx (verified)\n", e->version,
+           e->map.size, (unsigned long long)e->checksum);
+    printf("metadata:    %s\n", e->meta_json);
+    printf("model:       %s\n", g->name);
+    printf("params:\n");
+    for (size_t i = 0; i < g->n_params; i++) {
+        const kir_param *p = &g->params[i];
+        if (p->kind == KIR_ATTR_INT) printf("  %-24s %lld\n", p->name, (long long)p->i);
+        else if (p->kind == KIR_ATTR_FLOAT) printf("  %-24s %g\n", p->name, p->f);
+        else printf("  %-24s \"%s\"\n", p->name, p->s);
+    }
+    size_t counts[KIR_OP_COUNT] = {0};
+    for (size_t v = 0; v < g->n_nodes; v++) counts[g->nodes[v].op]++;
+    printf("graph:       %zu nodes:", g->n_nodes);
+    for (int op = 0; op < KIR_OP_COUNT; op++)
+        if (counts[op]) printf(" %s %zu", kir_op_table[op].name, counts[op]);
+    printf("\n");
+    printf("weights:     %zu tensors, %llu bytes\n", e->n_weights, (unsigned long long)e->weight_bytes);
+    int n_layers = 0;
+    krt_kv_layer *layers = kir_kv_layers(g, &n_layers);
+    size_t per_pos = 0;
+    for (int i = 0; i < n_layers; i++)
+        per_pos += (size_t)layers[i].kv_heads * (size_t)(layers[i].head_dim_k + layers[i].head_dim_v);
+    printf("kv cache:    %d layers, %zu elements per position", n_layers, per_pos);
+    if (n_layers) printf(" (%d kv heads x %d)", layers[0].kv_heads, layers[0].head_dim_k);
+    printf("\n");
+    free(layers);
+    printf("vocabulary:  %lld logits per token\n", (long long)kir_output_row_elems(g));
+    printf("tokenizer:   %s\n", e->tokenizer ? "embedded" : "none");
+    krt_engine_close(e);
+    return 0;
+}

@@ -1,0 +1,33 @@
+/*
+ * commands.h — the CLI's subcommands and the small argument parser they share.
+ *
+ * Prefix: kc_ (command line).
+ */
+#ifndef KILN_COMMANDS_H
+#define KILN_COMMANDS_H
+
+typedef struct kc_command {
+    const char *name;               /* as typed */
+    const char *summary;            /* one line for `kiln --help` */
+    int (*run)(int argc, char **argv); /* argv[0] is the command name; returns the exit code */
+} kc_command;
+
+int kc_cmd_build(int argc, char **argv);
+int kc_cmd_ir(int argc, char **argv);
+int kc_cmd_inspect(int argc, char **argv);
+int kc_cmd_run(int argc, char **argv);
+
+/* One option a command accepts. */
+typedef struct kc_option {
+    const char *name;    /* "--weights"; a short alias after '|' is allowed: "-o|--output" */
+    int takes_value;     /* 1: the next argument is its value */
+    const char **value;  /* where the value goes (or "1" for a flag) */
+} kc_option;
+
+/* Parse argv against opts; the non-option arguments go to positional (at
+ * most max_pos). Prints `kiln CMD: error: ...` and returns -1 on a bad
+ * argument; returns 1 if --help was asked (after printing help). */
+int kc_parse_args(int argc, char **argv, const kc_option *opts, const char **positional, int max_pos,
+                  int *n_pos, const char *help);
+
+#endif

@@ -1,0 +1,174 @@
+/* driver.c — from the user's inputs to a compiled model and an engine file. */
+#include "cli/driver.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/engine.h"
+
+#define KILN_VERSION "0.1.0"
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Pick the builtin description whose `matches` names model_type. */
+static int pick_builtin(kd_model *m, const char *model_type, ks_diag *d)
+{
+    for (size_t i = 0; i < kf_builtin_model_count; i++) {
+        if (kf_kiln_matches(kf_builtin_models[i].text, model_type)) {
+            m->kiln.name = kf_builtin_models[i].file;
+            m->kiln.text = kf_builtin_models[i].text;
+            m->kiln.len = strlen(kf_builtin_models[i].text);
+            return 0;
+        }
+    }
+    ks_buf known = {0};
+    for (size_t i = 0; i < kf_builtin_model_count; i++)
+        ks_buf_printf(&known, "%s%s", i ? ", " : "", kf_builtin_models[i].file);
+    ks_error(d, m->config_path, "model_type '%s' matches no shipped model description (%s); write a .kiln "
+             "for it and pass it as the input, with --weights", model_type, ks_buf_cstr(&known));
+    ks_buf_free(&known);
+    return -1;
+}
+
+static int load_config(kd_model *m, const char *path, ks_diag *d)
+{
+    m->config_path = ks_xstrdup(path);
+    size_t len = 0;
+    char *text = ks_read_file(d, path, &len);
+    if (!text) return -1;
+    const char *end = NULL;
+    m->config = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!m->config || !cJSON_IsObject(m->config)) {
+        /* place the error: line and column of where cJSON stopped */
+        int line = 1, col = 1;
+        const char *stop = end ? end : cJSON_GetErrorPtr();
+        for (const char *p = text; stop && p < stop && *p; p++) {
+            if (*p == '\n') line++, col = 1;
+            else col++;
+        }
+        ks_source src = {path, text, len};
+        ks_error_at(d, &src, line, col, "%s", m->config ? "config must be a JSON object" : "invalid JSON");
+        free(text);
+        return -1;
+    }
+    free(text);
+    return 0;
+}
+
+int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d)
+{
+    memset(m, 0, sizeof *m);
+    const char *weights = in->weights;
+    int input_is_kiln = ends_with(in->input, ".kiln");
+    if (!input_is_kiln) {
+        if (!ks_is_dir(in->input)) {
+            ks_error(d, in->input, "not a .kiln file or a checkpoint folder");
+            return -1;
+        }
+        weights = in->input;
+    }
+    /* config.json: given, or beside the weights */
+    if (in->config) {
+        if (load_config(m, in->config, d)) return -1;
+    } else if (weights) {
+        char *p = ks_is_dir(weights) ? ks_path_join(weights, "config.json") : NULL;
+        if (p && ks_file_exists(p)) {
+            int rc = load_config(m, p, d);
+            free(p);
+            if (rc) return -1;
+        } else if (!input_is_kiln) {
+            ks_error(d, weights, "no config.json in the checkpoint folder");
+            free(p);
+            return -1;
+        } else {
+            free(p);
+        }
+    }
+    if (input_is_kiln) {
+        size_t len = 0;
+        m->kiln_owned = ks_read_file(d, in->input, &len);
+        if (!m->kiln_owned) return -1;
+        m->kiln.name = in->input;
+        m->kiln.text = m->kiln_owned;
+        m->kiln.len = len;
+    } else {
+        const cJSON *mt = cJSON_GetObjectItemCaseSensitive(m->config, "model_type");
+        if (!cJSON_IsString(mt)) {
+            ks_error(d, m->config_path, "no \"model_type\" string to pick a model description by");
+            return -1;
+        }
+        if (pick_builtin(m, mt->valuestring, d)) return -1;
+    }
+    if (need_weights) {
+        if (!weights) {
+            ks_error(d, in->input, "no weights: pass --weights CHECKPOINT");
+            return -1;
+        }
+        m->ckpt = kf_checkpoint_open(d, weights);
+        if (!m->ckpt) return -1;
+    }
+    m->model = kf_compile(&m->kiln, m->config, m->config_path ? m->config_path : "config.json", m->ckpt, d);
+    return m->model ? 0 : -1;
+}
+
+void kd_model_free(kd_model *m)
+{
+    kf_model_free(m->model);
+    kf_checkpoint_close(m->ckpt);
+    cJSON_Delete(m->config);
+    free(m->config_path);
+    free(m->kiln_owned);
+    memset(m, 0, sizeof *m);
+}
+
+typedef struct fill_ctx {
+    kd_model *m;                 /* the model */
+    const kf_weight_binding **by_node; /* binding of each WEIGHT node */
+} fill_ctx;
+
+static int fill_weight(void *ctx, kir_val node, void *dst, size_t nbytes, ks_diag *d)
+{
+    fill_ctx *f = ctx;
+    const kf_weight_binding *b = f->by_node[node];
+    KS_ASSERT(b);
+    const kir_node *n = kir_node_at(f->m->model->graph, node);
+    KS_ASSERT(n->dtype == KIR_F32 && nbytes == (size_t)kir_elems(n, 1) * 4);
+    const kf_tensor *t = kf_checkpoint_find(f->m->ckpt, b->tensor);
+    KS_ASSERT(t);
+    return kf_tensor_read_f32(d, t, b->transposed, b->row_start, b->row_end, dst);
+}
+
+int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_diag *d)
+{
+    const char *target = in->target ? in->target : "cpu";
+    if (strcmp(target, "cpu") != 0) {
+        ks_error(d, "kiln", "unknown target '%s' (this build knows: cpu)", target);
+        return -1;
+    }
+    const kir_graph *g = m->model->graph;
+    fill_ctx f = {m, ks_xcalloc(g->n_nodes, sizeof *f.by_node)};
+    for (size_t i = 0; i < m->model->n_weights; i++) f.by_node[m->model->weights[i].node] = &m->model->weights[i];
+    cJSON *meta = cJSON_CreateObject();
+    cJSON_AddStringToObject(meta, "format", "kiln-engine");
+    cJSON_AddStringToObject(meta, "kiln_version", KILN_VERSION);
+    cJSON_AddStringToObject(meta, "target", target);
+    cJSON_AddStringToObject(meta, "dtype", "f32");
+    cJSON_AddStringToObject(meta, "model", g->name);
+    cJSON_AddStringToObject(meta, "description", m->kiln.name);
+    char *meta_text = cJSON_Print(meta);
+    cJSON_Delete(meta);
+    krt_engine_spec spec = {
+        .graph = g,
+        .meta_json = meta_text,
+        .fill = fill_weight,
+        .fill_ctx = &f,
+    };
+    int rc = krt_engine_write(out_path, &spec, d);
+    cJSON_free(meta_text);
+    free(f.by_node);
+    return rc;
+}

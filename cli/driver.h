@@ -1,0 +1,41 @@
+/*
+ * driver.h — the compile pipeline shared by the CLI commands and the tests:
+ * find the model description and config for an input, open the checkpoint,
+ * compile to a graph, and write an engine.
+ *
+ * Prefix: kd_ (driver).
+ */
+#ifndef KILN_DRIVER_H
+#define KILN_DRIVER_H
+
+#include <cjson/cJSON.h>
+
+#include "frontend/frontend.h"
+#include "support/support.h"
+
+typedef struct kd_inputs {
+    const char *input;     /* a .kiln file or a checkpoint folder */
+    const char *weights;   /* checkpoint folder or file, when input is a .kiln */
+    const char *config;    /* config.json path, overriding the one beside the weights */
+    const char *target;    /* "cpu" (default) */
+} kd_inputs;
+
+typedef struct kd_model {
+    ks_source kiln;        /* the model description (text owned unless builtin) */
+    char *kiln_owned;      /* owned text, or NULL for a builtin description */
+    char *config_path;     /* owned; NULL when there is no config */
+    cJSON *config;         /* parsed config.json, or NULL */
+    kf_checkpoint *ckpt;   /* the open checkpoint, or NULL */
+    kf_model *model;       /* compiled graph and weight bindings */
+} kd_model;
+
+/* Resolve and compile. need_weights: open the checkpoint (a build) rather than
+ * compile from shapes alone (`kiln ir` without weights). 0, or -1 after
+ * reporting. */
+int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d);
+void kd_model_free(kd_model *m);
+
+/* Build an engine file from a loaded model. */
+int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_diag *d);
+
+#endif

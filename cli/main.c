@@ -1,0 +1,37 @@
+/* main.c — the kiln command line: a table of subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+static const kc_command commands[] = {
+    {"build", "compile a model into an engine file", kc_cmd_build},
+    {"ir", "print the IR of a model", kc_cmd_ir},
+    {"inspect", "say what an engine file holds", kc_cmd_inspect},
+    {"run", "run an engine: logits for given ids, greedy generation", kc_cmd_run},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kiln COMMAND [ARGS]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'kiln COMMAND --help' describes each.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "kiln: error: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,80 @@
+/*
+ * engine.h — the engine file: one self-contained, versioned, checksummed file
+ * holding the graph (IR text), metadata (JSON), the packed weights and the
+ * tokenizer. `kiln build` writes it; the runtime maps it and checks all of it
+ * before anything runs.
+ *
+ * Layout (all integers little-endian):
+ *
+ *   [0, 64)      header: magic "KILNENG\0", u32 format version, u32 section
+ *                count, u64 file size, u64 checksum of bytes [64, file size),
+ *                zero padding
+ *   [64, ...)    section table: per section 48 bytes: name (16 bytes, NUL
+ *                padded), u64 offset, u64 size, u64 alignment, u64 reserved
+ *   sections     each at an offset that is a multiple of its alignment:
+ *                "meta"        JSON object: target, dtype, kiln version, source
+ *                "graph"       IR text (kir_print), parsed back with kir_parse
+ *                "weights.idx" u32 count, then per weight: u32 node (value index
+ *                              of its WEIGHT node), u32 dtype, u64 offset in
+ *                              "weights", u64 bytes
+ *                "weights"     packed weight data, each weight 256-byte aligned
+ *                              so that it can be uploaded as it lies
+ *                "tokenizer"   optional: u32 kind, then the tokenizer's file bytes
+ *
+ * Prefix: krt_.
+ */
+#ifndef KILN_ENGINE_H
+#define KILN_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/ir.h"
+#include "support/support.h"
+
+#define KRT_ENGINE_MAGIC "KILNENG"  /* 8 bytes with the NUL */
+#define KRT_ENGINE_VERSION 1u       /* bump on any layout change */
+enum { KRT_WEIGHT_ALIGN = 256 };
+
+/* Produces the data of WEIGHT node `node` (nbytes, in the node's dtype) into dst. */
+typedef int (*krt_weight_fill)(void *ctx, kir_val node, void *dst, size_t nbytes, ks_diag *d);
+
+typedef struct krt_engine_spec {
+    const kir_graph *graph;       /* the graph to store */
+    const char *meta_json;        /* metadata object text (target, dtype, source...) */
+    krt_weight_fill fill;         /* called once per WEIGHT node, in node order */
+    void *fill_ctx;               /* passed to fill */
+    const void *tokenizer;        /* tokenizer bytes, or NULL */
+    size_t tokenizer_len;         /* bytes */
+    uint32_t tokenizer_kind;      /* the runtime's tokenizer kind tag */
+} krt_engine_spec;
+
+/* Write an engine file atomically (a temp file renamed into place on
+ * success). Returns 0, or -1 after reporting; no partial file is left. */
+int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d);
+
+typedef struct krt_engine {
+    ks_mmap map;                  /* the whole file, mapped */
+    const char *path;             /* as opened (owned) */
+    uint32_t version;             /* format version */
+    uint64_t checksum;            /* as stored and verified */
+    char *meta_json;              /* NUL-terminated copy of "meta" */
+    kir_graph *graph;             /* parsed and verified graph (owned) */
+    const void **weights;         /* [graph->n_nodes]: data of each WEIGHT node, else NULL */
+    size_t n_weights;             /* WEIGHT nodes */
+    uint64_t weight_bytes;        /* size of the "weights" section */
+    const uint8_t *tokenizer;     /* tokenizer bytes inside the map, or NULL */
+    size_t tokenizer_len;         /* bytes */
+    uint32_t tokenizer_kind;      /* kind tag */
+} krt_engine;
+
+/* Open, check (magic, version, size, checksum, section bounds, graph parse and
+ * verify, weight index) and map an engine. NULL after reporting
+ * `path: error: ...`. */
+krt_engine *krt_engine_open(const char *path, ks_diag *d);
+void krt_engine_close(krt_engine *e);
+
+/* The string value of a top-level key of the metadata, or dflt. */
+const char *krt_engine_meta(const krt_engine *e, const char *key, const char *dflt, ks_buf *scratch);
+
+#endif
