@@ -1,6 +1,7 @@
 /* cmd_build.c — `kiln build` and `kiln ir`. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/commands.h"
 #include "cli/driver.h"
@@ -44,15 +45,51 @@ int kc_cmd_build(int argc, char **argv)
 }
 
 static const char ir_help[] =
-    "usage: kiln ir <model.kiln | checkpoint-folder> [--weights PATH] [--config FILE] [-o FILE]\n"
+    "usage: kiln ir <model.kiln | checkpoint-folder | file.ir> [--weights PATH] [--config FILE] [-o FILE]\n"
     "\n"
     "Print the model's IR in its text form (kiln's IR parses back from it).\n"
+    "Given an IR text (.ir), parse and verify it, and print it again.\n"
     "Without weights, every declared weight is taken as present with its\n"
     "declared shape and optional ones as absent.\n"
     "\n"
     "  -o, --output FILE    write the IR here instead of standard output\n"
     "  --weights PATH       checkpoint, to resolve optional weights as a build would\n"
     "  --config FILE        config.json to use\n";
+
+/* Parse and verify an IR text; NULL after reporting. */
+static kir_graph *read_ir(const char *path, ks_diag *d)
+{
+    size_t len = 0;
+    char *text = ks_read_file(d, path, &len);
+    if (!text) return NULL;
+    ks_source src = {path, text, len};
+    kir_graph *g = kir_parse(&src, d);
+    if (g && kir_verify(g, d, path) != 0) {
+        kir_graph_free(g);
+        g = NULL;
+    }
+    free(text);
+    return g;
+}
+
+static void write_text(const char *out, const ks_buf *text, ks_diag *d)
+{
+    if (!out) {
+        fwrite(text->data, 1, text->len, stdout);
+        return;
+    }
+    ks_outfile f;
+    if (ks_outfile_open(d, &f, out) == 0) {
+        fwrite(text->data, 1, text->len, f.f);
+        ks_outfile_commit(d, &f);
+    }
+}
+
+static int ends_with_ir(const char *s)
+{
+    size_t n = strlen(s);
+    return n > 3 && strcmp(s + n - 3, ".ir") == 0;
+}
 
 int kc_cmd_ir(int argc, char **argv)
 {
@@ -71,21 +108,24 @@ int kc_cmd_ir(int argc, char **argv)
     }
     in.input = pos[0];
     ks_diag d = {0};
+    if (ends_with_ir(in.input)) {
+        kir_graph *g = read_ir(in.input, &d);
+        if (g) {
+            ks_buf text = {0};
+            kir_print(g, &text);
+            write_text(out, &text, &d);
+            ks_buf_free(&text);
+            kir_graph_free(g);
+        }
+        return d.errors ? 1 : 0;
+    }
     kd_model m;
     /* a checkpoint folder input has weights to consult; a bare .kiln may not */
     int need_weights = in.weights != NULL || !(in.input && ks_file_exists(in.input));
     if (kd_model_load(&in, need_weights, &m, &d) == 0) {
         ks_buf text = {0};
         kir_print(m.model->graph, &text);
-        if (out) {
-            ks_outfile f;
-            if (ks_outfile_open(&d, &f, out) == 0) {
-                fwrite(text.data, 1, text.len, f.f);
-                ks_outfile_commit(&d, &f);
-            }
-        } else {
-            fwrite(text.data, 1, text.len, stdout);
-        }
+        write_text(out, &text, &d);
         ks_buf_free(&text);
     }
     kd_model_free(&m);

@@ -217,6 +217,7 @@ typedef struct kf_parser {
     kf_lex_str *lex_str;  /* the string literal being scanned */
     int line, col;        /* scanner position of the next byte */
     kf_loc tok_end[2];    /* just past the last token [0] and the one before it [1] */
+    int tok_kind[2];      /* the kinds (bison token numbers) of the same two tokens */
     int errors_at_start;  /* diag->errors when the parse began */
     int brace_depth;      /* '{' open now */
     kf_loc brace_open[KF_MAX_BLOCK_DEPTH]; /* where the open '{' are, outermost first */

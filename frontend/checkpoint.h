@@ -1,12 +1,15 @@
 /*
  * checkpoint.h — reading model checkpoints: safetensors, one file or sharded
  * with model.safetensors.index.json, through mmap; header parsed with cJSON.
- * (llama2.c .bin arrives as a second importer behind the same interface.)
+ * llama2.c's legacy .bin is a second importer behind the same interface
+ * (kf_checkpoint_open_llama2c, below).
  *
  * Every tensor's header entry is checked before anything reads it: dtype
  * known, shape non-negative and without overflow, data_offsets inside the
  * file's data section and of the size dtype x shape gives, no two tensors
  * overlapping. Problems are reported as `file: error: tensor 'name': ...`.
+ * Dtypes other than F32, F16 and BF16 (I64, F64, F8...) are rejected at
+ * open, naming the tensor.
  *
  * Prefix: kf_ (frontend).
  */
@@ -15,6 +18,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cjson/cJSON.h>
 
 #include "ir/ir.h"
 #include "support/support.h"
@@ -41,6 +46,33 @@ size_t kf_checkpoint_count(const kf_checkpoint *c);
 const kf_tensor *kf_checkpoint_at(const kf_checkpoint *c, size_t i);
 const kf_tensor *kf_checkpoint_find(const kf_checkpoint *c, const char *name); /* NULL if absent */
 const char *kf_checkpoint_path(const kf_checkpoint *c); /* the path it was opened with */
+
+/* Open a llama2.c checkpoint (.bin as run.c reads it: 7 int32 then
+ * float32 arrays). Its header is checked (dims positive, n_heads divides
+ * dim, n_kv_heads divides n_heads, even head size, file size exactly what
+ * the header gives). Tensors, all F32, each layer's slice its own tensor:
+ *
+ *   tok_embeddings.weight               [vocab, dim]
+ *   layers.{i}.attention_norm.weight    [dim]
+ *   layers.{i}.attention.wq.weight      [dim, dim]
+ *   layers.{i}.attention.wk.weight      [kv_dim, dim]   kv_dim = dim / n_heads * n_kv_heads
+ *   layers.{i}.attention.wv.weight      [kv_dim, dim]
+ *   layers.{i}.attention.wo.weight      [dim, dim]
+ *   layers.{i}.ffn_norm.weight          [dim]
+ *   layers.{i}.feed_forward.w1.weight   [hidden_dim, dim]
+ *   layers.{i}.feed_forward.w2.weight   [dim, hidden_dim]
+ *   layers.{i}.feed_forward.w3.weight   [hidden_dim, dim]
+ *   norm.weight                         [dim]
+ *   output.weight                       [vocab, dim]    only when not shared
+ *
+ * wq/wk rows are in Meta's order: RoPE rotates interleaved pairs. When
+ * config_out is not NULL it receives a new cJSON object (free it with
+ * cJSON_Delete) describing the model: {"model_type": "llama2c", "dim",
+ * "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size" (always
+ * positive), "seq_len", "shared_classifier" (bool), "norm_eps": 1e-5,
+ * "rope_theta": 10000.0, "bos_token_id": 1, "eos_token_id": 2}; NULL on
+ * failure. Returns NULL after reporting through d. */
+kf_checkpoint *kf_checkpoint_open_llama2c(ks_diag *d, const char *path, cJSON **config_out);
 
 /* Read the tensor as float32 into out, optionally transposed (a 2-D
  * [a,b] tensor read as [b,a]) and then restricted to rows [row_start,

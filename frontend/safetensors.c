@@ -232,6 +232,7 @@ static int compare_spans(const void *pa, const void *pb)
 /* No two tensors of one file may share a byte (empty tensors share none). */
 static int check_overlaps(st_file *f, st_span *spans, size_t n)
 {
+    if (n < 2) return 0; /* and spans may be NULL, which qsort must not see */
     qsort(spans, n, sizeof *spans, compare_spans);
     size_t widest = 0; /* among spans[0..k), the one reaching furthest */
     for (size_t k = 1; k < n; k++) {

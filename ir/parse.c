@@ -9,7 +9,7 @@
  *     statement := 'graph' STRING
  *                | 'param' name '=' scalar
  *                | VALUE ':' type '=' IDENT '(' [operand {',' operand}] ')'
- *                      ['{' [attr {',' attr}] '}'] ['@' STRING ':' INT ':' INT]
+ *                      ['{' [attr {',' attr} [',']] '}'] ['@' STRING ':' INT ':' INT]
  *     type      := IDENT '[' [dim {',' dim}] ']'        dim := INT | 'T'
  *     operand   := VALUE | '_'
  *     attr      := name '=' (scalar | '[' [dim {',' dim}] ']')
@@ -43,6 +43,14 @@
 enum { KIR_PARSE_MAX_ERRORS = 50 };
 /* How much of a token a message quotes. */
 enum { TOKEN_QUOTE_MAX = 32 };
+/* The graph's own limits (ir/ir.c dies past them, as it should for a
+ * builder's bug); text from a user is held to them with a message. */
+enum {
+    KIR_PARSE_MAX_NODES = 1 << 22,
+    KIR_PARSE_MAX_FILES = 1 << 16,
+    KIR_PARSE_MAX_PARAMS = 1 << 16,
+    KIR_PARSE_MAX_ATTRS = 1 << 10,
+};
 
 /* ---- tokens ------------------------------------------------------------------ */
 typedef enum kir_tok_kind {
@@ -69,19 +77,26 @@ typedef struct kir_token {
     char punct;         /* TOK_PUNCT: the character */
 } kir_token;
 
-/* ---- value names -------------------------------------------------------------
- * An open-addressing hash table from a value's name (without the `%`) to its
- * dense index, or to VAL_POISONED when its line had an error (later uses then
- * stay quiet instead of cascading). */
+/* ---- names -------------------------------------------------------------------
+ * Open-addressing hash tables of names seen so far: values (without the `%`)
+ * to their dense index, or to VAL_POISONED when their line had an error
+ * (later uses then stay quiet instead of cascading); and params, to catch a
+ * param defined twice without a search per line. */
 #define VAL_POISONED (KIR_NONE - 1)
 
-typedef struct kir_value_slot {
+typedef struct kir_name_slot {
     const char *name; /* NULL: empty slot; else in the scratch arena */
     size_t len;       /* bytes in name */
-    kir_val index;    /* dense index, or VAL_POISONED */
+    kir_val index;    /* values: dense index or VAL_POISONED; params: unused */
     int line;         /* where it was defined */
     int col;          /* column of its definition */
-} kir_value_slot;
+} kir_name_slot;
+
+typedef struct kir_name_table {
+    kir_name_slot *slots; /* the table */
+    size_t cap;           /* slots (a power of two, or 0) */
+    size_t n;             /* used slots */
+} kir_name_table;
 
 /* An attribute of the node being parsed, before it joins the graph. */
 typedef struct kir_pending_attr {
@@ -108,9 +123,8 @@ typedef struct kir_parser {
     ks_buf sbuf;               /* reused while decoding a string */
     kir_graph *g;              /* the graph being built */
     int saw_graph;             /* a `graph` line was read */
-    kir_value_slot *values;    /* hash table of value names */
-    size_t cap_values;         /* slots (a power of two, or 0) */
-    size_t n_values;           /* used slots */
+    kir_name_table values;     /* value names defined so far */
+    kir_name_table params;     /* param names defined so far */
     kir_pending_attr *attrs;   /* the current node's attributes */
     size_t cap_attrs;          /* capacity of attrs */
     int64_t *ints;             /* the list being read */
@@ -410,50 +424,60 @@ static int expect_end(kir_parser *p, const char *after)
     return expected(p, ks_arena_printf(&p->scratch, "end of line after %s", after));
 }
 
-/* ---- value names --------------------------------------------------------------- */
-static size_t value_hash(const char *s, size_t n) { return (size_t)ks_fnv1a(KS_FNV_SEED, s, n); }
+/* ---- name tables ---------------------------------------------------------------- */
+static size_t name_hash(const char *s, size_t n) { return (size_t)ks_hash64(KS_HASH_SEED, s, n); }
 
 /* The slot for name: the one holding it, or the empty one where it goes. */
-static kir_value_slot *value_slot(kir_parser *p, const char *name, size_t len)
+static kir_name_slot *name_slot(kir_name_table *t, const char *name, size_t len)
 {
-    size_t mask = p->cap_values - 1;
-    for (size_t h = value_hash(name, len) & mask;; h = (h + 1) & mask) {
-        kir_value_slot *s = &p->values[h];
+    size_t mask = t->cap - 1;
+    for (size_t h = name_hash(name, len) & mask;; h = (h + 1) & mask) {
+        kir_name_slot *s = &t->slots[h];
         if (!s->name || (s->len == len && memcmp(s->name, name, len) == 0)) return s;
     }
 }
 
-static kir_value_slot *value_find(kir_parser *p, const char *name, size_t len)
+static kir_name_slot *name_find(kir_name_table *t, const char *name, size_t len)
 {
-    if (!p->cap_values) return NULL;
-    kir_value_slot *s = value_slot(p, name, len);
+    if (!t->cap) return NULL;
+    kir_name_slot *s = name_slot(t, name, len);
     return s->name ? s : NULL;
 }
 
-/* Define name (not yet defined) as index. */
-static void value_define(kir_parser *p, const kir_token *t, kir_val index)
+/* Add name (not in t yet), defined at line:col, copying it to the scratch arena. */
+static void name_define(kir_parser *p, kir_name_table *t, const char *name, size_t len, kir_val index, int line,
+                        int col)
 {
-    if ((p->n_values + 1) * 2 > p->cap_values) { /* keep the load under 1/2 */
-        size_t ncap = p->cap_values ? p->cap_values * 2 : 64;
-        KS_ASSERT(ncap > p->cap_values);
-        kir_value_slot *old = p->values;
-        size_t old_cap = p->cap_values;
-        p->values = ks_xcalloc(ncap, sizeof *p->values);
-        p->cap_values = ncap;
+    if ((t->n + 1) * 2 > t->cap) { /* keep the load under 1/2 */
+        size_t ncap = t->cap ? t->cap * 2 : 64;
+        KS_ASSERT(ncap > t->cap);
+        kir_name_slot *old = t->slots;
+        size_t old_cap = t->cap;
+        t->slots = ks_xcalloc(ncap, sizeof *t->slots);
+        t->cap = ncap;
         for (size_t i = 0; i < old_cap; i++)
-            if (old[i].name) *value_slot(p, old[i].name, old[i].len) = old[i];
+            if (old[i].name) *name_slot(t, old[i].name, old[i].len) = old[i];
         free(old);
     }
-    const char *name = t->start + 1;
-    size_t len = t->len - 1;
-    kir_value_slot *s = value_slot(p, name, len);
+    kir_name_slot *s = name_slot(t, name, len);
     KS_ASSERT(!s->name);
     s->name = ks_arena_strndup(&p->scratch, name, len);
     s->len = len;
     s->index = index;
-    s->line = t->line;
-    s->col = t->col;
-    p->n_values++;
+    s->line = line;
+    s->col = col;
+    t->n++;
+}
+
+/* The slot of the value a VALUE token names, or NULL. */
+static kir_name_slot *value_find(kir_parser *p, const kir_token *t)
+{
+    return name_find(&p->values, t->start + 1, t->len - 1);
+}
+
+static void value_define(kir_parser *p, const kir_token *t, kir_val index)
+{
+    name_define(p, &p->values, t->start + 1, t->len - 1, index, t->line, t->col);
 }
 
 /* ---- statements ------------------------------------------------------------------ */
@@ -576,10 +600,17 @@ static int parse_param(kir_parser *p)
     kir_pending_attr value = {0};
     if (parse_scalar(p, &value)) return expected(p, "a param value (a number or a string)");
     if (expect_end(p, "the param")) return -1;
-    if (kir_param_find(p->g, name)) {
+    kir_name_slot *prev = name_find(&p->params, name, strlen(name));
+    if (prev) {
         error_tok(p, &name_tok, "param '%s' defined twice", name);
+        if (!p->gave_up) ks_note_at(p->d, p->src, prev->line, prev->col, "first defined here");
         return 0;
     }
+    if (p->params.n == KIR_PARSE_MAX_PARAMS) {
+        error_tok(p, &name_tok, "too many params (at most %d)", KIR_PARSE_MAX_PARAMS);
+        return 0;
+    }
+    name_define(p, &p->params, name, strlen(name), 0, name_tok.line, name_tok.col);
     switch (value.kind) {
     case KIR_ATTR_INT: kir_param_int(p->g, name, value.i); break;
     case KIR_ATTR_FLOAT: kir_param_float(p->g, name, value.f); break;
@@ -645,7 +676,7 @@ static int parse_operands(kir_parser *p, kir_pending_node *n)
     for (;;) {
         kir_val v = KIR_NONE;
         if (p->tok.kind == TOK_VALUE) {
-            kir_value_slot *s = value_find(p, p->tok.start + 1, p->tok.len - 1);
+            kir_name_slot *s = value_find(p, &p->tok);
             if (!s)
                 error_tok(p, &p->tok, "use of undefined value %.*s", (int)p->tok.len, p->tok.start);
             else
@@ -693,10 +724,13 @@ static int parse_attrs(kir_parser *p, kir_pending_node *n)
         for (size_t i = 0; i < n->nattrs && !dup; i++) dup = strcmp(p->attrs[i].key, key) == 0;
         if (dup)
             error_tok(p, &key_tok, "attribute '%s' given twice", key);
+        else if (n->nattrs == KIR_PARSE_MAX_ATTRS)
+            error_tok(p, &key_tok, "too many attributes (at most %d)", KIR_PARSE_MAX_ATTRS);
         else
             n->nattrs++;
         if (tok_punct(&p->tok, '}')) break;
         if (expect_punct(p, ',', "',' or '}' after an attribute")) return -1;
+        if (tok_punct(&p->tok, '}')) break; /* a trailing comma */
     }
     lex(p);
     return 0;
@@ -705,7 +739,7 @@ static int parse_attrs(kir_parser *p, kir_pending_node *n)
 /* A location number: line or column. */
 static int parse_loc_number(kir_parser *p, const char *what, uint32_t *out)
 {
-    if (p->tok.kind != TOK_INT) return expected(p, what);
+    if (p->tok.kind != TOK_INT) return expected(p, ks_arena_printf(&p->scratch, "a %s", what));
     if (p->tok.i < 0 || p->tok.i >= (int64_t)UINT32_MAX)
         error_tok(p, &p->tok, "bad %s %lld", what, (long long)p->tok.i);
     else
@@ -726,6 +760,13 @@ static int parse_loc(kir_parser *p, kir_pending_node *n)
     if (parse_loc_number(p, "line number", &n->line)) return -1;
     if (expect_punct(p, ':', "':' after the line number")) return -1;
     return parse_loc_number(p, "column number", &n->col);
+}
+
+static int known_file(const kir_graph *g, const char *file)
+{
+    for (size_t i = 0; i < g->n_files; i++)
+        if (strcmp(g->files[i], file) == 0) return 1;
+    return 0;
 }
 
 /* Append the node to the graph. */
@@ -755,7 +796,7 @@ static kir_val commit_node(kir_parser *p, const kir_pending_node *n)
 static int parse_node(kir_parser *p)
 {
     kir_token name_tok = p->tok;
-    kir_value_slot *prev = value_find(p, name_tok.start + 1, name_tok.len - 1);
+    kir_name_slot *prev = value_find(p, &name_tok);
     if (prev) {
         error_tok(p, &name_tok, "value %.*s defined twice", (int)name_tok.len, name_tok.start);
         if (!p->gave_up) ks_note_at(p->d, p->src, prev->line, prev->col, "first defined here");
@@ -779,6 +820,10 @@ static int parse_node(kir_parser *p)
     if (!rc && tok_punct(&p->tok, '{')) rc = parse_attrs(p, &n);
     if (!rc && tok_punct(&p->tok, '@')) rc = parse_loc(p, &n);
     if (!rc) rc = expect_end(p, "the node");
+    if (!rc && !prev && p->g->n_nodes == KIR_PARSE_MAX_NODES)
+        error_tok(p, &name_tok, "too many nodes (at most %d)", KIR_PARSE_MAX_NODES);
+    if (!rc && n.file && p->g->n_files == KIR_PARSE_MAX_FILES && !known_file(p->g, n.file))
+        error_tok(p, &name_tok, "too many source files (at most %d)", KIR_PARSE_MAX_FILES);
 
     /* Once any error is reported the graph is thrown away: later nodes only
      * need their names, so that their uses stay quiet. */
@@ -835,7 +880,8 @@ kir_graph *kir_parse(const ks_source *src, ks_diag *d)
         kir_graph_free(g);
         g = NULL;
     }
-    free(p.values);
+    free(p.values.slots);
+    free(p.params.slots);
     free(p.attrs);
     free(p.ints);
     ks_buf_free(&p.sbuf);

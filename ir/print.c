@@ -12,7 +12,7 @@
  *     %5 : f32[T,128] = rms_norm(%2, _) {eps=1e-06} @"models/llama.kiln":44:9
  *
  * One statement per line. Values are the node indices (dense, in schedule
- * order); `_` is an absent optional operand; attributes keep their stored
+ * order), padded so that the types line up; `_` is an absent optional operand; attributes keep their stored
  * order; `@"file":line:col` is the node's source location, left out when it
  * is unknown.
  *
@@ -193,11 +193,12 @@ static void print_param(ks_buf *b, const kir_param *p)
     ks_buf_put(b, "\n", 1);
 }
 
-static void print_node(ks_buf *b, const kir_graph *g, kir_val v)
+/* Node lines pad the value to the widest one so that the types line up. */
+static void print_node(ks_buf *b, const kir_graph *g, kir_val v, int width)
 {
     const kir_node *n = kir_node_at(g, v);
     KS_ASSERT(n->op < KIR_OP_COUNT && n->dtype < KIR_DTYPE_COUNT && n->ndim <= KIR_MAX_DIMS);
-    ks_buf_printf(b, "%%%u : %s[", v, kir_dtype_name(n->dtype));
+    ks_buf_printf(b, "%%%-*u : %s[", width, (unsigned)v, kir_dtype_name(n->dtype));
     for (int i = 0; i < n->ndim; i++) {
         if (i) ks_buf_put(b, ",", 1);
         print_dim(b, n->dims[i]);
@@ -208,7 +209,7 @@ static void print_node(ks_buf *b, const kir_graph *g, kir_val v)
         if (n->in[i] == KIR_NONE)
             ks_buf_put(b, "_", 1);
         else
-            ks_buf_printf(b, "%%%u", n->in[i]);
+            ks_buf_printf(b, "%%%u", (unsigned)n->in[i]);
     }
     ks_buf_put(b, ")", 1);
     if (n->nattrs) {
@@ -236,5 +237,7 @@ void kir_print(const kir_graph *g, ks_buf *out)
     ks_buf_put(out, "\n", 1);
     for (size_t i = 0; i < g->n_params; i++) print_param(out, &g->params[i]);
     if (g->n_nodes) ks_buf_put(out, "\n", 1);
-    for (size_t i = 0; i < g->n_nodes; i++) print_node(out, g, (kir_val)i);
+    int width = 1; /* digits of the last value */
+    for (size_t m = g->n_nodes ? g->n_nodes - 1 : 0; m >= 10; m /= 10) width++;
+    for (size_t i = 0; i < g->n_nodes; i++) print_node(out, g, (kir_val)i, width);
 }

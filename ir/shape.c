@@ -195,6 +195,7 @@ static int kir_shape_reshape(shape_ctx *c)
     int64_t elems = 1;
     for (uint32_t i = 1; i < a->u.ints.n; i++) {
         if (a->u.ints.v[i] <= 0 || a->u.ints.v[i] > ((int64_t)1 << 40)) return fail(c, "shape dims must be positive");
+        if (elems > ((int64_t)1 << 48) / a->u.ints.v[i]) return fail(c, "shape has too many elements"); /* no overflow */
         elems *= a->u.ints.v[i];
     }
     if (elems != kir_row_elems(x)) {

@@ -1,0 +1,769 @@
+/*
+ * plan_memory.c — static memory planning of a step's activations.
+ *
+ * Requires: a verified graph (kir_verify): operands defined before their
+ * users, every node's type inferred, dims positive or T.
+ *
+ * Guarantees: every value that is not a WEIGHT gets a byte offset in one
+ * arena of arena_bytes, aligned to KP_MEM_ALIGN, valid for any step of up to
+ * max_tokens tokens; two values live at the same node never share a byte
+ * unless one is a view of the other, or one is the operand that an in-place
+ * elementwise op overwrites at its last use (kp_mem_plan_check proves this
+ * for a plan without trusting the planner); arena_bytes is the smallest
+ * over the placements tried, and lower_bound_bytes is reported beside it so
+ * that a regression shows.
+ *
+ * Does not: change the schedule (node order is the schedule; a different
+ * order could lower the bound), place weights (they live in the engine's
+ * weight data), make SLICE or CONCAT views (a slice of the last dim is not
+ * contiguous, and a concat would have to move its operands' producers), plan
+ * the KV cache (runtime/kv_cache.h does), or place values differently for
+ * steps smaller than max_tokens (a value uses a prefix of its slot).
+ *
+ * Three stages, as TVM's StaticPlanBlockMemory:
+ *
+ *  1. init (find_slots): each value's size, its last use, and the slot it
+ *     lives in. A view (RESHAPE, OUTPUT) joins its operand's slot; an
+ *     elementwise op joins its first operand's slot when that slot dies at
+ *     the op, holds no INPUT and has the same size (ggml-alloc lets a node
+ *     reuse a parent that has no other consumer left); every other value
+ *     opens a slot, live from its definition (an INPUT: from the start of
+ *     the step, when the runtime copies it in) to the last use of any value
+ *     in the slot (an OUTPUT: to the end of the step, when the runtime reads
+ *     it). The lower bound is the most bytes of slots live at one node.
+ *
+ *  2. plan (assign_offsets): an offline dynamic storage allocation over the
+ *     slots. Each heuristic takes the slots in some order and puts each at
+ *     a gap below, between or above the slots already placed that are live
+ *     at the same time: greedy by size (Pisarchyk & Lee, "Efficient Memory
+ *     Management for Deep Neural Net Inference", 2020), and orders by the
+ *     load at the slot's busiest node, by size x lifetime, by lifetime and
+ *     by schedule (the last is the free list of ggml-alloc and TVM, run
+ *     offline), each with best fit (smallest gap) and first fit (lowest
+ *     gap). The smallest wins. When it is above the lower bound a local
+ *     search repairs the winning order: it moves a slot that touches the
+ *     peak earlier in the order (or swaps two slots) and keeps the change
+ *     when the arena does not grow, with a fixed seed so that plans are
+ *     reproducible.
+ *
+ *  3. rewrite (write_plan): per-node offsets, sizes and flags.
+ */
+#include "passes/plan_memory.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A value larger than this cannot be planned: no device holds it, and the
+ * cap keeps every sum of sizes within 64 bits (2^22 nodes x 2^40 bytes). */
+#define KP_MEM_MAX_VALUE ((uint64_t)1 << 40)
+#define NO_SLOT UINT32_MAX
+
+/* Where values live: one or more values that share the same bytes. */
+typedef struct kp_slot {
+    uint64_t bytes;  /* size, a multiple of KP_MEM_ALIGN */
+    uint32_t first;  /* first node at which it is live (0 for an INPUT) */
+    uint32_t last;   /* last node at which it is live */
+    kir_val root;    /* the value that opened it */
+    int holds_input; /* the root is an INPUT: never overwritten in place */
+} kp_slot;
+
+/* A placed slot's bytes [lo, hi), as the gap search sees it. */
+typedef struct kp_span {
+    uint64_t lo; /* first byte */
+    uint64_t hi; /* one past the last byte */
+} kp_span;
+
+/* Orders in which the heuristics place slots. */
+typedef enum kp_order {
+    ORDER_SIZE,     /* largest first (greedy by size) */
+    ORDER_PEAK,     /* busiest node in the lifetime first, then largest */
+    ORDER_AREA,     /* largest size x lifetime first */
+    ORDER_LIFETIME, /* longest lifetime first, then largest */
+    ORDER_SCHEDULE, /* by first node: the online free list, run offline */
+    ORDER_COUNT
+} kp_order;
+
+static const char *const strategy_names[ORDER_COUNT][2][2] = {
+    /* [order][first fit?][repaired?] */
+    [ORDER_SIZE] = {{"size/best-fit", "size/best-fit+repair"}, {"size/first-fit", "size/first-fit+repair"}},
+    [ORDER_PEAK] = {{"peak/best-fit", "peak/best-fit+repair"}, {"peak/first-fit", "peak/first-fit+repair"}},
+    [ORDER_AREA] = {{"area/best-fit", "area/best-fit+repair"}, {"area/first-fit", "area/first-fit+repair"}},
+    [ORDER_LIFETIME] = {{"lifetime/best-fit", "lifetime/best-fit+repair"},
+                        {"lifetime/first-fit", "lifetime/first-fit+repair"}},
+    [ORDER_SCHEDULE] = {{"schedule/best-fit", "schedule/best-fit+repair"},
+                        {"schedule/first-fit", "schedule/first-fit+repair"}},
+};
+
+/* The pass's state; everything in it lives in scratch, freed on return. */
+typedef struct kp_planner {
+    const kir_graph *g;      /* the graph planned */
+    int64_t max_tokens;      /* T the arena is sized for */
+    ks_diag *d;              /* where user errors go */
+    ks_arena scratch;        /* the pass's scratch arena */
+    size_t n;                /* nodes in g */
+    uint64_t *bytes;         /* [n] bytes of each value (0 for weights) */
+    uint32_t *last_use;      /* [n] last node that reads each value directly (itself if none) */
+    uint32_t *slot_of;       /* [n] slot of each value, NO_SLOT for weights */
+    uint8_t *flags;          /* [n] KP_MEM_* bits */
+    kp_slot *slots;          /* [n_slots] */
+    size_t n_slots;          /* slots opened */
+    uint32_t *adj_start;     /* [n_slots+1] CSR: slot s conflicts with adj[adj_start[s] .. adj_start[s+1]) */
+    uint32_t *adj;           /* slots live at a common node with each slot */
+    uint64_t *load;          /* [n] bytes of slots live at each node */
+    uint64_t lower_bound;    /* max of load */
+    uint64_t naive;          /* bytes of all values that are not views */
+    uint64_t *offset;        /* [n_slots] the kept placement */
+    uint64_t arena;          /* its size */
+    const char *strategy;    /* its name */
+    uint64_t rng;            /* state of the repair's generator (xorshift64*) */
+} kp_planner;
+
+int kp_op_in_place(kir_op op) { return op < KIR_OP_COUNT && kir_op_table[op].fusion == KIR_FUSE_ELEMWISE; }
+
+int kp_op_is_view(kir_op op) { return op == KIR_OP_RESHAPE || op == KIR_OP_OUTPUT; }
+
+/* ---- diagnostics -------------------------------------------------------------------- */
+
+static const char *graph_name(const kir_graph *g) { return g->name && g->name[0] ? g->name : "<graph>"; }
+
+/* An error at node v's source location when it has one, as kir_verify reports. */
+static void node_error(const kp_planner *p, kir_val v, const char *fmt, ...) KS_PRINTF(3, 4);
+static void node_error(const kp_planner *p, kir_val v, const char *fmt, ...)
+{
+    const kir_node *n = kir_node_at(p->g, v);
+    ks_buf msg = {0};
+    ks_buf_printf(&msg, "node %%%u (%s): ", (unsigned)v, kir_op_table[n->op].name);
+    va_list ap;
+    va_start(ap, fmt);
+    ks_buf_vprintf(&msg, fmt, ap);
+    va_end(ap);
+    if (n->loc.file < p->g->n_files && n->loc.line > 0) {
+        ks_source src = {p->g->files[n->loc.file], NULL, 0};
+        ks_error_at(p->d, &src, (int)n->loc.line, (int)n->loc.col, "%s", msg.data);
+    } else {
+        ks_error(p->d, graph_name(p->g), "%s", msg.data);
+    }
+    ks_buf_free(&msg);
+}
+
+/* ---- stage 1: sizes, last uses, slots ------------------------------------------------- */
+
+/* Checked step by step against KP_MEM_MAX_VALUE, so nothing overflows. */
+int kp_value_bytes(const kir_node *n, int64_t max_tokens, uint64_t *out)
+{
+    uint64_t b = kir_dtype_size(n->dtype);
+    for (int i = 0; i < n->ndim; i++) {
+        int64_t dim = n->dims[i] == KIR_DIM_T ? max_tokens : n->dims[i];
+        KS_ASSERT(dim > 0);
+        if ((uint64_t)dim > KP_MEM_MAX_VALUE || b > KP_MEM_MAX_VALUE / (uint64_t)dim) return -1;
+        b *= (uint64_t)dim;
+    }
+    b = (b + KP_MEM_ALIGN - 1) / KP_MEM_ALIGN * KP_MEM_ALIGN;
+    if (b > KP_MEM_MAX_VALUE) return -1;
+    *out = b;
+    return 0;
+}
+
+static uint32_t open_slot(kp_planner *p, kir_val v)
+{
+    const kir_node *n = kir_node_at(p->g, v);
+    kp_slot *s = &p->slots[p->n_slots];
+    s->bytes = p->bytes[v];
+    s->first = n->op == KIR_OP_INPUT ? 0 : v;
+    s->last = p->last_use[v];
+    s->root = v;
+    s->holds_input = n->op == KIR_OP_INPUT;
+    return (uint32_t)p->n_slots++;
+}
+
+/* Sizes, last uses and slots (stage 1). Returns -1 after reporting a value
+ * too large to plan. */
+static int find_slots(kp_planner *p)
+{
+    const kir_graph *g = p->g;
+    size_t n = p->n;
+    p->bytes = ks_arena_alloc(&p->scratch, sizeof *p->bytes * (n + 1));
+    p->last_use = ks_arena_alloc(&p->scratch, sizeof *p->last_use * (n + 1));
+    p->slot_of = ks_arena_alloc(&p->scratch, sizeof *p->slot_of * (n + 1));
+    p->flags = ks_arena_alloc(&p->scratch, sizeof *p->flags * (n + 1));
+    p->slots = ks_arena_alloc(&p->scratch, sizeof *p->slots * (n + 1));
+
+    int bad = 0;
+    for (size_t v = 0; v < n; v++) {
+        const kir_node *node = &g->nodes[v];
+        p->last_use[v] = (uint32_t)v;
+        if (node->op == KIR_OP_WEIGHT) continue;
+        if (kp_value_bytes(node, p->max_tokens, &p->bytes[v]) != 0) {
+            ks_buf t = {0};
+            kir_format_type(&t, node);
+            node_error(p, (kir_val)v, "%s needs more than 2^40 bytes at max_tokens %lld: too large to plan",
+                       ks_buf_cstr(&t), (long long)p->max_tokens);
+            ks_buf_free(&t);
+            bad = 1;
+        }
+    }
+    if (bad) return -1;
+    for (size_t v = 0; v < n; v++) {
+        const kir_node *node = &g->nodes[v];
+        for (int i = 0; i < node->nin; i++) {
+            kir_val o = node->in[i];
+            if (o == KIR_NONE) continue;
+            KS_ASSERT(o < v);
+            p->last_use[o] = (uint32_t)v;
+        }
+        /* the runtime reads outputs after the last node */
+        if (node->op == KIR_OP_OUTPUT) p->last_use[v] = (uint32_t)(n - 1);
+    }
+
+    for (size_t v = 0; v < n; v++) {
+        const kir_node *node = &g->nodes[v];
+        p->slot_of[v] = NO_SLOT;
+        if (node->op == KIR_OP_WEIGHT) continue;
+        kir_val src = node->nin > 0 ? node->in[0] : KIR_NONE;
+        uint32_t s = src != KIR_NONE ? p->slot_of[src] : NO_SLOT;
+        if (kp_op_is_view(node->op)) {
+            if (s == NO_SLOT) {
+                node_error(p, (kir_val)v, "a view of a weight has no place in the arena");
+                return -1;
+            }
+            KS_ASSERT(p->bytes[v] == p->slots[s].bytes);
+            p->flags[v] = KP_MEM_ALIAS;
+        } else if (kp_op_in_place(node->op) && s != NO_SLOT && !p->slots[s].holds_input &&
+                   p->slots[s].last == v && p->slots[s].bytes == p->bytes[v]) {
+            /* Every value that joined s so far was defined before v, and
+             * any later value that joins s reads one defined at or after v:
+             * so s.last == v means nothing reads s's bytes after v. */
+            p->flags[v] = KP_MEM_INPLACE;
+        } else {
+            s = open_slot(p, (kir_val)v);
+        }
+        p->slot_of[v] = s;
+        if (p->last_use[v] > p->slots[s].last) p->slots[s].last = p->last_use[v];
+        if (!(p->flags[v] & KP_MEM_ALIAS)) p->naive += p->bytes[v];
+    }
+    return 0;
+}
+
+/* The bytes live at each node, and their maximum: no placement can use
+ * fewer bytes than the slots live at one node. */
+static void compute_load(kp_planner *p)
+{
+    uint64_t *delta = ks_arena_alloc(&p->scratch, sizeof *delta * (p->n + 1));
+    p->load = ks_arena_alloc(&p->scratch, sizeof *p->load * (p->n + 1));
+    for (size_t s = 0; s < p->n_slots; s++) {
+        delta[p->slots[s].first] += p->slots[s].bytes;
+        delta[p->slots[s].last + 1] -= p->slots[s].bytes; /* wraps back on the prefix sum */
+    }
+    uint64_t live = 0;
+    p->lower_bound = 0;
+    for (size_t t = 0; t < p->n; t++) {
+        live += delta[t];
+        p->load[t] = live;
+        if (live > p->lower_bound) p->lower_bound = live;
+    }
+}
+
+/* ---- stage 2: offsets ----------------------------------------------------------------- */
+
+/* A sort key: the slot and three numbers compared in turn, larger first. */
+typedef struct kp_key {
+    uint64_t k[3];   /* keys, most significant first; larger sorts earlier */
+    uint32_t slot;   /* the slot (last tie-break: smaller first) */
+} kp_key;
+
+static int cmp_key(const void *a, const void *b)
+{
+    const kp_key *x = a, *y = b;
+    for (int i = 0; i < 3; i++)
+        if (x->k[i] != y->k[i]) return x->k[i] > y->k[i] ? -1 : 1;
+    return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+/* Slot indices sorted by first node (then index): a counting sort, as
+ * first is a node index. */
+static void sort_by_first(kp_planner *p, uint32_t *idx)
+{
+    uint32_t *count = ks_arena_alloc(&p->scratch, sizeof *count * (p->n + 1));
+    for (size_t s = 0; s < p->n_slots; s++) count[p->slots[s].first + 1]++;
+    for (size_t t = 0; t < p->n; t++) count[t + 1] += count[t];
+    for (size_t s = 0; s < p->n_slots; s++) idx[count[p->slots[s].first]++] = (uint32_t)s;
+}
+
+/* The conflict lists: slots live at a common node. A sweep in order of
+ * first node keeps the slots still live; run twice, to count, then fill. */
+static void find_conflicts(kp_planner *p)
+{
+    size_t ns = p->n_slots;
+    uint32_t *by_first = ks_arena_alloc(&p->scratch, sizeof *by_first * (ns + 1));
+    uint32_t *active = ks_arena_alloc(&p->scratch, sizeof *active * (ns + 1));
+    uint32_t *fill = ks_arena_alloc(&p->scratch, sizeof *fill * (ns + 1));
+    p->adj_start = ks_arena_alloc(&p->scratch, sizeof *p->adj_start * (ns + 1));
+    sort_by_first(p, by_first);
+    for (int pass = 0; pass < 2; pass++) {
+        size_t n_active = 0;
+        for (size_t i = 0; i < ns; i++) {
+            uint32_t s = by_first[i];
+            size_t keep = 0;
+            for (size_t j = 0; j < n_active; j++)
+                if (p->slots[active[j]].last >= p->slots[s].first) active[keep++] = active[j];
+            n_active = keep;
+            for (size_t j = 0; j < n_active; j++) {
+                uint32_t o = active[j];
+                if (pass == 0) {
+                    p->adj_start[s + 1]++;
+                    p->adj_start[o + 1]++;
+                } else {
+                    p->adj[fill[s]++] = o;
+                    p->adj[fill[o]++] = s;
+                }
+            }
+            active[n_active++] = s;
+        }
+        if (pass == 0) {
+            for (size_t s = 0; s < ns; s++) p->adj_start[s + 1] += p->adj_start[s];
+            p->adj = ks_arena_alloc(&p->scratch, sizeof *p->adj * (p->adj_start[ns] + 1));
+            memcpy(fill, p->adj_start, sizeof *fill * ns);
+        }
+    }
+}
+
+static int cmp_span(const void *a, const void *b)
+{
+    const kp_span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Scratch of the placement loop, reused by every call. */
+typedef struct kp_placer {
+    uint8_t *placed; /* [n_slots] placed in this run */
+    kp_span *spans;  /* [n_slots] the placed neighbours of the slot being placed */
+} kp_placer;
+
+/* Place the slots in `order`, each at the best (smallest) or first (lowest)
+ * gap among the placed slots it conflicts with, or above them all. Writes
+ * offsets to off; returns the arena size, or UINT64_MAX as soon as it
+ * exceeds cutoff. */
+static uint64_t place_slots(const kp_planner *p, kp_placer *w, const uint32_t *order, int first_fit,
+                            uint64_t cutoff, uint64_t *off)
+{
+    memset(w->placed, 0, p->n_slots);
+    uint64_t top = 0;
+    for (size_t k = 0; k < p->n_slots; k++) {
+        uint32_t s = order[k];
+        uint64_t size = p->slots[s].bytes;
+        size_t m = 0;
+        for (uint32_t e = p->adj_start[s]; e < p->adj_start[s + 1]; e++) {
+            uint32_t o = p->adj[e];
+            if (w->placed[o]) w->spans[m++] = (kp_span){off[o], off[o] + p->slots[o].bytes};
+        }
+        qsort(w->spans, m, sizeof *w->spans, cmp_span);
+        uint64_t cursor = 0, pick = UINT64_MAX, pick_gap = UINT64_MAX;
+        for (size_t i = 0; i < m; i++) {
+            if (w->spans[i].lo > cursor) {
+                uint64_t gap = w->spans[i].lo - cursor;
+                if (gap >= size && gap < pick_gap) {
+                    pick = cursor;
+                    pick_gap = gap;
+                    if (first_fit) break;
+                }
+            }
+            if (w->spans[i].hi > cursor) cursor = w->spans[i].hi;
+        }
+        if (pick == UINT64_MAX) pick = cursor;
+        off[s] = pick;
+        w->placed[s] = 1;
+        if (pick + size > top) top = pick + size;
+        if (top > cutoff) return UINT64_MAX;
+    }
+    return top;
+}
+
+/* The order a heuristic places slots in. */
+static void make_order(const kp_planner *p, kp_order how, kp_key *keys, uint32_t *order)
+{
+    for (size_t s = 0; s < p->n_slots; s++) {
+        const kp_slot *sl = &p->slots[s];
+        uint64_t life = (uint64_t)sl->last - sl->first + 1;
+        kp_key *k = &keys[s];
+        k->slot = (uint32_t)s;
+        switch (how) {
+        case ORDER_SIZE:
+            k->k[0] = sl->bytes, k->k[1] = life, k->k[2] = UINT64_MAX - sl->first;
+            break;
+        case ORDER_PEAK: {
+            uint64_t peak = 0;
+            for (uint32_t t = sl->first; t <= sl->last; t++)
+                if (p->load[t] > peak) peak = p->load[t];
+            k->k[0] = peak, k->k[1] = sl->bytes, k->k[2] = life;
+            break;
+        }
+        case ORDER_AREA:
+            /* bytes < 2^40, life < 2^22: the product fits */
+            k->k[0] = sl->bytes * life, k->k[1] = sl->bytes, k->k[2] = UINT64_MAX - sl->first;
+            break;
+        case ORDER_LIFETIME:
+            k->k[0] = life, k->k[1] = sl->bytes, k->k[2] = UINT64_MAX - sl->first;
+            break;
+        case ORDER_SCHEDULE:
+            k->k[0] = UINT64_MAX - sl->first, k->k[1] = sl->bytes, k->k[2] = life;
+            break;
+        default: KS_UNREACHABLE();
+        }
+    }
+    qsort(keys, p->n_slots, sizeof *keys, cmp_key);
+    for (size_t s = 0; s < p->n_slots; s++) order[s] = keys[s].slot;
+}
+
+static uint64_t next_random(kp_planner *p)
+{
+    /* xorshift64* (Vigna, 2016) */
+    p->rng ^= p->rng >> 12;
+    p->rng ^= p->rng << 25;
+    p->rng ^= p->rng >> 27;
+    return p->rng * 0x2545f4914f6cdd1dull;
+}
+
+/* How many placements the repair may try: about 2e7 conflict visits, at
+ * least a few dozen, at most 3000. */
+static size_t repair_budget(const kp_planner *p)
+{
+    uint64_t per_run = (uint64_t)p->n_slots + p->adj_start[p->n_slots] + 1;
+    uint64_t runs = 20000000u / per_run;
+    if (runs < 48) runs = 48;
+    if (runs > 3000) runs = 3000;
+    return (size_t)runs;
+}
+
+/* Local search over the placement order of the best heuristic: move a slot
+ * that reaches the top of the arena to an earlier place in the order (it
+ * then finds a low gap before smaller or shorter slots take it), or swap
+ * two slots; keep the change when the arena does not grow (so the search
+ * walks plateaus). Stops at the lower bound. */
+static int repair_order(kp_planner *p, kp_placer *w, uint32_t *order, int first_fit)
+{
+    size_t ns = p->n_slots;
+    uint32_t *trial = ks_arena_alloc(&p->scratch, sizeof *trial * ns);
+    uint64_t *trial_off = ks_arena_alloc(&p->scratch, sizeof *trial_off * ns);
+    uint32_t *pos = ks_arena_alloc(&p->scratch, sizeof *pos * ns);
+    uint32_t *peak = ks_arena_alloc(&p->scratch, sizeof *peak * ns);
+    size_t budget = repair_budget(p);
+    int improved = 0;
+    for (size_t it = 0; it < budget && p->arena > p->lower_bound; it++) {
+        memcpy(trial, order, sizeof *trial * ns);
+        size_t n_peak = 0;
+        for (size_t s = 0; s < ns; s++)
+            if (p->offset[s] + p->slots[s].bytes == p->arena) peak[n_peak++] = (uint32_t)s;
+        for (size_t k = 0; k < ns; k++) pos[trial[k]] = (uint32_t)k;
+        uint64_t r = next_random(p);
+        if (r % 4 != 3 && n_peak > 0) {
+            /* a slot at the top, or one of its conflicts, moves earlier */
+            uint32_t s = peak[(r >> 8) % n_peak];
+            uint32_t deg = p->adj_start[s + 1] - p->adj_start[s];
+            if (r % 4 == 2 && deg > 0) s = p->adj[p->adj_start[s] + (uint32_t)((r >> 32) % deg)];
+            uint32_t from = pos[s];
+            if (from == 0) continue;
+            uint32_t to = (uint32_t)(next_random(p) % from);
+            memmove(&trial[to + 1], &trial[to], sizeof *trial * (from - to));
+            trial[to] = s;
+        } else {
+            uint32_t a = (uint32_t)(next_random(p) % ns), b = (uint32_t)(next_random(p) % ns);
+            uint32_t t = trial[a];
+            trial[a] = trial[b];
+            trial[b] = t;
+        }
+        uint64_t size = place_slots(p, w, trial, first_fit, p->arena, trial_off);
+        if (size == UINT64_MAX) continue;
+        if (size < p->arena) improved = 1;
+        p->arena = size;
+        memcpy(order, trial, sizeof *order * ns);
+        memcpy(p->offset, trial_off, sizeof *p->offset * ns);
+    }
+    return improved;
+}
+
+/* ---- stage 2, exact search ---------------------------------------------------------------
+ * A branch and bound over "canonical" placements, after Moffitt's
+ * MiniMalloc (ASPLOS 2023): sort any placement's slots by offset and push
+ * each down until it rests on a slot it conflicts with (or on 0); the arena
+ * does not grow, and then every slot sits at its floor (the highest top of
+ * the slots before it that it conflicts with) and offsets never decrease
+ * along the order. So it is enough to search orders in which each next slot
+ * sits at its floor, no lower than the previous one, and slots at the same
+ * offset (which never conflict) come by index. A branch is cut when, at some
+ * node of the schedule, the slots still to place must stack above both the
+ * last offset and every placed slot live there, and reach the best arena. */
+
+/* One saved value, for undoing a placement. */
+typedef struct kp_trail {
+    uint64_t *where; /* the word changed */
+    uint64_t old;    /* its value before */
+} kp_trail;
+
+/* A candidate of one search node. */
+typedef struct kp_cand {
+    uint64_t floor; /* where it would sit */
+    uint64_t bytes; /* its size (larger tried first on a tie) */
+    uint32_t slot;  /* the slot */
+} kp_cand;
+
+typedef struct kp_search {
+    const kp_planner *p;   /* the slots and conflicts */
+    size_t n_events;       /* distinct first nodes of slots: where loads peak */
+    uint32_t *ev_lo;       /* [n_slots] first event at which each slot is live */
+    uint32_t *ev_hi;       /* [n_slots] last event at which each slot is live */
+    uint64_t *height;      /* [n_events] highest top of the placed slots live there */
+    uint64_t *rest;        /* [n_events] bytes of the unplaced slots live there */
+    uint64_t *floor;       /* [n_slots] highest top of the placed slots each conflicts with */
+    uint64_t *off;         /* [n_slots] offsets of the placed slots */
+    uint8_t *placed;       /* [n_slots] placed on the current path */
+    size_t n_placed;       /* slots on the current path */
+    kp_trail *trail;       /* undo log */
+    size_t n_trail;        /* entries in trail */
+    size_t cap_trail;      /* capacity of trail */
+    kp_cand *cands;        /* candidate stack, one run per search node on the path */
+    size_t n_cands;        /* entries in cands */
+    size_t cap_cands;      /* capacity of cands */
+    uint64_t best;         /* best arena found so far */
+    uint64_t *best_off;    /* [n_slots] its offsets */
+    uint64_t goal;         /* the lower bound: stop when reached */
+    uint64_t work;         /* work units spent (slots visited) */
+    uint64_t budget;       /* work units allowed */
+    int found;             /* a placement better than the starting one was found */
+} kp_search;
+
+static void trail_set(kp_search *s, uint64_t *where, uint64_t value)
+{
+    KS_GROW(s->trail, s->n_trail + 1, s->cap_trail, (size_t)1 << 32, "memory plan search trail");
+    s->trail[s->n_trail++] = (kp_trail){where, *where};
+    *where = value;
+}
+
+static int cmp_cand(const void *a, const void *b)
+{
+    const kp_cand *x = a, *y = b;
+    if (x->floor != y->floor) return x->floor < y->floor ? -1 : 1;
+    if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+    return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+static void search_place(kp_search *s, uint32_t c)
+{
+    const kp_planner *p = s->p;
+    uint64_t top = s->floor[c] + p->slots[c].bytes;
+    s->off[c] = s->floor[c];
+    s->placed[c] = 1;
+    s->n_placed++;
+    for (uint32_t e = p->adj_start[c]; e < p->adj_start[c + 1]; e++) {
+        uint32_t o = p->adj[e];
+        if (!s->placed[o] && s->floor[o] < top) trail_set(s, &s->floor[o], top);
+    }
+    for (uint32_t e = s->ev_lo[c]; e <= s->ev_hi[c]; e++) {
+        s->rest[e] -= p->slots[c].bytes;
+        if (s->height[e] < top) trail_set(s, &s->height[e], top);
+    }
+    s->work += p->adj_start[c + 1] - p->adj_start[c] + s->ev_hi[c] - s->ev_lo[c] + 1;
+}
+
+static void search_unplace(kp_search *s, uint32_t c, size_t mark)
+{
+    const kp_planner *p = s->p;
+    while (s->n_trail > mark) {
+        kp_trail *t = &s->trail[--s->n_trail];
+        *t->where = t->old;
+    }
+    for (uint32_t e = s->ev_lo[c]; e <= s->ev_hi[c]; e++) s->rest[e] += p->slots[c].bytes;
+    s->placed[c] = 0;
+    s->n_placed--;
+}
+
+/* Place the rest, every slot at or above `level` (the last offset), given
+ * that the last slot placed was `prev` and the arena so far reaches top. */
+static void search_node(kp_search *s, uint64_t level, uint32_t prev, uint64_t top)
+{
+    const kp_planner *p = s->p;
+    if (s->best <= s->goal || s->work >= s->budget) return;
+    size_t ns = p->n_slots;
+    if (s->n_placed == ns) {
+        if (top < s->best) {
+            s->best = top;
+            memcpy(s->best_off, s->off, sizeof *s->off * ns);
+            s->found = 1;
+        }
+        return;
+    }
+    uint64_t bound = top;
+    for (size_t e = 0; e < s->n_events; e++) {
+        if (s->rest[e] == 0) continue;
+        uint64_t base = s->height[e] > level ? s->height[e] : level;
+        if (base + s->rest[e] > bound) bound = base + s->rest[e];
+    }
+    s->work += s->n_events + ns;
+    if (bound >= s->best) return;
+
+    size_t first = s->n_cands;
+    for (uint32_t c = 0; c < ns; c++) {
+        if (s->placed[c]) continue;
+        uint64_t f = s->floor[c];
+        if (f < level || (f == level && prev != NO_SLOT && c < prev)) continue;
+        if (f + p->slots[c].bytes >= s->best) continue;
+        KS_GROW(s->cands, s->n_cands + 1, s->cap_cands, (size_t)1 << 32, "memory plan search candidates");
+        s->cands[s->n_cands++] = (kp_cand){f, p->slots[c].bytes, c};
+    }
+    size_t count = s->n_cands - first;
+    qsort(s->cands + first, count, sizeof *s->cands, cmp_cand);
+    for (size_t i = 0; i < count && s->best > s->goal && s->work < s->budget; i++) {
+        kp_cand c = s->cands[first + i];
+        size_t mark = s->n_trail;
+        search_place(s, c.slot);
+        uint64_t t = c.floor + c.bytes;
+        search_node(s, c.floor, c.slot, t > top ? t : top);
+        search_unplace(s, c.slot, mark);
+    }
+    s->n_cands = first;
+}
+
+/* Search for a placement below p->arena within `budget` work units; on
+ * success p->offset and p->arena take it. Returns whether it found one. */
+static int search_offsets(kp_planner *p, uint64_t budget)
+{
+    size_t ns = p->n_slots;
+    kp_search s = {.p = p, .best = p->arena, .goal = p->lower_bound, .budget = budget};
+    /* events: the distinct first nodes of slots; event_of_node[t]: the last event at or before t */
+    uint8_t *starts = ks_arena_alloc(&p->scratch, p->n + 1);
+    uint32_t *event_of_node = ks_arena_alloc(&p->scratch, sizeof *event_of_node * (p->n + 1));
+    for (size_t c = 0; c < ns; c++) starts[p->slots[c].first] = 1;
+    for (size_t t = 0; t < p->n; t++) {
+        if (starts[t]) s.n_events++;
+        event_of_node[t] = s.n_events ? (uint32_t)(s.n_events - 1) : 0;
+    }
+    s.ev_lo = ks_arena_alloc(&p->scratch, sizeof *s.ev_lo * ns);
+    s.ev_hi = ks_arena_alloc(&p->scratch, sizeof *s.ev_hi * ns);
+    s.height = ks_arena_alloc(&p->scratch, sizeof *s.height * s.n_events);
+    s.rest = ks_arena_alloc(&p->scratch, sizeof *s.rest * s.n_events);
+    s.floor = ks_arena_alloc(&p->scratch, sizeof *s.floor * ns);
+    s.off = ks_arena_alloc(&p->scratch, sizeof *s.off * ns);
+    s.placed = ks_arena_alloc(&p->scratch, ns);
+    s.best_off = ks_arena_alloc(&p->scratch, sizeof *s.best_off * ns);
+    for (size_t c = 0; c < ns; c++) {
+        s.ev_lo[c] = event_of_node[p->slots[c].first];
+        s.ev_hi[c] = event_of_node[p->slots[c].last];
+        for (uint32_t e = s.ev_lo[c]; e <= s.ev_hi[c]; e++) s.rest[e] += p->slots[c].bytes;
+    }
+    search_node(&s, 0, NO_SLOT, 0);
+    if (s.found) {
+        p->arena = s.best;
+        memcpy(p->offset, s.best_off, sizeof *p->offset * ns);
+    }
+    free(s.trail);
+    free(s.cands);
+    return s.found;
+}
+
+/* Offsets of every slot (stage 2): each heuristic in turn, the smallest
+ * kept (the first on a tie), then the repair when it is above the bound. */
+static void assign_offsets(kp_planner *p)
+{
+    size_t ns = p->n_slots;
+    p->offset = ks_arena_alloc(&p->scratch, sizeof *p->offset * (ns + 1));
+    p->arena = 0;
+    p->strategy = "none";
+    if (ns == 0) return;
+    find_conflicts(p);
+    kp_placer w = {ks_arena_alloc(&p->scratch, ns), ks_arena_alloc(&p->scratch, sizeof *w.spans * ns)};
+    kp_key *keys = ks_arena_alloc(&p->scratch, sizeof *keys * ns);
+    uint32_t *order = ks_arena_alloc(&p->scratch, sizeof *order * ns);
+    uint32_t *best_order = ks_arena_alloc(&p->scratch, sizeof *best_order * ns);
+    uint64_t *off = ks_arena_alloc(&p->scratch, sizeof *off * ns);
+    int best_how = -1, best_ff = 0;
+    p->arena = UINT64_MAX;
+    for (int how = 0; how < ORDER_COUNT && p->arena > p->lower_bound; how++) {
+        make_order(p, (kp_order)how, keys, order);
+        for (int ff = 0; ff < 2; ff++) {
+            uint64_t size = place_slots(p, &w, order, ff, p->arena - 1, off);
+            if (size == UINT64_MAX) continue;
+            p->arena = size;
+            best_how = how;
+            best_ff = ff;
+            memcpy(best_order, order, sizeof *order * ns);
+            memcpy(p->offset, off, sizeof *off * ns);
+            if (size == p->lower_bound) break;
+        }
+    }
+    KS_ASSERT(best_how >= 0);
+    int repaired = p->arena > p->lower_bound && repair_order(p, &w, best_order, best_ff);
+    p->strategy = strategy_names[best_how][best_ff][repaired];
+    if (p->arena > p->lower_bound && search_offsets(p, 2000000000ull)) p->strategy = "search";
+    if (getenv("KP_DEBUG")) {
+        for (size_t s2 = 0; s2 < ns; s2++)
+            fprintf(stderr, "slot %zu root %u bytes %llu [%u,%u] off %llu\n", s2, p->slots[s2].root,
+                    (unsigned long long)p->slots[s2].bytes, p->slots[s2].first, p->slots[s2].last,
+                    (unsigned long long)p->offset[s2]);
+        for (size_t t = 0; t < p->n; t++) fprintf(stderr, "load %zu %llu\n", t, (unsigned long long)p->load[t]);
+    }
+}
+
+/* ---- stage 3: the plan ---------------------------------------------------------------- */
+
+static void write_plan(const kp_planner *p, kp_mem_plan *plan)
+{
+    size_t n = p->n;
+    plan->max_tokens = p->max_tokens;
+    plan->n_nodes = n;
+    plan->offset = ks_xcalloc(n + 1, sizeof *plan->offset);
+    plan->bytes = ks_xcalloc(n + 1, sizeof *plan->bytes);
+    plan->flags = ks_xcalloc(n + 1, sizeof *plan->flags);
+    plan->share = ks_xcalloc(n + 1, sizeof *plan->share);
+    for (size_t v = 0; v < n; v++) {
+        uint32_t s = p->slot_of[v];
+        plan->offset[v] = s == NO_SLOT ? KP_MEM_NONE : p->offset[s];
+        plan->bytes[v] = p->bytes[v];
+        plan->flags[v] = p->flags[v];
+        plan->share[v] = p->flags[v] ? p->g->nodes[v].in[0] : KIR_NONE;
+    }
+    plan->n_buffers = p->n_slots;
+    plan->arena_bytes = p->arena;
+    plan->naive_bytes = p->naive;
+    plan->lower_bound_bytes = p->lower_bound;
+    plan->strategy = p->strategy;
+}
+
+int kp_plan_memory(const kir_graph *g, int64_t max_tokens, kp_mem_plan *plan, ks_diag *d)
+{
+    memset(plan, 0, sizeof *plan);
+    if (max_tokens < 1) {
+        ks_error(d, graph_name(g), "memory plan: max_tokens must be at least 1, got %lld", (long long)max_tokens);
+        return -1;
+    }
+    kp_planner p = {.g = g, .max_tokens = max_tokens, .d = d, .n = g->n_nodes};
+    p.rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)g->n_nodes;
+    int rc = find_slots(&p);
+    if (rc == 0) {
+        compute_load(&p);
+        assign_offsets(&p);
+        write_plan(&p, plan);
+    }
+    ks_arena_free(&p.scratch);
+    return rc;
+}
+
+void kp_mem_plan_free(kp_mem_plan *plan)
+{
+    if (!plan) return;
+    free(plan->offset);
+    free(plan->bytes);
+    free(plan->flags);
+    free(plan->share);
+    memset(plan, 0, sizeof *plan);
+}
+
+void kp_plan_annotate(kir_graph *g, const kp_mem_plan *plan)
+{
+    KS_ASSERT(plan->n_nodes == g->n_nodes);
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        if (plan->offset[v] == KP_MEM_NONE) continue;
+        kir_set_int(g, (kir_val)v, "mem.offset", (int64_t)plan->offset[v]);
+        kir_set_int(g, (kir_val)v, "mem.bytes", (int64_t)plan->bytes[v]);
+        if (plan->flags[v] & KP_MEM_ALIAS) kir_set_int(g, (kir_val)v, "mem.alias", 1);
+        if (plan->flags[v] & KP_MEM_INPLACE) kir_set_int(g, (kir_val)v, "mem.inplace", 1);
+    }
+}

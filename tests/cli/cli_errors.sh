@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Command-line misuse and bad requests: clear messages, non-zero exits.
+. "$(dirname "$0")/lib.sh"
+ts="$KILN_SHARED/models/tinystories-656k"
+"$KILN_BIN" build "$ts" -o "$work/ts.engine" || { echo "FAIL: build"; exit 1; }
+for cmd in build ir inspect run; do
+  out=$("$KILN_BIN" $cmd --help) && [[ "$out" == "usage: kiln $cmd"* ]] && passes=$((passes+1)) \
+    || { echo "FAIL $cmd --help"; failures=$((failures+1)); }
+done
+expect_fail unknown-command "kiln: error: unknown command 'frobnicate'" -- "$KILN_BIN" frobnicate
+expect_fail unknown-option "kiln run: error: unknown option '--idz'" -- "$KILN_BIN" run "$work/ts.engine" --idz 1
+expect_fail bad-ids "kiln run: error: --ids: bad token id at character 3 of '1,x,3'" -- \
+  "$KILN_BIN" run "$work/ts.engine" --ids 1,x,3
+expect_fail id-range "kiln: error: token id 5000 is out of range (the vocabulary has 2048 ids)" -- \
+  "$KILN_BIN" run "$work/ts.engine" --ids 1,5000
+expect_fail context "error: 1 prompt tokens and 600 new ones exceed the context of 512" -- \
+  "$KILN_BIN" run "$work/ts.engine" --ids 1 -n 600
+expect_fail no-output "kiln build: error: needs a model and -o ENGINE" -- "$KILN_BIN" build "$ts"
+expect_fail not-model "$work/ts.engine: error: not a .kiln file or a checkpoint folder" -- \
+  "$KILN_BIN" build "$work/ts.engine" -o "$work/x.engine"
+mkdir -p "$work/noconfig"
+expect_fail no-config "$work/noconfig: error: no config.json in the checkpoint folder" -- \
+  "$KILN_BIN" build "$work/noconfig" -o "$work/x.engine"
+mkdir -p "$work/badjson"; printf '{\n  "model_type": "llama",\n  oops\n}\n' > "$work/badjson/config.json"
+expect_fail bad-json "$work/badjson/config.json:3:4: error: invalid JSON" -- \
+  "$KILN_BIN" build "$work/badjson" -o "$work/x.engine"
+mkdir -p "$work/unknown"; printf '{"model_type": "bloom"}\n' > "$work/unknown/config.json"
+expect_fail unknown-arch "$work/unknown/config.json: error: model_type 'bloom' matches no shipped model description" -- \
+  "$KILN_BIN" build "$work/unknown" -o "$work/x.engine"
+[ ! -e "$work/x.engine" ] && passes=$((passes+1)) || { echo "FAIL: a failed build left an output file"; failures=$((failures+1)); }
+ls "$work" | grep -q '\.tmp\.' && { echo "FAIL: temp files left"; failures=$((failures+1)); } || passes=$((passes+1))
+finish

@@ -1,0 +1,37 @@
+# lib.sh — helpers for the command-line tests: run kiln, pin its output.
+set -u
+: "${KILN_BIN:?}" "${KILN_SHARED:?}"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+passes=0
+
+# expect_fail NAME EXPECTED_STDERR_SUBSTRING -- CMD...: exit must be non-zero,
+# stderr must contain the text, nothing may crash (exit >= 128).
+expect_fail() {
+  local name="$1" want="$2"; shift 3
+  local err rc
+  err=$("$@" 2>&1 >/dev/null); rc=$?
+  if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then
+    echo "FAIL $name: exit $rc"; echo "$err" | sed 's/^/    /'; failures=$((failures+1)); return
+  fi
+  if [[ "$err" != *"$want"* ]]; then
+    echo "FAIL $name: message differs"; echo "  want: $want"; echo "$err" | sed 's/^/   got: /'
+    failures=$((failures+1)); return
+  fi
+  passes=$((passes+1))
+}
+
+# expect_same NAME WANT GOT
+expect_same() {
+  if [ "$2" != "$3" ]; then
+    echo "FAIL $1"; diff <(echo "$2") <(echo "$3") | head -20; failures=$((failures+1))
+  else
+    passes=$((passes+1))
+  fi
+}
+
+finish() {
+  echo "$passes passed, $failures failed"
+  [ $failures -eq 0 ]
+}

@@ -1,0 +1,1169 @@
+/*
+ * test_interp.c — the reference interpreter (ir/interp.c, ir/interp_kernels.c).
+ *
+ * Each op runs in a tiny graph built with the ir.h builders and is compared
+ * with a naive reference written here (in double where rounding matters).
+ * RoPE frequencies with llama3 and linear scaling are pinned to values
+ * computed once with numpy in float32, following Hugging Face's
+ * _compute_default_rope_parameters / _compute_llama3_parameters step by
+ * step (the script is at the end of this file). The last tests run a small
+ * random two-layer Llama-like graph through the paged KV cache: one prefill,
+ * token by token, two sequences interleaved in one step, and a fork, which
+ * must all give the same logits; and they pin the step's error messages.
+ */
+#include "ir/interp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/interp_kernels.h"
+
+static int failures;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                              \
+        }                                                                            \
+    } while (0)
+
+#define CHECK_STR(got, want)                                                                    \
+    do {                                                                                        \
+        const char *g_ = (got), *w_ = (want);                                                   \
+        if (!g_ || strcmp(g_, w_) != 0) {                                                       \
+            fprintf(stderr, "%s:%d: got \"%s\"\n  want \"%s\"\n", __FILE__, __LINE__, g_ ? g_ : "(null)", w_); \
+            failures++;                                                                         \
+        }                                                                                       \
+    } while (0)
+
+/* |got - want| <= tol for n values; reports the first miss. */
+static void check_close(const char *what, const float *got, const double *want, int64_t n, double tol)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]);
+        if (!(e <= tol)) {
+            fprintf(stderr, "%s: element %lld: got %.9g, want %.9g (|diff| %.3g > %.3g)\n", what, (long long)i,
+                    (double)got[i], want[i], e, tol);
+            failures++;
+            return;
+        }
+    }
+}
+
+static void check_same(const char *what, const float *got, const float *want, int64_t n, double tol)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - (double)want[i]);
+        if (!(e <= tol)) {
+            fprintf(stderr, "%s: element %lld: got %.9g, want %.9g (|diff| %.3g > %.3g)\n", what, (long long)i,
+                    (double)got[i], (double)want[i], e, tol);
+            failures++;
+            return;
+        }
+    }
+}
+
+/* ---- random numbers ------------------------------------------------------------- */
+static uint32_t rng_state = 2463534242u;
+
+static float uniform(float lo, float hi)
+{
+    rng_state ^= rng_state << 13; /* xorshift32 (Marsaglia 2003) */
+    rng_state ^= rng_state >> 17;
+    rng_state ^= rng_state << 5;
+    return lo + (hi - lo) * (float)(rng_state >> 8) / (float)(1 << 24);
+}
+
+static float *random_floats(int64_t n, float scale)
+{
+    float *p = ks_xmalloc(sizeof(float) * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) p[i] = uniform(-scale, scale);
+    return p;
+}
+
+/* ---- building test graphs ---------------------------------------------------------- */
+enum { TG_MAX_NODES = 512, TG_MAX_OWNED = 128 };
+
+typedef struct tgraph {
+    kir_graph *g;                    /* the graph */
+    const void *w[TG_MAX_NODES];     /* data of each WEIGHT node */
+    void *owned[TG_MAX_OWNED];       /* buffers this test allocated for weights */
+    int n_owned;                     /* entries in owned */
+    kir_val tokens, positions;       /* the inputs, KIR_NONE until used */
+    int n_weights;                   /* weights made, for unique names */
+} tgraph;
+
+static void tg_init(tgraph *t, const char *name)
+{
+    memset(t, 0, sizeof *t);
+    t->g = kir_graph_new(name);
+    t->tokens = t->positions = KIR_NONE;
+}
+
+static void tg_free(tgraph *t)
+{
+    for (int i = 0; i < t->n_owned; i++) free(t->owned[i]);
+    kir_graph_free(t->g);
+}
+
+/* Each node sits on its own line of "test.kiln": line = value + 1, so
+ * messages show which node they are about. */
+static kir_loc tg_loc(tgraph *t) { return kir_loc_make(t->g, "test.kiln", (uint32_t)t->g->n_nodes + 1, 3); }
+
+static void *tg_own(tgraph *t, void *p)
+{
+    KS_ASSERT(t->n_owned < TG_MAX_OWNED);
+    t->owned[t->n_owned++] = p;
+    return p;
+}
+
+static kir_val tg_infer(tgraph *t, kir_val v)
+{
+    ks_buf err = {0};
+    if (kir_infer(t->g, v, &err) != 0) ks_die(__FILE__, __LINE__, "test graph: %s", ks_buf_cstr(&err));
+    ks_buf_free(&err);
+    return v;
+}
+
+static kir_val tg_weight(tgraph *t, kir_dtype dt, int ndim, const int64_t *dims, const void *data)
+{
+    char name[32];
+    snprintf(name, sizeof name, "w%d", t->n_weights++);
+    kir_val v = kir_weight(t->g, name, dt, ndim, dims, tg_loc(t));
+    KS_ASSERT(v < TG_MAX_NODES);
+    t->w[v] = data;
+    return tg_infer(t, v);
+}
+
+static kir_val tg_weight2(tgraph *t, int64_t rows, int64_t cols, const float *data)
+{
+    int64_t dims[2] = {rows, cols};
+    return tg_weight(t, KIR_F32, 2, dims, data);
+}
+
+static kir_val tg_weight1(tgraph *t, int64_t n, const float *data) { return tg_weight(t, KIR_F32, 1, &n, data); }
+
+static kir_val tg_tokens(tgraph *t)
+{
+    if (t->tokens == KIR_NONE) t->tokens = kir_input(t->g, "tokens", tg_loc(t));
+    return t->tokens;
+}
+
+static kir_val tg_positions(tgraph *t)
+{
+    if (t->positions == KIR_NONE) t->positions = kir_input(t->g, "positions", tg_loc(t));
+    return t->positions;
+}
+
+/* A node with operands; set its attributes, then tg_infer it. */
+static kir_val tg_node(tgraph *t, kir_op op, int nin, kir_val a, kir_val b, kir_val c)
+{
+    kir_val v = kir_node_new(t->g, op, tg_loc(t));
+    kir_val in[3] = {a, b, c};
+    for (int i = 0; i < nin; i++) kir_node_add_input(t->g, v, in[i]);
+    return v;
+}
+
+static kir_val tg_op1(tgraph *t, kir_op op, kir_val a) { return tg_infer(t, tg_node(t, op, 1, a, 0, 0)); }
+static kir_val tg_op2(tgraph *t, kir_op op, kir_val a, kir_val b) { return tg_infer(t, tg_node(t, op, 2, a, b, 0)); }
+
+static kir_val tg_reshape(tgraph *t, kir_val x, int ndim, const int64_t *dims)
+{
+    kir_val v = tg_node(t, KIR_OP_RESHAPE, 1, x, 0, 0);
+    kir_set_ints(t->g, v, "shape", dims, (uint32_t)ndim);
+    return tg_infer(t, v);
+}
+
+/* An activation [T, dims...] holding rows[token id] for each token: the
+ * table is an embedding the step's token ids index. */
+static kir_val tg_activation(tgraph *t, int64_t n_rows, int ndim, const int64_t *dims, const float *rows)
+{
+    int64_t row = 1;
+    for (int i = 1; i < ndim; i++) row *= dims[i];
+    kir_val e = tg_op2(t, KIR_OP_EMBED, tg_weight2(t, n_rows, row, rows), tg_tokens(t));
+    return ndim == 2 ? e : tg_reshape(t, e, ndim, dims);
+}
+
+static kir_val tg_output(tgraph *t, kir_val x)
+{
+    kir_val v = tg_node(t, KIR_OP_OUTPUT, 1, x, 0, 0);
+    kir_set_str(t->g, v, "name", "logits");
+    return tg_infer(t, v);
+}
+
+static kir_val tg_rope(tgraph *t, kir_val x, const char *style, int64_t rot_dim, double theta, const char *scaling,
+                       double factor)
+{
+    kir_val v = tg_node(t, KIR_OP_ROPE, 2, x, tg_positions(t), 0);
+    kir_set_float(t->g, v, "theta", theta);
+    kir_set_str(t->g, v, "style", style);
+    kir_set_int(t->g, v, "rot_dim", rot_dim);
+    kir_set_str(t->g, v, "scaling", scaling);
+    kir_set_float(t->g, v, "factor", factor);
+    kir_set_float(t->g, v, "low_freq_factor", 1.0);
+    kir_set_float(t->g, v, "high_freq_factor", 4.0);
+    kir_set_int(t->g, v, "original_max_positions", 8192);
+    return tg_infer(t, v);
+}
+
+static kir_val tg_attention(tgraph *t, kir_val q, kir_val k, kir_val v, int layer, double scale, int window,
+                            double softcap)
+{
+    kir_val a = tg_node(t, KIR_OP_ATTENTION, 3, q, k, v);
+    kir_set_int(t->g, a, "layer", layer);
+    kir_set_float(t->g, a, "scale", scale);
+    kir_set_int(t->g, a, "window", window);
+    kir_set_float(t->g, a, "softcap", softcap);
+    return tg_infer(t, a);
+}
+
+static kir_val tg_norm(tgraph *t, kir_op op, kir_val x, kir_val w, kir_val b, double eps)
+{
+    kir_val v = tg_node(t, op, op == KIR_OP_LAYER_NORM ? 3 : 2, x, w, b);
+    kir_set_float(t->g, v, "eps", eps);
+    return tg_infer(t, v);
+}
+
+/* Run one step of graph t without a KV cache: token ids 0..T-1 unless
+ * given, positions given or 0..T-1. out gets [T, row]. Returns the step's rc. */
+static int run_plain(tgraph *t, int n, const int32_t *tokens, const int32_t *positions, float *out, ks_buf *log)
+{
+    int32_t tok[64], pos[64], seq[64];
+    KS_ASSERT(n <= 64);
+    for (int i = 0; i < n; i++) {
+        tok[i] = tokens ? tokens[i] : i;
+        pos[i] = positions ? positions[i] : i;
+        seq[i] = 0;
+    }
+    ks_diag d = {.log = log, .quiet = log != NULL};
+    kir_interp *it = kir_interp_new(t->g, t->w, NULL, &d);
+    if (!it) return -2;
+    kir_step st = {n, tok, pos, seq};
+    int rc = kir_interp_step(it, &st, out, &d);
+    kir_interp_free(it);
+    return rc;
+}
+
+/* ---- embed ------------------------------------------------------------------------- */
+static void test_embed(void)
+{
+    tgraph t;
+    tg_init(&t, "embed");
+    float table[5 * 3];
+    for (int i = 0; i < 15; i++) table[i] = (float)i * 0.5f;
+    tg_output(&t, tg_op2(&t, KIR_OP_EMBED, tg_weight2(&t, 5, 3, table), tg_tokens(&t)));
+    int32_t tokens[4] = {4, 0, 2, 2};
+    float out[12];
+    CHECK(run_plain(&t, 4, tokens, NULL, out, NULL) == 0);
+    for (int i = 0; i < 4; i++) CHECK(memcmp(out + 3 * i, table + 3 * tokens[i], 3 * sizeof(float)) == 0);
+
+    /* Ids outside the table are reported, naming the id and the vocabulary. */
+    ks_buf log = {0};
+    int32_t bad[3] = {1, 7, 0};
+    CHECK(run_plain(&t, 3, bad, NULL, out, &log) == -1);
+    CHECK_STR(ks_buf_cstr(&log), "embed: error: token 1: id 7 is out of range (the vocabulary has 5 ids)\n");
+    log.len = 0;
+    int32_t neg[1] = {-3};
+    CHECK(run_plain(&t, 1, neg, NULL, out, &log) == -1);
+    CHECK_STR(ks_buf_cstr(&log), "embed: error: token 0: id -3 is out of range (the vocabulary has 5 ids)\n");
+    ks_buf_free(&log);
+    tg_free(&t);
+
+    /* Learned positions index their own table (GPT-2's wpe). */
+    tg_init(&t, "wpe");
+    tg_output(&t, tg_op2(&t, KIR_OP_EMBED, tg_weight2(&t, 4, 3, table), tg_positions(&t)));
+    int32_t pos[2] = {3, 4};
+    log = (ks_buf){0};
+    CHECK(run_plain(&t, 2, NULL, pos, out, &log) == -1);
+    CHECK_STR(ks_buf_cstr(&log), "wpe: error: token 1: position 4 is out of range (the position table has 4 rows)\n");
+    ks_buf_free(&log);
+    tg_free(&t);
+}
+
+/* ---- matmul ------------------------------------------------------------------------ */
+/* x [T,K] times w [N,K] in weight dtype dt; compared with a double reference
+ * within float32's accumulation error. */
+static void matmul_case(int64_t n_tok, int64_t k, int64_t n, kir_dtype dt)
+{
+    tgraph t;
+    tg_init(&t, "matmul");
+    float *x = tg_own(&t, random_floats(n_tok * k, 1.0f));
+    float *w = tg_own(&t, random_floats(n * k, 1.0f));
+    uint16_t *half = tg_own(&t, ks_xmalloc(sizeof(uint16_t) * (size_t)(n * k)));
+    for (int64_t i = 0; i < n * k; i++) {
+        if (dt == KIR_F16) {
+            half[i] = ks_f32_to_f16(w[i]);
+            w[i] = ks_f16_to_f32(half[i]);
+        } else if (dt == KIR_BF16) {
+            half[i] = ks_f32_to_bf16(w[i]);
+            w[i] = ks_bf16_to_f32(half[i]);
+        }
+    }
+    int64_t xd[2] = {KIR_DIM_T, k}, wd[2] = {n, k};
+    kir_val xv = tg_activation(&t, n_tok, 2, xd, x);
+    kir_val wv = tg_weight(&t, dt, 2, wd, dt == KIR_F32 ? (const void *)w : (const void *)half);
+    tg_output(&t, tg_op2(&t, KIR_OP_MATMUL, xv, wv));
+    float *out = ks_xmalloc(sizeof(float) * (size_t)(n_tok * n));
+    double *want = ks_xmalloc(sizeof(double) * (size_t)(n_tok * n));
+    CHECK(run_plain(&t, (int)n_tok, NULL, NULL, out, NULL) == 0);
+    double worst = 0.0;
+    for (int64_t r = 0; r < n_tok; r++)
+        for (int64_t c = 0; c < n; c++) {
+            double s = 0.0, mag = 0.0;
+            for (int64_t i = 0; i < k; i++) {
+                s += (double)x[r * k + i] * w[c * k + i];
+                mag += fabs((double)x[r * k + i] * w[c * k + i]);
+            }
+            want[r * n + c] = s;
+            double e = fabs(out[r * n + c] - s) / ((double)k * 6e-8 * mag + 1e-30);
+            if (e > worst) worst = e;
+        }
+    if (worst > 1.0) {
+        fprintf(stderr, "matmul %lldx%lldx%lld %s: error %.3g of the float32 bound\n", (long long)n_tok,
+                (long long)k, (long long)n, kir_dtype_name(dt), worst);
+        failures++;
+    }
+
+    /* Row by row (one token per step, no threads) gives the same bits as all
+     * rows at once (threads when large). */
+    float *row = ks_xmalloc(sizeof(float) * (size_t)n);
+    for (int64_t r = 0; r < n_tok; r++) {
+        int32_t id = (int32_t)r;
+        CHECK(run_plain(&t, 1, &id, NULL, row, NULL) == 0);
+        CHECK(memcmp(row, out + r * n, sizeof(float) * (size_t)n) == 0);
+    }
+    free(row);
+    free(out);
+    free(want);
+    tg_free(&t);
+}
+
+static void test_matmul(void)
+{
+    matmul_case(3, 5, 4, KIR_F32);
+    matmul_case(3, 17, 9, KIR_F16);
+    matmul_case(2, 33, 7, KIR_BF16);
+    matmul_case(40, 130, 513, KIR_F32); /* 2.7M multiply-adds: split over threads */
+}
+
+/* ---- elementwise ---------------------------------------------------------------------- */
+static void test_binary(void)
+{
+    enum { T = 3 };
+    float *a = random_floats(T * 6, 2.0f), *b_act = random_floats(T * 6, 2.0f);
+    float *b3 = random_floats(3, 2.0f), *b23 = random_floats(6, 2.0f);
+    static const kir_op ops[3] = {KIR_OP_ADD, KIR_OP_SUB, KIR_OP_MUL};
+    for (int o = 0; o < 3; o++) {
+        for (int form = 0; form < 3; form++) {
+            tgraph t;
+            tg_init(&t, "binary");
+            int64_t dims[3] = {KIR_DIM_T, 2, 3};
+            kir_val av = tg_activation(&t, T, 3, dims, a), bv;
+            int64_t nb;
+            const float *b;
+            if (form == 0) {
+                bv = tg_weight1(&t, 3, b3); /* [3] over [T,2,3] */
+                b = b3, nb = 3;
+            } else if (form == 1) {
+                int64_t d2[2] = {2, 3};
+                bv = tg_weight(&t, KIR_F32, 2, d2, b23); /* [2,3] */
+                b = b23, nb = 6;
+            } else {
+                /* an activation of the same shape: a second table of the same ids */
+                bv = tg_activation(&t, T, 3, dims, b_act);
+                b = b_act, nb = T * 6;
+            }
+            tg_output(&t, tg_op2(&t, ops[o], av, bv));
+            float out[T * 6];
+            CHECK(run_plain(&t, T, NULL, NULL, out, NULL) == 0);
+            for (int i = 0; i < T * 6; i++) {
+                float x = a[i], y = b[i % nb];
+                float want = ops[o] == KIR_OP_ADD ? x + y : ops[o] == KIR_OP_SUB ? x - y : x * y;
+                CHECK(out[i] == want);
+            }
+            tg_free(&t);
+        }
+    }
+    free(a);
+    free(b_act);
+    free(b3);
+    free(b23);
+}
+
+static double ref_unary(kir_op op, double x)
+{
+    switch (op) {
+    case KIR_OP_SCALE: return x * (double)0.37f;
+    case KIR_OP_SILU: return x / (1.0 + exp(-x));
+    case KIR_OP_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case KIR_OP_GELU_TANH: return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+    case KIR_OP_RELU: return x > 0 ? x : 0;
+    default: KS_UNREACHABLE();
+    }
+}
+
+static void test_unary(void)
+{
+    enum { T = 4, R = 10 };
+    float *x = random_floats(T * R, 4.0f);
+    x[0] = 0.0f;
+    x[1] = -0.0f;
+    x[2] = -20.0f;
+    x[3] = 20.0f;
+    static const kir_op ops[5] = {KIR_OP_SCALE, KIR_OP_SILU, KIR_OP_GELU, KIR_OP_GELU_TANH, KIR_OP_RELU};
+    for (int o = 0; o < 5; o++) {
+        tgraph t;
+        tg_init(&t, "unary");
+        int64_t dims[2] = {KIR_DIM_T, R};
+        kir_val xv = tg_activation(&t, T, 2, dims, x);
+        kir_val v = tg_node(&t, ops[o], 1, xv, 0, 0);
+        if (ops[o] == KIR_OP_SCALE) kir_set_float(t.g, v, "value", 0.37);
+        tg_output(&t, tg_infer(&t, v));
+        float out[T * R];
+        double want[T * R];
+        CHECK(run_plain(&t, T, NULL, NULL, out, NULL) == 0);
+        for (int i = 0; i < T * R; i++) want[i] = ref_unary(ops[o], x[i]);
+        check_close(kir_op_table[ops[o]].name, out, want, T * R, 2e-6);
+        tg_free(&t);
+    }
+    free(x);
+}
+
+/* ---- norms ------------------------------------------------------------------------------- */
+static void test_norms(void)
+{
+    enum { T = 3, H = 2, D = 7 };
+    float *x = random_floats(T * H * D, 3.0f), *w = random_floats(D, 2.0f), *b = random_floats(D, 1.0f);
+    for (int i = 0; i < D; i++) x[i] += 5.0f; /* a row far from zero mean */
+    for (int form = 0; form < 5; form++) {
+        /* 0: rms(x,w)  1: rms(x)  2: ln(x,w,b)  3: ln(x)  4: ln(x,_,b) */
+        int layer = form >= 2;
+        int has_w = form == 0 || form == 2, has_b = form == 2 || form == 4;
+        tgraph t;
+        tg_init(&t, "norm");
+        int64_t dims[3] = {KIR_DIM_T, H, D};
+        kir_val xv = tg_activation(&t, T, 3, dims, x);
+        kir_val wv = has_w ? tg_weight1(&t, D, w) : KIR_NONE, bv = has_b ? tg_weight1(&t, D, b) : KIR_NONE;
+        double eps = layer ? 1e-5 : 1e-6;
+        tg_output(&t, tg_norm(&t, layer ? KIR_OP_LAYER_NORM : KIR_OP_RMS_NORM, xv, wv, bv, eps));
+        float out[T * H * D];
+        double want[T * H * D];
+        CHECK(run_plain(&t, T, NULL, NULL, out, NULL) == 0);
+        for (int r = 0; r < T * H; r++) {
+            const float *xr = x + r * D;
+            double mean = 0, ss = 0;
+            for (int i = 0; i < D; i++) mean += xr[i];
+            mean /= D;
+            for (int i = 0; i < D; i++) ss += layer ? (xr[i] - mean) * (xr[i] - mean) : (double)xr[i] * xr[i];
+            double inv = 1.0 / sqrt(ss / D + eps);
+            for (int i = 0; i < D; i++) {
+                double y = layer ? (xr[i] - mean) * inv : xr[i] * inv;
+                if (has_w) y *= w[i];
+                if (has_b) y += b[i];
+                want[r * D + i] = y;
+            }
+        }
+        check_close(layer ? "layer_norm" : "rms_norm", out, want, T * H * D, 2e-6);
+        tg_free(&t);
+    }
+    free(x);
+    free(w);
+    free(b);
+}
+
+/* ---- views ---------------------------------------------------------------------------------- */
+static void test_views(void)
+{
+    enum { T = 3 };
+    float *x = random_floats(T * 6, 1.0f), *y = random_floats(T * 2, 1.0f);
+    tgraph t;
+    tg_init(&t, "views");
+    int64_t d6[2] = {KIR_DIM_T, 6}, d23[3] = {KIR_DIM_T, 2, 3}, d2[2] = {KIR_DIM_T, 2};
+    kir_val xv = tg_activation(&t, T, 2, d6, x);
+    kir_val r = tg_reshape(&t, tg_reshape(&t, xv, 3, d23), 2, d6); /* there and back */
+    kir_val s = tg_node(&t, KIR_OP_SLICE, 1, r, 0, 0);
+    kir_set_int(t.g, s, "start", 1);
+    kir_set_int(t.g, s, "end", 4);
+    tg_infer(&t, s); /* [T,3] = x[:, 1:4] */
+    kir_val yv = tg_activation(&t, T, 2, d2, y);
+    kir_val c = kir_node_new(t.g, KIR_OP_CONCAT, tg_loc(&t));
+    kir_node_add_input(t.g, c, yv);
+    kir_node_add_input(t.g, c, s);
+    kir_node_add_input(t.g, c, yv);
+    tg_output(&t, tg_infer(&t, c)); /* [T,7] = y | x[:,1:4] | y */
+    float out[T * 7];
+    CHECK(run_plain(&t, T, NULL, NULL, out, NULL) == 0);
+    for (int i = 0; i < T; i++) {
+        const float want[7] = {y[2 * i], y[2 * i + 1], x[6 * i + 1], x[6 * i + 2], x[6 * i + 3], y[2 * i], y[2 * i + 1]};
+        CHECK(memcmp(out + 7 * i, want, sizeof want) == 0);
+    }
+    tg_free(&t);
+    free(x);
+    free(y);
+}
+
+/* ---- rope ------------------------------------------------------------------------------------ */
+/* Pinned with numpy float32 (script at the end of the file): theta 500000,
+ * head_dim 16; llama3 factor 8, low 1, high 4, original 8192 puts rotations
+ * 0-3 above the high-frequency wavelength (unchanged), 4 in between
+ * (smoothed) and 5-7 below the low-frequency one (divided by 8). */
+static const float pin_llama3[8] = {1.0f, 0.193922758f, 0.0376060307f, 0.00729266508f,
+                                    0.000524846022f, 3.42810235e-05f, 6.64786967e-06f, 1.28917316e-06f};
+static const float pin_linear4[8] = {0.25f, 0.0484806895f, 0.00940150768f, 0.00182316627f,
+                                     0.000353553361f, 6.85620471e-05f, 1.32957393e-05f, 2.57834631e-06f};
+/* cos and sin of the llama3 angles float32(pos) * inv_freq at three positions. */
+static const int32_t pin_pos[3] = {1, 77, 3000};
+static const float pin_cos[3][8] = {
+    {0.540302277f, 0.981255829f, 0.99929297f, 0.999973416f, 0.999999881f, 1.0f, 1.0f, 1.0f},
+    {-0.0309750326f, -0.713783562f, -0.969911754f, 0.846438587f, 0.999183476f, 0.999996543f, 0.999999881f, 1.0f},
+    {-0.975682199f, -0.839948177f, 0.961264312f, -0.993604898f, -0.00374177611f, 0.994716287f, 0.999801159f,
+     0.999992549f},
+};
+static const float pin_sin[3][8] = {
+    {0.841470957f, 0.192709595f, 0.0375971682f, 0.00729260035f, 0.000524846022f, 3.42810235e-05f, 6.64786967e-06f,
+     1.28917316e-06f},
+    {0.999520183f, 0.700366378f, 0.243456706f, 0.53248632f, 0.0404021442f, 0.0026396357f, 0.00051188597f,
+     9.92663336e-05f},
+    {0.219189972f, -0.542666614f, -0.275628239f, 0.112912722f, 0.999993026f, 0.102661878f, 0.0199422874f,
+     0.00386751001f},
+};
+
+static void test_rope_scaling(void)
+{
+    tgraph t;
+    tg_init(&t, "rope");
+    /* x = (1,...,1, 0,...,0) per head: halves rotation j gives (cos_j, sin_j). */
+    float table[16];
+    for (int i = 0; i < 16; i++) table[i] = i < 8 ? 1.0f : 0.0f;
+    int64_t d3[3] = {KIR_DIM_T, 1, 16};
+    kir_val x = tg_activation(&t, 1, 3, d3, table);
+    kir_val r = tg_rope(&t, x, "halves", 16, 500000.0, "llama3", 8.0);
+    tg_output(&t, r);
+
+    float inv[8];
+    kir_rope_inv_freq(t.g, r, 16, inv);
+    CHECK(memcmp(inv, pin_llama3, sizeof inv) == 0);
+    for (int j = 0; j < 8; j++)
+        if (inv[j] != pin_llama3[j]) fprintf(stderr, "llama3 inv_freq[%d]: %.9g, pinned %.9g\n", j, inv[j], pin_llama3[j]);
+
+    int32_t tok[3] = {0, 0, 0};
+    float out[3 * 16];
+    CHECK(run_plain(&t, 3, tok, pin_pos, out, NULL) == 0);
+    for (int p = 0; p < 3; p++) {
+        check_same("llama3 cos", out + 16 * p, pin_cos[p], 8, 1e-6);
+        check_same("llama3 sin", out + 16 * p + 8, pin_sin[p], 8, 1e-6);
+    }
+    kir_set_str(t.g, r, "scaling", "linear");
+    kir_set_float(t.g, r, "factor", 4.0);
+    kir_rope_inv_freq(t.g, r, 16, inv);
+    CHECK(memcmp(inv, pin_linear4, sizeof inv) == 0);
+    tg_free(&t);
+}
+
+/* halves rotates (j, j+rot/2), pairs rotates (2j, 2j+1): with the input's
+ * elements moved accordingly, the two give the same numbers. The part of a
+ * head past rot_dim passes through. */
+static void test_rope_halves_pairs(void)
+{
+    enum { T = 4, H = 2, D = 12, ROT = 8, HALF = ROT / 2 };
+    float *x = random_floats(T * H * D, 1.0f), *xp = ks_xmalloc(sizeof(float) * T * H * D);
+    for (int r = 0; r < T * H; r++) {
+        for (int j = 0; j < HALF; j++) {
+            xp[r * D + 2 * j] = x[r * D + j];
+            xp[r * D + 2 * j + 1] = x[r * D + j + HALF];
+        }
+        for (int i = ROT; i < D; i++) xp[r * D + i] = x[r * D + i];
+    }
+    int32_t pos[T] = {0, 5, 1000, 70000};
+    float out_h[T * H * D], out_p[T * H * D];
+    int64_t d3[3] = {KIR_DIM_T, H, D};
+    for (int style = 0; style < 2; style++) {
+        tgraph t;
+        tg_init(&t, "rope");
+        kir_val xv = tg_activation(&t, T, 3, d3, style ? xp : x);
+        tg_output(&t, tg_rope(&t, xv, style ? "pairs" : "halves", ROT, 10000.0, "none", 1.0));
+        CHECK(run_plain(&t, T, NULL, pos, style ? out_p : out_h, NULL) == 0);
+        tg_free(&t);
+    }
+    double want[T * H * D];
+    for (int tk = 0; tk < T; tk++)
+        for (int h = 0; h < H; h++) {
+            int r = tk * H + h;
+            for (int j = 0; j < HALF; j++) {
+                CHECK(out_p[r * D + 2 * j] == out_h[r * D + j]);
+                CHECK(out_p[r * D + 2 * j + 1] == out_h[r * D + j + HALF]);
+                /* the textbook formula in double */
+                double a = pos[tk] * pow(10000.0, -2.0 * j / ROT);
+                double x0 = x[r * D + j], x1 = x[r * D + j + HALF];
+                want[r * D + j] = x0 * cos(a) - x1 * sin(a);
+                want[r * D + j + HALF] = x1 * cos(a) + x0 * sin(a);
+            }
+            for (int i = ROT; i < D; i++) {
+                CHECK(out_h[r * D + i] == x[r * D + i]);
+                CHECK(out_p[r * D + i] == x[r * D + i]);
+                want[r * D + i] = x[r * D + i];
+            }
+        }
+    /* The angle is a float32 product of a float32 frequency (at most 1):
+     * it is off the exact one by a few float32 roundings of pos. */
+    for (int tk = 0; tk < T; tk++)
+        check_close("rope halves", out_h + tk * H * D, want + tk * H * D, H * D, 1e-6 + 4e-7 * pos[tk]);
+    free(x);
+    free(xp);
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+typedef struct attn_case {
+    int window;      /* sliding window, 0: none */
+    double softcap;  /* 0: none */
+    double scale;    /* score scale */
+} attn_case;
+
+/* q, k, v are rows of tables indexed by token id; tokens of two sequences
+ * are interleaved in one step. */
+static void attention_case(const attn_case *ac)
+{
+    enum { T = 9, H = 4, KH = 2, D = 4, DV = 3 };
+    static const int32_t seq[T] = {0, 1, 0, 0, 1, 0, 1, 0, 0};
+    static const int32_t pos[T] = {0, 0, 1, 2, 1, 3, 2, 4, 5};
+    int32_t tok[T];
+    for (int i = 0; i < T; i++) tok[i] = i;
+    float *q = random_floats(T * H * D, 1.5f), *k = random_floats(T * KH * D, 1.5f), *v = random_floats(T * KH * DV, 1.0f);
+    tgraph t;
+    tg_init(&t, "attention");
+    int64_t dq[3] = {KIR_DIM_T, H, D}, dk[3] = {KIR_DIM_T, KH, D}, dv[3] = {KIR_DIM_T, KH, DV};
+    kir_val qv = tg_activation(&t, T, 3, dq, q), kv_ = tg_activation(&t, T, 3, dk, k), vv = tg_activation(&t, T, 3, dv, v);
+    tg_output(&t, tg_attention(&t, qv, kv_, vv, 0, ac->scale, ac->window, ac->softcap));
+
+    int n_layers;
+    krt_kv_layer *layers = kir_kv_layers(t.g, &n_layers);
+    CHECK(n_layers == 1 && layers[0].kv_heads == KH && layers[0].head_dim_k == D && layers[0].head_dim_v == DV);
+    krt_kv_config cfg = {n_layers, layers, 2, 16, 2, 32, sizeof(float)};
+    ks_diag d = {0};
+    krt_kv *kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
+    const char *why;
+    CHECK(krt_kv_seq_add(kv, 0, &why) == 0 && krt_kv_seq_add(kv, 1, &why) == 0);
+    CHECK(krt_kv_seq_reserve(kv, 0, 6, &why) == 0 && krt_kv_seq_reserve(kv, 1, 3, &why) == 0);
+    kir_interp *it = kir_interp_new(t.g, t.w, kv, &d);
+    float out[T * H * DV];
+    kir_step st = {T, tok, pos, seq};
+    CHECK(it && kir_interp_step(it, &st, out, &d) == 0);
+
+    double want[T * H * DV];
+    for (int i = 0; i < T; i++) {
+        int lo = ac->window > 0 && pos[i] - ac->window + 1 > 0 ? pos[i] - ac->window + 1 : 0;
+        for (int h = 0; h < H; h++) {
+            int kh = h / (H / KH);
+            double s[T], m = -INFINITY, sum = 0;
+            int n_keys = 0, key[T];
+            for (int j = 0; j < T; j++) {
+                if (seq[j] != seq[i] || pos[j] < lo || pos[j] > pos[i]) continue;
+                double dot = 0;
+                for (int e = 0; e < D; e++) dot += (double)q[(i * H + h) * D + e] * k[(j * KH + kh) * D + e];
+                dot *= ac->scale;
+                if (ac->softcap > 0) dot = ac->softcap * tanh(dot / ac->softcap);
+                key[n_keys] = j;
+                s[n_keys++] = dot;
+                if (dot > m) m = dot;
+            }
+            for (int j = 0; j < n_keys; j++) sum += s[j] = exp(s[j] - m);
+            for (int e = 0; e < DV; e++) {
+                double o = 0;
+                for (int j = 0; j < n_keys; j++) o += s[j] / sum * v[(key[j] * KH + kh) * DV + e];
+                want[(i * H + h) * DV + e] = o;
+            }
+        }
+    }
+    char what[64];
+    snprintf(what, sizeof what, "attention window %d softcap %g", ac->window, ac->softcap);
+    check_close(what, out, want, T * H * DV, 2e-6);
+
+    /* K and V rows went into the cache at their slots. */
+    const float *kc = krt_kv_k(kv, 0), *vc = krt_kv_v(kv, 0);
+    for (int i = 0; i < T; i++) {
+        int64_t slot = krt_kv_slot(kv, seq[i], pos[i]);
+        CHECK(memcmp(kc + slot * KH * D, k + i * KH * D, sizeof(float) * KH * D) == 0);
+        CHECK(memcmp(vc + slot * KH * DV, v + i * KH * DV, sizeof(float) * KH * DV) == 0);
+    }
+    kir_interp_free(it);
+    krt_kv_free(kv);
+    free(layers);
+    free(q);
+    free(k);
+    free(v);
+    tg_free(&t);
+}
+
+static void test_attention(void)
+{
+    static const attn_case cases[] = {
+        {0, 0.0, 0.5},    /* plain causal, GQA */
+        {3, 0.0, 0.5},    /* sliding window of 3 */
+        {0, 1.5, 0.9},    /* softcap */
+        {2, 2.0, 0.7},    /* both */
+        {1, 0.0, 0.5},    /* window 1: a token sees itself only */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) attention_case(&cases[i]);
+}
+
+/* ---- a small Llama-like model through the KV cache ------------------------------------------ */
+enum { LM_VOCAB = 50, LM_HIDDEN = 32, LM_HEADS = 4, LM_KV_HEADS = 2, LM_HEAD_DIM = 8, LM_FFN = 48, LM_LAYERS = 2 };
+
+static kir_val lm_matrix(tgraph *t, int64_t rows, int64_t cols, float scale)
+{
+    return tg_weight2(t, rows, cols, tg_own(t, random_floats(rows * cols, scale)));
+}
+
+static kir_val lm_ones_ish(tgraph *t, int64_t n)
+{
+    float *w = tg_own(t, random_floats(n, 0.2f));
+    for (int64_t i = 0; i < n; i++) w[i] += 1.0f;
+    return tg_weight1(t, n, w);
+}
+
+/* Layer 0: halves RoPE with llama3 scaling, full causal attention. Layer 1:
+ * pairs RoPE, a sliding window of 5 and a softcap. */
+static void build_llama(tgraph *t)
+{
+    tg_init(t, "llama");
+    int64_t d_q[3] = {KIR_DIM_T, LM_HEADS, LM_HEAD_DIM}, d_kv[3] = {KIR_DIM_T, LM_KV_HEADS, LM_HEAD_DIM};
+    int64_t d_flat[2] = {KIR_DIM_T, LM_HEADS * LM_HEAD_DIM};
+    kir_val x = tg_op2(t, KIR_OP_EMBED, lm_matrix(t, LM_VOCAB, LM_HIDDEN, 1.0f), tg_tokens(t));
+    float s = 1.0f / sqrtf((float)LM_HIDDEN);
+    for (int l = 0; l < LM_LAYERS; l++) {
+        kir_val h = tg_norm(t, KIR_OP_RMS_NORM, x, lm_ones_ish(t, LM_HIDDEN), KIR_NONE, 1e-5);
+        kir_val q = tg_op2(t, KIR_OP_MATMUL, h, lm_matrix(t, LM_HEADS * LM_HEAD_DIM, LM_HIDDEN, 2 * s));
+        kir_val k = tg_op2(t, KIR_OP_MATMUL, h, lm_matrix(t, LM_KV_HEADS * LM_HEAD_DIM, LM_HIDDEN, 2 * s));
+        kir_val v = tg_op2(t, KIR_OP_MATMUL, h, lm_matrix(t, LM_KV_HEADS * LM_HEAD_DIM, LM_HIDDEN, 2 * s));
+        q = tg_reshape(t, q, 3, d_q);
+        k = tg_reshape(t, k, 3, d_kv);
+        v = tg_reshape(t, v, 3, d_kv);
+        const char *style = l == 0 ? "halves" : "pairs";
+        const char *scaling = l == 0 ? "llama3" : "none";
+        q = tg_rope(t, q, style, LM_HEAD_DIM, 500.0, scaling, 8.0);
+        k = tg_rope(t, k, style, LM_HEAD_DIM, 500.0, scaling, 8.0);
+        kir_val a = tg_attention(t, q, k, v, l, 1.0 / sqrt((double)LM_HEAD_DIM), l == 1 ? 5 : 0, l == 1 ? 3.0 : 0.0);
+        a = tg_reshape(t, a, 2, d_flat);
+        x = tg_op2(t, KIR_OP_ADD, x, tg_op2(t, KIR_OP_MATMUL, a, lm_matrix(t, LM_HIDDEN, LM_HEADS * LM_HEAD_DIM, s)));
+        kir_val h2 = tg_norm(t, KIR_OP_RMS_NORM, x, lm_ones_ish(t, LM_HIDDEN), KIR_NONE, 1e-5);
+        kir_val gate = tg_op2(t, KIR_OP_MATMUL, h2, lm_matrix(t, LM_FFN, LM_HIDDEN, 2 * s));
+        kir_val up = tg_op2(t, KIR_OP_MATMUL, h2, lm_matrix(t, LM_FFN, LM_HIDDEN, 2 * s));
+        kir_val act = tg_op2(t, KIR_OP_MUL, tg_op1(t, KIR_OP_SILU, gate), up);
+        x = tg_op2(t, KIR_OP_ADD, x, tg_op2(t, KIR_OP_MATMUL, act, lm_matrix(t, LM_HIDDEN, LM_FFN, 1.0f / sqrtf(LM_FFN))));
+    }
+    kir_val xf = tg_norm(t, KIR_OP_RMS_NORM, x, lm_ones_ish(t, LM_HIDDEN), KIR_NONE, 1e-5);
+    tg_output(t, tg_op2(t, KIR_OP_MATMUL, xf, lm_matrix(t, LM_VOCAB, LM_HIDDEN, 2 * s)));
+}
+
+typedef struct lm_run {
+    krt_kv *kv;         /* the cache */
+    krt_kv_layer *layers; /* its layout */
+    kir_interp *it;     /* the interpreter */
+    ks_diag d;          /* diagnostics (quiet, into log) */
+    ks_buf log;         /* messages */
+} lm_run;
+
+static void lm_open(lm_run *r, tgraph *t, int block_size, int n_blocks)
+{
+    memset(r, 0, sizeof *r);
+    r->d = (ks_diag){.log = &r->log, .quiet = 1};
+    int n_layers;
+    r->layers = kir_kv_layers(t->g, &n_layers);
+    krt_kv_config cfg = {n_layers, r->layers, block_size, n_blocks, 4, 64, sizeof(float)};
+    r->kv = krt_kv_new(&cfg, &krt_kv_host_storage, &r->d);
+    r->it = r->kv ? kir_interp_new(t->g, t->w, r->kv, &r->d) : NULL;
+    CHECK(r->it != NULL);
+    if (!r->it) fprintf(stderr, "%s", ks_buf_cstr(&r->log));
+}
+
+static void lm_close(lm_run *r)
+{
+    kir_interp_free(r->it);
+    krt_kv_free(r->kv);
+    free(r->layers);
+    ks_buf_free(&r->log);
+}
+
+/* One step of n tokens: reserves each token's position (each sequence grows
+ * by its tokens in the step, in order), runs, and returns the step's rc. */
+static int lm_step(lm_run *r, int n, const int32_t *tok, const int32_t *seq, float *out)
+{
+    int32_t pos[64];
+    KS_ASSERT(n <= 64);
+    for (int i = 0; i < n; i++) {
+        const char *why;
+        if (!krt_kv_seq_exists(r->kv, seq[i])) CHECK(krt_kv_seq_add(r->kv, seq[i], &why) == 0);
+        pos[i] = krt_kv_seq_len(r->kv, seq[i]);
+        CHECK(krt_kv_seq_reserve(r->kv, seq[i], pos[i] + 1, &why) == 0);
+    }
+    kir_step st = {n, tok, pos, seq};
+    int rc = kir_interp_step(r->it, &st, out, &r->d);
+    if (rc) fprintf(stderr, "%s", ks_buf_cstr(&r->log));
+    return rc;
+}
+
+/* Logits of a whole sequence run as one prefill in a fresh cache. */
+static void lm_prefill(tgraph *t, int n, const int32_t *tok, float *out)
+{
+    lm_run r;
+    lm_open(&r, t, 4, 32);
+    int32_t seq[64] = {0};
+    CHECK(lm_step(&r, n, tok, seq, out) == 0);
+    lm_close(&r);
+}
+
+enum { LM_N = 12 };
+
+static void test_kv_consistency(void)
+{
+    tgraph t;
+    build_llama(&t);
+    static const int32_t toks_a[LM_N] = {1, 17, 42, 5, 5, 9, 33, 49, 0, 12, 27, 8};
+    static const int32_t toks_b[9] = {3, 3, 44, 21, 7, 16, 38, 2, 30};
+    float *ref_a = ks_xmalloc(sizeof(float) * LM_N * LM_VOCAB), *ref_b = ks_xmalloc(sizeof(float) * 9 * LM_VOCAB);
+    float *out = ks_xmalloc(sizeof(float) * 64 * LM_VOCAB);
+    /* (a) one prefill of each sequence */
+    lm_prefill(&t, LM_N, toks_a, ref_a);
+    lm_prefill(&t, 9, toks_b, ref_b);
+    int finite = 1;
+    for (int i = 0; i < LM_N * LM_VOCAB; i++) finite &= isfinite(ref_a[i]);
+    CHECK(finite);
+
+    /* (b) token by token through the cache */
+    lm_run r;
+    lm_open(&r, &t, 4, 32);
+    for (int i = 0; i < LM_N; i++) {
+        int32_t seq = 0;
+        CHECK(lm_step(&r, 1, &toks_a[i], &seq, out) == 0);
+        check_same("token by token", out, ref_a + i * LM_VOCAB, LM_VOCAB, 1e-5);
+    }
+    lm_close(&r);
+
+    /* (c) two sequences interleaved in each step, in chunks of odd sizes */
+    static const struct {
+        int n;            /* tokens in the step */
+        char who[8];      /* 'a' or 'b' per token, in step order */
+    } steps[] = {{7, "aabaaba"}, {1, "b"}, {6, "bbaabb"}, {7, "aaaabab"}};
+    lm_open(&r, &t, 3, 32);
+    int next_a = 0, next_b = 0;
+    for (size_t s = 0; s < sizeof steps / sizeof steps[0]; s++) {
+        int32_t tok[8], seq[8], idx[8];
+        for (int i = 0; i < steps[s].n; i++) {
+            int is_a = steps[s].who[i] == 'a';
+            seq[i] = is_a ? 2 : 1; /* sequence ids need not follow the order of arrival */
+            idx[i] = is_a ? next_a++ : next_b++;
+            tok[i] = is_a ? toks_a[idx[i]] : toks_b[idx[i]];
+        }
+        CHECK(lm_step(&r, steps[s].n, tok, seq, out) == 0);
+        for (int i = 0; i < steps[s].n; i++) {
+            const float *want = (seq[i] == 2 ? ref_a : ref_b) + idx[i] * LM_VOCAB;
+            check_same("interleaved", out + i * LM_VOCAB, want, LM_VOCAB, 1e-5);
+        }
+    }
+    CHECK(next_a == LM_N && next_b == 9);
+    lm_close(&r);
+
+    /* (d) a fork: a 5-token prompt leaves a shared, half-full block of 4;
+     * each branch continues differently and must see the prompt and only
+     * its own tokens. */
+    static const int32_t prompt_c[8] = {1, 17, 42, 5, 5, 10, 11, 13};   /* prompt + branch c */
+    static const int32_t prompt_d[8] = {1, 17, 42, 5, 5, 40, 41, 47};   /* prompt + branch d */
+    float ref_c[8 * LM_VOCAB], ref_d[8 * LM_VOCAB];
+    lm_prefill(&t, 8, prompt_c, ref_c);
+    lm_prefill(&t, 8, prompt_d, ref_d);
+    lm_open(&r, &t, 4, 32);
+    int32_t seq0[8] = {0, 0, 0, 0, 0, 0, 0, 0}, seq1[3] = {1, 1, 1};
+    CHECK(lm_step(&r, 5, prompt_c, seq0, out) == 0);
+    check_same("prompt", out, ref_c, 5 * LM_VOCAB, 1e-5);
+    const char *why;
+    CHECK(krt_kv_seq_fork(r.kv, 0, 1, &why) == 0);
+    CHECK(lm_step(&r, 3, prompt_d + 5, seq1, out) == 0); /* the fork writes first: it copies the block */
+    check_same("branch d", out, ref_d + 5 * LM_VOCAB, 3 * LM_VOCAB, 1e-5);
+    for (int i = 5; i < 8; i++) {
+        CHECK(lm_step(&r, 1, &prompt_c[i], seq0, out) == 0);
+        check_same("branch c", out, ref_c + i * LM_VOCAB, LM_VOCAB, 1e-5);
+    }
+    lm_close(&r);
+
+    free(ref_a);
+    free(ref_b);
+    free(out);
+    tg_free(&t);
+}
+
+/* ---- errors ------------------------------------------------------------------------------------ */
+static void test_step_errors(void)
+{
+    tgraph t;
+    build_llama(&t);
+    lm_run r;
+    lm_open(&r, &t, 4, 32);
+    float *out = ks_xmalloc(sizeof(float) * 8 * LM_VOCAB), *ref = ks_xmalloc(sizeof(float) * 3 * LM_VOCAB);
+    const char *why;
+    CHECK(krt_kv_seq_add(r.kv, 0, &why) == 0 && krt_kv_seq_reserve(r.kv, 0, 3, &why) == 0);
+    static const struct {
+        int n;               /* tokens */
+        int32_t tok[3];      /* ids */
+        int32_t pos[3];      /* positions */
+        int32_t seq[3];      /* sequences */
+        const char *want;    /* the message */
+    } cases[] = {
+        {2, {1, 2}, {0, 1}, {0, 3}, "llama: error: token 1: unknown sequence 3\n"},
+        {2, {1, 2}, {0, 1}, {0, -1}, "llama: error: token 1: unknown sequence -1\n"},
+        {1, {1}, {3}, {0}, "llama: error: token 0: position 3 of sequence 0 is beyond what the KV cache has reserved (3 positions)\n"},
+        {1, {1}, {-1}, {0}, "llama: error: token 0: negative position -1\n"},
+        {3, {1, 2, 3}, {1, 0, 1}, {0, 0, 0}, "llama: error: tokens 0 and 2 both write position 1 of sequence 0\n"},
+        {3, {1, 2, 50}, {0, 1, 2}, {0, 0, 0}, "llama: error: token 2: id 50 is out of range (the vocabulary has 50 ids)\n"},
+    };
+    /* The cache as it is before the failing steps. */
+    size_t layer_floats = 32 * 4 * LM_KV_HEADS * LM_HEAD_DIM;
+    float *before = ks_xmalloc(sizeof(float) * 4 * layer_floats);
+    for (int l = 0; l < LM_LAYERS; l++) {
+        memcpy(before + (2 * l) * layer_floats, krt_kv_k(r.kv, l), sizeof(float) * layer_floats);
+        memcpy(before + (2 * l + 1) * layer_floats, krt_kv_v(r.kv, l), sizeof(float) * layer_floats);
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        r.log.len = 0;
+        kir_step st = {cases[i].n, cases[i].tok, cases[i].pos, cases[i].seq};
+        CHECK(kir_interp_step(r.it, &st, out, &r.d) == -1);
+        CHECK_STR(ks_buf_cstr(&r.log), cases[i].want);
+    }
+    /* A failed step wrote nothing into the cache. */
+    for (int l = 0; l < LM_LAYERS; l++) {
+        CHECK(memcmp(before + (2 * l) * layer_floats, krt_kv_k(r.kv, l), sizeof(float) * layer_floats) == 0);
+        CHECK(memcmp(before + (2 * l + 1) * layer_floats, krt_kv_v(r.kv, l), sizeof(float) * layer_floats) == 0);
+    }
+    free(before);
+    /* And the interpreter goes on: the same tokens give the prefill's logits. */
+    static const int32_t tok[3] = {1, 2, 3}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
+    lm_prefill(&t, 3, tok, ref);
+    kir_step st = {3, tok, pos, seq};
+    CHECK(kir_interp_step(r.it, &st, out, &r.d) == 0);
+    check_same("after errors", out, ref, 3 * LM_VOCAB, 1e-5);
+    /* An empty step does nothing. */
+    kir_step empty = {0, NULL, NULL, NULL};
+    CHECK(kir_interp_step(r.it, &empty, NULL, &r.d) == 0);
+    lm_close(&r);
+    free(out);
+    free(ref);
+    tg_free(&t);
+}
+
+static void test_new_errors(void)
+{
+    tgraph t;
+    build_llama(&t);
+    ks_buf log = {0};
+    ks_diag d = {.log = &log, .quiet = 1};
+
+    /* No KV cache for a graph with attention; the message is at the first attention node. */
+    CHECK(kir_interp_new(t.g, t.w, NULL, &d) == NULL);
+    kir_val first_attn = 0;
+    while (t.g->nodes[first_attn].op != KIR_OP_ATTENTION) first_attn++;
+    char want[256];
+    snprintf(want, sizeof want, "test.kiln:%u:3: error: attention: the graph has attention but no KV cache was given\n",
+             (unsigned)first_attn + 1);
+    CHECK_STR(ks_buf_cstr(&log), want);
+
+    /* A cache laid out for another model. */
+    krt_kv_layer wrong[2] = {{LM_KV_HEADS, LM_HEAD_DIM, LM_HEAD_DIM}, {1, LM_HEAD_DIM, LM_HEAD_DIM}};
+    krt_kv_config cfg = {2, wrong, 4, 8, 1, 32, sizeof(float)};
+    krt_kv *kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
+    log.len = 0;
+    CHECK(kir_interp_new(t.g, t.w, kv, &d) == NULL);
+    kir_val second_attn = first_attn + 1;
+    while (t.g->nodes[second_attn].op != KIR_OP_ATTENTION) second_attn++;
+    snprintf(want, sizeof want,
+             "test.kiln:%u:3: error: attention: layer 1 needs 2 KV heads of 8 (K) and 8 (V) elements; "
+             "the KV cache has 1, 8 and 8\n",
+             (unsigned)second_attn + 1);
+    CHECK_STR(ks_buf_cstr(&log), want);
+    krt_kv_free(kv);
+
+    cfg.n_layers = 1;
+    kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
+    log.len = 0;
+    CHECK(kir_interp_new(t.g, t.w, kv, &d) == NULL);
+    snprintf(want, sizeof want, "test.kiln:%u:3: error: attention: layer 1 is not in the KV cache (it has 1 layers)\n",
+             (unsigned)second_attn + 1);
+    CHECK_STR(ks_buf_cstr(&log), want);
+    krt_kv_free(kv);
+
+    cfg.n_layers = 2;
+    wrong[1] = wrong[0];
+    cfg.elem_size = 2;
+    kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
+    log.len = 0;
+    CHECK(kir_interp_new(t.g, t.w, kv, &d) == NULL);
+    snprintf(want, sizeof want,
+             "test.kiln:%u:3: error: attention: the KV cache holds 2-byte elements; the interpreter needs f32 (4 bytes)\n",
+             (unsigned)first_attn + 1);
+    CHECK_STR(ks_buf_cstr(&log), want);
+    krt_kv_free(kv);
+
+    /* A weight without data. */
+    kir_val w5 = 0;
+    while (t.g->nodes[w5].op != KIR_OP_WEIGHT || strcmp(kir_get_str(t.g, w5, "name", ""), "w5") != 0) w5++;
+    const void *saved = t.w[w5];
+    t.w[w5] = NULL;
+    cfg.elem_size = sizeof(float);
+    kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
+    log.len = 0;
+    CHECK(kir_interp_new(t.g, t.w, kv, &d) == NULL);
+    snprintf(want, sizeof want, "test.kiln:%u:3: error: weight: 'w5' has no data\n", (unsigned)w5 + 1);
+    CHECK_STR(ks_buf_cstr(&log), want);
+    t.w[w5] = saved;
+    krt_kv_free(kv);
+
+    /* Attribute values the ops do not accept (the verifier checks kinds, not values). */
+    static const struct {
+        const char *key;   /* attribute of the first rope, or of the first attention when softcap */
+        double value;      /* its bad value */
+        const char *want;  /* message after "test.kiln:LINE:3: error: " */
+    } values[] = {
+        {"theta", 0.0, "rope: theta must be positive"},
+        {"factor", -2.0, "rope: scaling factor must be positive"},
+        {"high_freq_factor", 1.0,
+         "rope: llama3 scaling needs 0 < low_freq_factor < high_freq_factor and original_max_positions > 0"},
+        {"softcap", -1.0, "attention: softcap must not be negative"},
+    };
+    cfg.elem_size = sizeof(float);
+    kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        kir_op op = strcmp(values[i].key, "softcap") == 0 ? KIR_OP_ATTENTION : KIR_OP_ROPE;
+        kir_val at = 0;
+        while (t.g->nodes[at].op != op) at++;
+        double saved_value = kir_get_float(t.g, at, values[i].key, 0.0);
+        kir_set_float(t.g, at, values[i].key, values[i].value);
+        log.len = 0;
+        CHECK(kir_interp_new(t.g, t.w, kv, &d) == NULL);
+        snprintf(want, sizeof want, "test.kiln:%u:3: error: %s\n", (unsigned)at + 1, values[i].want);
+        CHECK_STR(ks_buf_cstr(&log), want);
+        kir_set_float(t.g, at, values[i].key, saved_value);
+    }
+    kir_interp *ok = kir_interp_new(t.g, t.w, kv, &d); /* all restored */
+    CHECK(ok != NULL);
+    kir_interp_free(ok);
+    krt_kv_free(kv);
+
+    /* A graph the verifier rejects is not run. */
+    kir_graph *g = kir_graph_new("broken");
+    kir_input(g, "tokens", kir_loc_make(g, NULL, 0, 0));
+    log.len = 0;
+    CHECK(kir_interp_new(g, NULL, NULL, &d) == NULL);
+    CHECK_STR(ks_buf_cstr(&log), "broken: error: graph has no output\n");
+    kir_graph_free(g);
+
+    /* An input the interpreter does not know. */
+    tgraph u;
+    tg_init(&u, "inputs");
+    float table[4] = {1, 2, 3, 4};
+    kir_val other = kir_input(u.g, "segments", tg_loc(&u));
+    tg_output(&u, tg_op2(&u, KIR_OP_EMBED, tg_weight2(&u, 2, 2, table), other));
+    log.len = 0;
+    CHECK(kir_interp_new(u.g, u.w, NULL, &d) == NULL);
+    CHECK_STR(ks_buf_cstr(&log), "test.kiln:1:3: error: input: 'segments' is neither tokens nor positions\n");
+    tg_free(&u);
+
+    ks_buf_free(&log);
+    tg_free(&t);
+}
+
+/* kir_kv_layers: one entry per layer number; a number no attention uses
+ * stores nothing. kir_output_row_elems: the output's row. */
+static void test_layout_queries(void)
+{
+    tgraph t;
+    tg_init(&t, "layout");
+    float *q = random_floats(2 * 4 * 6, 1.0f), *k = random_floats(2 * 2 * 6, 1.0f), *v = random_floats(2 * 2 * 5, 1.0f);
+    int64_t dq[3] = {KIR_DIM_T, 4, 6}, dk[3] = {KIR_DIM_T, 2, 6}, dv[3] = {KIR_DIM_T, 2, 5}, d20[2] = {KIR_DIM_T, 20};
+    kir_val qv = tg_activation(&t, 2, 3, dq, q), kv_ = tg_activation(&t, 2, 3, dk, k), vv = tg_activation(&t, 2, 3, dv, v);
+    kir_val a0 = tg_attention(&t, qv, kv_, vv, 0, 0.5, 0, 0.0);
+    kir_val a2 = tg_attention(&t, qv, kv_, kv_, 2, 0.5, 0, 0.0);
+    tg_output(&t, tg_op2(&t, KIR_OP_ADD, tg_reshape(&t, a0, 2, d20), tg_reshape(&t, tg_op1(&t, KIR_OP_RELU, a0), 2, d20)));
+    (void)a2;
+    int n;
+    krt_kv_layer *layers = kir_kv_layers(t.g, &n);
+    CHECK(n == 3);
+    CHECK(layers[0].kv_heads == 2 && layers[0].head_dim_k == 6 && layers[0].head_dim_v == 5);
+    CHECK(layers[1].kv_heads == 0 && layers[1].head_dim_k == 0 && layers[1].head_dim_v == 0);
+    CHECK(layers[2].kv_heads == 2 && layers[2].head_dim_k == 6 && layers[2].head_dim_v == 6);
+    CHECK(kir_output_row_elems(t.g) == 20);
+    /* The cache accepts the hole and the interpreter runs over it. */
+    krt_kv_config cfg = {n, layers, 4, 4, 1, 8, sizeof(float)};
+    ks_diag d = {0};
+    krt_kv *kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
+    CHECK(kv && krt_kv_k(kv, 1) == NULL);
+    const char *why;
+    CHECK(krt_kv_seq_add(kv, 0, &why) == 0 && krt_kv_seq_reserve(kv, 0, 2, &why) == 0);
+    kir_interp *it = kir_interp_new(t.g, t.w, kv, &d);
+    int32_t tok[2] = {0, 1}, pos[2] = {0, 1}, seq[2] = {0, 0};
+    kir_step st = {2, tok, pos, seq};
+    float out[40];
+    CHECK(it && kir_interp_step(it, &st, out, &d) == 0);
+    kir_interp_free(it);
+    krt_kv_free(kv);
+    free(layers);
+    free(q);
+    free(k);
+    free(v);
+    tg_free(&t);
+
+    /* No attention: no layers. */
+    tg_init(&t, "plain");
+    float table[4] = {1, 2, 3, 4};
+    tg_output(&t, tg_op2(&t, KIR_OP_EMBED, tg_weight2(&t, 2, 2, table), tg_tokens(&t)));
+    CHECK(kir_kv_layers(t.g, &n) == NULL && n == 0);
+    CHECK(kir_output_row_elems(t.g) == 2);
+    tg_free(&t);
+}
+
+int main(void)
+{
+    test_embed();
+    test_matmul();
+    test_binary();
+    test_unary();
+    test_norms();
+    test_views();
+    test_rope_scaling();
+    test_rope_halves_pairs();
+    test_attention();
+    test_kv_consistency();
+    test_step_errors();
+    test_new_errors();
+    test_layout_queries();
+    if (failures) {
+        fprintf(stderr, "%d checks failed\n", failures);
+        return 1;
+    }
+    printf("interp: all checks passed\n");
+    return 0;
+}
+
+/*
+ * The pinned RoPE values were computed with this numpy script (float32
+ * throughout, as torch does for HF's rope init functions):
+ *
+ *   import numpy as np, math
+ *   f32 = np.float32
+ *   def default_inv(theta, dim):
+ *       e = np.arange(0, dim, 2).astype(f32) / f32(dim)
+ *       return f32(1.0) / np.power(f32(theta), e)
+ *   def llama3(inv, factor, low, high, orig):
+ *       low_wl, high_wl = f32(orig / low), f32(orig / high)
+ *       wavelen = f32(2 * math.pi) / inv
+ *       inv_l = np.where(wavelen > low_wl, inv / f32(factor), inv)
+ *       smooth = (f32(orig) / wavelen - f32(low)) / f32(high - low)
+ *       smoothed = (f32(1) - smooth) * inv_l / f32(factor) + smooth * inv_l
+ *       med = ~(wavelen < high_wl) * ~(wavelen > low_wl)
+ *       return np.where(med, smoothed, inv_l).astype(f32)
+ *   inv = default_inv(500000.0, 16)
+ *   l3 = llama3(inv, 8.0, 1.0, 4.0, 8192)          # pin_llama3
+ *   lin = (inv / f32(4.0)).astype(f32)             # pin_linear4
+ *   for pos in (1, 77, 3000):
+ *       ang = (f32(pos) * l3).astype(f32)
+ *       cos = np.cos(ang.astype(np.float64)).astype(f32)   # pin_cos, likewise pin_sin
+ */

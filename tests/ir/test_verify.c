@@ -1,0 +1,171 @@
+/*
+ * test_verify.c — kir_verify's messages, exactly. Graphs come from IR text
+ * (which parses: the problems are for the verifier), or from text then
+ * edited in memory for what the text form cannot say.
+ */
+#include <stdlib.h>
+
+#include "ir_test.h"
+
+typedef struct verify_case {
+    const char *name; /* `what` given to kir_verify, and the file name to parse */
+    const char *text; /* IR text that parses */
+    int errors;       /* kir_verify's result */
+    const char *log;  /* every message it writes */
+} verify_case;
+
+static const verify_case cases[] = {
+    /* A wrong type is one error: its consumers are checked against the
+     * declared type. Nodes with a location are reported there. */
+    {"types.ir",
+     "kiln-ir 1\n"
+     "%0 : i32[T] = input() {name=\"tokens\"} @\"m.kiln\":1:1\n"
+     "%1 : f32[10,8] = weight() {name=\"embed\"} @\"m.kiln\":2:1\n"
+     "%2 : f32[T,8] = embed(%1, %0) @\"m.kiln\":3:5\n"
+     "%3 : f32[6,8] = weight() {name=\"w\"}\n"
+     "%4 : f32[T,8] = matmul(%2, %3) @\"m.kiln\":42:9\n"
+     "%5 : f32[T,8] = silu(%4)\n"
+     "%6 : f32[5,7] = weight() {name=\"w2\"}\n"
+     "%7 : f32[T,5] = matmul(%5, %6) @\"m.kiln\":44:9\n"
+     "%8 : f32[T] = input() {name=\"positions\"}\n"
+     "%9 : bf16[T,8] = output(%5) {name=\"logits\"}\n"
+     "%10 : i32[4] = weight() {name=\"ints\"}\n"
+     "%11 : f32[T,9223372036854775807,2] = silu(%5)\n"
+     "%12 : f32[T,8] = reshape(%11) {shape=[T,8]}\n",
+     6,
+     "m.kiln:42:9: error: node %4 (matmul): declared f32[T,8] but operands give f32[T,6]\n"
+     "m.kiln:44:9: error: node %7 (matmul): inner dimensions differ: f32[T,8] x f32[5,7]\n"
+     "types.ir: error: node %8 (input): declared f32[T] but its shape rule gives i32[T]\n"
+     "types.ir: error: node %9 (output): declared bf16[T,8] but operands give f32[T,8]\n"
+     "types.ir: error: node %10 (weight): weights must be f32, f16 or bf16\n"
+     "types.ir: error: node %11 (silu): dim 9223372036854775807 makes f32[T,9223372036854775807,2] too large "
+     "(more than 2^48 elements per token)\n"},
+
+    {"structure.ir",
+     "kiln-ir 1\n"
+     "%0 : i32[T] = input() {name=\"tokens\"}\n"
+     "%1 : f32[10,8] = weight() {name=\"embed\"}\n"
+     "%2 : f32[T,8] = embed(%1, %0)\n"
+     "%3 : f32[T,8] = add(%2)\n"
+     "%4 : f32[T,8] = add(%2, _)\n"
+     "%5 : f32[T,8] = layer_norm(%2, _, _, %2) {eps=1e-05}\n"
+     "%6 : f32[T,8] = rms_norm(%2, _)\n"
+     "%7 : f32[T,8] = rms_norm(%2) {eps=1}\n"
+     "%8 : f32[T,2,4] = reshape(%2) {shape=[T,2,4]}\n"
+     "%9 : f32[T,2,4] = rope(%8, %0) {theta=10000.0, style=\"interleaved\", rot_dim=4, scaling=\"yarn\", "
+     "factor=1.0, low_freq_factor=1.0, high_freq_factor=4.0}\n"
+     "%10 : f32[T,2,4] = attention(%8, %8, %8) {layer=0, scale=0.5, window=0, softcap=0.0}\n"
+     "%11 : f32[T,2,4] = attention(%8, %8, %8) {layer=0, scale=0.5, window=0, softcap=0.0}\n"
+     "%12 : f32[10,8] = weight() {name=\"embed\"}\n"
+     "%13 : i32[T] = input() {name=\"tokens\"}\n"
+     "%14 : f32[T,8] = output(%2) {name=\"logits\"}\n"
+     "%15 : f32[T,8] = output(%2) {name=\"logits\"}\n"
+     "%16 : f32[T,8] = scale(%2) {value=\"x\"}\n"
+     "%17 : f32[T,8] = slice(%2)\n"
+     "%18 : f32[T,8] = output(%2)\n"
+     "%19 : f32[T,2,4] = rope(%8, %0) {theta=10000.0, style=\"pairs\", rot_dim=4, scaling=\"llama3\", "
+     "factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_positions=8192, extra=\"ok\"}\n"
+     "%20 : f32[T,2,4] = attention(%8, %8, %8) {layer=1, scale=0.5, window=0, softcap=0}\n",
+     18,
+     "structure.ir: error: node %3 (add): takes 2 operands, has 1\n"
+     "structure.ir: error: node %4 (add): operand 2 is absent (_), but add needs it\n"
+     "structure.ir: error: node %5 (layer_norm): takes 1 to 3 operands, has 4\n"
+     "structure.ir: error: node %6 (rms_norm): missing attribute eps (a float)\n"
+     "structure.ir: error: node %7 (rms_norm): attribute eps is an int, not a float\n"
+     "structure.ir: error: node %9 (rope): attribute style is \"interleaved\", not \"halves\" or \"pairs\"\n"
+     "structure.ir: error: node %9 (rope): attribute scaling is \"yarn\", not \"none\", \"linear\" or \"llama3\"\n"
+     "structure.ir: error: node %9 (rope): missing attribute original_max_positions (an int)\n"
+     "structure.ir: error: node %16 (scale): attribute value is a string, not a float\n"
+     "structure.ir: error: node %17 (slice): missing attribute start (an int)\n"
+     "structure.ir: error: node %17 (slice): missing attribute end (an int)\n"
+     "structure.ir: error: node %18 (output): missing attribute name (a string)\n"
+     "structure.ir: error: node %20 (attention): attribute softcap is an int, not a float\n"
+     "structure.ir: error: node %11 (attention): layer 0 is used by node %10 too\n"
+     "structure.ir: error: node %12 (weight): weight name \"embed\" is used by node %1 too\n"
+     "structure.ir: error: node %13 (input): input name \"tokens\" is used by node %0 too\n"
+     "structure.ir: error: node %15 (output): a graph has one output, and node %14 is one already\n"
+     "structure.ir: error: node %18 (output): a graph has one output, and node %14 is one already\n"},
+
+    {"noout.ir",
+     "kiln-ir 1\n"
+     "%0 : i32[T] = input() {name=\"tokens\"} @\"m.kiln\":1:1\n",
+     1,
+     "noout.ir: error: graph has no output\n"},
+
+    {"clean.ir",
+     "kiln-ir 1\n"
+     "%0 : i32[T] = input() {name=\"tokens\"}\n"
+     "%1 : f16[10,8] = weight() {name=\"embed\"}\n"
+     "%2 : f32[T,8] = embed(%1, %0)\n"
+     "%3 : f32[8] = weight() {name=\"g\"}\n"
+     "%4 : f32[T,8] = layer_norm(%2, %3, _) {eps=1e-05}\n"
+     "%5 : f32[T,8] = output(%4) {name=\"logits\"}\n",
+     0, ""},
+};
+
+static kir_graph *parse_ok(const char *name, const char *text)
+{
+    ks_buf log = {0};
+    kir_graph *g = kt_parse(name, text, &log);
+    if (!g) {
+        fprintf(stderr, "%s: does not parse:\n%s", name, log.data);
+        kt_failures++;
+    }
+    ks_buf_free(&log);
+    return g;
+}
+
+static void run_case(const verify_case *c)
+{
+    kir_graph *g = parse_ok(c->name, c->text);
+    if (!g) return;
+    ks_buf log = {0};
+    ks_diag d = {.log = &log, .quiet = 1};
+    int errors = kir_verify(g, &d, c->name);
+    CHECK(errors == c->errors);
+    CHECK(d.errors == c->errors);
+    CHECK_TEXT(c->name, ks_buf_cstr(&log), c->log);
+    ks_buf_free(&log);
+    kir_graph_free(g);
+}
+
+/* What no text can say: operands later than their node, and malformed
+ * types. A node with a malformed type is one error; its consumers are not
+ * checked against it. */
+static void test_edited_in_memory(void)
+{
+    kir_graph *g = parse_ok("mem.ir",
+                            "kiln-ir 1\n"
+                            "%0 : i32[T] = input() {name=\"tokens\"}\n"
+                            "%1 : f32[10,8] = weight() {name=\"embed\"}\n"
+                            "%2 : f32[T,8] = embed(%1, %0)\n"
+                            "%3 : f32[T,8] = silu(%2) @\"m.kiln\":7:3\n"
+                            "%4 : f32[T,8] = add(%3, %2)\n"
+                            "%5 : f32[T,8] = silu(%4)\n"
+                            "%6 : f32[T,8] = silu(%5)\n"
+                            "%7 : f32[T,8] = output(%6) {name=\"logits\"}\n");
+    if (!g) return;
+    g->nodes[1].dims[0] = 0;      /* embed's consumers are skipped */
+    g->nodes[3].in[0] = 5;        /* later than the node */
+    g->nodes[4].in[1] = 99;       /* not a node at all */
+    g->nodes[5].dtype = (kir_dtype)9;
+    g->nodes[6].ndim = 5;
+    ks_buf log = {0};
+    ks_diag d = {.log = &log, .quiet = 1};
+    CHECK(kir_verify(g, &d, NULL) == 5);
+    CHECK_TEXT("in memory", ks_buf_cstr(&log),
+               "<ir>: error: node %1 (weight): bad dim 0 in f32[0,8]: a dim is a positive integer or T\n"
+               "m.kiln:7:3: error: node %3 (silu): operand 1 is %5, which is not defined before it\n"
+               "<ir>: error: node %4 (add): operand 2 is %99, which is not defined before it\n"
+               "<ir>: error: node %5 (silu): unknown dtype 9\n"
+               "<ir>: error: node %6 (silu): 5 dims (at most 4)\n");
+    ks_buf_free(&log);
+    kir_graph_free(g);
+}
+
+int main(void)
+{
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+    test_edited_in_memory();
+    return kt_finish("test_verify");
+}

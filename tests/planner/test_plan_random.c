@@ -1,0 +1,317 @@
+/*
+ * test_plan_random.c — a property test of the memory planner over random
+ * graphs built from transformer parts at realistic shapes: attention and
+ * MLP blocks (gated and plain), branches that rejoin, skips from far back,
+ * parallel blocks, slices and concats, views. For every graph:
+ *  - it verifies (kir_verify), so the shapes are real;
+ *  - kp_mem_plan_check accepts the plan;
+ *  - lower bound <= arena <= 1.05 x lower bound, and arena <= naive.
+ * Each graph's figures are printed; a failure names the seed that rebuilds it.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/plan_memory.h"
+#include "tests/planner/graph_build.h"
+
+enum { N_GRAPHS = 400, MAX_POOL = 4096 };
+
+/* A small deterministic generator (splitmix64). */
+typedef struct rng {
+    uint64_t s; /* state */
+} rng;
+
+static uint64_t next(rng *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static int below(rng *r, int n) { return (int)(next(r) % (uint64_t)n); }
+
+/* The model being generated. */
+typedef struct model {
+    tb_graph b;              /* the graph */
+    rng *r;                  /* randomness */
+    int64_t dim;             /* hidden size */
+    int64_t ffn;             /* MLP width */
+    int64_t heads;           /* query heads */
+    int64_t kv_heads;        /* key/value heads */
+    int64_t head_dim;        /* per head */
+    kir_val pos;             /* positions input, KIR_NONE when the model has no rope */
+    kir_val pool[MAX_POOL];  /* earlier [T,dim] values a block may read again */
+    int n_pool;              /* values in pool */
+} model;
+
+static void remember(model *m, kir_val v)
+{
+    if (m->n_pool < MAX_POOL) m->pool[m->n_pool++] = v;
+}
+
+/* An earlier [T,dim] value, mostly a recent one. */
+static kir_val older(model *m)
+{
+    int back = below(m->r, 4) == 0 ? below(m->r, m->n_pool) : below(m->r, m->n_pool < 3 ? m->n_pool : 3);
+    return m->pool[m->n_pool - 1 - back];
+}
+
+static kir_op random_activation(rng *r)
+{
+    static const kir_op acts[] = {KIR_OP_SILU, KIR_OP_GELU, KIR_OP_GELU_TANH, KIR_OP_RELU, KIR_OP_SCALE};
+    return acts[below(r, 5)];
+}
+
+static kir_val norm(model *m, kir_val x)
+{
+    return tb_norm(&m->b, below(m->r, 3) ? KIR_OP_RMS_NORM : KIR_OP_LAYER_NORM, x);
+}
+
+static kir_val attention(model *m, kir_val h)
+{
+    tb_graph *b = &m->b;
+    int64_t qd = m->heads * m->head_dim, kvd = m->kv_heads * m->head_dim;
+    kir_val q = tb_matmul(b, h, qd), k = tb_matmul(b, h, kvd), v = tb_matmul(b, h, kvd);
+    const int64_t qs[] = {KIR_DIM_T, m->heads, m->head_dim}, ks[] = {KIR_DIM_T, m->kv_heads, m->head_dim};
+    const int64_t flat[] = {KIR_DIM_T, qd};
+    q = tb_reshape(b, q, 3, qs);
+    k = tb_reshape(b, k, 3, ks);
+    v = tb_reshape(b, v, 3, ks);
+    if (m->pos != KIR_NONE) {
+        q = tb_rope(b, q, m->pos);
+        k = tb_rope(b, k, m->pos);
+    }
+    kir_val a = tb_attention(b, q, k, v);
+    a = tb_reshape(b, a, 2, flat);
+    return tb_matmul(b, a, m->dim);
+}
+
+static kir_val mlp(model *m, kir_val h)
+{
+    tb_graph *b = &m->b;
+    if (below(m->r, 2)) { /* gated: act(gate) * up */
+        kir_val g = tb_matmul(b, h, m->ffn), u = tb_matmul(b, h, m->ffn);
+        g = tb_unary(b, random_activation(m->r), g);
+        g = tb_binary(b, KIR_OP_MUL, g, u);
+        return tb_matmul(b, g, m->dim);
+    }
+    kir_val u = tb_matmul(b, h, m->ffn);
+    u = tb_unary(b, random_activation(m->r), u);
+    return tb_matmul(b, u, m->dim);
+}
+
+/* A short chain of [T,dim] -> [T,dim] steps. */
+static kir_val chain(model *m, kir_val x)
+{
+    int n = 1 + below(m->r, 3);
+    for (int i = 0; i < n; i++) {
+        switch (below(m->r, 4)) {
+        case 0: x = tb_matmul(&m->b, x, m->dim); break;
+        case 1: x = norm(m, x); break;
+        default: x = tb_unary(&m->b, random_activation(m->r), x); break;
+        }
+    }
+    return x;
+}
+
+/* One block: from the residual stream x to the next. */
+static kir_val block(model *m, kir_val x)
+{
+    tb_graph *b = &m->b;
+    static const kir_op joins[] = {KIR_OP_ADD, KIR_OP_SUB, KIR_OP_MUL};
+    switch (below(m->r, 9)) {
+    case 0:
+    case 1: return tb_binary(b, KIR_OP_ADD, x, attention(m, norm(m, x)));
+    case 2:
+    case 3: return tb_binary(b, KIR_OP_ADD, x, mlp(m, norm(m, x)));
+    case 4: { /* parallel attention and MLP over one norm (GPT-J) */
+        kir_val h = norm(m, x);
+        kir_val a = attention(m, h), f = mlp(m, h);
+        return tb_binary(b, KIR_OP_ADD, tb_binary(b, KIR_OP_ADD, x, a), f);
+    }
+    case 5: { /* two branches that rejoin */
+        kir_val l = chain(m, x), r = chain(m, x);
+        return tb_binary(b, joins[below(m->r, 3)], l, r);
+    }
+    case 6: /* a skip from further back */
+        return tb_binary(b, KIR_OP_ADD, x, older(m));
+    case 7: { /* a slice, projected back */
+        int64_t half = m->dim / 2;
+        int64_t s = below(m->r, 2) ? 0 : half;
+        kir_val p = tb_matmul(b, tb_slice(b, x, s, s + half), m->dim);
+        return tb_binary(b, KIR_OP_ADD, x, p);
+    }
+    default: { /* a concat with an older value, projected back */
+        kir_val parts[2] = {x, older(m)};
+        kir_val c = tb_concat(b, 2, parts);
+        if (below(m->r, 2)) {
+            const int64_t s3[] = {KIR_DIM_T, 2, m->dim};
+            const int64_t s2[] = {KIR_DIM_T, 2 * m->dim};
+            c = tb_reshape(b, tb_reshape(b, c, 3, s3), 2, s2);
+        }
+        return tb_binary(b, KIR_OP_ADD, tb_matmul(b, c, m->dim), x);
+    }
+    }
+}
+
+/* A value of any of the model's widths, mostly a recent one. */
+typedef struct dag {
+    kir_val v[MAX_POOL]; /* [T,w] values, all widths */
+    int n;               /* values */
+} dag;
+
+static kir_val pick_value(model *m, const dag *d)
+{
+    int back = below(m->r, 3) == 0 ? below(m->r, d->n) : below(m->r, d->n < 4 ? d->n : 4);
+    return d->v[d->n - 1 - back];
+}
+
+static int64_t width_of(model *m, kir_val v) { return kir_node_at(m->b.g, v)->dims[1]; }
+
+/* An earlier value of width w, or KIR_NONE. */
+static kir_val pick_width(model *m, const dag *d, int64_t w)
+{
+    int start = below(m->r, d->n);
+    for (int i = 0; i < d->n; i++) {
+        kir_val v = d->v[(start + d->n - i) % d->n];
+        if (width_of(m, v) == w) return v;
+    }
+    return KIR_NONE;
+}
+
+/* A random DAG of [T,w] values over widths dim/2, dim, 2 dim and ffn: each
+ * node reads values picked anywhere before it, so lifetimes cross freely. */
+static kir_val random_dag(model *m, kir_val x, int n_nodes)
+{
+    tb_graph *b = &m->b;
+    dag d = {.n = 0};
+    d.v[d.n++] = x;
+    const int64_t widths[] = {m->dim / 2, m->dim, 2 * m->dim, m->ffn};
+    for (int i = 0; i < n_nodes && d.n < MAX_POOL; i++) {
+        kir_val a = pick_value(m, &d), v;
+        int64_t w = width_of(m, a);
+        switch (below(m->r, 8)) {
+        case 0:
+        case 1: v = tb_matmul(b, a, widths[below(m->r, 4)]); break;
+        case 2: v = tb_unary(b, random_activation(m->r), a); break;
+        case 3: v = norm(m, a); break;
+        case 4:
+        case 5: {
+            kir_val o = pick_width(m, &d, w);
+            v = tb_binary(b, below(m->r, 2) ? KIR_OP_ADD : KIR_OP_MUL, a, o);
+            break;
+        }
+        case 6: v = w >= 2 ? tb_slice(b, a, 0, w / 2) : tb_unary(b, KIR_OP_RELU, a); break;
+        default: {
+            kir_val parts[2] = {a, pick_value(m, &d)};
+            v = tb_concat(b, 2, parts);
+            if (width_of(m, v) % 2 == 0 && below(m->r, 2)) {
+                const int64_t s3[] = {KIR_DIM_T, 2, width_of(m, v) / 2}, s2[] = {KIR_DIM_T, width_of(m, v)};
+                v = tb_reshape(b, tb_reshape(b, v, 3, s3), 2, s2);
+            }
+            break;
+        }
+        }
+        d.v[d.n++] = v;
+    }
+    /* back to [T,dim], reading the last few values */
+    kir_val y = d.v[d.n - 1];
+    if (width_of(m, y) != m->dim) y = tb_matmul(b, y, m->dim);
+    return tb_binary(b, KIR_OP_ADD, y, x);
+}
+
+static const int64_t token_counts[] = {1, 7, 16, 64, 128, 512};
+
+/* Build random graph number `seed`; *max_tokens receives its step size. */
+static kir_graph *build(uint64_t seed, int64_t *max_tokens)
+{
+    rng r = {seed * 0x2545f4914f6cdd1dull + 1};
+    model m = {.r = &r};
+    static const int64_t dims[] = {64, 96, 128, 256, 512};
+    static const int64_t head_dims[] = {16, 32};
+    static const int64_t vocabs[] = {128, 256, 1000, 4096, 32000};
+    tb_init(&m.b, "random");
+    m.dim = dims[below(&r, 5)];
+    m.head_dim = head_dims[below(&r, 2)];
+    m.heads = m.dim / m.head_dim;
+    int64_t kv_options[] = {1, m.heads % 2 == 0 ? 2 : 1, m.heads};
+    m.kv_heads = kv_options[below(&r, 3)];
+    int64_t ffn_mult[] = {2, 3, 4};
+    m.ffn = below(&r, 4) == 0 ? (m.dim * 8 / 3 + 31) / 32 * 32 : m.dim * ffn_mult[below(&r, 3)];
+    *max_tokens = token_counts[below(&r, 6)];
+
+    kir_val tok = tb_input(&m.b, "tokens");
+    m.pos = below(&r, 4) ? tb_input(&m.b, "positions") : KIR_NONE;
+    kir_val x = tb_embed(&m.b, tok, vocabs[below(&r, 5)], m.dim);
+    remember(&m, x);
+    int n_blocks = 1 + below(&r, 12);
+    int dag_nodes = seed % 2 == 0 ? 10 + below(&r, 150) : 0; /* even seeds: random DAGs */
+    for (int i = 0; i < n_blocks; i++) {
+        x = dag_nodes ? random_dag(&m, x, dag_nodes / n_blocks + 1) : block(&m, x);
+        remember(&m, x);
+    }
+    x = norm(&m, x);
+    if (below(&r, 4)) x = tb_matmul(&m.b, x, vocabs[below(&r, 5)]);
+    tb_output(&m.b, x);
+    tb_verify(&m.b);
+    return m.b.g;
+}
+
+int main(void)
+{
+    /* KILN_PLANNER_GRAPHS=N runs graphs 1..N; KILN_PLANNER_SEED=S runs graph S alone */
+    const char *env = getenv("KILN_PLANNER_GRAPHS"), *one = getenv("KILN_PLANNER_SEED");
+    uint64_t n_graphs = env && atoi(env) > 0 ? (uint64_t)atoi(env) : N_GRAPHS, first = 1;
+    if (one && atoi(one) > 0) first = n_graphs = (uint64_t)atoi(one);
+    int failures = 0, at_bound = 0;
+    double worst = 1.0, sum = 0.0;
+    uint64_t worst_seed = 0;
+    printf("%5s %6s %8s %12s %12s %12s %7s  %s\n", "seed", "nodes", "tokens", "arena", "bound", "naive", "ratio",
+           "strategy");
+    for (uint64_t seed = first; seed <= n_graphs; seed++) {
+        int64_t max_tokens = 0;
+        kir_graph *g = build(seed, &max_tokens);
+        ks_buf log = {0};
+        ks_diag d = {.log = &log, .quiet = 1};
+        kp_mem_plan p;
+        if (kp_plan_memory(g, max_tokens, &p, &d) != 0) {
+            fprintf(stderr, "seed %" PRIu64 ": FAILED: planning: %s", seed, ks_buf_cstr(&log));
+            failures++;
+            ks_buf_free(&log);
+            kir_graph_free(g);
+            continue;
+        }
+        ks_buf_free(&log);
+        double ratio = (double)p.arena_bytes / (double)p.lower_bound_bytes;
+        printf("%5" PRIu64 " %6zu %8" PRId64 " %12" PRIu64 " %12" PRIu64 " %12" PRIu64 " %7.4f  %s\n", seed,
+               g->n_nodes, max_tokens, p.arena_bytes, p.lower_bound_bytes, p.naive_bytes, ratio, p.strategy);
+        ks_buf why = {0};
+        if (kp_mem_plan_check(g, &p, &why) != 0) {
+            fprintf(stderr, "seed %" PRIu64 ": FAILED: plan check: %s\n", seed, ks_buf_cstr(&why));
+            failures++;
+        }
+        ks_buf_free(&why);
+        /* arena <= 1.05 x bound, in integers */
+        if (p.arena_bytes < p.lower_bound_bytes || p.arena_bytes * 100 > p.lower_bound_bytes * 105 ||
+            p.arena_bytes > p.naive_bytes) {
+            fprintf(stderr,
+                    "seed %" PRIu64 ": FAILED: arena %" PRIu64 " outside [bound %" PRIu64 ", 1.05 x bound] or over naive %" PRIu64 "\n",
+                    seed, p.arena_bytes, p.lower_bound_bytes, p.naive_bytes);
+            failures++;
+        }
+        if (ratio > worst) worst = ratio, worst_seed = seed;
+        at_bound += p.arena_bytes == p.lower_bound_bytes;
+        sum += ratio;
+        kp_mem_plan_free(&p);
+        kir_graph_free(g);
+    }
+    printf("%" PRIu64 " graphs: %d at the lower bound, mean arena/bound %.4f, worst %.4f (seed %" PRIu64 ")\n",
+           n_graphs - first + 1, at_bound, sum / (double)(n_graphs - first + 1), worst, worst_seed);
+    if (failures) {
+        fprintf(stderr, "%d failure(s)\n", failures);
+        return 1;
+    }
+    return 0;
+}
