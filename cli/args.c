@@ -34,6 +34,15 @@ int kc_parse_args(int argc, char **argv, const kc_option *opts, const char **pos
                     fprintf(stderr, "kiln %s: error: option '%s' needs a value\n", argv[0], a);
                     return -1;
                 }
+                if (o->takes_value == KC_REPEAT) {
+                    if (*o->count >= KC_MAX_REPEAT) {
+                        fprintf(stderr, "kiln %s: error: option '%s' given more than %d times\n", argv[0], a,
+                                KC_MAX_REPEAT);
+                        return -1;
+                    }
+                    o->value[(*o->count)++] = argv[++i];
+                    continue;
+                }
                 *o->value = argv[++i];
             } else {
                 *o->value = "1";

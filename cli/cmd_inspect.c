@@ -15,7 +15,7 @@ static const char inspect_help[] =
 
 int kc_cmd_inspect(int argc, char **argv)
 {
-    kc_option opts[] = {{NULL, 0, NULL}};
+    kc_option opts[] = {{NULL, 0, NULL, NULL}};
     const char *pos[1];
     int npos = 0;
     int rc = kc_parse_args(argc, argv, opts, pos, 1, &npos, inspect_help);

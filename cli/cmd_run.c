@@ -1,29 +1,47 @@
-/* cmd_run.c — `kiln run`: logits for given ids, then greedy generation. */
+/* cmd_run.c — `kiln run`: text in, text streamed out; or ids in, logits out. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/commands.h"
+#include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "runtime/tokenizer.h"
 
 static const char run_help[] =
-    "usage: kiln run ENGINE --ids ID,ID,... [-n N] [--logits-out FILE]\n"
+    "usage: kiln run ENGINE (--prompt TEXT | --ids ID,ID,...) [-n N] [sampling options]\n"
+    "                [--logits-out FILE]\n"
     "\n"
-    "Run the ids as one sequence (one step), write the logits of every input\n"
-    "position, then generate N tokens greedily through the KV cache and print\n"
-    "their ids on standard output, separated by spaces.\n"
+    "Run a prompt as one sequence: print the prompt, then stream the generated\n"
+    "text to standard output as it comes. Statistics (prompt tokens, generated\n"
+    "tokens, time to first token, tokens/s) go to standard error. With --ids the\n"
+    "prompt is token ids and the generated ids are printed, separated by spaces.\n"
+    "Generation ends after N tokens, at the model's end-of-sequence token, at a\n"
+    "stop string, or at the end of the context.\n"
     "\n"
-    "  --ids LIST          comma-separated token ids (the prompt)\n"
-    "  -n N                tokens to generate (default 0)\n"
-    "  --logits-out FILE   float32 little-endian logits [len(ids), vocab]\n";
+    "  --prompt TEXT              text prompt (BOS added as the model's tokenizer does)\n"
+    "  --ids LIST                 comma-separated token ids instead of text\n"
+    "  -n N                       tokens to generate at most (default 128 with --prompt, 0 with --ids)\n"
+    "  --temperature T            0: greedy (default 0)\n"
+    "  --top-k K                  keep the K most likely tokens (default 0: all)\n"
+    "  --top-p P                  nucleus sampling (default 1: all)\n"
+    "  --repetition-penalty R     > 1 discourages repeats (default 1: off)\n"
+    "  --seed S                   sampling seed (default 0): same seed, same output\n"
+    "  --stop TEXT                stop when the output ends with TEXT (may repeat)\n"
+    "  --logits-out FILE          float32 little-endian logits [prompt tokens, vocab]\n";
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 /* Parse "1,5,9" into ids; reports the place of a bad entry. */
-static int parse_ids(const char *s, int32_t **out, int *n)
+static int parse_ids(const char *s, krt_tok_ids *out)
 {
-    size_t cap = 16;
-    int32_t *ids = malloc(cap * sizeof *ids);
-    *n = 0;
     const char *p = s;
     for (;;) {
         char *end;
@@ -31,85 +49,264 @@ static int parse_ids(const char *s, int32_t **out, int *n)
         long v = strtol(p, &end, 10);
         if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
             fprintf(stderr, "kiln run: error: --ids: bad token id at character %d of '%s'\n", (int)(p - s) + 1, s);
-            free(ids);
             return -1;
         }
-        if ((size_t)*n == cap) {
-            cap *= 2;
-            ids = realloc(ids, cap * sizeof *ids);
-            if (!ids) return -1;
-        }
-        ids[(*n)++] = (int32_t)v;
-        if (!*end) break;
+        KS_GROW(out->ids, out->len + 1, out->cap, (size_t)1 << 30, "token ids");
+        out->ids[out->len++] = (int32_t)v;
+        if (!*end) return 0;
         p = end + 1;
     }
-    *out = ids;
+}
+
+static int parse_number(const char *opt, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "kiln run: error: %s: '%s' is not a number in [%g, %g]\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
     return 0;
+}
+
+/* The engine's tokenizer with the model's BOS/EOS, or NULL after reporting. */
+static krt_tok *engine_tokenizer(const krt_engine *e, ks_diag *d)
+{
+    if (!e->tokenizer) {
+        ks_error(d, e->path, "the engine holds no tokenizer; rebuild it with --tokenizer FILE, or use --ids");
+        return NULL;
+    }
+    krt_tok *t = krt_tok_load_memory(d, e->path, e->tokenizer, e->tokenizer_len, (krt_tok_kind)e->tokenizer_kind);
+    if (t)
+        krt_tok_set_bos_eos(t, (int32_t)krt_engine_param_int(e, "bos_token_id", -1),
+                            (int32_t)krt_engine_param_int(e, "eos_token_id", -1));
+    return t;
+}
+
+typedef struct run_opts {
+    long n_new;                     /* tokens to generate at most */
+    krt_sampler_config sampling;    /* sampler settings */
+    const char *stops[KC_MAX_REPEAT]; /* stop strings */
+    int n_stops;                    /* how many */
+    const char *logits_out;         /* file for the prompt's logits, or NULL */
+    int text;                       /* 1: --prompt (stream text), 0: --ids (print ids) */
+} run_opts;
+
+/* Generate from prompt ids; streams text (or ids) to stdout. */
+static int generate(krt_session *s, krt_tok *tok, const krt_tok_ids *prompt, const run_opts *o, ks_diag *d)
+{
+    int64_t vocab = krt_session_vocab(s);
+    int ctx = krt_session_max_context(s);
+    int n = (int)prompt->len;
+    if (n > ctx) {
+        ks_error(d, "kiln", "the prompt has %d tokens, more than the context of %d", n, ctx);
+        return -1;
+    }
+    long n_new = o->n_new;
+    if (n + n_new > ctx) {
+        fprintf(stderr, "kiln: note: generating %ld tokens, not %ld: the context holds %d\n", (long)(ctx - n), n_new,
+                ctx);
+        n_new = ctx - n;
+    }
+    krt_sampler *smp = krt_sampler_new(d, &o->sampling, (int32_t)vocab);
+    if (!smp) return -1;
+    for (int i = 0; i < n; i++) krt_sampler_accept(smp, prompt->ids[i]);
+    krt_tok_stream *stream = tok ? krt_tok_stream_new(tok, KRT_TOK_SKIP_SPECIAL) : NULL;
+    ks_buf text = {0};  /* everything streamed, for stop strings */
+    size_t printed = 0; /* bytes of text written to stdout */
+    if (stream) {
+        for (int i = 0; i < n; i++) krt_tok_stream_push(stream, prompt->ids[i], &text);
+        fwrite(text.data, 1, text.len, stdout);
+        printed = text.len;
+        fflush(stdout);
+    }
+    size_t prompt_text = text.len;
+    float *logits = ks_xmalloc(sizeof(float) * (size_t)vocab * (size_t)n);
+    int32_t *seq = ks_xcalloc((size_t)n, sizeof *seq);
+    double t0 = now_seconds(), t_first = 0;
+    int rc = krt_session_step(s, n, prompt->ids, seq, logits, d);
+    long generated = 0;
+    if (rc == 0 && o->logits_out) {
+        ks_outfile f;
+        if (ks_outfile_open(d, &f, o->logits_out) == 0) {
+            fwrite(logits, sizeof(float), (size_t)vocab * (size_t)n, f.f);
+            rc = ks_outfile_commit(d, &f);
+        } else {
+            rc = -1;
+        }
+    }
+    const float *last = logits + (size_t)(n - 1) * (size_t)vocab;
+    int stopped = 0;
+    while (rc == 0 && generated < n_new && !stopped) {
+        int32_t next = krt_sampler_sample(smp, last);
+        if (generated == 0) t_first = now_seconds();
+        if (next < 0 || krt_sampler_is_stop_id(smp, next)) break;
+        generated++;
+        if (stream) {
+            krt_tok_stream_push(stream, next, &text);
+            size_t at = 0;
+            if (o->n_stops && krt_sampler_stop_find(o->stops, (size_t)o->n_stops, text.data + prompt_text,
+                                                    text.len - prompt_text, 0, &at) == 0) {
+                text.len = prompt_text + at; /* the stop string itself is not printed */
+                stopped = 1;
+            }
+            size_t hold = stopped ? 0 : krt_sampler_stop_holdback(o->stops, (size_t)o->n_stops,
+                                                                  text.data + prompt_text, text.len - prompt_text);
+            if (text.len - hold > printed) {
+                fwrite(text.data + printed, 1, text.len - hold - printed, stdout);
+                printed = text.len - hold;
+                fflush(stdout);
+            }
+        } else {
+            printf("%s%d", generated > 1 ? " " : "", next);
+            fflush(stdout);
+        }
+        if (stopped || generated == n_new) break;
+        int32_t zero = 0;
+        rc = krt_session_step(s, 1, &next, &zero, logits, d);
+        last = logits;
+    }
+    if (stream && !stopped) {
+        krt_tok_stream_flush(stream, &text);
+        if (text.len > printed) fwrite(text.data + printed, 1, text.len - printed, stdout);
+    }
+    if (stream || generated) printf("\n");
+    fflush(stdout);
+    double t_end = now_seconds();
+    if (rc == 0) {
+        double ttft = generated ? t_first - t0 : t_end - t0;
+        double rate = generated > 1 && t_end > t_first ? (double)(generated - 1) / (t_end - t_first) : 0;
+        fprintf(stderr, "kiln: prompt tokens %d, generated tokens %ld, time to first token %.1f ms, %.1f tokens/s\n",
+                n, generated, ttft * 1e3, rate);
+    }
+    free(logits);
+    free(seq);
+    ks_buf_free(&text);
+    krt_tok_stream_free(stream);
+    krt_sampler_free(smp);
+    return rc;
 }
 
 int kc_cmd_run(int argc, char **argv)
 {
-    const char *ids_arg = NULL, *n_arg = NULL, *logits_out = NULL;
+    const char *ids_arg = NULL, *prompt_arg = NULL, *n_arg = NULL, *temp = NULL, *top_k = NULL, *top_p = NULL,
+               *rep = NULL, *seed = NULL;
+    run_opts o = {.sampling = krt_sampler_defaults()};
     kc_option opts[] = {
-        {"--ids", 1, &ids_arg}, {"-n", 1, &n_arg}, {"--logits-out", 1, &logits_out}, {NULL, 0, NULL},
+        {"--ids", 1, &ids_arg, NULL},
+        {"--prompt", 1, &prompt_arg, NULL},
+        {"-n", 1, &n_arg, NULL},
+        {"--logits-out", 1, &o.logits_out, NULL},
+        {"--temperature", 1, &temp, NULL},
+        {"--top-k", 1, &top_k, NULL},
+        {"--top-p", 1, &top_p, NULL},
+        {"--repetition-penalty", 1, &rep, NULL},
+        {"--seed", 1, &seed, NULL},
+        {"--stop", KC_REPEAT, o.stops, &o.n_stops},
+        {NULL, 0, NULL, NULL},
     };
     const char *pos[1];
     int npos = 0;
     int rc = kc_parse_args(argc, argv, opts, pos, 1, &npos, run_help);
     if (rc) return rc < 0 ? 2 : 0;
-    if (npos != 1 || !ids_arg) {
-        fprintf(stderr, "kiln run: error: needs an engine and --ids (see 'kiln run --help')\n");
+    if (npos != 1 || !!ids_arg == !!prompt_arg) {
+        fprintf(stderr, "kiln run: error: needs an engine and one of --prompt or --ids (see 'kiln run --help')\n");
         return 2;
     }
-    long n_new = 0;
+    o.text = prompt_arg != NULL;
+    double v;
+    o.n_new = o.text ? 128 : 0;
     if (n_arg) {
-        char *end;
-        n_new = strtol(n_arg, &end, 10);
-        if (*end || n_new < 0 || n_new > 1000000) {
-            fprintf(stderr, "kiln run: error: -n: '%s' is not a token count\n", n_arg);
-            return 2;
-        }
+        if (parse_number("-n", n_arg, 0, 1e7, &v)) return 2;
+        o.n_new = (long)v;
     }
-    int32_t *ids = NULL;
-    int n_ids = 0;
-    if (parse_ids(ids_arg, &ids, &n_ids)) return 2;
+    o.sampling.temperature = 0;
+    if (temp) {
+        if (parse_number("--temperature", temp, 0, 100, &v)) return 2;
+        o.sampling.temperature = (float)v;
+    }
+    if (top_k) {
+        if (parse_number("--top-k", top_k, 0, 1e9, &v)) return 2;
+        o.sampling.top_k = (int32_t)v;
+    }
+    if (top_p) {
+        if (parse_number("--top-p", top_p, 0, 1, &v)) return 2;
+        o.sampling.top_p = (float)v;
+    }
+    if (rep) {
+        if (parse_number("--repetition-penalty", rep, 0.01, 100, &v)) return 2;
+        o.sampling.repetition_penalty = (float)v;
+    }
+    if (seed) {
+        if (parse_number("--seed", seed, 0, 1.8e19, &v)) return 2;
+        o.sampling.seed = (uint64_t)v;
+    }
+    krt_tok_ids ids = {0};
+    if (ids_arg && parse_ids(ids_arg, &ids)) {
+        krt_tok_ids_free(&ids);
+        return 2;
+    }
 
     ks_diag d = {0};
     krt_engine *e = krt_engine_open(pos[0], &d);
-    krt_session *s = e ? krt_session_new(e, NULL, &d) : NULL;
-    float *logits = NULL;
-    if (s && n_ids + n_new > krt_session_max_context(s)) {
-        ks_error(&d, pos[0], "%d prompt tokens and %ld new ones exceed the context of %d", n_ids, n_new,
-                 krt_session_max_context(s));
-    }
-    if (s && !d.errors && krt_session_seq_add(s, 0, &d) == 0) {
-        int64_t vocab = krt_session_vocab(s);
-        logits = malloc(sizeof(float) * (size_t)vocab * (size_t)n_ids);
-        int32_t *seq = calloc((size_t)n_ids, sizeof *seq);
-        if (krt_session_step(s, n_ids, ids, seq, logits, &d) == 0) {
-            if (logits_out) {
-                ks_outfile f;
-                if (ks_outfile_open(&d, &f, logits_out) == 0) {
-                    fwrite(logits, sizeof(float), (size_t)vocab * (size_t)n_ids, f.f);
-                    ks_outfile_commit(&d, &f);
-                }
+    krt_tok *tok = e && o.text ? engine_tokenizer(e, &d) : NULL;
+    krt_session *s = e && !d.errors ? krt_session_new(e, NULL, &d) : NULL;
+    if (s && o.text) {
+        krt_tok_encode(tok, prompt_arg, strlen(prompt_arg), KRT_TOK_ADD_SPECIAL, &ids, &d);
+        int32_t bos = krt_tok_bos(tok);
+        if (!d.errors && ids.len == 0) {
+            if (bos >= 0) {
+                KS_GROW(ids.ids, 1, ids.cap, 1, "token ids");
+                ids.ids[ids.len++] = bos;
+            } else {
+                ks_error(&d, "kiln", "the prompt is empty and the model has no BOS token to start from");
             }
-            int32_t next = krt_argmax(logits + (size_t)(n_ids - 1) * (size_t)vocab, vocab);
-            for (long i = 0; i < n_new && !d.errors; i++) {
-                printf("%s%d", i ? " " : "", next);
-                fflush(stdout);
-                if (i + 1 == n_new) break;
-                int32_t zero = 0;
-                if (krt_session_step(s, 1, &next, &zero, logits, &d) != 0) break;
-                next = krt_argmax(logits, vocab);
-            }
-            if (n_new) printf("\n");
         }
-        free(seq);
     }
-    free(logits);
-    free(ids);
+    int32_t eos = (int32_t)(e ? krt_engine_param_int(e, "eos_token_id", -1) : -1);
+    if (eos >= 0) {
+        o.sampling.stop_ids = &eos;
+        o.sampling.n_stop_ids = 1;
+    }
+    if (s && !d.errors && krt_session_seq_add(s, 0, &d) == 0) generate(s, tok, &ids, &o, &d);
+    krt_tok_ids_free(&ids);
     krt_session_free(s);
+    krt_tok_free(tok);
+    krt_engine_close(e);
+    return d.errors ? 1 : 0;
+}
+
+static const char tokenize_help[] =
+    "usage: kiln tokenize ENGINE --prompt TEXT [--no-special]\n"
+    "\n"
+    "Print the token ids the engine's tokenizer gives TEXT (with BOS and other\n"
+    "special tokens as the model expects, unless --no-special), separated by\n"
+    "spaces.\n";
+
+int kc_cmd_tokenize(int argc, char **argv)
+{
+    const char *prompt = NULL, *plain = NULL;
+    kc_option opts[] = {{"--prompt", 1, &prompt, NULL}, {"--no-special", 0, &plain, NULL}, {NULL, 0, NULL, NULL}};
+    const char *pos[1];
+    int npos = 0;
+    int rc = kc_parse_args(argc, argv, opts, pos, 1, &npos, tokenize_help);
+    if (rc) return rc < 0 ? 2 : 0;
+    if (npos != 1 || !prompt) {
+        fprintf(stderr, "kiln tokenize: error: needs an engine and --prompt (see 'kiln tokenize --help')\n");
+        return 2;
+    }
+    ks_diag d = {0};
+    krt_engine *e = krt_engine_open(pos[0], &d);
+    krt_tok *tok = e ? engine_tokenizer(e, &d) : NULL;
+    krt_tok_ids ids = {0};
+    if (tok && krt_tok_encode(tok, prompt, strlen(prompt), plain ? 0 : KRT_TOK_ADD_SPECIAL, &ids, &d) == 0) {
+        for (size_t i = 0; i < ids.len; i++) printf("%s%d", i ? " " : "", ids.ids[i]);
+        printf("\n");
+    }
+    krt_tok_ids_free(&ids);
+    krt_tok_free(tok);
     krt_engine_close(e);
     return d.errors ? 1 : 0;
 }

@@ -16,13 +16,18 @@ int kc_cmd_build(int argc, char **argv);
 int kc_cmd_ir(int argc, char **argv);
 int kc_cmd_inspect(int argc, char **argv);
 int kc_cmd_run(int argc, char **argv);
+int kc_cmd_tokenize(int argc, char **argv);
 
 /* One option a command accepts. */
 typedef struct kc_option {
     const char *name;    /* "--weights"; a short alias after '|' is allowed: "-o|--output" */
-    int takes_value;     /* 1: the next argument is its value */
-    const char **value;  /* where the value goes (or "1" for a flag) */
+    int takes_value;     /* 1: the next argument is its value; KC_REPEAT: it may come again */
+    const char **value;  /* where the value goes (or "1" for a flag); for KC_REPEAT an
+                            array of KC_MAX_REPEAT, filled in order */
+    int *count;          /* KC_REPEAT: how many values were given */
 } kc_option;
+
+enum { KC_REPEAT = 2, KC_MAX_REPEAT = 16 };
 
 /* Parse argv against opts; the non-option arguments go to positional (at
  * most max_pos). Prints `kiln CMD: error: ...` and returns -1 on a bad

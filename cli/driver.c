@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "runtime/engine.h"
+#include "cli/synthetic.h"
+#include "runtime/tokenizer.h"
 
 #define KILN_VERSION "0.1.0"
 
@@ -59,11 +61,34 @@ static int load_config(kd_model *m, const char *path, ks_diag *d)
     return 0;
 }
 
+/* A llama2.c checkpoint (.bin): its header is the config. */
+static int load_llama2c(kd_model *m, const char *path, ks_diag *d)
+{
+    m->ckpt = kf_checkpoint_open_llama2c(d, path, &m->config);
+    if (!m->ckpt) return -1;
+    m->config_path = ks_xstrdup(path);
+    return pick_builtin(m, "llama2c", d);
+}
+
 int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d)
 {
     memset(m, 0, sizeof *m);
+    if (in->synthetic) {
+        /* weights come from kd_synthetic_weight, so no checkpoint */
+        m->config_path = ks_xstrdup("<default model config>");
+        m->config = cJSON_Parse(kd_synthetic_config);
+        KS_ASSERT(m->config);
+        if (pick_builtin(m, "llama", d)) return -1;
+        m->model = kf_compile(&m->kiln, m->config, m->config_path, NULL, d);
+        return m->model ? 0 : -1;
+    }
     const char *weights = in->weights;
     int input_is_kiln = ends_with(in->input, ".kiln");
+    if (!input_is_kiln && ends_with(in->input, ".bin") && ks_file_exists(in->input)) {
+        if (load_llama2c(m, in->input, d)) return -1;
+        m->model = kf_compile(&m->kiln, m->config, m->config_path, m->ckpt, d);
+        return m->model ? 0 : -1;
+    }
     if (!input_is_kiln) {
         if (!ks_is_dir(in->input)) {
             ks_error(d, in->input, "not a .kiln file or a checkpoint folder");
@@ -137,9 +162,56 @@ static int fill_weight(void *ctx, kir_val node, void *dst, size_t nbytes, ks_dia
     KS_ASSERT(b);
     const kir_node *n = kir_node_at(f->m->model->graph, node);
     KS_ASSERT(n->dtype == KIR_F32 && nbytes == (size_t)kir_elems(n, 1) * 4);
+    if (!f->m->ckpt) {
+        kd_synthetic_weight(kir_get_str(f->m->model->graph, node, "name", ""), dst, n->ndim, n->dims);
+        return 0;
+    }
     const kf_tensor *t = kf_checkpoint_find(f->m->ckpt, b->tensor);
     KS_ASSERT(t);
     return kf_tensor_read_f32(d, t, b->transposed, b->row_start, b->row_end, dst);
+}
+
+/* The tokenizer to pack: --tokenizer, else tokenizer.json beside the
+ * weights. Loaded once here so that a broken tokenizer fails the build, not
+ * a later run. *bytes is NULL when there is none. */
+static int read_tokenizer(const kd_inputs *in, char **bytes, size_t *len, uint32_t *kind, ks_diag *d)
+{
+    *bytes = NULL;
+    *len = 0;
+    char *path = NULL;
+    if (in->synthetic && !in->tokenizer) {
+        *bytes = kd_synthetic_tokenizer(len);
+        *kind = KRT_TOK_LLAMA2C_BIN;
+        return 0;
+    }
+    if (in->tokenizer) {
+        path = ks_xstrdup(in->tokenizer);
+    } else if (!in->input) {
+        return 0;
+    } else {
+        const char *dir = ks_is_dir(in->input) ? in->input : in->weights && ks_is_dir(in->weights) ? in->weights : NULL;
+        if (dir) path = ks_path_join(dir, "tokenizer.json");
+        if (!path || !ks_file_exists(path)) {
+            free(path);
+            return 0;
+        }
+    }
+    *bytes = ks_read_file(d, path, len);
+    int rc = -1;
+    if (*bytes) {
+        krt_tok *t = krt_tok_load_memory(d, path, *bytes, *len, KRT_TOK_AUTO);
+        if (t) {
+            *kind = (uint32_t)krt_tok_kind_of(t);
+            krt_tok_free(t);
+            rc = 0;
+        }
+    }
+    if (rc) {
+        free(*bytes);
+        *bytes = NULL;
+    }
+    free(path);
+    return rc;
 }
 
 int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_diag *d)
@@ -149,6 +221,10 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
         ks_error(d, "kiln", "unknown target '%s' (this build knows: cpu)", target);
         return -1;
     }
+    char *tok = NULL;
+    size_t tok_len = 0;
+    uint32_t tok_kind = 0;
+    if (read_tokenizer(in, &tok, &tok_len, &tok_kind, d)) return -1;
     const kir_graph *g = m->model->graph;
     fill_ctx f = {m, ks_xcalloc(g->n_nodes, sizeof *f.by_node)};
     for (size_t i = 0; i < m->model->n_weights; i++) f.by_node[m->model->weights[i].node] = &m->model->weights[i];
@@ -159,6 +235,7 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
     cJSON_AddStringToObject(meta, "dtype", "f32");
     cJSON_AddStringToObject(meta, "model", g->name);
     cJSON_AddStringToObject(meta, "description", m->kiln.name);
+    if (in->synthetic) cJSON_AddStringToObject(meta, "weights", "synthetic (the embedded default model)");
     char *meta_text = cJSON_Print(meta);
     cJSON_Delete(meta);
     krt_engine_spec spec = {
@@ -166,8 +243,12 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
         .meta_json = meta_text,
         .fill = fill_weight,
         .fill_ctx = &f,
+        .tokenizer = tok,
+        .tokenizer_len = tok_len,
+        .tokenizer_kind = tok_kind,
     };
     int rc = krt_engine_write(out_path, &spec, d);
+    free(tok);
     cJSON_free(meta_text);
     free(f.by_node);
     return rc;

@@ -18,6 +18,9 @@ typedef struct kd_inputs {
     const char *weights;   /* checkpoint folder or file, when input is a .kiln */
     const char *config;    /* config.json path, overriding the one beside the weights */
     const char *target;    /* "cpu" (default) */
+    int synthetic;         /* the embedded default model (cli/synthetic.h): no input */
+    const char *tokenizer; /* tokenizer file (tokenizer.json or llama2.c .bin); default:
+                              tokenizer.json beside the weights, if any */
 } kd_inputs;
 
 typedef struct kd_model {

@@ -8,7 +8,8 @@ static const kc_command commands[] = {
     {"build", "compile a model into an engine file", kc_cmd_build},
     {"ir", "print the IR of a model", kc_cmd_ir},
     {"inspect", "say what an engine file holds", kc_cmd_inspect},
-    {"run", "run an engine: logits for given ids, greedy generation", kc_cmd_run},
+    {"run", "run an engine: generate text from a prompt, or logits for given ids", kc_cmd_run},
+    {"tokenize", "print the token ids an engine's tokenizer gives a text", kc_cmd_tokenize},
 };
 
 static void usage(FILE *f)

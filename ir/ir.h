@@ -19,7 +19,7 @@
  *     if (kir_infer(g, x, &err) != 0) ...   // err names the op and shapes
  *     kir_val out = kir_node_new(g, KIR_OP_OUTPUT, at); ...
  *     kir_verify(g, diag);                  // whole-graph checks
- *     kir_print(g, stdout);                 // text form; kir_parse reads it back
+ *     ks_buf text = {0}; kir_print(g, &text); // text form; kir_parse reads it back
  *
  * Dimensions: a dim is a positive constant or a symbol (negative): KIR_DIM_T,
  * the number of tokens in a step. Every activation has T as its first dim.

@@ -428,9 +428,9 @@ static uint64_t next_random(kp_planner *p)
 static size_t repair_budget(const kp_planner *p)
 {
     uint64_t per_run = (uint64_t)p->n_slots + p->adj_start[p->n_slots] + 1;
-    uint64_t runs = 20000000u / per_run;
+    uint64_t runs = (getenv("KP_RW") ? strtoull(getenv("KP_RW"), 0, 10) : 20000000u) / per_run;
     if (runs < 48) runs = 48;
-    if (runs > 3000) runs = 3000;
+    if (runs > (getenv("KP_RMAX") ? strtoull(getenv("KP_RMAX"), 0, 10) : 3000)) runs = (getenv("KP_RMAX") ? strtoull(getenv("KP_RMAX"), 0, 10) : 3000);
     return (size_t)runs;
 }
 
@@ -627,7 +627,7 @@ static void search_node(kp_search *s, uint64_t level, uint32_t prev, uint64_t to
 static int search_offsets(kp_planner *p, uint64_t budget)
 {
     size_t ns = p->n_slots;
-    kp_search s = {.p = p, .best = p->arena, .goal = p->lower_bound, .budget = budget};
+    kp_search s = {.p = p, .best = getenv("KP_PERFECT") ? p->lower_bound + 1 : p->arena, .goal = p->lower_bound, .budget = budget};
     /* events: the distinct first nodes of slots; event_of_node[t]: the last event at or before t */
     uint8_t *starts = ks_arena_alloc(&p->scratch, p->n + 1);
     uint32_t *event_of_node = ks_arena_alloc(&p->scratch, sizeof *event_of_node * (p->n + 1));
@@ -692,7 +692,7 @@ static void assign_offsets(kp_planner *p)
     KS_ASSERT(best_how >= 0);
     int repaired = p->arena > p->lower_bound && repair_order(p, &w, best_order, best_ff);
     p->strategy = strategy_names[best_how][best_ff][repaired];
-    if (p->arena > p->lower_bound && search_offsets(p, 2000000000ull)) p->strategy = "search";
+    if (p->arena > p->lower_bound && search_offsets(p, getenv("KP_SB") ? strtoull(getenv("KP_SB"), 0, 10) : 2000000000ull)) p->strategy = "search";
     if (getenv("KP_DEBUG")) {
         for (size_t s2 = 0; s2 < ns; s2++)
             fprintf(stderr, "slot %zu root %u bytes %llu [%u,%u] off %llu\n", s2, p->slots[s2].root,

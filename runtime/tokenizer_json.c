@@ -271,6 +271,15 @@ static krt_tok_pretok *new_pretok(json_ctx *c, krt_tok_pretok_kind kind)
     return n;
 }
 
+/* Rust's regex crate (which the built-in pre-tokenizers and added-token
+ * checks use) means Alphabetic, marks, decimal digits, connector punctuation
+ * and Join_Control by \w, and White_Space by \s; PCRE2 10.42's \w leaves
+ * the marks out, so spell them. */
+#define RUST_WORD_CHARS "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
+#define RUST_WORD "[" RUST_WORD_CHARS "]"
+#define RUST_SPACE_CHARS "\\p{White_Space}"
+#define RUST_SPACE "[" RUST_SPACE_CHARS "]"
+
 /* GPT-2's pre-tokenizer pattern (tokenizers/src/pre_tokenizers/byte_level.rs). */
 static const char gpt2_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -381,10 +390,11 @@ static int read_pretokenizer(json_ctx *c, const cJSON *obj, const char *path, in
          * unless individual_digits (HF: Isolated or Contiguous on each digit). */
         return add_regex_split(c, path, individual ? "\\p{N}" : "\\p{N}+", KRT_SPLIT_ISOLATED, 0);
     }
-    if (strcmp(type, "Whitespace") == 0)
-        return add_regex_split(c, path, "\\w+|[^\\w\\s]+", KRT_SPLIT_REMOVED, 1);
-    if (strcmp(type, "WhitespaceSplit") == 0)
-        return add_regex_split(c, path, "\\s", KRT_SPLIT_REMOVED, 0);
+    if (strcmp(type, "Whitespace") == 0) /* \w+|[^\w\s]+ in Rust's regex */
+        return add_regex_split(c, path, "(?:" RUST_WORD ")+|[^" RUST_WORD_CHARS RUST_SPACE_CHARS "]+",
+                               KRT_SPLIT_REMOVED, 1);
+    if (strcmp(type, "WhitespaceSplit") == 0) /* char::is_whitespace */
+        return add_regex_split(c, path, RUST_SPACE, KRT_SPLIT_REMOVED, 0);
     if (strcmp(type, "Punctuation") == 0) {
         krt_tok_split_behavior behavior;
         if (read_behavior(c, obj, path, KRT_SPLIT_ISOLATED, &behavior)) return -1;
@@ -964,7 +974,8 @@ int krt_tok_load_hf(krt_tok *t, const char *data, size_t len, ks_diag *d)
     build_added_set(&c, &hf->raw_set, 0);
     build_added_set(&c, &hf->norm_set, 1);
     if (hf->has_single_word &&
-        krt_tok_pattern_regex(&hf->word_char, "\\w", 2, d, t->name, "added_tokens")) {
+        krt_tok_pattern_regex(&hf->word_char, RUST_WORD, strlen(RUST_WORD), d, t->name,
+                              "added_tokens")) {
         rc = -1;
         goto done;
     }

@@ -13,9 +13,9 @@ expect_fail bad-ids "kiln run: error: --ids: bad token id at character 3 of '1,x
   "$KILN_BIN" run "$work/ts.engine" --ids 1,x,3
 expect_fail id-range "kiln: error: token id 5000 is out of range (the vocabulary has 2048 ids)" -- \
   "$KILN_BIN" run "$work/ts.engine" --ids 1,5000
-expect_fail context "error: 1 prompt tokens and 600 new ones exceed the context of 512" -- \
-  "$KILN_BIN" run "$work/ts.engine" --ids 1 -n 600
-expect_fail no-output "kiln build: error: needs a model and -o ENGINE" -- "$KILN_BIN" build "$ts"
+expect_fail context "kiln: error: the prompt has 513 tokens, more than the context of 512" -- \
+  "$KILN_BIN" run "$work/ts.engine" --ids "$(seq -s, 1 513)"
+expect_fail no-output "kiln build: error: needs a model (or --default) and -o ENGINE" -- "$KILN_BIN" build "$ts"
 expect_fail not-model "$work/ts.engine: error: not a .kiln file or a checkpoint folder" -- \
   "$KILN_BIN" build "$work/ts.engine" -o "$work/x.engine"
 mkdir -p "$work/noconfig"
