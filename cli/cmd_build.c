@@ -8,7 +8,8 @@
 
 static const char build_help[] =
     "usage: kiln build <model.kiln | checkpoint-folder | llama2c.bin> [--weights PATH]\n"
-    "                  [--config FILE] [--tokenizer FILE] [--target cpu] -o ENGINE\n"
+    "                  [--config FILE] [--tokenizer FILE] [--target cpu|sm_XX,...]\n"
+    "                  [--emit-source DIR] -o ENGINE\n"
     "       kiln build --default -o ENGINE\n"
     "\n"
     "Compile a model into a self-contained engine file.\n"
@@ -26,7 +27,10 @@ static const char build_help[] =
     "  --weights PATH       checkpoint folder or .safetensors file for a .kiln input\n"
     "  --config FILE        config.json to use instead of the one beside the weights\n"
     "  --tokenizer FILE     tokenizer to pack into the engine\n"
-    "  --target cpu         what the engine runs on (default cpu)\n";
+    "  --target TARGET      what the engine runs on: cpu (default), or NVIDIA GPU\n"
+    "                       architectures, e.g. sm_90 or sm_80,sm_90 (one cubin each,\n"
+    "                       compiled with NVRTC; the runtime picks the device's)\n"
+    "  --emit-source DIR    with a GPU target: also write the generated CUDA C there\n";
 
 int kc_cmd_build(int argc, char **argv)
 {
@@ -35,6 +39,7 @@ int kc_cmd_build(int argc, char **argv)
     kc_option opts[] = {
         {"-o|--output", 1, &out, NULL}, {"--weights", 1, &in.weights, NULL}, {"--config", 1, &in.config, NULL},
         {"--target", 1, &in.target, NULL}, {"--tokenizer", 1, &in.tokenizer, NULL}, {"--default", 0, &dflt, NULL},
+        {"--emit-source", 1, &in.emit_source, NULL},
         {NULL, 0, NULL, NULL},
     };
     const char *pos[1];

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/cuda/kcu.h"
 #include "runtime/engine.h"
 #include "cli/synthetic.h"
 #include "runtime/tokenizer.h"
@@ -29,7 +30,8 @@ static int pick_builtin(kd_model *m, const char *model_type, ks_diag *d)
     }
     ks_buf known = {0};
     for (size_t i = 0; i < kf_builtin_model_count; i++)
-        ks_buf_printf(&known, "%s%s", i ? ", " : "", kf_builtin_models[i].file);
+        if (strstr(kf_builtin_models[i].file, ".kiln"))
+            ks_buf_printf(&known, "%s%s", known.len ? ", " : "", kf_builtin_models[i].file);
     ks_error(d, m->config_path, "model_type '%s' matches no shipped model description (%s); write a .kiln "
              "for it and pass it as the input, with --weights", model_type, ks_buf_cstr(&known));
     ks_buf_free(&known);
@@ -75,10 +77,13 @@ int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d
     memset(m, 0, sizeof *m);
     if (in->synthetic) {
         /* weights come from kd_synthetic_weight, so no checkpoint */
-        m->config_path = ks_xstrdup("<default model config>");
-        m->config = cJSON_Parse(kd_synthetic_config);
+        for (size_t i = 0; i < kf_builtin_model_count && !m->config; i++)
+            if (strcmp(kf_builtin_models[i].file, KD_SYNTHETIC_CONFIG) == 0) m->config = cJSON_Parse(kf_builtin_models[i].text);
         KS_ASSERT(m->config);
-        if (pick_builtin(m, "llama", d)) return -1;
+        m->config_path = ks_xstrdup(KD_SYNTHETIC_CONFIG);
+        const cJSON *mt = cJSON_GetObjectItemCaseSensitive(m->config, "model_type");
+        KS_ASSERT(cJSON_IsString(mt));
+        if (pick_builtin(m, mt->valuestring, d)) return -1;
         m->model = kf_compile(&m->kiln, m->config, m->config_path, NULL, d);
         return m->model ? 0 : -1;
     }
@@ -217,21 +222,36 @@ static int read_tokenizer(const kd_inputs *in, char **bytes, size_t *len, uint32
 int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_diag *d)
 {
     const char *target = in->target ? in->target : "cpu";
-    if (strcmp(target, "cpu") != 0) {
-        ks_error(d, "kiln", "unknown target '%s' (this build knows: cpu)", target);
+    int cuda = kcu_is_target(target);
+    if (strcmp(target, "cpu") != 0 && !cuda) {
+        ks_error(d, "kiln", "unknown target '%s' (known: cpu, or NVIDIA GPU architectures such as sm_90 or sm_80,sm_90)",
+                 target);
         return -1;
     }
+    if (in->emit_source && !cuda) {
+        ks_error(d, "kiln", "--emit-source needs a CUDA target (--target sm_XX)");
+        return -1;
+    }
+    kcu_parts parts = {0};
+    if (cuda && kcu_build(m->model->graph, target, in->emit_source, &parts, d) != 0) return -1;
     char *tok = NULL;
     size_t tok_len = 0;
     uint32_t tok_kind = 0;
-    if (read_tokenizer(in, &tok, &tok_len, &tok_kind, d)) return -1;
+    if (read_tokenizer(in, &tok, &tok_len, &tok_kind, d)) {
+        kcu_parts_free(&parts);
+        return -1;
+    }
     const kir_graph *g = m->model->graph;
     fill_ctx f = {m, ks_xcalloc(g->n_nodes, sizeof *f.by_node)};
     for (size_t i = 0; i < m->model->n_weights; i++) f.by_node[m->model->weights[i].node] = &m->model->weights[i];
     cJSON *meta = cJSON_CreateObject();
     cJSON_AddStringToObject(meta, "format", "kiln-engine");
     cJSON_AddStringToObject(meta, "kiln_version", KILN_VERSION);
-    cJSON_AddStringToObject(meta, "target", target);
+    cJSON_AddStringToObject(meta, "target", cuda ? "cuda" : target);
+    if (cuda) {
+        cJSON *archs = cJSON_AddArrayToObject(meta, "cuda_archs");
+        for (int i = 0; i < parts.n_archs; i++) cJSON_AddItemToArray(archs, cJSON_CreateString(parts.archs[i]));
+    }
     cJSON_AddStringToObject(meta, "dtype", "f32");
     cJSON_AddStringToObject(meta, "model", g->name);
     cJSON_AddStringToObject(meta, "description", m->kiln.name);
@@ -246,8 +266,11 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
         .tokenizer = tok,
         .tokenizer_len = tok_len,
         .tokenizer_kind = tok_kind,
+        .extra = parts.sections,
+        .n_extra = parts.n_sections,
     };
     int rc = krt_engine_write(out_path, &spec, d);
+    kcu_parts_free(&parts);
     free(tok);
     cJSON_free(meta_text);
     free(f.by_node);

@@ -17,7 +17,8 @@ typedef struct kd_inputs {
     const char *input;     /* a .kiln file or a checkpoint folder */
     const char *weights;   /* checkpoint folder or file, when input is a .kiln */
     const char *config;    /* config.json path, overriding the one beside the weights */
-    const char *target;    /* "cpu" (default) */
+    const char *target;    /* "cpu" (default), or CUDA architectures "sm_80,sm_90" */
+    const char *emit_source; /* CUDA targets: also write the generated .cu into this folder; or NULL */
     int synthetic;         /* the embedded default model (cli/synthetic.h): no input */
     const char *tokenizer; /* tokenizer file (tokenizer.json or llama2.c .bin); default:
                               tokenizer.json beside the weights, if any */

@@ -5,25 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A Llama with grouped-query attention, small enough to build and run in a
- * blink on any machine. Its vocabulary is the synthetic tokenizer's. */
-const char kd_synthetic_config[] =
-    "{\n"
-    "  \"model_type\": \"llama\",\n"
-    "  \"hidden_size\": 128,\n"
-    "  \"num_hidden_layers\": 4,\n"
-    "  \"num_attention_heads\": 4,\n"
-    "  \"num_key_value_heads\": 2,\n"
-    "  \"intermediate_size\": 384,\n"
-    "  \"vocab_size\": 512,\n"
-    "  \"max_position_embeddings\": 512,\n"
-    "  \"rms_norm_eps\": 1e-05,\n"
-    "  \"rope_theta\": 10000.0,\n"
-    "  \"bos_token_id\": 1,\n"
-    "  \"eos_token_id\": 2,\n"
-    "  \"tie_word_embeddings\": false\n"
-    "}\n";
-
 enum { VOCAB = 512, FIRST_BYTE = 3, FIRST_PIECE = FIRST_BYTE + 256 };
 
 /* splitmix64: a small, well-mixed generator (Steele et al. 2014). */

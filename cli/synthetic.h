@@ -15,8 +15,9 @@
 #include "ir/ir.h"
 #include "support/support.h"
 
-/* config.json text of the default model. */
-extern const char kd_synthetic_config[];
+/* The default model's config.json is models/default.json, embedded with the
+ * model descriptions (kf_builtin_models); its vocabulary is the tokenizer's. */
+#define KD_SYNTHETIC_CONFIG "models/default.json"
 
 /* Fill a weight of the synthetic model: deterministic in its name. */
 void kd_synthetic_weight(const char *name, float *out, int ndim, const int64_t *dims);

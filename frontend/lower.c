@@ -13,6 +13,7 @@
  */
 #include "frontend/lower.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,18 @@ static const char *const required_params[] = {"bos_token_id", "eos_token_id", "m
 
 /* Errors are reported once per place and text: the body of a loop runs
  * once per layer, and its mistakes would otherwise repeat as often. */
+static unsigned reported_hash(kf_loc loc)
+{
+    return (unsigned)(((uint64_t)loc.line * 0x9e3779b97f4a7c15ull ^ (uint64_t)loc.col) % KF_SCOPE_BUCKETS);
+}
+
+int kf_reported_at(kf_lower *L, kf_loc loc)
+{
+    for (kf_reported *r = L->reported[reported_hash(loc)]; r; r = r->next)
+        if (r->loc.line == loc.line && r->loc.col == loc.col) return 1;
+    return 0;
+}
+
 kf_value kf_error(kf_lower *L, kf_loc loc, const char *fmt, ...)
 {
     va_list ap;
@@ -28,11 +41,7 @@ kf_value kf_error(kf_lower *L, kf_loc loc, const char *fmt, ...)
     ks_buf b = {0};
     ks_buf_vprintf(&b, fmt, ap);
     va_end(ap);
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *c = ks_buf_cstr(&b); *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
-    h = (h ^ (uint64_t)loc.line) * 0x100000001b3ull;
-    h = (h ^ (uint64_t)loc.col) * 0x100000001b3ull;
-    kf_reported **slot = &L->reported[h % KF_SCOPE_BUCKETS];
+    kf_reported **slot = &L->reported[reported_hash(loc)];
     for (kf_reported *r = *slot; r; r = r->next) {
         if (r->loc.line == loc.line && r->loc.col == loc.col && strcmp(r->text, b.data) == 0) {
             ks_buf_free(&b);
@@ -47,6 +56,16 @@ kf_value kf_error(kf_lower *L, kf_loc loc, const char *fmt, ...)
     ks_buf_free(&b);
     ks_error_at(L->d, L->src, loc.line, loc.col, "%s", r->text);
     return kf_err_value();
+}
+
+int kf_work(kf_lower *L, kf_loc loc)
+{
+    if (L->stop) return -1;
+    if (++L->work <= KF_MAX_WORK) return 0;
+    kf_error(L, loc, "the description takes too long to evaluate (more than %d steps); is a loop range wrong?",
+             KF_MAX_WORK);
+    L->stop = 1;
+    return -1;
 }
 
 kir_loc kf_kir_loc(kf_lower *L, kf_loc loc)
@@ -158,7 +177,14 @@ static void lower_param(kf_lower *L, const kf_item *it, kf_binding *b)
     switch (v.kind) {
     case KF_V_INT:
     case KF_V_BOOL: kir_param_int(L->g, it->name, v.u.i); break;
-    case KF_V_FLOAT: kir_param_float(L->g, it->name, v.u.f); break;
+    case KF_V_FLOAT:
+        if (!isfinite(v.u.f)) {
+            kf_error(L, it->value->loc, "param '%s' is %g; it must be finite", it->name, v.u.f);
+            v = kf_err_value();
+            break;
+        }
+        kir_param_float(L->g, it->name, v.u.f);
+        break;
     case KF_V_STR: kir_param_str(L->g, it->name, v.u.s); break;
     case KF_V_ERROR: break;
     default:
@@ -227,11 +253,7 @@ static void exec_for(kf_lower *L, const kf_stmt *s)
 
 static void exec_stmt(kf_lower *L, const kf_stmt *s)
 {
-    if (++L->steps > KF_MAX_STEPS) {
-        kf_error(L, s->loc, "the forward block runs too long (more than %d statements executed)", KF_MAX_STEPS);
-        L->stop = 1;
-        return;
-    }
+    if (kf_work(L, s->loc) != 0) return;
     switch (s->kind) {
     case KF_STMT_ASSIGN: exec_assign(L, s); return;
     case KF_STMT_OUTPUT: kf_emit_output(L, s->name, kf_eval(L, s->value), s->name_loc); return;

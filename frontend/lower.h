@@ -30,7 +30,8 @@
 /* Bounds that keep a hostile .kiln file from exhausting time or memory. */
 enum {
     KF_MAX_NODES = 1 << 17,      /* IR nodes in one graph */
-    KF_MAX_STEPS = 1 << 20,      /* statements executed in the forward block */
+    KF_MAX_WORK = 1 << 22,       /* expressions evaluated plus statements executed */
+    KF_MAX_LOOKUPS = 1 << 18,    /* checkpoint tensor names tried (layers x alternatives) */
     KF_MAX_LOOP = 1 << 16,       /* iterations of one `for` */
     KF_MAX_LAYERS = 1 << 16,     /* value of the `layers` param */
     KF_MAX_SOURCE = 64 << 20,    /* bytes of .kiln text */
@@ -134,12 +135,18 @@ typedef struct kf_lower {
     int n_attention;            /* ATTENTION nodes emitted: the next one's `layer` */
     int n_outputs;              /* OUTPUT nodes emitted */
     size_t cap_weights;         /* capacity of model->weights while it grows on the heap */
-    long steps;                 /* forward statements executed */
-    int stop;                   /* a limit was hit: stop executing */
+    long work;                  /* expressions evaluated plus statements executed */
+    long lookups;               /* checkpoint tensor names tried */
+    int stop;                   /* a limit was hit (reported): evaluate nothing more */
 } kf_lower;
 
 /* lower.c */
 kf_value kf_error(kf_lower *L, kf_loc loc, const char *fmt, ...) KS_PRINTF(3, 4);
+/* Whether an error was reported at loc already (then a loop body's second
+ * pass need not work out the message again). */
+int kf_reported_at(kf_lower *L, kf_loc loc);
+/* Count one unit of work; past KF_MAX_WORK report once and stop: -1. */
+int kf_work(kf_lower *L, kf_loc loc);
 kf_binding *kf_lookup(kf_lower *L, const char *name);
 kf_binding *kf_bind(kf_lower *L, const char *name, kf_bind_kind kind, kf_loc loc);
 void kf_unbind(kf_lower *L, kf_binding *b);

@@ -102,13 +102,17 @@ kf_value kf_tensor_binary(kf_lower *L, int op, kf_value a, kf_value b, kf_loc lo
     if (s.kind != KF_V_INT && s.kind != KF_V_FLOAT)
         return kf_error(L, loc, "'%s' cannot combine a tensor with %s", ot, kf_a_type(s.kind));
     double x = s.kind == KF_V_INT ? (double)s.u.i : s.u.f;
-    if (op == '*') return emit_scale(L, t.u.t, x, loc);
     if (op == '/' && a.kind == KF_V_TENSOR) {
         if (x == 0) return kf_error(L, loc, "division by zero in '/'");
-        return emit_scale(L, t.u.t, 1.0 / x, loc);
+        x = 1.0 / x;
+    } else if (op == '/') {
+        return kf_error(L, loc, "'/' cannot divide a number by a tensor");
+    } else if (op != '*') {
+        return kf_error(L, loc,
+                        "'%s' between a tensor and a number is not supported (numbers scale tensors with * and /)", ot);
     }
-    return kf_error(L, loc, "'%s' between a tensor and a number is not supported (numbers scale tensors with * and /)",
-                    ot);
+    if (!isfinite(x)) return kf_error(L, loc, "'%s' scales by %g; the factor must be finite", ot, x);
+    return emit_scale(L, t.u.t, x, loc);
 }
 
 /* ---- the builtin table ----------------------------------------------------------- */
@@ -151,8 +155,8 @@ struct kf_builtin {
 static const char *const rope_styles[] = {"halves", "pairs", NULL};
 static const char *const rope_scalings[] = {"none", "default", "linear", "llama3", NULL};
 
-static const kf_attr_spec no_attrs[] = {{NULL}};
-static const kf_attr_spec norm_attrs[] = {{"eps", KIR_ATTR_FLOAT, 1, 0, NULL, NULL}, {NULL}};
+static const kf_attr_spec no_attrs[] = {{.key = NULL}};
+static const kf_attr_spec norm_attrs[] = {{"eps", KIR_ATTR_FLOAT, 1, 0, NULL, NULL}, {.key = NULL}};
 static const kf_attr_spec rope_attrs[] = {
     {"theta", KIR_ATTR_FLOAT, 1, 0, NULL, NULL},
     {"style", KIR_ATTR_STR, 0, 0, "halves", rope_styles},
@@ -162,13 +166,13 @@ static const kf_attr_spec rope_attrs[] = {
     {"low_freq_factor", KIR_ATTR_FLOAT, 0, 1.0, NULL, NULL},
     {"high_freq_factor", KIR_ATTR_FLOAT, 0, 4.0, NULL, NULL},
     {"original_max_positions", KIR_ATTR_INT, 0, 8192, NULL, NULL},
-    {NULL},
+    {.key = NULL},
 };
 static const kf_attr_spec attention_attrs[] = {
     {"scale", KIR_ATTR_FLOAT, 0, -1.0, NULL, NULL}, /* -1: 1/sqrt(head size) */
     {"window", KIR_ATTR_INT, 0, 0, NULL, NULL},
     {"softcap", KIR_ATTR_FLOAT, 0, 0, NULL, NULL},
-    {NULL},
+    {.key = NULL},
 };
 
 static kf_value lower_simple(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)

@@ -110,11 +110,18 @@ static kf_value not_here(kf_lower *L, const kf_binding *b, kf_loc loc)
                     what);
 }
 
+static kf_value unknown_name(kf_lower *L, const kf_expr *e)
+{
+    const char *name = e->kind == KF_EXPR_NAME ? e->u.name : e->u.index.name;
+    if (kf_reported_at(L, e->loc)) return kf_err_value();
+    return kf_error(L, e->loc, "unknown identifier '%s'%s", name, kf_suggest_name(L, name));
+}
+
 static kf_value eval_name(kf_lower *L, const kf_expr *e)
 {
     const char *name = e->u.name;
     kf_binding *b = kf_lookup(L, name);
-    if (!b) return kf_error(L, e->loc, "unknown identifier '%s'%s", name, kf_suggest_name(L, name));
+    if (!b) return unknown_name(L, e);
     switch (b->kind) {
     case KF_BIND_PARAM:
         if (!b->defined)
@@ -142,7 +149,7 @@ static kf_value eval_index(kf_lower *L, const kf_expr *e)
 {
     const char *name = e->u.index.name;
     kf_binding *b = kf_lookup(L, name);
-    if (!b) return kf_error(L, e->loc, "unknown identifier '%s'%s", name, kf_suggest_name(L, name));
+    if (!b) return unknown_name(L, e);
     if (b->kind != KF_BIND_WEIGHT)
         return kf_error(L, e->loc, "'%s' is not a layer weight; only layer weights take an index", name);
     if (!b->weight->decl->is_layer)
@@ -452,6 +459,7 @@ static kf_value eval_call(kf_lower *L, const kf_expr *e)
     if (eval_scalar_call(L, e, &out)) return out;
     if (kf_call_builtin(L, e, &out)) return out;
     const char *name = e->u.call.name;
+    if (kf_reported_at(L, e->loc)) return kf_err_value();
     /* Suggest among every function name. */
     const char *const *bn;
     size_t nb;
@@ -465,6 +473,7 @@ static kf_value eval_call(kf_lower *L, const kf_expr *e)
 
 static kf_value eval_raw(kf_lower *L, const kf_expr *e)
 {
+    if (kf_work(L, e->loc) != 0) return kf_err_value();
     switch (e->kind) {
     case KF_EXPR_INT: return kf_int(e->u.i);
     case KF_EXPR_FLOAT: return kf_float(e->u.f);

@@ -293,6 +293,15 @@ void kf_declare_weight(kf_lower *L, kf_weight *w)
         }
     }
     if (bad) return;
+    /* Every layer tries every alternative: bound the names a hostile file
+     * can make kiln build and look up. */
+    L->lookups += w->n_inst * (int64_t)it->n_srcs;
+    if (L->lookups > KF_MAX_LOOKUPS) {
+        if (!L->stop)
+            kf_error(L, it->loc, "too many weight tensors to look up (more than %d names for all layers)", KF_MAX_LOOKUPS);
+        L->stop = 1;
+        return;
+    }
     w->inst = ks_arena_alloc(&L->scratch, (size_t)(w->n_inst ? w->n_inst : 1) * sizeof *w->inst);
     kf_failure f = {{0}, {0, 0}, 0};
     for (int64_t l = 0; l < w->n_inst; l++) {

@@ -4,6 +4,9 @@
  * the KV cache), places each step's values in one arena, checks the step
  * and runs the kernels of ir/interp_kernels.c in schedule order.
  *
+ * KV_WRITE writes K/V rows as ATTENTION does; ATTENTION with write_kv=0
+ * only reads them; `fuse` groups are ignored (node by node is the reference).
+ *
  * Requires: a graph that kir_verify accepts (checked again here, cheaply:
  * the kernels index memory by the graph's shapes). Guarantees: a step that
  * fails its checks changes nothing (no KV rows are written). Does not: fuse,
@@ -68,25 +71,42 @@ static int node_error(ks_diag *d, const kir_graph *g, kir_val v, const char *fmt
 }
 
 /* ---- the KV layout ------------------------------------------------------------------- */
+/* The K and V operands of a node that writes or reads the cache (ATTENTION,
+ * KV_WRITE), or -1 for other nodes. */
+static int kv_operands(const kir_node *n, kir_val *k, kir_val *v)
+{
+    if (n->op == KIR_OP_ATTENTION) {
+        *k = n->in[1];
+        *v = n->in[2];
+        return 0;
+    }
+    if (n->op == KIR_OP_KV_WRITE) {
+        *k = n->in[0];
+        *v = n->in[1];
+        return 0;
+    }
+    return -1;
+}
+
 krt_kv_layer *kir_kv_layers(const kir_graph *g, int *n_layers)
 {
     int64_t n = 0;
+    kir_val k, val;
     for (size_t v = 0; v < g->n_nodes; v++) {
-        if (g->nodes[v].op != KIR_OP_ATTENTION) continue;
+        if (kv_operands(&g->nodes[v], &k, &val) != 0) continue;
         int64_t l = kir_get_int(g, (kir_val)v, "layer", 0);
         if (l >= 0 && l < INT32_MAX && l + 1 > n) n = l + 1;
     }
     *n_layers = (int)n;
     if (n == 0) return NULL;
-    /* A layer number no ATTENTION uses stays {0,0,0}: the cache stores nothing for it. */
+    /* A layer number no ATTENTION or KV_WRITE uses stays {0,0,0}: the cache stores nothing for it. */
     krt_kv_layer *layers = ks_xcalloc((size_t)n, sizeof *layers);
     for (size_t v = 0; v < g->n_nodes; v++) {
-        const kir_node *a = &g->nodes[v];
-        if (a->op != KIR_OP_ATTENTION) continue;
+        if (kv_operands(&g->nodes[v], &k, &val) != 0) continue;
         int64_t l = kir_get_int(g, (kir_val)v, "layer", 0);
         if (l < 0 || l >= n || layers[l].kv_heads != 0) continue; /* the first one decides */
-        const kir_node *k = &g->nodes[a->in[1]], *val = &g->nodes[a->in[2]];
-        layers[l] = (krt_kv_layer){(int)k->dims[1], (int)k->dims[2], (int)val->dims[2]};
+        const kir_node *kn = &g->nodes[k], *vn = &g->nodes[val];
+        layers[l] = (krt_kv_layer){(int)kn->dims[1], (int)kn->dims[2], (int)vn->dims[2]};
     }
     return layers;
 }
@@ -164,11 +184,16 @@ static int prepare_rope(kir_interp *it, kir_val v, ks_diag *d)
     return 0;
 }
 
-static int prepare_attention(kir_interp *it, kir_val v, ks_diag *d)
+/* ATTENTION and KV_WRITE: the cache has the node's layer, in its shape. */
+static int prepare_kv_node(kir_interp *it, kir_val v, ks_diag *d)
 {
     const kir_graph *g = it->g;
     const kir_node *n = &g->nodes[v];
-    if (!it->kv) return node_error(d, g, v, "the graph has attention but no KV cache was given");
+    kir_val kv_k = KIR_NONE, kv_v = KIR_NONE;
+    KS_ASSERT(kv_operands(n, &kv_k, &kv_v) == 0);
+    if (!it->kv)
+        return node_error(d, g, v, "the graph has %s but no KV cache was given",
+                          n->op == KIR_OP_ATTENTION ? "attention" : "a kv_write");
     const krt_kv_config *cfg = krt_kv_config_of(it->kv);
     if (cfg->elem_size != sizeof(float))
         return node_error(d, g, v, "the KV cache holds %zu-byte elements; the interpreter needs f32 (4 bytes)",
@@ -177,7 +202,7 @@ static int prepare_attention(kir_interp *it, kir_val v, ks_diag *d)
     if (layer < 0 || layer >= cfg->n_layers)
         return node_error(d, g, v, "layer %lld is not in the KV cache (it has %d layers)", (long long)layer,
                           cfg->n_layers);
-    const kir_node *k = &g->nodes[n->in[1]], *val = &g->nodes[n->in[2]];
+    const kir_node *k = &g->nodes[kv_k], *val = &g->nodes[kv_v];
     const krt_kv_layer *kl = &cfg->layers[layer];
     if (kl->kv_heads != k->dims[1] || kl->head_dim_k != k->dims[2] || kl->head_dim_v != val->dims[2])
         return node_error(d, g, v,
@@ -185,7 +210,8 @@ static int prepare_attention(kir_interp *it, kir_val v, ks_diag *d)
                           "the KV cache has %d, %d and %d",
                           (long long)layer, (long long)k->dims[1], (long long)k->dims[2], (long long)val->dims[2],
                           kl->kv_heads, kl->head_dim_k, kl->head_dim_v);
-    if (kir_get_float(g, v, "softcap", 0.0) < 0.0) return node_error(d, g, v, "softcap must not be negative");
+    if (n->op == KIR_OP_ATTENTION && kir_get_float(g, v, "softcap", 0.0) < 0.0)
+        return node_error(d, g, v, "softcap must not be negative");
     it->has_attention = 1;
     return 0;
 }
@@ -206,7 +232,8 @@ static int prepare_node(kir_interp *it, kir_val v, const void *const *weights, k
     case KIR_OP_ROPE:
         return prepare_rope(it, v, d);
     case KIR_OP_ATTENTION:
-        return prepare_attention(it, v, d);
+    case KIR_OP_KV_WRITE:
+        return prepare_kv_node(it, v, d);
     default:
         /* i32 values come from the step's inputs only */
         if (n->dtype == KIR_I32) return node_error(d, g, v, "the interpreter has no i32 %s", kir_op_table[n->op].name);

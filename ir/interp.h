@@ -7,6 +7,8 @@
  * ATTENTION writes each token's K and V into the paged KV cache at the row
  * of (seq, position), then attends causally over positions [lo, position] of
  * the same sequence (lo from the sliding window), reading through the cache.
+ * A graph may split that write off: KV_WRITE writes the rows of its layer
+ * (and passes k through), and an ATTENTION with write_kv=0 only reads.
  * The caller has reserved the positions in the cache (krt_kv_seq_reserve)
  * before the step, so positions earlier in the same step are visible.
  *
@@ -33,8 +35,9 @@ typedef struct kir_interp kir_interp;
 kir_interp *kir_interp_new(const kir_graph *g, const void *const *weights, krt_kv *kv, ks_diag *d);
 void kir_interp_free(kir_interp *it);
 
-/* The KV-cache layout the graph needs (one krt_kv_layer per ATTENTION
- * `layer`); *n_layers receives their count. Caller frees the array. */
+/* The KV-cache layout the graph needs (one krt_kv_layer per `layer` of an
+ * ATTENTION or KV_WRITE); *n_layers receives their count. Caller frees the
+ * array. */
 krt_kv_layer *kir_kv_layers(const kir_graph *g, int *n_layers);
 
 /* Run one step; out receives the OUTPUT value, [n_tokens, row_elems].

@@ -331,6 +331,30 @@ static void run_rope(const kir_exec *x, kir_val v)
 }
 
 /* ---- attention through the paged KV cache --------------------------------------------- */
+
+/* Each token's K row (krow floats) and V row (vrow floats) into the cache
+ * of `layer`, at the slot of its (sequence, position). */
+static void write_kv_rows(const kir_exec *x, int layer, const float *k, const float *vv, int64_t krow, int64_t vrow)
+{
+    float *kc = krt_kv_k(x->kv, layer), *vc = krt_kv_v(x->kv, layer);
+    const kir_step *st = x->step;
+    for (int64_t t = 0; t < x->n_tokens; t++) {
+        int64_t slot = krt_kv_slot(x->kv, st->seq_ids[t], st->positions[t]);
+        memcpy(kc + slot * krow, k + t * krow, sizeof(float) * (size_t)krow);
+        memcpy(vc + slot * vrow, vv + t * vrow, sizeof(float) * (size_t)vrow);
+    }
+}
+
+/* kv_write(k, v): the rows into the cache; its value is k. */
+static void run_kv_write(const kir_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v);
+    const kir_node *kn = node_of(x, n->in[0]), *vn = node_of(x, n->in[1]);
+    int layer = (int)kir_get_int(x->g, v, "layer", 0);
+    write_kv_rows(x, layer, x->src[n->in[0]], x->src[n->in[1]], kir_row_elems(kn), kir_row_elems(vn));
+    memcpy(x->dst[v], x->src[n->in[0]], sizeof(float) * (size_t)elems_of(x, v));
+}
+
 static void run_attention(const kir_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
@@ -347,14 +371,12 @@ static void run_attention(const kir_exec *x, kir_val v)
     const kir_step *st = x->step;
 
     /* 1. Every token's K and V go into the cache first, so tokens later in
-     *    the step see the earlier ones of their sequence. */
+     *    the step see the earlier ones of their sequence; with write_kv=0 a
+     *    kv_write earlier in the schedule has put them there. */
+    if (kir_get_int(x->g, v, "write_kv", 1)) write_kv_rows(x, layer, k, vv, krow, vrow);
     int max_pos = 0;
-    for (int64_t t = 0; t < x->n_tokens; t++) {
-        int64_t slot = krt_kv_slot(x->kv, st->seq_ids[t], st->positions[t]);
-        memcpy(kc + slot * krow, k + t * krow, sizeof(float) * (size_t)krow);
-        memcpy(vc + slot * vrow, vv + t * vrow, sizeof(float) * (size_t)vrow);
+    for (int64_t t = 0; t < x->n_tokens; t++)
         if (st->positions[t] > max_pos) max_pos = st->positions[t];
-    }
 
     /* 2. Each token attends to positions [lo, pos] of its sequence. */
     int64_t *slots = ks_xmalloc(sizeof *slots * (size_t)(max_pos + 1));
@@ -445,6 +467,9 @@ void kir_exec_node(const kir_exec *x, kir_val v)
         return;
     case KIR_OP_ATTENTION:
         run_attention(x, v);
+        return;
+    case KIR_OP_KV_WRITE:
+        run_kv_write(x, v);
         return;
     case KIR_OP_OUTPUT:
         run_output(x, v);

@@ -306,6 +306,24 @@ static int kir_shape_attention(shape_ctx *c)
     return rc;
 }
 
+/* kv_write(k, v): K and V rows for the cache; its value is k, passed through. */
+static int kir_shape_kv_write(shape_ctx *c)
+{
+    const kir_node *k = operand(c, 0), *v = operand(c, 1);
+    if (!k || !v) return fail(c, "needs k and v");
+    if (want_activation(c, k, "k") || want_activation(c, v, "v")) return -1;
+    ks_buf s1 = {0}, s2 = {0};
+    int rc = 0;
+    if (k->ndim != 3 || v->ndim != 3 || k->dims[1] != v->dims[1])
+        rc = fail(c, "k and v must be [T,kv_heads,head_dim] with the same heads, got %s and %s", type_str(&s1, k),
+                  type_str(&s2, v));
+    else
+        same_as(c, k);
+    ks_buf_free(&s1);
+    ks_buf_free(&s2);
+    return rc;
+}
+
 static int kir_shape_output(shape_ctx *c)
 {
     const kir_node *x = operand(c, 0);

@@ -10,8 +10,19 @@
  *    operand (rms_norm's weight, layer_norm's weight and bias);
  *  - the attributes each op needs are present with the right kind, and the
  *    string ones hold one of their allowed words (attr_rules below);
- *  - attention `layer` numbers, weight names and input names are unique,
- *    and there is exactly one OUTPUT;
+ *  - attention `layer` numbers, kv_write `layer` numbers, weight names and
+ *    input names are unique, and there is exactly one OUTPUT;
+ *  - KV-cache writes are in order: an attention with write_kv=0 reads a
+ *    layer that a kv_write earlier in the schedule wrote, and takes that
+ *    kv_write and its v as its k and v; a layer a kv_write writes is not
+ *    written again by an attention with write_kv=1 (check_kv_writes);
+ *  - a derived weight (derive="concat0") names its sources and the rows
+ *    each gives, and those add up to its first dim; a source still in the
+ *    graph has the shape its rows say (check_derived);
+ *  - `fuse` groups are legal kernels: contiguous in the schedule, ops with
+ *    a fusion class only, at most one matmul or attention, and a norm only
+ *    as the prologue of the group's matmul (its one use), or in a group
+ *    with no matmul or attention at all (check_groups);
  *  - each node's stored dtype and dims equal what its shape rule computes
  *    from its operands' stored types (so one wrong type is one error, not a
  *    cascade down the graph).
@@ -65,6 +76,17 @@ static const kir_attr_rule attr_rules[] = {
     {KIR_OP_ATTENTION, "scale", KIR_ATTR_FLOAT, NULL},
     {KIR_OP_ATTENTION, "window", KIR_ATTR_INT, NULL},
     {KIR_OP_ATTENTION, "softcap", KIR_ATTR_FLOAT, NULL},
+    {KIR_OP_KV_WRITE, "layer", KIR_ATTR_INT, NULL},
+};
+
+/* Attributes that may be absent, checked when present. (`fuse`, which any
+ * op may carry, is check_groups's.) */
+static const char *const derive_kinds[] = {"concat0", NULL};
+static const kir_attr_rule optional_attr_rules[] = {
+    {KIR_OP_ATTENTION, "write_kv", KIR_ATTR_INT, NULL}, /* 1 (absent): write K/V, then attend; 0: read only */
+    {KIR_OP_WEIGHT, "derive", KIR_ATTR_STR, derive_kinds}, /* how the data derives from other weights' */
+    {KIR_OP_WEIGHT, "sources", KIR_ATTR_STR, NULL},        /* their names, comma-separated */
+    {KIR_OP_WEIGHT, "rows", KIR_ATTR_INTS, NULL},          /* rows of dim 0 each source gives */
 };
 
 /* Whether operand i of op may be KIR_NONE (an absent optional operand). */
@@ -187,34 +209,44 @@ static int check_operands(kir_verifier *c, kir_val v)
     return rc;
 }
 
-/* Required attributes: present, of their kind, holding an allowed word. */
+/* One attribute rule for node v: present (unless optional), of its kind,
+ * holding an allowed word. */
+static int check_attr_rule(kir_verifier *c, kir_val v, const kir_attr_rule *rule, int optional)
+{
+    const kir_attr *a = kir_get(c->g, v, rule->key);
+    if (!a) {
+        if (optional) return 0;
+        node_error(c, v, "missing attribute %s (%s)", rule->key, kind_name(rule->kind));
+        return -1;
+    }
+    if (a->kind != rule->kind) {
+        node_error(c, v, "attribute %s is %s, not %s", rule->key, kind_name(a->kind), kind_name(rule->kind));
+        return -1;
+    }
+    if (rule->choices) {
+        int found = 0;
+        for (const char *const *w = rule->choices; *w && !found; w++) found = strcmp(*w, a->u.s) == 0;
+        if (!found) {
+            ks_buf words = {0};
+            for (const char *const *w = rule->choices; *w; w++)
+                ks_buf_printf(&words, "%s\"%s\"", w == rule->choices ? "" : w[1] ? ", " : " or ", *w);
+            node_error(c, v, "attribute %s is \"%s\", not %s", rule->key, a->u.s, words.data);
+            ks_buf_free(&words);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Required attributes, then optional ones that are present. */
 static int check_attrs(kir_verifier *c, kir_val v)
 {
     const kir_node *n = kir_node_at(c->g, v);
     int rc = 0;
-    for (size_t r = 0; r < sizeof attr_rules / sizeof attr_rules[0]; r++) {
-        const kir_attr_rule *rule = &attr_rules[r];
-        if (rule->op != n->op) continue;
-        const kir_attr *a = kir_get(c->g, v, rule->key);
-        if (!a) {
-            node_error(c, v, "missing attribute %s (%s)", rule->key, kind_name(rule->kind));
-            rc = -1;
-        } else if (a->kind != rule->kind) {
-            node_error(c, v, "attribute %s is %s, not %s", rule->key, kind_name(a->kind), kind_name(rule->kind));
-            rc = -1;
-        } else if (rule->choices) {
-            int found = 0;
-            for (const char *const *w = rule->choices; *w && !found; w++) found = strcmp(*w, a->u.s) == 0;
-            if (!found) {
-                ks_buf words = {0};
-                for (const char *const *w = rule->choices; *w; w++)
-                    ks_buf_printf(&words, "%s\"%s\"", w == rule->choices ? "" : w[1] ? ", " : " or ", *w);
-                node_error(c, v, "attribute %s is \"%s\", not %s", rule->key, a->u.s, words.data);
-                ks_buf_free(&words);
-                rc = -1;
-            }
-        }
-    }
+    for (size_t r = 0; r < sizeof attr_rules / sizeof attr_rules[0]; r++)
+        if (attr_rules[r].op == n->op && check_attr_rule(c, v, &attr_rules[r], 0)) rc = -1;
+    for (size_t r = 0; r < sizeof optional_attr_rules / sizeof optional_attr_rules[0]; r++)
+        if (optional_attr_rules[r].op == n->op && check_attr_rule(c, v, &optional_attr_rules[r], 1)) rc = -1;
     return rc;
 }
 
@@ -301,6 +333,313 @@ static void check_unique(kir_verifier *c, kir_op op, const char *key, kir_attr_k
     }
 }
 
+/* ---- KV-cache writes ------------------------------------------------------------------- */
+
+/* A kv_write and the layer it writes. */
+typedef struct layer_writer {
+    int64_t layer; /* the `layer` attribute */
+    kir_val node;  /* the kv_write */
+} layer_writer;
+
+static int compare_writers(const void *a, const void *b)
+{
+    const layer_writer *x = a, *y = b;
+    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    return (x->node > y->node) - (x->node < y->node);
+}
+
+/* The first kv_write of `layer` among w (sorted), or KIR_NONE. */
+static kir_val find_writer(const layer_writer *w, size_t n, int64_t layer)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (w[mid].layer < layer)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && w[lo].layer == layer ? w[lo].node : KIR_NONE;
+}
+
+static void check_kv_writes(kir_verifier *c)
+{
+    const kir_graph *g = c->g;
+    size_t n = 0;
+    for (size_t i = 0; i < g->n_nodes; i++) n += g->nodes[i].op == KIR_OP_KV_WRITE;
+    layer_writer *w = ks_xmalloc(sizeof *w * (n ? n : 1));
+    n = 0;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const kir_attr *a = g->nodes[i].op == KIR_OP_KV_WRITE ? kir_get(g, (kir_val)i, "layer") : NULL;
+        if (a && a->kind == KIR_ATTR_INT) w[n++] = (layer_writer){a->u.i, (kir_val)i};
+    }
+    qsort(w, n, sizeof *w, compare_writers);
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        kir_val v = (kir_val)i;
+        const kir_node *att = kir_node_at(g, v);
+        const kir_attr *layer = att->op == KIR_OP_ATTENTION ? kir_get(g, v, "layer") : NULL;
+        if (!layer || layer->kind != KIR_ATTR_INT) continue; /* check_attrs reported it */
+        const kir_attr *wk = kir_get(g, v, "write_kv");
+        if (wk && wk->kind != KIR_ATTR_INT) continue;
+        int64_t write = wk ? wk->u.i : 1, l = layer->u.i;
+        if (write != 0 && write != 1) {
+            node_error(c, v, "attribute write_kv is %lld, not 0 or 1", (long long)write);
+            continue;
+        }
+        kir_val kw = find_writer(w, n, l);
+        if (write == 1) {
+            if (kw != KIR_NONE)
+                node_error(c, v, "layer %lld is written by kv_write node %%%u already; attention writes it only "
+                           "with write_kv=1 (absent), so set write_kv=0",
+                           (long long)l, (unsigned)kw);
+            continue;
+        }
+        const kir_node *kwn = kw != KIR_NONE ? kir_node_at(g, kw) : NULL;
+        if (!kwn)
+            node_error(c, v, "write_kv=0 reads layer %lld from the KV cache, but no kv_write writes it", (long long)l);
+        else if (kw > v)
+            node_error(c, v, "write_kv=0 reads layer %lld, but the kv_write that writes it (node %%%u) comes after it",
+                       (long long)l, (unsigned)kw);
+        else if (att->nin == 3 && kwn->nin == 2 && (att->in[1] != kw || att->in[2] != kwn->in[1]))
+            node_error(c, v, "with write_kv=0, k and v are the kv_write of layer %lld (node %%%u) and its v (%%%u)",
+                       (long long)l, (unsigned)kw, (unsigned)kwn->in[1]);
+    }
+    free(w);
+}
+
+/* ---- derived weights ------------------------------------------------------------------- */
+
+/* A weight by its name, for lookups of a derived weight's sources. */
+typedef struct named_weight {
+    const char *name; /* its `name` attribute */
+    kir_val node;     /* the WEIGHT node */
+} named_weight;
+
+static int compare_named(const void *a, const void *b)
+{
+    return strcmp(((const named_weight *)a)->name, ((const named_weight *)b)->name);
+}
+
+/* The WEIGHT node named by the len bytes at name, among the weights sorted
+ * by name, or KIR_NONE. */
+static kir_val find_weight(const named_weight *w, size_t n, const char *name, size_t len)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int cmp = strncmp(w[mid].name, name, len);
+        if (cmp == 0 && w[mid].name[len] != 0) cmp = 1;
+        if (cmp < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < n && strncmp(w[lo].name, name, len) == 0 && w[lo].name[len] == 0) return w[lo].node;
+    return KIR_NONE;
+}
+
+/* One derived weight: its recipe is whole and adds up. */
+static void check_derived_weight(kir_verifier *c, kir_val v, const named_weight *by_name, size_t n_weights)
+{
+    const kir_graph *g = c->g;
+    const kir_node *n = kir_node_at(g, v);
+    const kir_attr *derive = kir_get(g, v, "derive"), *sources = kir_get(g, v, "sources"), *rows = kir_get(g, v, "rows");
+    if (!derive || !sources || !rows) {
+        node_error(c, v, "a derived weight needs derive, sources and rows; %s is missing",
+                   !derive ? "derive" : !sources ? "sources" : "rows");
+        return;
+    }
+    if (derive->kind != KIR_ATTR_STR || sources->kind != KIR_ATTR_STR || rows->kind != KIR_ATTR_INTS ||
+        strcmp(derive->u.s, "concat0") != 0)
+        return; /* check_attrs reported it */
+    uint32_t count = 1;
+    for (const char *p = sources->u.s; *p; p++) count += *p == ',';
+    if (count != rows->u.ints.n) {
+        node_error(c, v, "sources names %u weight%s but rows has %u number%s", (unsigned)count, count == 1 ? "" : "s",
+                   (unsigned)rows->u.ints.n, rows->u.ints.n == 1 ? "" : "s");
+        return;
+    }
+    int64_t sum = 0;
+    for (uint32_t i = 0; i < rows->u.ints.n; i++) {
+        int64_t r = rows->u.ints.v[i];
+        if (r <= 0 || r > ((int64_t)1 << 48)) {
+            node_error(c, v, "rows[%u] is %lld: each source gives at least one row", (unsigned)i, (long long)r);
+            return;
+        }
+        sum += r;
+    }
+    if (n->ndim < 1 || sum != n->dims[0]) {
+        ks_buf t = {0};
+        kir_format_type(&t, n);
+        node_error(c, v, "rows add up to %lld, but the weight is %s", (long long)sum, t.data);
+        ks_buf_free(&t);
+        return;
+    }
+    const char *name = sources->u.s;
+    for (uint32_t i = 0; i < count; i++) {
+        const char *end = strchr(name, ',');
+        size_t len = end ? (size_t)(end - name) : strlen(name);
+        if (len == 0) {
+            node_error(c, v, "sources \"%s\": name %u is empty", sources->u.s, (unsigned)i + 1);
+            return;
+        }
+        kir_val src = find_weight(by_name, n_weights, name, len);
+        if (src != KIR_NONE && c->type_ok[src]) {
+            /* a source still in the graph gives rows[i] rows of the same row type */
+            const kir_node *s = kir_node_at(g, src);
+            int fits = s->dtype == n->dtype && s->ndim == n->ndim && s->dims[0] == rows->u.ints.v[i];
+            for (int d = 1; fits && d < n->ndim; d++) fits = s->dims[d] == n->dims[d];
+            if (!fits) {
+                ks_buf ts = {0}, tn = {0};
+                kir_format_type(&ts, s);
+                kir_format_type(&tn, n);
+                node_error(c, v, "source \"%.*s\" (node %%%u) is %s, not %lld rows of %s", (int)len, name,
+                           (unsigned)src, ts.data, (long long)rows->u.ints.v[i], tn.data);
+                ks_buf_free(&ts);
+                ks_buf_free(&tn);
+            }
+        }
+        name += len + 1;
+    }
+}
+
+static void check_derived(kir_verifier *c)
+{
+    const kir_graph *g = c->g;
+    size_t n_weights = 0, n_derived = 0;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        if (g->nodes[i].op != KIR_OP_WEIGHT) continue;
+        n_weights++;
+        kir_val v = (kir_val)i;
+        n_derived += kir_get(g, v, "derive") || kir_get(g, v, "sources") || kir_get(g, v, "rows");
+    }
+    if (!n_derived) return;
+    named_weight *by_name = ks_xmalloc(sizeof *by_name * n_weights);
+    n_weights = 0;
+    for (size_t i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op == KIR_OP_WEIGHT)
+            by_name[n_weights++] = (named_weight){kir_get_str(g, (kir_val)i, "name", ""), (kir_val)i};
+    qsort(by_name, n_weights, sizeof *by_name, compare_named);
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        kir_val v = (kir_val)i;
+        if (g->nodes[i].op == KIR_OP_WEIGHT &&
+            (kir_get(g, v, "derive") || kir_get(g, v, "sources") || kir_get(g, v, "rows")))
+            check_derived_weight(c, v, by_name, n_weights);
+    }
+    free(by_name);
+}
+
+/* ---- fusion groups ----------------------------------------------------------------------- */
+
+/* Where each group id was last seen: open addressing over ids. */
+typedef struct group_seen {
+    int64_t *ids;   /* [cap] group ids; -1: empty slot */
+    kir_val *last;  /* [cap] the last node of the id's run */
+    size_t cap;     /* slots, a power of two */
+} group_seen;
+
+/* The slot of id: where it is, or the empty slot where it goes. */
+static size_t group_slot(const group_seen *s, int64_t id)
+{
+    size_t h = ks_hash64(KS_HASH_SEED, &id, sizeof id) & (s->cap - 1);
+    while (s->ids[h] != -1 && s->ids[h] != id) h = (h + 1) & (s->cap - 1);
+    return h;
+}
+
+/* The group of v: its `fuse` id, or -1 when it has none or a malformed one
+ * (reported here). */
+static int64_t group_of(kir_verifier *c, kir_val v)
+{
+    const kir_attr *a = kir_get(c->g, v, "fuse");
+    if (!a) return -1;
+    if (a->kind != KIR_ATTR_INT) {
+        node_error(c, v, "attribute fuse is %s, not an int", kind_name(a->kind));
+        return -1;
+    }
+    if (a->u.i < 0) {
+        node_error(c, v, "fuse group %lld: group ids are 0 or more", (long long)a->u.i);
+        return -1;
+    }
+    kir_op op = kir_node_at(c->g, v)->op;
+    if (kir_op_table[op].fusion == KIR_FUSE_NONE) {
+        node_error(c, v, "fuse group %lld: %s cannot join a group (its fusion class in ir/ops.def is none)",
+                   (long long)a->u.i, kir_op_table[op].name);
+        return -1;
+    }
+    return a->u.i;
+}
+
+/* Groups: contiguous runs; per run at most one matmul or attention (the
+ * anchor), and a norm only before the matmul whose only input it is, or in
+ * a group with no anchor (add + norm). */
+static void check_groups(kir_verifier *c)
+{
+    const kir_graph *g = c->g;
+    int any = 0;
+    for (size_t i = 0; i < g->n_nodes && !any; i++) any = kir_get(g, (kir_val)i, "fuse") != NULL;
+    if (!any) return;
+    uint32_t *uses = ks_xcalloc(g->n_nodes, sizeof *uses);
+    for (size_t i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].nin && k < KIR_MAX_INPUTS; k++)
+            if (g->nodes[i].in[k] < i) uses[g->nodes[i].in[k]]++;
+    group_seen seen = {.cap = 16};
+    while (seen.cap < 2 * g->n_nodes) seen.cap *= 2;
+    seen.ids = ks_xmalloc(sizeof *seen.ids * seen.cap);
+    seen.last = ks_xmalloc(sizeof *seen.last * seen.cap);
+    for (size_t i = 0; i < seen.cap; i++) seen.ids[i] = -1;
+
+    int64_t run = -1;                        /* the group of the run the previous node is in; -1: none */
+    kir_val anchor = KIR_NONE, norm = KIR_NONE; /* the run's matmul or attention, and its norm */
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        kir_val v = (kir_val)i;
+        const kir_node *n = kir_node_at(g, v);
+        if ((unsigned)n->op >= KIR_OP_COUNT) continue;
+        int64_t id = group_of(c, v);
+        if (id != run && id >= 0) {
+            /* a run starts: the id must not have had one before */
+            size_t h = group_slot(&seen, id);
+            if (seen.ids[h] == id)
+                node_error(c, v, "fuse group %lld is not contiguous: it has nodes up to %%%u, then %%%u is not in it",
+                           (long long)id, (unsigned)seen.last[h], (unsigned)seen.last[h] + 1);
+            seen.ids[h] = id;
+            anchor = norm = KIR_NONE;
+        }
+        run = id;
+        if (id < 0) continue;
+        seen.last[group_slot(&seen, id)] = v;
+        kir_fusion_class fc = kir_op_table[n->op].fusion;
+        if (fc == KIR_FUSE_MATMUL || n->op == KIR_OP_ATTENTION) {
+            if (anchor != KIR_NONE) {
+                node_error(c, v, "fuse group %lld has a second matmul or attention (node %%%u is its first): a "
+                           "kernel has one", (long long)id, (unsigned)anchor);
+                continue;
+            }
+            anchor = v;
+            if (norm == KIR_NONE) continue;
+            if (n->op != KIR_OP_MATMUL)
+                node_error(c, norm, "fuse group %lld: a norm and an attention (node %%%u) cannot share a kernel",
+                           (long long)id, (unsigned)v);
+            else if (n->in[0] != norm || uses[norm] != 1)
+                node_error(c, norm, "fuse group %lld: a norm joins a matmul's group only as its prologue, so its one "
+                           "use must be matmul %%%u's input (it has %u use%s)",
+                           (long long)id, (unsigned)v, (unsigned)uses[norm], uses[norm] == 1 ? "" : "s");
+        } else if (fc == KIR_FUSE_NORM) {
+            if (norm != KIR_NONE)
+                node_error(c, v, "fuse group %lld has a second norm (node %%%u is its first): a kernel has one",
+                           (long long)id, (unsigned)norm);
+            else if (anchor != KIR_NONE)
+                node_error(c, v, "fuse group %lld: a norm after the group's %s (node %%%u); a norm joins only before "
+                           "its matmul, as a prologue", (long long)id, kir_op_table[kir_node_at(g, anchor)->op].name,
+                           (unsigned)anchor);
+            else
+                norm = v;
+        }
+    }
+    free(seen.ids);
+    free(seen.last);
+    free(uses);
+}
+
 static void check_output(kir_verifier *c)
 {
     const kir_graph *g = c->g;
@@ -348,6 +687,10 @@ int kir_verify(const kir_graph *g, ks_diag *d, const char *what)
     check_unique(&c, KIR_OP_ATTENTION, "layer", KIR_ATTR_INT, "layer");
     check_unique(&c, KIR_OP_WEIGHT, "name", KIR_ATTR_STR, "weight name");
     check_unique(&c, KIR_OP_INPUT, "name", KIR_ATTR_STR, "input name");
+    check_unique(&c, KIR_OP_KV_WRITE, "layer", KIR_ATTR_INT, "layer");
+    check_kv_writes(&c);
+    check_derived(&c);
+    check_groups(&c);
     check_output(&c);
 
     kir_graph_free(copy);

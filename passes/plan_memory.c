@@ -42,9 +42,12 @@
  *     offline), each with best fit (smallest gap) and first fit (lowest
  *     gap). The smallest wins. When it is above the lower bound a local
  *     search repairs the winning order: it moves a slot that touches the
- *     peak earlier in the order (or swaps two slots) and keeps the change
- *     when the arena does not grow, with a fixed seed so that plans are
- *     reproducible.
+ *     peak earlier in the order (or swaps two slots), places the order
+ *     again from the first change, and keeps the change when the arena
+ *     does not grow; its generator has a fixed seed and its budget counts
+ *     work, so plans are reproducible. (An exact branch and bound over
+ *     canonical placements, after MiniMalloc, was tried and dropped: on the
+ *     random graphs of tests/planner it found less than this search.)
  *
  *  3. rewrite (write_plan): per-node offsets, sizes and flags.
  */
@@ -337,26 +340,43 @@ static int cmp_span(const void *a, const void *b)
 typedef struct kp_placer {
     uint8_t *placed; /* [n_slots] placed in this run */
     kp_span *spans;  /* [n_slots] the placed neighbours of the slot being placed */
+    uint64_t work;   /* slots placed and conflicts visited, summed over runs */
 } kp_placer;
 
 /* Place the slots in `order`, each at the best (smallest) or first (lowest)
- * gap among the placed slots it conflicts with, or above them all. Writes
- * offsets to off; returns the arena size, or UINT64_MAX as soon as it
- * exceeds cutoff. */
-static uint64_t place_slots(const kp_planner *p, kp_placer *w, const uint32_t *order, int first_fit,
+ * gap among the placed slots it conflicts with, or above them all. The
+ * first `keep` slots of the order are already placed at off (a repair
+ * changes the order from there on). Writes offsets to off; returns the
+ * arena size, or UINT64_MAX as soon as it exceeds cutoff. */
+static uint64_t place_slots(const kp_planner *p, kp_placer *w, const uint32_t *order, size_t keep, int first_fit,
                             uint64_t cutoff, uint64_t *off)
 {
     memset(w->placed, 0, p->n_slots);
     uint64_t top = 0;
-    for (size_t k = 0; k < p->n_slots; k++) {
+    for (size_t k = 0; k < keep; k++) {
+        uint32_t s = order[k];
+        w->placed[s] = 1;
+        if (off[s] + p->slots[s].bytes > top) top = off[s] + p->slots[s].bytes;
+    }
+    for (size_t k = keep; k < p->n_slots; k++) {
         uint32_t s = order[k];
         uint64_t size = p->slots[s].bytes;
         size_t m = 0;
+        w->work += 1 + p->adj_start[s + 1] - p->adj_start[s];
         for (uint32_t e = p->adj_start[s]; e < p->adj_start[s + 1]; e++) {
             uint32_t o = p->adj[e];
             if (w->placed[o]) w->spans[m++] = (kp_span){off[o], off[o] + p->slots[o].bytes};
         }
-        qsort(w->spans, m, sizeof *w->spans, cmp_span);
+        if (m > 24) {
+            qsort(w->spans, m, sizeof *w->spans, cmp_span);
+        } else { /* few neighbours: an insertion sort beats qsort's calls */
+            for (size_t i = 1; i < m; i++) {
+                kp_span x = w->spans[i];
+                size_t j = i;
+                for (; j > 0 && w->spans[j - 1].lo > x.lo; j--) w->spans[j] = w->spans[j - 1];
+                w->spans[j] = x;
+            }
+        }
         uint64_t cursor = 0, pick = UINT64_MAX, pick_gap = UINT64_MAX;
         for (size_t i = 0; i < m; i++) {
             if (w->spans[i].lo > cursor) {
@@ -423,22 +443,19 @@ static uint64_t next_random(kp_planner *p)
     return p->rng * 0x2545f4914f6cdd1dull;
 }
 
-/* How many placements the repair may try: about 2e7 conflict visits, at
- * least a few dozen, at most 3000. */
-static size_t repair_budget(const kp_planner *p)
-{
-    uint64_t per_run = (uint64_t)p->n_slots + p->adj_start[p->n_slots] + 1;
-    uint64_t runs = (getenv("KP_RW") ? strtoull(getenv("KP_RW"), 0, 10) : 20000000u) / per_run;
-    if (runs < 48) runs = 48;
-    if (runs > (getenv("KP_RMAX") ? strtoull(getenv("KP_RMAX"), 0, 10) : 3000)) runs = (getenv("KP_RMAX") ? strtoull(getenv("KP_RMAX"), 0, 10) : 3000);
-    return (size_t)runs;
-}
+/* Work the repair may spend, in slots placed and conflicts visited: under a
+ * second of CPU on a hard graph of a few hundred slots (seen on random
+ * graphs whose optimum is above the bound, where the repair runs it all;
+ * transformer stacks reach the bound without it). Plans must not depend on
+ * the machine, so the budget is counted, not timed. */
+#define KP_REPAIR_WORK ((uint64_t)50000000)
 
 /* Local search over the placement order of the best heuristic: move a slot
- * that reaches the top of the arena to an earlier place in the order (it
- * then finds a low gap before smaller or shorter slots take it), or swap
- * two slots; keep the change when the arena does not grow (so the search
- * walks plateaus). Stops at the lower bound. */
+ * that reaches the top of the arena, or one it conflicts with, to an
+ * earlier place in the order (it then finds a low gap before smaller or
+ * shorter slots take it), or swap two slots; keep the change when the arena
+ * does not grow, so that the search walks plateaus. Only the part of the
+ * order after the first change is placed again. Stops at the lower bound. */
 static int repair_order(kp_planner *p, kp_placer *w, uint32_t *order, int first_fit)
 {
     size_t ns = p->n_slots;
@@ -446,217 +463,52 @@ static int repair_order(kp_planner *p, kp_placer *w, uint32_t *order, int first_
     uint64_t *trial_off = ks_arena_alloc(&p->scratch, sizeof *trial_off * ns);
     uint32_t *pos = ks_arena_alloc(&p->scratch, sizeof *pos * ns);
     uint32_t *peak = ks_arena_alloc(&p->scratch, sizeof *peak * ns);
-    size_t budget = repair_budget(p);
-    int improved = 0;
-    for (size_t it = 0; it < budget && p->arena > p->lower_bound; it++) {
+    uint64_t budget = KP_REPAIR_WORK;
+    size_t n_peak = 0;
+    int improved = 0, stale = 1;
+    w->work = 0;
+    while (w->work < budget && p->arena > p->lower_bound) {
+        if (stale) { /* the kept placement changed */
+            n_peak = 0;
+            for (size_t s = 0; s < ns; s++)
+                if (p->offset[s] + p->slots[s].bytes == p->arena) peak[n_peak++] = (uint32_t)s;
+            for (size_t k = 0; k < ns; k++) pos[order[k]] = (uint32_t)k;
+            stale = 0;
+        }
         memcpy(trial, order, sizeof *trial * ns);
-        size_t n_peak = 0;
-        for (size_t s = 0; s < ns; s++)
-            if (p->offset[s] + p->slots[s].bytes == p->arena) peak[n_peak++] = (uint32_t)s;
-        for (size_t k = 0; k < ns; k++) pos[trial[k]] = (uint32_t)k;
+        size_t keep;
         uint64_t r = next_random(p);
-        if (r % 4 != 3 && n_peak > 0) {
+        if (r % 4 != 3) {
             /* a slot at the top, or one of its conflicts, moves earlier */
             uint32_t s = peak[(r >> 8) % n_peak];
             uint32_t deg = p->adj_start[s + 1] - p->adj_start[s];
             if (r % 4 == 2 && deg > 0) s = p->adj[p->adj_start[s] + (uint32_t)((r >> 32) % deg)];
             uint32_t from = pos[s];
-            if (from == 0) continue;
+            if (from == 0) {
+                w->work++;
+                continue;
+            }
             uint32_t to = (uint32_t)(next_random(p) % from);
             memmove(&trial[to + 1], &trial[to], sizeof *trial * (from - to));
             trial[to] = s;
+            keep = to;
         } else {
             uint32_t a = (uint32_t)(next_random(p) % ns), b = (uint32_t)(next_random(p) % ns);
             uint32_t t = trial[a];
             trial[a] = trial[b];
             trial[b] = t;
+            keep = a < b ? a : b;
         }
-        uint64_t size = place_slots(p, w, trial, first_fit, p->arena, trial_off);
+        memcpy(trial_off, p->offset, sizeof *trial_off * ns);
+        uint64_t size = place_slots(p, w, trial, keep, first_fit, p->arena, trial_off);
         if (size == UINT64_MAX) continue;
         if (size < p->arena) improved = 1;
         p->arena = size;
         memcpy(order, trial, sizeof *order * ns);
         memcpy(p->offset, trial_off, sizeof *p->offset * ns);
+        stale = 1;
     }
     return improved;
-}
-
-/* ---- stage 2, exact search ---------------------------------------------------------------
- * A branch and bound over "canonical" placements, after Moffitt's
- * MiniMalloc (ASPLOS 2023): sort any placement's slots by offset and push
- * each down until it rests on a slot it conflicts with (or on 0); the arena
- * does not grow, and then every slot sits at its floor (the highest top of
- * the slots before it that it conflicts with) and offsets never decrease
- * along the order. So it is enough to search orders in which each next slot
- * sits at its floor, no lower than the previous one, and slots at the same
- * offset (which never conflict) come by index. A branch is cut when, at some
- * node of the schedule, the slots still to place must stack above both the
- * last offset and every placed slot live there, and reach the best arena. */
-
-/* One saved value, for undoing a placement. */
-typedef struct kp_trail {
-    uint64_t *where; /* the word changed */
-    uint64_t old;    /* its value before */
-} kp_trail;
-
-/* A candidate of one search node. */
-typedef struct kp_cand {
-    uint64_t floor; /* where it would sit */
-    uint64_t bytes; /* its size (larger tried first on a tie) */
-    uint32_t slot;  /* the slot */
-} kp_cand;
-
-typedef struct kp_search {
-    const kp_planner *p;   /* the slots and conflicts */
-    size_t n_events;       /* distinct first nodes of slots: where loads peak */
-    uint32_t *ev_lo;       /* [n_slots] first event at which each slot is live */
-    uint32_t *ev_hi;       /* [n_slots] last event at which each slot is live */
-    uint64_t *height;      /* [n_events] highest top of the placed slots live there */
-    uint64_t *rest;        /* [n_events] bytes of the unplaced slots live there */
-    uint64_t *floor;       /* [n_slots] highest top of the placed slots each conflicts with */
-    uint64_t *off;         /* [n_slots] offsets of the placed slots */
-    uint8_t *placed;       /* [n_slots] placed on the current path */
-    size_t n_placed;       /* slots on the current path */
-    kp_trail *trail;       /* undo log */
-    size_t n_trail;        /* entries in trail */
-    size_t cap_trail;      /* capacity of trail */
-    kp_cand *cands;        /* candidate stack, one run per search node on the path */
-    size_t n_cands;        /* entries in cands */
-    size_t cap_cands;      /* capacity of cands */
-    uint64_t best;         /* best arena found so far */
-    uint64_t *best_off;    /* [n_slots] its offsets */
-    uint64_t goal;         /* the lower bound: stop when reached */
-    uint64_t work;         /* work units spent (slots visited) */
-    uint64_t budget;       /* work units allowed */
-    int found;             /* a placement better than the starting one was found */
-} kp_search;
-
-static void trail_set(kp_search *s, uint64_t *where, uint64_t value)
-{
-    KS_GROW(s->trail, s->n_trail + 1, s->cap_trail, (size_t)1 << 32, "memory plan search trail");
-    s->trail[s->n_trail++] = (kp_trail){where, *where};
-    *where = value;
-}
-
-static int cmp_cand(const void *a, const void *b)
-{
-    const kp_cand *x = a, *y = b;
-    if (x->floor != y->floor) return x->floor < y->floor ? -1 : 1;
-    if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
-    return x->slot < y->slot ? -1 : x->slot > y->slot;
-}
-
-static void search_place(kp_search *s, uint32_t c)
-{
-    const kp_planner *p = s->p;
-    uint64_t top = s->floor[c] + p->slots[c].bytes;
-    s->off[c] = s->floor[c];
-    s->placed[c] = 1;
-    s->n_placed++;
-    for (uint32_t e = p->adj_start[c]; e < p->adj_start[c + 1]; e++) {
-        uint32_t o = p->adj[e];
-        if (!s->placed[o] && s->floor[o] < top) trail_set(s, &s->floor[o], top);
-    }
-    for (uint32_t e = s->ev_lo[c]; e <= s->ev_hi[c]; e++) {
-        s->rest[e] -= p->slots[c].bytes;
-        if (s->height[e] < top) trail_set(s, &s->height[e], top);
-    }
-    s->work += p->adj_start[c + 1] - p->adj_start[c] + s->ev_hi[c] - s->ev_lo[c] + 1;
-}
-
-static void search_unplace(kp_search *s, uint32_t c, size_t mark)
-{
-    const kp_planner *p = s->p;
-    while (s->n_trail > mark) {
-        kp_trail *t = &s->trail[--s->n_trail];
-        *t->where = t->old;
-    }
-    for (uint32_t e = s->ev_lo[c]; e <= s->ev_hi[c]; e++) s->rest[e] += p->slots[c].bytes;
-    s->placed[c] = 0;
-    s->n_placed--;
-}
-
-/* Place the rest, every slot at or above `level` (the last offset), given
- * that the last slot placed was `prev` and the arena so far reaches top. */
-static void search_node(kp_search *s, uint64_t level, uint32_t prev, uint64_t top)
-{
-    const kp_planner *p = s->p;
-    if (s->best <= s->goal || s->work >= s->budget) return;
-    size_t ns = p->n_slots;
-    if (s->n_placed == ns) {
-        if (top < s->best) {
-            s->best = top;
-            memcpy(s->best_off, s->off, sizeof *s->off * ns);
-            s->found = 1;
-        }
-        return;
-    }
-    uint64_t bound = top;
-    for (size_t e = 0; e < s->n_events; e++) {
-        if (s->rest[e] == 0) continue;
-        uint64_t base = s->height[e] > level ? s->height[e] : level;
-        if (base + s->rest[e] > bound) bound = base + s->rest[e];
-    }
-    s->work += s->n_events + ns;
-    if (bound >= s->best) return;
-
-    size_t first = s->n_cands;
-    for (uint32_t c = 0; c < ns; c++) {
-        if (s->placed[c]) continue;
-        uint64_t f = s->floor[c];
-        if (f < level || (f == level && prev != NO_SLOT && c < prev)) continue;
-        if (f + p->slots[c].bytes >= s->best) continue;
-        KS_GROW(s->cands, s->n_cands + 1, s->cap_cands, (size_t)1 << 32, "memory plan search candidates");
-        s->cands[s->n_cands++] = (kp_cand){f, p->slots[c].bytes, c};
-    }
-    size_t count = s->n_cands - first;
-    qsort(s->cands + first, count, sizeof *s->cands, cmp_cand);
-    for (size_t i = 0; i < count && s->best > s->goal && s->work < s->budget; i++) {
-        kp_cand c = s->cands[first + i];
-        size_t mark = s->n_trail;
-        search_place(s, c.slot);
-        uint64_t t = c.floor + c.bytes;
-        search_node(s, c.floor, c.slot, t > top ? t : top);
-        search_unplace(s, c.slot, mark);
-    }
-    s->n_cands = first;
-}
-
-/* Search for a placement below p->arena within `budget` work units; on
- * success p->offset and p->arena take it. Returns whether it found one. */
-static int search_offsets(kp_planner *p, uint64_t budget)
-{
-    size_t ns = p->n_slots;
-    kp_search s = {.p = p, .best = getenv("KP_PERFECT") ? p->lower_bound + 1 : p->arena, .goal = p->lower_bound, .budget = budget};
-    /* events: the distinct first nodes of slots; event_of_node[t]: the last event at or before t */
-    uint8_t *starts = ks_arena_alloc(&p->scratch, p->n + 1);
-    uint32_t *event_of_node = ks_arena_alloc(&p->scratch, sizeof *event_of_node * (p->n + 1));
-    for (size_t c = 0; c < ns; c++) starts[p->slots[c].first] = 1;
-    for (size_t t = 0; t < p->n; t++) {
-        if (starts[t]) s.n_events++;
-        event_of_node[t] = s.n_events ? (uint32_t)(s.n_events - 1) : 0;
-    }
-    s.ev_lo = ks_arena_alloc(&p->scratch, sizeof *s.ev_lo * ns);
-    s.ev_hi = ks_arena_alloc(&p->scratch, sizeof *s.ev_hi * ns);
-    s.height = ks_arena_alloc(&p->scratch, sizeof *s.height * s.n_events);
-    s.rest = ks_arena_alloc(&p->scratch, sizeof *s.rest * s.n_events);
-    s.floor = ks_arena_alloc(&p->scratch, sizeof *s.floor * ns);
-    s.off = ks_arena_alloc(&p->scratch, sizeof *s.off * ns);
-    s.placed = ks_arena_alloc(&p->scratch, ns);
-    s.best_off = ks_arena_alloc(&p->scratch, sizeof *s.best_off * ns);
-    for (size_t c = 0; c < ns; c++) {
-        s.ev_lo[c] = event_of_node[p->slots[c].first];
-        s.ev_hi[c] = event_of_node[p->slots[c].last];
-        for (uint32_t e = s.ev_lo[c]; e <= s.ev_hi[c]; e++) s.rest[e] += p->slots[c].bytes;
-    }
-    search_node(&s, 0, NO_SLOT, 0);
-    if (s.found) {
-        p->arena = s.best;
-        memcpy(p->offset, s.best_off, sizeof *p->offset * ns);
-    }
-    free(s.trail);
-    free(s.cands);
-    return s.found;
 }
 
 /* Offsets of every slot (stage 2): each heuristic in turn, the smallest
@@ -669,7 +521,7 @@ static void assign_offsets(kp_planner *p)
     p->strategy = "none";
     if (ns == 0) return;
     find_conflicts(p);
-    kp_placer w = {ks_arena_alloc(&p->scratch, ns), ks_arena_alloc(&p->scratch, sizeof *w.spans * ns)};
+    kp_placer w = {ks_arena_alloc(&p->scratch, ns), ks_arena_alloc(&p->scratch, sizeof *w.spans * ns), 0};
     kp_key *keys = ks_arena_alloc(&p->scratch, sizeof *keys * ns);
     uint32_t *order = ks_arena_alloc(&p->scratch, sizeof *order * ns);
     uint32_t *best_order = ks_arena_alloc(&p->scratch, sizeof *best_order * ns);
@@ -679,7 +531,7 @@ static void assign_offsets(kp_planner *p)
     for (int how = 0; how < ORDER_COUNT && p->arena > p->lower_bound; how++) {
         make_order(p, (kp_order)how, keys, order);
         for (int ff = 0; ff < 2; ff++) {
-            uint64_t size = place_slots(p, &w, order, ff, p->arena - 1, off);
+            uint64_t size = place_slots(p, &w, order, 0, ff, p->arena - 1, off);
             if (size == UINT64_MAX) continue;
             p->arena = size;
             best_how = how;
@@ -692,14 +544,6 @@ static void assign_offsets(kp_planner *p)
     KS_ASSERT(best_how >= 0);
     int repaired = p->arena > p->lower_bound && repair_order(p, &w, best_order, best_ff);
     p->strategy = strategy_names[best_how][best_ff][repaired];
-    if (p->arena > p->lower_bound && search_offsets(p, getenv("KP_SB") ? strtoull(getenv("KP_SB"), 0, 10) : 2000000000ull)) p->strategy = "search";
-    if (getenv("KP_DEBUG")) {
-        for (size_t s2 = 0; s2 < ns; s2++)
-            fprintf(stderr, "slot %zu root %u bytes %llu [%u,%u] off %llu\n", s2, p->slots[s2].root,
-                    (unsigned long long)p->slots[s2].bytes, p->slots[s2].first, p->slots[s2].last,
-                    (unsigned long long)p->offset[s2]);
-        for (size_t t = 0; t < p->n; t++) fprintf(stderr, "load %zu %llu\n", t, (unsigned long long)p->load[t]);
-    }
 }
 
 /* ---- stage 3: the plan ---------------------------------------------------------------- */

@@ -20,10 +20,20 @@ typedef struct krt_backend {
     void (*destroy)(void *state);
     /* Run one step (see ir/interp.h's execution model); out: [n_tokens, vocab] f32 on the host. */
     int (*step)(void *state, const kir_step *step, float *out, ks_diag *d);
+    /* Optional, for backends whose KV blocks live on a device (NULL for the
+     * others); when set they replace create. open prepares the device for e
+     * before the KV cache exists, checking that e can run there and allocating
+     * nothing when it cannot; the state it returns becomes kv_storage's ctx.
+     * attach then hands the state its KV cache. destroy comes after the KV
+     * cache is freed. */
+    void *(*open)(const krt_engine *e, ks_diag *d);
+    int (*attach)(void *state, krt_kv *kv, ks_diag *d);
 } krt_backend;
 
 /* The reference interpreter as a backend: fp32 on the CPU. */
 extern const krt_backend krt_backend_interp;
+/* CUDA (runtime/cuda_backend.c): loads libcuda at run time; f32 for now. */
+extern const krt_backend krt_backend_cuda;
 
 /* The backend for an engine's target (from its metadata), or NULL after reporting. */
 const krt_backend *krt_backend_for(const krt_engine *e, ks_diag *d);

@@ -31,6 +31,8 @@ const krt_backend *krt_backend_for(const krt_engine *e, ks_diag *d)
     const krt_backend *be = NULL;
     if (strcmp(target, "cpu") == 0 || strcmp(target, "interp") == 0)
         be = &krt_backend_interp;
+    else if (strcmp(target, "cuda") == 0)
+        be = &krt_backend_cuda;
     else
         ks_error(d, e->path, "engine target '%s' has no backend in this runtime", target);
     ks_buf_free(&scratch);

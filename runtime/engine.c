@@ -90,11 +90,31 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
 
     section secs[MAX_SECTIONS];
     int nsec = 0;
-    const char *names[] = {"meta", "graph", "weights.idx", "weights", "tokenizer"};
-    uint64_t sizes[] = {strlen(spec->meta_json), graph_text.len, idx.len, wsize,
-                        spec->tokenizer ? 4 + spec->tokenizer_len : 0};
-    uint64_t aligns[] = {SECTION_ALIGN, SECTION_ALIGN, SECTION_ALIGN, 4096, SECTION_ALIGN};
-    int count = spec->tokenizer ? 5 : 4;
+    const char *names[MAX_SECTIONS] = {"meta", "graph", "weights.idx", "weights", "tokenizer"};
+    uint64_t sizes[MAX_SECTIONS] = {strlen(spec->meta_json), graph_text.len, idx.len, wsize,
+                                    spec->tokenizer ? 4 + spec->tokenizer_len : 0};
+    uint64_t aligns[MAX_SECTIONS] = {SECTION_ALIGN, SECTION_ALIGN, SECTION_ALIGN, 4096, SECTION_ALIGN};
+    int n_std = spec->tokenizer ? 5 : 4;
+    int count = n_std;
+    /* extra sections go last, each after a check of its name */
+    for (size_t x = 0; x < spec->n_extra; x++) {
+        const char *name = spec->extra[x].name;
+        int clash = strlen(name) == 0 || strlen(name) >= NAME_LEN;
+        for (int i = 0; i < count && !clash; i++) clash = strcmp(names[i], name) == 0;
+        if (clash || count == MAX_SECTIONS) {
+            if (clash)
+                ks_error(d, path, "cannot add section '%s': empty, longer than %d bytes, or taken", name, NAME_LEN - 1);
+            else
+                ks_error(d, path, "cannot add section '%s': an engine holds at most %d sections", name, MAX_SECTIONS);
+            ks_buf_free(&graph_text);
+            ks_buf_free(&idx);
+            return -1;
+        }
+        names[count] = name;
+        sizes[count] = spec->extra[x].size;
+        aligns[count] = SECTION_ALIGN;
+        count++;
+    }
     uint64_t off = HEADER_SIZE + (uint64_t)SECTION_ENTRY * (uint64_t)count;
     for (int i = 0; i < count; i++) {
         off = (off + aligns[i] - 1) / aligns[i] * aligns[i];
@@ -133,7 +153,7 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
     for (int i = 0; i < nsec && !rc; i++) {
         w_pad_to(&w, secs[i].align);
         KS_ASSERT(w.pos == secs[i].offset);
-        switch (i) {
+        switch (i < n_std ? i : -1) { /* -1: an extra section */
         case 0: w_bytes(&w, spec->meta_json, sizes[0]); break;
         case 1: w_bytes(&w, graph_text.data, graph_text.len); break;
         case 2: w_bytes(&w, idx.data, idx.len); break;
@@ -166,6 +186,9 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
             w_bytes(&w, spec->tokenizer, spec->tokenizer_len);
             break;
         }
+        default:
+            w_bytes(&w, spec->extra[i - n_std].data, spec->extra[i - n_std].size);
+            break;
         }
     }
     ks_buf_free(&graph_text);
@@ -338,6 +361,8 @@ krt_engine *krt_engine_open(const char *path, ks_diag *d)
             open_fail(e, d, path, "damaged: no data for weight '%s'", kir_get_str(e->graph, (kir_val)v, "name", "?"));
             return NULL;
         }
+    e->section_table = p + HEADER_SIZE;
+    e->n_sections = nsec;
     const section *ts = find_section(secs, (int)nsec, "tokenizer");
     if (ts && ts->size >= 4) {
         e->tokenizer_kind = get_u32(p + ts->offset);
@@ -356,6 +381,20 @@ void krt_engine_close(krt_engine *e)
     ks_mmap_close(&e->map);
     free((char *)e->path);
     free(e);
+}
+
+const void *krt_engine_section_data(const krt_engine *e, const char *name, size_t *size)
+{
+    /* the entries were checked against the file at open */
+    for (uint32_t i = 0; i < e->n_sections; i++) {
+        const uint8_t *t = e->section_table + (size_t)i * SECTION_ENTRY;
+        if (strnlen((const char *)t, NAME_LEN) < NAME_LEN && strcmp((const char *)t, name) == 0) {
+            *size = (size_t)get_u64(t + 24);
+            return e->map.data + get_u64(t + 16);
+        }
+    }
+    *size = 0;
+    return NULL;
 }
 
 const char *krt_engine_meta(const krt_engine *e, const char *key, const char *dflt, ks_buf *scratch)

@@ -20,6 +20,9 @@
  *                "weights"     packed weight data, each weight 256-byte aligned
  *                              so that it can be uploaded as it lies
  *                "tokenizer"   optional: u32 kind, then the tokenizer's file bytes
+ *                any other     optional sections a backend adds (krt_engine_spec.extra),
+ *                              e.g. "cuda.meta" and "cuda.sm_90"; readers skip the
+ *                              ones they do not know
  *
  * Prefix: krt_.
  */
@@ -36,6 +39,13 @@
 #define KRT_ENGINE_VERSION 1u       /* bump on any layout change */
 enum { KRT_WEIGHT_ALIGN = 256 };
 
+/* An extra named section (a backend's code or tables). */
+typedef struct krt_engine_section {
+    const char *name;  /* at most 15 bytes, none of the standard names */
+    const void *data;  /* its bytes */
+    size_t size;       /* bytes */
+} krt_engine_section;
+
 /* Produces the data of WEIGHT node `node` (nbytes, in the node's dtype) into dst. */
 typedef int (*krt_weight_fill)(void *ctx, kir_val node, void *dst, size_t nbytes, ks_diag *d);
 
@@ -47,6 +57,8 @@ typedef struct krt_engine_spec {
     const void *tokenizer;        /* tokenizer bytes, or NULL */
     size_t tokenizer_len;         /* bytes */
     uint32_t tokenizer_kind;      /* the runtime's tokenizer kind tag */
+    const krt_engine_section *extra; /* extra sections, written in this order after the others */
+    size_t n_extra;               /* how many */
 } krt_engine_spec;
 
 /* Write an engine file atomically (a temp file renamed into place on
@@ -66,6 +78,8 @@ typedef struct krt_engine {
     const uint8_t *tokenizer;     /* tokenizer bytes inside the map, or NULL */
     size_t tokenizer_len;         /* bytes */
     uint32_t tokenizer_kind;      /* kind tag */
+    const uint8_t *section_table; /* the section table inside the map (checked at open) */
+    uint32_t n_sections;          /* its entries */
 } krt_engine;
 
 /* Open, check (magic, version, size, checksum, section bounds, graph parse and
@@ -73,6 +87,10 @@ typedef struct krt_engine {
  * `path: error: ...`. */
 krt_engine *krt_engine_open(const char *path, ks_diag *d);
 void krt_engine_close(krt_engine *e);
+
+/* The bytes of section `name` inside the map (*size set), or NULL when the
+ * engine has none. */
+const void *krt_engine_section_data(const krt_engine *e, const char *name, size_t *size);
 
 /* The string value of a top-level key of the metadata, or dflt. */
 const char *krt_engine_meta(const krt_engine *e, const char *key, const char *dflt, ks_buf *scratch);

@@ -63,13 +63,22 @@ krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_
         .max_context = s->max_context,
         .elem_size = be->kv_elem_size,
     };
-    s->kv = krt_kv_new(&cfg, be->kv_storage, d);
+    krt_kv_storage storage = *be->kv_storage;
+    if (be->open) {
+        /* a device backend: its state first (it checks the engine fits the device), then the KV cache in it */
+        s->state = be->open(e, d);
+        if (!s->state) {
+            krt_session_free(s);
+            return NULL;
+        }
+        storage.ctx = s->state;
+    }
+    s->kv = krt_kv_new(&cfg, &storage, d);
     if (!s->kv) {
         krt_session_free(s);
         return NULL;
     }
-    s->state = be->create(e, s->kv, d);
-    if (!s->state) {
+    if (be->open ? be->attach(s->state, s->kv, d) != 0 : (s->state = be->create(e, s->kv, d)) == NULL) {
         krt_session_free(s);
         return NULL;
     }
@@ -79,8 +88,9 @@ krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_
 void krt_session_free(krt_session *s)
 {
     if (!s) return;
-    if (s->state) s->backend->destroy(s->state);
+    /* the KV cache first: a device backend's state holds what frees its blocks */
     krt_kv_free(s->kv);
+    if (s->state) s->backend->destroy(s->state);
     free(s->layers);
     free(s->positions);
     free(s);

@@ -209,7 +209,10 @@ size_t krt_tok_stream_push(krt_tok_stream *s, int32_t id, ks_buf *out)
     krt_tok_ids_push(&s->ids, id);
     s->text.len = 0;
     krt_tok_decode(s->t, s->ids.ids, s->ids.len, s->flags, &s->text);
-    if (s->text.len <= s->prefix.len || ends_with_replacement(&s->text)) return 0;
+    if (s->text.len <= s->prefix.len || ends_with_replacement(&s->text)) {
+        ks_buf_put(out, "", 0); /* NUL-terminated even when nothing was added */
+        return 0;
+    }
     /* Decoders are prefix-stable (the window's text starts with the
      * context's text); if one were not, emit from where they part. */
     size_t from = common_prefix(&s->text, &s->prefix);
@@ -238,6 +241,7 @@ size_t krt_tok_stream_flush(krt_tok_stream *s, ks_buf *out)
             ks_buf_put(out, s->text.data + from, n);
         }
     }
+    ks_buf_put(out, "", 0); /* NUL-terminated even when nothing was added */
     s->ids.len = 0;
     s->prefix_index = 0;
     s->prefix.len = 0;

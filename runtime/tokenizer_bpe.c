@@ -1,6 +1,6 @@
 /* tokenizer_bpe.c — the two BPE merge loops, both the linked-list + heap
  * form of BPE: a word is a doubly linked list of symbols over an array, and
- * a binary heap holds every adjacent pair that could merge. Popping the best
+ * a heap holds every adjacent pair that could merge. Popping the best
  * pair, merging it and pushing the (at most two) pairs it forms makes a word
  * of n symbols cost O(n log n), where re-scanning for the best pair after
  * every merge (llama2.c's run.c) costs O(n^2).
@@ -51,49 +51,66 @@ void krt_tok_work_emit(const krt_tok_work *w, krt_tok_ids *out)
 
 /* ---- the heap ---------------------------------------------------------------- */
 
-/* a pops before b? */
-static int before(const krt_tok_cand *a, const krt_tok_cand *b, int scored)
-{
-    if (scored) {
-        if (a->score != b->score) return a->score > b->score;
-    } else if (a->rank != b->rank) {
-        return a->rank < b->rank;
-    }
-    return a->pos < b->pos;
-}
+/* A 4-ary min-heap on 64-bit keys: shallower than a binary heap, and its
+ * children share a cache line, which is what a million-symbol word (a
+ * SentencePiece-style text with no pre-tokenizer is one word) needs. */
+#define ARITY 4
 
-static void heap_push(krt_tok_work *w, const krt_tok_cand *c, int scored)
+static void sift_up(krt_tok_cand *h, size_t i)
 {
-    KS_GROW(w->heap, w->n_heap + 1, w->cap_heap, MAX_SYMS * 2, "merge candidates");
-    size_t i = w->n_heap++;
+    krt_tok_cand c = h[i];
     while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!before(c, &w->heap[parent], scored)) break;
-        w->heap[i] = w->heap[parent];
+        size_t parent = (i - 1) / ARITY;
+        if (h[parent].key <= c.key) break;
+        h[i] = h[parent];
         i = parent;
     }
-    w->heap[i] = *c;
+    h[i] = c;
 }
 
-static krt_tok_cand heap_pop(krt_tok_work *w, int scored)
+static void sift_down(krt_tok_cand *h, size_t n, size_t i)
 {
-    krt_tok_cand top = w->heap[0];
-    krt_tok_cand last = w->heap[--w->n_heap];
-    size_t i = 0, n = w->n_heap;
+    krt_tok_cand c = h[i];
     for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, best = i;
-        const krt_tok_cand *bc = &last;
-        if (l < n && before(&w->heap[l], bc, scored)) best = l, bc = &w->heap[l];
-        if (r < n && before(&w->heap[r], bc, scored)) best = r;
-        if (best == i) break;
-        w->heap[i] = w->heap[best];
+        size_t first = i * ARITY + 1;
+        if (first >= n) break;
+        size_t best = first, end = first + ARITY < n ? first + ARITY : n;
+        for (size_t k = first + 1; k < end; k++)
+            if (h[k].key < h[best].key) best = k;
+        if (h[best].key >= c.key) break;
+        h[i] = h[best];
         i = best;
     }
-    if (n > 0) w->heap[i] = last;
+    h[i] = c;
+}
+
+static void heap_push(krt_tok_work *w, uint64_t key, int32_t merged, uint32_t ver, int heapify)
+{
+    KS_GROW(w->heap, w->n_heap + 1, w->cap_heap, MAX_SYMS * 2, "merge candidates");
+    krt_tok_cand *c = &w->heap[w->n_heap++];
+    c->key = key;
+    c->merged = merged;
+    c->ver = ver;
+    if (!heapify) sift_up(w->heap, w->n_heap - 1);
+}
+
+/* After pushing the initial pairs unordered: Floyd's O(n) heap construction. */
+static void heap_build(krt_tok_work *w)
+{
+    if (w->n_heap < 2) return;
+    for (size_t i = (w->n_heap - 2) / ARITY + 1; i-- > 0;) sift_down(w->heap, w->n_heap, i);
+}
+
+static krt_tok_cand heap_pop(krt_tok_work *w)
+{
+    krt_tok_cand top = w->heap[0];
+    w->heap[0] = w->heap[--w->n_heap];
+    if (w->n_heap > 1) sift_down(w->heap, w->n_heap, 0);
     return top;
 }
 
-/* Merge syms[pos] with its right neighbour into `merged`. */
+/* Merge syms[pos] with its right neighbour into `merged`. The pairs that
+ * start at pos and at its left neighbour change: both versions move. */
 static void merge_at(krt_tok_work *w, int32_t pos, int32_t merged)
 {
     krt_tok_sym *s = &w->syms[pos];
@@ -103,6 +120,7 @@ static void merge_at(krt_tok_work *w, int32_t pos, int32_t merged)
     s->len += right->len;
     s->next = right->next;
     s->version++;
+    if (s->prev >= 0) w->syms[s->prev].version++;
     right->len = 0;
     right->version++;
     if (right->next >= 0) w->syms[right->next].prev = pos;
@@ -110,33 +128,31 @@ static void merge_at(krt_tok_work *w, int32_t pos, int32_t merged)
 
 /* ---- Hugging Face: by rank ---------------------------------------------------- */
 
-static void push_ranked(krt_tok_work *w, const krt_tok_pairmap *merges, int32_t pos)
+static void push_ranked(krt_tok_work *w, const krt_tok_pairmap *merges, int32_t pos, int heapify)
 {
     int32_t next = w->syms[pos].next;
     if (next < 0) return;
     const krt_tok_pairmap_slot *m = krt_tok_pairmap_get(merges, w->syms[pos].id, w->syms[next].id);
     if (!m) return;
-    krt_tok_cand c = {0};
-    c.rank = m->rank;
-    c.pos = pos;
-    c.merged = m->merged;
-    heap_push(w, &c, 0);
+    heap_push(w, (uint64_t)(uint32_t)m->rank << 32 | (uint32_t)pos, m->merged, 0, heapify);
 }
 
 void krt_tok_merge_ranked(krt_tok_work *w, const krt_tok_pairmap *merges)
 {
     w->n_heap = 0;
-    for (size_t i = 0; i + 1 < w->n_syms; i++) push_ranked(w, merges, (int32_t)i);
+    for (size_t i = 0; i + 1 < w->n_syms; i++) push_ranked(w, merges, (int32_t)i, 1);
+    heap_build(w);
     while (w->n_heap > 0) {
-        krt_tok_cand top = heap_pop(w, 0);
-        krt_tok_sym *s = &w->syms[top.pos];
+        krt_tok_cand top = heap_pop(w);
+        int32_t pos = (int32_t)(uint32_t)top.key;
+        krt_tok_sym *s = &w->syms[pos];
         if (s->len == 0 || s->next < 0) continue;
-        const krt_tok_pairmap_slot *m =
-            krt_tok_pairmap_get(merges, s->id, w->syms[s->next].id);
+        /* HF's staleness test: the pair here must still merge into the same id. */
+        const krt_tok_pairmap_slot *m = krt_tok_pairmap_get(merges, s->id, w->syms[s->next].id);
         if (!m || m->merged != top.merged) continue;
-        merge_at(w, top.pos, top.merged);
-        if (w->syms[top.pos].prev >= 0) push_ranked(w, merges, w->syms[top.pos].prev);
-        push_ranked(w, merges, top.pos);
+        merge_at(w, pos, top.merged);
+        if (w->syms[pos].prev >= 0) push_ranked(w, merges, w->syms[pos].prev, 0);
+        push_ranked(w, merges, pos, 0);
     }
 }
 
@@ -151,7 +167,18 @@ static krt_tok_str c_piece(const krt_tok *t, int32_t id)
     return s;
 }
 
-static void push_scored(krt_tok_work *w, const krt_tok *t, int32_t pos)
+/* Scores as keys that sort like the floats, highest first; -0 counts as +0
+ * (run.c compares with '>'). */
+static uint32_t score_key(float score)
+{
+    if (score == 0) score = 0.0f;
+    uint32_t u;
+    memcpy(&u, &score, 4);
+    u = (u & 0x80000000u) ? ~u : u | 0x80000000u; /* ascending order of floats */
+    return ~u;                                     /* descending */
+}
+
+static void push_scored(krt_tok_work *w, const krt_tok *t, int32_t pos, int heapify)
 {
     int32_t next = w->syms[pos].next;
     if (next < 0) return;
@@ -164,27 +191,22 @@ static void push_scored(krt_tok_work *w, const krt_tok *t, int32_t pos)
     if (id < 0) return;
     float score = t->scores[id];
     if (!(score > -1e10f)) return; /* run.c starts from best_score = -1e10 and needs '>' */
-    krt_tok_cand c = {0};
-    c.score = score;
-    c.pos = pos;
-    c.merged = id;
-    c.lver = w->syms[pos].version;
-    c.rver = w->syms[next].version;
-    heap_push(w, &c, 1);
+    heap_push(w, (uint64_t)score_key(score) << 32 | (uint32_t)pos, id, w->syms[pos].version,
+              heapify);
 }
 
 void krt_tok_merge_scored(krt_tok_work *w, const krt_tok *t)
 {
     w->n_heap = 0;
-    for (size_t i = 0; i + 1 < w->n_syms; i++) push_scored(w, t, (int32_t)i);
+    for (size_t i = 0; i + 1 < w->n_syms; i++) push_scored(w, t, (int32_t)i, 1);
+    heap_build(w);
     while (w->n_heap > 0) {
-        krt_tok_cand top = heap_pop(w, 1);
-        krt_tok_sym *s = &w->syms[top.pos];
-        if (s->len == 0 || s->next < 0 || s->version != top.lver ||
-            w->syms[s->next].version != top.rver)
-            continue;
-        merge_at(w, top.pos, top.merged);
-        if (w->syms[top.pos].prev >= 0) push_scored(w, t, w->syms[top.pos].prev);
-        push_scored(w, t, top.pos);
+        krt_tok_cand top = heap_pop(w);
+        int32_t pos = (int32_t)(uint32_t)top.key;
+        krt_tok_sym *s = &w->syms[pos];
+        if (s->len == 0 || s->next < 0 || s->version != top.ver) continue;
+        merge_at(w, pos, top.merged);
+        if (w->syms[pos].prev >= 0) push_scored(w, t, w->syms[pos].prev, 0);
+        push_scored(w, t, pos, 0);
     }
 }

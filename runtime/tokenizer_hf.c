@@ -52,6 +52,9 @@ static void put(ks_buf *b, const char *s, size_t n)
     if (n) ks_buf_put(b, s, n);
 }
 
+/* Bytes at off in b, which may still be unallocated when nothing was put. */
+static const char *at(const ks_buf *b, size_t off) { return b->data ? b->data + off : ""; }
+
 /* ---- pieces -------------------------------------------------------------------- */
 
 typedef struct piece {
@@ -343,7 +346,7 @@ static int run_pretok(hf_run *r, const krt_tok_pretok *pt)
     ks_buf *tmp = &r->tmp[0];
     for (size_t i = 0; i < in->n; i++) {
         const piece *p = &in->p[i];
-        const char *s = in->text.data + p->off;
+        const char *s = at(&in->text, p->off);
         if (p->id >= 0) {
             list_add(out, s, p->len, p->id, p->at_start);
             continue;
@@ -370,7 +373,7 @@ static int run_pretok(hf_run *r, const krt_tok_pretok *pt)
             for (size_t k = first; k < out->n; k++) {
                 ks_buf *mapped = &r->tmp[1];
                 mapped->len = 0;
-                put_byte_level(mapped, out->text.data + out->p[k].off, out->p[k].len);
+                put_byte_level(mapped, at(&out->text, out->p[k].off), out->p[k].len);
                 out->p[k].off = out->text.len;
                 out->p[k].len = mapped->len;
                 put(&out->text, mapped->data, mapped->len);
@@ -507,7 +510,7 @@ static int encode_text(hf_run *r, const char *text, size_t len, krt_tok_ids *out
     piece_list *in = cur_list(r), *nx = next_list(r);
     for (size_t i = 0; i < in->n; i++) {
         const piece *p = &in->p[i];
-        const char *s = in->text.data + p->off;
+        const char *s = at(&in->text, p->off);
         if (p->id >= 0) {
             list_add(nx, s, p->len, p->id, 0);
             continue;
@@ -530,7 +533,7 @@ static int encode_text(hf_run *r, const char *text, size_t len, krt_tok_ids *out
         const piece *p = &in->p[i];
         if (p->id >= 0)
             krt_tok_ids_push(out, p->id);
-        else if (model_piece(r, in->text.data + p->off, p->len, out))
+        else if (model_piece(r, at(&in->text, p->off), p->len, out))
             return -1;
     }
     return 0;
@@ -598,7 +601,7 @@ static void tl_free(tok_list *l)
     free(l->s);
 }
 
-static const char *tl_str(const tok_list *l, size_t i) { return l->text.data + l->s[i].off; }
+static const char *tl_str(const tok_list *l, size_t i) { return at(&l->text, l->s[i].off); }
 
 /* "<0xNN>" -> the byte (ByteFallback: exactly 6 bytes, two hex digits). */
 static int byte_token(const char *s, size_t n, uint8_t *b)
@@ -779,7 +782,7 @@ void krt_tok_decode_hf(const krt_tok *t, const int32_t *ids, size_t n, int flags
         for (size_t i = 0; i < lists[cur].n; i++) put(&joined, tl_str(&lists[cur], i), lists[cur].s[i].len);
     }
     krt_tok_utf8_lossy(out, joined.data ? joined.data : "", joined.len);
-    ks_buf_cstr(out);
+    ks_buf_put(out, "", 0); /* NUL-terminated even when nothing was added */
     ks_buf_free(&joined);
     tl_free(&lists[0]);
     tl_free(&lists[1]);

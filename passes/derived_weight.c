@@ -1,0 +1,59 @@
+/* derived_weight.c — recipes and data of derived WEIGHT nodes (passes/derived_weight.h). */
+#include "passes/derived_weight.h"
+
+#include <string.h>
+
+int kp_weight_is_derived(const kir_graph *g, kir_val w)
+{
+    return kir_node_at(g, w)->op == KIR_OP_WEIGHT && kir_get(g, w, "derive") != NULL;
+}
+
+int kp_weight_recipe_of(const kir_graph *g, kir_val w, ks_arena *arena, kp_weight_recipe *r)
+{
+    memset(r, 0, sizeof *r);
+    const kir_node *n = kir_node_at(g, w);
+    if (n->op != KIR_OP_WEIGHT || !kir_get(g, w, "derive")) return 0;
+    const char *derive = kir_get_str(g, w, "derive", "");
+    const char *sources = kir_get_str(g, w, "sources", NULL);
+    const kir_attr *rows = kir_get(g, w, "rows");
+    if (strcmp(derive, "concat0") != 0 || !sources || !rows || rows->kind != KIR_ATTR_INTS || n->ndim < 1) return -1;
+    size_t count = 1;
+    for (const char *p = sources; *p; p++) count += *p == ',';
+    if (count != rows->u.ints.n) return -1;
+    /* bytes of one row of dim 0 */
+    size_t row_bytes = kir_dtype_size(n->dtype);
+    for (int d = 1; d < n->ndim; d++) row_bytes *= (size_t)n->dims[d];
+    r->names = ks_arena_alloc(arena, sizeof *r->names * count);
+    r->rows = ks_arena_alloc(arena, sizeof *r->rows * count);
+    r->bytes = ks_arena_alloc(arena, sizeof *r->bytes * count);
+    int64_t sum = 0;
+    const char *name = sources;
+    for (size_t i = 0; i < count; i++) {
+        const char *end = strchr(name, ',');
+        size_t len = end ? (size_t)(end - name) : strlen(name);
+        int64_t rw = rows->u.ints.v[i];
+        if (len == 0 || rw <= 0 || rw > n->dims[0] - sum) return -1;
+        r->names[i] = ks_arena_strndup(arena, name, len);
+        r->rows[i] = rw;
+        r->bytes[i] = (size_t)rw * row_bytes;
+        sum += rw;
+        name += len + (end != NULL);
+    }
+    if (sum != n->dims[0]) return -1;
+    r->n_sources = count;
+    return 0;
+}
+
+void kp_derive_weight(const kir_graph *g, kir_val w, const kp_weight_recipe *r, const void *const *sources, void *out)
+{
+    const kir_node *n = kir_node_at(g, w);
+    size_t total = (size_t)kir_elems(n, 1) * kir_dtype_size(n->dtype), at = 0;
+    KS_ASSERT(r->n_sources > 0);
+    /* concat0: row-major data, so the sources' bytes one after another */
+    for (size_t i = 0; i < r->n_sources; i++) {
+        KS_ASSERT(at + r->bytes[i] <= total);
+        memcpy((uint8_t *)out + at, sources[i], r->bytes[i]);
+        at += r->bytes[i];
+    }
+    KS_ASSERT(at == total);
+}

@@ -1,0 +1,109 @@
+/*
+ * fuse_epilogues.c — a matmul and the cheap nodes after it become one kernel.
+ *
+ * Requires: a verified graph.
+ * Guarantees: starting at each matmul in no group (the anchor), a group
+ *   grows over the nodes that follow it in the schedule: an elementwise op
+ *   (a bias or residual add, silu, gelu, a SwiGLU mul of two group values,
+ *   scale, rope…), a view (slice, reshape, concat) or a kv_write joins when
+ *   it uses a group value and each of its other operands was defined before
+ *   the anchor or does not depend on the group. Growth stops at the next
+ *   matmul, attention, norm, embed or output, or at a node of another group.
+ *   Nodes passed over that do not join move out of the way, keeping their
+ *   order: those that do not depend on the group before the anchor, those
+ *   that do after the group, so that the group is contiguous. A group of
+ *   the anchor alone is no group. Members get `fuse=<id>`; ids are dense.
+ *   Values are unchanged: only the schedule and attributes change.
+ * Does not: fuse across another anchor (a matmul never absorbs a norm or an
+ *   attention: fuse_norm_prologue joins a norm to the matmul after it), or
+ *   duplicate a node to fuse it in two places.
+ */
+#include <stdlib.h>
+
+#include "passes/pipeline.h"
+#include "passes/rewrite.h"
+
+/* Ops where a group stops growing: each starts a kernel of its own. */
+static int stops_growth(kir_op op)
+{
+    kir_fusion_class fc = kir_op_table[op].fusion;
+    return fc == KIR_FUSE_MATMUL || fc == KIR_FUSE_NORM || op == KIR_OP_ATTENTION || op == KIR_OP_EMBED ||
+           op == KIR_OP_OUTPUT;
+}
+
+/* Grow the group of anchor a: mark its members (member[], indexed by
+ * value) and return the last one. dep (scratch, zero on entry and on
+ * return) marks the nodes from a on that depend on a member. */
+static kir_val grow(const kir_graph *g, kir_val a, uint8_t *member, uint8_t *dep)
+{
+    kir_val last = a, v;
+    member[a] = dep[a] = 1;
+    for (v = a + 1; v < g->n_nodes; v++) {
+        const kir_node *n = kir_node_at(g, v);
+        if (stops_growth(n->op) || kp_group_of(g, v) >= 0) break;
+        int uses_member = 0, uses_dependent = 0;
+        for (int i = 0; i < n->nin; i++) {
+            kir_val in = n->in[i];
+            if (in == KIR_NONE || in < a) continue;
+            if (member[in]) uses_member = 1;
+            else if (dep[in]) uses_dependent = 1;
+        }
+        if (kp_op_joins_epilogue(n->op) && uses_member && !uses_dependent) {
+            member[v] = dep[v] = 1;
+            last = v;
+        } else {
+            dep[v] = (uint8_t)(uses_member || uses_dependent);
+        }
+    }
+    for (kir_val w = a; w < v; w++) dep[w] = 0;
+    return last;
+}
+
+int kp_fuse_epilogues(kir_graph **gp, kp_pass_stats *st, ks_diag *d)
+{
+    (void)d;
+    const kir_graph *g = *gp;
+    size_t n = g->n_nodes, groups = 0;
+    kir_val *order = ks_xmalloc(sizeof *order * (n ? n : 1));
+    int64_t *gid = ks_xmalloc(sizeof *gid * (n ? n : 1)); /* the new group of each member */
+    uint8_t *member = ks_xcalloc(n ? n : 1, 1), *dep = ks_xcalloc(n ? n : 1, 1);
+    int64_t next_id = kp_group_next_id(g);
+    size_t n_order = 0;
+    for (kir_val v = 0; v < n; v++) gid[v] = -1;
+    for (kir_val v = 0; v < n;) {
+        const kir_node *node = kir_node_at(g, v);
+        if (node->op != KIR_OP_MATMUL || kp_group_of(g, v) >= 0) {
+            order[n_order++] = v++;
+            continue;
+        }
+        kir_val last = grow(g, v, member, dep);
+        if (last == v) {
+            member[v] = 0;
+            order[n_order++] = v++;
+            continue;
+        }
+        /* members only use members or values that do not depend on the group: always orderable */
+        int orderable = kp_order_window(g, v, last, member, dep, order, &n_order);
+        KS_ASSERT(orderable == 0);
+        for (kir_val w = v; w <= last; w++)
+            if (member[w]) gid[w] = next_id;
+        for (kir_val w = v; w <= last; w++) member[w] = 0;
+        next_id++;
+        groups++;
+        v = last + 1;
+    }
+    kir_val *map = NULL;
+    kir_graph *out = kp_reorder(g, order, n_order, &map);
+    for (kir_val v = 0; v < n; v++)
+        if (gid[v] >= 0) kir_set_int(out, map[v], "fuse", gid[v]);
+    kp_group_renumber(out);
+    free(map);
+    free(order);
+    free(gid);
+    free(member);
+    free(dep);
+    kir_graph_free(*gp);
+    *gp = out;
+    st->fusions = groups;
+    return 0;
+}

@@ -1,0 +1,87 @@
+/*
+ * split_kv_write.c — attention's KV-cache write becomes a node of its own.
+ *
+ * Requires: a verified graph.
+ * Guarantees: each attention(q, k, v) that writes the cache (write_kv
+ *   absent or 1) becomes
+ *       %w = kv_write(k, v) {layer=L}          right after k and v are both defined
+ *       attention(q, %w, v) {…, write_kv=0}    where it was
+ *   both at the attention's location. kv_write's value is k, so the
+ *   attention depends on the write; the step computes the same values and
+ *   writes the same cache rows, before the attention reads them. Placed
+ *   early, the write can join the kernel that computes k and v
+ *   (fuse_epilogues).
+ *   When k and v are defined inside a group's run, the kv_write joins that
+ *   group, so that groups stay contiguous.
+ * Does not: touch attention that already reads only (write_kv=0), or move
+ *   any other node.
+ */
+#include <stdlib.h>
+
+#include "passes/pipeline.h"
+#include "passes/rewrite.h"
+
+/* Whether attention v writes the cache itself. */
+static int writes_kv(const kir_graph *g, kir_val v)
+{
+    return kir_node_at(g, v)->op == KIR_OP_ATTENTION && kir_get_int(g, v, "write_kv", 1) != 0;
+}
+
+int kp_split_kv_write(kir_graph **gp, kp_pass_stats *st, ks_diag *d)
+{
+    (void)d;
+    const kir_graph *g = *gp;
+    size_t n = g->n_nodes, splits = 0;
+    /* after[v]: the first attention whose kv_write goes right after v; next[a]: the one after a */
+    kir_val *after = ks_xmalloc(sizeof *after * (n ? n : 1)), *next = ks_xmalloc(sizeof *next * (n ? n : 1));
+    for (size_t v = 0; v < n; v++) after[v] = next[v] = KIR_NONE;
+    for (size_t i = n; i-- > 0;) { /* backwards, so that each list is in schedule order */
+        kir_val a = (kir_val)i;
+        if (!writes_kv(g, a)) continue;
+        const kir_node *att = kir_node_at(g, a);
+        kir_val last = att->in[1] > att->in[2] ? att->in[1] : att->in[2];
+        next[a] = after[last];
+        after[last] = a;
+        splits++;
+    }
+    if (splits) {
+        kp_rewriter rw;
+        kp_rw_begin(&rw, g);
+        kir_val *write = ks_xmalloc(sizeof *write * n); /* the kv_write of each split attention */
+        for (kir_val v = 0; v < n; v++) {
+            if (writes_kv(g, v)) {
+                const kir_node *att = kir_node_at(g, v);
+                kir_val a = kp_rw_copy(&rw, v);
+                kir_node *an = kir_node_at(rw.g, a);
+                an->nin = 0; /* operands again: q, the kv_write, v */
+                an->in[0] = an->in[1] = an->in[2] = KIR_NONE;
+                kp_rw_operand(&rw, a, rw.map[att->in[0]]);
+                kp_rw_operand(&rw, a, write[v]);
+                kp_rw_operand(&rw, a, rw.map[att->in[2]]);
+                kir_set_int(rw.g, a, "write_kv", 0);
+                kp_rw_finish_node(&rw, a);
+            } else {
+                kp_rw_copy(&rw, v);
+            }
+            for (kir_val a = after[v]; a != KIR_NONE; a = next[a]) {
+                const kir_node *att = kir_node_at(g, a);
+                kir_val w = kp_rw_node(&rw, KIR_OP_KV_WRITE, att->loc);
+                kp_rw_operand(&rw, w, rw.map[att->in[1]]);
+                kp_rw_operand(&rw, w, rw.map[att->in[2]]);
+                kir_set_int(rw.g, w, "layer", kir_get_int(g, a, "layer", 0));
+                /* inside a group's run the write joins the group, which stays contiguous */
+                int64_t id = kp_group_of(g, v);
+                if (id >= 0 && v + 1 < n && kp_group_of(g, v + 1) == id) kir_set_int(rw.g, w, "fuse", id);
+                kp_rw_finish_node(&rw, w);
+                write[a] = w;
+            }
+        }
+        free(write);
+        kir_graph_free(*gp);
+        *gp = kp_rw_end(&rw);
+    }
+    free(after);
+    free(next);
+    st->fusions = splits;
+    return 0;
+}

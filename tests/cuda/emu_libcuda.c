@@ -1,0 +1,207 @@
+/*
+ * emu_libcuda.c — a CPU stand-in for libcuda.so.1, so that the CUDA backend
+ * (runtime/cuda_backend.c: loading, the arch check, KV storage, block
+ * tables, launches, aliases) and the kernels kiln generates can be tested
+ * where there is no GPU. Point the backend at it with
+ * KILN_CUDA_LIB=/path/emu_libcuda.so, and at the generated kernels compiled
+ * for the CPU (g++ -shared -include emu_shim.h k.cu) with
+ * KILN_EMU_KERNELS=/path/k.so: cuModuleLoadData ignores the cubin and loads
+ * that instead. KILN_EMU_CC="9.0" sets the compute capability reported.
+ *
+ * Device memory is host memory filled with 0xff bytes (NaN as floats) when
+ * allocated, so a kernel that reads what nothing wrote shows NaN. Blocks run
+ * in order; a block's threads are coroutines (ucontext) switched at each
+ * __syncthreads(), which exercises the kernels' barriers as written.
+ *
+ * A driver holds process-wide state, and so does this stand-in (the
+ * statics below): it is a test fixture, not part of kiln.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+typedef struct emu_dim3 {
+    unsigned x, y, z; /* as in emu_shim.h */
+} emu_dim3;
+
+enum { MAX_PARAMS = 24, MAX_THREADS = 1024, STACK_BYTES = 64 * 1024 };
+enum { EMU_NOT_FOUND = 500, EMU_INVALID = 1, EMU_LAUNCH_FAILED = 719 };
+enum thread_state { READY, WAITING, DONE };
+
+typedef void (*kernel24)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
+                         uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
+                         uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
+
+static struct {
+    void *so;                      /* the kernels, compiled for the CPU */
+    emu_dim3 *tid, *bid, *bdim;    /* their threadIdx, blockIdx, blockDim */
+    void (**sync_hook)(void);      /* their __syncthreads() */
+    kernel24 fn;                   /* the kernel being run */
+    uint64_t args[MAX_PARAMS];     /* its parameters, each in an 8-byte slot */
+    ucontext_t sched;              /* the scheduler's context */
+    ucontext_t ctx[MAX_THREADS];   /* each thread's */
+    enum thread_state state[MAX_THREADS];
+    char *stacks;                  /* MAX_THREADS stacks */
+    unsigned current;              /* the thread running */
+    int ctx_token;                 /* what the primary context points at */
+} emu;
+
+int cuInit(unsigned flags) { return flags == 0 ? 0 : EMU_INVALID; }
+int cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+int cuDeviceGetCount(int *n) { *n = 1; return 0; }
+int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return ordinal == 0 ? 0 : EMU_INVALID; }
+int cuDeviceGetName(char *name, int len, int dev) { snprintf(name, (size_t)len, "kiln CPU emulator"); return dev ? EMU_INVALID : 0; }
+
+int cuDeviceGetAttribute(int *v, int attr, int dev)
+{
+    const char *cc = getenv("KILN_EMU_CC");
+    int major = 9, minor = 0;
+    if (cc) sscanf(cc, "%d.%d", &major, &minor);
+    if (attr == 75) *v = major;
+    else if (attr == 76) *v = minor;
+    else return EMU_INVALID;
+    return dev ? EMU_INVALID : 0;
+}
+
+int cuDevicePrimaryCtxRetain(void **ctx, int dev) { *ctx = &emu.ctx_token; return dev ? EMU_INVALID : 0; }
+int cuDevicePrimaryCtxRelease_v2(int dev) { return dev ? EMU_INVALID : 0; }
+int cuCtxSetCurrent(void *ctx) { return ctx == &emu.ctx_token ? 0 : EMU_INVALID; }
+int cuCtxSynchronize(void) { return 0; }
+int cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { *free_bytes = *total = (size_t)1 << 34; return 0; }
+
+int cuMemAlloc_v2(uint64_t *p, size_t bytes)
+{
+    void *m = malloc(bytes ? bytes : 1);
+    if (!m) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    memset(m, 0xff, bytes);
+    *p = (uint64_t)(uintptr_t)m;
+    return 0;
+}
+
+int cuMemFree_v2(uint64_t p) { free((void *)(uintptr_t)p); return 0; }
+int cuMemsetD8_v2(uint64_t p, unsigned char v, size_t n) { memset((void *)(uintptr_t)p, v, n); return 0; }
+int cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t n) { memcpy((void *)(uintptr_t)dst, src, n); return 0; }
+int cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n) { memcpy(dst, (const void *)(uintptr_t)src, n); return 0; }
+int cuMemcpyDtoD_v2(uint64_t dst, uint64_t src, size_t n)
+{
+    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    return 0;
+}
+
+static void emu_sync(void)
+{
+    emu.state[emu.current] = WAITING;
+    swapcontext(&emu.ctx[emu.current], &emu.sched);
+}
+
+int cuModuleLoadData(void **mod, const void *image)
+{
+    (void)image; /* a cubin: the CPU runs KILN_EMU_KERNELS instead */
+    const char *path = getenv("KILN_EMU_KERNELS");
+    if (!path) {
+        fprintf(stderr, "emu_libcuda: KILN_EMU_KERNELS is not set\n");
+        return EMU_INVALID;
+    }
+    void *so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!so) {
+        fprintf(stderr, "emu_libcuda: %s\n", dlerror());
+        return EMU_INVALID;
+    }
+    emu.tid = dlsym(so, "kemu_threadIdx");
+    emu.bid = dlsym(so, "kemu_blockIdx");
+    emu.bdim = dlsym(so, "kemu_blockDim");
+    emu.sync_hook = dlsym(so, "kemu_sync_hook");
+    if (!emu.tid || !emu.bid || !emu.bdim || !emu.sync_hook) {
+        fprintf(stderr, "emu_libcuda: %s was not compiled with emu_shim.h\n", path);
+        dlclose(so);
+        return EMU_INVALID;
+    }
+    *emu.sync_hook = emu_sync;
+    if (!emu.stacks) emu.stacks = malloc((size_t)MAX_THREADS * STACK_BYTES);
+    emu.so = so;
+    *mod = so;
+    return 0;
+}
+
+int cuModuleUnload(void *mod)
+{
+    dlclose(mod);
+    free(emu.stacks);
+    memset(&emu, 0, sizeof emu);
+    return 0;
+}
+
+int cuModuleGetFunction(void **fn, void *mod, const char *name)
+{
+    *fn = dlsym(mod, name);
+    return *fn ? 0 : EMU_NOT_FOUND;
+}
+
+static void thread_main(void)
+{
+    uint64_t *a = emu.args;
+    emu.fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
+           a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23]);
+    emu.state[emu.current] = DONE; /* then back to the scheduler through uc_link */
+}
+
+/* Run one block: every thread until it waits at a barrier or ends, again
+ * and again until all have ended. Ended threads count as arrived. */
+static void run_block(unsigned n)
+{
+    for (unsigned t = 0; t < n; t++) {
+        getcontext(&emu.ctx[t]);
+        emu.ctx[t].uc_stack.ss_sp = emu.stacks + (size_t)t * STACK_BYTES;
+        emu.ctx[t].uc_stack.ss_size = STACK_BYTES;
+        emu.ctx[t].uc_link = &emu.sched;
+        makecontext(&emu.ctx[t], thread_main, 0);
+        emu.state[t] = READY;
+    }
+    for (;;) {
+        for (unsigned t = 0; t < n; t++) {
+            if (emu.state[t] != READY) continue;
+            emu.current = t;
+            *emu.tid = (emu_dim3){t, 0, 0};
+            swapcontext(&emu.sched, &emu.ctx[t]);
+        }
+        int waiting = 0;
+        for (unsigned t = 0; t < n; t++)
+            if (emu.state[t] == WAITING) emu.state[t] = READY, waiting = 1;
+        if (!waiting) return;
+    }
+}
+
+int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                   unsigned shared, void *stream, void **params, void **extra)
+{
+    (void)shared;
+    (void)stream;
+    if (!fn || by != 1 || bz != 1 || bx == 0 || bx > MAX_THREADS || extra) return EMU_INVALID;
+    emu.fn = (kernel24)fn;
+    memset(emu.args, 0, sizeof emu.args);
+    for (int i = 0; i < MAX_PARAMS && params[i]; i++) memcpy(&emu.args[i], params[i], 8);
+    *emu.bdim = (emu_dim3){bx, 1, 1};
+    for (unsigned z = 0; z < gz; z++)
+        for (unsigned y = 0; y < gy; y++)
+            for (unsigned x = 0; x < gx; x++) {
+                *emu.bid = (emu_dim3){x, y, z};
+                run_block(bx);
+            }
+    return 0;
+}
+
+int cuGetErrorName(int r, const char **s)
+{
+    *s = r == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : r == EMU_NOT_FOUND ? "CUDA_ERROR_NOT_FOUND" : "CUDA_ERROR_INVALID_VALUE";
+    return 0;
+}
+
+int cuGetErrorString(int r, const char **s)
+{
+    *s = r == 2 ? "out of memory" : r == EMU_NOT_FOUND ? "named symbol not found" : "invalid argument";
+    return 0;
+}

@@ -1,0 +1,433 @@
+/*
+ * test_pass_rules.c — the rules around the passes, with their exact
+ * messages:
+ *  - kir_verify on KV-cache writes, derived weights and `fuse` groups;
+ *  - the pass manager: unknown pass names, disabling, lists, the hook,
+ *    stats, and a graph that does not verify;
+ *  - derived weights' recipes and data (kp_derive_weight);
+ *  - the interpreter on kv_write + attention{write_kv=0}: the same values
+ *    and cache as attention alone;
+ *  - kernel counts.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "ir/interp.h"
+#include "pass_test.h"
+#include "passes/derived_weight.h"
+#include "passes/pipeline.h"
+
+#define ATT "scale=0.5, window=0, softcap=0.0"
+
+/* ---- the verifier ----------------------------------------------------------------------- */
+typedef struct verify_case {
+    const char *name; /* file name given to the parser and the verifier */
+    const char *text; /* IR that parses */
+    int errors;       /* what kir_verify returns */
+    const char *log;  /* every message */
+} verify_case;
+
+static const verify_case verify_cases[] = {
+    {"kv.ir",
+     "kiln-ir 1\n"
+     "%0  : i32[T] = input() {name=\"tokens\"}\n"
+     "%1  : f32[16,8] = weight() {name=\"embed\"}\n"
+     "%2  : f32[T,8] = embed(%1, %0)\n"
+     "%3  : f32[T,2,4] = reshape(%2) {shape=[T,2,4]}\n"
+     "%4  : f32[T,2,4] = kv_write(%3, %3)\n"
+     "%5  : f32[T,2,4] = kv_write(%3, %3) {layer=0}\n"
+     "%6  : f32[T,2,4] = attention(%3, %5, %3) {layer=0, " ATT ", write_kv=0}\n"
+     "%7  : f32[T,2,4] = attention(%3, %3, %3) {layer=1, " ATT ", write_kv=0}\n"
+     "%8  : f32[T,2,4] = attention(%3, %3, %3) {layer=2, " ATT ", write_kv=0}\n"
+     "%9  : f32[T,2,4] = kv_write(%3, %3) {layer=2}\n"
+     "%10 : f32[T,2,4] = kv_write(%3, %3) {layer=3}\n"
+     "%11 : f32[T,2,4] = attention(%3, %3, %3) {layer=3, " ATT "}\n"
+     "%12 : f32[T,2,4] = kv_write(%3, %3) {layer=4}\n"
+     "%13 : f32[T,2,4] = attention(%3, %3, %3) {layer=4, " ATT ", write_kv=0}\n"
+     "%14 : f32[T,2,4] = attention(%3, %3, %3) {layer=5, " ATT ", write_kv=2}\n"
+     "%15 : f32[T,2,4] = attention(%3, %3, %3) {layer=6, " ATT ", write_kv=0.0}\n"
+     "%16 : f32[T,2,4] = kv_write(%3, %3) {layer=0}\n"
+     "%17 : f32[T,2,4] = kv_write(%3, %2) {layer=7}\n"
+     "%18 : f32[T,8] = output(%2) {name=\"logits\"}\n",
+     9,
+     "kv.ir: error: node %4 (kv_write): missing attribute layer (an int)\n"
+     "kv.ir: error: node %15 (attention): attribute write_kv is a float, not an int\n"
+     "kv.ir: error: node %17 (kv_write): k and v must be [T,kv_heads,head_dim] with the same heads, got f32[T,2,4] "
+     "and f32[T,8]\n"
+     "kv.ir: error: node %16 (kv_write): layer 0 is used by node %5 too\n"
+     "kv.ir: error: node %7 (attention): write_kv=0 reads layer 1 from the KV cache, but no kv_write writes it\n"
+     "kv.ir: error: node %8 (attention): write_kv=0 reads layer 2, but the kv_write that writes it (node %9) comes "
+     "after it\n"
+     "kv.ir: error: node %11 (attention): layer 3 is written by kv_write node %10 already; attention writes it only "
+     "with write_kv=1 (absent), so set write_kv=0\n"
+     "kv.ir: error: node %13 (attention): with write_kv=0, k and v are the kv_write of layer 4 (node %12) and its v "
+     "(%3)\n"
+     "kv.ir: error: node %14 (attention): attribute write_kv is 2, not 0 or 1\n"},
+
+    {"derived.ir",
+     "kiln-ir 1\n"
+     "%0  : i32[T] = input() {name=\"tokens\"}\n"
+     "%1  : f32[16,8] = weight() {name=\"embed\"}\n"
+     "%2  : f32[T,8] = embed(%1, %0)\n"
+     "%3  : f32[4,8] = weight() {name=\"a\"}\n"
+     "%4  : f32[2,8] = weight() {name=\"b\"}\n"
+     "%5  : f32[6,8] = weight() {name=\"a+b\", derive=\"concat0\", sources=\"a,b\", rows=[4,2]}\n"
+     "%6  : f32[6,8] = weight() {name=\"x1\", derive=\"concat1\", sources=\"a,b\", rows=[4,2]}\n"
+     "%7  : f32[6,8] = weight() {name=\"x2\", derive=\"concat0\", sources=\"a,b\"}\n"
+     "%8  : f32[6,8] = weight() {name=\"x3\", derive=\"concat0\", sources=\"a,b,c\", rows=[4,2]}\n"
+     "%9  : f32[7,8] = weight() {name=\"x4\", derive=\"concat0\", sources=\"a,b\", rows=[4,2]}\n"
+     "%10 : f32[6,8] = weight() {name=\"x5\", derive=\"concat0\", sources=\"a,b\", rows=[3,3]}\n"
+     "%11 : f32[6,8] = weight() {name=\"x6\", derive=\"concat0\", sources=\"a,,b\", rows=[4,0,2]}\n"
+     "%12 : f32[6,8] = weight() {name=\"x7\", derive=\"concat0\", sources=\"gone,b\", rows=[4,2]}\n"
+     "%13 : f16[6,8] = weight() {name=\"x8\", derive=\"concat0\", sources=\"a,b\", rows=[4,2]}\n"
+     "%14 : f32[6,8] = weight() {name=\"x9\", sources=\"a,b\"}\n"
+     "%15 : f32[6,8] = weight() {name=\"x10\", derive=\"concat0\", sources=\"a,,b\", rows=[4,1,1]}\n"
+     "%16 : f32[6,8] = weight() {name=\"x11\", derive=\"concat0\", sources=\"a,b\", rows=4}\n"
+     "%17 : f32[T,8] = output(%2) {name=\"logits\"}\n",
+     12,
+     "derived.ir: error: node %6 (weight): attribute derive is \"concat1\", not \"concat0\"\n"
+     "derived.ir: error: node %16 (weight): attribute rows is an int, not a list of ints\n"
+     "derived.ir: error: node %7 (weight): a derived weight needs derive, sources and rows; rows is missing\n"
+     "derived.ir: error: node %8 (weight): sources names 3 weights but rows has 2 numbers\n"
+     "derived.ir: error: node %9 (weight): rows add up to 6, but the weight is f32[7,8]\n"
+     "derived.ir: error: node %10 (weight): source \"a\" (node %3) is f32[4,8], not 3 rows of f32[6,8]\n"
+     "derived.ir: error: node %10 (weight): source \"b\" (node %4) is f32[2,8], not 3 rows of f32[6,8]\n"
+     "derived.ir: error: node %11 (weight): rows[1] is 0: each source gives at least one row\n"
+     "derived.ir: error: node %13 (weight): source \"a\" (node %3) is f32[4,8], not 4 rows of f16[6,8]\n"
+     "derived.ir: error: node %13 (weight): source \"b\" (node %4) is f32[2,8], not 2 rows of f16[6,8]\n"
+     "derived.ir: error: node %14 (weight): a derived weight needs derive, sources and rows; derive is missing\n"
+     "derived.ir: error: node %15 (weight): sources \"a,,b\": name 2 is empty\n"},
+
+    {"groups.ir",
+     "kiln-ir 1\n"
+     "%0  : i32[T] = input() {name=\"tokens\"}\n"
+     "%1  : f32[16,8] = weight() {name=\"embed\"}\n"
+     "%2  : f32[T,8] = embed(%1, %0) @\"m.kiln\":4:7\n"
+     "%3  : f32[8] = weight() {name=\"n\", fuse=0}\n"
+     "%4  : f32[8,8] = weight() {name=\"w\"}\n"
+     "%5  : f32[T,8] = rms_norm(%2, %3) {eps=1e-05, fuse=1}\n"
+     "%6  : f32[T,8] = matmul(%5, %4) {fuse=1}\n"
+     "%7  : f32[T,8] = silu(%6) {fuse=1}\n"
+     "%8  : f32[T,8] = matmul(%7, %4) {fuse=1} @\"m.kiln\":9:3\n"
+     "%9  : f32[T,8] = relu(%8) {fuse=2}\n"
+     "%10 : f32[T,8] = gelu(%8) {fuse=1}\n"
+     "%11 : f32[T,8] = rms_norm(%10, %3) {eps=1e-05, fuse=3}\n"
+     "%12 : f32[T,8] = matmul(%11, %4) {fuse=3}\n"
+     "%13 : f32[T,8] = add(%12, %11) {fuse=3}\n"
+     "%14 : f32[T,8] = matmul(%13, %4) {fuse=4}\n"
+     "%15 : f32[T,8] = rms_norm(%14, %3) {eps=1e-05, fuse=4}\n"
+     "%16 : f32[T,8] = add(%15, %13) {fuse=5}\n"
+     "%17 : f32[T,8] = rms_norm(%16, %3) {eps=1e-05, fuse=5}\n"
+     "%18 : f32[T,8] = rms_norm(%17, %3) {eps=1e-05, fuse=5}\n"
+     "%19 : f32[T,2,4] = reshape(%18) {shape=[T,2,4], fuse=6}\n"
+     "%20 : f32[T,2,4] = rms_norm(%19, _) {eps=1e-05, fuse=6}\n"
+     "%21 : f32[T,2,4] = attention(%20, %20, %20) {layer=0, " ATT ", fuse=6}\n"
+     "%22 : f32[T,8] = embed(%1, %0) {fuse=7}\n"
+     "%23 : f32[T,8] = silu(%22) {fuse=-1}\n"
+     "%24 : f32[T,8] = silu(%23) {fuse=\"x\"}\n"
+     "%25 : f32[T,8] = output(%24) {name=\"logits\", fuse=7}\n",
+     11,
+     "groups.ir: error: node %3 (weight): fuse group 0: weight cannot join a group (its fusion class in ir/ops.def "
+     "is none)\n"
+     "m.kiln:9:3: error: node %8 (matmul): fuse group 1 has a second matmul or attention (node %6 is its first): a "
+     "kernel has one\n"
+     "groups.ir: error: node %10 (gelu): fuse group 1 is not contiguous: it has nodes up to %8, then %9 is not in it\n"
+     "groups.ir: error: node %11 (rms_norm): fuse group 3: a norm joins a matmul's group only as its prologue, so its "
+     "one use must be matmul %12's input (it has 2 uses)\n"
+     "groups.ir: error: node %15 (rms_norm): fuse group 4: a norm after the group's matmul (node %14); a norm joins "
+     "only before its matmul, as a prologue\n"
+     "groups.ir: error: node %18 (rms_norm): fuse group 5 has a second norm (node %17 is its first): a kernel has "
+     "one\n"
+     "groups.ir: error: node %20 (rms_norm): fuse group 6: a norm and an attention (node %21) cannot share a "
+     "kernel\n"
+     "groups.ir: error: node %22 (embed): fuse group 7: embed cannot join a group (its fusion class in ir/ops.def "
+     "is none)\n"
+     "groups.ir: error: node %23 (silu): fuse group -1: group ids are 0 or more\n"
+     "groups.ir: error: node %24 (silu): attribute fuse is a string, not an int\n"
+     "groups.ir: error: node %25 (output): fuse group 7: output cannot join a group (its fusion class in ir/ops.def "
+     "is none)\n"},
+};
+
+static void test_verifier(void)
+{
+    for (size_t i = 0; i < sizeof verify_cases / sizeof verify_cases[0]; i++) {
+        const verify_case *c = &verify_cases[i];
+        ks_buf log = {0};
+        kir_graph *g = pt_parse(c->name, c->text, &log);
+        if (!g) {
+            fprintf(stderr, "%s: does not parse:\n%s", c->name, ks_buf_cstr(&log));
+            pt_failures++;
+            ks_buf_free(&log);
+            continue;
+        }
+        ks_diag d = {.log = &log, .quiet = 1};
+        int errors = kir_verify(g, &d, c->name);
+        CHECK_TEXT(c->name, ks_buf_cstr(&log), c->log);
+        CHECK(errors == c->errors);
+        if (errors != c->errors) fprintf(stderr, "%s: %d errors, want %d\n", c->name, errors, c->errors);
+        kir_graph_free(g);
+        ks_buf_free(&log);
+    }
+}
+
+/* ---- the pass manager --------------------------------------------------------------------- */
+static const char small_graph[] =
+    "kiln-ir 1\n"
+    "%0 : i32[T] = input() {name=\"tokens\"}\n"
+    "%1 : f32[16,8] = weight() {name=\"embed\"}\n"
+    "%2 : f32[T,8] = embed(%1, %0)\n"
+    "%3 : f32[4,8] = weight() {name=\"a\"}\n"
+    "%4 : f32[T,4] = matmul(%2, %3)\n"
+    "%5 : f32[4,8] = weight() {name=\"b\"}\n"
+    "%6 : f32[T,4] = matmul(%2, %5)\n"
+    "%7 : f32[T,4] = mul(%4, %6)\n"
+    "%8 : f32[T,4] = output(%7) {name=\"logits\"}\n";
+
+typedef struct hook_log {
+    ks_buf names; /* passes seen, comma-separated */
+    int stop_at;  /* fail at this call (1-based); 0: never */
+    int calls;    /* calls so far */
+} hook_log;
+
+static int record(void *ctx, const kp_pass *pass, const kir_graph *g, const kp_pass_stats *st, ks_diag *d)
+{
+    hook_log *h = ctx;
+    ks_buf_printf(&h->names, "%s%s:%zu", h->names.len ? "," : "", pass->name, kp_count_kernels(g));
+    CHECK(st->nodes_after == g->n_nodes);
+    if (++h->calls == h->stop_at) {
+        ks_error(d, "hook", "stop after %s", pass->name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Run the pipeline on small_graph; returns its result, log in *log. */
+static int run(const kp_options *opt, ks_buf *log, kp_pass_stats **st, size_t *n_st, kir_graph **out)
+{
+    kir_graph *g = pt_parse("small.ir", small_graph, log);
+    KS_ASSERT(g);
+    ks_diag d = {.log = log, .quiet = 1};
+    int rc = kp_run_pipeline(&g, opt, st, n_st, &d);
+    if (out)
+        *out = g;
+    else
+        kir_graph_free(g);
+    return rc;
+}
+
+static void test_pipeline(void)
+{
+    ks_buf log = {0};
+    /* unknown names, in --passes and --disable-pass, with the list of passes */
+    const char *bad[] = {"fuse_epilogues,fuse_qkv"};
+    kp_options opt = {.passes = bad, .n_passes = 1};
+    CHECK(run(&opt, &log, NULL, NULL, NULL) == -1);
+    CHECK_TEXT("unknown pass", ks_buf_cstr(&log),
+               "kiln: error: unknown pass 'fuse_qkv' (the passes: fuse_sibling_matmuls, split_kv_write, "
+               "fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes)\n");
+    log.len = 0;
+    const char *bad_off[] = {""};
+    kp_options opt2 = {.disabled = bad_off, .n_disabled = 1, .what = "kiln build"};
+    CHECK(run(&opt2, &log, NULL, NULL, NULL) == -1);
+    CHECK_TEXT("empty name", ks_buf_cstr(&log),
+               "kiln build: error: unknown pass '' (the passes: fuse_sibling_matmuls, split_kv_write, "
+               "fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes)\n");
+
+    /* the whole pipeline, one pass disabled; stats and the hook */
+    log.len = 0;
+    hook_log h = {{0}, 0, 0};
+    const char *off[] = {"fuse_add_norm", "split_kv_write"};
+    kp_options opt3 = {.disabled = off, .n_disabled = 2, .verify = 1, .after = record, .after_ctx = &h};
+    kp_pass_stats *st = NULL;
+    size_t n_st = 0;
+    kir_graph *g = NULL;
+    CHECK(run(&opt3, &log, &st, &n_st, &g) == 0);
+    CHECK_TEXT("hook", ks_buf_cstr(&h.names),
+               "fuse_sibling_matmuls:5,fuse_epilogues:2,fuse_norm_prologue:2,eliminate_dead_nodes:2");
+    CHECK(n_st == 4);
+    if (n_st == 4) {
+        CHECK(strcmp(st[0].pass, "fuse_sibling_matmuls") == 0 && st[0].nodes_before == 9 && st[0].nodes_after == 11 &&
+              st[0].kernels_before == 4 && st[0].kernels_after == 5 && st[0].fusions == 1);
+        CHECK(strcmp(st[1].pass, "fuse_epilogues") == 0 && st[1].fusions == 1 && st[1].kernels_after == 2);
+        CHECK(strcmp(st[3].pass, "eliminate_dead_nodes") == 0 && st[3].nodes_before == 11 && st[3].nodes_after == 9);
+    }
+    ks_buf text = {0};
+    kir_print(g, &text);
+    CHECK_TEXT("small pipeline", ks_buf_cstr(&text),
+               "kiln-ir 1\n"
+               "graph \"\"\n"
+               "\n"
+               "%0 : i32[T] = input() {name=\"tokens\"}\n"
+               "%1 : f32[16,8] = weight() {name=\"embed\"}\n"
+               "%2 : f32[T,8] = embed(%1, %0)\n"
+               "%3 : f32[8,8] = weight() {name=\"a+b\", derive=\"concat0\", sources=\"a,b\", rows=[4,4]}\n"
+               "%4 : f32[T,8] = matmul(%2, %3) {fuse=0}\n"
+               "%5 : f32[T,4] = slice(%4) {start=0, end=4, fuse=0}\n"
+               "%6 : f32[T,4] = slice(%4) {start=4, end=8, fuse=0}\n"
+               "%7 : f32[T,4] = mul(%5, %6) {fuse=0}\n"
+               "%8 : f32[T,4] = output(%7) {name=\"logits\"}\n");
+    ks_buf_free(&text);
+    kir_graph_free(g);
+    free(st);
+    ks_buf_free(&h.names);
+
+    /* a list in order, a pass twice; the hook stops the run */
+    log.len = 0;
+    hook_log h2 = {{0}, 2, 0};
+    const char *list[] = {"eliminate_dead_nodes", "fuse_sibling_matmuls,eliminate_dead_nodes"};
+    kp_options opt4 = {.passes = list, .n_passes = 2, .after = record, .after_ctx = &h2};
+    CHECK(run(&opt4, &log, &st, &n_st, NULL) == -1);
+    CHECK_TEXT("stopped", ks_buf_cstr(&h2.names), "eliminate_dead_nodes:4,fuse_sibling_matmuls:5");
+    CHECK_TEXT("stopped log", ks_buf_cstr(&log), "hook: error: stop after fuse_sibling_matmuls\n");
+    CHECK(n_st == 2);
+    free(st);
+    ks_buf_free(&h2.names);
+
+    /* a graph that does not verify is refused before any pass runs */
+    log.len = 0;
+    kir_graph *broken = pt_parse("broken.ir", "kiln-ir 1\n%0 : i32[T] = input() {name=\"tokens\"}\n", &log);
+    ks_diag d = {.log = &log, .quiet = 1};
+    kp_options opt5 = {.verify = 1};
+    CHECK(kp_run_pipeline(&broken, &opt5, NULL, NULL, &d) == -1);
+    CHECK_TEXT("broken", ks_buf_cstr(&log),
+               "IR given to the passes: error: graph has no output\n"
+               "kiln: error: the graph given to the passes does not verify\n");
+    kir_graph_free(broken);
+    CHECK(kp_pass_find("fuse_epilogues") == &kp_passes[2] && kp_pass_find("fuse") == NULL);
+    ks_buf_free(&log);
+}
+
+/* ---- derived weights --------------------------------------------------------------------------- */
+static void test_derived(void)
+{
+    ks_buf log = {0};
+    kir_graph *g = pt_parse("derive.ir",
+                            "kiln-ir 1\n"
+                            "%0 : f16[5,2] = weight() {name=\"x+y\", derive=\"concat0\", sources=\"x,y\", rows=[2,3]}\n"
+                            "%1 : f32[3] = weight() {name=\"p\", derive=\"concat0\", sources=\"p1,p2,p3\", rows=[1,1,1]}\n"
+                            "%2 : f32[3] = weight() {name=\"plain\"}\n"
+                            "%3 : f32[4] = weight() {name=\"bad\", derive=\"concat0\", sources=\"p1,p2\", rows=[1,1]}\n"
+                            "%4 : f32[4] = weight() {name=\"bad2\", derive=\"concat0\", sources=\"p1,\", rows=[2,2]}\n",
+                            &log);
+    KS_ASSERT(g);
+    ks_arena arena = {0};
+    kp_weight_recipe r;
+    CHECK(kp_weight_recipe_of(g, 0, &arena, &r) == 0 && r.n_sources == 2);
+    if (r.n_sources == 2) {
+        CHECK(strcmp(r.names[0], "x") == 0 && strcmp(r.names[1], "y") == 0);
+        CHECK(r.rows[0] == 2 && r.rows[1] == 3 && r.bytes[0] == 8 && r.bytes[1] == 12);
+        uint16_t x[4] = {1, 2, 3, 4}, y[6] = {5, 6, 7, 8, 9, 10}, out[10] = {0};
+        const void *src[2] = {x, y};
+        kp_derive_weight(g, 0, &r, src, out);
+        for (int i = 0; i < 10; i++) CHECK(out[i] == i + 1);
+    }
+    CHECK(kp_weight_recipe_of(g, 1, &arena, &r) == 0 && r.n_sources == 3 && r.bytes[2] == 4);
+    if (r.n_sources == 3) {
+        float a = 1.5f, b = -2.0f, c = 3.25f, out[3];
+        const void *src[3] = {&a, &b, &c};
+        kp_derive_weight(g, 1, &r, src, out);
+        CHECK(out[0] == 1.5f && out[1] == -2.0f && out[2] == 3.25f);
+    }
+    CHECK(kp_weight_recipe_of(g, 2, &arena, &r) == 0 && r.n_sources == 0 && !kp_weight_is_derived(g, 2));
+    CHECK(kp_weight_is_derived(g, 3) && kp_weight_recipe_of(g, 3, &arena, &r) == -1);
+    CHECK(kp_weight_recipe_of(g, 4, &arena, &r) == -1);
+    ks_arena_free(&arena);
+    kir_graph_free(g);
+    ks_buf_free(&log);
+}
+
+/* ---- the interpreter on a split write ---------------------------------------------------------- */
+
+/* Two steps of a tiny attention graph, logits into out[0..n_out); the
+ * cache's layer-0 K rows into kc. */
+static int interp_run(const char *text, float *out, float *kc_rows, ks_buf *log)
+{
+    kir_graph *g = pt_parse("kv_interp.ir", text, log);
+    if (!g) return -1;
+    float embed[16 * 8];
+    for (int i = 0; i < 16 * 8; i++) embed[i] = sinf((float)i * 0.7f);
+    const void *w[16] = {0};
+    w[1] = embed;
+    int n_layers = 0;
+    krt_kv_layer *layers = kir_kv_layers(g, &n_layers);
+    int rc = -1;
+    if (n_layers == 1 && layers[0].kv_heads == 2 && layers[0].head_dim_k == 4 && layers[0].head_dim_v == 4) {
+        krt_kv_config cfg = {n_layers, layers, 4, 4, 1, 16, sizeof(float)};
+        ks_diag d = {.log = log, .quiet = 1};
+        krt_kv *kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
+        kir_interp *it = kv ? kir_interp_new(g, w, kv, &d) : NULL;
+        const char *why = NULL;
+        if (it && krt_kv_seq_add(kv, 0, &why) == 0 && krt_kv_seq_reserve(kv, 0, 3, &why) == 0) {
+            int32_t tok[3] = {3, 9, 14}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
+            kir_step a = {2, tok, pos, seq}, b = {1, tok + 2, pos + 2, seq};
+            rc = kir_interp_step(it, &a, out, &d) || kir_interp_step(it, &b, out + 2 * 8, &d) ? -1 : 0;
+            const float *kc = krt_kv_k(kv, 0);
+            for (int p = 0; p < 3; p++) memcpy(kc_rows + p * 8, kc + krt_kv_slot(kv, 0, p) * 8, 8 * sizeof(float));
+        }
+        kir_interp_free(it);
+        krt_kv_free(kv);
+    }
+    free(layers);
+    kir_graph_free(g);
+    return rc;
+}
+
+static void test_interp_split(void)
+{
+    static const char whole[] =
+        "kiln-ir 1\n"
+        "%0 : i32[T] = input() {name=\"tokens\"}\n"
+        "%1 : f32[16,8] = weight() {name=\"embed\"}\n"
+        "%2 : f32[T,8] = embed(%1, %0)\n"
+        "%3 : f32[T,2,4] = reshape(%2) {shape=[T,2,4]}\n"
+        "%4 : f32[T,2,4] = silu(%3)\n"
+        "%5 : f32[T,2,4] = scale(%3) {value=0.5}\n"
+        "%6 : f32[T,2,4] = attention(%3, %4, %5) {layer=0, " ATT "}\n"
+        "%7 : f32[T,8] = reshape(%6) {shape=[T,8]}\n"
+        "%8 : f32[T,8] = output(%7) {name=\"logits\"}\n";
+    static const char split[] =
+        "kiln-ir 1\n"
+        "%0 : i32[T] = input() {name=\"tokens\"}\n"
+        "%1 : f32[16,8] = weight() {name=\"embed\"}\n"
+        "%2 : f32[T,8] = embed(%1, %0)\n"
+        "%3 : f32[T,2,4] = reshape(%2) {shape=[T,2,4]}\n"
+        "%4 : f32[T,2,4] = silu(%3)\n"
+        "%5 : f32[T,2,4] = scale(%3) {value=0.5}\n"
+        "%6 : f32[T,2,4] = kv_write(%4, %5) {layer=0}\n"
+        "%7 : f32[T,2,4] = attention(%3, %6, %5) {layer=0, " ATT ", write_kv=0}\n"
+        "%8 : f32[T,8] = reshape(%7) {shape=[T,8]}\n"
+        "%9 : f32[T,8] = output(%8) {name=\"logits\"}\n";
+    ks_buf log = {0};
+    float oa[24], ob[24], ka[24], kb[24];
+    CHECK(interp_run(whole, oa, ka, &log) == 0);
+    CHECK(interp_run(split, ob, kb, &log) == 0);
+    CHECK(memcmp(oa, ob, sizeof oa) == 0);
+    CHECK(memcmp(ka, kb, sizeof ka) == 0);
+    /* the rows in the cache are silu of the embedding rows */
+    int32_t tok[3] = {3, 9, 14};
+    for (int p = 0; p < 3; p++) {
+        float e = sinf((float)(tok[p] * 8 + 5) * 0.7f);
+        CHECK(fabsf(kb[p * 8 + 5] - e / (1.0f + expf(-e))) < 1e-6f);
+    }
+    /* no cache given */
+    kir_graph *g = pt_parse("nokv.ir", split, &log);
+    ks_diag d = {.log = &log, .quiet = 1};
+    float embed[16 * 8] = {0};
+    const void *w[16] = {0};
+    w[1] = embed;
+    log.len = 0;
+    CHECK(kir_interp_new(g, w, NULL, &d) == NULL);
+    CHECK_TEXT("no cache", ks_buf_cstr(&log),
+               "interp: error: kv_write: the graph has a kv_write but no KV cache was given\n");
+    kir_graph_free(g);
+    ks_buf_free(&log);
+}
+
+int main(void)
+{
+    test_verifier();
+    test_pipeline();
+    test_derived();
+    test_interp_split();
+    return pt_finish("test_pass_rules");
+}
