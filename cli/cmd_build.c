@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/driver.h"
+#include "passes/pipeline.h"
 
 static const char build_help[] =
     "usage: kiln build <model.kiln | checkpoint-folder | llama2c.bin> [--weights PATH]\n"
@@ -27,6 +28,20 @@ static const char build_help[] =
     "  --weights PATH       checkpoint folder or .safetensors file for a .kiln input\n"
     "  --config FILE        config.json to use instead of the one beside the weights\n"
     "  --tokenizer FILE     tokenizer to pack into the engine\n"
+    "\n"
+    "Passes (the pipeline: kiln build --list-passes):\n"
+    "  --passes LIST        run these passes (comma-separated, in this order); 'all'\n"
+    "                       (default) or 'none'; plan_memory is the last stage\n"
+    "  --disable-pass NAME  leave a pass out (may repeat)\n"
+    "  --dump-ir-after P    write the IR after pass P (or 'all') to --dump-dir\n"
+    "  --dump-dir DIR       where the dumps go: NN-pass.ir, in pipeline order\n"
+    "  --from-ir FILE       build this IR text (e.g. an edited dump) instead of\n"
+    "                       compiling the description; its weights come from the\n"
+    "                       model's checkpoint by name; no passes run on it\n"
+    "  --stats              per-pass counts: nodes, kernels, fusions; the memory plan\n"
+    "  --max-tokens N       tokens per step the memory plan holds (default: the\n"
+    "                       model's context, at most 2048)\n"
+    "  --list-passes        name the passes and stop\n"
     "  --target TARGET      what the engine runs on: cpu (default), or NVIDIA GPU\n"
     "                       architectures, e.g. sm_90 or sm_80,sm_90 (one cubin each,\n"
     "                       compiled with NVRTC; the runtime picks the device's)\n"
@@ -35,10 +50,16 @@ static const char build_help[] =
 int kc_cmd_build(int argc, char **argv)
 {
     kd_inputs in = {0};
-    const char *out = NULL, *dflt = NULL;
+    const char *out = NULL, *dflt = NULL, *stats = NULL, *max_tokens = NULL, *list = NULL;
+    const char *disabled[KC_MAX_REPEAT];
+    int n_disabled = 0;
     kc_option opts[] = {
         {"-o|--output", 1, &out, NULL}, {"--weights", 1, &in.weights, NULL}, {"--config", 1, &in.config, NULL},
         {"--target", 1, &in.target, NULL}, {"--tokenizer", 1, &in.tokenizer, NULL}, {"--default", 0, &dflt, NULL},
+        {"--passes", 1, &in.passes, NULL}, {"--disable-pass", KC_REPEAT, disabled, &n_disabled},
+        {"--dump-ir-after", 1, &in.dump_after, NULL}, {"--dump-dir", 1, &in.dump_dir, NULL},
+        {"--from-ir", 1, &in.from_ir, NULL}, {"--stats", 0, &stats, NULL}, {"--max-tokens", 1, &max_tokens, NULL},
+        {"--list-passes", 0, &list, NULL},
         {"--emit-source", 1, &in.emit_source, NULL},
         {NULL, 0, NULL, NULL},
     };
@@ -46,15 +67,33 @@ int kc_cmd_build(int argc, char **argv)
     int npos = 0;
     int rc = kc_parse_args(argc, argv, opts, pos, 1, &npos, build_help);
     if (rc) return rc < 0 ? 2 : 0;
+    if (list) {
+        for (size_t i = 0; i < kp_pass_count; i++) printf("%-22s %s\n", kp_passes[i].name, kp_passes[i].summary);
+        printf("%-22s %s\n", "plan_memory", "place every activation of a step in one arena (the last stage)");
+        return 0;
+    }
     if (npos != (dflt ? 0 : 1) || !out) {
         fprintf(stderr, "kiln build: error: needs a model (or --default) and -o ENGINE (see 'kiln build --help')\n");
         return 2;
     }
     in.input = dflt ? NULL : pos[0];
     in.synthetic = dflt != NULL;
+    in.stats = stats != NULL;
+    if (max_tokens) {
+        char *end;
+        in.max_tokens = strtoll(max_tokens, &end, 10);
+        if (*end || in.max_tokens < 1 || in.max_tokens > (1 << 24)) {
+            fprintf(stderr, "kiln build: error: --max-tokens: '%s' is not a token count\n", max_tokens);
+            return 2;
+        }
+    }
+    ks_buf off = {0};
+    for (int i = 0; i < n_disabled; i++) ks_buf_printf(&off, "%s%s", i ? "," : "", disabled[i]);
+    in.disabled = n_disabled ? ks_buf_cstr(&off) : NULL;
     ks_diag d = {0};
     kd_model m;
-    if (kd_model_load(&in, 1, &m, &d) == 0) kd_write_engine(&in, &m, out, &d);
+    if (kd_model_load(&in, 1, &m, &d) == 0 && kd_optimize(&in, &m, &d) == 0) kd_write_engine(&in, &m, out, &d);
+    ks_buf_free(&off);
     kd_model_free(&m);
     return d.errors ? 1 : 0;
 }

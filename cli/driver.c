@@ -147,6 +147,7 @@ int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d
 
 void kd_model_free(kd_model *m)
 {
+    kir_graph_free(m->optimized);
     kf_model_free(m->model);
     kf_checkpoint_close(m->ckpt);
     cJSON_Delete(m->config);
@@ -156,24 +157,15 @@ void kd_model_free(kd_model *m)
 }
 
 typedef struct fill_ctx {
-    kd_model *m;                 /* the model */
-    const kf_weight_binding **by_node; /* binding of each WEIGHT node */
+    kd_model *m;        /* the model */
+    const kir_graph *g; /* the graph being written */
 } fill_ctx;
 
 static int fill_weight(void *ctx, kir_val node, void *dst, size_t nbytes, ks_diag *d)
 {
     fill_ctx *f = ctx;
-    const kf_weight_binding *b = f->by_node[node];
-    KS_ASSERT(b);
-    const kir_node *n = kir_node_at(f->m->model->graph, node);
-    KS_ASSERT(n->dtype == KIR_F32 && nbytes == (size_t)kir_elems(n, 1) * 4);
-    if (!f->m->ckpt) {
-        kd_synthetic_weight(kir_get_str(f->m->model->graph, node, "name", ""), dst, n->ndim, n->dims);
-        return 0;
-    }
-    const kf_tensor *t = kf_checkpoint_find(f->m->ckpt, b->tensor);
-    KS_ASSERT(t);
-    return kf_tensor_read_f32(d, t, b->transposed, b->row_start, b->row_end, dst);
+    KS_ASSERT(nbytes == (size_t)kir_elems(kir_node_at(f->g, node), 1) * sizeof(float));
+    return kd_weight_data(f->m, f->g, node, dst, d);
 }
 
 /* The tokenizer to pack: --tokenizer, else tokenizer.json beside the
@@ -233,7 +225,7 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
         return -1;
     }
     kcu_parts parts = {0};
-    if (cuda && kcu_build(m->model->graph, target, in->emit_source, &parts, d) != 0) return -1;
+    if (cuda && kcu_build(kd_graph(m), target, in->emit_source, &parts, d) != 0) return -1;
     char *tok = NULL;
     size_t tok_len = 0;
     uint32_t tok_kind = 0;
@@ -241,9 +233,8 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
         kcu_parts_free(&parts);
         return -1;
     }
-    const kir_graph *g = m->model->graph;
-    fill_ctx f = {m, ks_xcalloc(g->n_nodes, sizeof *f.by_node)};
-    for (size_t i = 0; i < m->model->n_weights; i++) f.by_node[m->model->weights[i].node] = &m->model->weights[i];
+    const kir_graph *g = kd_graph(m);
+    fill_ctx f = {m, g};
     cJSON *meta = cJSON_CreateObject();
     cJSON_AddStringToObject(meta, "format", "kiln-engine");
     cJSON_AddStringToObject(meta, "kiln_version", KILN_VERSION);
@@ -273,6 +264,5 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
     kcu_parts_free(&parts);
     free(tok);
     cJSON_free(meta_text);
-    free(f.by_node);
     return rc;
 }

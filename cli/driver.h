@@ -20,6 +20,13 @@ typedef struct kd_inputs {
     const char *target;    /* "cpu" (default), or CUDA architectures "sm_80,sm_90" */
     const char *emit_source; /* CUDA targets: also write the generated .cu into this folder; or NULL */
     int synthetic;         /* the embedded default model (cli/synthetic.h): no input */
+    const char *passes;    /* comma-separated passes to run; NULL or "all": the pipeline; "none": none */
+    const char *disabled;  /* comma-separated passes to leave out */
+    const char *dump_after; /* pass names (comma-separated) or "all": dump the IR after them */
+    const char *dump_dir;  /* where the dumps go, NN-pass.ir */
+    const char *from_ir;   /* build this (edited) IR text instead of the compiled graph */
+    int stats;             /* print per-pass statistics and the memory plan */
+    int64_t max_tokens;    /* tokens per step the memory plan holds; 0: the context, at most 2048 */
     const char *tokenizer; /* tokenizer file (tokenizer.json or llama2.c .bin); default:
                               tokenizer.json beside the weights, if any */
 } kd_inputs;
@@ -31,6 +38,7 @@ typedef struct kd_model {
     cJSON *config;         /* parsed config.json, or NULL */
     kf_checkpoint *ckpt;   /* the open checkpoint, or NULL */
     kf_model *model;       /* compiled graph and weight bindings */
+    kir_graph *optimized;  /* the graph after kd_optimize (owned), or NULL */
 } kd_model;
 
 /* Resolve and compile. need_weights: open the checkpoint (a build) rather than
@@ -39,7 +47,22 @@ typedef struct kd_model {
 int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d);
 void kd_model_free(kd_model *m);
 
-/* Build an engine file from a loaded model. */
+/* Run the pass pipeline (or read --from-ir), dump and report as asked, and
+ * plan memory; the result becomes the graph an engine is built from. */
+int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d);
+
+/* The graph to build: the optimized one, else the compiled one. */
+const kir_graph *kd_graph(const kd_model *m);
+
+/* The binding of the compiled model's weight `name`, or NULL. */
+const kf_weight_binding *kd_binding(const kd_model *m, const char *name);
+
+/* The f32 data of WEIGHT node `node` of g (a graph of this model, fused or
+ * not): read from the checkpoint by its name, or derived from its sources'
+ * data (passes/derived_weight.h). out holds kir_elems(node) floats. */
+int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, float *out, ks_diag *d);
+
+/* Build an engine file from a loaded model (its optimized graph, if any). */
 int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_diag *d);
 
 #endif

@@ -147,6 +147,8 @@ const char *kf_suggest(kf_lower *L, const char *name, const char *const *cands, 
 {
     size_t len = strlen(name), limit = len <= 3 ? 1 : 2, best_d = (size_t)-1;
     const char *best = NULL;
+    L->suggest_work += (long)n;
+    if (L->suggest_work > KF_MAX_SUGGEST) return "";
     for (size_t i = 0; i < n; i++) {
         size_t d = edit_distance(name, cands[i]);
         if (d <= limit && d < best_d) {

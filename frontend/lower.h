@@ -32,6 +32,7 @@ enum {
     KF_MAX_NODES = 1 << 17,      /* IR nodes in one graph */
     KF_MAX_WORK = 1 << 22,       /* expressions evaluated plus statements executed */
     KF_MAX_LOOKUPS = 1 << 18,    /* checkpoint tensor names tried (layers x alternatives) */
+    KF_MAX_SUGGEST = 1 << 16,    /* names compared for "did you mean" suggestions */
     KF_MAX_LOOP = 1 << 16,       /* iterations of one `for` */
     KF_MAX_LAYERS = 1 << 16,     /* value of the `layers` param */
     KF_MAX_SOURCE = 64 << 20,    /* bytes of .kiln text */
@@ -137,6 +138,7 @@ typedef struct kf_lower {
     size_t cap_weights;         /* capacity of model->weights while it grows on the heap */
     long work;                  /* expressions evaluated plus statements executed */
     long lookups;               /* checkpoint tensor names tried */
+    long suggest_work;          /* names compared for "did you mean" (bounded: a courtesy) */
     int stop;                   /* a limit was hit (reported): evaluate nothing more */
 } kf_lower;
 

@@ -44,6 +44,8 @@ struct kir_interp {
     const int32_t **ints;      /* [n_nodes] per step: data of each i32 value */
     int64_t *order;            /* scratch [3 * n_tokens]: (seq, pos, token) keys for the duplicate check */
     size_t order_cap;          /* capacity of order, in keys */
+    kir_tap_fn tap;            /* called after each computed value, or NULL */
+    void *tap_ctx;             /* passed to tap */
 };
 
 /* ---- messages ---------------------------------------------------------------------- */
@@ -297,11 +299,18 @@ void kir_interp_free(kir_interp *it)
  * Where each computed value of a step of n_tokens tokens lives: an offset in
  * floats into one arena, or KIR_NOWHERE for values that live elsewhere
  * (weights, the step's inputs, and the OUTPUT, which is written straight
- * into the caller's buffer). This plan gives every value its own place,
- * 64-byte aligned; the memory planner will replace this function and the
- * kernels will not notice. Returns the arena's size in floats. */
+ * into the caller's buffer).
+ *
+ * A graph planned by passes/plan_memory.c carries the plan: the byte offset
+ * of every value in one arena (`mem.offset`) and the arena's size for the
+ * engine's largest step (graph params `mem.arena_bytes`, `mem.max_tokens`).
+ * The interpreter then runs out of exactly that arena, so a planning error
+ * (two live values overlapping) shows up as wrong logits. An unplanned
+ * graph gets every value its own place, 64-byte aligned. Returns the
+ * arena's size in floats. */
 static size_t plan_places(const kir_graph *g, int64_t n_tokens, size_t *places)
 {
+    const kir_param *arena = kir_param_find(g, "mem.arena_bytes");
     size_t at = 0;
     for (size_t v = 0; v < g->n_nodes; v++) {
         kir_op op = g->nodes[v].op;
@@ -309,9 +318,23 @@ static size_t plan_places(const kir_graph *g, int64_t n_tokens, size_t *places)
             places[v] = KIR_NOWHERE;
             continue;
         }
+        int64_t off = arena ? kir_get_int(g, (kir_val)v, "mem.offset", -1) : -1;
+        if (off >= 0) {
+            KS_ASSERT(off % (int64_t)sizeof(float) == 0);
+            places[v] = (size_t)off / sizeof(float);
+            continue;
+        }
         places[v] = at;
         size_t ne = (size_t)kir_elems(&g->nodes[v], n_tokens);
         at += (ne + 15) & ~(size_t)15;
+    }
+    if (arena && arena->kind == KIR_ATTR_INT && arena->i > 0) {
+        /* planned values lie below the arena's end; unplanned ones (none in a
+         * planned graph) follow it */
+        size_t base = (size_t)arena->i / sizeof(float);
+        for (size_t v = 0; v < g->n_nodes; v++)
+            if (places[v] != KIR_NOWHERE && kir_get_int(g, (kir_val)v, "mem.offset", -1) < 0) places[v] += base;
+        return base + at;
     }
     return at;
 }
@@ -425,6 +448,10 @@ int kir_interp_step(kir_interp *it, const kir_step *step, float *out, ks_diag *d
     KS_ASSERT(step && step->n_tokens >= 0);
     if (step->n_tokens == 0) return 0;
     KS_ASSERT(step->tokens && step->positions && step->seq_ids && out);
+    const kir_param *max_tokens = kir_param_find(it->g, "mem.max_tokens");
+    if (max_tokens && max_tokens->kind == KIR_ATTR_INT && step->n_tokens > max_tokens->i)
+        return step_error(it, d, "a step of %d tokens is more than the %lld the engine's memory plan holds", step->n_tokens,
+                          (long long)max_tokens->i);
     if (check_positions(it, step, d) != 0 || check_ids(it, step, d) != 0) return -1;
     bind_values(it, step, out);
     kir_exec x = {
@@ -438,6 +465,16 @@ int kir_interp_step(kir_interp *it, const kir_step *step, float *out, ks_diag *d
         .rope = it->rope,
         .n_threads = it->n_threads,
     };
-    for (size_t v = 0; v < it->g->n_nodes; v++) kir_exec_node(&x, (kir_val)v);
+    for (size_t v = 0; v < it->g->n_nodes; v++) {
+        kir_exec_node(&x, (kir_val)v);
+        if (it->tap && it->src[v] && it->g->nodes[v].op != KIR_OP_WEIGHT)
+            it->tap(it->tap_ctx, (kir_val)v, it->src[v], step->n_tokens);
+    }
     return 0;
+}
+
+void kir_interp_set_tap(kir_interp *it, kir_tap_fn tap, void *ctx)
+{
+    it->tap = tap;
+    it->tap_ctx = ctx;
 }

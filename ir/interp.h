@@ -44,6 +44,12 @@ krt_kv_layer *kir_kv_layers(const kir_graph *g, int *n_layers);
  * Returns 0, or -1 after reporting (bad token id, position past the cache). */
 int kir_interp_step(kir_interp *it, const kir_step *step, float *out, ks_diag *d);
 
+/* A tap sees every float value as soon as it is computed: node v's data,
+ * [n_tokens, row elems] (valid until the next node runs). For `kiln verify`,
+ * which compares a fused graph's values with the unfused graph's. */
+typedef void (*kir_tap_fn)(void *ctx, kir_val v, const float *data, int n_tokens);
+void kir_interp_set_tap(kir_interp *it, kir_tap_fn tap, void *ctx);
+
 /* Elements per token of the graph's OUTPUT (the vocabulary for logits). */
 int64_t kir_output_row_elems(const kir_graph *g);
 

@@ -238,7 +238,8 @@ static void run_layer_norm(const kir_exec *x, kir_val v)
 static void run_reshape(const kir_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
-    memcpy(x->dst[v], x->src[n->in[0]], sizeof(float) * (size_t)elems_of(x, v));
+    /* under a memory plan a reshape aliases its operand: nothing to move */
+    if (x->dst[v] != x->src[n->in[0]]) memcpy(x->dst[v], x->src[n->in[0]], sizeof(float) * (size_t)elems_of(x, v));
 }
 
 static void run_slice(const kir_exec *x, kir_val v)
@@ -352,7 +353,7 @@ static void run_kv_write(const kir_exec *x, kir_val v)
     const kir_node *kn = node_of(x, n->in[0]), *vn = node_of(x, n->in[1]);
     int layer = (int)kir_get_int(x->g, v, "layer", 0);
     write_kv_rows(x, layer, x->src[n->in[0]], x->src[n->in[1]], kir_row_elems(kn), kir_row_elems(vn));
-    memcpy(x->dst[v], x->src[n->in[0]], sizeof(float) * (size_t)elems_of(x, v));
+    if (x->dst[v] != x->src[n->in[0]]) memcpy(x->dst[v], x->src[n->in[0]], sizeof(float) * (size_t)elems_of(x, v));
 }
 
 static void run_attention(const kir_exec *x, kir_val v)

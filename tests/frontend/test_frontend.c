@@ -298,8 +298,9 @@ static int run_models(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) test_model(&cases[i]);
 
-    /* Every shipped description names what it matches, and nothing else. */
-    CHECK(kf_builtin_model_count == 4, "%zu builtin models", kf_builtin_model_count);
+    /* Every shipped description names what it matches, and nothing else.
+     * The fifth embedded file is models/default.json, the default model's config. */
+    CHECK(kf_builtin_model_count == 5, "%zu builtin models", kf_builtin_model_count);
     const kf_builtin_model *llama = builtin_for("mistral");
     CHECK(llama && strcmp(llama->file, "models/llama.kiln") == 0, "mistral is a llama");
     CHECK(builtin_for("bert") == NULL, "nothing matches bert");

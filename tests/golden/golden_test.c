@@ -7,7 +7,10 @@
  *  3. each greedy case: prefill the prompt, decode one token a step through
  *     the KV cache, all greedy sequences batched in the same decode steps;
  *     the ids must equal new_ids exactly.
- * usage: golden_test MODEL_DIR ENGINE_PATH
+ * usage: golden_test MODEL_DIR ENGINE_PATH [PASSES]
+ * PASSES is given to the pass pipeline as --passes is: "none" (all passes
+ * off), "all" (the default: every fusion, and the memory plan that the
+ * interpreter then runs out of), or a comma-separated list.
  * The engine is built for $KILN_GOLDEN_TARGET when set (e.g. sm_90: the
  * CUDA backend; bench/gpu_check.sh), else for the CPU.
  */
@@ -78,15 +81,16 @@ static void check_rows(const char *what, int c, const float *got, const float *w
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
+    if (argc != 3 && argc != 4) {
         fprintf(stderr, "usage: golden_test MODEL_DIR ENGINE\n");
         return 2;
     }
     const char *dir = argv[1], *engine_path = argv[2];
     ks_diag d = {0};
-    kd_inputs in = {.input = dir, .target = getenv("KILN_GOLDEN_TARGET")};
+    kd_inputs in = {.input = dir, .target = getenv("KILN_GOLDEN_TARGET"), .passes = argc == 4 ? argv[3] : NULL};
     kd_model m;
-    if (kd_model_load(&in, 1, &m, &d) != 0 || kd_write_engine(&in, &m, engine_path, &d) != 0) {
+    if (kd_model_load(&in, 1, &m, &d) != 0 || kd_optimize(&in, &m, &d) != 0 ||
+        kd_write_engine(&in, &m, engine_path, &d) != 0) {
         kd_model_free(&m);
         return 1;
     }
