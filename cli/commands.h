@@ -17,6 +17,7 @@ int kc_cmd_ir(int argc, char **argv);
 int kc_cmd_inspect(int argc, char **argv);
 int kc_cmd_run(int argc, char **argv);
 int kc_cmd_tokenize(int argc, char **argv);
+int kc_cmd_verify(int argc, char **argv);
 
 /* One option a command accepts. */
 typedef struct kc_option {

@@ -9,6 +9,7 @@ static const kc_command commands[] = {
     {"ir", "print the IR of a model", kc_cmd_ir},
     {"inspect", "say what an engine file holds", kc_cmd_inspect},
     {"run", "run an engine: generate text from a prompt, or logits for given ids", kc_cmd_run},
+    {"verify", "compare the fused build with the unfused one, value by value", kc_cmd_verify},
     {"tokenize", "print the token ids an engine's tokenizer gives a text", kc_cmd_tokenize},
 };
 

@@ -10,14 +10,18 @@
  *
  * Device memory is host memory filled with 0xff bytes (NaN as floats) when
  * allocated, so a kernel that reads what nothing wrote shows NaN. Blocks run
- * in order; a block's threads are coroutines (ucontext) switched at each
- * __syncthreads(), which exercises the kernels' barriers as written.
+ * in order; a block's threads are coroutines switched at each
+ * __syncthreads(), which exercises the kernels' barriers as written: each
+ * starts on its own stack through makecontext/setcontext, and switches
+ * with _setjmp/_longjmp (no system call, unlike swapcontext).
  *
  * A driver holds process-wide state, and so does this stand-in (the
  * statics below): it is a test fixture, not part of kiln.
  */
 #define _GNU_SOURCE
+#undef _FORTIFY_SOURCE /* its longjmp check rejects jumps between the coroutines' stacks */
 #include <dlfcn.h>
+#include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,8 +46,9 @@ static struct {
     void (**sync_hook)(void);      /* their __syncthreads() */
     kernel24 fn;                   /* the kernel being run */
     uint64_t args[MAX_PARAMS];     /* its parameters, each in an 8-byte slot */
-    ucontext_t sched;              /* the scheduler's context */
-    ucontext_t ctx[MAX_THREADS];   /* each thread's */
+    jmp_buf sched;                 /* where the scheduler waits */
+    ucontext_t start;              /* a thread's first context (its stack, thread_main) */
+    jmp_buf resume[MAX_THREADS];   /* where each waiting thread continues */
     enum thread_state state[MAX_THREADS];
     char *stacks;                  /* MAX_THREADS stacks */
     unsigned current;              /* the thread running */
@@ -99,7 +104,7 @@ static void emu_sync(void)
 {
     emu.state[emu.current] = WAITING;
     emu.waited = 1;
-    swapcontext(&emu.ctx[emu.current], &emu.sched);
+    if (!_setjmp(emu.resume[emu.current])) _longjmp(emu.sched, 1);
 }
 
 int cuModuleLoadData(void **mod, const void *image)
@@ -150,29 +155,35 @@ static void thread_main(void)
     uint64_t *a = emu.args;
     emu.fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
            a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23]);
-    emu.state[emu.current] = DONE; /* then back to the scheduler through uc_link */
+    emu.state[emu.current] = DONE;
+    _longjmp(emu.sched, 1);
 }
 
 /* Run one block: every thread until it waits at a barrier or ends, again
  * and again until all have ended. Ended threads count as arrived. */
 static void run_block(unsigned n)
 {
-    for (unsigned t = 0; t < n; t++) {
-        getcontext(&emu.ctx[t]);
-        emu.ctx[t].uc_stack.ss_sp = emu.stacks + (size_t)t * STACK_BYTES;
-        emu.ctx[t].uc_stack.ss_size = STACK_BYTES;
-        emu.ctx[t].uc_link = &emu.sched;
-        makecontext(&emu.ctx[t], thread_main, 0);
-        emu.state[t] = READY;
-    }
+    for (unsigned t = 0; t < n; t++) emu.state[t] = READY;
+    /* volatile: live across the _setjmp below */
+    volatile int started = 0;
     for (;;) {
-        for (unsigned t = 0; t < n; t++) {
+        for (volatile unsigned t = 0; t < n; t++) {
             if (emu.state[t] != READY) continue;
             emu.current = t;
             *emu.tid = (emu_dim3){t, 0, 0};
-            swapcontext(&emu.sched, &emu.ctx[t]);
+            if (_setjmp(emu.sched)) continue; /* back here when t waits or ends */
+            if (!started) {
+                getcontext(&emu.start);
+                emu.start.uc_stack.ss_sp = emu.stacks + (size_t)t * STACK_BYTES;
+                emu.start.uc_stack.ss_size = STACK_BYTES;
+                emu.start.uc_link = NULL;
+                makecontext(&emu.start, thread_main, 0);
+                setcontext(&emu.start);
+            }
+            _longjmp(emu.resume[t], 1);
         }
-        int waiting = 0;
+        started = 1;
+        volatile int waiting = 0;
         for (unsigned t = 0; t < n; t++)
             if (emu.state[t] == WAITING) emu.state[t] = READY, waiting = 1;
         if (!waiting) return;

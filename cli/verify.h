@@ -1,0 +1,49 @@
+/*
+ * verify.h — `kiln verify`: find where a fused graph diverges from the
+ * unfused one. Both run the same steps (two sequences mixed in one prefill
+ * step, then decode steps of both); every value that exists in both graphs
+ * is compared as it is computed, and the logits are compared at the end of
+ * each step (max |d|, relative error, KL divergence of the next-token
+ * distributions).
+ *
+ * Values correspond by their place in the .kiln text and their layer: the
+ * key of a node is its location and the number of attention ops before it;
+ * of the nodes with one key, the last in schedule order stands for the
+ * expression's value (a fused graph's slice of a merged matmul stands for
+ * the matmul it replaced). Values whose shapes differ are not compared.
+ *
+ * Prefix: kd_ (driver).
+ */
+#ifndef KILN_VERIFY_H
+#define KILN_VERIFY_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir/ir.h"
+
+typedef struct kd_verify_opts {
+    double tolerance;   /* a value diverges when max|d| > tolerance * max|reference| */
+    int prompt_tokens;  /* tokens of the first sequence's prompt (the second gets half) */
+    int decode_steps;   /* decode steps after the prefill */
+    uint64_t seed;      /* for the prompt's token ids */
+    FILE *out;          /* the report; NULL: none */
+} kd_verify_opts;
+
+typedef struct kd_verify_result {
+    int compared;             /* values compared (pairs of nodes) */
+    int diverged;             /* 1 when some value or the logits went past the tolerance */
+    kir_val first;            /* the first diverging value of the reference graph (schedule order) */
+    double first_error;       /* its relative error */
+    double logits_max_abs;    /* largest |d| over all logits of all steps */
+    double logits_max_rel;    /* largest max|d| / max|reference| over the logit rows */
+    double logits_max_kl;     /* largest KL(reference || test) of a row's softmax */
+} kd_verify_result;
+
+/* Compare test (fused) against ref (unfused). weights[v] is the f32 data of
+ * each graph's WEIGHT node v. Returns 0 when the comparison ran (see
+ * r->diverged), -1 after reporting an error running either graph. */
+int kd_verify_graphs(const kir_graph *ref, const void *const *ref_weights, const kir_graph *test,
+                     const void *const *test_weights, const kd_verify_opts *o, kd_verify_result *r, ks_diag *d);
+
+#endif
