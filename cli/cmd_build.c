@@ -107,6 +107,11 @@ static const char ir_help[] =
     "declared shape and optional ones as absent.\n"
     "\n"
     "  -o, --output FILE    write the IR here instead of standard output\n"
+    "  --passes LIST        run these passes first ('all', 'none' (default), or a\n"
+    "                       comma-separated list, as kiln build takes)\n"
+    "  --stats              per-pass counts and the memory plan (on standard error\n"
+    "                       when the IR goes to standard output)\n"
+    "  --max-tokens N       tokens per step for the memory plan\n"
     "  --weights PATH       checkpoint, to resolve optional weights as a build would\n"
     "  --config FILE        config.json to use\n";
 
@@ -148,9 +153,12 @@ static int ends_with_ir(const char *s)
 int kc_cmd_ir(int argc, char **argv)
 {
     kd_inputs in = {0};
-    const char *out = NULL;
+    const char *out = NULL, *stats = NULL, *max_tokens = NULL;
     kc_option opts[] = {
-        {"-o|--output", 1, &out, NULL}, {"--weights", 1, &in.weights, NULL}, {"--config", 1, &in.config, NULL}, {NULL, 0, NULL, NULL},
+        {"-o|--output", 1, &out, NULL},       {"--weights", 1, &in.weights, NULL},
+        {"--config", 1, &in.config, NULL},    {"--passes", 1, &in.passes, NULL},
+        {"--stats", 0, &stats, NULL},         {"--max-tokens", 1, &max_tokens, NULL},
+        {NULL, 0, NULL, NULL},
     };
     const char *pos[1];
     int npos = 0;
@@ -161,6 +169,17 @@ int kc_cmd_ir(int argc, char **argv)
         return 2;
     }
     in.input = pos[0];
+    in.stats = stats != NULL;
+    in.stats_out = out ? stdout : stderr; /* the IR may be on stdout */
+    if (!in.passes) in.passes = "none";
+    if (max_tokens) {
+        char *end;
+        in.max_tokens = strtoll(max_tokens, &end, 10);
+        if (*end || in.max_tokens < 1 || in.max_tokens > (1 << 24)) {
+            fprintf(stderr, "kiln ir: error: --max-tokens: '%s' is not a token count\n", max_tokens);
+            return 2;
+        }
+    }
     ks_diag d = {0};
     if (ends_with_ir(in.input)) {
         kir_graph *g = read_ir(in.input, &d);
@@ -176,9 +195,9 @@ int kc_cmd_ir(int argc, char **argv)
     kd_model m;
     /* a checkpoint folder input has weights to consult; a bare .kiln may not */
     int need_weights = in.weights != NULL || !(in.input && ks_file_exists(in.input));
-    if (kd_model_load(&in, need_weights, &m, &d) == 0) {
+    if (kd_model_load(&in, need_weights, &m, &d) == 0 && kd_optimize(&in, &m, &d) == 0) {
         ks_buf text = {0};
-        kir_print(m.model->graph, &text);
+        kir_print(kd_graph(&m), &text);
         write_text(out, &text, &d);
         ks_buf_free(&text);
     }

@@ -9,6 +9,7 @@
 #define KILN_DRIVER_H
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 
 #include "frontend/frontend.h"
 #include "support/support.h"
@@ -26,6 +27,7 @@ typedef struct kd_inputs {
     const char *dump_dir;  /* where the dumps go, NN-pass.ir */
     const char *from_ir;   /* build this (edited) IR text instead of the compiled graph */
     int stats;             /* print per-pass statistics and the memory plan */
+    FILE *stats_out;       /* where they go; NULL: standard output */
     int64_t max_tokens;    /* tokens per step the memory plan holds; 0: the context, at most 2048 */
     const char *tokenizer; /* tokenizer file (tokenizer.json or llama2.c .bin); default:
                               tokenizer.json beside the weights, if any */

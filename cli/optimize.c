@@ -203,12 +203,12 @@ int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
         kp_pass_stats *st = NULL;
         size_t n_st = 0;
         rc = kp_run_pipeline(&g, &opt, &st, &n_st, d);
-        if (rc == 0 && in->stats) print_stats(stdout, st, n_st, g);
+        if (rc == 0 && in->stats) print_stats(in->stats_out ? in->stats_out : stdout, st, n_st, g);
         free(st);
         free(names);
         free(off);
     } else if (!rc && in->stats) {
-        print_stats(stdout, NULL, 0, g);
+        print_stats(in->stats_out ? in->stats_out : stdout, NULL, 0, g);
     }
     int plan = !list_has(disabled, n_disabled, "plan_memory") && (all || list_has(passes, n_passes, "plan_memory"));
     if (!rc && plan && !kir_param_find(g, "mem.arena_bytes")) {
@@ -218,7 +218,7 @@ int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
             max_tokens = ctx && ctx->kind == KIR_ATTR_INT && ctx->i > 0 ? ctx->i : 2048;
             if (max_tokens > 2048) max_tokens = 2048;
         }
-        rc = plan_memory(g, max_tokens, in->stats ? stdout : NULL, d);
+        rc = plan_memory(g, max_tokens, in->stats ? (in->stats_out ? in->stats_out : stdout) : NULL, d);
         if (!rc && in->dump_after) rc = dump_ir(&dc, "plan_memory", g, d);
     }
     free_list(passes, n_passes);

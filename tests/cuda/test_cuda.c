@@ -1,0 +1,487 @@
+/*
+ * test_cuda.c — the CUDA code generator and backend where there is no GPU:
+ *  - the launch table of a small graph (kernels, grids, arguments, aliases),
+ *    and that cuda.meta reads back to the same text;
+ *  - damaged cuda.meta, bad targets, the choice of a cubin for a device;
+ *  - extra engine sections written and read back, and their name checks;
+ *  - the backend's errors, pinned: no libcuda; and, through the CPU stand-in
+ *    for libcuda (emu_libcuda.so, $KILN_EMU_LIB), an engine whose
+ *    architectures the device does not run, and a missing cubin.
+ *
+ * Also a helper for tests/cuda/cuda_build.sh:
+ *   test_cuda --check-engine ENGINE ARCH...   the engine's CUDA sections
+ *   test_cuda --compare A.f32 B.f32 TOL       max|a-b| / max|b| <= TOL
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codegen/cuda/kcu.h"
+#include "runtime/cuda_api.h"
+#include "runtime/session.h"
+
+static int failures;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                              \
+        }                                                                            \
+    } while (0)
+
+#define CHECK_STR(got, want)                                                                                   \
+    do {                                                                                                       \
+        const char *g_ = (got), *w_ = (want);                                                                  \
+        if (!g_ || strcmp(g_, w_) != 0) {                                                                      \
+            fprintf(stderr, "%s:%d: got\n  \"%s\"\nwant\n  \"%s\"\n", __FILE__, __LINE__, g_ ? g_ : "(null)", w_); \
+            failures++;                                                                                        \
+        }                                                                                                      \
+    } while (0)
+
+/* A diagnostics sink that keeps the messages. */
+typedef struct sink {
+    ks_buf log; /* every message */
+    ks_diag d;  /* reporting into log, quietly */
+} sink;
+
+static void sink_init(sink *s)
+{
+    memset(s, 0, sizeof *s);
+    s->d.log = &s->log;
+    s->d.quiet = 1;
+}
+
+static const char *sink_text(sink *s) { return s->log.len ? ks_buf_cstr(&s->log) : ""; }
+
+/* ---- a small graph: embed, rms_norm, matmul, reshape, rope, attention, output ------------- */
+static kir_val add_node(kir_graph *g, kir_op op, kir_val a, kir_val b, kir_val c)
+{
+    kir_val v = kir_node_new(g, op, kir_loc_make(g, "small.kiln", 1, 1));
+    kir_val ins[3] = {a, b, c};
+    for (int i = 0; i < 3; i++)
+        if (ins[i] != KIR_NONE) kir_node_add_input(g, v, ins[i]);
+    return v;
+}
+
+static void infer(kir_graph *g, kir_val v)
+{
+    ks_buf err = {0};
+    if (kir_infer(g, v, &err) != 0) {
+        fprintf(stderr, "small graph: %s\n", ks_buf_cstr(&err));
+        exit(1);
+    }
+    ks_buf_free(&err);
+}
+
+static kir_graph *small_graph(void)
+{
+    kir_graph *g = kir_graph_new("small");
+    kir_loc at = kir_loc_make(g, "small.kiln", 1, 1);
+    int64_t tab[2] = {16, 8}, norm[1] = {8}, wq[2] = {8, 8};
+    kir_val emb = kir_weight(g, "embed", KIR_F32, 2, tab, at);           /* %0 */
+    kir_val tokens = kir_input(g, "tokens", at);                          /* %1 */
+    kir_val x = add_node(g, KIR_OP_EMBED, emb, tokens, KIR_NONE);         /* %2 */
+    infer(g, x);
+    kir_val nw = kir_weight(g, "norm", KIR_F32, 1, norm, at);             /* %3 */
+    kir_val h = add_node(g, KIR_OP_RMS_NORM, x, nw, KIR_NONE);            /* %4 */
+    kir_set_float(g, h, "eps", 1e-5);
+    infer(g, h);
+    kir_val w = kir_weight(g, "wq", KIR_F32, 2, wq, at);                  /* %5 */
+    kir_val q = add_node(g, KIR_OP_MATMUL, h, w, KIR_NONE);               /* %6 */
+    infer(g, q);
+    kir_val q3 = add_node(g, KIR_OP_RESHAPE, q, KIR_NONE, KIR_NONE);      /* %7 */
+    int64_t shape[3] = {KIR_DIM_T, 2, 4};
+    kir_set_ints(g, q3, "shape", shape, 3);
+    infer(g, q3);
+    kir_val pos = kir_input(g, "positions", at);                          /* %8 */
+    kir_val r = add_node(g, KIR_OP_ROPE, q3, pos, KIR_NONE);              /* %9 */
+    kir_set_float(g, r, "theta", 10000.0);
+    kir_set_str(g, r, "style", "halves");
+    kir_set_int(g, r, "rot_dim", 4);
+    kir_set_str(g, r, "scaling", "none");
+    kir_set_float(g, r, "factor", 1.0);
+    kir_set_float(g, r, "low_freq_factor", 1.0);
+    kir_set_float(g, r, "high_freq_factor", 4.0);
+    kir_set_int(g, r, "original_max_positions", 8192);
+    infer(g, r);
+    kir_val att = add_node(g, KIR_OP_ATTENTION, r, r, q3);                /* %10 */
+    kir_set_int(g, att, "layer", 0);
+    kir_set_float(g, att, "scale", 0.5);
+    kir_set_int(g, att, "window", 0);
+    kir_set_float(g, att, "softcap", 0.0);
+    infer(g, att);
+    kir_val flat = add_node(g, KIR_OP_RESHAPE, att, KIR_NONE, KIR_NONE); /* %11 */
+    int64_t shape2[2] = {KIR_DIM_T, 8};
+    kir_set_ints(g, flat, "shape", shape2, 2);
+    infer(g, flat);
+    kir_val out = add_node(g, KIR_OP_OUTPUT, flat, KIR_NONE, KIR_NONE);   /* %12 */
+    kir_set_str(g, out, "name", "logits");
+    infer(g, out);
+    return g;
+}
+
+static const char small_meta[] =
+    "{\"format\":\"kiln-cuda-1\",\"archs\":[\"sm_80\",\"sm_90\"],\"output\":10,\"aliases\":[[7,6],[11,10],[12,10]],"
+    "\"kernels\":["
+    "{\"name\":\"k2_embed\",\"node\":2,\"block\":256,\"grid\":[[8,0,256],[0,1,1],[0,1,1]],"
+    "\"args\":[\"T\",\"value:0\",\"value:1\",\"value:2\"]},"
+    "{\"name\":\"k4_rms_norm\",\"node\":4,\"block\":32,\"grid\":[[1,0,1],[0,1,1],[0,1,1]],"
+    "\"args\":[\"T\",\"value:2\",\"value:3\",\"value:4\"]},"
+    "{\"name\":\"k6_matmul\",\"node\":6,\"block\":256,\"grid\":[[0,8,64],[1,31,32],[0,1,1]],"
+    "\"args\":[\"T\",\"value:4\",\"value:5\",\"value:6\"]},"
+    "{\"name\":\"k9_rope\",\"node\":9,\"block\":256,\"grid\":[[8,0,256],[0,1,1],[0,1,1]],"
+    "\"args\":[\"T\",\"value:6\",\"value:8\",\"value:9\"]},"
+    "{\"name\":\"k10_attention_kv_write\",\"node\":10,\"block\":256,\"grid\":[[16,0,256],[0,1,1],[0,1,1]],"
+    "\"args\":[\"T\",\"value:9\",\"value:6\",\"kv_k:0\",\"kv_v:0\",\"slots\"]},"
+    "{\"name\":\"k10_attention\",\"node\":10,\"block\":128,\"grid\":[[1,0,1],[0,2,1],[0,1,1]],"
+    "\"args\":[\"T\",\"value:9\",\"kv_k:0\",\"kv_v:0\",\"value:10\",\"positions\",\"table_off\",\"tables\","
+    "\"block_size\"]}]}";
+
+static void test_generate(void)
+{
+    kir_graph *g = small_graph();
+    sink s;
+    sink_init(&s);
+    krt_cuda_meta meta = {0};
+    ks_buf src = {0}, text = {0}, again = {0};
+    CHECK(kcu_generate(g, &src, &meta, &s.d) == 0);
+    CHECK_STR(sink_text(&s), "");
+    const char *archs[2] = {"sm_80", "sm_90"};
+    meta.archs = archs;
+    meta.n_archs = 2;
+    krt_cuda_meta_write(&meta, &text);
+    CHECK_STR(ks_buf_cstr(&text), small_meta);
+    /* the signature and the comment above it, as a reader of --emit-source sees them */
+    CHECK(strstr(ks_buf_cstr(&src), "/* %6 = matmul: x w^T, a tiled fp32 product with the interpreter's eight partial "
+                                    "sums per output -> f32[T,8] */\n"
+                                    "extern \"C\" __global__ void __launch_bounds__(256) k6_matmul(int T, const float "
+                                    "*__restrict__ x, const float *__restrict__ w, float *__restrict__ out)\n{\n"));
+    CHECK(strstr(ks_buf_cstr(&src), "__device__ const float k9_inv_freq[2] = {\n    1.0f, 0.00999999978f,\n};"));
+
+    /* reads back, and writes again to the same text */
+    krt_cuda_meta back;
+    CHECK(krt_cuda_meta_parse(text.data, text.len, "x.engine", &back, &s.d) == 0);
+    krt_cuda_meta_write(&back, &again);
+    CHECK_STR(ks_buf_cstr(&again), small_meta);
+    CHECK(back.n_kernels == 6 && krt_cuda_grid_dim(&back.kernels[2], 0, 5) == 1 &&
+          krt_cuda_grid_dim(&back.kernels[2], 1, 33) == 2 && krt_cuda_grid_dim(&back.kernels[0], 0, 33) == 2);
+    krt_cuda_meta_free(&back);
+    meta.archs = NULL;
+    krt_cuda_meta_free(&meta);
+    ks_buf_free(&src);
+    ks_buf_free(&text);
+    ks_buf_free(&again);
+    ks_buf_free(&s.log);
+
+    /* a type phase 1 does not lower */
+    kir_graph *h = kir_graph_new("half");
+    int64_t dims[2] = {4, 4};
+    kir_val w = kir_weight(h, "w", KIR_BF16, 2, dims, kir_loc_make(h, "half.kiln", 3, 7));
+    kir_val tok = kir_input(h, "tokens", kir_loc_make(h, "half.kiln", 4, 7));
+    kir_val e = add_node(h, KIR_OP_EMBED, w, tok, KIR_NONE);
+    infer(h, e);
+    kir_val o = add_node(h, KIR_OP_OUTPUT, e, KIR_NONE, KIR_NONE);
+    kir_set_str(h, o, "name", "logits");
+    infer(h, o);
+    sink_init(&s);
+    krt_cuda_meta m2 = {0};
+    CHECK(kcu_generate(h, &src, &m2, &s.d) == -1);
+    CHECK_STR(sink_text(&s), "half.kiln:3:7: error: cuda: weight: weight 'w' is bf16; the CUDA backend takes f32 "
+                             "weights for now\n");
+    krt_cuda_meta_free(&m2);
+    ks_buf_free(&src);
+    ks_buf_free(&s.log);
+    kir_graph_free(h);
+    kir_graph_free(g);
+}
+
+static void expect_meta_error(const char *text, const char *want)
+{
+    sink s;
+    sink_init(&s);
+    krt_cuda_meta m;
+    CHECK(krt_cuda_meta_parse(text, strlen(text), "x.engine", &m, &s.d) == -1);
+    CHECK_STR(sink_text(&s), want);
+    ks_buf_free(&s.log);
+}
+
+static void test_meta_errors(void)
+{
+    expect_meta_error("[1]", "x.engine: error: damaged cuda.meta: not a JSON object\n");
+    expect_meta_error("{\"format\":\"kiln-cuda-0\"}", "x.engine: error: damaged cuda.meta: format is not \"kiln-cuda-1\"\n");
+    expect_meta_error("{\"format\":\"kiln-cuda-1\",\"archs\":[\"sm_90\"],\"output\":1,\"aliases\":[],"
+                      "\"kernels\":[{\"name\":\"k\",\"node\":1,\"block\":32,\"grid\":[[0,1,1],[0,1,1],[0,1,1]],"
+                      "\"args\":[\"T\",\"vals:3\"]}]}",
+                      "x.engine: error: damaged cuda.meta: unknown kernel argument 'vals:3'\n");
+    expect_meta_error("{\"format\":\"kiln-cuda-1\",\"archs\":[\"sm_90\"],\"output\":1,\"aliases\":[],"
+                      "\"kernels\":[{\"name\":\"k\",\"node\":1,\"block\":2000,\"grid\":[],\"args\":[]}]}",
+                      "x.engine: error: damaged cuda.meta: kernel block must be an integer in [0, 1025)\n");
+}
+
+static void expect_target(const char *target, int want_n, const char *want_err)
+{
+    sink s;
+    sink_init(&s);
+    ks_arena a = {0};
+    const char **archs = NULL;
+    CHECK(kcu_parse_target(target, &a, &archs, &s.d) == want_n);
+    CHECK_STR(sink_text(&s), want_err);
+    ks_arena_free(&a);
+    ks_buf_free(&s.log);
+}
+
+static void test_targets(void)
+{
+    CHECK(kcu_is_target("sm_90") && kcu_is_target("sm_80,sm_90") && !kcu_is_target("cpu") && !kcu_is_target("cuda"));
+    expect_target("sm_80,sm_90", 2, "");
+    expect_target("sm_90,sm_9x", -1,
+                  "kiln: error: --target sm_90,sm_9x: 'sm_9x' is not a CUDA architecture of the form sm_NN (e.g. sm_90)\n");
+    expect_target("sm_90,", -1,
+                  "kiln: error: --target sm_90,: '' is not a CUDA architecture of the form sm_NN (e.g. sm_90)\n");
+    expect_target("sm_90,sm_90", -1, "kiln: error: --target sm_90,sm_90: sm_90 is listed twice\n");
+
+    const char *archs[] = {"sm_80", "sm_86", "sm_90"};
+    CHECK(krt_cuda_pick_arch(archs, 3, 9, 0) == 2);
+    CHECK(krt_cuda_pick_arch(archs, 3, 8, 9) == 1); /* sm_86 runs on 8.9 */
+    CHECK(krt_cuda_pick_arch(archs, 3, 8, 0) == 0);
+    CHECK(krt_cuda_pick_arch(archs, 3, 7, 5) == -1);
+    CHECK(krt_cuda_pick_arch(archs, 3, 10, 0) == -1); /* cubins do not cross majors */
+    const char *big[] = {"sm_100", "sm_120"};
+    CHECK(krt_cuda_pick_arch(big, 2, 12, 0) == 1 && krt_cuda_pick_arch(big, 2, 10, 3) == 0);
+}
+
+/* ---- engines with extra sections --------------------------------------------------------- */
+static int fill_ramp(void *ctx, kir_val node, void *dst, size_t nbytes, ks_diag *d)
+{
+    (void)ctx;
+    (void)d;
+    float *f = dst;
+    for (size_t i = 0; i < nbytes / sizeof(float); i++) f[i] = (float)(node + 1) * 0.01f * (float)(i % 7);
+    return 0;
+}
+
+/* Write the small graph as an engine for `target` with the given extra sections. */
+static int write_engine(const char *path, const kir_graph *g, const char *target, const krt_engine_section *extra,
+                        size_t n_extra, ks_diag *d)
+{
+    char meta[128];
+    snprintf(meta, sizeof meta, "{\"target\": \"%s\", \"dtype\": \"f32\"}", target);
+    krt_engine_spec spec = {.graph = g, .meta_json = meta, .fill = fill_ramp, .extra = extra, .n_extra = n_extra};
+    return krt_engine_write(path, &spec, d);
+}
+
+static char work_dir[64];
+
+static char *work_path(const char *name) { return ks_path_join(work_dir, name); }
+
+static void test_sections(void)
+{
+    kir_graph *g = small_graph();
+    sink s;
+    sink_init(&s);
+    char *path = work_path("sections.engine");
+    const char blob[] = "\x7f" "ELF and more";
+    krt_engine_section extra[2] = {{"cuda.meta", "{}", 2}, {"cuda.sm_90", blob, sizeof blob}};
+    CHECK(write_engine(path, g, "cpu", extra, 2, &s.d) == 0);
+    krt_engine *e = krt_engine_open(path, &s.d);
+    CHECK(e != NULL);
+    if (e) {
+        size_t size = 0;
+        const char *m = krt_engine_section_data(e, "cuda.meta", &size);
+        CHECK(m && size == 2 && memcmp(m, "{}", 2) == 0);
+        const char *b = krt_engine_section_data(e, "cuda.sm_90", &size);
+        CHECK(b && size == sizeof blob && memcmp(b, blob, size) == 0);
+        CHECK(krt_engine_section_data(e, "cuda.sm_80", &size) == NULL && size == 0);
+        CHECK(krt_engine_section_data(e, "graph", &size) != NULL && size > 0);
+        krt_engine_close(e);
+    }
+    CHECK_STR(sink_text(&s), "");
+    krt_engine_section clash[1] = {{"weights", "x", 1}};
+    CHECK(write_engine(path, g, "cpu", clash, 1, &s.d) == -1);
+    krt_engine_section longname[1] = {{"cuda.sm_90_and_more", "x", 1}};
+    CHECK(write_engine(path, g, "cpu", longname, 1, &s.d) == -1);
+    ks_buf want = {0};
+    ks_buf_printf(&want,
+                  "%s: error: cannot add section 'weights': empty, longer than 15 bytes, or taken\n"
+                  "%s: error: cannot add section 'cuda.sm_90_and_more': empty, longer than 15 bytes, or taken\n",
+                  path, path);
+    CHECK_STR(sink_text(&s), ks_buf_cstr(&want));
+    ks_buf_free(&want);
+    unlink(path);
+    free(path);
+    ks_buf_free(&s.log);
+    kir_graph_free(g);
+}
+
+/* ---- the backend's errors ---------------------------------------------------------------- */
+/* A session over a CUDA engine of the small graph whose cuda.meta lists
+ * `archs`, with a fake cubin for sm_90 when with_cubin; the messages go to s. */
+static void open_session(const char *archs_json, int with_cubin, sink *s)
+{
+    kir_graph *g = small_graph();
+    krt_cuda_meta meta = {0};
+    ks_buf src = {0}, text = {0};
+    CHECK(kcu_generate(g, &src, &meta, &s->d) == 0);
+    krt_cuda_meta_write(&meta, &text);
+    /* swap in the archs (the writer put none) */
+    const char *at = strstr(ks_buf_cstr(&text), "\"archs\":[]");
+    KS_ASSERT(at);
+    ks_buf fixed = {0};
+    ks_buf_put(&fixed, text.data, (size_t)(at - text.data));
+    ks_buf_printf(&fixed, "\"archs\":%s", archs_json);
+    ks_buf_puts(&fixed, at + strlen("\"archs\":[]"));
+    krt_engine_section extra[2] = {{"cuda.meta", fixed.data, fixed.len}, {"cuda.sm_90", "not a cubin", 11}};
+    char *path = work_path("x.engine");
+    CHECK(write_engine(path, g, "cuda", extra, with_cubin ? 2 : 1, &s->d) == 0);
+    krt_engine *e = krt_engine_open(path, &s->d);
+    CHECK(e != NULL);
+    krt_session *ses = e ? krt_session_new(e, NULL, &s->d) : NULL;
+    CHECK(ses == NULL);
+    krt_session_free(ses);
+    krt_engine_close(e);
+    unlink(path);
+    free(path);
+    krt_cuda_meta_free(&meta);
+    ks_buf_free(&src);
+    ks_buf_free(&text);
+    ks_buf_free(&fixed);
+    kir_graph_free(g);
+}
+
+static void test_backend_errors(void)
+{
+    sink s;
+    sink_init(&s);
+    setenv("KILN_CUDA_LIB", "/nonexistent/libcuda.so.1", 1);
+    open_session("[\"sm_90\"]", 1, &s);
+    CHECK_STR(sink_text(&s), "cuda: error: cannot load the NVIDIA driver library /nonexistent/libcuda.so.1 "
+                             "(/nonexistent/libcuda.so.1: cannot open shared object file: No such file or "
+                             "directory): running a CUDA engine needs an NVIDIA GPU and its driver\n");
+    ks_buf_free(&s.log);
+
+    const char *emu = getenv("KILN_EMU_LIB");
+    if (!emu) {
+        printf("KILN_EMU_LIB not set: the errors seen through the libcuda stand-in are not checked\n");
+        return;
+    }
+    setenv("KILN_CUDA_LIB", emu, 1);
+    char *path = work_path("x.engine");
+    ks_buf want = {0};
+
+    sink_init(&s);
+    setenv("KILN_EMU_CC", "7.5", 1);
+    open_session("[\"sm_80\",\"sm_90\"]", 1, &s);
+    ks_buf_printf(&want, "%s: error: the engine holds kernels for sm_80, sm_90; the GPU (kiln CPU emulator) is "
+                         "sm_75, which runs none of them: rebuild the engine with --target sm_75\n",
+                  path);
+    CHECK_STR(sink_text(&s), ks_buf_cstr(&want));
+    ks_buf_free(&s.log);
+
+    sink_init(&s);
+    setenv("KILN_EMU_CC", "9.0", 1);
+    open_session("[\"sm_90\"]", 0, &s);
+    want.len = 0;
+    ks_buf_printf(&want, "%s: error: damaged: cuda.meta lists sm_90 but there is no 'cuda.sm_90' section\n", path);
+    CHECK_STR(sink_text(&s), ks_buf_cstr(&want));
+    ks_buf_free(&s.log);
+
+    sink_init(&s);
+    setenv("KILN_EMU_KERNELS", "/nonexistent/kernels.so", 1);
+    open_session("[\"sm_90\"]", 1, &s);
+    CHECK_STR(sink_text(&s), "cuda: error: cannot load the engine's sm_90 kernels: CUDA_ERROR_INVALID_VALUE: "
+                             "invalid argument\n");
+    ks_buf_free(&s.log);
+    ks_buf_free(&want);
+    free(path);
+}
+
+/* ---- helpers for cuda_build.sh ---------------------------------------------------------------- */
+static int check_engine(int argc, char **argv)
+{
+    ks_diag d = {0};
+    krt_engine *e = krt_engine_open(argv[2], &d);
+    if (!e) return 1;
+    int bad = 0;
+    ks_buf scratch = {0};
+    const char *target = krt_engine_meta(e, "target", "", &scratch);
+    if (strcmp(target, "cuda") != 0) fprintf(stderr, "target is '%s', not cuda\n", target), bad = 1;
+    size_t size = 0;
+    const char *text = krt_engine_section_data(e, KRT_CUDA_META_SECTION, &size);
+    krt_cuda_meta meta;
+    if (!text || krt_cuda_meta_parse(text, size, argv[2], &meta, &d) != 0) {
+        fprintf(stderr, "no readable cuda.meta\n");
+        bad = 1;
+    } else {
+        if (meta.n_archs != argc - 3) fprintf(stderr, "cuda.meta lists %d archs, expected %d\n", meta.n_archs, argc - 3), bad = 1;
+        printf("%s: %d kernels;", argv[2], meta.n_kernels);
+        krt_cuda_meta_free(&meta);
+    }
+    for (int i = 3; i < argc; i++) {
+        ks_buf name = {0};
+        ks_buf_printf(&name, "cuda.%s", argv[i]);
+        const uint8_t *cubin = krt_engine_section_data(e, ks_buf_cstr(&name), &size);
+        if (!cubin || size < 64 || memcmp(cubin, "\x7f" "ELF", 4) != 0) {
+            fprintf(stderr, "no ELF cubin in section %s\n", ks_buf_cstr(&name));
+            bad = 1;
+        } else {
+            printf(" %s %zu bytes;", ks_buf_cstr(&name), size);
+        }
+        ks_buf_free(&name);
+    }
+    printf("\n");
+    ks_buf_free(&scratch);
+    krt_engine_close(e);
+    return bad;
+}
+
+static float *read_floats(const char *path, size_t *n)
+{
+    ks_diag d = {0};
+    size_t len = 0;
+    char *bytes = ks_read_file(&d, path, &len);
+    if (!bytes) return NULL;
+    *n = len / sizeof(float);
+    return (float *)bytes;
+}
+
+static int compare(char **argv)
+{
+    size_t na = 0, nb = 0;
+    float *a = read_floats(argv[2], &na), *b = read_floats(argv[3], &nb);
+    double tol = atof(argv[4]), maxd = 0, maxb = 0;
+    int rc = 1;
+    if (a && b && na == nb && na > 0) {
+        for (size_t i = 0; i < na; i++) {
+            double dd = fabs((double)a[i] - b[i]);
+            if (!(dd <= maxd)) maxd = dd; /* NaN propagates */
+            if (fabs(b[i]) > maxb) maxb = fabs(b[i]);
+        }
+        double rel = maxd / (maxb > 0 ? maxb : 1);
+        printf("%zu logits: max|a-b|/max|b| = %.3g (tolerance %g)\n", na, rel, tol);
+        rc = rel <= tol ? 0 : 1;
+    } else {
+        fprintf(stderr, "cannot compare %s (%zu floats) with %s (%zu floats)\n", argv[2], na, argv[3], nb);
+    }
+    free(a);
+    free(b);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 4 && strcmp(argv[1], "--check-engine") == 0) return check_engine(argc, argv);
+    if (argc == 5 && strcmp(argv[1], "--compare") == 0) return compare(argv);
+    snprintf(work_dir, sizeof work_dir, "/tmp/kiln_cuda_test.XXXXXX");
+    if (!mkdtemp(work_dir)) return 1;
+    test_generate();
+    test_meta_errors();
+    test_targets();
+    test_sections();
+    test_backend_errors();
+    rmdir(work_dir);
+    printf("%s\n", failures ? "FAILED" : "passed");
+    return failures ? 1 : 0;
+}
