@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# cuda_build.sh MODEL_DIR — a shared model built for the CUDA target (needs NVRTC; skips with 77
+# otherwise, after checking what kiln says without it):
+#  - `kiln build --target sm_80,sm_90` holds cuda.meta and an ELF cubin for each architecture;
+#  - two builds are byte-identical;
+#  - the --emit-source output compiles with nvcc -cubin (when nvcc is found);
+#  - that source compiled for the CPU (g++, emu_shim.h), run through the CUDA backend over
+#    emu_libcuda, generates the interpreter's tokens with its logits within 1e-5 (when g++ is found).
+. "$(dirname "$0")/../cli/lib.sh"
+: "${KILN_TEST_CUDA:?}" "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}"
+model="$1"
+if [ -f "$model/config.json" ]; then
+  args=("$model")
+else # a llama2.c checkpoint and its tokenizer
+  ckpt=$(ls "$model"/*.bin | grep -v '/tok[^/]*\.bin$' | head -1)
+  args=("$ckpt")
+  tok=$(ls "$model"/tok*.bin 2>/dev/null | head -1)
+  [ -n "$tok" ] && args+=(--tokenizer "$tok")
+fi
+
+if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ]; then
+  expect_fail no-nvrtc "kiln: error: target sm_80: this kiln was built without NVRTC (CMake found no libnvrtc), so it cannot compile CUDA kernels" \
+    -- "$KILN_BIN" build "${args[@]}" --target sm_80,sm_90 -o "$work/a.engine"
+  finish || exit 1
+  echo "skipped: built without NVRTC"; exit 77
+fi
+
+"$KILN_BIN" build "${args[@]}" --target sm_80,sm_90 --emit-source "$work/src" -o "$work/a.engine" \
+  && "$KILN_BIN" build "${args[@]}" --target sm_80,sm_90 -o "$work/b.engine" || { echo "FAIL build"; exit 1; }
+cmp -s "$work/a.engine" "$work/b.engine" && passes=$((passes+1)) || { echo "FAIL: two builds differ"; failures=$((failures+1)); }
+"$KILN_TEST_CUDA" --check-engine "$work/a.engine" sm_80 sm_90 && passes=$((passes+1)) || { echo "FAIL: CUDA sections"; failures=$((failures+1)); }
+src=$(ls "$work"/src/*.cu)
+
+if [ -n "${KILN_NVCC:-}" ]; then
+  "$KILN_NVCC" -cubin -arch=sm_90 --fmad=false "$src" -o "$work/nvcc.cubin" \
+    && passes=$((passes+1)) || { echo "FAIL: nvcc -cubin $src"; failures=$((failures+1)); }
+else
+  echo "note: no nvcc: the emitted source is not compiled with it"
+fi
+
+if [ -n "${KILN_GXX:-}" ]; then
+  "$KILN_GXX" -O2 -w -shared -fPIC -include "$KILN_EMU_SHIM" -x c++ "$src" -o "$work/kernels.so" || { echo "FAIL: g++ $src"; exit 1; }
+  "$KILN_BIN" build "${args[@]}" -o "$work/cpu.engine" || { echo "FAIL cpu build"; exit 1; }
+  ids=1,7,12,31,5,9,40,2,11
+  want=$("$KILN_BIN" run "$work/cpu.engine" --ids $ids -n 6 --logits-out "$work/cpu.f32" 2>/dev/null)
+  got=$(KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$work/kernels.so" \
+        "$KILN_BIN" run "$work/a.engine" --ids $ids -n 6 --logits-out "$work/cuda.f32" 2>/dev/null)
+  expect_same "greedy ids through the CUDA backend" "$want" "$got"
+  "$KILN_TEST_CUDA" --compare "$work/cuda.f32" "$work/cpu.f32" 1e-5 && passes=$((passes+1)) \
+    || { echo "FAIL: logits differ from the interpreter's"; failures=$((failures+1)); }
+else
+  echo "note: no g++: the kernels are not run on the CPU"
+fi
+finish
