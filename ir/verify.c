@@ -443,7 +443,8 @@ static void check_derived_weight(kir_verifier *c, kir_val v, const named_weight 
 {
     const kir_graph *g = c->g;
     const kir_node *n = kir_node_at(g, v);
-    const kir_attr *derive = kir_get(g, v, "derive"), *sources = kir_get(g, v, "sources"), *rows = kir_get(g, v, "rows");
+    const kir_attr *derive = kir_get(g, v, "derive"), *sources = kir_get(g, v, "sources");
+    const kir_attr *rows = kir_get(g, v, "rows");
     if (!derive || !sources || !rows) {
         node_error(c, v, "a derived weight needs derive, sources and rows; %s is missing",
                    !derive ? "derive" : !sources ? "sources" : "rows");

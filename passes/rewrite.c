@@ -76,7 +76,8 @@ void kp_rw_operand(kp_rewriter *rw, kir_val node, kir_val operand) { kir_node_ad
 void kp_rw_finish_node(kp_rewriter *rw, kir_val node)
 {
     ks_buf err = {0};
-    if (kir_infer(rw->g, node, &err) != 0) ks_die(__FILE__, __LINE__, "a pass built a node that does not fit: %s", err.data);
+    if (kir_infer(rw->g, node, &err) != 0)
+        ks_die(__FILE__, __LINE__, "a pass built a node that does not fit: %s", err.data);
     ks_buf_free(&err);
 }
 

@@ -34,6 +34,10 @@ static size_t first_invalid_utf8(const uint8_t *p, size_t n)
 {
     size_t i = 0;
     while (i < n) {
+        if (p[i] < 0x80) { /* ASCII: most of a tokenizer.json */
+            i++;
+            continue;
+        }
         size_t l = krt_tok_utf8_valid_len(p + i, n - i, NULL);
         if (!l) return i;
         i += l;
@@ -218,6 +222,13 @@ size_t krt_tok_stream_push(krt_tok_stream *s, int32_t id, ks_buf *out)
     size_t from = common_prefix(&s->text, &s->prefix);
     size_t n = s->text.len - from;
     ks_buf_put(out, s->text.data + from, n);
+    if (s->t->hf && s->t->hf->stream_from_start) {
+        /* Decoders that are not prefix-stable: every step decodes from the first id. */
+        s->prefix.len = 0;
+        ks_buf_put(&s->prefix, s->text.data, s->text.len);
+        s->prefix_index = s->ids.len;
+        return n;
+    }
     /* Keep the newly emitted ids as the next window's context. */
     size_t new_prefix_index = s->ids.len - s->prefix_index;
     memmove(s->ids.ids, s->ids.ids + s->prefix_index,

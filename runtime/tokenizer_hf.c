@@ -210,10 +210,6 @@ static int apply_norm(krt_tok_matcher *m, const krt_tok_norm *nm, const char *s,
         if (n) put(out, nm->text.p, nm->text.len);
         put(out, s, n);
         return 0;
-    case KRT_NORM_APPEND:
-        put(out, s, n);
-        if (n) put(out, nm->text.p, nm->text.len);
-        return 0;
     case KRT_NORM_REPLACE: {
         if (krt_tok_find_all(m, &nm->pattern, s, n)) return -1;
         size_t at = 0;

@@ -113,7 +113,7 @@ typedef struct krt_tok_span {
 
 /* Per-call scratch for matching (PCRE2 match data). */
 typedef struct krt_tok_matcher {
-    pcre2_match_data *md;      /* grows to the largest pattern used */
+    pcre2_match_data *md;      /* room for the whole match only (captures are not read) */
     pcre2_match_context *mctx; /* bounded backtracking */
     krt_tok_span *spans;       /* matches of the last krt_tok_find_all */
     size_t n_spans;            /* matches stored */
@@ -138,7 +138,6 @@ int krt_tok_char_matches(krt_tok_matcher *m, const krt_tok_pattern *p, const cha
 
 typedef enum krt_tok_norm_kind {
     KRT_NORM_PREPEND,   /* prepend `text` to a non-empty string */
-    KRT_NORM_APPEND,    /* append `text` to a non-empty string */
     KRT_NORM_REPLACE,   /* replace every match of `pattern` by `text` */
     KRT_NORM_STRIP,     /* strip White_Space at the left and/or right */
     KRT_NORM_BYTELEVEL, /* map each byte to its GPT-2 printable character */
@@ -146,7 +145,7 @@ typedef enum krt_tok_norm_kind {
 
 typedef struct krt_tok_norm {
     krt_tok_norm_kind kind;  /* what it does */
-    krt_tok_str text;        /* PREPEND/APPEND: the text; REPLACE: the replacement */
+    krt_tok_str text;        /* PREPEND: the text; REPLACE: the replacement */
     krt_tok_pattern pattern; /* REPLACE: what is replaced */
     int left, right;         /* STRIP: which ends */
 } krt_tok_norm;
@@ -254,6 +253,9 @@ typedef struct krt_tok_hf {
     krt_tok_dec *decs;           /* [n_decs], applied in order */
     size_t n_decs;
     int has_decoder;             /* 0: tokens are joined with ' ' */
+    int stream_from_start;       /* the decoders are not prefix-stable (Strip of more than one
+                                    leading or of any trailing character): streaming re-decodes
+                                    from the first id instead of a short window */
     /* post-processor */
     krt_tok_post_kind post;      /* what add-special does */
     int32_t *post_before;        /* [n_post_before] ids put before the text's */
@@ -277,7 +279,6 @@ struct krt_tok {
     float *scores;          /* [n_vocab] merge scores */
     int32_t max_token_len;  /* from the file header */
     krt_tok_hf *hf;         /* Hugging Face pipeline; NULL for llama2.c */
-    pcre2_match_context *mctx; /* match limits for every regex the tokenizer runs */
 };
 
 /* Loaders (they fill a zeroed krt_tok whose arena and name are set). */

@@ -51,7 +51,16 @@ static krt_tok_str arena_str(json_ctx *c, const char *s, size_t n)
 
 static const char *join_path(char *buf, size_t cap, const char *path, const char *key)
 {
-    snprintf(buf, cap, "%s.%s", path, key);
+    /* path "." key, cut to fit: it only names a place in messages (built by
+     * hand: gcc's -Wformat-truncation cannot see that cutting is intended) */
+    size_t lp = strlen(path), lk = strlen(key);
+    if (lp > cap - 1) lp = cap - 1;
+    memmove(buf, path, lp);
+    size_t at = lp;
+    if (at + 1 < cap) buf[at++] = '.';
+    if (lk > cap - 1 - at) lk = cap - 1 - at;
+    memcpy(buf + at, key, lk);
+    buf[at + lk] = 0;
     return buf;
 }
 
@@ -104,7 +113,7 @@ static int get_int(json_ctx *c, const cJSON *v, const char *path, int64_t lo, in
 
 static int get_id(json_ctx *c, const cJSON *v, const char *path, int32_t *out)
 {
-    int64_t id;
+    int64_t id = 0;
     if (get_int(c, v, path, 0, KRT_TOK_MAX_ID - 1, &id)) return -1;
     *out = (int32_t)id;
     if (*out > c->max_id) c->max_id = *out;
@@ -474,6 +483,9 @@ static int read_decoder(json_ctx *c, const cJSON *obj, const char *path, int dep
         v = cJSON_GetObjectItemCaseSensitive(obj, "stop");
         if (v && get_int(c, v, join_path(p, sizeof p, path, "stop"), 0, 1 << 20, &stop)) return -1;
         krt_tok_dec *dec = new_dec(c, KRT_DEC_STRIP);
+        /* Stripping one leading character cuts the same from a window as from
+         * the whole text; more, or trailing ones, depend on what comes next. */
+        if (start > 1 || stop > 0) c->hf->stream_from_start = 1;
         dec->ch = ch;
         dec->start = (int)start;
         dec->stop = (int)stop;
@@ -656,9 +668,15 @@ static int read_model(json_ctx *c, const cJSON *model)
     c->vids = ks_xmalloc((n_vocab + 1) * sizeof *c->vids);
     char p[512];
     for (const cJSON *e = vocab->child; e; e = e->next) {
-        snprintf(p, sizeof p, "model.vocab.%.400s", e->string);
         int32_t id;
-        if (get_id(c, e, p, &id)) return -1;
+        double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
+        if (v >= 0 && v < KRT_TOK_MAX_ID && v == (double)(int32_t)v) { /* the common case, fast */
+            id = (int32_t)v;
+            if (id > c->max_id) c->max_id = id;
+        } else {
+            snprintf(p, sizeof p, "model.vocab.%.400s", e->string);
+            if (get_id(c, e, p, &id)) return -1;
+        }
         krt_tok_str key = arena_str(c, e->string, strlen(e->string));
         krt_tok_strmap_put(&t->vocab, key.p, key.len, id);
         c->vkeys[c->n_vkeys] = key;
@@ -672,7 +690,8 @@ static int read_model(json_ctx *c, const cJSON *model)
     size_t i = 0;
     int rc = 0;
     for (const cJSON *e = merges->child; e && rc == 0; e = e->next, i++) {
-        index_path(p, sizeof p, "model.merges", i);
+/* The path is spelled only for a message. */
+#define MERGE_PATH() index_path(p, sizeof p, "model.merges", i)
         const char *a, *b;
         size_t alen, blen;
         if (cJSON_IsString(e)) {
@@ -680,23 +699,23 @@ static int read_model(json_ctx *c, const cJSON *model)
             if (strncmp(line, "#version", 8) == 0) continue; /* a merges.txt header */
             const char *sp = strchr(line, ' ');
             if (!sp || strchr(sp + 1, ' ')) {
-                rc = fail(c, p, "expected two tokens separated by one space, got '%.200s'", line);
+                rc = fail(c, MERGE_PATH(), "expected two tokens separated by one space, got '%.200s'", line);
                 break;
             }
             a = line, alen = (size_t)(sp - line);
             b = sp + 1, blen = strlen(sp + 1);
-        } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(e->child) &&
-                   cJSON_IsString(e->child->next)) {
+        } else if (cJSON_IsArray(e) && e->child && cJSON_IsString(e->child) && e->child->next &&
+                   cJSON_IsString(e->child->next) && !e->child->next->next) {
             a = e->child->valuestring, alen = strlen(a);
             b = e->child->next->valuestring, blen = strlen(b);
         } else {
-            rc = fail(c, p, "expected \"a b\" or [\"a\", \"b\"]");
+            rc = fail(c, MERGE_PATH(), "expected \"a b\" or [\"a\", \"b\"]");
             break;
         }
         int32_t ia = krt_tok_strmap_get(&t->vocab, a, alen);
         int32_t ib = krt_tok_strmap_get(&t->vocab, b, blen);
         if (ia < 0 || ib < 0) {
-            rc = fail(c, p, "'%.*s' is not in the vocabulary", (int)(ia < 0 ? alen : blen),
+            rc = fail(c, MERGE_PATH(), "'%.*s' is not in the vocabulary", (int)(ia < 0 ? alen : blen),
                       ia < 0 ? a : b);
             break;
         }
@@ -707,12 +726,13 @@ static int read_model(json_ctx *c, const cJSON *model)
         ks_buf_put(&joined, b + cut, blen - cut);
         int32_t im = krt_tok_strmap_get(&t->vocab, joined.data, joined.len);
         if (im < 0) {
-            rc = fail(c, p, "the merged token '%.*s' is not in the vocabulary", (int)joined.len,
+            rc = fail(c, MERGE_PATH(), "the merged token '%.*s' is not in the vocabulary", (int)joined.len,
                       joined.data);
             break;
         }
         krt_tok_pairmap_put(&hf->merges, ia, ib, rank++, im);
     }
+#undef MERGE_PATH
     ks_buf_free(&joined);
     return rc;
 }

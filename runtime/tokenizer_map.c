@@ -19,6 +19,13 @@ static size_t table_size(size_t n)
 static uint64_t hash_bytes(const char *key, size_t len)
 {
     uint64_t h = ks_hash64(KS_HASH_SEED, key, len);
+    /* MurmurHash3's finalizer: the slot is the low bits, which must depend
+     * on every byte (short tokens only see ks_hash64's byte loop). */
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
     return h ? h : 1; /* 0 marks an empty slot */
 }
 

@@ -5,6 +5,7 @@
  * find_iter does, since that is what Hugging Face's library runs. */
 #include "runtime/tokenizer_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int krt_tok_pattern_regex(krt_tok_pattern *p, const char *re, size_t len, ks_diag *d,
@@ -97,6 +98,9 @@ int krt_tok_find_all(krt_tok_matcher *m, const krt_tok_pattern *p, const char *s
     while (last_end <= n) {
         int rc = pcre2_match(p->code, (PCRE2_SPTR)s, n, last_end, PCRE2_NO_UTF_CHECK, m->md,
                              m->mctx);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* the interpreter keeps its backtracking on the heap */
+            rc = pcre2_match(p->code, (PCRE2_SPTR)s, n, last_end, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
+                             m->md, m->mctx);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             m->n_spans = 0;

@@ -283,7 +283,8 @@ static void test_model(const char *label, const kd_inputs *in, int max_period)
     printf("    kernels: %zu unfused, %zu fused; per attention period:\n", k0, k1);
     size_t worst = kernels_per_period(g, 1);
     printf("    at most %zu kernels per period (from one attention through the next)\n", worst);
-    if (max_period) CHECK(worst <= (size_t)max_period, "%s: %zu kernels in a period, want <= %d", label, worst, max_period);
+    if (max_period)
+        CHECK(worst <= (size_t)max_period, "%s: %zu kernels in a period, want <= %d", label, worst, max_period);
 
     /* 4. the same logits */
     int derived = derive_weights(&base, g, &fused_w);
