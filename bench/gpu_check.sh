@@ -15,6 +15,8 @@
 #           one engine with both cubins; the runtime picks the device's);
 #         - `kiln run --ids ... --logits-out` twice on the GPU: bitwise equal logits and ids;
 #         - the same on the CPU interpreter: the GPU's logits within 1e-5 of its, same ids;
+#         - forked sequences (a shared, half-full KV block copied on write on the device)
+#           against the interpreter (test_cuda --fork-check);
 #       stories260k against llama2.c's own greedy output; an sm_80-only engine on the device
 #       (the architecture error); compute-sanitizer memcheck and racecheck on one model.
 #       Everything goes to $OUT/gpu_check.log; the summary table comes last.
@@ -69,7 +71,7 @@ run() {
   find_nvrtc || return 1
   ldd "$kiln" | grep 'not found' && return 1
   local summary="$out/summary.txt"
-  printf '%-18s %-8s %-12s %-14s %-13s %-8s %s\n' model golden "worst/golden" "gpu-vs-interp" deterministic "ids" "decode tok/s" > "$summary"
+  printf '%-18s %-8s %-12s %-14s %-13s %-8s %-10s %s\n' model golden "worst/golden" "gpu-vs-interp" deterministic "ids" "fork(CoW)" "decode tok/s" > "$summary"
 
   for dir in "$models"/*/; do
     dir=${dir%/}
@@ -84,6 +86,7 @@ run() {
     echo "== $m: kiln run on the GPU (twice) and on the CPU interpreter"
     "$kiln" build "$dir" --target sm_80,sm_90 -o "$work/$m.cu.engine" && "$kiln" build "$dir" -o "$work/$m.cpu.engine" \
       || { echo "FAIL build $m"; continue; }
+    "$tcuda" --check-engine "$work/$m.cu.engine" sm_80 sm_90
     local ids=1,7,12,31,5,9,40,2,11,19,23,3,8,15,42,6
     local a b c rate det="no" same="no" cmpres
     a=$("$kiln" run "$work/$m.cu.engine" --ids $ids -n 48 --logits-out "$work/$m.a.f32" 2>"$work/$m.a.err")
@@ -92,20 +95,26 @@ run() {
     c=$("$kiln" run "$work/$m.cpu.engine" --ids $ids -n 48 --logits-out "$work/$m.c.f32" 2>/dev/null)
     if [ -n "$a" ] && [ "$a" = "$b" ] && cmp -s "$work/$m.a.f32" "$work/$m.b.f32"; then det="bitwise"; fi
     [ -n "$a" ] && [ "$a" = "$c" ] && same="same"
+    local forkres; forkres=$("$tcuda" --fork-check "$work/$m.cu.engine" "$work/$m.cpu.engine") || forkres="FAIL $forkres"
+    echo "$forkres"
     cmpres=$("$tcuda" --compare "$work/$m.a.f32" "$work/$m.c.f32" 1e-5 | sed 's/.*= \([^ ]*\) .*/\1/')
     echo "gpu ids: $a"; echo "cpu ids: $c"; echo "gpu vs interpreter logits: $cmpres"
     rate=$(grep -o '[0-9.]* tokens/s' "$work/$m.a.err" | awk '{print $1}')
-    printf '%-18s %-8s %-12s %-14s %-13s %-8s %s\n' "$m" "$g_status" "${worst:--}" "${cmpres:--}" "$det" "$same" "${rate:--}" >> "$summary"
+    printf '%-18s %-8s %-12s %-14s %-13s %-8s %-10s %s\n' "$m" "$g_status" "${worst:--}" "${cmpres:--}" "$det" "$same" \
+      "$(echo "$forkres" | sed 's/.*= //')" "${rate:--}" >> "$summary"
   done
 
   echo "== stories260k (llama2.c checkpoint, interleaved RoPE) against llama2.c's run.c"
-  local s=$models/stories260k st="FAIL"
+  local s=$models/stories260k st="FAIL" want
   if "$kiln" build "$s/stories260K.bin" --tokenizer "$s/tok512.bin" --target sm_80,sm_90 -o "$work/s260.engine"; then
-    local got; got=$("$kiln" run "$work/s260.engine" --prompt "" -n 255 --temperature 0 2>/dev/null)
-    if [ "$got" = "$(cat "$s/expected_greedy_bos_256.txt")" ]; then st=pass; else echo "got: $got"; fi
-    local nz; nz=$("$kiln" tokenize "$work/s260.engine" --prompt "Zoo" | wc -w)
-    got=$("$kiln" run "$work/s260.engine" --prompt "Zoo" -n $((60 - nz + 1)) --temperature 0 2>/dev/null)
-    [ "$got" = "$(cat "$s/expected_greedy_Zoo_60.txt")" ] || { st=FAIL; echo "got: $got"; }
+    # run.c's steps count positions: new tokens = steps - prompt tokens (BOS included) + 1
+    local got prompt steps n st=pass
+    for prompt in "" Zoo; do
+      if [ -z "$prompt" ]; then steps=256; want="$s/expected_greedy_bos_256.txt"; else steps=60; want="$s/expected_greedy_Zoo_60.txt"; fi
+      n=$("$kiln" tokenize "$work/s260.engine" --prompt "$prompt" | wc -w)
+      got=$("$kiln" run "$work/s260.engine" --prompt "$prompt" -n $((steps - n + 1)) --temperature 0 2>/dev/null)
+      [ "$got" = "$(cat "$want")" ] || { st=FAIL; echo "prompt '$prompt': got: $got"; }
+    done
   fi
   echo "stories260k vs run.c (bos 256, Zoo 60): $st"
   printf '%-18s %-8s %s\n' stories260k "$st" "greedy text equal to llama2.c run.c (BOS 256 steps, 'Zoo' 60)" >> "$summary"
@@ -126,8 +135,8 @@ run() {
     local tool
     for tool in memcheck racecheck; do
       echo "== compute-sanitizer --tool $tool (tinystories-656k, 8-token prompt, 4 new)"
-      timeout 150 "$san" --tool $tool --error-exitcode 3 "$kiln" run "$work/tinystories-656k.cu.engine" \
-        --ids 1,7,12,31,5,9,40,2 -n 4 > "$work/san.$tool.txt" 2>&1
+      timeout 90 "$san" --tool $tool --error-exitcode 3 "$kiln" run "$work/tinystories-656k.cu.engine" \
+        --ids 1,7,12,31,5,9,40,2 -n 3 > "$work/san.$tool.txt" 2>&1
       local rc=$?
       tail -4 "$work/san.$tool.txt"
       echo "compute-sanitizer $tool: exit $rc; $(grep -o '[A-Z]* SUMMARY: .*' "$work/san.$tool.txt" | tr '\n' ' ')" >> "$summary"

@@ -12,7 +12,6 @@ static const struct {
     size_t offset;      /* the field of krt_cuda_api it fills */
 } entries[] = {
     API_ENTRY(cuInit, "cuInit"),
-    API_ENTRY(cuDriverGetVersion, "cuDriverGetVersion"),
     API_ENTRY(cuDeviceGetCount, "cuDeviceGetCount"),
     API_ENTRY(cuDeviceGet, "cuDeviceGet"),
     API_ENTRY(cuDeviceGetAttribute, "cuDeviceGetAttribute"),
@@ -20,8 +19,6 @@ static const struct {
     API_ENTRY(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
     API_ENTRY(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
     API_ENTRY(cuCtxSetCurrent, "cuCtxSetCurrent"),
-    API_ENTRY(cuCtxSynchronize, "cuCtxSynchronize"),
-    API_ENTRY(cuMemGetInfo, "cuMemGetInfo_v2"),
     API_ENTRY(cuMemAlloc, "cuMemAlloc_v2"),
     API_ENTRY(cuMemFree, "cuMemFree_v2"),
     API_ENTRY(cuMemsetD8, "cuMemsetD8_v2"),

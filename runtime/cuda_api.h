@@ -33,7 +33,6 @@ enum {
 typedef struct krt_cuda_api {
     void *lib;  /* the dlopen handle */
     krt_cu_result (*cuInit)(unsigned flags);
-    krt_cu_result (*cuDriverGetVersion)(int *version);
     krt_cu_result (*cuDeviceGetCount)(int *count);
     krt_cu_result (*cuDeviceGet)(krt_cu_device *dev, int ordinal);
     krt_cu_result (*cuDeviceGetAttribute)(int *value, int attribute, krt_cu_device dev);
@@ -41,8 +40,6 @@ typedef struct krt_cuda_api {
     krt_cu_result (*cuDevicePrimaryCtxRetain)(krt_cu_ctx *ctx, krt_cu_device dev);
     krt_cu_result (*cuDevicePrimaryCtxRelease)(krt_cu_device dev);
     krt_cu_result (*cuCtxSetCurrent)(krt_cu_ctx ctx);
-    krt_cu_result (*cuCtxSynchronize)(void);
-    krt_cu_result (*cuMemGetInfo)(size_t *free_bytes, size_t *total_bytes);
     krt_cu_result (*cuMemAlloc)(krt_cu_ptr *p, size_t bytes);
     krt_cu_result (*cuMemFree)(krt_cu_ptr p);
     krt_cu_result (*cuMemsetD8)(krt_cu_ptr p, unsigned char value, size_t n);

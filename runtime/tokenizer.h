@@ -113,8 +113,12 @@ void krt_tok_decode(const krt_tok *t, const int32_t *ids, size_t n, int flags, k
 /* Streaming decode: push ids one at a time; only whole characters come out,
  * so a character split across tokens (byte fallback, byte-level) appears
  * when its last byte arrives. The concatenation of everything pushed and
- * flushed equals krt_tok_decode of all the ids. (Hugging Face's
- * DecodeStream: re-decode a short window of ids and emit what grew.) */
+ * flushed equals krt_tok_decode of all the ids whenever that text has no
+ * U+FFFD (for bytes that are not UTF-8, decode follows Hugging Face's rules
+ * for a whole run of byte tokens, which a stream cannot know in advance).
+ * (Hugging Face's DecodeStream: re-decode a short window of ids and emit
+ * what grew; decoders that strip more than one leading character or any
+ * trailing one re-decode from the first id instead.) */
 typedef struct krt_tok_stream krt_tok_stream;
 
 krt_tok_stream *krt_tok_stream_new(const krt_tok *t, int flags);

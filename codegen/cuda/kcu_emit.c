@@ -7,7 +7,8 @@
  * with every dimension but T a literal; views that do not move data
  * (reshape, the output, kv_write's pass-through value) get no kernel and
  * share their operand's buffer (meta aliases). Does not: fuse (the `fuse`
- * attribute is ignored), reuse buffers, or use half precision.
+ * attribute is ignored), follow the memory plan (mem.* attributes: the
+ * backend gives each value its own buffer), or use half precision.
  *
  * Arithmetic follows ir/interp_kernels.c operation by operation (see kcu.h);
  * where a kernel parallelizes a reduction (norms, the softmax's sum and max)

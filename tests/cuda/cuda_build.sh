@@ -5,7 +5,8 @@
 #  - two builds are byte-identical;
 #  - the --emit-source output compiles with nvcc -cubin (when nvcc is found);
 #  - that source compiled for the CPU (g++, emu_shim.h), run through the CUDA backend over
-#    emu_libcuda, generates the interpreter's tokens with its logits within 1e-5 (when g++ is found).
+#    emu_libcuda, generates the interpreter's tokens with its logits within 1e-5, also for forked
+#    sequences whose shared KV block is copied on write (when g++ is found).
 . "$(dirname "$0")/../cli/lib.sh"
 : "${KILN_TEST_CUDA:?}" "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}"
 model="$1"
@@ -48,6 +49,9 @@ if [ -n "${KILN_GXX:-}" ]; then
   expect_same "greedy ids through the CUDA backend" "$want" "$got"
   "$KILN_TEST_CUDA" --compare "$work/cuda.f32" "$work/cpu.f32" 1e-5 && passes=$((passes+1)) \
     || { echo "FAIL: logits differ from the interpreter's"; failures=$((failures+1)); }
+  KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$work/kernels.so" \
+    "$KILN_TEST_CUDA" --fork-check "$work/a.engine" "$work/cpu.engine" && passes=$((passes+1)) \
+    || { echo "FAIL: forked sequences"; failures=$((failures+1)); }
 else
   echo "note: no g++: the kernels are not run on the CPU"
 fi

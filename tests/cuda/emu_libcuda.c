@@ -59,7 +59,6 @@ static struct {
 } emu;
 
 int cuInit(unsigned flags) { return flags == 0 ? 0 : EMU_INVALID; }
-int cuDriverGetVersion(int *v) { *v = 13000; return 0; }
 int cuDeviceGetCount(int *n) { *n = 1; return 0; }
 int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return ordinal == 0 ? 0 : EMU_INVALID; }
 int cuDeviceGetName(char *name, int len, int dev) { snprintf(name, (size_t)len, "kiln CPU emulator"); return dev ? EMU_INVALID : 0; }
@@ -78,8 +77,6 @@ int cuDeviceGetAttribute(int *v, int attr, int dev)
 int cuDevicePrimaryCtxRetain(void **ctx, int dev) { *ctx = &emu.ctx_token; return dev ? EMU_INVALID : 0; }
 int cuDevicePrimaryCtxRelease_v2(int dev) { return dev ? EMU_INVALID : 0; }
 int cuCtxSetCurrent(void *ctx) { return ctx == &emu.ctx_token ? 0 : EMU_INVALID; }
-int cuCtxSynchronize(void) { return 0; }
-int cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { *free_bytes = *total = (size_t)1 << 34; return 0; }
 
 int cuMemAlloc_v2(uint64_t *p, size_t bytes)
 {

@@ -11,6 +11,8 @@
  * Also a helper for tests/cuda/cuda_build.sh:
  *   test_cuda --check-engine ENGINE ARCH...   the engine's CUDA sections
  *   test_cuda --compare A.f32 B.f32 TOL       max|a-b| / max|b| <= TOL
+ *   test_cuda --fork-check ENGINE REFERENCE   forked sequences (copy-on-write of a
+ *       shared, half-filled KV block) on ENGINE give REFERENCE's logits within 1e-5
  */
 #include <math.h>
 #include <stdio.h>
@@ -470,8 +472,62 @@ static int compare(char **argv)
     return rc;
 }
 
+/* Prefill 6 tokens in sequence 0 with blocks of 4 positions (the second
+ * block half full), fork it twice, and decode the three sequences together
+ * with different tokens: the forks' first writes copy the shared block.
+ * Appends every step's logits to out; 0 or -1 after reporting. */
+static int fork_run(const char *path, ks_buf *out)
+{
+    ks_diag d = {0};
+    krt_engine *e = krt_engine_open(path, &d);
+    krt_session_opts opts = {.max_seqs = 4, .block_size = 4};
+    krt_session *s = e ? krt_session_new(e, &opts, &d) : NULL;
+    int rc = s ? 0 : -1;
+    int64_t vocab = s ? krt_session_vocab(s) : 0;
+    float *logits = ks_xmalloc(sizeof(float) * 6 * (size_t)(vocab ? vocab : 1));
+    const int32_t prompt[6] = {1, 7, 12, 31, 5, 9}, zeros[6] = {0};
+    if (!rc) rc = krt_session_seq_add(s, 0, &d) || krt_session_step(s, 6, prompt, zeros, logits, &d);
+    if (!rc) ks_buf_put(out, logits, sizeof(float) * 6 * (size_t)vocab);
+    if (!rc) rc = krt_session_seq_fork(s, 0, 1, &d);
+    const int32_t t1[2] = {40, 41}, s1[2] = {0, 1};
+    if (!rc) rc = krt_session_step(s, 2, t1, s1, logits, &d);
+    if (!rc) ks_buf_put(out, logits, sizeof(float) * 2 * (size_t)vocab);
+    if (!rc) rc = krt_session_seq_fork(s, 1, 2, &d);
+    const int32_t t2[4] = {3, 8, 15, 2}, s2[4] = {2, 0, 1, 2};
+    for (int step = 0; step < 3 && !rc; step++) {
+        rc = krt_session_step(s, 4, t2, s2, logits, &d);
+        if (!rc) ks_buf_put(out, logits, sizeof(float) * 4 * (size_t)vocab);
+    }
+    free(logits);
+    krt_session_free(s);
+    krt_engine_close(e);
+    return rc ? -1 : 0;
+}
+
+static int fork_check(char **argv)
+{
+    ks_buf got = {0}, want = {0};
+    int rc = 1;
+    if (fork_run(argv[2], &got) == 0 && fork_run(argv[3], &want) == 0 && got.len == want.len && got.len > 0) {
+        const float *a = (const float *)got.data, *b = (const float *)want.data;
+        double maxd = 0, maxb = 0;
+        for (size_t i = 0; i < got.len / sizeof(float); i++) {
+            double dd = fabs((double)a[i] - b[i]);
+            if (!(dd <= maxd)) maxd = dd;
+            if (fabs(b[i]) > maxb) maxb = fabs(b[i]);
+        }
+        double rel = maxd / (maxb > 0 ? maxb : 1);
+        printf("forked sequences, %zu logits: max|a-b|/max|b| = %.3g\n", got.len / sizeof(float), rel);
+        rc = rel <= 1e-5 ? 0 : 1;
+    }
+    ks_buf_free(&got);
+    ks_buf_free(&want);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "--fork-check") == 0) return fork_check(argv);
     if (argc >= 4 && strcmp(argv[1], "--check-engine") == 0) return check_engine(argc, argv);
     if (argc == 5 && strcmp(argv[1], "--compare") == 0) return compare(argv);
     snprintf(work_dir, sizeof work_dir, "/tmp/kiln_cuda_test.XXXXXX");
