@@ -10,7 +10,7 @@
 static const char build_help[] =
     "usage: kiln build <model.kiln | checkpoint-folder | llama2c.bin> [--weights PATH]\n"
     "                  [--config FILE] [--tokenizer FILE] [--target cpu|sm_XX,...]\n"
-    "                  [--emit-source DIR] -o ENGINE\n"
+    "                  [--dtype f32|bf16|f16] [--emit-source DIR] -o ENGINE\n"
     "       kiln build --default -o ENGINE\n"
     "\n"
     "Compile a model into a self-contained engine file.\n"
@@ -45,6 +45,10 @@ static const char build_help[] =
     "  --target TARGET      what the engine runs on: cpu (default), or NVIDIA GPU\n"
     "                       architectures, e.g. sm_90 or sm_80,sm_90 (one cubin each,\n"
     "                       compiled with NVRTC; the runtime picks the device's)\n"
+    "  --dtype DTYPE        what the engine stores the weights as: f32 (default),\n"
+    "                       bf16 or f16 (2 bytes each; converted from the checkpoint's\n"
+    "                       dtype through f32, rounding to nearest even); activations,\n"
+    "                       sums and the KV cache stay f32\n"
     "  --emit-source DIR    with a GPU target: also write the generated CUDA C there\n";
 
 int kc_cmd_build(int argc, char **argv)
@@ -60,7 +64,7 @@ int kc_cmd_build(int argc, char **argv)
         {"--dump-ir-after", 1, &in.dump_after, NULL}, {"--dump-dir", 1, &in.dump_dir, NULL},
         {"--from-ir", 1, &in.from_ir, NULL}, {"--stats", 0, &stats, NULL}, {"--max-tokens", 1, &max_tokens, NULL},
         {"--list-passes", 0, &list, NULL},
-        {"--emit-source", 1, &in.emit_source, NULL},
+        {"--emit-source", 1, &in.emit_source, NULL}, {"--dtype", 1, &in.dtype, NULL},
         {NULL, 0, NULL, NULL},
     };
     const char *pos[1];
@@ -112,6 +116,7 @@ static const char ir_help[] =
     "  --stats              per-pass counts and the memory plan (on standard error\n"
     "                       when the IR goes to standard output)\n"
     "  --max-tokens N       tokens per step for the memory plan\n"
+    "  --dtype DTYPE        the weights' dtype, as kiln build takes (f32, bf16, f16)\n"
     "  --weights PATH       checkpoint, to resolve optional weights as a build would\n"
     "  --config FILE        config.json to use\n";
 
@@ -158,7 +163,7 @@ int kc_cmd_ir(int argc, char **argv)
         {"-o|--output", 1, &out, NULL},       {"--weights", 1, &in.weights, NULL},
         {"--config", 1, &in.config, NULL},    {"--passes", 1, &in.passes, NULL},
         {"--stats", 0, &stats, NULL},         {"--max-tokens", 1, &max_tokens, NULL},
-        {NULL, 0, NULL, NULL},
+        {"--dtype", 1, &in.dtype, NULL},      {NULL, 0, NULL, NULL},
     };
     const char *pos[1];
     int npos = 0;

@@ -12,14 +12,17 @@
 
 static const char run_help[] =
     "usage: kiln run ENGINE (--prompt TEXT | --ids ID,ID,...) [-n N] [sampling options]\n"
-    "                [--logits-out FILE]\n"
+    "                [--logits-out FILE] [device options]\n"
     "\n"
     "Run a prompt as one sequence: print the prompt, then stream the generated\n"
     "text to standard output as it comes. Statistics (prompt tokens, generated\n"
-    "tokens, time to first token, tokens/s) go to standard error. With --ids the\n"
-    "prompt is token ids and the generated ids are printed, separated by spaces.\n"
-    "Generation ends after N tokens, at the model's end-of-sequence token, at a\n"
-    "stop string, or at the end of the context.\n"
+    "tokens, time to first token, tokens/s) go to standard error, and on a GPU\n"
+    "how large the KV cache is. With --ids the prompt is token ids and the\n"
+    "generated ids are printed, separated by spaces. Generation ends after N\n"
+    "tokens, at the model's end-of-sequence token, at a stop string, or at the\n"
+    "end of the context. On a GPU the next tokens are drawn there (greedy or\n"
+    "sampled, with the same seeded generator as on the CPU), and only their\n"
+    "ids come back; a repetition penalty draws on the CPU.\n"
     "\n"
     "  --prompt TEXT              text prompt (BOS added as the model's tokenizer does)\n"
     "  --ids LIST                 comma-separated token ids instead of text\n"
@@ -30,7 +33,14 @@ static const char run_help[] =
     "  --repetition-penalty R     > 1 discourages repeats (default 1: off)\n"
     "  --seed S                   sampling seed (default 0): same seed, same output\n"
     "  --stop TEXT                stop when the output ends with TEXT (may repeat)\n"
-    "  --logits-out FILE          float32 little-endian logits [prompt tokens, vocab]\n";
+    "  --logits-out FILE          float32 little-endian logits [prompt tokens, vocab]\n"
+    "  --max-context N            positions the sequence may have (default: the engine's)\n"
+    "  --kv-fraction F            GPU: the KV cache takes at most F of the memory free after\n"
+    "                             the weights, in (0, 1] (default 0.9; never more than a\n"
+    "                             full context needs)\n"
+    "  --kv-blocks N              KV-cache blocks of 16 positions, instead of --kv-fraction\n"
+    "  --no-cuda-graphs           GPU: launch each kernel of each step, no CUDA graphs\n"
+    "  --host-sampling            GPU: copy the logits back and draw on the CPU\n";
 
 static double now_seconds(void)
 {
@@ -123,10 +133,16 @@ static int generate(krt_session *s, krt_tok *tok, const krt_tok_ids *prompt, con
         fflush(stdout);
     }
     size_t prompt_text = text.len;
-    float *logits = ks_xmalloc(sizeof(float) * (size_t)vocab * (size_t)n);
-    int32_t *seq = ks_xcalloc((size_t)n, sizeof *seq);
+    /* the prompt's step: its logits when asked for, and the first new token drawn from its last row
+     * (where the logits are: on a GPU only the id comes back) */
+    float *logits = o->logits_out ? ks_xmalloc(sizeof(float) * (size_t)vocab * (size_t)n) : NULL;
+    int32_t *seq = ks_xcalloc((size_t)n, sizeof *seq), *next = ks_xmalloc(sizeof *next * (size_t)n);
+    krt_sampler **samplers = ks_xcalloc((size_t)n, sizeof *samplers);
+    samplers[n - 1] = n_new > 0 ? smp : NULL;
+    krt_step_req req = {.n = n, .tokens = prompt->ids, .seq_ids = seq, .logits = logits, .samplers = samplers,
+                        .next = next};
     double t0 = now_seconds(), t_first = 0;
-    int rc = krt_session_step(s, n, prompt->ids, seq, logits, d);
+    int rc = krt_session_run(s, &req, d);
     long generated = 0;
     if (rc == 0 && o->logits_out) {
         ks_outfile f;
@@ -137,15 +153,14 @@ static int generate(krt_session *s, krt_tok *tok, const krt_tok_ids *prompt, con
             rc = -1;
         }
     }
-    const float *last = logits + (size_t)(n - 1) * (size_t)vocab;
+    int32_t token = next[n - 1];
     int stopped = 0;
     while (rc == 0 && generated < n_new && !stopped) {
-        int32_t next = krt_sampler_sample(smp, last);
         if (generated == 0) t_first = now_seconds();
-        if (next < 0 || krt_sampler_is_stop_id(smp, next)) break;
+        if (token < 0 || krt_sampler_is_stop_id(smp, token)) break;
         generated++;
         if (stream) {
-            krt_tok_stream_push(stream, next, &text);
+            krt_tok_stream_push(stream, token, &text);
             size_t at = 0;
             if (o->n_stops && krt_sampler_stop_find(o->stops, (size_t)o->n_stops, text.data + prompt_text,
                                                     text.len - prompt_text, 0, &at) == 0) {
@@ -160,13 +175,13 @@ static int generate(krt_session *s, krt_tok *tok, const krt_tok_ids *prompt, con
                 fflush(stdout);
             }
         } else {
-            printf("%s%d", generated > 1 ? " " : "", next);
+            printf("%s%d", generated > 1 ? " " : "", token);
             fflush(stdout);
         }
         if (stopped || generated == n_new) break;
-        int32_t zero = 0;
-        rc = krt_session_step(s, 1, &next, &zero, logits, d);
-        last = logits;
+        int32_t zero = 0, in = token;
+        krt_step_req step = {.n = 1, .tokens = &in, .seq_ids = &zero, .samplers = &smp, .next = &token};
+        rc = krt_session_run(s, &step, d);
     }
     if (stream && !stopped) {
         krt_tok_stream_flush(stream, &text);
@@ -183,16 +198,43 @@ static int generate(krt_session *s, krt_tok *tok, const krt_tok_ids *prompt, con
     }
     free(logits);
     free(seq);
+    free(next);
+    free(samplers);
     ks_buf_free(&text);
     krt_tok_stream_free(stream);
     krt_sampler_free(smp);
     return rc;
 }
 
+/* "1.5 GiB" into buf. */
+static const char *human_bytes(double b, char *buf, size_t len)
+{
+    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024 && u < 4) b /= 1024, u++;
+    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", b, units[u]);
+    return buf;
+}
+
+/* The KV cache's size, on stderr, when it lives on a device. */
+static void report_kv(const krt_session *s)
+{
+    const krt_kv_info *kv = krt_session_kv_info(s);
+    if (!kv->on_device) return;
+    char b1[32], b2[32];
+    fprintf(stderr, "kiln: KV cache on %s: %d blocks of %d positions (%s)", kv->device, kv->n_blocks, kv->block_size,
+            human_bytes((double)kv->bytes, b1, sizeof b1));
+    if (kv->from_free_memory)
+        fprintf(stderr, ", at most %g of the %s free\n", kv->fraction, human_bytes((double)kv->free_bytes, b2, sizeof b2));
+    else
+        fprintf(stderr, ", as asked\n");
+}
+
 int kc_cmd_run(int argc, char **argv)
 {
     const char *ids_arg = NULL, *prompt_arg = NULL, *n_arg = NULL, *temp = NULL, *top_k = NULL, *top_p = NULL,
-               *rep = NULL, *seed = NULL;
+               *rep = NULL, *seed = NULL, *max_ctx = NULL, *kv_fraction = NULL, *kv_blocks = NULL,
+               *no_graphs = NULL, *host_sampling = NULL;
     run_opts o = {.sampling = krt_sampler_defaults()};
     kc_option opts[] = {
         {"--ids", 1, &ids_arg, NULL},
@@ -205,6 +247,11 @@ int kc_cmd_run(int argc, char **argv)
         {"--repetition-penalty", 1, &rep, NULL},
         {"--seed", 1, &seed, NULL},
         {"--stop", KC_REPEAT, o.stops, &o.n_stops},
+        {"--max-context", 1, &max_ctx, NULL},
+        {"--kv-fraction", 1, &kv_fraction, NULL},
+        {"--kv-blocks", 1, &kv_blocks, NULL},
+        {"--no-cuda-graphs", 0, &no_graphs, NULL},
+        {"--host-sampling", 0, &host_sampling, NULL},
         {NULL, 0, NULL, NULL},
     };
     const char *pos[1];
@@ -243,6 +290,28 @@ int kc_cmd_run(int argc, char **argv)
         if (parse_number("--seed", seed, 0, 1.8e19, &v)) return 2;
         o.sampling.seed = (uint64_t)v;
     }
+    krt_session_opts so = {.no_graphs = no_graphs != NULL, .host_sampling = host_sampling != NULL};
+    if (max_ctx) {
+        if (parse_number("--max-context", max_ctx, 1, INT32_MAX, &v)) return 2;
+        so.max_context = (int)v;
+    }
+    if (kv_fraction) {
+        char *end;
+        errno = 0;
+        so.kv_fraction = strtod(kv_fraction, &end);
+        if (end == kv_fraction || *end || errno || !(so.kv_fraction > 0 && so.kv_fraction <= 1)) {
+            fprintf(stderr, "kiln run: error: --kv-fraction: '%s' is not a number in (0, 1]\n", kv_fraction);
+            return 2;
+        }
+    }
+    if (kv_blocks) {
+        if (parse_number("--kv-blocks", kv_blocks, 1, INT32_MAX, &v)) return 2;
+        so.n_blocks = (int)v;
+    }
+    if (kv_fraction && kv_blocks) {
+        fprintf(stderr, "kiln run: error: --kv-fraction and --kv-blocks both size the KV cache: give one\n");
+        return 2;
+    }
     krt_tok_ids ids = {0};
     if (ids_arg && parse_ids(ids_arg, &ids)) {
         krt_tok_ids_free(&ids);
@@ -252,7 +321,8 @@ int kc_cmd_run(int argc, char **argv)
     ks_diag d = {0};
     krt_engine *e = krt_engine_open(pos[0], &d);
     krt_tok *tok = e && o.text ? engine_tokenizer(e, &d) : NULL;
-    krt_session *s = e && !d.errors ? krt_session_new(e, NULL, &d) : NULL;
+    krt_session *s = e && !d.errors ? krt_session_new(e, &so, &d) : NULL;
+    if (s) report_kv(s);
     if (s && o.text) {
         krt_tok_encode(tok, prompt_arg, strlen(prompt_arg), KRT_TOK_ADD_SPECIAL, &ids, &d);
         int32_t bos = krt_tok_bos(tok);

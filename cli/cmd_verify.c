@@ -2,14 +2,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/driver.h"
 #include "cli/verify.h"
+#include "codegen/cuda/kcu.h"
 
 static const char verify_help[] =
     "usage: kiln verify <model.kiln | checkpoint-folder | llama2c.bin> [--weights PATH] [--config FILE]\n"
-    "                   [--passes LIST] [--target cpu] [--tolerance X] [--tokens N] [--steps N] [--seed S]\n"
+    "                   [--passes LIST] [--target cpu|sm_XX,...] [--tolerance X] [--tokens N] [--steps N]\n"
+    "                   [--seed S] [--dtype f32|bf16|f16]\n"
     "\n"
     "Build the model twice from the same weights, with no passes and with the\n"
     "passes (all, or LIST), run the same steps through both (two sequences'\n"
@@ -17,14 +20,19 @@ static const char verify_help[] =
     "the two graphs share as it is computed, layer by layer, and the logits\n"
     "(max |d|, relative error, KL divergence of the next-token distributions).\n"
     "Reports the first value that diverges past the tolerance with its place\n"
-    "in the .kiln text; exits 1 then.\n"
+    "in the .kiln text; exits 1 then. With a CUDA target the fused build is a\n"
+    "CUDA engine (written to a temporary folder) run on the GPU through the\n"
+    "CUDA backend, which copies every value back for the comparison; the\n"
+    "unfused reference stays the interpreter.\n"
     "\n"
     "  --passes LIST     passes of the fused build (default: all)\n"
-    "  --target cpu      where the fused build runs (default cpu)\n"
+    "  --target T        where the fused build runs: cpu (default), or CUDA architectures\n"
+    "                    (sm_90, sm_80,sm_90: the engine holds each, the GPU runs its own)\n"
     "  --tolerance X     max|d| / max|reference| allowed per value (default 1e-4)\n"
     "  --tokens N        prompt tokens of the first sequence (default 24)\n"
     "  --steps N         decode steps after the prompt (default 4)\n"
-    "  --seed S          seed of the prompts' token ids (default 1)\n";
+    "  --seed S          seed of the prompts' token ids (default 1)\n"
+    "  --dtype DTYPE     the weights of both builds, as kiln build takes (f32, bf16, f16)\n";
 
 /* The f32 data of every WEIGHT node of g (caller frees with free_weights). */
 static float **graph_weights(const kd_model *m, const kir_graph *g, ks_diag *d)
@@ -57,6 +65,33 @@ static int parse_num(const char *opt, const char *s, double lo, double hi, doubl
     return 0;
 }
 
+/* The fused build as a CUDA engine in a temporary folder, run through the CUDA backend. */
+static void verify_on_cuda(const kd_inputs *in, kd_model *m, const kir_graph *ref, const void *const *wr,
+                           const kd_verify_opts *o, kd_verify_result *r, ks_diag *d)
+{
+    const char *tmp = getenv("TMPDIR");
+    char *dir = ks_path_join(tmp && *tmp ? tmp : "/tmp", "kiln-verify.XXXXXX");
+    if (!mkdtemp(dir)) {
+        ks_error(d, dir, "cannot create a temporary folder for the engine");
+        free(dir);
+        return;
+    }
+    char *path = ks_path_join(dir, "fused.engine");
+    if (kd_write_engine(in, m, path, d) == 0) {
+        krt_engine *e = krt_engine_open(path, d);
+        if (e) {
+            printf("kiln verify: %s, %s passes against none; the fused engine (%s) on the CUDA backend\n",
+                   m->kiln.name, in->passes ? in->passes : "all", in->target);
+            kd_verify_engine(ref, wr, e, o, r, d);
+            krt_engine_close(e);
+        }
+    }
+    unlink(path);
+    rmdir(dir);
+    free(path);
+    free(dir);
+}
+
 int kc_cmd_verify(int argc, char **argv)
 {
     kd_inputs in = {0};
@@ -64,7 +99,8 @@ int kc_cmd_verify(int argc, char **argv)
     kc_option opts[] = {
         {"--weights", 1, &in.weights, NULL},  {"--config", 1, &in.config, NULL}, {"--passes", 1, &in.passes, NULL},
         {"--target", 1, &in.target, NULL},    {"--tolerance", 1, &tol, NULL},    {"--tokens", 1, &tokens, NULL},
-        {"--steps", 1, &steps, NULL},         {"--seed", 1, &seed, NULL},        {NULL, 0, NULL, NULL},
+        {"--steps", 1, &steps, NULL},         {"--seed", 1, &seed, NULL},        {"--dtype", 1, &in.dtype, NULL},
+        {NULL, 0, NULL, NULL},
     };
     const char *pos[1];
     int npos = 0;
@@ -90,8 +126,10 @@ int kc_cmd_verify(int argc, char **argv)
         if (parse_num("--seed", seed, 0, 1e18, &v)) return 2;
         o.seed = (uint64_t)v;
     }
-    if (in.target && strcmp(in.target, "cpu") != 0) {
-        fprintf(stderr, "kiln verify: error: target '%s': this build verifies on the cpu target\n", in.target);
+    int cuda = in.target && kcu_is_target(in.target);
+    if (in.target && strcmp(in.target, "cpu") != 0 && !cuda) {
+        fprintf(stderr, "kiln verify: error: target '%s': verify runs on cpu or CUDA architectures (sm_90, ...)\n",
+                in.target);
         return 2;
     }
     ks_diag d = {0};
@@ -101,13 +139,17 @@ int kc_cmd_verify(int argc, char **argv)
     if (kd_model_load(&in, 1, &m, &d) == 0 && kd_optimize(&in, &m, &d) == 0) {
         const kir_graph *ref = m.model->graph, *test = kd_graph(&m);
         wr = graph_weights(&m, ref, &d);
-        wt = d.errors ? NULL : graph_weights(&m, test, &d);
-        if (!d.errors) {
-            printf("kiln verify: %s, %s passes against none\n", m.kiln.name, in.passes ? in.passes : "all");
-            kd_verify_graphs(ref, (const void *const *)wr, test, (const void *const *)wt, &o, &r, &d);
+        if (cuda) {
+            if (!d.errors) verify_on_cuda(&in, &m, ref, (const void *const *)wr, &o, &r, &d);
+        } else {
+            wt = d.errors ? NULL : graph_weights(&m, test, &d);
+            if (!d.errors) {
+                printf("kiln verify: %s, %s passes against none\n", m.kiln.name, in.passes ? in.passes : "all");
+                kd_verify_graphs(ref, (const void *const *)wr, test, (const void *const *)wt, &o, &r, &d);
+            }
+            free_weights(wt, test->n_nodes);
         }
         free_weights(wr, ref->n_nodes);
-        free_weights(wt, test->n_nodes);
     }
     kd_model_free(&m);
     if (d.errors) return 1;

@@ -72,6 +72,49 @@ static int load_llama2c(kd_model *m, const char *path, ks_diag *d)
     return pick_builtin(m, "llama2c", d);
 }
 
+int kd_parse_dtype(const char *name, kir_dtype *out, ks_diag *d)
+{
+    static const kir_dtype known[] = {KIR_F32, KIR_BF16, KIR_F16};
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
+        if (strcmp(name, kir_dtype_name(known[i])) == 0) {
+            *out = known[i];
+            return 0;
+        }
+    }
+    ks_error(d, "kiln", "--dtype %s: unknown weight dtype (known: f32, bf16, f16)", name);
+    return -1;
+}
+
+void kd_set_weight_dtype(kir_graph *g, kir_dtype t)
+{
+    for (size_t v = 0; v < g->n_nodes; v++)
+        if (g->nodes[v].op == KIR_OP_WEIGHT) g->nodes[v].dtype = t;
+}
+
+const char *kd_weights_dtype(const kir_graph *g)
+{
+    int seen = 0;
+    kir_dtype t = KIR_F32;
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        if (g->nodes[v].op != KIR_OP_WEIGHT) continue;
+        if (seen && g->nodes[v].dtype != t) return "mixed";
+        t = g->nodes[v].dtype;
+        seen = 1;
+    }
+    return kir_dtype_name(t);
+}
+
+/* kf_compile, then the weight dtype asked for. */
+static int compile_model(const kd_inputs *in, kd_model *m, const char *config_name, ks_diag *d)
+{
+    kir_dtype t = KIR_F32;
+    if (in->dtype && kd_parse_dtype(in->dtype, &t, d) != 0) return -1;
+    m->model = kf_compile(&m->kiln, m->config, config_name, m->ckpt, d);
+    if (!m->model) return -1;
+    if (in->dtype) kd_set_weight_dtype(m->model->graph, t);
+    return 0;
+}
+
 int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d)
 {
     memset(m, 0, sizeof *m);
@@ -84,15 +127,13 @@ int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d
         const cJSON *mt = cJSON_GetObjectItemCaseSensitive(m->config, "model_type");
         KS_ASSERT(cJSON_IsString(mt));
         if (pick_builtin(m, mt->valuestring, d)) return -1;
-        m->model = kf_compile(&m->kiln, m->config, m->config_path, NULL, d);
-        return m->model ? 0 : -1;
+        return compile_model(in, m, m->config_path, d);
     }
     const char *weights = in->weights;
     int input_is_kiln = ends_with(in->input, ".kiln");
     if (!input_is_kiln && ends_with(in->input, ".bin") && ks_file_exists(in->input)) {
         if (load_llama2c(m, in->input, d)) return -1;
-        m->model = kf_compile(&m->kiln, m->config, m->config_path, m->ckpt, d);
-        return m->model ? 0 : -1;
+        return compile_model(in, m, m->config_path, d);
     }
     if (!input_is_kiln) {
         if (!ks_is_dir(in->input)) {
@@ -141,8 +182,7 @@ int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d
         m->ckpt = kf_checkpoint_open(d, weights);
         if (!m->ckpt) return -1;
     }
-    m->model = kf_compile(&m->kiln, m->config, m->config_path ? m->config_path : "config.json", m->ckpt, d);
-    return m->model ? 0 : -1;
+    return compile_model(in, m, m->config_path ? m->config_path : "config.json", d);
 }
 
 void kd_model_free(kd_model *m)
@@ -164,7 +204,8 @@ typedef struct fill_ctx {
 static int fill_weight(void *ctx, kir_val node, void *dst, size_t nbytes, ks_diag *d)
 {
     fill_ctx *f = ctx;
-    KS_ASSERT(nbytes == (size_t)kir_elems(kir_node_at(f->g, node), 1) * sizeof(float));
+    const kir_node *n = kir_node_at(f->g, node);
+    KS_ASSERT(nbytes == (size_t)kir_elems(n, 1) * kir_dtype_size(n->dtype));
     return kd_weight_data(f->m, f->g, node, dst, d);
 }
 
@@ -243,7 +284,7 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
         cJSON *archs = cJSON_AddArrayToObject(meta, "cuda_archs");
         for (int i = 0; i < parts.n_archs; i++) cJSON_AddItemToArray(archs, cJSON_CreateString(parts.archs[i]));
     }
-    cJSON_AddStringToObject(meta, "dtype", "f32");
+    cJSON_AddStringToObject(meta, "dtype", kd_weights_dtype(g));
     cJSON_AddStringToObject(meta, "model", g->name);
     cJSON_AddStringToObject(meta, "description", m->kiln.name);
     if (in->synthetic) cJSON_AddStringToObject(meta, "weights", "synthetic (the embedded default model)");

@@ -19,6 +19,8 @@ typedef struct kd_inputs {
     const char *weights;   /* checkpoint folder or file, when input is a .kiln */
     const char *config;    /* config.json path, overriding the one beside the weights */
     const char *target;    /* "cpu" (default), or CUDA architectures "sm_80,sm_90" */
+    const char *dtype;     /* what every weight is stored as: "f32", "bf16" or "f16"; NULL: as compiled
+                              (f32), or as an --from-ir text declares them */
     const char *emit_source; /* CUDA targets: also write the generated .cu into this folder; or NULL */
     int synthetic;         /* the embedded default model (cli/synthetic.h): no input */
     const char *passes;    /* comma-separated passes to run; NULL or "all": the pipeline; "none": none */
@@ -44,8 +46,9 @@ typedef struct kd_model {
 } kd_model;
 
 /* Resolve and compile. need_weights: open the checkpoint (a build) rather than
- * compile from shapes alone (`kiln ir` without weights). 0, or -1 after
- * reporting. */
+ * compile from shapes alone (`kiln ir` without weights). With in->dtype, the
+ * compiled graph's WEIGHT nodes take that dtype (kd_set_weight_dtype). 0, or
+ * -1 after reporting. */
 int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d);
 void kd_model_free(kd_model *m);
 
@@ -59,10 +62,24 @@ const kir_graph *kd_graph(const kd_model *m);
 /* The binding of the compiled model's weight `name`, or NULL. */
 const kf_weight_binding *kd_binding(const kd_model *m, const char *name);
 
-/* The f32 data of WEIGHT node `node` of g (a graph of this model, fused or
- * not): read from the checkpoint by its name, or derived from its sources'
- * data (passes/derived_weight.h). out holds kir_elems(node) floats. */
-int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, float *out, ks_diag *d);
+/* The data of WEIGHT node `node` of g (a graph of this model, fused or
+ * not) in the node's dtype: read from the checkpoint by its name (converted
+ * through f32 from the checkpoint's dtype; to bf16 or f16 rounding to
+ * nearest even), or derived from its sources' data (passes/derived_weight.h).
+ * out holds kir_elems(node) elements of the node's dtype. */
+int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, void *out, ks_diag *d);
+
+/* The weight dtype named by a --dtype value ("f32", "bf16", "f16"); reports
+ * another and returns -1. */
+int kd_parse_dtype(const char *name, kir_dtype *out, ks_diag *d);
+
+/* Give every WEIGHT node of g dtype t (the graph stays valid: operations
+ * take weights of any float dtype and compute in f32). */
+void kd_set_weight_dtype(kir_graph *g, kir_dtype t);
+
+/* The dtype name all of g's weights share ("f32", "bf16", "f16"), "mixed",
+ * or "f32" for a graph with no weights: the engine meta's "dtype". */
+const char *kd_weights_dtype(const kir_graph *g);
 
 /* Build an engine file from a loaded model (its optimized graph, if any). */
 int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_diag *d);

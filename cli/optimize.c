@@ -160,6 +160,9 @@ int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
             kir_graph_free(g);
             return -1;
         }
+        /* --dtype overrides the text's weight dtypes (kd_model_load checked the name) */
+        kir_dtype t;
+        if (in->dtype && kd_parse_dtype(in->dtype, &t, d) == 0) kd_set_weight_dtype(g, t);
     } else {
         g = kir_graph_clone(m->model->graph);
     }
@@ -242,8 +245,68 @@ const kf_weight_binding *kd_binding(const kd_model *m, const char *name)
     return NULL;
 }
 
-/* Read the f32 data of the compiled model's weight `name` into out. */
-static int read_named(const kd_model *m, const char *name, float *out, size_t elems, ks_diag *d)
+/* Store n f32 values as dtype t into out (bf16, f16: round to nearest even). */
+static void store_as(kir_dtype t, const float *in, size_t n, void *out)
+{
+    uint16_t *h = out;
+    switch (t) {
+    case KIR_F32:
+        if (in != out) memcpy(out, in, n * sizeof *in);
+        return;
+    case KIR_BF16:
+        for (size_t i = 0; i < n; i++) h[i] = ks_f32_to_bf16(in[i]);
+        return;
+    case KIR_F16:
+        for (size_t i = 0; i < n; i++) h[i] = ks_f32_to_f16(in[i]);
+        return;
+    case KIR_I32:
+    case KIR_DTYPE_COUNT:
+        break;
+    }
+    KS_UNREACHABLE(); /* the weight shape rule allows float dtypes only */
+}
+
+/* m elements of raw little-endian data of dtype src as f32 into f (one loop
+ * per dtype, so that the compiler vectorizes the common bf16 one). */
+static void load_f32s(const uint8_t *p, kir_dtype src, size_t m, float *f)
+{
+    if (src == KIR_F32) {
+        memcpy(f, p, m * sizeof *f);
+    } else if (src == KIR_BF16) {
+        for (size_t i = 0; i < m; i++) {
+            uint32_t u = (uint32_t)(p[2 * i] | p[2 * i + 1] << 8) << 16; /* as ks_bf16_to_f32 */
+            memcpy(&f[i], &u, sizeof u);
+        }
+    } else {
+        for (size_t i = 0; i < m; i++) f[i] = ks_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+    }
+}
+
+/* n elements of tensor data (dtype src, untransposed rows) as dtype t into
+ * out: a copy when the dtypes agree (bf16 or f16 through f32 and back with
+ * round to nearest even is the identity, NaN payloads aside), else through
+ * f32 a chunk at a time (no whole-tensor temporary: an 8B model's tensors
+ * are gigabytes). */
+static void convert_rows(const uint8_t *data, kir_dtype src, size_t n, kir_dtype t, void *out)
+{
+    size_t in_es = kir_dtype_size(src), out_es = kir_dtype_size(t);
+    if (src == t) {
+        memcpy(out, data, n * in_es);
+        return;
+    }
+    enum { CHUNK = 1 << 14 };
+    float buf[CHUNK];
+    for (size_t at = 0; at < n; at += CHUNK) {
+        size_t m = n - at < CHUNK ? n - at : CHUNK;
+        float *f = t == KIR_F32 ? (float *)out + at : buf;
+        load_f32s(data + at * in_es, src, m, f);
+        if (t != KIR_F32) store_as(t, buf, m, (uint8_t *)out + at * out_es);
+    }
+}
+
+/* Read the compiled model's weight `name` as `elems` elements of dtype t into
+ * out: from the checkpoint through f32 (synthetic data without one). */
+static int read_named(const kd_model *m, const char *name, kir_dtype t, void *out, size_t elems, ks_diag *d)
 {
     const kf_weight_binding *b = kd_binding(m, name);
     if (!b) {
@@ -256,32 +319,44 @@ static int read_named(const kd_model *m, const char *name, float *out, size_t el
                  (long long)kir_elems(n, 1), elems);
         return -1;
     }
-    if (!m->ckpt) {
-        kd_synthetic_weight(name, out, n->ndim, n->dims);
-        return 0;
+    const kf_tensor *tensor = m->ckpt ? kf_checkpoint_find(m->ckpt, b->tensor) : NULL;
+    KS_ASSERT(tensor || !m->ckpt);
+    if (tensor && !b->transposed && tensor->ndim >= 1 && tensor->shape[0] > 0) {
+        /* rows [row_start, row_end) of the stored tensor, contiguous: converted straight into out */
+        size_t row_elems = tensor->nbytes / kir_dtype_size(tensor->dtype) / (size_t)tensor->shape[0];
+        int64_t end = b->row_end < 0 ? tensor->shape[0] : b->row_end;
+        if (b->row_start >= 0 && b->row_start <= end && end <= tensor->shape[0] &&
+            (size_t)(end - b->row_start) * row_elems == elems) {
+            convert_rows(tensor->data + (size_t)b->row_start * row_elems * kir_dtype_size(tensor->dtype),
+                         tensor->dtype, elems, t, out);
+            return 0;
+        }
     }
-    const kf_tensor *t = kf_checkpoint_find(m->ckpt, b->tensor);
-    KS_ASSERT(t);
-    return kf_tensor_read_f32(d, t, b->transposed, b->row_start, b->row_end, out);
+    float *f = t == KIR_F32 ? out : ks_xmalloc(sizeof(float) * (elems ? elems : 1));
+    int rc = 0;
+    if (!tensor)
+        kd_synthetic_weight(name, f, n->ndim, n->dims);
+    else
+        rc = kf_tensor_read_f32(d, tensor, b->transposed, b->row_start, b->row_end, f);
+    if (rc == 0) store_as(t, f, elems, out);
+    if (f != out) free(f);
+    return rc;
 }
 
-int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, float *out, ks_diag *d)
+int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, void *out, ks_diag *d)
 {
     const kir_node *n = kir_node_at(g, node);
     const char *name = kir_get_str(g, node, "name", "");
-    if (n->dtype != KIR_F32) {
-        ks_error(d, "kiln", "weight '%s': this build stores f32 weights only", name);
-        return -1;
-    }
-    if (!kp_weight_is_derived(g, node)) return read_named(m, name, out, (size_t)kir_elems(n, 1), d);
+    size_t es = kir_dtype_size(n->dtype);
+    if (!kp_weight_is_derived(g, node)) return read_named(m, name, n->dtype, out, (size_t)kir_elems(n, 1), d);
     ks_arena scratch = {0};
     kp_weight_recipe r;
     int rc = kp_weight_recipe_of(g, node, &scratch, &r);
     KS_ASSERT(rc == 0); /* the graph verified */
-    float **src = ks_xcalloc(r.n_sources, sizeof *src);
+    void **src = ks_xcalloc(r.n_sources, sizeof *src);
     for (size_t i = 0; i < r.n_sources && rc == 0; i++) {
         src[i] = ks_xmalloc(r.bytes[i] ? r.bytes[i] : 1);
-        rc = read_named(m, r.names[i], src[i], r.bytes[i] / sizeof(float), d);
+        rc = read_named(m, r.names[i], n->dtype, src[i], r.bytes[i] / es, d);
     }
     if (rc == 0) kp_derive_weight(g, node, &r, (const void *const *)src, out);
     for (size_t i = 0; i < r.n_sources; i++) free(src[i]);

@@ -7,6 +7,7 @@
 
 #include "ir/interp.h"
 #include "runtime/kv_cache.h"
+#include "runtime/session.h"
 
 /* The key of a node: where it came from and in which layer. */
 typedef struct node_key {
@@ -85,9 +86,10 @@ static kir_val *match_nodes(const kir_graph *ref, const kir_graph *test)
 
 typedef struct side {
     const kir_graph *g;  /* the graph */
-    kir_interp *it;      /* its interpreter */
-    krt_kv *kv;          /* its cache */
+    kir_interp *it;      /* its interpreter, or NULL when ses runs it */
+    krt_kv *kv;          /* the interpreter's cache */
     krt_kv_layer *layers; /* cache layout */
+    krt_session *ses;    /* an engine's session, through its backend; or NULL */
     float **values;      /* [n_nodes] copies of the values of this step (for matched nodes) */
     const uint8_t *want; /* [n_nodes] 1: keep this node's value */
 } side;
@@ -117,7 +119,41 @@ static int side_open(side *s, const kir_graph *g, const void *const *w, int max_
     if (!s->it) return -1;
     s->values = ks_xcalloc(g->n_nodes ? g->n_nodes : 1, sizeof *s->values);
     kir_interp_set_tap(s->it, keep_value, s);
+    for (int q = 0; q < max_seqs; q++) {
+        const char *why = NULL;
+        if (krt_kv_seq_add(s->kv, q, &why) != 0) return -1;
+    }
     return 0;
+}
+
+/* The engine's side: a session over its backend, which shows its values to the tap. */
+static int side_open_engine(side *s, const krt_engine *e, int max_seqs, int max_ctx, ks_diag *d)
+{
+    memset(s, 0, sizeof *s);
+    s->g = e->graph;
+    krt_session_opts so = {.max_seqs = max_seqs, .max_context = max_ctx, .block_size = 16,
+                           .n_blocks = max_seqs * ((max_ctx + 15) / 16)};
+    s->ses = krt_session_new(e, &so, d);
+    if (!s->ses) return -1;
+    s->values = ks_xcalloc(s->g->n_nodes ? s->g->n_nodes : 1, sizeof *s->values);
+    if (krt_session_set_tap(s->ses, keep_value, s, d) != 0) return -1;
+    for (int q = 0; q < max_seqs; q++)
+        if (krt_session_seq_add(s->ses, q, d) != 0) return -1;
+    return 0;
+}
+
+/* Run a step: the interpreter's positions are reserved here; a session assigns the same ones itself. */
+static int side_step(side *s, const kir_step *st, const int *len, float *out, ks_diag *d)
+{
+    if (s->ses) return krt_session_step(s->ses, st->n_tokens, st->tokens, st->seq_ids, out, d);
+    for (int q = 0; q < 2; q++) {
+        const char *why = NULL;
+        if (krt_kv_seq_reserve(s->kv, q, len[q], &why) != 0) {
+            ks_error(d, "kiln verify", "KV cache: %s", why);
+            return -1;
+        }
+    }
+    return kir_interp_step(s->it, st, out, d);
 }
 
 static void side_close(side *s)
@@ -128,6 +164,7 @@ static void side_close(side *s)
     free(s->values);
     kir_interp_free(s->it);
     krt_kv_free(s->kv);
+    krt_session_free(s->ses);
     free(s->layers);
 }
 
@@ -161,8 +198,11 @@ static const char *file_of(const kir_graph *g, kir_loc loc)
     return loc.file < g->n_files ? g->files[loc.file] : "?";
 }
 
-int kd_verify_graphs(const kir_graph *ref, const void *const *ref_weights, const kir_graph *test,
-                     const void *const *test_weights, const kd_verify_opts *o, kd_verify_result *r, ks_diag *d)
+/* Both sides: test runs through the interpreter with test_weights, or, with
+ * engine, through the engine's backend. */
+static int verify(const kir_graph *ref, const void *const *ref_weights, const kir_graph *test,
+                  const void *const *test_weights, const krt_engine *engine, const kd_verify_opts *o,
+                  kd_verify_result *r, ks_diag *d)
 {
     memset(r, 0, sizeof *r);
     r->first = KIR_NONE;
@@ -196,7 +236,7 @@ int kd_verify_graphs(const kir_graph *ref, const void *const *ref_weights, const
             n_ids = ref->nodes[ref->nodes[v].in[0]].dims[0];
     side a = {0}, b = {0};
     int rc = side_open(&a, ref, ref_weights, 2, max_ctx, d);
-    if (rc == 0) rc = side_open(&b, test, test_weights, 2, max_ctx, d);
+    if (rc == 0) rc = engine ? side_open_engine(&b, engine, 2, max_ctx, d) : side_open(&b, test, test_weights, 2, max_ctx, d);
     a.want = want_r;
     b.want = want_t;
     int total = n0 + n1;
@@ -205,9 +245,6 @@ int kd_verify_graphs(const kir_graph *ref, const void *const *ref_weights, const
     float *la = ks_xmalloc(sizeof(float) * (size_t)total * (size_t)vocab);
     float *lb = ks_xmalloc(sizeof(float) * (size_t)total * (size_t)vocab);
     uint64_t state = o->seed * 0x9e3779b97f4a7c15ull + 1;
-    const char *why = NULL;
-    for (int s = 0; rc == 0 && s < 2; s++)
-        if (krt_kv_seq_add(a.kv, s, &why) || krt_kv_seq_add(b.kv, s, &why)) rc = -1;
     int len[2] = {0, 0};
     for (int step = 0; rc == 0 && step <= o->decode_steps; step++) {
         int n = 0;
@@ -232,14 +269,9 @@ int kd_verify_graphs(const kir_graph *ref, const void *const *ref_weights, const
         }
         for (int i = 0; i < n; i++)
             if (pos[i] + 1 > len[seq[i]]) len[seq[i]] = pos[i] + 1;
-        for (int sq = 0; sq < 2 && rc == 0; sq++)
-            if (krt_kv_seq_reserve(a.kv, sq, len[sq], &why) || krt_kv_seq_reserve(b.kv, sq, len[sq], &why)) {
-                ks_error(d, "kiln verify", "KV cache: %s", why);
-                rc = -1;
-            }
         kir_step st = {.n_tokens = n, .tokens = tok, .positions = pos, .seq_ids = seq};
-        if (rc == 0) rc = kir_interp_step(a.it, &st, la, d);
-        if (rc == 0) rc = kir_interp_step(b.it, &st, lb, d);
+        rc = side_step(&a, &st, len, la, d);
+        if (rc == 0) rc = side_step(&b, &st, len, lb, d);
         if (rc) break;
         for (size_t v = 0; v < ref->n_nodes; v++) {
             if (match[v] == KIR_NONE || !a.values[v] || !b.values[match[v]]) continue;
@@ -312,4 +344,16 @@ int kd_verify_graphs(const kir_graph *ref, const void *const *ref_weights, const
     side_close(&a);
     side_close(&b);
     return rc;
+}
+
+int kd_verify_graphs(const kir_graph *ref, const void *const *ref_weights, const kir_graph *test,
+                     const void *const *test_weights, const kd_verify_opts *o, kd_verify_result *r, ks_diag *d)
+{
+    return verify(ref, ref_weights, test, test_weights, NULL, o, r, d);
+}
+
+int kd_verify_engine(const kir_graph *ref, const void *const *ref_weights, const krt_engine *test,
+                     const kd_verify_opts *o, kd_verify_result *r, ks_diag *d)
+{
+    return verify(ref, ref_weights, test->graph, NULL, test, o, r, d);
 }

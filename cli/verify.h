@@ -12,6 +12,11 @@
  * expression's value (a fused graph's slice of a merged matmul stands for
  * the matmul it replaced). Values whose shapes differ are not compared.
  *
+ * The fused side runs in the interpreter (kd_verify_graphs), or as an
+ * engine through its backend (kd_verify_engine: `kiln verify --target
+ * sm_90` runs the CUDA engine on the GPU), which shows the values it
+ * computes to the same tap (runtime/backend.h's set_tap).
+ *
  * Prefix: kd_ (driver).
  */
 #ifndef KILN_VERIFY_H
@@ -21,6 +26,7 @@
 #include <stdio.h>
 
 #include "ir/ir.h"
+#include "runtime/engine.h"
 
 typedef struct kd_verify_opts {
     double tolerance;   /* a value diverges when max|d| > tolerance * max|reference| */
@@ -45,5 +51,10 @@ typedef struct kd_verify_result {
  * r->diverged), -1 after reporting an error running either graph. */
 int kd_verify_graphs(const kir_graph *ref, const void *const *ref_weights, const kir_graph *test,
                      const void *const *test_weights, const kd_verify_opts *o, kd_verify_result *r, ks_diag *d);
+
+/* The same, with the test side an engine (its graph and weights) run through
+ * its backend, which must be able to show its values (a tap). */
+int kd_verify_engine(const kir_graph *ref, const void *const *ref_weights, const krt_engine *test,
+                     const kd_verify_opts *o, kd_verify_result *r, ks_diag *d);
 
 #endif

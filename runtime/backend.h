@@ -1,6 +1,7 @@
 /*
  * backend.h — a backend is a table of functions (QBE's Target, ggml's
- * ggml_backend_i). Code above the backends never tests which one it has.
+ * ggml_backend_i). Code above the backends never tests which one it has:
+ * it asks for an optional entry and does without when it is NULL.
  *
  * Prefix: krt_.
  */
@@ -10,6 +11,30 @@
 #include "ir/interp.h"
 #include "runtime/engine.h"
 #include "runtime/kv_cache.h"
+
+/* Settings a session passes to a device backend's open. */
+typedef struct krt_backend_opts {
+    int graphs;           /* 1: replay captured launch sequences (CUDA graphs) where the backend can */
+    int graph_max_tokens; /* steps of at most this many tokens are captured, one graph per size */
+} krt_backend_opts;
+
+/* One draw of a next token on the device, with runtime/sampler.c's rules
+ * (no repetition penalty): temperature 0 is the arg max (lowest id among
+ * equals), else top-k, top-p and one uniform draw from its generator. */
+typedef struct krt_draw {
+    float temperature; /* 0: greedy */
+    int32_t top_k;     /* 0: all */
+    float top_p;       /* 1: all */
+    uint64_t rng;      /* in: the xorshift64* state (krt_sampler_rng); out: after the draw */
+    int32_t id;        /* out: the id drawn; -1 when every logit is NaN or -inf */
+} krt_draw;
+
+/* What the device holds: for sizing the KV cache and for messages. */
+typedef struct krt_device_mem {
+    size_t free_bytes;  /* free now */
+    size_t total_bytes; /* the device's memory */
+    char name[128];     /* the device, as its driver names it */
+} krt_device_mem;
 
 typedef struct krt_backend {
     const char *name;                  /* "interp", "cpu", "cuda", ... */
@@ -23,16 +48,28 @@ typedef struct krt_backend {
     /* Optional, for backends whose KV blocks live on a device (NULL for the
      * others); when set they replace create. open prepares the device for e
      * before the KV cache exists, checking that e can run there and allocating
-     * nothing when it cannot; the state it returns becomes kv_storage's ctx.
-     * attach then hands the state its KV cache. destroy comes after the KV
-     * cache is freed. */
-    void *(*open)(const krt_engine *e, ks_diag *d);
+     * nothing when it cannot, and uploads the weights; the state it returns
+     * becomes kv_storage's ctx. attach then hands the state its KV cache.
+     * destroy comes after the KV cache is freed. */
+    void *(*open)(const krt_engine *e, const krt_backend_opts *o, ks_diag *d);
     int (*attach)(void *state, krt_kv *kv, ks_diag *d);
+    /* Optional: the device's memory, after open. 0, or -1 after reporting. */
+    int (*mem_info)(void *state, krt_device_mem *m, ks_diag *d);
+    /* Optional: 1 when step_draw can run (the engine holds the draw kernel). */
+    int (*can_draw)(void *state);
+    /* Optional: step, then draw n_draw next tokens on the device, draw k from
+     * the logits of token rows[k]; only the ids (and generator states) come
+     * back. out receives the logits too when not NULL. */
+    int (*step_draw)(void *state, const kir_step *step, float *out, int n_draw, const int32_t *rows, krt_draw *draws,
+                     ks_diag *d);
+    /* Optional: after each step, show every f32 value the step computed to
+     * tap (ir/interp.h's kir_tap_fn), in schedule order; NULL turns it off. */
+    void (*set_tap)(void *state, kir_tap_fn tap, void *ctx);
 } krt_backend;
 
 /* The reference interpreter as a backend: fp32 on the CPU. */
 extern const krt_backend krt_backend_interp;
-/* CUDA (runtime/cuda_backend.c): loads libcuda at run time; f32 for now. */
+/* CUDA (runtime/cuda_backend.c): loads libcuda at run time. */
 extern const krt_backend krt_backend_cuda;
 
 /* The backend for an engine's target (from its metadata), or NULL after reporting. */

@@ -15,6 +15,8 @@ static int interp_step(void *state, const kir_step *step, float *out, ks_diag *d
     return kir_interp_step(state, step, out, d);
 }
 
+static void interp_set_tap(void *state, kir_tap_fn tap, void *ctx) { kir_interp_set_tap(state, tap, ctx); }
+
 const krt_backend krt_backend_interp = {
     .name = "interp",
     .kv_storage = &krt_kv_host_storage,
@@ -22,6 +24,7 @@ const krt_backend krt_backend_interp = {
     .create = interp_create,
     .destroy = interp_destroy,
     .step = interp_step,
+    .set_tap = interp_set_tap,
 };
 
 const krt_backend *krt_backend_for(const krt_engine *e, ks_diag *d)

@@ -23,11 +23,21 @@ typedef uint64_t krt_cu_ptr;            /* CUdeviceptr */
 typedef struct krt_cu_ctx_ *krt_cu_ctx; /* CUcontext */
 typedef struct krt_cu_mod_ *krt_cu_mod; /* CUmodule */
 typedef struct krt_cu_fn_ *krt_cu_fn;   /* CUfunction */
+typedef struct krt_cu_stream_ *krt_cu_stream;         /* CUstream */
+typedef struct krt_cu_graph_ *krt_cu_graph;           /* CUgraph: a captured sequence of launches */
+typedef struct krt_cu_graph_exec_ *krt_cu_graph_exec; /* CUgraphExec: one instantiated for launching */
 
 /* CUdevice_attribute values used here. */
 enum {
     KRT_CU_ATTR_CC_MAJOR = 75, /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR */
     KRT_CU_ATTR_CC_MINOR = 76, /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR */
+};
+
+/* Flags and modes used here, as cuda.h spells them. */
+enum {
+    KRT_CU_STREAM_NON_BLOCKING = 1,        /* CU_STREAM_NON_BLOCKING: no implicit sync with the legacy stream */
+    KRT_CU_CAPTURE_MODE_THREAD_LOCAL = 1,  /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */
+    KRT_CU_ERROR_OUT_OF_MEMORY = 2,        /* CUDA_ERROR_OUT_OF_MEMORY */
 };
 
 typedef struct krt_cuda_api {
@@ -51,6 +61,21 @@ typedef struct krt_cuda_api {
     krt_cu_result (*cuModuleGetFunction)(krt_cu_fn *fn, krt_cu_mod mod, const char *name);
     krt_cu_result (*cuLaunchKernel)(krt_cu_fn fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                     unsigned bz, unsigned shared_bytes, void *stream, void **params, void **extra);
+    krt_cu_result (*cuMemGetInfo)(size_t *free_bytes, size_t *total_bytes);
+    krt_cu_result (*cuStreamCreate)(krt_cu_stream *stream, unsigned flags);
+    krt_cu_result (*cuStreamDestroy)(krt_cu_stream stream);
+    krt_cu_result (*cuStreamSynchronize)(krt_cu_stream stream);
+    krt_cu_result (*cuMemcpyHtoDAsync)(krt_cu_ptr dst, const void *src, size_t bytes, krt_cu_stream stream);
+    krt_cu_result (*cuMemcpyDtoHAsync)(void *dst, krt_cu_ptr src, size_t bytes, krt_cu_stream stream);
+    krt_cu_result (*cuMemcpyDtoDAsync)(krt_cu_ptr dst, krt_cu_ptr src, size_t bytes, krt_cu_stream stream);
+    krt_cu_result (*cuMemsetD8Async)(krt_cu_ptr p, unsigned char value, size_t n, krt_cu_stream stream);
+    krt_cu_result (*cuStreamBeginCapture)(krt_cu_stream stream, int mode);
+    krt_cu_result (*cuStreamEndCapture)(krt_cu_stream stream, krt_cu_graph *graph);
+    krt_cu_result (*cuGraphInstantiateWithFlags)(krt_cu_graph_exec *exec, krt_cu_graph graph,
+                                                 unsigned long long flags);
+    krt_cu_result (*cuGraphLaunch)(krt_cu_graph_exec exec, krt_cu_stream stream);
+    krt_cu_result (*cuGraphExecDestroy)(krt_cu_graph_exec exec);
+    krt_cu_result (*cuGraphDestroy)(krt_cu_graph graph);
     krt_cu_result (*cuGetErrorName)(krt_cu_result r, const char **name);
     krt_cu_result (*cuGetErrorString)(krt_cu_result r, const char **text);
 } krt_cuda_api;

@@ -5,24 +5,41 @@
  * open:   loads libcuda (runtime/cuda_api.h), picks the cubin for the
  *         device's compute capability — or says which architectures the
  *         engine has and which the device is, before allocating anything —
- *         loads it and looks up every kernel of cuda.meta.
- * attach: uploads the weights section as it lies in the file (one copy),
- *         and checks cuda.meta against the graph and the KV cache, whose
- *         blocks live in device memory (cuda_kv_storage below).
+ *         loads it, looks up every kernel of cuda.meta (and krt_draw, the
+ *         draw kernel, when the engine has it), and uploads the weights
+ *         section as it lies in the file (one copy), so that what is free
+ *         afterwards can size the KV cache (mem_info).
+ * attach: checks cuda.meta against the graph and the KV cache, whose blocks
+ *         live in device memory (cuda_kv_storage below).
  * step:   checks the step on the host (as the interpreter does), uploads the
  *         step's ids, positions, KV slots and block tables in one copy, runs
- *         the kernels in order on the default stream, and copies the logits
- *         back (which also waits for them).
+ *         the kernels in order, copies the logits back — or draws the next
+ *         tokens on the device (runtime/cuda_draw.h) and copies back only
+ *         those — and waits for the stream.
+ *
+ * Every copy and launch goes on one stream of the backend's, in order, so
+ * nothing needs more synchronization than the wait at the end of a step.
+ *
+ * CUDA graphs: a step of T <= graph_max_tokens tokens is captured once per T
+ * (lazily, the first time a step of that size comes) and replayed after
+ * that: the exact size, not a padded bucket, so a replay launches exactly the
+ * kernels an eager step would, with the same T, and its results are the same
+ * bits. Graph steps read their arrays from a fixed buffer (g_step, laid out
+ * for graph_max_tokens tokens and as many block-table entries as that many
+ * full sequences have), and write the activations, whose address is baked
+ * into the graphs: when a larger eager step regrows the activations, the
+ * graphs are dropped and captured again on demand.
  *
  * Memory: one device buffer per computed value (phase 1), sized for the
- * largest step so far and regrown when a step is larger. Views share their
- * operand's buffer (cuda.meta's aliases).
+ * largest step so far (at least graph_max_tokens) and regrown when a step is
+ * larger. Views share their operand's buffer (cuda.meta's aliases).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/backend.h"
 #include "runtime/cuda_api.h"
+#include "runtime/cuda_draw.h"
 #include "runtime/cuda_meta.h"
 
 #define NO_BUFFER SIZE_MAX /* act_off of a value with no buffer of its own */
@@ -45,11 +62,15 @@ typedef struct cu_state {
     char device_name[128];    /* as the driver names it */
     char arch[16];            /* the cubin picked, "sm_90" */
     krt_cu_mod module;        /* the loaded cubin; NULL until loaded */
+    krt_cu_stream stream;     /* every copy and launch goes on it; NULL until created */
+    krt_backend_opts opts;    /* graphs on or off, and the largest step captured */
     krt_cuda_meta meta;       /* the launch table */
     krt_cu_fn *fns;           /* [meta.n_kernels] the kernels, looked up */
+    krt_cu_fn draw_fn;        /* krt_draw (runtime/cuda_draw.h), or NULL: the engine predates it */
     const krt_engine *e;      /* the engine; not owned */
     const kir_graph *g;       /* its graph */
     const char *name;         /* what step errors are reported against: the model's name */
+    int64_t vocab;            /* elements per output row */
     krt_kv *kv;               /* the KV cache (attach); not owned */
     int has_kv;               /* 1 when the graph reads or writes the KV cache */
     uint32_t *root;           /* [n_nodes] the value whose buffer holds each value */
@@ -59,14 +80,30 @@ typedef struct cu_state {
     krt_cu_ptr acts;          /* the activations: one buffer per computed value */
     size_t *act_off;          /* [n_nodes] byte offset of each own buffer in acts; NO_BUFFER */
     int64_t t_cap;            /* tokens acts is sized for (0: not allocated) */
-    krt_cu_ptr step_dev;      /* the step's int arrays on the device */
+    krt_cu_ptr step_dev;      /* eager steps' int arrays on the device */
     size_t step_dev_cap;      /* bytes allocated there */
-    int32_t *step_host;       /* the step's int arrays, staged */
-    size_t step_host_cap;     /* int32 entries allocated */
+    int32_t *stage;           /* the step's int arrays, staged on the host for one copy */
+    size_t stage_cap;         /* int32 entries allocated */
+    int32_t *slots;           /* [T] scratch: the KV row each token writes */
+    size_t slots_cap;         /* entries allocated */
     int32_t *seq_off;         /* [max_seqs] scratch: a sequence's table offset in this step, -1 unseen */
     int64_t *order;           /* scratch [2 * T]: (slot, token) pairs for the duplicate check */
     size_t order_cap;         /* capacity of order, in pairs */
     int kv_failed;            /* a KV block copy failed; reported by the next step */
+    /* CUDA graphs */
+    krt_cu_graph_exec *graphs; /* [opts.graph_max_tokens + 1]: the step of T tokens, NULL until captured */
+    int n_graphs;             /* graphs held now */
+    krt_cu_ptr g_step;        /* graph steps' int arrays: 4 * graph_max_tokens + g_tables entries */
+    size_t g_tables;          /* block-table entries g_step holds */
+    /* draws on the device */
+    krt_cu_ptr draw_dev;      /* rows [draw_cap] | records [draw_cap] | keys, masses [draw_cap * vocab] */
+    int draw_cap;             /* draws draw_dev holds; 0: not allocated */
+    krt_cuda_draw_row *draw_rows; /* [draw_cap] the records, staged on the host */
+    /* the tap */
+    kir_tap_fn tap;           /* shown every f32 value after a step, or NULL */
+    void *tap_ctx;            /* its context */
+    float *tap_buf;           /* a value copied back */
+    size_t tap_cap;           /* floats allocated */
 } cu_state;
 
 /* ---- messages ------------------------------------------------------------------------- */
@@ -101,8 +138,9 @@ static void *kv_alloc(void *ctx, size_t bytes)
     cu_state *s = ctx;
     krt_cu_ptr p = 0;
     if (s->api.cuCtxSetCurrent(s->ctx) != 0 || s->api.cuMemAlloc(&p, bytes) != 0) return NULL;
-    /* zeroed, as the host storage is: a row read before it is written holds zeros */
-    if (s->api.cuMemsetD8(p, 0, bytes) != 0) {
+    /* zeroed, as the host storage is: a row read before it is written holds zeros;
+     * attach waits for the stream, and reports a failure there */
+    if (s->api.cuMemsetD8Async(p, 0, bytes, s->stream) != 0) {
         s->api.cuMemFree(p);
         return NULL;
     }
@@ -113,14 +151,17 @@ static void kv_free(void *ctx, void *p)
 {
     cu_state *s = ctx;
     s->api.cuCtxSetCurrent(s->ctx);
+    s->api.cuStreamSynchronize(s->stream); /* nothing in flight may still use it */
     s->api.cuMemFree((krt_cu_ptr)(uintptr_t)p);
 }
 
+/* Copy-on-write of a block: on the stream, so it lands before the next step's kernels. */
 static void kv_copy(void *ctx, void *base, size_t dst_off, size_t src_off, size_t bytes)
 {
     cu_state *s = ctx;
     krt_cu_ptr b = (krt_cu_ptr)(uintptr_t)base;
-    if (s->api.cuCtxSetCurrent(s->ctx) != 0 || s->api.cuMemcpyDtoD(b + dst_off, b + src_off, bytes) != 0)
+    if (s->api.cuCtxSetCurrent(s->ctx) != 0 ||
+        s->api.cuMemcpyDtoDAsync(b + dst_off, b + src_off, bytes, s->stream) != 0)
         s->kv_failed = 1;
 }
 
@@ -196,30 +237,16 @@ static int load_kernels(cu_state *s, ks_diag *d)
         r = s->api.cuModuleGetFunction(&s->fns[i], s->module, s->meta.kernels[i].name);
         if (r != 0) return cu_error(s, d, r, "damaged engine: kernel %s is not in its %s cubin", s->meta.kernels[i].name, s->arch);
     }
+    /* optional: engines built before the draw kernel existed lack it, and draw on the host */
+    if (s->api.cuModuleGetFunction(&s->draw_fn, s->module, KRT_CUDA_DRAW_KERNEL) != 0) s->draw_fn = NULL;
+    if ((r = s->api.cuStreamCreate(&s->stream, KRT_CU_STREAM_NON_BLOCKING)) != 0) {
+        s->stream = NULL;
+        return cu_error(s, d, r, "cannot create a stream");
+    }
     return 0;
 }
 
-static void *cuda_open(const krt_engine *e, ks_diag *d)
-{
-    size_t size = 0;
-    const char *text = krt_engine_section_data(e, KRT_CUDA_META_SECTION, &size);
-    if (!text) {
-        ks_error(d, e->path, "damaged: the engine's target is cuda but it has no %s section", KRT_CUDA_META_SECTION);
-        return NULL;
-    }
-    cu_state *s = ks_xcalloc(1, sizeof *s);
-    s->e = e;
-    s->g = e->graph;
-    s->name = s->g->name && s->g->name[0] ? s->g->name : "cuda";
-    if (krt_cuda_meta_parse(text, size, e->path, &s->meta, d) != 0 || krt_cuda_api_load(&s->api, d) != 0 ||
-        open_device(s, d) != 0 || load_kernels(s, d) != 0) {
-        cuda_destroy(s);
-        return NULL;
-    }
-    return s;
-}
-
-/* ---- attach: the KV cache, the weights, the value table --------------------------------------- */
+/* ---- the value table, the weights -------------------------------------------------------------- */
 static int meta_error(cu_state *s, ks_diag *d, const char *fmt, ...) KS_PRINTF(3, 4);
 static int meta_error(cu_state *s, ks_diag *d, const char *fmt, ...)
 {
@@ -299,9 +326,36 @@ static int upload_weights(cu_state *s, ks_diag *d)
         s->weights = 0;
         return cu_error(s, d, r, "cannot allocate %zu bytes for the weights", size);
     }
-    r = s->api.cuMemcpyHtoD(s->weights, s->wsection, size);
+    r = s->api.cuMemcpyHtoDAsync(s->weights, s->wsection, size, s->stream);
+    if (r == 0) r = s->api.cuStreamSynchronize(s->stream);
     if (r != 0) return cu_error(s, d, r, "cannot upload the weights");
     return 0;
+}
+
+/* ---- open and attach ---------------------------------------------------------------------------- */
+static void *cuda_open(const krt_engine *e, const krt_backend_opts *o, ks_diag *d)
+{
+    size_t size = 0;
+    const char *text = krt_engine_section_data(e, KRT_CUDA_META_SECTION, &size);
+    if (!text) {
+        ks_error(d, e->path, "damaged: the engine's target is cuda but it has no %s section", KRT_CUDA_META_SECTION);
+        return NULL;
+    }
+    cu_state *s = ks_xcalloc(1, sizeof *s);
+    s->e = e;
+    s->g = e->graph;
+    s->name = s->g->name && s->g->name[0] ? s->g->name : "cuda";
+    s->vocab = kir_output_row_elems(s->g);
+    if (o) s->opts = *o;
+    if (s->opts.graph_max_tokens <= 0) s->opts.graphs = 0;
+    if (krt_cuda_meta_parse(text, size, e->path, &s->meta, d) != 0 || krt_cuda_api_load(&s->api, d) != 0 ||
+        open_device(s, d) != 0 || load_kernels(s, d) != 0 || place_values(s, d) != 0 || upload_weights(s, d) != 0) {
+        cuda_destroy(s);
+        return NULL;
+    }
+    if (s->opts.graphs)
+        s->graphs = ks_xcalloc((size_t)s->opts.graph_max_tokens + 1, sizeof *s->graphs);
+    return s;
 }
 
 static int cuda_attach(void *state, krt_kv *kv, ks_diag *d)
@@ -317,8 +371,31 @@ static int cuda_attach(void *state, krt_kv *kv, ks_diag *d)
                  cfg->n_blocks, cfg->block_size);
         return -1;
     }
-    if (place_values(s, d) != 0 || check_kernels(s, d) != 0) return -1;
-    return upload_weights(s, d);
+    if (check_kernels(s, d) != 0) return -1;
+    /* the KV blocks' zeroing went on the stream */
+    if ((r = s->api.cuStreamSynchronize(s->stream)) != 0) return cu_error(s, d, r, "cannot clear the KV cache");
+    return 0;
+}
+
+static int cuda_mem_info(void *state, krt_device_mem *m, ks_diag *d)
+{
+    cu_state *s = state;
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s", s->device_name);
+    krt_cu_result r = s->api.cuCtxSetCurrent(s->ctx);
+    if (r == 0) r = s->api.cuMemGetInfo(&m->free_bytes, &m->total_bytes);
+    if (r != 0) return cu_error(s, d, r, "cannot ask the device how much memory is free");
+    return 0;
+}
+
+static void drop_graphs(cu_state *s)
+{
+    for (int t = 0; s->graphs && t <= s->opts.graph_max_tokens; t++)
+        if (s->graphs[t]) {
+            s->api.cuGraphExecDestroy(s->graphs[t]);
+            s->graphs[t] = NULL;
+        }
+    s->n_graphs = 0;
 }
 
 static void cuda_destroy(void *state)
@@ -327,30 +404,38 @@ static void cuda_destroy(void *state)
     if (!s) return;
     if (s->ctx_held) {
         s->api.cuCtxSetCurrent(s->ctx);
-        if (s->acts) s->api.cuMemFree(s->acts);
-        if (s->step_dev) s->api.cuMemFree(s->step_dev);
-        if (s->weights) s->api.cuMemFree(s->weights);
+        if (s->stream) s->api.cuStreamSynchronize(s->stream);
+        drop_graphs(s);
+        krt_cu_ptr bufs[] = {s->acts, s->step_dev, s->g_step, s->draw_dev, s->weights};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i]) s->api.cuMemFree(bufs[i]);
+        if (s->stream) s->api.cuStreamDestroy(s->stream);
         if (s->module) s->api.cuModuleUnload(s->module);
         s->api.cuDevicePrimaryCtxRelease(s->dev);
     }
     krt_cuda_api_unload(&s->api);
     krt_cuda_meta_free(&s->meta);
+    free(s->graphs);
     free(s->fns);
     free(s->root);
     free(s->home);
     free(s->act_off);
-    free(s->step_host);
+    free(s->stage);
+    free(s->slots);
     free(s->seq_off);
     free(s->order);
+    free(s->draw_rows);
+    free(s->tap_buf);
     free(s);
 }
 
 /* ---- a step ----------------------------------------------------------------------------------- */
-/* Activation buffers for steps of up to T tokens. */
+/* Activation buffers for steps of up to T tokens (at least the largest graph step). */
 static int reserve_acts(cu_state *s, int64_t T, ks_diag *d)
 {
     if (T <= s->t_cap) return 0;
     int64_t cap = s->t_cap * 2 > T ? s->t_cap * 2 : T;
+    if (s->opts.graphs && cap < s->opts.graph_max_tokens) cap = s->opts.graph_max_tokens;
     size_t at = 0;
     for (size_t v = 0; v < s->g->n_nodes; v++) {
         if (s->home[v] != HOME_ACTS) continue;
@@ -358,6 +443,8 @@ static int reserve_acts(cu_state *s, int64_t T, ks_diag *d)
         size_t bytes = (size_t)kir_elems(&s->g->nodes[v], cap) * sizeof(float);
         at += (bytes + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN;
     }
+    /* the graphs write the old buffer: capture them again when they are next used */
+    drop_graphs(s);
     if (s->acts) s->api.cuMemFree(s->acts);
     s->acts = 0;
     s->t_cap = 0;
@@ -432,10 +519,30 @@ typedef struct step_ptrs {
     krt_cu_ptr tokens, positions, slots, table_off, tables; /* int32 arrays */
 } step_ptrs;
 
-/* Stage and upload tokens | positions | slots | table_off | tables. */
-static int upload_step(cu_state *s, const kir_step *st, step_ptrs *p, ks_diag *d)
+/* The arrays' places in a buffer at base laid out for `stride` tokens:
+ * tokens | positions | slots | table_off, stride entries each, then the tables. */
+static step_ptrs layout(krt_cu_ptr base, size_t stride)
 {
-    size_t T = (size_t)st->n_tokens;
+    size_t w = sizeof(int32_t) * stride;
+    return (step_ptrs){base, base + w, base + 2 * w, base + 3 * w, base + 4 * w};
+}
+
+/* Block-table entries a graph step may need: graph_max_tokens sequences of
+ * the longest table. */
+static size_t graph_tables(const cu_state *s)
+{
+    if (!s->has_kv) return 0;
+    const krt_kv_config *cfg = krt_kv_config_of(s->kv);
+    size_t per_seq = (size_t)((cfg->max_context + cfg->block_size - 1) / cfg->block_size);
+    return (size_t)s->opts.graph_max_tokens * per_seq;
+}
+
+/* Stage and upload tokens | positions | slots | table_off | tables: into
+ * g_step, laid out for graph_max_tokens, for a graph step; else into
+ * step_dev, laid out for T. */
+static int upload_step(cu_state *s, const kir_step *st, int graph, step_ptrs *p, ks_diag *d)
+{
+    size_t T = (size_t)st->n_tokens, stride = graph ? (size_t)s->opts.graph_max_tokens : T;
     /* the block tables of the step's sequences, each once, in order of first appearance;
      * their ids go to order (free again after check_step) */
     size_t n_tables = 0, n_seqs = 0;
@@ -451,38 +558,49 @@ static int upload_step(cu_state *s, const kir_step *st, step_ptrs *p, ks_diag *d
             n_tables += (size_t)nb;
         }
     }
-    size_t total = 4 * T + n_tables;
-    KS_GROW(s->step_host, total, s->step_host_cap, (size_t)1 << 31, "step arrays");
-    int32_t *h = s->step_host;
+    size_t total = 4 * stride + n_tables;
+    KS_GROW(s->stage, total, s->stage_cap, (size_t)1 << 31, "step arrays");
+    int32_t *h = s->stage;
     memcpy(h, st->tokens, sizeof *h * T);
-    memcpy(h + T, st->positions, sizeof *h * T);
-    /* [2T, 3T): the slots, filled by check_step */
-    for (size_t i = 0; i < T; i++) h[3 * T + i] = s->has_kv ? s->seq_off[st->seq_ids[i]] : 0;
+    memcpy(h + stride, st->positions, sizeof *h * T);
+    memcpy(h + 2 * stride, s->slots, sizeof *h * T);
+    for (size_t i = 0; i < T; i++) h[3 * stride + i] = s->has_kv ? s->seq_off[st->seq_ids[i]] : 0;
     for (size_t i = 0; i < n_seqs; i++) {
         int seq = (int)s->order[i], nb = 0;
         const int32_t *table = krt_kv_block_table(s->kv, seq, &nb);
-        memcpy(h + 4 * T + s->seq_off[seq], table, sizeof *h * (size_t)nb);
+        memcpy(h + 4 * stride + s->seq_off[seq], table, sizeof *h * (size_t)nb);
     }
     size_t bytes = sizeof *h * total;
-    if (bytes > s->step_dev_cap) {
-        if (s->step_dev) s->api.cuMemFree(s->step_dev);
-        s->step_dev = 0;
-        s->step_dev_cap = 0;
-        size_t cap = bytes * 2;
-        krt_cu_result r = s->api.cuMemAlloc(&s->step_dev, cap);
-        if (r != 0) {
-            s->step_dev = 0;
-            return cu_error(s, d, r, "cannot allocate %zu bytes for a step's arrays", cap);
+    krt_cu_result r;
+    krt_cu_ptr base;
+    if (graph) {
+        if (!s->g_step) {
+            s->g_tables = graph_tables(s);
+            size_t cap = sizeof *h * (4 * stride + s->g_tables);
+            if ((r = s->api.cuMemAlloc(&s->g_step, cap)) != 0) {
+                s->g_step = 0;
+                return cu_error(s, d, r, "cannot allocate %zu bytes for graph steps' arrays", cap);
+            }
         }
-        s->step_dev_cap = cap;
+        KS_ASSERT(n_tables <= s->g_tables);
+        base = s->g_step;
+    } else {
+        if (bytes > s->step_dev_cap) {
+            if (s->step_dev) s->api.cuMemFree(s->step_dev);
+            s->step_dev = 0;
+            s->step_dev_cap = 0;
+            size_t cap = bytes * 2;
+            if ((r = s->api.cuMemAlloc(&s->step_dev, cap)) != 0) {
+                s->step_dev = 0;
+                return cu_error(s, d, r, "cannot allocate %zu bytes for a step's arrays", cap);
+            }
+            s->step_dev_cap = cap;
+        }
+        base = s->step_dev;
     }
-    krt_cu_result r = s->api.cuMemcpyHtoD(s->step_dev, h, bytes);
-    if (r != 0) return cu_error(s, d, r, "cannot upload a step's arrays");
-    p->tokens = s->step_dev;
-    p->positions = s->step_dev + 4 * T;
-    p->slots = s->step_dev + 8 * T;
-    p->table_off = s->step_dev + 12 * T;
-    p->tables = s->step_dev + 16 * T;
+    if ((r = s->api.cuMemcpyHtoDAsync(base, h, bytes, s->stream)) != 0)
+        return cu_error(s, d, r, "cannot upload a step's arrays");
+    *p = layout(base, stride);
     return 0;
 }
 
@@ -506,11 +624,12 @@ static krt_cu_ptr value_ptr(const cu_state *s, uint32_t v, const step_ptrs *p)
     KS_UNREACHABLE();
 }
 
-static int launch(cu_state *s, int i, const kir_step *st, const step_ptrs *p, ks_diag *d)
+/* Launch kernel i for a step of T tokens on the stream (or into the graph being captured). */
+static int launch(cu_state *s, int i, int64_t T, const step_ptrs *p, ks_diag *d)
 {
     const krt_cuda_kernel *k = &s->meta.kernels[i];
     const krt_kv_config *cfg = krt_kv_config_of(s->kv);
-    int64_t T = st->n_tokens, grid[3];
+    int64_t grid[3];
     static const int64_t limit[3] = {INT32_MAX, 65535, 65535};
     for (int g = 0; g < 3; g++) {
         grid[g] = krt_cuda_grid_dim(k, g, T);
@@ -534,7 +653,7 @@ static int launch(cu_state *s, int i, const kir_step *st, const step_ptrs *p, ks
         params[a] = &slot[a];
         switch (arg->kind) {
         case KRT_CUDA_ARG_T:
-            slot[a].i = st->n_tokens;
+            slot[a].i = (int)T;
             break;
         case KRT_CUDA_ARG_BLOCK_SIZE:
             slot[a].i = cfg->block_size;
@@ -565,34 +684,175 @@ static int launch(cu_state *s, int i, const kir_step *st, const step_ptrs *p, ks
         }
     }
     krt_cu_result r = s->api.cuLaunchKernel(s->fns[i], (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
-                                            (unsigned)k->block, 1, 1, 0, NULL, params, NULL);
+                                            (unsigned)k->block, 1, 1, 0, s->stream, params, NULL);
     if (r != 0) return cu_error(s, d, r, "cannot launch %s", k->name);
     return 0;
 }
 
-static int cuda_step(void *state, const kir_step *st, float *out, ks_diag *d)
+/* Capture the kernels of a step of T tokens reading the arrays at p into
+ * graphs[T]. On failure the stream is left out of capture mode. */
+static int capture(cu_state *s, int64_t T, const step_ptrs *p, ks_diag *d)
 {
-    cu_state *s = state;
+    krt_cu_result r = s->api.cuStreamBeginCapture(s->stream, KRT_CU_CAPTURE_MODE_THREAD_LOCAL);
+    if (r != 0) return cu_error(s, d, r, "cannot capture a CUDA graph of a %lld-token step", (long long)T);
+    int rc = 0;
+    for (int i = 0; i < s->meta.n_kernels && rc == 0; i++) rc = launch(s, i, T, p, d);
+    krt_cu_graph graph = NULL;
+    r = s->api.cuStreamEndCapture(s->stream, &graph);
+    if (rc == 0 && r != 0) rc = cu_error(s, d, r, "cannot capture a CUDA graph of a %lld-token step", (long long)T);
+    krt_cu_graph_exec exec = NULL;
+    if (rc == 0 && (r = s->api.cuGraphInstantiateWithFlags(&exec, graph, 0)) != 0)
+        rc = cu_error(s, d, r, "cannot instantiate the CUDA graph of a %lld-token step", (long long)T);
+    if (graph) s->api.cuGraphDestroy(graph);
+    if (rc) return -1;
+    s->graphs[T] = exec;
+    s->n_graphs++;
+    return 0;
+}
+
+/* The draw kernel's buffers for n draws. */
+static int reserve_draws(cu_state *s, int n, ks_diag *d)
+{
+    if (n <= s->draw_cap) return 0;
+    int cap = s->draw_cap * 2 > n ? s->draw_cap * 2 : n;
+    if (s->draw_dev) s->api.cuMemFree(s->draw_dev);
+    s->draw_dev = 0;
+    s->draw_cap = 0;
+    size_t head = ((size_t)cap * (sizeof(int32_t) + sizeof(krt_cuda_draw_row)) + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN;
+    size_t bytes = head + (size_t)cap * (size_t)s->vocab * (sizeof(uint64_t) + sizeof(double));
+    krt_cu_result r = s->api.cuMemAlloc(&s->draw_dev, bytes);
+    if (r != 0) {
+        s->draw_dev = 0;
+        return cu_error(s, d, r, "cannot allocate %zu bytes to draw %d tokens", bytes, cap);
+    }
+    s->draw_rows = ks_xrealloc(s->draw_rows, sizeof *s->draw_rows * (size_t)cap);
+    s->draw_cap = cap;
+    return 0;
+}
+
+/* Queue the draws behind the step's kernels: upload rows and records, launch, copy the records back. */
+static int queue_draws(cu_state *s, int64_t T, krt_cu_ptr logits, int n, const int32_t *rows, const krt_draw *draws,
+                       ks_diag *d)
+{
+    for (int k = 0; k < n; k++) {
+        KS_ASSERT(rows[k] >= 0 && rows[k] < T);
+        s->draw_rows[k] = (krt_cuda_draw_row){draws[k].temperature, draws[k].top_k, draws[k].top_p, -1, draws[k].rng};
+    }
+    size_t rows_bytes = sizeof(int32_t) * (size_t)s->draw_cap;
+    krt_cu_ptr d_rows = s->draw_dev, d_recs = s->draw_dev + rows_bytes;
+    size_t head = ((size_t)s->draw_cap * (sizeof(int32_t) + sizeof(krt_cuda_draw_row)) + ACT_ALIGN - 1) / ACT_ALIGN *
+                  ACT_ALIGN;
+    krt_cu_ptr d_keys = s->draw_dev + head;
+    krt_cu_ptr d_mass = d_keys + (size_t)s->draw_cap * (size_t)s->vocab * sizeof(uint64_t);
+    krt_cu_result r;
+    if ((r = s->api.cuMemcpyHtoDAsync(d_rows, rows, sizeof(int32_t) * (size_t)n, s->stream)) != 0 ||
+        (r = s->api.cuMemcpyHtoDAsync(d_recs, s->draw_rows, sizeof *s->draw_rows * (size_t)n, s->stream)) != 0)
+        return cu_error(s, d, r, "cannot upload the draws");
+    int n_rows = n, vocab = (int)s->vocab;
+    union {
+        krt_cu_ptr ptr; /* a pointer parameter */
+        int i;          /* an int parameter */
+    } slot[7] = {{0}};
+    slot[0].i = n_rows;
+    slot[1].ptr = logits;
+    slot[2].i = vocab;
+    slot[3].ptr = d_rows;
+    slot[4].ptr = d_recs;
+    slot[5].ptr = d_keys;
+    slot[6].ptr = d_mass;
+    void *params[8] = {&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], &slot[5], &slot[6], NULL};
+    if ((r = s->api.cuLaunchKernel(s->draw_fn, (unsigned)n, 1, 1, KRT_CUDA_DRAW_THREADS, 1, 1, 0, s->stream, params,
+                                   NULL)) != 0)
+        return cu_error(s, d, r, "cannot launch %s", KRT_CUDA_DRAW_KERNEL);
+    if ((r = s->api.cuMemcpyDtoHAsync(s->draw_rows, d_recs, sizeof *s->draw_rows * (size_t)n, s->stream)) != 0)
+        return cu_error(s, d, r, "cannot copy the draws back");
+    return 0;
+}
+
+/* Show every f32 value of the step to the tap, in schedule order. */
+static int tap_values(cu_state *s, int64_t T, const step_ptrs *p, ks_diag *d)
+{
+    for (size_t v = 0; v < s->g->n_nodes; v++) {
+        const kir_node *n = &s->g->nodes[v];
+        if ((s->home[v] != HOME_ACTS && s->home[v] != HOME_ALIAS) || n->dtype != KIR_F32) continue;
+        size_t elems = (size_t)kir_elems(n, T);
+        KS_GROW(s->tap_buf, elems, s->tap_cap, (size_t)1 << 34, "a tapped value");
+        krt_cu_result r = s->api.cuMemcpyDtoHAsync(s->tap_buf, value_ptr(s, (uint32_t)v, p), sizeof(float) * elems,
+                                                   s->stream);
+        if (r == 0) r = s->api.cuStreamSynchronize(s->stream);
+        if (r != 0) return cu_error(s, d, r, "cannot copy value %%%zu back", v);
+        s->tap(s->tap_ctx, (kir_val)v, s->tap_buf, (int)T);
+    }
+    return 0;
+}
+
+/* A step: its kernels (replayed from a graph when captured), then the logits
+ * copied back when out is not NULL, then n_draw draws. */
+static int run_step(cu_state *s, const kir_step *st, float *out, int n_draw, const int32_t *rows, krt_draw *draws,
+                    ks_diag *d)
+{
     KS_ASSERT(st && st->n_tokens >= 0);
     if (st->n_tokens == 0) return 0;
-    KS_ASSERT(st->tokens && st->positions && st->seq_ids && out);
+    KS_ASSERT(st->tokens && st->positions && st->seq_ids);
     if (s->kv_failed) {
         ks_error(d, "cuda", "a copy between KV-cache blocks failed earlier; the cache cannot be trusted");
         return -1;
     }
     krt_cu_result r = s->api.cuCtxSetCurrent(s->ctx);
     if (r != 0) return cu_error(s, d, r, "cannot use the device's context");
-    size_t T = (size_t)st->n_tokens;
-    KS_GROW(s->step_host, 4 * T, s->step_host_cap, (size_t)1 << 31, "step arrays");
-    if (check_step(s, st, s->step_host + 2 * T, d) != 0) return -1;
+    int64_t T = st->n_tokens;
+    KS_GROW(s->slots, (size_t)T, s->slots_cap, (size_t)1 << 31, "tokens in a step");
+    if (check_step(s, st, s->slots, d) != 0) return -1;
+    if (n_draw > 0 && !s->draw_fn) {
+        ks_error(d, s->e->path, "the engine has no draw kernel (built before kiln drew tokens on the GPU): rebuild it");
+        return -1;
+    }
+    int graph = s->opts.graphs && T <= s->opts.graph_max_tokens;
     step_ptrs p;
-    if (reserve_acts(s, st->n_tokens, d) != 0 || upload_step(s, st, &p, d) != 0) return -1;
-    for (int i = 0; i < s->meta.n_kernels; i++)
-        if (launch(s, i, st, &p, d) != 0) return -1;
-    int64_t vocab = kir_output_row_elems(s->g);
-    r = s->api.cuMemcpyDtoH(out, value_ptr(s, s->meta.output, &p), sizeof(float) * T * (size_t)vocab);
-    if (r != 0) return cu_error(s, d, r, "the step failed on the device (%s)", s->device_name);
+    if (reserve_acts(s, T, d) != 0 || (n_draw > 0 && reserve_draws(s, n_draw, d) != 0) ||
+        upload_step(s, st, graph, &p, d) != 0)
+        return -1;
+    if (graph) {
+        if (!s->graphs[T] && capture(s, T, &p, d) != 0) return -1;
+        if ((r = s->api.cuGraphLaunch(s->graphs[T], s->stream)) != 0)
+            return cu_error(s, d, r, "cannot launch the CUDA graph of a %lld-token step", (long long)T);
+    } else {
+        for (int i = 0; i < s->meta.n_kernels; i++)
+            if (launch(s, i, T, &p, d) != 0) return -1;
+    }
+    krt_cu_ptr logits = value_ptr(s, s->meta.output, &p);
+    if (out && (r = s->api.cuMemcpyDtoHAsync(out, logits, sizeof(float) * (size_t)T * (size_t)s->vocab, s->stream)) != 0)
+        return cu_error(s, d, r, "cannot copy the logits back");
+    if (n_draw > 0 && queue_draws(s, T, logits, n_draw, rows, draws, d) != 0) return -1;
+    if ((r = s->api.cuStreamSynchronize(s->stream)) != 0)
+        return cu_error(s, d, r, "the step failed on the device (%s)", s->device_name);
+    for (int k = 0; k < n_draw; k++) {
+        draws[k].id = s->draw_rows[k].id;
+        draws[k].rng = s->draw_rows[k].rng;
+    }
+    if (s->tap && tap_values(s, T, &p, d) != 0) return -1;
     return 0;
+}
+
+static int cuda_step(void *state, const kir_step *st, float *out, ks_diag *d)
+{
+    KS_ASSERT(out);
+    return run_step(state, st, out, 0, NULL, NULL, d);
+}
+
+static int cuda_step_draw(void *state, const kir_step *st, float *out, int n_draw, const int32_t *rows,
+                          krt_draw *draws, ks_diag *d)
+{
+    return run_step(state, st, out, n_draw, rows, draws, d);
+}
+
+static int cuda_can_draw(void *state) { return ((const cu_state *)state)->draw_fn != NULL; }
+
+static void cuda_set_tap(void *state, kir_tap_fn tap, void *ctx)
+{
+    cu_state *s = state;
+    s->tap = tap;
+    s->tap_ctx = ctx;
 }
 
 const krt_backend krt_backend_cuda = {
@@ -604,4 +864,8 @@ const krt_backend krt_backend_cuda = {
     .step = cuda_step,
     .open = cuda_open,
     .attach = cuda_attach,
+    .mem_info = cuda_mem_info,
+    .can_draw = cuda_can_draw,
+    .step_draw = cuda_step_draw,
+    .set_tap = cuda_set_tap,
 };

@@ -77,7 +77,9 @@ kiln_session *kiln_session_new(kiln_engine *e, const kiln_session_opts *o, char 
     api_diag a;
     api_diag_init(&a);
     krt_session_opts so = {0};
-    if (o) so = (krt_session_opts){o->max_seqs, o->max_context, o->block_size, o->n_blocks};
+    if (o)
+        so = (krt_session_opts){
+            .max_seqs = o->max_seqs, .max_context = o->max_context, .block_size = o->block_size, .n_blocks = o->n_blocks};
     krt_session *s = krt_session_new(e->engine, &so, &a.d);
     if (api_diag_done(&a, err, err_len) != 0) {
         krt_session_free(s);

@@ -57,6 +57,15 @@ double krt_sampler_uniform(krt_sampler *s)
     return (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0); /* 53 bits */
 }
 
+const krt_sampler_config *krt_sampler_config_of(const krt_sampler *s) { return &s->cfg; }
+uint64_t krt_sampler_rng(const krt_sampler *s) { return s->rng; }
+
+void krt_sampler_set_rng(krt_sampler *s, uint64_t state)
+{
+    KS_ASSERT(state != 0); /* xorshift64* never reaches 0 */
+    s->rng = state;
+}
+
 void krt_sampler_reset(krt_sampler *s, uint64_t seed)
 {
     s->cfg.seed = seed;

@@ -69,6 +69,12 @@ size_t krt_sampler_candidates(krt_sampler *s, const float *logits, int32_t *ids,
 int krt_sampler_is_stop_id(const krt_sampler *s, int32_t id);
 /* A uniform double in [0, 1) from the sampler's generator. */
 double krt_sampler_uniform(krt_sampler *s);
+/* The settings, and the generator's state, for a device that draws with
+ * the same rules and generator (runtime/backend.h's krt_draw): it takes the
+ * state, draws, and hands the state back with set_rng. */
+const krt_sampler_config *krt_sampler_config_of(const krt_sampler *s);
+uint64_t krt_sampler_rng(const krt_sampler *s);
+void krt_sampler_set_rng(krt_sampler *s, uint64_t state);
 
 /* ---- stop strings ------------------------------------------------------------
  * stops[0..n_stops) are NUL-terminated; empty ones are ignored. */

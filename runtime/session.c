@@ -10,12 +10,32 @@ struct krt_session {
     void *state;                /* the backend's state */
     krt_kv *kv;                 /* owned */
     krt_kv_layer *layers;       /* KV layout (owned) */
+    krt_kv_info kv_info;        /* how the cache was sized */
     int64_t vocab;              /* output row elements */
     int64_t n_token_ids;        /* token ids are < this (the embedding rows) */
     int max_context;            /* positions per sequence */
-    int32_t *positions;         /* scratch [cap] */
-    size_t cap;                 /* capacity of positions */
+    int max_seqs;               /* sequence ids are below this */
+    int draw_on_device;         /* 1: next tokens are drawn by the backend's step_draw */
+    /* scratch of a step, grown as needed */
+    krt_step_status *status;    /* [n] per token, when the caller gives none */
+    int32_t *run_tok;           /* [n] the tokens that run, compacted */
+    int32_t *run_seq;           /* [n] their sequences */
+    int32_t *positions;         /* [n] their positions */
+    int32_t *run_of;            /* [n] the compacted index of each token, -1 when it does not run */
+    int32_t *draw_rows;         /* [n] compacted rows drawn from */
+    int32_t *draw_tok;          /* [n] the token each draw belongs to */
+    krt_draw *draws;            /* [n] the draws of a device step */
+    size_t cap;                 /* capacity of the arrays above, in tokens */
+    float *logits;              /* [cap_logits] logits of the tokens that run, when the caller's cannot take them */
+    size_t cap_logits;          /* floats allocated */
+    int32_t *seq_count;         /* [max_seqs] tokens of each sequence in the step */
+    int32_t *seq_old_len;       /* [max_seqs] its length before the step */
+    krt_step_status *seq_status; /* [max_seqs] its outcome */
+    int32_t *seq_order;         /* [max_seqs] the step's sequences, in order of first appearance */
+    int32_t *seq_next;          /* [max_seqs] the position its next token of the step takes */
 };
+
+enum { MAX_STEP_TOKENS = 1 << 24 }; /* tokens in one step at most */
 
 int64_t krt_engine_param_int(const krt_engine *e, const char *name, int64_t dflt)
 {
@@ -36,8 +56,107 @@ static int64_t token_id_limit(const kir_graph *g)
     return INT32_MAX;
 }
 
+static int report(ks_diag *d, const char *fmt, ...) KS_PRINTF(2, 3);
+static int report(ks_diag *d, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ks_verror(d, "kiln", fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* "1.5 GiB", "12.0 MiB", "512 bytes" into buf. */
+static const char *human_bytes(double b, char *buf, size_t len)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+    if (b < 1024) {
+        snprintf(buf, len, "%.0f bytes", b);
+        return buf;
+    }
+    int u = -1;
+    while (b >= 1024 && u < 3) b /= 1024, u++;
+    snprintf(buf, len, "%.1f %s", b, units[u]);
+    return buf;
+}
+
+/* Bytes of one KV block over every layer's K and V. */
+static double kv_block_bytes(const krt_kv_layer *layers, int n_layers, int block_size, size_t elem)
+{
+    double per_pos = 0;
+    for (int l = 0; l < n_layers; l++)
+        per_pos += (double)layers[l].kv_heads * (double)(layers[l].head_dim_k + layers[l].head_dim_v);
+    return per_pos * block_size * (double)elem;
+}
+
+/* The option checks, with the messages kiln run's flags map to. */
+static int check_opts(const krt_session_opts *o, int model_ctx, ks_diag *d)
+{
+    if (!o) return 0;
+    if (o->max_seqs < 0) return report(d, "max_seqs must not be negative (got %d)", o->max_seqs);
+    if (o->max_context < 0) return report(d, "max_context must not be negative (got %d)", o->max_context);
+    if (o->max_context > model_ctx)
+        return report(d, "a context of %d positions is over the engine's limit of %d", o->max_context, model_ctx);
+    if (o->block_size < 0) return report(d, "block_size must not be negative (got %d)", o->block_size);
+    if (o->n_blocks < 0) return report(d, "n_blocks must not be negative (got %d)", o->n_blocks);
+    if (!(o->kv_fraction >= 0 && o->kv_fraction <= 1))
+        return report(d, "the KV-cache fraction of free device memory must be in (0, 1] (got %g)", o->kv_fraction);
+    if (o->graph_max_tokens < 0) return report(d, "graph_max_tokens must not be negative (got %d)", o->graph_max_tokens);
+    return 0;
+}
+
+/* n_blocks for the cache: given, or from the device's free memory, or enough
+ * for max_seqs full sequences. -1 after reporting. */
+static int size_kv(krt_session *s, const krt_session_opts *o, int max_seqs, int bs, ks_diag *d)
+{
+    krt_kv_info *info = &s->kv_info;
+    int64_t blocks_per_seq = (s->max_context + bs - 1) / bs;
+    int64_t full = blocks_per_seq * max_seqs;
+    double block = info->bytes; /* the caller put one block's bytes here */
+    krt_device_mem mem;
+    int have_mem = s->backend->mem_info && s->backend->mem_info(s->state, &mem, d) == 0;
+    if (s->backend->mem_info && !have_mem) return -1;
+    char b1[32], b2[32];
+    if (have_mem) {
+        info->on_device = 1;
+        info->free_bytes = mem.free_bytes;
+        snprintf(info->device, sizeof info->device, "%s", mem.name);
+    }
+    int64_t n;
+    if (o && o->n_blocks > 0) {
+        n = o->n_blocks;
+        if (have_mem && (double)n * block > (double)mem.free_bytes) {
+            report(d, "a KV cache of %lld blocks (%s) does not fit in the %s free on the device (%s): ask for fewer "
+                      "blocks, or leave the size to the KV-cache fraction",
+                   (long long)n, human_bytes((double)n * block, b1, sizeof b1),
+                   human_bytes((double)mem.free_bytes, b2, sizeof b2), mem.name);
+            return -1;
+        }
+    } else if (have_mem) {
+        double fraction = o && o->kv_fraction > 0 ? o->kv_fraction : KRT_KV_FRACTION_DEFAULT;
+        double fit = block > 0 ? fraction * (double)mem.free_bytes / block : (double)full;
+        n = fit < (double)full ? (int64_t)fit : full;
+        info->from_free_memory = 1;
+        info->fraction = fraction;
+        if (n < 1) {
+            report(d, "the device (%s) has %s free: %g of it cannot hold one KV-cache block of %s", mem.name,
+                   human_bytes((double)mem.free_bytes, b1, sizeof b1), fraction, human_bytes(block, b2, sizeof b2));
+            return -1;
+        }
+    } else {
+        n = full;
+    }
+    if (n > INT32_MAX) n = INT32_MAX;
+    info->n_blocks = (int)n;
+    info->block_size = bs;
+    info->bytes = (size_t)((double)n * block);
+    return 0;
+}
+
 krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_diag *d)
 {
+    int model_ctx = (int)krt_engine_param_int(e, "max_context", 2048);
+    if (check_opts(o, model_ctx, d) != 0) return NULL;
     const krt_backend *be = krt_backend_for(e, d);
     if (!be) return NULL;
     krt_session *s = ks_xcalloc(1, sizeof *s);
@@ -45,36 +164,53 @@ krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_
     s->backend = be;
     s->vocab = kir_output_row_elems(e->graph);
     s->n_token_ids = token_id_limit(e->graph);
-    int max_seqs = o && o->max_seqs > 0 ? o->max_seqs : 16;
-    int model_ctx = (int)krt_engine_param_int(e, "max_context", 2048);
+    s->max_seqs = o && o->max_seqs > 0 ? o->max_seqs : 16;
     s->max_context = o && o->max_context > 0 ? o->max_context : model_ctx;
-    if (s->max_context > model_ctx) s->max_context = model_ctx;
     int bs = o && o->block_size > 0 ? o->block_size : 16;
-    int blocks_per_seq = (s->max_context + bs - 1) / bs;
-    int n_blocks = o && o->n_blocks > 0 ? o->n_blocks : blocks_per_seq * max_seqs;
     int n_layers = 0;
     s->layers = kir_kv_layers(e->graph, &n_layers);
-    krt_kv_config cfg = {
-        .n_layers = n_layers,
-        .layers = s->layers,
-        .block_size = bs,
-        .n_blocks = n_blocks,
-        .max_seqs = max_seqs,
-        .max_context = s->max_context,
-        .elem_size = be->kv_elem_size,
-    };
+    s->seq_count = ks_xcalloc((size_t)s->max_seqs, sizeof *s->seq_count);
+    s->seq_old_len = ks_xcalloc((size_t)s->max_seqs, sizeof *s->seq_old_len);
+    s->seq_status = ks_xcalloc((size_t)s->max_seqs, sizeof *s->seq_status);
+    s->seq_order = ks_xcalloc((size_t)s->max_seqs, sizeof *s->seq_order);
+    s->seq_next = ks_xcalloc((size_t)s->max_seqs, sizeof *s->seq_next);
     krt_kv_storage storage = *be->kv_storage;
     if (be->open) {
-        /* a device backend: its state first (it checks the engine fits the device), then the KV cache in it */
-        s->state = be->open(e, d);
+        /* a device backend: its state first (it checks the engine fits the device and uploads the
+         * weights), then the KV cache in what memory is left */
+        krt_backend_opts bo = {
+            .graphs = !(o && o->no_graphs),
+            .graph_max_tokens = o && o->graph_max_tokens > 0 ? o->graph_max_tokens : KRT_GRAPH_TOKENS_DEFAULT,
+        };
+        s->state = be->open(e, &bo, d);
         if (!s->state) {
             krt_session_free(s);
             return NULL;
         }
         storage.ctx = s->state;
     }
+    s->kv_info.bytes = (size_t)kv_block_bytes(s->layers, n_layers, bs, be->kv_elem_size);
+    if (size_kv(s, o, s->max_seqs, bs, d) != 0) {
+        krt_session_free(s);
+        return NULL;
+    }
+    krt_kv_config cfg = {
+        .n_layers = n_layers,
+        .layers = s->layers,
+        .block_size = bs,
+        .n_blocks = s->kv_info.n_blocks,
+        .max_seqs = s->max_seqs,
+        .max_context = s->max_context,
+        .elem_size = be->kv_elem_size,
+    };
     s->kv = krt_kv_new(&cfg, &storage, d);
     if (!s->kv) {
+        if (s->kv_info.on_device) {
+            char b1[32];
+            report(d, "the KV cache of %d blocks (%s) could not be allocated on the device (%s): ask for fewer blocks "
+                      "or a smaller KV-cache fraction",
+                   s->kv_info.n_blocks, human_bytes((double)s->kv_info.bytes, b1, sizeof b1), s->kv_info.device);
+        }
         krt_session_free(s);
         return NULL;
     }
@@ -82,6 +218,7 @@ krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_
         krt_session_free(s);
         return NULL;
     }
+    s->draw_on_device = !(o && o->host_sampling) && be->can_draw && be->step_draw && be->can_draw(s->state);
     return s;
 }
 
@@ -92,22 +229,27 @@ void krt_session_free(krt_session *s)
     krt_kv_free(s->kv);
     if (s->state) s->backend->destroy(s->state);
     free(s->layers);
+    free(s->status);
+    free(s->run_tok);
+    free(s->run_seq);
     free(s->positions);
+    free(s->run_of);
+    free(s->draw_rows);
+    free(s->draw_tok);
+    free(s->draws);
+    free(s->logits);
+    free(s->seq_count);
+    free(s->seq_old_len);
+    free(s->seq_status);
+    free(s->seq_order);
+    free(s->seq_next);
     free(s);
 }
 
 int64_t krt_session_vocab(const krt_session *s) { return s->vocab; }
 int krt_session_max_context(const krt_session *s) { return s->max_context; }
-
-static int report(ks_diag *d, const char *fmt, ...) KS_PRINTF(2, 3);
-static int report(ks_diag *d, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ks_verror(d, "kiln", fmt, ap);
-    va_end(ap);
-    return -1;
-}
+const krt_kv_info *krt_session_kv_info(const krt_session *s) { return &s->kv_info; }
+int krt_session_draws_on_device(const krt_session *s) { return s->draw_on_device; }
 
 int krt_session_seq_add(krt_session *s, int seq, ks_diag *d)
 {
@@ -126,51 +268,212 @@ int krt_session_seq_fork(krt_session *s, int src, int dst, ks_diag *d)
 void krt_session_seq_free(krt_session *s, int seq) { krt_kv_seq_free(s->kv, seq); }
 int krt_session_seq_len(const krt_session *s, int seq) { return krt_kv_seq_len(s->kv, seq); }
 
+int krt_session_set_tap(krt_session *s, kir_tap_fn tap, void *ctx, ks_diag *d)
+{
+    if (!s->backend->set_tap)
+        return report(d, "the %s backend cannot show the values it computes", s->backend->name);
+    s->backend->set_tap(s->state, tap, ctx);
+    return 0;
+}
+
+const char *krt_step_status_text(krt_step_status st)
+{
+    switch (st) {
+    case KRT_STEP_OK:
+        return "ok";
+    case KRT_STEP_NO_SEQUENCE:
+        return "no such sequence";
+    case KRT_STEP_BAD_TOKEN:
+        return "a token id is out of range";
+    case KRT_STEP_OVER_CONTEXT:
+        return "past the end of the context";
+    case KRT_STEP_OUT_OF_BLOCKS:
+        return "out of KV-cache blocks";
+    case KRT_STEP_FAILED:
+        return "the step failed";
+    }
+    return "?";
+}
+
 int krt_session_step(krt_session *s, int n, const int32_t *tokens, const int32_t *seq_ids, float *out,
                      ks_diag *d)
 {
-    if (n <= 0) return report(d, "a step needs at least one token");
-    KS_GROW(s->positions, (size_t)n, s->cap, (size_t)1 << 24, "tokens in a step");
-    for (int i = 0; i < n; i++) {
-        if (tokens[i] < 0 || tokens[i] >= s->n_token_ids)
-            return report(d, "token id %d is out of range (the vocabulary has %lld ids)", tokens[i],
-                          (long long)s->n_token_ids);
-        if (!krt_kv_seq_exists(s->kv, seq_ids[i])) return report(d, "sequence %d does not exist", seq_ids[i]);
-    }
-    /* positions: each sequence's length so far, counted on through the step */
-    for (int i = 0; i < n; i++) {
-        int before = 0;
-        for (int j = 0; j < i; j++) before += seq_ids[j] == seq_ids[i];
-        s->positions[i] = krt_kv_seq_len(s->kv, seq_ids[i]) + before;
-        if (s->positions[i] >= s->max_context)
-            return report(d, "sequence %d: position %d is past the context of %d tokens", seq_ids[i],
-                          s->positions[i], s->max_context);
-    }
-    /* reserve all or nothing: remember lengths to roll back */
-    int *old_len = ks_xmalloc(sizeof *old_len * (size_t)n);
-    int rc = 0;
-    for (int i = 0; i < n; i++) old_len[i] = krt_kv_seq_len(s->kv, seq_ids[i]);
-    int i = 0;
-    for (; i < n; i++) {
+    krt_step_req r = {.n = n, .tokens = tokens, .seq_ids = seq_ids, .logits = out};
+    return krt_session_run(s, &r, d);
+}
+
+/* Put every reserved sequence of the step back to its length before it. */
+static void roll_back(krt_session *s, int n_seqs)
+{
+    for (int k = 0; k < n_seqs; k++) {
+        int seq = s->seq_order[k];
         const char *why = NULL;
-        if (s->positions[i] + 1 > krt_kv_seq_len(s->kv, seq_ids[i]) &&
-            krt_kv_seq_reserve(s->kv, seq_ids[i], s->positions[i] + 1, &why) != 0) {
-            rc = report(d, "sequence %d: %s", seq_ids[i], why);
-            break;
+        if (krt_kv_seq_len(s->kv, seq) > s->seq_old_len[seq]) krt_kv_seq_reserve(s->kv, seq, s->seq_old_len[seq], &why);
+    }
+}
+
+/* The per-token scratch for a step of n tokens. */
+static void grow_scratch(krt_session *s, size_t n)
+{
+    if (n <= s->cap) return;
+    size_t cap = 2 * s->cap > n ? 2 * s->cap : n;
+    s->status = ks_xrealloc(s->status, cap * sizeof *s->status);
+    s->run_tok = ks_xrealloc(s->run_tok, cap * sizeof *s->run_tok);
+    s->run_seq = ks_xrealloc(s->run_seq, cap * sizeof *s->run_seq);
+    s->positions = ks_xrealloc(s->positions, cap * sizeof *s->positions);
+    s->run_of = ks_xrealloc(s->run_of, cap * sizeof *s->run_of);
+    s->draw_rows = ks_xrealloc(s->draw_rows, cap * sizeof *s->draw_rows);
+    s->draw_tok = ks_xrealloc(s->draw_tok, cap * sizeof *s->draw_tok);
+    s->draws = ks_xrealloc(s->draws, cap * sizeof *s->draws);
+    s->cap = cap;
+}
+
+/* Can this step's draws go to the device? Not with a repetition penalty
+ * (the device keeps no record of the ids seen), and a sampler only once
+ * (its generator's draws are in order). */
+static int device_takes_draws(const krt_session *s, const krt_step_req *r, int n_draw)
+{
+    if (!s->draw_on_device || n_draw == 0) return 0;
+    for (int k = 0; k < n_draw; k++) {
+        const krt_sampler *smp = r->samplers[s->draw_tok[k]];
+        if (krt_sampler_config_of(smp)->repetition_penalty != 1.0f) return 0;
+        for (int j = 0; j < k; j++)
+            if (r->samplers[s->draw_tok[j]] == smp) return 0;
+    }
+    return 1;
+}
+
+/* The step's checks and reservations; fills the statuses and the compacted
+ * tokens. Returns how many tokens run, or -1 after reporting (strict). */
+static int plan_step(krt_session *s, const krt_step_req *r, krt_step_status *st, int *n_seqs, ks_diag *d)
+{
+    int n = r->n, strict = r->status == NULL;
+    *n_seqs = 0;
+    /* 1. the tokens: their sequences exist, their ids are in range */
+    for (int i = 0; i < n; i++) {
+        int seq = r->seq_ids[i];
+        int bad_id = r->tokens[i] < 0 || r->tokens[i] >= s->n_token_ids;
+        st[i] = KRT_STEP_OK;
+        if (strict && bad_id)
+            return report(d, "token id %d is out of range (the vocabulary has %lld ids)", r->tokens[i],
+                          (long long)s->n_token_ids);
+        if (!krt_kv_seq_exists(s->kv, seq)) {
+            if (strict) return report(d, "sequence %d does not exist", seq);
+            st[i] = KRT_STEP_NO_SEQUENCE;
+            continue;
+        }
+        if (s->seq_count[seq] == 0) {
+            s->seq_order[(*n_seqs)++] = seq;
+            s->seq_status[seq] = KRT_STEP_OK;
+            s->seq_old_len[seq] = krt_kv_seq_len(s->kv, seq);
+            s->seq_next[seq] = s->seq_old_len[seq];
+        }
+        s->seq_count[seq]++;
+        if (bad_id) s->seq_status[seq] = KRT_STEP_BAD_TOKEN;
+    }
+    /* 2. positions: each sequence's length so far, counted on through the step */
+    for (int i = 0; i < n; i++) {
+        if (st[i] != KRT_STEP_OK) continue;
+        int seq = r->seq_ids[i], pos = s->seq_next[seq]++;
+        if (pos >= s->max_context && s->seq_status[seq] == KRT_STEP_OK) {
+            if (strict)
+                return report(d, "sequence %d: position %d is past the context of %d tokens", seq, pos, s->max_context);
+            s->seq_status[seq] = KRT_STEP_OVER_CONTEXT;
+        }
+        s->positions[i] = pos;
+    }
+    /* 3. KV blocks, sequence by sequence in order of first appearance: one that
+     * cannot have them fails alone */
+    for (int k = 0; k < *n_seqs; k++) {
+        int seq = s->seq_order[k];
+        if (s->seq_status[seq] != KRT_STEP_OK) continue;
+        const char *why = NULL;
+        int free_blocks = krt_kv_free_blocks(s->kv);
+        if (krt_kv_seq_reserve(s->kv, seq, s->seq_old_len[seq] + s->seq_count[seq], &why) != 0) {
+            if (strict) {
+                roll_back(s, k);
+                return report(d, "sequence %d: %s (%d of %d blocks free)", seq, why, free_blocks,
+                              s->kv_info.n_blocks);
+            }
+            s->seq_status[seq] = KRT_STEP_OUT_OF_BLOCKS;
         }
     }
-    if (!rc) {
-        kir_step st = {.n_tokens = n, .tokens = tokens, .positions = s->positions, .seq_ids = seq_ids};
-        rc = s->backend->step(s->state, &st, out, d);
+    /* 4. the tokens that run, compacted in their order */
+    int n_run = 0;
+    for (int i = 0; i < n; i++) {
+        s->run_of[i] = -1;
+        if (st[i] != KRT_STEP_OK) continue;
+        st[i] = s->seq_status[r->seq_ids[i]];
+        if (st[i] != KRT_STEP_OK) continue;
+        s->run_of[i] = n_run;
+        s->run_tok[n_run] = r->tokens[i];
+        s->run_seq[n_run] = r->seq_ids[i];
+        s->positions[n_run] = s->positions[i]; /* n_run <= i: not yet needed */
+        n_run++;
     }
-    if (rc) {
-        for (int j = 0; j < n; j++) {
-            const char *why = NULL;
-            if (krt_kv_seq_len(s->kv, seq_ids[j]) > old_len[j])
-                krt_kv_seq_reserve(s->kv, seq_ids[j], old_len[j], &why);
+    return n_run;
+}
+
+int krt_session_run(krt_session *s, const krt_step_req *r, ks_diag *d)
+{
+    int n = r->n;
+    if (n <= 0) return report(d, "a step needs at least one token");
+    if (n > MAX_STEP_TOKENS) return report(d, "a step of %d tokens is more than kiln takes (%d)", n, MAX_STEP_TOKENS);
+    grow_scratch(s, (size_t)n);
+    krt_step_status *st = r->status ? r->status : s->status;
+    if (r->next)
+        for (int i = 0; i < n; i++) r->next[i] = -1;
+    int n_seqs = 0;
+    int n_run = plan_step(s, r, st, &n_seqs, d);
+    int rc = n_run < 0 ? -1 : 0;
+    if (n_run > 0) {
+        /* the draws: rows of tokens that ran */
+        int n_draw = 0;
+        for (int i = 0; r->samplers && i < n; i++)
+            if (r->samplers[i] && s->run_of[i] >= 0) s->draw_rows[n_draw] = s->run_of[i], s->draw_tok[n_draw++] = i;
+        int device = device_takes_draws(s, r, n_draw);
+        const krt_backend *be = s->backend;
+        /* where the logits go: the caller's rows when all run; else scratch when the host needs them */
+        float *dest = NULL;
+        if (r->logits && n_run == n) {
+            dest = r->logits;
+        } else if (r->logits || (n_draw > 0 && !device) || !be->step_draw) {
+            KS_GROW(s->logits, (size_t)n_run * (size_t)s->vocab, s->cap_logits, (size_t)1 << 40, "logits");
+            dest = s->logits;
+        }
+        for (int k = 0; device && k < n_draw; k++) {
+            const krt_sampler *smp = r->samplers[s->draw_tok[k]];
+            const krt_sampler_config *c = krt_sampler_config_of(smp);
+            s->draws[k] = (krt_draw){c->temperature, c->top_k, c->top_p, krt_sampler_rng(smp), -1};
+        }
+        kir_step step = {.n_tokens = n_run, .tokens = s->run_tok, .positions = s->positions, .seq_ids = s->run_seq};
+        if (dest && !device)
+            rc = be->step(s->state, &step, dest, d);
+        else
+            rc = be->step_draw(s->state, &step, dest, device ? n_draw : 0, s->draw_rows, s->draws, d);
+        if (rc == 0 && r->logits && dest != r->logits)
+            for (int i = 0; i < n; i++)
+                if (s->run_of[i] >= 0)
+                    memcpy(r->logits + (size_t)i * (size_t)s->vocab, dest + (size_t)s->run_of[i] * (size_t)s->vocab,
+                           sizeof(float) * (size_t)s->vocab);
+        for (int k = 0; rc == 0 && k < n_draw; k++) {
+            krt_sampler *smp = r->samplers[s->draw_tok[k]];
+            int32_t id;
+            if (device) {
+                id = s->draws[k].id;
+                krt_sampler_set_rng(smp, s->draws[k].rng);
+                if (id >= 0) krt_sampler_accept(smp, id);
+            } else {
+                id = krt_sampler_sample(smp, dest + (size_t)s->draw_rows[k] * (size_t)s->vocab);
+            }
+            if (r->next) r->next[s->draw_tok[k]] = id;
+        }
+        if (rc != 0) {
+            roll_back(s, n_seqs);
+            for (int i = 0; i < n; i++) st[i] = KRT_STEP_FAILED;
         }
     }
-    free(old_len);
+    for (int k = 0; k < n_seqs; k++) s->seq_count[s->seq_order[k]] = 0;
     return rc;
 }
 

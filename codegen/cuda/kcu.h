@@ -1,6 +1,6 @@
 /*
  * kcu.h — the CUDA code generator: from a verified kir_graph to CUDA C (one
- * kernel per compute node, shapes as compile-time constants, T — the tokens
+ * launch per compute node, shapes as compile-time constants, T — the tokens
  * of a step — a kernel argument), compiled with NVRTC into one cubin per
  * requested architecture, plus the launch table the CUDA backend runs
  * (runtime/cuda_meta.h).
@@ -13,13 +13,19 @@
  *     // parts.archs: {"sm_80", "sm_90"} for the engine's metadata
  *     kcu_parts_free(&parts);
  *
- * Phase 1 computes in f32 and in the reference interpreter's arithmetic
- * order (ir/interp_kernels.c): NVRTC runs with --fmad=false, matmul and
- * attention dot products keep the interpreter's eight partial sums, row
- * reductions and transcendental functions use double. So the logits match
- * the interpreter's to the last bits in most elements, and every output
- * element is computed the same way whatever T is (no atomics, fixed
- * reduction trees): runs are bitwise reproducible.
+ * Kernels are shared: nodes whose kernels would have the same text (the
+ * same op, shapes, dtypes and attributes — the layers of a model) launch one
+ * kernel, compiled once, so a 32-layer model compiles about as fast as a
+ * 1-layer one.
+ *
+ * Weights are f32, bf16 or f16, read as they lie in the engine (16-byte
+ * loads in the matmuls); activations, sums and the KV cache are f32. Every
+ * output element is computed in an order fixed by its position (no atomics,
+ * fixed reduction trees): runs are bitwise reproducible. Matmuls have two
+ * paths (kcu_prelude.cuh): a memory-bound one for steps of at most 8 tokens
+ * (decode), a tiled one for longer steps (prefill); the other kernels keep
+ * the reference interpreter's arithmetic (ir/interp_kernels.c: double for
+ * row sums and transcendental functions; NVRTC runs with --fmad=false).
  *
  * Prefix: kcu_.
  */
@@ -44,8 +50,12 @@ int kcu_parse_target(const char *target, ks_arena *a, const char ***archs, ks_di
 /* ---- generation --------------------------------------------------------------- */
 /* Append the CUDA C source of g's kernels to src and fill meta's kernels,
  * aliases and output (not its archs). meta must be zeroed; its arena owns
- * what is added. Reports ops or types phase 1 does not lower. 0 or -1. */
+ * what is added. Reports ops or types it does not lower. 0 or -1. */
 int kcu_generate(const kir_graph *g, ks_buf *src, krt_cuda_meta *meta, ks_diag *d);
+
+/* The device templates every generated source starts with: the text of
+ * codegen/cuda/kcu_prelude.cuh, embedded at build time. */
+extern const char kcu_prelude[];
 
 /* ---- compilation (NVRTC) ------------------------------------------------------- */
 /* 1 when this kiln was built with NVRTC; 0 when kcu_compile only reports. */

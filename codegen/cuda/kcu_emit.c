@@ -1,18 +1,24 @@
 /*
  * kcu_emit.c — CUDA C for each compute node of a graph (codegen/cuda/kcu.h).
  *
- * Requires: a graph kir_verify accepts. Guarantees: one kernel per compute
+ * Requires: a graph kir_verify accepts. Guarantees: one launch per compute
  * node (two for an attention that writes the KV cache: the write, then the
- * attention, since blocks of one launch are not ordered), named k<node>_<op>,
- * with every dimension but T a literal; views that do not move data
- * (reshape, the output, kv_write's pass-through value) get no kernel and
- * share their operand's buffer (meta aliases). Does not: fuse (the `fuse`
- * attribute is ignored), follow the memory plan (mem.* attributes: the
- * backend gives each value its own buffer), or use half precision.
+ * attention, since blocks of one launch are not ordered), every dimension
+ * but T a literal; views that do not move data (reshape, the output,
+ * kv_write's pass-through value) get no kernel and share their operand's
+ * buffer (meta aliases). Kernels are shared: a kernel's text is written
+ * with a placeholder for its name, and nodes whose texts are equal (same
+ * op, shapes, dtypes and attributes; layers differ only in arguments) get
+ * one kernel, named k_<op>_<hash of the text>, compiled once; the launch
+ * table lists it once per node. Does not: fuse (the `fuse` attribute is
+ * ignored), or follow the memory plan (mem.* attributes: the backend gives
+ * each value its own buffer).
  *
- * Arithmetic follows ir/interp_kernels.c operation by operation (see kcu.h);
- * where a kernel parallelizes a reduction (norms, the softmax's sum and max)
- * it uses a fixed tree, so results do not depend on timing.
+ * Weights may be f32, bf16 or f16 (read through kcu_f(), kcu_prelude.cuh);
+ * activations and the KV cache are f32. Matmuls are kcu_matmul (prelude);
+ * the other kernels follow ir/interp_kernels.c operation by operation, and
+ * where one parallelizes a reduction (norms, the softmax's sum and max) it
+ * uses a fixed tree, so results do not depend on timing.
  */
 #include "codegen/cuda/kcu.h"
 
@@ -24,12 +30,24 @@
 
 /* Threads per block of elementwise kernels. */
 enum { EW_THREADS = 256 };
-/* Matmul tiling: a block computes BM tokens x BN columns; K advances by BK. */
-enum { MM_BM = 32, MM_BN = 64, MM_BK = 32, MM_THREADS = 256 };
+/* Matmuls (kcu_matmul in kcu_prelude.cuh, whose KCU_MM_THREADS, KCU_GEMV_T
+ * and KCU_GEMV_R these repeat): threads per block, the most tokens of the
+ * decode path, rows per thread group there, and the most threads a group
+ * spreads K over. */
+enum { MM_THREADS = 256, MM_GEMV_T = 8, MM_GEMV_R = 4, MM_MAX_TPR = 128 };
 /* Attention: threads per (token, head) block. */
 enum { ATT_THREADS = 128 };
-/* Kernels in a graph at most (a named limit for the growing array). */
+/* Kernels in a graph at most (a named limit for the growing arrays). */
 #define KCU_MAX_KERNELS ((size_t)1 << 24)
+/* What a kernel's text calls itself until its name is known. */
+#define NAME_MARK "@K@"
+
+/* A kernel text already in the source. */
+typedef struct kcu_body {
+    uint64_t hash;    /* of its text with NAME_MARK for the name */
+    const char *name; /* the name it was given (meta arena) */
+    size_t at, len;   /* its text in kcu_gen.texts */
+} kcu_body;
 
 typedef struct kcu_gen {
     const kir_graph *g;    /* the graph */
@@ -38,6 +56,11 @@ typedef struct kcu_gen {
     size_t cap_kernels;    /* capacity of meta->kernels */
     uint32_t *root;        /* [n_nodes] the value whose buffer holds each value (itself unless aliased) */
     ks_buf params;         /* the current kernel's parameter list */
+    ks_buf body;           /* the current kernel's text, named NAME_MARK */
+    ks_buf texts;          /* the texts of bodies[], one after another */
+    kcu_body *bodies;      /* the distinct kernels written to src */
+    size_t n_bodies;       /* how many */
+    size_t cap_bodies;     /* capacity of bodies */
     ks_diag *d;            /* where errors go */
 } kcu_gen;
 
@@ -93,10 +116,27 @@ static void put_double(ks_buf *b, double v)
     if (!strpbrk(tmp, ".e")) ks_buf_puts(b, ".0");
 }
 
+/* The device type of a value's elements (kcu_prelude.cuh). */
+static const char *elem_type(kir_dtype t)
+{
+    switch (t) {
+    case KIR_F32: return "float";
+    case KIR_F16: return "kcu_f16";
+    case KIR_BF16: return "kcu_bf16";
+    case KIR_I32: return "int";
+    case KIR_DTYPE_COUNT: break;
+    }
+    KS_UNREACHABLE();
+}
+
 /* ---- kernels and their parameters ------------------------------------------------------- */
-/* Start kernel k<v>_<op><suffix>: adds its launch to meta; parameters follow
- * with add_param, then open_body writes the signature. */
-static krt_cuda_kernel *kernel_new(kcu_gen *x, kir_val v, const char *suffix, int block)
+/* Start a launch of the kernel that computes node v (suffix tells apart the
+ * kernels of one node, e.g. "_kv_write"): adds it to meta, unnamed until
+ * kernel_end; parameters follow with add_param, then open_body writes the
+ * signature into x->body, then the body. Text that the kernel needs before
+ * its signature (helper functions, tables) goes into x->body first, named
+ * with NAME_MARK as a prefix. */
+static krt_cuda_kernel *kernel_new(kcu_gen *x, kir_val v, int block)
 {
     krt_cuda_meta *m = x->meta;
     size_t need = (size_t)m->n_kernels + 1;
@@ -110,11 +150,11 @@ static krt_cuda_kernel *kernel_new(kcu_gen *x, kir_val v, const char *suffix, in
     }
     krt_cuda_kernel *k = &m->kernels[m->n_kernels++];
     memset(k, 0, sizeof *k);
-    k->name = ks_arena_printf(&m->arena, "k%u_%s%s", v, kir_op_table[x->g->nodes[v].op].name, suffix);
     k->node = v;
     k->block = block;
     for (int i = 0; i < 3; i++) k->grid[i][0] = 0, k->grid[i][1] = 1, k->grid[i][2] = 1;
     x->params.len = 0;
+    x->body.len = 0;
     ks_buf_puts(&x->params, "int T");
     k->args[k->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_T, 0};
     return k;
@@ -137,11 +177,11 @@ static void add_param(kcu_gen *x, krt_cuda_kernel *k, krt_cuda_arg_kind kind, in
     ks_buf_printf(&x->params, ", %s", decl);
 }
 
-/* A value operand as a parameter named `name` (read-only). */
+/* A value operand as a parameter named `name` (read-only), of its dtype. */
 static void param_in(kcu_gen *x, krt_cuda_kernel *k, kir_val v, const char *name)
 {
     ks_buf decl = {0};
-    ks_buf_printf(&decl, "const %s *__restrict__ %s", x->g->nodes[v].dtype == KIR_I32 ? "int" : "float", name);
+    ks_buf_printf(&decl, "const %s *__restrict__ %s", elem_type(x->g->nodes[v].dtype), name);
     add_param(x, k, KRT_CUDA_ARG_VALUE, v, ks_buf_cstr(&decl));
     ks_buf_free(&decl);
 }
@@ -152,30 +192,79 @@ static void param_out(kcu_gen *x, krt_cuda_kernel *k, kir_val v)
     add_param(x, k, KRT_CUDA_ARG_VALUE, v, "float *__restrict__ out");
 }
 
-/* The kernel's signature and opening brace, with a comment naming what it computes. */
+/* The kernel's signature and opening brace, with a comment naming what it
+ * computes (no node numbers: the text is shared by every node it fits). */
 static void open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what)
 {
     const kir_node *n = &x->g->nodes[k->node];
     ks_buf type = {0};
     kir_format_type(&type, n);
-    ks_buf_printf(x->src, "\n/* %%%u = %s: %s -> %s */\n", k->node, kir_op_table[n->op].name, what, ks_buf_cstr(&type));
-    ks_buf_printf(x->src, "extern \"C\" __global__ void __launch_bounds__(%d) %s(%s)\n{\n", k->block, k->name,
+    ks_buf_printf(&x->body, "\n/* %s: %s -> %s */\n", kir_op_table[n->op].name, what, ks_buf_cstr(&type));
+    ks_buf_printf(&x->body, "extern \"C\" __global__ void __launch_bounds__(%d) " NAME_MARK "(%s)\n{\n", k->block,
                   ks_buf_cstr(&x->params));
     ks_buf_free(&type);
 }
 
+/* x->body with every NAME_MARK replaced by name, appended to out. */
+static void put_named(ks_buf *out, const char *text, size_t len, const char *name)
+{
+    size_t mark = strlen(NAME_MARK);
+    for (size_t i = 0; i < len;) {
+        if (i + mark <= len && memcmp(text + i, NAME_MARK, mark) == 0) {
+            ks_buf_puts(out, name);
+            i += mark;
+            continue;
+        }
+        size_t j = i + 1;
+        while (j < len && text[j] != NAME_MARK[0]) j++;
+        ks_buf_put(out, text + i, j - i);
+        i = j;
+    }
+}
+
+/* The kernel's text is complete: find it among the kernels written (the
+ * same text: the same kernel) or write it under a new name; k launches it.
+ * suffix is part of the name, after the op's. */
+static void kernel_end(kcu_gen *x, krt_cuda_kernel *k, const char *suffix)
+{
+    const char *op = kir_op_table[x->g->nodes[k->node].op].name;
+    uint64_t hash = ks_hash64(KS_HASH_SEED, x->body.data, x->body.len);
+    for (size_t i = 0; i < x->n_bodies; i++) {
+        const kcu_body *b = &x->bodies[i];
+        if (b->hash == hash && b->len == x->body.len && memcmp(x->texts.data + b->at, x->body.data, b->len) == 0) {
+            k->name = b->name;
+            return;
+        }
+    }
+    /* a new kernel: k_<op><suffix>_<48 bits of the hash>, distinct from every name so far */
+    const char *name = NULL;
+    for (uint64_t salt = 0;; salt++) {
+        uint64_t h = salt ? ks_hash64(hash, &salt, sizeof salt) : hash;
+        name = ks_arena_printf(&x->meta->arena, "k_%s%s_%012llx", op, suffix,
+                               (unsigned long long)(h & 0xffffffffffffull));
+        int taken = 0;
+        for (size_t i = 0; i < x->n_bodies && !taken; i++) taken = strcmp(x->bodies[i].name, name) == 0;
+        if (!taken) break;
+    }
+    KS_GROW(x->bodies, x->n_bodies + 1, x->cap_bodies, KCU_MAX_KERNELS, "distinct CUDA kernels");
+    x->bodies[x->n_bodies++] = (kcu_body){hash, name, x->texts.len, x->body.len};
+    ks_buf_put(&x->texts, x->body.data, x->body.len);
+    put_named(x->src, x->body.data, x->body.len, name);
+    k->name = name;
+}
+
 /* An elementwise kernel over the node's T * row elements: one thread each;
  * the body sees i (the element) and returns early past the end. */
-static krt_cuda_kernel *elementwise_kernel(kcu_gen *x, kir_val v, const char *suffix, int64_t row)
+static krt_cuda_kernel *elementwise_kernel(kcu_gen *x, kir_val v, int64_t row)
 {
-    krt_cuda_kernel *k = kernel_new(x, v, suffix, EW_THREADS);
+    krt_cuda_kernel *k = kernel_new(x, v, EW_THREADS);
     kernel_grid(k, 0, row, 0, EW_THREADS);
     return k;
 }
 
 static void elementwise_prologue(kcu_gen *x, int64_t row)
 {
-    ks_buf_printf(x->src,
+    ks_buf_printf(&x->body,
                   "    const long long i = (long long)blockIdx.x * %d + threadIdx.x;\n"
                   "    if (i >= (long long)T * %lld) return;\n",
                   EW_THREADS, (long long)row);
@@ -188,92 +277,56 @@ static int emit_embed(kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v];
     int64_t dim = n->dims[1];
-    krt_cuda_kernel *k = elementwise_kernel(x, v, "", dim);
+    krt_cuda_kernel *k = elementwise_kernel(x, v, dim);
     param_in(x, k, n->in[0], "table");
     param_in(x, k, n->in[1], "ids");
     param_out(x, k, v);
     open_body(x, k, "rows of the table picked by ids (checked on the host before the step)");
     elementwise_prologue(x, dim);
-    ks_buf_printf(x->src, "    out[i] = table[(long long)ids[i / %lld] * %lld + i %% %lld];\n}\n", (long long)dim,
-                  (long long)dim, (long long)dim);
+    ks_buf_printf(&x->body, "    out[i] = kcu_f(table[(long long)ids[i / %lld] * %lld + i %% %lld]);\n}\n",
+                  (long long)dim, (long long)dim, (long long)dim);
+    kernel_end(x, k, "");
     return 0;
 }
 
-/*
- * out[t, c] = dot(x[t, :], w[c, :]) over K. Tiles of MM_BM tokens x MM_BN
- * columns staged through shared memory, K in steps of MM_BK. Each thread owns
- * 2 x 4 outputs; each output keeps eight partial sums, partial k % 8 taking
- * product k, added up at the end in the interpreter's tree (its dot()): so an
- * output's value depends on its two rows only, not on T or the tiling.
- * Padding past K or T loads zeros, which leave the sums unchanged.
- */
+/* Threads over which kcu_matmul spreads a row of K weights of dtype t in the
+ * decode path: a power of two in [8, MM_MAX_TPR], about one 16-byte chunk
+ * each (fewer rows per block when K is long); also the vector width. */
+static int matmul_tpr(int64_t K, kir_dtype t, int *vec)
+{
+    size_t es = kir_dtype_size(t);
+    *vec = (size_t)K * es % 16 == 0 ? (int)(16 / es) : 1;
+    int64_t chunks = K / *vec;
+    int tpr = 8;
+    while (tpr < MM_MAX_TPR && tpr < chunks) tpr *= 2;
+    return tpr;
+}
+
+/* out[t, c] = dot(x[t, :], w[c, :]): kcu_matmul (kcu_prelude.cuh) at this
+ * node's shapes and weight dtype. Its grid is fixed by N: ceil(N / rows per
+ * block). */
 static int emit_matmul(kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v], *w = &x->g->nodes[n->in[1]];
-    long long K = w->dims[1], N = w->dims[0];
-    krt_cuda_kernel *k = kernel_new(x, v, "", MM_THREADS);
-    kernel_grid(k, 0, 0, N, MM_BN);
-    kernel_grid(k, 1, 1, MM_BM - 1, MM_BM);
+    int64_t K = w->dims[1], N = w->dims[0];
+    if (K >= INT32_MAX / 16 || N >= INT32_MAX / 16)
+        return node_error(x, v, "a [%lld,%lld] weight is larger than the CUDA matmul indexes", (long long)N,
+                          (long long)K);
+    int vec = 1, tpr = matmul_tpr(K, w->dtype, &vec);
+    int64_t rows_per_block = (int64_t)(MM_THREADS / tpr) * MM_GEMV_R;
+    krt_cuda_kernel *k = kernel_new(x, v, MM_THREADS);
+    kernel_grid(k, 0, 0, N, rows_per_block);
     param_in(x, k, n->in[0], "x");
     param_in(x, k, n->in[1], "w");
     param_out(x, k, v);
-    open_body(x, k, "x w^T, a tiled fp32 product with the interpreter's eight partial sums per output");
-    ks_buf_printf(x->src,
-                  "    enum { K = %lld, N = %lld, BM = %d, BN = %d, BK = %d };\n"
-                  "    __shared__ float xs[BK][BM + 1]; /* x tile, k-major; +1: no bank conflicts on the stores */\n"
-                  "    __shared__ float ws[BK][BN + 1]; /* w tile, k-major */\n"
-                  "    const int tx = threadIdx.x %% 16, ty = threadIdx.x / 16;\n"
-                  "    const long long row0 = (long long)blockIdx.y * BM;\n"
-                  "    const int col0 = blockIdx.x * BN;\n"
-                  "    float acc[2][4][8];\n"
-                  "#pragma unroll\n"
-                  "    for (int a = 0; a < 2; a++)\n"
-                  "#pragma unroll\n"
-                  "        for (int b = 0; b < 4; b++)\n"
-                  "#pragma unroll\n"
-                  "            for (int l = 0; l < 8; l++) acc[a][b][l] = 0.0f;\n"
-                  "    for (int k0 = 0; k0 < K; k0 += BK) {\n"
-                  "#pragma unroll\n"
-                  "        for (int r = 0; r < BM * BK / %d; r++) {\n"
-                  "            const int e = threadIdx.x + r * %d, m = e / BK, kk = e %% BK;\n"
-                  "            const bool in = row0 + m < T && k0 + kk < K;\n"
-                  "            xs[kk][m] = in ? x[(row0 + m) * K + k0 + kk] : 0.0f;\n"
-                  "        }\n"
-                  "#pragma unroll\n"
-                  "        for (int r = 0; r < BN * BK / %d; r++) {\n"
-                  "            const int e = threadIdx.x + r * %d, c = e / BK, kk = e %% BK;\n"
-                  "            const bool in = col0 + c < N && k0 + kk < K;\n"
-                  "            ws[kk][c] = in ? w[(long long)(col0 + c) * K + k0 + kk] : 0.0f;\n"
-                  "        }\n"
-                  "        __syncthreads();\n"
-                  "#pragma unroll 1\n"
-                  "        for (int k8 = 0; k8 < BK; k8 += 8) {\n"
-                  "#pragma unroll\n"
-                  "            for (int l = 0; l < 8; l++) { /* k0 + k8 is a multiple of 8: product k goes to partial l */\n"
-                  "                const float a0 = xs[k8 + l][ty], a1 = xs[k8 + l][ty + 16];\n"
-                  "#pragma unroll\n"
-                  "                for (int b = 0; b < 4; b++) {\n"
-                  "                    const float wb = ws[k8 + l][tx + 16 * b];\n"
-                  "                    acc[0][b][l] += a0 * wb;\n"
-                  "                    acc[1][b][l] += a1 * wb;\n"
-                  "                }\n"
-                  "            }\n"
-                  "        }\n"
-                  "        __syncthreads();\n"
-                  "    }\n"
-                  "#pragma unroll\n"
-                  "    for (int a = 0; a < 2; a++) {\n"
-                  "        const long long t = row0 + ty + 16 * a;\n"
-                  "        if (t >= T) continue;\n"
-                  "#pragma unroll\n"
-                  "        for (int b = 0; b < 4; b++) {\n"
-                  "            const int c = col0 + tx + 16 * b;\n"
-                  "            const float *s = acc[a][b];\n"
-                  "            if (c < N) out[t * N + c] = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));\n"
-                  "        }\n"
-                  "    }\n"
-                  "}\n",
-                  K, N, MM_BM, MM_BN, MM_BK, MM_THREADS, MM_THREADS, MM_THREADS, MM_THREADS);
+    ks_buf what = {0};
+    ks_buf_printf(&what, "x w^T with %s weights, fp32 sums (%d-element loads, %d threads a row when T <= %d)",
+                  kir_dtype_name(w->dtype), vec, tpr, MM_GEMV_T);
+    open_body(x, k, ks_buf_cstr(&what));
+    ks_buf_free(&what);
+    ks_buf_printf(&x->body, "    kcu_matmul<%s, %lld, %lld, %d>(T, x, w, out);\n}\n", elem_type(w->dtype),
+                  (long long)K, (long long)N, tpr);
+    kernel_end(x, k, "");
     return 0;
 }
 
@@ -283,7 +336,7 @@ static int emit_binary(kcu_gen *x, kir_val v)
     const kir_node *n = &x->g->nodes[v], *b = &x->g->nodes[n->in[1]];
     int64_t row = kir_row_elems(n);
     const char *op = n->op == KIR_OP_ADD ? "+" : n->op == KIR_OP_SUB ? "-" : "*";
-    krt_cuda_kernel *k = elementwise_kernel(x, v, "", row);
+    krt_cuda_kernel *k = elementwise_kernel(x, v, row);
     param_in(x, k, n->in[0], "a");
     param_in(x, k, n->in[1], "b");
     param_out(x, k, v);
@@ -291,9 +344,10 @@ static int emit_binary(kcu_gen *x, kir_val v)
     open_body(x, k, b_has_t ? "elementwise" : "elementwise, b repeated over the leading dims");
     elementwise_prologue(x, row);
     if (b_has_t)
-        ks_buf_printf(x->src, "    out[i] = a[i] %s b[i];\n}\n", op);
+        ks_buf_printf(&x->body, "    out[i] = a[i] %s b[i];\n}\n", op);
     else
-        ks_buf_printf(x->src, "    out[i] = a[i] %s b[i %% %lld];\n}\n", op, (long long)kir_elems(b, 1));
+        ks_buf_printf(&x->body, "    out[i] = a[i] %s kcu_f(b[i %% %lld]);\n}\n", op, (long long)kir_elems(b, 1));
+    kernel_end(x, k, "");
     return 0;
 }
 
@@ -301,7 +355,7 @@ static int emit_unary(kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v];
     int64_t row = kir_row_elems(n);
-    krt_cuda_kernel *k = elementwise_kernel(x, v, "", row);
+    krt_cuda_kernel *k = elementwise_kernel(x, v, row);
     param_in(x, k, n->in[0], "x");
     param_out(x, k, v);
     ks_buf body = {0};
@@ -335,9 +389,10 @@ static int emit_unary(kcu_gen *x, kir_val v)
     }
     open_body(x, k, what);
     elementwise_prologue(x, row);
-    ks_buf_put(x->src, body.data, body.len);
-    ks_buf_puts(x->src, "}\n");
+    ks_buf_put(&x->body, body.data, body.len);
+    ks_buf_puts(&x->body, "}\n");
     ks_buf_free(&body);
+    kernel_end(x, k, "");
     return 0;
 }
 
@@ -373,7 +428,7 @@ static int emit_norm(kcu_gen *x, kir_val v)
     int threads = reduce_threads(d);
     int has_w = n->nin > 1 && n->in[1] != KIR_NONE, has_b = n->nin > 2 && n->in[2] != KIR_NONE;
     int rms = n->op == KIR_OP_RMS_NORM;
-    krt_cuda_kernel *k = kernel_new(x, v, "", threads);
+    krt_cuda_kernel *k = kernel_new(x, v, threads);
     kernel_grid(k, 0, rows, 0, 1);
     param_in(x, k, n->in[0], "x");
     if (has_w) param_in(x, k, n->in[1], "w");
@@ -381,42 +436,44 @@ static int emit_norm(kcu_gen *x, kir_val v)
     param_out(x, k, v);
     open_body(x, k, rms ? "x / sqrt(mean(x^2) + eps) (* w), one block per row, sums in double"
                         : "(x - mean) / sqrt(var + eps) (* w + b), one block per row, sums in double");
-    ks_buf_printf(x->src,
+    ks_buf_printf(&x->body,
                   "    enum { D = %lld, B = %d };\n"
                   "    __shared__ double red[B];\n"
                   "    const float *xr = x + (long long)blockIdx.x * D;\n"
                   "    float *orow = out + (long long)blockIdx.x * D;\n"
                   "    const double eps = ",
                   (long long)d, threads);
-    put_double(x->src, kir_get_float(x->g, v, "eps", 1e-5));
-    ks_buf_puts(x->src, ";\n");
+    put_double(&x->body, kir_get_float(x->g, v, "eps", 1e-5));
+    ks_buf_puts(&x->body, ";\n");
     if (rms) {
-        ks_buf_puts(x->src, "    double ss = 0.0;\n"
-                            "    for (int i = threadIdx.x; i < D; i += B) ss += (double)xr[i] * xr[i];\n");
-        put_block_sum(x->src, "ss");
-        ks_buf_printf(x->src,
+        ks_buf_puts(&x->body, "    double ss = 0.0;\n"
+                              "    for (int i = threadIdx.x; i < D; i += B) ss += (double)xr[i] * xr[i];\n");
+        put_block_sum(&x->body, "ss");
+        ks_buf_printf(&x->body,
                       "    const double inv = 1.0 / sqrt(ss / (double)D + eps);\n"
                       "    for (int i = threadIdx.x; i < D; i += B) {\n"
                       "        const float y = (float)(xr[i] * inv);\n"
                       "        orow[i] = %s;\n"
                       "    }\n}\n",
-                      has_w ? "y * w[i]" : "y");
+                      has_w ? "y * kcu_f(w[i])" : "y");
+        kernel_end(x, k, "");
         return 0;
     }
-    ks_buf_puts(x->src, "    double mean = 0.0, var = 0.0;\n"
-                        "    for (int i = threadIdx.x; i < D; i += B) mean += xr[i];\n");
-    put_block_sum(x->src, "mean");
-    ks_buf_puts(x->src, "    mean /= (double)D;\n"
-                        "    for (int i = threadIdx.x; i < D; i += B) var += ((double)xr[i] - mean) * ((double)xr[i] - mean);\n");
-    put_block_sum(x->src, "var");
-    ks_buf_printf(x->src,
+    ks_buf_puts(&x->body, "    double mean = 0.0, var = 0.0;\n"
+                          "    for (int i = threadIdx.x; i < D; i += B) mean += xr[i];\n");
+    put_block_sum(&x->body, "mean");
+    ks_buf_puts(&x->body, "    mean /= (double)D;\n"
+                          "    for (int i = threadIdx.x; i < D; i += B) var += ((double)xr[i] - mean) * ((double)xr[i] - mean);\n");
+    put_block_sum(&x->body, "var");
+    ks_buf_printf(&x->body,
                   "    const double inv = 1.0 / sqrt(var / (double)D + eps);\n"
                   "    for (int i = threadIdx.x; i < D; i += B) {\n"
                   "        float y = (float)(((double)xr[i] - mean) * inv);\n"
                   "%s%s"
                   "        orow[i] = y;\n"
                   "    }\n}\n",
-                  has_w ? "        y *= w[i];\n" : "", has_b ? "        y += bias[i];\n" : "");
+                  has_w ? "        y *= kcu_f(w[i]);\n" : "", has_b ? "        y += kcu_f(bias[i]);\n" : "");
+    kernel_end(x, k, "");
     return 0;
 }
 
@@ -425,13 +482,14 @@ static int emit_slice(kcu_gen *x, kir_val v)
     const kir_node *n = &x->g->nodes[v];
     int64_t d = last_dim(n), d_in = last_dim(&x->g->nodes[n->in[0]]), start = kir_get_int(x->g, v, "start", 0);
     int64_t row = kir_row_elems(n);
-    krt_cuda_kernel *k = elementwise_kernel(x, v, "", row);
+    krt_cuda_kernel *k = elementwise_kernel(x, v, row);
     param_in(x, k, n->in[0], "x");
     param_out(x, k, v);
     open_body(x, k, "a copy of a range of the last dim");
     elementwise_prologue(x, row);
-    ks_buf_printf(x->src, "    out[i] = x[i / %lld * %lld + %lld + i %% %lld];\n}\n", (long long)d, (long long)d_in,
+    ks_buf_printf(&x->body, "    out[i] = x[i / %lld * %lld + %lld + i %% %lld];\n}\n", (long long)d, (long long)d_in,
                   (long long)start, (long long)d);
+    kernel_end(x, k, "");
     return 0;
 }
 
@@ -439,7 +497,7 @@ static int emit_concat(kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v];
     int64_t d = last_dim(n), row = kir_row_elems(n);
-    krt_cuda_kernel *k = elementwise_kernel(x, v, "", row);
+    krt_cuda_kernel *k = elementwise_kernel(x, v, row);
     for (int i = 0; i < n->nin; i++) {
         char name[16];
         snprintf(name, sizeof name, "x%d", i);
@@ -448,15 +506,16 @@ static int emit_concat(kcu_gen *x, kir_val v)
     param_out(x, k, v);
     open_body(x, k, "operands side by side along the last dim");
     elementwise_prologue(x, row);
-    ks_buf_printf(x->src, "    const long long r = i / %lld, c = i %% %lld;\n", (long long)d, (long long)d);
+    ks_buf_printf(&x->body, "    const long long r = i / %lld, c = i %% %lld;\n", (long long)d, (long long)d);
     int64_t at = 0;
     for (int i = 0; i < n->nin; i++) {
         int64_t di = last_dim(&x->g->nodes[n->in[i]]);
-        ks_buf_printf(x->src, "    %sif (c < %lld) out[i] = x%d[r * %lld + c - %lld];\n", i ? "else " : "",
+        ks_buf_printf(&x->body, "    %sif (c < %lld) out[i] = x%d[r * %lld + c - %lld];\n", i ? "else " : "",
                       (long long)(at + di), i, (long long)di, (long long)at);
         at += di;
     }
-    ks_buf_puts(x->src, "}\n");
+    ks_buf_puts(&x->body, "}\n");
+    kernel_end(x, k, "");
     return 0;
 }
 
@@ -473,27 +532,27 @@ static int emit_rope(kcu_gen *x, kir_val v)
         return node_error(x, v, "unknown scaling '%s' (expected none, linear or llama3)", scaling);
     int64_t heads = n->dims[1], d = n->dims[2], rot = kir_get_int(g, v, "rot_dim", d);
     int half = (int)(rot / 2), pairs = strcmp(style, "pairs") == 0;
+    int64_t row = heads * d;
+    krt_cuda_kernel *k = elementwise_kernel(x, v, row);
     float *inv_freq = ks_xmalloc(sizeof(float) * (size_t)(half ? half : 1));
     kir_rope_inv_freq(g, v, (int)rot, inv_freq);
-    ks_buf_printf(x->src, "\n/* rotation frequencies of %%%u, radians per position (as the interpreter computes them) */\n"
-                          "__device__ const float k%u_inv_freq[%d] = {",
-                  v, v, half);
+    ks_buf_printf(&x->body, "\n/* rotation frequencies, radians per position (as the interpreter computes them) */\n"
+                            "__device__ const float " NAME_MARK "_inv_freq[%d] = {",
+                  half);
     for (int j = 0; j < half; j++) {
-        ks_buf_puts(x->src, j % 6 ? " " : "\n    ");
-        put_float(x->src, inv_freq[j]);
-        ks_buf_puts(x->src, ",");
+        ks_buf_puts(&x->body, j % 6 ? " " : "\n    ");
+        put_float(&x->body, inv_freq[j]);
+        ks_buf_puts(&x->body, ",");
     }
-    ks_buf_puts(x->src, "\n};\n");
+    ks_buf_puts(&x->body, "\n};\n");
     free(inv_freq);
 
-    int64_t row = heads * d;
-    krt_cuda_kernel *k = elementwise_kernel(x, v, "", row);
     param_in(x, k, n->in[0], "x");
     param_in(x, k, n->in[1], "pos");
     param_out(x, k, v);
     open_body(x, k, pairs ? "rotate pairs (2j, 2j+1) by pos * inv_freq[j]" : "rotate (j, j + rot/2) by pos * inv_freq[j]");
     elementwise_prologue(x, row);
-    ks_buf_printf(x->src,
+    ks_buf_printf(&x->body,
                   "    enum { D = %lld, ROT = %lld, HALF = %d };\n"
                   "    const int e = (int)(i %% D);\n"
                   "    if (e >= ROT) {\n"
@@ -502,39 +561,37 @@ static int emit_rope(kcu_gen *x, kir_val v)
                   "    }\n",
                   (long long)d, (long long)rot, half);
     if (pairs)
-        ks_buf_puts(x->src, "    const int j = e / 2, i0 = 2 * j, i1 = 2 * j + 1;\n");
+        ks_buf_puts(&x->body, "    const int j = e / 2, i0 = 2 * j, i1 = 2 * j + 1;\n");
     else
-        ks_buf_puts(x->src, "    const int j = e % HALF, i0 = j, i1 = j + HALF;\n");
-    ks_buf_printf(x->src,
-                  "    const float angle = (float)pos[i / %lld] * k%u_inv_freq[j];\n"
+        ks_buf_puts(&x->body, "    const int j = e % HALF, i0 = j, i1 = j + HALF;\n");
+    ks_buf_printf(&x->body,
+                  "    const float angle = (float)pos[i / %lld] * " NAME_MARK "_inv_freq[j];\n"
                   "    const float c = (float)cos((double)angle), s = (float)sin((double)angle);\n"
                   "    const float *xr = x + (i - e);\n"
                   "    const float x0 = xr[i0], x1 = xr[i1];\n"
                   "    out[i] = e == i0 ? x0 * c - x1 * s : x1 * c + x0 * s;\n"
                   "}\n",
-                  (long long)row, v);
+                  (long long)row);
+    kernel_end(x, k, "");
     return 0;
 }
 
 /* The kernel that writes a step's K and V rows into layer `layer` of the
- * cache, at each token's slot; k and v are operands ik and iv of node v. */
+ * cache (its kv_k/kv_v arguments), at each token's slot; k and v are
+ * values kv and vv. */
 static void emit_kv_write_kernel(kcu_gen *x, kir_val v, const char *suffix, kir_val kv, kir_val vv, int64_t layer)
 {
     const kir_node *kn = &x->g->nodes[kv], *vn = &x->g->nodes[vv];
     int64_t krow = kir_row_elems(kn), vrow = kir_row_elems(vn);
-    krt_cuda_kernel *k = elementwise_kernel(x, v, suffix, krow + vrow);
+    krt_cuda_kernel *k = elementwise_kernel(x, v, krow + vrow);
     param_in(x, k, kv, "k");
     param_in(x, k, vv, "v");
     add_param(x, k, KRT_CUDA_ARG_KV_K, layer, "float *__restrict__ kc");
     add_param(x, k, KRT_CUDA_ARG_KV_V, layer, "float *__restrict__ vc");
     add_param(x, k, KRT_CUDA_ARG_SLOTS, 0, "const int *__restrict__ slots");
-    ks_buf what = {0};
-    ks_buf_printf(&what, "K and V rows of the step into layer %lld of the KV cache, at each token's slot",
-                  (long long)layer);
-    open_body(x, k, ks_buf_cstr(&what));
-    ks_buf_free(&what);
+    open_body(x, k, "K and V rows of the step into a layer of the KV cache (kc, vc), at each token's slot");
     elementwise_prologue(x, krow + vrow);
-    ks_buf_printf(x->src,
+    ks_buf_printf(&x->body,
                   "    enum { KROW = %lld, VROW = %lld };\n"
                   "    const long long t = i / (KROW + VROW), e = i %% (KROW + VROW), slot = slots[t];\n"
                   "    if (e < KROW)\n"
@@ -543,13 +600,14 @@ static void emit_kv_write_kernel(kcu_gen *x, kir_val v, const char *suffix, kir_
                   "        vc[slot * VROW + e - KROW] = v[t * VROW + e - KROW];\n"
                   "}\n",
                   (long long)krow, (long long)vrow);
+    kernel_end(x, k, suffix);
 }
 
 /*
  * Attention over the paged cache: one block per (token, head). Positions
  * [lo, pos] of the token's sequence are read through its block table. Three
- * passes over the keys, each recomputing the scores (phase 1 keeps no score
- * buffer): the maximum, the sum of exponentials (double, fixed tree), then
+ * passes over the keys, each recomputing the scores (no score buffer): the
+ * maximum, the sum of exponentials (double, fixed tree), then
  * probabilities a chunk at a time into shared memory and the weighted sum of
  * V rows, in position order for every output element, as the interpreter.
  */
@@ -566,25 +624,25 @@ static int emit_attention(kcu_gen *x, kir_val v)
     if (softcap < 0.0f) return node_error(x, v, "softcap must not be negative");
     if (kir_get_int(g, v, "write_kv", 1) != 0) emit_kv_write_kernel(x, v, "_kv_write", n->in[1], n->in[2], layer);
 
-    ks_buf_printf(x->src, "\n/* a score of %%%u: q . k(position p) * scale%s */\n", v, softcap > 0.0f ? ", soft-capped" : "");
-    ks_buf_printf(x->src,
-                  "static __device__ float k%u_score(const float *qs, const float *__restrict__ kc, const int *table,\n"
+    krt_cuda_kernel *k = kernel_new(x, v, ATT_THREADS);
+    ks_buf_printf(&x->body, "\n/* a score: q . k(position p) * scale%s */\n", softcap > 0.0f ? ", soft-capped" : "");
+    ks_buf_printf(&x->body,
+                  "static __device__ float " NAME_MARK "_score(const float *qs, const float *__restrict__ kc, const int *table,\n"
                   "                                   int block_size, int p, int kh)\n{\n"
                   "    const long long slot = (long long)table[p / block_size] * block_size + p %% block_size;\n"
                   "    float s = kcu_dot(qs, kc + slot * %lld + kh * %lld, %lld) * ",
-                  v, (long long)(kv_heads * dk), (long long)dk, (long long)dk);
-    put_float(x->src, scale);
-    ks_buf_puts(x->src, ";\n");
+                  (long long)(kv_heads * dk), (long long)dk, (long long)dk);
+    put_float(&x->body, scale);
+    ks_buf_puts(&x->body, ";\n");
     if (softcap > 0.0f) {
-        ks_buf_puts(x->src, "    s = ");
-        put_float(x->src, softcap);
-        ks_buf_puts(x->src, " * (float)tanh((double)(s / ");
-        put_float(x->src, softcap);
-        ks_buf_puts(x->src, "));\n");
+        ks_buf_puts(&x->body, "    s = ");
+        put_float(&x->body, softcap);
+        ks_buf_puts(&x->body, " * (float)tanh((double)(s / ");
+        put_float(&x->body, softcap);
+        ks_buf_puts(&x->body, "));\n");
     }
-    ks_buf_puts(x->src, "    return s;\n}\n");
+    ks_buf_puts(&x->body, "    return s;\n}\n");
 
-    krt_cuda_kernel *k = kernel_new(x, v, "", ATT_THREADS);
     kernel_grid(k, 0, 1, 0, 1);
     kernel_grid(k, 1, 0, heads, 1);
     param_in(x, k, n->in[0], "q");
@@ -595,12 +653,8 @@ static int emit_attention(kcu_gen *x, kir_val v)
     add_param(x, k, KRT_CUDA_ARG_TABLE_OFF, 0, "const int *__restrict__ table_off");
     add_param(x, k, KRT_CUDA_ARG_TABLES, 0, "const int *__restrict__ tables");
     add_param(x, k, KRT_CUDA_ARG_BLOCK_SIZE, 0, "int block_size");
-    ks_buf what = {0};
-    ks_buf_printf(&what, "causal attention over layer %lld of the paged KV cache, one block per (token, head)",
-                  (long long)layer);
-    open_body(x, k, ks_buf_cstr(&what));
-    ks_buf_free(&what);
-    ks_buf_printf(x->src,
+    open_body(x, k, "causal attention over a layer of the paged KV cache (kc, vc), one block per (token, head)");
+    ks_buf_printf(&x->body,
                   "    enum { H = %lld, DK = %lld, DV = %lld, GROUP = %lld, VROW = %lld, WINDOW = %lld, NT = %d,\n"
                   "           R = (DV + NT - 1) / NT };\n"
                   "    __shared__ float qs[DK];\n"
@@ -617,7 +671,7 @@ static int emit_attention(kcu_gen *x, kir_val v)
                   "    /* 1. the largest score */\n"
                   "    float m = -__int_as_float(0x7f800000);\n"
                   "    for (int j = tid; j < len; j += NT) {\n"
-                  "        const float s = k%u_score(qs, kc, table, block_size, lo + j, kh);\n"
+                  "        const float s = " NAME_MARK "_score(qs, kc, table, block_size, lo + j, kh);\n"
                   "        if (s > m) m = s;\n"
                   "    }\n"
                   "    redf[tid] = m;\n"
@@ -630,7 +684,7 @@ static int emit_attention(kcu_gen *x, kir_val v)
                   "    /* 2. the sum of exponentials, each rounded to float first as the interpreter stores them */\n"
                   "    double sum = 0.0;\n"
                   "    for (int j = tid; j < len; j += NT)\n"
-                  "        sum += (float)exp((double)(k%u_score(qs, kc, table, block_size, lo + j, kh) - m));\n"
+                  "        sum += (float)exp((double)(" NAME_MARK "_score(qs, kc, table, block_size, lo + j, kh) - m));\n"
                   "    red[tid] = sum;\n"
                   "    __syncthreads();\n"
                   "    for (int s = NT / 2; s > 0; s >>= 1) {\n"
@@ -644,7 +698,7 @@ static int emit_attention(kcu_gen *x, kir_val v)
                   "    for (int r = 0; r < R; r++) acc[r] = 0.0f;\n"
                   "    for (int j0 = 0; j0 < len; j0 += NT) {\n"
                   "        if (j0 + tid < len) {\n"
-                  "            const float e = (float)exp((double)(k%u_score(qs, kc, table, block_size, lo + j0 + tid, kh) - m));\n"
+                  "            const float e = (float)exp((double)(" NAME_MARK "_score(qs, kc, table, block_size, lo + j0 + tid, kh) - m));\n"
                   "            p[tid] = (float)(e / sum);\n"
                   "        }\n"
                   "        __syncthreads();\n"
@@ -664,34 +718,23 @@ static int emit_attention(kcu_gen *x, kir_val v)
                   "        if (tid + r * NT < DV) out[((long long)t * H + h) * DV + tid + r * NT] = acc[r];\n"
                   "}\n",
                   (long long)heads, (long long)dk, (long long)dv, (long long)(heads / kv_heads),
-                  (long long)(kv_heads * dv), (long long)window, ATT_THREADS, v, v, v);
+                  (long long)(kv_heads * dv), (long long)window, ATT_THREADS);
+    kernel_end(x, k, "");
     return 0;
 }
 
 /* ---- the graph ------------------------------------------------------------------------- */
-static const char prelude[] =
+static const char banner[] =
     "/*\n"
-    " * Generated by kiln (codegen/cuda) for graph \"%s\": one kernel per compute node,\n"
-    " * every dimension but T (the tokens of a step, a kernel argument) a constant.\n"
-    " * f32 throughout; compiled with --fmad=false so that each kernel rounds as the\n"
-    " * reference interpreter (ir/interp_kernels.c) does. The launch table is the\n"
-    " * engine's cuda.meta section.\n"
-    " */\n"
-    "\n"
-    "/* The interpreter's dot(): eight partial sums, partial k %% 8 taking product k,\n"
-    " * added in a fixed tree. */\n"
-    "static __device__ float kcu_dot(const float *a, const float *__restrict__ b, int n)\n"
-    "{\n"
-    "    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};\n"
-    "    int i = 0;\n"
-    "    for (; i + 8 <= n; i += 8)\n"
-    "#pragma unroll\n"
-    "        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];\n"
-    "    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];\n"
-    "    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));\n"
-    "}\n";
+    " * Generated by kiln (codegen/cuda) for graph \"%s\": %d launches of %zu distinct\n"
+    " * kernels (nodes whose kernels would be the same text share one), every\n"
+    " * dimension but T (the tokens of a step, a kernel argument) a constant.\n"
+    " * Weights as stored in the engine (f32, bf16 or f16), everything else f32.\n"
+    " * The launch table is the engine's cuda.meta section. The device templates\n"
+    " * below are codegen/cuda/kcu_prelude.cuh.\n"
+    " */\n";
 
-/* Checks that phase 1 can lower node v (types), before any code is written. */
+/* Checks that node v can be lowered (types), before any code is written. */
 static int check_node(kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v];
@@ -701,12 +744,9 @@ static int check_node(kcu_gen *x, kir_val v)
             return node_error(x, v, "'%s' is neither tokens nor positions", name);
         return 0;
     }
-    if (n->dtype != KIR_F32) {
-        if (n->op == KIR_OP_WEIGHT)
-            return node_error(x, v, "weight '%s' is %s; the CUDA backend takes f32 weights for now",
-                              kir_get_str(x->g, v, "name", "?"), kir_dtype_name(n->dtype));
+    if (n->op == KIR_OP_WEIGHT) return 0; /* f32, f16 or bf16: the shape rule allows no other */
+    if (n->dtype != KIR_F32)
         return node_error(x, v, "the CUDA backend computes f32 values only, not %s", kir_dtype_name(n->dtype));
-    }
     return 0;
 }
 
@@ -764,15 +804,20 @@ static int emit_node(kcu_gen *x, kir_val v)
 int kcu_generate(const kir_graph *g, ks_buf *src, krt_cuda_meta *meta, ks_diag *d)
 {
     if (kir_verify(g, d, g->name && g->name[0] ? g->name : "graph") != 0) return -1;
-    kcu_gen x = {.g = g, .src = src, .meta = meta, .d = d};
+    ks_buf kernels = {0};
+    kcu_gen x = {.g = g, .src = &kernels, .meta = meta, .d = d};
     x.root = ks_xcalloc(g->n_nodes ? g->n_nodes : 1, sizeof *x.root);
     int rc = 0, have_output = 0;
     for (size_t v = 0; v < g->n_nodes; v++) {
         x.root[v] = (uint32_t)v;
         if (check_node(&x, (kir_val)v) != 0) rc = -1;
     }
-    if (rc == 0) ks_buf_printf(src, prelude, g->name ? g->name : "");
     for (size_t v = 0; v < g->n_nodes && rc == 0; v++) rc = emit_node(&x, (kir_val)v);
+    if (rc == 0) {
+        ks_buf_printf(src, banner, g->name ? g->name : "", meta->n_kernels, x.n_bodies);
+        ks_buf_puts(src, kcu_prelude);
+        ks_buf_put(src, kernels.data, kernels.len);
+    }
     size_t n_aliases = 0;
     for (size_t v = 0; v < g->n_nodes; v++) n_aliases += x.root[v] != v;
     meta->aliases = ks_arena_alloc(&meta->arena, sizeof *meta->aliases * (n_aliases + 1));
@@ -791,7 +836,11 @@ int kcu_generate(const kir_graph *g, ks_buf *src, krt_cuda_meta *meta, ks_diag *
         ks_error(d, g->name && g->name[0] ? g->name : "graph", "cuda: the graph has no output");
         rc = -1;
     }
+    ks_buf_free(&kernels);
     ks_buf_free(&x.params);
+    ks_buf_free(&x.body);
+    ks_buf_free(&x.texts);
+    free(x.bodies);
     free(x.root);
     return rc;
 }

@@ -15,6 +15,16 @@
  * starts on its own stack through makecontext/setcontext, and switches
  * with _setjmp/_longjmp (no system call, unlike swapcontext).
  *
+ * Streams run their work at once, in the order it is queued (the host
+ * waits for nothing). A stream in capture mode records its launches
+ * instead of running them (cuStreamBeginCapture): the graph is the list of
+ * launches with their parameters copied, replayed in order by
+ * cuGraphLaunch; any other work queued on a capturing stream fails, as the
+ * backend must queue none. KILN_EMU_MEM sets the device's memory (bytes,
+ * or with a K, M or G suffix; default 8G): cuMemAlloc fails with
+ * CUDA_ERROR_OUT_OF_MEMORY past it and cuMemGetInfo reports what is left.
+ * KILN_EMU_STATS=1 prints the launches, captures and graph launches at exit.
+ *
  * A driver holds process-wide state, and so does this stand-in (the
  * statics below): it is a test fixture, not part of kiln.
  */
@@ -33,7 +43,8 @@ typedef struct emu_dim3 {
 } emu_dim3;
 
 enum { MAX_PARAMS = 24, MAX_THREADS = 1024, STACK_BYTES = 64 * 1024 };
-enum { EMU_NOT_FOUND = 500, EMU_INVALID = 1, EMU_LAUNCH_FAILED = 719 };
+enum { EMU_NOT_FOUND = 500, EMU_INVALID = 1, EMU_LAUNCH_FAILED = 719, EMU_OUT_OF_MEMORY = 2,
+       EMU_ILLEGAL_STATE = 401, EMU_CAPTURE_UNSUPPORTED = 900 };
 enum thread_state { READY, WAITING, DONE };
 
 typedef void (*kernel24)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
@@ -56,6 +67,7 @@ static struct {
     void *no_barrier[256];         /* kernels seen to run a whole block without a barrier */
     int n_no_barrier;              /* how many */
     int ctx_token;                 /* what the primary context points at */
+    int loads;                     /* modules loaded and not unloaded (sessions may overlap) */
 } emu;
 
 int cuInit(unsigned flags) { return flags == 0 ? 0 : EMU_INVALID; }
@@ -78,16 +90,56 @@ int cuDevicePrimaryCtxRetain(void **ctx, int dev) { *ctx = &emu.ctx_token; retur
 int cuDevicePrimaryCtxRelease_v2(int dev) { return dev ? EMU_INVALID : 0; }
 int cuCtxSetCurrent(void *ctx) { return ctx == &emu.ctx_token ? 0 : EMU_INVALID; }
 
+/* ---- device memory: host memory behind a header that holds its size -------------------- */
+enum { MEM_HEADER = 64 };
+static struct {
+    size_t limit; /* the device's bytes (KILN_EMU_MEM), 0 until read */
+    size_t used;  /* allocated now */
+} emu_mem;
+
+static size_t mem_limit(void)
+{
+    if (emu_mem.limit) return emu_mem.limit;
+    size_t limit = (size_t)8 << 30;
+    const char *v = getenv("KILN_EMU_MEM");
+    if (v && *v) {
+        char *end;
+        double n = strtod(v, &end);
+        double scale = *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0 : 1.0;
+        if (n > 0) limit = (size_t)(n * scale);
+    }
+    return emu_mem.limit = limit;
+}
+
 int cuMemAlloc_v2(uint64_t *p, size_t bytes)
 {
-    void *m = malloc(bytes ? bytes : 1);
-    if (!m) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
-    memset(m, 0xff, bytes);
-    *p = (uint64_t)(uintptr_t)m;
+    if (bytes > mem_limit() - emu_mem.used) return EMU_OUT_OF_MEMORY;
+    char *m = malloc(MEM_HEADER + (bytes ? bytes : 1));
+    if (!m) return EMU_OUT_OF_MEMORY;
+    memcpy(m, &bytes, sizeof bytes);
+    memset(m + MEM_HEADER, 0xff, bytes);
+    emu_mem.used += bytes;
+    *p = (uint64_t)(uintptr_t)(m + MEM_HEADER);
     return 0;
 }
 
-int cuMemFree_v2(uint64_t p) { free((void *)(uintptr_t)p); return 0; }
+int cuMemFree_v2(uint64_t p)
+{
+    if (!p) return 0;
+    char *m = (char *)(uintptr_t)p - MEM_HEADER;
+    size_t bytes;
+    memcpy(&bytes, m, sizeof bytes);
+    emu_mem.used -= bytes;
+    free(m);
+    return 0;
+}
+
+int cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+    *total = mem_limit();
+    *free_bytes = *total - emu_mem.used;
+    return 0;
+}
 int cuMemsetD8_v2(uint64_t p, unsigned char v, size_t n) { memset((void *)(uintptr_t)p, v, n); return 0; }
 int cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t n) { memcpy((void *)(uintptr_t)dst, src, n); return 0; }
 int cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n) { memcpy(dst, (const void *)(uintptr_t)src, n); return 0; }
@@ -129,6 +181,7 @@ int cuModuleLoadData(void **mod, const void *image)
     *emu.sync_hook = emu_sync;
     if (!emu.stacks) emu.stacks = malloc((size_t)MAX_THREADS * STACK_BYTES);
     emu.so = so;
+    emu.loads++;
     *mod = so;
     return 0;
 }
@@ -136,6 +189,8 @@ int cuModuleLoadData(void **mod, const void *image)
 int cuModuleUnload(void *mod)
 {
     dlclose(mod);
+    /* the same library again (dlopen counts): its state goes with the last unload */
+    if (--emu.loads > 0) return 0;
     free(emu.stacks);
     memset(&emu, 0, sizeof emu);
     return 0;
@@ -187,18 +242,30 @@ static void run_block(unsigned n)
     }
 }
 
+static struct {
+    long launches;       /* kernels run */
+    long captures;       /* graphs captured */
+    long graph_launches; /* graphs replayed */
+} emu_stats;
+
+/* Record the launch when stream is capturing (1), else 0 (below). */
+static int capture_launch(void *stream, void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, void **params);
+
 int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    unsigned shared, void *stream, void **params, void **extra)
 {
     (void)shared;
-    (void)stream;
     if (!fn || by != 1 || bz != 1 || bx == 0 || bx > MAX_THREADS || extra) return EMU_INVALID;
+    if (capture_launch(stream, fn, gx, gy, gz, bx, params)) return 0; /* recorded, not run */
+    emu_stats.launches++;
     emu.fn = (kernel24)fn;
     memset(emu.args, 0, sizeof emu.args);
     for (int i = 0; i < MAX_PARAMS && params[i]; i++) memcpy(&emu.args[i], params[i], 8);
     *emu.bdim = (emu_dim3){bx, 1, 1};
-    /* A kernel whose first block ran with no barrier has none (kiln's kernels
-     * reach theirs unconditionally): its threads then run as plain calls. */
+    /* A kernel whose block (0,0,0) ran with no barrier has none (kiln's kernels
+     * that have barriers reach them in that block; other blocks may end
+     * early, e.g. a matmul's blocks with no tile): its threads then run as
+     * plain calls. */
     int plain = 0;
     for (int i = 0; i < emu.n_no_barrier; i++) plain |= emu.no_barrier[i] == fn;
     uint64_t *a = emu.args;
@@ -216,7 +283,7 @@ int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                 }
                 emu.waited = 0;
                 run_block(bx);
-                if (!emu.waited && emu.n_no_barrier < 256) {
+                if (x == 0 && y == 0 && z == 0 && !emu.waited && emu.n_no_barrier < 256) {
                     emu.no_barrier[emu.n_no_barrier++] = fn;
                     plain = 1;
                 }
@@ -226,12 +293,166 @@ int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 
 int cuGetErrorName(int r, const char **s)
 {
-    *s = r == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : r == EMU_NOT_FOUND ? "CUDA_ERROR_NOT_FOUND" : "CUDA_ERROR_INVALID_VALUE";
+    *s = r == EMU_OUT_OF_MEMORY         ? "CUDA_ERROR_OUT_OF_MEMORY"
+         : r == EMU_NOT_FOUND           ? "CUDA_ERROR_NOT_FOUND"
+         : r == EMU_ILLEGAL_STATE       ? "CUDA_ERROR_ILLEGAL_STATE"
+         : r == EMU_CAPTURE_UNSUPPORTED ? "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
+                                        : "CUDA_ERROR_INVALID_VALUE";
     return 0;
 }
 
 int cuGetErrorString(int r, const char **s)
 {
-    *s = r == 2 ? "out of memory" : r == EMU_NOT_FOUND ? "named symbol not found" : "invalid argument";
+    *s = r == EMU_OUT_OF_MEMORY         ? "out of memory"
+         : r == EMU_NOT_FOUND           ? "named symbol not found"
+         : r == EMU_ILLEGAL_STATE       ? "the operation is not permitted in the current state"
+         : r == EMU_CAPTURE_UNSUPPORTED ? "operation not permitted when stream is capturing"
+                                        : "invalid argument";
+    return 0;
+}
+
+/* ---- streams and graphs ---------------------------------------------------------------------- */
+typedef struct emu_launch {
+    void *fn;                    /* the kernel */
+    unsigned grid[3], block;     /* its shape */
+    uint64_t args[MAX_PARAMS];   /* its parameters, copied at capture */
+    int n_args;                  /* how many */
+} emu_launch;
+
+typedef struct emu_graph {
+    emu_launch *launches; /* in order */
+    int n, cap;           /* used, allocated */
+} emu_graph;
+
+typedef struct emu_stream {
+    emu_graph *capture; /* the graph being recorded, or NULL */
+} emu_stream;
+
+static void print_stats(void) __attribute__((destructor));
+static void print_stats(void)
+{
+    const char *v = getenv("KILN_EMU_STATS");
+    if (v && *v == '1')
+        fprintf(stderr, "emu_libcuda: %ld kernel launches, %ld graphs captured, %ld graph launches\n",
+                emu_stats.launches, emu_stats.captures, emu_stats.graph_launches);
+}
+
+static int capturing(void *stream) { return stream && ((emu_stream *)stream)->capture; }
+
+static int capture_launch(void *stream, void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, void **params)
+{
+    if (!capturing(stream)) return 0;
+    emu_graph *g = ((emu_stream *)stream)->capture;
+    if (g->n == g->cap) {
+        g->cap = g->cap ? 2 * g->cap : 64;
+        g->launches = realloc(g->launches, sizeof *g->launches * (size_t)g->cap);
+    }
+    emu_launch *l = &g->launches[g->n++];
+    memset(l, 0, sizeof *l);
+    l->fn = fn;
+    l->grid[0] = gx, l->grid[1] = gy, l->grid[2] = gz;
+    l->block = bx;
+    for (int i = 0; i < MAX_PARAMS && params[i]; i++) memcpy(&l->args[l->n_args++], params[i], 8);
+    return 1;
+}
+
+int cuStreamCreate(void **stream, unsigned flags)
+{
+    (void)flags;
+    *stream = calloc(1, sizeof(emu_stream));
+    return 0;
+}
+
+static void graph_free(emu_graph *g)
+{
+    if (!g) return;
+    free(g->launches);
+    free(g);
+}
+
+int cuStreamDestroy_v2(void *stream)
+{
+    if (!stream) return EMU_INVALID;
+    graph_free(((emu_stream *)stream)->capture);
+    free(stream);
+    return 0;
+}
+
+int cuStreamSynchronize(void *stream) { return capturing(stream) ? EMU_CAPTURE_UNSUPPORTED : 0; }
+
+int cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, void *stream)
+{
+    return capturing(stream) ? EMU_CAPTURE_UNSUPPORTED : cuMemcpyHtoD_v2(dst, src, n);
+}
+
+int cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *stream)
+{
+    return capturing(stream) ? EMU_CAPTURE_UNSUPPORTED : cuMemcpyDtoH_v2(dst, src, n);
+}
+
+int cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t n, void *stream)
+{
+    return capturing(stream) ? EMU_CAPTURE_UNSUPPORTED : cuMemcpyDtoD_v2(dst, src, n);
+}
+
+int cuMemsetD8Async(uint64_t p, unsigned char v, size_t n, void *stream)
+{
+    return capturing(stream) ? EMU_CAPTURE_UNSUPPORTED : cuMemsetD8_v2(p, v, n);
+}
+
+int cuStreamBeginCapture_v2(void *stream, int mode)
+{
+    (void)mode;
+    if (!stream) return EMU_CAPTURE_UNSUPPORTED; /* the legacy stream cannot be captured */
+    if (capturing(stream)) return EMU_ILLEGAL_STATE;
+    ((emu_stream *)stream)->capture = calloc(1, sizeof(emu_graph));
+    return 0;
+}
+
+int cuStreamEndCapture(void *stream, void **graph)
+{
+    if (!capturing(stream)) return EMU_ILLEGAL_STATE;
+    *graph = ((emu_stream *)stream)->capture;
+    ((emu_stream *)stream)->capture = NULL;
+    emu_stats.captures++;
+    return 0;
+}
+
+int cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags)
+{
+    (void)flags;
+    const emu_graph *g = graph;
+    emu_graph *x = calloc(1, sizeof *x);
+    x->n = x->cap = g->n;
+    x->launches = malloc(sizeof *x->launches * (size_t)(g->n ? g->n : 1));
+    if (g->n) memcpy(x->launches, g->launches, sizeof *x->launches * (size_t)g->n);
+    *exec = x;
+    return 0;
+}
+
+int cuGraphLaunch(void *exec, void *stream)
+{
+    if (capturing(stream)) return EMU_CAPTURE_UNSUPPORTED;
+    const emu_graph *x = exec;
+    emu_stats.graph_launches++;
+    for (int i = 0; i < x->n; i++) {
+        emu_launch l = x->launches[i]; /* a copy: its parameters are read through pointers */
+        void *params[MAX_PARAMS + 1] = {0};
+        for (int a = 0; a < l.n_args; a++) params[a] = &l.args[a];
+        int r = cuLaunchKernel(l.fn, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, 0, NULL, params, NULL);
+        if (r) return r;
+    }
+    return 0;
+}
+
+int cuGraphExecDestroy(void *exec)
+{
+    graph_free(exec);
+    return 0;
+}
+
+int cuGraphDestroy(void *graph)
+{
+    graph_free(graph);
     return 0;
 }

@@ -3,7 +3,9 @@
  * plain C++ for the CPU, for tests/cuda/emu_libcuda.c: g++ -include this
  * header. Blocks run one after another and the threads of a block as
  * coroutines, so __shared__ arrays can be function statics and
- * __syncthreads() is a switch back to the emulator's scheduler.
+ * __syncthreads() is a switch back to the emulator's scheduler. Compile with
+ * -fno-strict-aliasing: the kernels read weights and tiles through vector
+ * types, as CUDA code does.
  */
 #ifndef KILN_EMU_SHIM_H
 #define KILN_EMU_SHIM_H
@@ -28,6 +30,7 @@ void (*kemu_sync_hook)(void);
 #define __device__
 #define __shared__ static
 #define __launch_bounds__(n)
+#define __forceinline__ inline
 #define __syncthreads() kemu_sync_hook()
 
 static inline float __int_as_float(unsigned int u)
@@ -36,5 +39,15 @@ static inline float __int_as_float(unsigned int u)
     memcpy(&f, &u, sizeof f);
     return f;
 }
+static inline float __uint_as_float(unsigned int u) { return __int_as_float(u); }
+
+/* CUDA's 16-byte vector types, and the read-only load */
+struct uint4 {
+    unsigned int x, y, z, w;
+};
+struct float4 {
+    float x, y, z, w;
+};
+template <typename V> static inline V __ldg(const V *p) { return *p; }
 
 #endif

@@ -9,7 +9,8 @@
  *    architectures the device does not run, and a missing cubin.
  *
  * Also a helper for tests/cuda/cuda_build.sh:
- *   test_cuda --check-engine ENGINE ARCH...   the engine's CUDA sections
+ *   test_cuda --check-engine ENGINE DTYPE ARCH...   the engine's CUDA sections, and its
+ *       weights all of DTYPE (f32, bf16, f16), stored at that size per element
  *   test_cuda --compare A.f32 B.f32 TOL       max|a-b| / max|b| <= TOL
  *   test_cuda --fork-check ENGINE REFERENCE   forked sequences (copy-on-write of a
  *       shared, half-filled KV block) on ENGINE give REFERENCE's logits within 1e-5
@@ -125,22 +126,94 @@ static kir_graph *small_graph(void)
     return g;
 }
 
+/* The meta of the small graph, each kernel name's hash of its text as #
+ * (mask_names): the names change with any change to a kernel's text. */
 static const char small_meta[] =
     "{\"format\":\"kiln-cuda-1\",\"archs\":[\"sm_80\",\"sm_90\"],\"output\":10,\"aliases\":[[7,6],[11,10],[12,10]],"
     "\"kernels\":["
-    "{\"name\":\"k2_embed\",\"node\":2,\"block\":256,\"grid\":[[8,0,256],[0,1,1],[0,1,1]],"
+    "{\"name\":\"k_embed_#\",\"node\":2,\"block\":256,\"grid\":[[8,0,256],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:0\",\"value:1\",\"value:2\"]},"
-    "{\"name\":\"k4_rms_norm\",\"node\":4,\"block\":32,\"grid\":[[1,0,1],[0,1,1],[0,1,1]],"
+    "{\"name\":\"k_rms_norm_#\",\"node\":4,\"block\":32,\"grid\":[[1,0,1],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:2\",\"value:3\",\"value:4\"]},"
-    "{\"name\":\"k6_matmul\",\"node\":6,\"block\":256,\"grid\":[[0,8,64],[1,31,32],[0,1,1]],"
+    "{\"name\":\"k_matmul_#\",\"node\":6,\"block\":256,\"grid\":[[0,8,128],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:4\",\"value:5\",\"value:6\"]},"
-    "{\"name\":\"k9_rope\",\"node\":9,\"block\":256,\"grid\":[[8,0,256],[0,1,1],[0,1,1]],"
+    "{\"name\":\"k_rope_#\",\"node\":9,\"block\":256,\"grid\":[[8,0,256],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:6\",\"value:8\",\"value:9\"]},"
-    "{\"name\":\"k10_attention_kv_write\",\"node\":10,\"block\":256,\"grid\":[[16,0,256],[0,1,1],[0,1,1]],"
+    "{\"name\":\"k_attention_kv_write_#\",\"node\":10,\"block\":256,\"grid\":[[16,0,256],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:9\",\"value:6\",\"kv_k:0\",\"kv_v:0\",\"slots\"]},"
-    "{\"name\":\"k10_attention\",\"node\":10,\"block\":128,\"grid\":[[1,0,1],[0,2,1],[0,1,1]],"
+    "{\"name\":\"k_attention_#\",\"node\":10,\"block\":128,\"grid\":[[1,0,1],[0,2,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:9\",\"kv_k:0\",\"kv_v:0\",\"value:10\",\"positions\",\"table_off\",\"tables\","
     "\"block_size\"]}]}";
+
+/* Is s (n bytes) 12 lower-case hex digits? */
+static int is_hash(const char *s, size_t n)
+{
+    if (n != 12) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return 1;
+}
+
+/* text with the hash of every kernel name ("k_op_<12 hex>\"") replaced by #. */
+static void mask_names(const char *text, ks_buf *out)
+{
+    for (const char *p = text; *p;) {
+        const char *q = strchr(p, '"');
+        size_t len = q ? (size_t)(q - p) : strlen(p);
+        const char *us = len >= 14 ? p + len - 13 : NULL;
+        if (q && us && *us == '_' && is_hash(us + 1, 12) && strncmp(p, "k_", 2) == 0) len -= 12;
+        ks_buf_put(out, p, len);
+        if (len != (size_t)(q ? q - p : (ptrdiff_t)strlen(p))) ks_buf_puts(out, "#");
+        if (!q) break;
+        ks_buf_puts(out, "\"");
+        p = q + 1;
+    }
+}
+
+/* Distinct kernel names of a meta. */
+static int distinct_names(const krt_cuda_meta *m)
+{
+    int n = 0;
+    for (int i = 0; i < m->n_kernels; i++) {
+        int seen = 0;
+        for (int j = 0; j < i; j++) seen |= strcmp(m->kernels[i].name, m->kernels[j].name) == 0;
+        n += !seen;
+    }
+    return n;
+}
+
+/* Occurrences of needle in hay. */
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+/* Two "layers" of norm + matmul over f32 weights, then a third matmul over
+ * bf16 weights: the layers share their kernels, the bf16 one does not. */
+static kir_graph *layered_graph(void)
+{
+    kir_graph *g = kir_graph_new("layered");
+    kir_loc at = kir_loc_make(g, "layered.kiln", 1, 1);
+    int64_t tab[2] = {16, 64}, norm[1] = {64}, wd[2] = {64, 64};
+    kir_val x = add_node(g, KIR_OP_EMBED, kir_weight(g, "embed", KIR_F32, 2, tab, at), kir_input(g, "tokens", at), KIR_NONE);
+    infer(g, x);
+    for (int l = 0; l < 3; l++) {
+        char name[16];
+        snprintf(name, sizeof name, "norm%d", l);
+        kir_val h = add_node(g, KIR_OP_RMS_NORM, x, kir_weight(g, name, KIR_F32, 1, norm, at), KIR_NONE);
+        kir_set_float(g, h, "eps", 1e-5);
+        infer(g, h);
+        snprintf(name, sizeof name, "w%d", l);
+        x = add_node(g, KIR_OP_MATMUL, h, kir_weight(g, name, l == 2 ? KIR_BF16 : KIR_F32, 2, wd, at), KIR_NONE);
+        infer(g, x);
+    }
+    kir_val out = add_node(g, KIR_OP_OUTPUT, x, KIR_NONE, KIR_NONE);
+    kir_set_str(g, out, "name", "logits");
+    infer(g, out);
+    return g;
+}
 
 static void test_generate(void)
 {
@@ -148,40 +221,77 @@ static void test_generate(void)
     sink s;
     sink_init(&s);
     krt_cuda_meta meta = {0};
-    ks_buf src = {0}, text = {0}, again = {0};
+    ks_buf src = {0}, text = {0}, again = {0}, masked = {0};
     CHECK(kcu_generate(g, &src, &meta, &s.d) == 0);
     CHECK_STR(sink_text(&s), "");
     const char *archs[2] = {"sm_80", "sm_90"};
     meta.archs = archs;
     meta.n_archs = 2;
     krt_cuda_meta_write(&meta, &text);
-    CHECK_STR(ks_buf_cstr(&text), small_meta);
-    /* the signature and the comment above it, as a reader of --emit-source sees them */
-    CHECK(strstr(ks_buf_cstr(&src), "/* %6 = matmul: x w^T, a tiled fp32 product with the interpreter's eight partial "
-                                    "sums per output -> f32[T,8] */\n"
-                                    "extern \"C\" __global__ void __launch_bounds__(256) k6_matmul(int T, const float "
-                                    "*__restrict__ x, const float *__restrict__ w, float *__restrict__ out)\n{\n"));
-    CHECK(strstr(ks_buf_cstr(&src), "__device__ const float k9_inv_freq[2] = {\n    1.0f, 0.00999999978f,\n};"));
+    mask_names(ks_buf_cstr(&text), &masked);
+    CHECK_STR(ks_buf_cstr(&masked), small_meta);
+    /* the matmul's signature and the comment above it, as a reader of --emit-source sees them */
+    ks_buf want = {0};
+    ks_buf_printf(&want,
+                  "/* matmul: x w^T with f32 weights, fp32 sums (4-element loads, 8 threads a row when T <= 8) -> "
+                  "f32[T,8] */\n"
+                  "extern \"C\" __global__ void __launch_bounds__(256) %s(int T, const float *__restrict__ x, const "
+                  "float *__restrict__ w, float *__restrict__ out)\n{\n"
+                  "    kcu_matmul<float, 8, 8, 8>(T, x, w, out);\n}\n",
+                  meta.kernels[2].name);
+    CHECK(strstr(ks_buf_cstr(&src), ks_buf_cstr(&want)));
+    want.len = 0;
+    ks_buf_printf(&want, "__device__ const float %s_inv_freq[2] = {\n    1.0f, 0.00999999978f,\n};", meta.kernels[3].name);
+    CHECK(strstr(ks_buf_cstr(&src), ks_buf_cstr(&want)));
+    /* the device templates come first, verbatim */
+    CHECK(strstr(ks_buf_cstr(&src), kcu_prelude) != NULL);
 
     /* reads back, and writes again to the same text */
     krt_cuda_meta back;
     CHECK(krt_cuda_meta_parse(text.data, text.len, "x.engine", &back, &s.d) == 0);
     krt_cuda_meta_write(&back, &again);
-    CHECK_STR(ks_buf_cstr(&again), small_meta);
+    CHECK_STR(ks_buf_cstr(&again), ks_buf_cstr(&text));
     CHECK(back.n_kernels == 6 && krt_cuda_grid_dim(&back.kernels[2], 0, 5) == 1 &&
-          krt_cuda_grid_dim(&back.kernels[2], 1, 33) == 2 && krt_cuda_grid_dim(&back.kernels[0], 0, 33) == 2);
+          krt_cuda_grid_dim(&back.kernels[2], 0, 33) == 1 && krt_cuda_grid_dim(&back.kernels[0], 0, 33) == 2);
     krt_cuda_meta_free(&back);
     meta.archs = NULL;
     krt_cuda_meta_free(&meta);
     ks_buf_free(&src);
     ks_buf_free(&text);
     ks_buf_free(&again);
+    ks_buf_free(&masked);
     ks_buf_free(&s.log);
+    kir_graph_free(g);
 
-    /* a type phase 1 does not lower */
+    /* shared kernels: the two f32 layers launch the same two kernels */
+    g = layered_graph();
+    sink_init(&s);
+    krt_cuda_meta m2 = {0};
+    CHECK(kcu_generate(g, &src, &m2, &s.d) == 0);
+    CHECK_STR(sink_text(&s), "");
+    CHECK(m2.n_kernels == 7 && distinct_names(&m2) == 4);
+    if (m2.n_kernels == 7) {
+        CHECK(strcmp(m2.kernels[1].name, m2.kernels[3].name) == 0 && strcmp(m2.kernels[1].name, m2.kernels[5].name) == 0);
+        CHECK(strcmp(m2.kernels[2].name, m2.kernels[4].name) == 0 && strcmp(m2.kernels[2].name, m2.kernels[6].name) != 0);
+        CHECK(m2.kernels[3].node == 8 && m2.kernels[3].args[1].index == 6 && m2.kernels[3].args[2].index == 7);
+        /* each distinct kernel is in the source once */
+        CHECK(count_of(ks_buf_cstr(&src), "__global__") == 4);
+        want.len = 0;
+        ks_buf_printf(&want,
+                      "void __launch_bounds__(256) %s(int T, const float *__restrict__ x, const kcu_bf16 *__restrict__ "
+                      "w, float *__restrict__ out)\n{\n    kcu_matmul<kcu_bf16, 64, 64, 8>(T, x, w, out);\n}\n",
+                      m2.kernels[6].name);
+        CHECK(strstr(ks_buf_cstr(&src), ks_buf_cstr(&want)));
+    }
+    krt_cuda_meta_free(&m2);
+    ks_buf_free(&src);
+    ks_buf_free(&s.log);
+    kir_graph_free(g);
+
+    /* an embedding table of f16 weights is read through kcu_f() */
     kir_graph *h = kir_graph_new("half");
     int64_t dims[2] = {4, 4};
-    kir_val w = kir_weight(h, "w", KIR_BF16, 2, dims, kir_loc_make(h, "half.kiln", 3, 7));
+    kir_val w = kir_weight(h, "w", KIR_F16, 2, dims, kir_loc_make(h, "half.kiln", 3, 7));
     kir_val tok = kir_input(h, "tokens", kir_loc_make(h, "half.kiln", 4, 7));
     kir_val e = add_node(h, KIR_OP_EMBED, w, tok, KIR_NONE);
     infer(h, e);
@@ -189,15 +299,35 @@ static void test_generate(void)
     kir_set_str(h, o, "name", "logits");
     infer(h, o);
     sink_init(&s);
-    krt_cuda_meta m2 = {0};
-    CHECK(kcu_generate(h, &src, &m2, &s.d) == -1);
-    CHECK_STR(sink_text(&s), "half.kiln:3:7: error: cuda: weight: weight 'w' is bf16; the CUDA backend takes f32 "
-                             "weights for now\n");
-    krt_cuda_meta_free(&m2);
+    krt_cuda_meta m3 = {0};
+    CHECK(kcu_generate(h, &src, &m3, &s.d) == 0);
+    CHECK_STR(sink_text(&s), "");
+    CHECK(strstr(ks_buf_cstr(&src), "(int T, const kcu_f16 *__restrict__ table, const int *__restrict__ ids, float "
+                                    "*__restrict__ out)\n"));
+    CHECK(strstr(ks_buf_cstr(&src), "    out[i] = kcu_f(table[(long long)ids[i / 4] * 4 + i % 4]);\n"));
+    krt_cuda_meta_free(&m3);
+    ks_buf_free(&src);
+    ks_buf_free(&want);
+    ks_buf_free(&s.log);
+    kir_graph_free(h);
+
+    /* an input that is neither tokens nor positions */
+    h = kir_graph_new("odd");
+    kir_val in = kir_input(h, "segments", kir_loc_make(h, "odd.kiln", 2, 3));
+    int64_t tdims[2] = {4, 4};
+    e = add_node(h, KIR_OP_EMBED, kir_weight(h, "w", KIR_F32, 2, tdims, kir_loc_make(h, "odd.kiln", 1, 1)), in, KIR_NONE);
+    infer(h, e);
+    o = add_node(h, KIR_OP_OUTPUT, e, KIR_NONE, KIR_NONE);
+    kir_set_str(h, o, "name", "logits");
+    infer(h, o);
+    sink_init(&s);
+    krt_cuda_meta m4 = {0};
+    CHECK(kcu_generate(h, &src, &m4, &s.d) == -1);
+    CHECK_STR(sink_text(&s), "odd.kiln:2:3: error: cuda: input: 'segments' is neither tokens nor positions\n");
+    krt_cuda_meta_free(&m4);
     ks_buf_free(&src);
     ks_buf_free(&s.log);
     kir_graph_free(h);
-    kir_graph_free(g);
 }
 
 static void expect_meta_error(const char *text, const char *want)
@@ -410,6 +540,30 @@ static int check_engine(int argc, char **argv)
     ks_buf scratch = {0};
     const char *target = krt_engine_meta(e, "target", "", &scratch);
     if (strcmp(target, "cuda") != 0) fprintf(stderr, "target is '%s', not cuda\n", target), bad = 1;
+    const char *want_dtype = argv[3];
+    const char *dtype = krt_engine_meta(e, "dtype", "", &scratch);
+    if (strcmp(dtype, want_dtype) != 0) fprintf(stderr, "dtype is '%s', not %s\n", dtype, want_dtype), bad = 1;
+    /* every weight of the dtype, packed at its size (plus alignment padding) */
+    uint64_t elems = 0, bytes = 0;
+    size_t n_weights = 0;
+    for (size_t v = 0; v < e->graph->n_nodes; v++) {
+        const kir_node *n = &e->graph->nodes[v];
+        if (n->op != KIR_OP_WEIGHT) continue;
+        if (strcmp(kir_dtype_name(n->dtype), want_dtype) != 0) {
+            fprintf(stderr, "weight %%%zu is %s, not %s\n", v, kir_dtype_name(n->dtype), want_dtype);
+            bad = 1;
+        }
+        elems += (uint64_t)kir_elems(n, 1);
+        bytes += (uint64_t)kir_elems(n, 1) * kir_dtype_size(n->dtype);
+        n_weights++;
+    }
+    if (e->weight_bytes < bytes || e->weight_bytes > bytes + (uint64_t)KRT_WEIGHT_ALIGN * n_weights) {
+        fprintf(stderr, "the weights section holds %llu bytes for %llu bytes of weights\n",
+                (unsigned long long)e->weight_bytes, (unsigned long long)bytes);
+        bad = 1;
+    }
+    printf("%s: %s weights, %llu elements in %llu bytes;", argv[2], want_dtype, (unsigned long long)elems,
+           (unsigned long long)e->weight_bytes);
     size_t size = 0;
     const char *text = krt_engine_section_data(e, KRT_CUDA_META_SECTION, &size);
     krt_cuda_meta meta;
@@ -417,11 +571,11 @@ static int check_engine(int argc, char **argv)
         fprintf(stderr, "no readable cuda.meta\n");
         bad = 1;
     } else {
-        if (meta.n_archs != argc - 3) fprintf(stderr, "cuda.meta lists %d archs, expected %d\n", meta.n_archs, argc - 3), bad = 1;
-        printf("%s: %d kernels;", argv[2], meta.n_kernels);
+        if (meta.n_archs != argc - 4) fprintf(stderr, "cuda.meta lists %d archs, expected %d\n", meta.n_archs, argc - 4), bad = 1;
+        printf(" %d launches of %d kernels;", meta.n_kernels, distinct_names(&meta));
         krt_cuda_meta_free(&meta);
     }
-    for (int i = 3; i < argc; i++) {
+    for (int i = 4; i < argc; i++) {
         ks_buf name = {0};
         ks_buf_printf(&name, "cuda.%s", argv[i]);
         const uint8_t *cubin = krt_engine_section_data(e, ks_buf_cstr(&name), &size);
@@ -528,7 +682,7 @@ static int fork_check(char **argv)
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--fork-check") == 0) return fork_check(argv);
-    if (argc >= 4 && strcmp(argv[1], "--check-engine") == 0) return check_engine(argc, argv);
+    if (argc >= 5 && strcmp(argv[1], "--check-engine") == 0) return check_engine(argc, argv);
     if (argc == 5 && strcmp(argv[1], "--compare") == 0) return compare(argv);
     snprintf(work_dir, sizeof work_dir, "/tmp/kiln_cuda_test.XXXXXX");
     if (!mkdtemp(work_dir)) return 1;

@@ -12,7 +12,12 @@
  * off), "all" (the default: every fusion, and the memory plan that the
  * interpreter then runs out of), or a comma-separated list.
  * The engine is built for $KILN_GOLDEN_TARGET when set (e.g. sm_90: the
- * CUDA backend; bench/gpu_check.sh), else for the CPU.
+ * CUDA backend; bench/gpu_check.sh), else for the CPU; with its weights as
+ * $KILN_GOLDEN_DTYPE when set (f32, bf16, f16: kiln build --dtype). A
+ * half-precision dtype sets no tolerance of its own: $KILN_GOLDEN_TOL
+ * replaces 1e-4 (each model's half-precision noise differs), and greedy
+ * continuations are then reported, not required to be exact (rounding may
+ * flip a near tie).
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -24,6 +29,7 @@
 #include "runtime/session.h"
 
 static int failures;
+static double tolerance = 1e-4; /* per row: max|d| / max|golden| ($KILN_GOLDEN_TOL) */
 
 typedef struct gcase {
     int32_t *ids;   /* input ids */
@@ -73,7 +79,7 @@ static void check_rows(const char *what, int c, const float *got, const float *w
         double e = row_error(got + (size_t)r * vocab, want + (size_t)r * vocab, vocab);
         if (!(e <= worst)) worst = e, worst_row = r;
     }
-    int ok = worst <= 1e-4;
+    int ok = worst <= tolerance;
     printf("  %-8s case %d: %3d positions, worst row %d: max|d|/max|golden| = %.3g %s\n", what, c, n, worst_row,
            worst, ok ? "ok" : "FAIL");
     if (!ok) failures++;
@@ -87,7 +93,19 @@ int main(int argc, char **argv)
     }
     const char *dir = argv[1], *engine_path = argv[2];
     ks_diag d = {0};
-    kd_inputs in = {.input = dir, .target = getenv("KILN_GOLDEN_TARGET"), .passes = argc == 4 ? argv[3] : NULL};
+    kd_inputs in = {.input = dir, .target = getenv("KILN_GOLDEN_TARGET"), .passes = argc == 4 ? argv[3] : NULL,
+                    .dtype = getenv("KILN_GOLDEN_DTYPE")};
+    const char *tol = getenv("KILN_GOLDEN_TOL");
+    if (tol) {
+        char *end;
+        tolerance = strtod(tol, &end);
+        if (end == tol || *end || !(tolerance > 0)) {
+            fprintf(stderr, "KILN_GOLDEN_TOL=%s is not a positive number\n", tol);
+            return 2;
+        }
+    }
+    /* half precision: greedy ids reported, not required (see the top) */
+    int greedy_exact = !in.dtype || strcmp(in.dtype, "f32") == 0;
     kd_model m;
     if (kd_model_load(&in, 1, &m, &d) != 0 || kd_optimize(&in, &m, &d) != 0 ||
         kd_write_engine(&in, &m, engine_path, &d) != 0) {
@@ -129,7 +147,8 @@ int main(int argc, char **argv)
         free(lp);
         total += gc[c].n;
     }
-    printf("%s: %d cases, vocab %lld\n", dir, nc, (long long)vocab);
+    printf("%s: %d cases, vocab %lld, weights %s, tolerance %g\n", dir, nc, (long long)vocab,
+           in.dtype ? in.dtype : "f32", tolerance);
 
     /* 1. one sequence per step */
     for (int c = 0; c < nc; c++) {
@@ -207,10 +226,11 @@ int main(int argc, char **argv)
         for (int i = 0; i < n; i++) next[sid[i]] = krt_argmax(out + (size_t)i * vocab, vocab);
     }
     for (int c = 0; c < ng; c++) {
-        printf("  greedy   case %d: %d new tokens %s", c, nwant[c], mismatch[c] < 0 ? "exact\n" : "FAIL");
+        printf("  greedy   case %d: %d new tokens %s", c, nwant[c],
+               mismatch[c] < 0 ? "exact\n" : greedy_exact ? "FAIL" : "differ");
         if (mismatch[c] >= 0) {
-            printf(" (first difference at token %d)\n", mismatch[c]);
-            failures++;
+            printf(" (first difference at token %d%s)\n", mismatch[c], greedy_exact ? "" : "; half precision: not counted");
+            failures += greedy_exact;
         }
         free(want[c]);
     }
