@@ -205,7 +205,10 @@ run() {
 
   if [ "${GPU_CHECK_LLAMA8B:-1}" != 0 ]; then
     echo "== Llama-3-8B-shaped model, random weights: kiln f32 and bf16 against Hugging Face"
-    PYTHONUNBUFFERED=1 timeout "${GPU_CHECK_LLAMA8B_TIMEOUT:-480}" python3 "$root/bench/llama8b_check.py" \
+    # what is left of the device tool's 600 s, less a margin for the summary
+    local left=$(( ${GPU_CHECK_BUDGET:-585} - SECONDS ))
+    echo "(llama8b_check gets ${left} s)"
+    PYTHONUNBUFFERED=1 timeout "$left" python3 "$root/bench/llama8b_check.py" \
       --kiln "$kiln" --config "$root/tests/data/llama3-8b-config.json" --out "$out" 2>&1 \
       | grep -v 'it/s\]$' | tee "$out/llama8b.log" | grep -E '^(kiln|HF|floors|llama8b|FAIL|model|GPU|transformers)' \
       >> "$summary"

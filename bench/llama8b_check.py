@@ -122,8 +122,11 @@ def main():
     ap.add_argument("--kiln", required=True, help="the kiln binary")
     ap.add_argument("--config", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data",
                                                       "llama3-8b-config.json"))
-    ap.add_argument("--work", default="/tmp/llama8b", help="checkpoint and logits (about 16 GB)")
-    ap.add_argument("--engines", default=None, help="where engines go (default: /dev/shm when it has room)")
+    ap.add_argument("--work", default=None,
+                    help="checkpoint and logits, about 16 GB (default: /dev/shm/llama8b when it has room for "
+                         "them and the engines, else /tmp/llama8b)")
+    ap.add_argument("--engines", default=None,
+                    help="where engines go, 32 GB at most (default: --work, or /dev/shm when it has room)")
     ap.add_argument("--target", default="sm_90")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--prompt", type=int, default=128)
@@ -143,15 +146,20 @@ def main():
     log(f"transformers {transformers.__version__}")
     cfg = json.load(open(a.config))
     vocab = cfg["vocab_size"]
+    shm_free = shutil.disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else 0
+    if a.work is None:
+        a.work = "/dev/shm/llama8b" if shm_free > 52e9 else "/tmp/llama8b"
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
     ckpt = os.path.join(a.work, "ckpt")
     engines = a.engines
     if engines is None:
         engines = a.work
-        if os.path.isdir("/dev/shm") and shutil.disk_usage("/dev/shm").free > 40e9:
-            engines = "/dev/shm/llama8b"
+        if not a.work.startswith("/dev/shm") and shm_free > 36e9:
+            engines = "/dev/shm/llama8b-engines"
     os.makedirs(engines, exist_ok=True)
+    log(f"checkpoint in {a.work}, engines in {engines} (/dev/shm free: {shm_free / 1e9:.0f} GB, "
+        f"{a.work}: {shutil.disk_usage(a.work).free / 1e9:.0f} GB, {engines}: {shutil.disk_usage(engines).free / 1e9:.0f} GB)")
     res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "config": os.path.basename(a.config),
            "prompt_tokens": a.prompt, "new_tokens": a.new, "seed": a.seed}
 
@@ -178,6 +186,11 @@ def main():
     res["kiln"] = {}
     for dt in a.dtypes.split(","):
         eng = os.path.join(engines, f"{dt}.engine")
+        need = (4 if dt == "f32" else 2) * n_params
+        if shutil.disk_usage(engines).free < need * 1.02:
+            log(f"FAIL kiln {dt}: {engines} has {shutil.disk_usage(engines).free / 1e9:.1f} GB free, the engine needs "
+                f"{need / 1e9:.1f} GB")
+            continue
         build = [a.kiln, "build", ckpt, "--dtype", dt, "-o", eng]
         if a.target != "cpu":
             build += ["--target", a.target]

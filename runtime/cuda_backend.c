@@ -710,6 +710,29 @@ static int capture(cu_state *s, int64_t T, const step_ptrs *p, ks_diag *d)
     return 0;
 }
 
+/* Where the draw kernel's arrays lie in draw_dev, for cap draws: each
+ * starts ACT_ALIGN-aligned (the records hold 8-byte fields). */
+typedef struct draw_layout {
+    size_t rows;  /* offset of int32 rows[cap]: the logits row of each draw */
+    size_t recs;  /* offset of krt_cuda_draw_row records[cap] */
+    size_t keys;  /* offset of uint64 keys[cap * vocab] (the kernel's scratch) */
+    size_t mass;  /* offset of double masses[cap * vocab] (the kernel's scratch) */
+    size_t bytes; /* the whole buffer */
+} draw_layout;
+
+static draw_layout layout_draws(int cap, int64_t vocab)
+{
+#define ALIGN_UP(x) (((x) + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN)
+    draw_layout l;
+    l.rows = 0;
+    l.recs = ALIGN_UP(sizeof(int32_t) * (size_t)cap);
+    l.keys = ALIGN_UP(l.recs + sizeof(krt_cuda_draw_row) * (size_t)cap);
+    l.mass = ALIGN_UP(l.keys + sizeof(uint64_t) * (size_t)cap * (size_t)vocab);
+    l.bytes = l.mass + sizeof(double) * (size_t)cap * (size_t)vocab;
+#undef ALIGN_UP
+    return l;
+}
+
 /* The draw kernel's buffers for n draws. */
 static int reserve_draws(cu_state *s, int n, ks_diag *d)
 {
@@ -718,8 +741,7 @@ static int reserve_draws(cu_state *s, int n, ks_diag *d)
     if (s->draw_dev) s->api.cuMemFree(s->draw_dev);
     s->draw_dev = 0;
     s->draw_cap = 0;
-    size_t head = ((size_t)cap * (sizeof(int32_t) + sizeof(krt_cuda_draw_row)) + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN;
-    size_t bytes = head + (size_t)cap * (size_t)s->vocab * (sizeof(uint64_t) + sizeof(double));
+    size_t bytes = layout_draws(cap, s->vocab).bytes;
     krt_cu_result r = s->api.cuMemAlloc(&s->draw_dev, bytes);
     if (r != 0) {
         s->draw_dev = 0;
@@ -738,28 +760,23 @@ static int queue_draws(cu_state *s, int64_t T, krt_cu_ptr logits, int n, const i
         KS_ASSERT(rows[k] >= 0 && rows[k] < T);
         s->draw_rows[k] = (krt_cuda_draw_row){draws[k].temperature, draws[k].top_k, draws[k].top_p, -1, draws[k].rng};
     }
-    size_t rows_bytes = sizeof(int32_t) * (size_t)s->draw_cap;
-    krt_cu_ptr d_rows = s->draw_dev, d_recs = s->draw_dev + rows_bytes;
-    size_t head = ((size_t)s->draw_cap * (sizeof(int32_t) + sizeof(krt_cuda_draw_row)) + ACT_ALIGN - 1) / ACT_ALIGN *
-                  ACT_ALIGN;
-    krt_cu_ptr d_keys = s->draw_dev + head;
-    krt_cu_ptr d_mass = d_keys + (size_t)s->draw_cap * (size_t)s->vocab * sizeof(uint64_t);
+    draw_layout l = layout_draws(s->draw_cap, s->vocab);
+    krt_cu_ptr d_rows = s->draw_dev + l.rows, d_recs = s->draw_dev + l.recs;
     krt_cu_result r;
     if ((r = s->api.cuMemcpyHtoDAsync(d_rows, rows, sizeof(int32_t) * (size_t)n, s->stream)) != 0 ||
         (r = s->api.cuMemcpyHtoDAsync(d_recs, s->draw_rows, sizeof *s->draw_rows * (size_t)n, s->stream)) != 0)
         return cu_error(s, d, r, "cannot upload the draws");
-    int n_rows = n, vocab = (int)s->vocab;
     union {
         krt_cu_ptr ptr; /* a pointer parameter */
         int i;          /* an int parameter */
     } slot[7] = {{0}};
-    slot[0].i = n_rows;
+    slot[0].i = n;
     slot[1].ptr = logits;
-    slot[2].i = vocab;
+    slot[2].i = (int)s->vocab;
     slot[3].ptr = d_rows;
     slot[4].ptr = d_recs;
-    slot[5].ptr = d_keys;
-    slot[6].ptr = d_mass;
+    slot[5].ptr = s->draw_dev + l.keys;
+    slot[6].ptr = s->draw_dev + l.mass;
     void *params[8] = {&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], &slot[5], &slot[6], NULL};
     if ((r = s->api.cuLaunchKernel(s->draw_fn, (unsigned)n, 1, 1, KRT_CUDA_DRAW_THREADS, 1, 1, 0, s->stream, params,
                                    NULL)) != 0)

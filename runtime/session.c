@@ -105,14 +105,14 @@ static int check_opts(const krt_session_opts *o, int model_ctx, ks_diag *d)
     return 0;
 }
 
-/* n_blocks for the cache: given, or from the device's free memory, or enough
- * for max_seqs full sequences. -1 after reporting. */
-static int size_kv(krt_session *s, const krt_session_opts *o, int max_seqs, int bs, ks_diag *d)
+/* The cache's blocks of bs positions (`block` bytes each over all layers):
+ * given, or from the device's free memory, or enough for max_seqs full
+ * sequences; into s->kv_info. -1 after reporting. */
+static int size_kv(krt_session *s, const krt_session_opts *o, int bs, double block, ks_diag *d)
 {
     krt_kv_info *info = &s->kv_info;
     int64_t blocks_per_seq = (s->max_context + bs - 1) / bs;
-    int64_t full = blocks_per_seq * max_seqs;
-    double block = info->bytes; /* the caller put one block's bytes here */
+    int64_t full = blocks_per_seq * s->max_seqs;
     krt_device_mem mem;
     int have_mem = s->backend->mem_info && s->backend->mem_info(s->state, &mem, d) == 0;
     if (s->backend->mem_info && !have_mem) return -1;
@@ -189,8 +189,7 @@ krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_
         }
         storage.ctx = s->state;
     }
-    s->kv_info.bytes = (size_t)kv_block_bytes(s->layers, n_layers, bs, be->kv_elem_size);
-    if (size_kv(s, o, s->max_seqs, bs, d) != 0) {
+    if (size_kv(s, o, bs, kv_block_bytes(s->layers, n_layers, bs, be->kv_elem_size), d) != 0) {
         krt_session_free(s);
         return NULL;
     }

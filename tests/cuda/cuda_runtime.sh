@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cuda_runtime.sh MODEL_DIR — the CUDA backend's runtime over emu_libcuda (the CPU stand-in
-# for libcuda; the engine's kernels compiled for the CPU with g++): skips (77) without NVRTC
-# or g++.
+# for libcuda; the engine's kernels compiled for the CPU with g++, alignment checked): skips
+# (77) without NVRTC or g++.
 #  - tests/session's test_session on the CUDA engine: per-sequence failures, draws on the
 #    device against the CPU sampler, steps with and without CUDA graphs bitwise equal;
 #  - kiln run: graphs replayed (the stand-in counts them) and the same logits without them;
@@ -17,8 +17,9 @@ if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ] || [ -z "${KILN_GXX:-}" ]; then
 fi
 "$KILN_BIN" build "$model" --target sm_90 --emit-source "$work/src" -o "$work/cu.engine" \
   && "$KILN_BIN" build "$model" -o "$work/cpu.engine" || { echo "FAIL build"; exit 1; }
-"$KILN_GXX" -O2 -w -shared -fPIC -fno-strict-aliasing -include "$KILN_EMU_SHIM" -x c++ "$work"/src/*.cu \
-  -o "$work/kernels.so" || { echo "FAIL: g++"; exit 1; }
+# with alignment checks: a GPU faults on a misaligned access that the CPU forgives
+"$KILN_GXX" -O2 -w -shared -fPIC -fno-strict-aliasing -fsanitize=alignment -fno-sanitize-recover=alignment \
+  -include "$KILN_EMU_SHIM" -x c++ "$work"/src/*.cu -o "$work/kernels.so" || { echo "FAIL: g++"; exit 1; }
 export KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$work/kernels.so"
 cu="$work/cu.engine"
 
@@ -62,6 +63,8 @@ expect_fail kv-does-not-fit-end "free on the device (kiln CPU emulator): ask for
   "$KILN_BIN" run "$cu" --ids 1 --kv-blocks 1000000
 expect_fail weights-do-not-fit "bytes for the weights: CUDA_ERROR_OUT_OF_MEMORY: out of memory" -- \
   env KILN_EMU_MEM=1M "$KILN_BIN" run "$cu" --ids 1
+expect_fail acts-do-not-fit "bytes of activations for 64 tokens: CUDA_ERROR_OUT_OF_MEMORY: out of memory" -- \
+  env KILN_EMU_MEM=8M "$KILN_BIN" run "$cu" --ids 1,2 -n 2 --kv-fraction 1
 expect_fail over-limit "kiln: error: a context of 600 positions is over the engine's limit of 512" -- \
   "$KILN_BIN" run "$cu" --ids 1 --max-context 600
 

@@ -11,9 +11,13 @@
  * Device memory is host memory filled with 0xff bytes (NaN as floats) when
  * allocated, so a kernel that reads what nothing wrote shows NaN. Blocks run
  * in order; a block's threads are coroutines switched at each
- * __syncthreads(), which exercises the kernels' barriers as written: each
- * starts on its own stack through makecontext/setcontext, and switches
- * with _setjmp/_longjmp (no system call, unlike swapcontext).
+ * __syncthreads(), which exercises the kernels' barriers as written. Each
+ * thread slot has its own stack with a trampoline on it, made once
+ * (makecontext/setcontext): it runs the kernel for the thread started in
+ * that slot, then parks until the slot's next thread. Switches use GCC's
+ * __builtin_setjmp/__builtin_longjmp: a few instructions, no system call
+ * (unlike swapcontext, getcontext) and nothing a sanitizer intercepts
+ * (AddressSanitizer wraps longjmp at a heavy cost per call).
  *
  * Streams run their work at once, in the order it is queued (the host
  * waits for nothing). A stream in capture mode records its launches
@@ -46,6 +50,7 @@ enum { MAX_PARAMS = 24, MAX_THREADS = 1024, STACK_BYTES = 64 * 1024 };
 enum { EMU_NOT_FOUND = 500, EMU_INVALID = 1, EMU_LAUNCH_FAILED = 719, EMU_OUT_OF_MEMORY = 2,
        EMU_ILLEGAL_STATE = 401, EMU_CAPTURE_UNSUPPORTED = 900 };
 enum thread_state { READY, WAITING, DONE };
+typedef void *emu_jmp[5]; /* a __builtin_setjmp buffer */
 
 typedef void (*kernel24)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
                          uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
@@ -57,9 +62,11 @@ static struct {
     void (**sync_hook)(void);      /* their __syncthreads() */
     kernel24 fn;                   /* the kernel being run */
     uint64_t args[MAX_PARAMS];     /* its parameters, each in an 8-byte slot */
-    jmp_buf sched;                 /* where the scheduler waits */
-    ucontext_t start;              /* a thread's first context (its stack, thread_main) */
-    jmp_buf resume[MAX_THREADS];   /* where each waiting thread continues */
+    emu_jmp sched;                 /* where the scheduler waits */
+    ucontext_t start;              /* a slot's first context (its stack, trampoline) */
+    emu_jmp resume[MAX_THREADS];   /* where each waiting thread continues */
+    emu_jmp park[MAX_THREADS];     /* where each slot's trampoline waits for its next thread */
+    int parked[MAX_THREADS];       /* 1 once the slot's trampoline exists */
     enum thread_state state[MAX_THREADS];
     char *stacks;                  /* MAX_THREADS stacks */
     unsigned current;              /* the thread running */
@@ -149,11 +156,15 @@ int cuMemcpyDtoD_v2(uint64_t dst, uint64_t src, size_t n)
     return 0;
 }
 
+/* Continue at buf (saved by __builtin_setjmp, which may not share a function
+ * with __builtin_longjmp). */
+static __attribute__((noinline)) void jump(void **buf) { __builtin_longjmp(buf, 1); }
+
 static void emu_sync(void)
 {
     emu.state[emu.current] = WAITING;
     emu.waited = 1;
-    if (!_setjmp(emu.resume[emu.current])) _longjmp(emu.sched, 1);
+    if (__builtin_setjmp(emu.resume[emu.current]) == 0) jump(emu.sched);
 }
 
 int cuModuleLoadData(void **mod, const void *image)
@@ -202,13 +213,18 @@ int cuModuleGetFunction(void **fn, void *mod, const char *name)
     return *fn ? 0 : EMU_NOT_FOUND;
 }
 
-static void thread_main(void)
+/* A slot's trampoline, on its own stack: runs the kernel as the thread
+ * started in the slot, then parks until the slot starts another. */
+static void trampoline(void)
 {
-    uint64_t *a = emu.args;
-    emu.fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
-           a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23]);
-    emu.state[emu.current] = DONE;
-    _longjmp(emu.sched, 1);
+    volatile unsigned slot = emu.current; /* volatile: live across __builtin_setjmp */
+    for (;;) {
+        uint64_t *a = emu.args;
+        emu.fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14],
+               a[15], a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23]);
+        emu.state[slot] = DONE;
+        if (__builtin_setjmp(emu.park[slot]) == 0) jump(emu.sched);
+    }
 }
 
 /* Run one block: every thread until it waits at a barrier or ends, again
@@ -216,23 +232,23 @@ static void thread_main(void)
 static void run_block(unsigned n)
 {
     for (unsigned t = 0; t < n; t++) emu.state[t] = READY;
-    /* volatile: live across the _setjmp below */
+    /* volatile: live across the __builtin_setjmp below */
     volatile int started = 0;
     for (;;) {
         for (volatile unsigned t = 0; t < n; t++) {
             if (emu.state[t] != READY) continue;
             emu.current = t;
             *emu.tid = (emu_dim3){t, 0, 0};
-            if (_setjmp(emu.sched)) continue; /* back here when t waits or ends */
-            if (!started) {
-                getcontext(&emu.start);
-                emu.start.uc_stack.ss_sp = emu.stacks + (size_t)t * STACK_BYTES;
-                emu.start.uc_stack.ss_size = STACK_BYTES;
-                emu.start.uc_link = NULL;
-                makecontext(&emu.start, thread_main, 0);
-                setcontext(&emu.start);
-            }
-            _longjmp(emu.resume[t], 1);
+            if (__builtin_setjmp(emu.sched)) continue; /* back here when t waits or ends */
+            if (started) jump(emu.resume[t]);
+            if (emu.parked[t]) jump(emu.park[t]); /* the slot's trampoline starts thread t */
+            emu.parked[t] = 1;
+            getcontext(&emu.start);
+            emu.start.uc_stack.ss_sp = emu.stacks + (size_t)t * STACK_BYTES;
+            emu.start.uc_stack.ss_size = STACK_BYTES;
+            emu.start.uc_link = NULL;
+            makecontext(&emu.start, trampoline, 0);
+            setcontext(&emu.start);
         }
         started = 1;
         volatile int waiting = 0;
