@@ -24,7 +24,8 @@
 #       stories260k against llama2.c's own greedy output; an sm_80-only engine on the device
 #       (the architecture error); compute-sanitizer memcheck and racecheck on one model (a
 #       12-token prompt: the tiled matmul; decode: the matrix-vector one); then
-#       bench/llama8b_check.py (GPU_CHECK_LLAMA8B=0 skips it).
+#       bench/llama8b_check.py (GPU_CHECK_LLAMA8B=0 skips it), given what is left of
+#       GPU_CHECK_BUDGET seconds (default 585: the device tool's 600 s a command, less a margin).
 #       Everything goes to $OUT/gpu_check.log; the summary table comes last.
 #       GPU_CHECK_MODELS="a b" limits the golden models to those; GPU_CHECK_DTYPES="f32 bf16" the
 #       dtypes.

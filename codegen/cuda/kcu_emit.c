@@ -32,9 +32,8 @@
 enum { EW_THREADS = 256 };
 /* Matmuls (kcu_matmul in kcu_prelude.cuh, whose KCU_MM_THREADS, KCU_GEMV_T
  * and KCU_GEMV_R these repeat): threads per block, the most tokens of the
- * decode path, rows per thread group there, and the most threads a group
- * spreads K over. */
-enum { MM_THREADS = 256, MM_GEMV_T = 8, MM_GEMV_R = 4, MM_MAX_TPR = 128 };
+ * decode path, and rows per warp there. */
+enum { MM_THREADS = 256, MM_GEMV_T = 8, MM_GEMV_R = 2 };
 /* Attention: threads per (token, head) block. */
 enum { ATT_THREADS = 128 };
 /* Kernels in a graph at most (a named limit for the growing arrays). */
@@ -289,17 +288,12 @@ static int emit_embed(kcu_gen *x, kir_val v)
     return 0;
 }
 
-/* Threads over which kcu_matmul spreads a row of K weights of dtype t in the
- * decode path: a power of two in [8, MM_MAX_TPR], about one 16-byte chunk
- * each (fewer rows per block when K is long); also the vector width. */
-static int matmul_tpr(int64_t K, kir_dtype t, int *vec)
+/* Weights of dtype t that kcu_matmul loads at a time from rows of K: 16
+ * bytes' worth when rows are 16-byte aligned, else 1. */
+static int matmul_vec(int64_t K, kir_dtype t)
 {
     size_t es = kir_dtype_size(t);
-    *vec = (size_t)K * es % 16 == 0 ? (int)(16 / es) : 1;
-    int64_t chunks = K / *vec;
-    int tpr = 8;
-    while (tpr < MM_MAX_TPR && tpr < chunks) tpr *= 2;
-    return tpr;
+    return (size_t)K * es % 16 == 0 ? (int)(16 / es) : 1;
 }
 
 /* out[t, c] = dot(x[t, :], w[c, :]): kcu_matmul (kcu_prelude.cuh) at this
@@ -312,20 +306,20 @@ static int emit_matmul(kcu_gen *x, kir_val v)
     if (K >= INT32_MAX / 16 || N >= INT32_MAX / 16)
         return node_error(x, v, "a [%lld,%lld] weight is larger than the CUDA matmul indexes", (long long)N,
                           (long long)K);
-    int vec = 1, tpr = matmul_tpr(K, w->dtype, &vec);
-    int64_t rows_per_block = (int64_t)(MM_THREADS / tpr) * MM_GEMV_R;
+    int vec = matmul_vec(K, w->dtype);
+    int64_t rows_per_block = (int64_t)(MM_THREADS / 32) * MM_GEMV_R;
     krt_cuda_kernel *k = kernel_new(x, v, MM_THREADS);
     kernel_grid(k, 0, 0, N, rows_per_block);
     param_in(x, k, n->in[0], "x");
     param_in(x, k, n->in[1], "w");
     param_out(x, k, v);
     ks_buf what = {0};
-    ks_buf_printf(&what, "x w^T with %s weights, fp32 sums (%d-element loads, %d threads a row when T <= %d)",
-                  kir_dtype_name(w->dtype), vec, tpr, MM_GEMV_T);
+    ks_buf_printf(&what, "x w^T with %s weights, fp32 sums (%d-element loads; a warp for %d rows when T <= %d)",
+                  kir_dtype_name(w->dtype), vec, MM_GEMV_R, MM_GEMV_T);
     open_body(x, k, ks_buf_cstr(&what));
     ks_buf_free(&what);
-    ks_buf_printf(&x->body, "    kcu_matmul<%s, %lld, %lld, %d>(T, x, w, out);\n}\n", elem_type(w->dtype),
-                  (long long)K, (long long)N, tpr);
+    ks_buf_printf(&x->body, "    kcu_matmul<%s, %lld, %lld>(T, x, w, out);\n}\n", elem_type(w->dtype),
+                  (long long)K, (long long)N);
     kernel_end(x, k, "");
     return 0;
 }

@@ -94,7 +94,7 @@ template <typename W> struct kcu_chunk<W, 1> {
 
 /* ---- dot products (attention) ----------------------------------------------------------- */
 /* eight partial sums, partial k % 8 taking product k, added in a fixed tree */
-static __device__ float kcu_dot(const float *a, const float *__restrict__ b, int n)
+__device__ inline float kcu_dot(const float *a, const float *__restrict__ b, int n)
 {
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     int i = 0;
@@ -111,11 +111,11 @@ static __device__ float kcu_dot(const float *a, const float *__restrict__ b, int
  * number fixed by the shapes, not by T). Two ways, chosen by T:
  *
  *  T <= KCU_GEMV_T (decode): memory-bound, so each weight is read once, 16
- *  bytes at a time. The block's threads form G groups of TPR; a group
- *  computes KCU_GEMV_R rows for all T tokens: thread `lane` takes chunks
- *  lane, lane + TPR, ... of VEC weights of each row (sum in chunk order,
- *  fused multiply-adds), then the group adds its TPR partial sums in a fixed
- *  tree through shared memory.
+ *  bytes at a time. Each warp computes KCU_GEMV_R rows for all T tokens on
+ *  its own (no block-wide step): lane l takes chunks l, l + 32, ... of VEC
+ *  weights of each row (sum in chunk order, fused multiply-adds), then the
+ *  warp adds its 32 partial sums in a butterfly of shuffles (a fixed tree
+ *  that leaves the same total in every lane).
  *
  *  T > KCU_GEMV_T (prefill): tiles of 64 tokens x 64 rows, K in steps of 32
  *  staged through shared memory (weights converted to f32 there); each
@@ -126,9 +126,9 @@ static __device__ float kcu_dot(const float *a, const float *__restrict__ b, int
  * logits depend on whether its step had more than KCU_GEMV_T tokens, never
  * on timing.
  */
-enum { KCU_MM_THREADS = 256, KCU_GEMV_T = 8, KCU_GEMV_R = 4 };
+enum { KCU_MM_THREADS = 256, KCU_GEMV_T = 8, KCU_GEMV_R = 2 };
 
-template <typename W, int K, int N, int TPR>
+template <typename W, int K, int N>
 static __device__ __forceinline__ void kcu_matmul(const int T, const float *__restrict__ x, const W *__restrict__ w,
                                                   float *__restrict__ out)
 {
@@ -138,29 +138,24 @@ static __device__ __forceinline__ void kcu_matmul(const int T, const float *__re
         GT = KCU_GEMV_T,
         VEC = (K * sizeof(W)) % 16 == 0 ? (int)kcu_vec<W>::N : 1, /* rows 16-byte aligned: vector loads */
         CHUNKS = K / VEC,
-        G = B / TPR,
-        RPB = G * R,
+        RPB = B / 32 * R, /* rows per block in the decode path */
         GRID = (N + RPB - 1) / RPB,
         BM = 64,
         BN = 64,
         BK = 32,
-        P = BM + 4, /* row pitch of the tiles in shared memory: rows stay 16-byte aligned */
-        SMEM = R * GT * B > 2 * BK * P ? R * GT * B : 2 * BK * P
+        P = BM + 4 /* row pitch of the tiles in shared memory: rows stay 16-byte aligned */
     };
-    __shared__ float4 smem4[SMEM / 4];
-    float *const smem = reinterpret_cast<float *>(smem4);
     const int tid = threadIdx.x;
 
     if (T <= GT) {
-        const int lane = tid % TPR, grp = tid / TPR;
-        const int n0 = blockIdx.x * RPB + grp * R;
+        const int lane = tid % 32, n0 = blockIdx.x * RPB + tid / 32 * R;
         float acc[R][GT];
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int t = 0; t < GT; t++) acc[r][t] = 0.0f;
-#pragma unroll 2
-        for (int c = lane; c < CHUNKS; c += TPR) {
+#pragma unroll 4
+        for (int c = lane; c < CHUNKS; c += 32) {
             const int k = c * VEC;
             float wv[R][VEC];
 #pragma unroll
@@ -185,26 +180,23 @@ static __device__ __forceinline__ void kcu_matmul(const int T, const float *__re
                 }
             }
         }
-        /* the group's partial sums: smem[v * B + tid], v = r * GT + t */
+        /* the warp's 32 partial sums of each (row, token); lane r * GT + t writes it */
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int t = 0; t < GT; t++)
-                if (t < T) smem[(r * GT + t) * B + tid] = acc[r][t];
-        __syncthreads();
-        for (int s = TPR / 2; s > 0; s >>= 1) {
-            if (lane < s)
-                for (int v = 0; v < R * GT; v++)
-                    if (v % GT < T) smem[v * B + tid] += smem[v * B + tid + s];
-            __syncthreads();
-        }
-        for (int v = lane; v < R * GT; v += TPR) {
-            const int r = v / GT, t = v % GT;
-            if (t < T && n0 + r < N) out[(long long)t * N + n0 + r] = smem[v * B + grp * TPR];
-        }
+            for (int t = 0; t < GT; t++) {
+                if (t < T) {
+                    float v = acc[r][t];
+#pragma unroll
+                    for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+                    if (lane == r * GT + t && n0 + r < N) out[(long long)t * N + n0 + r] = v;
+                }
+            }
         return;
     }
 
+    __shared__ float4 smem4[2 * BK * P / 4];
+    float *const smem = reinterpret_cast<float *>(smem4);
     float(*xs)[P] = reinterpret_cast<float(*)[P]>(smem);          /* [BK][P]: x tile, k-major */
     float(*ws)[P] = reinterpret_cast<float(*)[P]>(smem + BK * P); /* [BK][P]: w tile, k-major */
     const int tx = tid % 16, ty = tid / 16;

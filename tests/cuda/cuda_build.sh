@@ -9,7 +9,8 @@
 #    sequences whose shared KV block is copied on write (when g++ is found);
 #  - the same with --dtype bf16 and --dtype f16: every weight of that dtype, stored at 2 bytes an
 #    element, and the emulated CUDA engine against the interpreter running the same
-#    half-precision engine built for the CPU (same tokens, logits within 1e-5).
+#    half-precision engine built for the CPU (same tokens, logits within 1e-5);
+#  - --dtype with an unknown name fails with its message.
 . "$(dirname "$0")/../cli/lib.sh"
 : "${KILN_TEST_CUDA:?}" "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}"
 model="$1"
@@ -21,6 +22,9 @@ else # a llama2.c checkpoint and its tokenizer
   tok=$(ls "$model"/tok*.bin 2>/dev/null | head -1)
   [ -n "$tok" ] && args+=(--tokenizer "$tok")
 fi
+
+expect_fail bad-dtype "kiln: error: --dtype f8: unknown weight dtype (known: f32, bf16, f16)" \
+  -- "$KILN_BIN" build "${args[@]}" --dtype f8 -o "$work/bad.engine"
 
 if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ]; then
   expect_fail no-nvrtc "kiln: error: target sm_80: this kiln was built without NVRTC (CMake found no libnvrtc), so it cannot compile CUDA kernels" \

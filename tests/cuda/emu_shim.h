@@ -50,4 +50,17 @@ struct float4 {
 };
 template <typename V> static inline V __ldg(const V *p) { return *p; }
 
+/* A warp shuffle: every thread of the block must call it together (kiln's
+ * kernels do, with the same lane mask m), as they reach __syncthreads(). */
+static float kemu_shfl[1024];
+static inline float __shfl_xor_sync(unsigned mask, float v, int m)
+{
+    (void)mask;
+    kemu_shfl[threadIdx.x] = v;
+    __syncthreads();
+    const float r = kemu_shfl[threadIdx.x ^ (unsigned)m];
+    __syncthreads();
+    return r;
+}
+
 #endif
