@@ -1,0 +1,217 @@
+/*
+ * kcu_gen.c — writing kernels: messages at a node's source place, literals,
+ * launch records and parameters, and naming a kernel by its text so that
+ * equal texts are compiled once (codegen/cuda/kcu_gen.h).
+ */
+#include "codegen/cuda/kcu_gen.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- messages ---------------------------------------------------------------------- */
+int kcu_node_error(kcu_gen *x, kir_val v, const char *fmt, ...)
+{
+    const kir_graph *g = x->g;
+    const kir_node *n = &g->nodes[v];
+    ks_buf msg = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    ks_buf_vprintf(&msg, fmt, ap);
+    va_end(ap);
+    if (n->loc.file < g->n_files && n->loc.line > 0) {
+        ks_source src = {g->files[n->loc.file], NULL, 0};
+        ks_error_at(x->d, &src, (int)n->loc.line, (int)n->loc.col, "cuda: %s: %s", kir_op_table[n->op].name,
+                    ks_buf_cstr(&msg));
+    } else {
+        ks_error(x->d, g->name && g->name[0] ? g->name : "graph", "cuda: %%%u %s: %s", v, kir_op_table[n->op].name,
+                 ks_buf_cstr(&msg));
+    }
+    ks_buf_free(&msg);
+    return -1;
+}
+
+/* ---- literals ------------------------------------------------------------------------ */
+/* A float as a C++ literal that reads back to the same float (9 significant
+ * digits suffice), e.g. 0.25f, 1.00000001e-06f. */
+void kcu_put_float(ks_buf *b, float f)
+{
+    if (isinf(f)) {
+        ks_buf_puts(b, f > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)");
+        return;
+    }
+    if (isnan(f)) {
+        ks_buf_puts(b, "__int_as_float(0x7fc00000)");
+        return;
+    }
+    char tmp[48];
+    snprintf(tmp, sizeof tmp, "%.9g", (double)f);
+    ks_buf_puts(b, tmp);
+    if (!strpbrk(tmp, ".e")) ks_buf_puts(b, ".0");
+    ks_buf_puts(b, "f");
+}
+
+/* A double as a literal that reads back exactly (17 significant digits). */
+void kcu_put_double(ks_buf *b, double v)
+{
+    char tmp[48];
+    snprintf(tmp, sizeof tmp, "%.17g", v);
+    ks_buf_puts(b, tmp);
+    if (!strpbrk(tmp, ".e")) ks_buf_puts(b, ".0");
+}
+
+/* The device type of a value's elements (kcu_prelude.cuh). */
+const char *kcu_elem_type(kir_dtype t)
+{
+    switch (t) {
+    case KIR_F32: return "float";
+    case KIR_F16: return "kcu_f16";
+    case KIR_BF16: return "kcu_bf16";
+    case KIR_I32: return "int";
+    case KIR_DTYPE_COUNT: break;
+    }
+    KS_UNREACHABLE();
+}
+
+/* ---- kernels and their parameters ------------------------------------------------------- */
+/* Start a launch of the kernel that computes node v (suffix tells apart the
+ * kernels of one node, e.g. "_kv_write"): adds it to meta, unnamed until
+ * kernel_end; parameters follow with add_param, then open_body writes the
+ * signature into x->body, then the body. Text that the kernel needs before
+ * its signature (helper functions, tables) goes into x->body first, named
+ * with NAME_MARK as a prefix. */
+krt_cuda_kernel *kcu_kernel_new(kcu_gen *x, kir_val v, int block)
+{
+    krt_cuda_meta *m = x->meta;
+    size_t need = (size_t)m->n_kernels + 1;
+    if (need > x->cap_kernels) {
+        size_t cap = x->cap_kernels ? 2 * x->cap_kernels : 64;
+        KS_ASSERT(cap <= KCU_MAX_KERNELS);
+        krt_cuda_kernel *grown = ks_arena_alloc(&m->arena, sizeof *grown * cap);
+        if (m->n_kernels) memcpy(grown, m->kernels, sizeof *grown * (size_t)m->n_kernels);
+        m->kernels = grown;
+        x->cap_kernels = cap;
+    }
+    krt_cuda_kernel *k = &m->kernels[m->n_kernels++];
+    memset(k, 0, sizeof *k);
+    k->node = v;
+    k->block = block;
+    for (int i = 0; i < 3; i++) k->grid[i][0] = 0, k->grid[i][1] = 1, k->grid[i][2] = 1;
+    x->params.len = 0;
+    x->body.len = 0;
+    ks_buf_puts(&x->params, "int T");
+    k->args[k->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_T, 0};
+    return k;
+}
+
+/* Grid dim i: ceil((T * t + c) / div) blocks. */
+void kcu_kernel_grid(krt_cuda_kernel *k, int i, int64_t t, int64_t c, int64_t div)
+{
+    k->grid[i][0] = t;
+    k->grid[i][1] = c;
+    k->grid[i][2] = div;
+}
+
+/* Append a parameter: its C declaration and what the runtime passes. */
+void kcu_add_param(kcu_gen *x, krt_cuda_kernel *k, krt_cuda_arg_kind kind, int64_t index, const char *decl)
+{
+    KS_ASSERT(k->n_args < KRT_CUDA_MAX_ARGS);
+    if (kind == KRT_CUDA_ARG_VALUE) index = x->root[index];
+    k->args[k->n_args++] = (krt_cuda_arg){kind, index};
+    ks_buf_printf(&x->params, ", %s", decl);
+}
+
+/* A value operand as a parameter named `name` (read-only), of its dtype. */
+void kcu_param_in(kcu_gen *x, krt_cuda_kernel *k, kir_val v, const char *name)
+{
+    ks_buf decl = {0};
+    ks_buf_printf(&decl, "const %s *__restrict__ %s", kcu_elem_type(x->g->nodes[v].dtype), name);
+    kcu_add_param(x, k, KRT_CUDA_ARG_VALUE, v, ks_buf_cstr(&decl));
+    ks_buf_free(&decl);
+}
+
+/* The node's own buffer, written. */
+void kcu_param_out(kcu_gen *x, krt_cuda_kernel *k, kir_val v)
+{
+    kcu_add_param(x, k, KRT_CUDA_ARG_VALUE, v, "float *__restrict__ out");
+}
+
+/* The kernel's signature and opening brace, with a comment naming what it
+ * computes (no node numbers: the text is shared by every node it fits). */
+void kcu_open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what)
+{
+    const kir_node *n = &x->g->nodes[k->node];
+    ks_buf type = {0};
+    kir_format_type(&type, n);
+    ks_buf_printf(&x->body, "\n/* %s: %s -> %s */\n", kir_op_table[n->op].name, what, ks_buf_cstr(&type));
+    ks_buf_printf(&x->body, "extern \"C\" __global__ void __launch_bounds__(%d) " NAME_MARK "(%s)\n{\n", k->block,
+                  ks_buf_cstr(&x->params));
+    ks_buf_free(&type);
+}
+
+/* x->body with every NAME_MARK replaced by name, appended to out. */
+static void put_named(ks_buf *out, const char *text, size_t len, const char *name)
+{
+    size_t mark = strlen(NAME_MARK);
+    for (size_t i = 0; i < len;) {
+        if (i + mark <= len && memcmp(text + i, NAME_MARK, mark) == 0) {
+            ks_buf_puts(out, name);
+            i += mark;
+            continue;
+        }
+        size_t j = i + 1;
+        while (j < len && text[j] != NAME_MARK[0]) j++;
+        ks_buf_put(out, text + i, j - i);
+        i = j;
+    }
+}
+
+/* The kernel's text is complete: find it among the kernels written (the
+ * same text: the same kernel) or write it under a new name; k launches it.
+ * suffix is part of the name, after the op's. */
+void kcu_kernel_end(kcu_gen *x, krt_cuda_kernel *k, const char *suffix)
+{
+    const char *op = kir_op_table[x->g->nodes[k->node].op].name;
+    uint64_t hash = ks_hash64(KS_HASH_SEED, x->body.data, x->body.len);
+    for (size_t i = 0; i < x->n_bodies; i++) {
+        const kcu_body *b = &x->bodies[i];
+        if (b->hash == hash && b->len == x->body.len && memcmp(x->texts.data + b->at, x->body.data, b->len) == 0) {
+            k->name = b->name;
+            return;
+        }
+    }
+    /* a new kernel: k_<op><suffix>_<48 bits of the hash>, distinct from every name so far */
+    const char *name = NULL;
+    for (uint64_t salt = 0;; salt++) {
+        uint64_t h = salt ? ks_hash64(hash, &salt, sizeof salt) : hash;
+        name = ks_arena_printf(&x->meta->arena, "k_%s%s_%012llx", op, suffix,
+                               (unsigned long long)(h & 0xffffffffffffull));
+        int taken = 0;
+        for (size_t i = 0; i < x->n_bodies && !taken; i++) taken = strcmp(x->bodies[i].name, name) == 0;
+        if (!taken) break;
+    }
+    KS_GROW(x->bodies, x->n_bodies + 1, x->cap_bodies, KCU_MAX_KERNELS, "distinct CUDA kernels");
+    x->bodies[x->n_bodies++] = (kcu_body){hash, name, x->texts.len, x->body.len};
+    ks_buf_put(&x->texts, x->body.data, x->body.len);
+    put_named(x->src, x->body.data, x->body.len, name);
+    k->name = name;
+}
+
+/* An elementwise kernel over the node's T * row elements: one thread each;
+ * the body sees i (the element) and returns early past the end. */
+krt_cuda_kernel *kcu_elementwise_kernel(kcu_gen *x, kir_val v, int64_t row)
+{
+    krt_cuda_kernel *k = kcu_kernel_new(x, v, EW_THREADS);
+    kcu_kernel_grid(k, 0, row, 0, EW_THREADS);
+    return k;
+}
+
+void kcu_elementwise_prologue(kcu_gen *x, int64_t row)
+{
+    ks_buf_printf(&x->body,
+                  "    const long long i = (long long)blockIdx.x * %d + threadIdx.x;\n"
+                  "    if (i >= (long long)T * %lld) return;\n",
+                  EW_THREADS, (long long)row);
+}
+

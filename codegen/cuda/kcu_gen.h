@@ -1,0 +1,95 @@
+/*
+ * kcu_gen.h — the CUDA code generator's working state and the helpers its
+ * emitters share (internal to codegen/cuda: kcu_emit.c lowers the graph,
+ * kcu_emit_attention.c the KV cache and attention, kcu_gen.c writes kernels
+ * and their launch records).
+ *
+ * A kernel is written in three steps: kcu_kernel_new starts its launch
+ * record, kcu_param_in/kcu_param_out/kcu_add_param add parameters (each
+ * with what the runtime passes), kcu_open_body writes the signature, the
+ * emitter appends the body to x->body, and kcu_kernel_end names it — or
+ * finds the same text already written and launches that (kernels are
+ * shared by text). Text a kernel needs before its signature (helpers,
+ * tables) goes into x->body first, its names prefixed with NAME_MARK.
+ *
+ * Prefix: kcu_.
+ */
+#ifndef KILN_KCU_GEN_H
+#define KILN_KCU_GEN_H
+
+#include "codegen/cuda/kcu.h"
+
+/* Threads per block of elementwise kernels. */
+enum { EW_THREADS = 256 };
+/* Matmuls (kcu_matmul in kcu_prelude.cuh, whose KCU_MM_THREADS, KCU_GEMV_T
+ * and KCU_GEMV_R these repeat): threads per block, the most tokens of the
+ * decode path, and rows per warp there. */
+enum { MM_THREADS = 256, MM_GEMV_T = 8, MM_GEMV_R = 2 };
+/* Kernels in a graph at most (a named limit for the growing arrays). */
+#define KCU_MAX_KERNELS ((size_t)1 << 24)
+/* What a kernel's text calls itself until its name is known. */
+#define NAME_MARK "@K@"
+
+/* A kernel text already in the source. */
+typedef struct kcu_body {
+    uint64_t hash;    /* of its text with NAME_MARK for the name */
+    const char *name; /* the name it was given (meta arena) */
+    size_t at, len;   /* its text in kcu_gen.texts */
+} kcu_body;
+
+typedef struct kcu_gen {
+    const kir_graph *g;    /* the graph */
+    ks_buf *src;           /* the source being written */
+    krt_cuda_meta *meta;   /* kernels, aliases and output being filled */
+    size_t cap_kernels;    /* capacity of meta->kernels */
+    uint32_t *root;        /* [n_nodes] the value whose buffer holds each value (itself unless aliased) */
+    ks_buf params;         /* the current kernel's parameter list */
+    ks_buf body;           /* the current kernel's text, named NAME_MARK */
+    ks_buf texts;          /* the texts of bodies[], one after another */
+    kcu_body *bodies;      /* the distinct kernels written to src */
+    size_t n_bodies;       /* how many */
+    size_t cap_bodies;     /* capacity of bodies */
+    ks_diag *d;            /* where errors go */
+} kcu_gen;
+
+
+/* ---- messages and literals ---------------------------------------------------------- */
+/* Report an error at node v's source place ("cuda: <op>: ..."); returns -1. */
+int kcu_node_error(kcu_gen *x, kir_val v, const char *fmt, ...) KS_PRINTF(3, 4);
+/* A float as a C++ literal that reads back to the same float (0.25f). */
+void kcu_put_float(ks_buf *b, float f);
+/* A double as a literal that reads back exactly. */
+void kcu_put_double(ks_buf *b, double v);
+/* The device type of elements of dtype t ("float", "kcu_bf16", ...). */
+const char *kcu_elem_type(kir_dtype t);
+/* The last dim of a node. */
+static inline int64_t kcu_last_dim(const kir_node *n) { return n->dims[n->ndim - 1]; }
+
+/* ---- kernels and their parameters ---------------------------------------------------------- */
+/* Start the launch of a kernel computing node v, `block` threads a block. */
+krt_cuda_kernel *kcu_kernel_new(kcu_gen *x, kir_val v, int block);
+/* Grid dim i: ceil((T * t + c) / div) blocks. */
+void kcu_kernel_grid(krt_cuda_kernel *k, int i, int64_t t, int64_t c, int64_t div);
+/* Append a parameter: its C declaration and what the runtime passes. */
+void kcu_add_param(kcu_gen *x, krt_cuda_kernel *k, krt_cuda_arg_kind kind, int64_t index, const char *decl);
+/* Value v as a read-only parameter called name, of its dtype. */
+void kcu_param_in(kcu_gen *x, krt_cuda_kernel *k, kir_val v, const char *name);
+/* Value v's buffer, written, as the parameter `out`. */
+void kcu_param_out(kcu_gen *x, krt_cuda_kernel *k, kir_val v);
+/* The signature, with a comment saying what the kernel computes. */
+void kcu_open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what);
+/* The body is complete: name the kernel (or reuse the same text); suffix
+ * follows the op in the name. */
+void kcu_kernel_end(kcu_gen *x, krt_cuda_kernel *k, const char *suffix);
+/* One thread per element of T * row elements (EW_THREADS a block); the
+ * prologue defines i and returns past the end. */
+krt_cuda_kernel *kcu_elementwise_kernel(kcu_gen *x, kir_val v, int64_t row);
+void kcu_elementwise_prologue(kcu_gen *x, int64_t row);
+
+/* ---- emitters in other files ---------------------------------------------------------------- */
+/* kcu_emit_attention.c: the kernel writing K and V rows (values kv, vv) of a
+ * step into layer `layer` of the cache, for node v; and attention. */
+void kcu_emit_kv_write_kernel(kcu_gen *x, kir_val v, const char *suffix, kir_val kv, kir_val vv, int64_t layer);
+int kcu_emit_attention(kcu_gen *x, kir_val v);
+
+#endif
