@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# gpu_check.sh — the CUDA backend on a real GPU: f32, bf16 and f16 engines against the goldens and
-# the interpreter, and a Llama-3-8B-shaped model against Hugging Face (bench/llama8b_check.py).
+# gpu_check.sh — the one script for the GPU: the CUDA backend on a real GPU (f32, bf16 and f16
+# engines against the goldens and the interpreter; the runtime: graphs, draws, failures, memory,
+# kiln verify; a Llama-3-8B-shaped model against Hugging Face, bench/llama8b_check.py).
 # Two halves:
 #
 #   bash bench/gpu_check.sh prepare   HERE, on the build machine (needs no GPU): builds kiln,
-#       golden_test and test_cuda in $KILN_BUILD (default build-cuda-a/; flex, bison, cJSON and
-#       NVRTC live here) and gathers what the GPU machine needs into $KILN_BUILD/gpu/: those
-#       binaries, the libcjson and libpcre2 they load, and a copy of ../shared/models for the run
-#       (an ignored build folder, not the repository). Carry "build-cuda-a/gpu" with the call.
+#       golden_test, test_cuda and test_session in $KILN_BUILD (default build-gpu/; flex, bison,
+#       cJSON and NVRTC live here) and gathers what the GPU machine needs into $KILN_BUILD/gpu/:
+#       those binaries, the libcjson and libpcre2 they load, and a copy of ../shared/models for
+#       the run (an ignored build folder, not the repository). Carry "build-gpu/gpu" with the call.
 #
 #   bash bench/gpu_check.sh run       THERE, from the repository root (the device tool's `run`):
 #       builds nothing that needs flex/bison/cJSON; kiln compiles each engine with NVRTC there.
-#       For every shared model with a golden.json, and each weight dtype (f32, bf16, f16):
+#       Stages, GPU_CHECK_STAGES="golden runtime llama8b" (the default: all three, in order):
+#       golden — for every shared model with a golden.json, and each weight dtype (f32, bf16, f16):
 #         - tests/golden/golden_test through the CUDA backend (KILN_GOLDEN_TARGET=sm_80,sm_90:
 #           one engine with both cubins; the runtime picks the device's): f32 within 1e-4 of the
 #           golden per row and greedy ids exact; bf16, f16 within twice Hugging Face's own error
@@ -21,26 +23,30 @@
 #           (same weights, different summation order), same ids;
 #         - f32: forked sequences (a shared, half-full KV block copied on write on the device)
 #           against the interpreter (test_cuda --fork-check);
-#       stories260k against llama2.c's own greedy output; an sm_80-only engine on the device
-#       (the architecture error); compute-sanitizer memcheck and racecheck on one model (a
-#       12-token prompt: the tiled matmul; decode: the matrix-vector one); then
-#       bench/llama8b_check.py (GPU_CHECK_LLAMA8B=0 skips it), given what is left of
-#       GPU_CHECK_BUDGET seconds (default 585: the device tool's 600 s a command, less a margin).
+#         stories260k against llama2.c's own greedy output; an sm_80-only engine on the device
+#         (the architecture error); compute-sanitizer memcheck and racecheck on one model (a
+#         12-token prompt: the tiled matmul; decode: the matrix-vector one);
+#       verify — kiln verify --target sm_90 for every model (not in the default: runtime has it);
+#       runtime — runtime_checks below (test_session, draws, kiln verify --target sm_90 for every
+#         model, decode rates with and without graphs, KV sizing, out of memory, sanitizers);
+#       llama8b — bench/llama8b_check.py, given what is left of GPU_CHECK_BUDGET seconds (default
+#         585: the device tool's 600 s a command, less a margin), with a `kiln run --profile`.
 #       Everything goes to $OUT/gpu_check.log; the summary table comes last.
 #       GPU_CHECK_MODELS="a b" limits the golden models to those; GPU_CHECK_DTYPES="f32 bf16" the
-#       dtypes.
+#       dtypes; GPU_RUNTIME_MODELS the runtime stage's models.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build="${KILN_BUILD:-$root/build-cuda-a}"
+build="${KILN_BUILD:-$root/build-gpu}"
+models_all="${GPU_RUNTIME_MODELS:-gpt2-tiny llama-gqa-tiny qwen2-tiny stories260k tinystories-656k}"
 gpu="$build/gpu"
 
 prepare() {
   local shared="${KILN_SHARED:-$root/../shared}"
   cmake -S "$root" -B "$build" -G Ninja -DKILN_WERROR=ON >/dev/null || return 1
-  cmake --build "$build" --target kiln golden_test test_cuda || return 1
+  cmake --build "$build" --target kiln golden_test test_cuda test_session || return 1
   grep -q 'KILN_HAVE_NVRTC:INTERNAL=ON' "$build/CMakeCache.txt" || { echo "kiln was built without NVRTC"; return 1; }
   rm -rf "$gpu" && mkdir -p "$gpu/bin" "$gpu/lib" "$gpu/models" || return 1
-  cp "$build/cli/kiln" "$build/tests/golden/golden_test" "$build/tests/cuda/test_cuda" "$gpu/bin/"
+  cp "$build/cli/kiln" "$build/tests/golden/golden_test" "$build/tests/cuda/test_cuda" "$build/tests/session/test_session" "$gpu/bin/"
   for lib in libcjson.so.1 libpcre2-8.so.0; do
     local path
     path=$(ldd "$build/cli/kiln" | awk -v l="$lib" '$1 == l { print $3 }')
@@ -115,6 +121,120 @@ check_model() {
   done
 }
 
+# The build arguments of a model folder (a llama2.c checkpoint needs its tokenizer named).
+model_args() {
+  local dir="$1"
+  if [ -f "$dir/config.json" ]; then echo "$dir"; else echo "$dir/stories260K.bin --tokenizer $dir/tok512.bin"; fi
+}
+
+rate_of() { grep -o '[0-9.]* tokens/s' "$1" | awk '{print $1}'; }
+
+# runtime_checks SUMMARY: the runtime on the GPU — for every model: test_session on its CUDA
+# engine (per-sequence failures, draws on the GPU against the CPU sampler, a 512-draw
+# distribution, graphs vs no graphs bitwise); kiln run greedy and seeded on the GPU against
+# --host-sampling and against the CPU engine, twice; kiln verify --target sm_90 (compiles with
+# NVRTC there); then decode tokens/s with and without graphs, the KV report, out-of-memory
+# messages, compute-sanitizer over graphs and draws; and kiln run --profile of one model.
+runtime_checks() {
+  local summary="$1" work
+  local kiln="$gpu/bin/kiln" tsess="$gpu/bin/test_session" models="$gpu/models" engines
+  work=$(mktemp -d); engines=$work
+  local m
+  for m in $models_all; do
+    # shellcheck disable=SC2046
+    "$kiln" build $(model_args "$models/$m") -o "$work/$m.cpu.engine" > /dev/null || { echo "FAIL: cpu build of $m"; return 1; }
+    # shellcheck disable=SC2046
+    "$kiln" build $(model_args "$models/$m") --target sm_80,sm_90 -o "$work/$m.cu.engine" > /dev/null \
+      || { echo "FAIL: cuda build of $m"; return 1; }
+  done
+
+  for m in $models_all; do
+    local cu="$engines/$m.cu.engine" cpu="$work/$m.cpu.engine"
+    echo "== $m: test_session on the GPU"
+    "$tsess" "$cu" > "$work/$m.sess" 2>&1; local sess_rc=$?
+    cat "$work/$m.sess"
+    echo "$m test_session: $([ $sess_rc -eq 0 ] && echo pass || echo FAIL)" >> "$summary"
+    grep -E '^(draws|graphs|failures)' "$work/$m.sess" | sed "s/^/  /" >> "$summary"
+
+    echo "== $m: kiln run, draws on the GPU against the host and the CPU engine"
+    local ids=1,7,12,31,5,9,40,2,11,19,23,3,8,15,42,6 smp res=""
+    for smp in "--temperature 0" "--temperature 0.8 --top-k 40 --top-p 0.95 --seed 3" "--temperature 1 --seed 11"; do
+      local g1 g2 h c
+      # shellcheck disable=SC2086
+      g1=$("$kiln" run "$cu" --ids $ids -n 64 $smp 2>/dev/null)
+      g2=$("$kiln" run "$cu" --ids $ids -n 64 $smp 2>/dev/null)
+      h=$("$kiln" run "$cu" --ids $ids -n 64 $smp --host-sampling 2>/dev/null)
+      c=$("$kiln" run "$cpu" --ids $ids -n 64 $smp 2>/dev/null)
+      echo "[$smp] gpu: $g1"; echo "[$smp] cpu engine: $c"
+      res="$res [$smp] repeat:$([ -n "$g1" ] && [ "$g1" = "$g2" ] && echo same || echo DIFF)"
+      res="$res host-sampling:$([ -n "$g1" ] && [ "$g1" = "$h" ] && echo same || echo DIFF)"
+      res="$res cpu-engine:$([ -n "$g1" ] && [ "$g1" = "$c" ] && echo same || echo differs)"
+    done
+    echo "$m kiln run (64 new):$res" >> "$summary"
+
+    echo "== $m: kiln verify --target sm_90"
+    # shellcheck disable=SC2046
+    "$kiln" verify $(model_args "$models/$m" | sed 's/ --tokenizer .*//') --target sm_90 > "$work/$m.verify" 2>&1
+    local vrc=$?
+    cat "$work/$m.verify"
+    echo "$m verify --target sm_90: exit $vrc, $(tail -1 "$work/$m.verify"); $(grep 'logits:' "$work/$m.verify" | sed 's/^ *//')" >> "$summary"
+  done
+
+  echo "== decode speed: one sequence, 16-token prompt, 256 new tokens (greedy), best of 3"
+  for m in tinystories-656k llama-gqa-tiny; do
+    local cu="$engines/$m.cu.engine" ids; ids=$(seq -s, 3 18)
+    local mode line=""
+    for mode in "graphs+gpu-draw:" "no-graphs+gpu-draw:--no-cuda-graphs" "graphs+host-draw:--host-sampling" \
+        "no-graphs+host-draw:--no-cuda-graphs --host-sampling"; do
+      local name=${mode%%:*} flags=${mode#*:} best=0 r i
+      for i in 1 2 3; do
+        # shellcheck disable=SC2086
+        "$kiln" run "$cu" --ids "$ids" -n "${DECODE_N:-256}" $flags > /dev/null 2> "$work/rate.err"
+        r=$(rate_of "$work/rate.err")
+        awk -v a="$r" -v b="$best" 'BEGIN { exit !(a > b) }' && best=$r
+      done
+      cat "$work/rate.err"
+      line="$line $name $best"
+    done
+    echo "$m decode tok/s:$line" | tee -a "$summary"
+  done
+
+  echo "== the KV cache from free memory, and out of memory"
+  local ts="$engines/tinystories-656k.cu.engine" msg
+  msg=$("$kiln" run "$ts" --ids 1 -n 1 2>&1 >/dev/null | head -1); echo "$msg"; echo "KV report: $msg" >> "$summary"
+  msg=$("$kiln" run "$ts" --ids 1 -n 1 --max-context 512 --kv-fraction 0.5 2>&1 >/dev/null | head -1); echo "$msg"
+  local rc
+  msg=$("$kiln" run "$ts" --ids 1 -n 1 --kv-blocks 100000000 2>&1 >/dev/null); rc=$?
+  echo "exit $rc: $msg"; echo "OOM (KV blocks): exit $rc: $msg" >> "$summary"
+  msg=$("$kiln" run "$ts" --ids 1 -n 1 --kv-blocks 9000000 2>&1 >/dev/null); rc=$?
+  echo "exit $rc: $msg"; echo "KV blocks near the device's size: exit $rc: $(echo "$msg" | tr '\n' ' ')" >> "$summary"
+  msg=$("$kiln" run "$ts" --ids 1 -n 1 --kv-blocks 9125000 2>&1 >/dev/null); rc=$?
+  echo "exit $rc: $msg"; echo "KV blocks at the device's size: exit $rc: $(echo "$msg" | tr '\n' ' ')" >> "$summary"
+  msg=$("$kiln" run "$ts" --ids 1 -n 1 --max-context 4096 2>&1 >/dev/null); rc=$?
+  echo "exit $rc: $msg"; echo "context over the limit: exit $rc: $msg" >> "$summary"
+
+  local san=""
+  for cand in compute-sanitizer /usr/local/cuda/bin/compute-sanitizer; do command -v "$cand" >/dev/null && { san=$cand; break; }; done
+  if [ -n "$san" ]; then
+    local tool
+    for tool in memcheck racecheck; do
+      echo "== compute-sanitizer --tool $tool: graphs and draws (tinystories-656k, top-p draws, 3 new tokens)"
+      timeout 60 "$san" --tool $tool --error-exitcode 3 "$kiln" run "$ts" --ids 1,7,12,31 -n 3 --temperature 1 \
+        --top-k 40 --top-p 0.9 --seed 2 > "$work/san.$tool.txt" 2>&1
+      rc=$?
+      tail -3 "$work/san.$tool.txt"
+      echo "compute-sanitizer $tool: exit $rc; $(grep -o '[A-Z]* SUMMARY: .*' "$work/san.$tool.txt" | tr '\n' ' ')" >> "$summary"
+    done
+  fi
+
+  if "$kiln" run --help 2>&1 | grep -q -- --profile; then
+    echo "== kiln run --profile (tinystories-656k, 16-token prompt, 64 new; no graphs)"
+    "$kiln" run "$engines/tinystories-656k.cu.engine" --ids "$(seq -s, 3 18)" -n 64 --profile 2>&1 >/dev/null | tail -40
+  fi
+  rm -rf "$work"
+}
+
+
 run() {
   local out="${OUT:-/tmp/gpu_check}" work
   mkdir -p "$out"
@@ -131,6 +251,8 @@ run() {
   printf '%-17s %-5s %-7s %-10s %-9s %-13s %-13s %-5s %-9s %s\n' model dtype golden "worst/gold" limit \
     "gpu-vs-interp" deterministic ids "fork(CoW)" "decode tok/s" > "$summary"
 
+  local stages=" ${GPU_CHECK_STAGES:-golden runtime llama8b} "
+  if [[ $stages == *" golden "* ]]; then
   # the models in parallel (one process each; the GPU has room): their decode rates are measured
   # side by side, not alone (the timing runs below are alone)
   local dir m pids=()
@@ -203,8 +325,28 @@ run() {
   fi
   rm -rf "$work"
   echo "tiny-model checks done: $((SECONDS - t_start)) s" | tee -a "$summary"
+  fi
+  if [[ $stages == *" verify "* ]]; then
+    # kiln verify on the GPU alone (the runtime stage runs it too): fused CUDA kernels against the
+    # unfused interpreter, value by value
+    local vm vrc vwork
+    vwork=$(mktemp -d)
+    for vm in $models_all; do
+      # shellcheck disable=SC2046
+      "$kiln" verify $(model_args "$models/$vm" | sed 's/ --tokenizer .*//') --target sm_90 > "$vwork/$vm.verify" 2>&1
+      vrc=$?
+      cat "$vwork/$vm.verify"
+      echo "$vm verify --target sm_90: exit $vrc, $(tail -1 "$vwork/$vm.verify"); $(grep 'logits:' "$vwork/$vm.verify" | sed 's/^ *//')" >> "$summary"
+    done
+    rm -rf "$vwork"
+  fi
+  if [[ $stages == *" runtime "* ]]; then
+    echo "== runtime checks" | tee -a "$summary"
+    runtime_checks "$summary"
+    echo "runtime checks done: $((SECONDS - t_start)) s" | tee -a "$summary"
+  fi
 
-  if [ "${GPU_CHECK_LLAMA8B:-1}" != 0 ]; then
+  if [[ $stages == *" llama8b "* ]]; then
     echo "== Llama-3-8B-shaped model, random weights: kiln f32 and bf16 against Hugging Face"
     # what is left of the device tool's 600 s, less a margin for the summary
     local left=$(( ${GPU_CHECK_BUDGET:-585} - SECONDS ))

@@ -207,6 +207,14 @@ def main():
         p2, t_run2 = run([a.kiln, "run", eng, "--ids", ids_arg, "-n", str(a.new)] + run_extra, a.timeout,
                          f"kiln run ({dt}, timing)")
         ttft, rate = kiln_stats(p2.stderr)
+        if "--profile" in help_text:
+            # where the time goes: every kernel timed (no CUDA graphs), the table kiln prints
+            p3, _ = run([a.kiln, "run", eng, "--ids", ids_arg, "-n", "16", "--profile"] + run_extra, a.timeout,
+                        f"kiln run ({dt}, --profile)")
+            os.makedirs(a.out, exist_ok=True)
+            with open(os.path.join(a.out, f"llama8b.{dt}.profile.txt"), "w") as f:
+                f.write(p3.stderr)
+            log(f"kiln {dt} --profile:\n" + "\n".join(p3.stderr.splitlines()[-40:]))
         info = [l for l in p2.stderr.splitlines() if l.startswith("kiln:")]
         r = {"build_s": t_build, "engine_bytes": size, "run_s": t_run2, "tokens": toks,
              "tokens_equal_hf_f32": toks == tok_f32, "rel_l2_vs_hf_f32": rel_l2(logits, hf_f32),

@@ -48,7 +48,10 @@ static const char build_help[] =
     "  --dtype DTYPE        what the engine stores the weights as: f32 (default),\n"
     "                       bf16 or f16 (2 bytes each; converted from the checkpoint's\n"
     "                       dtype through f32, rounding to nearest even); activations,\n"
-    "                       sums and the KV cache stay f32\n"
+    "                       sums and the KV cache stay f32. f16 checks the checkpoint\n"
+    "                       first: values that would become inf (magnitude 65520 and\n"
+    "                       up) are an error; a tensor with over 1% of its values\n"
+    "                       below f16's normal range (nonzero, under 6.1e-05) a warning\n"
     "  --emit-source DIR    with a GPU target: also write the generated CUDA C there\n";
 
 int kc_cmd_build(int argc, char **argv)

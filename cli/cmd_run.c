@@ -40,7 +40,9 @@ static const char run_help[] =
     "                             full context needs)\n"
     "  --kv-blocks N              KV-cache blocks of 16 positions, instead of --kv-fraction\n"
     "  --no-cuda-graphs           GPU: launch each kernel of each step, no CUDA graphs\n"
-    "  --host-sampling            GPU: copy the logits back and draw on the CPU\n";
+    "  --host-sampling            GPU: copy the logits back and draw on the CPU\n"
+    "  --profile                  time each step, prefill and decode steps apart, and on a GPU\n"
+    "                             each kernel (no CUDA graphs then): tables on standard error\n";
 
 static double now_seconds(void)
 {
@@ -95,6 +97,16 @@ static krt_tok *engine_tokenizer(const krt_engine *e, ks_diag *d)
     return t;
 }
 
+/* Whole steps' times on the host for --profile: one kind of step
+ * (prefill: more than KRT_PROFILE_DECODE_TOKENS tokens; decode). */
+typedef struct step_times {
+    long steps;   /* steps run */
+    long tokens;  /* their tokens */
+    double total; /* seconds */
+    double min;   /* the shortest step, seconds */
+    double max;   /* the longest */
+} step_times;
+
 typedef struct run_opts {
     long n_new;                     /* tokens to generate at most */
     krt_sampler_config sampling;    /* sampler settings */
@@ -102,10 +114,52 @@ typedef struct run_opts {
     int n_stops;                    /* how many */
     const char *logits_out;         /* file for the prompt's logits, or NULL */
     int text;                       /* 1: --prompt (stream text), 0: --ids (print ids) */
+    int profile;                    /* --profile */
+    step_times times[2];            /* --profile: [0] decode steps, [1] prefill steps */
 } run_opts;
 
+/* Run one step of n tokens, timed into o->times. */
+static int timed_run(krt_session *s, const krt_step_req *req, run_opts *o, ks_diag *d)
+{
+    double t0 = now_seconds();
+    int rc = krt_session_run(s, req, d);
+    double t = now_seconds() - t0;
+    step_times *st = &o->times[req->n > KRT_PROFILE_DECODE_TOKENS];
+    if (rc == 0) {
+        if (st->steps == 0 || t < st->min) st->min = t;
+        if (st->steps == 0 || t > st->max) st->max = t;
+        st->steps++;
+        st->tokens += req->n;
+        st->total += t;
+    }
+    return rc;
+}
+
+/* --profile's tables on stderr: the steps' host times, then the backend's
+ * kernels. */
+static void print_profile(const krt_session *s, const run_opts *o)
+{
+    for (int k = 1; k >= 0; k--) {
+        const step_times *t = &o->times[k];
+        if (t->steps == 0) continue;
+        fprintf(stderr,
+                "kiln: profile: %ld %s step%s (%ld tokens; %s %d tokens a step): host time %.3f ms, %.1f µs a step "
+                "(min %.1f, max %.1f)\n",
+                t->steps, k ? "prefill" : "decode", t->steps == 1 ? "" : "s", t->tokens, k ? ">" : "<=",
+                KRT_PROFILE_DECODE_TOKENS, 1e3 * t->total, 1e6 * t->total / (double)t->steps, 1e6 * t->min,
+                1e6 * t->max);
+    }
+    ks_buf b = {0};
+    if (krt_session_profile(s, &b) == 0)
+        fputs(ks_buf_cstr(&b), stderr);
+    else
+        fprintf(stderr, "kiln: profile: kernels are timed on CUDA engines (kiln build --target sm_XX); this one runs "
+                        "on the CPU interpreter, whose steps are timed above\n");
+    ks_buf_free(&b);
+}
+
 /* Generate from prompt ids; streams text (or ids) to stdout. */
-static int generate(krt_session *s, krt_tok *tok, const krt_tok_ids *prompt, const run_opts *o, ks_diag *d)
+static int generate(krt_session *s, krt_tok *tok, const krt_tok_ids *prompt, run_opts *o, ks_diag *d)
 {
     int64_t vocab = krt_session_vocab(s);
     int ctx = krt_session_max_context(s);
@@ -142,7 +196,7 @@ static int generate(krt_session *s, krt_tok *tok, const krt_tok_ids *prompt, con
     krt_step_req req = {.n = n, .tokens = prompt->ids, .seq_ids = seq, .logits = logits, .samplers = samplers,
                         .next = next};
     double t0 = now_seconds(), t_first = 0;
-    int rc = krt_session_run(s, &req, d);
+    int rc = timed_run(s, &req, o, d);
     long generated = 0;
     if (rc == 0 && o->logits_out) {
         ks_outfile f;
@@ -181,7 +235,7 @@ static int generate(krt_session *s, krt_tok *tok, const krt_tok_ids *prompt, con
         if (stopped || generated == n_new) break;
         int32_t zero = 0, in = token;
         krt_step_req step = {.n = 1, .tokens = &in, .seq_ids = &zero, .samplers = &smp, .next = &token};
-        rc = krt_session_run(s, &step, d);
+        rc = timed_run(s, &step, o, d);
     }
     if (stream && !stopped) {
         krt_tok_stream_flush(stream, &text);
@@ -195,6 +249,7 @@ static int generate(krt_session *s, krt_tok *tok, const krt_tok_ids *prompt, con
         double rate = generated > 1 && t_end > t_first ? (double)(generated - 1) / (t_end - t_first) : 0;
         fprintf(stderr, "kiln: prompt tokens %d, generated tokens %ld, time to first token %.1f ms, %.1f tokens/s\n",
                 n, generated, ttft * 1e3, rate);
+        if (o->profile) print_profile(s, o);
     }
     free(logits);
     free(seq);
@@ -234,7 +289,7 @@ int kc_cmd_run(int argc, char **argv)
 {
     const char *ids_arg = NULL, *prompt_arg = NULL, *n_arg = NULL, *temp = NULL, *top_k = NULL, *top_p = NULL,
                *rep = NULL, *seed = NULL, *max_ctx = NULL, *kv_fraction = NULL, *kv_blocks = NULL,
-               *no_graphs = NULL, *host_sampling = NULL;
+               *no_graphs = NULL, *host_sampling = NULL, *profile = NULL;
     run_opts o = {.sampling = krt_sampler_defaults()};
     kc_option opts[] = {
         {"--ids", 1, &ids_arg, NULL},
@@ -252,6 +307,7 @@ int kc_cmd_run(int argc, char **argv)
         {"--kv-blocks", 1, &kv_blocks, NULL},
         {"--no-cuda-graphs", 0, &no_graphs, NULL},
         {"--host-sampling", 0, &host_sampling, NULL},
+        {"--profile", 0, &profile, NULL},
         {NULL, 0, NULL, NULL},
     };
     const char *pos[1];
@@ -290,7 +346,9 @@ int kc_cmd_run(int argc, char **argv)
         if (parse_number("--seed", seed, 0, 1.8e19, &v)) return 2;
         o.sampling.seed = (uint64_t)v;
     }
-    krt_session_opts so = {.no_graphs = no_graphs != NULL, .host_sampling = host_sampling != NULL};
+    o.profile = profile != NULL;
+    krt_session_opts so = {.no_graphs = no_graphs != NULL, .host_sampling = host_sampling != NULL,
+                           .profile = o.profile};
     if (max_ctx) {
         if (parse_number("--max-context", max_ctx, 1, INT32_MAX, &v)) return 2;
         so.max_context = (int)v;

@@ -265,6 +265,7 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
         ks_error(d, "kiln", "--emit-source needs a CUDA target (--target sm_XX)");
         return -1;
     }
+    if (kd_check_f16_range(m, kd_graph(m), d) != 0) return -1;
     kcu_parts parts = {0};
     if (cuda && kcu_build(kd_graph(m), target, in->emit_source, &parts, d) != 0) return -1;
     char *tok = NULL;

@@ -81,7 +81,20 @@ void kd_set_weight_dtype(kir_graph *g, kir_dtype t);
  * or "f32" for a graph with no weights: the engine meta's "dtype". */
 const char *kd_weights_dtype(const kir_graph *g);
 
-/* Build an engine file from a loaded model (its optimized graph, if any). */
+/* Before g's weights that are stored as f16 are converted (--dtype f16),
+ * the checkpoint tensors they come from are scanned (tensors stored as f16
+ * already, and synthetic weights, are not): a tensor with finite values of
+ * magnitude 65520 or more, which f16 rounds to inf, is an error naming it,
+ * how many such values it has and the largest magnitude, with a hint to use
+ * bf16; a tensor with more than 1% of its values nonzero and under f16's
+ * smallest normal (2^-14 = 6.10352e-05: subnormal in f16, with fewer
+ * significant bits, or 0 at 2^-25 and under) is a warning saying how many,
+ * the smallest magnitude and how many become 0. Each tensor is reported
+ * once. Returns 0, or -1 after an error. */
+int kd_check_f16_range(const kd_model *m, const kir_graph *g, ks_diag *d);
+
+/* Build an engine file from a loaded model (its optimized graph, if any);
+ * with f16 weights, kd_check_f16_range first. */
 int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_diag *d);
 
 #endif

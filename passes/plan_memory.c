@@ -2,35 +2,56 @@
  * plan_memory.c — static memory planning of a step's activations.
  *
  * Requires: a verified graph (kir_verify): operands defined before their
- * users, every node's type inferred, dims positive or T.
+ * users, every node's type inferred, dims positive or T, `fuse` groups
+ * contiguous runs of the schedule.
  *
  * Guarantees: every value that is not a WEIGHT gets a byte offset in one
  * arena of arena_bytes, aligned to KP_MEM_ALIGN, valid for any step of up to
- * max_tokens tokens; two values live at the same node never share a byte
- * unless one is a view of the other, or one is the operand that an in-place
- * elementwise op overwrites at its last use (kp_mem_plan_check proves this
- * for a plan without trusting the planner); arena_bytes is the smallest
- * over the placements tried, and lower_bound_bytes is reported beside it so
- * that a regression shows.
+ * max_tokens tokens, whether the runtime runs a kernel per node or one
+ * kernel per `fuse` group; two values live at the same node never share a
+ * byte unless one is a view of the other, or one is the operand that an
+ * in-place elementwise op overwrites at its last use (kp_mem_plan_check
+ * proves this for a plan without trusting the planner); arena_bytes is the
+ * smallest over the placements tried, and lower_bound_bytes, computed with
+ * the same liveness, is reported beside it so that a regression shows.
+ *
+ * Fused kernels: the nodes of a group run as one kernel whose blocks run in
+ * no order, so liveness treats them as running at once: a value read by any
+ * node of a group is live until the group's last node, a value defined in a
+ * group is live from its first node. An elementwise op may take over its
+ * operand's bytes only where the thread that writes element i is the one
+ * that read it: the operand dies at the op in schedule order (a kernel per
+ * node), and no other node of the op's group reads bytes of it that were
+ * written before the group (a fused kernel computes the group's own values
+ * in registers; an outside value that, say, a norm prologue of the group
+ * reads must not be overwritten by the group's residual add). ROPE reads
+ * the rotation partner of each element and never runs in place; the other
+ * elementwise ops (add, sub, mul, whose second operand broadcasts over
+ * leading dims, scale and the activations) read only element i to write
+ * element i.
  *
  * Does not: change the schedule (node order is the schedule; a different
  * order could lower the bound), place weights (they live in the engine's
  * weight data), make SLICE or CONCAT views (a slice of the last dim is not
  * contiguous, and a concat would have to move its operands' producers), plan
- * the KV cache (runtime/kv_cache.h does), or place values differently for
- * steps smaller than max_tokens (a value uses a prefix of its slot).
+ * the KV cache (runtime/kv_cache.h does), place values differently for
+ * steps smaller than max_tokens (a value uses a prefix of its slot), or
+ * leave out a group's internal values (a fused kernel never writes them,
+ * but a runtime that runs a kernel per node does: they keep their bytes).
  *
  * Three stages, as TVM's StaticPlanBlockMemory:
  *
  *  1. init (find_slots): each value's size, its last use, and the slot it
- *     lives in. A view (RESHAPE, OUTPUT) joins its operand's slot; an
- *     elementwise op joins its first operand's slot when that slot dies at
- *     the op, holds no INPUT and has the same size (ggml-alloc lets a node
- *     reuse a parent that has no other consumer left); every other value
- *     opens a slot, live from its definition (an INPUT: from the start of
- *     the step, when the runtime copies it in) to the last use of any value
- *     in the slot (an OUTPUT: to the end of the step, when the runtime reads
- *     it). The lower bound is the most bytes of slots live at one node.
+ *     lives in. A view (RESHAPE, OUTPUT, KV_WRITE) joins its operand's
+ *     slot; an elementwise op joins its first operand's slot when that slot
+ *     dies at the op, holds no INPUT, has the same size and the op's group
+ *     allows it (above) (ggml-alloc lets a node reuse a parent that has no
+ *     other consumer left); every other value opens a slot, live from the
+ *     first node of its definition's group (an INPUT: from the start of the
+ *     step, when the runtime copies it in) to the last node of the group of
+ *     the last use of any value in the slot (an OUTPUT: to the end of the
+ *     step, when the runtime reads it). The lower bound is the most bytes of
+ *     slots live at one node.
  *
  *  2. plan (assign_offsets): an offline dynamic storage allocation over the
  *     slots. Each heuristic takes the slots in some order and puts each at
@@ -63,11 +84,12 @@
 
 /* Where values live: one or more values that share the same bytes. */
 typedef struct kp_slot {
-    uint64_t bytes;  /* size, a multiple of KP_MEM_ALIGN */
-    uint32_t first;  /* first node at which it is live (0 for an INPUT) */
-    uint32_t last;   /* last node at which it is live */
-    kir_val root;    /* the value that opened it */
-    int holds_input; /* the root is an INPUT: never overwritten in place */
+    uint64_t bytes;      /* size, a multiple of KP_MEM_ALIGN */
+    uint32_t first;      /* first node at which it is live (0 for an INPUT), groups running at once */
+    uint32_t last;       /* last node at which it is live, groups running at once */
+    uint32_t last_read;  /* last node that reads it, in schedule order (n-1 when it holds an OUTPUT) */
+    kir_val root;        /* the value that opened it */
+    int holds_input;     /* the root is an INPUT: never overwritten in place */
 } kp_slot;
 
 /* A placed slot's bytes [lo, hi), as the gap search sees it. */
@@ -105,7 +127,12 @@ typedef struct kp_planner {
     ks_arena scratch;        /* the pass's scratch arena */
     size_t n;                /* nodes in g */
     uint64_t *bytes;         /* [n] bytes of each value (0 for weights) */
-    uint32_t *last_use;      /* [n] last node that reads each value directly (itself if none) */
+    uint32_t *group_first;   /* [n] first node of each node's `fuse` group (itself when it has none) */
+    uint32_t *group_last;    /* [n] last node of each node's group */
+    uint32_t *last_use;      /* [n] last node of the group of the last node that reads each value directly
+                                (its own group's last node if none) */
+    uint32_t *last_read;     /* [n] last node that reads each value directly, in schedule order (itself if none) */
+    kir_val *base;           /* [n] the value whose bytes each value is: itself, or what a view shows */
     uint32_t *slot_of;       /* [n] slot of each value, NO_SLOT for weights */
     uint8_t *flags;          /* [n] KP_MEM_* bits */
     kp_slot *slots;          /* [n_slots] */
@@ -121,9 +148,24 @@ typedef struct kp_planner {
     uint64_t rng;            /* state of the repair's generator (xorshift64*) */
 } kp_planner;
 
-int kp_op_in_place(kir_op op) { return op < KIR_OP_COUNT && kir_op_table[op].fusion == KIR_FUSE_ELEMWISE; }
+int kp_op_in_place(kir_op op)
+{
+    return op < KIR_OP_COUNT && kir_op_table[op].fusion == KIR_FUSE_ELEMWISE && op != KIR_OP_ROPE;
+}
 
-int kp_op_is_view(kir_op op) { return op == KIR_OP_RESHAPE || op == KIR_OP_OUTPUT; }
+int kp_op_is_view(kir_op op) { return op == KIR_OP_RESHAPE || op == KIR_OP_OUTPUT || op == KIR_OP_KV_WRITE; }
+
+void kp_group_spans(const kir_graph *g, uint32_t *first, uint32_t *last)
+{
+    size_t n = g->n_nodes;
+    int64_t prev = -1;
+    for (size_t v = 0; v < n; v++) {
+        int64_t id = kir_get_int(g, (kir_val)v, "fuse", -1);
+        first[v] = id >= 0 && id == prev ? first[v - 1] : (uint32_t)v;
+        prev = id;
+    }
+    for (size_t v = n; v-- > 0;) last[v] = v + 1 < n && first[v + 1] == first[v] ? last[v + 1] : (uint32_t)v;
+}
 
 /* ---- diagnostics -------------------------------------------------------------------- */
 
@@ -172,11 +214,34 @@ static uint32_t open_slot(kp_planner *p, kir_val v)
     const kir_node *n = kir_node_at(p->g, v);
     kp_slot *s = &p->slots[p->n_slots];
     s->bytes = p->bytes[v];
-    s->first = n->op == KIR_OP_INPUT ? 0 : v;
+    s->first = n->op == KIR_OP_INPUT ? 0 : p->group_first[v];
     s->last = p->last_use[v];
+    s->last_read = p->last_read[v];
     s->root = v;
     s->holds_input = n->op == KIR_OP_INPUT;
     return (uint32_t)p->n_slots++;
+}
+
+/* May v, an elementwise op of a `fuse` group, write over slot s (its first
+ * operand's, which dies at v in schedule order)? In one kernel the group's
+ * blocks run in no order: no other node of the group may read bytes of s
+ * that were written before the group, as one block could overwrite them
+ * before another reads them. Values the group computes itself are never
+ * read back from memory there (and, a kernel per node, they are read before
+ * v runs). A reshape moves no data and reads nothing. */
+static int group_allows_in_place(const kp_planner *p, kir_val v, uint32_t s)
+{
+    uint32_t first = p->group_first[v], last = p->group_last[v];
+    for (uint32_t u = first; u <= last; u++) {
+        const kir_node *n = &p->g->nodes[u];
+        if (u == v || n->op == KIR_OP_RESHAPE) continue;
+        for (int i = 0; i < n->nin; i++) {
+            if (n->in[i] == KIR_NONE) continue;
+            kir_val b = p->base[n->in[i]];
+            if (b < first && p->slot_of[b] == s) return 0;
+        }
+    }
+    return 1;
 }
 
 /* Sizes, last uses and slots (stage 1). Returns -1 after reporting a value
@@ -186,15 +251,21 @@ static int find_slots(kp_planner *p)
     const kir_graph *g = p->g;
     size_t n = p->n;
     p->bytes = ks_arena_alloc(&p->scratch, sizeof *p->bytes * (n + 1));
+    p->group_first = ks_arena_alloc(&p->scratch, sizeof *p->group_first * (n + 1));
+    p->group_last = ks_arena_alloc(&p->scratch, sizeof *p->group_last * (n + 1));
     p->last_use = ks_arena_alloc(&p->scratch, sizeof *p->last_use * (n + 1));
+    p->last_read = ks_arena_alloc(&p->scratch, sizeof *p->last_read * (n + 1));
+    p->base = ks_arena_alloc(&p->scratch, sizeof *p->base * (n + 1));
     p->slot_of = ks_arena_alloc(&p->scratch, sizeof *p->slot_of * (n + 1));
     p->flags = ks_arena_alloc(&p->scratch, sizeof *p->flags * (n + 1));
     p->slots = ks_arena_alloc(&p->scratch, sizeof *p->slots * (n + 1));
+    kp_group_spans(g, p->group_first, p->group_last);
 
     int bad = 0;
     for (size_t v = 0; v < n; v++) {
         const kir_node *node = &g->nodes[v];
-        p->last_use[v] = (uint32_t)v;
+        p->last_use[v] = p->group_last[v];
+        p->last_read[v] = (uint32_t)v;
         if (node->op == KIR_OP_WEIGHT) continue;
         if (kp_value_bytes(node, p->max_tokens, &p->bytes[v]) != 0) {
             ks_buf t = {0};
@@ -212,10 +283,12 @@ static int find_slots(kp_planner *p)
             kir_val o = node->in[i];
             if (o == KIR_NONE) continue;
             KS_ASSERT(o < v);
-            p->last_use[o] = (uint32_t)v;
+            if (p->group_last[v] > p->last_use[o]) p->last_use[o] = p->group_last[v];
+            p->last_read[o] = (uint32_t)v;
         }
         /* the runtime reads outputs after the last node */
-        if (node->op == KIR_OP_OUTPUT) p->last_use[v] = (uint32_t)(n - 1);
+        if (node->op == KIR_OP_OUTPUT) p->last_use[v] = p->last_read[v] = (uint32_t)(n - 1);
+        p->base[v] = kp_op_is_view(node->op) && node->nin > 0 ? p->base[node->in[0]] : (kir_val)v;
     }
 
     for (size_t v = 0; v < n; v++) {
@@ -232,16 +305,20 @@ static int find_slots(kp_planner *p)
             KS_ASSERT(p->bytes[v] == p->slots[s].bytes);
             p->flags[v] = KP_MEM_ALIAS;
         } else if (kp_op_in_place(node->op) && s != NO_SLOT && !p->slots[s].holds_input &&
-                   p->slots[s].last == v && p->slots[s].bytes == p->bytes[v]) {
+                   p->slots[s].last_read == v && p->slots[s].bytes == p->bytes[v] &&
+                   group_allows_in_place(p, (kir_val)v, s)) {
             /* Every value that joined s so far was defined before v, and
              * any later value that joins s reads one defined at or after v:
-             * so s.last == v means nothing reads s's bytes after v. */
+             * so s.last_read == v means nothing reads s's bytes after v;
+             * then s.last is at most v's group's last node, where v's own
+             * liveness reaches. */
             p->flags[v] = KP_MEM_INPLACE;
         } else {
             s = open_slot(p, (kir_val)v);
         }
         p->slot_of[v] = s;
         if (p->last_use[v] > p->slots[s].last) p->slots[s].last = p->last_use[v];
+        if (p->last_read[v] > p->slots[s].last_read) p->slots[s].last_read = p->last_read[v];
         if (!(p->flags[v] & KP_MEM_ALIAS)) p->naive += p->bytes[v];
     }
     return 0;

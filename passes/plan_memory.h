@@ -16,11 +16,18 @@
  * What a runtime does with a plan: allocate arena_bytes once; before a step,
  * copy each INPUT's data to its offset; run the nodes in schedule order, node
  * v writing its value at offset[v]; after the step, read each OUTPUT at its
- * offset. Values with KP_MEM_ALIAS are views and write nothing; values with
- * KP_MEM_INPLACE are elementwise ops that write over their first operand,
- * which the kernel must allow (each output element computed from the input
- * elements at the same index before it is stored). For a step of T <=
- * max_tokens tokens the same offsets hold: a value uses a prefix of its slot.
+ * offset. Values with KP_MEM_ALIAS are views and write nothing in the arena
+ * (reshape, output, and kv_write, whose value is its k operand passed
+ * through); values with KP_MEM_INPLACE are elementwise ops that write over
+ * their first operand, which the kernel must allow: element i of the result
+ * is computed from element i of the operands, by the thread that stores it
+ * (rope, which reads the rotation partner too, is never in place). For a
+ * step of T <= max_tokens tokens the same offsets hold: a value uses a
+ * prefix of its slot.
+ *
+ * The plan holds both for a runtime that runs one kernel per node and for
+ * one that runs each `fuse` group as one kernel (whose blocks run in no
+ * order, and which need not write the group's internal values).
  *
  * Prefix: kp_ (passes).
  */
@@ -37,7 +44,7 @@ enum { KP_MEM_ALIGN = 64 };    /* every slot starts and ends on this many bytes 
 
 /* How a value's bytes relate to another value's (kp_mem_plan.flags). */
 enum {
-    KP_MEM_ALIAS = 1 << 0,   /* a view (reshape, output): the same bytes as its operand; writes nothing */
+    KP_MEM_ALIAS = 1 << 0,   /* a view (reshape, output, kv_write): its operand's bytes; writes nothing there */
     KP_MEM_INPLACE = 1 << 1, /* an elementwise op that writes over its first operand, which dies here */
 };
 
@@ -63,10 +70,11 @@ int kp_plan_memory(const kir_graph *g, int64_t max_tokens, kp_mem_plan *plan, ks
 void kp_mem_plan_free(kp_mem_plan *plan);
 
 /* Check plan against g without trusting the planner: sizes, alignment,
- * bounds, the rules for ALIAS and INPLACE, and that no two values live at
- * the same node share a byte (unless one is a view of the other, or one is
- * the operand an in-place op overwrites at its last use). Returns 0, or -1
- * with the first problem written to why. */
+ * bounds, the rules for ALIAS and INPLACE (in a `fuse` group too), and that
+ * no two values live at the same node share a byte (unless one is a view of
+ * the other, or one is the operand an in-place op overwrites at its last
+ * use), a group's nodes being live together from its first node to its
+ * last. Returns 0, or -1 with the first problem written to why. */
 int kp_mem_plan_check(const kir_graph *g, const kp_mem_plan *plan, ks_buf *why);
 
 /* Attach the plan to g for readers of the IR text: int attributes
@@ -79,9 +87,17 @@ void kp_plan_annotate(kir_graph *g, const kp_mem_plan *plan);
  * value, and the cap keeps every sum of sizes in 64 bits). */
 int kp_value_bytes(const kir_node *n, int64_t n_tokens, uint64_t *out);
 
-/* The ops that may run in place (ir/ops.def's elementwise class). */
+/* The ops that may run in place: ir/ops.def's elementwise class but ROPE
+ * (element i of its result reads element i's rotation partner too). */
 int kp_op_in_place(kir_op op);
-/* The ops that are views of their first operand: RESHAPE and OUTPUT. */
+/* The ops whose value is their first operand's bytes: RESHAPE, OUTPUT and
+ * KV_WRITE (it writes the KV cache; its value is k, passed through). */
 int kp_op_is_view(kir_op op);
+
+/* The `fuse` groups of g as spans of the schedule: for each node, the first
+ * and the last node of the group it runs in (a contiguous run of nodes with
+ * the same `fuse` id, as kir_verify requires), or the node itself when it has
+ * no group. first and last have g->n_nodes entries. */
+void kp_group_spans(const kir_graph *g, uint32_t *first, uint32_t *last);
 
 #endif

@@ -8,15 +8,19 @@
  *  - sizes: each value's bytes as kp_value_bytes gives them at the plan's
  *    max_tokens; weights have no offset; other values are aligned and end
  *    inside the arena;
- *  - sharing: every view (RESHAPE, OUTPUT) and only views are ALIAS, at
- *    their operand's bytes; INPLACE only on elementwise ops, at the bytes of
- *    a first operand of the same size that holds no INPUT and that nothing
- *    reads after the op;
+ *  - sharing: every view (RESHAPE, OUTPUT, KV_WRITE) and only views are
+ *    ALIAS, at their operand's bytes; INPLACE only on ops that may run in
+ *    place (elementwise, not ROPE), at the bytes of a first operand of the
+ *    same size that holds no INPUT and that nothing reads after the op, and
+ *    that no other node of the op's `fuse` group reads where the group did
+ *    not write it (the group's blocks run in no order);
  *  - no overlap: two values live at a common node share no byte, except a
- *    value and its views, and the operand an in-place op overwrites with
- *    that op's value at the op itself. A value is live from its definition
- *    (an INPUT from the step's start) to its last use, a use of a view being
- *    a use of what it views (an OUTPUT to the step's end).
+ *    value and its views, and the operand an in-place op overwrites (or a
+ *    chain of in-place ops, in one group) with that op's value. A value is
+ *    live from the first node of its definition's group (an INPUT from the
+ *    step's start) to the last node of the group of its last use, a use of
+ *    a view being a use of what it views (an OUTPUT to the step's end); a
+ *    node with no `fuse` group is a group of its own.
  *
  * Does not judge how good the plan is: arena_bytes and the bound are the
  * planner's report.
@@ -32,8 +36,11 @@ typedef struct kp_checker {
     const kp_mem_plan *plan;   /* the plan checked */
     ks_buf *why;               /* the first problem */
     size_t n;                  /* nodes */
-    uint32_t *start;           /* [n] first node at which each value is live */
-    uint32_t *end;             /* [n] last node at which each value is live */
+    uint32_t *group_first;     /* [n] first node of each node's `fuse` group */
+    uint32_t *group_last;      /* [n] last node of each node's group */
+    uint32_t *start;           /* [n] first node at which each value is live, groups running at once */
+    uint32_t *end;             /* [n] last node at which each value is live, groups running at once */
+    uint32_t *read_end;        /* [n] last node that reads each value, in schedule order */
     kir_val *gen;              /* [n] the value whose write a value's bytes hold: itself, or what it views */
 } kp_checker;
 
@@ -86,8 +93,12 @@ static int check_value(kp_checker *c, kir_val v)
         return fail(c, "node %%%u (%s) is a view but does not alias its operand", (unsigned)v, op);
     if ((flags & KP_MEM_ALIAS) && !kp_op_is_view(n->op))
         return fail(c, "node %%%u (%s) aliases its operand, but %s is not a view", (unsigned)v, op, op);
-    if ((flags & KP_MEM_INPLACE) && !kp_op_in_place(n->op))
+    if ((flags & KP_MEM_INPLACE) && !kp_op_in_place(n->op)) {
+        if (kir_op_table[n->op].fusion == KIR_FUSE_ELEMWISE)
+            return fail(c, "node %%%u (%s) is marked in place, but %s reads elements of its operand other than the one "
+                        "it writes: it never runs in place", (unsigned)v, op, op);
         return fail(c, "node %%%u (%s) is marked in place, but %s is not elementwise", (unsigned)v, op, op);
+    }
     kir_val src = n->nin > 0 ? n->in[0] : KIR_NONE;
     if (p->share[v] != (flags ? src : KIR_NONE))
         return fail(c, "node %%%u (%s) names %%%u as the value it shares bytes with", (unsigned)v, op,
@@ -107,12 +118,19 @@ static int check_value(kp_checker *c, kir_val v)
 static void compute_liveness(kp_checker *c)
 {
     const kir_graph *g = c->g;
+    kp_group_spans(g, c->group_first, c->group_last);
     for (size_t v = 0; v < c->n; v++) {
         const kir_node *n = &g->nodes[v];
-        c->start[v] = n->op == KIR_OP_INPUT ? 0 : (uint32_t)v;
-        c->end[v] = n->op == KIR_OP_OUTPUT ? (uint32_t)(c->n - 1) : (uint32_t)v;
-        for (int i = 0; i < n->nin; i++)
-            if (n->in[i] != KIR_NONE && c->end[n->in[i]] < v) c->end[n->in[i]] = (uint32_t)v;
+        int out = n->op == KIR_OP_OUTPUT;
+        c->start[v] = n->op == KIR_OP_INPUT ? 0 : c->group_first[v];
+        c->end[v] = out ? (uint32_t)(c->n - 1) : c->group_last[v];
+        c->read_end[v] = out ? (uint32_t)(c->n - 1) : (uint32_t)v;
+        for (int i = 0; i < n->nin; i++) {
+            kir_val o = n->in[i];
+            if (o == KIR_NONE) continue;
+            if (c->end[o] < c->group_last[v]) c->end[o] = c->group_last[v];
+            if (c->read_end[o] < v) c->read_end[o] = (uint32_t)v;
+        }
         c->gen[v] = (c->plan->flags[v] & KP_MEM_ALIAS) ? c->gen[n->in[0]] : (kir_val)v;
     }
     /* a view's uses read what it views; views come after their operands */
@@ -120,7 +138,35 @@ static void compute_liveness(kp_checker *c)
         if (c->plan->flags[v] & KP_MEM_ALIAS) {
             kir_val o = g->nodes[v].in[0];
             if (c->end[v] > c->end[o]) c->end[o] = c->end[v];
+            if (c->read_end[v] > c->read_end[o]) c->read_end[o] = c->read_end[v];
         }
+}
+
+static int overlap(const kp_mem_plan *p, kir_val a, kir_val b)
+{
+    return p->offset[a] < p->offset[b] + p->bytes[b] && p->offset[b] < p->offset[a] + p->bytes[a];
+}
+
+/* In place over src in a `fuse` group: no other node of the group reads
+ * bytes of src that the group did not write (its blocks run in no order). A
+ * reshape moves no data. */
+static int check_group_reads(kp_checker *c, kir_val v, kir_val src)
+{
+    uint32_t first = c->group_first[v], last = c->group_last[v];
+    for (uint32_t u = first; u <= last; u++) {
+        const kir_node *n = &c->g->nodes[u];
+        if (u == v || n->op == KIR_OP_RESHAPE) continue;
+        for (int i = 0; i < n->nin; i++) {
+            kir_val x = n->in[i];
+            if (x == KIR_NONE || c->plan->offset[x] == KP_MEM_NONE || c->gen[x] >= first || !overlap(c->plan, x, src))
+                continue;
+            return fail(c, "node %%%u (%s) is in place over %%%u, but node %%%u (%s) of its fuse group (nodes %%%u to "
+                        "%%%u, one kernel whose blocks run in no order) reads %%%u, written before the group",
+                        (unsigned)v, op_name(c, v), (unsigned)src, (unsigned)u, op_name(c, u), (unsigned)first,
+                        (unsigned)last, (unsigned)x);
+        }
+    }
+    return 0;
 }
 
 /* An in-place op overwrites its operand's bytes: nothing may read them later. */
@@ -131,8 +177,8 @@ static int check_in_place(kp_checker *c)
     kir_val *gen_reader = ks_xcalloc(c->n + 1, sizeof *gen_reader);
     for (size_t v = 0; v < c->n; v++) {
         kir_val w = c->gen[v];
-        if (c->end[v] >= gen_end[w]) {
-            gen_end[w] = c->end[v];
+        if (c->read_end[v] >= gen_end[w]) {
+            gen_end[w] = c->read_end[v];
             gen_reader[w] = (kir_val)v;
         }
     }
@@ -150,6 +196,8 @@ static int check_in_place(kp_checker *c)
             rc = fail(c, "node %%%u (%s) is in place over %%%u, but node %%%u (%s) is live until node %%%u",
                       (unsigned)v, op_name(c, (kir_val)v), (unsigned)src, (unsigned)gen_reader[w],
                       op_name(c, gen_reader[w]), (unsigned)gen_end[w]);
+        else
+            rc = check_group_reads(c, (kir_val)v, src);
     }
     free(gen_end);
     free(gen_reader);
@@ -160,9 +208,14 @@ static int check_in_place(kp_checker *c)
 static int may_share(const kp_checker *c, kir_val u, kir_val w)
 {
     if (c->gen[u] == c->gen[w]) return 1; /* one shows the other's write */
-    kir_val h = c->gen[w];                /* w's bytes were written by h */
-    if ((c->plan->flags[h] & KP_MEM_INPLACE) && c->gen[c->g->nodes[h].in[0]] == c->gen[u] && c->end[u] <= h)
-        return 1; /* h overwrote u's write at u's last use */
+    /* w's bytes were written by h, in place over a write that may be
+     * another in-place op's: a chain (in one group, where all are live at
+     * once). u's write is overwritten in the chain at u's last read. */
+    for (kir_val h = c->gen[w]; c->plan->flags[h] & KP_MEM_INPLACE;) {
+        kir_val over = c->gen[c->g->nodes[h].in[0]];
+        if (over == c->gen[u]) return c->read_end[u] <= h;
+        h = over;
+    }
     return 0;
 }
 
@@ -215,14 +268,20 @@ int kp_mem_plan_check(const kir_graph *g, const kp_mem_plan *plan, ks_buf *why)
     if (plan->max_tokens < 1) return fail(&c, "the plan's max_tokens is %lld", (long long)plan->max_tokens);
     for (size_t v = 0; v < c.n; v++)
         if (check_value(&c, (kir_val)v) != 0) return -1;
+    c.group_first = ks_xcalloc(c.n + 1, sizeof *c.group_first);
+    c.group_last = ks_xcalloc(c.n + 1, sizeof *c.group_last);
     c.start = ks_xcalloc(c.n + 1, sizeof *c.start);
     c.end = ks_xcalloc(c.n + 1, sizeof *c.end);
+    c.read_end = ks_xcalloc(c.n + 1, sizeof *c.read_end);
     c.gen = ks_xcalloc(c.n + 1, sizeof *c.gen);
     compute_liveness(&c);
     int rc = check_in_place(&c);
     if (rc == 0) rc = check_overlaps(&c);
+    free(c.group_first);
+    free(c.group_last);
     free(c.start);
     free(c.end);
+    free(c.read_end);
     free(c.gen);
     return rc;
 }

@@ -16,7 +16,12 @@
 typedef struct krt_backend_opts {
     int graphs;           /* 1: replay captured launch sequences (CUDA graphs) where the backend can */
     int graph_max_tokens; /* steps of at most this many tokens are captured, one graph per size */
+    int profile;          /* 1: time every kernel (no graphs) for profile_report */
 } krt_backend_opts;
+
+/* Profiles count steps of at most this many tokens as decode steps, larger
+ * ones as prefill steps. */
+#define KRT_PROFILE_DECODE_TOKENS 8
 
 /* One draw of a next token on the device, with runtime/sampler.c's rules
  * (no repetition penalty): temperature 0 is the arg max (lowest id among
@@ -63,8 +68,15 @@ typedef struct krt_backend {
     int (*step_draw)(void *state, const kir_step *step, float *out, int n_draw, const int32_t *rows, krt_draw *draws,
                      ks_diag *d);
     /* Optional: after each step, show every f32 value the step computed to
-     * tap (ir/interp.h's kir_tap_fn), in schedule order; NULL turns it off. */
+     * tap (ir/interp.h's kir_tap_fn), in schedule order; NULL turns it off.
+     * A backend whose fused kernels keep a group's inner values to
+     * themselves does not show those. */
     void (*set_tap)(void *state, kir_tap_fn tap, void *ctx);
+    /* Optional: after steps run with krt_backend_opts.profile, append the
+     * time each kernel took (a table per kind of step: launches, total and
+     * mean, share of the steps' device time, the node it computes) and the
+     * steps' device times to out. */
+    void (*profile_report)(void *state, ks_buf *out);
 } krt_backend;
 
 /* The reference interpreter as a backend: fp32 on the CPU. */

@@ -43,6 +43,10 @@ static const struct {
     API_ENTRY(cuGraphLaunch, "cuGraphLaunch"),
     API_ENTRY(cuGraphExecDestroy, "cuGraphExecDestroy"),
     API_ENTRY(cuGraphDestroy, "cuGraphDestroy"),
+    API_ENTRY(cuEventCreate, "cuEventCreate"),
+    API_ENTRY(cuEventRecord, "cuEventRecord"),
+    API_ENTRY(cuEventElapsedTime, "cuEventElapsedTime"),
+    API_ENTRY(cuEventDestroy, "cuEventDestroy_v2"),
     API_ENTRY(cuGetErrorName, "cuGetErrorName"),
     API_ENTRY(cuGetErrorString, "cuGetErrorString"),
 };

@@ -26,6 +26,7 @@ typedef struct krt_cu_fn_ *krt_cu_fn;   /* CUfunction */
 typedef struct krt_cu_stream_ *krt_cu_stream;         /* CUstream */
 typedef struct krt_cu_graph_ *krt_cu_graph;           /* CUgraph: a captured sequence of launches */
 typedef struct krt_cu_graph_exec_ *krt_cu_graph_exec; /* CUgraphExec: one instantiated for launching */
+typedef struct krt_cu_event_ *krt_cu_event;           /* CUevent: a point in a stream's work, timed */
 
 /* CUdevice_attribute values used here. */
 enum {
@@ -38,6 +39,7 @@ enum {
     KRT_CU_STREAM_NON_BLOCKING = 1,        /* CU_STREAM_NON_BLOCKING: no implicit sync with the legacy stream */
     KRT_CU_CAPTURE_MODE_THREAD_LOCAL = 1,  /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */
     KRT_CU_ERROR_OUT_OF_MEMORY = 2,        /* CUDA_ERROR_OUT_OF_MEMORY */
+    KRT_CU_EVENT_DEFAULT = 0,              /* CU_EVENT_DEFAULT: an event that records its time */
 };
 
 typedef struct krt_cuda_api {
@@ -76,6 +78,10 @@ typedef struct krt_cuda_api {
     krt_cu_result (*cuGraphLaunch)(krt_cu_graph_exec exec, krt_cu_stream stream);
     krt_cu_result (*cuGraphExecDestroy)(krt_cu_graph_exec exec);
     krt_cu_result (*cuGraphDestroy)(krt_cu_graph graph);
+    krt_cu_result (*cuEventCreate)(krt_cu_event *event, unsigned flags);
+    krt_cu_result (*cuEventRecord)(krt_cu_event event, krt_cu_stream stream);
+    krt_cu_result (*cuEventElapsedTime)(float *ms, krt_cu_event start, krt_cu_event end);
+    krt_cu_result (*cuEventDestroy)(krt_cu_event event);
     krt_cu_result (*cuGetErrorName)(krt_cu_result r, const char **name);
     krt_cu_result (*cuGetErrorString)(krt_cu_result r, const char **text);
 } krt_cuda_api;

@@ -2,13 +2,15 @@
  * cuda_backend.c — the CUDA backend (runtime/backend.h): runs an engine built
  * with `kiln build --target sm_XX,...` on the first GPU.
  *
- * open:   loads libcuda (runtime/cuda_api.h), picks the cubin for the
+ * open:   checks cuda.meta and the memory plan against the graph, loads
+ *         libcuda (runtime/cuda_api.h), picks the cubin for the
  *         device's compute capability — or says which architectures the
  *         engine has and which the device is, before allocating anything —
  *         loads it, looks up every kernel of cuda.meta (and krt_draw, the
- *         draw kernel, when the engine has it), and uploads the weights
- *         section as it lies in the file (one copy), so that what is free
- *         afterwards can size the KV cache (mem_info).
+ *         draw kernel, when the engine has it), uploads the weights section
+ *         as it lies in the file (one copy), and allocates the activations'
+ *         arena, so that what is free afterwards can size the KV cache
+ *         (mem_info).
  * attach: checks cuda.meta against the graph and the KV cache, whose blocks
  *         live in device memory (cuda_kv_storage below).
  * step:   checks the step on the host (as the interpreter does), uploads the
@@ -20,6 +22,18 @@
  * Every copy and launch goes on one stream of the backend's, in order, so
  * nothing needs more synchronization than the wait at the end of a step.
  *
+ * Memory: the engine's memory plan (passes/plan_memory.c, in the graph:
+ * params `mem.arena_bytes` and `mem.max_tokens`, each value's `mem.offset`)
+ * gives one arena of mem.arena_bytes, allocated once at open, valid for
+ * every step of up to mem.max_tokens tokens; each computed value lives at
+ * its offset (a smaller step uses a prefix of each value's bytes). A step of
+ * more tokens is refused with the interpreter's message. Views share their
+ * operand's bytes (cuda.meta's aliases), and the plan must agree: an alias
+ * whose plan offset is not its root's is a damaged engine. An engine built
+ * without a plan (kiln build --passes none) gets every computed value its
+ * own bytes instead, sized for the largest step so far (at least
+ * graph_max_tokens) and regrown when a step is larger.
+ *
  * CUDA graphs: a step of T <= graph_max_tokens tokens is captured once per T
  * (lazily, the first time a step of that size comes) and replayed after
  * that: the exact size, not a padded bucket, so a replay launches exactly the
@@ -27,12 +41,20 @@
  * bits. Graph steps read their arrays from a fixed buffer (g_step, laid out
  * for graph_max_tokens tokens and as many block-table entries as that many
  * full sequences have), and write the activations, whose address is baked
- * into the graphs: when a larger eager step regrows the activations, the
- * graphs are dropped and captured again on demand.
+ * into the graphs: the planned arena never moves; an unplanned engine's
+ * activations move when a larger eager step regrows them, and its graphs
+ * are then dropped and captured again on demand.
  *
- * Memory: one device buffer per computed value (phase 1), sized for the
- * largest step so far (at least graph_max_tokens) and regrown when a step is
- * larger. Views share their operand's buffer (cuda.meta's aliases).
+ * The tap (kiln verify): a tapped step launches eagerly and copies each
+ * value back right after the launch that writes it (later values may take
+ * its bytes); values that no launch writes (a fused kernel's own) are not
+ * shown.
+ *
+ * Profiling (krt_backend_opts.profile): no graphs; every launch between two
+ * events, timed after the step's wait, and summed per kernel name for
+ * prefill steps (more than KRT_PROFILE_DECODE_TOKENS tokens) and decode
+ * steps apart, with each step's device time from its first launch to its
+ * last copy; profile_report writes the tables.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +76,17 @@ typedef enum value_home {
     HOME_POSITIONS, /* the step's positions */
 } value_home;
 
+/* What the profile sums for one kind of step (decode or prefill). */
+typedef struct prof_class {
+    long steps;        /* steps run */
+    long tokens;       /* their tokens */
+    double step_ms;    /* device time of the steps: first launch to last copy */
+    double min_ms;     /* the shortest step */
+    double max_ms;     /* the longest step */
+    long *launches;    /* [n_names + 1] launches of each kernel name (the draw kernel last) */
+    double *kernel_ms; /* [n_names + 1] their time */
+} prof_class;
+
 typedef struct cu_state {
     krt_cuda_api api;         /* libcuda, loaded */
     krt_cu_device dev;        /* the device (ordinal 0) */
@@ -66,6 +99,7 @@ typedef struct cu_state {
     krt_backend_opts opts;    /* graphs on or off, and the largest step captured */
     krt_cuda_meta meta;       /* the launch table */
     krt_cu_fn *fns;           /* [meta.n_kernels] the kernels, looked up */
+    krt_cu_fn *fns_large;     /* [meta.n_kernels] their variants for steps above large_above tokens, or NULL */
     krt_cu_fn draw_fn;        /* krt_draw (runtime/cuda_draw.h), or NULL: the engine predates it */
     const krt_engine *e;      /* the engine; not owned */
     const kir_graph *g;       /* its graph */
@@ -77,8 +111,12 @@ typedef struct cu_state {
     value_home *home;         /* [n_nodes] where each value lives */
     const uint8_t *wsection;  /* the weights section inside the engine's map */
     krt_cu_ptr weights;       /* its copy on the device; 0 when there are no weights */
-    krt_cu_ptr acts;          /* the activations: one buffer per computed value */
+    krt_cu_ptr acts;          /* the activations: the planned arena, or one buffer per computed value */
     size_t *act_off;          /* [n_nodes] byte offset of each own buffer in acts; NO_BUFFER */
+    size_t acts_bytes;        /* bytes allocated at acts */
+    int planned;              /* 1: the graph carries a memory plan, and acts is its arena */
+    int64_t plan_tokens;      /* planned: the most tokens a step may have (mem.max_tokens) */
+    size_t arena_bytes;       /* planned: the arena's size (mem.arena_bytes) */
     int64_t t_cap;            /* tokens acts is sized for (0: not allocated) */
     krt_cu_ptr step_dev;      /* eager steps' int arrays on the device */
     size_t step_dev_cap;      /* bytes allocated there */
@@ -102,8 +140,17 @@ typedef struct cu_state {
     /* the tap */
     kir_tap_fn tap;           /* shown every f32 value after a step, or NULL */
     void *tap_ctx;            /* its context */
-    float *tap_buf;           /* a value copied back */
+    int *tap_after;           /* [n_nodes] the launch after which each value is copied back; -1: not shown */
+    size_t *tap_off;          /* [n_nodes] where a shown value lies in tap_buf this step, in floats */
+    float *tap_buf;           /* the step's shown values, copied back */
     size_t tap_cap;           /* floats allocated */
+    /* the profile (opts.profile) */
+    krt_cu_event *events;     /* [2 * (n_kernels + 1) + 2]: before and after each launch (the draw last), then the
+                                 step's first and last */
+    int n_events;             /* events created */
+    int *name_of;             /* [n_kernels] index of each launch's kernel name among the distinct ones */
+    int n_names;              /* distinct kernel names; the draw kernel counts as name n_names */
+    prof_class prof[2];       /* [0] decode steps, [1] prefill steps */
 } cu_state;
 
 /* ---- messages ------------------------------------------------------------------------- */
@@ -233,9 +280,14 @@ static int load_kernels(cu_state *s, ks_diag *d)
     free(image);
     if (r != 0) return cu_error(s, d, r, "cannot load the engine's %s kernels", s->arch);
     s->fns = ks_xcalloc((size_t)s->meta.n_kernels + 1, sizeof *s->fns);
+    s->fns_large = ks_xcalloc((size_t)s->meta.n_kernels + 1, sizeof *s->fns_large);
     for (int i = 0; i < s->meta.n_kernels; i++) {
-        r = s->api.cuModuleGetFunction(&s->fns[i], s->module, s->meta.kernels[i].name);
-        if (r != 0) return cu_error(s, d, r, "damaged engine: kernel %s is not in its %s cubin", s->meta.kernels[i].name, s->arch);
+        const krt_cuda_kernel *k = &s->meta.kernels[i];
+        r = s->api.cuModuleGetFunction(&s->fns[i], s->module, k->name);
+        if (r != 0) return cu_error(s, d, r, "damaged engine: kernel %s is not in its %s cubin", k->name, s->arch);
+        if (!k->name_large) continue;
+        r = s->api.cuModuleGetFunction(&s->fns_large[i], s->module, k->name_large);
+        if (r != 0) return cu_error(s, d, r, "damaged engine: kernel %s is not in its %s cubin", k->name_large, s->arch);
     }
     /* optional: engines built before the draw kernel existed lack it, and draw on the host */
     if (s->api.cuModuleGetFunction(&s->draw_fn, s->module, KRT_CUDA_DRAW_KERNEL) != 0) s->draw_fn = NULL;
@@ -260,7 +312,65 @@ static int meta_error(cu_state *s, ks_diag *d, const char *fmt, ...)
     return -1;
 }
 
-/* Where every value lives, from the graph and the aliases; checks the aliases. */
+static int plan_error(cu_state *s, ks_diag *d, const char *fmt, ...) KS_PRINTF(3, 4);
+static int plan_error(cu_state *s, ks_diag *d, const char *fmt, ...)
+{
+    ks_buf msg = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    ks_buf_vprintf(&msg, fmt, ap);
+    va_end(ap);
+    ks_error(d, s->e->path, "damaged: the memory plan does not fit the graph: %s", ks_buf_cstr(&msg));
+    ks_buf_free(&msg);
+    return -1;
+}
+
+/* Every planned value starts on this many bytes (passes/plan_memory.h's
+ * KP_MEM_ALIGN), more than the kernels' 16-byte vector loads need. */
+enum { PLAN_ALIGN = 64 };
+/* The most tokens a plan may be made for (kiln build --max-tokens). */
+#define PLAN_MAX_TOKENS ((int64_t)1 << 24)
+
+/* The memory plan, when the graph carries one (see the top): each own
+ * buffer's offset in the arena, checked to lie inside it with room for the
+ * value at mem.max_tokens tokens, and the aliases of cuda.meta checked to
+ * sit where the plan puts their roots. */
+static int read_plan(cu_state *s, ks_diag *d)
+{
+    const kir_graph *g = s->g;
+    const kir_param *arena = kir_param_find(g, "mem.arena_bytes"), *tokens = kir_param_find(g, "mem.max_tokens");
+    if (!arena && !tokens) return 0; /* built without a plan: see reserve_acts */
+    if (!arena || !tokens || arena->kind != KIR_ATTR_INT || tokens->kind != KIR_ATTR_INT || arena->i < 0 ||
+        (uint64_t)arena->i > SIZE_MAX / 2 || tokens->i < 1 || tokens->i > PLAN_MAX_TOKENS)
+        return plan_error(s, d, "params mem.arena_bytes and mem.max_tokens are not an arena's size and a token count");
+    s->planned = 1;
+    s->plan_tokens = tokens->i;
+    s->arena_bytes = (size_t)arena->i;
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        const kir_node *n = &g->nodes[v];
+        if (s->home[v] != HOME_ACTS) continue;
+        int64_t off = kir_get_int(g, (kir_val)v, "mem.offset", -1);
+        double need = (double)kir_elems(n, s->plan_tokens) * (double)kir_dtype_size(n->dtype);
+        if (off < 0 || off % PLAN_ALIGN != 0 || (double)off + need > (double)s->arena_bytes)
+            return plan_error(s, d, "value %%%zu (%s, %.0f bytes at %lld tokens) is at byte %lld of an arena of %zu",
+                              v, kir_op_table[n->op].name, need, (long long)s->plan_tokens, (long long)off,
+                              s->arena_bytes);
+        s->act_off[v] = (size_t)off;
+    }
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        if (s->home[v] != HOME_ALIAS) continue;
+        uint32_t r = s->root[v];
+        int64_t off = kir_get_int(g, (kir_val)v, "mem.offset", -1);
+        if (s->home[r] == HOME_ACTS && off != (int64_t)s->act_off[r])
+            return plan_error(s, d, "cuda.meta has value %%%zu share the bytes of %%%u, which the plan puts at byte %zu, "
+                              "but the plan puts %%%zu at byte %lld",
+                              v, r, s->act_off[r], v, (long long)off);
+    }
+    return 0;
+}
+
+/* Where every value lives, from the graph, the aliases and the memory plan;
+ * checks the aliases and the plan. */
 static int place_values(cu_state *s, ks_diag *d)
 {
     const kir_graph *g = s->g;
@@ -289,7 +399,7 @@ static int place_values(cu_state *s, ks_diag *d)
     if (s->meta.output >= n || s->home[s->meta.output] == HOME_WEIGHT ||
         kir_row_elems(&g->nodes[s->meta.output]) != kir_output_row_elems(g))
         return meta_error(s, d, "output %u is not the graph's output", s->meta.output);
-    return 0;
+    return read_plan(s, d);
 }
 
 /* Every kernel's node, values and layers exist. */
@@ -332,6 +442,217 @@ static int upload_weights(cu_state *s, ks_diag *d)
     return 0;
 }
 
+/* The planned arena, once: every step of up to plan_tokens tokens runs in it. */
+static int alloc_arena(cu_state *s, ks_diag *d)
+{
+    krt_cu_result r = s->api.cuMemAlloc(&s->acts, s->arena_bytes ? s->arena_bytes : PLAN_ALIGN);
+    if (r != 0) {
+        s->acts = 0;
+        return cu_error(s, d, r,
+                        "cannot allocate %zu bytes of activations for steps of up to %lld tokens (the engine's "
+                        "memory plan; kiln build --max-tokens N plans for fewer)",
+                        s->arena_bytes, (long long)s->plan_tokens);
+    }
+    s->acts_bytes = s->arena_bytes;
+    s->t_cap = s->plan_tokens;
+    return 0;
+}
+
+/* ---- the profile -------------------------------------------------------------------------------- */
+/* Events for every launch of a step, and the kernel names the tables sum over. */
+static int start_profile(cu_state *s, ks_diag *d)
+{
+    int nk = s->meta.n_kernels;
+    s->name_of = ks_xcalloc((size_t)nk + 1, sizeof *s->name_of);
+    for (int i = 0; i < nk; i++) {
+        int j = 0;
+        while (j < i && strcmp(s->meta.kernels[j].name, s->meta.kernels[i].name) != 0) j++;
+        s->name_of[i] = j < i ? s->name_of[j] : s->n_names++;
+    }
+    for (int c = 0; c < 2; c++) {
+        s->prof[c].launches = ks_xcalloc((size_t)s->n_names + 1, sizeof *s->prof[c].launches);
+        s->prof[c].kernel_ms = ks_xcalloc((size_t)s->n_names + 1, sizeof *s->prof[c].kernel_ms);
+    }
+    int want = 2 * (nk + 1) + 2;
+    s->events = ks_xcalloc((size_t)want, sizeof *s->events);
+    for (; s->n_events < want; s->n_events++) {
+        krt_cu_result r = s->api.cuEventCreate(&s->events[s->n_events], KRT_CU_EVENT_DEFAULT);
+        if (r != 0) return cu_error(s, d, r, "cannot create the events that time the kernels");
+    }
+    return 0;
+}
+
+/* Record event i on the stream. */
+static int record(cu_state *s, int i, ks_diag *d)
+{
+    KS_ASSERT(i >= 0 && i < s->n_events);
+    krt_cu_result r = s->api.cuEventRecord(s->events[i], s->stream);
+    if (r != 0) return cu_error(s, d, r, "cannot record an event to time the kernels");
+    return 0;
+}
+
+/* The milliseconds between events a and b, into *ms. */
+static int elapsed(cu_state *s, int a, int b, double *ms, ks_diag *d)
+{
+    float t = 0;
+    krt_cu_result r = s->api.cuEventElapsedTime(&t, s->events[a], s->events[b]);
+    if (r != 0) return cu_error(s, d, r, "cannot read the kernels' times");
+    *ms = t;
+    return 0;
+}
+
+/* After a step of T tokens (and n_draw draws) has run: its launches' times
+ * and its own, summed into its kind of step. */
+static int collect_profile(cu_state *s, int64_t T, int n_draw, ks_diag *d)
+{
+    prof_class *c = &s->prof[T > KRT_PROFILE_DECODE_TOKENS];
+    int nk = s->meta.n_kernels;
+    double ms = 0;
+    for (int i = 0; i < nk; i++) {
+        int ran = 1; /* launch() skips a kernel whose grid is empty at this T */
+        for (int g = 0; g < 3; g++) ran &= krt_cuda_grid_dim(&s->meta.kernels[i], g, T) > 0;
+        if (!ran) continue;
+        if (elapsed(s, 2 * i, 2 * i + 1, &ms, d) != 0) return -1;
+        c->launches[s->name_of[i]]++;
+        c->kernel_ms[s->name_of[i]] += ms;
+    }
+    if (n_draw > 0) {
+        if (elapsed(s, 2 * nk, 2 * nk + 1, &ms, d) != 0) return -1;
+        c->launches[s->n_names]++;
+        c->kernel_ms[s->n_names] += ms;
+    }
+    if (elapsed(s, 2 * (nk + 1), 2 * (nk + 1) + 1, &ms, d) != 0) return -1;
+    if (c->steps == 0 || ms < c->min_ms) c->min_ms = ms;
+    if (c->steps == 0 || ms > c->max_ms) c->max_ms = ms;
+    c->steps++;
+    c->tokens += T;
+    c->step_ms += ms;
+    return 0;
+}
+
+/* The ops of v's `fuse` group in schedule order, views left out, e.g.
+ * "rms_norm, matmul, 3 slice, 2 rope, kv_write". */
+static void group_ops(const kir_graph *g, kir_val v, int64_t group, ks_buf *b)
+{
+    size_t first = v, last = v;
+    while (first > 0 && kir_get_int(g, (kir_val)(first - 1), "fuse", -1) == group) first--;
+    while (last + 1 < g->n_nodes && kir_get_int(g, (kir_val)(last + 1), "fuse", -1) == group) last++;
+    int shown = 0;
+    for (size_t u = first; u <= last; u++) {
+        kir_op op = g->nodes[u].op;
+        if (op == KIR_OP_RESHAPE) continue;
+        int seen = 0, count = 0;
+        for (size_t w = first; w <= last; w++) {
+            seen |= w < u && g->nodes[w].op == op;
+            count += g->nodes[w].op == op;
+        }
+        if (seen) continue;
+        ks_buf_puts(b, shown++ ? ", " : "");
+        if (count > 1) ks_buf_printf(b, "%d ", count);
+        ks_buf_puts(b, kir_op_table[op].name);
+    }
+}
+
+/* What kernel name j computes: "%7 matmul [fuse 0: rms_norm, matmul, 3
+ * slice, 2 rope, kv_write], %36, %65" (the first four of the nodes it is
+ * launched for, and their count when there are more). */
+static void kernel_nodes(const cu_state *s, int j, ks_buf *b)
+{
+    if (j == s->n_names) {
+        ks_buf_puts(b, "the next tokens' draws");
+        return;
+    }
+    int shown = 0, count = 0;
+    uint32_t last = UINT32_MAX;
+    for (int i = 0; i < s->meta.n_kernels; i++) {
+        uint32_t v = s->meta.kernels[i].node;
+        if (s->name_of[i] != j || v == last) continue; /* a node may launch it twice in a row */
+        last = v;
+        if (count++ >= 4) continue;
+        ks_buf_printf(b, "%s%%%u", shown++ ? ", " : "", v);
+        if (shown == 1) {
+            ks_buf_printf(b, " %s", kir_op_table[s->g->nodes[v].op].name);
+            int64_t group = kir_get_int(s->g, (kir_val)v, "fuse", -1);
+            if (group >= 0) {
+                ks_buf_printf(b, " [fuse %lld: ", (long long)group);
+                group_ops(s->g, (kir_val)v, group, b);
+                ks_buf_puts(b, "]");
+            }
+        }
+    }
+    if (count > shown) ks_buf_printf(b, ", ... (%d nodes)", count);
+}
+
+typedef struct prof_row {
+    int name;  /* kernel name index (n_names: the draw kernel) */
+    double ms; /* its total */
+} prof_row;
+
+static int compare_rows(const void *a, const void *b)
+{
+    const prof_row *x = a, *y = b;
+    if (x->ms != y->ms) return x->ms > y->ms ? -1 : 1;
+    return (x->name > y->name) - (x->name < y->name);
+}
+
+static void cuda_profile_report(void *state, ks_buf *out)
+{
+    cu_state *s = state;
+    if (!s->events) return;
+    if (s->planned)
+        ks_buf_printf(out, "kiln: profile: activations: one arena of %zu bytes (the memory plan, for steps of up to %lld "
+                           "tokens)\n", s->acts_bytes, (long long)s->plan_tokens);
+    else
+        ks_buf_printf(out, "kiln: profile: activations: %zu bytes, a buffer per value for steps of up to %lld tokens (the "
+                           "engine has no memory plan)\n", s->acts_bytes, (long long)s->t_cap);
+    size_t width = strlen("(all kernels)");
+    for (int i = 0; i < s->meta.n_kernels; i++)
+        if (strlen(s->meta.kernels[i].name) > width) width = strlen(s->meta.kernels[i].name);
+    if (strlen(KRT_CUDA_DRAW_KERNEL) > width) width = strlen(KRT_CUDA_DRAW_KERNEL);
+    prof_row *rows = ks_xcalloc((size_t)s->n_names + 1, sizeof *rows);
+    ks_buf what = {0};
+    for (int k = 1; k >= 0; k--) {
+        const prof_class *c = &s->prof[k];
+        if (c->steps == 0) continue;
+        ks_buf_printf(out,
+                      "kiln: profile: %ld %s step%s (%ld tokens; %s %d tokens a step): device time %.3f ms, %.1f µs a "
+                      "step (min %.1f, max %.1f)\n",
+                      c->steps, k ? "prefill" : "decode", c->steps == 1 ? "" : "s", c->tokens, k ? ">" : "<=",
+                      KRT_PROFILE_DECODE_TOKENS, c->step_ms, 1e3 * c->step_ms / (double)c->steps, 1e3 * c->min_ms,
+                      1e3 * c->max_ms);
+        /* the columns below, by hand: µ is two bytes, which printf's widths count */
+        ks_buf_printf(out, "  %-*s  launches     total µs     mean µs   share  computes\n", (int)width, "kernel");
+        int n = 0;
+        double sum = 0;
+        for (int j = 0; j <= s->n_names; j++)
+            if (c->launches[j] > 0) rows[n++] = (prof_row){j, c->kernel_ms[j]}, sum += c->kernel_ms[j];
+        qsort(rows, (size_t)n, sizeof *rows, compare_rows);
+        long launches = 0;
+        for (int r = 0; r < n; r++) {
+            int j = rows[r].name;
+            const char *name = KRT_CUDA_DRAW_KERNEL;
+            for (int i = 0; i < s->meta.n_kernels && j < s->n_names; i++)
+                if (s->name_of[i] == j) {
+                    name = s->meta.kernels[i].name;
+                    break;
+                }
+            what.len = 0;
+            kernel_nodes(s, j, &what);
+            launches += c->launches[j];
+            ks_buf_printf(out, "  %-*s %9ld %12.1f %11.2f %6.1f%%  %s\n", (int)width, name, c->launches[j],
+                          1e3 * c->kernel_ms[j], 1e3 * c->kernel_ms[j] / (double)c->launches[j],
+                          c->step_ms > 0 ? 100.0 * c->kernel_ms[j] / c->step_ms : 0.0, ks_buf_cstr(&what));
+        }
+        ks_buf_printf(out, "  %-*s %9ld %12.1f %11s %6.1f%%\n", (int)width, "(all kernels)", launches, 1e3 * sum, "",
+                      c->step_ms > 0 ? 100.0 * sum / c->step_ms : 0.0);
+        ks_buf_printf(out, "  %-*s %9s %12.1f %11s %6.1f%%  %s\n", (int)width, "(the rest)", "",
+                      1e3 * (c->step_ms - sum), "", c->step_ms > 0 ? 100.0 * (c->step_ms - sum) / c->step_ms : 0.0,
+                      "uploads, copies back, and the device idle between kernels");
+    }
+    ks_buf_free(&what);
+    free(rows);
+}
+
 /* ---- open and attach ---------------------------------------------------------------------------- */
 static void *cuda_open(const krt_engine *e, const krt_backend_opts *o, ks_diag *d)
 {
@@ -348,11 +669,17 @@ static void *cuda_open(const krt_engine *e, const krt_backend_opts *o, ks_diag *
     s->vocab = kir_output_row_elems(s->g);
     if (o) s->opts = *o;
     if (s->opts.graph_max_tokens <= 0) s->opts.graphs = 0;
-    if (krt_cuda_meta_parse(text, size, e->path, &s->meta, d) != 0 || krt_cuda_api_load(&s->api, d) != 0 ||
-        open_device(s, d) != 0 || load_kernels(s, d) != 0 || place_values(s, d) != 0 || upload_weights(s, d) != 0) {
+    if (s->opts.profile) s->opts.graphs = 0; /* every launch is timed on its own */
+    /* the engine's own consistency first: a damaged one is reported before the driver is touched */
+    if (krt_cuda_meta_parse(text, size, e->path, &s->meta, d) != 0 || place_values(s, d) != 0 ||
+        krt_cuda_api_load(&s->api, d) != 0 || open_device(s, d) != 0 || load_kernels(s, d) != 0 ||
+        upload_weights(s, d) != 0 ||
+        (s->planned && alloc_arena(s, d) != 0) || (s->opts.profile && start_profile(s, d) != 0)) {
         cuda_destroy(s);
         return NULL;
     }
+    /* no step is larger than the plan holds */
+    if (s->planned && s->opts.graph_max_tokens > s->plan_tokens) s->opts.graph_max_tokens = (int)s->plan_tokens;
     if (s->opts.graphs)
         s->graphs = ks_xcalloc((size_t)s->opts.graph_max_tokens + 1, sizeof *s->graphs);
     return s;
@@ -409,6 +736,7 @@ static void cuda_destroy(void *state)
         krt_cu_ptr bufs[] = {s->acts, s->step_dev, s->g_step, s->draw_dev, s->weights};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) s->api.cuMemFree(bufs[i]);
+        for (int i = 0; i < s->n_events; i++) s->api.cuEventDestroy(s->events[i]);
         if (s->stream) s->api.cuStreamDestroy(s->stream);
         if (s->module) s->api.cuModuleUnload(s->module);
         s->api.cuDevicePrimaryCtxRelease(s->dev);
@@ -417,6 +745,7 @@ static void cuda_destroy(void *state)
     krt_cuda_meta_free(&s->meta);
     free(s->graphs);
     free(s->fns);
+    free(s->fns_large);
     free(s->root);
     free(s->home);
     free(s->act_off);
@@ -425,15 +754,25 @@ static void cuda_destroy(void *state)
     free(s->seq_off);
     free(s->order);
     free(s->draw_rows);
+    free(s->tap_after);
+    free(s->tap_off);
     free(s->tap_buf);
+    free(s->events);
+    free(s->name_of);
+    for (int c = 0; c < 2; c++) {
+        free(s->prof[c].launches);
+        free(s->prof[c].kernel_ms);
+    }
     free(s);
 }
 
 /* ---- a step ----------------------------------------------------------------------------------- */
-/* Activation buffers for steps of up to T tokens (at least the largest graph step). */
+/* An engine without a memory plan: a buffer per computed value, for steps
+ * of up to T tokens (at least the largest graph step). A planned engine's
+ * arena holds every step it takes. */
 static int reserve_acts(cu_state *s, int64_t T, ks_diag *d)
 {
-    if (T <= s->t_cap) return 0;
+    if (s->planned || T <= s->t_cap) return 0;
     int64_t cap = s->t_cap * 2 > T ? s->t_cap * 2 : T;
     if (s->opts.graphs && cap < s->opts.graph_max_tokens) cap = s->opts.graph_max_tokens;
     size_t at = 0;
@@ -453,6 +792,7 @@ static int reserve_acts(cu_state *s, int64_t T, ks_diag *d)
         s->acts = 0;
         return cu_error(s, d, r, "cannot allocate %zu bytes of activations for %lld tokens", at, (long long)cap);
     }
+    s->acts_bytes = at;
     s->t_cap = cap;
     return 0;
 }
@@ -683,7 +1023,8 @@ static int launch(cu_state *s, int i, int64_t T, const step_ptrs *p, ks_diag *d)
             KS_UNREACHABLE();
         }
     }
-    krt_cu_result r = s->api.cuLaunchKernel(s->fns[i], (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
+    krt_cu_fn fn = k->name_large && T > k->large_above ? s->fns_large[i] : s->fns[i];
+    krt_cu_result r = s->api.cuLaunchKernel(fn, (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
                                             (unsigned)k->block, 1, 1, 0, s->stream, params, NULL);
     if (r != 0) return cu_error(s, d, r, "cannot launch %s", k->name);
     return 0;
@@ -778,29 +1119,91 @@ static int queue_draws(cu_state *s, int64_t T, krt_cu_ptr logits, int n, const i
     slot[5].ptr = s->draw_dev + l.keys;
     slot[6].ptr = s->draw_dev + l.mass;
     void *params[8] = {&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], &slot[5], &slot[6], NULL};
+    int at = 2 * s->meta.n_kernels; /* the draw's events, when profiling */
+    if (s->events && record(s, at, d) != 0) return -1;
     if ((r = s->api.cuLaunchKernel(s->draw_fn, (unsigned)n, 1, 1, KRT_CUDA_DRAW_THREADS, 1, 1, 0, s->stream, params,
                                    NULL)) != 0)
         return cu_error(s, d, r, "cannot launch %s", KRT_CUDA_DRAW_KERNEL);
+    if (s->events && record(s, at + 1, d) != 0) return -1;
     if ((r = s->api.cuMemcpyDtoHAsync(s->draw_rows, d_recs, sizeof *s->draw_rows * (size_t)n, s->stream)) != 0)
         return cu_error(s, d, r, "cannot copy the draws back");
     return 0;
 }
 
-/* Show every f32 value of the step to the tap, in schedule order. */
-static int tap_values(cu_state *s, int64_t T, const step_ptrs *p, ks_diag *d)
+/* Which values the tap sees, and when they are copied back: right after
+ * the launch that writes them, since the memory plan gives their bytes to
+ * other values later in the step. A value's writer is the first launch
+ * that names it (or a view of it) whose node is in the value's `fuse`
+ * group (a fused kernel computes its group's values): a value that no
+ * launch writes (one a fused kernel keeps to itself) is not shown, nor
+ * are its views. */
+static void plan_tap(cu_state *s)
+{
+    const kir_graph *g = s->g;
+    size_t n = g->n_nodes;
+    free(s->tap_after);
+    free(s->tap_off);
+    s->tap_after = ks_xcalloc(n ? n : 1, sizeof *s->tap_after);
+    s->tap_off = ks_xcalloc(n ? n : 1, sizeof *s->tap_off);
+    uint32_t *first = ks_xcalloc(n ? n : 1, sizeof *first), *last = ks_xcalloc(n ? n : 1, sizeof *last);
+    uint8_t *named = ks_xcalloc(n ? n : 1, 1);
+    for (size_t v = 0; v < n; v++) {
+        int64_t group = kir_get_int(g, (kir_val)v, "fuse", -1);
+        first[v] = group >= 0 && v > 0 && kir_get_int(g, (kir_val)(v - 1), "fuse", -1) == group ? first[v - 1]
+                                                                                             : (uint32_t)v;
+        s->tap_after[v] = -1;
+    }
+    for (size_t v = n; v-- > 0;) last[v] = v + 1 < n && first[v + 1] == first[v] ? last[v + 1] : (uint32_t)v;
+    for (int i = 0; i < s->meta.n_kernels; i++) {
+        const krt_cuda_kernel *k = &s->meta.kernels[i];
+        for (int a = 0; a < k->n_args; a++) {
+            if (k->args[a].kind != KRT_CUDA_ARG_VALUE) continue;
+            uint32_t r = s->root[k->args[a].index];
+            if (s->home[r] != HOME_ACTS || named[r]) continue;
+            named[r] = 1;
+            if (r >= first[k->node] && r <= last[k->node]) s->tap_after[r] = i;
+        }
+    }
+    for (size_t v = 0; v < n; v++)
+        if (s->home[v] == HOME_ALIAS) s->tap_after[v] = s->home[s->root[v]] == HOME_ACTS ? s->tap_after[s->root[v]] : -1;
+    for (size_t v = 0; v < n; v++)
+        if (g->nodes[v].dtype != KIR_F32) s->tap_after[v] = -1;
+    free(first);
+    free(last);
+    free(named);
+}
+
+/* Before a tapped step of T tokens: where each shown value goes in tap_buf. */
+static void layout_tap(cu_state *s, int64_t T)
+{
+    size_t at = 0;
+    for (size_t v = 0; v < s->g->n_nodes; v++) {
+        if (s->tap_after[v] < 0) continue;
+        s->tap_off[v] = at;
+        at += (size_t)kir_elems(&s->g->nodes[v], T);
+    }
+    KS_GROW(s->tap_buf, at ? at : 1, s->tap_cap, (size_t)1 << 36, "tapped values");
+}
+
+/* After launch i of a tapped step: copy back the values it wrote (a linear
+ * scan: the tap is for kiln verify, not for speed). */
+static int copy_tapped(cu_state *s, int i, int64_t T, const step_ptrs *p, ks_diag *d)
 {
     for (size_t v = 0; v < s->g->n_nodes; v++) {
-        const kir_node *n = &s->g->nodes[v];
-        if ((s->home[v] != HOME_ACTS && s->home[v] != HOME_ALIAS) || n->dtype != KIR_F32) continue;
-        size_t elems = (size_t)kir_elems(n, T);
-        KS_GROW(s->tap_buf, elems, s->tap_cap, (size_t)1 << 34, "a tapped value");
-        krt_cu_result r = s->api.cuMemcpyDtoHAsync(s->tap_buf, value_ptr(s, (uint32_t)v, p), sizeof(float) * elems,
+        if (s->tap_after[v] != i) continue;
+        size_t bytes = sizeof(float) * (size_t)kir_elems(&s->g->nodes[v], T);
+        krt_cu_result r = s->api.cuMemcpyDtoHAsync(s->tap_buf + s->tap_off[v], value_ptr(s, (uint32_t)v, p), bytes,
                                                    s->stream);
-        if (r == 0) r = s->api.cuStreamSynchronize(s->stream);
         if (r != 0) return cu_error(s, d, r, "cannot copy value %%%zu back", v);
-        s->tap(s->tap_ctx, (kir_val)v, s->tap_buf, (int)T);
     }
     return 0;
+}
+
+/* After a tapped step has run: show the values, in schedule order. */
+static void show_tapped(cu_state *s, int64_t T)
+{
+    for (size_t v = 0; v < s->g->n_nodes; v++)
+        if (s->tap_after[v] >= 0) s->tap(s->tap_ctx, (kir_val)v, s->tap_buf + s->tap_off[v], (int)T);
 }
 
 /* A step: its kernels (replayed from a graph when captured), then the logits
@@ -811,6 +1214,9 @@ static int run_step(cu_state *s, const kir_step *st, float *out, int n_draw, con
     KS_ASSERT(st && st->n_tokens >= 0);
     if (st->n_tokens == 0) return 0;
     KS_ASSERT(st->tokens && st->positions && st->seq_ids);
+    if (s->planned && st->n_tokens > s->plan_tokens)
+        return step_error(s, d, "a step of %d tokens is more than the %lld the engine's memory plan holds",
+                          st->n_tokens, (long long)s->plan_tokens);
     if (s->kv_failed) {
         ks_error(d, "cuda", "a copy between KV-cache blocks failed earlier; the cache cannot be trusted");
         return -1;
@@ -824,30 +1230,37 @@ static int run_step(cu_state *s, const kir_step *st, float *out, int n_draw, con
         ks_error(d, s->e->path, "the engine has no draw kernel (built before kiln drew tokens on the GPU): rebuild it");
         return -1;
     }
-    int graph = s->opts.graphs && T <= s->opts.graph_max_tokens;
+    /* a tapped step copies values back between launches: no graph */
+    int graph = s->opts.graphs && T <= s->opts.graph_max_tokens && !s->tap;
+    int nk = s->meta.n_kernels, step_ev = 2 * (nk + 1); /* the step's events, when profiling */
     step_ptrs p;
     if (reserve_acts(s, T, d) != 0 || (n_draw > 0 && reserve_draws(s, n_draw, d) != 0) ||
-        upload_step(s, st, graph, &p, d) != 0)
+        (s->events && record(s, step_ev, d) != 0) || upload_step(s, st, graph, &p, d) != 0)
         return -1;
     if (graph) {
         if (!s->graphs[T] && capture(s, T, &p, d) != 0) return -1;
         if ((r = s->api.cuGraphLaunch(s->graphs[T], s->stream)) != 0)
             return cu_error(s, d, r, "cannot launch the CUDA graph of a %lld-token step", (long long)T);
     } else {
-        for (int i = 0; i < s->meta.n_kernels; i++)
-            if (launch(s, i, T, &p, d) != 0) return -1;
+        if (s->tap) layout_tap(s, T);
+        for (int i = 0; i < nk; i++)
+            if ((s->events && record(s, 2 * i, d) != 0) || launch(s, i, T, &p, d) != 0 ||
+                (s->events && record(s, 2 * i + 1, d) != 0) || (s->tap && copy_tapped(s, i, T, &p, d) != 0))
+                return -1;
     }
     krt_cu_ptr logits = value_ptr(s, s->meta.output, &p);
     if (out && (r = s->api.cuMemcpyDtoHAsync(out, logits, sizeof(float) * (size_t)T * (size_t)s->vocab, s->stream)) != 0)
         return cu_error(s, d, r, "cannot copy the logits back");
     if (n_draw > 0 && queue_draws(s, T, logits, n_draw, rows, draws, d) != 0) return -1;
+    if (s->events && record(s, step_ev + 1, d) != 0) return -1;
     if ((r = s->api.cuStreamSynchronize(s->stream)) != 0)
         return cu_error(s, d, r, "the step failed on the device (%s)", s->device_name);
+    if (s->events && collect_profile(s, T, n_draw, d) != 0) return -1;
     for (int k = 0; k < n_draw; k++) {
         draws[k].id = s->draw_rows[k].id;
         draws[k].rng = s->draw_rows[k].rng;
     }
-    if (s->tap && tap_values(s, T, &p, d) != 0) return -1;
+    if (s->tap) show_tapped(s, T);
     return 0;
 }
 
@@ -870,6 +1283,7 @@ static void cuda_set_tap(void *state, kir_tap_fn tap, void *ctx)
     cu_state *s = state;
     s->tap = tap;
     s->tap_ctx = ctx;
+    if (tap) plan_tap(s);
 }
 
 const krt_backend krt_backend_cuda = {
@@ -885,4 +1299,5 @@ const krt_backend krt_backend_cuda = {
     .can_draw = cuda_can_draw,
     .step_draw = cuda_step_draw,
     .set_tap = cuda_set_tap,
+    .profile_report = cuda_profile_report,
 };

@@ -64,6 +64,11 @@ void krt_cuda_meta_write(const krt_cuda_meta *meta, ks_buf *out)
         cJSON_AddStringToObject(jk, "name", k->name);
         cJSON_AddNumberToObject(jk, "node", k->node);
         cJSON_AddNumberToObject(jk, "block", k->block);
+        if (k->name_large) {
+            cJSON *jl = cJSON_AddObjectToObject(jk, "large");
+            cJSON_AddStringToObject(jl, "name", k->name_large);
+            cJSON_AddNumberToObject(jl, "above", (double)k->large_above);
+        }
         cJSON *grid = cJSON_AddArrayToObject(jk, "grid");
         for (int g = 0; g < 3; g++) cJSON_AddItemToArray(grid, int_array(k->grid[g], 3));
         cJSON *args = cJSON_AddArrayToObject(jk, "args");
@@ -143,6 +148,15 @@ static int parse_kernel(reader *r, krt_cuda_meta *m, const cJSON *jk, krt_cuda_k
     if (get_count(r, cJSON_GetObjectItemCaseSensitive(jk, "block"), "kernel block", 1025, &v)) return -1;
     if (v == 0) return bad(r, "kernel %s has an empty block", k->name);
     k->block = (int)v;
+    const cJSON *jl = cJSON_GetObjectItemCaseSensitive(jk, "large");
+    if (jl) {
+        const cJSON *ln = cJSON_GetObjectItemCaseSensitive(jl, "name");
+        if (!cJSON_IsObject(jl) || !cJSON_IsString(ln) || !ln->valuestring[0])
+            return bad(r, "kernel %s: \"large\" needs a name", k->name);
+        k->name_large = ks_arena_strdup(&m->arena, ln->valuestring);
+        if (get_count(r, cJSON_GetObjectItemCaseSensitive(jl, "above"), "kernel large.above", INT32_MAX, &v)) return -1;
+        k->large_above = v;
+    }
     const cJSON *grid = cJSON_GetObjectItemCaseSensitive(jk, "grid");
     if (!cJSON_IsArray(grid) || cJSON_GetArraySize(grid) != 3) return bad(r, "kernel %s: grid needs 3 dims", k->name);
     for (int g = 0; g < 3; g++) {

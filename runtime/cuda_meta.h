@@ -15,6 +15,7 @@
  *     "aliases": [[7, 6], [67, 66]],        [value, value whose buffer it shares]
  *     "kernels": [                          launched in this order every step
  *       {"name": "k6_matmul", "node": 6, "block": 256,
+ *        "large": {"name": "k6_matmul_large", "above": 8},   optional: the kernel for steps of more tokens
  *        "grid": [[0, 2, 1], [1, 31, 32], [0, 1, 1]],
  *        "args": ["T", "value:4", "value:5", "value:6"]},
  *       ...
@@ -70,6 +71,8 @@ enum { KRT_CUDA_MAX_ARGS = 24 };
 
 typedef struct krt_cuda_kernel {
     const char *name;                    /* the kernel's function name, e.g. "k6_matmul" */
+    const char *name_large;              /* launched instead when T > large_above; NULL: name for every T */
+    int64_t large_above;                 /* tokens a step above which name_large runs */
     uint32_t node;                       /* the graph node it computes */
     int block;                           /* threads per block */
     int64_t grid[3][3];                  /* per grid dim: {t, c, div}: ceil((T*t + c) / div) */

@@ -181,6 +181,7 @@ krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_
         krt_backend_opts bo = {
             .graphs = !(o && o->no_graphs),
             .graph_max_tokens = o && o->graph_max_tokens > 0 ? o->graph_max_tokens : KRT_GRAPH_TOKENS_DEFAULT,
+            .profile = o && o->profile,
         };
         s->state = be->open(e, &bo, d);
         if (!s->state) {
@@ -248,6 +249,13 @@ void krt_session_free(krt_session *s)
 int64_t krt_session_vocab(const krt_session *s) { return s->vocab; }
 int krt_session_max_context(const krt_session *s) { return s->max_context; }
 const krt_kv_info *krt_session_kv_info(const krt_session *s) { return &s->kv_info; }
+
+int krt_session_profile(const krt_session *s, ks_buf *out)
+{
+    if (!s->backend->profile_report) return -1;
+    s->backend->profile_report(s->state, out);
+    return 0;
+}
 int krt_session_draws_on_device(const krt_session *s) { return s->draw_on_device; }
 
 int krt_session_seq_add(krt_session *s, int seq, ks_diag *d)

@@ -44,6 +44,7 @@ typedef struct krt_session_opts {
     int no_graphs;        /* 1: launch every kernel of every step (no CUDA graphs) */
     int graph_max_tokens; /* steps of at most this many tokens use graphs; 0: the default */
     int host_sampling;    /* 1: draw next tokens on the host even where the backend can on its device */
+    int profile;          /* 1: the backend times its kernels (no CUDA graphs) for krt_session_profile */
 } krt_session_opts;
 
 typedef struct krt_session krt_session;
@@ -70,6 +71,11 @@ typedef struct krt_kv_info {
     char device[128];      /* the device's name, when on_device */
 } krt_kv_info;
 const krt_kv_info *krt_session_kv_info(const krt_session *s);
+
+/* The backend's profile of the steps so far (opts.profile: a table of its
+ * kernels' times per kind of step), appended to out. Returns 0, or -1 when
+ * the backend keeps none (the interpreter: time whole steps instead). */
+int krt_session_profile(const krt_session *s, ks_buf *out);
 
 /* Append tokens[i] to sequence seq_ids[i] for i < n and run them; out gets
  * [n, vocab] logits. On error (bad token id, unknown sequence, out of KV

@@ -112,7 +112,7 @@ void ks_grow_(void **ptr, size_t elem, size_t need, size_t *cap, size_t limit, c
 void ks_buf_put(ks_buf *b, const void *data, size_t n)
 {
     KS_GROW(b->data, b->len + n + 1, b->cap, (size_t)1 << 40, "buffer bytes");
-    memcpy(b->data + b->len, data, n);
+    if (n) memcpy(b->data + b->len, data, n); /* data may be NULL when n is 0 (an empty ks_buf) */
     b->len += n;
     b->data[b->len] = 0;
 }

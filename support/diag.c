@@ -92,3 +92,13 @@ void ks_error(ks_diag *d, const char *file, const char *fmt, ...)
     ks_verror(d, file, fmt, ap);
     va_end(ap);
 }
+
+void ks_warning(ks_diag *d, const char *file, const char *fmt, ...)
+{
+    ks_source src = {file, NULL, 0};
+    va_list ap;
+    va_start(ap, fmt);
+    d->warnings++;
+    report_at(d, "warning", &src, 0, 0, fmt, ap);
+    va_end(ap);
+}

@@ -102,6 +102,8 @@ void ks_note_at(ks_diag *d, const ks_source *src, int line, int col, const char 
 /* An error about a whole file (or a place in a binary file, in the text). */
 void ks_error(ks_diag *d, const char *file, const char *fmt, ...) KS_PRINTF(3, 4);
 void ks_verror(ks_diag *d, const char *file, const char *fmt, va_list ap);
+/* A warning about a whole file: `file: warning: text`; counts in d->warnings. */
+void ks_warning(ks_diag *d, const char *file, const char *fmt, ...) KS_PRINTF(3, 4);
 
 /* ---- files ----------------------------------------------------------------- */
 /* Read a whole file into a NUL-terminated heap buffer. On failure reports

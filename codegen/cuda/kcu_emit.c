@@ -75,8 +75,11 @@ static int emit_matmul(kcu_gen *x, kir_val v)
                   kir_dtype_name(w->dtype), vec, MM_GEMV_R, MM_GEMV_T);
     kcu_open_body(x, k, ks_buf_cstr(&what));
     ks_buf_free(&what);
-    ks_buf_printf(&x->body, "    kcu_matmul<%s, %lld, %lld>(T, x, w, out);\n}\n", kcu_elem_type(w->dtype),
-                  (long long)K, (long long)N);
+    for (int large = 0; large < 2; large++) {
+        if (large) kcu_open_large(x, k, MM_GEMV_T);
+        ks_buf_printf(&x->body, "    kcu_matmul_%s<%s, %lld, %lld>(T, x, w, kcu_pro_none(), kcu_epi_store<%lld>{out});\n}\n",
+                      large ? "large" : "small", kcu_elem_type(w->dtype), (long long)K, (long long)N, (long long)N);
+    }
     kcu_kernel_end(x, k, "");
     return 0;
 }
@@ -408,6 +411,75 @@ static int emit_node(kcu_gen *x, kir_val v)
     KS_UNREACHABLE();
 }
 
+/* 1 when node u's kernel reads operand i (attention reads K and V from the
+ * cache, not from its operands, once kv_write was split from it). */
+static int reads_operand(const kir_graph *g, kir_val u, int i)
+{
+    const kir_node *n = &g->nodes[u];
+    if (n->op == KIR_OP_ATTENTION && i > 0) return kir_get_int(g, u, "write_kv", 1) != 0;
+    return 1;
+}
+
+/* Emit every node: a fusion group (consecutive nodes with the same `fuse`,
+ * weights and inputs among them allowed) as one kernel when
+ * kcu_emit_group can, else node by node. */
+static int emit_nodes(kcu_gen *x)
+{
+    const kir_graph *g = x->g;
+    size_t n = g->n_nodes;
+    int64_t *fuse = ks_xmalloc(sizeof *fuse * (n ? n : 1));
+    uint8_t *outside = ks_xcalloc(n ? n : 1, 1);
+    kir_val *members = ks_xmalloc(sizeof *members * (n ? n : 1));
+    for (size_t v = 0; v < n; v++) {
+        kir_op op = g->nodes[v].op;
+        fuse[v] = op == KIR_OP_WEIGHT || op == KIR_OP_INPUT ? -1 : kir_get_int(g, (kir_val)v, "fuse", -1);
+    }
+    for (size_t u = 0; u < n; u++)
+        for (int i = 0; i < g->nodes[u].nin; i++) {
+            kir_val in = g->nodes[u].in[i];
+            if (in == KIR_NONE || !reads_operand(g, (kir_val)u, i)) continue;
+            if (fuse[u] < 0 || fuse[u] != fuse[in]) outside[in] = 1;
+        }
+    int rc = 0;
+    for (size_t v = 0; v < n && rc == 0;) {
+        if (fuse[v] < 0) {
+            rc = emit_node(x, (kir_val)v);
+            v++;
+            continue;
+        }
+        /* the group's span: nodes of this group, weights and inputs, up to its last node */
+        int count = 0;
+        size_t end = v;
+        for (size_t u = v; u < n; u++) {
+            kir_op op = g->nodes[u].op;
+            if (fuse[u] == fuse[v]) {
+                members[count++] = (kir_val)u;
+                end = u + 1;
+            } else if (op != KIR_OP_WEIGHT && op != KIR_OP_INPUT) {
+                break;
+            }
+        }
+        int done = 0;
+        /* a group with members after the span is not consecutive: node by node */
+        int consecutive = 1;
+        for (size_t u = end; u < n && consecutive; u++) consecutive = fuse[u] != fuse[v];
+        if (consecutive) done = kcu_emit_group(x, members, count, outside);
+        if (done < 0) rc = -1;
+        if (done != 0) {
+            for (size_t u = v; u < end && rc == 0; u++)
+                if (fuse[u] != fuse[v]) rc = emit_node(x, (kir_val)u);
+            v = end;
+            continue;
+        }
+        for (size_t u = v; u < end && rc == 0; u++) rc = emit_node(x, (kir_val)u);
+        v = end;
+    }
+    free(fuse);
+    free(outside);
+    free(members);
+    return rc;
+}
+
 int kcu_generate(const kir_graph *g, ks_buf *src, krt_cuda_meta *meta, ks_diag *d)
 {
     if (kir_verify(g, d, g->name && g->name[0] ? g->name : "graph") != 0) return -1;
@@ -419,7 +491,7 @@ int kcu_generate(const kir_graph *g, ks_buf *src, krt_cuda_meta *meta, ks_diag *
         x.root[v] = (uint32_t)v;
         if (check_node(&x, (kir_val)v) != 0) rc = -1;
     }
-    for (size_t v = 0; v < g->n_nodes && rc == 0; v++) rc = emit_node(&x, (kir_val)v);
+    if (rc == 0) rc = emit_nodes(&x);
     if (rc == 0) {
         ks_buf_printf(src, banner, g->name ? g->name : "", meta->n_kernels, x.n_bodies);
         ks_buf_puts(src, kcu_prelude);

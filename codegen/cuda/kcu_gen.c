@@ -178,6 +178,8 @@ void kcu_kernel_end(kcu_gen *x, krt_cuda_kernel *k, const char *suffix)
         const kcu_body *b = &x->bodies[i];
         if (b->hash == hash && b->len == x->body.len && memcmp(x->texts.data + b->at, x->body.data, b->len) == 0) {
             k->name = b->name;
+            if (x->large) k->name_large = ks_arena_printf(&x->meta->arena, "%s_large", b->name), k->large_above = x->large;
+            x->large = 0;
             return;
         }
     }
@@ -196,6 +198,16 @@ void kcu_kernel_end(kcu_gen *x, krt_cuda_kernel *k, const char *suffix)
     ks_buf_put(&x->texts, x->body.data, x->body.len);
     put_named(x->src, x->body.data, x->body.len, name);
     k->name = name;
+    if (x->large) k->name_large = ks_arena_printf(&x->meta->arena, "%s_large", name), k->large_above = x->large;
+    x->large = 0;
+}
+
+void kcu_open_large(kcu_gen *x, const krt_cuda_kernel *k, int64_t above)
+{
+    ks_buf_printf(&x->body, "\n/* the same for steps of more than %lld tokens */\n", (long long)above);
+    ks_buf_printf(&x->body, "extern \"C\" __global__ void __launch_bounds__(%d) " NAME_MARK "_large(%s)\n{\n", k->block,
+                  ks_buf_cstr(&x->params));
+    x->large = above;
 }
 
 /* An elementwise kernel over the node's T * row elements: one thread each;

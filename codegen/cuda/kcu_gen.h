@@ -50,6 +50,7 @@ typedef struct kcu_gen {
     size_t n_bodies;       /* how many */
     size_t cap_bodies;     /* capacity of bodies */
     ks_diag *d;            /* where errors go */
+    int64_t large;         /* > 0: the kernel being written has a _large variant for steps above this many tokens */
 } kcu_gen;
 
 
@@ -78,6 +79,10 @@ void kcu_param_in(kcu_gen *x, krt_cuda_kernel *k, kir_val v, const char *name);
 void kcu_param_out(kcu_gen *x, krt_cuda_kernel *k, kir_val v);
 /* The signature, with a comment saying what the kernel computes. */
 void kcu_open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what);
+/* After the kernel's body: the signature of its variant NAME_large, the
+ * kernel launched instead for steps of more than `above` tokens (the body
+ * follows, then kcu_kernel_end records both). */
+void kcu_open_large(kcu_gen *x, const krt_cuda_kernel *k, int64_t above);
 /* The body is complete: name the kernel (or reuse the same text); suffix
  * follows the op in the name. */
 void kcu_kernel_end(kcu_gen *x, krt_cuda_kernel *k, const char *suffix);
@@ -91,5 +96,10 @@ void kcu_elementwise_prologue(kcu_gen *x, int64_t row);
  * step into layer `layer` of the cache, for node v; and attention. */
 void kcu_emit_kv_write_kernel(kcu_gen *x, kir_val v, const char *suffix, kir_val kv, kir_val vv, int64_t layer);
 int kcu_emit_attention(kcu_gen *x, kir_val v);
+/* kcu_emit_group.c: one kernel for the fusion group nodes[0..count) (in
+ * graph order); read_outside[v] is 1 when a kernel outside the group reads
+ * value v. Returns 1 when written, 0 when the group does not qualify
+ * (nothing written: emit its nodes one by one), -1 after reporting. */
+int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside);
 
 #endif

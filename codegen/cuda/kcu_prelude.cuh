@@ -15,6 +15,14 @@
  * has one fixed order (no atomics).
  */
 
+/* A function compiled once and called (a fused kernel's epilogue: inlined
+ * at every call site of the matmul it would multiply the compile time). */
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define KCU_NOINLINE __noinline__
+#else
+#define KCU_NOINLINE __attribute__((noinline))
+#endif
+
 /* ---- element types ----------------------------------------------------------------- */
 struct kcu_bf16 {
     unsigned short bits; /* bfloat16: the high half of an f32 */
@@ -84,6 +92,21 @@ template <> struct kcu_vec<kcu_f16> {
         }
     }
 };
+/* kcu_xload<VEC>: VEC consecutive activations, 16 bytes a load when VEC is a
+ * multiple of 4 (p then 16-byte aligned: rows of K floats with K % VEC == 0). */
+template <int VEC> static __device__ __forceinline__ void kcu_xload(const float *__restrict__ p, float *o)
+{
+    if (VEC % 4 == 0) {
+#pragma unroll
+        for (int q = 0; q < VEC / 4; q++) {
+            const float4 v = *reinterpret_cast<const float4 *>(p + 4 * q);
+            o[4 * q] = v.x, o[4 * q + 1] = v.y, o[4 * q + 2] = v.z, o[4 * q + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; j++) o[j] = p[j];
+    }
+}
 /* kcu_chunk<W, VEC>: VEC consecutive weights as floats; VEC 1 is a plain load. */
 template <typename W, int VEC> struct kcu_chunk {
     static __device__ __forceinline__ void load(const W *p, float *o) { kcu_vec<W>::load(p, o); }
@@ -105,22 +128,147 @@ __device__ inline float kcu_dot(const float *a, const float *__restrict__ b, int
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+/* ---- matmul prologues: what the matmul reads as x ---------------------------------------
+ *
+ * A prologue is a functor: prepare(x, T, r0, n) is called by every thread of
+ * the block before rows r0 .. r0+n-1 of x (n <= KCU_PRO_ROWS) are read, and
+ * may compute per-row statistics into shared memory (it synchronizes the
+ * block); then pro(v, t, k) turns x[t, k] = v into what the matmul
+ * multiplies. kcu_pro_none reads x as it is; kcu_pro_rms and kcu_pro_ln
+ * normalize each row first (a norm fused into the matmul that reads it: the
+ * normalized rows are never stored). Row statistics are summed in double in
+ * a fixed order (lane-strided, then a butterfly of shuffles), as
+ * ir/interp_kernels.c sums them.
+ */
+enum { KCU_PRO_ROWS = 64, KCU_PRO_WARPS = 8 };
+
+struct kcu_pro_none {
+    __device__ __forceinline__ void prepare(const float *__restrict__, int, long long, int) {}
+    __device__ __forceinline__ float operator()(float v, long long, int) const { return v; }
+};
+
+__device__ __forceinline__ double kcu_warp_sum(double s)
+{
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+    return s;
+}
+
+/* Per-row mean (LN only) and 1 / sqrt(var + eps) of rows r0 .. r0+n-1 of x
+ * [*, K] into mean[], inv[]: warp w takes rows w, w + KCU_PRO_WARPS, ...
+ * (blocks have at least KCU_PRO_WARPS warps). */
+template <int K, bool LN>
+__device__ __forceinline__ void kcu_row_stats(const float *__restrict__ x, int T, long long r0, int n, double eps,
+                                              float *mean, float *inv)
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    __syncthreads(); /* the previous rows' statistics are no longer read */
+    for (int i = 0; i < n; i += KCU_PRO_WARPS) {
+        const int r = i + warp;
+        const bool live = warp < KCU_PRO_WARPS && r < n && r0 + r < T;
+        const float *xr = x + (r0 + r) * (long long)K;
+        double m = 0.0;
+        if (LN) {
+            if (live)
+                for (int k = lane; k < K; k += 32) m += xr[k];
+            m = kcu_warp_sum(m) / (double)K;
+        }
+        double s = 0.0;
+        if (live)
+            for (int k = lane; k < K; k += 32) s += ((double)xr[k] - m) * ((double)xr[k] - m);
+        s = kcu_warp_sum(s);
+        if (live && lane == 0) {
+            mean[r] = (float)m;
+            inv[r] = (float)(1.0 / sqrt(s / (double)K + eps));
+        }
+    }
+    __syncthreads();
+}
+
+/* rms_norm over K (times the weight g, unless G is void): x * inv * g. */
+template <int K, typename G> struct kcu_pro_rms {
+    const G *__restrict__ g; /* [K] the norm's weight, or NULL */
+    double eps;              /* the norm's epsilon */
+    float *inv;              /* shared [KCU_PRO_ROWS], set by prepare */
+    long long r0;            /* the first row prepared */
+    __device__ __forceinline__ void prepare(const float *__restrict__ x, int T, long long first, int n)
+    {
+        __shared__ float s_inv[KCU_PRO_ROWS];
+        inv = s_inv;
+        r0 = first;
+        kcu_row_stats<K, false>(x, T, first, n, eps, s_inv, s_inv);
+    }
+    __device__ __forceinline__ float operator()(float v, long long t, int k) const
+    {
+        const float y = v * inv[t - r0];
+        return g ? y * kcu_f(g[k]) : y;
+    }
+};
+
+/* layer_norm over K: (x - mean) * inv (* g) (+ b). */
+template <int K, typename G> struct kcu_pro_ln {
+    const G *__restrict__ g; /* [K] weight, or NULL */
+    const G *__restrict__ b; /* [K] bias, or NULL */
+    double eps;              /* the norm's epsilon */
+    float *mean, *inv;       /* shared [KCU_PRO_ROWS] each, set by prepare */
+    long long r0;            /* the first row prepared */
+    __device__ __forceinline__ void prepare(const float *__restrict__ x, int T, long long first, int n)
+    {
+        __shared__ float s_mean[KCU_PRO_ROWS], s_inv[KCU_PRO_ROWS];
+        mean = s_mean;
+        inv = s_inv;
+        r0 = first;
+        kcu_row_stats<K, true>(x, T, first, n, eps, s_mean, s_inv);
+    }
+    __device__ __forceinline__ float operator()(float v, long long t, int k) const
+    {
+        float y = (v - mean[t - r0]) * inv[t - r0];
+        if (g) y *= kcu_f(g[k]);
+        if (b) y += kcu_f(b[k]);
+        return y;
+    }
+};
+
+/* ---- matmul epilogues: where the results go ---------------------------------------------
+ *
+ * An epilogue is a functor with: row(c), the weight row the matmul computes
+ * as its c-th column (a permutation of 0..N-1 that puts the outputs an
+ * epilogue needs together — a rotation's two halves, a gate and its up —
+ * side by side); two(t, n0, v0, n1, v1), given the results of weight rows
+ * n0 = row(2p) and n1 = row(2p+1) for token t; and one(t, n, v) for the
+ * last column when N is odd. kcu_epi_store writes out[t, n].
+ */
+template <int N> struct kcu_epi_store {
+    float *__restrict__ out; /* [T, N] */
+    static __device__ __forceinline__ int row(int c) { return c; }
+    __device__ __forceinline__ void one(long long t, int n, float v) const { out[t * N + n] = v; }
+    __device__ __forceinline__ void two(long long t, int n0, float v0, int n1, float v1) const
+    {
+        out[t * N + n0] = v0;
+        out[t * N + n1] = v1;
+    }
+};
+
 /* ---- matmul: out[t, n] = sum_k x[t, k] w[n, k] ------------------------------------------
  *
  * One kernel for every T; launched on GRID blocks of KCU_MM_THREADS (a
  * number fixed by the shapes, not by T). Two ways, chosen by T:
  *
  *  T <= KCU_GEMV_T (decode): memory-bound, so each weight is read once, 16
- *  bytes at a time. Each warp computes KCU_GEMV_R rows for all T tokens on
- *  its own (no block-wide step): lane l takes chunks l, l + 32, ... of VEC
- *  weights of each row (sum in chunk order, fused multiply-adds), then the
- *  warp adds its 32 partial sums in a butterfly of shuffles (a fixed tree
- *  that leaves the same total in every lane).
+ *  bytes at a time. Each warp computes the two columns 2p, 2p+1 (weight
+ *  rows epi.row(2p), epi.row(2p+1)) for all T tokens on its own (no
+ *  block-wide step but the prologue's): lane l takes chunks l, l + 32, ...
+ *  of VEC weights of each row (sum in chunk order, fused multiply-adds),
+ *  then the warp adds its 32 partial sums in a butterfly of shuffles (a
+ *  fixed tree that leaves the same total in every lane); lane t hands token
+ *  t's pair to the epilogue.
  *
- *  T > KCU_GEMV_T (prefill): tiles of 64 tokens x 64 rows, K in steps of 32
- *  staged through shared memory (weights converted to f32 there); each
- *  thread owns 4 x 4 outputs and sums over k in order. Blocks take tiles
- *  blockIdx.x, blockIdx.x + GRID, ...
+ *  T > KCU_GEMV_T (prefill): tiles of 64 tokens x 64 columns, K in steps of
+ *  32 staged through shared memory; blocks take tiles blockIdx.x,
+ *  blockIdx.x + GRID, ... On sm_80 and later (and in the CPU emulator),
+ *  through tensor cores, x split into three bf16 parts and the weights into
+ *  one to three so that nothing is lost (kcu_matmul_mma); on older GPUs,
+ *  through f32 fused multiply-adds (kcu_matmul_fma).
  *
  * Each output is summed in an order fixed by its own position: a token's
  * logits depend on whether its step had more than KCU_GEMV_T tokens, never
@@ -128,73 +276,472 @@ __device__ inline float kcu_dot(const float *a, const float *__restrict__ b, int
  */
 enum { KCU_MM_THREADS = 256, KCU_GEMV_T = 8, KCU_GEMV_R = 2 };
 
-template <typename W, int K, int N>
-static __device__ __forceinline__ void kcu_matmul(const int T, const float *__restrict__ x, const W *__restrict__ w,
-                                                  float *__restrict__ out)
+/* ---- matmul, prefill on tensor cores (sm_80 and later; emulated on the CPU) ---------------
+ *
+ * T > KCU_GEMV_T on sm_80+: warp-level mma.sync.m16n8k16 (bf16 inputs, f32
+ * accumulators) on tiles of 64 tokens x 64 columns.
+ *
+ * Accuracy. x is f32 and must lose nothing, so each x element is split into
+ * three bf16 parts, x = x0 + x1 + x2 exactly: x0 is x with its mantissa cut
+ * to bf16's 8 bits (the high half of its bits), x1 the same of x - x0 (exact
+ * in f32), x2 what is left: 3 x 8 = 24 bits, all of an f32's (two parts, 16
+ * bits, measured 9e-6 relative L2 error on an H200: not enough). Weights
+ * are split the same way: bf16 into 1 part (itself), f16 into 2 (its 11
+ * bits: 8 + 3; bf16's range covers f16's, so there is no scaling, no
+ * overflow past 65504 and no lost small value, as there would be with x in
+ * f16 parts), f32 into 3. The tile sums the products of parts i of x and j
+ * of w with i + j <= 2: 3 mma for bf16 weights, 5 for f16, 6 for f32; each
+ * product left out (i + j >= 3) is below 2^-24 of x w, an f32 rounding's
+ * size. The tensor cores truncate each mma's sum to about f32 precision, all
+ * one way, so a long chain of mma into one accumulator drifts (1.5e-5
+ * relative L2 after K = 14336, measured): x0 w0 is summed from zero over one
+ * k block (32 or 64 products) and added to the f32 accumulator with an f32
+ * add; the smaller products (2^-8 of it and less) go into a second
+ * accumulator directly. The two are added at the end. Measured on an H200
+ * (Llama-3-8B shapes, T = 128): 1.6e-7 .. 3.2e-7 relative L2 from the exact
+ * sums, against 1.1e-6 .. 2.1e-6 for the CUDA-core path (sequential f32
+ * fused multiply-adds).
+ *
+ * Layout. A block of 8 warps computes a 64 x 64 tile; warp w owns tokens 16
+ * (w % 4) .. +15 and columns 32 (w / 4) .. +31: four 16 x 8 mma tiles, two
+ * sets of accumulators (2 x 4 x 4 f32) in registers. K goes in blocks of BK
+ * (64 for bf16 weights, 32 for f16 and f32, whose parts take more shared
+ * memory): the threads load the next block's x (f32, float4 when aligned)
+ * and weights (16-byte loads) into registers while the tensor cores work on
+ * the current one, then, between two barriers, apply the prologue, split,
+ * and store the parts to shared memory as bf16 pairs (k, k + 1) in 32-bit
+ * words, laid out (kcu_matmul_mma) so that every fragment comes with one
+ * 16-byte load, its registers in order, without bank conflicts. A lane
+ * (g, c) = (lane / 4, lane % 4) reads words 2c, 2c + 1 of each 8-word k16
+ * slice of its rows and uses them as its fragments' k 2c, 2c + 1 and 2c + 8,
+ * 2c + 9: the mma's k order is a relabelling of the slice's, the same for x
+ * and w, so the sum is the same. Per warp and k16 slice: PX + 2 PW 16-byte
+ * shared loads, 4 x (3, 5 or 6) mma.
+ *
+ * Each output is the sum, in an order fixed by its position, of its k
+ * blocks' mma (no split-K, no atomics): bitwise reproducible.
+ *
+ * Throughput. Expected (H200, bf16 weights): a block's k64 step is 384 mma
+ * (8 warps x 4 tiles x 4 slices x 3 parts) against 8 kB of weights from HBM
+ * and 16 kB of x from L2; mma.sync (not wgmma) peaks near 0.6 m16n8k16 a
+ * cycle an SM, so ~650 cycles a step, about what a 132th of the HBM rate
+ * takes for 8 kB, and the loads of the next block overlap this one's mma:
+ * at best ~200 TFLOP/s of the model's arithmetic (3 mma a product), less
+ * with 8-16 warps an SM to hide the latencies. Measured (cuda_mm_check
+ * --gpu, T = 128, K = 4096, N = 4096 .. 128256; K = 14336, N = 4096): 52 ..
+ * 77 TFLOP/s of the model's arithmetic, against 14 .. 22 on CUDA cores;
+ * Llama-3-8B's 128-token prefill matmuls in 30 ms against 110 ms (34 ms
+ * when the kernel, with its decode branch, takes more than 128 registers:
+ * one block an SM instead of two); f16 weights 1.9x and f32 2x the
+ * CUDA-core rate. The limits seen (Nsight Compute): the latency of shared
+ * loads and barriers with 8 or 16 warps an SM, not the tensor cores' rate.
+ */
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) || !defined(__CUDACC__)
+#define KCU_MMA 1 /* mma.sync: sm_80 and later, and the CPU emulator (g++ with emu_shim.h) */
+#else
+#define KCU_MMA 0 /* older GPUs, and nvcc's host pass: the CUDA-core path */
+#endif
+
+/* the bits of an f32 */
+__device__ __forceinline__ unsigned kcu_bits(float f)
+{
+#ifdef __CUDACC__
+    return __float_as_uint(f);
+#else
+    unsigned u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+
+/* Split the f32 pair (a, b) into P bf16 pairs, exactly for P = 3 (and for
+ * values of at most 8 P significant bits with fewer): part p holds the next
+ * 8 bits of each (the high half of what is left), a in the low half. An
+ * infinite a gives NaN parts after the first (inf - inf): the sum is NaN. */
+template <int P> __device__ __forceinline__ void kcu_split_pair(float a, float b, unsigned *parts)
+{
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        const unsigned ua = kcu_bits(a), ub = kcu_bits(b);
+        parts[p] = (ua >> 16) | (ub & 0xffff0000u);
+        if (p + 1 < P) {
+            a -= __uint_as_float(ua & 0xffff0000u);
+            b -= __uint_as_float(ub & 0xffff0000u);
+        }
+    }
+}
+
+/* One k16 slice of a warp's mma operands, in the registers of lane (g, c) =
+ * (lane / 4, lane % 4) as the PTX ISA lays out mma.m16n8k16's fragments
+ * (.bf16: two per 32-bit register, the lower k in the low half):
+ *   A (16 x 16, row-major) a[0]: row g, k 2c, 2c+1; a[1]: row g+8, the same
+ *     k; a[2]: row g, k 2c+8, 2c+9; a[3]: row g+8, k 2c+8, 2c+9;
+ *   B (16 x 8, column-major) b[0]: k 2c, 2c+1 of column g; b[1]: k 2c+8, 2c+9;
+ *   C, D (16 x 8, f32) d[0], d[1]: row g, columns 2c, 2c+1; d[2], d[3]: row g+8. */
+template <int NT, int PX, int PW> struct kcu_mma_frag {
+    unsigned a[PX][4];     /* part i of x: the A fragment (16 tokens x 16 k) */
+    unsigned b[NT][PW][2]; /* part j of the weights of 8-column tile n: the B fragment */
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+/* d += a b for one 16 x 8 x 16 tile: bf16 inputs, f32 accumulators */
+__device__ __forceinline__ void kcu_mma_bf16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
+#if !defined(__CUDACC__)
+/* The CPU emulator's mma: element (row r, k) of A part i, and (k, column n)
+ * of B part j of tile t, read from the lane that holds it in the PTX layout
+ * above (lanes published in f, base: the warp's first thread). */
+template <int S, int NT, int PX, int PW>
+static inline float kemu_frag_a(const kcu_mma_frag<NT, PX, PW> *f, int base, int i, int r, int k)
+{
+    const unsigned w = f[(base + (r & 7) * 4 + (k & 7) / 2) * S].a[i][(r >> 3) + 2 * (k >> 3)];
+    return __uint_as_float(k & 1 ? w & 0xffff0000u : w << 16);
+}
+template <int S, int NT, int PX, int PW>
+static inline float kemu_frag_b(const kcu_mma_frag<NT, PX, PW> *f, int base, int t, int j, int k, int n)
+{
+    const unsigned w = f[(base + n * 4 + (k & 7) / 2) * S].b[t][j][k >> 3];
+    return __uint_as_float(k & 1 ? w & 0xffff0000u : w << 16);
+}
+#endif
+
+/* The warp's mma over the S k16 slices of a k block, for each 8-column
+ * tile t: hi[t] += x0 w0, lo[t] += the other products of parts i + j < PX.
+ * x0 w0 is summed by the tensor cores from zero over the block's slices,
+ * then added to hi[t] with an f32 add (rounded to nearest): the tensor
+ * cores truncate at each mma, and the bias of truncating a long sum (about
+ * 2^-24 of it per mma, all one way: 1.5e-5 relative after K = 14336 on an
+ * H200) would stay; truncating a 32- or 64-product sum costs nothing next
+ * to that. lo, 2^-8 of hi, can take its truncations. Order: slice,
+ * product, tile. */
+template <int NT, int PX, int PW, int S>
+static __device__ __forceinline__ void kcu_mma_warp(float (&hi)[NT][4], float (&lo)[NT][4],
+                                                    const kcu_mma_frag<NT, PX, PW> (&f)[S])
+{
+    float blk[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) blk[t][e] = 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#pragma unroll
+    for (int s = 0; s < S; s++) {
+#pragma unroll
+        for (int t = 0; t < NT; t++) kcu_mma_bf16(blk[t], f[s].a[0], f[s].b[t][0]);
+#pragma unroll
+        for (int d = 1; d < PX; d++)
+#pragma unroll
+            for (int i = 0; i <= d; i++)
+                if (d - i < PW)
+#pragma unroll
+                    for (int t = 0; t < NT; t++) kcu_mma_bf16(lo[t], f[s].a[i], f[s].b[t][d - i]);
+    }
+#elif !defined(__CUDACC__)
+    /* The emulator has no warps: every thread publishes its registers, the
+     * block synchronizes, and each thread gathers the rows of A and columns
+     * of B its D elements need from its warp's lanes, each element from the
+     * lane and register the layout above places it in (so a kernel that
+     * fills fragments wrongly gives wrong results here too); products are
+     * exact in f32 and summed over k in order. */
+    static kcu_mma_frag<NT, PX, PW> pub[KCU_MM_THREADS * S];
+    const int tid = threadIdx.x, base = tid & ~31, g = (tid & 31) / 4, c = tid & 3;
+    for (int s = 0; s < S; s++) pub[tid * S + s] = f[s];
+    __syncthreads();
+    for (int s = 0; s < S; s++) {
+        const kcu_mma_frag<NT, PX, PW> *fs = pub + s;
+        float a[PX][2][16], b[NT][PW][2][16]; /* this lane's rows g, g + 8 and columns 2c, 2c + 1 */
+        for (int k = 0; k < 16; k++) {
+            for (int i = 0; i < PX; i++)
+                for (int h = 0; h < 2; h++) a[i][h][k] = kemu_frag_a<S>(fs, base, i, g + 8 * h, k);
+            for (int t = 0; t < NT; t++)
+                for (int j = 0; j < PW; j++)
+                    for (int h = 0; h < 2; h++) b[t][j][h][k] = kemu_frag_b<S>(fs, base, t, j, k, 2 * c + h);
+        }
+        for (int d = 0; d < PX; d++)
+            for (int i = 0; i <= d; i++) {
+                if (d - i >= PW) continue;
+                for (int t = 0; t < NT; t++) {
+                    float *acc = d == 0 ? blk[t] : lo[t];
+                    for (int e = 0; e < 4; e++) {
+                        const float *ar = a[i][e >> 1], *bc = b[t][d - i][e & 1];
+                        float sum = 0.0f;
+                        for (int k = 0; k < 16; k++) sum += ar[k] * bc[k];
+                        acc[e] += sum;
+                    }
+                }
+            }
+    }
+    __syncthreads();
+#endif
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) hi[t][e] += blk[t][e];
+}
+
+/* Weights in tensor-core parts: PW bf16 parts (see above); ON: whether the
+ * prefill takes this path for them; BK: its k block (64 when the 3 + PW
+ * parts' tiles fit the 48 kB of static shared memory, else 32); Raw holds the 8
+ * consecutive weights a thread loads for one k block; load reads them
+ * (VEC at a time, zeros from k = K on); split turns them into PW x 4 words
+ * of bf16 pairs. */
+template <typename W> struct kcu_mma_w;
+template <> struct kcu_mma_w<kcu_bf16> {
+    enum { PW = 1, ON = 1, BK = 64 };
+    typedef uint4 Raw;
+    template <int K, int VEC> static __device__ __forceinline__ Raw load(const kcu_bf16 *p, int k)
+    {
+        if (VEC == 8 && k < K) return __ldg(reinterpret_cast<const uint4 *>(p));
+        unsigned h[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) h[j] = k + j < K ? p[j].bits : 0u;
+        return uint4{h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16};
+    }
+    static __device__ __forceinline__ void split(const Raw &r, unsigned (*parts)[4])
+    {
+        parts[0][0] = r.x, parts[0][1] = r.y, parts[0][2] = r.z, parts[0][3] = r.w;
+    }
+};
+template <> struct kcu_mma_w<kcu_f16> {
+    enum { PW = 2, ON = 1, BK = 32 };
+    typedef uint4 Raw;
+    template <int K, int VEC> static __device__ __forceinline__ Raw load(const kcu_f16 *p, int k)
+    {
+        if (VEC == 8 && k < K) return __ldg(reinterpret_cast<const uint4 *>(p));
+        unsigned h[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) h[j] = k + j < K ? p[j].bits : 0u;
+        return uint4{h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16};
+    }
+    static __device__ __forceinline__ void split(const Raw &r, unsigned (*parts)[4])
+    {
+        const unsigned u[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            unsigned two[2];
+            kcu_split_pair<2>(kcu_half_bits(u[j] & 0xffffu), kcu_half_bits(u[j] >> 16), two);
+            parts[0][j] = two[0], parts[1][j] = two[1];
+        }
+    }
+};
+template <> struct kcu_mma_w<float> {
+    enum { PW = 3, ON = 1, BK = 32 };
+    struct Raw {
+        float4 lo, hi; /* weights k .. k+3, k+4 .. k+7 */
+    };
+    template <int K, int VEC> static __device__ __forceinline__ Raw load(const float *p, int k)
+    {
+        if (VEC == 4 && k < K) /* K % 4 == 0: k .. k+3 are in; k+4 .. k+7 too unless K ends there */
+            return Raw{__ldg(reinterpret_cast<const float4 *>(p)),
+                       K % 8 == 0 || k + 4 < K ? __ldg(reinterpret_cast<const float4 *>(p + 4)) : float4{}};
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j] = k + j < K ? p[j] : 0.0f;
+        return Raw{float4{v[0], v[1], v[2], v[3]}, float4{v[4], v[5], v[6], v[7]}};
+    }
+    static __device__ __forceinline__ void split(const Raw &r, unsigned (*parts)[4])
+    {
+        const float v[8] = {r.lo.x, r.lo.y, r.lo.z, r.lo.w, r.hi.x, r.hi.y, r.hi.z, r.hi.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            unsigned three[3];
+            kcu_split_pair<3>(v[2 * j], v[2 * j + 1], three);
+            parts[0][j] = three[0], parts[1][j] = three[1], parts[2][j] = three[2];
+        }
+    }
+};
+
+struct alignas(8) kcu_u2 {
+    unsigned x, y; /* two 32-bit words, loaded together */
+};
+
+/* The prefill matmul on tensor cores (the design above) on GRID blocks, PX
+ * parts of x (3: exact; fewer only for experiments), k blocks of BK (32 or
+ * 64), loaded PF blocks ahead (1 or 2). */
+template <typename W, int K, int N, int GRID, int PX, int BK, int PF, class Pro, class Epi>
+static __device__ __forceinline__ void kcu_matmul_mma(const int T, const float *__restrict__ x,
+                                                      const W *__restrict__ w, Pro &pro, const Epi &epi)
+{
+    typedef kcu_mma_w<W> MW;
+    typedef typename MW::Raw Raw;
+    enum {
+        PW = MW::PW,
+        VEC = (K * sizeof(W)) % 16 == 0 ? (int)kcu_vec<W>::N : 1, /* weight rows 16-byte aligned */
+        BM = 64,                /* tokens a tile */
+        BN = 64,                /* columns a tile */
+        S = BK / 16,            /* mma k slices a block */
+        CH = BK / 32,           /* x and weight chunks a thread loads a block */
+        PITCH = BK + 16,        /* words a pair of rows m, m + 8 takes in shared memory (BK + 16 padding) */
+        PLANE = BM / 2 * PITCH, /* words a part takes */
+        KFULL = K % BK == 0     /* no k block is partial */
+    };
+    static_assert((int)BM == (int)KCU_PRO_ROWS, "a tile's rows are one prologue's");
+    static_assert(PF == 1 || PF == 2, "one or two k blocks ahead");
+    static_assert(BK == 32 || BK == 64, "k blocks of 32 or 64");
+    /* Row (or column) m of a tile lies in pair 8 (m / 16) + m % 8, half h =
+     * m / 8 % 2; word j (k 2j, 2j + 1 of the k block) of it at
+     *   x parts: pair * PITCH + j / 2 * 4 + j % 2 * 2 + h
+     *   weight parts: pair * PITCH + j / 2 * 4 + h * 2 + j % 2
+     * so that one 16-byte load gives a lane (g, c) its A fragment (rows g,
+     * g + 8; words 8 s + 2 c, 8 s + 2 c + 1 as k 2c.. and 2c+8..), or the B
+     * fragments of two 8-column tiles (columns g, g + 8), registers in order;
+     * the 16-word padding puts the 8 lanes of each quarter of a warp on
+     * distinct banks. */
+    __shared__ uint4 smem4[(PX + PW) * PLANE / 4];
+    unsigned *const xs = reinterpret_cast<unsigned *>(smem4); /* [PX][PLANE] */
+    unsigned *const ws = xs + PX * PLANE;                     /* [PW][PLANE] */
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
+    const int wm = warp % 4 * 16, wn = warp / 4 * 32; /* the warp's tokens and columns in the tile */
+    /* loads: x rows xm, xm + 8 (pair xp), k xk + 32 i .. +3; weight column wc
+     * (pair wp, half wh), k wk + 32 i .. +7 */
+    const int xp = tid / 8, xm = xp / 8 * 16 + xp % 8, xk = tid % 8 * 4;
+    const int wc = tid / 4, wp = wc / 16 * 8 + wc % 8, wh = wc / 8 % 2, wk = tid % 4 * 8;
+    const bool xvec = K % 4 == 0 && (reinterpret_cast<unsigned long long>(x) & 15) == 0;
+    const int tiles_n = (N + BN - 1) / BN, tiles = tiles_n * ((T + BM - 1) / BM);
+    for (int tile = blockIdx.x; tile < tiles; tile += GRID) {
+        const long long row0 = (long long)(tile / tiles_n) * BM;
+        const int col0 = (tile % tiles_n) * BN;
+        pro.prepare(x, T, row0, BM);
+        const bool live[2] = {row0 + xm < T, row0 + xm + 8 < T};
+        const float *const xrow[2] = {x + (row0 + xm) * K + xk, x + (row0 + xm + 8) * K + xk};
+        const bool wlive = col0 + wc < N;
+        const W *const wrow = w + (long long)(wlive ? Epi::row(col0 + wc) : 0) * K + wk;
+        float hi[4][4], lo[4][4];
+#pragma unroll
+        for (int t = 0; t < 4; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) hi[t][e] = lo[t][e] = 0.0f;
+        /* this thread's share of the k block at k0 into xr, wr (zeros past T, N, K) */
+        auto load = [&](int k0, float (&xr)[CH][2][4], Raw (&wr)[CH]) {
+#pragma unroll
+            for (int i = 0; i < CH; i++) {
+                const int k = k0 + 32 * i;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    if (xvec && (KFULL || k + xk < K)) {
+                        const float4 v = live[h] ? __ldg(reinterpret_cast<const float4 *>(xrow[h] + k)) : float4{};
+                        xr[i][h][0] = v.x, xr[i][h][1] = v.y, xr[i][h][2] = v.z, xr[i][h][3] = v.w;
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < 4; j++)
+                            xr[i][h][j] = live[h] && k + xk + j < K ? __ldg(xrow[h] + k + j) : 0.0f;
+                    }
+                }
+                if (wlive)
+                    wr[i] = MW::template load<K, VEC>(wrow + k, k + wk);
+                else
+                    wr[i] = Raw{};
+            }
+        };
+        /* the k block at k0, loaded in xr, wr: into shared memory as parts,
+         * then (the block PF ahead loading into xr, wr meanwhile) the mma */
+        auto step = [&](int k0, float (&xr)[CH][2][4], Raw (&wr)[CH]) {
+            __syncthreads(); /* the previous block's fragments are read */
+#pragma unroll
+            for (int i = 0; i < CH; i++) {
+                const int k = k0 + 32 * i;
+                unsigned q[2][2][PX]; /* [row h][k pair][part] */
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const long long t = row0 + xm + 8 * h;
+                    float v[4];
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        v[j] = live[h] && (KFULL || k + xk + j < K) ? pro(xr[i][h][j], t, k + xk + j) : 0.0f;
+                    kcu_split_pair<PX>(v[0], v[1], q[h][0]);
+                    kcu_split_pair<PX>(v[2], v[3], q[h][1]);
+                }
+#pragma unroll
+                for (int p = 0; p < PX; p++)
+                    *reinterpret_cast<uint4 *>(xs + p * PLANE + xp * PITCH + (32 * i + xk) / 4 * 4) =
+                        uint4{q[0][0][p], q[1][0][p], q[0][1][p], q[1][1][p]};
+                unsigned parts[PW][4];
+                MW::split(wr[i], parts);
+#pragma unroll
+                for (int j = 0; j < PW; j++) {
+                    unsigned *const d = ws + j * PLANE + wp * PITCH + (32 * i + wk) / 4 * 4 + 2 * wh;
+                    *reinterpret_cast<kcu_u2 *>(d) = kcu_u2{parts[j][0], parts[j][1]};
+                    *reinterpret_cast<kcu_u2 *>(d + 4) = kcu_u2{parts[j][2], parts[j][3]};
+                }
+            }
+            __syncthreads();
+            if (k0 + PF * BK < K) load(k0 + PF * BK, xr, wr);
+            kcu_mma_frag<4, PX, PW> f[S];
+#pragma unroll
+            for (int s = 0; s < S; s++) {
+#pragma unroll
+                for (int i = 0; i < PX; i++) {
+                    const uint4 a = *reinterpret_cast<const uint4 *>(xs + i * PLANE + (wm / 2 + g) * PITCH + (4 * s + c) * 4);
+                    f[s].a[i][0] = a.x, f[s].a[i][1] = a.y, f[s].a[i][2] = a.z, f[s].a[i][3] = a.w;
+                }
+#pragma unroll
+                for (int tp = 0; tp < 2; tp++)
+#pragma unroll
+                    for (int j = 0; j < PW; j++) {
+                        const uint4 b = *reinterpret_cast<const uint4 *>(ws + j * PLANE + (wn / 2 + 8 * tp + g) * PITCH +
+                                                                        (4 * s + c) * 4);
+                        f[s].b[2 * tp][j][0] = b.x, f[s].b[2 * tp][j][1] = b.y;
+                        f[s].b[2 * tp + 1][j][0] = b.z, f[s].b[2 * tp + 1][j][1] = b.w;
+                    }
+            }
+            kcu_mma_warp<4, PX, PW, S>(hi, lo, f);
+        };
+        float xa[CH][2][4], xb[CH][2][4];
+        Raw wa[CH], wb[CH];
+        load(0, xa, wa);
+        if constexpr (PF == 1) {
+            for (int k0 = 0; k0 < K; k0 += BK) step(k0, xa, wa);
+        } else {
+            if (BK < K) load(BK, xb, wb);
+            for (int k0 = 0; k0 < K; k0 += 2 * BK) {
+                step(k0, xa, wa);
+                if (k0 + BK < K) step(k0 + BK, xb, wb);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            const int col = col0 + wn + 8 * t + 2 * c;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const long long tok = row0 + wm + g + 8 * h;
+                if (tok >= T) continue;
+                const float v0 = hi[t][2 * h] + lo[t][2 * h], v1 = hi[t][2 * h + 1] + lo[t][2 * h + 1];
+                if (col + 1 < N)
+                    epi.two(tok, Epi::row(col), v0, Epi::row(col + 1), v1);
+                else if (col < N)
+                    epi.one(tok, Epi::row(col), v0);
+            }
+        }
+    }
+}
+
+/* ---- matmul, prefill on CUDA cores (before sm_80) ----------------------------------------
+ *
+ * Tiles of 64 tokens x 64 columns, K in steps of 32 staged through shared
+ * memory (x through the prologue, weights converted to f32 there); each
+ * thread owns 4 x 4 outputs and sums over k in order with fused
+ * multiply-adds. Blocks take tiles blockIdx.x, blockIdx.x + GRID, ...
+ */
+template <typename W, int K, int N, int GRID, class Pro, class Epi>
+static __device__ __forceinline__ void kcu_matmul_fma(const int T, const float *__restrict__ x,
+                                                      const W *__restrict__ w, Pro &pro, const Epi &epi)
 {
     enum {
         B = KCU_MM_THREADS,
-        R = KCU_GEMV_R,
-        GT = KCU_GEMV_T,
         VEC = (K * sizeof(W)) % 16 == 0 ? (int)kcu_vec<W>::N : 1, /* rows 16-byte aligned: vector loads */
-        CHUNKS = K / VEC,
-        RPB = B / 32 * R, /* rows per block in the decode path */
-        GRID = (N + RPB - 1) / RPB,
         BM = 64,
         BN = 64,
         BK = 32,
         P = BM + 4 /* row pitch of the tiles in shared memory: rows stay 16-byte aligned */
     };
     const int tid = threadIdx.x;
-
-    if (T <= GT) {
-        const int lane = tid % 32, n0 = blockIdx.x * RPB + tid / 32 * R;
-        float acc[R][GT];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int t = 0; t < GT; t++) acc[r][t] = 0.0f;
-#pragma unroll 4
-        for (int c = lane; c < CHUNKS; c += 32) {
-            const int k = c * VEC;
-            float wv[R][VEC];
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                if (n0 + r < N) {
-                    kcu_chunk<W, VEC>::load(w + (long long)(n0 + r) * K + k, wv[r]);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < VEC; j++) wv[r][j] = 0.0f;
-                }
-            }
-#pragma unroll
-            for (int t = 0; t < GT; t++) {
-                if (t < T) {
-                    float xv[VEC];
-#pragma unroll
-                    for (int j = 0; j < VEC; j++) xv[j] = x[(long long)t * K + k + j];
-#pragma unroll
-                    for (int r = 0; r < R; r++)
-#pragma unroll
-                        for (int j = 0; j < VEC; j++) acc[r][t] = fmaf(xv[j], wv[r][j], acc[r][t]);
-                }
-            }
-        }
-        /* the warp's 32 partial sums of each (row, token); lane r * GT + t writes it */
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int t = 0; t < GT; t++) {
-                if (t < T) {
-                    float v = acc[r][t];
-#pragma unroll
-                    for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-                    if (lane == r * GT + t && n0 + r < N) out[(long long)t * N + n0 + r] = v;
-                }
-            }
-        return;
-    }
-
     __shared__ float4 smem4[2 * BK * P / 4];
     float *const smem = reinterpret_cast<float *>(smem4);
     float(*xs)[P] = reinterpret_cast<float(*)[P]>(smem);          /* [BK][P]: x tile, k-major */
@@ -204,6 +751,7 @@ static __device__ __forceinline__ void kcu_matmul(const int T, const float *__re
     for (int tile = blockIdx.x; tile < tiles; tile += GRID) {
         const long long row0 = (long long)(tile / tiles_n) * BM;
         const int col0 = (tile % tiles_n) * BN;
+        pro.prepare(x, T, row0, T - row0 < BM ? (int)(T - row0) : BM);
         float acc[4][4];
 #pragma unroll
         for (int i = 0; i < 4; i++)
@@ -213,7 +761,7 @@ static __device__ __forceinline__ void kcu_matmul(const int T, const float *__re
 #pragma unroll
             for (int i = 0; i < BM * BK / B; i++) {
                 const int e = tid + i * B, m = e / BK, kk = e % BK;
-                xs[kk][m] = row0 + m < T && k0 + kk < K ? x[(row0 + m) * K + k0 + kk] : 0.0f;
+                xs[kk][m] = row0 + m < T && k0 + kk < K ? pro(x[(row0 + m) * K + k0 + kk], row0 + m, k0 + kk) : 0.0f;
             }
             if (VEC > 1 && k0 + BK <= K) {
 #pragma unroll
@@ -222,7 +770,7 @@ static __device__ __forceinline__ void kcu_matmul(const int T, const float *__re
                     if (e >= BN * BK / VEC) break;
                     float v[VEC];
                     if (col0 + c < N) {
-                        kcu_chunk<W, VEC>::load(w + (long long)(col0 + c) * K + k0 + kk, v);
+                        kcu_chunk<W, VEC>::load(w + (long long)Epi::row(col0 + c) * K + k0 + kk, v);
                     } else {
 #pragma unroll
                         for (int j = 0; j < VEC; j++) v[j] = 0.0f;
@@ -234,7 +782,7 @@ static __device__ __forceinline__ void kcu_matmul(const int T, const float *__re
 #pragma unroll
                 for (int i = 0; i < BN * BK / B; i++) {
                     const int e = tid + i * B, c = e / BK, kk = e % BK;
-                    ws[kk][c] = col0 + c < N && k0 + kk < K ? kcu_f(w[(long long)(col0 + c) * K + k0 + kk]) : 0.0f;
+                    ws[kk][c] = col0 + c < N && k0 + kk < K ? kcu_f(w[(long long)Epi::row(col0 + c) * K + k0 + kk]) : 0.0f;
                 }
             }
             __syncthreads();
@@ -255,10 +803,385 @@ static __device__ __forceinline__ void kcu_matmul(const int T, const float *__re
             const long long t = row0 + ty * 4 + i;
             if (t >= T) break;
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
+            for (int j = 0; j < 4; j += 2) {
                 const int c = col0 + tx * 4 + j;
-                if (c < N) out[t * N + c] = acc[i][j];
+                if (c + 1 < N)
+                    epi.two(t, Epi::row(c), acc[i][j], Epi::row(c + 1), acc[i][j + 1]);
+                else if (c < N)
+                    epi.one(t, Epi::row(c), acc[i][j]);
             }
         }
     }
 }
+
+/* The matmul (the section's head, above, says how). */
+/* The decode path (T <= KCU_GEMV_T; a longer step is taken KCU_GEMV_T
+ * tokens at a time, correct but slow): its own kernel, so that its
+ * registers and occupancy are not the tiled path's. */
+template <typename W, int K, int N, class Pro, class Epi>
+static __device__ __forceinline__ void kcu_matmul_small(const int T, const float *__restrict__ x,
+                                                        const W *__restrict__ w, Pro pro, const Epi &epi)
+{
+    enum {
+        B = KCU_MM_THREADS,
+        R = KCU_GEMV_R,
+        GT = KCU_GEMV_T,
+        VEC = (K * sizeof(W)) % 16 == 0 ? (int)kcu_vec<W>::N : 1, /* rows 16-byte aligned: vector loads */
+        CHUNKS = K / VEC,
+        RPB = B / 32 * R /* columns per block */
+    };
+    const int tid = threadIdx.x;
+    const int lane = tid % 32, c0 = blockIdx.x * RPB + tid / 32 * R;
+    int rows[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) rows[r] = c0 + r < N ? Epi::row(c0 + r) : -1;
+    for (int t0 = 0; t0 < T; t0 += GT) {
+        const int TT = T - t0 < GT ? T - t0 : GT;
+        pro.prepare(x, T, t0, TT);
+        float acc[R][GT];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < GT; t++) acc[r][t] = 0.0f;
+#pragma unroll 4
+        for (int c = lane; c < CHUNKS; c += 32) {
+            const int k = c * VEC;
+            float wv[R][VEC];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (rows[r] >= 0) {
+                    kcu_chunk<W, VEC>::load(w + (long long)rows[r] * K + k, wv[r]);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < VEC; j++) wv[r][j] = 0.0f;
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < GT; t++) {
+                if (t < TT) {
+                    float xv[VEC];
+                    kcu_xload<VEC>(x + (long long)(t0 + t) * K + k, xv);
+#pragma unroll
+                    for (int j = 0; j < VEC; j++) xv[j] = pro(xv[j], t0 + t, k + j);
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+#pragma unroll
+                        for (int j = 0; j < VEC; j++) acc[r][t] = fmaf(xv[j], wv[r][j], acc[r][t]);
+                }
+            }
+        }
+        /* the warp's 32 partial sums of each (column, token), totalled in every lane */
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < GT; t++) {
+                if (t < TT) {
+#pragma unroll
+                    for (int m = 16; m > 0; m >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], m);
+                }
+            }
+        /* lane t hands token t's pair to the epilogue (one call site: the epilogue is compiled once) */
+        float v0 = 0.0f, v1 = 0.0f;
+#pragma unroll
+        for (int t = 0; t < GT; t++)
+            if (lane == t) v0 = acc[0][t], v1 = acc[1][t];
+        if (lane < TT) {
+            if (rows[1] >= 0)
+                epi.two(t0 + lane, rows[0], v0, rows[1], v1);
+            else if (rows[0] >= 0)
+                epi.one(t0 + lane, rows[0], v0);
+        }
+    }
+}
+
+/* The prefill path (T > KCU_GEMV_T): tensor cores where the weights allow
+ * (kcu_matmul_mma), else CUDA-core tiles (kcu_matmul_fma). */
+template <typename W, int K, int N, class Pro, class Epi>
+static __device__ __forceinline__ void kcu_matmul_large(const int T, const float *__restrict__ x,
+                                                        const W *__restrict__ w, Pro pro, const Epi &epi)
+{
+    enum { GRID = (N + KCU_MM_THREADS / 32 * KCU_GEMV_R - 1) / (KCU_MM_THREADS / 32 * KCU_GEMV_R) };
+#if KCU_MMA
+    if constexpr (kcu_mma_w<W>::ON)
+        kcu_matmul_mma<W, K, N, GRID, 3, kcu_mma_w<W>::BK, 1>(T, x, w, pro, epi);
+    else
+#endif
+        kcu_matmul_fma<W, K, N, GRID>(T, x, w, pro, epi);
+}
+
+/* Both paths in one kernel, chosen by T (the generated code launches
+ * kcu_matmul_small and kcu_matmul_large as two kernels instead). */
+template <typename W, int K, int N, class Pro, class Epi>
+static __device__ __forceinline__ void kcu_matmul(const int T, const float *__restrict__ x, const W *__restrict__ w,
+                                                  Pro pro, const Epi &epi)
+{
+    if (T <= KCU_GEMV_T)
+        kcu_matmul_small<W, K, N>(T, x, w, pro, epi);
+    else
+        kcu_matmul_large<W, K, N>(T, x, w, pro, epi);
+}
+
+/* ==== attention over the paged KV cache (codegen/cuda/kcu_emit_attention.c) ============== */
+/* Everything from here to the end of the file is the attention kernel's; the design, its
+ * cost and its determinism are described at kcu_emit_attention. */
+
+/* A barrier for the lanes of one warp. The CPU emulator (tests/cuda/emu_shim.h) has no warps:
+ * there it is the block's barrier, so, as a shuffle, every thread of the block must reach it
+ * the same number of times. */
+__device__ __forceinline__ void kcu_syncwarp()
+{
+#ifdef KILN_EMU_SHIM_H
+    __syncthreads();
+#else
+    __syncwarp();
+#endif
+}
+
+/* VEC consecutive floats of the KV cache (VEC 4: one 16-byte load, p 16-byte aligned). */
+template <int VEC> struct kcu_kv_load {
+    static __device__ __forceinline__ void load(const float *p, float *o)
+    {
+        const float4 v = __ldg(reinterpret_cast<const float4 *>(p));
+        o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+    }
+};
+template <> struct kcu_kv_load<1> {
+    static __device__ __forceinline__ void load(const float *p, float *o) { o[0] = __ldg(p); }
+};
+
+/* kcu_log2<N>::V: log2 of a power of two. */
+template <int N> struct kcu_log2 {
+    enum { V = 1 + kcu_log2<N / 2>::V };
+};
+template <> struct kcu_log2<1> {
+    enum { V = 0 };
+};
+
+/* The K and V rows of positions [p0, p0 + n) of a sequence (slots through its block table;
+ * first is table[p0 / block_size], read ahead by the caller), this lane's dims of each
+ * (kcu_attention's layout), into kr and vr; rows from n on are zeros (n <= 0: all). The loads
+ * are all issued before any is used. */
+template <int KH, int DK, int DV, int P, int VK, int CK, int VV, int CV>
+static __device__ __forceinline__ void kcu_att_rows(const float *__restrict__ kbase, const float *__restrict__ vbase,
+                                                    const int *__restrict__ table, const int block_size,
+                                                    const int p0, const int n, const int first, const int lane,
+                                                    float (&kr)[P][CK * VK], float (&vr)[P][CV * VV])
+{
+    int b = 0, o = 0;
+    long long base = 0;
+    if (n > 0) {
+        b = p0 / block_size, o = p0 % block_size;
+        base = (long long)first * block_size;
+    }
+#pragma unroll
+    for (int j = 0; j < P; j++) {
+#pragma unroll
+        for (int i = 0; i < CK * VK; i++) kr[j][i] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < CV * VV; i++) vr[j][i] = 0.0f;
+        if (j < n) {
+            const long long slot = base + o;
+#pragma unroll
+            for (int c = 0; c < CK; c++)
+                if ((c * 32 + lane) * VK < DK)
+                    kcu_kv_load<VK>::load(kbase + slot * (KH * DK) + (c * 32 + lane) * VK, &kr[j][c * VK]);
+#pragma unroll
+            for (int c = 0; c < CV; c++)
+                if ((c * 32 + lane) * VV < DV)
+                    kcu_kv_load<VV>::load(vbase + slot * (KH * DV) + (c * 32 + lane) * VV, &vr[j][c * VV]);
+            if (++o == block_size && j + 1 < n) o = 0, base = (long long)table[++b] * block_size;
+        }
+    }
+}
+
+/*
+ * kcu_attention: causal attention of token blockIdx.x, q heads [blockIdx.y * HB, + HB) (one kv
+ * head: HB divides H / KH), over positions [lo, pos] of its sequence in the paged cache.
+ * Launched with NW warps a block. Shapes: q [T, H, DK], kc [slots, KH, DK], vc [slots, KH, DV],
+ * out [T, H, DV]. P positions a warp step, P * HB <= 32, all powers of two.
+ */
+template <int H, int KH, int DK, int DV, int HB, int P, int NW, int WINDOW>
+static __device__ __forceinline__ void kcu_attention(const float *__restrict__ q, const float *__restrict__ kc,
+                                                     const float *__restrict__ vc, float *__restrict__ out,
+                                                     const int *__restrict__ positions,
+                                                     const int *__restrict__ table_off,
+                                                     const int *__restrict__ tables, const int block_size,
+                                                     const float scale, const float softcap)
+{
+    enum {
+        GROUP = H / KH,
+        VK = DK % 4 == 0 && DK >= 128 ? 4 : 1, /* floats a lane loads at once from a K row */
+        CK = (DK / VK + 31) / 32,              /* loads a lane makes of each K row */
+        VV = DV % 4 == 0 && DV >= 128 ? 4 : 1, /* the same for V rows */
+        CV = (DV / VV + 31) / 32,
+        NV = P * HB,  /* scores of a warp step: position j, head h is score j * HB + h */
+        RL = 32 / NV, /* lanes that hold each score once reduced: lane l holds score l / RL */
+        LNV = kcu_log2<NV>::V,
+        LP = kcu_log2<P>::V,
+        NT = 32 * NW
+    };
+    __shared__ float pbuf[2][NW][NV + HB]; /* a step's probabilities, then its rescaling factors, by step parity */
+    __shared__ float mbuf[NW][HB];         /* each warp's running maximum per head */
+    __shared__ double lbuf[NW][NV];        /* each warp's sums of exponentials, per score slot */
+    __shared__ float abuf[NW][HB][DV];     /* each warp's accumulated outputs */
+    __shared__ double fbuf[NW][HB];        /* each warp's weight in the combination, per head */
+    __shared__ double wbuf[NW][HB];        /* each warp's sum of exponentials, weighted so */
+    const float ninf = -__int_as_float(0x7f800000);
+    const int t = blockIdx.x, h0 = blockIdx.y * HB, kh = h0 / GROUP;
+    const int tid = threadIdx.x, w = tid / 32, lane = tid % 32;
+    const int pos = positions[t];
+    const int lo = WINDOW > 0 && pos - WINDOW + 1 > 0 ? pos - WINDOW + 1 : 0;
+    const int len = pos - lo + 1;
+    const int *table = tables + table_off[t];
+    const float *kbase = kc + kh * DK, *vbase = vc + kh * DV;
+
+    /* the lane's dims of q: dims (c * 32 + lane) * VK + e */
+    float qr[HB][CK * VK];
+#pragma unroll
+    for (int h = 0; h < HB; h++)
+#pragma unroll
+        for (int c = 0; c < CK; c++)
+#pragma unroll
+            for (int e = 0; e < VK; e++) {
+                const int d = (c * 32 + lane) * VK + e;
+                qr[h][c * VK + e] = d < DK ? q[((long long)t * H + h0 + h) * DK + d] : 0.0f;
+            }
+    float acc[HB][CV * VV];
+#pragma unroll
+    for (int h = 0; h < HB; h++)
+#pragma unroll
+        for (int i = 0; i < CV * VV; i++) acc[h][i] = 0.0f;
+    const int mk = lane / RL, mh = mk % HB, mj = mk / HB; /* the score this lane holds */
+    float m = ninf; /* running maximum of head mh's scores (the same in each of its lanes) */
+    double l = 0.0; /* sum of exponentials (expf) of this lane's scores, rescaled as m grows */
+
+    /* warp w takes steps of P positions w, w + NW, ...: the same number of rounds in every warp */
+    const int steps = (len + P - 1) / P, rounds = (steps + NW - 1) / NW;
+    int first = w * P < len ? table[(lo + w * P) / block_size] : 0; /* block of the step's first position */
+    for (int r = 0; r < rounds; r++) {
+        const int j0 = (r * NW + w) * P, n = len - j0 < P ? len - j0 : P; /* n <= 0: no positions */
+        /* the next step's first block, read a step ahead: its latency overlaps this one */
+        const int next = j0 + NW * P < len ? table[(lo + j0 + NW * P) / block_size] : 0;
+        float kr[P][CK * VK], vr[P][CV * VV];
+        kcu_att_rows<KH, DK, DV, P, VK, CK, VV, CV>(kbase, vbase, table, block_size, lo + j0, n, first, lane, kr, vr);
+        first = next;
+        /* the lane's part of each dot product, its dims in order */
+        float s[NV];
+#pragma unroll
+        for (int j = 0; j < P; j++)
+#pragma unroll
+            for (int h = 0; h < HB; h++) {
+                float a = 0.0f;
+#pragma unroll
+                for (int i = 0; i < CK * VK; i++) a = fmaf(qr[h][i], kr[j][i], a);
+                s[j * HB + h] = a;
+            }
+        /* the warp's sums, a fixed tree: halving (lane bit 16, 8, ... picks the half it keeps)
+         * until one score a lane, then a butterfly over the RL lanes that share it */
+#pragma unroll
+        for (int st = 0; st < LNV; st++) {
+            const int nv = NV >> (st + 1), mask = 16 >> st;
+            const bool hi = (lane & mask) != 0;
+#pragma unroll
+            for (int i = 0; i < nv; i++) {
+                const float lo_half = s[i], hi_half = s[i + nv];
+                const float keep = hi ? hi_half : lo_half, send = hi ? lo_half : hi_half;
+                s[i] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+            }
+        }
+#pragma unroll
+        for (int st = LNV; st < 5; st++) s[0] += __shfl_xor_sync(0xffffffffu, s[0], 16 >> st);
+        float sc = s[0] * scale;
+        if (softcap > 0.0f) sc = softcap * (float)tanh((double)(sc / softcap));
+        if (mj >= n) sc = ninf;
+        /* online softmax: the step's maximum of head mh (over the lanes of its positions) */
+        float cm = sc;
+#pragma unroll
+        for (int st = 0; st < LP; st++) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 16 >> st));
+        const float mn = fmaxf(m, cm);
+        const float alpha = mn == ninf ? 1.0f : expf(m - mn);
+        const float p = sc == ninf ? 0.0f : expf(sc - mn);
+        l = l * alpha + p;
+        m = mn;
+        float *pb = pbuf[r & 1][w];
+        if (lane % RL == 0) pb[mk] = p;
+        if (lane % RL == 0 && mj == 0) pb[NV + mh] = alpha;
+        kcu_syncwarp();
+        /* acc = acc * alpha + sum_j p_j v_j, positions in order */
+#pragma unroll
+        for (int h = 0; h < HB; h++) {
+            const float a = pb[NV + h];
+#pragma unroll
+            for (int i = 0; i < CV * VV; i++) acc[h][i] *= a;
+        }
+#pragma unroll
+        for (int j = 0; j < P; j++)
+            if (j < n)
+#pragma unroll
+                for (int h = 0; h < HB; h++) {
+                    const float pj = pb[j * HB + h];
+#pragma unroll
+                    for (int i = 0; i < CV * VV; i++) acc[h][i] = fmaf(pj, vr[j][i], acc[h][i]);
+                }
+    }
+
+    /* the warps' states combined in warp order, in double: out = sum_w acc_w f_w / sum_w l_w f_w,
+     * f_w = e^(m_w - M), M the largest m_w */
+    if (lane % RL == 0) lbuf[w][mk] = l;
+    if (lane % RL == 0 && mj == 0) mbuf[w][mh] = m;
+#pragma unroll
+    for (int h = 0; h < HB; h++)
+#pragma unroll
+        for (int c = 0; c < CV; c++)
+#pragma unroll
+            for (int e = 0; e < VV; e++) {
+                const int d = (c * 32 + lane) * VV + e;
+                if (d < DV) abuf[w][h][d] = acc[h][c * VV + e];
+            }
+    __syncthreads();
+    if (tid < NW * HB) { /* one thread a (warp, head) */
+        const int v = tid / HB, h = tid % HB;
+        float mx = ninf;
+        for (int u = 0; u < NW; u++) mx = fmaxf(mx, mbuf[u][h]);
+        double lw = 0.0;
+        for (int j = 0; j < P; j++) lw += lbuf[v][j * HB + h];
+        const double f = mbuf[v][h] == ninf ? 0.0 : exp((double)(mbuf[v][h] - mx)); /* 0: a warp with no position */
+        fbuf[v][h] = f;
+        wbuf[v][h] = lw * f;
+    }
+    __syncthreads();
+    for (int i = tid; i < HB * DV; i += NT) {
+        const int h = i / DV, d = i % DV;
+        double sum = 0.0, o = 0.0;
+        for (int v = 0; v < NW; v++) {
+            sum += wbuf[v][h];
+            o += (double)abuf[v][h][d] * fbuf[v][h];
+        }
+        out[((long long)t * H + h0 + h) * DV + d] = (float)(o / sum);
+    }
+}
+/* The attention kernel's body: kcu_attention over HBW heads a block (sharing their K and V
+ * reads) when that still makes KCU_ATT_WIDE blocks or more (prefill, batched decode), else one
+ * head a block (decode of few tokens: H blocks a token, to spread the reads over more of the
+ * GPU). Launched on [T, H] blocks of 32 * NW threads; blocks past H / HBW return at once in the
+ * first way. Either way is deterministic; they may round differently, so a token's result can
+ * depend on the step's T (as kcu_matmul's). */
+enum { KCU_ATT_WIDE = 128 };
+template <int H, int KH, int DK, int DV, int HBW, int PW, int P1, int NW, int WINDOW>
+static __device__ __forceinline__ void kcu_attention_kernel(const int T, const float *__restrict__ q,
+                                                            const float *__restrict__ kc, const float *__restrict__ vc,
+                                                            float *__restrict__ out, const int *__restrict__ positions,
+                                                            const int *__restrict__ table_off,
+                                                            const int *__restrict__ tables, const int block_size,
+                                                            const float scale, const float softcap)
+{
+    if (HBW > 1 && (long long)T * (H / HBW) >= KCU_ATT_WIDE) {
+        if (blockIdx.y < H / HBW)
+            kcu_attention<H, KH, DK, DV, HBW, PW, NW, WINDOW>(q, kc, vc, out, positions, table_off, tables, block_size,
+                                                              scale, softcap);
+    } else {
+        kcu_attention<H, KH, DK, DV, 1, P1, NW, WINDOW>(q, kc, vc, out, positions, table_off, tables, block_size, scale,
+                                                        softcap);
+    }
+}
+/* ==== end of attention ================================================================ */

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # kiln run's session options on the CPU: the context limit, the KV-cache size flags and what
-# happens when the cache runs out, each with its message.
+# happens when the cache runs out, each with its message; --profile's step times.
 # (The same flags on a CUDA engine: tests/cuda/cuda_runtime.sh.)
 . "$(dirname "$0")/lib.sh"
 ts="$KILN_SHARED/models/tinystories-656k"
@@ -33,6 +33,14 @@ out=$("$KILN_BIN" run "$e" --ids "$(seq -s, 1 30)" -n 3 --kv-blocks 3 --no-cuda-
 expect_same "three blocks suffice" "$want" "$out"
 [[ "$(cat "$work/err")" =~ ^kiln:\ prompt\ tokens\ 30,\ generated\ tokens\ 3, ]] && passes=$((passes+1)) \
   || { echo "FAIL: stderr of a CPU run: $(cat "$work/err")"; failures=$((failures+1)); }
+
+# --profile on the CPU: whole steps timed, prefill (over 8 tokens) and decode apart; kernels are for CUDA engines
+out=$("$KILN_BIN" run "$e" --ids "$(seq -s, 1 12)" -n 3 --profile 2>"$work/err")
+expect_same "ids with --profile" "$("$KILN_BIN" run "$e" --ids "$(seq -s, 1 12)" -n 3 2>/dev/null)" "$out"
+expect_same "profile on the CPU" "kiln: profile: 1 prefill step (12 tokens; > 8 tokens a step): host time
+kiln: profile: 2 decode steps (2 tokens; <= 8 tokens a step): host time
+kiln: profile: kernels are timed on CUDA engines (kiln build --target sm_XX); this one runs on the CPU interpreter, whose steps are timed above" \
+  "$(grep '^kiln: profile' "$work/err" | sed 's/: host time .*/: host time/')"
 
 expect_fail verify-target "kiln verify: error: target 'tpu': verify runs on cpu or CUDA architectures (sm_90, ...)" -- \
   "$KILN_BIN" verify "$ts" --target tpu

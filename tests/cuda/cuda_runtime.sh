@@ -8,6 +8,12 @@
 #    draws on the device equal to --host-sampling's and to the CPU engine's greedy ids;
 #    the KV cache sized from the device's free memory and reported; out-of-memory messages
 #    (a KV cache that cannot fit, weights that cannot fit); the context limit;
+#  - the activations: one allocation of the memory plan's mem.arena_bytes (the stand-in lists
+#    its allocations); a step over the plan's mem.max_tokens refused as the CPU engine refuses
+#    it; an engine built without a plan (--passes none) runs with a buffer per value; the
+#    arena not fitting the device;
+#  - kiln run --profile: no graphs, every launch timed (the stand-in's count), the same logits,
+#    a table per kind of step;
 #  - kiln verify --target sm_90: the fused CUDA engine against the unfused interpreter.
 . "$(dirname "$0")/../cli/lib.sh"
 : "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}" "${KILN_TEST_SESSION:?}"
@@ -18,8 +24,24 @@ fi
 "$KILN_BIN" build "$model" --target sm_90 --emit-source "$work/src" -o "$work/cu.engine" \
   && "$KILN_BIN" build "$model" -o "$work/cpu.engine" || { echo "FAIL build"; exit 1; }
 # with alignment checks: a GPU faults on a misaligned access that the CPU forgives
-"$KILN_GXX" -O2 -w -shared -fPIC -fno-strict-aliasing -fsanitize=alignment -fno-sanitize-recover=alignment \
-  -include "$KILN_EMU_SHIM" -x c++ "$work"/src/*.cu -o "$work/kernels.so" || { echo "FAIL: g++"; exit 1; }
+compile_kernels() { # SRC_DIR OUT.so
+  "$KILN_GXX" -O2 -w -shared -fPIC -fno-strict-aliasing -fsanitize=alignment -fno-sanitize-recover=alignment \
+    -include "$KILN_EMU_SHIM" -x c++ "$1"/*.cu -o "$2"
+}
+compile_kernels "$work/src" "$work/kernels.so" || { echo "FAIL: g++"; exit 1; }
+# two more engines, built meanwhile: a plan for 4 tokens a step, and no plan at all
+( "$KILN_BIN" build "$model" --target sm_90 --max-tokens 4 --emit-source "$work/src4" -o "$work/cu4.engine" \
+    && compile_kernels "$work/src4" "$work/kernels4.so" ) >"$work/extra4.log" 2>&1 &
+extra4=$!
+( "$KILN_BIN" build "$model" --target sm_90 --passes none --emit-source "$work/src0" -o "$work/cu0.engine" \
+    && compile_kernels "$work/src0" "$work/kernels0.so" ) >"$work/extra0.log" 2>&1 &
+extra0=$!
+# the engine's memory plan (graph params mem.*) and its weights' bytes, as kiln inspect shows them
+"$KILN_BIN" inspect "$work/cu.engine" >"$work/inspect.txt" || { echo "FAIL: kiln inspect"; exit 1; }
+arena=$(awk '$1 == "mem.arena_bytes" { print $2 }' "$work/inspect.txt")
+plan_tokens=$(awk '$1 == "mem.max_tokens" { print $2 }' "$work/inspect.txt")
+weight_bytes=$(awk '$1 == "weights:" { print $4 }' "$work/inspect.txt")
+[ -n "$arena" ] && [ -n "$plan_tokens" ] && [ -n "$weight_bytes" ] || { echo "FAIL: no memory plan in the engine"; exit 1; }
 export KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$work/kernels.so"
 cu="$work/cu.engine"
 
@@ -35,6 +57,34 @@ expect_same "graphs used" "2 graphs captured, 6 graph launches" \
   "$(grep -o '[0-9]* graphs captured, [0-9]* graph launches' "$work/g.err")"
 expect_same "no graphs" "0 graphs captured, 0 graph launches" \
   "$(grep -o '[0-9]* graphs captured, [0-9]* graph launches' "$work/n.err")"
+# the activations: one allocation of the plan's arena, for the prefill and every decode step
+expect_same "the arena allocated once, at the plan's size" "1" \
+  "$(grep '^emu_libcuda: allocations' "$work/g.err" | tr ' ' '\n' | grep -c "^$arena\$")"
+
+# --profile: every kernel launched and timed, the same logits, tables per kind of step
+p=$(KILN_EMU_STATS=1 "$KILN_BIN" run "$cu" --ids $ids -n 6 --logits-out "$work/p.f32" --profile 2>"$work/p.err")
+expect_same "ids with --profile" "$a" "$p"
+cmp -s "$work/g.f32" "$work/p.f32" && passes=$((passes+1)) || { echo "FAIL: logits differ with --profile"; failures=$((failures+1)); }
+expect_same "no graphs when profiling" "0 graphs captured, 0 graph launches" \
+  "$(grep -o '[0-9]* graphs captured, [0-9]* graph launches' "$work/p.err")"
+expect_same "profile: the arena" \
+  "kiln: profile: activations: one arena of $arena bytes (the memory plan, for steps of up to $plan_tokens tokens)" \
+  "$(grep '^kiln: profile: activations' "$work/p.err")"
+expect_same "profile: kinds of step" \
+  "kiln: profile: 1 prefill step (9 tokens; > 8 tokens a step): host time
+kiln: profile: 5 decode steps (5 tokens; <= 8 tokens a step): host time
+kiln: profile: 1 prefill step (9 tokens; > 8 tokens a step): device time
+kiln: profile: 5 decode steps (5 tokens; <= 8 tokens a step): device time" \
+  "$(grep -o '^kiln: profile: [0-9].* time' "$work/p.err")"
+# the tables count every launch the stand-in ran (kernels and draws), rows sorted by total time
+launched=$(grep -o '[0-9]* kernel launches' "$work/p.err" | cut -d' ' -f1)
+counted=$(awk '$1 == "(all" { n += $3 } END { print n }' "$work/p.err")
+expect_same "profile: every launch timed" "$launched" "$counted"
+sorted=$(awk '/^  kernel / { t = 1; prev = ""; next } /^  \(all/ { t = 0 } t {
+  if (prev != "" && $3 + 0 > prev + 0) bad = 1; prev = $3 } END { print bad ? "unsorted" : "sorted" }' "$work/p.err")
+expect_same "profile: rows by total time" "sorted" "$sorted"
+grep -q '^  krt_draw  *5 .*the next tokens. draws$' "$work/p.err" && grep -q 'matmul \[fuse [0-9]*: ' "$work/p.err" \
+  && passes=$((passes+1)) || { echo "FAIL: profile rows:"; cat "$work/p.err"; failures=$((failures+1)); }
 
 # draws on the device: the host's, and the CPU engine's greedy ids
 for smp in "--temperature 0" "--temperature 0.8 --top-k 40 --top-p 0.95 --seed 3" "--temperature 1.2 --seed 9"; do
@@ -48,8 +98,9 @@ expect_same "greedy ids = the CPU engine's" "$("$KILN_BIN" run "$work/cpu.engine
 err=$("$KILN_BIN" run "$cu" --ids 1 -n 1 2>&1 >/dev/null | head -1)
 [[ "$err" =~ ^kiln:\ KV\ cache\ on\ kiln\ CPU\ emulator:\ 512\ blocks\ of\ 16\ positions\ \(8\.0\ MiB\),\ at\ most\ 0\.9\ of\ the\ 8\.0\ GiB\ free$ ]] \
   && passes=$((passes+1)) || { echo "FAIL: KV report: $err"; failures=$((failures+1)); }
-# a small device: fewer blocks than a full context of 16 sequences needs
-err=$(KILN_EMU_MEM=8M "$KILN_BIN" run "$cu" --ids 1 -n 1 --kv-fraction 0.5 2>&1 >/dev/null | head -1)
+# a small device (4 MiB free after the weights and the activations): fewer blocks than a full
+# context of 16 sequences needs
+err=$(KILN_EMU_MEM=$(( weight_bytes + arena + (4 << 20) )) "$KILN_BIN" run "$cu" --ids 1 -n 1 --kv-fraction 0.5 2>&1 >/dev/null | head -1)
 [[ "$err" =~ ^kiln:\ KV\ cache\ on\ kiln\ CPU\ emulator:\ [0-9]+\ blocks\ of\ 16\ positions\ \([0-9.]+\ MiB\),\ at\ most\ 0\.5\ of\ the\ [0-9.]+\ MiB\ free$ ]] \
   && [ "$(echo "$err" | awk '{print $8}')" -lt 512 ] && passes=$((passes+1)) \
   || { echo "FAIL: KV report on a small device: $err"; failures=$((failures+1)); }
@@ -63,10 +114,24 @@ expect_fail kv-does-not-fit-end "free on the device (kiln CPU emulator): ask for
   "$KILN_BIN" run "$cu" --ids 1 --kv-blocks 1000000
 expect_fail weights-do-not-fit "bytes for the weights: CUDA_ERROR_OUT_OF_MEMORY: out of memory" -- \
   env KILN_EMU_MEM=1M "$KILN_BIN" run "$cu" --ids 1
-expect_fail acts-do-not-fit "bytes of activations for 64 tokens: CUDA_ERROR_OUT_OF_MEMORY: out of memory" -- \
-  env KILN_EMU_MEM=8M "$KILN_BIN" run "$cu" --ids 1,2 -n 2 --kv-fraction 1
+# the weights fit, the arena does not
+expect_fail acts-do-not-fit "cuda: error: cannot allocate $arena bytes of activations for steps of up to $plan_tokens tokens (the engine's memory plan; kiln build --max-tokens N plans for fewer): CUDA_ERROR_OUT_OF_MEMORY: out of memory" -- \
+  env KILN_EMU_MEM=$(( weight_bytes + arena / 2 )) "$KILN_BIN" run "$cu" --ids 1,2 -n 2
 expect_fail over-limit "kiln: error: a context of 600 positions is over the engine's limit of 512" -- \
   "$KILN_BIN" run "$cu" --ids 1 --max-context 600
+
+# a plan for 4 tokens: a 5-token step is refused, as the CPU engine refuses it; 3 tokens run
+wait $extra4 || { echo "FAIL: the 4-token engine:"; cat "$work/extra4.log"; exit 1; }
+expect_fail over-plan "llama: error: a step of 5 tokens is more than the 4 the engine's memory plan holds" -- \
+  env KILN_EMU_KERNELS="$work/kernels4.so" "$KILN_BIN" run "$work/cu4.engine" --ids 1,7,12,31,5
+expect_same "4-token plan: ids" "$("$KILN_BIN" run "$cu" --ids 1,7,12 -n 3 2>/dev/null)" \
+  "$(KILN_EMU_KERNELS="$work/kernels4.so" "$KILN_BIN" run "$work/cu4.engine" --ids 1,7,12 -n 3 2>/dev/null)"
+# no plan (--passes none): a buffer per value, the CPU engine's greedy ids
+wait $extra0 || { echo "FAIL: the engine without a plan:"; cat "$work/extra0.log"; exit 1; }
+out=$(KILN_EMU_KERNELS="$work/kernels0.so" "$KILN_BIN" run "$work/cu0.engine" --ids $ids -n 6 --profile 2>"$work/0.err")
+expect_same "no plan: greedy ids = the CPU engine's" "$a" "$out"
+grep -q '^kiln: profile: activations: [0-9]* bytes, a buffer per value for steps of up to 9 tokens (the engine has no memory plan)$' \
+  "$work/0.err" && passes=$((passes+1)) || { echo "FAIL: no plan: $(cat "$work/0.err")"; failures=$((failures+1)); }
 
 # verify on the CUDA backend: every value the engine computes, copied back and compared
 out=$("$KILN_BIN" verify "$model" --target sm_90 --tokens 12 --steps 2); rc=$?

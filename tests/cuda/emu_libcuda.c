@@ -27,7 +27,10 @@
  * backend must queue none. KILN_EMU_MEM sets the device's memory (bytes,
  * or with a K, M or G suffix; default 8G): cuMemAlloc fails with
  * CUDA_ERROR_OUT_OF_MEMORY past it and cuMemGetInfo reports what is left.
- * KILN_EMU_STATS=1 prints the launches, captures and graph launches at exit.
+ * KILN_EMU_STATS=1 prints the launches, captures and graph launches at exit,
+ * and the size of every allocation, in order. Events record the host's
+ * monotonic clock when they are recorded (the work before them has run by
+ * then), so cuEventElapsedTime times the emulated kernels.
  *
  * A driver holds process-wide state, and so does this stand-in (the
  * statics below): it is a test fixture, not part of kiln.
@@ -40,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <ucontext.h>
 
 typedef struct emu_dim3 {
@@ -100,8 +104,10 @@ int cuCtxSetCurrent(void *ctx) { return ctx == &emu.ctx_token ? 0 : EMU_INVALID;
 /* ---- device memory: host memory behind a header that holds its size -------------------- */
 enum { MEM_HEADER = 64 };
 static struct {
-    size_t limit; /* the device's bytes (KILN_EMU_MEM), 0 until read */
-    size_t used;  /* allocated now */
+    size_t limit;   /* the device's bytes (KILN_EMU_MEM), 0 until read */
+    size_t used;    /* allocated now */
+    size_t *sizes;  /* every allocation's size, in order (for KILN_EMU_STATS) */
+    size_t n_sizes; /* how many */
 } emu_mem;
 
 static size_t mem_limit(void)
@@ -126,6 +132,8 @@ int cuMemAlloc_v2(uint64_t *p, size_t bytes)
     memcpy(m, &bytes, sizeof bytes);
     memset(m + MEM_HEADER, 0xff, bytes);
     emu_mem.used += bytes;
+    size_t *sizes = realloc(emu_mem.sizes, sizeof *sizes * (emu_mem.n_sizes + 1));
+    if (sizes) emu_mem.sizes = sizes, emu_mem.sizes[emu_mem.n_sizes++] = bytes;
     *p = (uint64_t)(uintptr_t)(m + MEM_HEADER);
     return 0;
 }
@@ -348,9 +356,16 @@ static void print_stats(void) __attribute__((destructor));
 static void print_stats(void)
 {
     const char *v = getenv("KILN_EMU_STATS");
-    if (v && *v == '1')
+    if (v && *v == '1') {
         fprintf(stderr, "emu_libcuda: %ld kernel launches, %ld graphs captured, %ld graph launches\n",
                 emu_stats.launches, emu_stats.captures, emu_stats.graph_launches);
+        fprintf(stderr, "emu_libcuda: allocations (bytes):");
+        for (size_t i = 0; i < emu_mem.n_sizes; i++) fprintf(stderr, " %zu", emu_mem.sizes[i]);
+        fprintf(stderr, "\n");
+    }
+    free(emu_mem.sizes);
+    emu_mem.sizes = NULL;
+    emu_mem.n_sizes = 0;
 }
 
 static int capturing(void *stream) { return stream && ((emu_stream *)stream)->capture; }
@@ -470,5 +485,45 @@ int cuGraphExecDestroy(void *exec)
 int cuGraphDestroy(void *graph)
 {
     graph_free(graph);
+    return 0;
+}
+
+/* ---- events: the host's clock when recorded (work runs when it is queued) ------------------- */
+typedef struct emu_event {
+    double ms;    /* CLOCK_MONOTONIC, in milliseconds, at the last record */
+    int recorded; /* 1 after a record */
+} emu_event;
+
+int cuEventCreate(void **event, unsigned flags)
+{
+    if (flags != 0) return EMU_INVALID; /* timing events only: CU_EVENT_DEFAULT */
+    *event = calloc(1, sizeof(emu_event));
+    return *event ? 0 : EMU_OUT_OF_MEMORY;
+}
+
+int cuEventRecord(void *event, void *stream)
+{
+    if (!event) return EMU_INVALID;
+    /* the backend times eager launches only: recording into a graph would be its bug */
+    if (capturing(stream)) return EMU_CAPTURE_UNSUPPORTED;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    emu_event *e = event;
+    e->ms = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+    e->recorded = 1;
+    return 0;
+}
+
+int cuEventElapsedTime(float *ms, void *start, void *end)
+{
+    const emu_event *a = start, *b = end;
+    if (!a || !b || !a->recorded || !b->recorded) return EMU_INVALID;
+    *ms = (float)(b->ms - a->ms);
+    return 0;
+}
+
+int cuEventDestroy_v2(void *event)
+{
+    free(event);
     return 0;
 }

@@ -62,5 +62,15 @@ static inline float __shfl_xor_sync(unsigned mask, float v, int m)
     __syncthreads();
     return r;
 }
+static double kemu_shfl_d[1024];
+static inline double __shfl_xor_sync(unsigned mask, double v, int m)
+{
+    (void)mask;
+    kemu_shfl_d[threadIdx.x] = v;
+    __syncthreads();
+    const double r = kemu_shfl_d[threadIdx.x ^ (unsigned)m];
+    __syncthreads();
+    return r;
+}
 
 #endif

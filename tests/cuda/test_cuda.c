@@ -4,8 +4,10 @@
  *    and that cuda.meta reads back to the same text;
  *  - damaged cuda.meta, bad targets, the choice of a cubin for a device;
  *  - extra engine sections written and read back, and their name checks;
- *  - the backend's errors, pinned: no libcuda; and, through the CPU stand-in
- *    for libcuda (emu_libcuda.so, $KILN_EMU_LIB), an engine whose
+ *  - the backend's errors, pinned: no libcuda; a damaged memory plan (a
+ *    value past the arena, a view that the plan puts apart from what it
+ *    views), found before the driver is loaded; and, through the CPU
+ *    stand-in for libcuda (emu_libcuda.so, $KILN_EMU_LIB), an engine whose
  *    architectures the device does not run, and a missing cubin.
  *
  * Also a helper for tests/cuda/cuda_build.sh:
@@ -135,13 +137,13 @@ static const char small_meta[] =
     "\"args\":[\"T\",\"value:0\",\"value:1\",\"value:2\"]},"
     "{\"name\":\"k_rms_norm_#\",\"node\":4,\"block\":32,\"grid\":[[1,0,1],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:2\",\"value:3\",\"value:4\"]},"
-    "{\"name\":\"k_matmul_#\",\"node\":6,\"block\":256,\"grid\":[[0,8,16],[0,1,1],[0,1,1]],"
+    "{\"name\":\"k_matmul_#\",\"node\":6,\"block\":256,\"large\":{\"name\":\"k_matmul_#_large\",\"above\":8},\"grid\":[[0,8,16],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:4\",\"value:5\",\"value:6\"]},"
     "{\"name\":\"k_rope_#\",\"node\":9,\"block\":256,\"grid\":[[8,0,256],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:6\",\"value:8\",\"value:9\"]},"
     "{\"name\":\"k_attention_kv_write_#\",\"node\":10,\"block\":256,\"grid\":[[16,0,256],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:9\",\"value:6\",\"kv_k:0\",\"kv_v:0\",\"slots\"]},"
-    "{\"name\":\"k_attention_#\",\"node\":10,\"block\":128,\"grid\":[[1,0,1],[0,2,1],[0,1,1]],"
+    "{\"name\":\"k_attention_#\",\"node\":10,\"block\":256,\"grid\":[[1,0,1],[0,2,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:9\",\"kv_k:0\",\"kv_v:0\",\"value:10\",\"positions\",\"table_off\",\"tables\","
     "\"block_size\"]}]}";
 
@@ -160,10 +162,15 @@ static void mask_names(const char *text, ks_buf *out)
     for (const char *p = text; *p;) {
         const char *q = strchr(p, '"');
         size_t len = q ? (size_t)(q - p) : strlen(p);
-        const char *us = len >= 14 ? p + len - 13 : NULL;
-        if (q && us && *us == '_' && is_hash(us + 1, 12) && strncmp(p, "k_", 2) == 0) len -= 12;
-        ks_buf_put(out, p, len);
-        if (len != (size_t)(q ? q - p : (ptrdiff_t)strlen(p))) ks_buf_puts(out, "#");
+        size_t tail = len >= 6 && strncmp(p + len - 6, "_large", 6) == 0 ? 6 : 0; /* a kernel's _large variant */
+        const char *us = len >= 14 + tail ? p + len - tail - 13 : NULL;
+        size_t keep = len;
+        if (q && us && *us == '_' && is_hash(us + 1, 12) && strncmp(p, "k_", 2) == 0) keep = len - tail - 12;
+        ks_buf_put(out, p, keep);
+        if (keep != len) {
+            ks_buf_puts(out, "#");
+            ks_buf_put(out, p + len - tail, tail);
+        }
         if (!q) break;
         ks_buf_puts(out, "\"");
         p = q + 1;
@@ -237,7 +244,7 @@ static void test_generate(void)
                   "f32[T,8] */\n"
                   "extern \"C\" __global__ void __launch_bounds__(256) %s(int T, const float *__restrict__ x, const "
                   "float *__restrict__ w, float *__restrict__ out)\n{\n"
-                  "    kcu_matmul<float, 8, 8>(T, x, w, out);\n}\n",
+                  "    kcu_matmul_small<float, 8, 8>(T, x, w, kcu_pro_none(), kcu_epi_store<8>{out});\n}\n",
                   meta.kernels[2].name);
     CHECK(strstr(ks_buf_cstr(&src), ks_buf_cstr(&want)));
     want.len = 0;
@@ -275,11 +282,12 @@ static void test_generate(void)
         CHECK(strcmp(m2.kernels[2].name, m2.kernels[4].name) == 0 && strcmp(m2.kernels[2].name, m2.kernels[6].name) != 0);
         CHECK(m2.kernels[3].node == 8 && m2.kernels[3].args[1].index == 6 && m2.kernels[3].args[2].index == 7);
         /* each distinct kernel is in the source once */
-        CHECK(count_of(ks_buf_cstr(&src), "__global__") == 4);
+        CHECK(count_of(ks_buf_cstr(&src), "__global__") == 6); /* and the two matmuls' _large variants */
         want.len = 0;
         ks_buf_printf(&want,
                       "void __launch_bounds__(256) %s(int T, const float *__restrict__ x, const kcu_bf16 *__restrict__ "
-                      "w, float *__restrict__ out)\n{\n    kcu_matmul<kcu_bf16, 64, 64>(T, x, w, out);\n}\n",
+                      "w, float *__restrict__ out)\n{\n    kcu_matmul_small<kcu_bf16, 64, 64>(T, x, w, kcu_pro_none(), "
+                      "kcu_epi_store<64>{out});\n}\n",
                       m2.kernels[6].name);
         CHECK(strstr(ks_buf_cstr(&src), ks_buf_cstr(&want)));
     }
@@ -451,12 +459,13 @@ static void test_sections(void)
 /* ---- the backend's errors ---------------------------------------------------------------- */
 /* A session over a CUDA engine of the small graph whose cuda.meta lists
  * `archs`, with a fake cubin for sm_90 when with_cubin; the messages go to s. */
-static void open_session(const char *archs_json, int with_cubin, sink *s)
+static void open_session_planned(const char *archs_json, int with_cubin, void (*plan)(kir_graph *g), sink *s)
 {
     kir_graph *g = small_graph();
     krt_cuda_meta meta = {0};
     ks_buf src = {0}, text = {0};
     CHECK(kcu_generate(g, &src, &meta, &s->d) == 0);
+    if (plan) plan(g);
     krt_cuda_meta_write(&meta, &text);
     /* swap in the archs (the writer put none) */
     const char *at = strstr(ks_buf_cstr(&text), "\"archs\":[]");
@@ -483,6 +492,47 @@ static void open_session(const char *archs_json, int with_cubin, sink *s)
     kir_graph_free(g);
 }
 
+static void open_session(const char *archs_json, int with_cubin, sink *s)
+{
+    open_session_planned(archs_json, with_cubin, NULL, s);
+}
+
+/* A memory plan for the small graph at 4 tokens, by hand (each computed
+ * value 128 bytes; views at their operand's bytes), with one fault. */
+static void set_plan(kir_graph *g, int64_t arena, int64_t view_at)
+{
+    static const kir_val own[] = {2, 4, 6, 9, 10};
+    for (int i = 0; i < 5; i++) kir_set_int(g, own[i], "mem.offset", 128 * i);
+    kir_set_int(g, 7, "mem.offset", view_at); /* a view of %6, at 256 */
+    kir_set_int(g, 11, "mem.offset", 512);    /* views of %10 */
+    kir_set_int(g, 12, "mem.offset", 512);
+    kir_param_int(g, "mem.max_tokens", 4);
+    kir_param_int(g, "mem.arena_bytes", arena);
+}
+static void plan_past_arena(kir_graph *g) { set_plan(g, 512, 256); }
+static void plan_apart(kir_graph *g) { set_plan(g, 640, 0); }
+
+/* A damaged plan is reported before the driver is loaded. */
+static void test_plan_errors(const char *path)
+{
+    sink s;
+    ks_buf want = {0};
+    sink_init(&s);
+    open_session_planned("[\"sm_90\"]", 1, plan_past_arena, &s);
+    ks_buf_printf(&want, "%s: error: damaged: the memory plan does not fit the graph: value %%10 (attention, 128 bytes at "
+                         "4 tokens) is at byte 512 of an arena of 512\n", path);
+    CHECK_STR(sink_text(&s), ks_buf_cstr(&want));
+    ks_buf_free(&s.log);
+    sink_init(&s);
+    open_session_planned("[\"sm_90\"]", 1, plan_apart, &s);
+    want.len = 0;
+    ks_buf_printf(&want, "%s: error: damaged: the memory plan does not fit the graph: cuda.meta has value %%7 share the "
+                         "bytes of %%6, which the plan puts at byte 256, but the plan puts %%7 at byte 0\n", path);
+    CHECK_STR(sink_text(&s), ks_buf_cstr(&want));
+    ks_buf_free(&s.log);
+    ks_buf_free(&want);
+}
+
 static void test_backend_errors(void)
 {
     sink s;
@@ -493,6 +543,9 @@ static void test_backend_errors(void)
                              "(/nonexistent/libcuda.so.1: cannot open shared object file: No such file or "
                              "directory): running a CUDA engine needs an NVIDIA GPU and its driver\n");
     ks_buf_free(&s.log);
+    char *engine = work_path("x.engine");
+    test_plan_errors(engine);
+    free(engine);
 
     const char *emu = getenv("KILN_EMU_LIB");
     if (!emu) {

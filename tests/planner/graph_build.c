@@ -53,6 +53,20 @@ kir_val tb_matmul(tb_graph *b, kir_val x, int64_t out_features)
     return done(b, node(b, KIR_OP_MATMUL, 2, in));
 }
 
+kir_val tb_matmul_w(tb_graph *b, kir_val x, kir_val w)
+{
+    kir_val in[2] = {x, w};
+    return done(b, node(b, KIR_OP_MATMUL, 2, in));
+}
+
+kir_val tb_rms_norm_w(tb_graph *b, kir_val x, kir_val w)
+{
+    kir_val in[2] = {x, w};
+    kir_val v = node(b, KIR_OP_RMS_NORM, 2, in);
+    kir_set_float(b->g, v, "eps", 1e-5);
+    return done(b, v);
+}
+
 kir_val tb_norm(tb_graph *b, kir_op op, kir_val x)
 {
     const kir_node *xn = kir_node_at(b->g, x);
@@ -109,6 +123,23 @@ kir_val tb_attention(tb_graph *b, kir_val q, kir_val k, kir_val vv)
     kir_set_float(b->g, v, "softcap", 0.0);
     return done(b, v);
 }
+
+kir_val tb_kv_write(tb_graph *b, kir_val k, kir_val vv)
+{
+    kir_val in[2] = {k, vv};
+    kir_val v = node(b, KIR_OP_KV_WRITE, 2, in);
+    kir_set_int(b->g, v, "layer", b->n_layers);
+    return done(b, v);
+}
+
+kir_val tb_attention_cached(tb_graph *b, kir_val q, kir_val kv_write, kir_val vv)
+{
+    kir_val v = tb_attention(b, q, kv_write, vv);
+    kir_set_int(b->g, v, "write_kv", 0);
+    return v;
+}
+
+void tb_fuse(tb_graph *b, kir_val v, int64_t id) { kir_set_int(b->g, v, "fuse", id); }
 
 kir_val tb_slice(tb_graph *b, kir_val x, int64_t start, int64_t end)
 {

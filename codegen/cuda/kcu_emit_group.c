@@ -1,0 +1,565 @@
+/*
+ * kcu_emit_group.c — one kernel for a fusion group built around a matmul
+ * (codegen/cuda/kcu_gen.h): the norm that feeds the matmul becomes the
+ * matmul's prologue, and the elementwise ops, slices, views, rotations and
+ * KV-cache writes that follow it become its epilogue. The group's
+ * intermediate values are never stored: only the values read outside the
+ * group are.
+ *
+ * Requires: a verified graph whose `fuse` attributes name groups (passes/
+ * fuse_*.c). Guarantees: kcu_emit_group either writes one kernel that
+ * computes every value of the group that is read outside it, writes the
+ * group's KV rows, and records the group's views as aliases — or returns 0
+ * having written nothing, and the caller emits the group node by node. A
+ * group qualifies when its nodes are consecutive, hold exactly one matmul,
+ * at most a norm before it (read by the matmul only), and after it only
+ * nodes computed from the matmul's output, element by element, from at most
+ * two of its columns: slices of the last dim, reshapes, unary elementwise
+ * ops, add/sub/mul with an operand from outside (broadcast as the graph
+ * says) or with another slice of the output, rotary embeddings, and KV
+ * writes.
+ *
+ * How: every such node's elements are a range of the matmul's columns
+ * (base .. base + size). An element that needs two columns (a rotation's
+ * pair, gate * up) makes those columns partners; every other column is
+ * paired with a neighbour. The matmul computes the columns pair by pair
+ * (kcu_matmul's epilogue interface, kcu_prelude.cuh), in an order given by
+ * a short list of strided segments (row(c)), so that each pair reaches the
+ * epilogue in one thread, which evaluates the group's nodes on it in
+ * registers and stores what leaves the group.
+ */
+#include "codegen/cuda/kcu_gen.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/interp_kernels.h" /* kir_rope_inv_freq */
+
+/* Nodes in a group at most, and pair segments at most (beyond: node by node). */
+enum { GROUP_MAX = 64, SEG_MAX = 16 };
+
+/* What a group's node is to the fused kernel. */
+typedef enum role {
+    ROLE_PROLOGUE, /* the norm the matmul reads */
+    ROLE_MATMUL,   /* the matmul */
+    ROLE_VIEW,     /* slice or reshape: a range of the columns */
+    ROLE_UNARY,    /* f(operand) */
+    ROLE_BINARY,   /* a op b, one or both from the columns */
+    ROLE_ROPE,     /* rotation of (column, partner) pairs */
+    ROLE_KV_WRITE  /* K and V rows into the cache */
+} role;
+
+typedef struct gnode {
+    kir_val v;     /* the node */
+    role r;        /* its role */
+    int64_t base;  /* element e is matmul column base + e (computed roles) */
+    int64_t size;  /* elements per token */
+    int a, b;      /* operands' local indices (-1: from outside the group) */
+    int store;     /* 1: its value is read outside the group (stored at its root) */
+    int root;      /* local index of the node whose buffer holds its value */
+} gnode;
+
+/* A run of pairs p in [p0, p0 + count): q = p - p0, first column
+ * a + (q / inner) * outer + (q % inner) * step, second column first + delta. */
+typedef struct seg {
+    int64_t p0, count, a, inner, outer, step, delta;
+} seg;
+
+typedef struct group {
+    kcu_gen *x;          /* the generator */
+    gnode n[GROUP_MAX];  /* the group's compute nodes, in order */
+    int count;           /* how many */
+    int mm;              /* local index of the matmul */
+    int pro;             /* local index of the fused norm, or -1 */
+    int64_t N, K;        /* the matmul's shape */
+    int64_t *partner;    /* [N] each column's partner, -1 if none yet */
+    seg segs[SEG_MAX];   /* the pair order */
+    int n_segs;          /* how many */
+    int64_t pairs;       /* N / 2 */
+} group;
+
+/* ---- analysis -------------------------------------------------------------------------- */
+static int local_of(const group *G, kir_val v)
+{
+    for (int i = 0; i < G->count; i++)
+        if (G->n[i].v == v) return i;
+    return -1;
+}
+
+/* Make columns c and d partners; 0, or -1 when either has another. */
+static int pair_columns(group *G, int64_t c, int64_t d)
+{
+    if (c < 0 || d < 0 || c >= G->N || d >= G->N || c == d) return -1;
+    if ((G->partner[c] >= 0 && G->partner[c] != d) || (G->partner[d] >= 0 && G->partner[d] != c)) return -1;
+    G->partner[c] = d;
+    G->partner[d] = c;
+    return 0;
+}
+
+
+/* Classify node i (after the matmul); 0, or -1 when it cannot be fused. */
+static int classify(group *G, int i)
+{
+    const kir_graph *g = G->x->g;
+    gnode *gn = &G->n[i];
+    const kir_node *n = &g->nodes[gn->v];
+    int a = n->nin > 0 ? local_of(G, n->in[0]) : -1, b = n->nin > 1 ? local_of(G, n->in[1]) : -1;
+    if ((a >= 0 && G->n[a].r == ROLE_PROLOGUE) || (b >= 0 && G->n[b].r == ROLE_PROLOGUE)) return -1;
+    gn->a = a, gn->b = b, gn->size = kir_row_elems(n), gn->root = i;
+    switch (n->op) {
+    case KIR_OP_SLICE: {
+        if (a < 0 || g->nodes[n->in[0]].ndim != 2) return -1;
+        gn->r = ROLE_VIEW;
+        gn->base = G->n[a].base + kir_get_int(g, gn->v, "start", 0);
+        return 0;
+    }
+    case KIR_OP_RESHAPE:
+        if (a < 0) return -1;
+        gn->r = ROLE_VIEW, gn->base = G->n[a].base, gn->root = G->n[a].root;
+        return 0;
+    case KIR_OP_SCALE:
+    case KIR_OP_SILU:
+    case KIR_OP_GELU:
+    case KIR_OP_GELU_TANH:
+    case KIR_OP_RELU:
+        if (a < 0) return -1;
+        gn->r = ROLE_UNARY, gn->base = G->n[a].base;
+        return 0;
+    case KIR_OP_ADD:
+    case KIR_OP_SUB:
+    case KIR_OP_MUL: {
+        gn->r = ROLE_BINARY;
+        if (a < 0 && b < 0) return -1;
+        int in_group = a >= 0 ? a : b;
+        if (kir_row_elems(&g->nodes[G->n[in_group].v]) != gn->size) return -1;
+        if (a >= 0 && b >= 0) {
+            if (G->n[b].size != gn->size) return -1;
+            gn->base = G->n[a].base;
+            if (G->n[a].base != G->n[b].base)
+                for (int64_t e = 0; e < gn->size; e++)
+                    if (pair_columns(G, G->n[a].base + e, G->n[b].base + e) != 0) return -1;
+            return 0;
+        }
+        if (a < 0) {
+            /* an outside first operand must have the result's shape (no broadcast of the columns) */
+            const kir_node *an = &g->nodes[n->in[0]];
+            if (an->ndim == 0 || an->dims[0] != KIR_DIM_T || kir_row_elems(an) != gn->size) return -1;
+        }
+        gn->base = G->n[in_group].base;
+        return 0;
+    }
+    case KIR_OP_ROPE: {
+        if (a < 0 || b >= 0) return -1;
+        const char *style = kir_get_str(g, gn->v, "style", "halves");
+        const char *scaling = kir_get_str(g, gn->v, "scaling", "none");
+        if (strcmp(style, "halves") != 0 && strcmp(style, "pairs") != 0) return -1;
+        if (strcmp(scaling, "none") != 0 && strcmp(scaling, "linear") != 0 && strcmp(scaling, "llama3") != 0)
+            return -1;
+        if (g->nodes[n->in[1]].op != KIR_OP_INPUT) return -1;
+        int64_t heads = n->dims[1], d = n->dims[2], rot = kir_get_int(g, gn->v, "rot_dim", d), half = rot / 2;
+        if (rot <= 0 || rot > d || rot % 2) return -1;
+        gn->r = ROLE_ROPE, gn->base = G->n[a].base;
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t j = 0; j < half; j++) {
+                int64_t c = gn->base + h * d, c0 = strcmp(style, "pairs") == 0 ? c + 2 * j : c + j;
+                int64_t c1 = strcmp(style, "pairs") == 0 ? c0 + 1 : c0 + half;
+                if (pair_columns(G, c0, c1) != 0) return -1;
+            }
+        return 0;
+    }
+    case KIR_OP_KV_WRITE:
+        if (a < 0 || b < 0) return -1;
+        gn->r = ROLE_KV_WRITE, gn->base = G->n[a].base, gn->root = G->n[a].root;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* Pair the columns left without a partner with their neighbours, then
+ * describe the pairs (ordered by first column) as strided segments. */
+static int order_pairs(group *G)
+{
+    int64_t N = G->N, last = -1;
+    for (int64_t c = 0; c < N; c++) {
+        if (G->partner[c] >= 0) continue;
+        if (last < 0) {
+            last = c;
+        } else {
+            G->partner[last] = c, G->partner[c] = last;
+            last = -1;
+        }
+    }
+    /* N odd: one column stays single; it must be the last one (kcu_matmul's epi.one) */
+    if (last >= 0 && last != N - 1) return -1;
+    G->pairs = N / 2;
+    int64_t *first = ks_xmalloc(sizeof *first * (size_t)(G->pairs ? G->pairs : 1)), np = 0;
+    for (int64_t c = 0; c < N; c++)
+        if (G->partner[c] > c) first[np++] = c;
+    KS_ASSERT(np == G->pairs);
+    int rc = 0;
+    G->n_segs = 0;
+    for (int64_t p = 0; p < np && rc == 0;) {
+        seg s = {p, 1, first[p], 1, 0, 1, G->partner[first[p]] - first[p]};
+        /* the inner run: columns advancing by one step, the same delta */
+        if (p + 1 < np && G->partner[first[p + 1]] - first[p + 1] == s.delta) {
+            s.step = first[p + 1] - first[p];
+            while (p + s.inner < np && first[p + s.inner] == s.a + s.inner * s.step &&
+                   G->partner[first[p + s.inner]] - first[p + s.inner] == s.delta)
+                s.inner++;
+        }
+        s.count = s.inner;
+        /* repeats of the run, each an outer stride further */
+        if (p + s.inner < np) {
+            s.outer = first[p + s.inner] - s.a;
+            for (;;) {
+                int64_t q0 = p + s.count, ok = q0 + s.inner <= np;
+                for (int64_t q = 0; ok && q < s.inner; q++) {
+                    int64_t c = first[q0 + q];
+                    ok = c == s.a + (s.count / s.inner) * s.outer + q * s.step && G->partner[c] - c == s.delta;
+                }
+                if (!ok) break;
+                s.count += s.inner;
+            }
+        }
+        if (G->n_segs == SEG_MAX) rc = -1;
+        else G->segs[G->n_segs++] = s;
+        p += s.count;
+    }
+    free(first);
+    return rc;
+}
+
+/* ---- writing the kernel ---------------------------------------------------------------- */
+
+/* The expression of unary op `op` of node v on float expression `in`, as
+ * the per-node kernels compute it (kcu_emit.c). */
+static void unary_expr(group *G, kir_val v, const char *in, ks_buf *b)
+{
+    const kir_graph *g = G->x->g;
+    switch (g->nodes[v].op) {
+    case KIR_OP_SCALE:
+        ks_buf_printf(b, "%s * ", in);
+        kcu_put_float(b, (float)kir_get_float(g, v, "value", 1.0));
+        return;
+    case KIR_OP_SILU:
+        ks_buf_printf(b, "(float)((double)%s / (1.0 + exp(-(double)%s)))", in, in);
+        return;
+    case KIR_OP_GELU:
+        ks_buf_printf(b, "(float)(0.5 * (double)%s * (1.0 + erf((double)%s / sqrt(2.0))))", in, in);
+        return;
+    case KIR_OP_GELU_TANH:
+        ks_buf_printf(b,
+                      "(float)(0.5 * (double)%s * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * ((double)%s + "
+                      "0.044715 * (double)%s * (double)%s * (double)%s))))",
+                      in, in, in, in, in);
+        return;
+    case KIR_OP_RELU:
+        ks_buf_printf(b, "(%s > 0.0f ? %s : 0.0f)", in, in);
+        return;
+    default:
+        KS_UNREACHABLE();
+    }
+}
+
+/* The value of local node loc at the element in slot `slot` ("j" or "1 - j"). */
+static void slot_name(const group *G, int loc, const char *slot, char *out, size_t cap)
+{
+    if (loc == G->mm) snprintf(out, cap, "m[%s]", slot);
+    else snprintf(out, cap, "x%d[%s]", loc, slot);
+}
+
+/* The epilogue functor: row(c) and run(t, n0, v0, n1, v1). Parameters were
+ * added in the same order as the fields (param names == field names). */
+static void put_epilogue(group *G, ks_buf *fields)
+{
+    kcu_gen *x = G->x;
+    const kir_graph *g = x->g;
+    ks_buf *b = &x->body;
+    ks_buf_printf(b, "\nstruct " NAME_MARK "_epi {\n%s", ks_buf_cstr(fields));
+    /* row(c): the segments */
+    ks_buf_puts(b, "    /* the weight row computed as column c: pairs p = c / 2 in strided runs */\n"
+                   "    static __device__ __forceinline__ int row(int c)\n    {\n"
+                   "        const int p = c >> 1, s = c & 1;\n");
+    for (int i = 0; i < G->n_segs; i++) {
+        const seg *s = &G->segs[i];
+        ks_buf_printf(b, "        if (p < %lld) {\n            const int q = p - %lld;\n            return %lld",
+                      (long long)(s->p0 + s->count), (long long)s->p0, (long long)s->a);
+        if (s->inner < s->count) ks_buf_printf(b, " + q / %lld * %lld", (long long)s->inner, (long long)s->outer);
+        if (s->count > 1) {
+            if (s->inner < s->count) ks_buf_printf(b, " + q %% %lld * %lld", (long long)s->inner, (long long)s->step);
+            else ks_buf_printf(b, " + q * %lld", (long long)s->step);
+        }
+        ks_buf_printf(b, " + s * %lld;\n        }\n", (long long)s->delta);
+    }
+    ks_buf_printf(b, "        return %lld; /* the single last column */\n    }\n", (long long)(G->N - 1));
+
+    /* run: every node on the pair; slot 1 absent when n1 < 0 */
+    ks_buf_puts(b, "    __device__ KCU_NOINLINE void run(long long t, int n0, float v0, int n1, float v1) const\n"
+                   "    {\n"
+                   "        const int n[2] = {n0, n1};\n"
+                   "        float m[2] = {v0, v1};\n");
+    if (G->n[G->mm].store)
+        ks_buf_printf(b, "        for (int j = 0; j < 2; j++)\n"
+                         "            if (n[j] >= 0) out%d[t * %lld + n[j]] = m[j];\n",
+                      G->mm, (long long)G->N);
+    for (int i = G->mm + 1; i < G->count; i++) {
+        gnode *gn = &G->n[i];
+        const kir_node *nd = &g->nodes[gn->v];
+        ks_buf_printf(b, "        /* %s: columns [%lld, %lld) */\n", kir_op_table[nd->op].name, (long long)gn->base,
+                      (long long)(gn->base + gn->size));
+        if (gn->r == ROLE_KV_WRITE) {
+            const gnode *kg = &G->n[gn->a], *vg = &G->n[gn->b];
+            char ks[32], vs[32];
+            slot_name(G, gn->a, "j", ks, sizeof ks);
+            slot_name(G, gn->b, "j", vs, sizeof vs);
+            ks_buf_printf(b,
+                          "        for (int j = 0; j < 2; j++) {\n"
+                          "            const int ek = n[j] - %lld, ev = n[j] - %lld;\n"
+                          "            if ((unsigned)ek < %lluu) kc%d[(long long)slots%d[t] * %lld + ek] = %s;\n"
+                          "            if ((unsigned)ev < %lluu) vc%d[(long long)slots%d[t] * %lld + ev] = %s;\n"
+                          "        }\n",
+                          (long long)kg->base, (long long)vg->base, (unsigned long long)kg->size, i, i,
+                          (long long)kg->size, ks, (unsigned long long)vg->size, i, i, (long long)vg->size, vs);
+            continue;
+        }
+        ks_buf_printf(b, "        float x%d[2];\n        for (int j = 0; j < 2; j++) {\n", i);
+        ks_buf_printf(b, "            const int e = n[j] - %lld;\n            x%d[j] = 0.0f;\n", (long long)gn->base, i);
+        ks_buf_printf(b, "            if ((unsigned)e >= %lluu) continue;\n", (unsigned long long)gn->size);
+        char src_a[32] = "", src_b[32] = "", other[32] = "";
+        /* an operand's value at this element: its slot j, or the partner's slot when its base differs */
+        if (gn->a >= 0) slot_name(G, gn->a, "j", src_a, sizeof src_a);
+        if (gn->a >= 0) slot_name(G, gn->a, "1 - j", other, sizeof other);
+        if (gn->b >= 0) slot_name(G, gn->b, G->n[gn->b].base == gn->base ? "j" : "1 - j", src_b, sizeof src_b);
+        switch (gn->r) {
+        case ROLE_VIEW:
+            ks_buf_printf(b, "            x%d[j] = %s;\n", i, src_a);
+            break;
+        case ROLE_UNARY: {
+            ks_buf expr = {0};
+            unary_expr(G, gn->v, src_a, &expr);
+            ks_buf_printf(b, "            x%d[j] = %s;\n", i, ks_buf_cstr(&expr));
+            ks_buf_free(&expr);
+            break;
+        }
+        case ROLE_BINARY: {
+            const char *op = nd->op == KIR_OP_ADD ? "+" : nd->op == KIR_OP_SUB ? "-" : "*";
+            ks_buf ea = {0}, eb = {0};
+            for (int side = 0; side < 2; side++) {
+                int loc = side ? gn->b : gn->a;
+                ks_buf *eo = side ? &eb : &ea;
+                if (loc >= 0) {
+                    ks_buf_puts(eo, side ? src_b : src_a);
+                    continue;
+                }
+                const kir_node *on = &g->nodes[nd->in[side]];
+                if (on->ndim > 0 && on->dims[0] == KIR_DIM_T)
+                    ks_buf_printf(eo, "in%d_%d[t * %lld + e]", i, side, (long long)gn->size);
+                else
+                    ks_buf_printf(eo, "kcu_f(in%d_%d[e %% %lld])", i, side, (long long)kir_elems(on, 1));
+            }
+            ks_buf_printf(b, "            x%d[j] = %s %s %s;\n", i, ks_buf_cstr(&ea), op, ks_buf_cstr(&eb));
+            ks_buf_free(&ea);
+            ks_buf_free(&eb);
+            break;
+        }
+        case ROLE_ROPE: {
+            const char *style = kir_get_str(g, gn->v, "style", "halves");
+            int64_t d = nd->dims[2], rot = kir_get_int(g, gn->v, "rot_dim", d), half = rot / 2;
+            int pairs = strcmp(style, "pairs") == 0;
+            ks_buf_printf(b,
+                          "            const int d = e %% %lld;\n"
+                          "            if (d >= %lld) {\n                x%d[j] = %s;\n"
+                          "            } else {\n",
+                          (long long)d, (long long)rot, i, src_a);
+            if (pairs)
+                ks_buf_puts(b, "                const int f = d / 2, first = (d & 1) == 0;\n");
+            else
+                ks_buf_printf(b, "                const int f = d %% %lld, first = d < %lld;\n", (long long)half,
+                              (long long)half);
+            ks_buf_printf(b,
+                          "                const float angle = (float)pos%d[t] * " NAME_MARK "_inv_freq%d[f];\n"
+                          "                const float c = (float)cos((double)angle), s = (float)sin((double)angle);\n"
+                          "                const float self = %s, other = %s;\n"
+                          "                x%d[j] = first ? self * c - other * s : self * c + other * s;\n"
+                          "            }\n",
+                          i, i, src_a, other, i);
+            break;
+        }
+        default:
+            KS_UNREACHABLE();
+        }
+        if (gn->store) ks_buf_printf(b, "            out%d[t * %lld + e] = x%d[j];\n", i, (long long)gn->size, i);
+        ks_buf_puts(b, "        }\n");
+    }
+    ks_buf_puts(b, "    }\n"
+                   "    __device__ __forceinline__ void two(long long t, int n0, float v0, int n1, float v1) const\n"
+                   "    {\n        run(t, n0, v0, n1, v1);\n    }\n"
+                   "    __device__ __forceinline__ void one(long long t, int n0, float v0) const\n"
+                   "    {\n        run(t, n0, v0, -1, 0.0f);\n    }\n};\n");
+}
+
+/* ---- the group ------------------------------------------------------------------------- */
+int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside)
+{
+    const kir_graph *g = x->g;
+    if (count > GROUP_MAX || count < 1) return 0;
+    group G = {.x = x, .count = count, .mm = -1, .pro = -1};
+    for (int i = 0; i < count; i++) {
+        G.n[i] = (gnode){.v = nodes[i], .a = -1, .b = -1, .root = i};
+        if (g->nodes[nodes[i]].op == KIR_OP_MATMUL) {
+            if (G.mm >= 0) return 0;
+            G.mm = i;
+        }
+    }
+    if (G.mm < 0) return 0;
+    const kir_node *mn = &g->nodes[nodes[G.mm]], *wn = &g->nodes[mn->in[1]];
+    G.N = wn->dims[0], G.K = wn->dims[1];
+    if (G.K >= INT32_MAX / 16 || G.N >= INT32_MAX / 16) return 0;
+    /* before the matmul: only the norm it reads, read by nothing else */
+    for (int i = 0; i < G.mm; i++) {
+        const kir_node *n = &g->nodes[nodes[i]];
+        if (i != G.mm - 1 || mn->in[0] != nodes[i] || (n->op != KIR_OP_RMS_NORM && n->op != KIR_OP_LAYER_NORM) ||
+            read_outside[nodes[i]] || kcu_last_dim(n) != G.K)
+            return 0;
+        G.pro = i;
+        G.n[i].r = ROLE_PROLOGUE;
+    }
+    G.n[G.mm].r = ROLE_MATMUL, G.n[G.mm].base = 0, G.n[G.mm].size = G.N;
+    G.partner = ks_xmalloc(sizeof *G.partner * (size_t)G.N);
+    for (int64_t c = 0; c < G.N; c++) G.partner[c] = -1;
+    int ok = 1;
+    for (int i = G.mm + 1; i < count && ok; i++) ok = classify(&G, i) == 0;
+    /* the norm's other users inside the group are caught by classify; values read outside are stored */
+    for (int i = 0; i < count && ok; i++) {
+        if (G.n[i].r == ROLE_PROLOGUE || !read_outside[nodes[i]]) continue;
+        int r = G.n[i].root;
+        /* a kv_write's value is its k: store k's root */
+        G.n[r].store = 1;
+    }
+    if (ok) ok = order_pairs(&G) == 0;
+    /* a node that needs a partner must find it in every pair of its columns */
+    for (int i = G.mm + 1; i < count && ok; i++) {
+        const gnode *gn = &G.n[i];
+        if (gn->r == ROLE_BINARY && gn->a >= 0 && gn->b >= 0 && G.n[gn->a].base != G.n[gn->b].base)
+            for (int64_t e = 0; e < gn->size && ok; e++) ok = G.partner[gn->base + e] == G.n[gn->b].base + e;
+    }
+    free(G.partner);
+    if (!ok) return 0;
+
+    /* ---- the kernel: matmul grid, parameters, the functor, the body ---- */
+    int rows_per_block = MM_THREADS / 32 * MM_GEMV_R; /* kcu_matmul_small: a warp for MM_GEMV_R columns */
+    krt_cuda_kernel *k = kcu_kernel_new(x, nodes[G.mm], MM_THREADS);
+    kcu_kernel_grid(k, 0, 0, G.N, rows_per_block);
+    const kir_node *pn = G.pro >= 0 ? &g->nodes[nodes[G.pro]] : NULL;
+    kcu_param_in(x, k, pn ? pn->in[0] : mn->in[0], "x");
+    kcu_param_in(x, k, mn->in[1], "w");
+    int has_g = pn && pn->nin > 1 && pn->in[1] != KIR_NONE, has_b = pn && pn->nin > 2 && pn->in[2] != KIR_NONE;
+    if (has_g) kcu_param_in(x, k, pn->in[1], "g");
+    if (has_b) kcu_param_in(x, k, pn->in[2], "gb");
+    ks_buf fields = {0}, inits = {0}, tables = {0};
+    for (int i = G.mm; i < count; i++) {
+        gnode *gn = &G.n[i];
+        const kir_node *nd = &g->nodes[gn->v];
+        char name[32];
+        {
+            if (gn->store && gn->root == i && gn->r != ROLE_KV_WRITE) {
+                snprintf(name, sizeof name, "out%d", i);
+                ks_buf decl = {0};
+                ks_buf_printf(&decl, "float *__restrict__ %s", name);
+                kcu_add_param(x, k, KRT_CUDA_ARG_VALUE, gn->v, ks_buf_cstr(&decl));
+                ks_buf_free(&decl);
+                ks_buf_printf(&fields, "    float *__restrict__ %s;\n", name);
+                ks_buf_printf(&inits, "%s%s", inits.len ? ", " : "", name);
+            }
+        }
+        if (gn->r == ROLE_VIEW || gn->r == ROLE_KV_WRITE) {
+            if (gn->root != i) x->root[gn->v] = x->root[G.n[gn->root].v];
+        }
+        if (gn->r == ROLE_BINARY)
+            for (int side = 0; side < 2; side++) {
+                if ((side ? gn->b : gn->a) >= 0) continue;
+                const kir_node *on = &g->nodes[nd->in[side]];
+                snprintf(name, sizeof name, "in%d_%d", i, side);
+                ks_buf decl = {0};
+                ks_buf_printf(&decl, "const %s *__restrict__ %s", kcu_elem_type(on->dtype), name);
+                kcu_add_param(x, k, KRT_CUDA_ARG_VALUE, nd->in[side], ks_buf_cstr(&decl));
+                ks_buf_printf(&fields, "    %s;\n", ks_buf_cstr(&decl));
+                ks_buf_free(&decl);
+                ks_buf_printf(&inits, "%s%s", inits.len ? ", " : "", name);
+            }
+        if (gn->r == ROLE_ROPE) {
+            snprintf(name, sizeof name, "pos%d", i);
+            ks_buf decl = {0};
+            ks_buf_printf(&decl, "const int *__restrict__ %s", name);
+            kcu_add_param(x, k, KRT_CUDA_ARG_VALUE, nd->in[1], ks_buf_cstr(&decl));
+            ks_buf_printf(&fields, "    %s;\n", ks_buf_cstr(&decl));
+            ks_buf_free(&decl);
+            ks_buf_printf(&inits, "%s%s", inits.len ? ", " : "", name);
+            int64_t d = nd->dims[2], rot = kir_get_int(g, gn->v, "rot_dim", d), half = rot / 2;
+            float *inv_freq = ks_xmalloc(sizeof(float) * (size_t)half);
+            kir_rope_inv_freq(g, gn->v, (int)rot, inv_freq);
+            ks_buf_printf(&tables, "\n/* rotation frequencies, radians per position (as the interpreter computes them) */\n"
+                                   "__device__ const float " NAME_MARK "_inv_freq%d[%lld] = {",
+                          i, (long long)half);
+            for (int64_t j = 0; j < half; j++) {
+                ks_buf_puts(&tables, j % 6 ? " " : "\n    ");
+                kcu_put_float(&tables, inv_freq[j]);
+                ks_buf_puts(&tables, ",");
+            }
+            ks_buf_puts(&tables, "\n};\n");
+            free(inv_freq);
+        }
+        if (gn->r == ROLE_KV_WRITE) {
+            int64_t layer = kir_get_int(g, gn->v, "layer", 0);
+            if (layer < 0 || layer >= INT32_MAX) {
+                ks_buf_free(&fields), ks_buf_free(&inits), ks_buf_free(&tables);
+                return kcu_node_error(x, gn->v, "layer %lld is out of range", (long long)layer);
+            }
+            static const char *const kinds[3] = {"kc", "vc", "slots"};
+            static const krt_cuda_arg_kind akinds[3] = {KRT_CUDA_ARG_KV_K, KRT_CUDA_ARG_KV_V, KRT_CUDA_ARG_SLOTS};
+            for (int j = 0; j < 3; j++) {
+                ks_buf decl = {0};
+                ks_buf_printf(&decl, "%s *__restrict__ %s%d", j == 2 ? "const int" : "float", kinds[j], i);
+                kcu_add_param(x, k, akinds[j], j == 2 ? 0 : layer, ks_buf_cstr(&decl));
+                ks_buf_printf(&fields, "    %s;\n", ks_buf_cstr(&decl));
+                ks_buf_free(&decl);
+                ks_buf_printf(&inits, "%s%s%d", inits.len ? ", " : "", kinds[j], i);
+            }
+        }
+    }
+    if (tables.len) ks_buf_put(&x->body, tables.data, tables.len);
+    put_epilogue(&G, &fields);
+
+    ks_buf what = {0};
+    ks_buf_puts(&what, "fused");
+    for (int i = 0; i < count; i++) ks_buf_printf(&what, " %s", kir_op_table[g->nodes[nodes[i]].op].name);
+    ks_buf_printf(&what, "; %s weights, fp32 sums", kir_dtype_name(wn->dtype));
+    kcu_open_body(x, k, ks_buf_cstr(&what));
+    ks_buf_free(&what);
+    const char *wt = kcu_elem_type(wn->dtype);
+    ks_buf call = {0}; /* the matmul's arguments after its name */
+    if (!pn) {
+        ks_buf_printf(&call, "<%s, %lld, %lld>(T, x, w, kcu_pro_none(), epi);\n}\n", wt, (long long)G.K, (long long)G.N);
+    } else {
+        const char *gt = has_g ? kcu_elem_type(g->nodes[pn->in[1]].dtype) : "float";
+        int rms = pn->op == KIR_OP_RMS_NORM;
+        ks_buf_printf(&call, "<%s, %lld, %lld>(T, x, w, kcu_pro_%s<%lld, %s>{%s, %s", wt, (long long)G.K, (long long)G.N,
+                      rms ? "rms" : "ln", (long long)G.K, gt, has_g ? "g" : "nullptr",
+                      rms ? "" : (has_b ? "gb, " : "nullptr, "));
+        kcu_put_double(&call, kir_get_float(g, nodes[G.pro], "eps", 1e-5));
+        ks_buf_puts(&call, "}, epi);\n}\n");
+    }
+    for (int large = 0; large < 2; large++) {
+        if (large) kcu_open_large(x, k, MM_GEMV_T);
+        ks_buf_printf(&x->body, "    const " NAME_MARK "_epi epi = {%s};\n", ks_buf_cstr(&inits));
+        ks_buf_printf(&x->body, "    kcu_matmul_%s%s", large ? "large" : "small", ks_buf_cstr(&call));
+    }
+    ks_buf_free(&call);
+    ks_buf_free(&fields);
+    ks_buf_free(&inits);
+    ks_buf_free(&tables);
+    kcu_kernel_end(x, k, "_fused");
+    return 1;
+}

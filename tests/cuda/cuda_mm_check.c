@@ -1,0 +1,645 @@
+/*
+ * cuda_mm_check.c — kcu_matmul's prefill path (T > KCU_GEMV_T: tensor cores,
+ * codegen/cuda/kcu_prelude.cuh) on kernels written for it, against a
+ * double-precision reference: awkward shapes (T = 9, 64, 100: partial tiles;
+ * odd N; K not a multiple of 32; weight rows not 16-byte aligned; x not
+ * 16-byte aligned), bf16, f16 and f32 weights, x over a wide range, a norm
+ * prologue (kcu_pro_rms) and an epilogue that permutes the columns. Every
+ * output within 1e-6 of the exact sum, relative to sum_k |x_k w_k| (x as
+ * three bf16 parts is exact; the tensor cores sum in about f32 precision),
+ * and two runs bitwise equal.
+ *
+ *   cuda_mm_check          through the CPU emulator: the kernels compiled by
+ *       $KILN_GXX with $KILN_EMU_SHIM and run behind $KILN_EMU_LIB (its mma
+ *       follows the PTX fragment layout element by element, so a kernel
+ *       that fills fragments wrongly fails here); and, with NVRTC, the same
+ *       source compiled for sm_80 (its compile time printed; the models'
+ *       cuda_build tests compile the path for sm_80 and sm_90 too). Exits 77
+ *       when it can do neither.
+ *   cuda_mm_check --gpu [CUBIN]    on a real GPU (libcuda.so.1; the kernels
+ *       compiled by NVRTC for its architecture, or CUBIN): the same checks,
+ *       then Llama-3-8B's 128-token prefill matmuls timed on the tensor-core
+ *       path against the CUDA-core one (kcu_matmul_fma), two x parts instead
+ *       of three, and loads one k block ahead instead of two, with their
+ *       errors on sampled outputs, and the 8B model's total.
+ *   cuda_mm_check --compile ARCH CUBIN    writes the --gpu kernels' cubin
+ *       (NVRTC here, so that the GPU machine need not compile).
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "codegen/cuda/kcu.h"
+#include "runtime/cuda_api.h"
+
+/* ---- the cases ------------------------------------------------------------------------ */
+typedef enum { W_BF16, W_F16, W_F32 } wtype;
+typedef enum {
+    PATH_MATMUL, /* kcu_matmul: what kiln's kernels call */
+    PATH_FMA,    /* kcu_matmul_fma: the CUDA-core tiles */
+    PATH_MMA     /* kcu_matmul_mma in the case's configuration */
+} mm_path;
+
+typedef struct mm_case {
+    wtype w;      /* weight dtype */
+    int T, K, N;  /* tokens, inputs, outputs */
+    int rms;      /* 1: x through kcu_pro_rms with a [K] weight of dtype w */
+    int rev;      /* 1: the epilogue's column c is weight row N-1-c */
+    int x_off;    /* x starts this many floats into its buffer (1: not 16-byte aligned) */
+    mm_path path; /* which implementation */
+    int bk, pf;   /* PATH_MMA: k block (32, 64), blocks loaded ahead (1, 2) */
+    int lb2;      /* 1: the kernel declares __launch_bounds__(256, 2) (at most 128 registers) */
+} mm_case;
+
+static const char *const w_name[] = {"kcu_bf16", "kcu_f16", "float"};
+static const char *const w_short[] = {"bf16", "f16", "f32"};
+static const size_t w_size[] = {2, 2, 4};
+
+/* Checked through the emulator and on a GPU. */
+static const mm_case checks[] = {
+    {W_BF16, 9, 72, 67, 0, 0, 0, PATH_MATMUL, 0, 0, 0},   /* one partial row tile, K % 32 = 8, N odd */
+    {W_BF16, 64, 256, 128, 1, 1, 0, PATH_MATMUL, 0, 0, 0}, /* a full tile, rms prologue, permuted columns */
+    {W_BF16, 100, 75, 33, 0, 0, 0, PATH_MATMUL, 0, 0, 0}, /* odd K: scalar weight and x loads */
+    {W_BF16, 33, 64, 64, 0, 1, 1, PATH_MATMUL, 0, 0, 0},  /* x not 16-byte aligned */
+    {W_F16, 100, 96, 130, 1, 0, 0, PATH_MATMUL, 0, 0, 0},  /* f16: weights as two bf16 parts */
+    {W_F16, 20, 40, 9, 0, 1, 0, PATH_MATMUL, 0, 0, 0},
+    {W_F32, 70, 64, 31, 1, 0, 0, PATH_MATMUL, 0, 0, 0},   /* f32: weights as three bf16 parts */
+    /* the tensor-core path's other configurations */
+    {W_BF16, 100, 200, 67, 1, 1, 0, PATH_MMA, 64, 1, 0},
+    {W_BF16, 70, 136, 70, 0, 0, 1, PATH_MMA, 64, 2, 0},
+    {W_F16, 9, 100, 40, 0, 1, 0, PATH_MMA, 32, 2, 0},
+    {W_F32, 65, 96, 65, 1, 1, 0, PATH_MMA, 32, 1, 0},
+    {W_F32, 20, 36, 19, 0, 0, 0, PATH_MATMUL, 0, 0, 0}, /* f32 rows 16-byte aligned, K % 8 = 4 */
+    {W_BF16, 40, 128, 24, 1, 0, 0, PATH_FMA, 0, 0, 0}, /* the CUDA-core path (older GPUs) */
+};
+
+/* Llama-3-8B's matmuls (K, N) for a 128-token prefill, each timed. */
+typedef struct bench_shape {
+    const char *what; /* the layer's matmul */
+    int K, N;         /* its shape */
+    int per_model;    /* how many the model has */
+} bench_shape;
+static const bench_shape llama8b[] = {
+    {"q,k,v", 4096, 6144, 32}, {"o", 4096, 4096, 32}, {"gate,up", 4096, 28672, 32},
+    {"down", 14336, 4096, 32}, {"lm_head", 4096, 128256, 1},
+};
+
+/* ---- data ------------------------------------------------------------------------------ */
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+/* uniform in [-1, 1) */
+static double rng_unit(uint64_t *s) { return (double)(rng_next(s) >> 11) * 0x1p-52 - 1.0; }
+
+/* n weights of type w, values about scale, stored as w stores them, into dst;
+ * their exact values into val (NULL: not kept) */
+static void fill_weights(wtype w, size_t n, double scale, uint64_t *s, void *dst, double *val)
+{
+    for (size_t i = 0; i < n; i++) {
+        float f = (float)(rng_unit(s) * scale);
+        if (w == W_BF16) {
+            uint16_t h = ks_f32_to_bf16(f);
+            memcpy((char *)dst + 2 * i, &h, 2);
+            if (val) val[i] = ks_bf16_to_f32(h);
+        } else if (w == W_F16) {
+            uint16_t h = ks_f32_to_f16(f);
+            memcpy((char *)dst + 2 * i, &h, 2);
+            if (val) val[i] = ks_f16_to_f32(h);
+        } else {
+            memcpy((char *)dst + 4 * i, &f, 4);
+            if (val) val[i] = f;
+        }
+    }
+}
+
+/* x over a wide range: mostly about 1, some 2^-20 .. 2^20 times that, a few zeros */
+static void fill_x(size_t n, uint64_t *s, float *x, int wide)
+{
+    for (size_t i = 0; i < n; i++) {
+        double v = rng_unit(s);
+        uint64_t r = rng_next(s);
+        if (wide && r % 8 == 0) v = ldexp(v, (int)(r >> 8) % 41 - 20);
+        if (wide && r % 97 == 1) v = 0.0;
+        x[i] = (float)v;
+    }
+}
+
+/* ---- the kernels' source ------------------------------------------------------------------ */
+static void kernel_source(const mm_case *c, int index, ks_buf *src)
+{
+    const char *wt = w_name[c->w];
+    char epi[64], pro[128];
+    snprintf(epi, sizeof epi, "%s<%d>{out}", c->rev ? "mmc_epi_rev" : "kcu_epi_store", c->N);
+    if (c->rms)
+        snprintf(pro, sizeof pro, "kcu_pro_rms<%d, %s>{g, 1e-5, nullptr, 0}", c->K, wt);
+    else
+        snprintf(pro, sizeof pro, "kcu_pro_none{}");
+    ks_buf_printf(src,
+                  "extern \"C\" __global__ void __launch_bounds__(KCU_MM_THREADS%s) mm_%d(int T, const float "
+                  "*__restrict__ x, const %s *__restrict__ w, const %s *__restrict__ g, float *__restrict__ out)\n"
+                  "{\n    (void)g;\n",
+                  c->lb2 ? ", 2" : "", index, wt, wt);
+    int grid = (c->N + 15) / 16;
+    if (c->path == PATH_MATMUL)
+        ks_buf_printf(src, "    kcu_matmul<%s, %d, %d>(T, x, w, %s, %s);\n}\n", wt, c->K, c->N, pro, epi);
+    else if (c->path == PATH_FMA)
+        ks_buf_printf(src, "    auto pro = %s;\n    kcu_matmul_fma<%s, %d, %d, %d>(T, x, w, pro, %s);\n}\n", pro, wt,
+                      c->K, c->N, grid, epi);
+    else
+        ks_buf_printf(src, "    auto pro = %s;\n    kcu_matmul_mma<%s, %d, %d, %d, 3, %d, %d>(T, x, w, pro, %s);\n}\n",
+                      pro, wt, c->K, c->N, grid, c->bk, c->pf, epi);
+}
+
+static void program_source(const mm_case *cases, int n, ks_buf *src)
+{
+    ks_buf_puts(src, kcu_prelude);
+    ks_buf_puts(src, "\n/* column c is weight row N-1-c */\n"
+                     "template <int N> struct mmc_epi_rev {\n"
+                     "    float *__restrict__ out; /* [T, N] */\n"
+                     "    static __device__ __forceinline__ int row(int c) { return N - 1 - c; }\n"
+                     "    __device__ __forceinline__ void one(long long t, int n, float v) const { out[t * N + n] = v; "
+                     "}\n"
+                     "    __device__ __forceinline__ void two(long long t, int n0, float v0, int n1, float v1) const\n"
+                     "    {\n        out[t * N + n0] = v0;\n        out[t * N + n1] = v1;\n    }\n};\n");
+    for (int i = 0; i < n; i++) kernel_source(&cases[i], i, src);
+}
+
+/* ---- running ------------------------------------------------------------------------------- */
+typedef struct runner {
+    krt_cuda_api api; /* the driver, or the emulator */
+    krt_cu_ctx ctx;   /* its primary context */
+    krt_cu_mod mod;   /* the kernels */
+    int gpu;          /* 1 on a real GPU */
+} runner;
+
+static int cu_ok(runner *r, krt_cu_result res, const char *what)
+{
+    if (res == 0) return 1;
+    ks_buf b = {0};
+    krt_cuda_describe(&r->api, res, &b);
+    fprintf(stderr, "%s: %s\n", what, ks_buf_cstr(&b));
+    ks_buf_free(&b);
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One case's buffers on the device and its exact operands on the host. */
+typedef struct mm_data {
+    krt_cu_ptr x, w, g, out; /* device buffers */
+    double *xp;              /* [T, K] x after the prologue, exactly (NULL: sampled rows only) */
+    double *wv;              /* [N, K] the weights' values (NULL for big shapes: wraw is read) */
+    void *wraw;              /* [N, K] the weights as stored */
+    float *xh;               /* [T, K] x as given */
+} mm_data;
+
+static double weight_at(const mm_case *c, const mm_data *d, size_t i)
+{
+    if (d->wv) return d->wv[i];
+    uint16_t h;
+    float f;
+    if (c->w == W_F32) {
+        memcpy(&f, (const char *)d->wraw + 4 * i, 4);
+        return f;
+    }
+    memcpy(&h, (const char *)d->wraw + 2 * i, 2);
+    return c->w == W_BF16 ? ks_bf16_to_f32(h) : ks_f16_to_f32(h);
+}
+
+/* The prologue's output for row t, exactly (rms in double, as kcu_pro_rms). */
+static void prologue_row(const mm_case *c, const float *xrow, const double *g, double *y)
+{
+    double inv = 1.0;
+    if (c->rms) {
+        double s = 0.0;
+        for (int k = 0; k < c->K; k++) s += (double)xrow[k] * xrow[k];
+        inv = 1.0 / sqrt(s / c->K + 1e-5);
+    }
+    for (int k = 0; k < c->K; k++) y[k] = (double)xrow[k] * inv * (c->rms ? g[k] : 1.0);
+}
+
+/* Upload a case's operands (seeded by seed); full: keep the exact weights */
+static int setup(runner *r, const mm_case *c, uint64_t seed, int full, mm_data *d)
+{
+    memset(d, 0, sizeof *d);
+    size_t nx = (size_t)c->T * c->K + (size_t)c->x_off, nw = (size_t)c->N * c->K, es = w_size[c->w];
+    uint64_t s = seed;
+    d->xh = malloc(nx * sizeof(float));
+    d->wraw = malloc(nw * es);
+    void *graw = malloc((size_t)c->K * es);
+    double *gv = malloc((size_t)c->K * sizeof(double));
+    if (full) d->wv = malloc(nw * sizeof(double));
+    if (!d->xh || !d->wraw || !graw || !gv || (full && !d->wv)) {
+        fprintf(stderr, "out of host memory\n");
+        exit(1);
+    }
+    fill_x(nx, &s, d->xh, full);
+    fill_weights(c->w, nw, full ? 0.5 : 0.04, &s, d->wraw, d->wv);
+    for (int k = 0; k < c->K; k++) { /* norm weights about 1 */
+        float f = (float)(1.0 + 0.25 * rng_unit(&s));
+        if (c->w == W_BF16) {
+            uint16_t h = ks_f32_to_bf16(f);
+            memcpy((char *)graw + 2 * (size_t)k, &h, 2), gv[k] = ks_bf16_to_f32(h);
+        } else if (c->w == W_F16) {
+            uint16_t h = ks_f32_to_f16(f);
+            memcpy((char *)graw + 2 * (size_t)k, &h, 2), gv[k] = ks_f16_to_f32(h);
+        } else {
+            memcpy((char *)graw + 4 * (size_t)k, &f, 4), gv[k] = f;
+        }
+    }
+    d->xp = malloc((size_t)c->T * c->K * sizeof(double));
+    if (!d->xp) {
+        fprintf(stderr, "out of host memory\n");
+        exit(1);
+    }
+    for (int t = 0; t < c->T; t++)
+        prologue_row(c, d->xh + c->x_off + (size_t)t * c->K, gv, d->xp + (size_t)t * c->K);
+    int ok = cu_ok(r, r->api.cuMemAlloc(&d->x, nx * 4), "cuMemAlloc") &&
+             cu_ok(r, r->api.cuMemAlloc(&d->w, nw * es), "cuMemAlloc") &&
+             cu_ok(r, r->api.cuMemAlloc(&d->g, (size_t)c->K * es), "cuMemAlloc") &&
+             cu_ok(r, r->api.cuMemAlloc(&d->out, (size_t)c->T * c->N * 4), "cuMemAlloc") &&
+             cu_ok(r, r->api.cuMemcpyHtoD(d->x, d->xh, nx * 4), "cuMemcpyHtoD") &&
+             cu_ok(r, r->api.cuMemcpyHtoD(d->w, d->wraw, nw * es), "cuMemcpyHtoD") &&
+             cu_ok(r, r->api.cuMemcpyHtoD(d->g, graw, (size_t)c->K * es), "cuMemcpyHtoD");
+    free(graw);
+    free(gv);
+    return ok ? 0 : -1;
+}
+
+static void teardown(runner *r, mm_data *d)
+{
+    r->api.cuMemFree(d->x);
+    r->api.cuMemFree(d->w);
+    r->api.cuMemFree(d->g);
+    r->api.cuMemFree(d->out);
+    free(d->xp);
+    free(d->wv);
+    free(d->wraw);
+    free(d->xh);
+}
+
+/* Launch case index on its grid: ceil(N / 16) blocks of 256 threads. */
+static int launch(runner *r, const mm_case *c, int index, const mm_data *d)
+{
+    char name[32];
+    snprintf(name, sizeof name, "mm_%d", index);
+    krt_cu_fn fn;
+    if (!cu_ok(r, r->api.cuModuleGetFunction(&fn, r->mod, name), name)) return -1;
+    int T = c->T;
+    krt_cu_ptr x = d->x + 4 * (krt_cu_ptr)c->x_off;
+    void *params[] = {&T, &x, (void *)&d->w, (void *)&d->g, (void *)&d->out, NULL};
+    return cu_ok(r, r->api.cuLaunchKernel(fn, (unsigned)(c->N + 15) / 16, 1, 1, 256, 1, 1, 0, NULL, params, NULL),
+                 "cuLaunchKernel")
+               ? 0
+               : -1;
+}
+
+/* Error of out against the exact sums over rows/columns (every one, or a
+ * sample): worst |out - exact| / sum_k |x_k w_k|, and the relative L2. */
+typedef struct mm_err {
+    double worst, l2; /* the two measures */
+    int bad;          /* outputs that are not finite */
+} mm_err;
+
+static mm_err compare(const mm_case *c, const mm_data *d, const float *out, int sample)
+{
+    mm_err e = {0, 0, 0};
+    double num = 0.0, den = 0.0;
+    int tstep = sample ? c->T / 3 + 1 : 1, nstep = sample ? c->N / 97 + 1 : 1;
+    for (int t = 0; t < c->T; t += tstep)
+        for (int n = 0; n < c->N; n += nstep) {
+            double sum = 0.0, mag = 0.0;
+            const double *xr = d->xp + (size_t)t * c->K;
+            for (int k = 0; k < c->K; k++) {
+                double p = xr[k] * weight_at(c, d, (size_t)n * c->K + k);
+                sum += p, mag += fabs(p);
+            }
+            double v = out[(size_t)t * c->N + n];
+            if (!isfinite(v)) {
+                e.bad++;
+                continue;
+            }
+            double err = fabs(v - sum) / (mag > 0 ? mag : 1.0);
+            if (err > e.worst) e.worst = err;
+            num += (v - sum) * (v - sum), den += sum * sum;
+        }
+    e.l2 = den > 0 ? sqrt(num / den) : sqrt(num);
+    return e;
+}
+
+static int failures;
+
+/* Run every check case twice: within 1e-6 (4e-6 for the CUDA-core path),
+ * bitwise equal runs. */
+static void run_checks(runner *r, const mm_case *cases, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const mm_case *c = &cases[i];
+        mm_data d;
+        char what[128];
+        snprintf(what, sizeof what, "%s T=%d K=%d N=%d%s%s%s", w_short[c->w], c->T, c->K, c->N,
+                 c->rms ? " rms" : "", c->rev ? " reversed" : "", c->x_off ? " x+1" : "");
+        size_t bytes = (size_t)c->T * c->N * 4;
+        float *a = malloc(bytes), *b = malloc(bytes);
+        if (!a || !b || setup(r, c, 1000 + (uint64_t)i, 1, &d) != 0) {
+            printf("FAIL %s: setup\n", what);
+            failures++;
+            free(a), free(b);
+            continue;
+        }
+        int ok = r->api.cuMemsetD8(d.out, 0xff, bytes) == 0 && launch(r, c, i, &d) == 0 &&
+                 r->api.cuMemcpyDtoH(a, d.out, bytes) == 0 && r->api.cuMemsetD8(d.out, 0xff, bytes) == 0 &&
+                 launch(r, c, i, &d) == 0 && r->api.cuMemcpyDtoH(b, d.out, bytes) == 0;
+        if (!ok) {
+            printf("FAIL %s: launch\n", what);
+            failures++;
+        } else {
+            mm_err e = compare(c, &d, a, 0);
+            int same = memcmp(a, b, bytes) == 0;
+            /* the CUDA-core path's sequential f32 sums round more often */
+            int pass = e.bad == 0 && e.worst <= (c->path == PATH_FMA ? 4e-6 : 1e-6) && same;
+            printf("%s %s: worst error %.2e of sum|x w| (relative L2 %.2e)%s%s\n", pass ? "ok  " : "FAIL", what,
+                   e.worst, e.l2, e.bad ? ", outputs not finite" : "", same ? "" : ", two runs differ");
+            failures += !pass;
+        }
+        teardown(r, &d);
+        free(a), free(b);
+    }
+}
+
+/* ---- the GPU benchmark -------------------------------------------------------------------- */
+/* Time a case (warm-up, then reps launches between events); ms per launch. */
+static double time_case(runner *r, const mm_case *c, int index, const mm_data *d, int reps)
+{
+    krt_cu_event e0, e1;
+    if (!cu_ok(r, r->api.cuEventCreate(&e0, 0), "cuEventCreate") ||
+        !cu_ok(r, r->api.cuEventCreate(&e1, 0), "cuEventCreate"))
+        return -1;
+    double ms = -1;
+    if (launch(r, c, index, d) == 0 && launch(r, c, index, d) == 0) {
+        r->api.cuEventRecord(e0, NULL);
+        for (int i = 0; i < reps; i++) launch(r, c, index, d);
+        r->api.cuEventRecord(e1, NULL);
+        float f = 0;
+        if (cu_ok(r, r->api.cuStreamSynchronize(NULL), "cuStreamSynchronize") &&
+            cu_ok(r, r->api.cuEventElapsedTime(&f, e0, e1), "cuEventElapsedTime"))
+            ms = f / reps;
+    }
+    r->api.cuEventDestroy(e0);
+    r->api.cuEventDestroy(e1);
+    return ms;
+}
+
+/* The benchmark's cases: every 8B shape (bf16) through kcu_matmul, the same
+ * in a kernel limited to 128 registers, the CUDA-core path, and the
+ * tensor-core path alone loading two k blocks ahead; gate,up in f16 and f32;
+ * T = 512, 2048. */
+static int bench_cases(mm_case *out)
+{
+    int n = 0;
+    for (size_t s = 0; s < sizeof llama8b / sizeof llama8b[0]; s++) {
+        const int K = llama8b[s].K, N = llama8b[s].N;
+        out[n++] = (mm_case){W_BF16, 128, K, N, 0, 0, 0, PATH_MATMUL, 0, 0, 0};
+        out[n++] = (mm_case){W_BF16, 128, K, N, 0, 0, 0, PATH_MATMUL, 0, 0, 1};
+        out[n++] = (mm_case){W_BF16, 128, K, N, 0, 0, 0, PATH_FMA, 0, 0, 0};
+        out[n++] = (mm_case){W_BF16, 128, K, N, 0, 0, 0, PATH_MMA, 64, 2, 0};
+    }
+    for (int w = W_F16; w <= W_F32; w++) {
+        out[n++] = (mm_case){(wtype)w, 128, 4096, 28672, 0, 0, 0, PATH_MATMUL, 0, 0, 0};
+        out[n++] = (mm_case){(wtype)w, 128, 4096, 28672, 0, 0, 0, PATH_MATMUL, 0, 0, 1};
+        out[n++] = (mm_case){(wtype)w, 128, 4096, 28672, 0, 0, 0, PATH_FMA, 0, 0, 0};
+    }
+    out[n++] = (mm_case){W_BF16, 512, 4096, 28672, 0, 0, 0, PATH_MATMUL, 0, 0, 1};
+    out[n++] = (mm_case){W_BF16, 2048, 4096, 4096, 0, 0, 0, PATH_MATMUL, 0, 0, 1};
+    out[n++] = (mm_case){W_BF16, 2048, 4096, 4096, 0, 0, 0, PATH_FMA, 0, 0, 0};
+    return n;
+}
+
+/* A case's implementation, in words. */
+static void path_name(const mm_case *c, char *buf, size_t n)
+{
+    if (c->path == PATH_MATMUL)
+        snprintf(buf, n, "kcu_matmul%s", c->lb2 ? ", <= 128 registers" : "");
+    else if (c->path == PATH_FMA)
+        snprintf(buf, n, "CUDA cores (fma)");
+    else
+        snprintf(buf, n, "tensor cores, k %d, %d ahead", c->bk, c->pf);
+}
+
+static void run_bench(runner *r, const mm_case *cases, int n, int first)
+{
+    enum { MAX_LABELS = 8 };
+    char labels[MAX_LABELS][48];
+    double model[MAX_LABELS] = {0}; /* the 8B model's matmul time per implementation, ms */
+    int n_labels = 0;
+    for (int i = 0; i < n; i++) {
+        const mm_case *c = &cases[i];
+        mm_data d;
+        if (setup(r, c, 7 + (uint64_t)c->K * 31 + (uint64_t)c->N, 0, &d) != 0) {
+            failures++;
+            continue;
+        }
+        double ms = time_case(r, c, first + i, &d, c->T >= 512 ? 5 : 10);
+        size_t bytes = (size_t)c->T * c->N * 4;
+        float *out = malloc(bytes);
+        mm_err e = {0, 0, 0};
+        if (out && r->api.cuMemcpyDtoH(out, d.out, bytes) == 0) e = compare(c, &d, out, 1);
+        free(out);
+        double tflops = ms > 0 ? 2.0 * c->T * c->K * (double)c->N / (ms * 1e-3) / 1e12 : 0;
+        char name[48];
+        path_name(c, name, sizeof name);
+        printf("bench %-5s T=%-4d K=%-5d N=%-6d %-32s %8.3f ms %6.1f TFLOP/s  error %.2e (L2 %.2e)%s\n",
+               w_short[c->w], c->T, c->K, c->N, name, ms, tflops, e.worst, e.l2, e.bad ? " NOT FINITE" : "");
+        if (c->path != PATH_FMA && (e.bad || e.worst > 1e-6)) failures++;
+        if (c->w != W_BF16 || c->T != 128) {
+            teardown(r, &d);
+            continue;
+        }
+        int l = 0;
+        while (l < n_labels && strcmp(labels[l], name) != 0) l++;
+        if (l == n_labels && n_labels < MAX_LABELS) snprintf(labels[n_labels++], sizeof labels[0], "%s", name);
+        for (size_t s = 0; s < sizeof llama8b / sizeof llama8b[0] && l < n_labels; s++)
+            if (c->K == llama8b[s].K && c->N == llama8b[s].N) model[l] += ms * llama8b[s].per_model;
+        teardown(r, &d);
+    }
+    for (int l = 0; l < n_labels; l++)
+        printf("bench Llama-3-8B 128-token prefill, matmuls only (bf16 weights), %s: %.1f ms\n", labels[l], model[l]);
+}
+
+/* ---- main ------------------------------------------------------------------------------- */
+static int open_runner(runner *r, const char *cubin, size_t cubin_size)
+{
+    ks_diag d = {0};
+    (void)cubin_size;
+    if (krt_cuda_api_load(&r->api, &d) != 0) return -1;
+    krt_cu_device dev;
+    return cu_ok(r, r->api.cuInit(0), "cuInit") && cu_ok(r, r->api.cuDeviceGet(&dev, 0), "cuDeviceGet") &&
+                   cu_ok(r, r->api.cuDevicePrimaryCtxRetain(&r->ctx, dev), "cuDevicePrimaryCtxRetain") &&
+                   cu_ok(r, r->api.cuCtxSetCurrent(r->ctx), "cuCtxSetCurrent") &&
+                   cu_ok(r, r->api.cuModuleLoadData(&r->mod, cubin), "cuModuleLoadData")
+               ? 0
+               : -1;
+}
+
+static void close_runner(runner *r)
+{
+    if (r->mod) r->api.cuModuleUnload(r->mod);
+    if (r->ctx) r->api.cuDevicePrimaryCtxRelease(0);
+    krt_cuda_api_unload(&r->api);
+}
+
+/* Compile src for arch with NVRTC into cubin; prints the time. 0 or -1. */
+static int nvrtc(const char *src, const char *arch, ks_buf *cubin)
+{
+    ks_diag d = {0};
+    double t0 = now_s();
+    int rc = kcu_compile(src, "mm_check.cu", arch, cubin, &d);
+    printf("%s NVRTC %s: %.1f s\n", rc == 0 ? "ok  " : "FAIL", arch, now_s() - t0);
+    return rc;
+}
+
+enum { MAX_BENCH = 32 };
+
+/* The --gpu kernels: the checks, then the benchmark's; their counts. */
+static void gpu_cases(mm_case *all, int *n_checks, int *n_bench)
+{
+    *n_checks = (int)(sizeof checks / sizeof checks[0]);
+    memcpy(all, checks, sizeof checks);
+    *n_bench = bench_cases(all + *n_checks);
+}
+
+static int compile_main(const char *arch, const char *path)
+{
+    mm_case all[sizeof checks / sizeof checks[0] + MAX_BENCH];
+    int n_checks, n_bench;
+    gpu_cases(all, &n_checks, &n_bench);
+    ks_buf src = {0}, cubin = {0};
+    program_source(all, n_checks + n_bench, &src);
+    int rc = nvrtc(ks_buf_cstr(&src), arch, &cubin);
+    FILE *f = rc == 0 ? fopen(path, "wb") : NULL;
+    if (rc == 0 && (!f || fwrite(cubin.data, 1, cubin.len, f) != cubin.len)) rc = -1;
+    if (f && fclose(f) != 0) rc = -1;
+    ks_buf_free(&src);
+    ks_buf_free(&cubin);
+    return rc == 0 ? 0 : 1;
+}
+
+static int gpu_main(const char *cubin_path)
+{
+    mm_case all[sizeof checks / sizeof checks[0] + MAX_BENCH];
+    int n_checks, n_bench;
+    gpu_cases(all, &n_checks, &n_bench);
+    ks_buf src = {0}, cubin = {0};
+    program_source(all, n_checks + n_bench, &src);
+    runner r = {0};
+    r.gpu = 1;
+    /* the device's architecture */
+    ks_diag d = {0};
+    int major = 0, minor = 0;
+    krt_cu_device dev;
+    if (krt_cuda_api_load(&r.api, &d) != 0 || !cu_ok(&r, r.api.cuInit(0), "cuInit") ||
+        !cu_ok(&r, r.api.cuDeviceGet(&dev, 0), "cuDeviceGet") ||
+        !cu_ok(&r, r.api.cuDeviceGetAttribute(&major, KRT_CU_ATTR_CC_MAJOR, dev), "attribute") ||
+        !cu_ok(&r, r.api.cuDeviceGetAttribute(&minor, KRT_CU_ATTR_CC_MINOR, dev), "attribute"))
+        return 1;
+    krt_cuda_api_unload(&r.api);
+    char arch[16];
+    snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
+    if (cubin_path) {
+        size_t len = 0;
+        char *data = ks_read_file(&d, cubin_path, &len);
+        if (!data) return 1;
+        ks_buf_put(&cubin, data, len);
+        free(data);
+    } else if (nvrtc(ks_buf_cstr(&src), arch, &cubin) != 0) {
+        return 1;
+    }
+    if (open_runner(&r, cubin.data, cubin.len) != 0) return 1;
+    run_checks(&r, all, n_checks);
+    run_bench(&r, all + n_checks, n_bench, n_checks);
+    close_runner(&r);
+    ks_buf_free(&src);
+    ks_buf_free(&cubin);
+    printf("%s\n", failures ? "FAILED" : "all passed");
+    return failures ? 1 : 0;
+}
+
+static int emu_main(void)
+{
+    int n = (int)(sizeof checks / sizeof checks[0]), ran = 0;
+    ks_buf src = {0};
+    program_source(checks, n, &src);
+    if (kcu_have_nvrtc()) {
+        ks_buf cubin = {0};
+        failures += nvrtc(ks_buf_cstr(&src), "sm_80", &cubin) != 0;
+        ks_buf_free(&cubin);
+        ran = 1;
+    }
+    const char *gxx = getenv("KILN_GXX"), *shim = getenv("KILN_EMU_SHIM"), *emu = getenv("KILN_EMU_LIB");
+    if (gxx && gxx[0] && shim && emu) {
+        char dir[] = "/tmp/kiln_mm_check.XXXXXX";
+        if (!mkdtemp(dir)) return 1;
+        char *cu = ks_path_join(dir, "mm.cu"), *so = ks_path_join(dir, "mm.so");
+        FILE *f = fopen(cu, "w");
+        if (!f || fwrite(src.data, 1, src.len, f) != src.len || fclose(f) != 0) return 1;
+        ks_buf cmd = {0};
+        ks_buf_printf(&cmd, "'%s' -O2 -w -fno-strict-aliasing -shared -fPIC -include '%s' -x c++ '%s' -o '%s'", gxx,
+                      shim, cu, so);
+        if (system(ks_buf_cstr(&cmd)) != 0) {
+            printf("FAIL: g++ could not compile the kernels\n");
+            failures++;
+        } else {
+            setenv("KILN_EMU_KERNELS", so, 1);
+            setenv("KILN_CUDA_LIB", emu, 1);
+            runner r = {0};
+            if (open_runner(&r, NULL, 0) != 0) {
+                failures++;
+            } else {
+                run_checks(&r, checks, n);
+            }
+            close_runner(&r);
+            ran = 1;
+        }
+        unlink(cu);
+        unlink(so);
+        rmdir(dir);
+        free(cu);
+        free(so);
+        ks_buf_free(&cmd);
+    } else {
+        printf("KILN_GXX, KILN_EMU_SHIM or KILN_EMU_LIB not set: the emulated checks are skipped\n");
+    }
+    ks_buf_free(&src);
+    if (!ran) {
+        printf("skipped: needs NVRTC or g++\n");
+        return 77;
+    }
+    printf("%s\n", failures ? "FAILED" : "all passed");
+    return failures ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc >= 2 && argc <= 3 && strcmp(argv[1], "--gpu") == 0) return gpu_main(argc == 3 ? argv[2] : NULL);
+    if (argc == 4 && strcmp(argv[1], "--compile") == 0) return compile_main(argv[2], argv[3]);
+    if (argc != 1) {
+        fprintf(stderr, "usage: cuda_mm_check [--gpu [CUBIN] | --compile ARCH CUBIN]\n");
+        return 2;
+    }
+    return emu_main();
+}
