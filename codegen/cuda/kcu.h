@@ -1,7 +1,8 @@
 /*
  * kcu.h — the CUDA code generator: from a verified kir_graph to CUDA C (one
- * launch per compute node, shapes as compile-time constants, T — the tokens
- * of a step — a kernel argument), compiled with NVRTC into one cubin per
+ * launch per fusion group — norm prologue, matmul, epilogue — or per compute
+ * node outside groups, shapes as compile-time constants, T — the tokens of
+ * a step — a kernel argument), compiled with NVRTC into one cubin per
  * requested architecture, plus the launch table the CUDA backend runs
  * (runtime/cuda_meta.h).
  *
@@ -22,10 +23,11 @@
  * loads in the matmuls); activations, sums and the KV cache are f32. Every
  * output element is computed in an order fixed by its position (no atomics,
  * fixed reduction trees): runs are bitwise reproducible. Matmuls have two
- * paths (kcu_prelude.cuh): a memory-bound one for steps of at most 8 tokens
- * (decode), a tiled one for longer steps (prefill); the other kernels keep
- * the reference interpreter's arithmetic (ir/interp_kernels.c: double for
- * row sums and transcendental functions; NVRTC runs with --fmad=false).
+ * kernels (kcu_prelude.cuh): a memory-bound one for steps of at most 8
+ * tokens (decode), and a tiled one for longer steps (prefill; tensor cores
+ * for bf16/f16 weights on sm_80 and later, x split into 16-bit parts); the
+ * other kernels keep the reference interpreter's arithmetic where they can
+ * (ir/interp_kernels.c: double for row sums and transcendental functions).
  *
  * Prefix: kcu_.
  */

@@ -1,21 +1,25 @@
 /*
  * kcu_emit.c — CUDA C for each compute node of a graph (codegen/cuda/kcu.h).
  *
- * Requires: a graph kir_verify accepts. Guarantees: one launch per compute
- * node (two for an attention that writes the KV cache: the write, then the
- * attention, since blocks of one launch are not ordered), every dimension
- * but T a literal; views that do not move data (reshape, the output,
- * kv_write's pass-through value) get no kernel and share their operand's
- * buffer (meta aliases). Kernels are shared: a kernel's text is written
+ * Requires: a graph kir_verify accepts. Guarantees: one launch per fusion
+ * group that kcu_emit_group.c can fuse (the `fuse` attribute of
+ * passes/fuse_*.c: a norm, a matmul and its epilogue become one kernel),
+ * and one launch per compute node elsewhere (two for an attention that
+ * writes the KV cache: the write, then the attention, since blocks of one
+ * launch are not ordered); every dimension but T a literal; views that do
+ * not move data (reshape, the output, kv_write's pass-through value) get
+ * no kernel and share their operand's buffer (meta aliases). Matmuls are
+ * two kernels, NAME for steps of at most MM_GEMV_T tokens and NAME_large
+ * for longer ones (meta "large"), so that the decode path keeps its own
+ * registers and occupancy. Kernels are shared: a kernel's text is written
  * with a placeholder for its name, and nodes whose texts are equal (same
  * op, shapes, dtypes and attributes; layers differ only in arguments) get
  * one kernel, named k_<op>_<hash of the text>, compiled once; the launch
- * table lists it once per node. Does not: fuse (the `fuse` attribute is
- * ignored), or follow the memory plan (mem.* attributes: the backend gives
- * each value its own buffer).
+ * table lists it once per node. Where values live is the backend's affair
+ * (the memory plan's arena, runtime/cuda_backend.c).
  *
  * Weights may be f32, bf16 or f16 (read through kcu_f(), kcu_prelude.cuh);
- * activations and the KV cache are f32. Matmuls are kcu_matmul (prelude);
+ * activations and the KV cache are f32. Matmuls are kcu_matmul_small/_large (prelude);
  * the other kernels follow ir/interp_kernels.c operation by operation, and
  * where one parallelizes a reduction (norms, the softmax's sum and max) it
  * uses a fixed tree, so results do not depend on timing.

@@ -331,9 +331,8 @@ enum { KCU_MM_THREADS = 256, KCU_GEMV_T = 8, KCU_GEMV_R = 2 };
  * --gpu, T = 128, K = 4096, N = 4096 .. 128256; K = 14336, N = 4096): 52 ..
  * 77 TFLOP/s of the model's arithmetic, against 14 .. 22 on CUDA cores;
  * Llama-3-8B's 128-token prefill matmuls in 30 ms against 110 ms (34 ms
- * when the kernel, with its decode branch, takes more than 128 registers:
- * one block an SM instead of two); f16 weights 1.9x and f32 2x the
- * CUDA-core rate. The limits seen (Nsight Compute): the latency of shared
+ * with the decode path in the same kernel: 148 registers, one block an SM
+ * instead of two); f16 weights 1.9x and f32 2x the CUDA-core rate. The limits seen (Nsight Compute): the latency of shared
  * loads and barriers with 8 or 16 warps an SM, not the tensor cores' rate.
  */
 #if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) || !defined(__CUDACC__)

@@ -1,5 +1,5 @@
 /*
- * cuda_mm_check.c — kcu_matmul's prefill path (T > KCU_GEMV_T: tensor cores,
+ * cuda_mm_check.c — the matmul's prefill path (kcu_matmul_large: tensor cores,
  * codegen/cuda/kcu_prelude.cuh) on kernels written for it, against a
  * double-precision reference: awkward shapes (T = 9, 64, 100: partial tiles;
  * odd N; K not a multiple of 32; weight rows not 16-byte aligned; x not
@@ -40,7 +40,7 @@
 /* ---- the cases ------------------------------------------------------------------------ */
 typedef enum { W_BF16, W_F16, W_F32 } wtype;
 typedef enum {
-    PATH_MATMUL, /* kcu_matmul: what kiln's kernels call */
+    PATH_MATMUL, /* kcu_matmul_large: what kiln's prefill kernels call */
     PATH_FMA,    /* kcu_matmul_fma: the CUDA-core tiles */
     PATH_MMA     /* kcu_matmul_mma in the case's configuration */
 } mm_path;
@@ -150,7 +150,7 @@ static void kernel_source(const mm_case *c, int index, ks_buf *src)
                   c->lb2 ? ", 2" : "", index, wt, wt);
     int grid = (c->N + 15) / 16;
     if (c->path == PATH_MATMUL)
-        ks_buf_printf(src, "    kcu_matmul<%s, %d, %d>(T, x, w, %s, %s);\n}\n", wt, c->K, c->N, pro, epi);
+        ks_buf_printf(src, "    kcu_matmul_large<%s, %d, %d>(T, x, w, %s, %s);\n}\n", wt, c->K, c->N, pro, epi);
     else if (c->path == PATH_FMA)
         ks_buf_printf(src, "    auto pro = %s;\n    kcu_matmul_fma<%s, %d, %d, %d>(T, x, w, pro, %s);\n}\n", pro, wt,
                       c->K, c->N, grid, epi);
@@ -404,7 +404,7 @@ static double time_case(runner *r, const mm_case *c, int index, const mm_data *d
     return ms;
 }
 
-/* The benchmark's cases: every 8B shape (bf16) through kcu_matmul, the same
+/* The benchmark's cases: every 8B shape (bf16) through kcu_matmul_large, the same
  * in a kernel limited to 128 registers, the CUDA-core path, and the
  * tensor-core path alone loading two k blocks ahead; gate,up in f16 and f32;
  * T = 512, 2048. */
@@ -433,7 +433,7 @@ static int bench_cases(mm_case *out)
 static void path_name(const mm_case *c, char *buf, size_t n)
 {
     if (c->path == PATH_MATMUL)
-        snprintf(buf, n, "kcu_matmul%s", c->lb2 ? ", <= 128 registers" : "");
+        snprintf(buf, n, "kcu_matmul_large%s", c->lb2 ? ", <= 128 registers" : "");
     else if (c->path == PATH_FMA)
         snprintf(buf, n, "CUDA cores (fma)");
     else
