@@ -51,26 +51,19 @@ struct float4 {
 template <typename V> static inline V __ldg(const V *p) { return *p; }
 
 /* A warp shuffle: every thread of the block must call it together (kiln's
- * kernels do, with the same lane mask m), as they reach __syncthreads(). */
-static float kemu_shfl[1024];
-static inline float __shfl_xor_sync(unsigned mask, float v, int m)
+ * kernels do, with the same lane mask m), as they reach __syncthreads().
+ * Each value type has its own exchange array (a function-local static of
+ * the template). */
+template <typename V> static inline V kemu_shfl_xor(V v, int m)
 {
-    (void)mask;
-    kemu_shfl[threadIdx.x] = v;
+    static V lanes[1024];
+    lanes[threadIdx.x] = v;
     __syncthreads();
-    const float r = kemu_shfl[threadIdx.x ^ (unsigned)m];
+    const V r = lanes[threadIdx.x ^ (unsigned)m];
     __syncthreads();
     return r;
 }
-static double kemu_shfl_d[1024];
-static inline double __shfl_xor_sync(unsigned mask, double v, int m)
-{
-    (void)mask;
-    kemu_shfl_d[threadIdx.x] = v;
-    __syncthreads();
-    const double r = kemu_shfl_d[threadIdx.x ^ (unsigned)m];
-    __syncthreads();
-    return r;
-}
+static inline float __shfl_xor_sync(unsigned mask, float v, int m) { return (void)mask, kemu_shfl_xor(v, m); }
+static inline double __shfl_xor_sync(unsigned mask, double v, int m) { return (void)mask, kemu_shfl_xor(v, m); }
 
 #endif
