@@ -30,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/interp_kernels.h" /* kir_rope_inv_freq: the reference's frequencies, reused */
 
 /* ---- ops ------------------------------------------------------------------------------ */
 static int emit_embed(kcu_gen *x, kir_val v)
@@ -292,18 +291,7 @@ static int emit_rope(kcu_gen *x, kir_val v)
     int half = (int)(rot / 2), pairs = strcmp(style, "pairs") == 0;
     int64_t row = heads * d;
     krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, row);
-    float *inv_freq = ks_xmalloc(sizeof(float) * (size_t)(half ? half : 1));
-    kir_rope_inv_freq(g, v, (int)rot, inv_freq);
-    ks_buf_printf(&x->body, "\n/* rotation frequencies, radians per position (as the interpreter computes them) */\n"
-                            "__device__ const float " NAME_MARK "_inv_freq[%d] = {",
-                  half);
-    for (int j = 0; j < half; j++) {
-        ks_buf_puts(&x->body, j % 6 ? " " : "\n    ");
-        kcu_put_float(&x->body, inv_freq[j]);
-        ks_buf_puts(&x->body, ",");
-    }
-    ks_buf_puts(&x->body, "\n};\n");
-    free(inv_freq);
+    kcu_put_rope_table(x, &x->body, v, rot, "");
 
     kcu_param_in(x, k, n->in[0], "x");
     kcu_param_in(x, k, n->in[1], "pos");

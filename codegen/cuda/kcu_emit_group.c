@@ -34,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/interp_kernels.h" /* kir_rope_inv_freq */
 
 /* Nodes in a group at most, and pair segments at most (beyond: node by node). */
 enum { GROUP_MAX = 64, SEG_MAX = 16 };
@@ -400,6 +399,17 @@ static void put_epilogue(group *G, ks_buf *fields)
                    "    {\n        run(t, n0, v0, -1, 0.0f);\n    }\n};\n");
 }
 
+/* A kernel parameter that the epilogue functor holds as a field of the
+ * same name: its declaration (decl ends with the name), what the runtime
+ * passes, the field, and the name in the functor's initializer. */
+static void add_field(kcu_gen *x, krt_cuda_kernel *k, krt_cuda_arg_kind kind, int64_t index, const char *decl,
+                      const char *name, ks_buf *fields, ks_buf *inits)
+{
+    kcu_add_param(x, k, kind, index, decl);
+    ks_buf_printf(fields, "    %s;\n", decl);
+    ks_buf_printf(inits, "%s%s", inits->len ? ", " : "", name);
+}
+
 /* ---- the group ------------------------------------------------------------------------- */
 int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside)
 {
@@ -462,17 +472,11 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
     for (int i = G.mm; i < count; i++) {
         gnode *gn = &G.n[i];
         const kir_node *nd = &g->nodes[gn->v];
-        char name[32];
-        {
-            if (gn->store && gn->root == i && gn->r != ROLE_KV_WRITE) {
-                snprintf(name, sizeof name, "out%d", i);
-                ks_buf decl = {0};
-                ks_buf_printf(&decl, "float *__restrict__ %s", name);
-                kcu_add_param(x, k, KRT_CUDA_ARG_VALUE, gn->v, ks_buf_cstr(&decl));
-                ks_buf_free(&decl);
-                ks_buf_printf(&fields, "    float *__restrict__ %s;\n", name);
-                ks_buf_printf(&inits, "%s%s", inits.len ? ", " : "", name);
-            }
+        char name[32], decl[96];
+        if (gn->store && gn->root == i && gn->r != ROLE_KV_WRITE) {
+            snprintf(name, sizeof name, "out%d", i);
+            snprintf(decl, sizeof decl, "float *__restrict__ %s", name);
+            add_field(x, k, KRT_CUDA_ARG_VALUE, gn->v, decl, name, &fields, &inits);
         }
         if (gn->r == ROLE_VIEW || gn->r == ROLE_KV_WRITE) {
             if (gn->root != i) x->root[gn->v] = x->root[G.n[gn->root].v];
@@ -482,34 +486,16 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
                 if ((side ? gn->b : gn->a) >= 0) continue;
                 const kir_node *on = &g->nodes[nd->in[side]];
                 snprintf(name, sizeof name, "in%d_%d", i, side);
-                ks_buf decl = {0};
-                ks_buf_printf(&decl, "const %s *__restrict__ %s", kcu_elem_type(on->dtype), name);
-                kcu_add_param(x, k, KRT_CUDA_ARG_VALUE, nd->in[side], ks_buf_cstr(&decl));
-                ks_buf_printf(&fields, "    %s;\n", ks_buf_cstr(&decl));
-                ks_buf_free(&decl);
-                ks_buf_printf(&inits, "%s%s", inits.len ? ", " : "", name);
+                snprintf(decl, sizeof decl, "const %s *__restrict__ %s", kcu_elem_type(on->dtype), name);
+                add_field(x, k, KRT_CUDA_ARG_VALUE, nd->in[side], decl, name, &fields, &inits);
             }
         if (gn->r == ROLE_ROPE) {
             snprintf(name, sizeof name, "pos%d", i);
-            ks_buf decl = {0};
-            ks_buf_printf(&decl, "const int *__restrict__ %s", name);
-            kcu_add_param(x, k, KRT_CUDA_ARG_VALUE, nd->in[1], ks_buf_cstr(&decl));
-            ks_buf_printf(&fields, "    %s;\n", ks_buf_cstr(&decl));
-            ks_buf_free(&decl);
-            ks_buf_printf(&inits, "%s%s", inits.len ? ", " : "", name);
-            int64_t d = nd->dims[2], rot = kir_get_int(g, gn->v, "rot_dim", d), half = rot / 2;
-            float *inv_freq = ks_xmalloc(sizeof(float) * (size_t)half);
-            kir_rope_inv_freq(g, gn->v, (int)rot, inv_freq);
-            ks_buf_printf(&tables, "\n/* rotation frequencies, radians per position (as the interpreter computes them) */\n"
-                                   "__device__ const float " NAME_MARK "_inv_freq%d[%lld] = {",
-                          i, (long long)half);
-            for (int64_t j = 0; j < half; j++) {
-                ks_buf_puts(&tables, j % 6 ? " " : "\n    ");
-                kcu_put_float(&tables, inv_freq[j]);
-                ks_buf_puts(&tables, ",");
-            }
-            ks_buf_puts(&tables, "\n};\n");
-            free(inv_freq);
+            snprintf(decl, sizeof decl, "const int *__restrict__ %s", name);
+            add_field(x, k, KRT_CUDA_ARG_VALUE, nd->in[1], decl, name, &fields, &inits);
+            char suffix[16];
+            snprintf(suffix, sizeof suffix, "%d", i);
+            kcu_put_rope_table(x, &tables, gn->v, kir_get_int(g, gn->v, "rot_dim", nd->dims[2]), suffix);
         }
         if (gn->r == ROLE_KV_WRITE) {
             int64_t layer = kir_get_int(g, gn->v, "layer", 0);
@@ -520,12 +506,9 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
             static const char *const kinds[3] = {"kc", "vc", "slots"};
             static const krt_cuda_arg_kind akinds[3] = {KRT_CUDA_ARG_KV_K, KRT_CUDA_ARG_KV_V, KRT_CUDA_ARG_SLOTS};
             for (int j = 0; j < 3; j++) {
-                ks_buf decl = {0};
-                ks_buf_printf(&decl, "%s *__restrict__ %s%d", j == 2 ? "const int" : "float", kinds[j], i);
-                kcu_add_param(x, k, akinds[j], j == 2 ? 0 : layer, ks_buf_cstr(&decl));
-                ks_buf_printf(&fields, "    %s;\n", ks_buf_cstr(&decl));
-                ks_buf_free(&decl);
-                ks_buf_printf(&inits, "%s%s%d", inits.len ? ", " : "", kinds[j], i);
+                snprintf(name, sizeof name, "%s%d", kinds[j], i);
+                snprintf(decl, sizeof decl, "%s *__restrict__ %s", j == 2 ? "const int" : "float", name);
+                add_field(x, k, akinds[j], j == 2 ? 0 : layer, decl, name, &fields, &inits);
             }
         }
     }

@@ -5,6 +5,8 @@
  */
 #include "codegen/cuda/kcu_gen.h"
 
+#include "ir/interp_kernels.h" /* kir_rope_inv_freq: the reference's frequencies, reused */
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -170,36 +172,60 @@ static void put_named(ks_buf *out, const char *text, size_t len, const char *nam
 /* The kernel's text is complete: find it among the kernels written (the
  * same text: the same kernel) or write it under a new name; k launches it.
  * suffix is part of the name, after the op's. */
+/* The name of a kernel text already written, or NULL. */
+static const char *written_name(const kcu_gen *x, uint64_t hash)
+{
+    for (size_t i = 0; i < x->n_bodies; i++) {
+        const kcu_body *b = &x->bodies[i];
+        if (b->hash == hash && b->len == x->body.len && memcmp(x->texts.data + b->at, x->body.data, b->len) == 0)
+            return b->name;
+    }
+    return NULL;
+}
+
 void kcu_kernel_end(kcu_gen *x, krt_cuda_kernel *k, const char *suffix)
 {
     const char *op = kir_op_table[x->g->nodes[k->node].op].name;
     uint64_t hash = ks_hash64(KS_HASH_SEED, x->body.data, x->body.len);
-    for (size_t i = 0; i < x->n_bodies; i++) {
-        const kcu_body *b = &x->bodies[i];
-        if (b->hash == hash && b->len == x->body.len && memcmp(x->texts.data + b->at, x->body.data, b->len) == 0) {
-            k->name = b->name;
-            if (x->large) k->name_large = ks_arena_printf(&x->meta->arena, "%s_large", b->name), k->large_above = x->large;
-            x->large = 0;
-            return;
+    const char *name = written_name(x, hash);
+    if (!name) {
+        /* a new kernel: k_<op><suffix>_<48 bits of the hash>, distinct from every name so far */
+        for (uint64_t salt = 0;; salt++) {
+            uint64_t h = salt ? ks_hash64(hash, &salt, sizeof salt) : hash;
+            name = ks_arena_printf(&x->meta->arena, "k_%s%s_%012llx", op, suffix,
+                                   (unsigned long long)(h & 0xffffffffffffull));
+            int taken = 0;
+            for (size_t i = 0; i < x->n_bodies && !taken; i++) taken = strcmp(x->bodies[i].name, name) == 0;
+            if (!taken) break;
         }
+        KS_GROW(x->bodies, x->n_bodies + 1, x->cap_bodies, KCU_MAX_KERNELS, "distinct CUDA kernels");
+        x->bodies[x->n_bodies++] = (kcu_body){hash, name, x->texts.len, x->body.len};
+        ks_buf_put(&x->texts, x->body.data, x->body.len);
+        put_named(x->src, x->body.data, x->body.len, name);
     }
-    /* a new kernel: k_<op><suffix>_<48 bits of the hash>, distinct from every name so far */
-    const char *name = NULL;
-    for (uint64_t salt = 0;; salt++) {
-        uint64_t h = salt ? ks_hash64(hash, &salt, sizeof salt) : hash;
-        name = ks_arena_printf(&x->meta->arena, "k_%s%s_%012llx", op, suffix,
-                               (unsigned long long)(h & 0xffffffffffffull));
-        int taken = 0;
-        for (size_t i = 0; i < x->n_bodies && !taken; i++) taken = strcmp(x->bodies[i].name, name) == 0;
-        if (!taken) break;
-    }
-    KS_GROW(x->bodies, x->n_bodies + 1, x->cap_bodies, KCU_MAX_KERNELS, "distinct CUDA kernels");
-    x->bodies[x->n_bodies++] = (kcu_body){hash, name, x->texts.len, x->body.len};
-    ks_buf_put(&x->texts, x->body.data, x->body.len);
-    put_named(x->src, x->body.data, x->body.len, name);
     k->name = name;
-    if (x->large) k->name_large = ks_arena_printf(&x->meta->arena, "%s_large", name), k->large_above = x->large;
+    if (x->large) {
+        k->name_large = ks_arena_printf(&x->meta->arena, "%s_large", name);
+        k->large_above = x->large;
+    }
     x->large = 0;
+}
+
+void kcu_put_rope_table(kcu_gen *x, ks_buf *b, kir_val v, int64_t rot, const char *suffix)
+{
+    int half = (int)(rot / 2);
+    float *inv_freq = ks_xmalloc(sizeof(float) * (size_t)(half ? half : 1));
+    kir_rope_inv_freq(x->g, v, (int)rot, inv_freq);
+    ks_buf_printf(b, "\n/* rotation frequencies, radians per position (as the interpreter computes them) */\n"
+                     "__device__ const float " NAME_MARK "_inv_freq%s[%d] = {",
+                  suffix, half);
+    for (int j = 0; j < half; j++) {
+        ks_buf_puts(b, j % 6 ? " " : "\n    ");
+        kcu_put_float(b, inv_freq[j]);
+        ks_buf_puts(b, ",");
+    }
+    ks_buf_puts(b, "\n};\n");
+    free(inv_freq);
 }
 
 void kcu_open_large(kcu_gen *x, const krt_cuda_kernel *k, int64_t above)

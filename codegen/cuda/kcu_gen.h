@@ -66,6 +66,10 @@ const char *kcu_elem_type(kir_dtype t);
 /* The last dim of a node. */
 static inline int64_t kcu_last_dim(const kir_node *n) { return n->dims[n->ndim - 1]; }
 
+/* The rotation frequencies of rope node v (rot of its dims rotated) as a
+ * device table NAME_MARK_inv_freq<suffix>, appended to b. */
+void kcu_put_rope_table(kcu_gen *x, ks_buf *b, kir_val v, int64_t rot, const char *suffix);
+
 /* ---- kernels and their parameters ---------------------------------------------------------- */
 /* Start the launch of a kernel computing node v, `block` threads a block. */
 krt_cuda_kernel *kcu_kernel_new(kcu_gen *x, kir_val v, int block);

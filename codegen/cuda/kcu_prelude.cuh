@@ -115,19 +115,6 @@ template <typename W> struct kcu_chunk<W, 1> {
     static __device__ __forceinline__ void load(const W *p, float *o) { o[0] = kcu_f(p[0]); }
 };
 
-/* ---- dot products (attention) ----------------------------------------------------------- */
-/* eight partial sums, partial k % 8 taking product k, added in a fixed tree */
-__device__ inline float kcu_dot(const float *a, const float *__restrict__ b, int n)
-{
-    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-#pragma unroll
-        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
 /* ---- matmul prologues: what the matmul reads as x ---------------------------------------
  *
  * A prologue is a functor: prepare(x, T, r0, n) is called by every thread of
@@ -492,16 +479,23 @@ static __device__ __forceinline__ void kcu_mma_warp(float (&hi)[NT][4], float (&
  * (VEC at a time, zeros from k = K on); split turns them into PW x 4 words
  * of bf16 pairs. */
 template <typename W> struct kcu_mma_w;
+/* 8 consecutive 16-bit weights (bf16 or f16 bits) from p, weight k of the row
+ * first: one 16-byte load when VEC is 8 and k is inside the row, else one at
+ * a time with zeros from k = K on. */
+template <int K, int VEC, typename H> static __device__ __forceinline__ uint4 kcu_mma_load16(const H *p, int k)
+{
+    if (VEC == 8 && k < K) return __ldg(reinterpret_cast<const uint4 *>(p));
+    unsigned h[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) h[j] = k + j < K ? p[j].bits : 0u;
+    return uint4{h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16};
+}
 template <> struct kcu_mma_w<kcu_bf16> {
     enum { PW = 1, ON = 1, BK = 64 };
     typedef uint4 Raw;
     template <int K, int VEC> static __device__ __forceinline__ Raw load(const kcu_bf16 *p, int k)
     {
-        if (VEC == 8 && k < K) return __ldg(reinterpret_cast<const uint4 *>(p));
-        unsigned h[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) h[j] = k + j < K ? p[j].bits : 0u;
-        return uint4{h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16};
+        return kcu_mma_load16<K, VEC>(p, k);
     }
     static __device__ __forceinline__ void split(const Raw &r, unsigned (*parts)[4])
     {
@@ -513,11 +507,7 @@ template <> struct kcu_mma_w<kcu_f16> {
     typedef uint4 Raw;
     template <int K, int VEC> static __device__ __forceinline__ Raw load(const kcu_f16 *p, int k)
     {
-        if (VEC == 8 && k < K) return __ldg(reinterpret_cast<const uint4 *>(p));
-        unsigned h[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) h[j] = k + j < K ? p[j].bits : 0u;
-        return uint4{h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16};
+        return kcu_mma_load16<K, VEC>(p, k);
     }
     static __device__ __forceinline__ void split(const Raw &r, unsigned (*parts)[4])
     {

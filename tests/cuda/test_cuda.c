@@ -26,40 +26,7 @@
 #include "codegen/cuda/kcu.h"
 #include "runtime/cuda_api.h"
 #include "runtime/session.h"
-
-static int failures;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
-
-#define CHECK_STR(got, want)                                                                                   \
-    do {                                                                                                       \
-        const char *g_ = (got), *w_ = (want);                                                                  \
-        if (!g_ || strcmp(g_, w_) != 0) {                                                                      \
-            fprintf(stderr, "%s:%d: got\n  \"%s\"\nwant\n  \"%s\"\n", __FILE__, __LINE__, g_ ? g_ : "(null)", w_); \
-            failures++;                                                                                        \
-        }                                                                                                      \
-    } while (0)
-
-/* A diagnostics sink that keeps the messages. */
-typedef struct sink {
-    ks_buf log; /* every message */
-    ks_diag d;  /* reporting into log, quietly */
-} sink;
-
-static void sink_init(sink *s)
-{
-    memset(s, 0, sizeof *s);
-    s->d.log = &s->log;
-    s->d.quiet = 1;
-}
-
-static const char *sink_text(sink *s) { return s->log.len ? ks_buf_cstr(&s->log) : ""; }
+#include "tests/check.h"
 
 /* ---- a small graph: embed, rms_norm, matmul, reshape, rope, attention, output ------------- */
 static kir_val add_node(kir_graph *g, kir_op op, kir_val a, kir_val b, kir_val c)

@@ -18,25 +18,7 @@
 #include <string.h>
 
 #include "ir/interp_kernels.h"
-
-static int failures;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
-
-#define CHECK_STR(got, want)                                                                    \
-    do {                                                                                        \
-        const char *g_ = (got), *w_ = (want);                                                   \
-        if (!g_ || strcmp(g_, w_) != 0) {                                                       \
-            fprintf(stderr, "%s:%d: got \"%s\"\n  want \"%s\"\n", __FILE__, __LINE__, g_ ? g_ : "(null)", w_); \
-            failures++;                                                                         \
-        }                                                                                       \
-    } while (0)
+#include "tests/check.h"
 
 /* |got - want| <= tol for n values; reports the first miss. */
 static void check_close(const char *what, const float *got, const double *want, int64_t n, double tol)

@@ -6,28 +6,10 @@
  * sequence holds.
  */
 #include "runtime/kv_cache.h"
+#include "tests/check.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
-
-#define CHECK_STR(got, want)                                                                      \
-    do {                                                                                          \
-        const char *g_ = (got), *w_ = (want);                                                     \
-        if (!g_ || strcmp(g_, w_) != 0) {                                                         \
-            fprintf(stderr, "%s:%d: got \"%s\"\n  want \"%s\"\n", __FILE__, __LINE__, g_ ? g_ : "(null)", w_); \
-            failures++;                                                                           \
-        }                                                                                         \
-    } while (0)
 
 /* A storage table over host memory that counts what it is asked to do, and
  * can be told to fail an allocation. */
