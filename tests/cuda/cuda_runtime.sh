@@ -86,6 +86,14 @@ expect_same "profile: rows by total time" "sorted" "$sorted"
 grep -q '^  krt_draw  *5 .*the next tokens. draws$' "$work/p.err" && grep -q 'matmul \[fuse [0-9]*: ' "$work/p.err" \
   && passes=$((passes+1)) || { echo "FAIL: profile rows:"; cat "$work/p.err"; failures=$((failures+1)); }
 
+# matmuls run their _large kernel in the 9-token prefill step and the small one in decode steps:
+# the stand-in's count of _large launches equals the prefill table's matmul launches
+large=$(grep -o '[0-9]* launches of _large kernels' "$work/p.err" | cut -d' ' -f1)
+mm_prefill=$(awk '/^kiln: profile: [0-9]* prefill step.*device time/ { t = 1; next } /^kiln: profile:/ { t = 0 }
+  t && $6 ~ /^%[0-9]+$/ && $7 == "matmul" { n += $2 } END { print n + 0 }' "$work/p.err")
+expect_same "matmuls' _large kernels launched for the prefill step only" "$mm_prefill" "$large"
+[ "${large:-0}" -gt 0 ] && passes=$((passes+1)) || { echo "FAIL: no _large kernel launched"; failures=$((failures+1)); }
+
 # draws on the device: the host's, and the CPU engine's greedy ids
 for smp in "--temperature 0" "--temperature 0.8 --top-k 40 --top-p 0.95 --seed 3" "--temperature 1.2 --seed 9"; do
   dev=$("$KILN_BIN" run "$cu" --ids 1,7 -n 8 $smp 2>/dev/null)

@@ -27,7 +27,8 @@
  * backend must queue none. KILN_EMU_MEM sets the device's memory (bytes,
  * or with a K, M or G suffix; default 8G): cuMemAlloc fails with
  * CUDA_ERROR_OUT_OF_MEMORY past it and cuMemGetInfo reports what is left.
- * KILN_EMU_STATS=1 prints the launches, captures and graph launches at exit,
+ * KILN_EMU_STATS=1 prints the launches, captures and graph launches at exit
+ * (and how many launches ran a kernel named *_large),
  * and the size of every allocation, in order. Events record the host's
  * monotonic clock when they are recorded (the work before them has run by
  * then), so cuEventElapsedTime times the emulated kernels.
@@ -270,7 +271,17 @@ static struct {
     long launches;       /* kernels run */
     long captures;       /* graphs captured */
     long graph_launches; /* graphs replayed */
+    long large_launches; /* launches (run or replayed) of kernels named *_large: matmuls' prefill variants */
 } emu_stats;
+
+/* 1 when fn is a kernel whose name ends in _large. */
+static int is_large_kernel(void *fn)
+{
+    Dl_info di;
+    if (!dladdr(fn, &di) || !di.dli_sname) return 0;
+    size_t n = strlen(di.dli_sname);
+    return n > 6 && strcmp(di.dli_sname + n - 6, "_large") == 0;
+}
 
 /* Record the launch when stream is capturing (1), else 0 (below). */
 static int capture_launch(void *stream, void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, void **params);
@@ -282,6 +293,7 @@ int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
     if (!fn || by != 1 || bz != 1 || bx == 0 || bx > MAX_THREADS || extra) return EMU_INVALID;
     if (capture_launch(stream, fn, gx, gy, gz, bx, params)) return 0; /* recorded, not run */
     emu_stats.launches++;
+    emu_stats.large_launches += is_large_kernel(fn);
     emu.fn = (kernel24)fn;
     memset(emu.args, 0, sizeof emu.args);
     for (int i = 0; i < MAX_PARAMS && params[i]; i++) memcpy(&emu.args[i], params[i], 8);
@@ -359,6 +371,7 @@ static void print_stats(void)
     if (v && *v == '1') {
         fprintf(stderr, "emu_libcuda: %ld kernel launches, %ld graphs captured, %ld graph launches\n",
                 emu_stats.launches, emu_stats.captures, emu_stats.graph_launches);
+        fprintf(stderr, "emu_libcuda: %ld launches of _large kernels\n", emu_stats.large_launches);
         fprintf(stderr, "emu_libcuda: allocations (bytes):");
         for (size_t i = 0; i < emu_mem.n_sizes; i++) fprintf(stderr, " %zu", emu_mem.sizes[i]);
         fprintf(stderr, "\n");
