@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/driver.h"
+#include "compiler/driver.h"
 #include "passes/pipeline.h"
 
 static const char build_help[] =

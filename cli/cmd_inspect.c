@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "cli/commands.h"
-#include "ir/interp.h"
+#include "runtime/interp/interp.h"
 #include "runtime/engine.h"
 
 static const char inspect_help[] =
@@ -48,7 +48,7 @@ int kc_cmd_inspect(int argc, char **argv)
     printf("\n");
     printf("weights:     %zu tensors, %llu bytes\n", e->n_weights, (unsigned long long)e->weight_bytes);
     int n_layers = 0;
-    krt_kv_layer *layers = kir_kv_layers(g, &n_layers);
+    krt_kv_layer *layers = krt_kv_layers_of(g, &n_layers);
     size_t per_pos = 0;
     for (int i = 0; i < n_layers; i++)
         per_pos += (size_t)layers[i].kv_heads * (size_t)(layers[i].head_dim_k + layers[i].head_dim_v);
@@ -56,7 +56,7 @@ int kc_cmd_inspect(int argc, char **argv)
     if (n_layers) printf(" (%d kv heads x %d)", layers[0].kv_heads, layers[0].head_dim_k);
     printf("\n");
     free(layers);
-    printf("vocabulary:  %lld logits per token\n", (long long)kir_output_row_elems(g));
+    printf("vocabulary:  %lld logits per token\n", (long long)krt_output_row_elems(g));
     printf("tokenizer:   %s\n", e->tokenizer ? "embedded" : "none");
     krt_engine_close(e);
     return 0;

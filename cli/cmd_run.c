@@ -6,9 +6,9 @@
 #include <time.h>
 
 #include "cli/commands.h"
-#include "runtime/sampler.h"
+#include "runtime/text/sampler.h"
 #include "runtime/session.h"
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 static const char run_help[] =
     "usage: kiln run ENGINE (--prompt TEXT | --ids ID,ID,...) [-n N] [sampling options]\n"

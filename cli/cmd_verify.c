@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "cli/driver.h"
-#include "cli/verify.h"
+#include "compiler/driver.h"
+#include "compiler/verify.h"
 #include "codegen/cuda/kcu.h"
 
 static const char verify_help[] =

@@ -1,10 +1,10 @@
 /* fuzz_cuda_meta.c — bytes as a CUDA engine's cuda.meta section
- * (runtime/cuda_meta.h). A parse either fails with exactly one error, or
+ * (runtime/cuda/cuda_meta.h). A parse either fails with exactly one error, or
  * succeeds and then writes text that parses again and writes back to the
  * same text. A crash, leak or sanitizer report is the bug. */
 #include <string.h>
 
-#include "runtime/cuda_meta.h"
+#include "runtime/cuda/cuda_meta.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

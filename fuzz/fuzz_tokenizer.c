@@ -12,7 +12,7 @@
  * The real tokenizers load once, from $KILN_SHARED, else the shared/ folder
  * beside the source tree, else ../shared; when none is there, two small
  * tokenizers written below stand in for them. */
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 #include <stdint.h>
 #include <stdlib.h>

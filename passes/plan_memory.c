@@ -34,7 +34,7 @@
  * order could lower the bound), place weights (they live in the engine's
  * weight data), make SLICE or CONCAT views (a slice of the last dim is not
  * contiguous, and a concat would have to move its operands' producers), plan
- * the KV cache (runtime/kv_cache.h does), place values differently for
+ * the KV cache (runtime/kv/kv_cache.h does), place values differently for
  * steps smaller than max_tokens (a value uses a prefix of its slot), or
  * leave out a group's internal values (a fused kernel never writes them,
  * but a runtime that runs a kernel per node does: they keep their bytes).

@@ -8,9 +8,9 @@
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H
 
-#include "ir/interp.h"
+#include "runtime/interp/interp.h"
 #include "runtime/engine.h"
-#include "runtime/kv_cache.h"
+#include "runtime/kv/kv_cache.h"
 
 /* Settings a session passes to a device backend's open. */
 typedef struct krt_backend_opts {
@@ -23,7 +23,7 @@ typedef struct krt_backend_opts {
  * ones as prefill steps. */
 #define KRT_PROFILE_DECODE_TOKENS 8
 
-/* One draw of a next token on the device, with runtime/sampler.c's rules
+/* One draw of a next token on the device, with runtime/text/sampler.c's rules
  * (no repetition penalty): temperature 0 is the arg max (lowest id among
  * equals), else top-k, top-p and one uniform draw from its generator. */
 typedef struct krt_draw {
@@ -48,8 +48,8 @@ typedef struct krt_backend {
     /* Prepare to run e's graph with KV cache kv; returns the backend's state. */
     void *(*create)(const krt_engine *e, krt_kv *kv, ks_diag *d);
     void (*destroy)(void *state);
-    /* Run one step (see ir/interp.h's execution model); out: [n_tokens, vocab] f32 on the host. */
-    int (*step)(void *state, const kir_step *step, float *out, ks_diag *d);
+    /* Run one step (see runtime/interp/interp.h's execution model); out: [n_tokens, vocab] f32 on the host. */
+    int (*step)(void *state, const krt_step *step, float *out, ks_diag *d);
     /* Optional, for backends whose KV blocks live on a device (NULL for the
      * others); when set they replace create. open prepares the device for e
      * before the KV cache exists, checking that e can run there and allocating
@@ -65,13 +65,13 @@ typedef struct krt_backend {
     /* Optional: step, then draw n_draw next tokens on the device, draw k from
      * the logits of token rows[k]; only the ids (and generator states) come
      * back. out receives the logits too when not NULL. */
-    int (*step_draw)(void *state, const kir_step *step, float *out, int n_draw, const int32_t *rows, krt_draw *draws,
+    int (*step_draw)(void *state, const krt_step *step, float *out, int n_draw, const int32_t *rows, krt_draw *draws,
                      ks_diag *d);
     /* Optional: after each step, show every f32 value the step computed to
-     * tap (ir/interp.h's kir_tap_fn), in schedule order; NULL turns it off.
+     * tap (runtime/interp/interp.h's krt_tap_fn), in schedule order; NULL turns it off.
      * A backend whose fused kernels keep a group's inner values to
      * themselves does not show those. */
-    void (*set_tap)(void *state, kir_tap_fn tap, void *ctx);
+    void (*set_tap)(void *state, krt_tap_fn tap, void *ctx);
     /* Optional: after steps run with krt_backend_opts.profile, append the
      * time each kernel took (a table per kind of step: launches, total and
      * mean, share of the steps' device time, the node it computes) and the
@@ -81,7 +81,7 @@ typedef struct krt_backend {
 
 /* The reference interpreter as a backend: fp32 on the CPU. */
 extern const krt_backend krt_backend_interp;
-/* CUDA (runtime/cuda_backend.c): loads libcuda at run time. */
+/* CUDA (runtime/cuda/cuda_backend.c): loads libcuda at run time. */
 extern const krt_backend krt_backend_cuda;
 
 /* The backend for an engine's target (from its metadata), or NULL after reporting. */

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/sampler.h"
+#include "runtime/text/sampler.h"
 #include "runtime/session.h"
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 struct kiln_engine {
     krt_engine *engine; /* the mapped, checked engine */

@@ -162,13 +162,13 @@ krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_
     krt_session *s = ks_xcalloc(1, sizeof *s);
     s->engine = e;
     s->backend = be;
-    s->vocab = kir_output_row_elems(e->graph);
+    s->vocab = krt_output_row_elems(e->graph);
     s->n_token_ids = token_id_limit(e->graph);
     s->max_seqs = o && o->max_seqs > 0 ? o->max_seqs : 16;
     s->max_context = o && o->max_context > 0 ? o->max_context : model_ctx;
     int bs = o && o->block_size > 0 ? o->block_size : 16;
     int n_layers = 0;
-    s->layers = kir_kv_layers(e->graph, &n_layers);
+    s->layers = krt_kv_layers_of(e->graph, &n_layers);
     s->seq_count = ks_xcalloc((size_t)s->max_seqs, sizeof *s->seq_count);
     s->seq_old_len = ks_xcalloc((size_t)s->max_seqs, sizeof *s->seq_old_len);
     s->seq_status = ks_xcalloc((size_t)s->max_seqs, sizeof *s->seq_status);
@@ -275,7 +275,7 @@ int krt_session_seq_fork(krt_session *s, int src, int dst, ks_diag *d)
 void krt_session_seq_free(krt_session *s, int seq) { krt_kv_seq_free(s->kv, seq); }
 int krt_session_seq_len(const krt_session *s, int seq) { return krt_kv_seq_len(s->kv, seq); }
 
-int krt_session_set_tap(krt_session *s, kir_tap_fn tap, void *ctx, ks_diag *d)
+int krt_session_set_tap(krt_session *s, krt_tap_fn tap, void *ctx, ks_diag *d)
 {
     if (!s->backend->set_tap)
         return report(d, "the %s backend cannot show the values it computes", s->backend->name);
@@ -453,7 +453,7 @@ int krt_session_run(krt_session *s, const krt_step_req *r, ks_diag *d)
             const krt_sampler_config *c = krt_sampler_config_of(smp);
             s->draws[k] = (krt_draw){c->temperature, c->top_k, c->top_p, krt_sampler_rng(smp), -1};
         }
-        kir_step step = {.n_tokens = n_run, .tokens = s->run_tok, .positions = s->positions, .seq_ids = s->run_seq};
+        krt_step step = {.n_tokens = n_run, .tokens = s->run_tok, .positions = s->positions, .seq_ids = s->run_seq};
         if (dest && !device)
             rc = be->step(s->state, &step, dest, d);
         else

@@ -30,7 +30,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/engine.h"
-#include "runtime/sampler.h"
+#include "runtime/text/sampler.h"
 
 #define KRT_KV_FRACTION_DEFAULT 0.9 /* of the device memory free after the weights */
 #define KRT_GRAPH_TOKENS_DEFAULT 64 /* steps of at most this many tokens are replayed from CUDA graphs */
@@ -119,9 +119,9 @@ typedef struct krt_step_req {
 int krt_session_run(krt_session *s, const krt_step_req *r, ks_diag *d);
 
 /* Every f32 value the backend computes is shown to tap after each step
- * (ir/interp.h); NULL turns it off. -1 after reporting when the backend
+ * (runtime/interp/interp.h); NULL turns it off. -1 after reporting when the backend
  * cannot. */
-int krt_session_set_tap(krt_session *s, kir_tap_fn tap, void *ctx, ks_diag *d);
+int krt_session_set_tap(krt_session *s, krt_tap_fn tap, void *ctx, ks_diag *d);
 
 /* 1 when next tokens are drawn on the backend's device. */
 int krt_session_draws_on_device(const krt_session *s);

@@ -4,7 +4,7 @@
  * node outside groups, shapes as compile-time constants, T — the tokens of
  * a step — a kernel argument), compiled with NVRTC into one cubin per
  * requested architecture, plus the launch table the CUDA backend runs
- * (runtime/cuda_meta.h).
+ * (runtime/cuda/cuda_meta.h).
  *
  * Tutorial (what `kiln build --target sm_80,sm_90` does):
  *
@@ -27,7 +27,7 @@
  * tokens (decode), and a tiled one for longer steps (prefill; tensor cores
  * for bf16/f16 weights on sm_80 and later, x split into 16-bit parts); the
  * other kernels keep the reference interpreter's arithmetic where they can
- * (ir/interp_kernels.c: double for row sums and transcendental functions).
+ * (runtime/interp/interp_kernels.c: double for row sums and transcendental functions).
  *
  * Prefix: kcu_.
  */
@@ -35,7 +35,7 @@
 #define KILN_KCU_H
 
 #include "ir/ir.h"
-#include "runtime/cuda_meta.h"
+#include "runtime/cuda/cuda_meta.h"
 #include "runtime/engine.h"
 #include "support/support.h"
 

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 
 #include "codegen/cuda/kcu.h"
-#include "runtime/cuda_draw.h"
+#include "runtime/cuda/cuda_draw.h"
 
 /* ---- targets ----------------------------------------------------------------- */
 int kcu_is_target(const char *target) { return target && strncmp(target, "sm_", 3) == 0; }
@@ -92,7 +92,7 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     krt_cuda_meta meta = {0};
     ks_buf src = {0}, stem = {0};
     int rc = kcu_generate(g, &src, &meta, d);
-    /* the runtime's draw kernel rides along in every CUDA engine (runtime/cuda_draw.h) */
+    /* the runtime's draw kernel rides along in every CUDA engine (runtime/cuda/cuda_draw.h) */
     if (rc == 0) ks_buf_puts(&src, krt_cuda_draw_source);
     file_stem(g, &stem);
     ks_buf_puts(&stem, ".cu");

@@ -16,11 +16,11 @@
  * op, shapes, dtypes and attributes; layers differ only in arguments) get
  * one kernel, named k_<op>_<hash of the text>, compiled once; the launch
  * table lists it once per node. Where values live is the backend's affair
- * (the memory plan's arena, runtime/cuda_backend.c).
+ * (the memory plan's arena, runtime/cuda/cuda_backend.c).
  *
  * Weights may be f32, bf16 or f16 (read through kcu_f(), kcu_prelude.cuh);
  * activations and the KV cache are f32. Matmuls are kcu_matmul_small/_large (prelude);
- * the other kernels follow ir/interp_kernels.c operation by operation, and
+ * the other kernels follow runtime/interp/interp_kernels.c operation by operation, and
  * where one parallelizes a reduction (norms, the softmax's sum and max) it
  * uses a fixed tree, so results do not depend on timing.
  */

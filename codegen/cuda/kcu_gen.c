@@ -5,7 +5,7 @@
  */
 #include "codegen/cuda/kcu_gen.h"
 
-#include "ir/interp_kernels.h" /* kir_rope_inv_freq: the reference's frequencies, reused */
+#include "ir/numerics.h"
 
 #include <math.h>
 #include <stdarg.h>

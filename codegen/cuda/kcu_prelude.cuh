@@ -125,7 +125,7 @@ template <typename W> struct kcu_chunk<W, 1> {
  * normalize each row first (a norm fused into the matmul that reads it: the
  * normalized rows are never stored). Row statistics are summed in double in
  * a fixed order (lane-strided, then a butterfly of shuffles), as
- * ir/interp_kernels.c sums them.
+ * runtime/interp/interp_kernels.c sums them.
  */
 enum { KCU_PRO_ROWS = 64, KCU_PRO_WARPS = 8 };
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `kiln build --dtype f16` checks the checkpoint's values first (cli/f16_range.c): finite values
+# `kiln build --dtype f16` checks the checkpoint's values first (compiler/f16_range.c): finite values
 # that f16 rounds to inf (magnitude 65520 and up) are an error naming the tensor, how many and the
 # largest magnitude, and no engine is written; a tensor with more than 1% of its values nonzero
 # and under f16's normal range (2^-14) is a warning (how many, the smallest, how many become 0),

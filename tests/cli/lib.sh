@@ -2,6 +2,12 @@
 set -u
 : "${KILN_BIN:?}" "${KILN_SHARED:?}"
 work=$(mktemp -d)
+# The shared model folders kiln reads (tests/CMakeLists.txt: those with a
+# golden.json that are not quantized), one per line; stories260k (llama2.c)
+# is named where a test wants it.
+shared_models() { tr ':' '\n' <<<"${KILN_MODELS:-}" | sed '/^$/d'; }
+# require_models: a script that loops over shared_models fails when there are none
+require_models() { [ -n "${KILN_MODELS:-}" ] || { echo "FAIL: no shared models (KILN_MODELS is empty)"; exit 1; }; }
 trap 'rm -rf "$work"' EXIT
 failures=0
 passes=0

@@ -14,11 +14,9 @@ ratio_ok() { # STATS_TEXT -> checks peak/bound
   [ -n "$r" ] && python3 -c "import sys; sys.exit(0 if float('$r') <= 1.05 else 1)"
 }
 
-for dir in "$KILN_SHARED"/models/*/; do
-  name=$(basename "$dir")
-  input="$dir"
-  [ -f "$dir/config.json" ] || input=$(ls "$dir"/*.bin 2>/dev/null | head -1)
-  [ -n "$input" ] || continue
+require_models
+for input in $(shared_models) "$KILN_SHARED/models/stories260k/stories260K.bin"; do
+  name=$(basename "$(dirname "$input")"); [ -d "$input" ] && name=$(basename "$input")
   stats=$("$KILN_BIN" build "$input" -o "$work/$name.engine" --stats --dump-ir-after all --dump-dir "$work/$name.dump") \
     || { echo "FAIL build $name"; failures=$((failures+1)); continue; }
   ratio_ok "$stats" && passes=$((passes+1)) || { echo "FAIL $name plan: $stats"; failures=$((failures+1)); }
@@ -43,7 +41,7 @@ sed -E 's/fuse=[0-9]+, //; s/, fuse=[0-9]+//; s/ \{fuse=[0-9]+\}//' "$last" > "$
 grep -q 'fuse=' "$work/edited.ir" && { echo "FAIL: edit left fusions"; failures=$((failures+1)); }
 "$KILN_BIN" build "$m" --from-ir "$work/edited.ir" -o "$work/edited.engine" --stats > "$work/edited.stats" \
   || { echo "FAIL build --from-ir"; failures=$((failures+1)); }
-grep -q "kernels: " "$work/edited.stats" && passes=$((passes+1))
+grep -q "kernels: " "$work/edited.stats" && passes=$((passes+1)) || { echo "FAIL: no kernel count in --stats"; failures=$((failures+1)); }
 ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['cases'][2]['input_ids'])))" "$m/golden.json")
 "$KILN_BIN" run "$work/edited.engine" --ids "$ids" --logits-out "$work/edited.f32" > /dev/null \
   || { echo "FAIL run edited"; failures=$((failures+1)); }

@@ -3,8 +3,8 @@
 # byte-identical (kiln ir's output fed back through --from-ir would do the
 # same; here the ir_roundtrip tool parses and prints).
 . "$(dirname "$0")/lib.sh"
-for dir in "$KILN_SHARED"/models/*/; do
-  [ -f "$dir/config.json" ] || continue
+require_models
+for dir in $(shared_models); do
   name=$(basename "$dir")
   if ! "$KILN_BIN" ir "$dir" -o "$work/$name.ir"; then echo "FAIL $name: kiln ir"; failures=$((failures+1)); continue; fi
   if ! "$KILN_BIN" ir "$work/$name.ir" -o "$work/$name.2.ir"; then echo "FAIL $name: reparse"; failures=$((failures+1)); continue; fi

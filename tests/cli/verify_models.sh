@@ -2,11 +2,9 @@
 # kiln verify passes for every shared model (all passes against none), and
 # names the verdict.
 . "$(dirname "$0")/lib.sh"
-for dir in "$KILN_SHARED"/models/*/; do
-  name=$(basename "$dir")
-  input="$dir"
-  [ -f "$dir/config.json" ] || input=$(ls "$dir"/*.bin 2>/dev/null | head -1)
-  [ -n "$input" ] || continue
+require_models
+for input in $(shared_models) "$KILN_SHARED/models/stories260k/stories260K.bin"; do
+  name=$(basename "$(dirname "$input")"); [ -d "$input" ] && name=$(basename "$input")
   if out=$("$KILN_BIN" verify "$input" 2>&1) && [[ "$out" == *"OK: within tolerance"* ]]; then
     passes=$((passes+1))
   else

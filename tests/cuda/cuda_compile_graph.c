@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli/driver.h"
+#include "compiler/driver.h"
 #include "codegen/cuda/kcu.h"
 
 static double now(void)

@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "codegen/cuda/kcu.h"
-#include "runtime/cuda_api.h"
+#include "runtime/cuda/cuda_api.h"
 
 /* ---- the cases ------------------------------------------------------------------------ */
 typedef enum { W_BF16, W_F16, W_F32 } wtype;

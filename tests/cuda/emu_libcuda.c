@@ -1,6 +1,6 @@
 /*
  * emu_libcuda.c — a CPU stand-in for libcuda.so.1, so that the CUDA backend
- * (runtime/cuda_backend.c: loading, the arch check, KV storage, block
+ * (runtime/cuda/cuda_backend.c: loading, the arch check, KV storage, block
  * tables, launches, aliases) and the kernels kiln generates can be tested
  * where there is no GPU. Point the backend at it with
  * KILN_CUDA_LIB=/path/emu_libcuda.so, and at the generated kernels compiled

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "codegen/cuda/kcu.h"
-#include "runtime/cuda_api.h"
+#include "runtime/cuda/cuda_api.h"
 #include "runtime/session.h"
 #include "tests/check.h"
 

@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/driver.h"
+#include "compiler/driver.h"
 #include "runtime/session.h"
 
 static int failures;

@@ -1,5 +1,5 @@
 /*
- * test_interp.c — the reference interpreter (ir/interp.c, ir/interp_kernels.c).
+ * test_interp.c — the reference interpreter (runtime/interp/interp.c, runtime/interp/interp_kernels.c).
  *
  * Each op runs in a tiny graph built with the ir.h builders and is compared
  * with a naive reference written here (in double where rounding matters).
@@ -11,13 +11,13 @@
  * token by token, two sequences interleaved in one step, and a fork, which
  * must all give the same logits; and they pin the step's error messages.
  */
-#include "ir/interp.h"
+#include "runtime/interp/interp.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/interp_kernels.h"
+#include "runtime/interp/interp_kernels.h"
 #include "tests/check.h"
 
 /* |got - want| <= tol for n values; reports the first miss. */
@@ -220,11 +220,11 @@ static int run_plain(tgraph *t, int n, const int32_t *tokens, const int32_t *pos
         seq[i] = 0;
     }
     ks_diag d = {.log = log, .quiet = log != NULL};
-    kir_interp *it = kir_interp_new(t->g, t->w, NULL, &d);
+    krt_interp *it = krt_interp_new(t->g, t->w, NULL, &d);
     if (!it) return -2;
-    kir_step st = {n, tok, pos, seq};
-    int rc = kir_interp_step(it, &st, out, &d);
-    kir_interp_free(it);
+    krt_step st = {n, tok, pos, seq};
+    int rc = krt_interp_step(it, &st, out, &d);
+    krt_interp_free(it);
     return rc;
 }
 
@@ -620,7 +620,7 @@ static void attention_case(const attn_case *ac)
     tg_output(&t, tg_attention(&t, qv, kv_, vv, 0, ac->scale, ac->window, ac->softcap));
 
     int n_layers;
-    krt_kv_layer *layers = kir_kv_layers(t.g, &n_layers);
+    krt_kv_layer *layers = krt_kv_layers_of(t.g, &n_layers);
     CHECK(n_layers == 1 && layers[0].kv_heads == KH && layers[0].head_dim_k == D && layers[0].head_dim_v == DV);
     krt_kv_config cfg = {n_layers, layers, 2, 16, 2, 32, sizeof(float)};
     ks_diag d = {0};
@@ -628,10 +628,10 @@ static void attention_case(const attn_case *ac)
     const char *why;
     CHECK(krt_kv_seq_add(kv, 0, &why) == 0 && krt_kv_seq_add(kv, 1, &why) == 0);
     CHECK(krt_kv_seq_reserve(kv, 0, 6, &why) == 0 && krt_kv_seq_reserve(kv, 1, 3, &why) == 0);
-    kir_interp *it = kir_interp_new(t.g, t.w, kv, &d);
+    krt_interp *it = krt_interp_new(t.g, t.w, kv, &d);
     float out[T * H * DV];
-    kir_step st = {T, tok, pos, seq};
-    CHECK(it && kir_interp_step(it, &st, out, &d) == 0);
+    krt_step st = {T, tok, pos, seq};
+    CHECK(it && krt_interp_step(it, &st, out, &d) == 0);
 
     double want[T * H * DV];
     for (int i = 0; i < T; i++) {
@@ -669,7 +669,7 @@ static void attention_case(const attn_case *ac)
         CHECK(memcmp(kc + slot * KH * D, k + i * KH * D, sizeof(float) * KH * D) == 0);
         CHECK(memcmp(vc + slot * KH * DV, v + i * KH * DV, sizeof(float) * KH * DV) == 0);
     }
-    kir_interp_free(it);
+    krt_interp_free(it);
     krt_kv_free(kv);
     free(layers);
     free(q);
@@ -742,7 +742,7 @@ static void build_llama(tgraph *t)
 typedef struct lm_run {
     krt_kv *kv;         /* the cache */
     krt_kv_layer *layers; /* its layout */
-    kir_interp *it;     /* the interpreter */
+    krt_interp *it;     /* the interpreter */
     ks_diag d;          /* diagnostics (quiet, into log) */
     ks_buf log;         /* messages */
 } lm_run;
@@ -752,17 +752,17 @@ static void lm_open(lm_run *r, tgraph *t, int block_size, int n_blocks)
     memset(r, 0, sizeof *r);
     r->d = (ks_diag){.log = &r->log, .quiet = 1};
     int n_layers;
-    r->layers = kir_kv_layers(t->g, &n_layers);
+    r->layers = krt_kv_layers_of(t->g, &n_layers);
     krt_kv_config cfg = {n_layers, r->layers, block_size, n_blocks, 4, 64, sizeof(float)};
     r->kv = krt_kv_new(&cfg, &krt_kv_host_storage, &r->d);
-    r->it = r->kv ? kir_interp_new(t->g, t->w, r->kv, &r->d) : NULL;
+    r->it = r->kv ? krt_interp_new(t->g, t->w, r->kv, &r->d) : NULL;
     CHECK(r->it != NULL);
     if (!r->it) fprintf(stderr, "%s", ks_buf_cstr(&r->log));
 }
 
 static void lm_close(lm_run *r)
 {
-    kir_interp_free(r->it);
+    krt_interp_free(r->it);
     krt_kv_free(r->kv);
     free(r->layers);
     ks_buf_free(&r->log);
@@ -780,8 +780,8 @@ static int lm_step(lm_run *r, int n, const int32_t *tok, const int32_t *seq, flo
         pos[i] = krt_kv_seq_len(r->kv, seq[i]);
         CHECK(krt_kv_seq_reserve(r->kv, seq[i], pos[i] + 1, &why) == 0);
     }
-    kir_step st = {n, tok, pos, seq};
-    int rc = kir_interp_step(r->it, &st, out, &r->d);
+    krt_step st = {n, tok, pos, seq};
+    int rc = krt_interp_step(r->it, &st, out, &r->d);
     if (rc) fprintf(stderr, "%s", ks_buf_cstr(&r->log));
     return rc;
 }
@@ -908,8 +908,8 @@ static void test_step_errors(void)
     }
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         r.log.len = 0;
-        kir_step st = {cases[i].n, cases[i].tok, cases[i].pos, cases[i].seq};
-        CHECK(kir_interp_step(r.it, &st, out, &r.d) == -1);
+        krt_step st = {cases[i].n, cases[i].tok, cases[i].pos, cases[i].seq};
+        CHECK(krt_interp_step(r.it, &st, out, &r.d) == -1);
         CHECK_STR(ks_buf_cstr(&r.log), cases[i].want);
     }
     /* A failed step wrote nothing into the cache. */
@@ -921,12 +921,12 @@ static void test_step_errors(void)
     /* And the interpreter goes on: the same tokens give the prefill's logits. */
     static const int32_t tok[3] = {1, 2, 3}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
     lm_prefill(&t, 3, tok, ref);
-    kir_step st = {3, tok, pos, seq};
-    CHECK(kir_interp_step(r.it, &st, out, &r.d) == 0);
+    krt_step st = {3, tok, pos, seq};
+    CHECK(krt_interp_step(r.it, &st, out, &r.d) == 0);
     check_same("after errors", out, ref, 3 * LM_VOCAB, 1e-5);
     /* An empty step does nothing. */
-    kir_step empty = {0, NULL, NULL, NULL};
-    CHECK(kir_interp_step(r.it, &empty, NULL, &r.d) == 0);
+    krt_step empty = {0, NULL, NULL, NULL};
+    CHECK(krt_interp_step(r.it, &empty, NULL, &r.d) == 0);
     lm_close(&r);
     free(out);
     free(ref);
@@ -941,7 +941,7 @@ static void test_new_errors(void)
     ks_diag d = {.log = &log, .quiet = 1};
 
     /* No KV cache for a graph with attention; the message is at the first attention node. */
-    CHECK(kir_interp_new(t.g, t.w, NULL, &d) == NULL);
+    CHECK(krt_interp_new(t.g, t.w, NULL, &d) == NULL);
     kir_val first_attn = 0;
     while (t.g->nodes[first_attn].op != KIR_OP_ATTENTION) first_attn++;
     char want[256];
@@ -954,7 +954,7 @@ static void test_new_errors(void)
     krt_kv_config cfg = {2, wrong, 4, 8, 1, 32, sizeof(float)};
     krt_kv *kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
     log.len = 0;
-    CHECK(kir_interp_new(t.g, t.w, kv, &d) == NULL);
+    CHECK(krt_interp_new(t.g, t.w, kv, &d) == NULL);
     kir_val second_attn = first_attn + 1;
     while (t.g->nodes[second_attn].op != KIR_OP_ATTENTION) second_attn++;
     snprintf(want, sizeof want,
@@ -967,7 +967,7 @@ static void test_new_errors(void)
     cfg.n_layers = 1;
     kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
     log.len = 0;
-    CHECK(kir_interp_new(t.g, t.w, kv, &d) == NULL);
+    CHECK(krt_interp_new(t.g, t.w, kv, &d) == NULL);
     snprintf(want, sizeof want, "test.kiln:%u:3: error: attention: layer 1 is not in the KV cache (it has 1 layers)\n",
              (unsigned)second_attn + 1);
     CHECK_STR(ks_buf_cstr(&log), want);
@@ -978,7 +978,7 @@ static void test_new_errors(void)
     cfg.elem_size = 2;
     kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
     log.len = 0;
-    CHECK(kir_interp_new(t.g, t.w, kv, &d) == NULL);
+    CHECK(krt_interp_new(t.g, t.w, kv, &d) == NULL);
     snprintf(want, sizeof want,
              "test.kiln:%u:3: error: attention: the KV cache holds 2-byte elements; the interpreter needs f32 (4 bytes)\n",
              (unsigned)first_attn + 1);
@@ -993,7 +993,7 @@ static void test_new_errors(void)
     cfg.elem_size = sizeof(float);
     kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
     log.len = 0;
-    CHECK(kir_interp_new(t.g, t.w, kv, &d) == NULL);
+    CHECK(krt_interp_new(t.g, t.w, kv, &d) == NULL);
     snprintf(want, sizeof want, "test.kiln:%u:3: error: weight: 'w5' has no data\n", (unsigned)w5 + 1);
     CHECK_STR(ks_buf_cstr(&log), want);
     t.w[w5] = saved;
@@ -1020,21 +1020,21 @@ static void test_new_errors(void)
         double saved_value = kir_get_float(t.g, at, values[i].key, 0.0);
         kir_set_float(t.g, at, values[i].key, values[i].value);
         log.len = 0;
-        CHECK(kir_interp_new(t.g, t.w, kv, &d) == NULL);
+        CHECK(krt_interp_new(t.g, t.w, kv, &d) == NULL);
         snprintf(want, sizeof want, "test.kiln:%u:3: error: %s\n", (unsigned)at + 1, values[i].want);
         CHECK_STR(ks_buf_cstr(&log), want);
         kir_set_float(t.g, at, values[i].key, saved_value);
     }
-    kir_interp *ok = kir_interp_new(t.g, t.w, kv, &d); /* all restored */
+    krt_interp *ok = krt_interp_new(t.g, t.w, kv, &d); /* all restored */
     CHECK(ok != NULL);
-    kir_interp_free(ok);
+    krt_interp_free(ok);
     krt_kv_free(kv);
 
     /* A graph the verifier rejects is not run. */
     kir_graph *g = kir_graph_new("broken");
     kir_input(g, "tokens", kir_loc_make(g, NULL, 0, 0));
     log.len = 0;
-    CHECK(kir_interp_new(g, NULL, NULL, &d) == NULL);
+    CHECK(krt_interp_new(g, NULL, NULL, &d) == NULL);
     CHECK_STR(ks_buf_cstr(&log), "broken: error: graph has no output\n");
     kir_graph_free(g);
 
@@ -1045,7 +1045,7 @@ static void test_new_errors(void)
     kir_val other = kir_input(u.g, "segments", tg_loc(&u));
     tg_output(&u, tg_op2(&u, KIR_OP_EMBED, tg_weight2(&u, 2, 2, table), other));
     log.len = 0;
-    CHECK(kir_interp_new(u.g, u.w, NULL, &d) == NULL);
+    CHECK(krt_interp_new(u.g, u.w, NULL, &d) == NULL);
     CHECK_STR(ks_buf_cstr(&log), "test.kiln:1:3: error: input: 'segments' is neither tokens nor positions\n");
     tg_free(&u);
 
@@ -1053,8 +1053,8 @@ static void test_new_errors(void)
     tg_free(&t);
 }
 
-/* kir_kv_layers: one entry per layer number; a number no attention uses
- * stores nothing. kir_output_row_elems: the output's row. */
+/* krt_kv_layers_of: one entry per layer number; a number no attention uses
+ * stores nothing. krt_output_row_elems: the output's row. */
 static void test_layout_queries(void)
 {
     tgraph t;
@@ -1067,12 +1067,12 @@ static void test_layout_queries(void)
     tg_output(&t, tg_op2(&t, KIR_OP_ADD, tg_reshape(&t, a0, 2, d20), tg_reshape(&t, tg_op1(&t, KIR_OP_RELU, a0), 2, d20)));
     (void)a2;
     int n;
-    krt_kv_layer *layers = kir_kv_layers(t.g, &n);
+    krt_kv_layer *layers = krt_kv_layers_of(t.g, &n);
     CHECK(n == 3);
     CHECK(layers[0].kv_heads == 2 && layers[0].head_dim_k == 6 && layers[0].head_dim_v == 5);
     CHECK(layers[1].kv_heads == 0 && layers[1].head_dim_k == 0 && layers[1].head_dim_v == 0);
     CHECK(layers[2].kv_heads == 2 && layers[2].head_dim_k == 6 && layers[2].head_dim_v == 6);
-    CHECK(kir_output_row_elems(t.g) == 20);
+    CHECK(krt_output_row_elems(t.g) == 20);
     /* The cache accepts the hole and the interpreter runs over it. */
     krt_kv_config cfg = {n, layers, 4, 4, 1, 8, sizeof(float)};
     ks_diag d = {0};
@@ -1080,12 +1080,12 @@ static void test_layout_queries(void)
     CHECK(kv && krt_kv_k(kv, 1) == NULL);
     const char *why;
     CHECK(krt_kv_seq_add(kv, 0, &why) == 0 && krt_kv_seq_reserve(kv, 0, 2, &why) == 0);
-    kir_interp *it = kir_interp_new(t.g, t.w, kv, &d);
+    krt_interp *it = krt_interp_new(t.g, t.w, kv, &d);
     int32_t tok[2] = {0, 1}, pos[2] = {0, 1}, seq[2] = {0, 0};
-    kir_step st = {2, tok, pos, seq};
+    krt_step st = {2, tok, pos, seq};
     float out[40];
-    CHECK(it && kir_interp_step(it, &st, out, &d) == 0);
-    kir_interp_free(it);
+    CHECK(it && krt_interp_step(it, &st, out, &d) == 0);
+    krt_interp_free(it);
     krt_kv_free(kv);
     free(layers);
     free(q);
@@ -1097,8 +1097,8 @@ static void test_layout_queries(void)
     tg_init(&t, "plain");
     float table[4] = {1, 2, 3, 4};
     tg_output(&t, tg_op2(&t, KIR_OP_EMBED, tg_weight2(&t, 2, 2, table), tg_tokens(&t)));
-    CHECK(kir_kv_layers(t.g, &n) == NULL && n == 0);
-    CHECK(kir_output_row_elems(t.g) == 2);
+    CHECK(krt_kv_layers_of(t.g, &n) == NULL && n == 0);
+    CHECK(krt_output_row_elems(t.g) == 2);
     tg_free(&t);
 }
 

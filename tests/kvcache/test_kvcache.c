@@ -1,11 +1,11 @@
 /*
- * test_kvcache.c — the paged KV cache's block manager (runtime/kv_cache.c):
+ * test_kvcache.c — the paged KV cache's block manager (runtime/kv/kv_cache.c):
  * sequences, block tables, reference counts, copy-on-write through the
  * storage table, all-or-nothing reserve, and the exact error messages.
  * Ends with a randomised run checked against a plain model of what every
  * sequence holds.
  */
-#include "runtime/kv_cache.h"
+#include "runtime/kv/kv_cache.h"
 #include "tests/check.h"
 
 #include <stdlib.h>

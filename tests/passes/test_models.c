@@ -23,9 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/driver.h"
-#include "cli/synthetic.h"
-#include "ir/interp.h"
+#include "compiler/driver.h"
+#include "compiler/synthetic.h"
+#include "runtime/interp/interp.h"
 #include "passes/derived_weight.h"
 #include "passes/pipeline.h"
 
@@ -195,25 +195,25 @@ static int derive_weights(const weights *base, const kir_graph *g, weights *w)
 typedef struct runner {
     krt_kv_layer *layers; /* the graph's KV layout */
     krt_kv *kv;           /* its cache */
-    kir_interp *it;       /* its interpreter */
+    krt_interp *it;       /* its interpreter */
 } runner;
 
 static int runner_open(runner *r, const kir_graph *g, const weights *w, ks_diag *d)
 {
     int n_layers = 0;
-    r->layers = kir_kv_layers(g, &n_layers);
+    r->layers = krt_kv_layers_of(g, &n_layers);
     krt_kv_config cfg = {n_layers, r->layers, 8, 16, 2, 64, sizeof(float)};
     r->kv = krt_kv_new(&cfg, &krt_kv_host_storage, d);
     if (!r->kv) return -1;
     const char *why = NULL;
     if (krt_kv_seq_add(r->kv, 0, &why) || krt_kv_seq_add(r->kv, 1, &why)) return -1;
-    r->it = kir_interp_new(g, (const void *const *)w->data, r->kv, d);
+    r->it = krt_interp_new(g, (const void *const *)w->data, r->kv, d);
     return r->it ? 0 : -1;
 }
 
 static void runner_close(runner *r)
 {
-    kir_interp_free(r->it);
+    krt_interp_free(r->it);
     krt_kv_free(r->kv);
     free(r->layers);
 }
@@ -227,8 +227,8 @@ static int run_step(runner *r, int n, const int32_t *tok, const int32_t *seq, fl
     const char *why = NULL;
     for (int s = 0; s < 2; s++)
         if (grow[s] && krt_kv_seq_reserve(r->kv, s, len[s] + grow[s], &why)) return -1;
-    kir_step st = {n, tok, pos, seq};
-    return kir_interp_step(r->it, &st, out, d);
+    krt_step st = {n, tok, pos, seq};
+    return krt_interp_step(r->it, &st, out, d);
 }
 
 /* ---- one model -------------------------------------------------------------------------------- */
@@ -292,7 +292,7 @@ static void test_model(const char *label, const kd_inputs *in, int max_period)
     CHECK(derived > 0, "%s: nothing was merged", label);
     runner ra = {0}, rb = {0};
     if (runner_open(&ra, m.model->graph, &base, &d) == 0 && runner_open(&rb, g, &fused_w, &d) == 0) {
-        int64_t vocab = kir_output_row_elems(g);
+        int64_t vocab = krt_output_row_elems(g);
         float *oa = malloc(sizeof(float) * 16 * (size_t)vocab), *ob = malloc(sizeof(float) * 16 * (size_t)vocab);
         /* a prefill of two sequences interleaved, then three decode steps of both */
         int32_t tok[16], seq[16];

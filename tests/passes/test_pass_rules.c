@@ -12,7 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "ir/interp.h"
+#include "runtime/interp/interp.h"
 #include "pass_test.h"
 #include "passes/derived_weight.h"
 #include "passes/pipeline.h"
@@ -349,22 +349,22 @@ static int interp_run(const char *text, float *out, float *kc_rows, ks_buf *log)
     const void *w[16] = {0};
     w[1] = embed;
     int n_layers = 0;
-    krt_kv_layer *layers = kir_kv_layers(g, &n_layers);
+    krt_kv_layer *layers = krt_kv_layers_of(g, &n_layers);
     int rc = -1;
     if (n_layers == 1 && layers[0].kv_heads == 2 && layers[0].head_dim_k == 4 && layers[0].head_dim_v == 4) {
         krt_kv_config cfg = {n_layers, layers, 4, 4, 1, 16, sizeof(float)};
         ks_diag d = {.log = log, .quiet = 1};
         krt_kv *kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
-        kir_interp *it = kv ? kir_interp_new(g, w, kv, &d) : NULL;
+        krt_interp *it = kv ? krt_interp_new(g, w, kv, &d) : NULL;
         const char *why = NULL;
         if (it && krt_kv_seq_add(kv, 0, &why) == 0 && krt_kv_seq_reserve(kv, 0, 3, &why) == 0) {
             int32_t tok[3] = {3, 9, 14}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
-            kir_step a = {2, tok, pos, seq}, b = {1, tok + 2, pos + 2, seq};
-            rc = kir_interp_step(it, &a, out, &d) || kir_interp_step(it, &b, out + 2 * 8, &d) ? -1 : 0;
+            krt_step a = {2, tok, pos, seq}, b = {1, tok + 2, pos + 2, seq};
+            rc = krt_interp_step(it, &a, out, &d) || krt_interp_step(it, &b, out + 2 * 8, &d) ? -1 : 0;
             const float *kc = krt_kv_k(kv, 0);
             for (int p = 0; p < 3; p++) memcpy(kc_rows + p * 8, kc + krt_kv_slot(kv, 0, p) * 8, 8 * sizeof(float));
         }
-        kir_interp_free(it);
+        krt_interp_free(it);
         krt_kv_free(kv);
     }
     free(layers);
@@ -416,7 +416,7 @@ static void test_interp_split(void)
     const void *w[16] = {0};
     w[1] = embed;
     log.len = 0;
-    CHECK(kir_interp_new(g, w, NULL, &d) == NULL);
+    CHECK(krt_interp_new(g, w, NULL, &d) == NULL);
     CHECK_TEXT("no cache", ks_buf_cstr(&log),
                "interp: error: kv_write: the graph has a kv_write but no KV cache was given\n");
     kir_graph_free(g);

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/interp.h"
+#include "runtime/interp/interp.h"
 #include "pass_test.h"
 #include "passes/derived_weight.h"
 #include "passes/pipeline.h"
@@ -321,18 +321,18 @@ static void free_weights(const kir_graph *g, void **w)
 static int64_t run(const kir_graph *g, void **w, float *out, float *cache, ks_buf *log)
 {
     int n_layers = 0;
-    krt_kv_layer *layers = kir_kv_layers(g, &n_layers);
+    krt_kv_layer *layers = krt_kv_layers_of(g, &n_layers);
     krt_kv_config cfg = {n_layers, layers, 4, 8, 2, 16, sizeof(float)};
     ks_diag d = {.log = log, .quiet = 1};
     krt_kv *kv = n_layers ? krt_kv_new(&cfg, &krt_kv_host_storage, &d) : NULL;
-    kir_interp *it = kir_interp_new(g, (const void *const *)w, kv, &d);
-    int64_t row = kir_output_row_elems(g), written = -1;
+    krt_interp *it = krt_interp_new(g, (const void *const *)w, kv, &d);
+    int64_t row = krt_output_row_elems(g), written = -1;
     const char *why = NULL;
     if (it && (!kv || (krt_kv_seq_add(kv, 0, &why) == 0 && krt_kv_seq_add(kv, 1, &why) == 0 &&
                        krt_kv_seq_reserve(kv, 0, 4, &why) == 0 && krt_kv_seq_reserve(kv, 1, 3, &why) == 0))) {
         int32_t tok[7] = {3, 17, 5, 30, 11, 8, 21}, pos[7] = {0, 0, 1, 1, 2, 3, 2}, seq[7] = {0, 1, 0, 1, 0, 0, 1};
-        kir_step a = {5, tok, pos, seq}, b = {2, tok + 5, pos + 5, seq + 5};
-        if (kir_interp_step(it, &a, out, &d) == 0 && kir_interp_step(it, &b, out + 5 * row, &d) == 0)
+        krt_step a = {5, tok, pos, seq}, b = {2, tok + 5, pos + 5, seq + 5};
+        if (krt_interp_step(it, &a, out, &d) == 0 && krt_interp_step(it, &b, out + 5 * row, &d) == 0)
             written = 7 * row;
         size_t at = 0;
         for (int l = 0; l < n_layers && kv; l++) {
@@ -347,7 +347,7 @@ static int64_t run(const kir_graph *g, void **w, float *out, float *cache, ks_bu
             }
         }
     }
-    kir_interp_free(it);
+    krt_interp_free(it);
     krt_kv_free(kv);
     free(layers);
     return written;

@@ -1,11 +1,11 @@
 /*
- * test_sampler.c — next-token sampling (runtime/sampler.c): one seed gives
+ * test_sampler.c — next-token sampling (runtime/text/sampler.c): one seed gives
  * one sequence; greedy; top-k keeps exactly k; top-p on a known
  * distribution; temperature measured on draws from a known distribution;
  * repetition penalty; stop ids and stop strings; the exact messages for
  * bad settings.
  */
-#include "runtime/sampler.h"
+#include "runtime/text/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>

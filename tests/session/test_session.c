@@ -32,8 +32,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/driver.h"
-#include "runtime/sampler.h"
+#include "compiler/driver.h"
+#include "runtime/text/sampler.h"
 #include "runtime/session.h"
 #include "tests/check.h"
 

@@ -15,7 +15,7 @@
  *    tokenizer (timed), including one megabyte-long word;
  *  - the exact error messages for broken files.
  */
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>

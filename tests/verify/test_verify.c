@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/driver.h"
-#include "cli/verify.h"
+#include "compiler/driver.h"
+#include "compiler/verify.h"
 #include "passes/derived_weight.h"
 
 static int failures;

@@ -1,0 +1,100 @@
+/*
+ * driver.h — the compile pipeline shared by the CLI commands and the tests:
+ * find the model description and config for an input, open the checkpoint,
+ * compile to a graph, and write an engine.
+ *
+ * Prefix: kd_ (driver).
+ */
+#ifndef KILN_DRIVER_H
+#define KILN_DRIVER_H
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+
+#include "frontend/frontend.h"
+#include "support/support.h"
+
+typedef struct kd_inputs {
+    const char *input;     /* a .kiln file or a checkpoint folder */
+    const char *weights;   /* checkpoint folder or file, when input is a .kiln */
+    const char *config;    /* config.json path, overriding the one beside the weights */
+    const char *target;    /* "cpu" (default), or CUDA architectures "sm_80,sm_90" */
+    const char *dtype;     /* what every weight is stored as: "f32", "bf16" or "f16"; NULL: as compiled
+                              (f32), or as an --from-ir text declares them */
+    const char *emit_source; /* CUDA targets: also write the generated .cu into this folder; or NULL */
+    int synthetic;         /* the embedded default model (compiler/synthetic.h): no input */
+    const char *passes;    /* comma-separated passes to run; NULL or "all": the pipeline; "none": none */
+    const char *disabled;  /* comma-separated passes to leave out */
+    const char *dump_after; /* pass names (comma-separated) or "all": dump the IR after them */
+    const char *dump_dir;  /* where the dumps go, NN-pass.ir */
+    const char *from_ir;   /* build this (edited) IR text instead of the compiled graph */
+    int stats;             /* print per-pass statistics and the memory plan */
+    FILE *stats_out;       /* where they go; NULL: standard output */
+    int64_t max_tokens;    /* tokens per step the memory plan holds; 0: the context, at most 2048 */
+    const char *tokenizer; /* tokenizer file (tokenizer.json or llama2.c .bin); default:
+                              tokenizer.json beside the weights, if any */
+} kd_inputs;
+
+typedef struct kd_model {
+    ks_source kiln;        /* the model description (text owned unless builtin) */
+    char *kiln_owned;      /* owned text, or NULL for a builtin description */
+    char *config_path;     /* owned; NULL when there is no config */
+    cJSON *config;         /* parsed config.json, or NULL */
+    kf_checkpoint *ckpt;   /* the open checkpoint, or NULL */
+    kf_model *model;       /* compiled graph and weight bindings */
+    kir_graph *optimized;  /* the graph after kd_optimize (owned), or NULL */
+} kd_model;
+
+/* Resolve and compile. need_weights: open the checkpoint (a build) rather than
+ * compile from shapes alone (`kiln ir` without weights). With in->dtype, the
+ * compiled graph's WEIGHT nodes take that dtype (kd_set_weight_dtype). 0, or
+ * -1 after reporting. */
+int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d);
+void kd_model_free(kd_model *m);
+
+/* Run the pass pipeline (or read --from-ir), dump and report as asked, and
+ * plan memory; the result becomes the graph an engine is built from. */
+int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d);
+
+/* The graph to build: the optimized one, else the compiled one. */
+const kir_graph *kd_graph(const kd_model *m);
+
+/* The binding of the compiled model's weight `name`, or NULL. */
+const kf_weight_binding *kd_binding(const kd_model *m, const char *name);
+
+/* The data of WEIGHT node `node` of g (a graph of this model, fused or
+ * not) in the node's dtype: read from the checkpoint by its name (converted
+ * through f32 from the checkpoint's dtype; to bf16 or f16 rounding to
+ * nearest even), or derived from its sources' data (passes/derived_weight.h).
+ * out holds kir_elems(node) elements of the node's dtype. */
+int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, void *out, ks_diag *d);
+
+/* The weight dtype named by a --dtype value ("f32", "bf16", "f16"); reports
+ * another and returns -1. */
+int kd_parse_dtype(const char *name, kir_dtype *out, ks_diag *d);
+
+/* Give every WEIGHT node of g dtype t (the graph stays valid: operations
+ * take weights of any float dtype and compute in f32). */
+void kd_set_weight_dtype(kir_graph *g, kir_dtype t);
+
+/* The dtype name all of g's weights share ("f32", "bf16", "f16"), "mixed",
+ * or "f32" for a graph with no weights: the engine meta's "dtype". */
+const char *kd_weights_dtype(const kir_graph *g);
+
+/* Before g's weights that are stored as f16 are converted (--dtype f16),
+ * the checkpoint tensors they come from are scanned (tensors stored as f16
+ * already, and synthetic weights, are not): a tensor with finite values of
+ * magnitude 65520 or more, which f16 rounds to inf, is an error naming it,
+ * how many such values it has and the largest magnitude, with a hint to use
+ * bf16; a tensor with more than 1% of its values nonzero and under f16's
+ * smallest normal (2^-14 = 6.10352e-05: subnormal in f16, with fewer
+ * significant bits, or 0 at 2^-25 and under) is a warning saying how many,
+ * the smallest magnitude and how many become 0. Each tensor is reported
+ * once. Returns 0, or -1 after an error. */
+int kd_check_f16_range(const kd_model *m, const kir_graph *g, ks_diag *d);
+
+/* Build an engine file from a loaded model (its optimized graph, if any);
+ * with f16 weights, kd_check_f16_range first. */
+int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_diag *d);
+
+#endif

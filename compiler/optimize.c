@@ -1,0 +1,366 @@
+/* optimize.c — between compiling and writing an engine: the pass pipeline
+ * (or a user's edited IR), IR dumps, per-pass statistics, the memory plan;
+ * and the weight data of any graph the pipeline made, by weight name. */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <string.h>
+
+#include "compiler/driver.h"
+#include "compiler/synthetic.h"
+#include "passes/derived_weight.h"
+#include "passes/pipeline.h"
+#include "passes/plan_memory.h"
+
+const kir_graph *kd_graph(const kd_model *m) { return m->optimized ? m->optimized : m->model->graph; }
+
+/* ---- IR dumps and statistics ------------------------------------------------------ */
+
+typedef struct dump_ctx {
+    const kd_inputs *in; /* --dump-ir-after, --dump-dir, --stats */
+    int index;           /* number of the next dump file */
+} dump_ctx;
+
+static int wants_dump(const kd_inputs *in, const char *pass)
+{
+    if (!in->dump_after || !in->dump_dir) return 0;
+    if (strcmp(in->dump_after, "all") == 0) return 1;
+    size_t n = strlen(pass);
+    for (const char *p = in->dump_after; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, pass, n) == 0) return 1;
+        p += len + (end ? 1 : 0);
+    }
+    return 0;
+}
+
+/* Write dump_dir/NN-pass.ir (numbered in pipeline order, 00 the compiled graph). */
+static int dump_ir(dump_ctx *c, const char *pass, const kir_graph *g, ks_diag *d)
+{
+    int index = c->index++;
+    if (!c->in->dump_after) return 0;
+    if (!wants_dump(c->in, pass) && !(index == 0 && strcmp(c->in->dump_after, "all") == 0)) return 0;
+    if (!ks_is_dir(c->in->dump_dir) && mkdir(c->in->dump_dir, 0777) != 0) {
+        ks_error(d, c->in->dump_dir, "cannot create the dump folder: %s", strerror(errno));
+        return -1;
+    }
+    char name[128];
+    snprintf(name, sizeof name, "%02d-%s.ir", index, pass);
+    char *path = ks_path_join(c->in->dump_dir, name);
+    ks_buf text = {0};
+    kir_print(g, &text);
+    ks_outfile f;
+    int rc = ks_outfile_open(d, &f, path);
+    if (rc == 0) {
+        fwrite(text.data, 1, text.len, f.f);
+        rc = ks_outfile_commit(d, &f);
+    }
+    ks_buf_free(&text);
+    free(path);
+    return rc;
+}
+
+static int after_pass(void *ctx, const kp_pass *pass, const kir_graph *g, const kp_pass_stats *st, ks_diag *d)
+{
+    return dump_ir(ctx, pass->name, g, d);
+}
+
+static void print_stats(FILE *out, const kp_pass_stats *st, size_t n, const kir_graph *g)
+{
+    fprintf(out, "%-24s %7s %7s %8s %8s %7s\n", "pass", "nodes", "->", "kernels", "->", "fusions");
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "%-24s %7zu %7zu %8zu %8zu %7zu\n", st[i].pass, st[i].nodes_before, st[i].nodes_after,
+                st[i].kernels_before, st[i].kernels_after, st[i].fusions);
+    int layers = 0;
+    for (size_t v = 0; v < g->n_nodes; v++)
+        if (g->nodes[v].op == KIR_OP_ATTENTION) layers++;
+    size_t k = kp_count_kernels(g);
+    fprintf(out, "kernels: %zu", k);
+    if (layers) fprintf(out, " (%d attention layers: %.2f per layer)", layers, (double)k / layers);
+    fprintf(out, "\n");
+}
+
+/* Split "a,b" into a heap array of heap strings. */
+static char **split_list(const char *s, size_t *n)
+{
+    *n = 0;
+    if (!s || !*s) return NULL;
+    size_t cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    char **v = ks_xcalloc(cap, sizeof *v);
+    for (const char *p = s;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len) {
+            v[*n] = ks_xmalloc(len + 1);
+            memcpy(v[*n], p, len);
+            v[*n][len] = 0;
+            (*n)++;
+        }
+        if (!end) break;
+        p = end + 1;
+    }
+    return v;
+}
+
+static void free_list(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
+static int list_has(char **v, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i], name) == 0) return 1;
+    return 0;
+}
+
+/* ---- the memory plan ---------------------------------------------------------------- */
+
+static int plan_memory(kir_graph *g, int64_t max_tokens, FILE *stats, ks_diag *d)
+{
+    kp_mem_plan plan;
+    if (kp_plan_memory(g, max_tokens, &plan, d) != 0) return -1;
+    ks_buf why = {0};
+    if (kp_mem_plan_check(g, &plan, &why) != 0)
+        ks_die(__FILE__, __LINE__, "the memory plan is wrong: %s", ks_buf_cstr(&why));
+    ks_buf_free(&why);
+    kp_plan_annotate(g, &plan);
+    kir_param_int(g, "mem.max_tokens", max_tokens);
+    kir_param_int(g, "mem.arena_bytes", (int64_t)plan.arena_bytes);
+    kir_param_int(g, "mem.lower_bound_bytes", (int64_t)plan.lower_bound_bytes);
+    kir_param_int(g, "mem.naive_bytes", (int64_t)plan.naive_bytes);
+    if (stats)
+        fprintf(stats,
+                "memory plan (%lld tokens per step): arena %llu bytes, lower bound %llu (peak/bound %.4f), "
+                "naive %llu\n",
+                (long long)max_tokens, (unsigned long long)plan.arena_bytes,
+                (unsigned long long)plan.lower_bound_bytes,
+                plan.lower_bound_bytes ? (double)plan.arena_bytes / (double)plan.lower_bound_bytes : 1.0,
+                (unsigned long long)plan.naive_bytes);
+    kp_mem_plan_free(&plan);
+    return 0;
+}
+
+/* ---- the optimize stage --------------------------------------------------------------- */
+
+int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
+{
+    kir_graph *g = NULL;
+    if (in->from_ir) {
+        size_t len = 0;
+        char *text = ks_read_file(d, in->from_ir, &len);
+        if (!text) return -1;
+        ks_source src = {in->from_ir, text, len};
+        g = kir_parse(&src, d);
+        free(text);
+        if (!g || kir_verify(g, d, in->from_ir) != 0) {
+            kir_graph_free(g);
+            return -1;
+        }
+        /* --dtype overrides the text's weight dtypes (kd_model_load checked the name) */
+        kir_dtype t;
+        if (in->dtype && kd_parse_dtype(in->dtype, &t, d) == 0) kd_set_weight_dtype(g, t);
+    } else {
+        g = kir_graph_clone(m->model->graph);
+    }
+    size_t n_passes = 0, n_disabled = 0;
+    char **passes = split_list(in->passes, &n_passes), **disabled = split_list(in->disabled, &n_disabled);
+    int none = n_passes == 1 && strcmp(passes[0], "none") == 0;
+    int all = n_passes == 0 || (n_passes == 1 && strcmp(passes[0], "all") == 0);
+    int rc = 0;
+    dump_ctx dc = {in, 0};
+    if (in->dump_after && !in->dump_dir) {
+        ks_error(d, "kiln", "--dump-ir-after needs --dump-dir DIR");
+        rc = -1;
+    }
+    if (!rc && in->dump_after) rc = dump_ir(&dc, in->from_ir ? "from-ir" : "compiled", g, d);
+    /* a graph read with --from-ir keeps the fusions its author chose: no passes run on it */
+    int run_pipeline = !rc && !in->from_ir && !none;
+    /* plan_memory is the driver's last stage, named like a pass */
+    size_t n_listed = 0;
+    for (size_t i = 0; i < n_passes; i++) n_listed += strcmp(passes[i], "plan_memory") != 0;
+    if (run_pipeline && (all || n_listed)) {
+        const char **names = NULL;
+        if (!all) {
+            names = ks_xcalloc(n_passes, sizeof *names);
+            n_listed = 0;
+            for (size_t i = 0; i < n_passes; i++)
+                if (strcmp(passes[i], "plan_memory") != 0) names[n_listed++] = passes[i];
+        }
+        const char **off = ks_xcalloc(n_disabled + 1, sizeof *off);
+        size_t n_off = 0;
+        for (size_t i = 0; i < n_disabled; i++)
+            if (strcmp(disabled[i], "plan_memory") != 0) off[n_off++] = disabled[i];
+        kp_options opt = {
+            .passes = all ? NULL : names,
+            .n_passes = all ? 0 : n_listed,
+            .disabled = off,
+            .n_disabled = n_off,
+            .verify = 1,
+            .after = after_pass,
+            .after_ctx = &dc,
+        };
+        kp_pass_stats *st = NULL;
+        size_t n_st = 0;
+        rc = kp_run_pipeline(&g, &opt, &st, &n_st, d);
+        if (rc == 0 && in->stats) print_stats(in->stats_out ? in->stats_out : stdout, st, n_st, g);
+        free(st);
+        free(names);
+        free(off);
+    } else if (!rc && in->stats) {
+        print_stats(in->stats_out ? in->stats_out : stdout, NULL, 0, g);
+    }
+    int plan = !list_has(disabled, n_disabled, "plan_memory") && (all || list_has(passes, n_passes, "plan_memory"));
+    if (!rc && plan && !kir_param_find(g, "mem.arena_bytes")) {
+        int64_t max_tokens = in->max_tokens;
+        if (max_tokens <= 0) {
+            const kir_param *ctx = kir_param_find(g, "max_context");
+            max_tokens = ctx && ctx->kind == KIR_ATTR_INT && ctx->i > 0 ? ctx->i : 2048;
+            if (max_tokens > 2048) max_tokens = 2048;
+        }
+        rc = plan_memory(g, max_tokens, in->stats ? (in->stats_out ? in->stats_out : stdout) : NULL, d);
+        if (!rc && in->dump_after) rc = dump_ir(&dc, "plan_memory", g, d);
+    }
+    free_list(passes, n_passes);
+    free_list(disabled, n_disabled);
+    if (rc) {
+        kir_graph_free(g);
+        return -1;
+    }
+    kir_graph_free(m->optimized);
+    m->optimized = g;
+    return 0;
+}
+
+/* ---- weight data by name ---------------------------------------------------------------- */
+
+const kf_weight_binding *kd_binding(const kd_model *m, const char *name)
+{
+    const kir_graph *g = m->model->graph;
+    for (size_t i = 0; i < m->model->n_weights; i++)
+        if (strcmp(kir_get_str(g, m->model->weights[i].node, "name", ""), name) == 0) return &m->model->weights[i];
+    return NULL;
+}
+
+/* Store n f32 values as dtype t into out (bf16, f16: round to nearest even). */
+static void store_as(kir_dtype t, const float *in, size_t n, void *out)
+{
+    uint16_t *h = out;
+    switch (t) {
+    case KIR_F32:
+        if (in != out) memcpy(out, in, n * sizeof *in);
+        return;
+    case KIR_BF16:
+        for (size_t i = 0; i < n; i++) h[i] = ks_f32_to_bf16(in[i]);
+        return;
+    case KIR_F16:
+        for (size_t i = 0; i < n; i++) h[i] = ks_f32_to_f16(in[i]);
+        return;
+    case KIR_I32:
+    case KIR_DTYPE_COUNT:
+        break;
+    }
+    KS_UNREACHABLE(); /* the weight shape rule allows float dtypes only */
+}
+
+/* m elements of raw little-endian data of dtype src as f32 into f (one loop
+ * per dtype, so that the compiler vectorizes the common bf16 one). */
+static void load_f32s(const uint8_t *p, kir_dtype src, size_t m, float *f)
+{
+    if (src == KIR_F32) {
+        memcpy(f, p, m * sizeof *f);
+    } else if (src == KIR_BF16) {
+        for (size_t i = 0; i < m; i++) {
+            uint32_t u = (uint32_t)(p[2 * i] | p[2 * i + 1] << 8) << 16; /* as ks_bf16_to_f32 */
+            memcpy(&f[i], &u, sizeof u);
+        }
+    } else {
+        for (size_t i = 0; i < m; i++) f[i] = ks_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+    }
+}
+
+/* n elements of tensor data (dtype src, untransposed rows) as dtype t into
+ * out: a copy when the dtypes agree (bf16 or f16 through f32 and back with
+ * round to nearest even is the identity, NaN payloads aside), else through
+ * f32 a chunk at a time (no whole-tensor temporary: an 8B model's tensors
+ * are gigabytes). */
+static void convert_rows(const uint8_t *data, kir_dtype src, size_t n, kir_dtype t, void *out)
+{
+    size_t in_es = kir_dtype_size(src), out_es = kir_dtype_size(t);
+    if (src == t) {
+        memcpy(out, data, n * in_es);
+        return;
+    }
+    enum { CHUNK = 1 << 14 };
+    float buf[CHUNK];
+    for (size_t at = 0; at < n; at += CHUNK) {
+        size_t m = n - at < CHUNK ? n - at : CHUNK;
+        float *f = t == KIR_F32 ? (float *)out + at : buf;
+        load_f32s(data + at * in_es, src, m, f);
+        if (t != KIR_F32) store_as(t, buf, m, (uint8_t *)out + at * out_es);
+    }
+}
+
+/* Read the compiled model's weight `name` as `elems` elements of dtype t into
+ * out: from the checkpoint through f32 (synthetic data without one). */
+static int read_named(const kd_model *m, const char *name, kir_dtype t, void *out, size_t elems, ks_diag *d)
+{
+    const kf_weight_binding *b = kd_binding(m, name);
+    if (!b) {
+        ks_error(d, "kiln", "weight '%s' is not a weight of the model description", name);
+        return -1;
+    }
+    const kir_node *n = kir_node_at(m->model->graph, b->node);
+    if ((size_t)kir_elems(n, 1) != elems) {
+        ks_error(d, "kiln", "weight '%s' has %lld elements in the model, %zu in the graph being built", name,
+                 (long long)kir_elems(n, 1), elems);
+        return -1;
+    }
+    const kf_tensor *tensor = m->ckpt ? kf_checkpoint_find(m->ckpt, b->tensor) : NULL;
+    KS_ASSERT(tensor || !m->ckpt);
+    if (tensor && !b->transposed && tensor->ndim >= 1 && tensor->shape[0] > 0) {
+        /* rows [row_start, row_end) of the stored tensor, contiguous: converted straight into out */
+        size_t row_elems = tensor->nbytes / kir_dtype_size(tensor->dtype) / (size_t)tensor->shape[0];
+        int64_t end = b->row_end < 0 ? tensor->shape[0] : b->row_end;
+        if (b->row_start >= 0 && b->row_start <= end && end <= tensor->shape[0] &&
+            (size_t)(end - b->row_start) * row_elems == elems) {
+            convert_rows(tensor->data + (size_t)b->row_start * row_elems * kir_dtype_size(tensor->dtype),
+                         tensor->dtype, elems, t, out);
+            return 0;
+        }
+    }
+    float *f = t == KIR_F32 ? out : ks_xmalloc(sizeof(float) * (elems ? elems : 1));
+    int rc = 0;
+    if (!tensor)
+        kd_synthetic_weight(name, f, n->ndim, n->dims);
+    else
+        rc = kf_tensor_read_f32(d, tensor, b->transposed, b->row_start, b->row_end, f);
+    if (rc == 0) store_as(t, f, elems, out);
+    if (f != out) free(f);
+    return rc;
+}
+
+int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, void *out, ks_diag *d)
+{
+    const kir_node *n = kir_node_at(g, node);
+    const char *name = kir_get_str(g, node, "name", "");
+    size_t es = kir_dtype_size(n->dtype);
+    if (!kp_weight_is_derived(g, node)) return read_named(m, name, n->dtype, out, (size_t)kir_elems(n, 1), d);
+    ks_arena scratch = {0};
+    kp_weight_recipe r;
+    int rc = kp_weight_recipe_of(g, node, &scratch, &r);
+    KS_ASSERT(rc == 0); /* the graph verified */
+    void **src = ks_xcalloc(r.n_sources, sizeof *src);
+    for (size_t i = 0; i < r.n_sources && rc == 0; i++) {
+        src[i] = ks_xmalloc(r.bytes[i] ? r.bytes[i] : 1);
+        rc = read_named(m, r.names[i], n->dtype, src[i], r.bytes[i] / es, d);
+    }
+    if (rc == 0) kp_derive_weight(g, node, &r, (const void *const *)src, out);
+    for (size_t i = 0; i < r.n_sources; i++) free(src[i]);
+    free(src);
+    ks_arena_free(&scratch);
+    return rc;
+}

@@ -1,0 +1,39 @@
+/* numerics.c — shared arithmetic (ir/numerics.h). */
+#include "ir/numerics.h"
+
+#include <math.h>
+#include <string.h>
+
+void kir_rope_inv_freq(const kir_graph *g, kir_val v, int rot_dim, float *inv_freq)
+{
+    /* Every step below is one float32 operation of HF's code, in its order:
+     *   inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim))
+     * and for "llama3" (_compute_llama3_parameters), with Python scalars
+     * taking the tensor's float32 type. */
+    float base = (float)kir_get_float(g, v, "theta", 10000.0);
+    const char *scaling = kir_get_str(g, v, "scaling", "none");
+    double factor = kir_get_float(g, v, "factor", 1.0);
+    for (int j = 0; j < rot_dim / 2; j++) {
+        float e = (float)(2 * j) / (float)rot_dim;
+        float p = (float)pow((double)base, (double)e);
+        inv_freq[j] = 1.0f / p;
+    }
+    if (strcmp(scaling, "linear") == 0) {
+        for (int j = 0; j < rot_dim / 2; j++) inv_freq[j] = inv_freq[j] / (float)factor;
+    } else if (strcmp(scaling, "llama3") == 0) {
+        double low = kir_get_float(g, v, "low_freq_factor", 1.0);
+        double high = kir_get_float(g, v, "high_freq_factor", 4.0);
+        double orig = kir_get_float(g, v, "original_max_positions", 8192.0);
+        float low_wavelen = (float)(orig / low), high_wavelen = (float)(orig / high);
+        for (int j = 0; j < rot_dim / 2; j++) {
+            float inv = inv_freq[j];
+            float wavelen = (float)(2.0 * KIR_PI) / inv;
+            float scaled = wavelen > low_wavelen ? inv / (float)factor : inv;
+            if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
+                float smooth = ((float)orig / wavelen - (float)low) / (float)(high - low);
+                scaled = (1.0f - smooth) * scaled / (float)factor + smooth * scaled;
+            }
+            inv_freq[j] = scaled;
+        }
+    }
+}

@@ -1,0 +1,112 @@
+/* cuda_api.c — loading libcuda with dlopen (runtime/cuda/cuda_api.h). */
+#include "runtime/cuda/cuda_api.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Entry points, as exported by libcuda, and where each goes. */
+#define API_ENTRY(field, symbol) {symbol, offsetof(krt_cuda_api, field)}
+static const struct {
+    const char *symbol; /* the exported name */
+    size_t offset;      /* the field of krt_cuda_api it fills */
+} entries[] = {
+    API_ENTRY(cuInit, "cuInit"),
+    API_ENTRY(cuDeviceGetCount, "cuDeviceGetCount"),
+    API_ENTRY(cuDeviceGet, "cuDeviceGet"),
+    API_ENTRY(cuDeviceGetAttribute, "cuDeviceGetAttribute"),
+    API_ENTRY(cuDeviceGetName, "cuDeviceGetName"),
+    API_ENTRY(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+    API_ENTRY(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
+    API_ENTRY(cuCtxSetCurrent, "cuCtxSetCurrent"),
+    API_ENTRY(cuMemAlloc, "cuMemAlloc_v2"),
+    API_ENTRY(cuMemFree, "cuMemFree_v2"),
+    API_ENTRY(cuMemsetD8, "cuMemsetD8_v2"),
+    API_ENTRY(cuMemcpyHtoD, "cuMemcpyHtoD_v2"),
+    API_ENTRY(cuMemcpyDtoH, "cuMemcpyDtoH_v2"),
+    API_ENTRY(cuMemcpyDtoD, "cuMemcpyDtoD_v2"),
+    API_ENTRY(cuModuleLoadData, "cuModuleLoadData"),
+    API_ENTRY(cuModuleUnload, "cuModuleUnload"),
+    API_ENTRY(cuModuleGetFunction, "cuModuleGetFunction"),
+    API_ENTRY(cuLaunchKernel, "cuLaunchKernel"),
+    API_ENTRY(cuMemGetInfo, "cuMemGetInfo_v2"),
+    API_ENTRY(cuStreamCreate, "cuStreamCreate"),
+    API_ENTRY(cuStreamDestroy, "cuStreamDestroy_v2"),
+    API_ENTRY(cuStreamSynchronize, "cuStreamSynchronize"),
+    API_ENTRY(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
+    API_ENTRY(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
+    API_ENTRY(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
+    API_ENTRY(cuMemsetD8Async, "cuMemsetD8Async"),
+    API_ENTRY(cuStreamBeginCapture, "cuStreamBeginCapture_v2"),
+    API_ENTRY(cuStreamEndCapture, "cuStreamEndCapture"),
+    API_ENTRY(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags"),
+    API_ENTRY(cuGraphLaunch, "cuGraphLaunch"),
+    API_ENTRY(cuGraphExecDestroy, "cuGraphExecDestroy"),
+    API_ENTRY(cuGraphDestroy, "cuGraphDestroy"),
+    API_ENTRY(cuEventCreate, "cuEventCreate"),
+    API_ENTRY(cuEventRecord, "cuEventRecord"),
+    API_ENTRY(cuEventElapsedTime, "cuEventElapsedTime"),
+    API_ENTRY(cuEventDestroy, "cuEventDestroy_v2"),
+    API_ENTRY(cuGetErrorName, "cuGetErrorName"),
+    API_ENTRY(cuGetErrorString, "cuGetErrorString"),
+};
+
+int krt_cuda_api_load(krt_cuda_api *api, ks_diag *d)
+{
+    memset(api, 0, sizeof *api);
+    const char *name = getenv("KILN_CUDA_LIB");
+    if (!name || !name[0]) name = "libcuda.so.1";
+    api->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!api->lib) {
+        const char *why = dlerror();
+        ks_error(d, "cuda", "cannot load the NVIDIA driver library %s (%s): running a CUDA engine needs an NVIDIA "
+                            "GPU and its driver",
+                 name, why ? why : "unknown reason");
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
+        void *sym = dlsym(api->lib, entries[i].symbol);
+        if (!sym) {
+            ks_error(d, "cuda", "%s has no %s: the NVIDIA driver is too old or the library is not libcuda", name,
+                     entries[i].symbol);
+            krt_cuda_api_unload(api);
+            return -1;
+        }
+        /* POSIX: a function's address from dlsym converts to its pointer type */
+        memcpy((char *)api + entries[i].offset, &sym, sizeof sym);
+    }
+    return 0;
+}
+
+void krt_cuda_api_unload(krt_cuda_api *api)
+{
+    if (api->lib) dlclose(api->lib);
+    memset(api, 0, sizeof *api);
+}
+
+void krt_cuda_describe(const krt_cuda_api *api, krt_cu_result r, ks_buf *b)
+{
+    const char *name = NULL, *text = NULL;
+    if (api->cuGetErrorName) api->cuGetErrorName(r, &name);
+    if (api->cuGetErrorString) api->cuGetErrorString(r, &text);
+    if (name && text)
+        ks_buf_printf(b, "%s: %s", name, text);
+    else
+        ks_buf_printf(b, "CUDA error %d", r);
+}
+
+int krt_cuda_pick_arch(const char *const *archs, int n, int major, int minor)
+{
+    int best = -1, best_minor = -1;
+    for (int i = 0; i < n; i++) {
+        const char *a = archs[i];
+        if (strncmp(a, "sm_", 3) != 0) continue;
+        char *end;
+        long v = strtol(a + 3, &end, 10);
+        if (end == a + 3 || *end || v < 10) continue;
+        int amaj = (int)(v / 10), amin = (int)(v % 10);
+        if (amaj != major || amin > minor) continue;
+        if (amin > best_minor) best = i, best_minor = amin;
+    }
+    return best;
+}

@@ -1,0 +1,1303 @@
+/*
+ * cuda_backend.c — the CUDA backend (runtime/backend.h): runs an engine built
+ * with `kiln build --target sm_XX,...` on the first GPU.
+ *
+ * open:   checks cuda.meta and the memory plan against the graph, loads
+ *         libcuda (runtime/cuda/cuda_api.h), picks the cubin for the
+ *         device's compute capability — or says which architectures the
+ *         engine has and which the device is, before allocating anything —
+ *         loads it, looks up every kernel of cuda.meta (and krt_draw, the
+ *         draw kernel, when the engine has it), uploads the weights section
+ *         as it lies in the file (one copy), and allocates the activations'
+ *         arena, so that what is free afterwards can size the KV cache
+ *         (mem_info).
+ * attach: checks cuda.meta against the graph and the KV cache, whose blocks
+ *         live in device memory (cuda_kv_storage below).
+ * step:   checks the step on the host (as the interpreter does), uploads the
+ *         step's ids, positions, KV slots and block tables in one copy, runs
+ *         the kernels in order, copies the logits back — or draws the next
+ *         tokens on the device (runtime/cuda/cuda_draw.h) and copies back only
+ *         those — and waits for the stream.
+ *
+ * Every copy and launch goes on one stream of the backend's, in order, so
+ * nothing needs more synchronization than the wait at the end of a step.
+ *
+ * Memory: the engine's memory plan (passes/plan_memory.c, in the graph:
+ * params `mem.arena_bytes` and `mem.max_tokens`, each value's `mem.offset`)
+ * gives one arena of mem.arena_bytes, allocated once at open, valid for
+ * every step of up to mem.max_tokens tokens; each computed value lives at
+ * its offset (a smaller step uses a prefix of each value's bytes). A step of
+ * more tokens is refused with the interpreter's message. Views share their
+ * operand's bytes (cuda.meta's aliases), and the plan must agree: an alias
+ * whose plan offset is not its root's is a damaged engine. An engine built
+ * without a plan (kiln build --passes none) gets every computed value its
+ * own bytes instead, sized for the largest step so far (at least
+ * graph_max_tokens) and regrown when a step is larger.
+ *
+ * CUDA graphs: a step of T <= graph_max_tokens tokens is captured once per T
+ * (lazily, the first time a step of that size comes) and replayed after
+ * that: the exact size, not a padded bucket, so a replay launches exactly the
+ * kernels an eager step would, with the same T, and its results are the same
+ * bits. Graph steps read their arrays from a fixed buffer (g_step, laid out
+ * for graph_max_tokens tokens and as many block-table entries as that many
+ * full sequences have), and write the activations, whose address is baked
+ * into the graphs: the planned arena never moves; an unplanned engine's
+ * activations move when a larger eager step regrows them, and its graphs
+ * are then dropped and captured again on demand.
+ *
+ * The tap (kiln verify): a tapped step launches eagerly and copies each
+ * value back right after the launch that writes it (later values may take
+ * its bytes); values that no launch writes (a fused kernel's own) are not
+ * shown.
+ *
+ * Profiling (krt_backend_opts.profile): no graphs; every launch between two
+ * events, timed after the step's wait, and summed per kernel name for
+ * prefill steps (more than KRT_PROFILE_DECODE_TOKENS tokens) and decode
+ * steps apart, with each step's device time from its first launch to its
+ * last copy; profile_report writes the tables.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/backend.h"
+#include "runtime/cuda/cuda_api.h"
+#include "runtime/cuda/cuda_draw.h"
+#include "runtime/cuda/cuda_meta.h"
+
+#define NO_BUFFER SIZE_MAX /* act_off of a value with no buffer of its own */
+enum { ACT_ALIGN = 256 };  /* bytes: each value's buffer starts aligned */
+
+/* Where a value's data lives. */
+typedef enum value_home {
+    HOME_ACTS,      /* its own buffer in the activations */
+    HOME_ALIAS,     /* another value's buffer (root) */
+    HOME_WEIGHT,    /* the weights upload */
+    HOME_TOKENS,    /* the step's token ids */
+    HOME_POSITIONS, /* the step's positions */
+} value_home;
+
+/* What the profile sums for one kind of step (decode or prefill). */
+typedef struct prof_class {
+    long steps;        /* steps run */
+    long tokens;       /* their tokens */
+    double step_ms;    /* device time of the steps: first launch to last copy */
+    double min_ms;     /* the shortest step */
+    double max_ms;     /* the longest step */
+    long *launches;    /* [n_names + 1] launches of each kernel name (the draw kernel last) */
+    double *kernel_ms; /* [n_names + 1] their time */
+} prof_class;
+
+typedef struct cu_state {
+    krt_cuda_api api;         /* libcuda, loaded */
+    krt_cu_device dev;        /* the device (ordinal 0) */
+    krt_cu_ctx ctx;           /* its primary context, retained while ctx_held */
+    int ctx_held;             /* 1 after cuDevicePrimaryCtxRetain succeeded */
+    char device_name[128];    /* as the driver names it */
+    char arch[16];            /* the cubin picked, "sm_90" */
+    krt_cu_mod module;        /* the loaded cubin; NULL until loaded */
+    krt_cu_stream stream;     /* every copy and launch goes on it; NULL until created */
+    krt_backend_opts opts;    /* graphs on or off, and the largest step captured */
+    krt_cuda_meta meta;       /* the launch table */
+    krt_cu_fn *fns;           /* [meta.n_kernels] the kernels, looked up */
+    krt_cu_fn *fns_large;     /* [meta.n_kernels] their variants for steps above large_above tokens, or NULL */
+    krt_cu_fn draw_fn;        /* krt_draw (runtime/cuda/cuda_draw.h), or NULL: the engine predates it */
+    const krt_engine *e;      /* the engine; not owned */
+    const kir_graph *g;       /* its graph */
+    const char *name;         /* what step errors are reported against: the model's name */
+    int64_t vocab;            /* elements per output row */
+    krt_kv *kv;               /* the KV cache (attach); not owned */
+    int has_kv;               /* 1 when the graph reads or writes the KV cache */
+    uint32_t *root;           /* [n_nodes] the value whose buffer holds each value */
+    value_home *home;         /* [n_nodes] where each value lives */
+    const uint8_t *wsection;  /* the weights section inside the engine's map */
+    krt_cu_ptr weights;       /* its copy on the device; 0 when there are no weights */
+    krt_cu_ptr acts;          /* the activations: the planned arena, or one buffer per computed value */
+    size_t *act_off;          /* [n_nodes] byte offset of each own buffer in acts; NO_BUFFER */
+    size_t acts_bytes;        /* bytes allocated at acts */
+    int planned;              /* 1: the graph carries a memory plan, and acts is its arena */
+    int64_t plan_tokens;      /* planned: the most tokens a step may have (mem.max_tokens) */
+    size_t arena_bytes;       /* planned: the arena's size (mem.arena_bytes) */
+    int64_t t_cap;            /* tokens acts is sized for (0: not allocated) */
+    krt_cu_ptr step_dev;      /* eager steps' int arrays on the device */
+    size_t step_dev_cap;      /* bytes allocated there */
+    int32_t *stage;           /* the step's int arrays, staged on the host for one copy */
+    size_t stage_cap;         /* int32 entries allocated */
+    int32_t *slots;           /* [T] scratch: the KV row each token writes */
+    size_t slots_cap;         /* entries allocated */
+    int32_t *seq_off;         /* [max_seqs] scratch: a sequence's table offset in this step, -1 unseen */
+    int64_t *order;           /* scratch [2 * T]: (slot, token) pairs for the duplicate check */
+    size_t order_cap;         /* capacity of order, in pairs */
+    int kv_failed;            /* a KV block copy failed; reported by the next step */
+    /* CUDA graphs */
+    krt_cu_graph_exec *graphs; /* [opts.graph_max_tokens + 1]: the step of T tokens, NULL until captured */
+    int n_graphs;             /* graphs held now */
+    krt_cu_ptr g_step;        /* graph steps' int arrays: 4 * graph_max_tokens + g_tables entries */
+    size_t g_tables;          /* block-table entries g_step holds */
+    /* draws on the device */
+    krt_cu_ptr draw_dev;      /* rows [draw_cap] | records [draw_cap] | keys, masses [draw_cap * vocab] */
+    int draw_cap;             /* draws draw_dev holds; 0: not allocated */
+    krt_cuda_draw_row *draw_rows; /* [draw_cap] the records, staged on the host */
+    /* the tap */
+    krt_tap_fn tap;           /* shown every f32 value after a step, or NULL */
+    void *tap_ctx;            /* its context */
+    int *tap_after;           /* [n_nodes] the launch after which each value is copied back; -1: not shown */
+    size_t *tap_off;          /* [n_nodes] where a shown value lies in tap_buf this step, in floats */
+    float *tap_buf;           /* the step's shown values, copied back */
+    size_t tap_cap;           /* floats allocated */
+    /* the profile (opts.profile) */
+    krt_cu_event *events;     /* [2 * (n_kernels + 1) + 2]: before and after each launch (the draw last), then the
+                                 step's first and last */
+    int n_events;             /* events created */
+    int *name_of;             /* [n_kernels] index of each launch's kernel name among the distinct ones */
+    int n_names;              /* distinct kernel names; the draw kernel counts as name n_names */
+    prof_class prof[2];       /* [0] decode steps, [1] prefill steps */
+} cu_state;
+
+/* ---- messages ------------------------------------------------------------------------- */
+static int cu_error(const cu_state *s, ks_diag *d, krt_cu_result r, const char *fmt, ...) KS_PRINTF(4, 5);
+static int cu_error(const cu_state *s, ks_diag *d, krt_cu_result r, const char *fmt, ...)
+{
+    ks_buf msg = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    ks_buf_vprintf(&msg, fmt, ap);
+    va_end(ap);
+    ks_buf_puts(&msg, ": ");
+    krt_cuda_describe(&s->api, r, &msg);
+    ks_error(d, "cuda", "%s", ks_buf_cstr(&msg));
+    ks_buf_free(&msg);
+    return -1;
+}
+
+static int step_error(const cu_state *s, ks_diag *d, const char *fmt, ...) KS_PRINTF(3, 4);
+static int step_error(const cu_state *s, ks_diag *d, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ks_verror(d, s->name, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---- the KV cache's blocks in device memory ---------------------------------------------- */
+static void *kv_alloc(void *ctx, size_t bytes)
+{
+    cu_state *s = ctx;
+    krt_cu_ptr p = 0;
+    if (s->api.cuCtxSetCurrent(s->ctx) != 0 || s->api.cuMemAlloc(&p, bytes) != 0) return NULL;
+    /* zeroed, as the host storage is: a row read before it is written holds zeros;
+     * attach waits for the stream, and reports a failure there */
+    if (s->api.cuMemsetD8Async(p, 0, bytes, s->stream) != 0) {
+        s->api.cuMemFree(p);
+        return NULL;
+    }
+    return (void *)(uintptr_t)p;
+}
+
+static void kv_free(void *ctx, void *p)
+{
+    cu_state *s = ctx;
+    s->api.cuCtxSetCurrent(s->ctx);
+    s->api.cuStreamSynchronize(s->stream); /* nothing in flight may still use it */
+    s->api.cuMemFree((krt_cu_ptr)(uintptr_t)p);
+}
+
+/* Copy-on-write of a block: on the stream, so it lands before the next step's kernels. */
+static void kv_copy(void *ctx, void *base, size_t dst_off, size_t src_off, size_t bytes)
+{
+    cu_state *s = ctx;
+    krt_cu_ptr b = (krt_cu_ptr)(uintptr_t)base;
+    if (s->api.cuCtxSetCurrent(s->ctx) != 0 ||
+        s->api.cuMemcpyDtoDAsync(b + dst_off, b + src_off, bytes, s->stream) != 0)
+        s->kv_failed = 1;
+}
+
+/* ctx is replaced by the backend's state (krt_backend.open). */
+static const krt_kv_storage cuda_kv_storage = {NULL, kv_alloc, kv_free, kv_copy};
+
+/* ---- open: the device, the cubin, the kernels --------------------------------------------- */
+static void cuda_destroy(void *state);
+
+/* The architectures of the engine, "sm_80, sm_90", into b. */
+static void list_archs(const krt_cuda_meta *m, ks_buf *b)
+{
+    for (int i = 0; i < m->n_archs; i++) ks_buf_printf(b, "%s%s", i ? ", " : "", m->archs[i]);
+}
+
+static int open_device(cu_state *s, ks_diag *d)
+{
+    krt_cu_result r = s->api.cuInit(0);
+    if (r != 0) return cu_error(s, d, r, "cannot initialize the driver (cuInit)");
+    int count = 0;
+    r = s->api.cuDeviceGetCount(&count);
+    if (r != 0) return cu_error(s, d, r, "cannot count devices");
+    if (count == 0) {
+        ks_error(d, "cuda", "no CUDA device is present");
+        return -1;
+    }
+    int major = 0, minor = 0;
+    if ((r = s->api.cuDeviceGet(&s->dev, 0)) != 0 ||
+        (r = s->api.cuDeviceGetName(s->device_name, (int)sizeof s->device_name, s->dev)) != 0 ||
+        (r = s->api.cuDeviceGetAttribute(&major, KRT_CU_ATTR_CC_MAJOR, s->dev)) != 0 ||
+        (r = s->api.cuDeviceGetAttribute(&minor, KRT_CU_ATTR_CC_MINOR, s->dev)) != 0)
+        return cu_error(s, d, r, "cannot query device 0");
+    int pick = krt_cuda_pick_arch(s->meta.archs, s->meta.n_archs, major, minor);
+    if (pick < 0) {
+        ks_buf have = {0};
+        list_archs(&s->meta, &have);
+        ks_error(d, s->e->path,
+                 "the engine holds kernels for %s; the GPU (%s) is sm_%d%d, which runs none of them: rebuild the "
+                 "engine with --target sm_%d%d",
+                 ks_buf_cstr(&have), s->device_name, major, minor, major, minor);
+        ks_buf_free(&have);
+        return -1;
+    }
+    snprintf(s->arch, sizeof s->arch, "%s", s->meta.archs[pick]);
+    return 0;
+}
+
+static int load_kernels(cu_state *s, ks_diag *d)
+{
+    ks_buf section = {0};
+    ks_buf_printf(&section, "%s%s", KRT_CUDA_SECTION_PREFIX, s->arch);
+    size_t size = 0;
+    const void *cubin = krt_engine_section_data(s->e, ks_buf_cstr(&section), &size);
+    if (!cubin || size == 0) {
+        ks_error(d, s->e->path, "damaged: cuda.meta lists %s but there is no '%s' section", s->arch,
+                 ks_buf_cstr(&section));
+        ks_buf_free(&section);
+        return -1;
+    }
+    ks_buf_free(&section);
+    krt_cu_result r = s->api.cuDevicePrimaryCtxRetain(&s->ctx, s->dev);
+    if (r != 0) return cu_error(s, d, r, "cannot take the device's context");
+    s->ctx_held = 1;
+    if ((r = s->api.cuCtxSetCurrent(s->ctx)) != 0) return cu_error(s, d, r, "cannot use the device's context");
+    /* cuModuleLoadData wants the image aligned as an ELF file: copy it out of the map */
+    void *image = ks_xmalloc(size);
+    memcpy(image, cubin, size);
+    r = s->api.cuModuleLoadData(&s->module, image);
+    free(image);
+    if (r != 0) return cu_error(s, d, r, "cannot load the engine's %s kernels", s->arch);
+    s->fns = ks_xcalloc((size_t)s->meta.n_kernels + 1, sizeof *s->fns);
+    s->fns_large = ks_xcalloc((size_t)s->meta.n_kernels + 1, sizeof *s->fns_large);
+    for (int i = 0; i < s->meta.n_kernels; i++) {
+        const krt_cuda_kernel *k = &s->meta.kernels[i];
+        r = s->api.cuModuleGetFunction(&s->fns[i], s->module, k->name);
+        if (r != 0) return cu_error(s, d, r, "damaged engine: kernel %s is not in its %s cubin", k->name, s->arch);
+        if (!k->name_large) continue;
+        r = s->api.cuModuleGetFunction(&s->fns_large[i], s->module, k->name_large);
+        if (r != 0) return cu_error(s, d, r, "damaged engine: kernel %s is not in its %s cubin", k->name_large, s->arch);
+    }
+    /* optional: engines built before the draw kernel existed lack it, and draw on the host */
+    if (s->api.cuModuleGetFunction(&s->draw_fn, s->module, KRT_CUDA_DRAW_KERNEL) != 0) s->draw_fn = NULL;
+    if ((r = s->api.cuStreamCreate(&s->stream, KRT_CU_STREAM_NON_BLOCKING)) != 0) {
+        s->stream = NULL;
+        return cu_error(s, d, r, "cannot create a stream");
+    }
+    return 0;
+}
+
+/* ---- the value table, the weights -------------------------------------------------------------- */
+static int meta_error(cu_state *s, ks_diag *d, const char *fmt, ...) KS_PRINTF(3, 4);
+static int meta_error(cu_state *s, ks_diag *d, const char *fmt, ...)
+{
+    ks_buf msg = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    ks_buf_vprintf(&msg, fmt, ap);
+    va_end(ap);
+    ks_error(d, s->e->path, "damaged cuda.meta: %s", ks_buf_cstr(&msg));
+    ks_buf_free(&msg);
+    return -1;
+}
+
+static int plan_error(cu_state *s, ks_diag *d, const char *fmt, ...) KS_PRINTF(3, 4);
+static int plan_error(cu_state *s, ks_diag *d, const char *fmt, ...)
+{
+    ks_buf msg = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    ks_buf_vprintf(&msg, fmt, ap);
+    va_end(ap);
+    ks_error(d, s->e->path, "damaged: the memory plan does not fit the graph: %s", ks_buf_cstr(&msg));
+    ks_buf_free(&msg);
+    return -1;
+}
+
+/* Every planned value starts on this many bytes (passes/plan_memory.h's
+ * KP_MEM_ALIGN), more than the kernels' 16-byte vector loads need. */
+enum { PLAN_ALIGN = 64 };
+/* The most tokens a plan may be made for (kiln build --max-tokens). */
+#define PLAN_MAX_TOKENS ((int64_t)1 << 24)
+
+/* The memory plan, when the graph carries one (see the top): each own
+ * buffer's offset in the arena, checked to lie inside it with room for the
+ * value at mem.max_tokens tokens, and the aliases of cuda.meta checked to
+ * sit where the plan puts their roots. */
+static int read_plan(cu_state *s, ks_diag *d)
+{
+    const kir_graph *g = s->g;
+    const kir_param *arena = kir_param_find(g, "mem.arena_bytes"), *tokens = kir_param_find(g, "mem.max_tokens");
+    if (!arena && !tokens) return 0; /* built without a plan: see reserve_acts */
+    if (!arena || !tokens || arena->kind != KIR_ATTR_INT || tokens->kind != KIR_ATTR_INT || arena->i < 0 ||
+        (uint64_t)arena->i > SIZE_MAX / 2 || tokens->i < 1 || tokens->i > PLAN_MAX_TOKENS)
+        return plan_error(s, d, "params mem.arena_bytes and mem.max_tokens are not an arena's size and a token count");
+    s->planned = 1;
+    s->plan_tokens = tokens->i;
+    s->arena_bytes = (size_t)arena->i;
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        const kir_node *n = &g->nodes[v];
+        if (s->home[v] != HOME_ACTS) continue;
+        int64_t off = kir_get_int(g, (kir_val)v, "mem.offset", -1);
+        double need = (double)kir_elems(n, s->plan_tokens) * (double)kir_dtype_size(n->dtype);
+        if (off < 0 || off % PLAN_ALIGN != 0 || (double)off + need > (double)s->arena_bytes)
+            return plan_error(s, d, "value %%%zu (%s, %.0f bytes at %lld tokens) is at byte %lld of an arena of %zu",
+                              v, kir_op_table[n->op].name, need, (long long)s->plan_tokens, (long long)off,
+                              s->arena_bytes);
+        s->act_off[v] = (size_t)off;
+    }
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        if (s->home[v] != HOME_ALIAS) continue;
+        uint32_t r = s->root[v];
+        int64_t off = kir_get_int(g, (kir_val)v, "mem.offset", -1);
+        if (s->home[r] == HOME_ACTS && off != (int64_t)s->act_off[r])
+            return plan_error(s, d, "cuda.meta has value %%%zu share the bytes of %%%u, which the plan puts at byte %zu, "
+                              "but the plan puts %%%zu at byte %lld",
+                              v, r, s->act_off[r], v, (long long)off);
+    }
+    return 0;
+}
+
+/* Where every value lives, from the graph, the aliases and the memory plan;
+ * checks the aliases and the plan. */
+static int place_values(cu_state *s, ks_diag *d)
+{
+    const kir_graph *g = s->g;
+    size_t n = g->n_nodes;
+    s->root = ks_xcalloc(n ? n : 1, sizeof *s->root);
+    s->home = ks_xcalloc(n ? n : 1, sizeof *s->home);
+    s->act_off = ks_xcalloc(n ? n : 1, sizeof *s->act_off);
+    for (size_t v = 0; v < n; v++) {
+        const kir_node *nd = &g->nodes[v];
+        s->root[v] = (uint32_t)v;
+        s->act_off[v] = NO_BUFFER;
+        if (nd->op == KIR_OP_WEIGHT)
+            s->home[v] = HOME_WEIGHT;
+        else if (nd->op == KIR_OP_INPUT)
+            s->home[v] = strcmp(kir_get_str(g, (kir_val)v, "name", ""), "tokens") == 0 ? HOME_TOKENS : HOME_POSITIONS;
+        else
+            s->home[v] = HOME_ACTS;
+    }
+    for (int i = 0; i < s->meta.n_aliases; i++) {
+        uint32_t v = s->meta.aliases[i][0], of = s->meta.aliases[i][1];
+        if (v >= n || of >= v || s->home[v] != HOME_ACTS || kir_elems(&g->nodes[v], 1) > kir_elems(&g->nodes[of], 1))
+            return meta_error(s, d, "alias [%u, %u] does not fit the graph", v, of);
+        s->root[v] = s->root[of];
+        s->home[v] = HOME_ALIAS;
+    }
+    if (s->meta.output >= n || s->home[s->meta.output] == HOME_WEIGHT ||
+        kir_row_elems(&g->nodes[s->meta.output]) != krt_output_row_elems(g))
+        return meta_error(s, d, "output %u is not the graph's output", s->meta.output);
+    return read_plan(s, d);
+}
+
+/* Every kernel's node, values and layers exist. */
+static int check_kernels(cu_state *s, ks_diag *d)
+{
+    const krt_kv_config *cfg = krt_kv_config_of(s->kv);
+    for (int i = 0; i < s->meta.n_kernels; i++) {
+        const krt_cuda_kernel *k = &s->meta.kernels[i];
+        if (k->node >= s->g->n_nodes) return meta_error(s, d, "kernel %s computes node %u, past the graph", k->name, k->node);
+        for (int a = 0; a < k->n_args; a++) {
+            const krt_cuda_arg *arg = &k->args[a];
+            if (arg->kind == KRT_CUDA_ARG_VALUE && arg->index >= (int64_t)s->g->n_nodes)
+                return meta_error(s, d, "kernel %s reads value %lld, past the graph", k->name, (long long)arg->index);
+            if (arg->kind == KRT_CUDA_ARG_KV_K || arg->kind == KRT_CUDA_ARG_KV_V) {
+                if (arg->index >= cfg->n_layers || cfg->layers[arg->index].kv_heads == 0)
+                    return meta_error(s, d, "kernel %s uses KV layer %lld, which the cache does not have", k->name,
+                                      (long long)arg->index);
+                s->has_kv = 1;
+            }
+        }
+    }
+    if (cfg->elem_size != sizeof(float))
+        return meta_error(s, d, "the KV cache holds %zu-byte elements; these kernels need f32", cfg->elem_size);
+    return 0;
+}
+
+static int upload_weights(cu_state *s, ks_diag *d)
+{
+    size_t size = 0;
+    s->wsection = krt_engine_section_data(s->e, "weights", &size);
+    if (!s->wsection || size == 0) return 0;
+    krt_cu_result r = s->api.cuMemAlloc(&s->weights, size);
+    if (r != 0) {
+        s->weights = 0;
+        return cu_error(s, d, r, "cannot allocate %zu bytes for the weights", size);
+    }
+    r = s->api.cuMemcpyHtoDAsync(s->weights, s->wsection, size, s->stream);
+    if (r == 0) r = s->api.cuStreamSynchronize(s->stream);
+    if (r != 0) return cu_error(s, d, r, "cannot upload the weights");
+    return 0;
+}
+
+/* The planned arena, once: every step of up to plan_tokens tokens runs in it. */
+static int alloc_arena(cu_state *s, ks_diag *d)
+{
+    krt_cu_result r = s->api.cuMemAlloc(&s->acts, s->arena_bytes ? s->arena_bytes : PLAN_ALIGN);
+    if (r != 0) {
+        s->acts = 0;
+        return cu_error(s, d, r,
+                        "cannot allocate %zu bytes of activations for steps of up to %lld tokens (the engine's "
+                        "memory plan; kiln build --max-tokens N plans for fewer)",
+                        s->arena_bytes, (long long)s->plan_tokens);
+    }
+    s->acts_bytes = s->arena_bytes;
+    s->t_cap = s->plan_tokens;
+    return 0;
+}
+
+/* ---- the profile -------------------------------------------------------------------------------- */
+/* Events for every launch of a step, and the kernel names the tables sum over. */
+static int start_profile(cu_state *s, ks_diag *d)
+{
+    int nk = s->meta.n_kernels;
+    s->name_of = ks_xcalloc((size_t)nk + 1, sizeof *s->name_of);
+    for (int i = 0; i < nk; i++) {
+        int j = 0;
+        while (j < i && strcmp(s->meta.kernels[j].name, s->meta.kernels[i].name) != 0) j++;
+        s->name_of[i] = j < i ? s->name_of[j] : s->n_names++;
+    }
+    for (int c = 0; c < 2; c++) {
+        s->prof[c].launches = ks_xcalloc((size_t)s->n_names + 1, sizeof *s->prof[c].launches);
+        s->prof[c].kernel_ms = ks_xcalloc((size_t)s->n_names + 1, sizeof *s->prof[c].kernel_ms);
+    }
+    int want = 2 * (nk + 1) + 2;
+    s->events = ks_xcalloc((size_t)want, sizeof *s->events);
+    for (; s->n_events < want; s->n_events++) {
+        krt_cu_result r = s->api.cuEventCreate(&s->events[s->n_events], KRT_CU_EVENT_DEFAULT);
+        if (r != 0) return cu_error(s, d, r, "cannot create the events that time the kernels");
+    }
+    return 0;
+}
+
+/* Record event i on the stream. */
+static int record(cu_state *s, int i, ks_diag *d)
+{
+    KS_ASSERT(i >= 0 && i < s->n_events);
+    krt_cu_result r = s->api.cuEventRecord(s->events[i], s->stream);
+    if (r != 0) return cu_error(s, d, r, "cannot record an event to time the kernels");
+    return 0;
+}
+
+/* The milliseconds between events a and b, into *ms. */
+static int elapsed(cu_state *s, int a, int b, double *ms, ks_diag *d)
+{
+    float t = 0;
+    krt_cu_result r = s->api.cuEventElapsedTime(&t, s->events[a], s->events[b]);
+    if (r != 0) return cu_error(s, d, r, "cannot read the kernels' times");
+    *ms = t;
+    return 0;
+}
+
+/* After a step of T tokens (and n_draw draws) has run: its launches' times
+ * and its own, summed into its kind of step. */
+static int collect_profile(cu_state *s, int64_t T, int n_draw, ks_diag *d)
+{
+    prof_class *c = &s->prof[T > KRT_PROFILE_DECODE_TOKENS];
+    int nk = s->meta.n_kernels;
+    double ms = 0;
+    for (int i = 0; i < nk; i++) {
+        int ran = 1; /* launch() skips a kernel whose grid is empty at this T */
+        for (int g = 0; g < 3; g++) ran &= krt_cuda_grid_dim(&s->meta.kernels[i], g, T) > 0;
+        if (!ran) continue;
+        if (elapsed(s, 2 * i, 2 * i + 1, &ms, d) != 0) return -1;
+        c->launches[s->name_of[i]]++;
+        c->kernel_ms[s->name_of[i]] += ms;
+    }
+    if (n_draw > 0) {
+        if (elapsed(s, 2 * nk, 2 * nk + 1, &ms, d) != 0) return -1;
+        c->launches[s->n_names]++;
+        c->kernel_ms[s->n_names] += ms;
+    }
+    if (elapsed(s, 2 * (nk + 1), 2 * (nk + 1) + 1, &ms, d) != 0) return -1;
+    if (c->steps == 0 || ms < c->min_ms) c->min_ms = ms;
+    if (c->steps == 0 || ms > c->max_ms) c->max_ms = ms;
+    c->steps++;
+    c->tokens += T;
+    c->step_ms += ms;
+    return 0;
+}
+
+/* The ops of v's `fuse` group in schedule order, views left out, e.g.
+ * "rms_norm, matmul, 3 slice, 2 rope, kv_write". */
+static void group_ops(const kir_graph *g, kir_val v, int64_t group, ks_buf *b)
+{
+    size_t first = v, last = v;
+    while (first > 0 && kir_get_int(g, (kir_val)(first - 1), "fuse", -1) == group) first--;
+    while (last + 1 < g->n_nodes && kir_get_int(g, (kir_val)(last + 1), "fuse", -1) == group) last++;
+    int shown = 0;
+    for (size_t u = first; u <= last; u++) {
+        kir_op op = g->nodes[u].op;
+        if (op == KIR_OP_RESHAPE) continue;
+        int seen = 0, count = 0;
+        for (size_t w = first; w <= last; w++) {
+            seen |= w < u && g->nodes[w].op == op;
+            count += g->nodes[w].op == op;
+        }
+        if (seen) continue;
+        ks_buf_puts(b, shown++ ? ", " : "");
+        if (count > 1) ks_buf_printf(b, "%d ", count);
+        ks_buf_puts(b, kir_op_table[op].name);
+    }
+}
+
+/* What kernel name j computes: "%7 matmul [fuse 0: rms_norm, matmul, 3
+ * slice, 2 rope, kv_write], %36, %65" (the first four of the nodes it is
+ * launched for, and their count when there are more). */
+static void kernel_nodes(const cu_state *s, int j, ks_buf *b)
+{
+    if (j == s->n_names) {
+        ks_buf_puts(b, "the next tokens' draws");
+        return;
+    }
+    int shown = 0, count = 0;
+    uint32_t last = UINT32_MAX;
+    for (int i = 0; i < s->meta.n_kernels; i++) {
+        uint32_t v = s->meta.kernels[i].node;
+        if (s->name_of[i] != j || v == last) continue; /* a node may launch it twice in a row */
+        last = v;
+        if (count++ >= 4) continue;
+        ks_buf_printf(b, "%s%%%u", shown++ ? ", " : "", v);
+        if (shown == 1) {
+            ks_buf_printf(b, " %s", kir_op_table[s->g->nodes[v].op].name);
+            int64_t group = kir_get_int(s->g, (kir_val)v, "fuse", -1);
+            if (group >= 0) {
+                ks_buf_printf(b, " [fuse %lld: ", (long long)group);
+                group_ops(s->g, (kir_val)v, group, b);
+                ks_buf_puts(b, "]");
+            }
+        }
+    }
+    if (count > shown) ks_buf_printf(b, ", ... (%d nodes)", count);
+}
+
+typedef struct prof_row {
+    int name;  /* kernel name index (n_names: the draw kernel) */
+    double ms; /* its total */
+} prof_row;
+
+static int compare_rows(const void *a, const void *b)
+{
+    const prof_row *x = a, *y = b;
+    if (x->ms != y->ms) return x->ms > y->ms ? -1 : 1;
+    return (x->name > y->name) - (x->name < y->name);
+}
+
+static void cuda_profile_report(void *state, ks_buf *out)
+{
+    cu_state *s = state;
+    if (!s->events) return;
+    if (s->planned)
+        ks_buf_printf(out, "kiln: profile: activations: one arena of %zu bytes (the memory plan, for steps of up to %lld "
+                           "tokens)\n", s->acts_bytes, (long long)s->plan_tokens);
+    else
+        ks_buf_printf(out, "kiln: profile: activations: %zu bytes, a buffer per value for steps of up to %lld tokens (the "
+                           "engine has no memory plan)\n", s->acts_bytes, (long long)s->t_cap);
+    size_t width = strlen("(all kernels)");
+    for (int i = 0; i < s->meta.n_kernels; i++)
+        if (strlen(s->meta.kernels[i].name) > width) width = strlen(s->meta.kernels[i].name);
+    if (strlen(KRT_CUDA_DRAW_KERNEL) > width) width = strlen(KRT_CUDA_DRAW_KERNEL);
+    prof_row *rows = ks_xcalloc((size_t)s->n_names + 1, sizeof *rows);
+    ks_buf what = {0};
+    for (int k = 1; k >= 0; k--) {
+        const prof_class *c = &s->prof[k];
+        if (c->steps == 0) continue;
+        ks_buf_printf(out,
+                      "kiln: profile: %ld %s step%s (%ld tokens; %s %d tokens a step): device time %.3f ms, %.1f µs a "
+                      "step (min %.1f, max %.1f)\n",
+                      c->steps, k ? "prefill" : "decode", c->steps == 1 ? "" : "s", c->tokens, k ? ">" : "<=",
+                      KRT_PROFILE_DECODE_TOKENS, c->step_ms, 1e3 * c->step_ms / (double)c->steps, 1e3 * c->min_ms,
+                      1e3 * c->max_ms);
+        /* the columns below, by hand: µ is two bytes, which printf's widths count */
+        ks_buf_printf(out, "  %-*s  launches     total µs     mean µs   share  computes\n", (int)width, "kernel");
+        int n = 0;
+        double sum = 0;
+        for (int j = 0; j <= s->n_names; j++)
+            if (c->launches[j] > 0) rows[n++] = (prof_row){j, c->kernel_ms[j]}, sum += c->kernel_ms[j];
+        qsort(rows, (size_t)n, sizeof *rows, compare_rows);
+        long launches = 0;
+        for (int r = 0; r < n; r++) {
+            int j = rows[r].name;
+            const char *name = KRT_CUDA_DRAW_KERNEL;
+            for (int i = 0; i < s->meta.n_kernels && j < s->n_names; i++)
+                if (s->name_of[i] == j) {
+                    name = s->meta.kernels[i].name;
+                    break;
+                }
+            what.len = 0;
+            kernel_nodes(s, j, &what);
+            launches += c->launches[j];
+            ks_buf_printf(out, "  %-*s %9ld %12.1f %11.2f %6.1f%%  %s\n", (int)width, name, c->launches[j],
+                          1e3 * c->kernel_ms[j], 1e3 * c->kernel_ms[j] / (double)c->launches[j],
+                          c->step_ms > 0 ? 100.0 * c->kernel_ms[j] / c->step_ms : 0.0, ks_buf_cstr(&what));
+        }
+        ks_buf_printf(out, "  %-*s %9ld %12.1f %11s %6.1f%%\n", (int)width, "(all kernels)", launches, 1e3 * sum, "",
+                      c->step_ms > 0 ? 100.0 * sum / c->step_ms : 0.0);
+        ks_buf_printf(out, "  %-*s %9s %12.1f %11s %6.1f%%  %s\n", (int)width, "(the rest)", "",
+                      1e3 * (c->step_ms - sum), "", c->step_ms > 0 ? 100.0 * (c->step_ms - sum) / c->step_ms : 0.0,
+                      "uploads, copies back, and the device idle between kernels");
+    }
+    ks_buf_free(&what);
+    free(rows);
+}
+
+/* ---- open and attach ---------------------------------------------------------------------------- */
+static void *cuda_open(const krt_engine *e, const krt_backend_opts *o, ks_diag *d)
+{
+    size_t size = 0;
+    const char *text = krt_engine_section_data(e, KRT_CUDA_META_SECTION, &size);
+    if (!text) {
+        ks_error(d, e->path, "damaged: the engine's target is cuda but it has no %s section", KRT_CUDA_META_SECTION);
+        return NULL;
+    }
+    cu_state *s = ks_xcalloc(1, sizeof *s);
+    s->e = e;
+    s->g = e->graph;
+    s->name = s->g->name && s->g->name[0] ? s->g->name : "cuda";
+    s->vocab = krt_output_row_elems(s->g);
+    if (o) s->opts = *o;
+    if (s->opts.graph_max_tokens <= 0) s->opts.graphs = 0;
+    if (s->opts.profile) s->opts.graphs = 0; /* every launch is timed on its own */
+    /* the engine's own consistency first: a damaged one is reported before the driver is touched */
+    if (krt_cuda_meta_parse(text, size, e->path, &s->meta, d) != 0 || place_values(s, d) != 0 ||
+        krt_cuda_api_load(&s->api, d) != 0 || open_device(s, d) != 0 || load_kernels(s, d) != 0 ||
+        upload_weights(s, d) != 0 ||
+        (s->planned && alloc_arena(s, d) != 0) || (s->opts.profile && start_profile(s, d) != 0)) {
+        cuda_destroy(s);
+        return NULL;
+    }
+    /* no step is larger than the plan holds */
+    if (s->planned && s->opts.graph_max_tokens > s->plan_tokens) s->opts.graph_max_tokens = (int)s->plan_tokens;
+    if (s->opts.graphs)
+        s->graphs = ks_xcalloc((size_t)s->opts.graph_max_tokens + 1, sizeof *s->graphs);
+    return s;
+}
+
+static int cuda_attach(void *state, krt_kv *kv, ks_diag *d)
+{
+    cu_state *s = state;
+    s->kv = kv;
+    krt_cu_result r = s->api.cuCtxSetCurrent(s->ctx);
+    if (r != 0) return cu_error(s, d, r, "cannot use the device's context");
+    const krt_kv_config *cfg = krt_kv_config_of(kv);
+    s->seq_off = ks_xcalloc((size_t)cfg->max_seqs, sizeof *s->seq_off);
+    if ((int64_t)cfg->n_blocks * cfg->block_size > INT32_MAX) {
+        ks_error(d, "cuda", "a KV cache of %d blocks of %d positions has more rows than the kernels index (2^31)",
+                 cfg->n_blocks, cfg->block_size);
+        return -1;
+    }
+    if (check_kernels(s, d) != 0) return -1;
+    /* the KV blocks' zeroing went on the stream */
+    if ((r = s->api.cuStreamSynchronize(s->stream)) != 0) return cu_error(s, d, r, "cannot clear the KV cache");
+    return 0;
+}
+
+static int cuda_mem_info(void *state, krt_device_mem *m, ks_diag *d)
+{
+    cu_state *s = state;
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s", s->device_name);
+    krt_cu_result r = s->api.cuCtxSetCurrent(s->ctx);
+    if (r == 0) r = s->api.cuMemGetInfo(&m->free_bytes, &m->total_bytes);
+    if (r != 0) return cu_error(s, d, r, "cannot ask the device how much memory is free");
+    return 0;
+}
+
+static void drop_graphs(cu_state *s)
+{
+    for (int t = 0; s->graphs && t <= s->opts.graph_max_tokens; t++)
+        if (s->graphs[t]) {
+            s->api.cuGraphExecDestroy(s->graphs[t]);
+            s->graphs[t] = NULL;
+        }
+    s->n_graphs = 0;
+}
+
+static void cuda_destroy(void *state)
+{
+    cu_state *s = state;
+    if (!s) return;
+    if (s->ctx_held) {
+        s->api.cuCtxSetCurrent(s->ctx);
+        if (s->stream) s->api.cuStreamSynchronize(s->stream);
+        drop_graphs(s);
+        krt_cu_ptr bufs[] = {s->acts, s->step_dev, s->g_step, s->draw_dev, s->weights};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i]) s->api.cuMemFree(bufs[i]);
+        for (int i = 0; i < s->n_events; i++) s->api.cuEventDestroy(s->events[i]);
+        if (s->stream) s->api.cuStreamDestroy(s->stream);
+        if (s->module) s->api.cuModuleUnload(s->module);
+        s->api.cuDevicePrimaryCtxRelease(s->dev);
+    }
+    krt_cuda_api_unload(&s->api);
+    krt_cuda_meta_free(&s->meta);
+    free(s->graphs);
+    free(s->fns);
+    free(s->fns_large);
+    free(s->root);
+    free(s->home);
+    free(s->act_off);
+    free(s->stage);
+    free(s->slots);
+    free(s->seq_off);
+    free(s->order);
+    free(s->draw_rows);
+    free(s->tap_after);
+    free(s->tap_off);
+    free(s->tap_buf);
+    free(s->events);
+    free(s->name_of);
+    for (int c = 0; c < 2; c++) {
+        free(s->prof[c].launches);
+        free(s->prof[c].kernel_ms);
+    }
+    free(s);
+}
+
+/* ---- a step ----------------------------------------------------------------------------------- */
+/* An engine without a memory plan: a buffer per computed value, for steps
+ * of up to T tokens (at least the largest graph step). A planned engine's
+ * arena holds every step it takes. */
+static int reserve_acts(cu_state *s, int64_t T, ks_diag *d)
+{
+    if (s->planned || T <= s->t_cap) return 0;
+    int64_t cap = s->t_cap * 2 > T ? s->t_cap * 2 : T;
+    if (s->opts.graphs && cap < s->opts.graph_max_tokens) cap = s->opts.graph_max_tokens;
+    size_t at = 0;
+    for (size_t v = 0; v < s->g->n_nodes; v++) {
+        if (s->home[v] != HOME_ACTS) continue;
+        s->act_off[v] = at;
+        size_t bytes = (size_t)kir_elems(&s->g->nodes[v], cap) * sizeof(float);
+        at += (bytes + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN;
+    }
+    /* the graphs write the old buffer: capture them again when they are next used */
+    drop_graphs(s);
+    if (s->acts) s->api.cuMemFree(s->acts);
+    s->acts = 0;
+    s->t_cap = 0;
+    krt_cu_result r = s->api.cuMemAlloc(&s->acts, at ? at : ACT_ALIGN);
+    if (r != 0) {
+        s->acts = 0;
+        return cu_error(s, d, r, "cannot allocate %zu bytes of activations for %lld tokens", at, (long long)cap);
+    }
+    s->acts_bytes = at;
+    s->t_cap = cap;
+    return 0;
+}
+
+static int compare_pairs(const void *a, const void *b)
+{
+    const int64_t *x = a, *y = b;
+    if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* The interpreter's checks of a step (runtime/interp/interp.c), with its messages:
+ * positions reserved, ids inside their tables, no KV row written twice.
+ * Fills slots[T] on the way. */
+static int check_step(cu_state *s, const krt_step *st, int32_t *slots, ks_diag *d)
+{
+    const kir_graph *g = s->g;
+    for (int i = 0; i < st->n_tokens; i++) {
+        int seq = st->seq_ids[i], pos = st->positions[i];
+        slots[i] = 0;
+        if (pos < 0) return step_error(s, d, "token %d: negative position %d", i, pos);
+        if (!s->has_kv) continue;
+        if (!krt_kv_seq_exists(s->kv, seq)) return step_error(s, d, "token %d: unknown sequence %d", i, seq);
+        int len = krt_kv_seq_len(s->kv, seq);
+        if (pos >= len)
+            return step_error(s, d,
+                              "token %d: position %d of sequence %d is beyond what the KV cache has reserved "
+                              "(%d positions)",
+                              i, pos, seq, len);
+        slots[i] = (int32_t)krt_kv_slot(s->kv, seq, pos);
+    }
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        const kir_node *n = &g->nodes[v];
+        if (n->op != KIR_OP_EMBED) continue;
+        int64_t rows = g->nodes[n->in[0]].dims[0];
+        int tokens = s->home[n->in[1]] == HOME_TOKENS;
+        const int32_t *ids = tokens ? st->tokens : st->positions;
+        for (int i = 0; i < st->n_tokens; i++) {
+            if (ids[i] >= 0 && ids[i] < rows) continue;
+            if (tokens)
+                return step_error(s, d, "token %d: id %d is out of range (the vocabulary has %lld ids)", i, ids[i],
+                                  (long long)rows);
+            return step_error(s, d, "token %d: position %d is out of range (the position table has %lld rows)", i,
+                              ids[i], (long long)rows);
+        }
+    }
+    if (!s->has_kv) return 0;
+    /* the same slot twice is the same (sequence, position) twice: sort (slot, token) pairs */
+    KS_GROW(s->order, 2 * (size_t)st->n_tokens, s->order_cap, (size_t)1 << 32, "tokens in a step");
+    for (int i = 0; i < st->n_tokens; i++) s->order[2 * i] = slots[i], s->order[2 * i + 1] = i;
+    qsort(s->order, (size_t)st->n_tokens, 2 * sizeof *s->order, compare_pairs);
+    for (int i = 1; i < st->n_tokens; i++) {
+        if (s->order[2 * i] != s->order[2 * (i - 1)]) continue;
+        int64_t a = s->order[2 * (i - 1) + 1], b = s->order[2 * i + 1];
+        int first = (int)(a < b ? a : b), second = (int)(a < b ? b : a);
+        return step_error(s, d, "tokens %d and %d both write position %d of sequence %d", first, second,
+                          st->positions[first], st->seq_ids[first]);
+    }
+    return 0;
+}
+
+/* Device addresses of the step's arrays. */
+typedef struct step_ptrs {
+    krt_cu_ptr tokens, positions, slots, table_off, tables; /* int32 arrays */
+} step_ptrs;
+
+/* The arrays' places in a buffer at base laid out for `stride` tokens:
+ * tokens | positions | slots | table_off, stride entries each, then the tables. */
+static step_ptrs layout(krt_cu_ptr base, size_t stride)
+{
+    size_t w = sizeof(int32_t) * stride;
+    return (step_ptrs){base, base + w, base + 2 * w, base + 3 * w, base + 4 * w};
+}
+
+/* Block-table entries a graph step may need: graph_max_tokens sequences of
+ * the longest table. */
+static size_t graph_tables(const cu_state *s)
+{
+    if (!s->has_kv) return 0;
+    const krt_kv_config *cfg = krt_kv_config_of(s->kv);
+    size_t per_seq = (size_t)((cfg->max_context + cfg->block_size - 1) / cfg->block_size);
+    return (size_t)s->opts.graph_max_tokens * per_seq;
+}
+
+/* Stage and upload tokens | positions | slots | table_off | tables: into
+ * g_step, laid out for graph_max_tokens, for a graph step; else into
+ * step_dev, laid out for T. */
+static int upload_step(cu_state *s, const krt_step *st, int graph, step_ptrs *p, ks_diag *d)
+{
+    size_t T = (size_t)st->n_tokens, stride = graph ? (size_t)s->opts.graph_max_tokens : T;
+    /* the block tables of the step's sequences, each once, in order of first appearance;
+     * their ids go to order (free again after check_step) */
+    size_t n_tables = 0, n_seqs = 0;
+    if (s->has_kv) {
+        KS_GROW(s->order, T, s->order_cap, (size_t)1 << 32, "tokens in a step");
+        for (size_t i = 0; i < T; i++) s->seq_off[st->seq_ids[i]] = -1;
+        for (size_t i = 0; i < T; i++) {
+            int seq = st->seq_ids[i], nb = 0;
+            if (s->seq_off[seq] >= 0) continue;
+            krt_kv_block_table(s->kv, seq, &nb);
+            s->seq_off[seq] = (int32_t)n_tables;
+            s->order[n_seqs++] = seq;
+            n_tables += (size_t)nb;
+        }
+    }
+    size_t total = 4 * stride + n_tables;
+    KS_GROW(s->stage, total, s->stage_cap, (size_t)1 << 31, "step arrays");
+    int32_t *h = s->stage;
+    memcpy(h, st->tokens, sizeof *h * T);
+    memcpy(h + stride, st->positions, sizeof *h * T);
+    memcpy(h + 2 * stride, s->slots, sizeof *h * T);
+    for (size_t i = 0; i < T; i++) h[3 * stride + i] = s->has_kv ? s->seq_off[st->seq_ids[i]] : 0;
+    for (size_t i = 0; i < n_seqs; i++) {
+        int seq = (int)s->order[i], nb = 0;
+        const int32_t *table = krt_kv_block_table(s->kv, seq, &nb);
+        memcpy(h + 4 * stride + s->seq_off[seq], table, sizeof *h * (size_t)nb);
+    }
+    size_t bytes = sizeof *h * total;
+    krt_cu_result r;
+    krt_cu_ptr base;
+    if (graph) {
+        if (!s->g_step) {
+            s->g_tables = graph_tables(s);
+            size_t cap = sizeof *h * (4 * stride + s->g_tables);
+            if ((r = s->api.cuMemAlloc(&s->g_step, cap)) != 0) {
+                s->g_step = 0;
+                return cu_error(s, d, r, "cannot allocate %zu bytes for graph steps' arrays", cap);
+            }
+        }
+        KS_ASSERT(n_tables <= s->g_tables);
+        base = s->g_step;
+    } else {
+        if (bytes > s->step_dev_cap) {
+            if (s->step_dev) s->api.cuMemFree(s->step_dev);
+            s->step_dev = 0;
+            s->step_dev_cap = 0;
+            size_t cap = bytes * 2;
+            if ((r = s->api.cuMemAlloc(&s->step_dev, cap)) != 0) {
+                s->step_dev = 0;
+                return cu_error(s, d, r, "cannot allocate %zu bytes for a step's arrays", cap);
+            }
+            s->step_dev_cap = cap;
+        }
+        base = s->step_dev;
+    }
+    if ((r = s->api.cuMemcpyHtoDAsync(base, h, bytes, s->stream)) != 0)
+        return cu_error(s, d, r, "cannot upload a step's arrays");
+    *p = layout(base, stride);
+    return 0;
+}
+
+/* The device address of value v. */
+static krt_cu_ptr value_ptr(const cu_state *s, uint32_t v, const step_ptrs *p)
+{
+    uint32_t r = s->root[v];
+    switch (s->home[r]) {
+    case HOME_WEIGHT:
+        return s->weights + (krt_cu_ptr)((const uint8_t *)s->e->weights[r] - s->wsection);
+    case HOME_TOKENS:
+        return p->tokens;
+    case HOME_POSITIONS:
+        return p->positions;
+    case HOME_ACTS:
+        KS_ASSERT(s->act_off[r] != NO_BUFFER);
+        return s->acts + s->act_off[r];
+    case HOME_ALIAS:
+        break;
+    }
+    KS_UNREACHABLE();
+}
+
+/* Launch kernel i for a step of T tokens on the stream (or into the graph being captured). */
+static int launch(cu_state *s, int i, int64_t T, const step_ptrs *p, ks_diag *d)
+{
+    const krt_cuda_kernel *k = &s->meta.kernels[i];
+    const krt_kv_config *cfg = krt_kv_config_of(s->kv);
+    int64_t grid[3];
+    static const int64_t limit[3] = {INT32_MAX, 65535, 65535};
+    for (int g = 0; g < 3; g++) {
+        grid[g] = krt_cuda_grid_dim(k, g, T);
+        if (grid[g] > limit[g]) {
+            ks_error(d, "cuda", "kernel %s: a step of %lld tokens needs %lld blocks in grid dimension %d (at most %lld)",
+                     k->name, (long long)T, (long long)grid[g], g, (long long)limit[g]);
+            return -1;
+        }
+        if (grid[g] <= 0) return 0; /* nothing to do */
+    }
+    /* Each parameter's value in an 8-byte slot; the entries past the last
+     * parameter stay NULL (the driver ignores them; a CPU stand-in for
+     * libcuda in the tests stops at the first NULL). */
+    union {
+        krt_cu_ptr ptr; /* a pointer parameter */
+        int i;          /* an int parameter */
+    } slot[KRT_CUDA_MAX_ARGS] = {{0}};
+    void *params[KRT_CUDA_MAX_ARGS + 1] = {0};
+    for (int a = 0; a < k->n_args; a++) {
+        const krt_cuda_arg *arg = &k->args[a];
+        params[a] = &slot[a];
+        switch (arg->kind) {
+        case KRT_CUDA_ARG_T:
+            slot[a].i = (int)T;
+            break;
+        case KRT_CUDA_ARG_BLOCK_SIZE:
+            slot[a].i = cfg->block_size;
+            break;
+        case KRT_CUDA_ARG_VALUE:
+            slot[a].ptr = value_ptr(s, (uint32_t)arg->index, p);
+            break;
+        case KRT_CUDA_ARG_KV_K:
+            slot[a].ptr = (krt_cu_ptr)(uintptr_t)krt_kv_k(s->kv, (int)arg->index);
+            break;
+        case KRT_CUDA_ARG_KV_V:
+            slot[a].ptr = (krt_cu_ptr)(uintptr_t)krt_kv_v(s->kv, (int)arg->index);
+            break;
+        case KRT_CUDA_ARG_POSITIONS:
+            slot[a].ptr = p->positions;
+            break;
+        case KRT_CUDA_ARG_SLOTS:
+            slot[a].ptr = p->slots;
+            break;
+        case KRT_CUDA_ARG_TABLE_OFF:
+            slot[a].ptr = p->table_off;
+            break;
+        case KRT_CUDA_ARG_TABLES:
+            slot[a].ptr = p->tables;
+            break;
+        case KRT_CUDA_ARG_COUNT:
+            KS_UNREACHABLE();
+        }
+    }
+    krt_cu_fn fn = k->name_large && T > k->large_above ? s->fns_large[i] : s->fns[i];
+    krt_cu_result r = s->api.cuLaunchKernel(fn, (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
+                                            (unsigned)k->block, 1, 1, 0, s->stream, params, NULL);
+    if (r != 0) return cu_error(s, d, r, "cannot launch %s", k->name);
+    return 0;
+}
+
+/* Capture the kernels of a step of T tokens reading the arrays at p into
+ * graphs[T]. On failure the stream is left out of capture mode. */
+static int capture(cu_state *s, int64_t T, const step_ptrs *p, ks_diag *d)
+{
+    krt_cu_result r = s->api.cuStreamBeginCapture(s->stream, KRT_CU_CAPTURE_MODE_THREAD_LOCAL);
+    if (r != 0) return cu_error(s, d, r, "cannot capture a CUDA graph of a %lld-token step", (long long)T);
+    int rc = 0;
+    for (int i = 0; i < s->meta.n_kernels && rc == 0; i++) rc = launch(s, i, T, p, d);
+    krt_cu_graph graph = NULL;
+    r = s->api.cuStreamEndCapture(s->stream, &graph);
+    if (rc == 0 && r != 0) rc = cu_error(s, d, r, "cannot capture a CUDA graph of a %lld-token step", (long long)T);
+    krt_cu_graph_exec exec = NULL;
+    if (rc == 0 && (r = s->api.cuGraphInstantiateWithFlags(&exec, graph, 0)) != 0)
+        rc = cu_error(s, d, r, "cannot instantiate the CUDA graph of a %lld-token step", (long long)T);
+    if (graph) s->api.cuGraphDestroy(graph);
+    if (rc) return -1;
+    s->graphs[T] = exec;
+    s->n_graphs++;
+    return 0;
+}
+
+/* Where the draw kernel's arrays lie in draw_dev, for cap draws: each
+ * starts ACT_ALIGN-aligned (the records hold 8-byte fields). */
+typedef struct draw_layout {
+    size_t rows;  /* offset of int32 rows[cap]: the logits row of each draw */
+    size_t recs;  /* offset of krt_cuda_draw_row records[cap] */
+    size_t keys;  /* offset of uint64 keys[cap * vocab] (the kernel's scratch) */
+    size_t mass;  /* offset of double masses[cap * vocab] (the kernel's scratch) */
+    size_t bytes; /* the whole buffer */
+} draw_layout;
+
+static draw_layout layout_draws(int cap, int64_t vocab)
+{
+#define ALIGN_UP(x) (((x) + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN)
+    draw_layout l;
+    l.rows = 0;
+    l.recs = ALIGN_UP(sizeof(int32_t) * (size_t)cap);
+    l.keys = ALIGN_UP(l.recs + sizeof(krt_cuda_draw_row) * (size_t)cap);
+    l.mass = ALIGN_UP(l.keys + sizeof(uint64_t) * (size_t)cap * (size_t)vocab);
+    l.bytes = l.mass + sizeof(double) * (size_t)cap * (size_t)vocab;
+#undef ALIGN_UP
+    return l;
+}
+
+/* The draw kernel's buffers for n draws. */
+static int reserve_draws(cu_state *s, int n, ks_diag *d)
+{
+    if (n <= s->draw_cap) return 0;
+    int cap = s->draw_cap * 2 > n ? s->draw_cap * 2 : n;
+    if (s->draw_dev) s->api.cuMemFree(s->draw_dev);
+    s->draw_dev = 0;
+    s->draw_cap = 0;
+    size_t bytes = layout_draws(cap, s->vocab).bytes;
+    krt_cu_result r = s->api.cuMemAlloc(&s->draw_dev, bytes);
+    if (r != 0) {
+        s->draw_dev = 0;
+        return cu_error(s, d, r, "cannot allocate %zu bytes to draw %d tokens", bytes, cap);
+    }
+    s->draw_rows = ks_xrealloc(s->draw_rows, sizeof *s->draw_rows * (size_t)cap);
+    s->draw_cap = cap;
+    return 0;
+}
+
+/* Queue the draws behind the step's kernels: upload rows and records, launch, copy the records back. */
+static int queue_draws(cu_state *s, int64_t T, krt_cu_ptr logits, int n, const int32_t *rows, const krt_draw *draws,
+                       ks_diag *d)
+{
+    for (int k = 0; k < n; k++) {
+        KS_ASSERT(rows[k] >= 0 && rows[k] < T);
+        s->draw_rows[k] = (krt_cuda_draw_row){draws[k].temperature, draws[k].top_k, draws[k].top_p, -1, draws[k].rng};
+    }
+    draw_layout l = layout_draws(s->draw_cap, s->vocab);
+    krt_cu_ptr d_rows = s->draw_dev + l.rows, d_recs = s->draw_dev + l.recs;
+    krt_cu_result r;
+    if ((r = s->api.cuMemcpyHtoDAsync(d_rows, rows, sizeof(int32_t) * (size_t)n, s->stream)) != 0 ||
+        (r = s->api.cuMemcpyHtoDAsync(d_recs, s->draw_rows, sizeof *s->draw_rows * (size_t)n, s->stream)) != 0)
+        return cu_error(s, d, r, "cannot upload the draws");
+    union {
+        krt_cu_ptr ptr; /* a pointer parameter */
+        int i;          /* an int parameter */
+    } slot[7] = {{0}};
+    slot[0].i = n;
+    slot[1].ptr = logits;
+    slot[2].i = (int)s->vocab;
+    slot[3].ptr = d_rows;
+    slot[4].ptr = d_recs;
+    slot[5].ptr = s->draw_dev + l.keys;
+    slot[6].ptr = s->draw_dev + l.mass;
+    void *params[8] = {&slot[0], &slot[1], &slot[2], &slot[3], &slot[4], &slot[5], &slot[6], NULL};
+    int at = 2 * s->meta.n_kernels; /* the draw's events, when profiling */
+    if (s->events && record(s, at, d) != 0) return -1;
+    if ((r = s->api.cuLaunchKernel(s->draw_fn, (unsigned)n, 1, 1, KRT_CUDA_DRAW_THREADS, 1, 1, 0, s->stream, params,
+                                   NULL)) != 0)
+        return cu_error(s, d, r, "cannot launch %s", KRT_CUDA_DRAW_KERNEL);
+    if (s->events && record(s, at + 1, d) != 0) return -1;
+    if ((r = s->api.cuMemcpyDtoHAsync(s->draw_rows, d_recs, sizeof *s->draw_rows * (size_t)n, s->stream)) != 0)
+        return cu_error(s, d, r, "cannot copy the draws back");
+    return 0;
+}
+
+/* Which values the tap sees, and when they are copied back: right after
+ * the launch that writes them, since the memory plan gives their bytes to
+ * other values later in the step. A value's writer is the first launch
+ * that names it (or a view of it) whose node is in the value's `fuse`
+ * group (a fused kernel computes its group's values): a value that no
+ * launch writes (one a fused kernel keeps to itself) is not shown, nor
+ * are its views. */
+static void plan_tap(cu_state *s)
+{
+    const kir_graph *g = s->g;
+    size_t n = g->n_nodes;
+    free(s->tap_after);
+    free(s->tap_off);
+    s->tap_after = ks_xcalloc(n ? n : 1, sizeof *s->tap_after);
+    s->tap_off = ks_xcalloc(n ? n : 1, sizeof *s->tap_off);
+    uint32_t *first = ks_xcalloc(n ? n : 1, sizeof *first), *last = ks_xcalloc(n ? n : 1, sizeof *last);
+    uint8_t *named = ks_xcalloc(n ? n : 1, 1);
+    for (size_t v = 0; v < n; v++) {
+        int64_t group = kir_get_int(g, (kir_val)v, "fuse", -1);
+        first[v] = group >= 0 && v > 0 && kir_get_int(g, (kir_val)(v - 1), "fuse", -1) == group ? first[v - 1]
+                                                                                             : (uint32_t)v;
+        s->tap_after[v] = -1;
+    }
+    for (size_t v = n; v-- > 0;) last[v] = v + 1 < n && first[v + 1] == first[v] ? last[v + 1] : (uint32_t)v;
+    for (int i = 0; i < s->meta.n_kernels; i++) {
+        const krt_cuda_kernel *k = &s->meta.kernels[i];
+        for (int a = 0; a < k->n_args; a++) {
+            if (k->args[a].kind != KRT_CUDA_ARG_VALUE) continue;
+            uint32_t r = s->root[k->args[a].index];
+            if (s->home[r] != HOME_ACTS || named[r]) continue;
+            named[r] = 1;
+            if (r >= first[k->node] && r <= last[k->node]) s->tap_after[r] = i;
+        }
+    }
+    for (size_t v = 0; v < n; v++)
+        if (s->home[v] == HOME_ALIAS) s->tap_after[v] = s->home[s->root[v]] == HOME_ACTS ? s->tap_after[s->root[v]] : -1;
+    for (size_t v = 0; v < n; v++)
+        if (g->nodes[v].dtype != KIR_F32) s->tap_after[v] = -1;
+    free(first);
+    free(last);
+    free(named);
+}
+
+/* Before a tapped step of T tokens: where each shown value goes in tap_buf. */
+static void layout_tap(cu_state *s, int64_t T)
+{
+    size_t at = 0;
+    for (size_t v = 0; v < s->g->n_nodes; v++) {
+        if (s->tap_after[v] < 0) continue;
+        s->tap_off[v] = at;
+        at += (size_t)kir_elems(&s->g->nodes[v], T);
+    }
+    KS_GROW(s->tap_buf, at ? at : 1, s->tap_cap, (size_t)1 << 36, "tapped values");
+}
+
+/* After launch i of a tapped step: copy back the values it wrote (a linear
+ * scan: the tap is for kiln verify, not for speed). */
+static int copy_tapped(cu_state *s, int i, int64_t T, const step_ptrs *p, ks_diag *d)
+{
+    for (size_t v = 0; v < s->g->n_nodes; v++) {
+        if (s->tap_after[v] != i) continue;
+        size_t bytes = sizeof(float) * (size_t)kir_elems(&s->g->nodes[v], T);
+        krt_cu_result r = s->api.cuMemcpyDtoHAsync(s->tap_buf + s->tap_off[v], value_ptr(s, (uint32_t)v, p), bytes,
+                                                   s->stream);
+        if (r != 0) return cu_error(s, d, r, "cannot copy value %%%zu back", v);
+    }
+    return 0;
+}
+
+/* After a tapped step has run: show the values, in schedule order. */
+static void show_tapped(cu_state *s, int64_t T)
+{
+    for (size_t v = 0; v < s->g->n_nodes; v++)
+        if (s->tap_after[v] >= 0) s->tap(s->tap_ctx, (kir_val)v, s->tap_buf + s->tap_off[v], (int)T);
+}
+
+/* A step: its kernels (replayed from a graph when captured), then the logits
+ * copied back when out is not NULL, then n_draw draws. */
+static int run_step(cu_state *s, const krt_step *st, float *out, int n_draw, const int32_t *rows, krt_draw *draws,
+                    ks_diag *d)
+{
+    KS_ASSERT(st && st->n_tokens >= 0);
+    if (st->n_tokens == 0) return 0;
+    KS_ASSERT(st->tokens && st->positions && st->seq_ids);
+    if (s->planned && st->n_tokens > s->plan_tokens)
+        return step_error(s, d, "a step of %d tokens is more than the %lld the engine's memory plan holds",
+                          st->n_tokens, (long long)s->plan_tokens);
+    if (s->kv_failed) {
+        ks_error(d, "cuda", "a copy between KV-cache blocks failed earlier; the cache cannot be trusted");
+        return -1;
+    }
+    krt_cu_result r = s->api.cuCtxSetCurrent(s->ctx);
+    if (r != 0) return cu_error(s, d, r, "cannot use the device's context");
+    int64_t T = st->n_tokens;
+    KS_GROW(s->slots, (size_t)T, s->slots_cap, (size_t)1 << 31, "tokens in a step");
+    if (check_step(s, st, s->slots, d) != 0) return -1;
+    if (n_draw > 0 && !s->draw_fn) {
+        ks_error(d, s->e->path, "the engine has no draw kernel (built before kiln drew tokens on the GPU): rebuild it");
+        return -1;
+    }
+    /* a tapped step copies values back between launches: no graph */
+    int graph = s->opts.graphs && T <= s->opts.graph_max_tokens && !s->tap;
+    int nk = s->meta.n_kernels, step_ev = 2 * (nk + 1); /* the step's events, when profiling */
+    step_ptrs p;
+    if (reserve_acts(s, T, d) != 0 || (n_draw > 0 && reserve_draws(s, n_draw, d) != 0) ||
+        (s->events && record(s, step_ev, d) != 0) || upload_step(s, st, graph, &p, d) != 0)
+        return -1;
+    if (graph) {
+        if (!s->graphs[T] && capture(s, T, &p, d) != 0) return -1;
+        if ((r = s->api.cuGraphLaunch(s->graphs[T], s->stream)) != 0)
+            return cu_error(s, d, r, "cannot launch the CUDA graph of a %lld-token step", (long long)T);
+    } else {
+        if (s->tap) layout_tap(s, T);
+        for (int i = 0; i < nk; i++)
+            if ((s->events && record(s, 2 * i, d) != 0) || launch(s, i, T, &p, d) != 0 ||
+                (s->events && record(s, 2 * i + 1, d) != 0) || (s->tap && copy_tapped(s, i, T, &p, d) != 0))
+                return -1;
+    }
+    krt_cu_ptr logits = value_ptr(s, s->meta.output, &p);
+    if (out && (r = s->api.cuMemcpyDtoHAsync(out, logits, sizeof(float) * (size_t)T * (size_t)s->vocab, s->stream)) != 0)
+        return cu_error(s, d, r, "cannot copy the logits back");
+    if (n_draw > 0 && queue_draws(s, T, logits, n_draw, rows, draws, d) != 0) return -1;
+    if (s->events && record(s, step_ev + 1, d) != 0) return -1;
+    if ((r = s->api.cuStreamSynchronize(s->stream)) != 0)
+        return cu_error(s, d, r, "the step failed on the device (%s)", s->device_name);
+    if (s->events && collect_profile(s, T, n_draw, d) != 0) return -1;
+    for (int k = 0; k < n_draw; k++) {
+        draws[k].id = s->draw_rows[k].id;
+        draws[k].rng = s->draw_rows[k].rng;
+    }
+    if (s->tap) show_tapped(s, T);
+    return 0;
+}
+
+static int cuda_step(void *state, const krt_step *st, float *out, ks_diag *d)
+{
+    KS_ASSERT(out);
+    return run_step(state, st, out, 0, NULL, NULL, d);
+}
+
+static int cuda_step_draw(void *state, const krt_step *st, float *out, int n_draw, const int32_t *rows,
+                          krt_draw *draws, ks_diag *d)
+{
+    return run_step(state, st, out, n_draw, rows, draws, d);
+}
+
+static int cuda_can_draw(void *state) { return ((const cu_state *)state)->draw_fn != NULL; }
+
+static void cuda_set_tap(void *state, krt_tap_fn tap, void *ctx)
+{
+    cu_state *s = state;
+    s->tap = tap;
+    s->tap_ctx = ctx;
+    if (tap) plan_tap(s);
+}
+
+const krt_backend krt_backend_cuda = {
+    .name = "cuda",
+    .kv_storage = &cuda_kv_storage,
+    .kv_elem_size = sizeof(float),
+    .create = NULL,
+    .destroy = cuda_destroy,
+    .step = cuda_step,
+    .open = cuda_open,
+    .attach = cuda_attach,
+    .mem_info = cuda_mem_info,
+    .can_draw = cuda_can_draw,
+    .step_draw = cuda_step_draw,
+    .set_tap = cuda_set_tap,
+    .profile_report = cuda_profile_report,
+};

@@ -1,0 +1,236 @@
+/* cuda_meta.c — writing and reading the "cuda.meta" section (runtime/cuda/cuda_meta.h). */
+#include "runtime/cuda/cuda_meta.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Spellings of the argument kinds; a kind with an index is "name:N". */
+static const struct {
+    const char *name; /* as written in the meta */
+    int indexed;      /* 1: followed by ":N" */
+} arg_names[KRT_CUDA_ARG_COUNT] = {
+    [KRT_CUDA_ARG_T] = {"T", 0},
+    [KRT_CUDA_ARG_VALUE] = {"value", 1},
+    [KRT_CUDA_ARG_KV_K] = {"kv_k", 1},
+    [KRT_CUDA_ARG_KV_V] = {"kv_v", 1},
+    [KRT_CUDA_ARG_POSITIONS] = {"positions", 0},
+    [KRT_CUDA_ARG_SLOTS] = {"slots", 0},
+    [KRT_CUDA_ARG_TABLE_OFF] = {"table_off", 0},
+    [KRT_CUDA_ARG_TABLES] = {"tables", 0},
+    [KRT_CUDA_ARG_BLOCK_SIZE] = {"block_size", 0},
+};
+
+void krt_cuda_arg_format(const krt_cuda_arg *a, ks_buf *b)
+{
+    KS_ASSERT(a->kind < KRT_CUDA_ARG_COUNT);
+    if (arg_names[a->kind].indexed)
+        ks_buf_printf(b, "%s:%lld", arg_names[a->kind].name, (long long)a->index);
+    else
+        ks_buf_puts(b, arg_names[a->kind].name);
+}
+
+int64_t krt_cuda_grid_dim(const krt_cuda_kernel *k, int i, int64_t T)
+{
+    const int64_t *g = k->grid[i];
+    return (T * g[0] + g[1] + g[2] - 1) / g[2];
+}
+
+/* ---- writing ------------------------------------------------------------------ */
+static cJSON *int_array(const int64_t *v, int n)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v[i]));
+    return a;
+}
+
+void krt_cuda_meta_write(const krt_cuda_meta *meta, ks_buf *out)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", KRT_CUDA_META_FORMAT);
+    cJSON *archs = cJSON_AddArrayToObject(root, "archs");
+    for (int i = 0; i < meta->n_archs; i++) cJSON_AddItemToArray(archs, cJSON_CreateString(meta->archs[i]));
+    cJSON_AddNumberToObject(root, "output", meta->output);
+    cJSON *aliases = cJSON_AddArrayToObject(root, "aliases");
+    for (int i = 0; i < meta->n_aliases; i++) {
+        int64_t pair[2] = {meta->aliases[i][0], meta->aliases[i][1]};
+        cJSON_AddItemToArray(aliases, int_array(pair, 2));
+    }
+    cJSON *kernels = cJSON_AddArrayToObject(root, "kernels");
+    ks_buf arg = {0};
+    for (int i = 0; i < meta->n_kernels; i++) {
+        const krt_cuda_kernel *k = &meta->kernels[i];
+        cJSON *jk = cJSON_CreateObject();
+        cJSON_AddStringToObject(jk, "name", k->name);
+        cJSON_AddNumberToObject(jk, "node", k->node);
+        cJSON_AddNumberToObject(jk, "block", k->block);
+        if (k->name_large) {
+            cJSON *jl = cJSON_AddObjectToObject(jk, "large");
+            cJSON_AddStringToObject(jl, "name", k->name_large);
+            cJSON_AddNumberToObject(jl, "above", (double)k->large_above);
+        }
+        cJSON *grid = cJSON_AddArrayToObject(jk, "grid");
+        for (int g = 0; g < 3; g++) cJSON_AddItemToArray(grid, int_array(k->grid[g], 3));
+        cJSON *args = cJSON_AddArrayToObject(jk, "args");
+        for (int a = 0; a < k->n_args; a++) {
+            arg.len = 0;
+            krt_cuda_arg_format(&k->args[a], &arg);
+            cJSON_AddItemToArray(args, cJSON_CreateString(ks_buf_cstr(&arg)));
+        }
+        cJSON_AddItemToArray(kernels, jk);
+    }
+    ks_buf_free(&arg);
+    char *text = cJSON_PrintUnformatted(root);
+    ks_buf_puts(out, text);
+    cJSON_free(text);
+    cJSON_Delete(root);
+}
+
+/* ---- reading ------------------------------------------------------------------ */
+typedef struct reader {
+    const char *what; /* the section's name in messages */
+    ks_diag *d;       /* where errors go */
+} reader;
+
+static int bad(reader *r, const char *fmt, ...) KS_PRINTF(2, 3);
+static int bad(reader *r, const char *fmt, ...)
+{
+    ks_buf msg = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    ks_buf_vprintf(&msg, fmt, ap);
+    va_end(ap);
+    ks_error(r->d, r->what, "damaged cuda.meta: %s", ks_buf_cstr(&msg));
+    ks_buf_free(&msg);
+    return -1;
+}
+
+/* A non-negative integer below limit. */
+static int get_count(reader *r, const cJSON *j, const char *field, int64_t limit, int64_t *out)
+{
+    if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble >= (double)limit ||
+        j->valuedouble != (double)(int64_t)j->valuedouble)
+        return bad(r, "%s must be an integer in [0, %lld)", field, (long long)limit);
+    *out = (int64_t)j->valuedouble;
+    return 0;
+}
+
+static int parse_arg(reader *r, const cJSON *j, krt_cuda_arg *a)
+{
+    if (!cJSON_IsString(j)) return bad(r, "a kernel argument is not a string");
+    const char *s = j->valuestring;
+    for (int k = 0; k < KRT_CUDA_ARG_COUNT; k++) {
+        size_t n = strlen(arg_names[k].name);
+        if (strncmp(s, arg_names[k].name, n) != 0) continue;
+        if (!arg_names[k].indexed) {
+            if (s[n] != 0) continue;
+            *a = (krt_cuda_arg){(krt_cuda_arg_kind)k, 0};
+            return 0;
+        }
+        if (s[n] != ':') continue;
+        char *end;
+        long long idx = strtoll(s + n + 1, &end, 10);
+        if (end == s + n + 1 || *end || idx < 0 || idx > INT32_MAX) break;
+        *a = (krt_cuda_arg){(krt_cuda_arg_kind)k, idx};
+        return 0;
+    }
+    return bad(r, "unknown kernel argument '%s'", s);
+}
+
+static int parse_kernel(reader *r, krt_cuda_meta *m, const cJSON *jk, krt_cuda_kernel *k)
+{
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(jk, "name");
+    if (!cJSON_IsString(name) || !name->valuestring[0]) return bad(r, "a kernel has no name");
+    k->name = ks_arena_strdup(&m->arena, name->valuestring);
+    int64_t v = 0;
+    if (get_count(r, cJSON_GetObjectItemCaseSensitive(jk, "node"), "kernel node", INT32_MAX, &v)) return -1;
+    k->node = (uint32_t)v;
+    if (get_count(r, cJSON_GetObjectItemCaseSensitive(jk, "block"), "kernel block", 1025, &v)) return -1;
+    if (v == 0) return bad(r, "kernel %s has an empty block", k->name);
+    k->block = (int)v;
+    const cJSON *jl = cJSON_GetObjectItemCaseSensitive(jk, "large");
+    if (jl) {
+        const cJSON *ln = cJSON_GetObjectItemCaseSensitive(jl, "name");
+        if (!cJSON_IsObject(jl) || !cJSON_IsString(ln) || !ln->valuestring[0])
+            return bad(r, "kernel %s: \"large\" needs a name", k->name);
+        k->name_large = ks_arena_strdup(&m->arena, ln->valuestring);
+        if (get_count(r, cJSON_GetObjectItemCaseSensitive(jl, "above"), "kernel large.above", INT32_MAX, &v)) return -1;
+        k->large_above = v;
+    }
+    const cJSON *grid = cJSON_GetObjectItemCaseSensitive(jk, "grid");
+    if (!cJSON_IsArray(grid) || cJSON_GetArraySize(grid) != 3) return bad(r, "kernel %s: grid needs 3 dims", k->name);
+    for (int g = 0; g < 3; g++) {
+        const cJSON *dim = cJSON_GetArrayItem(grid, g);
+        if (!cJSON_IsArray(dim) || cJSON_GetArraySize(dim) != 3)
+            return bad(r, "kernel %s: a grid dim needs [t, c, div]", k->name);
+        for (int i = 0; i < 3; i++)
+            if (get_count(r, cJSON_GetArrayItem(dim, i), "a grid term", (int64_t)1 << 31, &k->grid[g][i])) return -1;
+        if (k->grid[g][2] == 0) return bad(r, "kernel %s: a grid divisor is 0", k->name);
+    }
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(jk, "args");
+    if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) > KRT_CUDA_MAX_ARGS)
+        return bad(r, "kernel %s: args must be a list of at most %d", k->name, KRT_CUDA_MAX_ARGS);
+    k->n_args = cJSON_GetArraySize(args);
+    for (int a = 0; a < k->n_args; a++)
+        if (parse_arg(r, cJSON_GetArrayItem(args, a), &k->args[a])) return -1;
+    return 0;
+}
+
+static int parse_root(reader *r, const cJSON *root, krt_cuda_meta *m)
+{
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, KRT_CUDA_META_FORMAT) != 0)
+        return bad(r, "format is not \"%s\"", KRT_CUDA_META_FORMAT);
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "archs");
+    if (!cJSON_IsArray(archs) || cJSON_GetArraySize(archs) == 0) return bad(r, "no archs");
+    m->n_archs = cJSON_GetArraySize(archs);
+    m->archs = ks_arena_alloc(&m->arena, sizeof *m->archs * (size_t)m->n_archs);
+    for (int i = 0; i < m->n_archs; i++) {
+        const cJSON *a = cJSON_GetArrayItem(archs, i);
+        if (!cJSON_IsString(a)) return bad(r, "an arch is not a string");
+        m->archs[i] = ks_arena_strdup(&m->arena, a->valuestring);
+    }
+    int64_t v = 0;
+    if (get_count(r, cJSON_GetObjectItemCaseSensitive(root, "output"), "output", INT32_MAX, &v)) return -1;
+    m->output = (uint32_t)v;
+    const cJSON *aliases = cJSON_GetObjectItemCaseSensitive(root, "aliases");
+    if (!cJSON_IsArray(aliases)) return bad(r, "no aliases list");
+    m->n_aliases = cJSON_GetArraySize(aliases);
+    m->aliases = ks_arena_alloc(&m->arena, sizeof *m->aliases * (size_t)(m->n_aliases + 1));
+    for (int i = 0; i < m->n_aliases; i++) {
+        const cJSON *p = cJSON_GetArrayItem(aliases, i);
+        if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) != 2) return bad(r, "an alias is not a pair");
+        for (int j = 0; j < 2; j++) {
+            if (get_count(r, cJSON_GetArrayItem(p, j), "an alias", INT32_MAX, &v)) return -1;
+            m->aliases[i][j] = (uint32_t)v;
+        }
+    }
+    const cJSON *kernels = cJSON_GetObjectItemCaseSensitive(root, "kernels");
+    if (!cJSON_IsArray(kernels)) return bad(r, "no kernels list");
+    m->n_kernels = cJSON_GetArraySize(kernels);
+    m->kernels = ks_arena_alloc(&m->arena, sizeof *m->kernels * (size_t)(m->n_kernels + 1));
+    for (int i = 0; i < m->n_kernels; i++)
+        if (parse_kernel(r, m, cJSON_GetArrayItem(kernels, i), &m->kernels[i])) return -1;
+    return 0;
+}
+
+int krt_cuda_meta_parse(const char *text, size_t len, const char *what, krt_cuda_meta *meta, ks_diag *d)
+{
+    memset(meta, 0, sizeof *meta);
+    reader r = {what, d};
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return bad(&r, "not a JSON object");
+    }
+    int rc = parse_root(&r, root, meta);
+    cJSON_Delete(root);
+    if (rc) krt_cuda_meta_free(meta);
+    return rc;
+}
+
+void krt_cuda_meta_free(krt_cuda_meta *meta)
+{
+    ks_arena_free(&meta->arena);
+    memset(meta, 0, sizeof *meta);
+}

@@ -1,0 +1,43 @@
+/* backend_interp.c — the reference interpreter behind the backend table. */
+#include "runtime/backend.h"
+
+#include <string.h>
+
+static void *interp_create(const krt_engine *e, krt_kv *kv, ks_diag *d)
+{
+    return krt_interp_new(e->graph, e->weights, kv, d);
+}
+
+static void interp_destroy(void *state) { krt_interp_free(state); }
+
+static int interp_step(void *state, const krt_step *step, float *out, ks_diag *d)
+{
+    return krt_interp_step(state, step, out, d);
+}
+
+static void interp_set_tap(void *state, krt_tap_fn tap, void *ctx) { krt_interp_set_tap(state, tap, ctx); }
+
+const krt_backend krt_backend_interp = {
+    .name = "interp",
+    .kv_storage = &krt_kv_host_storage,
+    .kv_elem_size = sizeof(float),
+    .create = interp_create,
+    .destroy = interp_destroy,
+    .step = interp_step,
+    .set_tap = interp_set_tap,
+};
+
+const krt_backend *krt_backend_for(const krt_engine *e, ks_diag *d)
+{
+    ks_buf scratch = {0};
+    const char *target = krt_engine_meta(e, "target", "cpu", &scratch);
+    const krt_backend *be = NULL;
+    if (strcmp(target, "cpu") == 0 || strcmp(target, "interp") == 0)
+        be = &krt_backend_interp;
+    else if (strcmp(target, "cuda") == 0)
+        be = &krt_backend_cuda;
+    else
+        ks_error(d, e->path, "engine target '%s' has no backend in this runtime", target);
+    ks_buf_free(&scratch);
+    return be;
+}

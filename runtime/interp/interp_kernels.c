@@ -1,0 +1,448 @@
+/*
+ * interp_kernels.c — the reference interpreter's kernel for each op of
+ * ir/ops.def, in float32 on the CPU.
+ *
+ * These define what every op computes; the backends are tested against
+ * them. So they are written to be read and to be exact where that is cheap:
+ *  - every output element is computed the same way whatever the number of
+ *    tokens in the step or how a matmul is split over threads, so a prompt
+ *    run at once and token by token gives bit-identical results;
+ *  - matmul and the dot products of attention accumulate in float32, as
+ *    the GPU backends do; row reductions (norms, the softmax's sum) and
+ *    transcendental functions use double and round once.
+ */
+#include "runtime/interp/interp_kernels.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* M_PI is POSIX/XSI, not C11. */
+
+static const kir_node *node_of(const krt_interp_exec *x, kir_val v) { return &x->g->nodes[v]; }
+static int64_t elems_of(const krt_interp_exec *x, kir_val v) { return kir_elems(node_of(x, v), x->n_tokens); }
+static int64_t last_dim(const kir_node *n) { return n->dims[n->ndim - 1]; }
+
+/* ---- matmul --------------------------------------------------------------------
+ * out[t,n] = dot(x[t,:], w[n,:]); both rows are contiguous in K. The dot
+ * product keeps eight partial sums (so the compiler can vectorize it) added
+ * in a fixed tree, which makes its result depend on the two rows only. */
+static float dot(const float *a, const float *b, int64_t n)
+{
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+typedef struct matmul_job {
+    const float *x;  /* [rows, k] */
+    const float *w;  /* [n, k] */
+    float *out;      /* [rows, n] */
+    int64_t rows;    /* rows of x */
+    int64_t k;       /* inner dim */
+    int64_t n;       /* rows of w: columns of out */
+    int64_t n0, n1;  /* the columns [n0, n1) this job computes */
+} matmul_job;
+
+/* Bytes of w kept hot while every row of x passes over them (about L2). */
+enum { MATMUL_W_TILE_BYTES = 256 * 1024 };
+
+static void matmul_columns(const matmul_job *j)
+{
+    int64_t tile = MATMUL_W_TILE_BYTES / (int64_t)sizeof(float) / j->k;
+    if (tile < 1) tile = 1;
+    for (int64_t c0 = j->n0; c0 < j->n1; c0 += tile) {
+        int64_t c1 = c0 + tile < j->n1 ? c0 + tile : j->n1;
+        for (int64_t t = 0; t < j->rows; t++) {
+            const float *xr = j->x + t * j->k;
+            float *o = j->out + t * j->n;
+            for (int64_t c = c0; c < c1; c++) o[c] = dot(xr, j->w + c * j->k, j->k);
+        }
+    }
+}
+
+static void *matmul_worker(void *p)
+{
+    matmul_columns(p);
+    return NULL;
+}
+
+/* Multiply-adds below which threads cost more than they save. */
+#define MATMUL_THREAD_MIN_MACS ((int64_t)1 << 21)
+enum { MATMUL_MAX_THREADS = 16 };
+
+static void matmul(const float *xs, const float *w, float *out, int64_t rows, int64_t k, int64_t n, int n_threads)
+{
+    matmul_job jobs[MATMUL_MAX_THREADS];
+    pthread_t tid[MATMUL_MAX_THREADS];
+    int started[MATMUL_MAX_THREADS] = {0};
+    int nt = rows * k * n >= MATMUL_THREAD_MIN_MACS ? n_threads : 1;
+    if (nt > MATMUL_MAX_THREADS) nt = MATMUL_MAX_THREADS;
+    if (nt > n) nt = (int)n;
+    if (nt < 1) nt = 1;
+    for (int i = 0; i < nt; i++)
+        jobs[i] = (matmul_job){xs, w, out, rows, k, n, n * i / nt, n * (i + 1) / nt};
+    /* Split by columns: each element is one dot(), whoever computes it. A
+     * thread that cannot start leaves its columns to this one. */
+    for (int i = 1; i < nt; i++) started[i] = pthread_create(&tid[i], NULL, matmul_worker, &jobs[i]) == 0;
+    matmul_columns(&jobs[0]);
+    for (int i = 1; i < nt; i++) {
+        if (started[i])
+            pthread_join(tid[i], NULL);
+        else
+            matmul_columns(&jobs[i]);
+    }
+}
+
+static void run_matmul(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v);
+    const kir_node *w = node_of(x, n->in[1]);
+    int64_t k = w->dims[1], cols = w->dims[0];
+    matmul(x->src[n->in[0]], x->src[n->in[1]], x->dst[v], elems_of(x, n->in[0]) / k, k, cols, x->n_threads);
+}
+
+/* ---- embedding ------------------------------------------------------------------ */
+static void run_embed(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v);
+    const float *table = x->src[n->in[0]];
+    const int32_t *ids = x->ints[n->in[1]];
+    int64_t dim = node_of(x, n->in[0])->dims[1];
+    /* ids were checked against the table's rows before the step */
+    for (int64_t t = 0; t < x->n_tokens; t++)
+        memcpy(x->dst[v] + t * dim, table + (int64_t)ids[t] * dim, sizeof(float) * (size_t)dim);
+}
+
+/* ---- elementwise ------------------------------------------------------------------ */
+/* The second operand's shape is a suffix of the first's: it repeats over the
+ * first's leading dims. */
+static void run_binary(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v);
+    const float *a = x->src[n->in[0]], *b = x->src[n->in[1]];
+    float *o = x->dst[v];
+    int64_t na = elems_of(x, n->in[0]), nb = elems_of(x, n->in[1]);
+    for (int64_t i = 0; i < na; i += nb) {
+        switch (n->op) {
+        case KIR_OP_ADD:
+            for (int64_t j = 0; j < nb; j++) o[i + j] = a[i + j] + b[j];
+            break;
+        case KIR_OP_SUB:
+            for (int64_t j = 0; j < nb; j++) o[i + j] = a[i + j] - b[j];
+            break;
+        case KIR_OP_MUL:
+            for (int64_t j = 0; j < nb; j++) o[i + j] = a[i + j] * b[j];
+            break;
+        default:
+            KS_UNREACHABLE();
+        }
+    }
+}
+
+static float gelu_erf(double a) { return (float)(0.5 * a * (1.0 + erf(a / sqrt(2.0)))); }
+
+static float gelu_tanh(double a)
+{
+    const double k = sqrt(2.0 / KIR_PI);
+    return (float)(0.5 * a * (1.0 + tanh(k * (a + 0.044715 * a * a * a))));
+}
+
+static void run_unary(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v);
+    const float *a = x->src[n->in[0]];
+    float *o = x->dst[v];
+    int64_t ne = elems_of(x, v);
+    switch (n->op) {
+    case KIR_OP_SCALE: {
+        float s = (float)kir_get_float(x->g, v, "value", 1.0);
+        for (int64_t i = 0; i < ne; i++) o[i] = a[i] * s;
+        break;
+    }
+    case KIR_OP_SILU:
+        for (int64_t i = 0; i < ne; i++) o[i] = (float)((double)a[i] / (1.0 + exp(-(double)a[i])));
+        break;
+    case KIR_OP_GELU:
+        for (int64_t i = 0; i < ne; i++) o[i] = gelu_erf(a[i]);
+        break;
+    case KIR_OP_GELU_TANH:
+        for (int64_t i = 0; i < ne; i++) o[i] = gelu_tanh(a[i]);
+        break;
+    case KIR_OP_RELU:
+        for (int64_t i = 0; i < ne; i++) o[i] = a[i] > 0.0f ? a[i] : 0.0f;
+        break;
+    default:
+        KS_UNREACHABLE();
+    }
+}
+
+/* ---- norms: over the last dim -------------------------------------------------------- */
+static const float *optional_operand(const krt_interp_exec *x, const kir_node *n, int i)
+{
+    return i < n->nin && n->in[i] != KIR_NONE ? x->src[n->in[i]] : NULL;
+}
+
+/* RMSNorm (Zhang & Sennrich 2019) as HF's LlamaRMSNorm: x / sqrt(mean(x^2) + eps), then * w. */
+static void run_rms_norm(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v);
+    const float *a = x->src[n->in[0]], *w = optional_operand(x, n, 1);
+    float *o = x->dst[v];
+    int64_t d = last_dim(n), rows = elems_of(x, v) / d;
+    double eps = kir_get_float(x->g, v, "eps", 1e-5);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *ar = a + r * d;
+        float *orow = o + r * d;
+        double ss = 0.0;
+        for (int64_t i = 0; i < d; i++) ss += (double)ar[i] * ar[i];
+        double inv = 1.0 / sqrt(ss / (double)d + eps);
+        for (int64_t i = 0; i < d; i++) {
+            float y = (float)(ar[i] * inv);
+            orow[i] = w ? y * w[i] : y;
+        }
+    }
+}
+
+/* LayerNorm with the biased variance, as torch.nn.LayerNorm. */
+static void run_layer_norm(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v);
+    const float *a = x->src[n->in[0]], *w = optional_operand(x, n, 1), *b = optional_operand(x, n, 2);
+    float *o = x->dst[v];
+    int64_t d = last_dim(n), rows = elems_of(x, v) / d;
+    double eps = kir_get_float(x->g, v, "eps", 1e-5);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *ar = a + r * d;
+        float *orow = o + r * d;
+        double mean = 0.0, var = 0.0;
+        for (int64_t i = 0; i < d; i++) mean += ar[i];
+        mean /= (double)d;
+        for (int64_t i = 0; i < d; i++) var += ((double)ar[i] - mean) * ((double)ar[i] - mean);
+        double inv = 1.0 / sqrt(var / (double)d + eps);
+        for (int64_t i = 0; i < d; i++) {
+            float y = (float)(((double)ar[i] - mean) * inv);
+            if (w) y *= w[i];
+            if (b) y += b[i];
+            orow[i] = y;
+        }
+    }
+}
+
+/* ---- views: reshape, slice, concat (copies here; a backend may alias) ------------------ */
+static void run_reshape(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v);
+    /* under a memory plan a reshape aliases its operand: nothing to move */
+    if (x->dst[v] != x->src[n->in[0]]) memcpy(x->dst[v], x->src[n->in[0]], sizeof(float) * (size_t)elems_of(x, v));
+}
+
+static void run_slice(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v);
+    int64_t d_in = last_dim(node_of(x, n->in[0])), d = last_dim(n);
+    int64_t start = kir_get_int(x->g, v, "start", 0), rows = elems_of(x, v) / d;
+    const float *a = x->src[n->in[0]];
+    for (int64_t r = 0; r < rows; r++) memcpy(x->dst[v] + r * d, a + r * d_in + start, sizeof(float) * (size_t)d);
+}
+
+static void run_concat(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v);
+    int64_t d = last_dim(n), rows = elems_of(x, v) / d, at = 0;
+    for (int i = 0; i < n->nin; i++) {
+        int64_t di = last_dim(node_of(x, n->in[i]));
+        const float *a = x->src[n->in[i]];
+        for (int64_t r = 0; r < rows; r++) memcpy(x->dst[v] + r * d + at, a + r * di, sizeof(float) * (size_t)di);
+        at += di;
+    }
+}
+
+/* ---- rotary position embedding (Su et al. 2021) ------------------------------------------ */
+
+/* The angle of rotation j at position pos: HF multiplies in float32; the
+ * cosine and sine are taken in double and rounded once. */
+static void run_rope(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v);
+    const krt_interp_rope *rp = &x->rope[v];
+    const float *a = x->src[n->in[0]];
+    const int32_t *pos = x->ints[n->in[1]];
+    float *o = x->dst[v];
+    int64_t heads = n->dims[1], d = n->dims[2];
+    int half = rp->rot_dim / 2;
+    float *cs = ks_xmalloc(sizeof(float) * 2 * (size_t)half);
+    for (int64_t t = 0; t < x->n_tokens; t++) {
+        for (int j = 0; j < half; j++) {
+            float angle = (float)pos[t] * rp->inv_freq[j];
+            cs[2 * j] = (float)cos((double)angle);
+            cs[2 * j + 1] = (float)sin((double)angle);
+        }
+        for (int64_t h = 0; h < heads; h++) {
+            const float *xr = a + (t * heads + h) * d;
+            float *orow = o + (t * heads + h) * d;
+            for (int j = 0; j < half; j++) {
+                int i0 = rp->pairs ? 2 * j : j, i1 = rp->pairs ? 2 * j + 1 : j + half;
+                float c = cs[2 * j], s = cs[2 * j + 1], x0 = xr[i0], x1 = xr[i1];
+                orow[i0] = x0 * c - x1 * s;
+                orow[i1] = x1 * c + x0 * s;
+            }
+            for (int64_t i = rp->rot_dim; i < d; i++) orow[i] = xr[i];
+        }
+    }
+    free(cs);
+}
+
+/* ---- attention through the paged KV cache --------------------------------------------- */
+
+/* Each token's K row (krow floats) and V row (vrow floats) into the cache
+ * of `layer`, at the slot of its (sequence, position). */
+static void write_kv_rows(const krt_interp_exec *x, int layer, const float *k, const float *vv, int64_t krow, int64_t vrow)
+{
+    float *kc = krt_kv_k(x->kv, layer), *vc = krt_kv_v(x->kv, layer);
+    const krt_step *st = x->step;
+    for (int64_t t = 0; t < x->n_tokens; t++) {
+        int64_t slot = krt_kv_slot(x->kv, st->seq_ids[t], st->positions[t]);
+        memcpy(kc + slot * krow, k + t * krow, sizeof(float) * (size_t)krow);
+        memcpy(vc + slot * vrow, vv + t * vrow, sizeof(float) * (size_t)vrow);
+    }
+}
+
+/* kv_write(k, v): the rows into the cache; its value is k. */
+static void run_kv_write(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v);
+    const kir_node *kn = node_of(x, n->in[0]), *vn = node_of(x, n->in[1]);
+    int layer = (int)kir_get_int(x->g, v, "layer", 0);
+    write_kv_rows(x, layer, x->src[n->in[0]], x->src[n->in[1]], kir_row_elems(kn), kir_row_elems(vn));
+    if (x->dst[v] != x->src[n->in[0]]) memcpy(x->dst[v], x->src[n->in[0]], sizeof(float) * (size_t)elems_of(x, v));
+}
+
+static void run_attention(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v);
+    const kir_node *qn = node_of(x, n->in[0]), *kn = node_of(x, n->in[1]), *vn = node_of(x, n->in[2]);
+    const float *q = x->src[n->in[0]], *k = x->src[n->in[1]], *vv = x->src[n->in[2]];
+    float *o = x->dst[v];
+    int64_t heads = qn->dims[1], dk = qn->dims[2], kv_heads = kn->dims[1], dv = vn->dims[2];
+    int64_t group = heads / kv_heads, krow = kv_heads * dk, vrow = kv_heads * dv;
+    int layer = (int)kir_get_int(x->g, v, "layer", 0);
+    float scale = (float)kir_get_float(x->g, v, "scale", 1.0 / sqrt((double)dk));
+    int64_t window = kir_get_int(x->g, v, "window", 0);
+    float softcap = (float)kir_get_float(x->g, v, "softcap", 0.0);
+    float *kc = krt_kv_k(x->kv, layer), *vc = krt_kv_v(x->kv, layer);
+    const krt_step *st = x->step;
+
+    /* 1. Every token's K and V go into the cache first, so tokens later in
+     *    the step see the earlier ones of their sequence; with write_kv=0 a
+     *    kv_write earlier in the schedule has put them there. */
+    if (kir_get_int(x->g, v, "write_kv", 1)) write_kv_rows(x, layer, k, vv, krow, vrow);
+    int max_pos = 0;
+    for (int64_t t = 0; t < x->n_tokens; t++)
+        if (st->positions[t] > max_pos) max_pos = st->positions[t];
+
+    /* 2. Each token attends to positions [lo, pos] of its sequence. */
+    int64_t *slots = ks_xmalloc(sizeof *slots * (size_t)(max_pos + 1));
+    float *score = ks_xmalloc(sizeof *score * (size_t)(max_pos + 1));
+    for (int64_t t = 0; t < x->n_tokens; t++) {
+        int seq = st->seq_ids[t], pos = st->positions[t];
+        int lo = window > 0 && pos - window + 1 > 0 ? (int)(pos - window + 1) : 0;
+        int len = pos - lo + 1;
+        for (int j = 0; j < len; j++) slots[j] = krt_kv_slot(x->kv, seq, lo + j);
+        for (int64_t h = 0; h < heads; h++) {
+            const float *qh = q + (t * heads + h) * dk;
+            int64_t kh = h / group;
+            float m = -INFINITY;
+            for (int j = 0; j < len; j++) {
+                float s = dot(qh, kc + slots[j] * krow + kh * dk, dk) * scale;
+                if (softcap > 0.0f) s = softcap * (float)tanh((double)(s / softcap));
+                score[j] = s;
+                if (s > m) m = s;
+            }
+            double sum = 0.0;
+            for (int j = 0; j < len; j++) {
+                score[j] = (float)exp((double)(score[j] - m));
+                sum += score[j];
+            }
+            float *oh = o + (t * heads + h) * dv;
+            memset(oh, 0, sizeof(float) * (size_t)dv);
+            for (int j = 0; j < len; j++) {
+                float p = (float)(score[j] / sum);
+                const float *vj = vc + slots[j] * vrow + kh * dv;
+                for (int64_t i = 0; i < dv; i++) oh[i] += p * vj[i];
+            }
+        }
+    }
+    free(slots);
+    free(score);
+}
+
+/* ---- results ------------------------------------------------------------------------------ */
+static void run_output(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v);
+    memcpy(x->dst[v], x->src[n->in[0]], sizeof(float) * (size_t)elems_of(x, v));
+}
+
+/* A switch without a default: -Wswitch (in -Wall) names any op of
+ * ir/ops.def that has no kernel here. */
+void krt_interp_exec_node(const krt_interp_exec *x, kir_val v)
+{
+    switch (node_of(x, v)->op) {
+    case KIR_OP_INPUT:  /* bound to the step's arrays */
+    case KIR_OP_WEIGHT: /* bound to the weights */
+        return;
+    case KIR_OP_EMBED:
+        run_embed(x, v);
+        return;
+    case KIR_OP_MATMUL:
+        run_matmul(x, v);
+        return;
+    case KIR_OP_ADD:
+    case KIR_OP_SUB:
+    case KIR_OP_MUL:
+        run_binary(x, v);
+        return;
+    case KIR_OP_SCALE:
+    case KIR_OP_SILU:
+    case KIR_OP_GELU:
+    case KIR_OP_GELU_TANH:
+    case KIR_OP_RELU:
+        run_unary(x, v);
+        return;
+    case KIR_OP_RMS_NORM:
+        run_rms_norm(x, v);
+        return;
+    case KIR_OP_LAYER_NORM:
+        run_layer_norm(x, v);
+        return;
+    case KIR_OP_RESHAPE:
+        run_reshape(x, v);
+        return;
+    case KIR_OP_SLICE:
+        run_slice(x, v);
+        return;
+    case KIR_OP_CONCAT:
+        run_concat(x, v);
+        return;
+    case KIR_OP_ROPE:
+        run_rope(x, v);
+        return;
+    case KIR_OP_ATTENTION:
+        run_attention(x, v);
+        return;
+    case KIR_OP_KV_WRITE:
+        run_kv_write(x, v);
+        return;
+    case KIR_OP_OUTPUT:
+        run_output(x, v);
+        return;
+    case KIR_OP_COUNT:
+        break;
+    }
+    KS_UNREACHABLE();
+}

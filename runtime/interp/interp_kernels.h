@@ -1,0 +1,39 @@
+/*
+ * interp_kernels.h — private to the reference interpreter: what a kernel
+ * sees of a step, and the one entry that runs a node's kernel.
+ *
+ * runtime/interp/interp.c binds every value to its data before the step (weights,
+ * the step's inputs, places in the step's arena, the caller's output
+ * buffer) and checks the step (token ids, positions, sequences), so a
+ * kernel cannot fail: it reads its operands and writes its value.
+ */
+#ifndef KILN_RUNTIME_INTERP_KERNELS_H
+#define KILN_RUNTIME_INTERP_KERNELS_H
+
+#include "ir/numerics.h"
+#include "runtime/interp/interp.h"
+
+/* Per-node data prepared when the interpreter is created. */
+typedef struct krt_interp_rope {
+    float *inv_freq; /* [rot_dim/2] rotation frequencies, radians per position, as HF computes them */
+    int rot_dim;     /* leading elements of each head that rotate; the rest pass through */
+    int pairs;       /* 1: rotate (2j, 2j+1) (llama2.c); 0: (j, j+rot_dim/2) (HF rotate_half) */
+} krt_interp_rope;
+
+typedef struct krt_interp_exec {
+    const kir_graph *g;            /* the graph */
+    int64_t n_tokens;              /* T of this step */
+    const krt_step *step;          /* the step's tokens, positions and sequences */
+    krt_kv *kv;                    /* the paged KV cache (NULL when the graph has no attention) */
+    const float *const *src;       /* [n_nodes] f32 data of each float value, to read */
+    float *const *dst;             /* [n_nodes] where each computed value is written; NULL for weights, inputs */
+    const int32_t *const *ints;    /* [n_nodes] data of each i32 value (the step's inputs); NULL otherwise */
+    const krt_interp_rope *rope;     /* [n_nodes] prepared ROPE nodes; zeroed for other nodes */
+    int n_threads;                 /* worker threads a large matmul may use (1: none) */
+} krt_interp_exec;
+
+/* Compute value v of the step. */
+void krt_interp_exec_node(const krt_interp_exec *x, kir_val v);
+
+
+#endif

@@ -1,0 +1,395 @@
+/*
+ * kv_cache.c — the paged KV cache's block manager (runtime/kv/kv_cache.h).
+ *
+ * The pool holds n_blocks blocks of block_size positions. A sequence owns a
+ * block table: entry b holds the block with its positions [b*block_size,
+ * (b+1)*block_size). Blocks are reference counted: krt_kv_seq_fork makes the
+ * new sequence share every block of its source (vLLM's PagedAttention,
+ * Kwon et al. 2023, §4.4), and the first sequence to write into a shared
+ * block gets its own copy first.
+ *
+ * Which blocks are written: a step writes the positions a reserve added,
+ * [old length, new length). So krt_kv_seq_reserve copies exactly the shared
+ * blocks that overlap that range; positions below the old length are
+ * stored and stay shared (a shared prompt is never copied). A caller that
+ * wants to rewrite stored positions first shortens the sequence with a
+ * smaller reserve, which copies nothing, then reserves again.
+ *
+ * All-or-nothing: reserve counts the blocks it needs (new ones plus
+ * copies) before it touches anything, so a failure leaves every sequence
+ * and the free list as they were.
+ *
+ * Bookkeeping lives in host memory; the blocks' bytes live wherever the
+ * backend's krt_kv_storage puts them, and are only touched through it.
+ */
+#include "runtime/kv/kv_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* One sequence slot. */
+typedef struct krt_kv_seq {
+    int live;     /* 1 after seq_add/fork until seq_free */
+    int len;      /* positions stored (reserved) */
+    int n_blocks; /* entries used in its block table: ceil(len / block_size) */
+} krt_kv_seq;
+
+struct krt_kv {
+    krt_kv_config cfg;       /* the caller's config; cfg.layers points at `layers` */
+    krt_kv_layer *layers;    /* owned copy of cfg.layers [n_layers] */
+    krt_kv_storage storage;  /* the backend's functions, copied */
+    void **k;                /* [n_layers] K storage bases; NULL for a layer with no heads */
+    void **v;                /* [n_layers] V storage bases */
+    size_t *block_bytes_k;   /* [n_layers] bytes of one block of K */
+    size_t *block_bytes_v;   /* [n_layers] bytes of one block of V */
+    int32_t *refs;           /* [n_blocks] sequences whose table holds the block; 0: free */
+    int32_t *free_list;      /* [n_blocks] stack of free block ids; top at n_free-1 */
+    int n_free;              /* free blocks */
+    int table_cap;           /* block-table entries per sequence: ceil(max_context / block_size) */
+    krt_kv_seq *seqs;        /* [max_seqs] */
+    int32_t *tables;         /* [max_seqs * table_cap]: sequence s's table at s*table_cap */
+};
+
+/* ---- host storage ---------------------------------------------------------- */
+static void *host_alloc(void *ctx, size_t bytes)
+{
+    (void)ctx;
+    /* Zeroed, so a block read before it is written holds zeros, not garbage. */
+    return calloc(1, bytes);
+}
+
+static void host_free(void *ctx, void *p)
+{
+    (void)ctx;
+    free(p);
+}
+
+static void host_copy(void *ctx, void *base, size_t dst_off, size_t src_off, size_t bytes)
+{
+    (void)ctx;
+    memmove((char *)base + dst_off, (const char *)base + src_off, bytes);
+}
+
+const krt_kv_storage krt_kv_host_storage = {NULL, host_alloc, host_free, host_copy};
+
+/* ---- creation ------------------------------------------------------------------ */
+static int check_config(const krt_kv_config *cfg, ks_diag *d)
+{
+    const char *who = "kv cache";
+    if (cfg->n_layers < 0) {
+        ks_error(d, who, "n_layers must not be negative (got %d)", cfg->n_layers);
+        return -1;
+    }
+    if (cfg->n_layers > 0 && !cfg->layers) {
+        ks_error(d, who, "no layer shapes given for %d layers", cfg->n_layers);
+        return -1;
+    }
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const krt_kv_layer *ly = &cfg->layers[l];
+        /* A layer with no heads is a hole in the layer numbering: it stores nothing. */
+        if (ly->kv_heads < 0 || (ly->kv_heads > 0 && (ly->head_dim_k <= 0 || ly->head_dim_v <= 0))) {
+            ks_error(d, who, "layer %d: kv_heads, head_dim_k and head_dim_v must be positive (got %d, %d, %d)",
+                     l, ly->kv_heads, ly->head_dim_k, ly->head_dim_v);
+            return -1;
+        }
+    }
+    struct { const char *name; int value; } counts[] = {
+        {"block_size", cfg->block_size},
+        {"n_blocks", cfg->n_blocks},
+        {"max_seqs", cfg->max_seqs},
+        {"max_context", cfg->max_context},
+    };
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        if (counts[i].value <= 0) {
+            ks_error(d, who, "%s must be positive (got %d)", counts[i].name, counts[i].value);
+            return -1;
+        }
+    }
+    if (cfg->elem_size == 0) {
+        ks_error(d, who, "elem_size must be positive (got 0)");
+        return -1;
+    }
+    return 0;
+}
+
+/* calloc that reports instead of dying: sizes here come from the caller's
+ * config and may be absurd. */
+static void *alloc_table(ks_diag *d, size_t n, size_t size, const char *what)
+{
+    size_t bytes;
+    void *p = NULL;
+    if (ks_mul_size(n, size, &bytes)) p = calloc(n ? n : 1, size);
+    if (!p) ks_error(d, "kv cache", "out of memory: cannot allocate %zu x %zu bytes for %s", n, size, what);
+    return p;
+}
+
+/* Bytes of one block of one layer: block_size * heads * head_dim * elem_size;
+ * 0 on overflow. */
+static size_t block_bytes(const krt_kv_config *cfg, int heads, int head_dim)
+{
+    size_t b;
+    if (!ks_mul_size((size_t)cfg->block_size, (size_t)heads, &b)) return 0;
+    if (!ks_mul_size(b, (size_t)head_dim, &b)) return 0;
+    if (!ks_mul_size(b, cfg->elem_size, &b)) return 0;
+    return b;
+}
+
+/* Allocate one layer's K or V storage of n_blocks blocks. */
+static int alloc_layer(krt_kv *kv, ks_diag *d, int layer, const char *which, size_t per_block, void **out)
+{
+    size_t bytes;
+    if (per_block == 0 || !ks_mul_size(per_block, (size_t)kv->cfg.n_blocks, &bytes)) {
+        ks_error(d, "kv cache", "layer %d: %s storage of %d blocks overflows the address space",
+                 layer, which, kv->cfg.n_blocks);
+        return -1;
+    }
+    *out = kv->storage.alloc(kv->storage.ctx, bytes);
+    if (!*out) {
+        ks_error(d, "kv cache", "out of memory: cannot allocate %zu bytes for layer %d's %s storage",
+                 bytes, layer, which);
+        return -1;
+    }
+    return 0;
+}
+
+krt_kv *krt_kv_new(const krt_kv_config *cfg, const krt_kv_storage *storage, ks_diag *d)
+{
+    KS_ASSERT(cfg && storage && storage->alloc && storage->free && storage->copy);
+    if (check_config(cfg, d) != 0) return NULL;
+
+    krt_kv *kv = ks_xcalloc(1, sizeof *kv);
+    kv->cfg = *cfg;
+    kv->storage = *storage;
+    kv->table_cap = (int)(((int64_t)cfg->max_context + cfg->block_size - 1) / cfg->block_size);
+    size_t nl = (size_t)cfg->n_layers;
+    kv->layers = ks_xcalloc(nl ? nl : 1, sizeof *kv->layers);
+    if (nl) memcpy(kv->layers, cfg->layers, nl * sizeof *kv->layers);
+    kv->cfg.layers = kv->layers;
+    kv->k = ks_xcalloc(nl ? nl : 1, sizeof *kv->k);
+    kv->v = ks_xcalloc(nl ? nl : 1, sizeof *kv->v);
+    kv->block_bytes_k = ks_xcalloc(nl ? nl : 1, sizeof *kv->block_bytes_k);
+    kv->block_bytes_v = ks_xcalloc(nl ? nl : 1, sizeof *kv->block_bytes_v);
+
+    size_t n_tables;
+    kv->refs = alloc_table(d, (size_t)cfg->n_blocks, sizeof *kv->refs, "block reference counts");
+    kv->free_list = kv->refs ? alloc_table(d, (size_t)cfg->n_blocks, sizeof *kv->free_list, "the free list") : NULL;
+    kv->seqs = kv->free_list ? alloc_table(d, (size_t)cfg->max_seqs, sizeof *kv->seqs, "sequences") : NULL;
+    if (kv->seqs) {
+        if (ks_mul_size((size_t)cfg->max_seqs, (size_t)kv->table_cap, &n_tables))
+            kv->tables = alloc_table(d, n_tables, sizeof *kv->tables, "block tables");
+        else
+            ks_error(d, "kv cache", "block tables for %d sequences of %d blocks overflow the address space",
+                     cfg->max_seqs, kv->table_cap);
+    }
+    if (!kv->tables) {
+        krt_kv_free(kv);
+        return NULL;
+    }
+    /* Block 0 is handed out first. */
+    for (int i = 0; i < cfg->n_blocks; i++) kv->free_list[i] = cfg->n_blocks - 1 - i;
+    kv->n_free = cfg->n_blocks;
+
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const krt_kv_layer *ly = &kv->layers[l];
+        if (ly->kv_heads == 0) continue;
+        kv->block_bytes_k[l] = block_bytes(cfg, ly->kv_heads, ly->head_dim_k);
+        kv->block_bytes_v[l] = block_bytes(cfg, ly->kv_heads, ly->head_dim_v);
+        if (alloc_layer(kv, d, l, "K", kv->block_bytes_k[l], &kv->k[l]) != 0 ||
+            alloc_layer(kv, d, l, "V", kv->block_bytes_v[l], &kv->v[l]) != 0) {
+            krt_kv_free(kv);
+            return NULL;
+        }
+    }
+    return kv;
+}
+
+void krt_kv_free(krt_kv *kv)
+{
+    if (!kv) return;
+    for (int l = 0; l < kv->cfg.n_layers; l++) {
+        if (kv->k && kv->k[l]) kv->storage.free(kv->storage.ctx, kv->k[l]);
+        if (kv->v && kv->v[l]) kv->storage.free(kv->storage.ctx, kv->v[l]);
+    }
+    free(kv->k);
+    free(kv->v);
+    free(kv->block_bytes_k);
+    free(kv->block_bytes_v);
+    free(kv->layers);
+    free(kv->refs);
+    free(kv->free_list);
+    free(kv->seqs);
+    free(kv->tables);
+    free(kv);
+}
+
+const krt_kv_config *krt_kv_config_of(const krt_kv *kv) { return &kv->cfg; }
+
+/* ---- blocks -------------------------------------------------------------------- */
+static int32_t *table_of(const krt_kv *kv, int seq) { return kv->tables + (size_t)seq * (size_t)kv->table_cap; }
+
+static int32_t pop_block(krt_kv *kv)
+{
+    KS_ASSERT(kv->n_free > 0);
+    int32_t b = kv->free_list[--kv->n_free];
+    KS_ASSERT(kv->refs[b] == 0);
+    kv->refs[b] = 1;
+    return b;
+}
+
+static void release_block(krt_kv *kv, int32_t b)
+{
+    KS_ASSERT(b >= 0 && b < kv->cfg.n_blocks && kv->refs[b] > 0);
+    if (--kv->refs[b] == 0) kv->free_list[kv->n_free++] = b;
+}
+
+/* Copy block src's bytes into block dst in every layer's K and V. */
+static void copy_block(krt_kv *kv, int32_t dst, int32_t src)
+{
+    for (int l = 0; l < kv->cfg.n_layers; l++) {
+        if (!kv->k[l]) continue;
+        size_t bk = kv->block_bytes_k[l], bv = kv->block_bytes_v[l];
+        kv->storage.copy(kv->storage.ctx, kv->k[l], (size_t)dst * bk, (size_t)src * bk, bk);
+        kv->storage.copy(kv->storage.ctx, kv->v[l], (size_t)dst * bv, (size_t)src * bv, bv);
+    }
+}
+
+/* ---- sequences ------------------------------------------------------------------ */
+static int check_new_id(const krt_kv *kv, int seq, const char **why)
+{
+    if (seq < 0) {
+        *why = "negative sequence id";
+        return -1;
+    }
+    if (seq >= kv->cfg.max_seqs) {
+        *why = "too many sequences: the id is not below max_seqs";
+        return -1;
+    }
+    if (kv->seqs[seq].live) {
+        *why = "sequence already exists";
+        return -1;
+    }
+    return 0;
+}
+
+int krt_kv_seq_exists(const krt_kv *kv, int seq)
+{
+    return seq >= 0 && seq < kv->cfg.max_seqs && kv->seqs[seq].live;
+}
+
+int krt_kv_seq_add(krt_kv *kv, int seq, const char **why)
+{
+    if (check_new_id(kv, seq, why) != 0) return -1;
+    kv->seqs[seq] = (krt_kv_seq){.live = 1};
+    return 0;
+}
+
+int krt_kv_seq_fork(krt_kv *kv, int src, int dst, const char **why)
+{
+    if (!krt_kv_seq_exists(kv, src)) {
+        *why = "unknown sequence";
+        return -1;
+    }
+    if (check_new_id(kv, dst, why) != 0) return -1;
+    const krt_kv_seq *s = &kv->seqs[src];
+    int32_t *st = table_of(kv, src), *dt = table_of(kv, dst);
+    for (int b = 0; b < s->n_blocks; b++) {
+        dt[b] = st[b];
+        kv->refs[st[b]]++;
+    }
+    kv->seqs[dst] = *s;
+    return 0;
+}
+
+void krt_kv_seq_free(krt_kv *kv, int seq)
+{
+    if (!krt_kv_seq_exists(kv, seq)) return;
+    krt_kv_seq *s = &kv->seqs[seq];
+    const int32_t *t = table_of(kv, seq);
+    for (int b = 0; b < s->n_blocks; b++) release_block(kv, t[b]);
+    *s = (krt_kv_seq){0};
+}
+
+int krt_kv_seq_len(const krt_kv *kv, int seq) { return krt_kv_seq_exists(kv, seq) ? kv->seqs[seq].len : -1; }
+
+int krt_kv_seq_reserve(krt_kv *kv, int seq, int n, const char **why)
+{
+    if (!krt_kv_seq_exists(kv, seq)) {
+        *why = "unknown sequence";
+        return -1;
+    }
+    if (n < 0) {
+        *why = "negative length";
+        return -1;
+    }
+    if (n > kv->cfg.max_context) {
+        *why = "exceeds max_context";
+        return -1;
+    }
+    krt_kv_seq *s = &kv->seqs[seq];
+    int32_t *t = table_of(kv, seq);
+    int bs = kv->cfg.block_size;
+    int need = (int)(((int64_t)n + bs - 1) / bs);
+
+    if (n <= s->len) {
+        /* Shorten: nothing is written, so nothing is copied. */
+        for (int b = need; b < s->n_blocks; b++) release_block(kv, t[b]);
+        s->n_blocks = need;
+        s->len = n;
+        return 0;
+    }
+
+    /* Positions [len, n) will be written: blocks first..need-1. Count what
+     * that takes before changing anything. */
+    int first = s->len / bs;
+    int copies = 0;
+    for (int b = first; b < s->n_blocks; b++)
+        if (kv->refs[t[b]] > 1) copies++;
+    if (copies + (need - s->n_blocks) > kv->n_free) {
+        *why = "out of KV cache blocks";
+        return -1;
+    }
+    for (int b = first; b < s->n_blocks; b++) {
+        if (kv->refs[t[b]] <= 1) continue;
+        int32_t fresh = pop_block(kv);
+        copy_block(kv, fresh, t[b]);
+        release_block(kv, t[b]);
+        t[b] = fresh;
+    }
+    for (int b = s->n_blocks; b < need; b++) t[b] = pop_block(kv);
+    s->n_blocks = need;
+    s->len = n;
+    return 0;
+}
+
+/* ---- lookups -------------------------------------------------------------------- */
+int64_t krt_kv_slot(const krt_kv *kv, int seq, int pos)
+{
+    KS_ASSERT(krt_kv_seq_exists(kv, seq));
+    KS_ASSERT(pos >= 0 && pos < kv->seqs[seq].len);
+    int bs = kv->cfg.block_size;
+    return (int64_t)table_of(kv, seq)[pos / bs] * bs + pos % bs;
+}
+
+const int32_t *krt_kv_block_table(const krt_kv *kv, int seq, int *n_blocks)
+{
+    if (!krt_kv_seq_exists(kv, seq)) {
+        *n_blocks = 0;
+        return NULL;
+    }
+    *n_blocks = kv->seqs[seq].n_blocks;
+    return table_of(kv, seq);
+}
+
+int krt_kv_free_blocks(const krt_kv *kv) { return kv->n_free; }
+
+void *krt_kv_k(krt_kv *kv, int layer)
+{
+    KS_ASSERT(layer >= 0 && layer < kv->cfg.n_layers);
+    return kv->k[layer];
+}
+
+void *krt_kv_v(krt_kv *kv, int layer)
+{
+    KS_ASSERT(layer >= 0 && layer < kv->cfg.n_layers);
+    return kv->v[layer];
+}
