@@ -47,16 +47,27 @@ int kc_cmd_inspect(int argc, char **argv)
         if (counts[op]) printf(" %s %zu", kir_op_table[op].name, counts[op]);
     printf("\n");
     printf("weights:     %zu tensors, %llu bytes\n", e->n_weights, (unsigned long long)e->weight_bytes);
-    int n_layers = 0;
-    krt_kv_layer *layers = krt_kv_layers_of(g, &n_layers);
+    const krt_desc *desc = &e->desc;
     size_t per_pos = 0;
-    for (int i = 0; i < n_layers; i++)
-        per_pos += (size_t)layers[i].kv_heads * (size_t)(layers[i].head_dim_k + layers[i].head_dim_v);
-    printf("kv cache:    %d layers, %zu elements per position", n_layers, per_pos);
-    if (n_layers) printf(" (%d kv heads x %d)", layers[0].kv_heads, layers[0].head_dim_k);
+    for (int i = 0; i < desc->n_kv_layers; i++)
+        per_pos += (size_t)desc->kv_layers[i].kv_heads *
+                   (size_t)(desc->kv_layers[i].head_dim_k + desc->kv_layers[i].head_dim_v);
+    printf("kv cache:    %d layers, %zu elements per position", desc->n_kv_layers, per_pos);
+    if (desc->n_kv_layers) printf(" (%d kv heads x %d)", desc->kv_layers[0].kv_heads, desc->kv_layers[0].head_dim_k);
     printf("\n");
-    free(layers);
-    printf("vocabulary:  %lld logits per token\n", (long long)krt_output_row_elems(g));
+    printf("vocabulary:  %lld logits per token, token ids below %lld\n", (long long)desc->vocab,
+           (long long)desc->n_token_ids);
+    printf("context:     %d positions\n", desc->max_context);
+    printf("tokens:      BOS %d, EOS", desc->bos);
+    for (int i = 0; i < desc->n_eos; i++) printf("%s%d", i ? ", " : " ", desc->eos[i]);
+    if (!desc->n_eos) printf(" none");
+    printf("\n");
+    printf("weights as:  %s\n", desc->mixed_weights ? "mixed dtypes" : kir_dtype_name(desc->weight_dtype));
+    if (desc->plan.planned)
+        printf("memory plan: an arena of %llu bytes for steps of up to %lld tokens\n",
+               (unsigned long long)desc->plan.arena_bytes, (long long)desc->plan.max_tokens);
+    else
+        printf("memory plan: none (a buffer per value)\n");
     printf("tokenizer:   %s\n", e->tokenizer ? "embedded" : "none");
     krt_engine_close(e);
     return 0;

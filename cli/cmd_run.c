@@ -3,30 +3,31 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/commands.h"
-#include "runtime/text/sampler.h"
-#include "runtime/session.h"
-#include "runtime/text/tokenizer.h"
+#include "runtime/generate.h"
 
 static const char run_help[] =
-    "usage: kiln run ENGINE (--prompt TEXT | --ids ID,ID,...) [-n N] [sampling options]\n"
+    "usage: kiln run ENGINE [--prompt TEXT | --ids ID,ID,...] [-n N] [sampling options]\n"
     "                [--logits-out FILE] [device options]\n"
     "\n"
     "Run a prompt as one sequence: print the prompt, then stream the generated\n"
-    "text to standard output as it comes. Statistics (prompt tokens, generated\n"
+    "text to standard output as it comes (without a prompt: from the model's\n"
+    "BOS token). Statistics (prompt tokens, generated\n"
     "tokens, time to first token, tokens/s) go to standard error, and on a GPU\n"
     "how large the KV cache is. With --ids the prompt is token ids and the\n"
     "generated ids are printed, separated by spaces. Generation ends after N\n"
-    "tokens, at the model's end-of-sequence token, at a stop string, or at the\n"
-    "end of the context. On a GPU the next tokens are drawn there (greedy or\n"
+    "tokens, at any of the model's end-of-sequence tokens (or their text), at a\n"
+    "stop string, or at the end of the context (its last position is used). A\n"
+    "prompt longer than the engine's largest step (kiln build --max-tokens) is\n"
+    "run in several steps. On a GPU the next tokens are drawn there (greedy or\n"
     "sampled, with the same seeded generator as on the CPU), and only their\n"
     "ids come back; a repetition penalty draws on the CPU.\n"
     "\n"
     "  --prompt TEXT              text prompt (BOS added as the model's tokenizer does)\n"
     "  --ids LIST                 comma-separated token ids instead of text\n"
     "  -n N                       tokens to generate at most (default 128 with --prompt, 0 with --ids)\n"
+    "  --ignore-eos               go on past the end-of-sequence tokens\n"
     "  --temperature T            0: greedy (default 0)\n"
     "  --top-k K                  keep the K most likely tokens (default 0: all)\n"
     "  --top-p P                  nucleus sampling (default 1: all)\n"
@@ -43,13 +44,6 @@ static const char run_help[] =
     "  --host-sampling            GPU: copy the logits back and draw on the CPU\n"
     "  --profile                  time each step, prefill and decode steps apart, and on a GPU\n"
     "                             each kernel (no CUDA graphs then): tables on standard error\n";
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Parse "1,5,9" into ids; reports the place of a bad entry. */
 static int parse_ids(const char *s, krt_tok_ids *out)
@@ -83,64 +77,20 @@ static int parse_number(const char *opt, const char *s, double lo, double hi, do
     return 0;
 }
 
-/* The engine's tokenizer with the model's BOS/EOS, or NULL after reporting. */
-static krt_tok *engine_tokenizer(const krt_engine *e, ks_diag *d)
-{
-    if (!e->tokenizer) {
-        ks_error(d, e->path, "the engine holds no tokenizer; rebuild it with --tokenizer FILE, or use --ids");
-        return NULL;
-    }
-    krt_tok *t = krt_tok_load_memory(d, e->path, e->tokenizer, e->tokenizer_len, (krt_tok_kind)e->tokenizer_kind);
-    if (t)
-        krt_tok_set_bos_eos(t, (int32_t)krt_engine_param_int(e, "bos_token_id", -1),
-                            (int32_t)krt_engine_param_int(e, "eos_token_id", -1));
-    return t;
-}
-
-/* Whole steps' times on the host for --profile: one kind of step
- * (prefill: more than KRT_PROFILE_DECODE_TOKENS tokens; decode). */
-typedef struct step_times {
-    long steps;   /* steps run */
-    long tokens;  /* their tokens */
-    double total; /* seconds */
-    double min;   /* the shortest step, seconds */
-    double max;   /* the longest */
-} step_times;
-
 typedef struct run_opts {
-    long n_new;                     /* tokens to generate at most */
-    krt_sampler_config sampling;    /* sampler settings */
+    krt_gen_opts gen;                 /* what to generate and how */
     const char *stops[KC_MAX_REPEAT]; /* stop strings */
-    int n_stops;                    /* how many */
-    const char *logits_out;         /* file for the prompt's logits, or NULL */
-    int text;                       /* 1: --prompt (stream text), 0: --ids (print ids) */
-    int profile;                    /* --profile */
-    step_times times[2];            /* --profile: [0] decode steps, [1] prefill steps */
+    const char *logits_out;           /* file for the prompt's logits, or NULL */
+    int text;                         /* 1: text out (stream it); 0: --ids (print ids) */
+    int profile;                      /* --profile */
 } run_opts;
-
-/* Run one step of n tokens, timed into o->times. */
-static int timed_run(krt_session *s, const krt_step_req *req, run_opts *o, ks_diag *d)
-{
-    double t0 = now_seconds();
-    int rc = krt_session_run(s, req, d);
-    double t = now_seconds() - t0;
-    step_times *st = &o->times[req->n > KRT_PROFILE_DECODE_TOKENS];
-    if (rc == 0) {
-        if (st->steps == 0 || t < st->min) st->min = t;
-        if (st->steps == 0 || t > st->max) st->max = t;
-        st->steps++;
-        st->tokens += req->n;
-        st->total += t;
-    }
-    return rc;
-}
 
 /* --profile's tables on stderr: the steps' host times, then the backend's
  * kernels. */
-static void print_profile(const krt_session *s, const run_opts *o)
+static void print_profile(const krt_session *s, const krt_gen_stats *st)
 {
     for (int k = 1; k >= 0; k--) {
-        const step_times *t = &o->times[k];
+        const krt_gen_times *t = &st->times[k];
         if (t->steps == 0) continue;
         fprintf(stderr,
                 "kiln: profile: %ld %s step%s (%ld tokens; %s %d tokens a step): host time %.3f ms, %.1f µs a step "
@@ -158,106 +108,56 @@ static void print_profile(const krt_session *s, const run_opts *o)
     ks_buf_free(&b);
 }
 
-/* Generate from prompt ids; streams text (or ids) to stdout. */
+static int print_text(void *ctx, const char *text, size_t len)
+{
+    (void)ctx;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+static int print_id(void *ctx, int32_t id)
+{
+    int *count = ctx;
+    printf("%s%d", (*count)++ ? " " : "", id);
+    fflush(stdout);
+    return 0;
+}
+
+/* Generate from prompt ids in sequence 0; streams text (or ids) to stdout. */
 static int generate(krt_session *s, krt_tok *tok, const krt_tok_ids *prompt, run_opts *o, ks_diag *d)
 {
     int64_t vocab = krt_session_vocab(s);
-    int ctx = krt_session_max_context(s);
-    int n = (int)prompt->len;
-    if (n > ctx) {
-        ks_error(d, "kiln", "the prompt has %d tokens, more than the context of %d", n, ctx);
-        return -1;
-    }
-    long n_new = o->n_new;
-    if (n + n_new > ctx) {
-        fprintf(stderr, "kiln: note: generating %ld tokens, not %ld: the context holds %d\n", (long)(ctx - n), n_new,
-                ctx);
-        n_new = ctx - n;
-    }
-    krt_sampler *smp = krt_sampler_new(d, &o->sampling, (int32_t)vocab);
-    if (!smp) return -1;
-    for (int i = 0; i < n; i++) krt_sampler_accept(smp, prompt->ids[i]);
-    krt_tok_stream *stream = tok ? krt_tok_stream_new(tok, KRT_TOK_SKIP_SPECIAL) : NULL;
-    ks_buf text = {0};  /* everything streamed, for stop strings */
-    size_t printed = 0; /* bytes of text written to stdout */
-    if (stream) {
-        for (int i = 0; i < n; i++) krt_tok_stream_push(stream, prompt->ids[i], &text);
-        fwrite(text.data, 1, text.len, stdout);
-        printed = text.len;
-        fflush(stdout);
-    }
-    size_t prompt_text = text.len;
-    /* the prompt's step: its logits when asked for, and the first new token drawn from its last row
-     * (where the logits are: on a GPU only the id comes back) */
-    float *logits = o->logits_out ? ks_xmalloc(sizeof(float) * (size_t)vocab * (size_t)n) : NULL;
-    int32_t *seq = ks_xcalloc((size_t)n, sizeof *seq), *next = ks_xmalloc(sizeof *next * (size_t)n);
-    krt_sampler **samplers = ks_xcalloc((size_t)n, sizeof *samplers);
-    samplers[n - 1] = n_new > 0 ? smp : NULL;
-    krt_step_req req = {.n = n, .tokens = prompt->ids, .seq_ids = seq, .logits = logits, .samplers = samplers,
-                        .next = next};
-    double t0 = now_seconds(), t_first = 0;
-    int rc = timed_run(s, &req, o, d);
-    long generated = 0;
+    size_t n = prompt->len;
+    float *logits = o->logits_out ? ks_xmalloc(sizeof(float) * (size_t)vocab * n) : NULL;
+    o->gen.prompt_logits = logits;
+    o->gen.echo_prompt = o->text;
+    int printed_ids = 0;
+    krt_gen_callbacks cb = {.on_text = o->text ? print_text : NULL, .on_token = o->text ? NULL : print_id,
+                            .ctx = &printed_ids};
+    krt_gen_stats st;
+    int rc = krt_generate(s, 0, o->text ? tok : NULL, prompt->ids, (int)n, &o->gen, &cb, &st, d) < 0 ? -1 : 0;
+    if (o->text || printed_ids) printf("\n");
+    fflush(stdout);
     if (rc == 0 && o->logits_out) {
         ks_outfile f;
         if (ks_outfile_open(d, &f, o->logits_out) == 0) {
-            fwrite(logits, sizeof(float), (size_t)vocab * (size_t)n, f.f);
+            fwrite(logits, sizeof(float), (size_t)vocab * n, f.f);
             rc = ks_outfile_commit(d, &f);
         } else {
             rc = -1;
         }
     }
-    int32_t token = next[n - 1];
-    int stopped = 0;
-    while (rc == 0 && generated < n_new && !stopped) {
-        if (generated == 0) t_first = now_seconds();
-        if (token < 0 || krt_sampler_is_stop_id(smp, token)) break;
-        generated++;
-        if (stream) {
-            krt_tok_stream_push(stream, token, &text);
-            size_t at = 0;
-            if (o->n_stops && krt_sampler_stop_find(o->stops, (size_t)o->n_stops, text.data + prompt_text,
-                                                    text.len - prompt_text, 0, &at) == 0) {
-                text.len = prompt_text + at; /* the stop string itself is not printed */
-                stopped = 1;
-            }
-            size_t hold = stopped ? 0 : krt_sampler_stop_holdback(o->stops, (size_t)o->n_stops,
-                                                                  text.data + prompt_text, text.len - prompt_text);
-            if (text.len - hold > printed) {
-                fwrite(text.data + printed, 1, text.len - hold - printed, stdout);
-                printed = text.len - hold;
-                fflush(stdout);
-            }
-        } else {
-            printf("%s%d", generated > 1 ? " " : "", token);
-            fflush(stdout);
-        }
-        if (stopped || generated == n_new) break;
-        int32_t zero = 0, in = token;
-        krt_step_req step = {.n = 1, .tokens = &in, .seq_ids = &zero, .samplers = &smp, .next = &token};
-        rc = timed_run(s, &step, o, d);
-    }
-    if (stream && !stopped) {
-        krt_tok_stream_flush(stream, &text);
-        if (text.len > printed) fwrite(text.data + printed, 1, text.len - printed, stdout);
-    }
-    if (stream || generated) printf("\n");
-    fflush(stdout);
-    double t_end = now_seconds();
     if (rc == 0) {
-        double ttft = generated ? t_first - t0 : t_end - t0;
-        double rate = generated > 1 && t_end > t_first ? (double)(generated - 1) / (t_end - t_first) : 0;
-        fprintf(stderr, "kiln: prompt tokens %d, generated tokens %ld, time to first token %.1f ms, %.1f tokens/s\n",
-                n, generated, ttft * 1e3, rate);
-        if (o->profile) print_profile(s, o);
+        if (st.end == KRT_GEN_CONTEXT)
+            fprintf(stderr, "kiln: note: generated %d tokens, not %d: the context of %d positions is full\n",
+                    st.generated, o->gen.max_new, krt_session_max_context(s));
+        double rate = st.generated > 1 && st.decode_s > 0 ? (double)(st.generated - 1) / st.decode_s : 0;
+        fprintf(stderr, "kiln: prompt tokens %d, generated tokens %d, time to first token %.1f ms, %.1f tokens/s\n",
+                st.prompt_tokens, st.generated, st.first_token_s * 1e3, rate);
+        if (o->profile) print_profile(s, &st);
     }
     free(logits);
-    free(seq);
-    free(next);
-    free(samplers);
-    ks_buf_free(&text);
-    krt_tok_stream_free(stream);
-    krt_sampler_free(smp);
     return rc;
 }
 
@@ -289,8 +189,8 @@ int kc_cmd_run(int argc, char **argv)
 {
     const char *ids_arg = NULL, *prompt_arg = NULL, *n_arg = NULL, *temp = NULL, *top_k = NULL, *top_p = NULL,
                *rep = NULL, *seed = NULL, *max_ctx = NULL, *kv_fraction = NULL, *kv_blocks = NULL,
-               *no_graphs = NULL, *host_sampling = NULL, *profile = NULL;
-    run_opts o = {.sampling = krt_sampler_defaults()};
+               *no_graphs = NULL, *host_sampling = NULL, *profile = NULL, *ignore_eos = NULL;
+    run_opts o = {.gen = krt_gen_defaults()};
     kc_option opts[] = {
         {"--ids", 1, &ids_arg, NULL},
         {"--prompt", 1, &prompt_arg, NULL},
@@ -301,7 +201,8 @@ int kc_cmd_run(int argc, char **argv)
         {"--top-p", 1, &top_p, NULL},
         {"--repetition-penalty", 1, &rep, NULL},
         {"--seed", 1, &seed, NULL},
-        {"--stop", KC_REPEAT, o.stops, &o.n_stops},
+        {"--stop", KC_REPEAT, o.stops, &o.gen.n_stops},
+        {"--ignore-eos", 0, &ignore_eos, NULL},
         {"--max-context", 1, &max_ctx, NULL},
         {"--kv-fraction", 1, &kv_fraction, NULL},
         {"--kv-blocks", 1, &kv_blocks, NULL},
@@ -314,37 +215,39 @@ int kc_cmd_run(int argc, char **argv)
     int npos = 0;
     int rc = kc_parse_args(argc, argv, opts, pos, 1, &npos, run_help);
     if (rc) return rc < 0 ? 2 : 0;
-    if (npos != 1 || !!ids_arg == !!prompt_arg) {
-        fprintf(stderr, "kiln run: error: needs an engine and one of --prompt or --ids (see 'kiln run --help')\n");
+    if (npos != 1 || (ids_arg && prompt_arg)) {
+        fprintf(stderr, "kiln run: error: needs an engine and at most one of --prompt or --ids (see 'kiln run "
+                        "--help')\n");
         return 2;
     }
-    o.text = prompt_arg != NULL;
+    o.text = ids_arg == NULL;
+    o.gen.stops = o.stops;
+    o.gen.ignore_eos = ignore_eos != NULL;
     double v;
-    o.n_new = o.text ? 128 : 0;
+    o.gen.max_new = o.text ? 128 : 0;
     if (n_arg) {
         if (parse_number("-n", n_arg, 0, 1e7, &v)) return 2;
-        o.n_new = (long)v;
+        o.gen.max_new = (int)v;
     }
-    o.sampling.temperature = 0;
     if (temp) {
         if (parse_number("--temperature", temp, 0, 100, &v)) return 2;
-        o.sampling.temperature = (float)v;
+        o.gen.sampling.temperature = (float)v;
     }
     if (top_k) {
         if (parse_number("--top-k", top_k, 0, 1e9, &v)) return 2;
-        o.sampling.top_k = (int32_t)v;
+        o.gen.sampling.top_k = (int32_t)v;
     }
     if (top_p) {
         if (parse_number("--top-p", top_p, 0, 1, &v)) return 2;
-        o.sampling.top_p = (float)v;
+        o.gen.sampling.top_p = (float)v;
     }
     if (rep) {
         if (parse_number("--repetition-penalty", rep, 0.01, 100, &v)) return 2;
-        o.sampling.repetition_penalty = (float)v;
+        o.gen.sampling.repetition_penalty = (float)v;
     }
     if (seed) {
         if (parse_number("--seed", seed, 0, 1.8e19, &v)) return 2;
-        o.sampling.seed = (uint64_t)v;
+        o.gen.sampling.seed = (uint64_t)v;
     }
     o.profile = profile != NULL;
     krt_session_opts so = {.no_graphs = no_graphs != NULL, .host_sampling = host_sampling != NULL,
@@ -378,26 +281,11 @@ int kc_cmd_run(int argc, char **argv)
 
     ks_diag d = {0};
     krt_engine *e = krt_engine_open(pos[0], &d);
-    krt_tok *tok = e && o.text ? engine_tokenizer(e, &d) : NULL;
+    krt_tok *tok = e && o.text ? krt_engine_tokenizer(e, &d) : NULL;
     krt_session *s = e && !d.errors ? krt_session_new(e, &so, &d) : NULL;
     if (s) report_kv(s);
-    if (s && o.text) {
-        krt_tok_encode(tok, prompt_arg, strlen(prompt_arg), KRT_TOK_ADD_SPECIAL, &ids, &d);
-        int32_t bos = krt_tok_bos(tok);
-        if (!d.errors && ids.len == 0) {
-            if (bos >= 0) {
-                KS_GROW(ids.ids, 1, ids.cap, 1, "token ids");
-                ids.ids[ids.len++] = bos;
-            } else {
-                ks_error(&d, "kiln", "the prompt is empty and the model has no BOS token to start from");
-            }
-        }
-    }
-    int32_t eos = (int32_t)(e ? krt_engine_param_int(e, "eos_token_id", -1) : -1);
-    if (eos >= 0) {
-        o.sampling.stop_ids = &eos;
-        o.sampling.n_stop_ids = 1;
-    }
+    /* text: the prompt's ids, [BOS] without one */
+    if (s && o.text) krt_gen_prompt(tok, &e->desc, prompt_arg ? prompt_arg : "", &ids, &d);
     if (s && !d.errors && krt_session_seq_add(s, 0, &d) == 0) generate(s, tok, &ids, &o, &d);
     krt_tok_ids_free(&ids);
     krt_session_free(s);
@@ -427,7 +315,7 @@ int kc_cmd_tokenize(int argc, char **argv)
     }
     ks_diag d = {0};
     krt_engine *e = krt_engine_open(pos[0], &d);
-    krt_tok *tok = e ? engine_tokenizer(e, &d) : NULL;
+    krt_tok *tok = e ? krt_engine_tokenizer(e, &d) : NULL;
     krt_tok_ids ids = {0};
     if (tok && krt_tok_encode(tok, prompt, strlen(prompt), plain ? 0 : KRT_TOK_ADD_SPECIAL, &ids, &d) == 0) {
         for (size_t i = 0; i < ids.len; i++) printf("%s%d", i ? " " : "", ids.ids[i]);

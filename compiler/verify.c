@@ -86,9 +86,9 @@ static kir_val *match_nodes(const kir_graph *ref, const kir_graph *test)
 
 typedef struct side {
     const kir_graph *g;  /* the graph */
+    krt_desc desc;       /* its description (the interpreter's side) */
     krt_interp *it;      /* its interpreter, or NULL when ses runs it */
     krt_kv *kv;          /* the interpreter's cache */
-    krt_kv_layer *layers; /* cache layout */
     krt_session *ses;    /* an engine's session, through its backend; or NULL */
     float **values;      /* [n_nodes] copies of the values of this step (for matched nodes) */
     const uint8_t *want; /* [n_nodes] 1: keep this node's value */
@@ -108,14 +108,13 @@ static int side_open(side *s, const kir_graph *g, const void *const *w, int max_
 {
     memset(s, 0, sizeof *s);
     s->g = g;
-    int n_layers = 0;
-    s->layers = krt_kv_layers_of(g, &n_layers);
-    krt_kv_config cfg = {.n_layers = n_layers, .layers = s->layers, .block_size = 16,
+    if (krt_desc_init(&s->desc, g, "kiln verify", d) != 0) return -1;
+    krt_kv_config cfg = {.n_layers = s->desc.n_kv_layers, .layers = s->desc.kv_layers, .block_size = 16,
                          .n_blocks = max_seqs * ((max_ctx + 15) / 16), .max_seqs = max_seqs,
                          .max_context = max_ctx, .elem_size = sizeof(float)};
     s->kv = krt_kv_new(&cfg, &krt_kv_host_storage, d);
     if (!s->kv) return -1;
-    s->it = krt_interp_new(g, w, s->kv, d);
+    s->it = krt_interp_new(&s->desc, w, s->kv, d);
     if (!s->it) return -1;
     s->values = ks_xcalloc(g->n_nodes ? g->n_nodes : 1, sizeof *s->values);
     krt_interp_set_tap(s->it, keep_value, s);
@@ -165,7 +164,7 @@ static void side_close(side *s)
     krt_interp_free(s->it);
     krt_kv_free(s->kv);
     krt_session_free(s->ses);
-    free(s->layers);
+    krt_desc_free(&s->desc);
 }
 
 static double rel_error(const float *a, const float *b, size_t n, double *max_abs)
@@ -206,10 +205,21 @@ static int verify(const kir_graph *ref, const void *const *ref_weights, const ki
 {
     memset(r, 0, sizeof *r);
     r->first = KIR_NONE;
-    int64_t vocab = krt_output_row_elems(ref);
-    if (vocab != krt_output_row_elems(test)) {
+    /* both graphs described once: their outputs, token ids and contexts */
+    krt_desc dr, dt;
+    if (krt_desc_init(&dr, ref, "kiln verify", d) != 0) return -1;
+    if (krt_desc_init(&dt, test, "kiln verify", d) != 0) {
+        krt_desc_free(&dr);
+        return -1;
+    }
+    int64_t vocab = dr.vocab, n_ids = dr.n_token_ids < dt.n_token_ids ? dr.n_token_ids : dt.n_token_ids;
+    int model_ctx = dr.max_context;
+    krt_desc_free(&dr);
+    int64_t test_vocab = dt.vocab;
+    krt_desc_free(&dt);
+    if (vocab != test_vocab) {
         ks_error(d, "kiln verify", "the graphs' outputs differ: %lld and %lld per token", (long long)vocab,
-                 (long long)krt_output_row_elems(test));
+                 (long long)test_vocab);
         return -1;
     }
     kir_val *match = match_nodes(ref, test);
@@ -221,19 +231,12 @@ static int verify(const kir_graph *ref, const void *const *ref_weights, const ki
     /* the steps: two sequences' prompts mixed in one step, then decode steps of both */
     int n0 = o->prompt_tokens > 0 ? o->prompt_tokens : 16, n1 = n0 / 2 > 0 ? n0 / 2 : 1;
     int max_ctx = n0 + o->decode_steps + 1;
-    const kir_param *ctxp = kir_param_find(ref, "max_context");
-    if (ctxp && ctxp->kind == KIR_ATTR_INT && max_ctx > ctxp->i) {
-        ks_error(d, "kiln verify", "%d prompt tokens and %d decode steps exceed the model's context of %lld", n0,
-                 o->decode_steps, (long long)ctxp->i);
+    if (max_ctx > model_ctx) {
+        ks_error(d, "kiln verify", "%d prompt tokens and %d decode steps exceed the model's context of %d", n0,
+                 o->decode_steps, model_ctx);
         free(match), free(want_r), free(want_t), free(worst);
         return -1;
     }
-    /* token ids below the embedding's rows: take them from the "tokens" embed */
-    int64_t n_ids = vocab;
-    for (size_t v = 0; v < ref->n_nodes; v++)
-        if (ref->nodes[v].op == KIR_OP_EMBED &&
-            strcmp(kir_get_str(ref, ref->nodes[v].in[1], "name", ""), "tokens") == 0)
-            n_ids = ref->nodes[ref->nodes[v].in[0]].dims[0];
     side a = {0}, b = {0};
     int rc = side_open(&a, ref, ref_weights, 2, max_ctx, d);
     if (rc == 0) rc = engine ? side_open_engine(&b, engine, 2, max_ctx, d) : side_open(&b, test, test_weights, 2, max_ctx, d);

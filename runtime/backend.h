@@ -8,9 +8,9 @@
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H
 
-#include "runtime/interp/interp.h"
 #include "runtime/engine.h"
 #include "runtime/kv/kv_cache.h"
+#include "runtime/step.h"
 
 /* Settings a session passes to a device backend's open. */
 typedef struct krt_backend_opts {
@@ -45,10 +45,14 @@ typedef struct krt_backend {
     const char *name;                  /* "interp", "cpu", "cuda", ... */
     const krt_kv_storage *kv_storage;  /* where this backend's KV blocks live */
     size_t kv_elem_size;               /* bytes per K/V element */
-    /* Prepare to run e's graph with KV cache kv; returns the backend's state. */
+    /* Prepare to run e's graph (described by e->desc) with KV cache kv,
+     * laid out as e->desc.kv_layers; returns the backend's state. */
     void *(*create)(const krt_engine *e, krt_kv *kv, ks_diag *d);
     void (*destroy)(void *state);
-    /* Run one step (see runtime/interp/interp.h's execution model); out: [n_tokens, vocab] f32 on the host. */
+    /* Run one step (runtime/step.h), which the session checked: token ids
+     * below desc.n_token_ids, positions reserved, at most
+     * desc.plan.max_tokens tokens. out: [n_tokens, desc.vocab] f32 on the
+     * host. -1 after reporting when the device fails. */
     int (*step)(void *state, const krt_step *step, float *out, ks_diag *d);
     /* Optional, for backends whose KV blocks live on a device (NULL for the
      * others); when set they replace create. open prepares the device for e
@@ -68,7 +72,7 @@ typedef struct krt_backend {
     int (*step_draw)(void *state, const krt_step *step, float *out, int n_draw, const int32_t *rows, krt_draw *draws,
                      ks_diag *d);
     /* Optional: after each step, show every f32 value the step computed to
-     * tap (runtime/interp/interp.h's krt_tap_fn), in schedule order; NULL turns it off.
+     * tap (runtime/step.h's krt_tap_fn), in schedule order; NULL turns it off.
      * A backend whose fused kernels keep a group's inner values to
      * themselves does not show those. */
     void (*set_tap)(void *state, krt_tap_fn tap, void *ctx);

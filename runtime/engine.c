@@ -324,6 +324,11 @@ krt_engine *krt_engine_open(const char *path, ks_diag *d)
         return NULL;
     }
 
+    if (krt_desc_init(&e->desc, e->graph, path, d) != 0) {
+        krt_engine_close(e);
+        return NULL;
+    }
+
     const section *ws = find_section(secs, (int)nsec, "weights");
     const section *wi = find_section(secs, (int)nsec, "weights.idx");
     e->weight_bytes = ws->size;
@@ -375,6 +380,7 @@ krt_engine *krt_engine_open(const char *path, ks_diag *d)
 void krt_engine_close(krt_engine *e)
 {
     if (!e) return;
+    krt_desc_free(&e->desc);
     kir_graph_free(e->graph);
     free(e->weights);
     free(e->meta_json);

@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "ir/ir.h"
+#include "runtime/desc.h"
 #include "support/support.h"
 
 #define KRT_ENGINE_MAGIC "KILNENG"  /* 8 bytes with the NUL */
@@ -72,6 +73,7 @@ typedef struct krt_engine {
     uint64_t checksum;            /* as stored and verified */
     char *meta_json;              /* NUL-terminated copy of "meta" */
     kir_graph *graph;             /* parsed and verified graph (owned) */
+    krt_desc desc;                /* what the runtime needs to know of it, computed once at open */
     const void **weights;         /* [graph->n_nodes]: data of each WEIGHT node, else NULL */
     size_t n_weights;             /* WEIGHT nodes */
     uint64_t weight_bytes;        /* size of the "weights" section */
@@ -83,8 +85,8 @@ typedef struct krt_engine {
 } krt_engine;
 
 /* Open, check (magic, version, size, checksum, section bounds, graph parse and
- * verify, weight index) and map an engine. NULL after reporting
- * `path: error: ...`. */
+ * verify, weight index), map and describe (e->desc) an engine. NULL after
+ * reporting `path: error: ...`. */
 krt_engine *krt_engine_open(const char *path, ks_diag *d);
 void krt_engine_close(krt_engine *e);
 

@@ -13,9 +13,11 @@
  *     kiln_session *s = kiln_session_new(e, NULL, err, sizeof err);
  *
  *     // text in, text out (the engine holds its tokenizer)
- *     kiln_sampling smp = kiln_sampling_greedy();
- *     smp.temperature = 0.8f; smp.top_p = 0.95f; smp.seed = 42;
- *     kiln_generate(s, 0, "Once upon a time", 64, &smp, print_piece, NULL, err, sizeof err);
+ *     kiln_generate_opts go = kiln_generate_defaults();
+ *     go.max_new = 64; go.sampling.temperature = 0.8f; go.sampling.top_p = 0.95f; go.sampling.seed = 42;
+ *     const char *stop[] = {"The end."};
+ *     go.stop = stop; go.n_stop = 1;
+ *     kiln_generate(s, 0, "Once upon a time", &go, print_piece, NULL, err, sizeof err);
  *
  *     // or token ids in, logits out: any number of sequences per step
  *     kiln_seq_add(s, 1, err, sizeof err);
@@ -86,16 +88,34 @@ typedef struct kiln_sampling {
 
 kiln_sampling kiln_sampling_greedy(void);
 
+typedef struct kiln_generate_opts {
+    int max_new;              /* tokens to generate at most (the context's end may stop earlier) */
+    kiln_sampling sampling;   /* how the next tokens are drawn */
+    const char *const *stop;  /* [n_stop] stop strings, or NULL: generation ends where the text shows one, and
+                                 the text before it is the output */
+    int n_stop;               /* how many */
+    int ignore_eos;           /* 1: go on past the model's end-of-sequence tokens */
+} kiln_generate_opts;
+
+/* max_new 128, greedy, no stop strings, stop at end of sequence. */
+kiln_generate_opts kiln_generate_defaults(void);
+
 /* Called with each piece of decoded text as it is generated (whole UTF-8
- * characters only); return nonzero to stop. */
+ * characters only, special tokens left out); return nonzero to stop. */
 typedef int (*kiln_text_fn)(void *ctx, const char *text, size_t len);
 
-/* Tokenize prompt (BOS as the model expects), run it in sequence seq (added
- * if absent, which must be empty or absent), and generate up to max_new
- * tokens, stopping at the model's end-of-sequence token or the context's
- * end. Returns the number of tokens generated, or -1. */
-int kiln_generate(kiln_session *s, int seq, const char *prompt, int max_new, const kiln_sampling *smp,
-                  kiln_text_fn on_text, void *ctx, char *err, size_t err_len);
+/* Tokenize prompt (BOS and other special tokens as the model's tokenizer
+ * adds them; an empty prompt starts from BOS), run it in sequence seq
+ * (added if absent; a sequence that holds tokens already is continued), and
+ * generate (o NULL: the defaults), stopping at o->max_new tokens, at any of
+ * the model's end-of-sequence tokens (or their text), at a stop string, or
+ * at the context's end (its last position is used). A prompt longer than
+ * the engine's largest step is run in several steps. The next tokens are
+ * drawn where the logits are (on a GPU only their ids come back). Returns
+ * the number of tokens generated, or -1 (logits that are NaN or infinite
+ * are an error too). */
+int kiln_generate(kiln_session *s, int seq, const char *prompt, const kiln_generate_opts *o, kiln_text_fn on_text,
+                  void *ctx, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

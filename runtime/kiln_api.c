@@ -5,9 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/text/sampler.h"
-#include "runtime/session.h"
-#include "runtime/text/tokenizer.h"
+#include "runtime/generate.h"
 
 struct kiln_engine {
     krt_engine *engine; /* the mapped, checked engine */
@@ -50,13 +48,7 @@ kiln_engine *kiln_engine_open(const char *path, char *err, size_t err_len)
     api_diag_init(&a);
     kiln_engine *e = ks_xcalloc(1, sizeof *e);
     e->engine = krt_engine_open(path, &a.d);
-    if (e->engine && e->engine->tokenizer) {
-        e->tok = krt_tok_load_memory(&a.d, path, e->engine->tokenizer, e->engine->tokenizer_len,
-                                     (krt_tok_kind)e->engine->tokenizer_kind);
-        if (e->tok)
-            krt_tok_set_bos_eos(e->tok, (int32_t)krt_engine_param_int(e->engine, "bos_token_id", -1),
-                                (int32_t)krt_engine_param_int(e->engine, "eos_token_id", -1));
-    }
+    if (e->engine && e->engine->tokenizer) e->tok = krt_engine_tokenizer(e->engine, &a.d);
     if (api_diag_done(&a, err, err_len) != 0) {
         kiln_engine_close(e);
         return NULL;
@@ -135,79 +127,52 @@ kiln_sampling kiln_sampling_greedy(void)
     return k;
 }
 
-int kiln_generate(kiln_session *s, int seq, const char *prompt, int max_new, const kiln_sampling *smp,
-                  kiln_text_fn on_text, void *ctx, char *err, size_t err_len)
+kiln_generate_opts kiln_generate_defaults(void)
+{
+    kiln_generate_opts o = {.max_new = 128, .sampling = kiln_sampling_greedy()};
+    return o;
+}
+
+/* on_text through the API's callback type */
+typedef struct text_sink {
+    kiln_text_fn fn; /* the caller's */
+    void *ctx;       /* its context */
+} text_sink;
+
+static int text_to_caller(void *ctx, const char *text, size_t len)
+{
+    text_sink *t = ctx;
+    return t->fn ? t->fn(t->ctx, text, len) : 0;
+}
+
+int kiln_generate(kiln_session *s, int seq, const char *prompt, const kiln_generate_opts *o, kiln_text_fn on_text,
+                  void *ctx, char *err, size_t err_len)
 {
     api_diag a;
     api_diag_init(&a);
-    krt_tok *tok = s->e->tok;
+    kiln_generate_opts k = o ? *o : kiln_generate_defaults();
     krt_tok_ids ids = {0};
-    krt_sampler *sampler = NULL;
-    krt_tok_stream *stream = NULL;
-    float *logits = NULL;
-    int32_t *seqs = NULL;
-    int generated = 0;
-    if (!tok) {
+    int generated = -1;
+    if (!s->e->tok) {
         ks_error(&a.d, s->e->engine->path, "the engine holds no tokenizer");
-        goto done;
+    } else if (k.n_stop < 0 || (k.n_stop > 0 && !k.stop)) {
+        ks_error(&a.d, "kiln", "n_stop is %d but the stop strings are %s", k.n_stop, k.stop ? "given" : "NULL");
+    } else if (krt_gen_prompt(s->e->tok, &s->e->engine->desc, prompt ? prompt : "", &ids, &a.d) == 0 &&
+               (krt_session_seq_len(s->s, seq) >= 0 || krt_session_seq_add(s->s, seq, &a.d) == 0)) {
+        krt_gen_opts g = krt_gen_defaults();
+        g.max_new = k.max_new;
+        g.sampling.temperature = k.sampling.temperature;
+        g.sampling.top_k = k.sampling.top_k;
+        g.sampling.top_p = k.sampling.top_p;
+        g.sampling.repetition_penalty = k.sampling.repetition_penalty;
+        g.sampling.seed = k.sampling.seed;
+        g.stops = k.stop;
+        g.n_stops = k.n_stop;
+        g.ignore_eos = k.ignore_eos;
+        text_sink sink = {on_text, ctx};
+        krt_gen_callbacks cb = {.on_text = text_to_caller, .ctx = &sink};
+        generated = krt_generate(s->s, seq, s->e->tok, ids.ids, (int)ids.len, &g, &cb, NULL, &a.d);
     }
-    if (krt_tok_encode(tok, prompt, strlen(prompt), KRT_TOK_ADD_SPECIAL, &ids, &a.d) != 0) goto done;
-    if (ids.len == 0) {
-        if (krt_tok_bos(tok) < 0) {
-            ks_error(&a.d, "kiln", "the prompt is empty and the model has no BOS token to start from");
-            goto done;
-        }
-        KS_GROW(ids.ids, 1, ids.cap, 1, "token ids");
-        ids.ids[ids.len++] = krt_tok_bos(tok);
-    }
-    if (krt_session_seq_len(s->s, seq) < 0 && krt_session_seq_add(s->s, seq, &a.d) != 0) goto done;
-    int ctx_left = krt_session_max_context(s->s) - krt_session_seq_len(s->s, seq);
-    if ((int)ids.len > ctx_left) {
-        ks_error(&a.d, "kiln", "the prompt has %zu tokens, more than the %d the context has left", ids.len, ctx_left);
-        goto done;
-    }
-    if (max_new > ctx_left - (int)ids.len) max_new = ctx_left - (int)ids.len;
-    int64_t vocab = krt_session_vocab(s->s);
-    kiln_sampling k = smp ? *smp : kiln_sampling_greedy();
-    int32_t eos = (int32_t)krt_engine_param_int(s->e->engine, "eos_token_id", -1);
-    krt_sampler_config cfg = krt_sampler_defaults();
-    cfg.temperature = k.temperature;
-    cfg.top_k = k.top_k;
-    cfg.top_p = k.top_p;
-    cfg.repetition_penalty = k.repetition_penalty;
-    cfg.seed = k.seed;
-    if (eos >= 0) cfg.stop_ids = &eos, cfg.n_stop_ids = 1;
-    sampler = krt_sampler_new(&a.d, &cfg, (int32_t)vocab);
-    if (!sampler) goto done;
-    for (size_t i = 0; i < ids.len; i++) krt_sampler_accept(sampler, ids.ids[i]);
-    logits = ks_xmalloc(sizeof(float) * (size_t)vocab * ids.len);
-    seqs = ks_xmalloc(sizeof *seqs * ids.len);
-    for (size_t i = 0; i < ids.len; i++) seqs[i] = seq;
-    if (krt_session_step(s->s, (int)ids.len, ids.ids, seqs, logits, &a.d) != 0) goto done;
-    stream = krt_tok_stream_new(tok, KRT_TOK_SKIP_SPECIAL);
-    const float *last = logits + (ids.len - 1) * (size_t)vocab;
-    ks_buf piece = {0};
-    for (size_t i = 0; i < ids.len; i++) krt_tok_stream_push(stream, ids.ids[i], &piece); /* context for decoding */
-    while (generated < max_new) {
-        int32_t next = krt_sampler_sample(sampler, last);
-        if (next < 0 || krt_sampler_is_stop_id(sampler, next)) break;
-        generated++;
-        piece.len = 0;
-        krt_tok_stream_push(stream, next, &piece);
-        if (piece.len && on_text && on_text(ctx, piece.data, piece.len)) break;
-        if (generated == max_new) break;
-        if (krt_session_step(s->s, 1, &next, &seq, logits, &a.d) != 0) break;
-        last = logits;
-    }
-    piece.len = 0;
-    krt_tok_stream_flush(stream, &piece);
-    if (piece.len && on_text) on_text(ctx, piece.data, piece.len);
-    ks_buf_free(&piece);
-done:
-    krt_tok_stream_free(stream);
-    krt_sampler_free(sampler);
     krt_tok_ids_free(&ids);
-    free(logits);
-    free(seqs);
     return api_diag_done(&a, err, err_len) != 0 ? -1 : generated;
 }

@@ -6,14 +6,12 @@
 
 struct krt_session {
     const krt_engine *engine;   /* not owned */
+    const krt_desc *desc;       /* the engine's description: &engine->desc */
     const krt_backend *backend; /* the engine's backend */
     void *state;                /* the backend's state */
     krt_kv *kv;                 /* owned */
-    krt_kv_layer *layers;       /* KV layout (owned) */
     krt_kv_info kv_info;        /* how the cache was sized */
-    int64_t vocab;              /* output row elements */
-    int64_t n_token_ids;        /* token ids are < this (the embedding rows) */
-    int max_context;            /* positions per sequence */
+    int max_context;            /* positions per sequence: the engine's, or fewer as the options ask */
     int max_seqs;               /* sequence ids are below this */
     int draw_on_device;         /* 1: next tokens are drawn by the backend's step_draw */
     /* scratch of a step, grown as needed */
@@ -34,27 +32,6 @@ struct krt_session {
     int32_t *seq_order;         /* [max_seqs] the step's sequences, in order of first appearance */
     int32_t *seq_next;          /* [max_seqs] the position its next token of the step takes */
 };
-
-enum { MAX_STEP_TOKENS = 1 << 24 }; /* tokens in one step at most */
-
-int64_t krt_engine_param_int(const krt_engine *e, const char *name, int64_t dflt)
-{
-    const kir_param *p = kir_param_find(e->graph, name);
-    return p && p->kind == KIR_ATTR_INT ? p->i : dflt;
-}
-
-/* Token ids index the table of the EMBED that reads the "tokens" input. */
-static int64_t token_id_limit(const kir_graph *g)
-{
-    for (size_t v = 0; v < g->n_nodes; v++) {
-        const kir_node *n = &g->nodes[v];
-        if (n->op != KIR_OP_EMBED) continue;
-        const kir_node *ids = &g->nodes[n->in[1]];
-        if (ids->op == KIR_OP_INPUT && strcmp(kir_get_str(g, n->in[1], "name", ""), "tokens") == 0)
-            return g->nodes[n->in[0]].dims[0];
-    }
-    return INT32_MAX;
-}
 
 static int report(ks_diag *d, const char *fmt, ...) KS_PRINTF(2, 3);
 static int report(ks_diag *d, const char *fmt, ...)
@@ -155,20 +132,17 @@ static int size_kv(krt_session *s, const krt_session_opts *o, int bs, double blo
 
 krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_diag *d)
 {
-    int model_ctx = (int)krt_engine_param_int(e, "max_context", 2048);
-    if (check_opts(o, model_ctx, d) != 0) return NULL;
+    const krt_desc *desc = &e->desc;
+    if (check_opts(o, desc->max_context, d) != 0) return NULL;
     const krt_backend *be = krt_backend_for(e, d);
     if (!be) return NULL;
     krt_session *s = ks_xcalloc(1, sizeof *s);
     s->engine = e;
+    s->desc = desc;
     s->backend = be;
-    s->vocab = krt_output_row_elems(e->graph);
-    s->n_token_ids = token_id_limit(e->graph);
     s->max_seqs = o && o->max_seqs > 0 ? o->max_seqs : 16;
-    s->max_context = o && o->max_context > 0 ? o->max_context : model_ctx;
+    s->max_context = o && o->max_context > 0 ? o->max_context : desc->max_context;
     int bs = o && o->block_size > 0 ? o->block_size : 16;
-    int n_layers = 0;
-    s->layers = krt_kv_layers_of(e->graph, &n_layers);
     s->seq_count = ks_xcalloc((size_t)s->max_seqs, sizeof *s->seq_count);
     s->seq_old_len = ks_xcalloc((size_t)s->max_seqs, sizeof *s->seq_old_len);
     s->seq_status = ks_xcalloc((size_t)s->max_seqs, sizeof *s->seq_status);
@@ -190,13 +164,13 @@ krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_
         }
         storage.ctx = s->state;
     }
-    if (size_kv(s, o, bs, kv_block_bytes(s->layers, n_layers, bs, be->kv_elem_size), d) != 0) {
+    if (size_kv(s, o, bs, kv_block_bytes(desc->kv_layers, desc->n_kv_layers, bs, be->kv_elem_size), d) != 0) {
         krt_session_free(s);
         return NULL;
     }
     krt_kv_config cfg = {
-        .n_layers = n_layers,
-        .layers = s->layers,
+        .n_layers = desc->n_kv_layers,
+        .layers = desc->kv_layers,
         .block_size = bs,
         .n_blocks = s->kv_info.n_blocks,
         .max_seqs = s->max_seqs,
@@ -228,7 +202,6 @@ void krt_session_free(krt_session *s)
     /* the KV cache first: a device backend's state holds what frees its blocks */
     krt_kv_free(s->kv);
     if (s->state) s->backend->destroy(s->state);
-    free(s->layers);
     free(s->status);
     free(s->run_tok);
     free(s->run_seq);
@@ -246,7 +219,8 @@ void krt_session_free(krt_session *s)
     free(s);
 }
 
-int64_t krt_session_vocab(const krt_session *s) { return s->vocab; }
+const krt_desc *krt_session_desc(const krt_session *s) { return s->desc; }
+int64_t krt_session_vocab(const krt_session *s) { return s->desc->vocab; }
 int krt_session_max_context(const krt_session *s) { return s->max_context; }
 const krt_kv_info *krt_session_kv_info(const krt_session *s) { return &s->kv_info; }
 
@@ -335,6 +309,15 @@ static void grow_scratch(krt_session *s, size_t n)
     s->cap = cap;
 }
 
+/* 1 when no logit of the row is NaN or infinite: a draw from a row that
+ * has one is no draw (-1), as on a device that finds only NaN and -inf. */
+static int all_finite(const float *row, int64_t n)
+{
+    float acc = 0;
+    for (int64_t i = 0; i < n; i++) acc += row[i] * 0.0f; /* NaN when some row[i] is NaN or infinite */
+    return acc == 0.0f;
+}
+
 /* Can this step's draws go to the device? Not with a repetition penalty
  * (the device keeps no record of the ids seen), and a sampler only once
  * (its generator's draws are in order). */
@@ -359,11 +342,11 @@ static int plan_step(krt_session *s, const krt_step_req *r, krt_step_status *st,
     /* 1. the tokens: their sequences exist, their ids are in range */
     for (int i = 0; i < n; i++) {
         int seq = r->seq_ids[i];
-        int bad_id = r->tokens[i] < 0 || r->tokens[i] >= s->n_token_ids;
+        int bad_id = r->tokens[i] < 0 || r->tokens[i] >= s->desc->n_token_ids;
         st[i] = KRT_STEP_OK;
         if (strict && bad_id)
             return report(d, "token id %d is out of range (the vocabulary has %lld ids)", r->tokens[i],
-                          (long long)s->n_token_ids);
+                          (long long)s->desc->n_token_ids);
         if (!krt_kv_seq_exists(s->kv, seq)) {
             if (strict) return report(d, "sequence %d does not exist", seq);
             st[i] = KRT_STEP_NO_SEQUENCE;
@@ -425,7 +408,9 @@ int krt_session_run(krt_session *s, const krt_step_req *r, ks_diag *d)
 {
     int n = r->n;
     if (n <= 0) return report(d, "a step needs at least one token");
-    if (n > MAX_STEP_TOKENS) return report(d, "a step of %d tokens is more than kiln takes (%d)", n, MAX_STEP_TOKENS);
+    if (n > s->desc->plan.max_tokens)
+        return report(d, "a step of %d tokens is more than the %lld %s", n, (long long)s->desc->plan.max_tokens,
+                      s->desc->plan.planned ? "the engine's memory plan holds" : "kiln takes");
     grow_scratch(s, (size_t)n);
     krt_step_status *st = r->status ? r->status : s->status;
     if (r->next)
@@ -445,7 +430,7 @@ int krt_session_run(krt_session *s, const krt_step_req *r, ks_diag *d)
         if (r->logits && n_run == n) {
             dest = r->logits;
         } else if (r->logits || (n_draw > 0 && !device) || !be->step_draw) {
-            KS_GROW(s->logits, (size_t)n_run * (size_t)s->vocab, s->cap_logits, (size_t)1 << 40, "logits");
+            KS_GROW(s->logits, (size_t)n_run * (size_t)s->desc->vocab, s->cap_logits, (size_t)1 << 40, "logits");
             dest = s->logits;
         }
         for (int k = 0; device && k < n_draw; k++) {
@@ -461,8 +446,8 @@ int krt_session_run(krt_session *s, const krt_step_req *r, ks_diag *d)
         if (rc == 0 && r->logits && dest != r->logits)
             for (int i = 0; i < n; i++)
                 if (s->run_of[i] >= 0)
-                    memcpy(r->logits + (size_t)i * (size_t)s->vocab, dest + (size_t)s->run_of[i] * (size_t)s->vocab,
-                           sizeof(float) * (size_t)s->vocab);
+                    memcpy(r->logits + (size_t)i * (size_t)s->desc->vocab, dest + (size_t)s->run_of[i] * (size_t)s->desc->vocab,
+                           sizeof(float) * (size_t)s->desc->vocab);
         for (int k = 0; rc == 0 && k < n_draw; k++) {
             krt_sampler *smp = r->samplers[s->draw_tok[k]];
             int32_t id;
@@ -471,7 +456,8 @@ int krt_session_run(krt_session *s, const krt_step_req *r, ks_diag *d)
                 krt_sampler_set_rng(smp, s->draws[k].rng);
                 if (id >= 0) krt_sampler_accept(smp, id);
             } else {
-                id = krt_sampler_sample(smp, dest + (size_t)s->draw_rows[k] * (size_t)s->vocab);
+                const float *row = dest + (size_t)s->draw_rows[k] * (size_t)s->desc->vocab;
+                id = all_finite(row, s->desc->vocab) ? krt_sampler_sample(smp, row) : -1;
             }
             if (r->next) r->next[s->draw_tok[k]] = id;
         }

@@ -52,7 +52,8 @@ typedef struct krt_session krt_session;
 krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_diag *d);
 void krt_session_free(krt_session *s);
 
-int64_t krt_session_vocab(const krt_session *s);       /* elements per output row */
+const krt_desc *krt_session_desc(const krt_session *s); /* the engine's description */
+int64_t krt_session_vocab(const krt_session *s);       /* elements per output row: desc->vocab */
 int krt_session_max_context(const krt_session *s);
 int krt_session_seq_add(krt_session *s, int seq, ks_diag *d);
 int krt_session_seq_fork(krt_session *s, int src, int dst, ks_diag *d);
@@ -104,7 +105,8 @@ typedef struct krt_step_req {
     float *logits;                  /* [n, vocab] out, or NULL when only next tokens are wanted */
     krt_sampler *const *samplers;   /* [n] or NULL: draw a next token from token i's logits with samplers[i]
                                        (NULL entries: none); a sampler serves one token per step */
-    int32_t *next;                  /* [n] out with samplers: the ids drawn, -1 where none */
+    int32_t *next;                  /* [n] out with samplers: the ids drawn; -1 where none: the row has a NaN or
+                                       infinite logit (drawn on a device: only NaN and -inf) */
     krt_step_status *status;        /* [n] out, or NULL: all or nothing, as krt_session_step */
 } krt_step_req;
 
@@ -119,7 +121,7 @@ typedef struct krt_step_req {
 int krt_session_run(krt_session *s, const krt_step_req *r, ks_diag *d);
 
 /* Every f32 value the backend computes is shown to tap after each step
- * (runtime/interp/interp.h); NULL turns it off. -1 after reporting when the backend
+ * (runtime/step.h); NULL turns it off. -1 after reporting when the backend
  * cannot. */
 int krt_session_set_tap(krt_session *s, krt_tap_fn tap, void *ctx, ks_diag *d);
 
@@ -129,7 +131,5 @@ int krt_session_draws_on_device(const krt_session *s);
 /* Index of the largest logit (the first on ties, as torch.argmax). */
 int32_t krt_argmax(const float *logits, int64_t n);
 
-/* A model parameter stored in the engine's graph, or dflt. */
-int64_t krt_engine_param_int(const krt_engine *e, const char *name, int64_t dflt);
 
 #endif

@@ -13,7 +13,7 @@
  *         (mem_info).
  * attach: checks cuda.meta against the graph and the KV cache, whose blocks
  *         live in device memory (cuda_kv_storage below).
- * step:   checks the step on the host (as the interpreter does), uploads the
+ * step:   (checked by the session) uploads the
  *         step's ids, positions, KV slots and block tables in one copy, runs
  *         the kernels in order, copies the logits back — or draws the next
  *         tokens on the device (runtime/cuda/cuda_draw.h) and copies back only
@@ -22,12 +22,11 @@
  * Every copy and launch goes on one stream of the backend's, in order, so
  * nothing needs more synchronization than the wait at the end of a step.
  *
- * Memory: the engine's memory plan (passes/plan_memory.c, in the graph:
- * params `mem.arena_bytes` and `mem.max_tokens`, each value's `mem.offset`)
- * gives one arena of mem.arena_bytes, allocated once at open, valid for
- * every step of up to mem.max_tokens tokens; each computed value lives at
- * its offset (a smaller step uses a prefix of each value's bytes). A step of
- * more tokens is refused with the interpreter's message. Views share their
+ * Memory: the engine's memory plan (e->desc.plan: passes/plan_memory.c
+ * made it) gives one arena, allocated once at open, valid for every step of
+ * up to plan.max_tokens tokens (the session refuses larger ones); each
+ * computed value lives at its offset (a smaller step uses a prefix of each
+ * value's bytes). Views share their
  * operand's bytes (cuda.meta's aliases), and the plan must agree: an alias
  * whose plan offset is not its root's is a damaged engine. An engine built
  * without a plan (kiln build --passes none) gets every computed value its
@@ -102,9 +101,9 @@ typedef struct cu_state {
     krt_cu_fn *fns_large;     /* [meta.n_kernels] their variants for steps above large_above tokens, or NULL */
     krt_cu_fn draw_fn;        /* krt_draw (runtime/cuda/cuda_draw.h), or NULL: the engine predates it */
     const krt_engine *e;      /* the engine; not owned */
+    const krt_desc *desc;     /* its description: &e->desc */
     const kir_graph *g;       /* its graph */
-    const char *name;         /* what step errors are reported against: the model's name */
-    int64_t vocab;            /* elements per output row */
+    int64_t vocab;            /* elements per output row: desc->vocab */
     krt_kv *kv;               /* the KV cache (attach); not owned */
     int has_kv;               /* 1 when the graph reads or writes the KV cache */
     uint32_t *root;           /* [n_nodes] the value whose buffer holds each value */
@@ -114,9 +113,9 @@ typedef struct cu_state {
     krt_cu_ptr acts;          /* the activations: the planned arena, or one buffer per computed value */
     size_t *act_off;          /* [n_nodes] byte offset of each own buffer in acts; NO_BUFFER */
     size_t acts_bytes;        /* bytes allocated at acts */
-    int planned;              /* 1: the graph carries a memory plan, and acts is its arena */
-    int64_t plan_tokens;      /* planned: the most tokens a step may have (mem.max_tokens) */
-    size_t arena_bytes;       /* planned: the arena's size (mem.arena_bytes) */
+    int planned;              /* 1: the engine has a memory plan (desc->plan), and acts is its arena */
+    int64_t plan_tokens;      /* planned: the most tokens a step may have (desc->plan.max_tokens) */
+    size_t arena_bytes;       /* planned: the arena's size (desc->plan.arena_bytes) */
     int64_t t_cap;            /* tokens acts is sized for (0: not allocated) */
     krt_cu_ptr step_dev;      /* eager steps' int arrays on the device */
     size_t step_dev_cap;      /* bytes allocated there */
@@ -125,8 +124,8 @@ typedef struct cu_state {
     int32_t *slots;           /* [T] scratch: the KV row each token writes */
     size_t slots_cap;         /* entries allocated */
     int32_t *seq_off;         /* [max_seqs] scratch: a sequence's table offset in this step, -1 unseen */
-    int64_t *order;           /* scratch [2 * T]: (slot, token) pairs for the duplicate check */
-    size_t order_cap;         /* capacity of order, in pairs */
+    int64_t *order;           /* scratch [T]: the sequences of a step, in order of first appearance */
+    size_t order_cap;         /* capacity of order */
     int kv_failed;            /* a KV block copy failed; reported by the next step */
     /* CUDA graphs */
     krt_cu_graph_exec *graphs; /* [opts.graph_max_tokens + 1]: the step of T tokens, NULL until captured */
@@ -166,16 +165,6 @@ static int cu_error(const cu_state *s, ks_diag *d, krt_cu_result r, const char *
     krt_cuda_describe(&s->api, r, &msg);
     ks_error(d, "cuda", "%s", ks_buf_cstr(&msg));
     ks_buf_free(&msg);
-    return -1;
-}
-
-static int step_error(const cu_state *s, ks_diag *d, const char *fmt, ...) KS_PRINTF(3, 4);
-static int step_error(const cu_state *s, ks_diag *d, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ks_verror(d, s->name, fmt, ap);
-    va_end(ap);
     return -1;
 }
 
@@ -328,39 +317,30 @@ static int plan_error(cu_state *s, ks_diag *d, const char *fmt, ...)
 /* Every planned value starts on this many bytes (passes/plan_memory.h's
  * KP_MEM_ALIGN), more than the kernels' 16-byte vector loads need. */
 enum { PLAN_ALIGN = 64 };
-/* The most tokens a plan may be made for (kiln build --max-tokens). */
-#define PLAN_MAX_TOKENS ((int64_t)1 << 24)
 
-/* The memory plan, when the graph carries one (see the top): each own
- * buffer's offset in the arena, checked to lie inside it with room for the
- * value at mem.max_tokens tokens, and the aliases of cuda.meta checked to
- * sit where the plan puts their roots. */
+/* The memory plan, when the engine has one (desc->plan, whose values lie
+ * inside its arena): each own buffer's offset, and the aliases of cuda.meta
+ * checked to sit where the plan puts their roots. */
 static int read_plan(cu_state *s, ks_diag *d)
 {
     const kir_graph *g = s->g;
-    const kir_param *arena = kir_param_find(g, "mem.arena_bytes"), *tokens = kir_param_find(g, "mem.max_tokens");
-    if (!arena && !tokens) return 0; /* built without a plan: see reserve_acts */
-    if (!arena || !tokens || arena->kind != KIR_ATTR_INT || tokens->kind != KIR_ATTR_INT || arena->i < 0 ||
-        (uint64_t)arena->i > SIZE_MAX / 2 || tokens->i < 1 || tokens->i > PLAN_MAX_TOKENS)
-        return plan_error(s, d, "params mem.arena_bytes and mem.max_tokens are not an arena's size and a token count");
+    const krt_plan *plan = &s->desc->plan;
+    if (!plan->planned) return 0; /* built without a plan: see reserve_acts */
     s->planned = 1;
-    s->plan_tokens = tokens->i;
-    s->arena_bytes = (size_t)arena->i;
+    s->plan_tokens = plan->max_tokens;
+    s->arena_bytes = (size_t)plan->arena_bytes;
     for (size_t v = 0; v < g->n_nodes; v++) {
-        const kir_node *n = &g->nodes[v];
         if (s->home[v] != HOME_ACTS) continue;
-        int64_t off = kir_get_int(g, (kir_val)v, "mem.offset", -1);
-        double need = (double)kir_elems(n, s->plan_tokens) * (double)kir_dtype_size(n->dtype);
-        if (off < 0 || off % PLAN_ALIGN != 0 || (double)off + need > (double)s->arena_bytes)
-            return plan_error(s, d, "value %%%zu (%s, %.0f bytes at %lld tokens) is at byte %lld of an arena of %zu",
-                              v, kir_op_table[n->op].name, need, (long long)s->plan_tokens, (long long)off,
-                              s->arena_bytes);
+        int64_t off = plan->offset[v];
+        if (off < 0 || off % PLAN_ALIGN != 0)
+            return plan_error(s, d, "value %%%zu (%s) is at byte %lld of the arena, not a multiple of %d", v,
+                              kir_op_table[g->nodes[v].op].name, (long long)off, PLAN_ALIGN);
         s->act_off[v] = (size_t)off;
     }
     for (size_t v = 0; v < g->n_nodes; v++) {
         if (s->home[v] != HOME_ALIAS) continue;
         uint32_t r = s->root[v];
-        int64_t off = kir_get_int(g, (kir_val)v, "mem.offset", -1);
+        int64_t off = plan->offset[v];
         if (s->home[r] == HOME_ACTS && off != (int64_t)s->act_off[r])
             return plan_error(s, d, "cuda.meta has value %%%zu share the bytes of %%%u, which the plan puts at byte %zu, "
                               "but the plan puts %%%zu at byte %lld",
@@ -385,7 +365,7 @@ static int place_values(cu_state *s, ks_diag *d)
         if (nd->op == KIR_OP_WEIGHT)
             s->home[v] = HOME_WEIGHT;
         else if (nd->op == KIR_OP_INPUT)
-            s->home[v] = strcmp(kir_get_str(g, (kir_val)v, "name", ""), "tokens") == 0 ? HOME_TOKENS : HOME_POSITIONS;
+            s->home[v] = (kir_val)v == s->desc->tokens ? HOME_TOKENS : HOME_POSITIONS;
         else
             s->home[v] = HOME_ACTS;
     }
@@ -397,7 +377,7 @@ static int place_values(cu_state *s, ks_diag *d)
         s->home[v] = HOME_ALIAS;
     }
     if (s->meta.output >= n || s->home[s->meta.output] == HOME_WEIGHT ||
-        kir_row_elems(&g->nodes[s->meta.output]) != krt_output_row_elems(g))
+        kir_row_elems(&g->nodes[s->meta.output]) != s->desc->vocab)
         return meta_error(s, d, "output %u is not the graph's output", s->meta.output);
     return read_plan(s, d);
 }
@@ -664,9 +644,9 @@ static void *cuda_open(const krt_engine *e, const krt_backend_opts *o, ks_diag *
     }
     cu_state *s = ks_xcalloc(1, sizeof *s);
     s->e = e;
+    s->desc = &e->desc;
     s->g = e->graph;
-    s->name = s->g->name && s->g->name[0] ? s->g->name : "cuda";
-    s->vocab = krt_output_row_elems(s->g);
+    s->vocab = e->desc.vocab;
     if (o) s->opts = *o;
     if (s->opts.graph_max_tokens <= 0) s->opts.graphs = 0;
     if (s->opts.profile) s->opts.graphs = 0; /* every launch is timed on its own */
@@ -797,61 +777,11 @@ static int reserve_acts(cu_state *s, int64_t T, ks_diag *d)
     return 0;
 }
 
-static int compare_pairs(const void *a, const void *b)
+/* The KV row each token writes (the session reserved them). */
+static void fill_slots(cu_state *s, const krt_step *st, int32_t *slots)
 {
-    const int64_t *x = a, *y = b;
-    if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
-    return (x[1] > y[1]) - (x[1] < y[1]);
-}
-
-/* The interpreter's checks of a step (runtime/interp/interp.c), with its messages:
- * positions reserved, ids inside their tables, no KV row written twice.
- * Fills slots[T] on the way. */
-static int check_step(cu_state *s, const krt_step *st, int32_t *slots, ks_diag *d)
-{
-    const kir_graph *g = s->g;
-    for (int i = 0; i < st->n_tokens; i++) {
-        int seq = st->seq_ids[i], pos = st->positions[i];
-        slots[i] = 0;
-        if (pos < 0) return step_error(s, d, "token %d: negative position %d", i, pos);
-        if (!s->has_kv) continue;
-        if (!krt_kv_seq_exists(s->kv, seq)) return step_error(s, d, "token %d: unknown sequence %d", i, seq);
-        int len = krt_kv_seq_len(s->kv, seq);
-        if (pos >= len)
-            return step_error(s, d,
-                              "token %d: position %d of sequence %d is beyond what the KV cache has reserved "
-                              "(%d positions)",
-                              i, pos, seq, len);
-        slots[i] = (int32_t)krt_kv_slot(s->kv, seq, pos);
-    }
-    for (size_t v = 0; v < g->n_nodes; v++) {
-        const kir_node *n = &g->nodes[v];
-        if (n->op != KIR_OP_EMBED) continue;
-        int64_t rows = g->nodes[n->in[0]].dims[0];
-        int tokens = s->home[n->in[1]] == HOME_TOKENS;
-        const int32_t *ids = tokens ? st->tokens : st->positions;
-        for (int i = 0; i < st->n_tokens; i++) {
-            if (ids[i] >= 0 && ids[i] < rows) continue;
-            if (tokens)
-                return step_error(s, d, "token %d: id %d is out of range (the vocabulary has %lld ids)", i, ids[i],
-                                  (long long)rows);
-            return step_error(s, d, "token %d: position %d is out of range (the position table has %lld rows)", i,
-                              ids[i], (long long)rows);
-        }
-    }
-    if (!s->has_kv) return 0;
-    /* the same slot twice is the same (sequence, position) twice: sort (slot, token) pairs */
-    KS_GROW(s->order, 2 * (size_t)st->n_tokens, s->order_cap, (size_t)1 << 32, "tokens in a step");
-    for (int i = 0; i < st->n_tokens; i++) s->order[2 * i] = slots[i], s->order[2 * i + 1] = i;
-    qsort(s->order, (size_t)st->n_tokens, 2 * sizeof *s->order, compare_pairs);
-    for (int i = 1; i < st->n_tokens; i++) {
-        if (s->order[2 * i] != s->order[2 * (i - 1)]) continue;
-        int64_t a = s->order[2 * (i - 1) + 1], b = s->order[2 * i + 1];
-        int first = (int)(a < b ? a : b), second = (int)(a < b ? b : a);
-        return step_error(s, d, "tokens %d and %d both write position %d of sequence %d", first, second,
-                          st->positions[first], st->seq_ids[first]);
-    }
-    return 0;
+    for (int i = 0; i < st->n_tokens; i++)
+        slots[i] = s->has_kv ? (int32_t)krt_kv_slot(s->kv, st->seq_ids[i], st->positions[i]) : 0;
 }
 
 /* Device addresses of the step's arrays. */
@@ -884,7 +814,7 @@ static int upload_step(cu_state *s, const krt_step *st, int graph, step_ptrs *p,
 {
     size_t T = (size_t)st->n_tokens, stride = graph ? (size_t)s->opts.graph_max_tokens : T;
     /* the block tables of the step's sequences, each once, in order of first appearance;
-     * their ids go to order (free again after check_step) */
+     * their ids go to order */
     size_t n_tables = 0, n_seqs = 0;
     if (s->has_kv) {
         KS_GROW(s->order, T, s->order_cap, (size_t)1 << 32, "tokens in a step");
@@ -1214,9 +1144,7 @@ static int run_step(cu_state *s, const krt_step *st, float *out, int n_draw, con
     KS_ASSERT(st && st->n_tokens >= 0);
     if (st->n_tokens == 0) return 0;
     KS_ASSERT(st->tokens && st->positions && st->seq_ids);
-    if (s->planned && st->n_tokens > s->plan_tokens)
-        return step_error(s, d, "a step of %d tokens is more than the %lld the engine's memory plan holds",
-                          st->n_tokens, (long long)s->plan_tokens);
+    KS_ASSERT(st->n_tokens <= s->desc->plan.max_tokens); /* the session's check */
     if (s->kv_failed) {
         ks_error(d, "cuda", "a copy between KV-cache blocks failed earlier; the cache cannot be trusted");
         return -1;
@@ -1225,7 +1153,7 @@ static int run_step(cu_state *s, const krt_step *st, float *out, int n_draw, con
     if (r != 0) return cu_error(s, d, r, "cannot use the device's context");
     int64_t T = st->n_tokens;
     KS_GROW(s->slots, (size_t)T, s->slots_cap, (size_t)1 << 31, "tokens in a step");
-    if (check_step(s, st, s->slots, d) != 0) return -1;
+    fill_slots(s, st, s->slots);
     if (n_draw > 0 && !s->draw_fn) {
         ks_error(d, s->e->path, "the engine has no draw kernel (built before kiln drew tokens on the GPU): rebuild it");
         return -1;

@@ -36,10 +36,10 @@ int main(int argc, char **argv)
         kiln_engine_close(e);
         return 1;
     }
-    kiln_sampling smp = kiln_sampling_greedy();
-    int max_new = argc > 3 ? atoi(argv[3]) : 64;
+    kiln_generate_opts o = kiln_generate_defaults(); /* greedy */
+    o.max_new = argc > 3 ? atoi(argv[3]) : 64;
     fputs(argv[2], stdout);
-    int n = kiln_generate(s, 0, argv[2], max_new, &smp, print_piece, NULL, err, sizeof err);
+    int n = kiln_generate(s, 0, argv[2], &o, print_piece, NULL, err, sizeof err);
     putchar('\n');
     if (n < 0) fputs(err, stderr);
     kiln_session_free(s);

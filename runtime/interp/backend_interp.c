@@ -1,11 +1,12 @@
 /* backend_interp.c — the reference interpreter behind the backend table. */
 #include "runtime/backend.h"
+#include "runtime/interp/interp.h"
 
 #include <string.h>
 
 static void *interp_create(const krt_engine *e, krt_kv *kv, ks_diag *d)
 {
-    return krt_interp_new(e->graph, e->weights, kv, d);
+    return krt_interp_new(&e->desc, e->weights, kv, d);
 }
 
 static void interp_destroy(void *state) { krt_interp_free(state); }

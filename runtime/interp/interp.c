@@ -1,17 +1,20 @@
 /*
  * interp.c — the reference interpreter's driver (runtime/interp/interp.h): prepares a
- * verified graph (weights to float32, rotation frequencies, checks against
- * the KV cache), places each step's values in one arena, checks the step
- * and runs the kernels of runtime/interp/interp_kernels.c in schedule order.
+ * described graph (weights to float32, rotation frequencies, checks against
+ * the KV cache), places each step's values in one arena (the engine's
+ * memory plan when it has one) and runs the kernels of
+ * runtime/interp/interp_kernels.c in schedule order.
  *
  * KV_WRITE writes K/V rows as ATTENTION does; ATTENTION with write_kv=0
  * only reads them; `fuse` groups are ignored (node by node is the reference).
  *
- * Requires: a graph that kir_verify accepts (checked again here, cheaply:
- * the kernels index memory by the graph's shapes). Guarantees: a step that
- * fails its checks changes nothing (no KV rows are written). Does not: fuse,
- * alias views, or reuse buffers between values (the memory planner will;
- * plan_places below is the one function it replaces).
+ * Requires: a graph that kir_verify accepts and its description
+ * (runtime/desc.h); steps that the session checked (runtime/session.c):
+ * token ids below desc->n_token_ids, positions reserved in the KV cache and
+ * below desc->max_context, no KV row written twice, at most
+ * desc->plan.max_tokens tokens. A step that breaks these is a caller's bug,
+ * caught by KS_ASSERT. Does not: fuse (`fuse` groups run node by node: that
+ * is the reference), or alias views.
  */
 #include "runtime/interp/interp.h"
 
@@ -28,9 +31,9 @@
 enum { INTERP_MAX_THREADS = 8 };
 
 struct krt_interp {
-    const kir_graph *g;        /* the graph; not owned, outlives the interpreter */
+    const krt_desc *desc;      /* the graph's description; not owned, outlives the interpreter */
+    const kir_graph *g;        /* desc->graph */
     krt_kv *kv;                /* the paged KV cache; not owned; NULL when the graph has no attention */
-    const char *name;          /* what step errors are reported against: the model's name */
     int has_attention;         /* 1 when a step reads and writes the KV cache */
     int n_threads;             /* worker threads for large matmuls */
     const float **weights;     /* [n_nodes] f32 data of WEIGHT nodes (the caller's or owned) */
@@ -42,8 +45,6 @@ struct krt_interp {
     const float **src;         /* [n_nodes] per step: data of each float value */
     float **dst;               /* [n_nodes] per step: where each computed value goes */
     const int32_t **ints;      /* [n_nodes] per step: data of each i32 value */
-    int64_t *order;            /* scratch [3 * n_tokens]: (seq, pos, token) keys for the duplicate check */
-    size_t order_cap;          /* capacity of order, in keys */
     krt_tap_fn tap;            /* called after each computed value, or NULL */
     void *tap_ctx;             /* passed to tap */
 };
@@ -72,7 +73,6 @@ static int node_error(ks_diag *d, const kir_graph *g, kir_val v, const char *fmt
     return -1;
 }
 
-/* ---- the KV layout ------------------------------------------------------------------- */
 /* The K and V operands of a node that writes or reads the cache (ATTENTION,
  * KV_WRITE), or -1 for other nodes. */
 static int kv_operands(const kir_node *n, kir_val *k, kir_val *v)
@@ -87,36 +87,6 @@ static int kv_operands(const kir_node *n, kir_val *k, kir_val *v)
         *v = n->in[1];
         return 0;
     }
-    return -1;
-}
-
-krt_kv_layer *krt_kv_layers_of(const kir_graph *g, int *n_layers)
-{
-    int64_t n = 0;
-    kir_val k, val;
-    for (size_t v = 0; v < g->n_nodes; v++) {
-        if (kv_operands(&g->nodes[v], &k, &val) != 0) continue;
-        int64_t l = kir_get_int(g, (kir_val)v, "layer", 0);
-        if (l >= 0 && l < INT32_MAX && l + 1 > n) n = l + 1;
-    }
-    *n_layers = (int)n;
-    if (n == 0) return NULL;
-    /* A layer number no ATTENTION or KV_WRITE uses stays {0,0,0}: the cache stores nothing for it. */
-    krt_kv_layer *layers = ks_xcalloc((size_t)n, sizeof *layers);
-    for (size_t v = 0; v < g->n_nodes; v++) {
-        if (kv_operands(&g->nodes[v], &k, &val) != 0) continue;
-        int64_t l = kir_get_int(g, (kir_val)v, "layer", 0);
-        if (l < 0 || l >= n || layers[l].kv_heads != 0) continue; /* the first one decides */
-        const kir_node *kn = &g->nodes[k], *vn = &g->nodes[val];
-        layers[l] = (krt_kv_layer){(int)kn->dims[1], (int)kn->dims[2], (int)vn->dims[2]};
-    }
-    return layers;
-}
-
-int64_t krt_output_row_elems(const kir_graph *g)
-{
-    for (size_t v = 0; v < g->n_nodes; v++)
-        if (g->nodes[v].op == KIR_OP_OUTPUT) return kir_row_elems(&g->nodes[v]);
     return -1;
 }
 
@@ -225,12 +195,8 @@ static int prepare_node(krt_interp *it, kir_val v, const void *const *weights, k
     switch (n->op) {
     case KIR_OP_WEIGHT:
         return prepare_weight(it, v, weights ? weights[v] : NULL, d);
-    case KIR_OP_INPUT: {
-        const char *name = kir_get_str(g, v, "name", "");
-        if (strcmp(name, "tokens") != 0 && strcmp(name, "positions") != 0)
-            return node_error(d, g, v, "'%s' is neither tokens nor positions", name);
-        return 0;
-    }
+    case KIR_OP_INPUT:
+        return 0; /* tokens or positions: desc has them */
     case KIR_OP_ROPE:
         return prepare_rope(it, v, d);
     case KIR_OP_ATTENTION:
@@ -250,14 +216,14 @@ static int count_threads(void)
     return n > INTERP_MAX_THREADS ? INTERP_MAX_THREADS : (int)n;
 }
 
-krt_interp *krt_interp_new(const kir_graph *g, const void *const *weights, krt_kv *kv, ks_diag *d)
+krt_interp *krt_interp_new(const krt_desc *desc, const void *const *weights, krt_kv *kv, ks_diag *d)
 {
-    if (kir_verify(g, d, graph_name(g)) != 0) return NULL;
+    const kir_graph *g = desc->graph;
     size_t nn = g->n_nodes;
     krt_interp *it = ks_xcalloc(1, sizeof *it);
+    it->desc = desc;
     it->g = g;
     it->kv = kv;
-    it->name = graph_name(g);
     it->n_threads = count_threads();
     it->weights = ks_xcalloc(nn ? nn : 1, sizeof *it->weights);
     it->owned = ks_xcalloc(nn ? nn : 1, sizeof *it->owned);
@@ -291,7 +257,6 @@ void krt_interp_free(krt_interp *it)
     free(it->src);
     free(it->dst);
     free(it->ints);
-    free(it->order);
     free(it);
 }
 
@@ -301,49 +266,36 @@ void krt_interp_free(krt_interp *it)
  * (weights, the step's inputs, and the OUTPUT, which is written straight
  * into the caller's buffer).
  *
- * A graph planned by passes/plan_memory.c carries the plan: the byte offset
- * of every value in one arena (`mem.offset`) and the arena's size for the
- * engine's largest step (graph params `mem.arena_bytes`, `mem.max_tokens`).
- * The interpreter then runs out of exactly that arena, so a planning error
- * (two live values overlapping) shows up as wrong logits. An unplanned
- * graph gets every value its own place, 64-byte aligned. Returns the
- * arena's size in floats. */
-static size_t plan_places(const kir_graph *g, int64_t n_tokens, size_t *places)
+ * A planned engine (desc->plan) runs out of exactly its plan's arena, so a
+ * planning error (two live values overlapping) shows up as wrong logits. An
+ * unplanned graph gets every value its own place, 64-byte aligned. Returns
+ * the arena's size in floats. */
+static size_t plan_places(const krt_desc *desc, int64_t n_tokens, size_t *places)
 {
-    const kir_param *arena = kir_param_find(g, "mem.arena_bytes");
+    const kir_graph *g = desc->graph;
+    const krt_plan *plan = &desc->plan;
     size_t at = 0;
     for (size_t v = 0; v < g->n_nodes; v++) {
         kir_op op = g->nodes[v].op;
         if (op == KIR_OP_WEIGHT || op == KIR_OP_INPUT || op == KIR_OP_OUTPUT) {
             places[v] = KIR_NOWHERE;
-            continue;
+        } else if (plan->planned) {
+            KS_ASSERT(plan->offset[v] >= 0 && plan->offset[v] % (int64_t)sizeof(float) == 0);
+            places[v] = (size_t)plan->offset[v] / sizeof(float);
+        } else {
+            places[v] = at;
+            size_t ne = (size_t)kir_elems(&g->nodes[v], n_tokens);
+            at += (ne + 15) & ~(size_t)15;
         }
-        int64_t off = arena ? kir_get_int(g, (kir_val)v, "mem.offset", -1) : -1;
-        if (off >= 0) {
-            KS_ASSERT(off % (int64_t)sizeof(float) == 0);
-            places[v] = (size_t)off / sizeof(float);
-            continue;
-        }
-        places[v] = at;
-        size_t ne = (size_t)kir_elems(&g->nodes[v], n_tokens);
-        at += (ne + 15) & ~(size_t)15;
     }
-    if (arena && arena->kind == KIR_ATTR_INT && arena->i > 0) {
-        /* planned values lie below the arena's end; unplanned ones (none in a
-         * planned graph) follow it */
-        size_t base = (size_t)arena->i / sizeof(float);
-        for (size_t v = 0; v < g->n_nodes; v++)
-            if (places[v] != KIR_NOWHERE && kir_get_int(g, (kir_val)v, "mem.offset", -1) < 0) places[v] += base;
-        return base + at;
-    }
-    return at;
+    return plan->planned ? (size_t)(plan->arena_bytes / sizeof(float)) : at;
 }
 
 /* Point every value at its data for this step. */
 static void bind_values(krt_interp *it, const krt_step *step, float *out)
 {
     const kir_graph *g = it->g;
-    size_t need = plan_places(g, step->n_tokens, it->places);
+    size_t need = plan_places(it->desc, step->n_tokens, it->places);
     if (need > it->arena_cap) {
         free(it->arena);
         it->arena = ks_xmalloc(sizeof(float) * need);
@@ -357,8 +309,7 @@ static void bind_values(krt_interp *it, const krt_step *step, float *out)
         if (n->op == KIR_OP_WEIGHT) {
             it->src[v] = it->weights[v];
         } else if (n->op == KIR_OP_INPUT) {
-            int tokens = strcmp(kir_get_str(g, (kir_val)v, "name", ""), "tokens") == 0;
-            it->ints[v] = tokens ? step->tokens : step->positions;
+            it->ints[v] = (kir_val)v == it->desc->tokens ? step->tokens : step->positions;
         } else {
             it->dst[v] = n->op == KIR_OP_OUTPUT ? out : it->arena + it->places[v];
             it->src[v] = it->dst[v];
@@ -366,80 +317,18 @@ static void bind_values(krt_interp *it, const krt_step *step, float *out)
     }
 }
 
-/* ---- checks of a step --------------------------------------------------------------------- */
-static int step_error(krt_interp *it, ks_diag *d, const char *fmt, ...) KS_PRINTF(3, 4);
-static int step_error(krt_interp *it, ks_diag *d, const char *fmt, ...)
+/* ---- what the session promised ------------------------------------------------------------ */
+/* The step's tokens are inside their tables and their positions reserved
+ * (runtime/session.c checked them: a failure here is a caller's bug). */
+static void assert_step(const krt_interp *it, const krt_step *st)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    ks_verror(d, it->name, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static int compare_keys(const void *a, const void *b)
-{
-    const int64_t *x = a, *y = b;
-    if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
-    return (x[1] > y[1]) - (x[1] < y[1]);
-}
-
-/* Sequences and positions: each token's position is reserved in its
- * sequence, and no two tokens write the same row of the cache. */
-static int check_positions(krt_interp *it, const krt_step *st, ks_diag *d)
-{
+    const krt_desc *desc = it->desc;
+    KS_ASSERT(st->n_tokens <= desc->plan.max_tokens);
     for (int i = 0; i < st->n_tokens; i++) {
-        int seq = st->seq_ids[i], pos = st->positions[i];
-        if (pos < 0) return step_error(it, d, "token %d: negative position %d", i, pos);
-        if (!it->has_attention) continue;
-        if (!krt_kv_seq_exists(it->kv, seq)) return step_error(it, d, "token %d: unknown sequence %d", i, seq);
-        int len = krt_kv_seq_len(it->kv, seq);
-        if (pos >= len)
-            return step_error(it, d,
-                              "token %d: position %d of sequence %d is beyond what the KV cache has reserved "
-                              "(%d positions)",
-                              i, pos, seq, len);
+        KS_ASSERT(st->tokens[i] >= 0 && st->tokens[i] < desc->n_token_ids);
+        KS_ASSERT(st->positions[i] >= 0 && st->positions[i] < desc->max_context);
+        if (it->has_attention) KS_ASSERT(st->positions[i] < krt_kv_seq_len(it->kv, st->seq_ids[i]));
     }
-    if (!it->has_attention) return 0;
-    /* keys are (seq, pos, token index), sorted on (seq, pos) */
-    KS_GROW(it->order, 3 * (size_t)st->n_tokens, it->order_cap, (size_t)1 << 32, "tokens in a step");
-    for (int i = 0; i < st->n_tokens; i++) {
-        it->order[3 * i] = st->seq_ids[i];
-        it->order[3 * i + 1] = st->positions[i];
-        it->order[3 * i + 2] = i;
-    }
-    qsort(it->order, (size_t)st->n_tokens, 3 * sizeof *it->order, compare_keys);
-    for (int i = 1; i < st->n_tokens; i++) {
-        const int64_t *a = &it->order[3 * (i - 1)], *b = &it->order[3 * i];
-        if (a[0] == b[0] && a[1] == b[1]) {
-            int64_t first = a[2] < b[2] ? a[2] : b[2], second = a[2] < b[2] ? b[2] : a[2];
-            return step_error(it, d, "tokens %lld and %lld both write position %lld of sequence %lld",
-                              (long long)first, (long long)second, (long long)a[1], (long long)a[0]);
-        }
-    }
-    return 0;
-}
-
-/* Ids that index a table (token ids, learned positions) are inside it. */
-static int check_ids(krt_interp *it, const krt_step *st, ks_diag *d)
-{
-    const kir_graph *g = it->g;
-    for (size_t v = 0; v < g->n_nodes; v++) {
-        const kir_node *n = &g->nodes[v];
-        if (n->op != KIR_OP_EMBED) continue;
-        int64_t rows = g->nodes[n->in[0]].dims[0];
-        int tokens = strcmp(kir_get_str(g, n->in[1], "name", ""), "tokens") == 0;
-        const int32_t *ids = tokens ? st->tokens : st->positions;
-        for (int i = 0; i < st->n_tokens; i++) {
-            if (ids[i] >= 0 && ids[i] < rows) continue;
-            if (tokens)
-                return step_error(it, d, "token %d: id %d is out of range (the vocabulary has %lld ids)", i, ids[i],
-                                  (long long)rows);
-            return step_error(it, d, "token %d: position %d is out of range (the position table has %lld rows)", i,
-                              ids[i], (long long)rows);
-        }
-    }
-    return 0;
 }
 
 /* ---- a step ------------------------------------------------------------------------------ */
@@ -448,11 +337,7 @@ int krt_interp_step(krt_interp *it, const krt_step *step, float *out, ks_diag *d
     KS_ASSERT(step && step->n_tokens >= 0);
     if (step->n_tokens == 0) return 0;
     KS_ASSERT(step->tokens && step->positions && step->seq_ids && out);
-    const kir_param *max_tokens = kir_param_find(it->g, "mem.max_tokens");
-    if (max_tokens && max_tokens->kind == KIR_ATTR_INT && step->n_tokens > max_tokens->i)
-        return step_error(it, d, "a step of %d tokens is more than the %lld the engine's memory plan holds", step->n_tokens,
-                          (long long)max_tokens->i);
-    if (check_positions(it, step, d) != 0 || check_ids(it, step, d) != 0) return -1;
+    assert_step(it, step);
     bind_values(it, step, out);
     krt_interp_exec x = {
         .g = it->g,

@@ -12,11 +12,10 @@
 #include <string.h>
 
 struct krt_sampler {
-    krt_sampler_config cfg; /* settings (stop_ids points at stop_ids below) */
+    krt_sampler_config cfg; /* settings  */
     int32_t vocab;          /* logits per row */
     uint64_t rng;           /* xorshift64* state, never 0 */
     uint8_t *seen;          /* [vocab] 1 for ids accepted so far */
-    int32_t *stop_ids;      /* [cfg.n_stop_ids] owned copy */
     float *work;            /* [vocab] logits after penalty and temperature */
     int32_t *ids;           /* [vocab] candidate ids */
     double *probs;          /* [vocab] candidate probabilities */
@@ -107,9 +106,6 @@ krt_sampler *krt_sampler_new(ks_diag *d, const krt_sampler_config *cfg, int32_t 
     s->work = ks_xcalloc((size_t)vocab_size, sizeof *s->work);
     s->ids = ks_xcalloc((size_t)vocab_size, sizeof *s->ids);
     s->probs = ks_xcalloc((size_t)vocab_size, sizeof *s->probs);
-    s->stop_ids = ks_xcalloc(cfg->n_stop_ids + 1, sizeof *s->stop_ids);
-    if (cfg->n_stop_ids) memcpy(s->stop_ids, cfg->stop_ids, cfg->n_stop_ids * sizeof *s->stop_ids);
-    s->cfg.stop_ids = s->stop_ids;
     krt_sampler_reset(s, cfg->seed);
     return s;
 }
@@ -121,20 +117,12 @@ void krt_sampler_free(krt_sampler *s)
     free(s->work);
     free(s->ids);
     free(s->probs);
-    free(s->stop_ids);
     free(s);
 }
 
 void krt_sampler_accept(krt_sampler *s, int32_t id)
 {
     if (id >= 0 && id < s->vocab) s->seen[id] = 1;
-}
-
-int krt_sampler_is_stop_id(const krt_sampler *s, int32_t id)
-{
-    for (size_t i = 0; i < s->cfg.n_stop_ids; i++)
-        if (s->stop_ids[i] == id) return 1;
-    return 0;
 }
 
 /* ---- filtering ------------------------------------------------------------------- */

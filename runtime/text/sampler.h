@@ -1,6 +1,7 @@
 /*
- * sampler.h — choosing the next token from a row of logits, and knowing
- * when to stop.
+ * sampler.h — choosing the next token from a row of logits, and finding
+ * stop strings in generated text (which ids end a sequence is the engine's
+ * to say: runtime/desc.h).
  *
  * The order is Hugging Face generate()'s: repetition penalty over every id
  * seen so far (a logit > 0 is divided by the penalty, one < 0 multiplied),
@@ -40,11 +41,9 @@ typedef struct krt_sampler_config {
                                  each is below top_p; 1: all */
     float repetition_penalty; /* > 1 makes seen ids less likely; 1: off */
     uint64_t seed;            /* the generator's seed */
-    const int32_t *stop_ids;  /* [n_stop_ids] ids that end generation (EOS); copied */
-    size_t n_stop_ids;
 } krt_sampler_config;
 
-/* temperature 1, top_k 0, top_p 1, repetition_penalty 1, seed 0, no stop ids. */
+/* temperature 1, top_k 0, top_p 1, repetition_penalty 1, seed 0. */
 krt_sampler_config krt_sampler_defaults(void);
 
 typedef struct krt_sampler krt_sampler;
@@ -65,8 +64,6 @@ int32_t krt_sampler_sample(krt_sampler *s, const float *logits);
  * likely first; for tests and tools. Returns how many; ids/probs need
  * vocab_size entries. Greedy gives the one arg max with probability 1. */
 size_t krt_sampler_candidates(krt_sampler *s, const float *logits, int32_t *ids, double *probs);
-/* 1 when id is one of the config's stop ids. */
-int krt_sampler_is_stop_id(const krt_sampler *s, int32_t id);
 /* A uniform double in [0, 1) from the sampler's generator. */
 double krt_sampler_uniform(krt_sampler *s);
 /* The settings, and the generator's state, for a device that draws with

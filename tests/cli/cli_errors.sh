@@ -13,7 +13,7 @@ expect_fail bad-ids "kiln run: error: --ids: bad token id at character 3 of '1,x
   "$KILN_BIN" run "$work/ts.engine" --ids 1,x,3
 expect_fail id-range "kiln: error: token id 5000 is out of range (the vocabulary has 2048 ids)" -- \
   "$KILN_BIN" run "$work/ts.engine" --ids 1,5000
-expect_fail context "kiln: error: the prompt has 513 tokens, more than the context of 512" -- \
+expect_fail context "kiln: error: the prompt has 513 tokens, more than the 512 the context has left" -- \
   "$KILN_BIN" run "$work/ts.engine" --ids "$(seq -s, 1 513)"
 expect_fail no-output "kiln build: error: needs a model (or --default) and -o ENGINE" -- "$KILN_BIN" build "$ts"
 expect_fail not-model "$work/ts.engine: error: not a .kiln file or a checkpoint folder" -- \

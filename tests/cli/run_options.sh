@@ -9,7 +9,7 @@ e="$work/ts.engine"
 
 expect_fail over-limit "kiln: error: a context of 600 positions is over the engine's limit of 512" -- \
   "$KILN_BIN" run "$e" --ids 1,2,3 --max-context 600
-expect_fail prompt-over-context "kiln: error: the prompt has 9 tokens, more than the context of 8" -- \
+expect_fail prompt-over-context "kiln: error: the prompt has 9 tokens, more than the 8 the context has left" -- \
   "$KILN_BIN" run "$e" --ids "$(seq -s, 1 9)" --max-context 8
 expect_fail fraction-range "kiln run: error: --kv-fraction: '1.5' is not a number in (0, 1]" -- \
   "$KILN_BIN" run "$e" --ids 1 --kv-fraction 1.5

@@ -46,7 +46,7 @@ expect_same stop-string "Once upon a time, there was a little girl named " "$out
 long=$(printf 'Zoo %.0s' $(seq 600))
 expect_fail prompt-too-long "kiln: error: the prompt has" -- "$KILN_BIN" run "$work/s260.engine" --prompt "$long"
 "$KILN_BIN" build "$KILN_SHARED/models/gpt2-tiny" -o "$work/notok.engine" || { echo "FAIL build gpt2"; exit 1; }
-expect_fail no-tokenizer "$work/notok.engine: error: the engine holds no tokenizer; rebuild it with --tokenizer FILE, or use --ids" -- \
+expect_fail no-tokenizer "$work/notok.engine: error: the engine holds no tokenizer; rebuild it with --tokenizer FILE, or give token ids" -- \
   "$KILN_BIN" run "$work/notok.engine" --prompt "hi"
 expect_fail bad-temperature "kiln run: error: --temperature: 'hot' is not a number in [0, 100]" -- \
   "$KILN_BIN" run "$work/ts.engine" --prompt "hi" --temperature hot

@@ -444,8 +444,9 @@ static void open_session_planned(const char *archs_json, int with_cubin, void (*
     krt_engine_section extra[2] = {{"cuda.meta", fixed.data, fixed.len}, {"cuda.sm_90", "not a cubin", 11}};
     char *path = work_path("x.engine");
     CHECK(write_engine(path, g, "cuda", extra, with_cubin ? 2 : 1, &s->d) == 0);
+    /* a plan that does not fit is refused when the engine opens (its
+     * description), the rest when the session opens the backend */
     krt_engine *e = krt_engine_open(path, &s->d);
-    CHECK(e != NULL);
     krt_session *ses = e ? krt_session_new(e, NULL, &s->d) : NULL;
     CHECK(ses == NULL);
     krt_session_free(ses);

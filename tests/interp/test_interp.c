@@ -75,6 +75,8 @@ typedef struct tgraph {
     int n_owned;                     /* entries in owned */
     kir_val tokens, positions;       /* the inputs, KIR_NONE until used */
     int n_weights;                   /* weights made, for unique names */
+    krt_desc desc;                   /* the graph's description, once tg_interp made one */
+    int described;                   /* 1: desc holds one */
 } tgraph;
 
 static void tg_init(tgraph *t, const char *name)
@@ -82,12 +84,28 @@ static void tg_init(tgraph *t, const char *name)
     memset(t, 0, sizeof *t);
     t->g = kir_graph_new(name);
     t->tokens = t->positions = KIR_NONE;
+    kir_param_int(t->g, "max_context", 1 << 20); /* the positions the tests use (70000 for RoPE) */
 }
 
 static void tg_free(tgraph *t)
 {
     for (int i = 0; i < t->n_owned; i++) free(t->owned[i]);
+    if (t->described) krt_desc_free(&t->desc);
     kir_graph_free(t->g);
+}
+
+/* Describe the graph once it is built (runtime/desc.h); 0 or -1 after
+ * reporting. Later calls keep the description (interpreters point at it). */
+static int tg_describe(tgraph *t, ks_diag *d)
+{
+    if (!t->described) t->described = krt_desc_init(&t->desc, t->g, t->g->name, d) == 0;
+    return t->described ? 0 : -1;
+}
+
+/* An interpreter for the graph, over kv (may be NULL). */
+static krt_interp *tg_interp(tgraph *t, krt_kv *kv, ks_diag *d)
+{
+    return tg_describe(t, d) == 0 ? krt_interp_new(&t->desc, t->w, kv, d) : NULL;
 }
 
 /* Each node sits on its own line of "test.kiln": line = value + 1, so
@@ -220,7 +238,7 @@ static int run_plain(tgraph *t, int n, const int32_t *tokens, const int32_t *pos
         seq[i] = 0;
     }
     ks_diag d = {.log = log, .quiet = log != NULL};
-    krt_interp *it = krt_interp_new(t->g, t->w, NULL, &d);
+    krt_interp *it = tg_interp(t, NULL, &d);
     if (!it) return -2;
     krt_step st = {n, tok, pos, seq};
     int rc = krt_interp_step(it, &st, out, &d);
@@ -241,25 +259,22 @@ static void test_embed(void)
     CHECK(run_plain(&t, 4, tokens, NULL, out, NULL) == 0);
     for (int i = 0; i < 4; i++) CHECK(memcmp(out + 3 * i, table + 3 * tokens[i], 3 * sizeof(float)) == 0);
 
-    /* Ids outside the table are reported, naming the id and the vocabulary. */
-    ks_buf log = {0};
-    int32_t bad[3] = {1, 7, 0};
-    CHECK(run_plain(&t, 3, bad, NULL, out, &log) == -1);
-    CHECK_STR(ks_buf_cstr(&log), "embed: error: token 1: id 7 is out of range (the vocabulary has 5 ids)\n");
-    log.len = 0;
-    int32_t neg[1] = {-3};
-    CHECK(run_plain(&t, 1, neg, NULL, out, &log) == -1);
-    CHECK_STR(ks_buf_cstr(&log), "embed: error: token 0: id -3 is out of range (the vocabulary has 5 ids)\n");
-    ks_buf_free(&log);
+    /* Ids index the table: the description says so (the session checks steps against it). */
+    ks_diag d = {0};
+    CHECK(tg_describe(&t, &d) == 0 && t.desc.n_token_ids == 5 && t.desc.vocab == 3);
     tg_free(&t);
 
-    /* Learned positions index their own table (GPT-2's wpe). */
+    /* Learned positions index their own table (GPT-2's wpe): the context must fit it. */
     tg_init(&t, "wpe");
     tg_output(&t, tg_op2(&t, KIR_OP_EMBED, tg_weight2(&t, 4, 3, table), tg_positions(&t)));
-    int32_t pos[2] = {3, 4};
-    log = (ks_buf){0};
-    CHECK(run_plain(&t, 2, NULL, pos, out, &log) == -1);
-    CHECK_STR(ks_buf_cstr(&log), "wpe: error: token 1: position 4 is out of range (the position table has 4 rows)\n");
+    ks_buf log = {0};
+    d = (ks_diag){.log = &log, .quiet = 1};
+    CHECK(tg_describe(&t, &d) == -1);
+    CHECK_STR(ks_buf_cstr(&log), "wpe: error: a context of 1048576 positions is over the 4 rows of the position table\n");
+    kir_param_int(t.g, "max_context", 4);
+    int32_t pos[2] = {2, 3};
+    CHECK(run_plain(&t, 2, NULL, pos, out, NULL) == 0);
+    CHECK(memcmp(out, table + 6, 6 * sizeof(float)) == 0);
     ks_buf_free(&log);
     tg_free(&t);
 }
@@ -619,16 +634,17 @@ static void attention_case(const attn_case *ac)
     kir_val qv = tg_activation(&t, T, 3, dq, q), kv_ = tg_activation(&t, T, 3, dk, k), vv = tg_activation(&t, T, 3, dv, v);
     tg_output(&t, tg_attention(&t, qv, kv_, vv, 0, ac->scale, ac->window, ac->softcap));
 
-    int n_layers;
-    krt_kv_layer *layers = krt_kv_layers_of(t.g, &n_layers);
+    ks_diag d = {0};
+    CHECK(tg_describe(&t, &d) == 0);
+    int n_layers = t.desc.n_kv_layers;
+    const krt_kv_layer *layers = t.desc.kv_layers;
     CHECK(n_layers == 1 && layers[0].kv_heads == KH && layers[0].head_dim_k == D && layers[0].head_dim_v == DV);
     krt_kv_config cfg = {n_layers, layers, 2, 16, 2, 32, sizeof(float)};
-    ks_diag d = {0};
     krt_kv *kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
     const char *why;
     CHECK(krt_kv_seq_add(kv, 0, &why) == 0 && krt_kv_seq_add(kv, 1, &why) == 0);
     CHECK(krt_kv_seq_reserve(kv, 0, 6, &why) == 0 && krt_kv_seq_reserve(kv, 1, 3, &why) == 0);
-    krt_interp *it = krt_interp_new(t.g, t.w, kv, &d);
+    krt_interp *it = tg_interp(&t, kv, &d);
     float out[T * H * DV];
     krt_step st = {T, tok, pos, seq};
     CHECK(it && krt_interp_step(it, &st, out, &d) == 0);
@@ -671,7 +687,6 @@ static void attention_case(const attn_case *ac)
     }
     krt_interp_free(it);
     krt_kv_free(kv);
-    free(layers);
     free(q);
     free(k);
     free(v);
@@ -741,7 +756,6 @@ static void build_llama(tgraph *t)
 
 typedef struct lm_run {
     krt_kv *kv;         /* the cache */
-    krt_kv_layer *layers; /* its layout */
     krt_interp *it;     /* the interpreter */
     ks_diag d;          /* diagnostics (quiet, into log) */
     ks_buf log;         /* messages */
@@ -751,11 +765,10 @@ static void lm_open(lm_run *r, tgraph *t, int block_size, int n_blocks)
 {
     memset(r, 0, sizeof *r);
     r->d = (ks_diag){.log = &r->log, .quiet = 1};
-    int n_layers;
-    r->layers = krt_kv_layers_of(t->g, &n_layers);
-    krt_kv_config cfg = {n_layers, r->layers, block_size, n_blocks, 4, 64, sizeof(float)};
+    CHECK(tg_describe(t, &r->d) == 0);
+    krt_kv_config cfg = {t->desc.n_kv_layers, t->desc.kv_layers, block_size, n_blocks, 4, 64, sizeof(float)};
     r->kv = krt_kv_new(&cfg, &krt_kv_host_storage, &r->d);
-    r->it = r->kv ? krt_interp_new(t->g, t->w, r->kv, &r->d) : NULL;
+    r->it = r->kv ? tg_interp(t, r->kv, &r->d) : NULL;
     CHECK(r->it != NULL);
     if (!r->it) fprintf(stderr, "%s", ks_buf_cstr(&r->log));
 }
@@ -764,7 +777,6 @@ static void lm_close(lm_run *r)
 {
     krt_interp_free(r->it);
     krt_kv_free(r->kv);
-    free(r->layers);
     ks_buf_free(&r->log);
 }
 
@@ -876,63 +888,8 @@ static void test_kv_consistency(void)
 }
 
 /* ---- errors ------------------------------------------------------------------------------------ */
-static void test_step_errors(void)
-{
-    tgraph t;
-    build_llama(&t);
-    lm_run r;
-    lm_open(&r, &t, 4, 32);
-    float *out = ks_xmalloc(sizeof(float) * 8 * LM_VOCAB), *ref = ks_xmalloc(sizeof(float) * 3 * LM_VOCAB);
-    const char *why;
-    CHECK(krt_kv_seq_add(r.kv, 0, &why) == 0 && krt_kv_seq_reserve(r.kv, 0, 3, &why) == 0);
-    static const struct {
-        int n;               /* tokens */
-        int32_t tok[3];      /* ids */
-        int32_t pos[3];      /* positions */
-        int32_t seq[3];      /* sequences */
-        const char *want;    /* the message */
-    } cases[] = {
-        {2, {1, 2}, {0, 1}, {0, 3}, "llama: error: token 1: unknown sequence 3\n"},
-        {2, {1, 2}, {0, 1}, {0, -1}, "llama: error: token 1: unknown sequence -1\n"},
-        {1, {1}, {3}, {0}, "llama: error: token 0: position 3 of sequence 0 is beyond what the KV cache has reserved (3 positions)\n"},
-        {1, {1}, {-1}, {0}, "llama: error: token 0: negative position -1\n"},
-        {3, {1, 2, 3}, {1, 0, 1}, {0, 0, 0}, "llama: error: tokens 0 and 2 both write position 1 of sequence 0\n"},
-        {3, {1, 2, 50}, {0, 1, 2}, {0, 0, 0}, "llama: error: token 2: id 50 is out of range (the vocabulary has 50 ids)\n"},
-    };
-    /* The cache as it is before the failing steps. */
-    size_t layer_floats = 32 * 4 * LM_KV_HEADS * LM_HEAD_DIM;
-    float *before = ks_xmalloc(sizeof(float) * 4 * layer_floats);
-    for (int l = 0; l < LM_LAYERS; l++) {
-        memcpy(before + (2 * l) * layer_floats, krt_kv_k(r.kv, l), sizeof(float) * layer_floats);
-        memcpy(before + (2 * l + 1) * layer_floats, krt_kv_v(r.kv, l), sizeof(float) * layer_floats);
-    }
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        r.log.len = 0;
-        krt_step st = {cases[i].n, cases[i].tok, cases[i].pos, cases[i].seq};
-        CHECK(krt_interp_step(r.it, &st, out, &r.d) == -1);
-        CHECK_STR(ks_buf_cstr(&r.log), cases[i].want);
-    }
-    /* A failed step wrote nothing into the cache. */
-    for (int l = 0; l < LM_LAYERS; l++) {
-        CHECK(memcmp(before + (2 * l) * layer_floats, krt_kv_k(r.kv, l), sizeof(float) * layer_floats) == 0);
-        CHECK(memcmp(before + (2 * l + 1) * layer_floats, krt_kv_v(r.kv, l), sizeof(float) * layer_floats) == 0);
-    }
-    free(before);
-    /* And the interpreter goes on: the same tokens give the prefill's logits. */
-    static const int32_t tok[3] = {1, 2, 3}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
-    lm_prefill(&t, 3, tok, ref);
-    krt_step st = {3, tok, pos, seq};
-    CHECK(krt_interp_step(r.it, &st, out, &r.d) == 0);
-    check_same("after errors", out, ref, 3 * LM_VOCAB, 1e-5);
-    /* An empty step does nothing. */
-    krt_step empty = {0, NULL, NULL, NULL};
-    CHECK(krt_interp_step(r.it, &empty, NULL, &r.d) == 0);
-    lm_close(&r);
-    free(out);
-    free(ref);
-    tg_free(&t);
-}
-
+/* Steps are checked by the session (tests/session); the interpreter checks
+ * what it is given when it is created. */
 static void test_new_errors(void)
 {
     tgraph t;
@@ -941,7 +898,7 @@ static void test_new_errors(void)
     ks_diag d = {.log = &log, .quiet = 1};
 
     /* No KV cache for a graph with attention; the message is at the first attention node. */
-    CHECK(krt_interp_new(t.g, t.w, NULL, &d) == NULL);
+    CHECK(tg_interp(&t, NULL, &d) == NULL);
     kir_val first_attn = 0;
     while (t.g->nodes[first_attn].op != KIR_OP_ATTENTION) first_attn++;
     char want[256];
@@ -954,7 +911,7 @@ static void test_new_errors(void)
     krt_kv_config cfg = {2, wrong, 4, 8, 1, 32, sizeof(float)};
     krt_kv *kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
     log.len = 0;
-    CHECK(krt_interp_new(t.g, t.w, kv, &d) == NULL);
+    CHECK(tg_interp(&t, kv, &d) == NULL);
     kir_val second_attn = first_attn + 1;
     while (t.g->nodes[second_attn].op != KIR_OP_ATTENTION) second_attn++;
     snprintf(want, sizeof want,
@@ -967,7 +924,7 @@ static void test_new_errors(void)
     cfg.n_layers = 1;
     kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
     log.len = 0;
-    CHECK(krt_interp_new(t.g, t.w, kv, &d) == NULL);
+    CHECK(tg_interp(&t, kv, &d) == NULL);
     snprintf(want, sizeof want, "test.kiln:%u:3: error: attention: layer 1 is not in the KV cache (it has 1 layers)\n",
              (unsigned)second_attn + 1);
     CHECK_STR(ks_buf_cstr(&log), want);
@@ -978,7 +935,7 @@ static void test_new_errors(void)
     cfg.elem_size = 2;
     kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
     log.len = 0;
-    CHECK(krt_interp_new(t.g, t.w, kv, &d) == NULL);
+    CHECK(tg_interp(&t, kv, &d) == NULL);
     snprintf(want, sizeof want,
              "test.kiln:%u:3: error: attention: the KV cache holds 2-byte elements; the interpreter needs f32 (4 bytes)\n",
              (unsigned)first_attn + 1);
@@ -993,7 +950,7 @@ static void test_new_errors(void)
     cfg.elem_size = sizeof(float);
     kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
     log.len = 0;
-    CHECK(krt_interp_new(t.g, t.w, kv, &d) == NULL);
+    CHECK(tg_interp(&t, kv, &d) == NULL);
     snprintf(want, sizeof want, "test.kiln:%u:3: error: weight: 'w5' has no data\n", (unsigned)w5 + 1);
     CHECK_STR(ks_buf_cstr(&log), want);
     t.w[w5] = saved;
@@ -1020,41 +977,33 @@ static void test_new_errors(void)
         double saved_value = kir_get_float(t.g, at, values[i].key, 0.0);
         kir_set_float(t.g, at, values[i].key, values[i].value);
         log.len = 0;
-        CHECK(krt_interp_new(t.g, t.w, kv, &d) == NULL);
+        CHECK(tg_interp(&t, kv, &d) == NULL);
         snprintf(want, sizeof want, "test.kiln:%u:3: error: %s\n", (unsigned)at + 1, values[i].want);
         CHECK_STR(ks_buf_cstr(&log), want);
         kir_set_float(t.g, at, values[i].key, saved_value);
     }
-    krt_interp *ok = krt_interp_new(t.g, t.w, kv, &d); /* all restored */
+    krt_interp *ok = tg_interp(&t, kv, &d); /* all restored */
     CHECK(ok != NULL);
     krt_interp_free(ok);
     krt_kv_free(kv);
 
-    /* A graph the verifier rejects is not run. */
-    kir_graph *g = kir_graph_new("broken");
-    kir_input(g, "tokens", kir_loc_make(g, NULL, 0, 0));
-    log.len = 0;
-    CHECK(krt_interp_new(g, NULL, NULL, &d) == NULL);
-    CHECK_STR(ks_buf_cstr(&log), "broken: error: graph has no output\n");
-    kir_graph_free(g);
-
-    /* An input the interpreter does not know. */
+    /* An input the runtime does not know. */
     tgraph u;
     tg_init(&u, "inputs");
     float table[4] = {1, 2, 3, 4};
     kir_val other = kir_input(u.g, "segments", tg_loc(&u));
     tg_output(&u, tg_op2(&u, KIR_OP_EMBED, tg_weight2(&u, 2, 2, table), other));
     log.len = 0;
-    CHECK(krt_interp_new(u.g, u.w, NULL, &d) == NULL);
-    CHECK_STR(ks_buf_cstr(&log), "test.kiln:1:3: error: input: 'segments' is neither tokens nor positions\n");
+    CHECK(tg_interp(&u, NULL, &d) == NULL);
+    CHECK_STR(ks_buf_cstr(&log), "inputs: error: input 'segments' is neither tokens nor positions\n");
     tg_free(&u);
 
     ks_buf_free(&log);
     tg_free(&t);
 }
 
-/* krt_kv_layers_of: one entry per layer number; a number no attention uses
- * stores nothing. krt_output_row_elems: the output's row. */
+/* The description's KV layout: one entry per layer number; a number no
+ * attention uses stores nothing. Its vocabulary: the output's row. */
 static void test_layout_queries(void)
 {
     tgraph t;
@@ -1066,28 +1015,28 @@ static void test_layout_queries(void)
     kir_val a2 = tg_attention(&t, qv, kv_, kv_, 2, 0.5, 0, 0.0);
     tg_output(&t, tg_op2(&t, KIR_OP_ADD, tg_reshape(&t, a0, 2, d20), tg_reshape(&t, tg_op1(&t, KIR_OP_RELU, a0), 2, d20)));
     (void)a2;
-    int n;
-    krt_kv_layer *layers = krt_kv_layers_of(t.g, &n);
+    ks_diag d = {0};
+    CHECK(tg_describe(&t, &d) == 0);
+    int n = t.desc.n_kv_layers;
+    const krt_kv_layer *layers = t.desc.kv_layers;
     CHECK(n == 3);
     CHECK(layers[0].kv_heads == 2 && layers[0].head_dim_k == 6 && layers[0].head_dim_v == 5);
     CHECK(layers[1].kv_heads == 0 && layers[1].head_dim_k == 0 && layers[1].head_dim_v == 0);
     CHECK(layers[2].kv_heads == 2 && layers[2].head_dim_k == 6 && layers[2].head_dim_v == 6);
-    CHECK(krt_output_row_elems(t.g) == 20);
+    CHECK(t.desc.vocab == 20);
     /* The cache accepts the hole and the interpreter runs over it. */
     krt_kv_config cfg = {n, layers, 4, 4, 1, 8, sizeof(float)};
-    ks_diag d = {0};
     krt_kv *kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
     CHECK(kv && krt_kv_k(kv, 1) == NULL);
     const char *why;
     CHECK(krt_kv_seq_add(kv, 0, &why) == 0 && krt_kv_seq_reserve(kv, 0, 2, &why) == 0);
-    krt_interp *it = krt_interp_new(t.g, t.w, kv, &d);
+    krt_interp *it = tg_interp(&t, kv, &d);
     int32_t tok[2] = {0, 1}, pos[2] = {0, 1}, seq[2] = {0, 0};
     krt_step st = {2, tok, pos, seq};
     float out[40];
     CHECK(it && krt_interp_step(it, &st, out, &d) == 0);
     krt_interp_free(it);
     krt_kv_free(kv);
-    free(layers);
     free(q);
     free(k);
     free(v);
@@ -1097,8 +1046,7 @@ static void test_layout_queries(void)
     tg_init(&t, "plain");
     float table[4] = {1, 2, 3, 4};
     tg_output(&t, tg_op2(&t, KIR_OP_EMBED, tg_weight2(&t, 2, 2, table), tg_tokens(&t)));
-    CHECK(krt_kv_layers_of(t.g, &n) == NULL && n == 0);
-    CHECK(krt_output_row_elems(t.g) == 2);
+    CHECK(tg_describe(&t, &d) == 0 && t.desc.n_kv_layers == 0 && t.desc.kv_layers == NULL && t.desc.vocab == 2);
     tg_free(&t);
 }
 
@@ -1114,7 +1062,6 @@ int main(void)
     test_rope_halves_pairs();
     test_attention();
     test_kv_consistency();
-    test_step_errors();
     test_new_errors();
     test_layout_queries();
     if (failures) {

@@ -193,21 +193,22 @@ static int derive_weights(const weights *base, const kir_graph *g, weights *w)
 
 /* ---- running a graph ------------------------------------------------------------------------ */
 typedef struct runner {
-    krt_kv_layer *layers; /* the graph's KV layout */
+    krt_desc desc;        /* the graph's description */
+    int described;        /* 1: desc holds one */
     krt_kv *kv;           /* its cache */
     krt_interp *it;       /* its interpreter */
 } runner;
 
 static int runner_open(runner *r, const kir_graph *g, const weights *w, ks_diag *d)
 {
-    int n_layers = 0;
-    r->layers = krt_kv_layers_of(g, &n_layers);
-    krt_kv_config cfg = {n_layers, r->layers, 8, 16, 2, 64, sizeof(float)};
+    r->described = krt_desc_init(&r->desc, g, "test", d) == 0;
+    if (!r->described) return -1;
+    krt_kv_config cfg = {r->desc.n_kv_layers, r->desc.kv_layers, 8, 16, 2, 64, sizeof(float)};
     r->kv = krt_kv_new(&cfg, &krt_kv_host_storage, d);
     if (!r->kv) return -1;
     const char *why = NULL;
     if (krt_kv_seq_add(r->kv, 0, &why) || krt_kv_seq_add(r->kv, 1, &why)) return -1;
-    r->it = krt_interp_new(g, (const void *const *)w->data, r->kv, d);
+    r->it = krt_interp_new(&r->desc, (const void *const *)w->data, r->kv, d);
     return r->it ? 0 : -1;
 }
 
@@ -215,7 +216,7 @@ static void runner_close(runner *r)
 {
     krt_interp_free(r->it);
     krt_kv_free(r->kv);
-    free(r->layers);
+    if (r->described) krt_desc_free(&r->desc);
 }
 
 /* Run a step of n tokens on r; positions come from the sequences' lengths. */
@@ -292,7 +293,7 @@ static void test_model(const char *label, const kd_inputs *in, int max_period)
     CHECK(derived > 0, "%s: nothing was merged", label);
     runner ra = {0}, rb = {0};
     if (runner_open(&ra, m.model->graph, &base, &d) == 0 && runner_open(&rb, g, &fused_w, &d) == 0) {
-        int64_t vocab = krt_output_row_elems(g);
+        int64_t vocab = rb.desc.vocab;
         float *oa = malloc(sizeof(float) * 16 * (size_t)vocab), *ob = malloc(sizeof(float) * 16 * (size_t)vocab);
         /* a prefill of two sequences interleaved, then three decode steps of both */
         int32_t tok[16], seq[16];

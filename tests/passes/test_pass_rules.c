@@ -348,14 +348,15 @@ static int interp_run(const char *text, float *out, float *kc_rows, ks_buf *log)
     for (int i = 0; i < 16 * 8; i++) embed[i] = sinf((float)i * 0.7f);
     const void *w[16] = {0};
     w[1] = embed;
-    int n_layers = 0;
-    krt_kv_layer *layers = krt_kv_layers_of(g, &n_layers);
-    int rc = -1;
-    if (n_layers == 1 && layers[0].kv_heads == 2 && layers[0].head_dim_k == 4 && layers[0].head_dim_v == 4) {
-        krt_kv_config cfg = {n_layers, layers, 4, 4, 1, 16, sizeof(float)};
-        ks_diag d = {.log = log, .quiet = 1};
+    ks_diag d = {.log = log, .quiet = 1};
+    krt_desc desc;
+    int rc = -1, described = krt_desc_init(&desc, g, "kv_interp.ir", &d) == 0;
+    const krt_kv_layer *layers = described ? desc.kv_layers : NULL;
+    if (described && desc.n_kv_layers == 1 && layers[0].kv_heads == 2 && layers[0].head_dim_k == 4 &&
+        layers[0].head_dim_v == 4) {
+        krt_kv_config cfg = {desc.n_kv_layers, layers, 4, 4, 1, 16, sizeof(float)};
         krt_kv *kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
-        krt_interp *it = kv ? krt_interp_new(g, w, kv, &d) : NULL;
+        krt_interp *it = kv ? krt_interp_new(&desc, w, kv, &d) : NULL;
         const char *why = NULL;
         if (it && krt_kv_seq_add(kv, 0, &why) == 0 && krt_kv_seq_reserve(kv, 0, 3, &why) == 0) {
             int32_t tok[3] = {3, 9, 14}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
@@ -367,7 +368,7 @@ static int interp_run(const char *text, float *out, float *kc_rows, ks_buf *log)
         krt_interp_free(it);
         krt_kv_free(kv);
     }
-    free(layers);
+    if (described) krt_desc_free(&desc);
     kir_graph_free(g);
     return rc;
 }
@@ -416,7 +417,10 @@ static void test_interp_split(void)
     const void *w[16] = {0};
     w[1] = embed;
     log.len = 0;
-    CHECK(krt_interp_new(g, w, NULL, &d) == NULL);
+    krt_desc desc;
+    CHECK(krt_desc_init(&desc, g, "nokv.ir", &d) == 0);
+    CHECK(krt_interp_new(&desc, w, NULL, &d) == NULL);
+    krt_desc_free(&desc);
     CHECK_TEXT("no cache", ks_buf_cstr(&log),
                "interp: error: kv_write: the graph has a kv_write but no KV cache was given\n");
     kir_graph_free(g);

@@ -320,13 +320,15 @@ static void free_weights(const kir_graph *g, void **w)
  * rows of the 7 positions. Returns floats written to out, or -1. */
 static int64_t run(const kir_graph *g, void **w, float *out, float *cache, ks_buf *log)
 {
-    int n_layers = 0;
-    krt_kv_layer *layers = krt_kv_layers_of(g, &n_layers);
-    krt_kv_config cfg = {n_layers, layers, 4, 8, 2, 16, sizeof(float)};
     ks_diag d = {.log = log, .quiet = 1};
+    krt_desc desc;
+    if (krt_desc_init(&desc, g, "random", &d) != 0) return -1;
+    int n_layers = desc.n_kv_layers;
+    const krt_kv_layer *layers = desc.kv_layers;
+    krt_kv_config cfg = {n_layers, layers, 4, 8, 2, 16, sizeof(float)};
     krt_kv *kv = n_layers ? krt_kv_new(&cfg, &krt_kv_host_storage, &d) : NULL;
-    krt_interp *it = krt_interp_new(g, (const void *const *)w, kv, &d);
-    int64_t row = krt_output_row_elems(g), written = -1;
+    krt_interp *it = krt_interp_new(&desc, (const void *const *)w, kv, &d);
+    int64_t row = desc.vocab, written = -1;
     const char *why = NULL;
     if (it && (!kv || (krt_kv_seq_add(kv, 0, &why) == 0 && krt_kv_seq_add(kv, 1, &why) == 0 &&
                        krt_kv_seq_reserve(kv, 0, 4, &why) == 0 && krt_kv_seq_reserve(kv, 1, 3, &why) == 0))) {
@@ -349,7 +351,7 @@ static int64_t run(const kir_graph *g, void **w, float *out, float *cache, ks_bu
     }
     krt_interp_free(it);
     krt_kv_free(kv);
-    free(layers);
+    krt_desc_free(&desc);
     return written;
 }
 

@@ -158,6 +158,19 @@ static void test_context_and_ids(void)
     CHECK(krt_session_step(s, 1, &one, &three, out, &k.d) == -1);
     CHECK_STR(sink_text(&k), "kiln: error: sequence 3 does not exist\n");
     sink_clear(&k);
+    /* more tokens than the engine's memory plan holds (kiln run prefills such prompts in steps) */
+    if (engine->desc.plan.planned) {
+        int big = (int)engine->desc.plan.max_tokens + 1;
+        int32_t *many = ks_xcalloc((size_t)big, sizeof *many), *mseq = ks_xcalloc((size_t)big, sizeof *mseq);
+        CHECK(krt_session_step(s, big, many, mseq, NULL, &k.d) == -1);
+        want.len = 0;
+        ks_buf_printf(&want, "kiln: error: a step of %d tokens is more than the %d the engine's memory plan holds\n",
+                      big, big - 1);
+        CHECK_STR(sink_text(&k), ks_buf_cstr(&want));
+        sink_clear(&k);
+        free(many);
+        free(mseq);
+    }
     CHECK(krt_session_seq_len(s, 0) == 8 && krt_session_seq_len(s, 1) == 2 && krt_session_seq_len(s, 2) == 0);
 
     /* with statuses: each sequence with its own outcome; sequence 1 runs */
@@ -172,7 +185,7 @@ static void test_context_and_ids(void)
     krt_session_free(s);
 
     /* options the engine cannot have */
-    int limit = (int)krt_engine_param_int(engine, "max_context", 2048);
+    int limit = engine->desc.max_context;
     krt_session_opts too_long = {.max_context = limit + 1};
     CHECK(krt_session_new(engine, &too_long, &k.d) == NULL);
     want.len = 0;

@@ -1,0 +1,208 @@
+/*
+ * desc.c — the engine description (runtime/desc.h), computed in one pass
+ * over a verified graph.
+ *
+ * Requires: a graph kir_verify accepts (one OUTPUT, unique input names and
+ * layer numbers, operands of the right types). Guarantees, when it returns
+ * 0: the output has one row per token; a token id below n_token_ids and a
+ * position below max_context index every table they index (learned
+ * positions included); a planned value's bytes at plan.max_tokens tokens
+ * lie inside the arena.
+ */
+#include "runtime/desc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int desc_error(ks_diag *d, const char *what, const char *fmt, ...) KS_PRINTF(3, 4);
+static int desc_error(ks_diag *d, const char *what, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ks_buf msg = {0};
+    ks_buf_vprintf(&msg, fmt, ap);
+    va_end(ap);
+    ks_error(d, what, "%s", ks_buf_cstr(&msg));
+    ks_buf_free(&msg);
+    return -1;
+}
+
+/* An int param, or dflt when the graph has none. */
+static int64_t param_int(const kir_graph *g, const char *name, int64_t dflt)
+{
+    const kir_param *p = kir_param_find(g, name);
+    return p && p->kind == KIR_ATTR_INT ? p->i : dflt;
+}
+
+/* The K and V operands of a node that writes or reads the cache (ATTENTION,
+ * KV_WRITE); 0 for other nodes. */
+static int kv_operands(const kir_node *n, kir_val *k, kir_val *v)
+{
+    if (n->op == KIR_OP_ATTENTION) {
+        *k = n->in[1];
+        *v = n->in[2];
+        return 1;
+    }
+    if (n->op == KIR_OP_KV_WRITE) {
+        *k = n->in[0];
+        *v = n->in[1];
+        return 1;
+    }
+    return 0;
+}
+
+static void describe_kv(krt_desc *desc)
+{
+    const kir_graph *g = desc->graph;
+    int64_t n = 0;
+    kir_val k, val;
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        if (!kv_operands(&g->nodes[v], &k, &val)) continue;
+        int64_t l = kir_get_int(g, (kir_val)v, "layer", 0);
+        if (l >= 0 && l < INT32_MAX && l + 1 > n) n = l + 1;
+    }
+    desc->n_kv_layers = (int)n;
+    if (n == 0) return;
+    /* a layer number no attention or kv_write uses stays {0,0,0}: the cache stores nothing for it */
+    desc->kv_layers = ks_xcalloc((size_t)n, sizeof *desc->kv_layers);
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        if (!kv_operands(&g->nodes[v], &k, &val)) continue;
+        int64_t l = kir_get_int(g, (kir_val)v, "layer", 0);
+        if (l < 0 || l >= n || desc->kv_layers[l].kv_heads != 0) continue; /* the first one decides */
+        const kir_node *kn = &g->nodes[k], *vn = &g->nodes[val];
+        desc->kv_layers[l] = (krt_kv_layer){(int)kn->dims[1], (int)kn->dims[2], (int)vn->dims[2]};
+    }
+}
+
+/* The inputs, the output, and the tables ids index. */
+static int describe_io(krt_desc *desc, const char *what, ks_diag *d)
+{
+    const kir_graph *g = desc->graph;
+    desc->tokens = desc->positions = desc->output = KIR_NONE;
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        const kir_node *n = &g->nodes[v];
+        if (n->op == KIR_OP_INPUT) {
+            const char *role = kir_get_str(g, (kir_val)v, "name", "");
+            if (strcmp(role, "tokens") == 0)
+                desc->tokens = (kir_val)v;
+            else if (strcmp(role, "positions") == 0)
+                desc->positions = (kir_val)v;
+            else
+                return desc_error(d, what, "input '%s' is neither tokens nor positions", role);
+        } else if (n->op == KIR_OP_OUTPUT) {
+            desc->output = (kir_val)v;
+        }
+    }
+    KS_ASSERT(desc->output != KIR_NONE); /* kir_verify: exactly one */
+    desc->vocab = kir_row_elems(&g->nodes[desc->output]);
+    desc->n_token_ids = INT32_MAX;
+    int64_t position_rows = INT64_MAX;
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        const kir_node *n = &g->nodes[v];
+        if (n->op != KIR_OP_EMBED) continue;
+        int64_t rows = g->nodes[n->in[0]].dims[0];
+        if (n->in[1] == desc->tokens && rows < desc->n_token_ids) desc->n_token_ids = rows;
+        if (n->in[1] == desc->positions && rows < position_rows) position_rows = rows;
+    }
+    if (desc->max_context > position_rows)
+        return desc_error(d, what, "a context of %d positions is over the %lld rows of the position table",
+                          desc->max_context, (long long)position_rows);
+    return 0;
+}
+
+static void describe_tokens(krt_desc *desc)
+{
+    const kir_graph *g = desc->graph;
+    int64_t bos = param_int(g, "bos_token_id", -1);
+    desc->bos = bos >= 0 && bos < desc->n_token_ids ? (int32_t)bos : -1;
+    const kir_param *eos = kir_param_find(g, "eos_token_id");
+    if (eos && eos->kind == KIR_ATTR_INT && eos->i >= 0 && eos->i < desc->vocab) desc->eos[desc->n_eos++] = (int32_t)eos->i;
+}
+
+static void describe_weights(krt_desc *desc)
+{
+    const kir_graph *g = desc->graph;
+    int seen = 0;
+    desc->weight_dtype = KIR_F32;
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        const kir_node *n = &g->nodes[v];
+        if (n->op != KIR_OP_WEIGHT) continue;
+        if (seen && n->dtype != desc->weight_dtype) desc->mixed_weights = 1;
+        if (!seen) desc->weight_dtype = n->dtype;
+        seen = 1;
+    }
+}
+
+/* Values that live outside the arena: weights, the step's inputs, and the
+ * output, which backends write where the caller wants it. */
+static int has_place(const kir_node *n)
+{
+    return n->op != KIR_OP_WEIGHT && n->op != KIR_OP_INPUT && n->op != KIR_OP_OUTPUT;
+}
+
+static int describe_plan(krt_desc *desc, const char *what, ks_diag *d)
+{
+    const kir_graph *g = desc->graph;
+    krt_plan *p = &desc->plan;
+    const kir_param *arena = kir_param_find(g, "mem.arena_bytes"), *tokens = kir_param_find(g, "mem.max_tokens");
+    p->max_tokens = KRT_MAX_STEP_TOKENS;
+    if (!arena && !tokens) return 0;
+    if (!arena || !tokens || arena->kind != KIR_ATTR_INT || tokens->kind != KIR_ATTR_INT || arena->i < 0 ||
+        (uint64_t)arena->i > SIZE_MAX / 2 || tokens->i < 1 || tokens->i > KRT_MAX_STEP_TOKENS)
+        return desc_error(d, what, "damaged: the memory plan does not fit the graph: params mem.arena_bytes and "
+                                   "mem.max_tokens are not an arena's size and a token count");
+    p->planned = 1;
+    p->max_tokens = tokens->i;
+    p->arena_bytes = (uint64_t)arena->i;
+    p->offset = ks_xmalloc((g->n_nodes ? g->n_nodes : 1) * sizeof *p->offset);
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        const kir_node *n = &g->nodes[v];
+        int64_t off = kir_get_int(g, (kir_val)v, "mem.offset", -1);
+        p->offset[v] = off;
+        if (off < 0 && !has_place(n)) continue; /* the output may share its operand's place: then it has one */
+        double need = (double)kir_elems(n, p->max_tokens) * (double)kir_dtype_size(n->dtype);
+        if (off < 0 || (double)off + need > (double)p->arena_bytes)
+            return desc_error(d, what, "damaged: the memory plan does not fit the graph: value %%%zu (%s, %.0f bytes "
+                                       "at %lld tokens) is at byte %lld of an arena of %llu",
+                              v, kir_op_table[n->op].name, need, (long long)p->max_tokens, (long long)off,
+                              (unsigned long long)p->arena_bytes);
+    }
+    return 0;
+}
+
+int krt_desc_init(krt_desc *desc, const kir_graph *g, const char *what, ks_diag *d)
+{
+    memset(desc, 0, sizeof *desc);
+    desc->graph = g;
+    desc->name = g->name && g->name[0] ? g->name : "model";
+    int64_t ctx = param_int(g, "max_context", KRT_DEFAULT_CONTEXT);
+    if (ctx < 1 || ctx > KRT_MAX_CONTEXT) {
+        desc_error(d, what, "param max_context %lld is not a context length (1 to %d)", (long long)ctx, KRT_MAX_CONTEXT);
+        return -1;
+    }
+    desc->max_context = (int)ctx;
+    int rc = describe_io(desc, what, d);
+    if (rc == 0) {
+        describe_tokens(desc);
+        describe_weights(desc);
+        describe_kv(desc);
+        rc = describe_plan(desc, what, d);
+    }
+    if (rc != 0) krt_desc_free(desc);
+    return rc;
+}
+
+void krt_desc_free(krt_desc *desc)
+{
+    free(desc->kv_layers);
+    free(desc->plan.offset);
+    desc->kv_layers = NULL;
+    desc->plan.offset = NULL;
+}
+
+int krt_desc_is_eos(const krt_desc *desc, int32_t id)
+{
+    for (int i = 0; i < desc->n_eos; i++)
+        if (desc->eos[i] == id) return 1;
+    return 0;
+}
