@@ -127,7 +127,7 @@ int kd_check_f16_range(const kd_model *m, const kir_graph *g, ks_diag *d)
         const kir_node *node = &g->nodes[v];
         if (node->op != KIR_OP_WEIGHT || node->dtype != KIR_F16) continue;
         if (!kp_weight_is_derived(g, (kir_val)v)) {
-            add_tensor(tensor_of(m, kir_get_str(g, (kir_val)v, "name", "")), &list, &n, &cap);
+            add_tensor(tensor_of(m, kir_attr_str(g, (kir_val)v, KIR_A_WEIGHT_NAME)), &list, &n, &cap);
             continue;
         }
         ks_arena scratch = {0};

@@ -241,7 +241,7 @@ const kf_weight_binding *kd_binding(const kd_model *m, const char *name)
 {
     const kir_graph *g = m->model->graph;
     for (size_t i = 0; i < m->model->n_weights; i++)
-        if (strcmp(kir_get_str(g, m->model->weights[i].node, "name", ""), name) == 0) return &m->model->weights[i];
+        if (strcmp(kir_attr_str(g, m->model->weights[i].node, KIR_A_WEIGHT_NAME), name) == 0) return &m->model->weights[i];
     return NULL;
 }
 
@@ -346,7 +346,7 @@ static int read_named(const kd_model *m, const char *name, kir_dtype t, void *ou
 int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, void *out, ks_diag *d)
 {
     const kir_node *n = kir_node_at(g, node);
-    const char *name = kir_get_str(g, node, "name", "");
+    const char *name = kir_attr_str(g, node, KIR_A_WEIGHT_NAME);
     size_t es = kir_dtype_size(n->dtype);
     if (!kp_weight_is_derived(g, node)) return read_named(m, name, n->dtype, out, (size_t)kir_elems(n, 1), d);
     ks_arena scratch = {0};

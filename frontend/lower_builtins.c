@@ -6,8 +6,11 @@
  *
  * Positional arguments are tensors (or none, where the signature allows),
  * or compile-time ints for view's and slice's sizes; `key: value`
- * arguments are compile-time attributes, checked against the builtin's
- * attribute specs (kind, allowed strings, default).
+ * arguments are compile-time attributes: each is an IR attribute of the
+ * op (ir/ops.def), whose kind, allowed words, rule and default the schema
+ * gives; the spec here says only whether the language requires it, lets
+ * the schema's fallback stand in, or computes a default from the operands.
+ * Nodes are made with kir_build, as the passes and tests make them.
  */
 #include "frontend/lower.h"
 
@@ -23,44 +26,37 @@ int kf_node_budget(kf_lower *L, kf_loc loc)
     return -1;
 }
 
-/* A node with operands; trailing absent operands are dropped, so a norm
- * without a weight is (x), not (x, none). */
-static kir_val new_node(kf_lower *L, kir_op op, kf_loc loc, const kir_val *in, int n)
+/* A node (kir_build); a shape the op's rule refuses is the user's,
+ * reported at the call. */
+static kf_value build(kf_lower *L, kir_op op, kf_loc loc, const kir_val *in, int n_in, const kir_setting *set,
+                      int n_set)
 {
-    while (n > 0 && in[n - 1] == KIR_NONE) n--;
-    kir_val v = kir_node_new(L->g, op, kf_kir_loc(L, loc));
-    for (int i = 0; i < n; i++) kir_node_add_input(L->g, v, in[i]);
-    return v;
-}
-
-/* Run the op's shape rule; a mismatch is the user's, reported at the call. */
-static kf_value finish(kf_lower *L, kir_val v, kf_loc loc)
-{
+    if (kf_node_budget(L, loc) != 0) return kf_err_value();
     ks_buf err = {0};
-    kf_value r = kf_tval(v);
-    if (kir_infer(L->g, v, &err) != 0) r = kf_error(L, loc, "%s", ks_buf_cstr(&err));
+    kir_val v = kir_build(L->g, op, kf_kir_loc(L, loc), in, n_in, set, n_set, &err);
+    kf_value r = v == KIR_NONE ? kf_error(L, loc, "%s", ks_buf_cstr(&err)) : kf_tval(v);
     ks_buf_free(&err);
     return r;
 }
 
 static kf_value emit2(kf_lower *L, kir_op op, kf_loc loc, kir_val a, kir_val b)
 {
-    if (kf_node_budget(L, loc) != 0) return kf_err_value();
     kir_val in[2] = {a, b};
-    return finish(L, new_node(L, op, loc, in, 2), loc);
+    return build(L, op, loc, in, 2, NULL, 0);
 }
 
 static kf_value emit_scale(kf_lower *L, kir_val x, double value, kf_loc loc)
 {
-    if (kf_node_budget(L, loc) != 0) return kf_err_value();
-    kir_val v = new_node(L, KIR_OP_SCALE, loc, &x, 1);
-    kir_set_float(L->g, v, "value", value);
-    return finish(L, v, loc);
+    kir_setting set[] = {KIR_WITH_FLOAT(KIR_A_SCALE_VALUE, value)};
+    return build(L, KIR_OP_SCALE, loc, &x, 1, set, 1);
 }
 
+/* The inputs are named for their roles: `tokens`, `positions` (lower.c binds them). */
 kir_val kf_emit_input(kf_lower *L, const char *name, kf_loc loc)
 {
-    return kir_input(L->g, name, kf_kir_loc(L, loc));
+    kir_word role = kir_word_lookup(KIR_SET_ROLE, name);
+    KS_ASSERT(role != KIR_WORD_COUNT);
+    return kir_input(L->g, role, kf_kir_loc(L, loc));
 }
 
 static int64_t last_dim(kf_lower *L, kir_val v)
@@ -116,14 +112,25 @@ kf_value kf_tensor_binary(kf_lower *L, int op, kf_value a, kf_value b, kf_loc lo
 }
 
 /* ---- the builtin table ----------------------------------------------------------- */
+/* What a call may leave out. */
+typedef enum kf_attr_need {
+    KF_REQUIRED, /* the call must give it */
+    KF_FALLBACK, /* absent: the schema's fallback (ir/ops.def) */
+    KF_COMPUTED, /* absent: the lowering computes it from the operands */
+} kf_attr_need;
+
 typedef struct kf_attr_spec {
-    const char *key;              /* attribute name, as written and as emitted */
-    kir_attr_kind kind;           /* INT, FLOAT or STR */
-    int required;                 /* no default: the call must give it */
-    double dflt;                  /* default of INT and FLOAT attributes when not required */
-    const char *dflt_s;           /* default of STR attributes */
-    const char *const *choices;   /* STR: allowed values, NULL-terminated; NULL: any */
+    kir_attr_id id;    /* the IR attribute (its key is the name a call writes); KIR_A_COUNT ends a list */
+    kf_attr_need need; /* what a call may leave out */
 } kf_attr_spec;
+
+/* Words the language takes for another: Hugging Face names RoPE without
+ * scaling rope_type "default". */
+static const struct {
+    kir_set set;       /* the set */
+    const char *alias; /* the word a .kiln may write */
+    kir_word word;     /* what it means */
+} word_aliases[] = {{KIR_SET_ROPE_SCALING, "default", KIR_ROPE_SCALING_NONE}};
 
 enum { KF_MAX_ATTRS = 8, KF_MAX_INTS = KIR_MAX_DIMS - 1 };
 
@@ -135,7 +142,7 @@ typedef struct kf_call_args {
     int64_t ints[KF_MAX_INTS];    /* positional ints (view, slice) */
     kf_loc int_loc[KF_MAX_INTS];  /* where each is written */
     int ni;                       /* number of ints */
-    kf_value attr[KF_MAX_ATTRS];  /* attribute values, aligned with the spec; INT/FLOAT/STR */
+    kf_value attr[KF_MAX_ATTRS];  /* attribute values, aligned with the spec: INT, FLOAT, or STR (a WORD's text) */
     int given[KF_MAX_ATTRS];      /* 1 when the call gave the attribute */
     kf_loc attr_loc[KF_MAX_ATTRS];/* where a given attribute is written */
 } kf_call_args;
@@ -152,33 +159,32 @@ struct kf_builtin {
     kir_op op;                 /* the op, for the lowerings shared by several builtins */
 };
 
-static const char *const rope_styles[] = {"halves", "pairs", NULL};
-static const char *const rope_scalings[] = {"none", "default", "linear", "llama3", NULL};
-
-static const kf_attr_spec no_attrs[] = {{.key = NULL}};
-static const kf_attr_spec norm_attrs[] = {{"eps", KIR_ATTR_FLOAT, 1, 0, NULL, NULL}, {.key = NULL}};
+static const kf_attr_spec no_attrs[] = {{KIR_A_COUNT, 0}};
+static const kf_attr_spec norm_attrs[] = {{KIR_A_RMS_NORM_EPS, KF_REQUIRED}, {KIR_A_COUNT, 0}};
 static const kf_attr_spec rope_attrs[] = {
-    {"theta", KIR_ATTR_FLOAT, 1, 0, NULL, NULL},
-    {"style", KIR_ATTR_STR, 0, 0, "halves", rope_styles},
-    {"rot_dim", KIR_ATTR_INT, 0, -1, NULL, NULL}, /* -1: the whole head */
-    {"scaling", KIR_ATTR_STR, 0, 0, "none", rope_scalings},
-    {"factor", KIR_ATTR_FLOAT, 0, 1.0, NULL, NULL},
-    {"low_freq_factor", KIR_ATTR_FLOAT, 0, 1.0, NULL, NULL},
-    {"high_freq_factor", KIR_ATTR_FLOAT, 0, 4.0, NULL, NULL},
-    {"original_max_positions", KIR_ATTR_INT, 0, 8192, NULL, NULL},
-    {.key = NULL},
+    {KIR_A_ROPE_THETA, KF_REQUIRED},
+    {KIR_A_ROPE_STYLE, KF_FALLBACK},
+    {KIR_A_ROPE_ROT_DIM, KF_COMPUTED}, /* the whole head */
+    {KIR_A_ROPE_SCALING, KF_FALLBACK},
+    {KIR_A_ROPE_FACTOR, KF_FALLBACK},
+    {KIR_A_ROPE_LOW_FREQ_FACTOR, KF_FALLBACK},
+    {KIR_A_ROPE_HIGH_FREQ_FACTOR, KF_FALLBACK},
+    {KIR_A_ROPE_ORIGINAL_MAX_POSITIONS, KF_FALLBACK},
+    {KIR_A_COUNT, 0},
 };
 static const kf_attr_spec attention_attrs[] = {
-    {"scale", KIR_ATTR_FLOAT, 0, -1.0, NULL, NULL}, /* -1: 1/sqrt(head size) */
-    {"window", KIR_ATTR_INT, 0, 0, NULL, NULL},
-    {"softcap", KIR_ATTR_FLOAT, 0, 0, NULL, NULL},
-    {.key = NULL},
+    {KIR_A_ATTENTION_SCALE, KF_COMPUTED}, /* 1/sqrt(head size) */
+    {KIR_A_ATTENTION_WINDOW, KF_FALLBACK},
+    {KIR_A_ATTENTION_SOFTCAP, KF_FALLBACK},
+    {KIR_A_COUNT, 0},
 };
+
+/* The call's value of attribute k of the spec as a setting of node's attribute. */
+static kir_setting setting_of(const kf_builtin *b, const kf_call_args *a, int k);
 
 static kf_value lower_simple(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
 {
-    if (kf_node_budget(L, loc) != 0) return kf_err_value();
-    return finish(L, new_node(L, b->op, loc, a->t, a->nt), loc);
+    return build(L, b->op, loc, a->t, a->nt, NULL, 0);
 }
 
 static kf_value lower_linear(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
@@ -190,10 +196,8 @@ static kf_value lower_linear(kf_lower *L, const kf_builtin *b, kf_call_args *a, 
 
 static kf_value lower_norm(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
 {
-    if (kf_node_budget(L, loc) != 0) return kf_err_value();
-    kir_val v = new_node(L, b->op, loc, a->t, a->nt);
-    kir_set_float(L->g, v, "eps", a->attr[0].u.f);
-    return finish(L, v, loc);
+    kir_setting set[] = {setting_of(b, a, 0)};
+    return build(L, b->op, loc, a->t, a->nt, set, 1);
 }
 
 static kf_value lower_view(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
@@ -219,64 +223,38 @@ static kf_value lower_view(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf
                             (long long)row, (long long)known);
         shape[infer + 1] = row / known;
     }
-    if (kf_node_budget(L, loc) != 0) return kf_err_value();
-    kir_val v = new_node(L, KIR_OP_RESHAPE, loc, a->t, 1);
-    kir_set_ints(L->g, v, "shape", shape, (uint32_t)a->ni + 1);
-    return finish(L, v, loc);
+    kir_setting set[] = {KIR_WITH_INTS(KIR_A_RESHAPE_SHAPE, shape, (uint32_t)a->ni + 1)};
+    return build(L, KIR_OP_RESHAPE, loc, a->t, 1, set, 1);
 }
 
 static kf_value lower_slice(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
 {
-    if (kf_node_budget(L, loc) != 0) return kf_err_value();
-    kir_val v = new_node(L, KIR_OP_SLICE, loc, a->t, 1);
-    kir_set_int(L->g, v, "start", a->ints[0]);
-    kir_set_int(L->g, v, "end", a->ints[1]);
-    return finish(L, v, loc);
+    kir_setting set[] = {KIR_WITH_INT(KIR_A_SLICE_START, a->ints[0]), KIR_WITH_INT(KIR_A_SLICE_END, a->ints[1])};
+    return build(L, KIR_OP_SLICE, loc, a->t, 1, set, 2);
 }
 
 static kf_value lower_rope(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
 {
     int64_t head = last_dim(L, a->t[0]);
-    double theta = a->attr[0].u.f;
-    int64_t rot = a->attr[2].u.i < 0 && !a->given[2] ? head : a->attr[2].u.i;
-    if (!(theta > 0)) return kf_error(L, a->attr_loc[0], "rope: theta must be positive, not %g", theta);
+    if (!a->given[2]) a->attr[2] = kf_int(head); /* rot_dim: the whole head */
+    int64_t rot = a->attr[2].u.i;
     if (rot < 2 || rot > head || rot % 2 != 0)
         return kf_error(L, a->given[2] ? a->attr_loc[2] : loc,
                         "rope: rot_dim %lld must be even, at least 2 and at most the head size %lld", (long long)rot,
                         (long long)head);
-    if (!(a->attr[4].u.f > 0)) return kf_error(L, a->attr_loc[4], "rope: factor must be positive, not %g", a->attr[4].u.f);
-    const char *scaling = a->attr[3].u.s;
-    if (strcmp(scaling, "default") == 0) scaling = "none"; /* Hugging Face's rope_type name for it */
-    if (kf_node_budget(L, loc) != 0) return kf_err_value();
-    kir_val v = new_node(L, KIR_OP_ROPE, loc, a->t, 2);
-    kir_set_float(L->g, v, "theta", theta);
-    kir_set_str(L->g, v, "style", a->attr[1].u.s);
-    kir_set_int(L->g, v, "rot_dim", rot);
-    kir_set_str(L->g, v, "scaling", scaling);
-    kir_set_float(L->g, v, "factor", a->attr[4].u.f);
-    kir_set_float(L->g, v, "low_freq_factor", a->attr[5].u.f);
-    kir_set_float(L->g, v, "high_freq_factor", a->attr[6].u.f);
-    kir_set_int(L->g, v, "original_max_positions", a->attr[7].u.i);
-    return finish(L, v, loc);
+    kir_setting set[8];
+    for (int k = 0; k < 8; k++) set[k] = setting_of(b, a, k);
+    return build(L, KIR_OP_ROPE, loc, a->t, 2, set, 8);
 }
 
 static kf_value lower_attention(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
 {
-    double scale = a->given[0] ? a->attr[0].u.f : 1.0 / sqrt((double)last_dim(L, a->t[0]));
-    if (a->attr[1].u.i < 0)
-        return kf_error(L, a->attr_loc[1], "attention: window must be 0 (unlimited) or positive, not %lld",
-                        (long long)a->attr[1].u.i);
-    if (a->attr[2].u.f < 0)
-        return kf_error(L, a->attr_loc[2], "attention: softcap must be 0 (none) or positive, not %g", a->attr[2].u.f);
-    if (kf_node_budget(L, loc) != 0) return kf_err_value();
-    kir_val v = new_node(L, KIR_OP_ATTENTION, loc, a->t, 3);
+    if (!a->given[0]) a->attr[0] = kf_float(1.0 / sqrt((double)last_dim(L, a->t[0]))); /* scale */
     /* Attention calls are numbered in graph order: each owns one layer of
      * the KV cache. */
-    kir_set_int(L->g, v, "layer", L->n_attention);
-    kir_set_float(L->g, v, "scale", scale);
-    kir_set_int(L->g, v, "window", a->attr[1].u.i);
-    kir_set_float(L->g, v, "softcap", a->attr[2].u.f);
-    kf_value r = finish(L, v, loc);
+    kir_setting set[] = {KIR_WITH_INT(KIR_A_ATTENTION_LAYER, L->n_attention), setting_of(b, a, 0), setting_of(b, a, 1),
+                         setting_of(b, a, 2)};
+    kf_value r = build(L, KIR_OP_ATTENTION, loc, a->t, 3, set, 4);
     if (r.kind == KF_V_TENSOR) L->n_attention++;
     return r;
 }
@@ -343,46 +321,90 @@ static char sig_at(const char *sig, int i)
 
 static const char *plural(int n) { return n == 1 ? "" : "s"; }
 
+/* The words a WORD attribute takes, for messages: "\"halves\" or \"pairs\"". */
+static void list_words(kir_set set, ks_buf *out)
+{
+    const char *words[KIR_WORD_COUNT + 8];
+    int n = 0;
+    for (int w = 0; w < KIR_WORD_COUNT; w++)
+        if (kir_word_table[w].set == set) words[n++] = kir_word_table[w].text;
+    for (size_t i = 0; i < sizeof word_aliases / sizeof *word_aliases; i++)
+        if (word_aliases[i].set == set) words[n++] = word_aliases[i].alias;
+    for (int k = 0; k < n; k++) ks_buf_printf(out, "%s\"%s\"", k == 0 ? "" : k == n - 1 ? " or " : ", ", words[k]);
+}
+
+/* A given attribute's value against the schema: its kind, a word of its
+ * set (or an alias of one, replaced by the word), its rule. */
 static int check_attr(kf_lower *L, const kf_builtin *b, const kf_attr_spec *spec, kf_value *v, kf_loc loc)
 {
-    switch (spec->kind) {
+    const kir_attr_info *info = &kir_attr_table[spec->id];
+    const char *rule = kir_rule_text(info->rule);
+    switch (info->kind) {
     case KIR_ATTR_FLOAT:
         if (v->kind == KF_V_INT) *v = kf_float((double)v->u.i);
         if (v->kind != KF_V_FLOAT) {
-            kf_error(L, loc, "%s: attribute '%s' must be a number, not %s", b->name, spec->key, kf_a_type(v->kind));
+            kf_error(L, loc, "%s: attribute '%s' must be a number, not %s", b->name, info->key, kf_a_type(v->kind));
             return -1;
         }
         if (!isfinite(v->u.f)) {
-            kf_error(L, loc, "%s: attribute '%s' must be finite", b->name, spec->key);
+            kf_error(L, loc, "%s: attribute '%s' must be finite", b->name, info->key);
+            return -1;
+        }
+        if (!kir_rule_holds(info->rule, v->u.f)) {
+            kf_error(L, loc, "%s: attribute '%s' is %g; it %s", b->name, info->key, v->u.f, rule);
             return -1;
         }
         return 0;
     case KIR_ATTR_INT:
         if (v->kind != KF_V_INT) {
-            kf_error(L, loc, "%s: attribute '%s' must be an int, not %s", b->name, spec->key, kf_a_type(v->kind));
+            kf_error(L, loc, "%s: attribute '%s' must be an int, not %s", b->name, info->key, kf_a_type(v->kind));
+            return -1;
+        }
+        if (!kir_rule_holds(info->rule, (double)v->u.i)) {
+            kf_error(L, loc, "%s: attribute '%s' is %lld; it %s", b->name, info->key, (long long)v->u.i, rule);
             return -1;
         }
         return 0;
-    case KIR_ATTR_STR:
+    case KIR_ATTR_WORD:
         if (v->kind != KF_V_STR) {
-            kf_error(L, loc, "%s: attribute '%s' must be a string, not %s", b->name, spec->key, kf_a_type(v->kind));
+            kf_error(L, loc, "%s: attribute '%s' must be a string, not %s", b->name, info->key, kf_a_type(v->kind));
             return -1;
         }
-        if (spec->choices) {
-            size_t i = 0;
-            while (spec->choices[i] && strcmp(spec->choices[i], v->u.s) != 0) i++;
-            if (!spec->choices[i]) {
-                ks_buf c = {0};
-                for (size_t k = 0; spec->choices[k]; k++)
-                    ks_buf_printf(&c, "%s\"%s\"", k ? (spec->choices[k + 1] ? ", " : " or ") : "", spec->choices[k]);
-                kf_error(L, loc, "%s: attribute '%s' is \"%s\"; it must be %s", b->name, spec->key, v->u.s,
-                         ks_buf_cstr(&c));
-                ks_buf_free(&c);
-                return -1;
-            }
+        for (size_t i = 0; i < sizeof word_aliases / sizeof *word_aliases; i++)
+            if (word_aliases[i].set == info->set && strcmp(word_aliases[i].alias, v->u.s) == 0)
+                *v = kf_str(kir_word_table[word_aliases[i].word].text);
+        if (kir_word_lookup(info->set, v->u.s) == KIR_WORD_COUNT) {
+            ks_buf c = {0};
+            list_words(info->set, &c);
+            kf_error(L, loc, "%s: attribute '%s' is \"%s\"; it must be %s", b->name, info->key, v->u.s, ks_buf_cstr(&c));
+            ks_buf_free(&c);
+            return -1;
         }
         return 0;
-    case KIR_ATTR_INTS: break;
+    }
+    KS_UNREACHABLE(); /* the builtins take no STR or INTS attributes */
+}
+
+/* The value of an attribute no call gave: the schema's fallback. */
+static kf_value fallback_of(const kf_attr_spec *spec)
+{
+    const kir_attr_info *info = &kir_attr_table[spec->id];
+    switch (info->kind) {
+    case KIR_ATTR_INT: return kf_int((int64_t)info->fallback);
+    case KIR_ATTR_FLOAT: return kf_float(info->fallback);
+    case KIR_ATTR_WORD: return kf_str(kir_word_table[(int)info->fallback].text);
+    }
+    KS_UNREACHABLE();
+}
+
+static kir_setting setting_of(const kf_builtin *b, const kf_call_args *a, int k)
+{
+    kir_attr_id id = b->attrs[k].id;
+    const kf_value *v = &a->attr[k];
+    switch (kir_attr_table[id].kind) {
+    case KIR_ATTR_INT: return KIR_WITH_INT(id, v->u.i);
+    case KIR_ATTR_FLOAT: return KIR_WITH_FLOAT(id, v->u.f);
+    case KIR_ATTR_WORD: return KIR_WITH_WORD(id, kir_word_lookup(kir_attr_table[id].set, v->u.s));
     }
     KS_UNREACHABLE();
 }
@@ -407,7 +429,7 @@ int kf_call_builtin(kf_lower *L, const kf_expr *call, kf_value *out)
         return 1;
     }
     size_t nspec = 0;
-    while (b->attrs[nspec].key) nspec++;
+    while (b->attrs[nspec].id != KIR_A_COUNT) nspec++;
     KS_ASSERT(nspec <= KF_MAX_ATTRS);
     int pos = 0;
     for (size_t i = 0; i < call->u.call.n; i++) {
@@ -415,7 +437,7 @@ int kf_call_builtin(kf_lower *L, const kf_expr *call, kf_value *out)
         kf_value v = kf_eval(L, arg->value);
         if (arg->name) {
             size_t k = 0;
-            while (k < nspec && strcmp(b->attrs[k].key, arg->name) != 0) k++;
+            while (k < nspec && strcmp(kir_attr_table[b->attrs[k].id].key, arg->name) != 0) k++;
             if (k == nspec) {
                 if (b->lower == lower_attention && strcmp(arg->name, "layer") == 0) {
                     kf_error(L, arg->loc, "attention: 'layer' is not an attribute to give: attention calls are "
@@ -427,7 +449,7 @@ int kf_call_builtin(kf_lower *L, const kf_expr *call, kf_value *out)
                     const char *keys[KF_MAX_ATTRS];
                     ks_buf all = {0};
                     for (size_t s = 0; s < nspec; s++) {
-                        keys[s] = b->attrs[s].key;
+                        keys[s] = kir_attr_table[b->attrs[s].id].key;
                         ks_buf_printf(&all, "%s%s", s ? ", " : "", keys[s]);
                     }
                     const char *hint = kf_suggest(L, arg->name, keys, nspec);
@@ -489,15 +511,11 @@ int kf_call_builtin(kf_lower *L, const kf_expr *call, kf_value *out)
     for (size_t k = 0; k < nspec && !bad; k++) {
         if (a.given[k]) continue;
         const kf_attr_spec *s = &b->attrs[k];
-        if (s->required) {
-            kf_error(L, call->loc, "%s: missing attribute '%s'", b->name, s->key);
+        if (s->need == KF_REQUIRED) {
+            kf_error(L, call->loc, "%s: missing attribute '%s'", b->name, kir_attr_table[s->id].key);
             bad = 1;
-        } else if (s->kind == KIR_ATTR_STR) {
-            a.attr[k] = kf_str(s->dflt_s);
-        } else if (s->kind == KIR_ATTR_INT) {
-            a.attr[k] = kf_int((int64_t)s->dflt);
-        } else {
-            a.attr[k] = kf_float(s->dflt);
+        } else if (s->need == KF_FALLBACK) {
+            a.attr[k] = fallback_of(s);
         }
     }
     *out = bad ? kf_err_value() : b->lower(L, b, &a, call->loc);
@@ -513,13 +531,11 @@ void kf_emit_output(kf_lower *L, const char *name, kf_value v, kf_loc loc)
         return;
     }
     for (size_t i = 0; i < L->g->n_nodes; i++) {
-        if (L->g->nodes[i].op == KIR_OP_OUTPUT && strcmp(kir_get_str(L->g, (kir_val)i, "name", ""), name) == 0) {
+        if (L->g->nodes[i].op == KIR_OP_OUTPUT && strcmp(kir_attr_str(L->g, (kir_val)i, KIR_A_OUTPUT_NAME), name) == 0) {
             kf_error(L, loc, "output '%s' is defined twice", name);
             return;
         }
     }
-    if (kf_node_budget(L, loc) != 0) return;
-    kir_val o = new_node(L, KIR_OP_OUTPUT, loc, &v.u.t, 1);
-    kir_set_str(L->g, o, "name", name);
-    if (finish(L, o, loc).kind == KF_V_TENSOR) L->n_outputs++;
+    kir_setting set[] = {KIR_WITH_STR(KIR_A_OUTPUT_NAME, name)};
+    if (build(L, KIR_OP_OUTPUT, loc, &v.u.t, 1, set, 1).kind == KF_V_TENSOR) L->n_outputs++;
 }

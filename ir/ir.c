@@ -137,10 +137,10 @@ void kir_node_add_input(kir_graph *g, kir_val node, kir_val operand)
     n->in[n->nin++] = operand;
 }
 
-kir_val kir_input(kir_graph *g, const char *name, kir_loc loc)
+kir_val kir_input(kir_graph *g, kir_word role, kir_loc loc)
 {
     kir_val v = kir_node_new(g, KIR_OP_INPUT, loc);
-    kir_set_str(g, v, "name", name);
+    kir_attr_set_word(g, v, KIR_A_INPUT_ROLE, role);
     kir_node *n = &g->nodes[v];
     n->dtype = KIR_I32;
     n->ndim = 1;
@@ -152,7 +152,7 @@ kir_val kir_weight(kir_graph *g, const char *name, kir_dtype dtype, int ndim, co
 {
     KS_ASSERT(ndim >= 0 && ndim <= KIR_MAX_DIMS);
     kir_val v = kir_node_new(g, KIR_OP_WEIGHT, loc);
-    kir_set_str(g, v, "name", name);
+    kir_attr_set_str(g, v, KIR_A_WEIGHT_NAME, name);
     kir_node *n = &g->nodes[v];
     n->dtype = dtype;
     n->ndim = (uint8_t)ndim;

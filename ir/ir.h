@@ -38,7 +38,6 @@
 typedef enum kir_op {
 #define KIR_OP(NAME, text, min, max, shape, fuse, be) KIR_OP_##NAME,
 #include "ir/ops.def"
-#undef KIR_OP
     KIR_OP_COUNT
 } kir_op;
 
@@ -103,7 +102,7 @@ typedef struct kir_loc {
 typedef enum kir_attr_kind {
     KIR_ATTR_INT,    /* i: a 64-bit integer */
     KIR_ATTR_FLOAT,  /* f: a double */
-    KIR_ATTR_STR,    /* s: a string */
+    KIR_ATTR_STR,    /* s: a string (a WORD attribute is stored as its word's text) */
     KIR_ATTR_INTS,   /* ints: a list of integers (dims may be KIR_DIM_T) */
 } kir_attr_kind;
 
@@ -120,6 +119,72 @@ typedef struct kir_attr {
         } ints;
     } u;
 } kir_attr;
+
+/* The attribute schema, generated from ir/ops.def's KIR_SET, KIR_WORD and
+ * KIR_ATTR lines. */
+#define KIR_OP_ANY KIR_OP_COUNT /* an attribute any op may carry */
+
+/* The sets of words enum attributes hold. */
+typedef enum kir_set {
+    KIR_NOSET, /* not a WORD attribute */
+#define KIR_SET(SET, what) KIR_SET_##SET,
+#include "ir/ops.def"
+    KIR_SET_COUNT
+} kir_set;
+
+/* Every word of every set: KIR_<SET>_<NAME>. */
+typedef enum kir_word {
+#define KIR_WORD(SET, NAME, text) KIR_##SET##_##NAME,
+#include "ir/ops.def"
+    KIR_WORD_COUNT
+} kir_word;
+
+/* The values an attribute may hold (checked by the verifier and the frontend). */
+typedef enum kir_attr_rule {
+    KIR_RULE_ANY,      /* any value of its kind */
+    KIR_RULE_FINITE,   /* a finite number */
+    KIR_RULE_POSITIVE, /* > 0 (and finite) */
+    KIR_RULE_NONNEG,   /* >= 0 (and finite) */
+    KIR_RULE_BOOL,     /* 0 or 1 */
+} kir_attr_rule;
+
+/* Every attribute of every op: KIR_A_<OP>_<ID>. */
+typedef enum kir_attr_id {
+#define KIR_ATTR(OP, ID, key, KIND, PRESENCE, fallback, SET, RULE) KIR_A_##OP##_##ID,
+#include "ir/ops.def"
+    KIR_A_COUNT
+} kir_attr_id;
+
+/* The kind an attribute has in the schema: the storage kinds, and WORD. */
+enum { KIR_ATTR_WORD = KIR_ATTR_INTS + 1 };
+
+typedef struct kir_attr_info {
+    kir_op op;             /* the op that has it, or KIR_OP_ANY */
+    const char *key;       /* its name in the text form */
+    int kind;              /* a kir_attr_kind, or KIR_ATTR_WORD (stored as KIR_ATTR_STR) */
+    int required;          /* 1: every node of the op has it */
+    double fallback;       /* the value it has when absent (a kir_word for WORD attributes) */
+    kir_set set;           /* WORD: its words' set */
+    kir_attr_rule rule;    /* the values it may hold */
+} kir_attr_info;
+
+typedef struct kir_word_info {
+    kir_set set;           /* the set it belongs to */
+    const char *text;      /* as the text form writes it */
+} kir_word_info;
+
+extern const kir_attr_info kir_attr_table[KIR_A_COUNT];
+extern const kir_word_info kir_word_table[KIR_WORD_COUNT];
+extern const char *const kir_set_names[KIR_SET_COUNT]; /* what each set names: "rotation style" */
+
+/* The word of set `set` written `text`, or KIR_WORD_COUNT. */
+kir_word kir_word_lookup(kir_set set, const char *text);
+/* The attribute `key` of op (or of any op), or KIR_A_COUNT. */
+kir_attr_id kir_attr_lookup(kir_op op, const char *key);
+/* "must be positive" etc.: what a rule asks, for messages; NULL for ANY. */
+const char *kir_rule_text(kir_attr_rule rule);
+/* Whether x satisfies the rule (INT attributes pass their value as a double). */
+int kir_rule_holds(kir_attr_rule rule, double x);
 
 /* ---- nodes ----------------------------------------------------------------- */
 typedef struct kir_node {
@@ -165,10 +230,14 @@ kir_graph *kir_graph_clone(const kir_graph *g);
 kir_loc kir_loc_make(kir_graph *g, const char *file, uint32_t line, uint32_t col);
 static inline kir_node *kir_node_at(const kir_graph *g, kir_val v) { return &g->nodes[v]; }
 
-/* Builders. kir_node_new appends a node with no operands, dtype F32, ndim 0. */
-kir_val kir_node_new(kir_graph *g, kir_op op, kir_loc loc);
+/* Building a graph: kir_build (below the attributes) is the one way the
+ * frontend, the passes and the tests add a computed node; inputs and
+ * weights, whose types are declared rather than computed, have their own.
+ * kir_node_new and kir_node_add_input are the raw parts underneath, for
+ * the text parser and for tests that make malformed graphs on purpose. */
+kir_val kir_node_new(kir_graph *g, kir_op op, kir_loc loc); /* no operands, dtype F32, ndim 0 */
 void kir_node_add_input(kir_graph *g, kir_val node, kir_val operand); /* operand may be KIR_NONE */
-kir_val kir_input(kir_graph *g, const char *name, kir_loc loc);       /* i32[T] */
+kir_val kir_input(kir_graph *g, kir_word role, kir_loc loc);          /* i32[T]: KIR_ROLE_TOKENS or _POSITIONS */
 kir_val kir_weight(kir_graph *g, const char *name, kir_dtype dtype, int ndim, const int64_t *dims, kir_loc loc);
 
 /* Attributes: set replaces a value of the same key. */
@@ -180,6 +249,47 @@ const kir_attr *kir_get(const kir_graph *g, kir_val v, const char *key);
 int64_t kir_get_int(const kir_graph *g, kir_val v, const char *key, int64_t dflt);
 double kir_get_float(const kir_graph *g, kir_val v, const char *key, double dflt); /* INT attrs convert */
 const char *kir_get_str(const kir_graph *g, kir_val v, const char *key, const char *dflt);
+
+/* Typed access through the schema (ir/ops.def): node v must be of the
+ * attribute's op (KS_ASSERT) and the attribute of the accessor's kind. An
+ * absent attribute gives the schema's fallback (verified graphs have every
+ * REQ one). Readers use these, never a key and a default of their own. */
+int64_t kir_attr_int(const kir_graph *g, kir_val v, kir_attr_id a);    /* INT */
+double kir_attr_float(const kir_graph *g, kir_val v, kir_attr_id a);   /* FLOAT (an INT converts) */
+kir_word kir_attr_word(const kir_graph *g, kir_val v, kir_attr_id a);  /* WORD */
+const char *kir_attr_str(const kir_graph *g, kir_val v, kir_attr_id a); /* STR; NULL when absent */
+const int64_t *kir_attr_ints(const kir_graph *g, kir_val v, kir_attr_id a, uint32_t *n); /* INTS; NULL when absent */
+int kir_attr_has(const kir_graph *g, kir_val v, kir_attr_id a);        /* 1 when present */
+void kir_attr_set_int(kir_graph *g, kir_val v, kir_attr_id a, int64_t value);
+void kir_attr_set_float(kir_graph *g, kir_val v, kir_attr_id a, double value);
+void kir_attr_set_word(kir_graph *g, kir_val v, kir_attr_id a, kir_word w);
+void kir_attr_set_str(kir_graph *g, kir_val v, kir_attr_id a, const char *value);
+void kir_attr_set_ints(kir_graph *g, kir_val v, kir_attr_id a, const int64_t *values, uint32_t n);
+
+/* One attribute of a node kir_build makes: its schema id, and its value in
+ * the member its kind uses. KIR_WITH_INT(id, x) etc. write one. */
+typedef struct kir_setting {
+    kir_attr_id id;        /* which attribute */
+    int64_t i;             /* INT */
+    double f;              /* FLOAT */
+    kir_word w;            /* WORD */
+    const char *s;         /* STR */
+    const int64_t *ints;   /* INTS: the values */
+    uint32_t n;            /* INTS: how many */
+} kir_setting;
+#define KIR_WITH_INT(a, x) ((kir_setting){.id = (a), .i = (x)})
+#define KIR_WITH_FLOAT(a, x) ((kir_setting){.id = (a), .f = (x)})
+#define KIR_WITH_WORD(a, x) ((kir_setting){.id = (a), .w = (x)})
+#define KIR_WITH_STR(a, x) ((kir_setting){.id = (a), .s = (x)})
+#define KIR_WITH_INTS(a, v, count) ((kir_setting){.id = (a), .ints = (v), .n = (count)})
+
+/* Append a node of op at loc with operands in[0..n_in) (trailing KIR_NONE
+ * operands dropped: a norm without its weight is (x), not (x, none)) and
+ * the attributes of set[0..n_set), then run its shape rule. Returns the
+ * node; or KIR_NONE, with the rule's message in err ("matmul: inner
+ * dimensions differ: [T,256] x [688,128]") and the node taken back out. */
+kir_val kir_build(kir_graph *g, kir_op op, kir_loc loc, const kir_val *in, int n_in, const kir_setting *set, int n_set,
+                  ks_buf *err);
 
 /* Params. */
 void kir_param_int(kir_graph *g, const char *name, int64_t v);

@@ -10,20 +10,20 @@ void kir_rope_inv_freq(const kir_graph *g, kir_val v, int rot_dim, float *inv_fr
      *   inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim))
      * and for "llama3" (_compute_llama3_parameters), with Python scalars
      * taking the tensor's float32 type. */
-    float base = (float)kir_get_float(g, v, "theta", 10000.0);
-    const char *scaling = kir_get_str(g, v, "scaling", "none");
-    double factor = kir_get_float(g, v, "factor", 1.0);
+    float base = (float)kir_attr_float(g, v, KIR_A_ROPE_THETA);
+    kir_word scaling = kir_attr_word(g, v, KIR_A_ROPE_SCALING);
+    double factor = kir_attr_float(g, v, KIR_A_ROPE_FACTOR);
     for (int j = 0; j < rot_dim / 2; j++) {
         float e = (float)(2 * j) / (float)rot_dim;
         float p = (float)pow((double)base, (double)e);
         inv_freq[j] = 1.0f / p;
     }
-    if (strcmp(scaling, "linear") == 0) {
+    if (scaling == KIR_ROPE_SCALING_LINEAR) {
         for (int j = 0; j < rot_dim / 2; j++) inv_freq[j] = inv_freq[j] / (float)factor;
-    } else if (strcmp(scaling, "llama3") == 0) {
-        double low = kir_get_float(g, v, "low_freq_factor", 1.0);
-        double high = kir_get_float(g, v, "high_freq_factor", 4.0);
-        double orig = kir_get_float(g, v, "original_max_positions", 8192.0);
+    } else if (scaling == KIR_ROPE_SCALING_LLAMA3) {
+        double low = kir_attr_float(g, v, KIR_A_ROPE_LOW_FREQ_FACTOR);
+        double high = kir_attr_float(g, v, KIR_A_ROPE_HIGH_FREQ_FACTOR);
+        double orig = (double)kir_attr_int(g, v, KIR_A_ROPE_ORIGINAL_MAX_POSITIONS);
         float low_wavelen = (float)(orig / low), high_wavelen = (float)(orig / high);
         for (int j = 0; j < rot_dim / 2; j++) {
             float inv = inv_freq[j];

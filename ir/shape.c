@@ -59,10 +59,6 @@ static void same_as(shape_ctx *c, const kir_node *x)
     memcpy(c->dims, x->dims, sizeof c->dims);
 }
 
-static int64_t attr_int(shape_ctx *c, const char *key, int64_t dflt)
-{
-    return kir_get_int(c->g, c->v, key, dflt);
-}
 
 /* ---- the rules ------------------------------------------------------------------ */
 
@@ -188,27 +184,28 @@ static int kir_shape_reshape(shape_ctx *c)
     const kir_node *x = operand(c, 0);
     if (!x) return fail(c, "needs an operand");
     if (want_activation(c, x, "operand")) return -1;
-    const kir_attr *a = kir_get(c->g, c->v, "shape");
-    if (!a || a->kind != KIR_ATTR_INTS) return fail(c, "needs a shape=[T,...] attribute");
-    if (a->u.ints.n < 1 || a->u.ints.n > KIR_MAX_DIMS || a->u.ints.v[0] != KIR_DIM_T)
+    uint32_t n = 0;
+    const int64_t *shape = kir_attr_ints(c->g, c->v, KIR_A_RESHAPE_SHAPE, &n);
+    if (!shape) return fail(c, "needs a shape=[T,...] attribute");
+    if (n < 1 || n > KIR_MAX_DIMS || shape[0] != KIR_DIM_T)
         return fail(c, "shape must start with T and have at most %d dims", KIR_MAX_DIMS);
     int64_t elems = 1;
-    for (uint32_t i = 1; i < a->u.ints.n; i++) {
-        if (a->u.ints.v[i] <= 0 || a->u.ints.v[i] > ((int64_t)1 << 40)) return fail(c, "shape dims must be positive");
-        if (elems > ((int64_t)1 << 48) / a->u.ints.v[i]) return fail(c, "shape has too many elements"); /* no overflow */
-        elems *= a->u.ints.v[i];
+    for (uint32_t i = 1; i < n; i++) {
+        if (shape[i] <= 0 || shape[i] > ((int64_t)1 << 40)) return fail(c, "shape dims must be positive");
+        if (elems > ((int64_t)1 << 48) / shape[i]) return fail(c, "shape has too many elements"); /* no overflow */
+        elems *= shape[i];
     }
     if (elems != kir_row_elems(x)) {
         ks_buf s1 = {0}, s2 = {0};
-        kir_format_dims(&s2, (int)a->u.ints.n, a->u.ints.v);
+        kir_format_dims(&s2, (int)n, shape);
         fail(c, "element counts differ: %s to %s", type_str(&s1, x), ks_buf_cstr(&s2));
         ks_buf_free(&s1);
         ks_buf_free(&s2);
         return -1;
     }
     c->dtype = KIR_F32;
-    c->ndim = (int)a->u.ints.n;
-    for (int i = 0; i < c->ndim; i++) c->dims[i] = a->u.ints.v[i];
+    c->ndim = (int)n;
+    for (int i = 0; i < c->ndim; i++) c->dims[i] = shape[i];
     return 0;
 }
 
@@ -218,7 +215,7 @@ static int kir_shape_slice(shape_ctx *c)
     if (!x) return fail(c, "needs an operand");
     if (want_activation(c, x, "operand")) return -1;
     int64_t d = x->dims[x->ndim - 1];
-    int64_t s = attr_int(c, "start", -1), e = attr_int(c, "end", -1);
+    int64_t s = kir_attr_int(c->g, c->v, KIR_A_SLICE_START), e = kir_attr_int(c->g, c->v, KIR_A_SLICE_END);
     if (x->ndim < 2 || s < 0 || e <= s || e > d) {
         ks_buf b = {0};
         fail(c, "range [%lld,%lld) outside the last dim of %s", (long long)s, (long long)e, type_str(&b, x));
@@ -269,7 +266,7 @@ static int kir_shape_rope(shape_ctx *c)
     else if (pos->dtype != KIR_I32 || pos->ndim != 1 || pos->dims[0] != KIR_DIM_T)
         rc = fail(c, "positions must be i32[T], got %s", type_str(&b, pos));
     else {
-        int64_t rot = attr_int(c, "rot_dim", x->dims[2]);
+        int64_t rot = kir_attr_int(c->g, c->v, KIR_A_ROPE_ROT_DIM);
         if (rot <= 0 || rot > x->dims[2] || rot % 2)
             rc = fail(c, "rot_dim %lld must be even and within head_dim %lld", (long long)rot, (long long)x->dims[2]);
         else

@@ -8,8 +8,11 @@
  *  - its operand count is within the op's arity (ir/ops.def), and each
  *    operand is an earlier value, or KIR_NONE where the op allows an absent
  *    operand (rms_norm's weight, layer_norm's weight and bias);
- *  - the attributes each op needs are present with the right kind, and the
- *    string ones hold one of their allowed words (attr_rules below);
+ *  - every node's attributes are those ir/ops.def gives its op: the
+ *    required ones present, each of its kind, a word of its set, a value
+ *    its rule allows (a positive eps, a layer >= 0), no unknown ones; and
+ *    what ties a node's attributes together (llama3 RoPE scaling's
+ *    low_freq_factor < high_freq_factor);
  *  - attention `layer` numbers, kv_write `layer` numbers, weight names and
  *    input names are unique, and there is exactly one OUTPUT;
  *  - KV-cache writes are in order: an attention with write_kv=0 reads a
@@ -26,8 +29,8 @@
  *  - each node's stored dtype and dims equal what its shape rule computes
  *    from its operands' stored types (so one wrong type is one error, not a
  *    cascade down the graph).
- * It does not check values (an eps of 0, a window of -5): the ops define
- * what they accept, and the shape rules check what shapes depend on.
+ * Values the shapes depend on (a rot_dim within the head, a slice within
+ * its operand) are the shape rules' to check.
  *
  * Messages name the node by its value and op, at the node's source location
  * when it has one: `models/llama.kiln:42:9: error: node %17 (matmul): ...`;
@@ -44,50 +47,7 @@
 #define KIR_VERIFY_MAX_ROW_ELEMS ((int64_t)1 << 48)
 
 /* ---- what each op needs ----------------------------------------------------- */
-static const char *const rope_styles[] = {"halves", "pairs", NULL};
-static const char *const rope_scalings[] = {"none", "linear", "llama3", NULL};
-
-typedef struct kir_attr_rule {
-    kir_op op;                   /* the op that needs the attribute */
-    const char *key;             /* its name */
-    kir_attr_kind kind;          /* the kind it must have */
-    const char *const *choices;  /* KIR_ATTR_STR: allowed words (NULL-ended), or NULL for any */
-} kir_attr_rule;
-
-static const kir_attr_rule attr_rules[] = {
-    {KIR_OP_INPUT, "name", KIR_ATTR_STR, NULL},
-    {KIR_OP_WEIGHT, "name", KIR_ATTR_STR, NULL},
-    {KIR_OP_OUTPUT, "name", KIR_ATTR_STR, NULL},
-    {KIR_OP_RMS_NORM, "eps", KIR_ATTR_FLOAT, NULL},
-    {KIR_OP_LAYER_NORM, "eps", KIR_ATTR_FLOAT, NULL},
-    {KIR_OP_SCALE, "value", KIR_ATTR_FLOAT, NULL},
-    {KIR_OP_RESHAPE, "shape", KIR_ATTR_INTS, NULL},
-    {KIR_OP_SLICE, "start", KIR_ATTR_INT, NULL},
-    {KIR_OP_SLICE, "end", KIR_ATTR_INT, NULL},
-    {KIR_OP_ROPE, "theta", KIR_ATTR_FLOAT, NULL},
-    {KIR_OP_ROPE, "style", KIR_ATTR_STR, rope_styles},
-    {KIR_OP_ROPE, "rot_dim", KIR_ATTR_INT, NULL},
-    {KIR_OP_ROPE, "scaling", KIR_ATTR_STR, rope_scalings},
-    {KIR_OP_ROPE, "factor", KIR_ATTR_FLOAT, NULL},
-    {KIR_OP_ROPE, "low_freq_factor", KIR_ATTR_FLOAT, NULL},
-    {KIR_OP_ROPE, "high_freq_factor", KIR_ATTR_FLOAT, NULL},
-    {KIR_OP_ROPE, "original_max_positions", KIR_ATTR_INT, NULL},
-    {KIR_OP_ATTENTION, "layer", KIR_ATTR_INT, NULL},
-    {KIR_OP_ATTENTION, "scale", KIR_ATTR_FLOAT, NULL},
-    {KIR_OP_ATTENTION, "window", KIR_ATTR_INT, NULL},
-    {KIR_OP_ATTENTION, "softcap", KIR_ATTR_FLOAT, NULL},
-    {KIR_OP_KV_WRITE, "layer", KIR_ATTR_INT, NULL},
-};
-
-/* Attributes that may be absent, checked when present. (`fuse`, which any
- * op may carry, is check_groups's.) */
-static const char *const derive_kinds[] = {"concat0", NULL};
-static const kir_attr_rule optional_attr_rules[] = {
-    {KIR_OP_ATTENTION, "write_kv", KIR_ATTR_INT, NULL}, /* 1 (absent): write K/V, then attend; 0: read only */
-    {KIR_OP_WEIGHT, "derive", KIR_ATTR_STR, derive_kinds}, /* how the data derives from other weights' */
-    {KIR_OP_WEIGHT, "sources", KIR_ATTR_STR, NULL},        /* their names, comma-separated */
-    {KIR_OP_WEIGHT, "rows", KIR_ATTR_INTS, NULL},          /* rows of dim 0 each source gives */
-};
+/* Attributes: the schema of ir/ops.def (kir_attr_table), checked by check_attrs. */
 
 /* Whether operand i of op may be KIR_NONE (an absent optional operand). */
 static int operand_optional(kir_op op, int i)
@@ -99,13 +59,14 @@ static int operand_optional(kir_op op, int i)
     }
 }
 
-static const char *kind_name(kir_attr_kind k)
+static const char *kind_name(int k)
 {
     switch (k) {
     case KIR_ATTR_INT: return "an int";
     case KIR_ATTR_FLOAT: return "a float";
     case KIR_ATTR_STR: return "a string";
     case KIR_ATTR_INTS: return "a list of ints";
+    case KIR_ATTR_WORD: return "a string";
     }
     return "an unknown kind";
 }
@@ -209,44 +170,74 @@ static int check_operands(kir_verifier *c, kir_val v)
     return rc;
 }
 
-/* One attribute rule for node v: present (unless optional), of its kind,
- * holding an allowed word. */
-static int check_attr_rule(kir_verifier *c, kir_val v, const kir_attr_rule *rule, int optional)
+/* Attribute a of node v (the schema's): present unless optional, of its
+ * kind, a word of its set, a value its rule allows. */
+static int check_attr(kir_verifier *c, kir_val v, kir_attr_id id)
 {
-    const kir_attr *a = kir_get(c->g, v, rule->key);
+    const kir_attr_info *info = &kir_attr_table[id];
+    const kir_attr *a = kir_get(c->g, v, info->key);
     if (!a) {
-        if (optional) return 0;
-        node_error(c, v, "missing attribute %s (%s)", rule->key, kind_name(rule->kind));
+        if (!info->required) return 0;
+        node_error(c, v, "missing attribute %s (%s)", info->key, kind_name(info->kind));
         return -1;
     }
-    if (a->kind != rule->kind) {
-        node_error(c, v, "attribute %s is %s, not %s", rule->key, kind_name(a->kind), kind_name(rule->kind));
+    int stored = info->kind == KIR_ATTR_WORD ? KIR_ATTR_STR : info->kind;
+    if ((int)a->kind != stored) {
+        node_error(c, v, "attribute %s is %s, not %s", info->key, kind_name(a->kind), kind_name(info->kind));
         return -1;
     }
-    if (rule->choices) {
-        int found = 0;
-        for (const char *const *w = rule->choices; *w && !found; w++) found = strcmp(*w, a->u.s) == 0;
-        if (!found) {
-            ks_buf words = {0};
-            for (const char *const *w = rule->choices; *w; w++)
-                ks_buf_printf(&words, "%s\"%s\"", w == rule->choices ? "" : w[1] ? ", " : " or ", *w);
-            node_error(c, v, "attribute %s is \"%s\", not %s", rule->key, a->u.s, words.data);
-            ks_buf_free(&words);
+    if (info->kind == KIR_ATTR_WORD && kir_word_lookup(info->set, a->u.s) == KIR_WORD_COUNT) {
+        ks_buf words = {0};
+        int n = 0, k = 0;
+        for (int w = 0; w < KIR_WORD_COUNT; w++) n += kir_word_table[w].set == info->set;
+        for (int w = 0; w < KIR_WORD_COUNT; w++) {
+            if (kir_word_table[w].set != info->set) continue;
+            ks_buf_printf(&words, "%s\"%s\"", k == 0 ? "" : k == n - 1 ? " or " : ", ", kir_word_table[w].text);
+            k++;
+        }
+        node_error(c, v, "attribute %s is \"%s\", not %s", info->key, a->u.s, words.data);
+        ks_buf_free(&words);
+        return -1;
+    }
+    if (a->kind == KIR_ATTR_INT || a->kind == KIR_ATTR_FLOAT) {
+        double x = a->kind == KIR_ATTR_INT ? (double)a->u.i : a->u.f;
+        if (!kir_rule_holds(info->rule, x)) {
+            if (a->kind == KIR_ATTR_INT)
+                node_error(c, v, "attribute %s is %lld; it %s", info->key, (long long)a->u.i, kir_rule_text(info->rule));
+            else
+                node_error(c, v, "attribute %s is %g; it %s", info->key, a->u.f, kir_rule_text(info->rule));
             return -1;
         }
     }
     return 0;
 }
 
-/* Required attributes, then optional ones that are present. */
+/* The schema's attributes of v's op (and those of any op), and no others;
+ * then what ties a node's attributes together. */
 static int check_attrs(kir_verifier *c, kir_val v)
 {
-    const kir_node *n = kir_node_at(c->g, v);
+    const kir_graph *g = c->g;
+    const kir_node *n = kir_node_at(g, v);
     int rc = 0;
-    for (size_t r = 0; r < sizeof attr_rules / sizeof attr_rules[0]; r++)
-        if (attr_rules[r].op == n->op && check_attr_rule(c, v, &attr_rules[r], 0)) rc = -1;
-    for (size_t r = 0; r < sizeof optional_attr_rules / sizeof optional_attr_rules[0]; r++)
-        if (optional_attr_rules[r].op == n->op && check_attr_rule(c, v, &optional_attr_rules[r], 1)) rc = -1;
+    for (int a = 0; a < KIR_A_COUNT; a++)
+        if ((kir_attr_table[a].op == n->op || kir_attr_table[a].op == KIR_OP_ANY) && check_attr(c, v, (kir_attr_id)a))
+            rc = -1;
+    for (uint32_t i = 0; i < n->nattrs; i++) {
+        if (kir_attr_lookup(n->op, n->attrs[i].key) == KIR_A_COUNT) {
+            node_error(c, v, "unknown attribute %s (ir/ops.def lists what %s takes)", n->attrs[i].key,
+                       kir_op_table[n->op].name);
+            rc = -1;
+        }
+    }
+    const kir_attr *lo = n->op == KIR_OP_ROPE ? kir_get(g, v, "low_freq_factor") : NULL;
+    const kir_attr *hi = n->op == KIR_OP_ROPE ? kir_get(g, v, "high_freq_factor") : NULL;
+    int factors_ok = lo && hi && lo->kind == KIR_ATTR_FLOAT && hi->kind == KIR_ATTR_FLOAT;
+    if (factors_ok && kir_attr_word(g, v, KIR_A_ROPE_SCALING) == KIR_ROPE_SCALING_LLAMA3 &&
+        !(kir_attr_float(g, v, KIR_A_ROPE_HIGH_FREQ_FACTOR) > kir_attr_float(g, v, KIR_A_ROPE_LOW_FREQ_FACTOR))) {
+        node_error(c, v, "llama3 scaling needs low_freq_factor < high_freq_factor (got %g and %g)",
+                   kir_attr_float(g, v, KIR_A_ROPE_LOW_FREQ_FACTOR), kir_attr_float(g, v, KIR_A_ROPE_HIGH_FREQ_FACTOR));
+        rc = -1;
+    }
     return rc;
 }
 
@@ -382,10 +373,7 @@ static void check_kv_writes(kir_verifier *c)
         const kir_attr *wk = kir_get(g, v, "write_kv");
         if (wk && wk->kind != KIR_ATTR_INT) continue;
         int64_t write = wk ? wk->u.i : 1, l = layer->u.i;
-        if (write != 0 && write != 1) {
-            node_error(c, v, "attribute write_kv is %lld, not 0 or 1", (long long)write);
-            continue;
-        }
+        if (write != 0 && write != 1) continue; /* check_attrs reported it */
         kir_val kw = find_writer(w, n, l);
         if (write == 1) {
             if (kw != KIR_NONE)
@@ -548,19 +536,11 @@ static size_t group_slot(const group_seen *s, int64_t id)
 }
 
 /* The group of v: its `fuse` id, or -1 when it has none or a malformed one
- * (reported here). */
+ * (which check_attrs reports); an op that cannot join a group is reported here. */
 static int64_t group_of(kir_verifier *c, kir_val v)
 {
     const kir_attr *a = kir_get(c->g, v, "fuse");
-    if (!a) return -1;
-    if (a->kind != KIR_ATTR_INT) {
-        node_error(c, v, "attribute fuse is %s, not an int", kind_name(a->kind));
-        return -1;
-    }
-    if (a->u.i < 0) {
-        node_error(c, v, "fuse group %lld: group ids are 0 or more", (long long)a->u.i);
-        return -1;
-    }
+    if (!a || a->kind != KIR_ATTR_INT || a->u.i < 0) return -1; /* check_attrs reported a bad one */
     kir_op op = kir_node_at(c->g, v)->op;
     if (kir_op_table[op].fusion == KIR_FUSE_NONE) {
         node_error(c, v, "fuse group %lld: %s cannot join a group (its fusion class in ir/ops.def is none)",

@@ -5,21 +5,21 @@
 
 int kp_weight_is_derived(const kir_graph *g, kir_val w)
 {
-    return kir_node_at(g, w)->op == KIR_OP_WEIGHT && kir_get(g, w, "derive") != NULL;
+    return kir_node_at(g, w)->op == KIR_OP_WEIGHT && kir_attr_has(g, w, KIR_A_WEIGHT_DERIVE);
 }
 
 int kp_weight_recipe_of(const kir_graph *g, kir_val w, ks_arena *arena, kp_weight_recipe *r)
 {
     memset(r, 0, sizeof *r);
     const kir_node *n = kir_node_at(g, w);
-    if (n->op != KIR_OP_WEIGHT || !kir_get(g, w, "derive")) return 0;
-    const char *derive = kir_get_str(g, w, "derive", "");
-    const char *sources = kir_get_str(g, w, "sources", NULL);
-    const kir_attr *rows = kir_get(g, w, "rows");
-    if (strcmp(derive, "concat0") != 0 || !sources || !rows || rows->kind != KIR_ATTR_INTS || n->ndim < 1) return -1;
+    if (n->op != KIR_OP_WEIGHT || !kir_attr_has(g, w, KIR_A_WEIGHT_DERIVE)) return 0;
+    const char *sources = kir_attr_str(g, w, KIR_A_WEIGHT_SOURCES);
+    uint32_t n_rows = 0;
+    const int64_t *rows = kir_attr_ints(g, w, KIR_A_WEIGHT_ROWS, &n_rows);
+    if (kir_attr_word(g, w, KIR_A_WEIGHT_DERIVE) != KIR_DERIVE_CONCAT0 || !sources || !rows || n->ndim < 1) return -1;
     size_t count = 1;
     for (const char *p = sources; *p; p++) count += *p == ',';
-    if (count != rows->u.ints.n) return -1;
+    if (count != n_rows) return -1;
     /* bytes of one row of dim 0 */
     size_t row_bytes = kir_dtype_size(n->dtype);
     for (int d = 1; d < n->ndim; d++) row_bytes *= (size_t)n->dims[d];
@@ -31,7 +31,7 @@ int kp_weight_recipe_of(const kir_graph *g, kir_val w, ks_arena *arena, kp_weigh
     for (size_t i = 0; i < count; i++) {
         const char *end = strchr(name, ',');
         size_t len = end ? (size_t)(end - name) : strlen(name);
-        int64_t rw = rows->u.ints.v[i];
+        int64_t rw = rows[i];
         if (len == 0 || rw <= 0 || rw > n->dims[0] - sum) return -1;
         r->names[i] = ks_arena_strndup(arena, name, len);
         r->rows[i] = rw;

@@ -20,7 +20,7 @@ static int is_root(const kir_graph *g, kir_val v)
 {
     kir_op op = kir_node_at(g, v)->op;
     return op == KIR_OP_OUTPUT || op == KIR_OP_KV_WRITE ||
-           (op == KIR_OP_ATTENTION && kir_get_int(g, v, "write_kv", 1) != 0);
+           (op == KIR_OP_ATTENTION && kir_attr_int(g, v, KIR_A_ATTENTION_WRITE_KV) != 0);
 }
 
 int kp_eliminate_dead_nodes(kir_graph **gp, kp_pass_stats *st, ks_diag *d)

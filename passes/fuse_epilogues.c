@@ -95,7 +95,7 @@ int kp_fuse_epilogues(kir_graph **gp, kp_pass_stats *st, ks_diag *d)
     kir_val *map = NULL;
     kir_graph *out = kp_reorder(g, order, n_order, &map);
     for (kir_val v = 0; v < n; v++)
-        if (gid[v] >= 0) kir_set_int(out, map[v], "fuse", gid[v]);
+        if (gid[v] >= 0) kir_attr_set_int(out, map[v], KIR_A_ANY_FUSE, gid[v]);
     kp_group_renumber(out);
     free(map);
     free(order);

@@ -65,9 +65,9 @@ int kp_fuse_norm_prologue(kir_graph **gp, kp_pass_stats *st, ks_diag *d)
             int64_t id = kp_group_of(g, m);
             if (id < 0) {
                 id = next_id++;
-                kir_set_int(out, map[m], "fuse", id);
+                kir_attr_set_int(out, map[m], KIR_A_ANY_FUSE, id);
             }
-            kir_set_int(out, map[norm_of[m]], "fuse", id);
+            kir_attr_set_int(out, map[norm_of[m]], KIR_A_ANY_FUSE, id);
         }
         kp_group_renumber(out);
         free(map);

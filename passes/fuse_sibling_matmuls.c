@@ -60,9 +60,9 @@ typedef struct sibling_pass {
 static int plain_weight(const kir_graph *g, kir_val w, int ndim)
 {
     const kir_node *n = kir_node_at(g, w);
-    const char *name = kir_get_str(g, w, "name", "");
-    return n->op == KIR_OP_WEIGHT && n->ndim == ndim && !kp_weight_is_derived(g, w) && name[0] &&
-           !strchr(name, ',');
+    if (n->op != KIR_OP_WEIGHT || n->ndim != ndim || kp_weight_is_derived(g, w)) return 0;
+    const char *name = kir_attr_str(g, w, KIR_A_WEIGHT_NAME);
+    return name[0] && !strchr(name, ',');
 }
 
 /* The bias add of matmul m when m's only use is add(m, b) with b a plain
@@ -153,7 +153,8 @@ static int weight_name_taken(const kir_graph *old, const kir_graph *g, const cha
     for (int k = 0; k < 2; k++)
         for (size_t v = 0; v < graphs[k]->n_nodes; v++)
             if (graphs[k]->nodes[v].op == KIR_OP_WEIGHT &&
-                strcmp(kir_get_str(graphs[k], (kir_val)v, "name", ""), name) == 0)
+                kir_attr_has(graphs[k], (kir_val)v, KIR_A_WEIGHT_NAME) &&
+                strcmp(kir_attr_str(graphs[k], (kir_val)v, KIR_A_WEIGHT_NAME), name) == 0)
                 return 1;
     return 0;
 }
@@ -172,7 +173,7 @@ static kir_val emit_concat_weight(sibling_pass *p, kp_rewriter *rw, const siblin
         kir_val owner = which == 1 ? m : p->uses.user[p->uses.start[m]]; /* the matmul or its bias add */
         kir_val w = kir_node_at(g, owner)->in[1];
         if (i == 0) first_w = w;
-        const char *wname = kir_get_str(g, w, "name", "");
+        const char *wname = kir_attr_str(g, w, KIR_A_WEIGHT_NAME);
         ks_buf_printf(&name, "%s%s", i ? "+" : "", wname);
         ks_buf_printf(&sources, "%s%s", i ? "," : "", wname);
         rows[i] = kir_node_at(g, w)->dims[0];
@@ -187,9 +188,9 @@ static kir_val emit_concat_weight(sibling_pass *p, kp_rewriter *rw, const siblin
     const kir_node *fw = kir_node_at(g, first_w);
     int64_t dims[2] = {total, fw->ndim == 2 ? fw->dims[1] : 0};
     kir_val w = kir_weight(rw->g, ks_buf_cstr(&name), fw->dtype, fw->ndim, dims, fw->loc);
-    kir_set_str(rw->g, w, "derive", "concat0");
-    kir_set_str(rw->g, w, "sources", ks_buf_cstr(&sources));
-    kir_set_ints(rw->g, w, "rows", rows, (uint32_t)s->count);
+    kir_attr_set_word(rw->g, w, KIR_A_WEIGHT_DERIVE, KIR_DERIVE_CONCAT0);
+    kir_attr_set_str(rw->g, w, KIR_A_WEIGHT_SOURCES, ks_buf_cstr(&sources));
+    kir_attr_set_ints(rw->g, w, KIR_A_WEIGHT_ROWS, rows, (uint32_t)s->count);
     kp_rw_finish_node(rw, w);
     ks_buf_free(&name);
     ks_buf_free(&sources);
@@ -225,8 +226,8 @@ static void emit_slice(sibling_pass *p, kp_rewriter *rw, size_t i, kir_val v)
     const sibling_set *s = &p->sets[p->set_of[i]];
     kir_val sl = kp_rw_node(rw, KIR_OP_SLICE, kir_node_at(p->g, v)->loc);
     kp_rw_operand(rw, sl, s->fused);
-    kir_set_int(rw->g, sl, "start", p->slice_start[i]);
-    kir_set_int(rw->g, sl, "end", p->slice_start[i] + kir_node_at(p->g, p->members[i])->dims[1]);
+    kir_attr_set_int(rw->g, sl, KIR_A_SLICE_START, p->slice_start[i]);
+    kir_attr_set_int(rw->g, sl, KIR_A_SLICE_END, p->slice_start[i] + kir_node_at(p->g, p->members[i])->dims[1]);
     kp_rw_finish_node(rw, sl);
     rw->map[v] = sl;
 }

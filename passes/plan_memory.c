@@ -160,7 +160,7 @@ void kp_group_spans(const kir_graph *g, uint32_t *first, uint32_t *last)
     size_t n = g->n_nodes;
     int64_t prev = -1;
     for (size_t v = 0; v < n; v++) {
-        int64_t id = kir_get_int(g, (kir_val)v, "fuse", -1);
+        int64_t id = kir_attr_int(g, (kir_val)v, KIR_A_ANY_FUSE);
         first[v] = id >= 0 && id == prev ? first[v - 1] : (uint32_t)v;
         prev = id;
     }
@@ -682,9 +682,9 @@ void kp_plan_annotate(kir_graph *g, const kp_mem_plan *plan)
     KS_ASSERT(plan->n_nodes == g->n_nodes);
     for (size_t v = 0; v < g->n_nodes; v++) {
         if (plan->offset[v] == KP_MEM_NONE) continue;
-        kir_set_int(g, (kir_val)v, "mem.offset", (int64_t)plan->offset[v]);
-        kir_set_int(g, (kir_val)v, "mem.bytes", (int64_t)plan->bytes[v]);
-        if (plan->flags[v] & KP_MEM_ALIAS) kir_set_int(g, (kir_val)v, "mem.alias", 1);
-        if (plan->flags[v] & KP_MEM_INPLACE) kir_set_int(g, (kir_val)v, "mem.inplace", 1);
+        kir_attr_set_int(g, (kir_val)v, KIR_A_ANY_MEM_OFFSET, (int64_t)plan->offset[v]);
+        kir_attr_set_int(g, (kir_val)v, KIR_A_ANY_MEM_BYTES, (int64_t)plan->bytes[v]);
+        if (plan->flags[v] & KP_MEM_ALIAS) kir_attr_set_int(g, (kir_val)v, KIR_A_ANY_MEM_ALIAS, 1);
+        if (plan->flags[v] & KP_MEM_INPLACE) kir_attr_set_int(g, (kir_val)v, KIR_A_ANY_MEM_INPLACE, 1);
     }
 }

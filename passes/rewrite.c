@@ -135,8 +135,8 @@ void kp_uses_free(kp_uses *u)
 
 int64_t kp_group_of(const kir_graph *g, kir_val v)
 {
-    const kir_attr *a = kir_get(g, v, "fuse");
-    return a && a->kind == KIR_ATTR_INT && a->u.i >= 0 ? a->u.i : -1;
+    int64_t group = kir_attr_int(g, v, KIR_A_ANY_FUSE);
+    return group >= 0 ? group : -1;
 }
 
 int64_t kp_group_next_id(const kir_graph *g)
@@ -164,7 +164,7 @@ size_t kp_group_renumber(kir_graph *g)
             if (end - v == 1)
                 kp_remove_attr(g, (kir_val)m, "fuse");
             else
-                kir_set_int(g, (kir_val)m, "fuse", (int64_t)groups);
+                kir_attr_set_int(g, (kir_val)m, KIR_A_ANY_FUSE, (int64_t)groups);
         }
         groups += end - v > 1;
         v = end;

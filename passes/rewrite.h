@@ -14,7 +14,7 @@
  *         if (replace_it(v)) {
  *             kir_val s = kp_rw_node(&rw, KIR_OP_SLICE, old->nodes[v].loc);
  *             kp_rw_operand(&rw, s, fused);     // a value of the NEW graph
- *             kir_set_int(rw.g, s, "start", 0); ...
+ *             kir_attr_set_int(rw.g, s, KIR_A_SLICE_START, 0); ...
  *             kp_rw_finish_node(&rw, s);        // shape rule
  *             rw.map[v] = s;                    // v's consumers now read s
  *         } else {

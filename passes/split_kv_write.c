@@ -24,7 +24,7 @@
 /* Whether attention v writes the cache itself. */
 static int writes_kv(const kir_graph *g, kir_val v)
 {
-    return kir_node_at(g, v)->op == KIR_OP_ATTENTION && kir_get_int(g, v, "write_kv", 1) != 0;
+    return kir_node_at(g, v)->op == KIR_OP_ATTENTION && kir_attr_int(g, v, KIR_A_ATTENTION_WRITE_KV) != 0;
 }
 
 int kp_split_kv_write(kir_graph **gp, kp_pass_stats *st, ks_diag *d)
@@ -58,7 +58,7 @@ int kp_split_kv_write(kir_graph **gp, kp_pass_stats *st, ks_diag *d)
                 kp_rw_operand(&rw, a, rw.map[att->in[0]]);
                 kp_rw_operand(&rw, a, write[v]);
                 kp_rw_operand(&rw, a, rw.map[att->in[2]]);
-                kir_set_int(rw.g, a, "write_kv", 0);
+                kir_attr_set_int(rw.g, a, KIR_A_ATTENTION_WRITE_KV, 0);
                 kp_rw_finish_node(&rw, a);
             } else {
                 kp_rw_copy(&rw, v);
@@ -68,10 +68,10 @@ int kp_split_kv_write(kir_graph **gp, kp_pass_stats *st, ks_diag *d)
                 kir_val w = kp_rw_node(&rw, KIR_OP_KV_WRITE, att->loc);
                 kp_rw_operand(&rw, w, rw.map[att->in[1]]);
                 kp_rw_operand(&rw, w, rw.map[att->in[2]]);
-                kir_set_int(rw.g, w, "layer", kir_get_int(g, a, "layer", 0));
+                kir_attr_set_int(rw.g, w, KIR_A_KV_WRITE_LAYER, kir_attr_int(g, a, KIR_A_ATTENTION_LAYER));
                 /* inside a group's run the write joins the group, which stays contiguous */
                 int64_t id = kp_group_of(g, v);
-                if (id >= 0 && v + 1 < n && kp_group_of(g, v + 1) == id) kir_set_int(rw.g, w, "fuse", id);
+                if (id >= 0 && v + 1 < n && kp_group_of(g, v + 1) == id) kir_attr_set_int(rw.g, w, KIR_A_ANY_FUSE, id);
                 kp_rw_finish_node(&rw, w);
                 write[a] = w;
             }

@@ -58,7 +58,7 @@ static void describe_kv(krt_desc *desc)
     kir_val k, val;
     for (size_t v = 0; v < g->n_nodes; v++) {
         if (!kv_operands(&g->nodes[v], &k, &val)) continue;
-        int64_t l = kir_get_int(g, (kir_val)v, "layer", 0);
+        int64_t l = kir_attr_int(g, (kir_val)v, KIR_A_ATTENTION_LAYER);
         if (l >= 0 && l < INT32_MAX && l + 1 > n) n = l + 1;
     }
     desc->n_kv_layers = (int)n;
@@ -67,7 +67,7 @@ static void describe_kv(krt_desc *desc)
     desc->kv_layers = ks_xcalloc((size_t)n, sizeof *desc->kv_layers);
     for (size_t v = 0; v < g->n_nodes; v++) {
         if (!kv_operands(&g->nodes[v], &k, &val)) continue;
-        int64_t l = kir_get_int(g, (kir_val)v, "layer", 0);
+        int64_t l = kir_attr_int(g, (kir_val)v, KIR_A_ATTENTION_LAYER);
         if (l < 0 || l >= n || desc->kv_layers[l].kv_heads != 0) continue; /* the first one decides */
         const kir_node *kn = &g->nodes[k], *vn = &g->nodes[val];
         desc->kv_layers[l] = (krt_kv_layer){(int)kn->dims[1], (int)kn->dims[2], (int)vn->dims[2]};
@@ -82,13 +82,11 @@ static int describe_io(krt_desc *desc, const char *what, ks_diag *d)
     for (size_t v = 0; v < g->n_nodes; v++) {
         const kir_node *n = &g->nodes[v];
         if (n->op == KIR_OP_INPUT) {
-            const char *role = kir_get_str(g, (kir_val)v, "name", "");
-            if (strcmp(role, "tokens") == 0)
+            /* kir_verify: a role each, each role once */
+            if (kir_attr_word(g, (kir_val)v, KIR_A_INPUT_ROLE) == KIR_ROLE_TOKENS)
                 desc->tokens = (kir_val)v;
-            else if (strcmp(role, "positions") == 0)
-                desc->positions = (kir_val)v;
             else
-                return desc_error(d, what, "input '%s' is neither tokens nor positions", role);
+                desc->positions = (kir_val)v;
         } else if (n->op == KIR_OP_OUTPUT) {
             desc->output = (kir_val)v;
         }
@@ -157,7 +155,7 @@ static int describe_plan(krt_desc *desc, const char *what, ks_diag *d)
     p->offset = ks_xmalloc((g->n_nodes ? g->n_nodes : 1) * sizeof *p->offset);
     for (size_t v = 0; v < g->n_nodes; v++) {
         const kir_node *n = &g->nodes[v];
-        int64_t off = kir_get_int(g, (kir_val)v, "mem.offset", -1);
+        int64_t off = kir_attr_int(g, (kir_val)v, KIR_A_ANY_MEM_OFFSET);
         p->offset[v] = off;
         if (off < 0 && !has_place(n)) continue; /* the output may share its operand's place: then it has one */
         double need = (double)kir_elems(n, p->max_tokens) * (double)kir_dtype_size(n->dtype);

@@ -348,7 +348,7 @@ krt_engine *krt_engine_open(const char *path, ks_diag *d)
             return NULL;
         }
         const kir_node *n = &e->graph->nodes[node];
-        const char *name = kir_get_str(e->graph, node, "name", "?");
+        const char *name = kir_attr_str(e->graph, node, KIR_A_WEIGHT_NAME);
         if (dtype != (uint32_t)n->dtype ||
             bytes != (uint64_t)kir_elems(n, 1) * kir_dtype_size(n->dtype)) {
             open_fail(e, d, path, "damaged: weight '%s' has the wrong type or size in the index", name);
@@ -363,7 +363,7 @@ krt_engine *krt_engine_open(const char *path, ks_diag *d)
     }
     for (size_t v = 0; v < e->graph->n_nodes; v++)
         if (e->graph->nodes[v].op == KIR_OP_WEIGHT && !e->weights[v]) {
-            open_fail(e, d, path, "damaged: no data for weight '%s'", kir_get_str(e->graph, (kir_val)v, "name", "?"));
+            open_fail(e, d, path, "damaged: no data for weight '%s'", kir_attr_str(e->graph, (kir_val)v, KIR_A_WEIGHT_NAME));
             return NULL;
         }
     e->section_table = p + HEADER_SIZE;

@@ -121,7 +121,7 @@ static int emit_unary(kcu_gen *x, kir_val v)
     case KIR_OP_SCALE:
         what = "x times a constant";
         ks_buf_puts(&body, "    out[i] = x[i] * ");
-        kcu_put_float(&body, (float)kir_get_float(x->g, v, "value", 1.0));
+        kcu_put_float(&body, (float)kir_attr_float(x->g, v, KIR_A_SCALE_VALUE));
         ks_buf_puts(&body, ";\n");
         break;
     case KIR_OP_SILU:
@@ -200,7 +200,7 @@ static int emit_norm(kcu_gen *x, kir_val v)
                   "    float *orow = out + (long long)blockIdx.x * D;\n"
                   "    const double eps = ",
                   (long long)d, threads);
-    kcu_put_double(&x->body, kir_get_float(x->g, v, "eps", 1e-5));
+    kcu_put_double(&x->body, kir_attr_float(x->g, v, KIR_A_RMS_NORM_EPS));
     ks_buf_puts(&x->body, ";\n");
     if (rms) {
         ks_buf_puts(&x->body, "    double ss = 0.0;\n"
@@ -237,7 +237,7 @@ static int emit_norm(kcu_gen *x, kir_val v)
 static int emit_slice(kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v];
-    int64_t d = kcu_last_dim(n), d_in = kcu_last_dim(&x->g->nodes[n->in[0]]), start = kir_get_int(x->g, v, "start", 0);
+    int64_t d = kcu_last_dim(n), d_in = kcu_last_dim(&x->g->nodes[n->in[0]]), start = kir_attr_int(x->g, v, KIR_A_SLICE_START);
     int64_t row = kir_row_elems(n);
     krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, row);
     kcu_param_in(x, k, n->in[0], "x");
@@ -281,14 +281,9 @@ static int emit_rope(kcu_gen *x, kir_val v)
 {
     const kir_graph *g = x->g;
     const kir_node *n = &g->nodes[v];
-    const char *style = kir_get_str(g, v, "style", "halves");
-    const char *scaling = kir_get_str(g, v, "scaling", "none");
-    if (strcmp(style, "halves") != 0 && strcmp(style, "pairs") != 0)
-        return kcu_node_error(x, v, "unknown style '%s' (expected halves or pairs)", style);
-    if (strcmp(scaling, "none") != 0 && strcmp(scaling, "linear") != 0 && strcmp(scaling, "llama3") != 0)
-        return kcu_node_error(x, v, "unknown scaling '%s' (expected none, linear or llama3)", scaling);
-    int64_t heads = n->dims[1], d = n->dims[2], rot = kir_get_int(g, v, "rot_dim", d);
-    int half = (int)(rot / 2), pairs = strcmp(style, "pairs") == 0;
+    /* style and scaling are words of their sets (kir_verify); the table holds the frequencies */
+    int64_t heads = n->dims[1], d = n->dims[2], rot = kir_attr_int(g, v, KIR_A_ROPE_ROT_DIM);
+    int half = (int)(rot / 2), pairs = kir_attr_word(g, v, KIR_A_ROPE_STYLE) == KIR_ROPE_STYLE_PAIRS;
     int64_t row = heads * d;
     krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, row);
     kcu_put_rope_table(x, &x->body, v, rot, "");
@@ -340,12 +335,7 @@ static const char banner[] =
 static int check_node(kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v];
-    if (n->op == KIR_OP_INPUT) {
-        const char *name = kir_get_str(x->g, v, "name", "");
-        if (strcmp(name, "tokens") != 0 && strcmp(name, "positions") != 0)
-            return kcu_node_error(x, v, "'%s' is neither tokens nor positions", name);
-        return 0;
-    }
+    if (n->op == KIR_OP_INPUT) return 0; /* tokens or positions (kir_verify) */
     if (n->op == KIR_OP_WEIGHT) return 0; /* f32, f16 or bf16: the shape rule allows no other */
     if (n->dtype != KIR_F32)
         return kcu_node_error(x, v, "the CUDA backend computes f32 values only, not %s", kir_dtype_name(n->dtype));
@@ -366,7 +356,7 @@ static int emit_node(kcu_gen *x, kir_val v)
         return 0;
     case KIR_OP_KV_WRITE: {
         /* writes the cache; its value is k, passed through */
-        int64_t layer = kir_get_int(x->g, v, "layer", 0);
+        int64_t layer = kir_attr_int(x->g, v, KIR_A_ATTENTION_LAYER);
         if (layer < 0 || layer >= INT32_MAX) return kcu_node_error(x, v, "layer %lld is out of range", (long long)layer);
         x->root[v] = x->root[n->in[0]];
         kcu_emit_kv_write_kernel(x, v, "", n->in[0], n->in[1], layer);
@@ -408,7 +398,7 @@ static int emit_node(kcu_gen *x, kir_val v)
 static int reads_operand(const kir_graph *g, kir_val u, int i)
 {
     const kir_node *n = &g->nodes[u];
-    if (n->op == KIR_OP_ATTENTION && i > 0) return kir_get_int(g, u, "write_kv", 1) != 0;
+    if (n->op == KIR_OP_ATTENTION && i > 0) return kir_attr_int(g, u, KIR_A_ATTENTION_WRITE_KV) != 0;
     return 1;
 }
 
@@ -424,7 +414,7 @@ static int emit_nodes(kcu_gen *x)
     kir_val *members = ks_xmalloc(sizeof *members * (n ? n : 1));
     for (size_t v = 0; v < n; v++) {
         kir_op op = g->nodes[v].op;
-        fuse[v] = op == KIR_OP_WEIGHT || op == KIR_OP_INPUT ? -1 : kir_get_int(g, (kir_val)v, "fuse", -1);
+        fuse[v] = op == KIR_OP_WEIGHT || op == KIR_OP_INPUT ? -1 : kir_attr_int(g, (kir_val)v, KIR_A_ANY_FUSE);
     }
     for (size_t u = 0; u < n; u++)
         for (int i = 0; i < g->nodes[u].nin; i++) {

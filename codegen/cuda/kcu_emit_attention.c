@@ -128,13 +128,13 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     const kir_node *n = &g->nodes[v];
     const kir_node *qn = &g->nodes[n->in[0]], *kn = &g->nodes[n->in[1]], *vn = &g->nodes[n->in[2]];
     int64_t heads = qn->dims[1], dk = qn->dims[2], kv_heads = kn->dims[1], dv = vn->dims[2];
-    int64_t layer = kir_get_int(g, v, "layer", 0), window = kir_get_int(g, v, "window", 0);
-    float scale = (float)kir_get_float(g, v, "scale", 1.0 / sqrt((double)dk));
-    float softcap = (float)kir_get_float(g, v, "softcap", 0.0);
+    int64_t layer = kir_attr_int(g, v, KIR_A_ATTENTION_LAYER), window = kir_attr_int(g, v, KIR_A_ATTENTION_WINDOW);
+    float scale = (float)kir_attr_float(g, v, KIR_A_ATTENTION_SCALE);
+    float softcap = (float)kir_attr_float(g, v, KIR_A_ATTENTION_SOFTCAP);
     if (layer < 0 || layer >= INT32_MAX) return kcu_node_error(x, v, "layer %lld is out of range", (long long)layer);
     if (softcap < 0.0f) return kcu_node_error(x, v, "softcap must not be negative");
     if (window < 0 || window > INT32_MAX) window = 0; /* as the interpreter: every position is in such a window */
-    if (kir_get_int(g, v, "write_kv", 1) != 0) kcu_emit_kv_write_kernel(x, v, "_kv_write", n->in[1], n->in[2], layer);
+    if (kir_attr_int(g, v, KIR_A_ATTENTION_WRITE_KV) != 0) kcu_emit_kv_write_kernel(x, v, "_kv_write", n->in[1], n->in[2], layer);
 
     att_plan a = plan_attention(heads / kv_heads, dk, dv);
     krt_cuda_kernel *k = kcu_kernel_new(x, v, 32 * a.nw);

@@ -110,7 +110,7 @@ static int classify(group *G, int i)
     case KIR_OP_SLICE: {
         if (a < 0 || g->nodes[n->in[0]].ndim != 2) return -1;
         gn->r = ROLE_VIEW;
-        gn->base = G->n[a].base + kir_get_int(g, gn->v, "start", 0);
+        gn->base = G->n[a].base + kir_attr_int(g, gn->v, KIR_A_SLICE_START);
         return 0;
     }
     case KIR_OP_RESHAPE:
@@ -150,19 +150,15 @@ static int classify(group *G, int i)
     }
     case KIR_OP_ROPE: {
         if (a < 0 || b >= 0) return -1;
-        const char *style = kir_get_str(g, gn->v, "style", "halves");
-        const char *scaling = kir_get_str(g, gn->v, "scaling", "none");
-        if (strcmp(style, "halves") != 0 && strcmp(style, "pairs") != 0) return -1;
-        if (strcmp(scaling, "none") != 0 && strcmp(scaling, "linear") != 0 && strcmp(scaling, "llama3") != 0)
-            return -1;
         if (g->nodes[n->in[1]].op != KIR_OP_INPUT) return -1;
-        int64_t heads = n->dims[1], d = n->dims[2], rot = kir_get_int(g, gn->v, "rot_dim", d), half = rot / 2;
+        int64_t heads = n->dims[1], d = n->dims[2], rot = kir_attr_int(g, gn->v, KIR_A_ROPE_ROT_DIM), half = rot / 2;
         if (rot <= 0 || rot > d || rot % 2) return -1;
         gn->r = ROLE_ROPE, gn->base = G->n[a].base;
+        int pairs = kir_attr_word(g, gn->v, KIR_A_ROPE_STYLE) == KIR_ROPE_STYLE_PAIRS;
         for (int64_t h = 0; h < heads; h++)
             for (int64_t j = 0; j < half; j++) {
-                int64_t c = gn->base + h * d, c0 = strcmp(style, "pairs") == 0 ? c + 2 * j : c + j;
-                int64_t c1 = strcmp(style, "pairs") == 0 ? c0 + 1 : c0 + half;
+                int64_t c = gn->base + h * d, c0 = pairs ? c + 2 * j : c + j;
+                int64_t c1 = pairs ? c0 + 1 : c0 + half;
                 if (pair_columns(G, c0, c1) != 0) return -1;
             }
         return 0;
@@ -240,7 +236,7 @@ static void unary_expr(group *G, kir_val v, const char *in, ks_buf *b)
     switch (g->nodes[v].op) {
     case KIR_OP_SCALE:
         ks_buf_printf(b, "%s * ", in);
-        kcu_put_float(b, (float)kir_get_float(g, v, "value", 1.0));
+        kcu_put_float(b, (float)kir_attr_float(g, v, KIR_A_SCALE_VALUE));
         return;
     case KIR_OP_SILU:
         ks_buf_printf(b, "(float)((double)%s / (1.0 + exp(-(double)%s)))", in, in);
@@ -364,9 +360,8 @@ static void put_epilogue(group *G, ks_buf *fields)
             break;
         }
         case ROLE_ROPE: {
-            const char *style = kir_get_str(g, gn->v, "style", "halves");
-            int64_t d = nd->dims[2], rot = kir_get_int(g, gn->v, "rot_dim", d), half = rot / 2;
-            int pairs = strcmp(style, "pairs") == 0;
+            int64_t d = nd->dims[2], rot = kir_attr_int(g, gn->v, KIR_A_ROPE_ROT_DIM), half = rot / 2;
+            int pairs = kir_attr_word(g, gn->v, KIR_A_ROPE_STYLE) == KIR_ROPE_STYLE_PAIRS;
             ks_buf_printf(b,
                           "            const int d = e %% %lld;\n"
                           "            if (d >= %lld) {\n                x%d[j] = %s;\n"
@@ -495,10 +490,10 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
             add_field(x, k, KRT_CUDA_ARG_VALUE, nd->in[1], decl, name, &fields, &inits);
             char suffix[16];
             snprintf(suffix, sizeof suffix, "%d", i);
-            kcu_put_rope_table(x, &tables, gn->v, kir_get_int(g, gn->v, "rot_dim", nd->dims[2]), suffix);
+            kcu_put_rope_table(x, &tables, gn->v, kir_attr_int(g, gn->v, KIR_A_ROPE_ROT_DIM), suffix);
         }
         if (gn->r == ROLE_KV_WRITE) {
-            int64_t layer = kir_get_int(g, gn->v, "layer", 0);
+            int64_t layer = kir_attr_int(g, gn->v, KIR_A_ATTENTION_LAYER);
             if (layer < 0 || layer >= INT32_MAX) {
                 ks_buf_free(&fields), ks_buf_free(&inits), ks_buf_free(&tables);
                 return kcu_node_error(x, gn->v, "layer %lld is out of range", (long long)layer);
@@ -531,7 +526,7 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
         ks_buf_printf(&call, "<%s, %lld, %lld>(T, x, w, kcu_pro_%s<%lld, %s>{%s, %s", wt, (long long)G.K, (long long)G.N,
                       rms ? "rms" : "ln", (long long)G.K, gt, has_g ? "g" : "nullptr",
                       rms ? "" : (has_b ? "gb, " : "nullptr, "));
-        kcu_put_double(&call, kir_get_float(g, nodes[G.pro], "eps", 1e-5));
+        kcu_put_double(&call, kir_attr_float(g, nodes[G.pro], KIR_A_RMS_NORM_EPS));
         ks_buf_puts(&call, "}, epi);\n}\n");
     }
     for (int large = 0; large < 2; large++) {

@@ -515,8 +515,8 @@ static int collect_profile(cu_state *s, int64_t T, int n_draw, ks_diag *d)
 static void group_ops(const kir_graph *g, kir_val v, int64_t group, ks_buf *b)
 {
     size_t first = v, last = v;
-    while (first > 0 && kir_get_int(g, (kir_val)(first - 1), "fuse", -1) == group) first--;
-    while (last + 1 < g->n_nodes && kir_get_int(g, (kir_val)(last + 1), "fuse", -1) == group) last++;
+    while (first > 0 && kir_attr_int(g, (kir_val)(first - 1), KIR_A_ANY_FUSE) == group) first--;
+    while (last + 1 < g->n_nodes && kir_attr_int(g, (kir_val)(last + 1), KIR_A_ANY_FUSE) == group) last++;
     int shown = 0;
     for (size_t u = first; u <= last; u++) {
         kir_op op = g->nodes[u].op;
@@ -552,7 +552,7 @@ static void kernel_nodes(const cu_state *s, int j, ks_buf *b)
         ks_buf_printf(b, "%s%%%u", shown++ ? ", " : "", v);
         if (shown == 1) {
             ks_buf_printf(b, " %s", kir_op_table[s->g->nodes[v].op].name);
-            int64_t group = kir_get_int(s->g, (kir_val)v, "fuse", -1);
+            int64_t group = kir_attr_int(s->g, (kir_val)v, KIR_A_ANY_FUSE);
             if (group >= 0) {
                 ks_buf_printf(b, " [fuse %lld: ", (long long)group);
                 group_ops(s->g, (kir_val)v, group, b);
@@ -1078,8 +1078,8 @@ static void plan_tap(cu_state *s)
     uint32_t *first = ks_xcalloc(n ? n : 1, sizeof *first), *last = ks_xcalloc(n ? n : 1, sizeof *last);
     uint8_t *named = ks_xcalloc(n ? n : 1, 1);
     for (size_t v = 0; v < n; v++) {
-        int64_t group = kir_get_int(g, (kir_val)v, "fuse", -1);
-        first[v] = group >= 0 && v > 0 && kir_get_int(g, (kir_val)(v - 1), "fuse", -1) == group ? first[v - 1]
+        int64_t group = kir_attr_int(g, (kir_val)v, KIR_A_ANY_FUSE);
+        first[v] = group >= 0 && v > 0 && kir_attr_int(g, (kir_val)(v - 1), KIR_A_ANY_FUSE) == group ? first[v - 1]
                                                                                              : (uint32_t)v;
         s->tap_after[v] = -1;
     }

@@ -95,7 +95,7 @@ static int prepare_weight(krt_interp *it, kir_val v, const void *data, ks_diag *
 {
     const kir_node *n = &it->g->nodes[v];
     if (!data)
-        return node_error(d, it->g, v, "'%s' has no data", kir_get_str(it->g, v, "name", "?"));
+        return node_error(d, it->g, v, "'%s' has no data", kir_attr_str(it->g, v, KIR_A_WEIGHT_NAME));
     size_t ne = (size_t)kir_elems(n, 1);
     if (n->dtype == KIR_F32 && (uintptr_t)data % _Alignof(float) == 0) {
         it->weights[v] = data; /* used in place */
@@ -129,28 +129,11 @@ static int prepare_weight(krt_interp *it, kir_val v, const void *data, ks_diag *
 static int prepare_rope(krt_interp *it, kir_val v, ks_diag *d)
 {
     const kir_graph *g = it->g;
-    const kir_node *n = &g->nodes[v];
-    const char *style = kir_get_str(g, v, "style", "halves");
-    const char *scaling = kir_get_str(g, v, "scaling", "none");
-    int64_t rot = kir_get_int(g, v, "rot_dim", n->dims[2]);
-    if (strcmp(style, "halves") != 0 && strcmp(style, "pairs") != 0)
-        return node_error(d, g, v, "unknown style '%s' (expected halves or pairs)", style);
-    /* rot_dim (even, within the head) is the shape rule's to check; the values are the op's. */
-    if (kir_get_float(g, v, "theta", 10000.0) <= 0.0) return node_error(d, g, v, "theta must be positive");
-    int linear = strcmp(scaling, "linear") == 0, llama3 = strcmp(scaling, "llama3") == 0;
-    if (!linear && !llama3 && strcmp(scaling, "none") != 0)
-        return node_error(d, g, v, "unknown scaling '%s' (expected none, linear or llama3)", scaling);
-    if ((linear || llama3) && !(kir_get_float(g, v, "factor", 1.0) > 0.0))
-        return node_error(d, g, v, "scaling factor must be positive");
-    if (llama3) {
-        double low = kir_get_float(g, v, "low_freq_factor", 1.0), high = kir_get_float(g, v, "high_freq_factor", 4.0);
-        if (!(low > 0.0) || !(high > low) || !(kir_get_float(g, v, "original_max_positions", 8192.0) > 0.0))
-            return node_error(d, g, v,
-                              "llama3 scaling needs 0 < low_freq_factor < high_freq_factor and original_max_positions > 0");
-    }
+    /* the verifier checked the attributes' values (ir/ops.def's rules), the shape rule rot_dim */
+    int64_t rot = kir_attr_int(g, v, KIR_A_ROPE_ROT_DIM);
     krt_interp_rope *rp = &it->rope[v];
     rp->rot_dim = (int)rot;
-    rp->pairs = strcmp(style, "pairs") == 0;
+    rp->pairs = kir_attr_word(g, v, KIR_A_ROPE_STYLE) == KIR_ROPE_STYLE_PAIRS;
     rp->inv_freq = ks_xmalloc(sizeof(float) * (size_t)(rot / 2));
     kir_rope_inv_freq(g, v, rp->rot_dim, rp->inv_freq);
     return 0;
@@ -170,7 +153,7 @@ static int prepare_kv_node(krt_interp *it, kir_val v, ks_diag *d)
     if (cfg->elem_size != sizeof(float))
         return node_error(d, g, v, "the KV cache holds %zu-byte elements; the interpreter needs f32 (4 bytes)",
                           cfg->elem_size);
-    int64_t layer = kir_get_int(g, v, "layer", 0);
+    int64_t layer = kir_attr_int(g, v, KIR_A_ATTENTION_LAYER);
     if (layer < 0 || layer >= cfg->n_layers)
         return node_error(d, g, v, "layer %lld is not in the KV cache (it has %d layers)", (long long)layer,
                           cfg->n_layers);
@@ -182,8 +165,6 @@ static int prepare_kv_node(krt_interp *it, kir_val v, ks_diag *d)
                           "the KV cache has %d, %d and %d",
                           (long long)layer, (long long)k->dims[1], (long long)k->dims[2], (long long)val->dims[2],
                           kl->kv_heads, kl->head_dim_k, kl->head_dim_v);
-    if (n->op == KIR_OP_ATTENTION && kir_get_float(g, v, "softcap", 0.0) < 0.0)
-        return node_error(d, g, v, "softcap must not be negative");
     it->has_attention = 1;
     return 0;
 }

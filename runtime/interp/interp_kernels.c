@@ -160,7 +160,7 @@ static void run_unary(const krt_interp_exec *x, kir_val v)
     int64_t ne = elems_of(x, v);
     switch (n->op) {
     case KIR_OP_SCALE: {
-        float s = (float)kir_get_float(x->g, v, "value", 1.0);
+        float s = (float)kir_attr_float(x->g, v, KIR_A_SCALE_VALUE);
         for (int64_t i = 0; i < ne; i++) o[i] = a[i] * s;
         break;
     }
@@ -194,7 +194,7 @@ static void run_rms_norm(const krt_interp_exec *x, kir_val v)
     const float *a = x->src[n->in[0]], *w = optional_operand(x, n, 1);
     float *o = x->dst[v];
     int64_t d = last_dim(n), rows = elems_of(x, v) / d;
-    double eps = kir_get_float(x->g, v, "eps", 1e-5);
+    double eps = kir_attr_float(x->g, v, KIR_A_RMS_NORM_EPS);
     for (int64_t r = 0; r < rows; r++) {
         const float *ar = a + r * d;
         float *orow = o + r * d;
@@ -215,7 +215,7 @@ static void run_layer_norm(const krt_interp_exec *x, kir_val v)
     const float *a = x->src[n->in[0]], *w = optional_operand(x, n, 1), *b = optional_operand(x, n, 2);
     float *o = x->dst[v];
     int64_t d = last_dim(n), rows = elems_of(x, v) / d;
-    double eps = kir_get_float(x->g, v, "eps", 1e-5);
+    double eps = kir_attr_float(x->g, v, KIR_A_RMS_NORM_EPS);
     for (int64_t r = 0; r < rows; r++) {
         const float *ar = a + r * d;
         float *orow = o + r * d;
@@ -245,7 +245,7 @@ static void run_slice(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
     int64_t d_in = last_dim(node_of(x, n->in[0])), d = last_dim(n);
-    int64_t start = kir_get_int(x->g, v, "start", 0), rows = elems_of(x, v) / d;
+    int64_t start = kir_attr_int(x->g, v, KIR_A_SLICE_START), rows = elems_of(x, v) / d;
     const float *a = x->src[n->in[0]];
     for (int64_t r = 0; r < rows; r++) memcpy(x->dst[v] + r * d, a + r * d_in + start, sizeof(float) * (size_t)d);
 }
@@ -317,7 +317,7 @@ static void run_kv_write(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
     const kir_node *kn = node_of(x, n->in[0]), *vn = node_of(x, n->in[1]);
-    int layer = (int)kir_get_int(x->g, v, "layer", 0);
+    int layer = (int)kir_attr_int(x->g, v, KIR_A_ATTENTION_LAYER);
     write_kv_rows(x, layer, x->src[n->in[0]], x->src[n->in[1]], kir_row_elems(kn), kir_row_elems(vn));
     if (x->dst[v] != x->src[n->in[0]]) memcpy(x->dst[v], x->src[n->in[0]], sizeof(float) * (size_t)elems_of(x, v));
 }
@@ -330,17 +330,17 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
     float *o = x->dst[v];
     int64_t heads = qn->dims[1], dk = qn->dims[2], kv_heads = kn->dims[1], dv = vn->dims[2];
     int64_t group = heads / kv_heads, krow = kv_heads * dk, vrow = kv_heads * dv;
-    int layer = (int)kir_get_int(x->g, v, "layer", 0);
-    float scale = (float)kir_get_float(x->g, v, "scale", 1.0 / sqrt((double)dk));
-    int64_t window = kir_get_int(x->g, v, "window", 0);
-    float softcap = (float)kir_get_float(x->g, v, "softcap", 0.0);
+    int layer = (int)kir_attr_int(x->g, v, KIR_A_ATTENTION_LAYER);
+    float scale = (float)kir_attr_float(x->g, v, KIR_A_ATTENTION_SCALE);
+    int64_t window = kir_attr_int(x->g, v, KIR_A_ATTENTION_WINDOW);
+    float softcap = (float)kir_attr_float(x->g, v, KIR_A_ATTENTION_SOFTCAP);
     float *kc = krt_kv_k(x->kv, layer), *vc = krt_kv_v(x->kv, layer);
     const krt_step *st = x->step;
 
     /* 1. Every token's K and V go into the cache first, so tokens later in
      *    the step see the earlier ones of their sequence; with write_kv=0 a
      *    kv_write earlier in the schedule has put them there. */
-    if (kir_get_int(x->g, v, "write_kv", 1)) write_kv_rows(x, layer, k, vv, krow, vrow);
+    if (kir_attr_int(x->g, v, KIR_A_ATTENTION_WRITE_KV)) write_kv_rows(x, layer, k, vv, krow, vrow);
     int max_pos = 0;
     for (int64_t t = 0; t < x->n_tokens; t++)
         if (st->positions[t] > max_pos) max_pos = st->positions[t];

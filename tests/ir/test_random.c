@@ -1,12 +1,15 @@
 /*
  * test_random.c — a property test of the text form: random graphs of valid
- * ops (random shapes, attribute values, extra attributes, names, strings,
- * params and locations) verify cleanly, and print -> parse gives the same
- * graph, whose text is byte-identical.
+ * ops (random shapes, attribute values within ir/ops.def's rules, names,
+ * strings, params and locations) verify cleanly; then, with extra
+ * attributes of any name and kind added (which the verifier refuses, but
+ * the text form must carry), print -> parse gives the same graph, whose
+ * text is byte-identical.
  *
  * The seed is fixed so that runs repeat; KILN_IR_SEED=<n> picks another and
  * KILN_IR_ROUNDS=<n> the number of graphs. A failure prints its seed.
  */
+#include <math.h>
 #include <stdlib.h>
 
 #include "ir_test.h"
@@ -30,6 +33,22 @@ static int chance(rng *r, int percent) { return below(r, 100) < percent; }
 /* A double from the shapes that matter to the printer: decimals, powers of
  * ten, fractions, integers, extremes, and raw bit patterns (NaN, inf,
  * subnormals). */
+static double random_double(rng *r);
+
+/* A random double that is positive and finite (the rule of theta, eps ...). */
+static double random_positive(rng *r)
+{
+    double x = fabs(random_double(r));
+    return x > 0 && isfinite(x) ? x : 1.0;
+}
+
+/* A random finite double (a scale's value). */
+static double random_finite(rng *r)
+{
+    double x = random_double(r);
+    return isfinite(x) ? x : 1.0;
+}
+
 static double random_double(rng *r)
 {
     static const double pow10[] = {1e-300, 1e-20, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.1, 1,
@@ -154,7 +173,7 @@ static void random_step(gen *s)
     }
     case 1: {
         kir_val v = op_node(s, KIR_OP_SCALE, 1, &a);
-        kir_set_float(g, v, "value", random_double(r));
+        kir_set_float(g, v, "value", random_finite(r));
         add_act(s, v);
         return;
     }
@@ -184,7 +203,7 @@ static void random_step(gen *s)
         for (int i = 1; i < nin; i++)
             if (chance(r, 60)) in[i] = new_weight(s, 1, &last);
         kir_val v = op_node(s, op, nin, in);
-        kir_set_float(g, v, "eps", random_double(r));
+        kir_set_float(g, v, "eps", random_positive(r));
         add_act(s, v);
         return;
     }
@@ -226,13 +245,14 @@ static void random_step(gen *s)
         kir_val v = op_node(s, KIR_OP_ROPE, 2, in);
         static const char *const styles[] = {"halves", "pairs"};
         static const char *const scalings[] = {"none", "linear", "llama3"};
-        kir_set_float(g, v, "theta", random_double(r));
+        kir_set_float(g, v, "theta", random_positive(r));
         kir_set_str(g, v, "style", styles[below(r, 2)]);
         kir_set_int(g, v, "rot_dim", 2 * (1 + below(r, (int)head_dim / 2)));
         kir_set_str(g, v, "scaling", scalings[below(r, 3)]);
-        kir_set_float(g, v, "factor", random_double(r));
-        kir_set_float(g, v, "low_freq_factor", random_double(r));
-        kir_set_float(g, v, "high_freq_factor", random_double(r));
+        kir_set_float(g, v, "factor", random_positive(r));
+        double low = fmin(random_positive(r), 1e300);
+        kir_set_float(g, v, "low_freq_factor", low);
+        kir_set_float(g, v, "high_freq_factor", isfinite(low * 4) ? low * 4 : low); /* llama3: low < high */
         kir_set_int(g, v, "original_max_positions", (int64_t)(next_u64(r) >> 1));
         add_act(s, v);
         return;
@@ -243,14 +263,22 @@ static void random_step(gen *s)
         kir_val in[3] = {q, q, q};
         kir_val v = op_node(s, KIR_OP_ATTENTION, 3, in);
         kir_set_int(g, v, "layer", s->n_layers++);
-        kir_set_float(g, v, "scale", random_double(r));
-        kir_set_int(g, v, "window", below(r, 3) ? 0 : (int64_t)next_u64(r));
-        kir_set_float(g, v, "softcap", random_double(r));
+        kir_set_float(g, v, "scale", random_finite(r));
+        kir_set_int(g, v, "window", below(r, 3) ? 0 : (int64_t)(next_u64(r) >> 1));
+        kir_set_float(g, v, "softcap", below(r, 2) ? 0.0 : random_positive(r));
         add_act(s, v);
         return;
     }
-    default: { /* an extra attribute on some node */
-        char key[64], str[16];
+    default:
+        return;
+    }
+}
+
+/* An extra attribute on some node: of a random name and kind. */
+static void add_extra_attr(kir_graph *g, rng *r)
+{
+    char key[64], str[16];
+    {
         kir_val v = (kir_val)below(r, (int)g->n_nodes);
         random_name(r, key);
         if (kir_get(g, v, key)) return; /* keep the attributes the op needs */
@@ -265,8 +293,6 @@ static void random_step(gen *s)
             kir_set_ints(g, v, key, list, (uint32_t)n);
         }
         }
-        return;
-    }
     }
 }
 
@@ -292,8 +318,8 @@ static kir_graph *random_graph(rng *r)
     for (int i = 1; i < 4; i++)
         s.locs[i] = kir_loc_make(g, random_string(r, buf), (uint32_t)below(r, 5000), (uint32_t)below(r, 200));
 
-    kir_val tokens = kir_input(g, "tokens", pick_loc(&s));
-    s.positions = kir_input(g, "positions", pick_loc(&s));
+    kir_val tokens = kir_input(g, KIR_ROLE_TOKENS, pick_loc(&s));
+    s.positions = kir_input(g, KIR_ROLE_POSITIONS, pick_loc(&s));
     int64_t d = 2 * (1 + below(r, 8));
     int64_t dims[2] = {1 + below(r, 50), d};
     kir_val in[2] = {new_weight(&s, 2, dims), tokens};
@@ -327,6 +353,7 @@ int main(void)
             fprintf(stderr, "random graph does not verify:\n%s", log.data);
             kt_failures++;
         }
+        for (int k = below(&r, 6); k > 0; k--) add_extra_attr(g, &r);
         char *text = kt_print(g);
         log.len = 0;
         kir_graph *h = kt_parse("random.ir", text, &log);

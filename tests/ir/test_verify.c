@@ -66,7 +66,7 @@ static const verify_case cases[] = {
      "%19 : f32[T,2,4] = rope(%8, %0) {theta=10000.0, style=\"pairs\", rot_dim=4, scaling=\"llama3\", "
      "factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_positions=8192, extra=\"ok\"}\n"
      "%20 : f32[T,2,4] = attention(%8, %8, %8) {layer=1, scale=0.5, window=0, softcap=0}\n",
-     18,
+     19,
      "structure.ir: error: node %3 (add): takes 2 operands, has 1\n"
      "structure.ir: error: node %4 (add): operand 2 is absent (_), but add needs it\n"
      "structure.ir: error: node %5 (layer_norm): takes 1 to 3 operands, has 4\n"
@@ -79,12 +79,38 @@ static const verify_case cases[] = {
      "structure.ir: error: node %17 (slice): missing attribute start (an int)\n"
      "structure.ir: error: node %17 (slice): missing attribute end (an int)\n"
      "structure.ir: error: node %18 (output): missing attribute name (a string)\n"
+        "structure.ir: error: node %19 (rope): unknown attribute extra (ir/ops.def lists what rope takes)\n"
      "structure.ir: error: node %20 (attention): attribute softcap is an int, not a float\n"
      "structure.ir: error: node %11 (attention): layer 0 is used by node %10 too\n"
      "structure.ir: error: node %12 (weight): weight name \"embed\" is used by node %1 too\n"
      "structure.ir: error: node %13 (input): input name \"tokens\" is used by node %0 too\n"
      "structure.ir: error: node %15 (output): a graph has one output, and node %14 is one already\n"
      "structure.ir: error: node %18 (output): a graph has one output, and node %14 is one already\n"},
+
+    /* values the schema's rules (ir/ops.def) refuse, and an input role that is not a word of its set */
+    {"values.ir",
+     "kiln-ir 1\n"
+     "%0 : i32[T] = input() {name=\"tokens\"}\n"
+     "%1 : i32[T] = input() {name=\"segments\"}\n"
+     "%2 : f32[10,8] = weight() {name=\"embed\"}\n"
+     "%3 : f32[T,8] = embed(%2, %0)\n"
+     "%4 : f32[T,8] = rms_norm(%3) {eps=-1.0}\n"
+     "%5 : f32[T,8] = layer_norm(%4) {eps=0.0}\n"
+     "%6 : f32[T,2,4] = reshape(%5) {shape=[T,2,4]}\n"
+     "%7 : f32[T,2,4] = rope(%6, %0) {theta=10000.0, style=\"halves\", rot_dim=4, scaling=\"llama3\", "
+     "factor=8.0, low_freq_factor=4.0, high_freq_factor=4.0, original_max_positions=0}\n"
+     "%8 : f32[T,2,4] = attention(%7, %7, %7) {layer=-1, scale=0.5, window=-3, softcap=-1.0}\n"
+     "%9 : f32[T,8] = reshape(%8) {shape=[T,8]}\n"
+     "%10 : f32[T,8] = output(%9) {name=\"logits\"}\n",
+     8,
+     "values.ir: error: node %1 (input): attribute name is \"segments\", not \"tokens\" or \"positions\"\n"
+     "values.ir: error: node %4 (rms_norm): attribute eps is -1; it must be positive\n"
+     "values.ir: error: node %5 (layer_norm): attribute eps is 0; it must be positive\n"
+     "values.ir: error: node %7 (rope): attribute original_max_positions is 0; it must be positive\n"
+     "values.ir: error: node %7 (rope): llama3 scaling needs low_freq_factor < high_freq_factor (got 4 and 4)\n"
+     "values.ir: error: node %8 (attention): attribute layer is -1; it must not be negative\n"
+     "values.ir: error: node %8 (attention): attribute window is -3; it must not be negative\n"
+     "values.ir: error: node %8 (attention): attribute softcap is -1; it must not be negative\n"},
 
     {"noout.ir",
      "kiln-ir 1\n"

@@ -51,6 +51,7 @@ static const verify_case verify_cases[] = {
      "%18 : f32[T,8] = output(%2) {name=\"logits\"}\n",
      9,
      "kv.ir: error: node %4 (kv_write): missing attribute layer (an int)\n"
+        "kv.ir: error: node %14 (attention): attribute write_kv is 2; it must be 0 or 1\n"
      "kv.ir: error: node %15 (attention): attribute write_kv is a float, not an int\n"
      "kv.ir: error: node %17 (kv_write): k and v must be [T,kv_heads,head_dim] with the same heads, got f32[T,2,4] "
      "and f32[T,8]\n"
@@ -62,7 +63,7 @@ static const verify_case verify_cases[] = {
      "with write_kv=1 (absent), so set write_kv=0\n"
      "kv.ir: error: node %13 (attention): with write_kv=0, k and v are the kv_write of layer 4 (node %12) and its v "
      "(%3)\n"
-     "kv.ir: error: node %14 (attention): attribute write_kv is 2, not 0 or 1\n"},
+     },
 
     {"derived.ir",
      "kiln-ir 1\n"
@@ -127,7 +128,9 @@ static const verify_case verify_cases[] = {
      "%24 : f32[T,8] = silu(%23) {fuse=\"x\"}\n"
      "%25 : f32[T,8] = output(%24) {name=\"logits\", fuse=7}\n",
      11,
-     "groups.ir: error: node %3 (weight): fuse group 0: weight cannot join a group (its fusion class in ir/ops.def "
+     "groups.ir: error: node %23 (silu): attribute fuse is -1; it must not be negative\n"
+        "groups.ir: error: node %24 (silu): attribute fuse is a string, not an int\n"
+        "groups.ir: error: node %3 (weight): fuse group 0: weight cannot join a group (its fusion class in ir/ops.def "
      "is none)\n"
      "m.kiln:9:3: error: node %8 (matmul): fuse group 1 has a second matmul or attention (node %6 is its first): a "
      "kernel has one\n"
@@ -142,8 +145,8 @@ static const verify_case verify_cases[] = {
      "kernel\n"
      "groups.ir: error: node %22 (embed): fuse group 7: embed cannot join a group (its fusion class in ir/ops.def "
      "is none)\n"
-     "groups.ir: error: node %23 (silu): fuse group -1: group ids are 0 or more\n"
-     "groups.ir: error: node %24 (silu): attribute fuse is a string, not an int\n"
+     
+     
      "groups.ir: error: node %25 (output): fuse group 7: output cannot join a group (its fusion class in ir/ops.def "
      "is none)\n"},
 };

@@ -236,8 +236,8 @@ static kir_graph *random_graph(uint64_t *rng)
 {
     gen s = {.g = kir_graph_new("random"), .rng = rng};
     kir_loc none = {UINT32_MAX, 0, 0};
-    kir_val tokens = kir_input(s.g, "tokens", none);
-    s.positions = kir_input(s.g, "positions", none);
+    kir_val tokens = kir_input(s.g, KIR_ROLE_TOKENS, none);
+    s.positions = kir_input(s.g, KIR_ROLE_POSITIONS, none);
     kir_val table = weight(&s, 2, 32, 8 + 4 * below(rng, 3), 0);
     act(&s, node(&s, KIR_OP_EMBED, table, tokens));
     int steps = 4 + below(rng, 30);

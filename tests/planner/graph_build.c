@@ -31,7 +31,7 @@ static kir_val node(tb_graph *b, kir_op op, int n, const kir_val *in)
     return v;
 }
 
-kir_val tb_input(tb_graph *b, const char *name) { return kir_input(b->g, name, b->at); }
+kir_val tb_input(tb_graph *b, const char *name) { return kir_input(b->g, kir_word_lookup(KIR_SET_ROLE, name), b->at); }
 
 kir_val tb_weight(tb_graph *b, int ndim, int64_t d0, int64_t d1)
 {
