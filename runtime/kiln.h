@@ -1,9 +1,16 @@
 /*
  * kiln.h — the kiln runtime's C API: load an engine that `kiln build` wrote,
  * run sequences through it, and generate text. This is the one header a
- * deployment includes; link libkiln_runtime (and what it needs: the kiln
- * support, IR and KV-cache libraries, cJSON, PCRE2; a CUDA engine loads the
- * CUDA driver itself at run time).
+ * deployment includes, and libkiln the one library it links: after
+ * `cmake --install build --prefix P` (README, "Deploying an engine"),
+ *
+ *     cc app.c $(PKG_CONFIG_PATH=P/lib/pkgconfig pkg-config --cflags --libs kiln)
+ *
+ * (libkiln.so brings what it needs; a self-contained program links
+ * P/lib/libkiln.a in place of -lkiln, with the rest of `pkg-config --static
+ * --libs kiln`: cJSON, PCRE2, libdl, libm, pthreads). A CUDA engine loads the
+ * CUDA driver itself at run time. This header includes only the C standard's
+ * <stddef.h> and <stdint.h>, and compiles as C and as C++.
  *
  * A tutorial (runtime/example/generate.c is the whole program):
  *
