@@ -1,9 +1,16 @@
 /*
  * kiln.h — the kiln runtime's C API: load an engine that `kiln build` wrote,
  * run sequences through it, and generate text. This is the one header a
- * deployment includes; link libkiln_runtime (and what it needs: the kiln
- * support, IR and KV-cache libraries, cJSON, PCRE2; a CUDA engine loads the
- * CUDA driver itself at run time).
+ * deployment includes, and libkiln the one library it links: after
+ * `cmake --install build --prefix P` (README, "Deploying an engine"),
+ *
+ *     cc app.c $(PKG_CONFIG_PATH=P/lib/pkgconfig pkg-config --cflags --libs kiln)
+ *
+ * (libkiln.so brings what it needs; a self-contained program links
+ * P/lib/libkiln.a in place of -lkiln, with the rest of `pkg-config --static
+ * --libs kiln`: cJSON, PCRE2, libdl, libm, pthreads). A CUDA engine loads the
+ * CUDA driver itself at run time. This header includes only the C standard's
+ * <stddef.h> and <stdint.h>, and compiles as C and as C++.
  *
  * A tutorial (runtime/example/generate.c is the whole program):
  *
@@ -42,6 +49,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* KILN_API marks the functions libkiln exports: the library is built with
+ * hidden visibility (runtime/CMakeLists.txt), so these are the only symbols a
+ * program can link against; the runtime's internals (krt_, kir_, ks_) stay
+ * inside it. */
+#if defined(__GNUC__) || defined(__clang__)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -50,8 +67,8 @@ typedef struct kiln_engine kiln_engine;
 typedef struct kiln_session kiln_session;
 
 /* Open and check an engine file (format, checksum, graph, weights). */
-kiln_engine *kiln_engine_open(const char *path, char *err, size_t err_len);
-void kiln_engine_close(kiln_engine *e);
+KILN_API kiln_engine *kiln_engine_open(const char *path, char *err, size_t err_len);
+KILN_API void kiln_engine_close(kiln_engine *e);
 
 typedef struct kiln_session_opts {
     int max_seqs;    /* sequences alive at once (ids 0..max_seqs-1); 0: 16 */
@@ -60,23 +77,23 @@ typedef struct kiln_session_opts {
     int n_blocks;    /* KV-cache blocks; 0: enough for max_seqs full sequences */
 } kiln_session_opts;
 
-kiln_session *kiln_session_new(kiln_engine *e, const kiln_session_opts *o, char *err, size_t err_len);
-void kiln_session_free(kiln_session *s);
+KILN_API kiln_session *kiln_session_new(kiln_engine *e, const kiln_session_opts *o, char *err, size_t err_len);
+KILN_API void kiln_session_free(kiln_session *s);
 
-int64_t kiln_vocab_size(const kiln_session *s);  /* logits per token */
-int kiln_max_context(const kiln_session *s);
+KILN_API int64_t kiln_vocab_size(const kiln_session *s);  /* logits per token */
+KILN_API int kiln_max_context(const kiln_session *s);
 
 /* Sequences: add an empty one, fork one (the new one shares the old one's
  * KV blocks until it writes), free one. */
-int kiln_seq_add(kiln_session *s, int seq, char *err, size_t err_len);
-int kiln_seq_fork(kiln_session *s, int src, int dst, char *err, size_t err_len);
-void kiln_seq_free(kiln_session *s, int seq);
-int kiln_seq_len(const kiln_session *s, int seq);
+KILN_API int kiln_seq_add(kiln_session *s, int seq, char *err, size_t err_len);
+KILN_API int kiln_seq_fork(kiln_session *s, int src, int dst, char *err, size_t err_len);
+KILN_API void kiln_seq_free(kiln_session *s, int seq);
+KILN_API int kiln_seq_len(const kiln_session *s, int seq);
 
 /* Append ids[i] to sequence seqs[i] (i < n) and run them as one step;
  * logits receives [n, vocab]. A failed step appends nothing. */
-int kiln_step(kiln_session *s, int n, const int32_t *ids, const int32_t *seqs, float *logits, char *err,
-              size_t err_len);
+KILN_API int kiln_step(kiln_session *s, int n, const int32_t *ids, const int32_t *seqs, float *logits, char *err,
+                       size_t err_len);
 
 typedef struct kiln_sampling {
     float temperature;        /* 0: greedy */
@@ -86,7 +103,7 @@ typedef struct kiln_sampling {
     uint64_t seed;            /* same seed, same text */
 } kiln_sampling;
 
-kiln_sampling kiln_sampling_greedy(void);
+KILN_API kiln_sampling kiln_sampling_greedy(void);
 
 typedef struct kiln_generate_opts {
     int max_new;              /* tokens to generate at most (the context's end may stop earlier) */
@@ -98,7 +115,7 @@ typedef struct kiln_generate_opts {
 } kiln_generate_opts;
 
 /* max_new 128, greedy, no stop strings, stop at end of sequence. */
-kiln_generate_opts kiln_generate_defaults(void);
+KILN_API kiln_generate_opts kiln_generate_defaults(void);
 
 /* Called with each piece of decoded text as it is generated (whole UTF-8
  * characters only, special tokens left out); return nonzero to stop. */
@@ -114,8 +131,8 @@ typedef int (*kiln_text_fn)(void *ctx, const char *text, size_t len);
  * drawn where the logits are (on a GPU only their ids come back). Returns
  * the number of tokens generated, or -1 (logits that are NaN or infinite
  * are an error too). */
-int kiln_generate(kiln_session *s, int seq, const char *prompt, const kiln_generate_opts *o, kiln_text_fn on_text,
-                  void *ctx, char *err, size_t err_len);
+KILN_API int kiln_generate(kiln_session *s, int seq, const char *prompt, const kiln_generate_opts *o,
+                           kiln_text_fn on_text, void *ctx, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

@@ -1,14 +1,16 @@
 /*
  * generate.c — the smallest deployment of a kiln engine: open it, generate
- * text from a prompt, print it as it comes. Copy this file; link it with
- * the kiln runtime (see runtime/kiln.h).
+ * text from a prompt, print it as it comes. Copy this file and build it
+ * against an installed kiln (README, "Deploying an engine"):
+ *
+ *     cc generate.c $(pkg-config --cflags --libs kiln) -o kiln-generate
  *
  * usage: kiln-generate ENGINE PROMPT [MAX_NEW_TOKENS]
  */
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime/kiln.h"
+#include <kiln.h>
 
 static int print_piece(void *ctx, const char *text, size_t len)
 {
