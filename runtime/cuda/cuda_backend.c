@@ -325,8 +325,8 @@ static int plan_error(cu_state *s, ks_diag *d, const char *fmt, ...)
     return -1;
 }
 
-/* Every planned value starts on this many bytes (passes/plan_memory.h's
- * KP_MEM_ALIGN), more than the kernels' 16-byte vector loads need. */
+/* Every planned value starts on this many bytes (ir/plan.h's
+ * KIR_MEM_ALIGN), more than the kernels' 16-byte vector loads need. */
 enum { PLAN_ALIGN = 64 };
 /* The most tokens a plan may be made for (kiln build --max-tokens). */
 #define PLAN_MAX_TOKENS ((int64_t)1 << 24)
