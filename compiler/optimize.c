@@ -124,21 +124,24 @@ static int plan_memory(kir_graph *g, int64_t max_tokens, FILE *stats, ks_diag *d
     kp_mem_plan plan;
     if (kp_plan_memory(g, max_tokens, &plan, d) != 0) return -1;
     ks_buf why = {0};
-    if (kp_mem_plan_check(g, &plan, &why) != 0)
+    if (kir_plan_check(g, &plan.mem, &why, NULL) != 0)
         ks_die(__FILE__, __LINE__, "the memory plan is wrong: %s", ks_buf_cstr(&why));
     ks_buf_free(&why);
     kp_plan_annotate(g, &plan);
-    kir_param_int(g, "mem.max_tokens", max_tokens);
-    kir_param_int(g, "mem.arena_bytes", (int64_t)plan.arena_bytes);
-    kir_param_int(g, "mem.lower_bound_bytes", (int64_t)plan.lower_bound_bytes);
-    kir_param_int(g, "mem.naive_bytes", (int64_t)plan.naive_bytes);
+    /* the plan as the engine will carry it, read back from the graph and
+     * checked as every reader checks it */
+    if (kir_verify(g, d, "the planned graph") != 0) {
+        ks_error(d, "kiln", "the memory plan in the graph does not verify (a bug in kiln)");
+        kp_mem_plan_free(&plan);
+        return -1;
+    }
     if (stats)
         fprintf(stats,
                 "memory plan (%lld tokens per step): arena %llu bytes, lower bound %llu (peak/bound %.4f), "
                 "naive %llu\n",
-                (long long)max_tokens, (unsigned long long)plan.arena_bytes,
+                (long long)max_tokens, (unsigned long long)plan.mem.arena_bytes,
                 (unsigned long long)plan.lower_bound_bytes,
-                plan.lower_bound_bytes ? (double)plan.arena_bytes / (double)plan.lower_bound_bytes : 1.0,
+                plan.lower_bound_bytes ? (double)plan.mem.arena_bytes / (double)plan.lower_bound_bytes : 1.0,
                 (unsigned long long)plan.naive_bytes);
     kp_mem_plan_free(&plan);
     return 0;

@@ -1,17 +1,21 @@
 /*
  * fuzz_ir.c — the IR text form under fuzzing: parse the bytes as IR text;
- * if they parse, verify; then print, parse the print and print again, and
- * abort() if the two prints differ or the print does not parse. The round
- * trip is checked for every graph that parses, verified or not (a stronger
- * property than for verified graphs only: the printer and parser promise it
- * for any graph the parser builds). Memory errors and leaks are the
- * sanitizers' to catch.
+ * if they parse, verify (which checks the memory plan the text carries, if
+ * any: ir/plan.h); then print, parse the print and print again, and abort()
+ * if the two prints differ or the print does not parse. The round trip is
+ * checked for every graph that parses, verified or not (a stronger property
+ * than for verified graphs only: the printer and parser promise it for any
+ * graph the parser builds). A verified graph with a plan must also give that
+ * plan to kir_plan_read and pass kir_plan_check, and the plan written back
+ * (kir_plan_annotate) into the graph without it must verify. Memory errors
+ * and leaks are the sanitizers' to catch.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ir/ir.h"
+#include "ir/plan.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -21,6 +25,37 @@ static kir_graph *parse_quiet(const char *name, const char *text, size_t len)
     ks_diag d = {.quiet = 1};
     ks_source src = {name, text, len};
     return kir_parse(&src, &d);
+}
+
+/* A plan that kir_verify accepted reads, checks, and survives being
+ * dropped and written back. */
+static void check_plan(const kir_graph *g)
+{
+    ks_diag d = {.quiet = 1};
+    kir_mem_plan p;
+    if (kir_plan_read(g, &p, &d, "fuzz.ir") != 1) {
+        fprintf(stderr, "fuzz_ir: a verified plan does not read\n");
+        abort();
+    }
+    ks_buf why = {0};
+    if (kir_plan_check(g, &p, &why, NULL) != 0) {
+        fprintf(stderr, "fuzz_ir: a verified plan fails kir_plan_check: %s\n", ks_buf_cstr(&why));
+        abort();
+    }
+    kir_graph *h = kir_graph_clone(g);
+    kir_plan_drop(h);
+    if (kir_has_plan(h) || kir_verify(h, &d, "dropped.ir") != 0) {
+        fprintf(stderr, "fuzz_ir: the graph without its plan does not verify\n");
+        abort();
+    }
+    kir_plan_annotate(h, &p);
+    if (kir_verify(h, &d, "annotated.ir") != 0) {
+        fprintf(stderr, "fuzz_ir: the plan written back does not verify\n");
+        abort();
+    }
+    kir_graph_free(h);
+    ks_buf_free(&why);
+    kir_mem_plan_free(&p);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -33,7 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!g) return 0;
 
     ks_diag d = {.quiet = 1};
-    kir_verify(g, &d, "fuzz.ir");
+    if (kir_verify(g, &d, "fuzz.ir") == 0 && kir_has_plan(g)) check_plan(g);
     {
         ks_buf first = {0}, second = {0};
         kir_print(g, &first);

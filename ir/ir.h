@@ -304,10 +304,17 @@ const kir_param *kir_param_find(const kir_graph *g, const char *name);
 int kir_infer(kir_graph *g, kir_val v, ks_buf *err);
 
 /* Whole-graph verification: operand order (SSA), arities, attribute
- * presence and kinds, and every node's type equal to what its shape rule
- * computes. Reports each problem through d, at the node's location; `what`
+ * presence and kinds, every node's type equal to what its shape rule
+ * computes, and the memory plan the graph carries, if any (ir/plan.h,
+ * checked once the rest verifies). Reports each problem through d, at the node's location; `what`
  * names the graph in messages (e.g. the IR file). Returns the error count. */
 int kir_verify(const kir_graph *g, ks_diag *d, const char *what);
+
+/* Report an error through d at node v's source location when it has one,
+ * else at `what` (v may be KIR_NONE: the graph as a whole). The text is the
+ * caller's: verifiers start it "node %v (op): ". */
+void kir_error_at_node(ks_diag *d, const kir_graph *g, kir_val v, const char *what, const char *fmt, ...)
+    KS_PRINTF(5, 6);
 
 /* Formatting of types, e.g. "f32[T,128]". */
 void kir_format_type(ks_buf *b, const kir_node *n);

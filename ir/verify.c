@@ -28,7 +28,10 @@
  *    with no matmul or attention at all (check_groups);
  *  - each node's stored dtype and dims equal what its shape rule computes
  *    from its operands' stored types (so one wrong type is one error, not a
- *    cascade down the graph).
+ *    cascade down the graph);
+ *  - when all that holds: the memory plan the graph carries, if any, is
+ *    sound (kir_verify_plan, ir/plan.h: every runtime writes each value
+ *    where the plan says, so a wrong plan is a crash or wrong output).
  * Values the shapes depend on (a rot_dim within the head, a slice within
  * its operand) are the shape rules' to check.
  *
@@ -40,6 +43,7 @@
 #include <string.h>
 
 #include "ir/ir.h"
+#include "ir/plan.h"
 
 /* The most elements a value may hold per token (for a weight: in all).
  * Far above any model (a 405B model's embedding is 2^31), low enough that
@@ -96,12 +100,7 @@ static void node_error(kir_verifier *c, kir_val v, const char *fmt, ...)
     va_start(ap, fmt);
     ks_buf_vprintf(&msg, fmt, ap);
     va_end(ap);
-    if (n->loc.file < c->g->n_files && n->loc.line > 0) {
-        ks_source src = {c->g->files[n->loc.file], NULL, 0};
-        ks_error_at(c->d, &src, (int)n->loc.line, (int)n->loc.col, "%s", msg.data);
-    } else {
-        ks_error(c->d, c->what, "%s", msg.data);
-    }
+    kir_error_at_node(c->d, c->g, v, c->what, "%s", msg.data);
     ks_buf_free(&msg);
     c->errors++;
 }
@@ -673,6 +672,8 @@ int kir_verify(const kir_graph *g, ks_diag *d, const char *what)
     check_derived(&c);
     check_groups(&c);
     check_output(&c);
+    /* the plan's checker needs a sound graph: operands, types and groups */
+    if (c.errors == 0) c.errors += kir_verify_plan(g, d, c.what);
 
     kir_graph_free(copy);
     free(c.type_ok);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/plan.h"
 #include "passes/rewrite.h"
 
 const kp_pass kp_passes[] = {
@@ -136,6 +137,16 @@ int kp_run_pipeline(kir_graph **g, const kp_options *opt, kp_pass_stats **stats,
     verify = 1;
 #endif
     if (verify && verify_after(*g, NULL, what, d) != 0) return -1;
+    /* a memory plan is for the graph as it is: the passes change it (and
+     * copy attributes to the nodes they make), so the plan goes;
+     * plan_memory, the driver's last stage, makes a new one */
+    int any_runs = 0;
+    for (size_t i = 0; i < n_selected && !any_runs; i++) {
+        int off = 0;
+        for (size_t k = 0; k < n_disabled && !off; k++) off = disabled[k] == selected[i];
+        any_runs = !off;
+    }
+    if (any_runs) kir_plan_drop(*g);
 
     kp_pass_stats *st = ks_xcalloc(n_selected ? n_selected : 1, sizeof *st);
     size_t n_run = 0;

@@ -82,7 +82,8 @@ typedef struct kp_options {
     const char *what;            /* names the run in messages; NULL: "kiln" */
 } kp_options;
 
-/* Run the passes over *g, replacing it. *stats receives one entry per pass
+/* Run the passes over *g, replacing it. A memory plan *g carries (ir/plan.h)
+ * is dropped when any pass runs: it was made for the graph before. *stats receives one entry per pass
  * run (caller frees; may be NULL to not collect them). A name that is no
  * pass is the user's error:
  *   kiln: error: unknown pass 'fuse_qkv' (the passes: fuse_sibling_matmuls, ...)

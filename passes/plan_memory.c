@@ -6,14 +6,15 @@
  * contiguous runs of the schedule.
  *
  * Guarantees: every value that is not a WEIGHT gets a byte offset in one
- * arena of arena_bytes, aligned to KP_MEM_ALIGN, valid for any step of up to
+ * arena of arena_bytes, aligned to KIR_MEM_ALIGN, valid for any step of up to
  * max_tokens tokens, whether the runtime runs a kernel per node or one
  * kernel per `fuse` group; two values live at the same node never share a
  * byte unless one is a view of the other, or one is the operand that an
- * in-place elementwise op overwrites at its last use (kp_mem_plan_check
- * proves this for a plan without trusting the planner); arena_bytes is the
- * smallest over the placements tried, and lower_bound_bytes, computed with
- * the same liveness, is reported beside it so that a regression shows.
+ * in-place elementwise op overwrites at its last use (kir_plan_check in
+ * ir/plan_check.c proves this for a plan without trusting the planner);
+ * arena_bytes is the smallest over the placements tried (an arena over
+ * KIR_MEM_MAX_ARENA is an error), and lower_bound_bytes, computed with the
+ * same liveness, is reported beside it so that a regression shows.
  *
  * Fused kernels: the nodes of a group run as one kernel whose blocks run in
  * no order, so liveness treats them as running at once: a value read by any
@@ -77,14 +78,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A value larger than this cannot be planned: no device holds it, and the
- * cap keeps every sum of sizes within 64 bits (2^22 nodes x 2^40 bytes). */
-#define KP_MEM_MAX_VALUE ((uint64_t)1 << 40)
 #define NO_SLOT UINT32_MAX
 
 /* Where values live: one or more values that share the same bytes. */
 typedef struct kp_slot {
-    uint64_t bytes;      /* size, a multiple of KP_MEM_ALIGN */
+    uint64_t bytes;      /* size, a multiple of KIR_MEM_ALIGN */
     uint32_t first;      /* first node at which it is live (0 for an INPUT), groups running at once */
     uint32_t last;       /* last node at which it is live, groups running at once */
     uint32_t last_read;  /* last node that reads it, in schedule order (n-1 when it holds an OUTPUT) */
@@ -134,7 +132,7 @@ typedef struct kp_planner {
     uint32_t *last_read;     /* [n] last node that reads each value directly, in schedule order (itself if none) */
     kir_val *base;           /* [n] the value whose bytes each value is: itself, or what a view shows */
     uint32_t *slot_of;       /* [n] slot of each value, NO_SLOT for weights */
-    uint8_t *flags;          /* [n] KP_MEM_* bits */
+    uint8_t *flags;          /* [n] KIR_MEM_* bits */
     kp_slot *slots;          /* [n_slots] */
     size_t n_slots;          /* slots opened */
     uint32_t *adj_start;     /* [n_slots+1] CSR: slot s conflicts with adj[adj_start[s] .. adj_start[s+1]) */
@@ -147,25 +145,6 @@ typedef struct kp_planner {
     const char *strategy;    /* its name */
     uint64_t rng;            /* state of the repair's generator (xorshift64*) */
 } kp_planner;
-
-int kp_op_in_place(kir_op op)
-{
-    return op < KIR_OP_COUNT && kir_op_table[op].fusion == KIR_FUSE_ELEMWISE && op != KIR_OP_ROPE;
-}
-
-int kp_op_is_view(kir_op op) { return op == KIR_OP_RESHAPE || op == KIR_OP_OUTPUT || op == KIR_OP_KV_WRITE; }
-
-void kp_group_spans(const kir_graph *g, uint32_t *first, uint32_t *last)
-{
-    size_t n = g->n_nodes;
-    int64_t prev = -1;
-    for (size_t v = 0; v < n; v++) {
-        int64_t id = kir_attr_int(g, (kir_val)v, KIR_A_ANY_FUSE);
-        first[v] = id >= 0 && id == prev ? first[v - 1] : (uint32_t)v;
-        prev = id;
-    }
-    for (size_t v = n; v-- > 0;) last[v] = v + 1 < n && first[v + 1] == first[v] ? last[v + 1] : (uint32_t)v;
-}
 
 /* ---- diagnostics -------------------------------------------------------------------- */
 
@@ -182,32 +161,11 @@ static void node_error(const kp_planner *p, kir_val v, const char *fmt, ...)
     va_start(ap, fmt);
     ks_buf_vprintf(&msg, fmt, ap);
     va_end(ap);
-    if (n->loc.file < p->g->n_files && n->loc.line > 0) {
-        ks_source src = {p->g->files[n->loc.file], NULL, 0};
-        ks_error_at(p->d, &src, (int)n->loc.line, (int)n->loc.col, "%s", msg.data);
-    } else {
-        ks_error(p->d, graph_name(p->g), "%s", msg.data);
-    }
+    kir_error_at_node(p->d, p->g, v, graph_name(p->g), "%s", msg.data);
     ks_buf_free(&msg);
 }
 
 /* ---- stage 1: sizes, last uses, slots ------------------------------------------------- */
-
-/* Checked step by step against KP_MEM_MAX_VALUE, so nothing overflows. */
-int kp_value_bytes(const kir_node *n, int64_t max_tokens, uint64_t *out)
-{
-    uint64_t b = kir_dtype_size(n->dtype);
-    for (int i = 0; i < n->ndim; i++) {
-        int64_t dim = n->dims[i] == KIR_DIM_T ? max_tokens : n->dims[i];
-        KS_ASSERT(dim > 0);
-        if ((uint64_t)dim > KP_MEM_MAX_VALUE || b > KP_MEM_MAX_VALUE / (uint64_t)dim) return -1;
-        b *= (uint64_t)dim;
-    }
-    b = (b + KP_MEM_ALIGN - 1) / KP_MEM_ALIGN * KP_MEM_ALIGN;
-    if (b > KP_MEM_MAX_VALUE) return -1;
-    *out = b;
-    return 0;
-}
 
 static uint32_t open_slot(kp_planner *p, kir_val v)
 {
@@ -259,7 +217,7 @@ static int find_slots(kp_planner *p)
     p->slot_of = ks_arena_alloc(&p->scratch, sizeof *p->slot_of * (n + 1));
     p->flags = ks_arena_alloc(&p->scratch, sizeof *p->flags * (n + 1));
     p->slots = ks_arena_alloc(&p->scratch, sizeof *p->slots * (n + 1));
-    kp_group_spans(g, p->group_first, p->group_last);
+    kir_group_spans(g, p->group_first, p->group_last);
 
     int bad = 0;
     for (size_t v = 0; v < n; v++) {
@@ -267,7 +225,7 @@ static int find_slots(kp_planner *p)
         p->last_use[v] = p->group_last[v];
         p->last_read[v] = (uint32_t)v;
         if (node->op == KIR_OP_WEIGHT) continue;
-        if (kp_value_bytes(node, p->max_tokens, &p->bytes[v]) != 0) {
+        if (kir_value_bytes(node, p->max_tokens, &p->bytes[v]) != 0) {
             ks_buf t = {0};
             kir_format_type(&t, node);
             node_error(p, (kir_val)v, "%s needs more than 2^40 bytes at max_tokens %lld: too large to plan",
@@ -288,7 +246,7 @@ static int find_slots(kp_planner *p)
         }
         /* the runtime reads outputs after the last node */
         if (node->op == KIR_OP_OUTPUT) p->last_use[v] = p->last_read[v] = (uint32_t)(n - 1);
-        p->base[v] = kp_op_is_view(node->op) && node->nin > 0 ? p->base[node->in[0]] : (kir_val)v;
+        p->base[v] = kir_op_is_view(node->op) && node->nin > 0 ? p->base[node->in[0]] : (kir_val)v;
     }
 
     for (size_t v = 0; v < n; v++) {
@@ -297,14 +255,14 @@ static int find_slots(kp_planner *p)
         if (node->op == KIR_OP_WEIGHT) continue;
         kir_val src = node->nin > 0 ? node->in[0] : KIR_NONE;
         uint32_t s = src != KIR_NONE ? p->slot_of[src] : NO_SLOT;
-        if (kp_op_is_view(node->op)) {
+        if (kir_op_is_view(node->op)) {
             if (s == NO_SLOT) {
                 node_error(p, (kir_val)v, "a view of a weight has no place in the arena");
                 return -1;
             }
             KS_ASSERT(p->bytes[v] == p->slots[s].bytes);
-            p->flags[v] = KP_MEM_ALIAS;
-        } else if (kp_op_in_place(node->op) && s != NO_SLOT && !p->slots[s].holds_input &&
+            p->flags[v] = KIR_MEM_ALIAS;
+        } else if (kir_op_in_place(node->op) && s != NO_SLOT && !p->slots[s].holds_input &&
                    p->slots[s].last_read == v && p->slots[s].bytes == p->bytes[v] &&
                    group_allows_in_place(p, (kir_val)v, s)) {
             /* Every value that joined s so far was defined before v, and
@@ -312,14 +270,14 @@ static int find_slots(kp_planner *p)
              * so s.last_read == v means nothing reads s's bytes after v;
              * then s.last is at most v's group's last node, where v's own
              * liveness reaches. */
-            p->flags[v] = KP_MEM_INPLACE;
+            p->flags[v] = KIR_MEM_INPLACE;
         } else {
             s = open_slot(p, (kir_val)v);
         }
         p->slot_of[v] = s;
         if (p->last_use[v] > p->slots[s].last) p->slots[s].last = p->last_use[v];
         if (p->last_read[v] > p->slots[s].last_read) p->slots[s].last_read = p->last_read[v];
-        if (!(p->flags[v] & KP_MEM_ALIAS)) p->naive += p->bytes[v];
+        if (!(p->flags[v] & KIR_MEM_ALIAS)) p->naive += p->bytes[v];
     }
     return 0;
 }
@@ -628,21 +586,18 @@ static void assign_offsets(kp_planner *p)
 static void write_plan(const kp_planner *p, kp_mem_plan *plan)
 {
     size_t n = p->n;
-    plan->max_tokens = p->max_tokens;
-    plan->n_nodes = n;
-    plan->offset = ks_xcalloc(n + 1, sizeof *plan->offset);
-    plan->bytes = ks_xcalloc(n + 1, sizeof *plan->bytes);
-    plan->flags = ks_xcalloc(n + 1, sizeof *plan->flags);
-    plan->share = ks_xcalloc(n + 1, sizeof *plan->share);
+    kir_mem_plan *m = &plan->mem;
+    kir_mem_plan_init(m, n);
+    m->max_tokens = p->max_tokens;
+    m->arena_bytes = p->arena;
     for (size_t v = 0; v < n; v++) {
         uint32_t s = p->slot_of[v];
-        plan->offset[v] = s == NO_SLOT ? KP_MEM_NONE : p->offset[s];
-        plan->bytes[v] = p->bytes[v];
-        plan->flags[v] = p->flags[v];
-        plan->share[v] = p->flags[v] ? p->g->nodes[v].in[0] : KIR_NONE;
+        m->offset[v] = s == NO_SLOT ? KIR_MEM_NONE : p->offset[s];
+        m->bytes[v] = p->bytes[v];
+        m->flags[v] = p->flags[v];
+        m->share[v] = p->flags[v] ? p->g->nodes[v].in[0] : KIR_NONE;
     }
     plan->n_buffers = p->n_slots;
-    plan->arena_bytes = p->arena;
     plan->naive_bytes = p->naive;
     plan->lower_bound_bytes = p->lower_bound;
     plan->strategy = p->strategy;
@@ -651,8 +606,9 @@ static void write_plan(const kp_planner *p, kp_mem_plan *plan)
 int kp_plan_memory(const kir_graph *g, int64_t max_tokens, kp_mem_plan *plan, ks_diag *d)
 {
     memset(plan, 0, sizeof *plan);
-    if (max_tokens < 1) {
-        ks_error(d, graph_name(g), "memory plan: max_tokens must be at least 1, got %lld", (long long)max_tokens);
+    if (max_tokens < 1 || max_tokens > KIR_MEM_MAX_TOKENS) {
+        ks_error(d, graph_name(g), "memory plan: max_tokens must be %s, got %lld",
+                 max_tokens < 1 ? "at least 1" : "at most 16777216", (long long)max_tokens);
         return -1;
     }
     kp_planner p = {.g = g, .max_tokens = max_tokens, .d = d, .n = g->n_nodes};
@@ -661,8 +617,13 @@ int kp_plan_memory(const kir_graph *g, int64_t max_tokens, kp_mem_plan *plan, ks
     if (rc == 0) {
         compute_load(&p);
         assign_offsets(&p);
-        write_plan(&p, plan);
+        if (p.arena > KIR_MEM_MAX_ARENA) {
+            ks_error(d, graph_name(g), "memory plan: the arena takes %llu bytes at max_tokens %lld, more than 2^48",
+                     (unsigned long long)p.arena, (long long)max_tokens);
+            rc = -1;
+        }
     }
+    if (rc == 0) write_plan(&p, plan);
     ks_arena_free(&p.scratch);
     return rc;
 }
@@ -670,21 +631,13 @@ int kp_plan_memory(const kir_graph *g, int64_t max_tokens, kp_mem_plan *plan, ks
 void kp_mem_plan_free(kp_mem_plan *plan)
 {
     if (!plan) return;
-    free(plan->offset);
-    free(plan->bytes);
-    free(plan->flags);
-    free(plan->share);
+    kir_mem_plan_free(&plan->mem);
     memset(plan, 0, sizeof *plan);
 }
 
 void kp_plan_annotate(kir_graph *g, const kp_mem_plan *plan)
 {
-    KS_ASSERT(plan->n_nodes == g->n_nodes);
-    for (size_t v = 0; v < g->n_nodes; v++) {
-        if (plan->offset[v] == KP_MEM_NONE) continue;
-        kir_attr_set_int(g, (kir_val)v, KIR_A_ANY_MEM_OFFSET, (int64_t)plan->offset[v]);
-        kir_attr_set_int(g, (kir_val)v, KIR_A_ANY_MEM_BYTES, (int64_t)plan->bytes[v]);
-        if (plan->flags[v] & KP_MEM_ALIAS) kir_attr_set_int(g, (kir_val)v, KIR_A_ANY_MEM_ALIAS, 1);
-        if (plan->flags[v] & KP_MEM_INPLACE) kir_attr_set_int(g, (kir_val)v, KIR_A_ANY_MEM_INPLACE, 1);
-    }
+    kir_plan_annotate(g, &plan->mem);
+    kir_param_int(g, "mem.lower_bound_bytes", (int64_t)plan->lower_bound_bytes);
+    kir_param_int(g, "mem.naive_bytes", (int64_t)plan->naive_bytes);
 }

@@ -6,8 +6,8 @@
  * layer numbers, operands of the right types). Guarantees, when it returns
  * 0: the output has one row per token; a token id below n_token_ids and a
  * position below max_context index every table they index (learned
- * positions included); a planned value's bytes at plan.max_tokens tokens
- * lie inside the arena.
+ * positions included); the plan, when the graph carries one, is the one
+ * kir_verify proved sound.
  */
 #include "runtime/desc.h"
 
@@ -131,40 +131,15 @@ static void describe_weights(krt_desc *desc)
     }
 }
 
-/* Values that live outside the arena: weights, the step's inputs, and the
- * output, which backends write where the caller wants it. */
-static int has_place(const kir_node *n)
-{
-    return n->op != KIR_OP_WEIGHT && n->op != KIR_OP_INPUT && n->op != KIR_OP_OUTPUT;
-}
-
+/* The plan, read once (kir_verify proved it: ir/plan.h). */
 static int describe_plan(krt_desc *desc, const char *what, ks_diag *d)
 {
-    const kir_graph *g = desc->graph;
     krt_plan *p = &desc->plan;
-    const kir_param *arena = kir_param_find(g, "mem.arena_bytes"), *tokens = kir_param_find(g, "mem.max_tokens");
     p->max_tokens = KRT_MAX_STEP_TOKENS;
-    if (!arena && !tokens) return 0;
-    if (!arena || !tokens || arena->kind != KIR_ATTR_INT || tokens->kind != KIR_ATTR_INT || arena->i < 0 ||
-        (uint64_t)arena->i > SIZE_MAX / 2 || tokens->i < 1 || tokens->i > KRT_MAX_STEP_TOKENS)
-        return desc_error(d, what, "damaged: the memory plan does not fit the graph: params mem.arena_bytes and "
-                                   "mem.max_tokens are not an arena's size and a token count");
-    p->planned = 1;
-    p->max_tokens = tokens->i;
-    p->arena_bytes = (uint64_t)arena->i;
-    p->offset = ks_xmalloc((g->n_nodes ? g->n_nodes : 1) * sizeof *p->offset);
-    for (size_t v = 0; v < g->n_nodes; v++) {
-        const kir_node *n = &g->nodes[v];
-        int64_t off = kir_attr_int(g, (kir_val)v, KIR_A_ANY_MEM_OFFSET);
-        p->offset[v] = off;
-        if (off < 0 && !has_place(n)) continue; /* the output may share its operand's place: then it has one */
-        double need = (double)kir_elems(n, p->max_tokens) * (double)kir_dtype_size(n->dtype);
-        if (off < 0 || (double)off + need > (double)p->arena_bytes)
-            return desc_error(d, what, "damaged: the memory plan does not fit the graph: value %%%zu (%s, %.0f bytes "
-                                       "at %lld tokens) is at byte %lld of an arena of %llu",
-                              v, kir_op_table[n->op].name, need, (long long)p->max_tokens, (long long)off,
-                              (unsigned long long)p->arena_bytes);
-    }
+    int rc = kir_plan_read(desc->graph, &p->mem, d, what);
+    if (rc < 0) return -1;
+    p->planned = rc == 1;
+    if (p->planned) p->max_tokens = p->mem.max_tokens;
     return 0;
 }
 
@@ -193,9 +168,9 @@ int krt_desc_init(krt_desc *desc, const kir_graph *g, const char *what, ks_diag 
 void krt_desc_free(krt_desc *desc)
 {
     free(desc->kv_layers);
-    free(desc->plan.offset);
     desc->kv_layers = NULL;
-    desc->plan.offset = NULL;
+    if (desc->plan.planned) kir_mem_plan_free(&desc->plan.mem);
+    desc->plan.planned = 0;
 }
 
 int krt_desc_is_eos(const krt_desc *desc, int32_t id)

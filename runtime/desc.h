@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "ir/ir.h"
+#include "ir/plan.h"
 #include "runtime/kv/kv_cache.h"
 #include "support/support.h"
 
@@ -33,15 +34,13 @@
 /* The most end-of-sequence ids an engine may list. */
 enum { KRT_MAX_EOS = 16 };
 
-/* The memory plan (passes/plan_memory.c): every computed value of a step
- * lives at a fixed byte offset in one arena sized for the largest step. */
+/* The memory plan (passes/plan_memory.c made it, ir/plan.h reads it): every
+ * computed value of a step lives at a fixed byte offset in one arena sized
+ * for the largest step. kir_verify proved it sound before it is read here. */
 typedef struct krt_plan {
-    int planned;            /* 1: the graph carries a plan (params mem.arena_bytes, mem.max_tokens) */
-    int64_t max_tokens;     /* the most tokens a step may have: mem.max_tokens, or KRT_MAX_STEP_TOKENS */
-    uint64_t arena_bytes;   /* planned: bytes of the arena */
-    int64_t *offset;        /* planned: [n_nodes] byte offset of each value's place (mem.offset), -1 for
-                               values that live elsewhere (weights, inputs; the output, unless it shares
-                               its operand's place); NULL unplanned */
+    int planned;            /* 1: the graph carries a plan */
+    int64_t max_tokens;     /* the most tokens a step may have: the plan's, or KRT_MAX_STEP_TOKENS */
+    kir_mem_plan mem;       /* planned: the plan (offsets, bytes, aliases); empty otherwise */
 } krt_plan;
 
 typedef struct krt_desc {

@@ -6,6 +6,8 @@
 #include <string.h>
 
 enum { HEADER_SIZE = 64, SECTION_ENTRY = 48, NAME_LEN = 16, MAX_SECTIONS = 16, SECTION_ALIGN = 64 };
+/* Where the header's fields lie (engine.h). */
+enum { AT_VERSION = 8, AT_SECTIONS = 12, AT_SIZE = 16, AT_CHECKSUM = 24 };
 
 typedef struct section {
     char name[NAME_LEN]; /* NUL padded */
@@ -40,7 +42,7 @@ static uint64_t get_u64(const uint8_t *p)
 typedef struct writer {
     ks_outfile out;     /* temp file until commit */
     uint64_t pos;       /* bytes written */
-    uint64_t hash;      /* checksum of bytes after the header */
+    uint64_t hash;      /* checksum of the file as written */
     int failed;         /* a write failed */
 } writer;
 
@@ -134,8 +136,12 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
         ks_buf_free(&idx);
         return -1;
     }
-    /* header placeholder; the checksum is patched in at the end */
+    /* the header, its checksum field zero: hashed as it is, then patched */
     uint8_t header[HEADER_SIZE] = {0};
+    memcpy(header, KRT_ENGINE_MAGIC, 8);
+    put_u32(header + AT_VERSION, KRT_ENGINE_VERSION);
+    put_u32(header + AT_SECTIONS, (uint32_t)nsec);
+    put_u64(header + AT_SIZE, file_size);
     w_bytes(&w, header, sizeof header);
     uint8_t table[SECTION_ENTRY * MAX_SECTIONS] = {0};
     for (int i = 0; i < nsec; i++) {
@@ -199,11 +205,10 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
         ks_outfile_abort(&w.out);
         return -1;
     }
-    /* checksum: read back everything after the header */
+    /* checksum: read back the whole file, its checksum field still zero */
     FILE *f = w.out.f;
-    if (fseek(f, HEADER_SIZE, SEEK_SET) != 0) w.failed = 1;
     FILE *r = fopen(w.out.tmp_path, "rb");
-    if (!r || fseek(r, HEADER_SIZE, SEEK_SET) != 0) w.failed = 1;
+    if (!r) w.failed = 1;
     if (r) {
         enum { CHUNK = 1 << 20 }; /* a multiple of 8, as ks_hash64 chunks must be */
         uint8_t *chunk = ks_xmalloc(CHUNK);
@@ -212,11 +217,7 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
         free(chunk);
         fclose(r);
     }
-    memcpy(header, KRT_ENGINE_MAGIC, 8);
-    put_u32(header + 8, KRT_ENGINE_VERSION);
-    put_u32(header + 12, (uint32_t)nsec);
-    put_u64(header + 16, file_size);
-    put_u64(header + 24, w.hash);
+    put_u64(header + AT_CHECKSUM, w.hash);
     if (fseek(f, 0, SEEK_SET) != 0 || fwrite(header, 1, sizeof header, f) != sizeof header) w.failed = 1;
     if (w.failed) {
         ks_error(d, path, "cannot write: I/O error");
@@ -260,28 +261,36 @@ krt_engine *krt_engine_open(const char *path, ks_diag *d)
         open_fail(e, d, path, "not a kiln engine file (bad magic)");
         return NULL;
     }
-    e->version = get_u32(p + 8);
+    e->version = get_u32(p + AT_VERSION);
+    if (e->version >= 1 && e->version < KRT_ENGINE_VERSION) {
+        open_fail(e, d, path, "built by an older kiln (format %u); rebuild it", e->version);
+        return NULL;
+    }
     if (e->version != KRT_ENGINE_VERSION) {
         open_fail(e, d, path, "engine format version %u, this kiln reads version %u; rebuild the engine",
                   e->version, KRT_ENGINE_VERSION);
         return NULL;
     }
-    uint32_t nsec = get_u32(p + 12);
-    uint64_t file_size = get_u64(p + 16);
+    uint32_t nsec = get_u32(p + AT_SECTIONS);
+    uint64_t file_size = get_u64(p + AT_SIZE);
     if (file_size != size) {
         open_fail(e, d, path, "truncated or damaged: header says %llu bytes, file has %zu",
                   (unsigned long long)file_size, size);
         return NULL;
     }
-    if (nsec == 0 || nsec > MAX_SECTIONS || HEADER_SIZE + (uint64_t)nsec * SECTION_ENTRY > size) {
-        open_fail(e, d, path, "damaged: bad section count %u", nsec);
-        return NULL;
-    }
-    e->checksum = get_u64(p + 24);
-    uint64_t h = ks_hash64(KS_HASH_SEED, p + HEADER_SIZE, size - HEADER_SIZE);
+    /* every byte, the header's too, before anything in the file is believed */
+    e->checksum = get_u64(p + AT_CHECKSUM);
+    uint8_t header[HEADER_SIZE];
+    memcpy(header, p, HEADER_SIZE);
+    memset(header + AT_CHECKSUM, 0, 8);
+    uint64_t h = ks_hash64(ks_hash64(KS_HASH_SEED, header, HEADER_SIZE), p + HEADER_SIZE, size - HEADER_SIZE);
     if (h != e->checksum) {
         open_fail(e, d, path, "damaged: checksum mismatch (stored %016llx, computed %016llx)",
                   (unsigned long long)e->checksum, (unsigned long long)h);
+        return NULL;
+    }
+    if (nsec == 0 || nsec > MAX_SECTIONS || HEADER_SIZE + (uint64_t)nsec * SECTION_ENTRY > size) {
+        open_fail(e, d, path, "damaged: bad section count %u", nsec);
         return NULL;
     }
     section secs[MAX_SECTIONS];

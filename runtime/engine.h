@@ -6,9 +6,12 @@
  *
  * Layout (all integers little-endian):
  *
- *   [0, 64)      header: magic "KILNENG\0", u32 format version, u32 section
- *                count, u64 file size, u64 checksum of bytes [64, file size),
- *                zero padding
+ *   [0, 64)      header: magic "KILNENG\0" (bytes 0-7), u32 format version
+ *                (8-11), u32 section count (12-15), u64 file size (16-23),
+ *                u64 checksum (24-31), zero padding (32-63)
+ *   checksum     ks_hash64 of the whole file, header and all, with the
+ *                checksum field taken as zero while hashing: damage to any
+ *                byte, the header's included, is found at open
  *   [64, ...)    section table: per section 48 bytes: name (16 bytes, NUL
  *                padded), u64 offset, u64 size, u64 alignment, u64 reserved
  *   sections     each at an offset that is a multiple of its alignment:
@@ -37,7 +40,7 @@
 #include "support/support.h"
 
 #define KRT_ENGINE_MAGIC "KILNENG"  /* 8 bytes with the NUL */
-#define KRT_ENGINE_VERSION 1u       /* bump on any layout change */
+#define KRT_ENGINE_VERSION 2u       /* bump on any layout change (2: the checksum covers the header) */
 enum { KRT_WEIGHT_ALIGN = 256 };
 
 /* An extra named section (a backend's code or tables). */
@@ -70,7 +73,7 @@ typedef struct krt_engine {
     ks_mmap map;                  /* the whole file, mapped */
     const char *path;             /* as opened (owned) */
     uint32_t version;             /* format version */
-    uint64_t checksum;            /* as stored and verified */
+    uint64_t checksum;            /* as stored, and verified over the whole file */
     char *meta_json;              /* NUL-terminated copy of "meta" */
     kir_graph *graph;             /* parsed and verified graph (owned) */
     krt_desc desc;                /* what the runtime needs to know of it, computed once at open */
@@ -84,9 +87,10 @@ typedef struct krt_engine {
     uint32_t n_sections;          /* its entries */
 } krt_engine;
 
-/* Open, check (magic, version, size, checksum, section bounds, graph parse and
- * verify, weight index), map and describe (e->desc) an engine. NULL after
- * reporting `path: error: ...`. */
+/* Open, check (magic, version, size, checksum of every byte, section table
+ * and bounds, graph parse and verify with its memory plan, weight index),
+ * map and describe (e->desc) an engine. NULL after reporting
+ * `path: error: ...`. */
 krt_engine *krt_engine_open(const char *path, ks_diag *d);
 void krt_engine_close(krt_engine *e);
 

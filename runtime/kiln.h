@@ -66,7 +66,7 @@ extern "C" {
 typedef struct kiln_engine kiln_engine;
 typedef struct kiln_session kiln_session;
 
-/* Open and check an engine file (format, checksum, graph, weights). */
+/* Open and check an engine file (format, a checksum of every byte, the graph and its memory plan, weights). */
 KILN_API kiln_engine *kiln_engine_open(const char *path, char *err, size_t err_len);
 KILN_API void kiln_engine_close(kiln_engine *e);
 

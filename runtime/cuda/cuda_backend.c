@@ -115,7 +115,7 @@ typedef struct cu_state {
     size_t acts_bytes;        /* bytes allocated at acts */
     int planned;              /* 1: the engine has a memory plan (desc->plan), and acts is its arena */
     int64_t plan_tokens;      /* planned: the most tokens a step may have (desc->plan.max_tokens) */
-    size_t arena_bytes;       /* planned: the arena's size (desc->plan.arena_bytes) */
+    size_t arena_bytes;       /* planned: the arena's size (desc->plan.mem.arena_bytes) */
     int64_t t_cap;            /* tokens acts is sized for (0: not allocated) */
     krt_cu_ptr step_dev;      /* eager steps' int arrays on the device */
     size_t step_dev_cap;      /* bytes allocated there */
@@ -314,8 +314,8 @@ static int plan_error(cu_state *s, ks_diag *d, const char *fmt, ...)
     return -1;
 }
 
-/* Every planned value starts on this many bytes (passes/plan_memory.h's
- * KP_MEM_ALIGN), more than the kernels' 16-byte vector loads need. */
+/* Every planned value starts on this many bytes (ir/plan.h's
+ * KIR_MEM_ALIGN), more than the kernels' 16-byte vector loads need. */
 enum { PLAN_ALIGN = 64 };
 
 /* The memory plan, when the engine has one (desc->plan, whose values lie
@@ -328,10 +328,10 @@ static int read_plan(cu_state *s, ks_diag *d)
     if (!plan->planned) return 0; /* built without a plan: see reserve_acts */
     s->planned = 1;
     s->plan_tokens = plan->max_tokens;
-    s->arena_bytes = (size_t)plan->arena_bytes;
+    s->arena_bytes = (size_t)plan->mem.arena_bytes;
     for (size_t v = 0; v < g->n_nodes; v++) {
         if (s->home[v] != HOME_ACTS) continue;
-        int64_t off = plan->offset[v];
+        int64_t off = plan->mem.offset[v] == KIR_MEM_NONE ? -1 : (int64_t)plan->mem.offset[v];
         if (off < 0 || off % PLAN_ALIGN != 0)
             return plan_error(s, d, "value %%%zu (%s) is at byte %lld of the arena, not a multiple of %d", v,
                               kir_op_table[g->nodes[v].op].name, (long long)off, PLAN_ALIGN);
@@ -340,7 +340,7 @@ static int read_plan(cu_state *s, ks_diag *d)
     for (size_t v = 0; v < g->n_nodes; v++) {
         if (s->home[v] != HOME_ALIAS) continue;
         uint32_t r = s->root[v];
-        int64_t off = plan->offset[v];
+        int64_t off = plan->mem.offset[v] == KIR_MEM_NONE ? -1 : (int64_t)plan->mem.offset[v];
         if (s->home[r] == HOME_ACTS && off != (int64_t)s->act_off[r])
             return plan_error(s, d, "cuda.meta has value %%%zu share the bytes of %%%u, which the plan puts at byte %zu, "
                               "but the plan puts %%%zu at byte %lld",

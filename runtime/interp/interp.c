@@ -261,15 +261,15 @@ static size_t plan_places(const krt_desc *desc, int64_t n_tokens, size_t *places
         if (op == KIR_OP_WEIGHT || op == KIR_OP_INPUT || op == KIR_OP_OUTPUT) {
             places[v] = KIR_NOWHERE;
         } else if (plan->planned) {
-            KS_ASSERT(plan->offset[v] >= 0 && plan->offset[v] % (int64_t)sizeof(float) == 0);
-            places[v] = (size_t)plan->offset[v] / sizeof(float);
+            KS_ASSERT(plan->mem.offset[v] != KIR_MEM_NONE && plan->mem.offset[v] % sizeof(float) == 0);
+            places[v] = (size_t)(plan->mem.offset[v] / sizeof(float));
         } else {
             places[v] = at;
             size_t ne = (size_t)kir_elems(&g->nodes[v], n_tokens);
             at += (ne + 15) & ~(size_t)15;
         }
     }
-    return plan->planned ? (size_t)(plan->arena_bytes / sizeof(float)) : at;
+    return plan->planned ? (size_t)(plan->mem.arena_bytes / sizeof(float)) : at;
 }
 
 /* Point every value at its data for this step. */

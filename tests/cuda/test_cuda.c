@@ -429,6 +429,7 @@ static void open_session_planned(const char *archs_json, int with_cubin, void (*
     /* a plan that does not fit is refused when the engine opens (its
      * description), the rest when the session opens the backend */
     krt_engine *e = krt_engine_open(path, &s->d);
+    CHECK(e != NULL || s->d.errors > 0); /* a damaged plan is refused at open, with a message the caller pins */
     krt_session *ses = e ? krt_session_new(e, NULL, &s->d) : NULL;
     CHECK(ses == NULL);
     krt_session_free(ses);
@@ -447,37 +448,53 @@ static void open_session(const char *archs_json, int with_cubin, sink *s)
     open_session_planned(archs_json, with_cubin, NULL, s);
 }
 
-/* A memory plan for the small graph at 4 tokens, by hand (each computed
- * value 128 bytes; views at their operand's bytes), with one fault. */
+/* A memory plan for the small graph at 4 tokens, by hand (the inputs 64
+ * bytes each, every computed value 128; views at their operand's bytes),
+ * with one fault or none. */
 static void set_plan(kir_graph *g, int64_t arena, int64_t view_at)
 {
     static const kir_val own[] = {2, 4, 6, 9, 10};
-    for (int i = 0; i < 5; i++) kir_set_int(g, own[i], "mem.offset", 128 * i);
-    kir_set_int(g, 7, "mem.offset", view_at); /* a view of %6, at 256 */
-    kir_set_int(g, 11, "mem.offset", 512);    /* views of %10 */
-    kir_set_int(g, 12, "mem.offset", 512);
+    kir_set_int(g, 1, "mem.offset", 0);  /* tokens */
+    kir_set_int(g, 8, "mem.offset", 64); /* positions */
+    for (int i = 0; i < 5; i++) kir_set_int(g, own[i], "mem.offset", 128 + 128 * i);
+    kir_set_int(g, 7, "mem.offset", view_at); /* a view of %6, at 384 */
+    kir_set_int(g, 11, "mem.offset", 640);    /* views of %10 */
+    kir_set_int(g, 12, "mem.offset", 640);
+    for (kir_val v = 7; v <= 12; v += v == 7 ? 4 : 1) kir_set_int(g, v, "mem.alias", 1);
     kir_param_int(g, "mem.max_tokens", 4);
     kir_param_int(g, "mem.arena_bytes", arena);
 }
-static void plan_past_arena(kir_graph *g) { set_plan(g, 512, 256); }
-static void plan_apart(kir_graph *g) { set_plan(g, 640, 0); }
+static void plan_sound(kir_graph *g) { set_plan(g, 768, 384); }
+static void plan_past_arena(kir_graph *g) { set_plan(g, 640, 384); }
+static void plan_apart(kir_graph *g) { set_plan(g, 768, 0); }
 
-/* A damaged plan is reported before the driver is loaded. */
+/* A damaged plan is refused when the engine opens (kir_verify checks every
+ * plan a graph carries), before the backend's own checks of it, which it
+ * makes redundant, and before the driver is loaded; a sound one gets as far
+ * as the driver. */
 static void test_plan_errors(const char *path)
 {
     sink s;
     ks_buf want = {0};
     sink_init(&s);
+    open_session_planned("[\"sm_90\"]", 1, plan_sound, &s);
+    CHECK_STR(sink_text(&s), "cuda: error: cannot load the NVIDIA driver library /nonexistent/libcuda.so.1 "
+                             "(/nonexistent/libcuda.so.1: cannot open shared object file: No such file or "
+                             "directory): running a CUDA engine needs an NVIDIA GPU and its driver\n");
+    ks_buf_free(&s.log);
+    sink_init(&s);
     open_session_planned("[\"sm_90\"]", 1, plan_past_arena, &s);
-    ks_buf_printf(&want, "%s: error: damaged: the memory plan does not fit the graph: value %%10 (attention, 128 bytes at "
-                         "4 tokens) is at byte 512 of an arena of 512\n", path);
+    ks_buf_printf(&want, "small.kiln:1:1: error: node %%10 (attention): mem.offset 640 + 128 bytes at 4 tokens is past "
+                         "mem.arena_bytes 640\n"
+                         "%s: error: damaged: its graph does not parse or verify\n", path);
     CHECK_STR(sink_text(&s), ks_buf_cstr(&want));
     ks_buf_free(&s.log);
     sink_init(&s);
     open_session_planned("[\"sm_90\"]", 1, plan_apart, &s);
     want.len = 0;
-    ks_buf_printf(&want, "%s: error: damaged: the memory plan does not fit the graph: cuda.meta has value %%7 share the "
-                         "bytes of %%6, which the plan puts at byte 256, but the plan puts %%7 at byte 0\n", path);
+    ks_buf_printf(&want, "small.kiln:1:1: error: node %%7 (reshape): a view of %%6, so at its bytes [384,512), but at "
+                         "[0,128)\n"
+                         "%s: error: damaged: its graph does not parse or verify\n", path);
     CHECK_STR(sink_text(&s), ks_buf_cstr(&want));
     ks_buf_free(&s.log);
     ks_buf_free(&want);

@@ -7,7 +7,7 @@
  * gate matmul, silu, up matmul, mul, down matmul, residual add; final
  * rms_norm, lm_head matmul, output.
  *
- * Checked: the plan passes kp_mem_plan_check; the lower bound and the naive
+ * Checked: the plan passes kir_plan_check; the lower bound and the naive
  * sum equal what the shapes give (worked out below); arena <= 1.05 x bound.
  * Twice: the whole model (the peak is the logits), and the decoder stack
  * alone with the hidden state as output (the peak is inside an MLP). Then
@@ -108,15 +108,15 @@ static int plan_and_check(const char *name, int with_head, int fused)
     const double mib = 1024.0 * 1024.0;
     printf("%s: %zu nodes, %zu slots, max_tokens %d, planned in %.1f ms (%s)\n", name, g->n_nodes, p.n_buffers,
            MAX_TOKENS, ms, p.strategy);
-    printf("  arena (planned peak) %12" PRIu64 " B  %9.1f MiB\n", p.arena_bytes, p.arena_bytes / mib);
+    printf("  arena (planned peak) %12" PRIu64 " B  %9.1f MiB\n", p.mem.arena_bytes, p.mem.arena_bytes / mib);
     printf("  lower bound          %12" PRIu64 " B  %9.1f MiB\n", p.lower_bound_bytes, p.lower_bound_bytes / mib);
     printf("  naive sum            %12" PRIu64 " B  %9.1f MiB\n", p.naive_bytes, p.naive_bytes / mib);
-    printf("  arena / bound %.4f, naive / arena %.1f\n", (double)p.arena_bytes / (double)p.lower_bound_bytes,
-           (double)p.naive_bytes / (double)p.arena_bytes);
+    printf("  arena / bound %.4f, naive / arena %.1f\n", (double)p.mem.arena_bytes / (double)p.lower_bound_bytes,
+           (double)p.naive_bytes / (double)p.mem.arena_bytes);
 
     int failures = 0;
     ks_buf why = {0};
-    if (kp_mem_plan_check(g, &p, &why) != 0) {
+    if (kir_plan_check(g, &p.mem, &why, NULL) != 0) {
         fprintf(stderr, "%s: FAILED: plan check: %s\n", name, ks_buf_cstr(&why));
         failures++;
     }
@@ -129,9 +129,9 @@ static int plan_and_check(const char *name, int with_head, int fused)
         fprintf(stderr, "%s: FAILED: naive %" PRIu64 ", expected %" PRIu64 "\n", name, p.naive_bytes, naive);
         failures++;
     }
-    if (p.arena_bytes < p.lower_bound_bytes || p.arena_bytes * 100 > p.lower_bound_bytes * 105) {
+    if (p.mem.arena_bytes < p.lower_bound_bytes || p.mem.arena_bytes * 100 > p.lower_bound_bytes * 105) {
         fprintf(stderr, "%s: FAILED: arena %" PRIu64 " is not within 1.05 x the bound %" PRIu64 "\n", name,
-                p.arena_bytes, p.lower_bound_bytes);
+                p.mem.arena_bytes, p.lower_bound_bytes);
         failures++;
     }
     kp_mem_plan_free(&p);

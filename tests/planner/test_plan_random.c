@@ -9,9 +9,13 @@
  * pass pipeline (passes/pipeline.h: sibling matmuls merged, kv_writes split
  * off, `fuse` groups that run as one kernel each). For every plan:
  *  - the graph verifies (kir_verify), so the shapes are real;
- *  - kp_mem_plan_check accepts the plan;
+ *  - kir_plan_check accepts the plan;
  *  - lower bound <= arena <= 1.05 x lower bound, and arena <= naive (the
- *    bound with the groups' liveness for a fused graph).
+ *    bound with the groups' liveness for a fused graph);
+ *  - with a chain of values that share bytes moved elsewhere (onto another
+ *    chain's bytes, or anywhere), kir_plan_check, which sweeps the schedule
+ *    in O(n log n), accepts the plan exactly when a quadratic reference that
+ *    compares every pair of values accepts it.
  * Each plan's figures are printed (fused graphs' seeds marked with f); a
  * failure names the seed, and KILN_PLANNER_SEED=S rebuilds that graph alone
  * (KILN_PLANNER_GRAPHS=N runs seeds 1..N: 5000 of them have all stayed
@@ -270,6 +274,140 @@ static kir_graph *build(uint64_t seed, int64_t *max_tokens)
     return m.b.g;
 }
 
+/* ---- the quadratic reference ---------------------------------------------------------------
+ * The overlap rules of ir/plan_check.c said pair by pair: two values live
+ * at a common node share no byte, unless one shows the other's write (a
+ * view) or is an in-place op that overwrites it at or after its last read
+ * (through a chain of in-place ops); and no other node of an in-place op's
+ * `fuse` group reads its operand's bytes written before the group. The
+ * other rules (sizes, flags, in-place over a live value) do not depend on
+ * where chains are, so a moved plan keeps them. */
+typedef struct reference {
+    const kir_graph *g;      /* the graph */
+    const kir_mem_plan *p;   /* the plan */
+    uint32_t *first, *last;  /* [n] each node's group */
+    uint32_t *start, *end;   /* [n] live range of each value */
+    uint32_t *read_end;      /* [n] last node that reads each value */
+    kir_val *gen;            /* [n] the write each value's bytes hold */
+} reference;
+
+static int ref_overlap(const kir_mem_plan *p, kir_val a, kir_val b)
+{
+    return p->offset[a] < p->offset[b] + p->bytes[b] && p->offset[b] < p->offset[a] + p->bytes[a];
+}
+
+static int ref_may_share(const reference *r, kir_val u, kir_val w)
+{
+    if (r->gen[u] == r->gen[w]) return 1;
+    for (kir_val h = r->gen[w]; r->p->flags[h] & KIR_MEM_INPLACE;) {
+        kir_val over = r->gen[r->g->nodes[h].in[0]];
+        if (over == r->gen[u]) return r->read_end[u] <= h;
+        h = over;
+    }
+    return 0;
+}
+
+static int reference_accepts(const kir_graph *g, const kir_mem_plan *p)
+{
+    size_t n = g->n_nodes;
+    reference r = {g, p, calloc(n, 4), calloc(n, 4), calloc(n, 4), calloc(n, 4), calloc(n, 4), calloc(n, 4)};
+    kir_group_spans(g, r.first, r.last);
+    for (size_t v = 0; v < n; v++) {
+        const kir_node *nd = &g->nodes[v];
+        int out = nd->op == KIR_OP_OUTPUT;
+        r.start[v] = nd->op == KIR_OP_INPUT ? 0 : r.first[v];
+        r.end[v] = out ? (uint32_t)(n - 1) : r.last[v];
+        r.read_end[v] = out ? (uint32_t)(n - 1) : (uint32_t)v;
+        for (int i = 0; i < nd->nin; i++) {
+            kir_val o = nd->in[i];
+            if (o == KIR_NONE) continue;
+            if (r.end[o] < r.last[v]) r.end[o] = r.last[v];
+            if (r.read_end[o] < v) r.read_end[o] = (uint32_t)v;
+        }
+        r.gen[v] = (p->flags[v] & KIR_MEM_ALIAS) ? r.gen[nd->in[0]] : (kir_val)v;
+    }
+    for (size_t v = n; v-- > 0;)
+        if (p->flags[v] & KIR_MEM_ALIAS) {
+            kir_val o = g->nodes[v].in[0];
+            if (r.end[v] > r.end[o]) r.end[o] = r.end[v];
+            if (r.read_end[v] > r.read_end[o]) r.read_end[o] = r.read_end[v];
+        }
+    int ok = 1;
+    for (size_t v = 0; v < n && ok; v++) {
+        if (!(p->flags[v] & KIR_MEM_INPLACE)) continue;
+        kir_val src = g->nodes[v].in[0];
+        for (uint32_t u = r.first[v]; u <= r.last[v] && ok; u++) {
+            const kir_node *nd = &g->nodes[u];
+            if (u == v || nd->op == KIR_OP_RESHAPE) continue;
+            for (int i = 0; i < nd->nin; i++) {
+                kir_val x = nd->in[i];
+                if (x != KIR_NONE && p->offset[x] != KIR_MEM_NONE && r.gen[x] < r.first[v] && ref_overlap(p, x, src))
+                    ok = 0;
+            }
+        }
+    }
+    for (size_t u = 0; u < n && ok; u++)
+        for (size_t w = u + 1; w < n && ok; w++) {
+            if (p->offset[u] == KIR_MEM_NONE || p->offset[w] == KIR_MEM_NONE) continue;
+            if (r.start[u] > r.end[w] || r.start[w] > r.end[u] || !ref_overlap(p, (kir_val)u, (kir_val)w)) continue;
+            ok = ref_may_share(&r, (kir_val)u, (kir_val)w) || ref_may_share(&r, (kir_val)w, (kir_val)u);
+        }
+    free(r.first);
+    free(r.last);
+    free(r.start);
+    free(r.end);
+    free(r.read_end);
+    free(r.gen);
+    return ok;
+}
+
+/* Move chains of a sound plan (a value and those that share its bytes)
+ * at random, and compare kir_plan_check with the reference on each. Returns
+ * the disagreements. */
+static int compare_moved(const char *seed, const kir_graph *g, const kir_mem_plan *sound, uint64_t seed_bits)
+{
+    enum { MOVES = 8 };
+    size_t n = g->n_nodes;
+    rng r = {seed_bits ^ 0x5eedull};
+    kir_val *root = calloc(n, sizeof *root);
+    kir_val *roots = calloc(n, sizeof *roots);
+    size_t n_roots = 0;
+    for (size_t v = 0; v < n; v++) {
+        if (sound->offset[v] == KIR_MEM_NONE) continue;
+        root[v] = sound->flags[v] ? root[g->nodes[v].in[0]] : (kir_val)v;
+        if (root[v] == v) roots[n_roots++] = (kir_val)v;
+    }
+    kir_mem_plan p;
+    kir_mem_plan_init(&p, n);
+    int bad = 0;
+    for (int m = 0; m < MOVES && n_roots > 1; m++) {
+        p.max_tokens = sound->max_tokens;
+        p.arena_bytes = 2 * sound->arena_bytes; /* room to move: bounds are not what is compared */
+        memcpy(p.offset, sound->offset, n * sizeof *p.offset);
+        memcpy(p.bytes, sound->bytes, n * sizeof *p.bytes);
+        memcpy(p.flags, sound->flags, n);
+        memcpy(p.share, sound->share, n * sizeof *p.share);
+        kir_val moved = roots[below(&r, (int)n_roots)];
+        uint64_t to = below(&r, 2) ? sound->offset[roots[below(&r, (int)n_roots)]]
+                                   : (uint64_t)below(&r, (int)(sound->arena_bytes / KIR_MEM_ALIGN)) * KIR_MEM_ALIGN;
+        for (size_t v = 0; v < n; v++)
+            if (p.offset[v] != KIR_MEM_NONE && root[v] == moved) p.offset[v] = to;
+        ks_buf why = {0};
+        int fast = kir_plan_check(g, &p, &why, NULL) == 0, slow = reference_accepts(g, &p);
+        if (fast != slow) {
+            fprintf(stderr, "seed %s: FAILED: %%%u moved to %" PRIu64 ": kir_plan_check %s (%s), the reference %s\n",
+                    seed, (unsigned)moved, to, fast ? "accepts" : "refuses", ks_buf_cstr(&why),
+                    slow ? "accepts" : "refuses");
+            bad++;
+        }
+        ks_buf_free(&why);
+    }
+    kir_mem_plan_free(&p);
+    free(root);
+    free(roots);
+    return bad;
+}
+
 /* The totals of a run. */
 typedef struct tally {
     int failures;       /* plans that failed a check */
@@ -293,27 +431,31 @@ static void plan_one(const char *seed, const kir_graph *g, int64_t max_tokens, t
         return;
     }
     ks_buf_free(&log);
-    double ratio = (double)p.arena_bytes / (double)p.lower_bound_bytes;
+    double ratio = (double)p.mem.arena_bytes / (double)p.lower_bound_bytes;
     printf("%6s %6zu %8" PRId64 " %12" PRIu64 " %12" PRIu64 " %12" PRIu64 " %7.4f  %s\n", seed, g->n_nodes,
-           max_tokens, p.arena_bytes, p.lower_bound_bytes, p.naive_bytes, ratio, p.strategy);
+           max_tokens, p.mem.arena_bytes, p.lower_bound_bytes, p.naive_bytes, ratio, p.strategy);
     ks_buf why = {0};
-    if (kp_mem_plan_check(g, &p, &why) != 0) {
+    if (kir_plan_check(g, &p.mem, &why, NULL) != 0) {
         fprintf(stderr, "seed %s: FAILED: plan check: %s\n", seed, ks_buf_cstr(&why));
         t->failures++;
+    } else {
+        uint64_t bits = 0;
+        for (const char *c = seed; *c; c++) bits = bits * 131 + (uint8_t)*c;
+        t->failures += compare_moved(seed, g, &p.mem, bits);
     }
     ks_buf_free(&why);
     /* arena <= 1.05 x bound, in integers */
-    if (p.arena_bytes < p.lower_bound_bytes || p.arena_bytes * 100 > p.lower_bound_bytes * 105 ||
-        p.arena_bytes > p.naive_bytes) {
+    if (p.mem.arena_bytes < p.lower_bound_bytes || p.mem.arena_bytes * 100 > p.lower_bound_bytes * 105 ||
+        p.mem.arena_bytes > p.naive_bytes) {
         fprintf(stderr,
                 "seed %s: FAILED: arena %" PRIu64 " outside [bound %" PRIu64 ", 1.05 x bound] or over naive %" PRIu64
                 "\n",
-                seed, p.arena_bytes, p.lower_bound_bytes, p.naive_bytes);
+                seed, p.mem.arena_bytes, p.lower_bound_bytes, p.naive_bytes);
         t->failures++;
     }
     if (ratio > t->worst) t->worst = ratio, snprintf(t->worst_seed, sizeof t->worst_seed, "%s", seed);
     t->plans++;
-    t->at_bound += p.arena_bytes == p.lower_bound_bytes;
+    t->at_bound += p.mem.arena_bytes == p.lower_bound_bytes;
     t->sum += ratio;
     kp_mem_plan_free(&p);
 }
