@@ -70,6 +70,13 @@ typedef enum kf_op {
 /* The text of an operator, e.g. "+" or "??", for messages. */
 const char *kf_op_text(int op);
 
+/* The JSON documents config paths read. */
+typedef enum kf_doc_id {
+    KF_DOC_CONFIG,     /* config.json: `config.a.b` */
+    KF_DOC_GENERATION, /* generation_config.json: `generation.a.b` */
+    KF_N_DOCS
+} kf_doc_id;
+
 /* One step of a config path: `.key` or `[index]`. */
 typedef struct kf_config_step {
     const char *key; /* member name; NULL for an index step */
@@ -98,8 +105,9 @@ struct kf_expr {
             kf_expr *index;   /* the layer */
         } index;        /* KF_EXPR_INDEX */
         struct {
-            kf_config_step *steps; /* path from the config root, in order */
+            kf_config_step *steps; /* path from the document's root, in order */
             size_t n;              /* number of steps, >= 1 */
+            kf_doc_id doc;         /* the document it reads */
         } config;       /* KF_EXPR_CONFIG */
         struct {
             int op;     /* '-' or '!' */
@@ -237,7 +245,7 @@ kf_expr *kf_expr_binary(kf_parser *p, int op, kf_expr *a, kf_expr *b, kf_loc loc
 kf_expr *kf_expr_cond(kf_parser *p, kf_expr *c, kf_expr *a, kf_expr *b, kf_loc loc);
 kf_expr *kf_expr_call(kf_parser *p, const char *name, kf_vec *args, kf_loc loc);
 kf_expr *kf_expr_index(kf_parser *p, const char *name, kf_expr *index, kf_loc loc);
-kf_expr *kf_expr_config(kf_parser *p, kf_vec *steps, kf_loc loc);
+kf_expr *kf_expr_config(kf_parser *p, kf_doc_id doc, kf_vec *steps, kf_loc loc);
 
 /* Scanner entry points used by kf_parse and kf_kiln_matches (lexer.l). */
 int kf_lex_init(kf_parser *p);

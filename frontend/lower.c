@@ -58,6 +58,65 @@ kf_value kf_error(kf_lower *L, kf_loc loc, const char *fmt, ...)
     return kf_err_value();
 }
 
+/* ---- config values ------------------------------------------------------------ */
+typedef struct kf_reported_origin {
+    kf_doc_id doc;                           /* the document */
+    const char *path;                        /* the value's path in it */
+    struct kf_reported_origin *next;         /* the one reported before */
+} kf_reported_origin;
+
+static int same_origin(const kf_origin *a, const kf_origin *b)
+{
+    return a->doc == b->doc && strcmp(a->path, b->path) == 0;
+}
+
+int kf_locate(const kf_lower *L, const kf_origin *o, int *line, int *col)
+{
+    const kf_json_doc *doc = &L->docs[o->doc];
+    if (!doc->src.text) return -1;
+    return ks_json_locate(doc->src.text, doc->src.len, o->steps, o->n_steps, line, col);
+}
+
+void kf_trace_add(kf_lower *L, const kf_origin *o)
+{
+    kf_trace *t = L->trace;
+    if (!t || !o) return;
+    for (size_t i = 0; i < t->n; i++)
+        if (same_origin(t->v[i], o)) return;
+    if (t->n < KF_MAX_TRACE) t->v[t->n++] = o;
+}
+
+kf_value kf_error_value(kf_lower *L, kf_loc loc, kf_value v, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ks_buf b = {0};
+    ks_buf_vprintf(&b, fmt, ap);
+    va_end(ap);
+    const kf_origin *o = v.origin;
+    int line, col;
+    if (!o || kf_locate(L, o, &line, &col) != 0) {
+        kf_error(L, loc, "%s", ks_buf_cstr(&b));
+        ks_buf_free(&b);
+        return kf_err_value();
+    }
+    for (kf_reported_origin *r = L->reported_origins; r; r = r->next) {
+        if (r->doc == o->doc && strcmp(r->path, o->path) == 0) {
+            ks_buf_free(&b);
+            return kf_err_value();
+        }
+    }
+    kf_reported_origin *r = ks_arena_alloc(&L->scratch, sizeof *r);
+    r->doc = o->doc;
+    r->path = o->path;
+    r->next = L->reported_origins;
+    L->reported_origins = r;
+    ks_error_at(L->d, &L->docs[o->doc].src, line, col, "%s", ks_buf_cstr(&b));
+    ks_note_at(L->d, L->src, loc.line, loc.col, "'%s' is used here", o->path);
+    ks_buf_free(&b);
+    return kf_err_value();
+}
+
 int kf_work(kf_lower *L, kf_loc loc)
 {
     if (L->stop) return -1;
@@ -175,14 +234,15 @@ const char *kf_suggest_name(kf_lower *L, const char *name)
 static void lower_param(kf_lower *L, const kf_item *it, kf_binding *b)
 {
     KS_ASSERT(b->kind == KF_BIND_PARAM);
+    L->trace = &b->deps;
     kf_value v = kf_eval(L, it->value);
+    L->trace = NULL;
     switch (v.kind) {
     case KF_V_INT:
     case KF_V_BOOL: kir_param_int(L->g, it->name, v.u.i); break;
     case KF_V_FLOAT:
         if (!isfinite(v.u.f)) {
-            kf_error(L, it->value->loc, "param '%s' is %g; it must be finite", it->name, v.u.f);
-            v = kf_err_value();
+            v = kf_error_value(L, it->value->loc, v, "param '%s' is %g; it must be finite", it->name, v.u.f);
             break;
         }
         kir_param_float(L->g, it->name, v.u.f);
@@ -190,27 +250,46 @@ static void lower_param(kf_lower *L, const kf_item *it, kf_binding *b)
     case KF_V_STR: kir_param_str(L->g, it->name, v.u.s); break;
     case KF_V_ERROR: break;
     default:
-        kf_error(L, it->value->loc, "param '%s' must be an int, float, string or bool, not %s", it->name,
-                 kf_a_type(v.kind));
-        v = kf_err_value();
+        v = kf_error_value(L, it->value->loc, v, "param '%s' must be an int, float, string or bool, not %s",
+                           it->name, kf_a_type(v.kind));
         break;
     }
     b->value = v;
     b->defined = 1;
     if (strcmp(it->name, "layers") == 0 && v.kind != KF_V_ERROR) {
         if (v.kind != KF_V_INT || v.u.i < 0 || v.u.i > KF_MAX_LAYERS)
-            kf_error(L, it->value->loc, "param 'layers' (the number of layers) must be an int from 0 to %d",
-                     KF_MAX_LAYERS);
+            kf_error_value(L, it->value->loc, v, "param 'layers' (the number of layers) must be an int from 0 to %d",
+                           KF_MAX_LAYERS);
         else
             L->n_layers = v.u.i;
     }
 }
 
+/* A failed assert that read config values is reported at the first of
+ * them whose place is known, with a note at each other one and at the
+ * assert: the user fixes config.json, not the description. */
 static void lower_assert(kf_lower *L, const kf_item *it)
 {
     int ok;
-    if (kf_eval_bool(L, it->value, "an assert condition", &ok) == 0 && !ok)
+    kf_trace t = {{0}, 0};
+    L->trace = &t;
+    int rc = kf_eval_bool(L, it->value, "an assert condition", &ok);
+    L->trace = NULL;
+    if (rc != 0 || ok) return;
+    int first = -1, line[KF_MAX_TRACE], col[KF_MAX_TRACE];
+    for (size_t i = 0; i < t.n; i++) {
+        line[i] = 0;
+        if (kf_locate(L, t.v[i], &line[i], &col[i]) != 0) line[i] = 0;
+        else if (first < 0) first = (int)i;
+    }
+    if (first < 0) {
         kf_error(L, it->loc, "assertion failed: %s", it->message);
+        return;
+    }
+    ks_error_at(L->d, &L->docs[t.v[first]->doc].src, line[first], col[first], "assertion failed: %s", it->message);
+    for (size_t i = (size_t)first + 1; i < t.n; i++)
+        if (line[i]) ks_note_at(L->d, &L->docs[t.v[i]->doc].src, line[i], col[i], "the assertion reads this value too");
+    ks_note_at(L->d, L->src, it->loc.line, it->loc.col, "the assertion is here");
 }
 
 /* ---- phase 3: the forward block --------------------------------------------------- */
@@ -335,12 +414,12 @@ static void check_result(kf_lower *L, const kf_item *model, const kf_item *forwa
             ks_error(L->d, L->src->name, "no param '%s': the runtime needs bos_token_id, eos_token_id and max_context",
                      name);
         else if (b->value.kind != KF_V_INT)
-            kf_error(L, b->loc, "param '%s' must be an int (the runtime reads it), not %s", name,
-                     kf_a_type(b->value.kind));
+            kf_error_value(L, b->loc, b->value, "param '%s' must be an int (the runtime reads it), not %s", name,
+                           kf_a_type(b->value.kind));
     }
 }
 
-kf_model *kf_compile(const ks_source *kiln, const cJSON *config, const char *config_name,
+kf_model *kf_compile(const ks_source *kiln, const kf_json_doc *config, const kf_json_doc *generation,
                      const kf_checkpoint *ckpt, ks_diag *d)
 {
     int errors0 = d->errors;
@@ -358,8 +437,12 @@ kf_model *kf_compile(const ks_source *kiln, const cJSON *config, const char *con
     kf_lower *L = ks_xcalloc(1, sizeof *L);
     L->src = kiln;
     L->d = d;
-    L->config = config;
-    L->config_name = config_name ? config_name : "config.json";
+    const kf_json_doc *docs[KF_N_DOCS] = {config, generation};
+    const char *names[KF_N_DOCS] = {"config.json", "generation_config.json"};
+    for (int i = 0; i < KF_N_DOCS; i++) {
+        if (docs[i]) L->docs[i] = *docs[i];
+        if (!L->docs[i].src.name) L->docs[i].src.name = names[i];
+    }
     L->ckpt = ckpt;
     L->n_layers = -1;
     const kf_item *model_item, *forward;

@@ -23,6 +23,7 @@
 #include <cjson/cJSON.h>
 
 #include "frontend/ast.h"
+#include "support/json_locate.h"
 #include "frontend/checkpoint.h"
 #include "frontend/frontend.h"
 #include "ir/ir.h"
@@ -55,13 +56,25 @@ typedef enum kf_vkind {
 /* The config paths an absent value came from, newest first (`a ?? b` that
  * finds neither reports both). */
 typedef struct kf_absent {
+    kf_doc_id doc;                /* the document that lacks it */
     const char *path;             /* e.g. "rope_parameters.rope_theta" */
     kf_loc loc;                   /* the `config` keyword */
     const struct kf_absent *next; /* an earlier path that was absent too */
 } kf_absent;
 
+/* A value as it stands in config.json or generation_config.json: a
+ * message about the value points there (kf_error_value). */
+typedef struct kf_origin {
+    kf_doc_id doc;             /* the document */
+    const char *path;          /* e.g. "rope_parameters.rope_theta", "eos_token_id[0]": for messages */
+    const ks_json_step *steps; /* the same path, for ks_json_locate */
+    size_t n_steps;            /* steps in it */
+} kf_origin;
+
 typedef struct kf_value {
     kf_vkind kind; /* which member of u holds the value */
+    const kf_origin *origin; /* the config value it is, passed on unchanged (through params, `??`,
+                                `?:`); NULL for a value computed or written in the description */
     union {
         int64_t i;                /* KF_V_INT, KF_V_BOOL */
         double f;                 /* KF_V_FLOAT */
@@ -100,10 +113,19 @@ typedef enum kf_bind_kind {
     KF_BIND_LOOP,   /* a loop variable: value (an int) */
 } kf_bind_kind;
 
+/* The config values an evaluation read (directly, or through the params
+ * it named), in order of first reading: a failed assert points at them. */
+enum { KF_MAX_TRACE = 16 };
+typedef struct kf_trace {
+    const kf_origin *v[KF_MAX_TRACE]; /* distinct values (by document and path); later ones are dropped */
+    size_t n;                         /* how many */
+} kf_trace;
+
 typedef struct kf_binding {
     const char *name;        /* the name */
     kf_bind_kind kind;       /* what it names */
     kf_value value;          /* PARAM, VAR, LOOP: the value; INPUT: the tensor once created */
+    kf_trace deps;           /* PARAM: the config values its evaluation read */
     int defined;             /* PARAM: evaluated already (else declared further down) */
     kf_weight *weight;       /* WEIGHT */
     kf_loc loc;              /* where it is declared */
@@ -123,8 +145,9 @@ typedef struct kf_reported {
 typedef struct kf_lower {
     const ks_source *src;       /* the .kiln text */
     ks_diag *d;                 /* where errors go */
-    const cJSON *config;        /* config.json, or NULL */
-    const char *config_name;    /* its name in messages */
+    kf_json_doc docs[KF_N_DOCS]; /* config.json, generation_config.json (root NULL when absent) */
+    kf_trace *trace;            /* while a param or an assert is evaluated: the config values read */
+    struct kf_reported_origin *reported_origins; /* config values reported on already */
     const kf_checkpoint *ckpt;  /* the checkpoint, or NULL: every weight as declared */
     ks_arena scratch;           /* values, names, messages: freed when kf_compile returns */
     kf_model *model;            /* the result being built */
@@ -144,6 +167,16 @@ typedef struct kf_lower {
 
 /* lower.c */
 kf_value kf_error(kf_lower *L, kf_loc loc, const char *fmt, ...) KS_PRINTF(3, 4);
+/* An error about value v, used at loc: when v is a config value whose text
+ * is known, reported at its place in the JSON text, with a note at loc;
+ * else at loc. One error per config value: the uses after the first (a norm
+ * in every layer) stay quiet. Returns KF_V_ERROR. */
+kf_value kf_error_value(kf_lower *L, kf_loc loc, kf_value v, const char *fmt, ...) KS_PRINTF(4, 5);
+/* The line and column of a config value in its document's text: 0, or -1
+ * when the text is not known or the path is not found in it. */
+int kf_locate(const kf_lower *L, const kf_origin *o, int *line, int *col);
+/* Record that config value o was read, when a trace is being kept. */
+void kf_trace_add(kf_lower *L, const kf_origin *o);
 /* Whether an error was reported at loc already (then a loop body's second
  * pass need not work out the message again). */
 int kf_reported_at(kf_lower *L, kf_loc loc);
@@ -173,6 +206,8 @@ kf_value kf_eval(kf_lower *L, const kf_expr *e);
 kf_value kf_require(kf_lower *L, kf_value v);
 /* Evaluate an int / a bool; -1 after reporting ("<what> must be an int, not a float"). */
 int kf_eval_int(kf_lower *L, const kf_expr *e, const char *what, int64_t *out);
+/* The same, keeping the value (and where it comes from) for later messages. */
+int kf_eval_int_value(kf_lower *L, const kf_expr *e, const char *what, kf_value *out);
 int kf_eval_bool(kf_lower *L, const kf_expr *e, const char *what, int *out);
 
 /* lower_weights.c */

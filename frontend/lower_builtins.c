@@ -347,25 +347,32 @@ static int check_attr(kf_lower *L, const kf_builtin *b, const kf_attr_spec *spec
 {
     switch (spec->kind) {
     case KIR_ATTR_FLOAT:
-        if (v->kind == KF_V_INT) *v = kf_float((double)v->u.i);
+        if (v->kind == KF_V_INT) { /* the value stays the config value it is */
+            double f = (double)v->u.i;
+            v->kind = KF_V_FLOAT;
+            v->u.f = f;
+        }
         if (v->kind != KF_V_FLOAT) {
-            kf_error(L, loc, "%s: attribute '%s' must be a number, not %s", b->name, spec->key, kf_a_type(v->kind));
+            kf_error_value(L, loc, *v, "%s: attribute '%s' must be a number, not %s", b->name, spec->key,
+                           kf_a_type(v->kind));
             return -1;
         }
         if (!isfinite(v->u.f)) {
-            kf_error(L, loc, "%s: attribute '%s' must be finite", b->name, spec->key);
+            kf_error_value(L, loc, *v, "%s: attribute '%s' must be finite", b->name, spec->key);
             return -1;
         }
         return 0;
     case KIR_ATTR_INT:
         if (v->kind != KF_V_INT) {
-            kf_error(L, loc, "%s: attribute '%s' must be an int, not %s", b->name, spec->key, kf_a_type(v->kind));
+            kf_error_value(L, loc, *v, "%s: attribute '%s' must be an int, not %s", b->name, spec->key,
+                           kf_a_type(v->kind));
             return -1;
         }
         return 0;
     case KIR_ATTR_STR:
         if (v->kind != KF_V_STR) {
-            kf_error(L, loc, "%s: attribute '%s' must be a string, not %s", b->name, spec->key, kf_a_type(v->kind));
+            kf_error_value(L, loc, *v, "%s: attribute '%s' must be a string, not %s", b->name, spec->key,
+                           kf_a_type(v->kind));
             return -1;
         }
         if (spec->choices) {
@@ -375,8 +382,8 @@ static int check_attr(kf_lower *L, const kf_builtin *b, const kf_attr_spec *spec
                 ks_buf c = {0};
                 for (size_t k = 0; spec->choices[k]; k++)
                     ks_buf_printf(&c, "%s\"%s\"", k ? (spec->choices[k + 1] ? ", " : " or ") : "", spec->choices[k]);
-                kf_error(L, loc, "%s: attribute '%s' is \"%s\"; it must be %s", b->name, spec->key, v->u.s,
-                         ks_buf_cstr(&c));
+                kf_error_value(L, loc, *v, "%s: attribute '%s' is \"%s\"; it must be %s", b->name, spec->key,
+                               v->u.s, ks_buf_cstr(&c));
                 ks_buf_free(&c);
                 return -1;
             }

@@ -334,7 +334,7 @@ primary:
 | IDENT '[' expr ']'       { $$ = kf_expr_index(p, $1, $3, LOC(@1)); }
 | IDENT '(' ')'            { $$ = kf_expr_call(p, $1, NULL, LOC(@1)); }
 | IDENT '(' args ')'       { $$ = kf_expr_call(p, $1, $3, LOC(@1)); }
-| config_path              { $$ = kf_expr_config(p, $1, LOC(@1)); }
+| config_path              { $$ = kf_expr_config(p, KF_DOC_CONFIG, $1, LOC(@1)); }
 | '(' expr ')'             { $$ = $2; }
 ;
 
