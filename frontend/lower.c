@@ -17,8 +17,44 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Params the runtime reads from every model. */
-static const char *const required_params[] = {"bos_token_id", "eos_token_id", "max_context"};
+/* Params the runtime reads from every model, and the values it takes:
+ * ints (the runtime stores them in 32 bits) within a range. */
+typedef struct kf_runtime_param {
+    const char *name; /* the param */
+    int64_t min, max; /* the range of its value */
+    const char *what; /* what the value is, for messages */
+} kf_runtime_param;
+
+static const kf_runtime_param runtime_params[] = {
+    {"bos_token_id", INT64_MIN, INT32_MAX, "a token id, or negative for none"},
+    {"eos_token_id", INT64_MIN, INT32_MAX, "a token id, or negative for none"},
+    {"max_context", 1, INT32_MAX, "the positions a sequence holds"},
+};
+enum { KF_N_RUNTIME_PARAMS = sizeof runtime_params / sizeof *runtime_params };
+
+static const kf_runtime_param *runtime_param(const char *name)
+{
+    for (size_t i = 0; i < KF_N_RUNTIME_PARAMS; i++)
+        if (strcmp(runtime_params[i].name, name) == 0) return &runtime_params[i];
+    return NULL;
+}
+
+/* A param the runtime reads must be an int in its range. */
+static kf_value check_runtime_param(kf_lower *L, const kf_runtime_param *rp, kf_value v, kf_loc loc)
+{
+    if (v.kind == KF_V_ERROR) return v;
+    if (v.kind != KF_V_INT)
+        return kf_error_value(L, loc, v, "param '%s' must be an int (the runtime reads it), not %s", rp->name,
+                              kf_a_type(v.kind));
+    if (v.u.i < rp->min || v.u.i > rp->max) {
+        if (rp->min == INT64_MIN)
+            return kf_error_value(L, loc, v, "param '%s' is %lld; it must be at most %lld (%s)", rp->name,
+                                  (long long)v.u.i, (long long)rp->max, rp->what);
+        return kf_error_value(L, loc, v, "param '%s' is %lld; it must be from %lld to %lld (%s)", rp->name,
+                              (long long)v.u.i, (long long)rp->min, (long long)rp->max, rp->what);
+    }
+    return v;
+}
 
 /* Errors are reported once per place and text: the body of a loop runs
  * once per layer, and its mistakes would otherwise repeat as often. */
@@ -237,12 +273,16 @@ static void lower_param(kf_lower *L, const kf_item *it, kf_binding *b)
     L->trace = &b->deps;
     kf_value v = kf_eval(L, it->value);
     L->trace = NULL;
+    /* A param's own value is best shown where it is read: `a ?? b` is written at its `??`. */
+    kf_loc at = v.origin ? v.origin->loc : it->value->loc;
+    const kf_runtime_param *rp = runtime_param(it->name);
+    if (rp) v = check_runtime_param(L, rp, v, at);
     switch (v.kind) {
     case KF_V_INT:
     case KF_V_BOOL: kir_param_int(L->g, it->name, v.u.i); break;
     case KF_V_FLOAT:
         if (!isfinite(v.u.f)) {
-            v = kf_error_value(L, it->value->loc, v, "param '%s' is %g; it must be finite", it->name, v.u.f);
+            v = kf_error_value(L, at, v, "param '%s' is %g; it must be finite", it->name, v.u.f);
             break;
         }
         kir_param_float(L->g, it->name, v.u.f);
@@ -250,7 +290,7 @@ static void lower_param(kf_lower *L, const kf_item *it, kf_binding *b)
     case KF_V_STR: kir_param_str(L->g, it->name, v.u.s); break;
     case KF_V_ERROR: break;
     default:
-        v = kf_error_value(L, it->value->loc, v, "param '%s' must be an int, float, string or bool, not %s",
+        v = kf_error_value(L, at, v, "param '%s' must be an int, float, string or bool, not %s",
                            it->name, kf_a_type(v.kind));
         break;
     }
@@ -258,7 +298,7 @@ static void lower_param(kf_lower *L, const kf_item *it, kf_binding *b)
     b->defined = 1;
     if (strcmp(it->name, "layers") == 0 && v.kind != KF_V_ERROR) {
         if (v.kind != KF_V_INT || v.u.i < 0 || v.u.i > KF_MAX_LAYERS)
-            kf_error_value(L, it->value->loc, v, "param 'layers' (the number of layers) must be an int from 0 to %d",
+            kf_error_value(L, at, v, "param 'layers' (the number of layers) must be an int from 0 to %d",
                            KF_MAX_LAYERS);
         else
             L->n_layers = v.u.i;
@@ -407,15 +447,12 @@ static void check_result(kf_lower *L, const kf_item *model, const kf_item *forwa
     if (!model) ks_error(L->d, L->src->name, "no 'model NAME;' line");
     if (!forward) ks_error(L->d, L->src->name, "no 'forward { ... }' block");
     else if (L->n_outputs == 0) kf_error(L, forward->loc, "the forward block has no output");
-    for (size_t i = 0; i < sizeof required_params / sizeof *required_params; i++) {
-        const char *name = required_params[i];
+    for (size_t i = 0; i < KF_N_RUNTIME_PARAMS; i++) {
+        const char *name = runtime_params[i].name;
         kf_binding *b = kf_lookup(L, name);
         if (!b || b->kind != KF_BIND_PARAM)
             ks_error(L->d, L->src->name, "no param '%s': the runtime needs bos_token_id, eos_token_id and max_context",
                      name);
-        else if (b->value.kind != KF_V_INT)
-            kf_error_value(L, b->loc, b->value, "param '%s' must be an int (the runtime reads it), not %s", name,
-                           kf_a_type(b->value.kind));
     }
 }
 

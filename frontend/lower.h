@@ -69,6 +69,7 @@ typedef struct kf_origin {
     const char *path;          /* e.g. "rope_parameters.rope_theta", "eos_token_id[0]": for messages */
     const ks_json_step *steps; /* the same path, for ks_json_locate */
     size_t n_steps;            /* steps in it */
+    kf_loc loc;                /* where the description reads it (its `config` keyword) */
 } kf_origin;
 
 typedef struct kf_value {

@@ -12,8 +12,12 @@
  *    a is absent; any other use reports the missing key at the path.
  *  - `&&`, `||` and `c ? a : b` evaluate only what they need, so a branch
  *    not taken may name keys the config lacks.
- *  - a JSON number is an int when it is integral (10000.0 reads as 10000);
- *    int() and float() convert explicitly.
+ *  - a JSON number is an int when it is integral and under 2^53 in
+ *    magnitude (10000.0 reads as 10000; 1e12 as 1000000000000); int() and
+ *    float() convert explicitly, and int() of a float takes only a whole
+ *    number in range: it never truncates.
+ *  - a value read from config.json keeps where it sits there (kf_origin):
+ *    messages about it point at it.
  */
 #include "frontend/lower.h"
 
@@ -229,6 +233,7 @@ static kf_value eval_config(kf_lower *L, const kf_expr *e)
     o->path = p;
     o->steps = steps;
     o->n_steps = n;
+    o->loc = e->loc;
     kf_trace_add(L, o);
     kf_value v;
     if (cJSON_IsBool(j)) {
@@ -416,11 +421,16 @@ static kf_value to_int(kf_lower *L, kf_value v, kf_loc loc)
     switch (v.kind) {
     case KF_V_INT: return v;
     case KF_V_BOOL: return kf_int(v.u.i);
-    case KF_V_FLOAT:
-        if (!(v.u.f > -9223372036854775808.0 && v.u.f < 9223372036854775808.0))
-            return kf_error(L, loc, "int: %g is out of range", v.u.f);
-        return kf_int((int64_t)v.u.f);
-    default: return kf_error(L, loc, "int: expects a number or a bool, not %s", kf_a_type(v.kind));
+    case KF_V_FLOAT: {
+        /* Exact or an error: a truncated 1e12 or 2.5 would be a different model. */
+        if (!(v.u.f >= -9223372036854775808.0 && v.u.f < 9223372036854775808.0))
+            return kf_error_value(L, loc, v, "int: %g is out of range", v.u.f);
+        if (v.u.f != floor(v.u.f)) return kf_error_value(L, loc, v, "int: %g is not a whole number", v.u.f);
+        kf_value r = kf_int((int64_t)v.u.f);
+        r.origin = v.origin;
+        return r;
+    }
+    default: return kf_error_value(L, loc, v, "int: expects a number or a bool, not %s", kf_a_type(v.kind));
     }
 }
 
