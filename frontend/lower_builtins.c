@@ -116,6 +116,13 @@ kf_value kf_tensor_binary(kf_lower *L, int op, kf_value a, kf_value b, kf_loc lo
 }
 
 /* ---- the builtin table ----------------------------------------------------------- */
+/* The numbers an INT or FLOAT attribute takes (floats are finite in any case). */
+typedef enum kf_range {
+    KF_ANY,      /* any */
+    KF_POSITIVE, /* > 0: a norm's eps, RoPE's theta and factors */
+    KF_NONNEG,   /* >= 0: 0 means "none" (a window, a softcap) */
+} kf_range;
+
 typedef struct kf_attr_spec {
     const char *key;              /* attribute name, as written and as emitted */
     kir_attr_kind kind;           /* INT, FLOAT or STR */
@@ -123,6 +130,7 @@ typedef struct kf_attr_spec {
     double dflt;                  /* default of INT and FLOAT attributes when not required */
     const char *dflt_s;           /* default of STR attributes */
     const char *const *choices;   /* STR: allowed values, NULL-terminated; NULL: any */
+    kf_range range;               /* INT, FLOAT: the values allowed when given */
 } kf_attr_spec;
 
 enum { KF_MAX_ATTRS = 8, KF_MAX_INTS = KIR_MAX_DIMS - 1 };
@@ -156,22 +164,23 @@ static const char *const rope_styles[] = {"halves", "pairs", NULL};
 static const char *const rope_scalings[] = {"none", "default", "linear", "llama3", NULL};
 
 static const kf_attr_spec no_attrs[] = {{.key = NULL}};
-static const kf_attr_spec norm_attrs[] = {{"eps", KIR_ATTR_FLOAT, 1, 0, NULL, NULL}, {.key = NULL}};
+/* A norm divides by sqrt(mean + eps): eps <= 0 gives inf or NaN on a zero row. */
+static const kf_attr_spec norm_attrs[] = {{"eps", KIR_ATTR_FLOAT, 1, 0, NULL, NULL, KF_POSITIVE}, {.key = NULL}};
 static const kf_attr_spec rope_attrs[] = {
-    {"theta", KIR_ATTR_FLOAT, 1, 0, NULL, NULL},
-    {"style", KIR_ATTR_STR, 0, 0, "halves", rope_styles},
-    {"rot_dim", KIR_ATTR_INT, 0, -1, NULL, NULL}, /* -1: the whole head */
-    {"scaling", KIR_ATTR_STR, 0, 0, "none", rope_scalings},
-    {"factor", KIR_ATTR_FLOAT, 0, 1.0, NULL, NULL},
-    {"low_freq_factor", KIR_ATTR_FLOAT, 0, 1.0, NULL, NULL},
-    {"high_freq_factor", KIR_ATTR_FLOAT, 0, 4.0, NULL, NULL},
-    {"original_max_positions", KIR_ATTR_INT, 0, 8192, NULL, NULL},
+    {"theta", KIR_ATTR_FLOAT, 1, 0, NULL, NULL, KF_POSITIVE},
+    {"style", KIR_ATTR_STR, 0, 0, "halves", rope_styles, KF_ANY},
+    {"rot_dim", KIR_ATTR_INT, 0, -1, NULL, NULL, KF_ANY}, /* -1: the whole head; checked against it */
+    {"scaling", KIR_ATTR_STR, 0, 0, "none", rope_scalings, KF_ANY},
+    {"factor", KIR_ATTR_FLOAT, 0, 1.0, NULL, NULL, KF_POSITIVE},
+    {"low_freq_factor", KIR_ATTR_FLOAT, 0, 1.0, NULL, NULL, KF_POSITIVE},
+    {"high_freq_factor", KIR_ATTR_FLOAT, 0, 4.0, NULL, NULL, KF_POSITIVE},
+    {"original_max_positions", KIR_ATTR_INT, 0, 8192, NULL, NULL, KF_POSITIVE},
     {.key = NULL},
 };
 static const kf_attr_spec attention_attrs[] = {
-    {"scale", KIR_ATTR_FLOAT, 0, -1.0, NULL, NULL}, /* -1: 1/sqrt(head size) */
-    {"window", KIR_ATTR_INT, 0, 0, NULL, NULL},
-    {"softcap", KIR_ATTR_FLOAT, 0, 0, NULL, NULL},
+    {"scale", KIR_ATTR_FLOAT, 0, -1.0, NULL, NULL, KF_ANY}, /* -1: 1/sqrt(head size) */
+    {"window", KIR_ATTR_INT, 0, 0, NULL, NULL, KF_NONNEG},  /* 0: unlimited */
+    {"softcap", KIR_ATTR_FLOAT, 0, 0, NULL, NULL, KF_NONNEG}, /* 0: none */
     {.key = NULL},
 };
 
@@ -239,13 +248,16 @@ static kf_value lower_rope(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf
     int64_t head = last_dim(L, a->t[0]);
     double theta = a->attr[0].u.f;
     int64_t rot = a->attr[2].u.i < 0 && !a->given[2] ? head : a->attr[2].u.i;
-    if (!(theta > 0)) return kf_error(L, a->attr_loc[0], "rope: theta must be positive, not %g", theta);
     if (rot < 2 || rot > head || rot % 2 != 0)
-        return kf_error(L, a->given[2] ? a->attr_loc[2] : loc,
-                        "rope: rot_dim %lld must be even, at least 2 and at most the head size %lld", (long long)rot,
-                        (long long)head);
-    if (!(a->attr[4].u.f > 0)) return kf_error(L, a->attr_loc[4], "rope: factor must be positive, not %g", a->attr[4].u.f);
+        return kf_error_value(L, a->given[2] ? a->attr_loc[2] : loc, a->attr[2],
+                              "rope: rot_dim %lld must be even, at least 2 and at most the head size %lld",
+                              (long long)rot, (long long)head);
     const char *scaling = a->attr[3].u.s;
+    /* llama3 scaling blends between two wavelengths: the high frequency factor must be the larger. */
+    if (strcmp(scaling, "llama3") == 0 && !(a->attr[6].u.f > a->attr[5].u.f))
+        return kf_error_value(L, a->given[6] ? a->attr_loc[6] : loc, a->attr[6],
+                              "rope: llama3 scaling needs high_freq_factor (%g) above low_freq_factor (%g)",
+                              a->attr[6].u.f, a->attr[5].u.f);
     if (strcmp(scaling, "default") == 0) scaling = "none"; /* Hugging Face's rope_type name for it */
     if (kf_node_budget(L, loc) != 0) return kf_err_value();
     kir_val v = new_node(L, KIR_OP_ROPE, loc, a->t, 2);
@@ -263,11 +275,6 @@ static kf_value lower_rope(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf
 static kf_value lower_attention(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
 {
     double scale = a->given[0] ? a->attr[0].u.f : 1.0 / sqrt((double)last_dim(L, a->t[0]));
-    if (a->attr[1].u.i < 0)
-        return kf_error(L, a->attr_loc[1], "attention: window must be 0 (unlimited) or positive, not %lld",
-                        (long long)a->attr[1].u.i);
-    if (a->attr[2].u.f < 0)
-        return kf_error(L, a->attr_loc[2], "attention: softcap must be 0 (none) or positive, not %g", a->attr[2].u.f);
     if (kf_node_budget(L, loc) != 0) return kf_err_value();
     kir_val v = new_node(L, KIR_OP_ATTENTION, loc, a->t, 3);
     /* Attention calls are numbered in graph order: each owns one layer of
@@ -343,6 +350,19 @@ static char sig_at(const char *sig, int i)
 
 static const char *plural(int n) { return n == 1 ? "" : "s"; }
 
+static int check_range(kf_lower *L, const kf_builtin *b, const kf_attr_spec *spec, kf_value v, double x, kf_loc loc)
+{
+    if (spec->range == KF_POSITIVE && !(x > 0)) {
+        kf_error_value(L, loc, v, "%s: attribute '%s' is %g; it must be positive", b->name, spec->key, x);
+        return -1;
+    }
+    if (spec->range == KF_NONNEG && !(x >= 0)) {
+        kf_error_value(L, loc, v, "%s: attribute '%s' is %g; it must be 0 or positive", b->name, spec->key, x);
+        return -1;
+    }
+    return 0;
+}
+
 static int check_attr(kf_lower *L, const kf_builtin *b, const kf_attr_spec *spec, kf_value *v, kf_loc loc)
 {
     switch (spec->kind) {
@@ -361,14 +381,14 @@ static int check_attr(kf_lower *L, const kf_builtin *b, const kf_attr_spec *spec
             kf_error_value(L, loc, *v, "%s: attribute '%s' must be finite", b->name, spec->key);
             return -1;
         }
-        return 0;
+        return check_range(L, b, spec, *v, v->u.f, loc);
     case KIR_ATTR_INT:
         if (v->kind != KF_V_INT) {
             kf_error_value(L, loc, *v, "%s: attribute '%s' must be an int, not %s", b->name, spec->key,
                            kf_a_type(v->kind));
             return -1;
         }
-        return 0;
+        return check_range(L, b, spec, *v, (double)v->u.i, loc);
     case KIR_ATTR_STR:
         if (v->kind != KF_V_STR) {
             kf_error_value(L, loc, *v, "%s: attribute '%s' must be a string, not %s", b->name, spec->key,

@@ -60,4 +60,20 @@ models/gpt2.kiln:21:22: note: 'n_positions' is used here
   param max_context  = config.n_positions ?? config.max_position_embeddings;
                        ^"
 
+# 2. A norm's eps: positive (a negative one gave NaN at run time).
+variant eps "$ts" 's/"rms_norm_eps": 1e-06/"rms_norm_eps": -1/'
+expect_build_fails eps "$work/eps" "$work/eps/config.json:20:19: error: rms_norm: attribute 'eps' is -1; it must be positive
+    \"rms_norm_eps\": -1,
+                    ^
+models/llama.kiln:66:40: note: 'rms_norm_eps' is used here
+      h = rms_norm(x, attn_norm[i], eps: eps);
+                                         ^"
+variant ln_eps "$models/gpt2-tiny" 's/"layer_norm_epsilon": 1e-05/"layer_norm_epsilon": -1e-05/'
+expect_build_fails ln_eps "$work/ln_eps" "$work/ln_eps/config.json:13:25: error: layer_norm: attribute 'eps' is -1e-05; it must be positive
+    \"layer_norm_epsilon\": -1e-05,
+                          ^
+models/gpt2.kiln:63:48: note: 'layer_norm_epsilon' is used here
+      h = layer_norm(x, ln1_w[i], ln1_b[i], eps: eps);
+                                                 ^"
+
 finish
