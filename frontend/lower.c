@@ -294,15 +294,19 @@ static void lower_param(kf_lower *L, const kf_item *it, kf_binding *b)
                            it->name, kf_a_type(v.kind));
         break;
     }
+    /* A model without layers computes nothing a language model needs: no
+     * attention, so no context. A bad count stops the layer weights quietly. */
+    if (strcmp(it->name, "layers") == 0) {
+        if (v.kind == KF_V_INT && (v.u.i < 1 || v.u.i > KF_MAX_LAYERS))
+            v = kf_error_value(L, at, v, "param 'layers' (the number of layers) is %lld; it must be from 1 to %d",
+                               (long long)v.u.i, KF_MAX_LAYERS);
+        else if (v.kind != KF_V_INT && v.kind != KF_V_ERROR)
+            v = kf_error_value(L, at, v, "param 'layers' (the number of layers) must be an int from 1 to %d, not %s",
+                               KF_MAX_LAYERS, kf_a_type(v.kind));
+        L->n_layers = v.kind == KF_V_INT ? v.u.i : KF_LAYERS_BAD;
+    }
     b->value = v;
     b->defined = 1;
-    if (strcmp(it->name, "layers") == 0 && v.kind != KF_V_ERROR) {
-        if (v.kind != KF_V_INT || v.u.i < 0 || v.u.i > KF_MAX_LAYERS)
-            kf_error_value(L, at, v, "param 'layers' (the number of layers) must be an int from 0 to %d",
-                           KF_MAX_LAYERS);
-        else
-            L->n_layers = v.u.i;
-    }
 }
 
 /* A failed assert that read config values is reported at the first of

@@ -39,6 +39,7 @@ enum {
     KF_MAX_SOURCE = 64 << 20,    /* bytes of .kiln text */
 };
 #define KF_MAX_DIM ((int64_t)INT32_MAX)          /* one dimension */
+#define KF_LAYERS_BAD ((int64_t)-2)              /* kf_lower.n_layers of a `layers` param reported wrong */
 #define KF_MAX_WEIGHT_ELEMS ((int64_t)1 << 40)   /* elements of one weight */
 
 /* ---- values ------------------------------------------------------------------ */
@@ -156,7 +157,8 @@ typedef struct kf_lower {
     kf_binding *scope[KF_SCOPE_BUCKETS]; /* every name, hashed */
     kf_reported *reported[KF_SCOPE_BUCKETS]; /* errors reported, hashed */
     int in_forward;             /* phase 3: tensors and inputs exist */
-    int64_t n_layers;           /* the `layers` param, or -1 when there is none */
+    int64_t n_layers;           /* the `layers` param; -1 when there is none, KF_LAYERS_BAD when it is wrong
+                                   (reported) */
     int n_attention;            /* ATTENTION nodes emitted: the next one's `layer` */
     int n_outputs;              /* OUTPUT nodes emitted */
     size_t cap_weights;         /* capacity of model->weights while it grows on the heap */

@@ -290,7 +290,9 @@ void kf_declare_weight(kf_lower *L, kf_weight *w)
     }
     w->n_inst = 1;
     if (it->is_layer) {
-        if (L->n_layers < 0) {
+        if (L->n_layers == KF_LAYERS_BAD) {
+            bad = 1;
+        } else if (L->n_layers < 0) {
             kf_error(L, it->loc, "layer weight '%s' needs a param 'layers' (the number of layers)", it->name);
             bad = 1;
         } else {

@@ -76,4 +76,20 @@ models/gpt2.kiln:63:48: note: 'layer_norm_epsilon' is used here
       h = layer_norm(x, ln1_w[i], ln1_b[i], eps: eps);
                                                  ^"
 
+# 3. No layers: the graph was embedding -> norm -> head, and ran.
+variant layers0 "$ts" 's/"num_hidden_layers": 2/"num_hidden_layers": 0/'
+expect_build_fails layers0 "$work/layers0" "$work/layers0/config.json:17:24: error: param 'layers' (the number of layers) is 0; it must be from 1 to 65536
+    \"num_hidden_layers\": 0,
+                         ^
+models/llama.kiln:8:18: note: 'num_hidden_layers' is used here
+  param layers   = config.num_hidden_layers;
+                   ^"
+variant gpt2_layers0 "$models/gpt2-tiny" 's/"n_layer": 2/"n_layer": 0/'
+expect_build_fails gpt2_layers0 "$work/gpt2_layers0" "$work/gpt2_layers0/config.json:18:14: error: param 'layers' (the number of layers) is 0; it must be from 1 to 65536
+    \"n_layer\": 0,
+               ^
+models/gpt2.kiln:10:18: note: 'n_layer' is used here
+  param layers   = config.n_layer;
+                   ^"
+
 finish
