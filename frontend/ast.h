@@ -10,6 +10,7 @@
  *     [optional] [layer] weight NAME[dims] = "tensor" | ... [if expr];
  *                                                  KF_ITEM_WEIGHT
  *     assert expr, "message";                      KF_ITEM_ASSERT
+ *     ignore "tensor", ...;                        KF_ITEM_IGNORE
  *     forward { statements }                       KF_ITEM_FORWARD
  *
  * Every node lives in the parse's arena (ks_arena) and is freed with it; the
@@ -169,6 +170,7 @@ typedef enum kf_item_kind {
     KF_ITEM_PARAM,   /* param NAME = expr; */
     KF_ITEM_WEIGHT,  /* [optional] [layer] weight NAME[dims] = srcs [if cond]; */
     KF_ITEM_ASSERT,  /* assert expr, "message"; */
+    KF_ITEM_IGNORE,  /* ignore "h.{i}.attn.bias", ...; checkpoint tensors the model does not read, on purpose */
     KF_ITEM_FORWARD, /* forward { ... } */
 } kf_item_kind;
 
@@ -178,9 +180,9 @@ typedef struct kf_item {
     const char *name;      /* MODEL, PARAM, WEIGHT: the name */
     kf_loc name_loc;       /* where name is written */
     kf_expr *value;        /* PARAM: the value; ASSERT: the condition; WEIGHT: the `if` condition or NULL */
-    const char **strings;  /* MATCHES: the model_type values */
-    kf_loc *string_locs;   /* MATCHES: where each is written */
-    size_t n_strings;      /* MATCHES: how many */
+    const char **strings;  /* MATCHES: the model_type values; IGNORE: tensor names ({i}: any layer) */
+    kf_loc *string_locs;   /* MATCHES, IGNORE: where each is written */
+    size_t n_strings;      /* MATCHES, IGNORE: how many */
     const char *message;   /* ASSERT: the message */
     kf_expr **dims;        /* WEIGHT: declared shape */
     size_t n_dims;         /* WEIGHT: number of dims */

@@ -502,6 +502,7 @@ kf_model *kf_compile(const ks_source *kiln, const kf_json_doc *config, const kf_
     }
     for (size_t i = 0; i < f->n_items; i++)
         if (f->items[i]->kind == KF_ITEM_WEIGHT && bound[i]) kf_declare_weight(L, bound[i]->weight);
+    kf_check_ignores(L, f);
     if (forward) {
         L->in_forward = 1;
         exec_block(L, &forward->body);
@@ -509,6 +510,7 @@ kf_model *kf_compile(const ks_source *kiln, const kf_json_doc *config, const kf_
     /* What the file as a whole lacks is worth saying once the rest is right. */
     if (d->errors == errors0) check_result(L, model_item, forward);
     if (d->errors == errors0) kir_verify(L->g, d, kiln->name);
+    if (d->errors == errors0 && ckpt) kf_check_unused(L, f, bound);
 
     /* The bindings move into the model's arena. */
     kf_weight_binding *heap = m->weights;

@@ -13,7 +13,8 @@
  *
  * Files: lower.c (driver, names, phases 1 and 3 statements), lower_eval.c
  * (expressions and config.json), lower_weights.c (phase 2),
- * lower_builtins.c (tensor operators and builtin calls).
+ * lower_builtins.c (tensor operators and builtin calls), lower_unused.c
+ * (checkpoint tensors nothing reads, after the three phases).
  *
  * Prefix: kf_.
  */
@@ -218,6 +219,13 @@ void kf_declare_weight(kf_lower *L, kf_weight *w);
 /* The tensor value of weight instance `layer` (0 for plain weights): its
  * WEIGHT node, created on first use, or none. */
 kf_value kf_weight_value(kf_lower *L, kf_weight *w, int64_t layer, kf_loc loc);
+
+/* lower_unused.c: the checkpoint tensors no weight of file f reads (bound[i]
+ * is item i's binding): an error for tensors of layers past the `layers`
+ * param, a warning for the others an `ignore` item does not name. */
+void kf_check_unused(kf_lower *L, const kf_file *f, kf_binding *const *bound);
+/* The tensor names of the `ignore` items: {i} is their only placeholder. */
+void kf_check_ignores(kf_lower *L, const kf_file *f);
 
 /* lower_builtins.c */
 kf_value kf_tensor_binary(kf_lower *L, int op, kf_value a, kf_value b, kf_loc loc);

@@ -4,6 +4,7 @@
 # temp dir (its files linked, config.json edited with sed), built, and the
 # whole message pinned.
 . "$(dirname "$0")/lib.sh"
+require_models
 models="$KILN_SHARED/models"
 ts="$models/tinystories-656k"
 
@@ -65,14 +66,14 @@ variant eps "$ts" 's/"rms_norm_eps": 1e-06/"rms_norm_eps": -1/'
 expect_build_fails eps "$work/eps" "$work/eps/config.json:20:19: error: rms_norm: attribute 'eps' is -1; it must be positive
     \"rms_norm_eps\": -1,
                     ^
-models/llama.kiln:66:40: note: 'rms_norm_eps' is used here
+models/llama.kiln:68:40: note: 'rms_norm_eps' is used here
       h = rms_norm(x, attn_norm[i], eps: eps);
                                          ^"
 variant ln_eps "$models/gpt2-tiny" 's/"layer_norm_epsilon": 1e-05/"layer_norm_epsilon": -1e-05/'
 expect_build_fails ln_eps "$work/ln_eps" "$work/ln_eps/config.json:13:25: error: layer_norm: attribute 'eps' is -1e-05; it must be positive
     \"layer_norm_epsilon\": -1e-05,
                           ^
-models/gpt2.kiln:63:48: note: 'layer_norm_epsilon' is used here
+models/gpt2.kiln:65:48: note: 'layer_norm_epsilon' is used here
       h = layer_norm(x, ln1_w[i], ln1_b[i], eps: eps);
                                                  ^"
 
@@ -91,5 +92,41 @@ expect_build_fails gpt2_layers0 "$work/gpt2_layers0" "$work/gpt2_layers0/config.
 models/gpt2.kiln:10:18: note: 'n_layer' is used here
   param layers   = config.n_layer;
                    ^"
+
+# 4. Fewer layers in the config than in the checkpoint: the rest was dropped
+#    silently. An error at the layer count, with the checkpoint's.
+variant layers1 "$ts" 's/"num_hidden_layers": 2/"num_hidden_layers": 1/'
+expect_build_fails layers1 "$work/layers1" "$work/layers1/config.json:17:24: error: the model has 1 layer, but the checkpoint has tensors for 2 (up to 'model.layers.1.input_layernorm.weight')
+    \"num_hidden_layers\": 1,
+                         ^
+models/llama.kiln:8:18: note: 'num_hidden_layers' is used here
+  param layers   = config.num_hidden_layers;
+                   ^"
+#    Other tensors nothing reads: one warning, grouped; buffers the description
+#    ignores (RoPE's inv_freq) left out. The checkpoint here is sharded: the
+#    model's own file and a second one with the extras, written by hand.
+variant extras "$ts" -e ''
+rm "$work/extras/model.safetensors"
+ln -s "$ts/model.safetensors" "$work/extras/model-00001.safetensors"
+hdr='{"model.layers.0.self_attn.rotary_emb.inv_freq":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},'
+hdr+='"model.layers.0.extra.weight":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},'
+hdr+='"model.layers.1.extra.weight":{"dtype":"F32","shape":[1],"data_offsets":[12,16]},'
+hdr+='"spare":{"dtype":"F32","shape":[1],"data_offsets":[16,20]}}'
+while (( ${#hdr} % 8 )); do hdr+=' '; done
+n=${#hdr}
+printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x\\x00\\x00\\x00\\x00' $((n & 255)) $((n >> 8 & 255)) $((n >> 16 & 255)) \
+  $((n >> 24 & 255)))" > "$work/extras/extra.safetensors"
+printf '%s' "$hdr" >> "$work/extras/extra.safetensors"
+head -c 20 /dev/zero >> "$work/extras/extra.safetensors"
+echo '{"weight_map": {"lm_head.weight": "model-00001.safetensors", "spare": "extra.safetensors"}}' \
+  > "$work/extras/model.safetensors.index.json"
+got=$("$KILN_BIN" build "$work/extras" -o "$work/extras.engine" 2>&1 >/dev/null) \
+  && [ -s "$work/extras.engine" ] && passes=$((passes+1)) || { echo "FAIL extras: build"; failures=$((failures+1)); }
+expect_same extras "$work/extras: warning: the model does not use 3 of the checkpoint's tensors: model.layers.*.extra.weight (2), spare" "$got"
+#    The shared checkpoints hold nothing unused: their builds say nothing.
+for m in $(shared_models) "$models/stories260k/stories260K.bin"; do
+  got=$("$KILN_BIN" build "$m" -o "$work/quiet.engine" 2>&1 >/dev/null)
+  expect_same "quiet build of $(basename "$m")" "" "$got"
+done
 
 finish
