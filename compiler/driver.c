@@ -240,10 +240,40 @@ static int fill_weight(void *ctx, kir_val node, void *dst, size_t nbytes, ks_dia
     return kd_weight_data(f->m, f->g, node, dst, d);
 }
 
+/* A tokenizer must not make ids the model has no row for: the first id at
+ * or past the vocabulary (kir_token_ids) is an error, with its text. */
+static int check_tokenizer_ids(const krt_tok *t, const char *path, const kir_graph *g, ks_diag *d)
+{
+    int64_t vocab = kir_token_ids(g);
+    int32_t n = krt_tok_vocab_size(t);
+    if (vocab < 0 || n <= vocab) return 0;
+    for (int64_t id = vocab; id < n; id++) {
+        size_t len = 0;
+        const char *piece = krt_tok_piece(t, (int32_t)id, &len);
+        if (!piece) continue;
+        ks_buf shown = {0}; /* the piece, control bytes and backslashes escaped */
+        for (size_t i = 0; i < len && i < 64; i++) {
+            unsigned char c = (unsigned char)piece[i];
+            if (c == '\\') ks_buf_puts(&shown, "\\\\");
+            else if (c < 0x20 || c == 0x7f) ks_buf_printf(&shown, "\\x%02x", c);
+            else ks_buf_put(&shown, &piece[i], 1);
+        }
+        ks_error(d, path,
+                 "token '%s' has id %lld, but the model's vocabulary has %lld ids (the rows of its embedding table); "
+                 "the tokenizer holds %d ids: is it the model's own?",
+                 ks_buf_cstr(&shown), (long long)id, (long long)vocab, n);
+        ks_buf_free(&shown);
+        return -1;
+    }
+    return 0;
+}
+
 /* The tokenizer to pack: --tokenizer, else tokenizer.json beside the
- * weights. Loaded once here so that a broken tokenizer fails the build, not
- * a later run. *bytes is NULL when there is none. */
-static int read_tokenizer(const kd_inputs *in, char **bytes, size_t *len, uint32_t *kind, ks_diag *d)
+ * weights. Loaded once here so that a broken tokenizer, or one whose ids
+ * the model (graph g) cannot take, fails the build, not a later run.
+ * *bytes is NULL when there is none. */
+static int read_tokenizer(const kd_inputs *in, const kir_graph *g, char **bytes, size_t *len, uint32_t *kind,
+                          ks_diag *d)
 {
     *bytes = NULL;
     *len = 0;
@@ -271,8 +301,8 @@ static int read_tokenizer(const kd_inputs *in, char **bytes, size_t *len, uint32
         krt_tok *t = krt_tok_load_memory(d, path, *bytes, *len, KRT_TOK_AUTO);
         if (t) {
             *kind = (uint32_t)krt_tok_kind_of(t);
+            rc = check_tokenizer_ids(t, path, g, d);
             krt_tok_free(t);
-            rc = 0;
         }
     }
     if (rc) {
@@ -302,7 +332,7 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
     char *tok = NULL;
     size_t tok_len = 0;
     uint32_t tok_kind = 0;
-    if (read_tokenizer(in, &tok, &tok_len, &tok_kind, d)) {
+    if (read_tokenizer(in, kd_graph(m), &tok, &tok_len, &tok_kind, d)) {
         kcu_parts_free(&parts);
         return -1;
     }

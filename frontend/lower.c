@@ -22,13 +22,14 @@
 typedef struct kf_runtime_param {
     const char *name; /* the param */
     int64_t min, max; /* the range of its value */
+    int token_id;     /* a token id: when not negative, also below the vocabulary */
     const char *what; /* what the value is, for messages */
 } kf_runtime_param;
 
 static const kf_runtime_param runtime_params[] = {
-    {"bos_token_id", INT64_MIN, INT32_MAX, "a token id, or negative for none"},
-    {"eos_token_id", INT64_MIN, INT32_MAX, "a token id, or negative for none"},
-    {"max_context", 1, INT32_MAX, "the positions a sequence holds"},
+    {"bos_token_id", INT64_MIN, INT32_MAX, 1, "a token id, or negative for none"},
+    {"eos_token_id", INT64_MIN, INT32_MAX, 1, "a token id, or negative for none"},
+    {"max_context", 1, INT32_MAX, 0, "the positions a sequence holds"},
 };
 enum { KF_N_RUNTIME_PARAMS = sizeof runtime_params / sizeof *runtime_params };
 
@@ -451,12 +452,30 @@ static void check_result(kf_lower *L, const kf_item *model, const kf_item *forwa
     if (!model) ks_error(L->d, L->src->name, "no 'model NAME;' line");
     if (!forward) ks_error(L->d, L->src->name, "no 'forward { ... }' block");
     else if (L->n_outputs == 0) kf_error(L, forward->loc, "the forward block has no output");
+    /* The vocabulary: the ids the "tokens" input may hold. The runtime draws
+     * the next token from the first output, and feeds it back as an input. */
+    int64_t vocab = kir_token_ids(L->g);
+    if (vocab >= 0 && L->n_outputs > 0) {
+        int64_t width = kir_row_elems(kir_node_at(L->g, L->first_output));
+        if (width != vocab)
+            kf_error(L, L->first_output_loc,
+                     "output '%s' has %lld values per token, but the vocabulary has %lld ids (the rows of the table "
+                     "'tokens' indexes): the runtime draws the next token from the first output",
+                     kir_get_str(L->g, L->first_output, "name", "?"), (long long)width, (long long)vocab);
+    }
     for (size_t i = 0; i < KF_N_RUNTIME_PARAMS; i++) {
-        const char *name = runtime_params[i].name;
-        kf_binding *b = kf_lookup(L, name);
-        if (!b || b->kind != KF_BIND_PARAM)
+        const kf_runtime_param *rp = &runtime_params[i];
+        kf_binding *b = kf_lookup(L, rp->name);
+        if (!b || b->kind != KF_BIND_PARAM) {
             ks_error(L->d, L->src->name, "no param '%s': the runtime needs bos_token_id, eos_token_id and max_context",
-                     name);
+                     rp->name);
+            continue;
+        }
+        kf_value v = b->value;
+        if (rp->token_id && vocab >= 0 && v.kind == KF_V_INT && v.u.i >= vocab)
+            kf_error_value(L, v.origin ? v.origin->loc : b->loc, v,
+                           "param '%s' is %lld, outside the vocabulary (%lld ids)", rp->name, (long long)v.u.i,
+                           (long long)vocab);
     }
 }
 

@@ -162,6 +162,8 @@ typedef struct kf_lower {
                                    (reported) */
     int n_attention;            /* ATTENTION nodes emitted: the next one's `layer` */
     int n_outputs;              /* OUTPUT nodes emitted */
+    kir_val first_output;       /* the first OUTPUT node, once there is one: the runtime samples from it */
+    kf_loc first_output_loc;    /* where it is written */
     size_t cap_weights;         /* capacity of model->weights while it grows on the heap */
     long work;                  /* expressions evaluated plus statements executed */
     long lookups;               /* checkpoint tensor names tried */

@@ -548,5 +548,9 @@ void kf_emit_output(kf_lower *L, const char *name, kf_value v, kf_loc loc)
     if (kf_node_budget(L, loc) != 0) return;
     kir_val o = new_node(L, KIR_OP_OUTPUT, loc, &v.u.t, 1);
     kir_set_str(L->g, o, "name", name);
-    if (finish(L, o, loc).kind == KF_V_TENSOR) L->n_outputs++;
+    if (finish(L, o, loc).kind != KF_V_TENSOR) return;
+    if (L->n_outputs++ == 0) {
+        L->first_output = o;
+        L->first_output_loc = loc;
+    }
 }

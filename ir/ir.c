@@ -317,3 +317,14 @@ int64_t kir_elems(const kir_node *n, int64_t n_tokens)
     for (int i = 0; i < n->ndim; i++) e *= n->dims[i] == KIR_DIM_T ? n_tokens : n->dims[i];
     return e;
 }
+
+int64_t kir_token_ids(const kir_graph *g)
+{
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        const kir_node *n = &g->nodes[v];
+        if (n->op != KIR_OP_EMBED || n->nin < 2 || n->in[0] >= g->n_nodes || n->in[1] >= g->n_nodes) continue;
+        if (g->nodes[n->in[1]].op == KIR_OP_INPUT && strcmp(kir_get_str(g, n->in[1], "name", ""), "tokens") == 0)
+            return g->nodes[n->in[0]].dims[0];
+    }
+    return -1;
+}

@@ -208,6 +208,10 @@ void kir_format_dims(ks_buf *b, int ndim, const int64_t *dims);
 int64_t kir_row_elems(const kir_node *n);
 int64_t kir_elems(const kir_node *n, int64_t n_tokens);
 
+/* The token ids a graph takes: the rows of the table of the EMBED whose ids
+ * are the INPUT named "tokens" (the vocabulary); -1 when no EMBED reads it. */
+int64_t kir_token_ids(const kir_graph *g);
+
 /* ---- text form --------------------------------------------------------------
  * kir_print writes the graph so that kir_parse reads back the same graph and
  * printing that again gives byte-identical text. */

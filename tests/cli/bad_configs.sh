@@ -129,4 +129,20 @@ for m in $(shared_models) "$models/stories260k/stories260K.bin"; do
   expect_same "quiet build of $(basename "$m")" "" "$got"
 done
 
+# 5. A tokenizer with ids the model has no embedding row for: they failed
+#    only when a prompt used them. The first such token is named.
+expect_fail tok_json "$ts/tokenizer.json: error: token 'kno' has id 500, but the model's vocabulary has 500 ids (the rows of its embedding table); the tokenizer holds 2048 ids: is it the model's own?" -- \
+  "$KILN_BIN" build "$models/gpt2-tiny" --tokenizer "$ts/tokenizer.json" -o "$work/tok.engine"
+expect_fail tok_bin "$models/stories260k/tok512.bin: error: token '\\\\' has id 500, but the model's vocabulary has 500 ids (the rows of its embedding table); the tokenizer holds 512 ids: is it the model's own?" -- \
+  "$KILN_BIN" build "$models/gpt2-tiny" --tokenizer "$models/stories260k/tok512.bin" -o "$work/tok.engine"
+[ ! -e "$work/tok.engine" ] && passes=$((passes+1)) || { echo "FAIL tok: an engine was written"; failures=$((failures+1)); }
+#    The BOS and EOS ids the runtime reads lie in the vocabulary.
+variant eos_range "$ts" 's/"eos_token_id": 2/"eos_token_id": 2048/'
+expect_build_fails eos_range "$work/eos_range" "$work/eos_range/config.json:8:19: error: param 'eos_token_id' is 2048, outside the vocabulary (2048 ids)
+    \"eos_token_id\": 2048,
+                    ^
+models/llama.kiln:24:48: note: 'eos_token_id' is used here
+  param eos_token_id = config.eos_token_id[0] ?? config.eos_token_id ?? -1;   # Llama 3 lists several
+                                                 ^"
+
 finish
