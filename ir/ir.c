@@ -84,6 +84,11 @@ kir_graph *kir_graph_clone(const kir_graph *g)
         kir_param p = g->params[i];
         p.name = ks_arena_strdup(&c->arena, p.name);
         if (p.kind == KIR_ATTR_STR) p.s = ks_arena_strdup(&c->arena, p.s);
+        if (p.kind == KIR_ATTR_INTS) {
+            int64_t *v = ks_arena_alloc(&c->arena, (p.ints.n ? p.ints.n : 1) * sizeof *v);
+            if (p.ints.n) memcpy(v, p.ints.v, p.ints.n * sizeof *v);
+            p.ints.v = v;
+        }
         c->params[c->n_params++] = p;
     }
     KS_GROW(c->nodes, g->n_nodes, c->cap_nodes, KIR_MAX_NODES, "IR nodes");
@@ -273,6 +278,16 @@ void kir_param_str(kir_graph *g, const char *name, const char *v)
     kir_param *p = param_slot(g, name);
     p->kind = KIR_ATTR_STR;
     p->s = ks_arena_strdup(&g->arena, v);
+}
+
+void kir_param_ints(kir_graph *g, const char *name, const int64_t *v, uint32_t n)
+{
+    kir_param *p = param_slot(g, name);
+    int64_t *copy = ks_arena_alloc(&g->arena, (n ? n : 1) * sizeof *copy);
+    if (n) memcpy(copy, v, n * sizeof *copy);
+    p->kind = KIR_ATTR_INTS;
+    p->ints.v = copy;
+    p->ints.n = n;
 }
 
 const kir_param *kir_param_find(const kir_graph *g, const char *name)

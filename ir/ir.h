@@ -135,13 +135,18 @@ typedef struct kir_node {
     kir_loc loc;                     /* source location */
 } kir_node;
 
-/* A resolved model parameter (hyperparameter), e.g. hidden = 128. */
+/* A resolved model parameter (hyperparameter), e.g. hidden = 128, or
+ * eos_token_id = [128001, 128008, 128009]. */
 typedef struct kir_param {
     const char *name;      /* in the graph's arena */
-    kir_attr_kind kind;    /* INT, FLOAT or STR (booleans are INT 0/1) */
+    kir_attr_kind kind;    /* INT, FLOAT, STR (booleans are INT 0/1) or INTS */
     int64_t i;             /* KIR_ATTR_INT */
     double f;              /* KIR_ATTR_FLOAT */
     const char *s;         /* KIR_ATTR_STR */
+    struct {
+        const int64_t *v;  /* KIR_ATTR_INTS: the integers, in the graph's arena */
+        uint32_t n;        /* how many (0 for an empty list) */
+    } ints;
 } kir_param;
 
 typedef struct kir_graph {
@@ -185,6 +190,7 @@ const char *kir_get_str(const kir_graph *g, kir_val v, const char *key, const ch
 void kir_param_int(kir_graph *g, const char *name, int64_t v);
 void kir_param_float(kir_graph *g, const char *name, double v);
 void kir_param_str(kir_graph *g, const char *name, const char *v);
+void kir_param_ints(kir_graph *g, const char *name, const int64_t *v, uint32_t n);
 const kir_param *kir_param_find(const kir_graph *g, const char *name);
 
 /* Shape inference: run the op's shape rule over its operands and attributes
