@@ -56,7 +56,7 @@ static int load_json(kd_json *j, const char *path, ks_diag *d)
             else col++;
         }
         ks_source src = {path, j->text, j->len};
-        ks_error_at(d, &src, line, col, "%s", j->json ? "config must be a JSON object" : "invalid JSON");
+        ks_error_at(d, &src, line, col, "%s", j->json ? "expected a JSON object" : "invalid JSON");
         return -1;
     }
     return 0;
@@ -68,6 +68,20 @@ static void free_json(kd_json *j)
     free(j->path);
     free(j->text);
     memset(j, 0, sizeof *j);
+}
+
+/* generation_config.json beside config.json (Hugging Face keeps the ids
+ * generation stops at there), when there is one. */
+static int load_generation(kd_model *m, ks_diag *d)
+{
+    const char *slash = strrchr(m->config.path, '/');
+    char *dir = slash ? ks_xstrdup(m->config.path) : ks_xstrdup(".");
+    if (slash) dir[slash - m->config.path + (slash == m->config.path)] = 0;
+    char *path = ks_path_join(dir, "generation_config.json");
+    free(dir);
+    int rc = ks_file_exists(path) ? load_json(&m->generation, path, d) : 0;
+    free(path);
+    return rc;
 }
 
 /* A checkpoint stored quantized (config.json's quantization_config, as
@@ -190,6 +204,7 @@ int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d
         }
     }
     if (m->config.json && reject_quantized(m, d) != 0) return -1;
+    if (m->config.json && load_generation(m, d) != 0) return -1;
     if (input_is_kiln) {
         size_t len = 0;
         m->kiln_owned = ks_read_file(d, in->input, &len);

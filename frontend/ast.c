@@ -138,11 +138,11 @@ kf_expr *kf_expr_index(kf_parser *p, const char *name, kf_expr *index, kf_loc lo
     return e;
 }
 
-kf_expr *kf_expr_config(kf_parser *p, kf_doc_id doc, kf_vec *steps, kf_loc loc)
+kf_expr *kf_expr_config(kf_parser *p, kf_vec *steps, kf_loc loc)
 {
     kf_expr *e = kf_expr_new(p, KF_EXPR_CONFIG, loc);
-    e->u.config.doc = doc;
     kf_config_step **v = (kf_config_step **)kf_vec_finish(steps, p->arena, &e->u.config.n);
+    e->u.config.doc = v[0]->doc;
     e->u.config.steps = ks_arena_alloc(p->arena, e->u.config.n * sizeof *e->u.config.steps);
     int d = 0;
     for (size_t i = 0; i < e->u.config.n; i++) {

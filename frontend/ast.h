@@ -16,7 +16,7 @@
  * Every node lives in the parse's arena (ks_arena) and is freed with it; the
  * tree holds no other memory. Locations are 1-based line and column (bytes)
  * of the token that names the node: the operator of a binary expression, the
- * callee of a call, the `config` keyword of a config path.
+ * callee of a call, the `config` (or `generation`) keyword of a config path.
  *
  * Prefix: kf_ (frontend).
  */
@@ -49,7 +49,7 @@ typedef enum kf_expr_kind {
     KF_EXPR_NONE,   /* none: an absent tensor */
     KF_EXPR_NAME,   /* identifier: u.name */
     KF_EXPR_INDEX,  /* NAME[expr], a layer weight of one layer: u.index */
-    KF_EXPR_CONFIG, /* config.a.b[2]: u.config */
+    KF_EXPR_CONFIG, /* config.a.b[2] or generation.a: u.config */
     KF_EXPR_UNARY,  /* -x, !x: u.unary */
     KF_EXPR_BINARY, /* a OP b: u.binary */
     KF_EXPR_COND,   /* c ? a : b: u.cond */
@@ -83,6 +83,7 @@ typedef struct kf_config_step {
     const char *key; /* member name; NULL for an index step */
     kf_expr *index;  /* index expression of an index step; NULL for a member */
     kf_loc loc;      /* where the step starts ('.' or '[') */
+    kf_doc_id doc;   /* the first step: the document the path reads (`config.` or `generation.`) */
 } kf_config_step;
 
 /* One argument of a call: positional (name NULL) or named (`name: value`). */
@@ -247,7 +248,7 @@ kf_expr *kf_expr_binary(kf_parser *p, int op, kf_expr *a, kf_expr *b, kf_loc loc
 kf_expr *kf_expr_cond(kf_parser *p, kf_expr *c, kf_expr *a, kf_expr *b, kf_loc loc);
 kf_expr *kf_expr_call(kf_parser *p, const char *name, kf_vec *args, kf_loc loc);
 kf_expr *kf_expr_index(kf_parser *p, const char *name, kf_expr *index, kf_loc loc);
-kf_expr *kf_expr_config(kf_parser *p, kf_doc_id doc, kf_vec *steps, kf_loc loc);
+kf_expr *kf_expr_config(kf_parser *p, kf_vec *steps, kf_loc loc);
 
 /* Scanner entry points used by kf_parse and kf_kiln_matches (lexer.l). */
 int kf_lex_init(kf_parser *p);

@@ -18,18 +18,20 @@
 #include <string.h>
 
 /* Params the runtime reads from every model, and the values it takes:
- * ints (the runtime stores them in 32 bits) within a range. */
+ * ints (the runtime stores them in 32 bits) within a range, or for
+ * eos_token_id also a list of them (Llama 3 stops at any of several). */
 typedef struct kf_runtime_param {
     const char *name; /* the param */
-    int64_t min, max; /* the range of its value */
+    int64_t min, max; /* the range of its value (of each int of a list) */
     int token_id;     /* a token id: when not negative, also below the vocabulary */
+    int list;         /* a non-empty list of ints is accepted too */
     const char *what; /* what the value is, for messages */
 } kf_runtime_param;
 
 static const kf_runtime_param runtime_params[] = {
-    {"bos_token_id", INT64_MIN, INT32_MAX, 1, "a token id, or negative for none"},
-    {"eos_token_id", INT64_MIN, INT32_MAX, 1, "a token id, or negative for none"},
-    {"max_context", 1, INT32_MAX, 0, "the positions a sequence holds"},
+    {"bos_token_id", INT64_MIN, INT32_MAX, 1, 0, "a token id, or negative for none"},
+    {"eos_token_id", INT64_MIN, INT32_MAX, 1, 1, "a token id, or negative for none"},
+    {"max_context", 1, INT32_MAX, 0, 0, "the positions a sequence holds"},
 };
 enum { KF_N_RUNTIME_PARAMS = sizeof runtime_params / sizeof *runtime_params };
 
@@ -40,21 +42,43 @@ static const kf_runtime_param *runtime_param(const char *name)
     return NULL;
 }
 
-/* A param the runtime reads must be an int in its range. */
+/* Element i of list value v, keeping where it comes from. */
+static kf_value list_item(kf_lower *L, kf_value v, size_t i)
+{
+    kf_value x = kf_int(v.u.ints.v[i]);
+    if (v.origin) x.origin = kf_origin_element(L, v.origin, (int64_t)i);
+    return x;
+}
+
+/* One int of a runtime param (the value, or an element of its list: `is` says which). */
+static int check_runtime_int(kf_lower *L, const kf_runtime_param *rp, kf_value x, const char *is, kf_loc loc)
+{
+    if (x.u.i >= rp->min && x.u.i <= rp->max) return 0;
+    if (rp->min == INT64_MIN)
+        kf_error_value(L, loc, x, "param '%s' %s %lld; it must be at most %lld (%s)", rp->name, is, (long long)x.u.i,
+                       (long long)rp->max, rp->what);
+    else
+        kf_error_value(L, loc, x, "param '%s' %s %lld; it must be from %lld to %lld (%s)", rp->name, is,
+                       (long long)x.u.i, (long long)rp->min, (long long)rp->max, rp->what);
+    return -1;
+}
+
+/* A param the runtime reads must be an int in its range (or a list of them). */
 static kf_value check_runtime_param(kf_lower *L, const kf_runtime_param *rp, kf_value v, kf_loc loc)
 {
     if (v.kind == KF_V_ERROR) return v;
-    if (v.kind != KF_V_INT)
-        return kf_error_value(L, loc, v, "param '%s' must be an int (the runtime reads it), not %s", rp->name,
-                              kf_a_type(v.kind));
-    if (v.u.i < rp->min || v.u.i > rp->max) {
-        if (rp->min == INT64_MIN)
-            return kf_error_value(L, loc, v, "param '%s' is %lld; it must be at most %lld (%s)", rp->name,
-                                  (long long)v.u.i, (long long)rp->max, rp->what);
-        return kf_error_value(L, loc, v, "param '%s' is %lld; it must be from %lld to %lld (%s)", rp->name,
-                              (long long)v.u.i, (long long)rp->min, (long long)rp->max, rp->what);
+    if (v.kind == KF_V_INTS && rp->list) {
+        if (v.u.ints.n == 0)
+            return kf_error_value(L, loc, v, "param '%s' is an empty list; it needs at least one id (or -1 for none)",
+                                  rp->name);
+        for (size_t i = 0; i < v.u.ints.n; i++)
+            if (check_runtime_int(L, rp, list_item(L, v, i), "holds", loc) != 0) return kf_err_value();
+        return v;
     }
-    return v;
+    if (v.kind != KF_V_INT)
+        return kf_error_value(L, loc, v, "param '%s' must be an int%s (the runtime reads it), not %s", rp->name,
+                              rp->list ? " or a list of ints" : "", kf_a_type(v.kind));
+    return check_runtime_int(L, rp, v, "is", loc) == 0 ? v : kf_err_value();
 }
 
 /* Errors are reported once per place and text: the body of a loop runs
@@ -121,6 +145,19 @@ void kf_trace_add(kf_lower *L, const kf_origin *o)
     for (size_t i = 0; i < t->n; i++)
         if (same_origin(t->v[i], o)) return;
     if (t->n < KF_MAX_TRACE) t->v[t->n++] = o;
+}
+
+const kf_origin *kf_origin_element(kf_lower *L, const kf_origin *o, int64_t i)
+{
+    kf_origin *e = ks_arena_alloc(&L->scratch, sizeof *e);
+    *e = *o;
+    e->path = ks_arena_printf(&L->scratch, "%s[%lld]", o->path, (long long)i);
+    ks_json_step *steps = ks_arena_alloc(&L->scratch, (o->n_steps + 1) * sizeof *steps);
+    memcpy(steps, o->steps, o->n_steps * sizeof *steps);
+    steps[o->n_steps] = (ks_json_step){NULL, i};
+    e->steps = steps;
+    e->n_steps = o->n_steps + 1;
+    return e;
 }
 
 kf_value kf_error_value(kf_lower *L, kf_loc loc, kf_value v, const char *fmt, ...)
@@ -289,9 +326,10 @@ static void lower_param(kf_lower *L, const kf_item *it, kf_binding *b)
         kir_param_float(L->g, it->name, v.u.f);
         break;
     case KF_V_STR: kir_param_str(L->g, it->name, v.u.s); break;
+    case KF_V_INTS: kir_param_ints(L->g, it->name, v.u.ints.v, (uint32_t)v.u.ints.n); break;
     case KF_V_ERROR: break;
     default:
-        v = kf_error_value(L, at, v, "param '%s' must be an int, float, string or bool, not %s",
+        v = kf_error_value(L, at, v, "param '%s' must be an int, float, string, bool or list of ints, not %s",
                            it->name, kf_a_type(v.kind));
         break;
     }
@@ -472,10 +510,18 @@ static void check_result(kf_lower *L, const kf_item *model, const kf_item *forwa
             continue;
         }
         kf_value v = b->value;
-        if (rp->token_id && vocab >= 0 && v.kind == KF_V_INT && v.u.i >= vocab)
-            kf_error_value(L, v.origin ? v.origin->loc : b->loc, v,
-                           "param '%s' is %lld, outside the vocabulary (%lld ids)", rp->name, (long long)v.u.i,
-                           (long long)vocab);
+        if (!rp->token_id || vocab < 0) continue;
+        kf_loc at = v.origin ? v.origin->loc : b->loc;
+        if (v.kind == KF_V_INT && v.u.i >= vocab)
+            kf_error_value(L, at, v, "param '%s' is %lld, outside the vocabulary (%lld ids)", rp->name,
+                           (long long)v.u.i, (long long)vocab);
+        for (size_t k = 0; v.kind == KF_V_INTS && k < v.u.ints.n; k++) {
+            kf_value x = list_item(L, v, k);
+            if (x.u.i < vocab) continue;
+            kf_error_value(L, at, x, "param '%s' holds %lld, outside the vocabulary (%lld ids)", rp->name,
+                           (long long)x.u.i, (long long)vocab);
+            break;
+        }
     }
 }
 

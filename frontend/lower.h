@@ -41,6 +41,7 @@ enum {
 };
 #define KF_MAX_DIM ((int64_t)INT32_MAX)          /* one dimension */
 #define KF_LAYERS_BAD ((int64_t)-2)              /* kf_lower.n_layers of a `layers` param reported wrong */
+#define KF_MAX_LIST ((size_t)1 << 16)            /* ints in a list read from config.json */
 #define KF_MAX_WEIGHT_ELEMS ((int64_t)1 << 40)   /* elements of one weight */
 
 /* ---- values ------------------------------------------------------------------ */
@@ -52,6 +53,7 @@ typedef enum kf_vkind {
     KF_V_FLOAT,  /* u.f */
     KF_V_STR,    /* u.s, in the scratch arena */
     KF_V_BOOL,   /* u.i: 0 or 1 */
+    KF_V_INTS,   /* u.ints: a list of ints (a JSON array of integers, as eos_token_id may be) */
     KF_V_TENSOR, /* u.t: an IR value */
 } kf_vkind;
 
@@ -84,6 +86,10 @@ typedef struct kf_value {
         const char *s;            /* KF_V_STR */
         kir_val t;                /* KF_V_TENSOR */
         const kf_absent *absent;  /* KF_V_ABSENT */
+        struct {
+            const int64_t *v;     /* in the scratch arena */
+            size_t n;             /* how many; may be 0 */
+        } ints;                   /* KF_V_INTS */
     } u;
 } kf_value;
 
@@ -183,6 +189,8 @@ kf_value kf_error_value(kf_lower *L, kf_loc loc, kf_value v, const char *fmt, ..
 int kf_locate(const kf_lower *L, const kf_origin *o, int *line, int *col);
 /* Record that config value o was read, when a trace is being kept. */
 void kf_trace_add(kf_lower *L, const kf_origin *o);
+/* The origin of element i of the config value at o (a list). */
+const kf_origin *kf_origin_element(kf_lower *L, const kf_origin *o, int64_t i);
 /* Whether an error was reported at loc already (then a loop body's second
  * pass need not work out the message again). */
 int kf_reported_at(kf_lower *L, kf_loc loc);

@@ -36,6 +36,7 @@ const char *kf_type_name(kf_vkind k)
     case KF_V_FLOAT: return "float";
     case KF_V_STR: return "string";
     case KF_V_BOOL: return "bool";
+    case KF_V_INTS: return "list of ints";
     case KF_V_TENSOR: return "tensor";
     }
     KS_UNREACHABLE();
@@ -51,6 +52,7 @@ const char *kf_a_type(kf_vkind k)
     case KF_V_FLOAT: return "a float";
     case KF_V_STR: return "a string";
     case KF_V_BOOL: return "a bool";
+    case KF_V_INTS: return "a list of ints";
     case KF_V_TENSOR: return "a tensor";
     }
     KS_UNREACHABLE();
@@ -194,6 +196,39 @@ static kf_value json_number(double d)
     return kf_float(d);
 }
 
+/* A JSON array of integers is a list of ints; any other array is an error
+ * at the first element that is not an integer. */
+static kf_value json_int_list(kf_lower *L, const cJSON *j, const kf_origin *o, kf_loc loc)
+{
+    size_t n = (size_t)cJSON_GetArraySize(j), i = 0;
+    kf_value bad = {.kind = KF_V_ERROR, .origin = o};
+    if (n > KF_MAX_LIST)
+        return kf_error_value(L, loc, bad, "'%s' holds %zu values; a list holds at most %zu ints", o->path, n,
+                              KF_MAX_LIST);
+    int64_t *v = ks_arena_alloc(&L->scratch, (n ? n : 1) * sizeof *v);
+    for (const cJSON *x = j->child; x; x = x->next, i++) {
+        kf_value item = cJSON_IsNumber(x) ? json_number(x->valuedouble) : kf_err_value();
+        if (item.kind != KF_V_INT) {
+            bad.origin = kf_origin_element(L, o, (int64_t)i);
+            const char *what = cJSON_IsNumber(x) ? "a number that is not an integer (or too large for one)"
+                               : cJSON_IsString(x) ? "a string"
+                               : cJSON_IsBool(x)   ? "a bool"
+                               : cJSON_IsNull(x)   ? "null"
+                               : cJSON_IsArray(x)  ? "an array"
+                                                   : "an object";
+            return kf_error_value(L, loc, bad,
+                                  "'%s' is %s: only an array of integers is read whole (a list of ints); read other "
+                                  "arrays by index",
+                                  bad.origin->path, what);
+        }
+        v[i] = item.u.i;
+    }
+    kf_value r = {.kind = KF_V_INTS, .origin = o};
+    r.u.ints.v = v;
+    r.u.ints.n = n;
+    return r;
+}
+
 static kf_value eval_config(kf_lower *L, const kf_expr *e)
 {
     const kf_json_doc *doc = &L->docs[e->u.config.doc];
@@ -242,11 +277,12 @@ static kf_value eval_config(kf_lower *L, const kf_expr *e)
         v = json_number(j->valuedouble);
     } else if (cJSON_IsString(j) && j->valuestring) {
         v = kf_str(ks_arena_strdup(&L->scratch, j->valuestring));
+    } else if (cJSON_IsArray(j)) {
+        return json_int_list(L, j, o, e->loc);
     } else {
-        const char *what = cJSON_IsArray(j) ? "an array" : cJSON_IsObject(j) ? "an object" : "not a value";
         v = (kf_value){.kind = KF_V_ERROR, .origin = o};
-        return kf_error_value(L, e->loc, v, "'%s' in %s is %s; expected a number, string or bool", p, doc->src.name,
-                              what);
+        return kf_error_value(L, e->loc, v, "'%s' in %s is %s; expected a number, a string, a bool or a list of ints",
+                              p, doc->src.name, cJSON_IsObject(j) ? "an object" : "not a value");
     }
     v.origin = o;
     return v;

@@ -134,7 +134,7 @@ static kf_item *strings_item(kf_parser *p, kf_item_kind kind, kf_vec *strings, k
 %token MODEL "model" MATCHES "matches" PARAM "param" WEIGHT "weight" LAYER "layer"
 %token OPTIONAL "optional" FORWARD "forward" FOR "for" IN "in" IF "if" ELSE "else"
 %token OUTPUT "output" CONFIG "config" TRUE "true" FALSE "false" NONE "none" ASSERT "assert"
-%token IGNORE "ignore"
+%token IGNORE "ignore" GENERATION "generation"
 %token DOTDOT ".." COALESCE "??" EQ "==" NE "!=" LE "<=" GE ">=" AND "&&" OR "||"
 
 %right '?' ':'
@@ -341,7 +341,7 @@ primary:
 | IDENT '[' expr ']'       { $$ = kf_expr_index(p, $1, $3, LOC(@1)); }
 | IDENT '(' ')'            { $$ = kf_expr_call(p, $1, NULL, LOC(@1)); }
 | IDENT '(' args ')'       { $$ = kf_expr_call(p, $1, $3, LOC(@1)); }
-| config_path              { $$ = kf_expr_config(p, KF_DOC_CONFIG, $1, LOC(@1)); }
+| config_path              { $$ = kf_expr_config(p, $1, LOC(@1)); }
 | '(' expr ')'             { $$ = $2; }
 ;
 
@@ -351,6 +351,15 @@ config_path:
       kf_config_step *s = ks_arena_alloc(p->arena, sizeof *s);
       s->key = $3;
       s->loc = LOC(@2);
+      s->doc = KF_DOC_CONFIG;
+      kf_vec_push($$, s);
+  }
+| "generation" '.' IDENT {
+      $$ = kf_vec_new();
+      kf_config_step *s = ks_arena_alloc(p->arena, sizeof *s);
+      s->key = $3;
+      s->loc = LOC(@2);
+      s->doc = KF_DOC_GENERATION;
       kf_vec_push($$, s);
   }
 | config_path '.' IDENT {

@@ -66,7 +66,7 @@ variant eps "$ts" 's/"rms_norm_eps": 1e-06/"rms_norm_eps": -1/'
 expect_build_fails eps "$work/eps" "$work/eps/config.json:20:19: error: rms_norm: attribute 'eps' is -1; it must be positive
     \"rms_norm_eps\": -1,
                     ^
-models/llama.kiln:68:40: note: 'rms_norm_eps' is used here
+models/llama.kiln:69:40: note: 'rms_norm_eps' is used here
       h = rms_norm(x, attn_norm[i], eps: eps);
                                          ^"
 variant ln_eps "$models/gpt2-tiny" 's/"layer_norm_epsilon": 1e-05/"layer_norm_epsilon": -1e-05/'
@@ -136,13 +136,39 @@ expect_fail tok_json "$ts/tokenizer.json: error: token 'kno' has id 500, but the
 expect_fail tok_bin "$models/stories260k/tok512.bin: error: token '\\\\' has id 500, but the model's vocabulary has 500 ids (the rows of its embedding table); the tokenizer holds 512 ids: is it the model's own?" -- \
   "$KILN_BIN" build "$models/gpt2-tiny" --tokenizer "$models/stories260k/tok512.bin" -o "$work/tok.engine"
 [ ! -e "$work/tok.engine" ] && passes=$((passes+1)) || { echo "FAIL tok: an engine was written"; failures=$((failures+1)); }
-#    The BOS and EOS ids the runtime reads lie in the vocabulary.
-variant eos_range "$ts" 's/"eos_token_id": 2/"eos_token_id": 2048/'
-expect_build_fails eos_range "$work/eos_range" "$work/eos_range/config.json:8:19: error: param 'eos_token_id' is 2048, outside the vocabulary (2048 ids)
+#    The BOS and EOS ids the runtime reads lie in the vocabulary (here from
+#    generation_config.json, which comes before config.json).
+variant eos_range "$ts" -e ''
+rm "$work/eos_range/generation_config.json"
+sed 's/"eos_token_id": 2/"eos_token_id": 2048/' "$ts/generation_config.json" > "$work/eos_range/generation_config.json"
+expect_build_fails eos_range "$work/eos_range" "$work/eos_range/generation_config.json:4:19: error: param 'eos_token_id' is 2048, outside the vocabulary (2048 ids)
     \"eos_token_id\": 2048,
                     ^
-models/llama.kiln:24:48: note: 'eos_token_id' is used here
-  param eos_token_id = config.eos_token_id[0] ?? config.eos_token_id ?? -1;   # Llama 3 lists several
-                                                 ^"
+models/llama.kiln:25:22: note: 'eos_token_id' is used here
+  param eos_token_id = generation.eos_token_id ?? config.eos_token_id ?? -1;
+                       ^"
+
+# 6. Every EOS id reaches the engine: a list in config.json stays a list
+#    (only its first id was kept), and generation_config.json comes first
+#    (it was not read).
+variant eos_list "$ts" 's/"eos_token_id": 2,/"eos_token_id": [2, 7],/'
+rm "$work/eos_list/generation_config.json"
+got=$("$KILN_BIN" ir "$work/eos_list" 2>&1 | grep '^param .*_token_id')
+expect_same eos_list "param bos_token_id = 1
+param eos_token_id = [2, 7]" "$got"
+printf '{\n  "bos_token_id": 1,\n  "eos_token_id": [2, 5, 7]\n}\n' > "$work/eos_list/generation_config.json"
+got=$("$KILN_BIN" ir "$work/eos_list" 2>&1 | grep '^param .*_token_id')
+expect_same eos_generation "param bos_token_id = 1
+param eos_token_id = [2, 5, 7]" "$got"
+"$KILN_BIN" build "$work/eos_list" -o "$work/eos_list.engine" && passes=$((passes+1)) \
+  || { echo "FAIL eos_list: build"; failures=$((failures+1)); }
+got=$("$KILN_BIN" inspect "$work/eos_list.engine" | grep '_token_id')
+expect_same eos_engine "  bos_token_id             1
+  eos_token_id             [2, 5, 7]" "$got"
+#    A generation_config.json that is not JSON stops the build.
+printf '{"eos_token_id": [2,}\n' > "$work/eos_list/generation_config.json"
+expect_build_fails eos_bad_json "$work/eos_list" "$work/eos_list/generation_config.json:1:21: error: invalid JSON
+  {\"eos_token_id\": [2,}
+                      ^"
 
 finish

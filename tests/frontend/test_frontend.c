@@ -16,6 +16,7 @@
  *
  *           %% case <name>
  *           %% config              (optional) JSON up to the next %% line
+ *           %% generation          (optional) generation_config.json, likewise
  *           %% checkpoint <folder> (optional) a folder under $KILN_SHARED/models
  *           %% kiln                the text, compiled as "t.kiln"
  *           %% expect              the messages, byte for byte (the checkpoint's
@@ -23,6 +24,8 @@
  *                                  compiles when they hold no error
  *           %% ops                 (optional) the graph's ops in order, by
  *                                  their IR names, when it compiles
+ *           %% params              (optional) the graph's param lines as
+ *                                  kir_print writes them, when it compiles
  *
  * Blank lines at the end of a section are not part of it.
  */
@@ -317,10 +320,12 @@ static int run_models(void)
 typedef struct test_case {
     char *name;       /* from the %% case line */
     ks_buf config;    /* JSON text; empty: no config */
+    ks_buf generation; /* generation_config.json's text; empty: none */
     char *checkpoint; /* folder under models, or NULL */
     ks_buf kiln;      /* the description */
     ks_buf expect;    /* the messages */
     ks_buf ops;       /* expected op names, whitespace-separated; empty: not checked */
+    ks_buf params;    /* expected param lines; empty: not checked */
     int line;         /* line of %% case in FILE */
 } test_case;
 
@@ -337,12 +342,21 @@ static void run_case(test_case *tc, const char *file)
     trim_blank_end(&tc->kiln);
     ks_buf log = {0};
     ks_diag d = {.log = &log, .quiet = 1};
-    cJSON *config = NULL;
+    cJSON *config = NULL, *generation = NULL;
     if (tc->config.len) {
         config = cJSON_Parse(ks_buf_cstr(&tc->config));
         if (!config) {
             fprintf(stderr, "%s:%d: case %s: bad JSON in %%%% config\n", file, tc->line, tc->name);
             failures++;
+            return;
+        }
+    }
+    if (tc->generation.len) {
+        generation = cJSON_Parse(ks_buf_cstr(&tc->generation));
+        if (!generation) {
+            fprintf(stderr, "%s:%d: case %s: bad JSON in %%%% generation\n", file, tc->line, tc->name);
+            failures++;
+            cJSON_Delete(config);
             return;
         }
     }
@@ -357,6 +371,7 @@ static void run_case(test_case *tc, const char *file)
                     ks_buf_cstr(&log));
             failures++;
             cJSON_Delete(config);
+            cJSON_Delete(generation);
             ks_buf_free(&log);
             free(models_dir);
             return;
@@ -364,7 +379,9 @@ static void run_case(test_case *tc, const char *file)
     }
     ks_source src = {"t.kiln", ks_buf_cstr(&tc->kiln), tc->kiln.len};
     kf_json_doc doc = {config, {"config.json", config ? tc->config.data : NULL, tc->config.len}};
-    kf_model *m = kf_compile(&src, &doc, NULL, ck, &d);
+    kf_json_doc gen = {generation, {"generation_config.json", generation ? tc->generation.data : NULL,
+                                    tc->generation.len}};
+    kf_model *m = kf_compile(&src, &doc, &gen, ck, &d);
     /* Messages name the checkpoint by its folder under models/, wherever the shared data is. */
     ks_buf shown = {0};
     const char *text = ks_buf_cstr(&log);
@@ -394,9 +411,28 @@ static void run_case(test_case *tc, const char *file)
         ks_buf_free(&want_ops);
         ks_buf_free(&got_ops);
     }
+    if (ok && m && tc->params.len) {
+        ks_buf printed = {0}, got_params = {0};
+        kir_print(m->graph, &printed);
+        for (char *line = printed.data; line && *line;) {
+            char *nl = strchr(line, '\n');
+            size_t len = nl ? (size_t)(nl - line + 1) : strlen(line);
+            if (strncmp(line, "param ", 6) == 0) ks_buf_put(&got_params, line, len);
+            line += len;
+        }
+        trim_blank_end(&tc->params);
+        if (strcmp(ks_buf_cstr(&got_params), ks_buf_cstr(&tc->params)) != 0) {
+            failures++;
+            fprintf(stderr, "%s:%d: case '%s': params differ\n--- expected\n%s--- got\n%s---\n", file, tc->line,
+                    tc->name, ks_buf_cstr(&tc->params), ks_buf_cstr(&got_params));
+        }
+        ks_buf_free(&printed);
+        ks_buf_free(&got_params);
+    }
     kf_model_free(m);
     kf_checkpoint_close(ck);
     cJSON_Delete(config);
+    cJSON_Delete(generation);
     ks_buf_free(&log);
     ks_buf_free(&shown);
 }
@@ -425,15 +461,21 @@ static int run_cases(const char *file)
                 free(tc.name);
                 free(tc.checkpoint);
                 ks_buf_free(&tc.config);
+                ks_buf_free(&tc.generation);
                 ks_buf_free(&tc.kiln);
                 ks_buf_free(&tc.expect);
                 ks_buf_free(&tc.ops);
+                ks_buf_free(&tc.params);
                 memset(&tc, 0, sizeof tc);
                 tc.name = ks_xstrdup(arg + 8);
                 tc.line = line + 1;
                 section = NULL;
             } else if (strcmp(arg, "%% config") == 0) {
                 section = &tc.config;
+            } else if (strcmp(arg, "%% generation") == 0) {
+                section = &tc.generation;
+            } else if (strcmp(arg, "%% params") == 0) {
+                section = &tc.params;
             } else if (strncmp(arg, "%% checkpoint ", 14) == 0) {
                 tc.checkpoint = ks_xstrdup(arg + 14);
                 section = NULL;
@@ -461,9 +503,11 @@ static int run_cases(const char *file)
     free(tc.name);
     free(tc.checkpoint);
     ks_buf_free(&tc.config);
+    ks_buf_free(&tc.generation);
     ks_buf_free(&tc.kiln);
     ks_buf_free(&tc.expect);
     ks_buf_free(&tc.ops);
+    ks_buf_free(&tc.params);
     free(text);
     printf("%d cases, %d failed\n", n, failures);
     return failures ? 1 : 0;
