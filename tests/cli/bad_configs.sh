@@ -36,28 +36,28 @@ variant ctx0 "$ts" 's/"max_position_embeddings": 512/"max_position_embeddings": 
 expect_build_fails ctx0 "$work/ctx0" "$work/ctx0/config.json:13:30: error: param 'max_context' is 0; it must be from 1 to 2147483647 (the positions a sequence holds)
     \"max_position_embeddings\": 0,
                                ^
-models/llama.kiln:22:22: note: 'max_position_embeddings' is used here
+models/llama.kiln:21:22: note: 'max_position_embeddings' is used here
   param max_context  = config.max_position_embeddings;
                        ^"
 variant ctx_neg "$ts" 's/"max_position_embeddings": 512/"max_position_embeddings": -5/'
 expect_build_fails ctx_neg "$work/ctx_neg" "$work/ctx_neg/config.json:13:30: error: param 'max_context' is -5; it must be from 1 to 2147483647 (the positions a sequence holds)
     \"max_position_embeddings\": -5,
                                ^
-models/llama.kiln:22:22: note: 'max_position_embeddings' is used here
+models/llama.kiln:21:22: note: 'max_position_embeddings' is used here
   param max_context  = config.max_position_embeddings;
                        ^"
 variant ctx_huge "$ts" 's/"max_position_embeddings": 512/"max_position_embeddings": 1e12/'
 expect_build_fails ctx_huge "$work/ctx_huge" "$work/ctx_huge/config.json:13:30: error: param 'max_context' is 1000000000000; it must be from 1 to 2147483647 (the positions a sequence holds)
     \"max_position_embeddings\": 1e12,
                                ^
-models/llama.kiln:22:22: note: 'max_position_embeddings' is used here
+models/llama.kiln:21:22: note: 'max_position_embeddings' is used here
   param max_context  = config.max_position_embeddings;
                        ^"
 variant gpt2_ctx "$models/gpt2-tiny" 's/"n_positions": 256/"n_positions": 0/'
 expect_build_fails gpt2_ctx "$work/gpt2_ctx" "$work/gpt2_ctx/config.json:19:18: error: param 'max_context' is 0; it must be from 1 to 2147483647 (the positions a sequence holds)
     \"n_positions\": 0,
                    ^
-models/gpt2.kiln:21:22: note: 'n_positions' is used here
+models/gpt2.kiln:20:22: note: 'n_positions' is used here
   param max_context  = config.n_positions ?? config.max_position_embeddings;
                        ^"
 
@@ -66,14 +66,14 @@ variant eps "$ts" 's/"rms_norm_eps": 1e-06/"rms_norm_eps": -1/'
 expect_build_fails eps "$work/eps" "$work/eps/config.json:20:19: error: rms_norm: attribute 'eps' is -1; it must be positive
     \"rms_norm_eps\": -1,
                     ^
-models/llama.kiln:69:40: note: 'rms_norm_eps' is used here
+models/llama.kiln:68:40: note: 'rms_norm_eps' is used here
       h = rms_norm(x, attn_norm[i], eps: eps);
                                          ^"
 variant ln_eps "$models/gpt2-tiny" 's/"layer_norm_epsilon": 1e-05/"layer_norm_epsilon": -1e-05/'
 expect_build_fails ln_eps "$work/ln_eps" "$work/ln_eps/config.json:13:25: error: layer_norm: attribute 'eps' is -1e-05; it must be positive
     \"layer_norm_epsilon\": -1e-05,
                           ^
-models/gpt2.kiln:65:48: note: 'layer_norm_epsilon' is used here
+models/gpt2.kiln:64:48: note: 'layer_norm_epsilon' is used here
       h = layer_norm(x, ln1_w[i], ln1_b[i], eps: eps);
                                                  ^"
 
@@ -144,7 +144,7 @@ sed 's/"eos_token_id": 2/"eos_token_id": 2048/' "$ts/generation_config.json" > "
 expect_build_fails eos_range "$work/eos_range" "$work/eos_range/generation_config.json:4:19: error: param 'eos_token_id' is 2048, outside the vocabulary (2048 ids)
     \"eos_token_id\": 2048,
                     ^
-models/llama.kiln:25:22: note: 'eos_token_id' is used here
+models/llama.kiln:24:22: note: 'eos_token_id' is used here
   param eos_token_id = generation.eos_token_id ?? config.eos_token_id ?? -1;
                        ^"
 

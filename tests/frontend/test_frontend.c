@@ -116,6 +116,8 @@ static void check_common(const char *what, const kf_model *m, const kf_checkpoin
     }
     param_int(g, "bos_token_id");
     param_int(g, "eos_token_id");
+    /* The weights' dtype is the build's (--dtype) and the engine's metadata's, not a param. */
+    CHECK(!kir_param_find(g, "dtype"), "%s: no param dtype", what);
     CHECK(param_int(g, "max_context") > 0, "%s: max_context", what);
     CHECK((int)m->n_weights == count_op(g, KIR_OP_WEIGHT), "%s: %zu bindings for %d weights", what, m->n_weights,
           count_op(g, KIR_OP_WEIGHT));
