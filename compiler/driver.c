@@ -48,9 +48,9 @@ static int load_json(kd_json *j, const char *path, ks_diag *d)
     const char *end = NULL;
     j->json = cJSON_ParseWithLengthOpts(j->text, j->len, &end, 0);
     if (!j->json || !cJSON_IsObject(j->json)) {
-        /* place the error: line and column of where cJSON stopped */
+        /* place the error: where cJSON stopped, or the value that is not an object */
         int line = 1, col = 1;
-        const char *stop = end ? end : cJSON_GetErrorPtr();
+        const char *stop = j->json ? j->text + strspn(j->text, " \t\r\n") : end ? end : cJSON_GetErrorPtr();
         for (const char *p = j->text; stop && p < stop && *p; p++) {
             if (*p == '\n') line++, col = 1;
             else col++;

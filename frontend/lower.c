@@ -77,7 +77,7 @@ static kf_value check_runtime_param(kf_lower *L, const kf_runtime_param *rp, kf_
     }
     if (v.kind != KF_V_INT)
         return kf_error_value(L, loc, v, "param '%s' must be an int%s (the runtime reads it), not %s", rp->name,
-                              rp->list ? " or a list of ints" : "", kf_a_type(v.kind));
+                              rp->list ? " or a list of ints" : "", kf_not_int(v));
     return check_runtime_int(L, rp, v, "is", loc) == 0 ? v : kf_err_value();
 }
 
@@ -341,7 +341,7 @@ static void lower_param(kf_lower *L, const kf_item *it, kf_binding *b)
                                (long long)v.u.i, KF_MAX_LAYERS);
         else if (v.kind != KF_V_INT && v.kind != KF_V_ERROR)
             v = kf_error_value(L, at, v, "param 'layers' (the number of layers) must be an int from 1 to %d, not %s",
-                               KF_MAX_LAYERS, kf_a_type(v.kind));
+                               KF_MAX_LAYERS, kf_not_int(v));
         L->n_layers = v.kind == KF_V_INT ? v.u.i : KF_LAYERS_BAD;
     }
     b->value = v;

@@ -214,6 +214,10 @@ static inline kf_value kf_none(void) { return (kf_value){.kind = KF_V_NONE}; }
 static inline kf_value kf_err_value(void) { return (kf_value){.kind = KF_V_ERROR}; }
 const char *kf_type_name(kf_vkind k); /* "int", "tensor", ... */
 const char *kf_a_type(kf_vkind k);    /* with its article: "an int", "a tensor", "none" */
+/* What v is, for "must be an int, not ...": its kind with its article, or
+ * for a whole number too large to be an int (a JSON integer of 2^53 or
+ * more, which cJSON holds only as a double) why it is not one. */
+const char *kf_not_int(kf_value v);
 /* Evaluate; an absent config key is reported here and becomes KF_V_ERROR. */
 kf_value kf_eval(kf_lower *L, const kf_expr *e);
 /* Report an absent value as a missing key; returns KF_V_ERROR. Other values pass. */

@@ -385,7 +385,7 @@ static int check_attr(kf_lower *L, const kf_builtin *b, const kf_attr_spec *spec
     case KIR_ATTR_INT:
         if (v->kind != KF_V_INT) {
             kf_error_value(L, loc, *v, "%s: attribute '%s' must be an int, not %s", b->name, spec->key,
-                           kf_a_type(v->kind));
+                           kf_not_int(*v));
             return -1;
         }
         return check_range(L, b, spec, *v, (double)v->u.i, loc);
@@ -490,7 +490,8 @@ int kf_call_builtin(kf_lower *L, const kf_expr *call, kf_value *out)
         }
         if (kind == 'i') {
             if (v.kind != KF_V_INT) {
-                kf_error(L, arg->value->loc, "%s: argument %d must be an int, not %s", b->name, at + 1, kf_a_type(v.kind));
+                kf_error_value(L, arg->value->loc, v, "%s: argument %d must be an int, not %s", b->name, at + 1,
+                               kf_not_int(v));
                 bad = 1;
                 continue;
             }

@@ -8,8 +8,12 @@
  *    integer division (truncating, as C); with a float operand they are
  *    floating. Division by zero is an error.
  *  - a config path whose key is missing or null (or whose index is out of
- *    range, or which walks into a scalar) is *absent*: `a ?? b` takes b when
- *    a is absent; any other use reports the missing key at the path.
+ *    range, or which walks through a null) is *absent*: `a ?? b` takes b
+ *    when a is absent; any other use reports the missing key at the path. A
+ *    path that walks into a value of the wrong kind (a key of a string, an
+ *    index of an object) is an error at that value.
+ *  - a JSON array of integers is a list of ints (eos_token_id may be one);
+ *    other arrays are read by index.
  *  - `&&`, `||` and `c ? a : b` evaluate only what they need, so a branch
  *    not taken may name keys the config lacks.
  *  - a JSON number is an int when it is integral and under 2^53 in
@@ -58,6 +62,14 @@ const char *kf_a_type(kf_vkind k)
     KS_UNREACHABLE();
 }
 
+const char *kf_not_int(kf_value v)
+{
+    if (v.kind != KF_V_FLOAT || !isfinite(v.u.f) || v.u.f != floor(v.u.f) || fabs(v.u.f) < 9007199254740992.0)
+        return kf_a_type(v.kind);
+    /* Not the number itself: past 2^53 a double holds only a neighbour of what the text says. */
+    return "a whole number too large to read exactly (2^53 or more)";
+}
+
 static int is_number(kf_value v) { return v.kind == KF_V_INT || v.kind == KF_V_FLOAT; }
 static double as_double(kf_value v) { return v.kind == KF_V_INT ? (double)v.u.i : v.u.f; }
 
@@ -96,7 +108,7 @@ int kf_eval_int_value(kf_lower *L, const kf_expr *e, const char *what, kf_value 
     kf_value v = kf_eval(L, e);
     if (v.kind == KF_V_ERROR) return -1;
     if (v.kind != KF_V_INT) {
-        kf_error_value(L, e->loc, v, "%s must be an int, not %s", what, kf_a_type(v.kind));
+        kf_error_value(L, e->loc, v, "%s must be an int, not %s", what, kf_not_int(v));
         return -1;
     }
     *out = v;
@@ -196,6 +208,17 @@ static kf_value json_number(double d)
     return kf_float(d);
 }
 
+/* "a string", "an object"...: what a JSON value is, for messages. */
+static const char *json_kind(const cJSON *j)
+{
+    if (cJSON_IsString(j)) return "a string";
+    if (cJSON_IsNumber(j)) return "a number";
+    if (cJSON_IsBool(j)) return "a bool";
+    if (cJSON_IsArray(j)) return "an array";
+    if (cJSON_IsObject(j)) return "an object";
+    return "null";
+}
+
 /* A JSON array of integers is a list of ints; any other array is an error
  * at the first element that is not an integer. */
 static kf_value json_int_list(kf_lower *L, const cJSON *j, const kf_origin *o, kf_loc loc)
@@ -238,6 +261,21 @@ static kf_value eval_config(kf_lower *L, const kf_expr *e)
     ks_json_step *steps = ks_arena_alloc(&L->scratch, n * sizeof *steps);
     for (size_t i = 0; i < n; i++) {
         const kf_config_step *s = &e->u.config.steps[i];
+        /* A step into a value that is neither null (absent) nor what the step
+         * needs is an error, not absent: a "rope_scaling": "linear" that `??`
+         * passed over would silently build another model. */
+        if (j && !cJSON_IsNull(j) && !(s->key ? cJSON_IsObject(j) : cJSON_IsArray(j))) {
+            kf_origin *o = ks_arena_alloc(&L->scratch, sizeof *o);
+            *o = (kf_origin){e->u.config.doc, ks_arena_strdup(&L->scratch, ks_buf_cstr(&path)), steps, i, e->loc};
+            ks_buf_free(&path);
+            kf_value v = {.kind = KF_V_ERROR, .origin = o};
+            if (s->key)
+                return kf_error_value(L, e->loc, v,
+                                      "'%s' in %s is %s, not an object: the description reads its key '%s'", o->path,
+                                      doc->src.name, json_kind(j), s->key);
+            return kf_error_value(L, e->loc, v, "'%s' in %s is %s, not an array: the description reads an element of it",
+                                  o->path, doc->src.name, json_kind(j));
+        }
         if (s->key) {
             ks_buf_printf(&path, "%s%s", i ? "." : "", s->key);
             steps[i].key = s->key;

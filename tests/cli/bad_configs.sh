@@ -171,4 +171,35 @@ expect_build_fails eos_bad_json "$work/eos_list" "$work/eos_list/generation_conf
   {\"eos_token_id\": [2,}
                       ^"
 
+# 8. Values of the wrong JSON type: an error at the value, with the use that
+#    needs another type (a string where a number goes; an integer past what
+#    a double holds exactly; a rope_scaling that is not an object, which `??`
+#    used to pass over silently).
+variant str_num "$ts" 's/"hidden_size": 128/"hidden_size": "128"/'
+expect_build_fails str_num "$work/str_num" "$work/str_num/config.json:10:18: error: '/' expects numbers or tensors, not a string and an int
+    \"hidden_size\": \"128\",
+                   ^
+models/llama.kiln:11:44: note: 'hidden_size' is used here
+  param head_dim = config.head_dim ?? hidden / heads;
+                                             ^"
+variant huge_int "$ts" 's/"vocab_size": 2048/"vocab_size": 18446744073709551616/'
+expect_build_fails huge_int "$work/huge_int" "$work/huge_int/config.json:27:17: error: a weight dimension must be an int, not a whole number too large to read exactly (2^53 or more)
+    \"vocab_size\": 18446744073709551616
+                  ^
+models/llama.kiln:41:14: note: 'vocab_size' is used here
+  weight embed[vocab, hidden]   = \"model.embed_tokens.weight\" | \"lm_head.weight\";
+               ^"
+variant rope_str "$ts" 's/"rope_scaling": null/"rope_scaling": "linear"/'
+expect_build_fails rope_str "$work/rope_str" "$work/rope_str/config.json:21:19: error: 'rope_scaling' in $work/rope_str/config.json is a string, not an object: the description reads its key 'rope_type'
+    \"rope_scaling\": \"linear\",
+                    ^
+models/llama.kiln:28:55: note: 'rope_scaling' is used here
+  param rope_type = config.rope_parameters.rope_type ?? config.rope_scaling.rope_type
+                                                        ^"
+mkdir -p "$work/not_object"
+printf '\n  [{"model_type": "llama"}]\n' > "$work/not_object/config.json"
+expect_build_fails not_object "$work/not_object" "$work/not_object/config.json:2:3: error: expected a JSON object
+    [{\"model_type\": \"llama\"}]
+    ^"
+
 finish
