@@ -4,12 +4,18 @@
  * emits the kir_graph.
  *
  * Lowering runs in three phases over the items, each in source order:
- *   1. params and asserts (compile-time values: int, float, string, bool);
+ *   1. params and asserts (compile-time values: int, float, string, bool,
+ *      list of ints), a param the runtime reads checked in its range;
  *   2. weights: shapes evaluated, templates expanded per layer, each
  *      resolved against the checkpoint (or taken as declared without one);
  *   3. the forward block, executed at compile time: loops unrolled, `if`
  *      resolved, each builtin call emitting IR nodes, values being
  *      compile-time scalars or tensors (IR values).
+ * Then the whole: the params the runtime needs, the first output against
+ * the vocabulary, and (with a checkpoint) the tensors nothing reads.
+ *
+ * Values read from config.json or generation_config.json remember where
+ * they sit there (kf_origin): a message about one points at it.
  *
  * Files: lower.c (driver, names, phases 1 and 3 statements), lower_eval.c
  * (expressions and config.json), lower_weights.c (phase 2),

@@ -4,9 +4,8 @@
  * every shipped description reads, so that mutations of them go deep), a
  * generation_config.json and no checkpoint; kf_kiln_matches reads them
  * too. The frontend must report, never crash or leak (the sanitizers' to
- * catch), and what it returns must
- * hold its promises: a graph that verifies, one binding per WEIGHT node in
- * node order.
+ * catch), and what it returns must hold its promises: a graph that
+ * verifies, one binding per WEIGHT node in node order.
  */
 #include <cjson/cJSON.h>
 #include <stdint.h>
