@@ -37,9 +37,17 @@ int kc_cmd_inspect(int argc, char **argv)
     printf("params:\n");
     for (size_t i = 0; i < g->n_params; i++) {
         const kir_param *p = &g->params[i];
-        if (p->kind == KIR_ATTR_INT) printf("  %-24s %lld\n", p->name, (long long)p->i);
-        else if (p->kind == KIR_ATTR_FLOAT) printf("  %-24s %g\n", p->name, p->f);
-        else printf("  %-24s \"%s\"\n", p->name, p->s);
+        if (p->kind == KIR_ATTR_INT) {
+            printf("  %-24s %lld\n", p->name, (long long)p->i);
+        } else if (p->kind == KIR_ATTR_FLOAT) {
+            printf("  %-24s %g\n", p->name, p->f);
+        } else if (p->kind == KIR_ATTR_INTS) {
+            printf("  %-24s [", p->name);
+            for (uint32_t k = 0; k < p->ints.n; k++) printf("%s%lld", k ? ", " : "", (long long)p->ints.v[k]);
+            printf("]\n");
+        } else {
+            printf("  %-24s \"%s\"\n", p->name, p->s);
+        }
     }
     size_t counts[KIR_OP_COUNT] = {0};
     for (size_t v = 0; v < g->n_nodes; v++) counts[g->nodes[v].op]++;

@@ -32,35 +32,56 @@ static int pick_builtin(kd_model *m, const char *model_type, ks_diag *d)
     for (size_t i = 0; i < kf_builtin_model_count; i++)
         if (strstr(kf_builtin_models[i].file, ".kiln"))
             ks_buf_printf(&known, "%s%s", known.len ? ", " : "", kf_builtin_models[i].file);
-    ks_error(d, m->config_path, "model_type '%s' matches no shipped model description (%s); write a .kiln "
+    ks_error(d, m->config.path, "model_type '%s' matches no shipped model description (%s); write a .kiln "
              "for it and pass it as the input, with --weights", model_type, ks_buf_cstr(&known));
     ks_buf_free(&known);
     return -1;
 }
 
-static int load_config(kd_model *m, const char *path, ks_diag *d)
+/* Read and parse a JSON object (config.json), keeping its text: messages
+ * about its values point into it. */
+static int load_json(kd_json *j, const char *path, ks_diag *d)
 {
-    m->config_path = ks_xstrdup(path);
-    size_t len = 0;
-    char *text = ks_read_file(d, path, &len);
-    if (!text) return -1;
+    j->path = ks_xstrdup(path);
+    j->text = ks_read_file(d, path, &j->len);
+    if (!j->text) return -1;
     const char *end = NULL;
-    m->config = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (!m->config || !cJSON_IsObject(m->config)) {
-        /* place the error: line and column of where cJSON stopped */
+    j->json = cJSON_ParseWithLengthOpts(j->text, j->len, &end, 0);
+    if (!j->json || !cJSON_IsObject(j->json)) {
+        /* place the error: where cJSON stopped, or the value that is not an object */
         int line = 1, col = 1;
-        const char *stop = end ? end : cJSON_GetErrorPtr();
-        for (const char *p = text; stop && p < stop && *p; p++) {
+        const char *stop = j->json ? j->text + strspn(j->text, " \t\r\n") : end ? end : cJSON_GetErrorPtr();
+        for (const char *p = j->text; stop && p < stop && *p; p++) {
             if (*p == '\n') line++, col = 1;
             else col++;
         }
-        ks_source src = {path, text, len};
-        ks_error_at(d, &src, line, col, "%s", m->config ? "config must be a JSON object" : "invalid JSON");
-        free(text);
+        ks_source src = {path, j->text, j->len};
+        ks_error_at(d, &src, line, col, "%s", j->json ? "expected a JSON object" : "invalid JSON");
         return -1;
     }
-    free(text);
     return 0;
+}
+
+static void free_json(kd_json *j)
+{
+    cJSON_Delete(j->json);
+    free(j->path);
+    free(j->text);
+    memset(j, 0, sizeof *j);
+}
+
+/* generation_config.json beside config.json (Hugging Face keeps the ids
+ * generation stops at there), when there is one. */
+static int load_generation(kd_model *m, ks_diag *d)
+{
+    const char *slash = strrchr(m->config.path, '/');
+    char *dir = slash ? ks_xstrdup(m->config.path) : ks_xstrdup(".");
+    if (slash) dir[slash - m->config.path + (slash == m->config.path)] = 0;
+    char *path = ks_path_join(dir, "generation_config.json");
+    free(dir);
+    int rc = ks_file_exists(path) ? load_json(&m->generation, path, d) : 0;
+    free(path);
+    return rc;
 }
 
 /* A checkpoint stored quantized (config.json's quantization_config, as
@@ -68,10 +89,10 @@ static int load_config(kd_model *m, const char *path, ks_diag *d)
  * float checkpoints only so far. */
 static int reject_quantized(const kd_model *m, ks_diag *d)
 {
-    const cJSON *q = cJSON_GetObjectItemCaseSensitive(m->config, "quantization_config");
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(m->config.json, "quantization_config");
     if (!q) return 0;
     const cJSON *method = cJSON_IsObject(q) ? cJSON_GetObjectItemCaseSensitive(q, "quant_method") : NULL;
-    ks_error(d, m->config_path,
+    ks_error(d, m->config.path,
              "quantization_config (quant_method \"%s\"): kiln does not read quantized checkpoints yet; "
              "use the model's float16, bfloat16 or float32 checkpoint",
              cJSON_IsString(method) ? method->valuestring : "?");
@@ -81,9 +102,9 @@ static int reject_quantized(const kd_model *m, ks_diag *d)
 /* A llama2.c checkpoint (.bin): its header is the config. */
 static int load_llama2c(kd_model *m, const char *path, ks_diag *d)
 {
-    m->ckpt = kf_checkpoint_open_llama2c(d, path, &m->config);
+    m->ckpt = kf_checkpoint_open_llama2c(d, path, &m->config.json);
     if (!m->ckpt) return -1;
-    m->config_path = ks_xstrdup(path);
+    m->config.path = ks_xstrdup(path);
     return pick_builtin(m, "llama2c", d);
 }
 
@@ -120,11 +141,15 @@ const char *kd_weights_dtype(const kir_graph *g)
 }
 
 /* kf_compile, then the weight dtype asked for. */
-static int compile_model(const kd_inputs *in, kd_model *m, const char *config_name, ks_diag *d)
+static int compile_model(const kd_inputs *in, kd_model *m, ks_diag *d)
 {
     kir_dtype t = KIR_F32;
     if (in->dtype && kd_parse_dtype(in->dtype, &t, d) != 0) return -1;
-    m->model = kf_compile(&m->kiln, m->config, config_name, m->ckpt, d);
+    kf_json_doc config = {m->config.json, {m->config.path ? m->config.path : "config.json", m->config.text,
+                                            m->config.len}};
+    kf_json_doc generation = {m->generation.json, {m->generation.path ? m->generation.path : "generation_config.json",
+                                                    m->generation.text, m->generation.len}};
+    m->model = kf_compile(&m->kiln, &config, &generation, m->ckpt, d);
     if (!m->model) return -1;
     if (in->dtype) kd_set_weight_dtype(m->model->graph, t);
     return 0;
@@ -135,20 +160,24 @@ int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d
     memset(m, 0, sizeof *m);
     if (in->synthetic) {
         /* weights come from kd_synthetic_weight, so no checkpoint */
-        for (size_t i = 0; i < kf_builtin_model_count && !m->config; i++)
-            if (strcmp(kf_builtin_models[i].file, KD_SYNTHETIC_CONFIG) == 0) m->config = cJSON_Parse(kf_builtin_models[i].text);
-        KS_ASSERT(m->config);
-        m->config_path = ks_xstrdup(KD_SYNTHETIC_CONFIG);
-        const cJSON *mt = cJSON_GetObjectItemCaseSensitive(m->config, "model_type");
+        for (size_t i = 0; i < kf_builtin_model_count && !m->config.json; i++) {
+            if (strcmp(kf_builtin_models[i].file, KD_SYNTHETIC_CONFIG) != 0) continue;
+            m->config.text = ks_xstrdup(kf_builtin_models[i].text);
+            m->config.len = strlen(m->config.text);
+            m->config.json = cJSON_Parse(m->config.text);
+        }
+        KS_ASSERT(m->config.json);
+        m->config.path = ks_xstrdup(KD_SYNTHETIC_CONFIG);
+        const cJSON *mt = cJSON_GetObjectItemCaseSensitive(m->config.json, "model_type");
         KS_ASSERT(cJSON_IsString(mt));
         if (pick_builtin(m, mt->valuestring, d)) return -1;
-        return compile_model(in, m, m->config_path, d);
+        return compile_model(in, m, d);
     }
     const char *weights = in->weights;
     int input_is_kiln = ends_with(in->input, ".kiln");
     if (!input_is_kiln && ends_with(in->input, ".bin") && ks_file_exists(in->input)) {
         if (load_llama2c(m, in->input, d)) return -1;
-        return compile_model(in, m, m->config_path, d);
+        return compile_model(in, m, d);
     }
     if (!input_is_kiln) {
         if (!ks_is_dir(in->input)) {
@@ -159,11 +188,11 @@ int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d
     }
     /* config.json: given, or beside the weights */
     if (in->config) {
-        if (load_config(m, in->config, d)) return -1;
+        if (load_json(&m->config, in->config, d)) return -1;
     } else if (weights) {
         char *p = ks_is_dir(weights) ? ks_path_join(weights, "config.json") : NULL;
         if (p && ks_file_exists(p)) {
-            int rc = load_config(m, p, d);
+            int rc = load_json(&m->config, p, d);
             free(p);
             if (rc) return -1;
         } else if (!input_is_kiln) {
@@ -174,7 +203,8 @@ int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d
             free(p);
         }
     }
-    if (m->config && reject_quantized(m, d) != 0) return -1;
+    if (m->config.json && reject_quantized(m, d) != 0) return -1;
+    if (m->config.json && load_generation(m, d) != 0) return -1;
     if (input_is_kiln) {
         size_t len = 0;
         m->kiln_owned = ks_read_file(d, in->input, &len);
@@ -183,9 +213,9 @@ int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d
         m->kiln.text = m->kiln_owned;
         m->kiln.len = len;
     } else {
-        const cJSON *mt = cJSON_GetObjectItemCaseSensitive(m->config, "model_type");
+        const cJSON *mt = cJSON_GetObjectItemCaseSensitive(m->config.json, "model_type");
         if (!cJSON_IsString(mt)) {
-            ks_error(d, m->config_path, "no \"model_type\" string to pick a model description by");
+            ks_error(d, m->config.path, "no \"model_type\" string to pick a model description by");
             return -1;
         }
         if (pick_builtin(m, mt->valuestring, d)) return -1;
@@ -198,7 +228,7 @@ int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d
         m->ckpt = kf_checkpoint_open(d, weights);
         if (!m->ckpt) return -1;
     }
-    return compile_model(in, m, m->config_path ? m->config_path : "config.json", d);
+    return compile_model(in, m, d);
 }
 
 void kd_model_free(kd_model *m)
@@ -206,8 +236,8 @@ void kd_model_free(kd_model *m)
     kir_graph_free(m->optimized);
     kf_model_free(m->model);
     kf_checkpoint_close(m->ckpt);
-    cJSON_Delete(m->config);
-    free(m->config_path);
+    free_json(&m->config);
+    free_json(&m->generation);
     free(m->kiln_owned);
     memset(m, 0, sizeof *m);
 }
@@ -225,10 +255,40 @@ static int fill_weight(void *ctx, kir_val node, void *dst, size_t nbytes, ks_dia
     return kd_weight_data(f->m, f->g, node, dst, d);
 }
 
+/* A tokenizer must not make ids the model has no row for: the first id at
+ * or past the vocabulary (kir_token_ids) is an error, with its text. */
+static int check_tokenizer_ids(const krt_tok *t, const char *path, const kir_graph *g, ks_diag *d)
+{
+    int64_t vocab = kir_token_ids(g);
+    int32_t n = krt_tok_vocab_size(t);
+    if (vocab < 0 || n <= vocab) return 0;
+    for (int64_t id = vocab; id < n; id++) {
+        size_t len = 0;
+        const char *piece = krt_tok_piece(t, (int32_t)id, &len);
+        if (!piece) continue;
+        ks_buf shown = {0}; /* the piece, control bytes and backslashes escaped */
+        for (size_t i = 0; i < len && i < 64; i++) {
+            unsigned char c = (unsigned char)piece[i];
+            if (c == '\\') ks_buf_puts(&shown, "\\\\");
+            else if (c < 0x20 || c == 0x7f) ks_buf_printf(&shown, "\\x%02x", c);
+            else ks_buf_put(&shown, &piece[i], 1);
+        }
+        ks_error(d, path,
+                 "token '%s' has id %lld, but the model's vocabulary has %lld ids (the rows of its embedding table); "
+                 "the tokenizer holds %d ids: is it the model's own?",
+                 ks_buf_cstr(&shown), (long long)id, (long long)vocab, n);
+        ks_buf_free(&shown);
+        return -1;
+    }
+    return 0;
+}
+
 /* The tokenizer to pack: --tokenizer, else tokenizer.json beside the
- * weights. Loaded once here so that a broken tokenizer fails the build, not
- * a later run. *bytes is NULL when there is none. */
-static int read_tokenizer(const kd_inputs *in, char **bytes, size_t *len, uint32_t *kind, ks_diag *d)
+ * weights. Loaded once here so that a broken tokenizer, or one whose ids
+ * the model (graph g) cannot take, fails the build, not a later run.
+ * *bytes is NULL when there is none. */
+static int read_tokenizer(const kd_inputs *in, const kir_graph *g, char **bytes, size_t *len, uint32_t *kind,
+                          ks_diag *d)
 {
     *bytes = NULL;
     *len = 0;
@@ -256,8 +316,8 @@ static int read_tokenizer(const kd_inputs *in, char **bytes, size_t *len, uint32
         krt_tok *t = krt_tok_load_memory(d, path, *bytes, *len, KRT_TOK_AUTO);
         if (t) {
             *kind = (uint32_t)krt_tok_kind_of(t);
+            rc = check_tokenizer_ids(t, path, g, d);
             krt_tok_free(t);
-            rc = 0;
         }
     }
     if (rc) {
@@ -287,7 +347,7 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
     char *tok = NULL;
     size_t tok_len = 0;
     uint32_t tok_kind = 0;
-    if (read_tokenizer(in, &tok, &tok_len, &tok_kind, d)) {
+    if (read_tokenizer(in, kd_graph(m), &tok, &tok_len, &tok_kind, d)) {
         kcu_parts_free(&parts);
         return -1;
     }

@@ -35,11 +35,19 @@ typedef struct kd_inputs {
                               tokenizer.json beside the weights, if any */
 } kd_inputs;
 
+/* A JSON document the description reads, with its text for messages. */
+typedef struct kd_json {
+    char *path;            /* owned; NULL when there is none */
+    char *text;            /* owned; the text json was parsed from, or NULL (a llama2.c header) */
+    size_t len;            /* bytes in text */
+    cJSON *json;           /* parsed, or NULL when there is none */
+} kd_json;
+
 typedef struct kd_model {
     ks_source kiln;        /* the model description (text owned unless builtin) */
     char *kiln_owned;      /* owned text, or NULL for a builtin description */
-    char *config_path;     /* owned; NULL when there is no config */
-    cJSON *config;         /* parsed config.json, or NULL */
+    kd_json config;        /* config.json (or a llama2.c checkpoint's header) */
+    kd_json generation;    /* generation_config.json beside config.json, when there is one */
     kf_checkpoint *ckpt;   /* the open checkpoint, or NULL */
     kf_model *model;       /* compiled graph and weight bindings */
     kir_graph *optimized;  /* the graph after kd_optimize (owned), or NULL */

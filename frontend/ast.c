@@ -142,6 +142,7 @@ kf_expr *kf_expr_config(kf_parser *p, kf_vec *steps, kf_loc loc)
 {
     kf_expr *e = kf_expr_new(p, KF_EXPR_CONFIG, loc);
     kf_config_step **v = (kf_config_step **)kf_vec_finish(steps, p->arena, &e->u.config.n);
+    e->u.config.doc = v[0]->doc;
     e->u.config.steps = ks_arena_alloc(p->arena, e->u.config.n * sizeof *e->u.config.steps);
     int d = 0;
     for (size_t i = 0; i < e->u.config.n; i++) {

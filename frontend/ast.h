@@ -10,12 +10,13 @@
  *     [optional] [layer] weight NAME[dims] = "tensor" | ... [if expr];
  *                                                  KF_ITEM_WEIGHT
  *     assert expr, "message";                      KF_ITEM_ASSERT
+ *     ignore "tensor", ...;                        KF_ITEM_IGNORE
  *     forward { statements }                       KF_ITEM_FORWARD
  *
  * Every node lives in the parse's arena (ks_arena) and is freed with it; the
  * tree holds no other memory. Locations are 1-based line and column (bytes)
  * of the token that names the node: the operator of a binary expression, the
- * callee of a call, the `config` keyword of a config path.
+ * callee of a call, the `config` (or `generation`) keyword of a config path.
  *
  * Prefix: kf_ (frontend).
  */
@@ -48,7 +49,7 @@ typedef enum kf_expr_kind {
     KF_EXPR_NONE,   /* none: an absent tensor */
     KF_EXPR_NAME,   /* identifier: u.name */
     KF_EXPR_INDEX,  /* NAME[expr], a layer weight of one layer: u.index */
-    KF_EXPR_CONFIG, /* config.a.b[2]: u.config */
+    KF_EXPR_CONFIG, /* config.a.b[2] or generation.a: u.config */
     KF_EXPR_UNARY,  /* -x, !x: u.unary */
     KF_EXPR_BINARY, /* a OP b: u.binary */
     KF_EXPR_COND,   /* c ? a : b: u.cond */
@@ -70,11 +71,19 @@ typedef enum kf_op {
 /* The text of an operator, e.g. "+" or "??", for messages. */
 const char *kf_op_text(int op);
 
+/* The JSON documents config paths read. */
+typedef enum kf_doc_id {
+    KF_DOC_CONFIG,     /* config.json: `config.a.b` */
+    KF_DOC_GENERATION, /* generation_config.json: `generation.a.b` */
+    KF_N_DOCS
+} kf_doc_id;
+
 /* One step of a config path: `.key` or `[index]`. */
 typedef struct kf_config_step {
     const char *key; /* member name; NULL for an index step */
     kf_expr *index;  /* index expression of an index step; NULL for a member */
     kf_loc loc;      /* where the step starts ('.' or '[') */
+    kf_doc_id doc;   /* the first step: the document the path reads (`config.` or `generation.`) */
 } kf_config_step;
 
 /* One argument of a call: positional (name NULL) or named (`name: value`). */
@@ -98,8 +107,9 @@ struct kf_expr {
             kf_expr *index;   /* the layer */
         } index;        /* KF_EXPR_INDEX */
         struct {
-            kf_config_step *steps; /* path from the config root, in order */
+            kf_config_step *steps; /* path from the document's root, in order */
             size_t n;              /* number of steps, >= 1 */
+            kf_doc_id doc;         /* the document it reads */
         } config;       /* KF_EXPR_CONFIG */
         struct {
             int op;     /* '-' or '!' */
@@ -161,6 +171,7 @@ typedef enum kf_item_kind {
     KF_ITEM_PARAM,   /* param NAME = expr; */
     KF_ITEM_WEIGHT,  /* [optional] [layer] weight NAME[dims] = srcs [if cond]; */
     KF_ITEM_ASSERT,  /* assert expr, "message"; */
+    KF_ITEM_IGNORE,  /* ignore "h.{i}.attn.bias", ...; checkpoint tensors the model does not read, on purpose */
     KF_ITEM_FORWARD, /* forward { ... } */
 } kf_item_kind;
 
@@ -170,9 +181,9 @@ typedef struct kf_item {
     const char *name;      /* MODEL, PARAM, WEIGHT: the name */
     kf_loc name_loc;       /* where name is written */
     kf_expr *value;        /* PARAM: the value; ASSERT: the condition; WEIGHT: the `if` condition or NULL */
-    const char **strings;  /* MATCHES: the model_type values */
-    kf_loc *string_locs;   /* MATCHES: where each is written */
-    size_t n_strings;      /* MATCHES: how many */
+    const char **strings;  /* MATCHES: the model_type values; IGNORE: tensor names ({i}: any layer) */
+    kf_loc *string_locs;   /* MATCHES, IGNORE: where each is written */
+    size_t n_strings;      /* MATCHES, IGNORE: how many */
     const char *message;   /* ASSERT: the message */
     kf_expr **dims;        /* WEIGHT: declared shape */
     size_t n_dims;         /* WEIGHT: number of dims */

@@ -38,12 +38,21 @@ typedef struct kf_builtin_model {
 extern const kf_builtin_model kf_builtin_models[];
 extern const size_t kf_builtin_model_count;
 
-/* Compile a .kiln text against config (parsed config.json; may be NULL when
- * the description needs no config key) and checkpoint (may be NULL: then
- * every weight is taken as present with its declared shape, and optional
- * weights as absent; used by `kiln ir` without weights).
- * config_name names config.json in messages. NULL after reporting. */
-kf_model *kf_compile(const ks_source *kiln, const cJSON *config, const char *config_name,
+/* A JSON document a description reads: config.json through `config.a.b`
+ * paths, generation_config.json through `generation.a.b`. */
+typedef struct kf_json_doc {
+    const cJSON *root; /* the parsed document; NULL: absent (every key in it is missing) */
+    ks_source src;     /* src.name names it in messages; src.text, when not NULL, is the text root
+                          was parsed from: messages about a value then point at it with a caret */
+} kf_json_doc;
+
+/* Compile a .kiln text against config (config.json; may be NULL, or hold
+ * no root, when the description needs no config key), generation
+ * (generation_config.json, or NULL when there is none: its keys are then
+ * missing, for `??` to fall back) and checkpoint (may be NULL: then every
+ * weight is taken as present with its declared shape, and optional weights
+ * as absent; used by `kiln ir` without weights). NULL after reporting. */
+kf_model *kf_compile(const ks_source *kiln, const kf_json_doc *config, const kf_json_doc *generation,
                      const kf_checkpoint *ckpt, ks_diag *d);
 void kf_model_free(kf_model *m);
 

@@ -17,8 +17,69 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Params the runtime reads from every model. */
-static const char *const required_params[] = {"bos_token_id", "eos_token_id", "max_context"};
+/* Params the runtime reads from every model, and the values it takes:
+ * ints (the runtime stores them in 32 bits) within a range, or for
+ * eos_token_id also a list of them (Llama 3 stops at any of several). */
+typedef struct kf_runtime_param {
+    const char *name; /* the param */
+    int64_t min, max; /* the range of its value (of each int of a list) */
+    int token_id;     /* a token id: when not negative, also below the vocabulary */
+    int list;         /* a non-empty list of ints is accepted too */
+    const char *what; /* what the value is, for messages */
+} kf_runtime_param;
+
+static const kf_runtime_param runtime_params[] = {
+    {"bos_token_id", INT64_MIN, INT32_MAX, 1, 0, "a token id, or negative for none"},
+    {"eos_token_id", INT64_MIN, INT32_MAX, 1, 1, "a token id, or negative for none"},
+    {"max_context", 1, INT32_MAX, 0, 0, "the positions a sequence holds"},
+};
+enum { KF_N_RUNTIME_PARAMS = sizeof runtime_params / sizeof *runtime_params };
+
+static const kf_runtime_param *runtime_param(const char *name)
+{
+    for (size_t i = 0; i < KF_N_RUNTIME_PARAMS; i++)
+        if (strcmp(runtime_params[i].name, name) == 0) return &runtime_params[i];
+    return NULL;
+}
+
+/* Element i of list value v, keeping where it comes from. */
+static kf_value list_item(kf_lower *L, kf_value v, size_t i)
+{
+    kf_value x = kf_int(v.u.ints.v[i]);
+    if (v.origin) x.origin = kf_origin_element(L, v.origin, (int64_t)i);
+    return x;
+}
+
+/* One int of a runtime param (the value, or an element of its list: `is` says which). */
+static int check_runtime_int(kf_lower *L, const kf_runtime_param *rp, kf_value x, const char *is, kf_loc loc)
+{
+    if (x.u.i >= rp->min && x.u.i <= rp->max) return 0;
+    if (rp->min == INT64_MIN)
+        kf_error_value(L, loc, x, "param '%s' %s %lld; it must be at most %lld (%s)", rp->name, is, (long long)x.u.i,
+                       (long long)rp->max, rp->what);
+    else
+        kf_error_value(L, loc, x, "param '%s' %s %lld; it must be from %lld to %lld (%s)", rp->name, is,
+                       (long long)x.u.i, (long long)rp->min, (long long)rp->max, rp->what);
+    return -1;
+}
+
+/* A param the runtime reads must be an int in its range (or a list of them). */
+static kf_value check_runtime_param(kf_lower *L, const kf_runtime_param *rp, kf_value v, kf_loc loc)
+{
+    if (v.kind == KF_V_ERROR) return v;
+    if (v.kind == KF_V_INTS && rp->list) {
+        if (v.u.ints.n == 0)
+            return kf_error_value(L, loc, v, "param '%s' is an empty list; it needs at least one id (or -1 for none)",
+                                  rp->name);
+        for (size_t i = 0; i < v.u.ints.n; i++)
+            if (check_runtime_int(L, rp, list_item(L, v, i), "holds", loc) != 0) return kf_err_value();
+        return v;
+    }
+    if (v.kind != KF_V_INT)
+        return kf_error_value(L, loc, v, "param '%s' must be an int%s (the runtime reads it), not %s", rp->name,
+                              rp->list ? " or a list of ints" : "", kf_not_int(v));
+    return check_runtime_int(L, rp, v, "is", loc) == 0 ? v : kf_err_value();
+}
 
 /* Errors are reported once per place and text: the body of a loop runs
  * once per layer, and its mistakes would otherwise repeat as often. */
@@ -55,6 +116,78 @@ kf_value kf_error(kf_lower *L, kf_loc loc, const char *fmt, ...)
     *slot = r;
     ks_buf_free(&b);
     ks_error_at(L->d, L->src, loc.line, loc.col, "%s", r->text);
+    return kf_err_value();
+}
+
+/* ---- config values ------------------------------------------------------------ */
+typedef struct kf_reported_origin {
+    kf_doc_id doc;                           /* the document */
+    const char *path;                        /* the value's path in it */
+    struct kf_reported_origin *next;         /* the one reported before */
+} kf_reported_origin;
+
+static int same_origin(const kf_origin *a, const kf_origin *b)
+{
+    return a->doc == b->doc && strcmp(a->path, b->path) == 0;
+}
+
+int kf_locate(const kf_lower *L, const kf_origin *o, int *line, int *col)
+{
+    const kf_json_doc *doc = &L->docs[o->doc];
+    if (!doc->src.text) return -1;
+    return ks_json_locate(doc->src.text, doc->src.len, o->steps, o->n_steps, line, col);
+}
+
+void kf_trace_add(kf_lower *L, const kf_origin *o)
+{
+    kf_trace *t = L->trace;
+    if (!t || !o) return;
+    for (size_t i = 0; i < t->n; i++)
+        if (same_origin(t->v[i], o)) return;
+    if (t->n < KF_MAX_TRACE) t->v[t->n++] = o;
+}
+
+const kf_origin *kf_origin_element(kf_lower *L, const kf_origin *o, int64_t i)
+{
+    kf_origin *e = ks_arena_alloc(&L->scratch, sizeof *e);
+    *e = *o;
+    e->path = ks_arena_printf(&L->scratch, "%s[%lld]", o->path, (long long)i);
+    ks_json_step *steps = ks_arena_alloc(&L->scratch, (o->n_steps + 1) * sizeof *steps);
+    memcpy(steps, o->steps, o->n_steps * sizeof *steps);
+    steps[o->n_steps] = (ks_json_step){NULL, i};
+    e->steps = steps;
+    e->n_steps = o->n_steps + 1;
+    return e;
+}
+
+kf_value kf_error_value(kf_lower *L, kf_loc loc, kf_value v, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ks_buf b = {0};
+    ks_buf_vprintf(&b, fmt, ap);
+    va_end(ap);
+    const kf_origin *o = v.origin;
+    int line, col;
+    if (!o || kf_locate(L, o, &line, &col) != 0) {
+        kf_error(L, loc, "%s", ks_buf_cstr(&b));
+        ks_buf_free(&b);
+        return kf_err_value();
+    }
+    for (kf_reported_origin *r = L->reported_origins; r; r = r->next) {
+        if (r->doc == o->doc && strcmp(r->path, o->path) == 0) {
+            ks_buf_free(&b);
+            return kf_err_value();
+        }
+    }
+    kf_reported_origin *r = ks_arena_alloc(&L->scratch, sizeof *r);
+    r->doc = o->doc;
+    r->path = o->path;
+    r->next = L->reported_origins;
+    L->reported_origins = r;
+    ks_error_at(L->d, &L->docs[o->doc].src, line, col, "%s", ks_buf_cstr(&b));
+    ks_note_at(L->d, L->src, loc.line, loc.col, "'%s' is used here", o->path);
+    ks_buf_free(&b);
     return kf_err_value();
 }
 
@@ -175,42 +308,71 @@ const char *kf_suggest_name(kf_lower *L, const char *name)
 static void lower_param(kf_lower *L, const kf_item *it, kf_binding *b)
 {
     KS_ASSERT(b->kind == KF_BIND_PARAM);
+    L->trace = &b->deps;
     kf_value v = kf_eval(L, it->value);
+    L->trace = NULL;
+    /* A param's own value is best shown where it is read: `a ?? b` is written at its `??`. */
+    kf_loc at = v.origin ? v.origin->loc : it->value->loc;
+    const kf_runtime_param *rp = runtime_param(it->name);
+    if (rp) v = check_runtime_param(L, rp, v, at);
     switch (v.kind) {
     case KF_V_INT:
     case KF_V_BOOL: kir_param_int(L->g, it->name, v.u.i); break;
     case KF_V_FLOAT:
         if (!isfinite(v.u.f)) {
-            kf_error(L, it->value->loc, "param '%s' is %g; it must be finite", it->name, v.u.f);
-            v = kf_err_value();
+            v = kf_error_value(L, at, v, "param '%s' is %g; it must be finite", it->name, v.u.f);
             break;
         }
         kir_param_float(L->g, it->name, v.u.f);
         break;
     case KF_V_STR: kir_param_str(L->g, it->name, v.u.s); break;
+    case KF_V_INTS: kir_param_ints(L->g, it->name, v.u.ints.v, (uint32_t)v.u.ints.n); break;
     case KF_V_ERROR: break;
     default:
-        kf_error(L, it->value->loc, "param '%s' must be an int, float, string or bool, not %s", it->name,
-                 kf_a_type(v.kind));
-        v = kf_err_value();
+        v = kf_error_value(L, at, v, "param '%s' must be an int, float, string, bool or list of ints, not %s",
+                           it->name, kf_a_type(v.kind));
         break;
+    }
+    /* A model without layers computes nothing a language model needs: no
+     * attention, so no context. A bad count stops the layer weights quietly. */
+    if (strcmp(it->name, "layers") == 0) {
+        if (v.kind == KF_V_INT && (v.u.i < 1 || v.u.i > KF_MAX_LAYERS))
+            v = kf_error_value(L, at, v, "param 'layers' (the number of layers) is %lld; it must be from 1 to %d",
+                               (long long)v.u.i, KF_MAX_LAYERS);
+        else if (v.kind != KF_V_INT && v.kind != KF_V_ERROR)
+            v = kf_error_value(L, at, v, "param 'layers' (the number of layers) must be an int from 1 to %d, not %s",
+                               KF_MAX_LAYERS, kf_not_int(v));
+        L->n_layers = v.kind == KF_V_INT ? v.u.i : KF_LAYERS_BAD;
     }
     b->value = v;
     b->defined = 1;
-    if (strcmp(it->name, "layers") == 0 && v.kind != KF_V_ERROR) {
-        if (v.kind != KF_V_INT || v.u.i < 0 || v.u.i > KF_MAX_LAYERS)
-            kf_error(L, it->value->loc, "param 'layers' (the number of layers) must be an int from 0 to %d",
-                     KF_MAX_LAYERS);
-        else
-            L->n_layers = v.u.i;
-    }
 }
 
+/* A failed assert that read config values is reported at the first of
+ * them whose place is known, with a note at each other one and at the
+ * assert: the user fixes config.json, not the description. */
 static void lower_assert(kf_lower *L, const kf_item *it)
 {
     int ok;
-    if (kf_eval_bool(L, it->value, "an assert condition", &ok) == 0 && !ok)
+    kf_trace t = {{0}, 0};
+    L->trace = &t;
+    int rc = kf_eval_bool(L, it->value, "an assert condition", &ok);
+    L->trace = NULL;
+    if (rc != 0 || ok) return;
+    int first = -1, line[KF_MAX_TRACE], col[KF_MAX_TRACE];
+    for (size_t i = 0; i < t.n; i++) {
+        line[i] = 0;
+        if (kf_locate(L, t.v[i], &line[i], &col[i]) != 0) line[i] = 0;
+        else if (first < 0) first = (int)i;
+    }
+    if (first < 0) {
         kf_error(L, it->loc, "assertion failed: %s", it->message);
+        return;
+    }
+    ks_error_at(L->d, &L->docs[t.v[first]->doc].src, line[first], col[first], "assertion failed: %s", it->message);
+    for (size_t i = (size_t)first + 1; i < t.n; i++)
+        if (line[i]) ks_note_at(L->d, &L->docs[t.v[i]->doc].src, line[i], col[i], "the assertion reads this value too");
+    ks_note_at(L->d, L->src, it->loc.line, it->loc.col, "the assertion is here");
 }
 
 /* ---- phase 3: the forward block --------------------------------------------------- */
@@ -328,19 +490,42 @@ static void check_result(kf_lower *L, const kf_item *model, const kf_item *forwa
     if (!model) ks_error(L->d, L->src->name, "no 'model NAME;' line");
     if (!forward) ks_error(L->d, L->src->name, "no 'forward { ... }' block");
     else if (L->n_outputs == 0) kf_error(L, forward->loc, "the forward block has no output");
-    for (size_t i = 0; i < sizeof required_params / sizeof *required_params; i++) {
-        const char *name = required_params[i];
-        kf_binding *b = kf_lookup(L, name);
-        if (!b || b->kind != KF_BIND_PARAM)
+    /* The vocabulary: the ids the "tokens" input may hold. The runtime draws
+     * the next token from the first output, and feeds it back as an input. */
+    int64_t vocab = kir_token_ids(L->g);
+    if (vocab >= 0 && L->n_outputs > 0) {
+        int64_t width = kir_row_elems(kir_node_at(L->g, L->first_output));
+        if (width != vocab)
+            kf_error(L, L->first_output_loc,
+                     "output '%s' has %lld values per token, but the vocabulary has %lld ids (the rows of the table "
+                     "'tokens' indexes): the runtime draws the next token from the first output",
+                     kir_get_str(L->g, L->first_output, "name", "?"), (long long)width, (long long)vocab);
+    }
+    for (size_t i = 0; i < KF_N_RUNTIME_PARAMS; i++) {
+        const kf_runtime_param *rp = &runtime_params[i];
+        kf_binding *b = kf_lookup(L, rp->name);
+        if (!b || b->kind != KF_BIND_PARAM) {
             ks_error(L->d, L->src->name, "no param '%s': the runtime needs bos_token_id, eos_token_id and max_context",
-                     name);
-        else if (b->value.kind != KF_V_INT)
-            kf_error(L, b->loc, "param '%s' must be an int (the runtime reads it), not %s", name,
-                     kf_a_type(b->value.kind));
+                     rp->name);
+            continue;
+        }
+        kf_value v = b->value;
+        if (!rp->token_id || vocab < 0) continue;
+        kf_loc at = v.origin ? v.origin->loc : b->loc;
+        if (v.kind == KF_V_INT && v.u.i >= vocab)
+            kf_error_value(L, at, v, "param '%s' is %lld, outside the vocabulary (%lld ids)", rp->name,
+                           (long long)v.u.i, (long long)vocab);
+        for (size_t k = 0; v.kind == KF_V_INTS && k < v.u.ints.n; k++) {
+            kf_value x = list_item(L, v, k);
+            if (x.u.i < vocab) continue;
+            kf_error_value(L, at, x, "param '%s' holds %lld, outside the vocabulary (%lld ids)", rp->name,
+                           (long long)x.u.i, (long long)vocab);
+            break;
+        }
     }
 }
 
-kf_model *kf_compile(const ks_source *kiln, const cJSON *config, const char *config_name,
+kf_model *kf_compile(const ks_source *kiln, const kf_json_doc *config, const kf_json_doc *generation,
                      const kf_checkpoint *ckpt, ks_diag *d)
 {
     int errors0 = d->errors;
@@ -358,8 +543,12 @@ kf_model *kf_compile(const ks_source *kiln, const cJSON *config, const char *con
     kf_lower *L = ks_xcalloc(1, sizeof *L);
     L->src = kiln;
     L->d = d;
-    L->config = config;
-    L->config_name = config_name ? config_name : "config.json";
+    const kf_json_doc *docs[KF_N_DOCS] = {config, generation};
+    const char *names[KF_N_DOCS] = {"config.json", "generation_config.json"};
+    for (int i = 0; i < KF_N_DOCS; i++) {
+        if (docs[i]) L->docs[i] = *docs[i];
+        if (!L->docs[i].src.name) L->docs[i].src.name = names[i];
+    }
     L->ckpt = ckpt;
     L->n_layers = -1;
     const kf_item *model_item, *forward;
@@ -378,6 +567,7 @@ kf_model *kf_compile(const ks_source *kiln, const cJSON *config, const char *con
     }
     for (size_t i = 0; i < f->n_items; i++)
         if (f->items[i]->kind == KF_ITEM_WEIGHT && bound[i]) kf_declare_weight(L, bound[i]->weight);
+    kf_check_ignores(L, f);
     if (forward) {
         L->in_forward = 1;
         exec_block(L, &forward->body);
@@ -385,6 +575,7 @@ kf_model *kf_compile(const ks_source *kiln, const cJSON *config, const char *con
     /* What the file as a whole lacks is worth saying once the rest is right. */
     if (d->errors == errors0) check_result(L, model_item, forward);
     if (d->errors == errors0) kir_verify(L->g, d, kiln->name);
+    if (d->errors == errors0 && ckpt) kf_check_unused(L, f, bound);
 
     /* The bindings move into the model's arena. */
     kf_weight_binding *heap = m->weights;

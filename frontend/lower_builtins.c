@@ -239,9 +239,15 @@ static kf_value lower_rope(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf
     if (!a->given[2]) a->attr[2] = kf_int(head); /* rot_dim: the whole head */
     int64_t rot = a->attr[2].u.i;
     if (rot < 2 || rot > head || rot % 2 != 0)
-        return kf_error(L, a->given[2] ? a->attr_loc[2] : loc,
-                        "rope: rot_dim %lld must be even, at least 2 and at most the head size %lld", (long long)rot,
-                        (long long)head);
+        return kf_error_value(L, a->given[2] ? a->attr_loc[2] : loc, a->attr[2],
+                              "rope: rot_dim %lld must be even, at least 2 and at most the head size %lld",
+                              (long long)rot, (long long)head);
+    /* llama3 scaling blends between two wavelengths: the high frequency factor must be the larger
+     * (the verifier's rule too, said here at the .kiln and config place) */
+    if (strcmp(a->attr[3].u.s, "llama3") == 0 && !(a->attr[6].u.f > a->attr[5].u.f))
+        return kf_error_value(L, a->given[6] ? a->attr_loc[6] : loc, a->attr[6],
+                              "rope: llama3 scaling needs high_freq_factor (%g) above low_freq_factor (%g)",
+                              a->attr[6].u.f, a->attr[5].u.f);
     kir_setting set[8];
     for (int k = 0; k < 8; k++) set[k] = setting_of(b, a, k);
     return build(L, KIR_OP_ROPE, loc, a->t, 2, set, 8);
@@ -341,33 +347,41 @@ static int check_attr(kf_lower *L, const kf_builtin *b, const kf_attr_spec *spec
     const char *rule = kir_rule_text(info->rule);
     switch (info->kind) {
     case KIR_ATTR_FLOAT:
-        if (v->kind == KF_V_INT) *v = kf_float((double)v->u.i);
+        if (v->kind == KF_V_INT) { /* the value stays the config value it is */
+            double f = (double)v->u.i;
+            v->kind = KF_V_FLOAT;
+            v->u.f = f;
+        }
         if (v->kind != KF_V_FLOAT) {
-            kf_error(L, loc, "%s: attribute '%s' must be a number, not %s", b->name, info->key, kf_a_type(v->kind));
+            kf_error_value(L, loc, *v, "%s: attribute '%s' must be a number, not %s", b->name, info->key,
+                           kf_a_type(v->kind));
             return -1;
         }
         if (!isfinite(v->u.f)) {
-            kf_error(L, loc, "%s: attribute '%s' must be finite", b->name, info->key);
+            kf_error_value(L, loc, *v, "%s: attribute '%s' must be finite", b->name, info->key);
             return -1;
         }
         if (!kir_rule_holds(info->rule, v->u.f)) {
-            kf_error(L, loc, "%s: attribute '%s' is %g; it %s", b->name, info->key, v->u.f, rule);
+            kf_error_value(L, loc, *v, "%s: attribute '%s' is %g; it %s", b->name, info->key, v->u.f, rule);
             return -1;
         }
         return 0;
     case KIR_ATTR_INT:
         if (v->kind != KF_V_INT) {
-            kf_error(L, loc, "%s: attribute '%s' must be an int, not %s", b->name, info->key, kf_a_type(v->kind));
+            kf_error_value(L, loc, *v, "%s: attribute '%s' must be an int, not %s", b->name, info->key,
+                           kf_not_int(*v));
             return -1;
         }
         if (!kir_rule_holds(info->rule, (double)v->u.i)) {
-            kf_error(L, loc, "%s: attribute '%s' is %lld; it %s", b->name, info->key, (long long)v->u.i, rule);
+            kf_error_value(L, loc, *v, "%s: attribute '%s' is %lld; it %s", b->name, info->key, (long long)v->u.i,
+                           rule);
             return -1;
         }
         return 0;
     case KIR_ATTR_WORD:
         if (v->kind != KF_V_STR) {
-            kf_error(L, loc, "%s: attribute '%s' must be a string, not %s", b->name, info->key, kf_a_type(v->kind));
+            kf_error_value(L, loc, *v, "%s: attribute '%s' must be a string, not %s", b->name, info->key,
+                           kf_a_type(v->kind));
             return -1;
         }
         for (size_t i = 0; i < sizeof word_aliases / sizeof *word_aliases; i++)
@@ -376,7 +390,8 @@ static int check_attr(kf_lower *L, const kf_builtin *b, const kf_attr_spec *spec
         if (kir_word_lookup(info->set, v->u.s) == KIR_WORD_COUNT) {
             ks_buf c = {0};
             list_words(info->set, &c);
-            kf_error(L, loc, "%s: attribute '%s' is \"%s\"; it must be %s", b->name, info->key, v->u.s, ks_buf_cstr(&c));
+            kf_error_value(L, loc, *v, "%s: attribute '%s' is \"%s\"; it must be %s", b->name, info->key, v->u.s,
+                           ks_buf_cstr(&c));
             ks_buf_free(&c);
             return -1;
         }
@@ -485,7 +500,8 @@ int kf_call_builtin(kf_lower *L, const kf_expr *call, kf_value *out)
         }
         if (kind == 'i') {
             if (v.kind != KF_V_INT) {
-                kf_error(L, arg->value->loc, "%s: argument %d must be an int, not %s", b->name, at + 1, kf_a_type(v.kind));
+                kf_error_value(L, arg->value->loc, v, "%s: argument %d must be an int, not %s", b->name, at + 1,
+                               kf_not_int(v));
                 bad = 1;
                 continue;
             }
@@ -537,5 +553,10 @@ void kf_emit_output(kf_lower *L, const char *name, kf_value v, kf_loc loc)
         }
     }
     kir_setting set[] = {KIR_WITH_STR(KIR_A_OUTPUT_NAME, name)};
-    if (build(L, KIR_OP_OUTPUT, loc, &v.u.t, 1, set, 1).kind == KF_V_TENSOR) L->n_outputs++;
+    kf_value o = build(L, KIR_OP_OUTPUT, loc, &v.u.t, 1, set, 1);
+    if (o.kind != KF_V_TENSOR) return;
+    if (L->n_outputs++ == 0) {
+        L->first_output = o.u.t;
+        L->first_output_loc = loc;
+    }
 }

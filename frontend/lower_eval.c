@@ -8,12 +8,20 @@
  *    integer division (truncating, as C); with a float operand they are
  *    floating. Division by zero is an error.
  *  - a config path whose key is missing or null (or whose index is out of
- *    range, or which walks into a scalar) is *absent*: `a ?? b` takes b when
- *    a is absent; any other use reports the missing key at the path.
+ *    range, or which walks through a null) is *absent*: `a ?? b` takes b
+ *    when a is absent; any other use reports the missing key at the path. A
+ *    path that walks into a value of the wrong kind (a key of a string, an
+ *    index of an object) is an error at that value.
+ *  - a JSON array of integers is a list of ints (eos_token_id may be one);
+ *    other arrays are read by index.
  *  - `&&`, `||` and `c ? a : b` evaluate only what they need, so a branch
  *    not taken may name keys the config lacks.
- *  - a JSON number is an int when it is integral (10000.0 reads as 10000);
- *    int() and float() convert explicitly.
+ *  - a JSON number is an int when it is integral and under 2^53 in
+ *    magnitude (10000.0 reads as 10000; 1e12 as 1000000000000); int() and
+ *    float() convert explicitly, and int() of a float takes only a whole
+ *    number in range: it never truncates.
+ *  - a value read from config.json keeps where it sits there (kf_origin):
+ *    messages about it point at it.
  */
 #include "frontend/lower.h"
 
@@ -32,6 +40,7 @@ const char *kf_type_name(kf_vkind k)
     case KF_V_FLOAT: return "float";
     case KF_V_STR: return "string";
     case KF_V_BOOL: return "bool";
+    case KF_V_INTS: return "list of ints";
     case KF_V_TENSOR: return "tensor";
     }
     KS_UNREACHABLE();
@@ -47,9 +56,18 @@ const char *kf_a_type(kf_vkind k)
     case KF_V_FLOAT: return "a float";
     case KF_V_STR: return "a string";
     case KF_V_BOOL: return "a bool";
+    case KF_V_INTS: return "a list of ints";
     case KF_V_TENSOR: return "a tensor";
     }
     KS_UNREACHABLE();
+}
+
+const char *kf_not_int(kf_value v)
+{
+    if (v.kind != KF_V_FLOAT || !isfinite(v.u.f) || v.u.f != floor(v.u.f) || fabs(v.u.f) < 9007199254740992.0)
+        return kf_a_type(v.kind);
+    /* Not the number itself: past 2^53 a double holds only a neighbour of what the text says. */
+    return "a whole number too large to read exactly (2^53 or more)";
 }
 
 static int is_number(kf_value v) { return v.kind == KF_V_INT || v.kind == KF_V_FLOAT; }
@@ -64,13 +82,20 @@ kf_value kf_require(kf_lower *L, kf_value v)
     for (const kf_absent *a = v.u.absent; a && n < 64; a = a->next) paths[n++] = a;
     ks_buf b = {0};
     ks_buf_printf(&b, "missing key ");
+    int one_doc = 1;
+    for (size_t i = 1; i < n; i++) one_doc &= paths[i]->doc == paths[0]->doc;
     for (size_t i = n; i-- > 0;) {
         ks_buf_printf(&b, "'%s'", paths[i]->path);
+        if (!one_doc) ks_buf_printf(&b, " in %s", L->docs[paths[i]->doc].src.name);
         if (i > 1) ks_buf_puts(&b, ", ");
         else if (i == 1) ks_buf_puts(&b, n > 2 ? ", or " : " or ");
     }
-    ks_buf_printf(&b, " in %s", L->config_name);
-    if (!L->config) ks_buf_puts(&b, " (no config was given)");
+    if (one_doc) {
+        const kf_json_doc *doc = &L->docs[paths[0]->doc];
+        ks_buf_printf(&b, " in %s", doc->src.name);
+        if (!doc->root && paths[0]->doc == KF_DOC_CONFIG) ks_buf_puts(&b, " (no config was given)");
+        else if (!doc->root) ks_buf_printf(&b, " (there is no %s)", doc->src.name);
+    }
     kf_error(L, paths[n - 1]->loc, "%s", ks_buf_cstr(&b));
     ks_buf_free(&b);
     return kf_err_value();
@@ -78,14 +103,22 @@ kf_value kf_require(kf_lower *L, kf_value v)
 
 kf_value kf_eval(kf_lower *L, const kf_expr *e) { return kf_require(L, eval_raw(L, e)); }
 
-int kf_eval_int(kf_lower *L, const kf_expr *e, const char *what, int64_t *out)
+int kf_eval_int_value(kf_lower *L, const kf_expr *e, const char *what, kf_value *out)
 {
     kf_value v = kf_eval(L, e);
     if (v.kind == KF_V_ERROR) return -1;
     if (v.kind != KF_V_INT) {
-        kf_error(L, e->loc, "%s must be an int, not %s", what, kf_a_type(v.kind));
+        kf_error_value(L, e->loc, v, "%s must be an int, not %s", what, kf_not_int(v));
         return -1;
     }
+    *out = v;
+    return 0;
+}
+
+int kf_eval_int(kf_lower *L, const kf_expr *e, const char *what, int64_t *out)
+{
+    kf_value v;
+    if (kf_eval_int_value(L, e, what, &v) != 0) return -1;
     *out = v.u.i;
     return 0;
 }
@@ -95,7 +128,7 @@ int kf_eval_bool(kf_lower *L, const kf_expr *e, const char *what, int *out)
     kf_value v = kf_eval(L, e);
     if (v.kind == KF_V_ERROR) return -1;
     if (v.kind != KF_V_BOOL) {
-        kf_error(L, e->loc, "%s must be a bool, not %s", what, kf_a_type(v.kind));
+        kf_error_value(L, e->loc, v, "%s must be a bool, not %s", what, kf_a_type(v.kind));
         return -1;
     }
     *out = (int)v.u.i;
@@ -128,6 +161,7 @@ static kf_value eval_name(kf_lower *L, const kf_expr *e)
             return kf_error(L, e->loc,
                             "param '%s' is declared further down (line %d); a param can only use the params above it",
                             name, b->loc.line);
+        for (size_t i = 0; i < b->deps.n; i++) kf_trace_add(L, b->deps.v[i]);
         return b->value;
     case KF_BIND_WEIGHT:
         if (!L->in_forward) return not_here(L, b, e->loc);
@@ -165,14 +199,86 @@ static kf_value eval_index(kf_lower *L, const kf_expr *e)
 }
 
 /* ---- config.json ------------------------------------------------------------------ */
+/* The value of a JSON number: an int when it is integral and exactly
+ * representable (cJSON reads numbers as doubles: from 2^53 on, neighbouring
+ * integers read the same), else a float. */
+static kf_value json_number(double d)
+{
+    if (isfinite(d) && d == floor(d) && fabs(d) < 9007199254740992.0) return kf_int((int64_t)d);
+    return kf_float(d);
+}
+
+/* "a string", "an object"...: what a JSON value is, for messages. */
+static const char *json_kind(const cJSON *j)
+{
+    if (cJSON_IsString(j)) return "a string";
+    if (cJSON_IsNumber(j)) return "a number";
+    if (cJSON_IsBool(j)) return "a bool";
+    if (cJSON_IsArray(j)) return "an array";
+    if (cJSON_IsObject(j)) return "an object";
+    return "null";
+}
+
+/* A JSON array of integers is a list of ints; any other array is an error
+ * at the first element that is not an integer. */
+static kf_value json_int_list(kf_lower *L, const cJSON *j, const kf_origin *o, kf_loc loc)
+{
+    size_t n = (size_t)cJSON_GetArraySize(j), i = 0;
+    kf_value bad = {.kind = KF_V_ERROR, .origin = o};
+    if (n > KF_MAX_LIST)
+        return kf_error_value(L, loc, bad, "'%s' holds %zu values; a list holds at most %zu ints", o->path, n,
+                              KF_MAX_LIST);
+    int64_t *v = ks_arena_alloc(&L->scratch, (n ? n : 1) * sizeof *v);
+    for (const cJSON *x = j->child; x; x = x->next, i++) {
+        kf_value item = cJSON_IsNumber(x) ? json_number(x->valuedouble) : kf_err_value();
+        if (item.kind != KF_V_INT) {
+            bad.origin = kf_origin_element(L, o, (int64_t)i);
+            const char *what = cJSON_IsNumber(x) ? "a number that is not an integer (or too large for one)"
+                               : cJSON_IsString(x) ? "a string"
+                               : cJSON_IsBool(x)   ? "a bool"
+                               : cJSON_IsNull(x)   ? "null"
+                               : cJSON_IsArray(x)  ? "an array"
+                                                   : "an object";
+            return kf_error_value(L, loc, bad,
+                                  "'%s' is %s: only an array of integers is read whole (a list of ints); read other "
+                                  "arrays by index",
+                                  bad.origin->path, what);
+        }
+        v[i] = item.u.i;
+    }
+    kf_value r = {.kind = KF_V_INTS, .origin = o};
+    r.u.ints.v = v;
+    r.u.ints.n = n;
+    return r;
+}
+
 static kf_value eval_config(kf_lower *L, const kf_expr *e)
 {
-    const cJSON *j = L->config;
+    const kf_json_doc *doc = &L->docs[e->u.config.doc];
+    const cJSON *j = doc->root;
     ks_buf path = {0};
-    for (size_t i = 0; i < e->u.config.n; i++) {
+    size_t n = e->u.config.n;
+    ks_json_step *steps = ks_arena_alloc(&L->scratch, n * sizeof *steps);
+    for (size_t i = 0; i < n; i++) {
         const kf_config_step *s = &e->u.config.steps[i];
+        /* A step into a value that is neither null (absent) nor what the step
+         * needs is an error, not absent: a "rope_scaling": "linear" that `??`
+         * passed over would silently build another model. */
+        if (j && !cJSON_IsNull(j) && !(s->key ? cJSON_IsObject(j) : cJSON_IsArray(j))) {
+            kf_origin *o = ks_arena_alloc(&L->scratch, sizeof *o);
+            *o = (kf_origin){e->u.config.doc, ks_arena_strdup(&L->scratch, ks_buf_cstr(&path)), steps, i, e->loc};
+            ks_buf_free(&path);
+            kf_value v = {.kind = KF_V_ERROR, .origin = o};
+            if (s->key)
+                return kf_error_value(L, e->loc, v,
+                                      "'%s' in %s is %s, not an object: the description reads its key '%s'", o->path,
+                                      doc->src.name, json_kind(j), s->key);
+            return kf_error_value(L, e->loc, v, "'%s' in %s is %s, not an array: the description reads an element of it",
+                                  o->path, doc->src.name, json_kind(j));
+        }
         if (s->key) {
             ks_buf_printf(&path, "%s%s", i ? "." : "", s->key);
+            steps[i].key = s->key;
             j = j && cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, s->key) : NULL;
         } else {
             int64_t idx;
@@ -181,6 +287,7 @@ static kf_value eval_config(kf_lower *L, const kf_expr *e)
                 return kf_err_value();
             }
             ks_buf_printf(&path, "[%lld]", (long long)idx);
+            steps[i].index = idx;
             j = j && cJSON_IsArray(j) && idx >= 0 && idx < cJSON_GetArraySize(j) ? cJSON_GetArrayItem(j, (int)idx)
                                                                                   : NULL;
         }
@@ -189,20 +296,34 @@ static kf_value eval_config(kf_lower *L, const kf_expr *e)
     ks_buf_free(&path);
     if (!j || cJSON_IsNull(j)) {
         kf_absent *a = ks_arena_alloc(&L->scratch, sizeof *a);
+        a->doc = e->u.config.doc;
         a->path = p;
         a->loc = e->loc;
         return (kf_value){.kind = KF_V_ABSENT, .u.absent = a};
     }
-    if (cJSON_IsBool(j)) return kf_bool(cJSON_IsTrue(j));
-    if (cJSON_IsNumber(j)) {
-        double d = j->valuedouble;
-        if (isfinite(d) && d == floor(d) && fabs(d) <= 9007199254740992.0) return kf_int((int64_t)d);
-        return kf_float(d);
+    kf_origin *o = ks_arena_alloc(&L->scratch, sizeof *o);
+    o->doc = e->u.config.doc;
+    o->path = p;
+    o->steps = steps;
+    o->n_steps = n;
+    o->loc = e->loc;
+    kf_trace_add(L, o);
+    kf_value v;
+    if (cJSON_IsBool(j)) {
+        v = kf_bool(cJSON_IsTrue(j));
+    } else if (cJSON_IsNumber(j)) {
+        v = json_number(j->valuedouble);
+    } else if (cJSON_IsString(j) && j->valuestring) {
+        v = kf_str(ks_arena_strdup(&L->scratch, j->valuestring));
+    } else if (cJSON_IsArray(j)) {
+        return json_int_list(L, j, o, e->loc);
+    } else {
+        v = (kf_value){.kind = KF_V_ERROR, .origin = o};
+        return kf_error_value(L, e->loc, v, "'%s' in %s is %s; expected a number, a string, a bool or a list of ints",
+                              p, doc->src.name, cJSON_IsObject(j) ? "an object" : "not a value");
     }
-    if (cJSON_IsString(j) && j->valuestring)
-        return kf_str(ks_arena_strdup(&L->scratch, j->valuestring));
-    const char *what = cJSON_IsArray(j) ? "an array" : cJSON_IsObject(j) ? "an object" : "not a value";
-    return kf_error(L, e->loc, "%s: '%s' is %s; expected a number, string or bool", L->config_name, p, what);
+    v.origin = o;
+    return v;
 }
 
 /* ---- operators ----------------------------------------------------------------------- */
@@ -211,7 +332,7 @@ static kf_value eval_unary(kf_lower *L, const kf_expr *e)
     kf_value a = kf_eval(L, e->u.unary.a);
     if (a.kind == KF_V_ERROR) return a;
     if (e->u.unary.op == '!') {
-        if (a.kind != KF_V_BOOL) return kf_error(L, e->loc, "'!' expects a bool, not %s", kf_a_type(a.kind));
+        if (a.kind != KF_V_BOOL) return kf_error_value(L, e->loc, a, "'!' expects a bool, not %s", kf_a_type(a.kind));
         return kf_bool(!a.u.i);
     }
     switch (a.kind) {
@@ -220,15 +341,15 @@ static kf_value eval_unary(kf_lower *L, const kf_expr *e)
         return kf_int(-a.u.i);
     case KF_V_FLOAT: return kf_float(-a.u.f);
     case KF_V_TENSOR: return kf_tensor_neg(L, a, e->loc);
-    default: return kf_error(L, e->loc, "'-' expects a number or a tensor, not %s", kf_a_type(a.kind));
+    default: return kf_error_value(L, e->loc, a, "'-' expects a number or a tensor, not %s", kf_a_type(a.kind));
     }
 }
 
 static kf_value arith(kf_lower *L, int op, kf_value a, kf_value b, kf_loc loc)
 {
     if (!is_number(a) || !is_number(b))
-        return kf_error(L, loc, "'%s' expects numbers or tensors, not %s and %s", kf_op_text(op), kf_a_type(a.kind),
-                        kf_a_type(b.kind));
+        return kf_error_value(L, loc, is_number(a) ? b : a, "'%s' expects numbers or tensors, not %s and %s",
+                              kf_op_text(op), kf_a_type(a.kind), kf_a_type(b.kind));
     if (a.kind == KF_V_INT && b.kind == KF_V_INT) {
         int64_t x = a.u.i, y = b.u.i, r = 0;
         int overflow = 0;
@@ -238,7 +359,7 @@ static kf_value arith(kf_lower *L, int op, kf_value a, kf_value b, kf_loc loc)
         case '*': overflow = __builtin_mul_overflow(x, y, &r); break;
         case '/':
         case '%':
-            if (y == 0) return kf_error(L, loc, "division by zero in '%s'", kf_op_text(op));
+            if (y == 0) return kf_error_value(L, loc, b, "division by zero in '%s'", kf_op_text(op));
             if (x == INT64_MIN && y == -1) overflow = 1;
             else r = op == '/' ? x / y : x % y;
             break;
@@ -253,10 +374,10 @@ static kf_value arith(kf_lower *L, int op, kf_value a, kf_value b, kf_loc loc)
     case '-': return kf_float(x - y);
     case '*': return kf_float(x * y);
     case '/':
-        if (y == 0) return kf_error(L, loc, "division by zero in '/'");
+        if (y == 0) return kf_error_value(L, loc, b, "division by zero in '/'");
         return kf_float(x / y);
     case '%':
-        if (y == 0) return kf_error(L, loc, "division by zero in '%%'");
+        if (y == 0) return kf_error_value(L, loc, b, "division by zero in '%%'");
         return kf_float(fmod(x, y));
     default: KS_UNREACHABLE();
     }
@@ -282,8 +403,8 @@ static kf_value compare(kf_lower *L, int op, kf_value a, kf_value b, kf_loc loc)
         return kf_bool(r);
     }
     if (!eq_op)
-        return kf_error(L, loc, "'%s' compares numbers, not %s and %s", kf_op_text(op), kf_a_type(a.kind),
-                        kf_a_type(b.kind));
+        return kf_error_value(L, loc, is_number(a) ? b : a, "'%s' compares numbers, not %s and %s", kf_op_text(op),
+                              kf_a_type(a.kind), kf_a_type(b.kind));
     if (a.kind == KF_V_NONE || b.kind == KF_V_NONE) {
         r = a.kind == b.kind; /* x == none asks whether an optional weight is absent */
     } else if (a.kind == KF_V_STR && b.kind == KF_V_STR) {
@@ -291,7 +412,9 @@ static kf_value compare(kf_lower *L, int op, kf_value a, kf_value b, kf_loc loc)
     } else if (a.kind == KF_V_BOOL && b.kind == KF_V_BOOL) {
         r = a.u.i == b.u.i;
     } else {
-        return kf_error(L, loc, "'%s' cannot compare %s with %s", kf_op_text(op), kf_a_type(a.kind), kf_a_type(b.kind));
+        /* The culprit is the operand whose kind is unlike the literal it is compared with: a config value. */
+        return kf_error_value(L, loc, a.origin ? a : b, "'%s' cannot compare %s with %s", kf_op_text(op),
+                              kf_a_type(a.kind), kf_a_type(b.kind));
     }
     return kf_bool(op == KF_OP_EQ ? r : !r);
 }
@@ -302,12 +425,12 @@ static kf_value logic(kf_lower *L, const kf_expr *e)
     kf_value a = kf_eval(L, e->u.binary.a);
     if (a.kind == KF_V_ERROR) return a;
     if (a.kind != KF_V_BOOL)
-        return kf_error(L, e->loc, "'%s' expects bools, not %s", kf_op_text(op), kf_a_type(a.kind));
+        return kf_error_value(L, e->loc, a, "'%s' expects bools, not %s", kf_op_text(op), kf_a_type(a.kind));
     if ((op == KF_OP_AND && !a.u.i) || (op == KF_OP_OR && a.u.i)) return a;
     kf_value b = kf_eval(L, e->u.binary.b);
     if (b.kind == KF_V_ERROR) return b;
     if (b.kind != KF_V_BOOL)
-        return kf_error(L, e->loc, "'%s' expects bools, not %s", kf_op_text(op), kf_a_type(b.kind));
+        return kf_error_value(L, e->loc, b, "'%s' expects bools, not %s", kf_op_text(op), kf_a_type(b.kind));
     return b;
 }
 
@@ -372,11 +495,16 @@ static kf_value to_int(kf_lower *L, kf_value v, kf_loc loc)
     switch (v.kind) {
     case KF_V_INT: return v;
     case KF_V_BOOL: return kf_int(v.u.i);
-    case KF_V_FLOAT:
-        if (!(v.u.f > -9223372036854775808.0 && v.u.f < 9223372036854775808.0))
-            return kf_error(L, loc, "int: %g is out of range", v.u.f);
-        return kf_int((int64_t)v.u.f);
-    default: return kf_error(L, loc, "int: expects a number or a bool, not %s", kf_a_type(v.kind));
+    case KF_V_FLOAT: {
+        /* Exact or an error: a truncated 1e12 or 2.5 would be a different model. */
+        if (!(v.u.f >= -9223372036854775808.0 && v.u.f < 9223372036854775808.0))
+            return kf_error_value(L, loc, v, "int: %g is out of range", v.u.f);
+        if (v.u.f != floor(v.u.f)) return kf_error_value(L, loc, v, "int: %g is not a whole number", v.u.f);
+        kf_value r = kf_int((int64_t)v.u.f);
+        r.origin = v.origin;
+        return r;
+    }
+    default: return kf_error_value(L, loc, v, "int: expects a number or a bool, not %s", kf_a_type(v.kind));
     }
 }
 
@@ -418,7 +546,8 @@ static int eval_scalar_call(kf_lower *L, const kf_expr *e, kf_value *out)
     }
     for (size_t i = 0; i < n; i++) {
         if (!is_number(v[i])) {
-            *out = kf_error(L, e->u.call.args[i].value->loc, "%s: expects numbers, not %s", name, kf_a_type(v[i].kind));
+            *out = kf_error_value(L, e->u.call.args[i].value->loc, v[i], "%s: expects numbers, not %s", name,
+                                  kf_a_type(v[i].kind));
             return 1;
         }
     }
@@ -426,7 +555,7 @@ static int eval_scalar_call(kf_lower *L, const kf_expr *e, kf_value *out)
         *out = kf_float(as_double(v[0]));
     } else if (strcmp(name, "sqrt") == 0) {
         if (as_double(v[0]) < 0)
-            *out = kf_error(L, e->loc, "sqrt: %g is negative", as_double(v[0]));
+            *out = kf_error_value(L, e->loc, v[0], "sqrt: %g is negative", as_double(v[0]));
         else
             *out = kf_float(sqrt(as_double(v[0])));
     } else if (strcmp(name, "abs") == 0) {

@@ -241,14 +241,19 @@ void kf_declare_weight(kf_lower *L, kf_weight *w)
     w->ndim = (int)it->n_dims;
     int64_t elems = 1;
     for (size_t k = 0; k < it->n_dims; k++) {
-        int64_t d;
-        if (kf_eval_int(L, it->dims[k], "a weight dimension", &d) != 0) {
+        kf_value dv;
+        if (kf_eval_int_value(L, it->dims[k], "a weight dimension", &dv) != 0) {
             bad = 1;
             continue;
         }
+        int64_t d = dv.u.i;
         if (d < 1 || d > KF_MAX_DIM) {
-            kf_error(L, it->dims[k]->loc, "weight '%s': dimension %zu is %lld; it must be positive", it->name, k + 1,
-                     (long long)d);
+            if (d < 1)
+                kf_error_value(L, it->dims[k]->loc, dv, "weight '%s': dimension %zu is %lld; it must be positive",
+                               it->name, k + 1, (long long)d);
+            else
+                kf_error_value(L, it->dims[k]->loc, dv, "weight '%s': dimension %zu is %lld; it must be at most %lld",
+                               it->name, k + 1, (long long)d, (long long)KF_MAX_DIM);
             bad = 1;
             continue;
         }
@@ -285,7 +290,9 @@ void kf_declare_weight(kf_lower *L, kf_weight *w)
     }
     w->n_inst = 1;
     if (it->is_layer) {
-        if (L->n_layers < 0) {
+        if (L->n_layers == KF_LAYERS_BAD) {
+            bad = 1;
+        } else if (L->n_layers < 0) {
             kf_error(L, it->loc, "layer weight '%s' needs a param 'layers' (the number of layers)", it->name);
             bad = 1;
         } else {

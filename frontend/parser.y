@@ -88,11 +88,27 @@ static int check_transpose(kf_parser *p, const char *ident, KF_YYLTYPE loc)
     return 1;
 }
 
-/* A string item of `matches`, with its place. */
+/* A string item of `matches` or `ignore`, with its place. */
 typedef struct kf_str_item {
     const char *s; /* the string */
     kf_loc loc;    /* where it is written */
 } kf_str_item;
+
+/* `matches` and `ignore`: an item holding a list of strings. */
+static kf_item *strings_item(kf_parser *p, kf_item_kind kind, kf_vec *strings, kf_loc loc)
+{
+    kf_item *it = item_new(p, kind, loc);
+    size_t n;
+    kf_str_item **v = (kf_str_item **)kf_vec_finish(strings, p->arena, &n);
+    it->strings = ks_arena_alloc(p->arena, n * sizeof *it->strings);
+    it->string_locs = ks_arena_alloc(p->arena, n * sizeof *it->string_locs);
+    for (size_t i = 0; i < n; i++) {
+        it->strings[i] = v[i]->s;
+        it->string_locs[i] = v[i]->loc;
+    }
+    it->n_strings = n;
+    return it;
+}
 }
 
 %union {
@@ -118,6 +134,7 @@ typedef struct kf_str_item {
 %token MODEL "model" MATCHES "matches" PARAM "param" WEIGHT "weight" LAYER "layer"
 %token OPTIONAL "optional" FORWARD "forward" FOR "for" IN "in" IF "if" ELSE "else"
 %token OUTPUT "output" CONFIG "config" TRUE "true" FALSE "false" NONE "none" ASSERT "assert"
+%token IGNORE "ignore" GENERATION "generation"
 %token DOTDOT ".." COALESCE "??" EQ "==" NE "!=" LE "<=" GE ">=" AND "&&" OR "||"
 
 %right '?' ':'
@@ -154,18 +171,8 @@ item:
       $$->name = $2;
       $$->name_loc = LOC(@2);
   }
-| "matches" strings ';' {
-      $$ = item_new(p, KF_ITEM_MATCHES, LOC(@1));
-      size_t n;
-      kf_str_item **v = (kf_str_item **)kf_vec_finish($2, p->arena, &n);
-      $$->strings = ks_arena_alloc(p->arena, n * sizeof *$$->strings);
-      $$->string_locs = ks_arena_alloc(p->arena, n * sizeof *$$->string_locs);
-      for (size_t i = 0; i < n; i++) {
-          $$->strings[i] = v[i]->s;
-          $$->string_locs[i] = v[i]->loc;
-      }
-      $$->n_strings = n;
-  }
+| "matches" strings ';' { $$ = strings_item(p, KF_ITEM_MATCHES, $2, LOC(@1)); }
+| "ignore" strings ';'  { $$ = strings_item(p, KF_ITEM_IGNORE, $2, LOC(@1)); }
 | "param" IDENT '=' expr ';' {
       $$ = item_new(p, KF_ITEM_PARAM, LOC(@1));
       $$->name = $2;
@@ -344,6 +351,15 @@ config_path:
       kf_config_step *s = ks_arena_alloc(p->arena, sizeof *s);
       s->key = $3;
       s->loc = LOC(@2);
+      s->doc = KF_DOC_CONFIG;
+      kf_vec_push($$, s);
+  }
+| "generation" '.' IDENT {
+      $$ = kf_vec_new();
+      kf_config_step *s = ks_arena_alloc(p->arena, sizeof *s);
+      s->key = $3;
+      s->loc = LOC(@2);
+      s->doc = KF_DOC_GENERATION;
       kf_vec_push($$, s);
   }
 | config_path '.' IDENT {

@@ -1,11 +1,11 @@
 /*
  * fuzz_kiln.c — the .kiln frontend under fuzzing: the bytes are a model
  * description, compiled against a small fixed config.json (with the keys
- * every shipped description reads, so that mutations of them go deep) and
- * no checkpoint; kf_kiln_matches reads them too. The frontend must report,
- * never crash or leak (the sanitizers' to catch), and what it returns must
- * hold its promises: a graph that verifies, one binding per WEIGHT node in
- * node order.
+ * every shipped description reads, so that mutations of them go deep), a
+ * generation_config.json and no checkpoint; kf_kiln_matches reads them
+ * too. The frontend must report, never crash or leak (the sanitizers' to
+ * catch), and what it returns must hold its promises: a graph that
+ * verifies, one binding per WEIGHT node in node order.
  */
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -31,6 +31,9 @@ static const char config_text[] =
     " \"scale_attn_by_inverse_layer_idx\": true,"
     " \"dim\": 16, \"hidden_dim\": 24, \"n_layers\": 2, \"n_heads\": 4, \"n_kv_heads\": 2, \"seq_len\": 64}";
 
+/* generation_config.json, read by `generation.` paths. */
+static const char generation_text[] = "{\"bos_token_id\": 1, \"eos_token_id\": [2, 3], \"pad\": [1, \"x\"]}";
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *text = ks_xmalloc(size + 1);
@@ -41,7 +44,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!config) abort();
     ks_diag d = {.quiet = 1};
     ks_source src = {"fuzz.kiln", text, size};
-    kf_model *m = kf_compile(&src, config, "config.json", NULL, &d);
+    cJSON *generation = cJSON_Parse(generation_text);
+    if (!generation) abort();
+    kf_json_doc doc = {config, {"config.json", config_text, sizeof config_text - 1}};
+    kf_json_doc gen = {generation, {"generation_config.json", generation_text, sizeof generation_text - 1}};
+    kf_model *m = kf_compile(&src, &doc, &gen, NULL, &d);
     if (m) {
         if (d.errors != 0) abort(); /* a model comes back only without errors */
         size_t n_weight_nodes = 0;
@@ -58,6 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     kf_model_free(m);
     cJSON_Delete(config);
+    cJSON_Delete(generation);
 
     /* The matches scan stops at NUL: it reads C strings. */
     kf_kiln_matches(text, "llama");

@@ -84,6 +84,11 @@ kir_graph *kir_graph_clone(const kir_graph *g)
         kir_param p = g->params[i];
         p.name = ks_arena_strdup(&c->arena, p.name);
         if (p.kind == KIR_ATTR_STR) p.s = ks_arena_strdup(&c->arena, p.s);
+        if (p.kind == KIR_ATTR_INTS) {
+            int64_t *v = ks_arena_alloc(&c->arena, (p.ints.n ? p.ints.n : 1) * sizeof *v);
+            if (p.ints.n) memcpy(v, p.ints.v, p.ints.n * sizeof *v);
+            p.ints.v = v;
+        }
         c->params[c->n_params++] = p;
     }
     KS_GROW(c->nodes, g->n_nodes, c->cap_nodes, KIR_MAX_NODES, "IR nodes");
@@ -289,6 +294,16 @@ void kir_param_str(kir_graph *g, const char *name, const char *v)
     p->s = ks_arena_strdup(&g->arena, v);
 }
 
+void kir_param_ints(kir_graph *g, const char *name, const int64_t *v, uint32_t n)
+{
+    kir_param *p = param_slot(g, name);
+    int64_t *copy = ks_arena_alloc(&g->arena, (n ? n : 1) * sizeof *copy);
+    if (n) memcpy(copy, v, n * sizeof *copy);
+    p->kind = KIR_ATTR_INTS;
+    p->ints.v = copy;
+    p->ints.n = n;
+}
+
 const kir_param *kir_param_find(const kir_graph *g, const char *name)
 {
     for (size_t i = 0; i < g->n_params; i++)
@@ -330,4 +345,15 @@ int64_t kir_elems(const kir_node *n, int64_t n_tokens)
     int64_t e = 1;
     for (int i = 0; i < n->ndim; i++) e *= n->dims[i] == KIR_DIM_T ? n_tokens : n->dims[i];
     return e;
+}
+
+int64_t kir_token_ids(const kir_graph *g)
+{
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        const kir_node *n = &g->nodes[v];
+        if (n->op != KIR_OP_EMBED || n->nin < 2 || n->in[0] >= g->n_nodes || n->in[1] >= g->n_nodes) continue;
+        if (g->nodes[n->in[1]].op == KIR_OP_INPUT && kir_attr_word(g, n->in[1], KIR_A_INPUT_ROLE) == KIR_ROLE_TOKENS)
+            return g->nodes[n->in[0]].dims[0];
+    }
+    return -1;
 }

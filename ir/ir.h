@@ -200,13 +200,18 @@ typedef struct kir_node {
     kir_loc loc;                     /* source location */
 } kir_node;
 
-/* A resolved model parameter (hyperparameter), e.g. hidden = 128. */
+/* A resolved model parameter (hyperparameter), e.g. hidden = 128, or
+ * eos_token_id = [128001, 128008, 128009]. */
 typedef struct kir_param {
     const char *name;      /* in the graph's arena */
-    kir_attr_kind kind;    /* INT, FLOAT or STR (booleans are INT 0/1) */
+    kir_attr_kind kind;    /* INT, FLOAT, STR (booleans are INT 0/1) or INTS */
     int64_t i;             /* KIR_ATTR_INT */
     double f;              /* KIR_ATTR_FLOAT */
     const char *s;         /* KIR_ATTR_STR */
+    struct {
+        const int64_t *v;  /* KIR_ATTR_INTS: the integers, in the graph's arena */
+        uint32_t n;        /* how many (0 for an empty list) */
+    } ints;
 } kir_param;
 
 typedef struct kir_graph {
@@ -295,6 +300,7 @@ kir_val kir_build(kir_graph *g, kir_op op, kir_loc loc, const kir_val *in, int n
 void kir_param_int(kir_graph *g, const char *name, int64_t v);
 void kir_param_float(kir_graph *g, const char *name, double v);
 void kir_param_str(kir_graph *g, const char *name, const char *v);
+void kir_param_ints(kir_graph *g, const char *name, const int64_t *v, uint32_t n);
 const kir_param *kir_param_find(const kir_graph *g, const char *name);
 
 /* Shape inference: run the op's shape rule over its operands and attributes
@@ -324,6 +330,12 @@ void kir_format_dims(ks_buf *b, int ndim, const int64_t *dims);
  * the number of elements for a given token count. */
 int64_t kir_row_elems(const kir_node *n);
 int64_t kir_elems(const kir_node *n, int64_t n_tokens);
+
+/* The token ids a graph takes: the rows of the table of the EMBED whose ids
+ * are the tokens INPUT (the vocabulary); -1 when no EMBED reads it. The one
+ * owner of the token-id limit: the compiler checks tokenizers against it, the
+ * runtime's engine description (runtime/desc.h) reads it. */
+int64_t kir_token_ids(const kir_graph *g);
 
 /* ---- text form --------------------------------------------------------------
  * kir_print writes the graph so that kir_parse reads back the same graph and

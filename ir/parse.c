@@ -7,7 +7,7 @@
  *
  *     file      := 'kiln-ir' INT NL  statement*
  *     statement := 'graph' STRING
- *                | 'param' name '=' scalar
+ *                | 'param' name '=' (scalar | '[' [INT {',' INT}] ']')
  *                | VALUE ':' type '=' IDENT '(' [operand {',' operand}] ')'
  *                      ['{' [attr {',' attr} [',']] '}'] ['@' STRING ':' INT ':' INT]
  *     type      := IDENT '[' [dim {',' dim}] ']'        dim := INT | 'T'
@@ -589,7 +589,32 @@ static int parse_graph(kir_parser *p)
     return expect_end(p, "the graph's name");
 }
 
-/* 'param' name '=' scalar */
+/* '[' [INT {',' INT}] ']': a param's list of plain integers (no T). */
+static int parse_param_list(kir_parser *p, kir_pending_attr *a)
+{
+    KS_ASSERT(tok_punct(&p->tok, '['));
+    lex(p);
+    size_t n = 0;
+    if (!tok_punct(&p->tok, ']')) {
+        for (;;) {
+            if (p->tok.kind != TOK_INT) return expected(p, "an integer in the list");
+            KS_GROW(p->ints, n + 1, p->cap_ints, (size_t)1 << 24, "integers in a list");
+            p->ints[n++] = p->tok.i;
+            lex(p);
+            if (tok_punct(&p->tok, ']')) break;
+            if (expect_punct(p, ',', "',' or ']' in the list")) return -1;
+        }
+    }
+    lex(p);
+    int64_t *v = ks_arena_alloc(&p->scratch, (n ? n : 1) * sizeof *v);
+    if (n) memcpy(v, p->ints, n * sizeof *v);
+    a->kind = KIR_ATTR_INTS;
+    a->v = v;
+    a->n = (uint32_t)n;
+    return 0;
+}
+
+/* 'param' name '=' (scalar | list) */
 static int parse_param(kir_parser *p)
 {
     lex(p);
@@ -598,7 +623,11 @@ static int parse_param(kir_parser *p)
     if (!name) return -1;
     if (expect_punct(p, '=', "'=' after the param name")) return -1;
     kir_pending_attr value = {0};
-    if (parse_scalar(p, &value)) return expected(p, "a param value (a number or a string)");
+    if (tok_punct(&p->tok, '[')) {
+        if (parse_param_list(p, &value)) return -1;
+    } else if (parse_scalar(p, &value)) {
+        return expected(p, "a param value (a number, a string or a list of integers)");
+    }
     if (expect_end(p, "the param")) return -1;
     kir_name_slot *prev = name_find(&p->params, name, strlen(name));
     if (prev) {
@@ -615,7 +644,7 @@ static int parse_param(kir_parser *p)
     case KIR_ATTR_INT: kir_param_int(p->g, name, value.i); break;
     case KIR_ATTR_FLOAT: kir_param_float(p->g, name, value.f); break;
     case KIR_ATTR_STR: kir_param_str(p->g, name, value.s); break;
-    default: KS_UNREACHABLE();
+    case KIR_ATTR_INTS: kir_param_ints(p->g, name, value.v, value.n); break;
     }
     return 0;
 }

@@ -7,6 +7,7 @@
  *     graph "llama"
  *     param hidden = 128
  *     param eps = 1e-06
+ *     param eos_token_id = [128001, 128008, 128009]
  *
  *     %0 : i32[T] = input() {name="tokens"} @"models/llama.kiln":40:7
  *     %5 : f32[T,128] = rms_norm(%2, _) {eps=1e-06} @"models/llama.kiln":44:9
@@ -188,7 +189,11 @@ static void print_param(ks_buf *b, const kir_param *p)
     case KIR_ATTR_INT: ks_buf_printf(b, "%lld", (long long)p->i); break;
     case KIR_ATTR_FLOAT: print_double(b, p->f); break;
     case KIR_ATTR_STR: print_string(b, p->s); break;
-    default: KS_UNREACHABLE();
+    case KIR_ATTR_INTS: /* plain integers: unlike an attribute's dims, -1 is not T here */
+        ks_buf_put(b, "[", 1);
+        for (uint32_t i = 0; i < p->ints.n; i++) ks_buf_printf(b, "%s%lld", i ? ", " : "", (long long)p->ints.v[i]);
+        ks_buf_put(b, "]", 1);
+        break;
     }
     ks_buf_put(b, "\n", 1);
 }

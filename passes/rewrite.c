@@ -21,7 +21,7 @@ void kp_rw_begin(kp_rewriter *rw, const kir_graph *old)
         case KIR_ATTR_INT: kir_param_int(rw->g, p->name, p->i); break;
         case KIR_ATTR_FLOAT: kir_param_float(rw->g, p->name, p->f); break;
         case KIR_ATTR_STR: kir_param_str(rw->g, p->name, p->s); break;
-        default: KS_UNREACHABLE();
+        case KIR_ATTR_INTS: kir_param_ints(rw->g, p->name, p->ints.v, p->ints.n); break;
         }
     }
     rw->map = ks_xmalloc(sizeof *rw->map * (old->n_nodes ? old->n_nodes : 1));

@@ -93,13 +93,13 @@ static int describe_io(krt_desc *desc, const char *what, ks_diag *d)
     }
     KS_ASSERT(desc->output != KIR_NONE); /* kir_verify: exactly one */
     desc->vocab = kir_row_elems(&g->nodes[desc->output]);
-    desc->n_token_ids = INT32_MAX;
+    int64_t ids = kir_token_ids(g); /* the one owner of the token-id limit (ir/ir.h) */
+    desc->n_token_ids = ids >= 0 ? ids : INT32_MAX;
     int64_t position_rows = INT64_MAX;
     for (size_t v = 0; v < g->n_nodes; v++) {
         const kir_node *n = &g->nodes[v];
         if (n->op != KIR_OP_EMBED) continue;
         int64_t rows = g->nodes[n->in[0]].dims[0];
-        if (n->in[1] == desc->tokens && rows < desc->n_token_ids) desc->n_token_ids = rows;
         if (n->in[1] == desc->positions && rows < position_rows) position_rows = rows;
     }
     if (desc->max_context > position_rows)
@@ -113,8 +113,15 @@ static void describe_tokens(krt_desc *desc)
     const kir_graph *g = desc->graph;
     int64_t bos = param_int(g, "bos_token_id", -1);
     desc->bos = bos >= 0 && bos < desc->n_token_ids ? (int32_t)bos : -1;
+    /* one id or a list (Llama 3: [128001, 128008, 128009]); negative ones mean none */
     const kir_param *eos = kir_param_find(g, "eos_token_id");
-    if (eos && eos->kind == KIR_ATTR_INT && eos->i >= 0 && eos->i < desc->vocab) desc->eos[desc->n_eos++] = (int32_t)eos->i;
+    const int64_t *ids = NULL;
+    uint32_t n = 0;
+    if (eos && eos->kind == KIR_ATTR_INT) ids = &eos->i, n = 1;
+    if (eos && eos->kind == KIR_ATTR_INTS) ids = eos->ints.v, n = eos->ints.n;
+    for (uint32_t i = 0; i < n && desc->n_eos < KRT_MAX_EOS; i++)
+        if (ids[i] >= 0 && ids[i] < desc->vocab && !krt_desc_is_eos(desc, (int32_t)ids[i]))
+            desc->eos[desc->n_eos++] = (int32_t)ids[i];
 }
 
 static void describe_weights(krt_desc *desc)

@@ -16,11 +16,16 @@
  *
  *           %% case <name>
  *           %% config              (optional) JSON up to the next %% line
+ *           %% generation          (optional) generation_config.json, likewise
  *           %% checkpoint <folder> (optional) a folder under $KILN_SHARED/models
  *           %% kiln                the text, compiled as "t.kiln"
- *           %% expect              the messages, byte for byte
+ *           %% expect              the messages, byte for byte (the checkpoint's
+ *                                  folder named as in %% checkpoint); it
+ *                                  compiles when they hold no error
  *           %% ops                 (optional) the graph's ops in order, by
  *                                  their IR names, when it compiles
+ *           %% params              (optional) the graph's param lines as
+ *                                  kir_print writes them, when it compiles
  *
  * Blank lines at the end of a section are not part of it.
  */
@@ -111,6 +116,8 @@ static void check_common(const char *what, const kf_model *m, const kf_checkpoin
     }
     param_int(g, "bos_token_id");
     param_int(g, "eos_token_id");
+    /* The weights' dtype is the build's (--dtype) and the engine's metadata's, not a param. */
+    CHECK(!kir_param_find(g, "dtype"), "%s: no param dtype", what);
     CHECK(param_int(g, "max_context") > 0, "%s: max_context", what);
     CHECK((int)m->n_weights == count_op(g, KIR_OP_WEIGHT), "%s: %zu bindings for %d weights", what, m->n_weights,
           count_op(g, KIR_OP_WEIGHT));
@@ -252,18 +259,19 @@ static void test_model(const model_case *mc)
     if (!bm) goto done;
     ks_source src = {bm->file, bm->text, strlen(bm->text)};
     /* Without the checkpoint: every weight as declared. */
-    kf_model *m0 = kf_compile(&src, config, "config.json", NULL, &d);
+    kf_json_doc doc = {config, {"config.json", NULL, 0}};
+    kf_model *m0 = kf_compile(&src, &doc, NULL, NULL, &d);
     CHECK(m0 != NULL, "%s without checkpoint: %s", mc->folder, ks_buf_cstr(&log));
     if (m0) check_common(mc->folder, m0, NULL);
     /* With it. */
-    kf_model *m = kf_compile(&src, config, "config.json", ck, &d);
+    kf_model *m = kf_compile(&src, &doc, NULL, ck, &d);
     CHECK(m != NULL, "%s with checkpoint: %s", mc->folder, ks_buf_cstr(&log));
     if (m) {
         check_common(mc->folder, m, ck);
         check_model_specific(mc, m);
         if (m0) CHECK(m0->graph->n_nodes == m->graph->n_nodes, "%s: same graph without the checkpoint", mc->folder);
     }
-    CHECK(d.errors == 0, "%s: no errors: %s", mc->folder, ks_buf_cstr(&log));
+    CHECK(d.errors == 0 && d.warnings == 0, "%s: no errors or warnings: %s", mc->folder, ks_buf_cstr(&log));
     printf("%-18s %-20s %4zu nodes, %3d weights, %2d adds\n", mc->folder, bm->file, m ? m->graph->n_nodes : 0,
            m ? count_op(m->graph, KIR_OP_WEIGHT) : 0, m ? count_op(m->graph, KIR_OP_ADD) : 0);
     kf_model_free(m0);
@@ -314,10 +322,12 @@ static int run_models(void)
 typedef struct test_case {
     char *name;       /* from the %% case line */
     ks_buf config;    /* JSON text; empty: no config */
+    ks_buf generation; /* generation_config.json's text; empty: none */
     char *checkpoint; /* folder under models, or NULL */
     ks_buf kiln;      /* the description */
     ks_buf expect;    /* the messages */
     ks_buf ops;       /* expected op names, whitespace-separated; empty: not checked */
+    ks_buf params;    /* expected param lines; empty: not checked */
     int line;         /* line of %% case in FILE */
 } test_case;
 
@@ -334,7 +344,7 @@ static void run_case(test_case *tc, const char *file)
     trim_blank_end(&tc->kiln);
     ks_buf log = {0};
     ks_diag d = {.log = &log, .quiet = 1};
-    cJSON *config = NULL;
+    cJSON *config = NULL, *generation = NULL;
     if (tc->config.len) {
         config = cJSON_Parse(ks_buf_cstr(&tc->config));
         if (!config) {
@@ -343,26 +353,46 @@ static void run_case(test_case *tc, const char *file)
             return;
         }
     }
+    if (tc->generation.len) {
+        generation = cJSON_Parse(ks_buf_cstr(&tc->generation));
+        if (!generation) {
+            fprintf(stderr, "%s:%d: case %s: bad JSON in %%%% generation\n", file, tc->line, tc->name);
+            failures++;
+            cJSON_Delete(config);
+            return;
+        }
+    }
     kf_checkpoint *ck = NULL;
+    char *models_dir = ks_path_join(shared_dir(), "models/");
     if (tc->checkpoint) {
-        char *dir = ks_path_join(shared_dir(), "models");
-        char *path = ks_path_join(dir, tc->checkpoint);
+        char *path = ks_path_join(models_dir, tc->checkpoint);
         ck = kf_checkpoint_open(&d, path);
-        free(dir);
         free(path);
         if (!ck) {
             fprintf(stderr, "%s:%d: case %s: cannot open checkpoint: %s", file, tc->line, tc->name,
                     ks_buf_cstr(&log));
             failures++;
             cJSON_Delete(config);
+            cJSON_Delete(generation);
             ks_buf_free(&log);
+            free(models_dir);
             return;
         }
     }
     ks_source src = {"t.kiln", ks_buf_cstr(&tc->kiln), tc->kiln.len};
-    kf_model *m = kf_compile(&src, config, "config.json", ck, &d);
-    const char *got = ks_buf_cstr(&log), *want = ks_buf_cstr(&tc->expect);
-    int ok = strcmp(got, want) == 0 && (m != NULL) == (tc->expect.len == 0) && (m != NULL) == (d.errors == 0);
+    kf_json_doc doc = {config, {"config.json", config ? tc->config.data : NULL, tc->config.len}};
+    kf_json_doc gen = {generation, {"generation_config.json", generation ? tc->generation.data : NULL,
+                                    tc->generation.len}};
+    kf_model *m = kf_compile(&src, &doc, &gen, ck, &d);
+    /* Messages name the checkpoint by its folder under models/, wherever the shared data is. */
+    ks_buf shown = {0};
+    const char *text = ks_buf_cstr(&log);
+    for (const char *at; (at = strstr(text, models_dir)) != NULL; text = at + strlen(models_dir))
+        ks_buf_put(&shown, text, (size_t)(at - text));
+    ks_buf_puts(&shown, text);
+    free(models_dir);
+    const char *got = ks_buf_cstr(&shown), *want = ks_buf_cstr(&tc->expect);
+    int ok = strcmp(got, want) == 0 && (m != NULL) == (d.errors == 0);
     if (!ok) {
         failures++;
         fprintf(stderr, "%s:%d: case '%s' failed (%s)\n--- expected\n%s--- got\n%s---\n", file, tc->line, tc->name,
@@ -383,10 +413,30 @@ static void run_case(test_case *tc, const char *file)
         ks_buf_free(&want_ops);
         ks_buf_free(&got_ops);
     }
+    if (ok && m && tc->params.len) {
+        ks_buf printed = {0}, got_params = {0};
+        kir_print(m->graph, &printed);
+        for (char *line = printed.data; line && *line;) {
+            char *nl = strchr(line, '\n');
+            size_t len = nl ? (size_t)(nl - line + 1) : strlen(line);
+            if (strncmp(line, "param ", 6) == 0) ks_buf_put(&got_params, line, len);
+            line += len;
+        }
+        trim_blank_end(&tc->params);
+        if (strcmp(ks_buf_cstr(&got_params), ks_buf_cstr(&tc->params)) != 0) {
+            failures++;
+            fprintf(stderr, "%s:%d: case '%s': params differ\n--- expected\n%s--- got\n%s---\n", file, tc->line,
+                    tc->name, ks_buf_cstr(&tc->params), ks_buf_cstr(&got_params));
+        }
+        ks_buf_free(&printed);
+        ks_buf_free(&got_params);
+    }
     kf_model_free(m);
     kf_checkpoint_close(ck);
     cJSON_Delete(config);
+    cJSON_Delete(generation);
     ks_buf_free(&log);
+    ks_buf_free(&shown);
 }
 
 static int run_cases(const char *file)
@@ -413,15 +463,21 @@ static int run_cases(const char *file)
                 free(tc.name);
                 free(tc.checkpoint);
                 ks_buf_free(&tc.config);
+                ks_buf_free(&tc.generation);
                 ks_buf_free(&tc.kiln);
                 ks_buf_free(&tc.expect);
                 ks_buf_free(&tc.ops);
+                ks_buf_free(&tc.params);
                 memset(&tc, 0, sizeof tc);
                 tc.name = ks_xstrdup(arg + 8);
                 tc.line = line + 1;
                 section = NULL;
             } else if (strcmp(arg, "%% config") == 0) {
                 section = &tc.config;
+            } else if (strcmp(arg, "%% generation") == 0) {
+                section = &tc.generation;
+            } else if (strcmp(arg, "%% params") == 0) {
+                section = &tc.params;
             } else if (strncmp(arg, "%% checkpoint ", 14) == 0) {
                 tc.checkpoint = ks_xstrdup(arg + 14);
                 section = NULL;
@@ -449,9 +505,11 @@ static int run_cases(const char *file)
     free(tc.name);
     free(tc.checkpoint);
     ks_buf_free(&tc.config);
+    ks_buf_free(&tc.generation);
     ks_buf_free(&tc.kiln);
     ks_buf_free(&tc.expect);
     ks_buf_free(&tc.ops);
+    ks_buf_free(&tc.params);
     free(text);
     printf("%d cases, %d failed\n", n, failures);
     return failures ? 1 : 0;

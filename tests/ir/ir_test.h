@@ -116,6 +116,8 @@ static inline int kt_graph_equal(const kir_graph *a, const kir_graph *b)
         if (same && p->kind == KIR_ATTR_INT) same = p->i == q->i;
         if (same && p->kind == KIR_ATTR_FLOAT) same = kt_double_same(p->f, q->f);
         if (same && p->kind == KIR_ATTR_STR) same = strcmp(p->s, q->s) == 0;
+        if (same && p->kind == KIR_ATTR_INTS)
+            same = p->ints.n == q->ints.n && (p->ints.n == 0 || memcmp(p->ints.v, q->ints.v, p->ints.n * sizeof *p->ints.v) == 0);
         if (!same) {
             fprintf(stderr, "param %zu differs (%s vs %s)\n", i, p->name, q->name);
             return 0;

@@ -135,7 +135,7 @@ static const parse_case cases[] = {
      "% : f32[T] = silu(%0)\n"
      "param = 1\n"
      "param j 1\n"
-     "param k = [1]\n"
+     "param k = [1, T]\n"
      "param \"a b\" = \"ok\"\n",
      "lex.ir:2:11: error: unexpected character '$'\n"
      "  param a = $\n"
@@ -173,9 +173,9 @@ static const parse_case cases[] = {
      "lex.ir:13:9: error: expected '=' after the param name, found '1'\n"
      "  param j 1\n"
      "          ^\n"
-     "lex.ir:14:11: error: expected a param value (a number or a string), found '['\n"
-     "  param k = [1]\n"
-     "            ^\n"},
+     "lex.ir:14:15: error: expected an integer in the list, found 'T'\n"
+     "  param k = [1, T]\n"
+     "                ^\n"},
 
     {"nodes.ir",
      "kiln-ir 1\n"

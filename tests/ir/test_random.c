@@ -305,9 +305,16 @@ static kir_graph *random_graph(rng *r)
     int n_params = below(r, 6);
     for (int i = 0; i < n_params; i++) {
         random_name(r, buf);
-        switch (below(r, 3)) {
+        switch (below(r, 4)) {
         case 0: kir_param_int(g, buf, (int64_t)next_u64(r)); break;
         case 1: kir_param_float(g, buf, random_double(r)); break;
+        case 2: {
+            int64_t ids[4];
+            uint32_t n = (uint32_t)below(r, 5);
+            for (uint32_t k = 0; k < n; k++) ids[k] = (int64_t)next_u64(r);
+            kir_param_ints(g, buf, ids, n);
+            break;
+        }
         default: {
             char str[16];
             kir_param_str(g, buf, random_string(r, str));

@@ -71,7 +71,9 @@ static void test_canonical_texts(void)
 {
     check_canonical("llama", llama_text);
     check_canonical("empty", "kiln-ir 1\ngraph \"\"\n");
-    check_canonical("params only", "kiln-ir 1\ngraph \"p\"\nparam z = 1\nparam a = nan\nparam m = -0.0\n");
+    check_canonical("params only", "kiln-ir 1\ngraph \"p\"\nparam z = 1\nparam a = nan\nparam m = -0.0\n"
+                                   "param eos_token_id = [128001, 128008, -1, 9223372036854775807]\n"
+                                   "param one = [7]\nparam empty = []\n");
     check_canonical("attr order",
                     "kiln-ir 1\n"
                     "graph \"order\"\n"
@@ -86,6 +88,8 @@ static void test_builder_graph(void)
     kir_param_str(g, "zz", "first");
     kir_param_float(g, "aa", 1e-6);
     kir_param_int(g, "mm", 3);
+    const int64_t ids[3] = {128001, 128008, 128009};
+    kir_param_ints(g, "eos_token_id", ids, 3);
     kir_loc at = kir_loc_make(g, "b.kiln", 9, 3);
     kir_val t = kir_input(g, KIR_ROLE_TOKENS, at);
     int64_t dims[2] = {50, 8};
@@ -125,6 +129,7 @@ static void test_builder_graph(void)
                "param zz = \"first\"\n"
                "param aa = 1e-06\n"
                "param mm = 3\n"
+               "param eos_token_id = [128001, 128008, 128009]\n"
                "\n"
                "%0 : i32[T] = input() {name=\"tokens\"} @\"b.kiln\":9:3\n"
                "%1 : bf16[50,8] = weight() {name=\"w\"} @\"a.kiln\":1:2\n"
@@ -149,6 +154,7 @@ static void test_edited_text(void)
                    "graph\t\"e\"\n"
                    "param  eps=1E-6\n"
                    "param \"w\" = 10000.\n"
+                   "param ids=[ 1,-2 ,3 ]\n"
                    "\n"
                    "%tokens:i32[ T ]=input( ){ name = \"tokens\" }\n"
                    "%10 : f32[ 7 , 4 ] = weight() {name=\"tab\"}   # a weight\n"
@@ -159,6 +165,7 @@ static void test_edited_text(void)
                    "graph \"e\"\n"
                    "param eps = 1e-06\n"
                    "param w = 10000.0\n"
+                   "param ids = [1, -2, 3]\n"
                    "\n"
                    "%0 : i32[T] = input() {name=\"tokens\"}\n"
                    "%1 : f32[7,4] = weight() {name=\"tab\"}\n"
