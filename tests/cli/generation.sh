@@ -57,6 +57,23 @@ out=$("$KILN_BIN" run "$work/ts.engine" --ids 1 -n 500 2>/dev/null)
 [[ " $out " != *" 2 "* ]] && [ "$(wc -w <<<"$out")" -lt 500 ] && passes=$((passes+1)) \
   || { echo "FAIL eos id: $(wc -w <<<"$out") ids"; failures=$((failures+1)); }
 
+# every EOS id a list names ends generation, and generation_config.json's list wins over
+# config.json's id (as in Llama 3): a copy of TinyStories whose generation config lists 2 and the
+# sixth id greedy generation from BOS draws
+greedy=$("$KILN_BIN" run "$work/ts.engine" --ids 1 -n 12 2>/dev/null)
+stop_id=$(awk '{print $6}' <<<"$greedy")
+first5=$(awk '{print $1, $2, $3, $4, $5}' <<<"$greedy")
+mkdir -p "$work/eoslist"
+ln -s "$ts"/model.safetensors "$ts"/tokenizer.json "$work/eoslist/"
+cp "$ts/config.json" "$work/eoslist/"
+printf '{"bos_token_id": 1, "eos_token_id": [2, %s]}\n' "$stop_id" > "$work/eoslist/generation_config.json"
+"$KILN_BIN" build "$work/eoslist" -o "$work/eoslist.engine" || { echo "FAIL build eoslist"; exit 1; }
+if [[ " $first5 " == *" $stop_id "* ]]; then
+  echo "FAIL: the sixth greedy id $stop_id comes earlier too ($greedy)"; failures=$((failures+1))
+else
+  expect_same eos-list "$first5" "$("$KILN_BIN" run "$work/eoslist.engine" --ids 1 -n 12 2>/dev/null)"
+fi
+
 # logits that are NaN are an error, not a silent end: a copy of the checkpoint with NaN in the
 # final norm's weight
 mkdir -p "$work/nan"
