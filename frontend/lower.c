@@ -442,8 +442,8 @@ static void exec_block(kf_lower *L, const kf_block *b)
  * or NULL when its name clashes (reported here; the item is skipped). */
 static void declare_names(kf_lower *L, const kf_file *f, kf_binding **bound)
 {
-    kf_bind(L, "tokens", KF_BIND_INPUT, (kf_loc){0, 0});
-    kf_bind(L, "positions", KF_BIND_INPUT, (kf_loc){0, 0});
+    kf_bind(L, kir_word_table[KIR_ROLE_TOKENS].text, KF_BIND_INPUT, (kf_loc){0, 0}); /* the inputs are named for their roles */
+    kf_bind(L, kir_word_table[KIR_ROLE_POSITIONS].text, KF_BIND_INPUT, (kf_loc){0, 0});
     for (size_t i = 0; i < f->n_items; i++) {
         const kf_item *it = f->items[i];
         if (it->kind != KF_ITEM_PARAM && it->kind != KF_ITEM_WEIGHT) continue;

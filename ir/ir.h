@@ -10,7 +10,7 @@
  *
  *     kir_graph *g = kir_graph_new("tiny");
  *     kir_loc at = kir_loc_make(g, "tiny.kiln", 3, 5);
- *     kir_val ids = kir_input(g, "tokens", at);            // i32[T]
+ *     kir_val ids = kir_input(g, KIR_ROLE_TOKENS, at);     // i32[T]
  *     int64_t tdims[2] = {100, 64};
  *     kir_val tab = kir_weight(g, "embed", KIR_F32, 2, tdims, at);
  *     kir_val x = kir_node_new(g, KIR_OP_EMBED, at);

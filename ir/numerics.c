@@ -1,8 +1,37 @@
 /* numerics.c — shared arithmetic (ir/numerics.h). */
 #include "ir/numerics.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <string.h>
+
+/* The formulas as text (the preprocessor's # writes each as it reads in ops.def). */
+static const struct {
+    const char *text;  /* the expression over `a` */
+    int in_double;     /* 1: `a` is a double */
+    const char *what;  /* what it computes */
+} formulas[KIR_OP_COUNT] = {
+#define KIR_FORMULA(OP, TYPE, what, expr) [KIR_OP_##OP] = {#expr, sizeof(TYPE) == sizeof(double), what},
+#include "ir/ops.def"
+};
+
+int kir_has_formula(kir_op op) { return op < KIR_OP_COUNT && formulas[op].text != NULL; }
+
+void kir_formula_write(kir_op op, const char *operand, ks_buf *out, int *in_double, const char **what)
+{
+    KS_ASSERT(kir_has_formula(op));
+    const char *p = formulas[op].text;
+    for (; *p; p++) {
+        /* `a` as a whole identifier: not inside another (exp, tanh) */
+        int ident_before = p > formulas[op].text && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        if (*p == 'a' && !ident_before && !(isalnum((unsigned char)p[1]) || p[1] == '_'))
+            ks_buf_puts(out, operand);
+        else
+            ks_buf_put(out, p, 1);
+    }
+    if (in_double) *in_double = formulas[op].in_double;
+    if (what) *what = formulas[op].what;
+}
 
 void kir_rope_inv_freq(const kir_graph *g, kir_val v, int rot_dim, float *inv_freq)
 {

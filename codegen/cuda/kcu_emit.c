@@ -25,6 +25,7 @@
  * uses a fixed tree, so results do not depend on timing.
  */
 #include "codegen/cuda/kcu_gen.h"
+#include "ir/numerics.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -117,6 +118,7 @@ static int emit_unary(kcu_gen *x, kir_val v)
     kcu_param_out(x, k, v);
     ks_buf body = {0};
     const char *what = "";
+    char what_buf[128];
     switch (n->op) {
     case KIR_OP_SCALE:
         what = "x times a constant";
@@ -124,25 +126,24 @@ static int emit_unary(kcu_gen *x, kir_val v)
         kcu_put_float(&body, (float)kir_attr_float(x->g, v, KIR_A_SCALE_VALUE));
         ks_buf_puts(&body, ";\n");
         break;
-    case KIR_OP_SILU:
-        what = "x sigmoid(x), in double";
-        ks_buf_puts(&body, "    const double a = x[i];\n    out[i] = (float)(a / (1.0 + exp(-a)));\n");
+    default: {
+        /* ir/ops.def's formula, as the interpreter computes it: in double over a copy of x[i], or in float
+         * over x[i] itself */
+        int in_double = 0;
+        ks_buf expr = {0};
+        kir_formula_write(n->op, "a", &expr, &in_double, &what);
+        if (in_double) {
+            ks_buf_printf(&body, "    const double a = x[i];\n    out[i] = (float)(%s);\n", ks_buf_cstr(&expr));
+        } else {
+            expr.len = 0;
+            kir_formula_write(n->op, "x[i]", &expr, NULL, NULL);
+            ks_buf_printf(&body, "    out[i] = %s;\n", ks_buf_cstr(&expr));
+        }
+        snprintf(what_buf, sizeof what_buf, "%s%s", what, in_double ? ", in double" : "");
+        what = what_buf;
+        ks_buf_free(&expr);
         break;
-    case KIR_OP_GELU:
-        what = "exact GELU with erf, in double";
-        ks_buf_puts(&body, "    const double a = x[i];\n    out[i] = (float)(0.5 * a * (1.0 + erf(a / sqrt(2.0))));\n");
-        break;
-    case KIR_OP_GELU_TANH:
-        what = "GELU's tanh approximation, in double";
-        ks_buf_puts(&body, "    const double a = x[i], k = sqrt(2.0 / 3.14159265358979323846);\n"
-                           "    out[i] = (float)(0.5 * a * (1.0 + tanh(k * (a + 0.044715 * a * a * a))));\n");
-        break;
-    case KIR_OP_RELU:
-        what = "max(x, 0)";
-        ks_buf_puts(&body, "    out[i] = x[i] > 0.0f ? x[i] : 0.0f;\n");
-        break;
-    default:
-        KS_UNREACHABLE();
+    }
     }
     kcu_open_body(x, k, what);
     kcu_elementwise_prologue(x, row);
@@ -371,10 +372,8 @@ static int emit_node(kcu_gen *x, kir_val v)
     case KIR_OP_MUL:
         return emit_binary(x, v);
     case KIR_OP_SCALE:
-    case KIR_OP_SILU:
-    case KIR_OP_GELU:
-    case KIR_OP_GELU_TANH:
-    case KIR_OP_RELU:
+#define KIR_FORMULA(OP, TYPE, what, expr) case KIR_OP_##OP: /* the unary ops of ir/ops.def's formulas */
+#include "ir/ops.def"
         return emit_unary(x, v);
     case KIR_OP_RMS_NORM:
     case KIR_OP_LAYER_NORM:

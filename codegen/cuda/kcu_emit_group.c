@@ -29,6 +29,7 @@
  * registers and stores what leaves the group.
  */
 #include "codegen/cuda/kcu_gen.h"
+#include "ir/numerics.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -118,10 +119,8 @@ static int classify(group *G, int i)
         gn->r = ROLE_VIEW, gn->base = G->n[a].base, gn->root = G->n[a].root;
         return 0;
     case KIR_OP_SCALE:
-    case KIR_OP_SILU:
-    case KIR_OP_GELU:
-    case KIR_OP_GELU_TANH:
-    case KIR_OP_RELU:
+#define KIR_FORMULA(OP, TYPE, what, expr) case KIR_OP_##OP: /* the unary ops of ir/ops.def's formulas */
+#include "ir/ops.def"
         if (a < 0) return -1;
         gn->r = ROLE_UNARY, gn->base = G->n[a].base;
         return 0;
@@ -238,23 +237,19 @@ static void unary_expr(group *G, kir_val v, const char *in, ks_buf *b)
         ks_buf_printf(b, "%s * ", in);
         kcu_put_float(b, (float)kir_attr_float(g, v, KIR_A_SCALE_VALUE));
         return;
-    case KIR_OP_SILU:
-        ks_buf_printf(b, "(float)((double)%s / (1.0 + exp(-(double)%s)))", in, in);
+    default: {
+        /* ir/ops.def's formula, as the interpreter computes it */
+        int in_double = 0;
+        ks_buf operand = {0}, expr = {0};
+        kir_formula_write(g->nodes[v].op, "", &expr, &in_double, NULL); /* which type it computes in */
+        ks_buf_printf(&operand, in_double ? "(double)%s" : "%s", in);
+        expr.len = 0;
+        kir_formula_write(g->nodes[v].op, ks_buf_cstr(&operand), &expr, NULL, NULL);
+        ks_buf_printf(b, in_double ? "(float)(%s)" : "(%s)", ks_buf_cstr(&expr));
+        ks_buf_free(&operand);
+        ks_buf_free(&expr);
         return;
-    case KIR_OP_GELU:
-        ks_buf_printf(b, "(float)(0.5 * (double)%s * (1.0 + erf((double)%s / sqrt(2.0))))", in, in);
-        return;
-    case KIR_OP_GELU_TANH:
-        ks_buf_printf(b,
-                      "(float)(0.5 * (double)%s * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * ((double)%s + "
-                      "0.044715 * (double)%s * (double)%s * (double)%s))))",
-                      in, in, in, in, in);
-        return;
-    case KIR_OP_RELU:
-        ks_buf_printf(b, "(%s > 0.0f ? %s : 0.0f)", in, in);
-        return;
-    default:
-        KS_UNREACHABLE();
+    }
     }
 }
 

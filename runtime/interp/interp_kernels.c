@@ -144,14 +144,6 @@ static void run_binary(const krt_interp_exec *x, kir_val v)
     }
 }
 
-static float gelu_erf(double a) { return (float)(0.5 * a * (1.0 + erf(a / sqrt(2.0)))); }
-
-static float gelu_tanh(double a)
-{
-    const double k = sqrt(2.0 / KIR_PI);
-    return (float)(0.5 * a * (1.0 + tanh(k * (a + 0.044715 * a * a * a))));
-}
-
 static void run_unary(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
@@ -164,18 +156,12 @@ static void run_unary(const krt_interp_exec *x, kir_val v)
         for (int64_t i = 0; i < ne; i++) o[i] = a[i] * s;
         break;
     }
-    case KIR_OP_SILU:
-        for (int64_t i = 0; i < ne; i++) o[i] = (float)((double)a[i] / (1.0 + exp(-(double)a[i])));
+        /* the formulas of ir/ops.def, the ones the code generators write */
+#define KIR_FORMULA(OP, TYPE, what, expr)                                                                           \
+    case KIR_OP_##OP:                                                                                               \
+        for (int64_t i = 0; i < ne; i++) o[i] = kir_unary_##OP(a[i]);                                              \
         break;
-    case KIR_OP_GELU:
-        for (int64_t i = 0; i < ne; i++) o[i] = gelu_erf(a[i]);
-        break;
-    case KIR_OP_GELU_TANH:
-        for (int64_t i = 0; i < ne; i++) o[i] = gelu_tanh(a[i]);
-        break;
-    case KIR_OP_RELU:
-        for (int64_t i = 0; i < ne; i++) o[i] = a[i] > 0.0f ? a[i] : 0.0f;
-        break;
+#include "ir/ops.def"
     default:
         KS_UNREACHABLE();
     }
@@ -408,10 +394,8 @@ void krt_interp_exec_node(const krt_interp_exec *x, kir_val v)
         run_binary(x, v);
         return;
     case KIR_OP_SCALE:
-    case KIR_OP_SILU:
-    case KIR_OP_GELU:
-    case KIR_OP_GELU_TANH:
-    case KIR_OP_RELU:
+#define KIR_FORMULA(OP, TYPE, what, expr) case KIR_OP_##OP: /* the unary ops of ir/ops.def's formulas */
+#include "ir/ops.def"
         run_unary(x, v);
         return;
     case KIR_OP_RMS_NORM:
