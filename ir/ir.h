@@ -13,11 +13,10 @@
  *     kir_val ids = kir_input(g, KIR_ROLE_TOKENS, at);     // i32[T]
  *     int64_t tdims[2] = {100, 64};
  *     kir_val tab = kir_weight(g, "embed", KIR_F32, 2, tdims, at);
- *     kir_val x = kir_node_new(g, KIR_OP_EMBED, at);
- *     kir_node_add_input(g, x, tab);
- *     kir_node_add_input(g, x, ids);
- *     if (kir_infer(g, x, &err) != 0) ...   // err names the op and shapes
- *     kir_val out = kir_node_new(g, KIR_OP_OUTPUT, at); ...
+ *     kir_val x = kir_build(g, KIR_OP_EMBED, at, (kir_val[]){tab, ids}, 2, NULL, 0, &err);
+ *     if (x == KIR_NONE) ...                // err names the op and shapes
+ *     kir_setting name = KIR_WITH_STR(KIR_A_OUTPUT_NAME, "logits");
+ *     kir_val out = kir_build(g, KIR_OP_OUTPUT, at, &x, 1, &name, 1, &err);
  *     kir_verify(g, diag);                  // whole-graph checks
  *     ks_buf text = {0}; kir_print(g, &text); // text form; kir_parse reads it back
  *
