@@ -31,13 +31,14 @@ static const char build_help[] =
     "\n"
     "Passes (the pipeline: kiln build --list-passes):\n"
     "  --passes LIST        run these passes (comma-separated, in this order); 'all'\n"
-    "                       (default) or 'none'; plan_memory is the last stage\n"
+    "                       (default) or 'none'; plan_memory, if listed, comes last\n"
     "  --disable-pass NAME  leave a pass out (may repeat)\n"
     "  --dump-ir-after P    write the IR after pass P (or 'all') to --dump-dir\n"
     "  --dump-dir DIR       where the dumps go: NN-pass.ir, in pipeline order\n"
     "  --from-ir FILE       build this IR text (e.g. an edited dump) instead of\n"
     "                       compiling the description; its weights come from the\n"
     "                       model's checkpoint by name; no passes run on it\n"
+    "                       but plan_memory, when it carries no plan\n"
     "  --stats              per-pass counts: nodes, kernels, fusions; the memory plan\n"
     "  --max-tokens N       tokens per step the memory plan holds (default: the\n"
     "                       model's context, at most 2048)\n"
@@ -76,7 +77,6 @@ int kc_cmd_build(int argc, char **argv)
     if (rc) return rc < 0 ? 2 : 0;
     if (list) {
         for (size_t i = 0; i < kp_pass_count; i++) printf("%-22s %s\n", kp_passes[i].name, kp_passes[i].summary);
-        printf("%-22s %s\n", "plan_memory", "place every activation of a step in one arena (the last stage)");
         return 0;
     }
     if (npos != (dflt ? 0 : 1) || !out) {

@@ -30,7 +30,7 @@ typedef struct kd_inputs {
     const char *from_ir;   /* build this (edited) IR text instead of the compiled graph */
     int stats;             /* print per-pass statistics and the memory plan */
     FILE *stats_out;       /* where they go; NULL: standard output */
-    int64_t max_tokens;    /* tokens per step the memory plan holds; 0: the context, at most 2048 */
+    int64_t max_tokens;    /* tokens per step the memory plan holds; 0: kd_plan_tokens's default */
     const char *tokenizer; /* tokenizer file (tokenizer.json or llama2.c .bin); default:
                               tokenizer.json beside the weights, if any */
 } kd_inputs;
@@ -60,8 +60,19 @@ typedef struct kd_model {
 int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d);
 void kd_model_free(kd_model *m);
 
-/* Run the pass pipeline (or read --from-ir), dump and report as asked, and
- * plan memory; the result becomes the graph an engine is built from. */
+/* The default of --max-tokens: a step of the whole context, but at most
+ * this many tokens (a longer prompt is prefilled in steps of this size:
+ * runtime/generate.h), so that the arena of a long-context model stays a
+ * fraction of the device (Llama-3-8B at 2048 tokens: about 1 GiB). */
+#define KD_PLAN_TOKENS_DEFAULT 2048
+
+/* The tokens per step the memory plan holds: in->max_tokens when given,
+ * else g's context (param max_context) up to KD_PLAN_TOKENS_DEFAULT. */
+int64_t kd_plan_tokens(const kd_inputs *in, const kir_graph *g);
+
+/* Run the pass pipeline, plan_memory last (or read --from-ir, which gets
+ * only a plan when it has none), dump and report as asked; the result
+ * becomes the graph an engine is built from. */
 int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d);
 
 /* The graph to build: the optimized one, else the compiled one. */

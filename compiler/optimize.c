@@ -10,7 +10,7 @@
 #include "compiler/synthetic.h"
 #include "passes/derived_weight.h"
 #include "passes/pipeline.h"
-#include "passes/plan_memory.h"
+#include "ir/plan.h"
 
 const kir_graph *kd_graph(const kd_model *m) { return m->optimized ? m->optimized : m->model->graph; }
 
@@ -79,6 +79,14 @@ static void print_stats(FILE *out, const kp_pass_stats *st, size_t n, const kir_
     fprintf(out, "kernels: %zu", k);
     if (layers) fprintf(out, " (%d attention layers: %.2f per layer)", layers, (double)k / layers);
     fprintf(out, "\n");
+    /* the memory plan, as plan_memory wrote it into the graph with the planner's report */
+    const kir_param *tokens = kir_param_find(g, "mem.max_tokens"), *arena = kir_param_find(g, "mem.arena_bytes");
+    const kir_param *bound = kir_param_find(g, "mem.lower_bound_bytes"), *naive = kir_param_find(g, "mem.naive_bytes");
+    if (tokens && arena && bound && naive)
+        fprintf(out,
+                "memory plan (%lld tokens per step): arena %lld bytes, lower bound %lld (peak/bound %.4f), naive %lld\n",
+                (long long)tokens->i, (long long)arena->i, (long long)bound->i,
+                bound->i ? (double)arena->i / (double)bound->i : 1.0, (long long)naive->i);
 }
 
 /* Split "a,b" into a heap array of heap strings. */
@@ -117,37 +125,15 @@ static int list_has(char **v, size_t n, const char *name)
     return 0;
 }
 
-/* ---- the memory plan ---------------------------------------------------------------- */
-
-static int plan_memory(kir_graph *g, int64_t max_tokens, FILE *stats, ks_diag *d)
-{
-    kp_mem_plan plan;
-    if (kp_plan_memory(g, max_tokens, &plan, d) != 0) return -1;
-    ks_buf why = {0};
-    if (kir_plan_check(g, &plan.mem, &why, NULL) != 0)
-        ks_die(__FILE__, __LINE__, "the memory plan is wrong: %s", ks_buf_cstr(&why));
-    ks_buf_free(&why);
-    kp_plan_annotate(g, &plan);
-    /* the plan as the engine will carry it, read back from the graph and
-     * checked as every reader checks it */
-    if (kir_verify(g, d, "the planned graph") != 0) {
-        ks_error(d, "kiln", "the memory plan in the graph does not verify (a bug in kiln)");
-        kp_mem_plan_free(&plan);
-        return -1;
-    }
-    if (stats)
-        fprintf(stats,
-                "memory plan (%lld tokens per step): arena %llu bytes, lower bound %llu (peak/bound %.4f), "
-                "naive %llu\n",
-                (long long)max_tokens, (unsigned long long)plan.mem.arena_bytes,
-                (unsigned long long)plan.lower_bound_bytes,
-                plan.lower_bound_bytes ? (double)plan.mem.arena_bytes / (double)plan.lower_bound_bytes : 1.0,
-                (unsigned long long)plan.naive_bytes);
-    kp_mem_plan_free(&plan);
-    return 0;
-}
-
 /* ---- the optimize stage --------------------------------------------------------------- */
+
+int64_t kd_plan_tokens(const kd_inputs *in, const kir_graph *g)
+{
+    if (in->max_tokens > 0) return in->max_tokens;
+    const kir_param *ctx = kir_param_find(g, "max_context");
+    int64_t t = ctx && ctx->kind == KIR_ATTR_INT && ctx->i > 0 ? ctx->i : KD_PLAN_TOKENS_DEFAULT;
+    return t < KD_PLAN_TOKENS_DEFAULT ? t : KD_PLAN_TOKENS_DEFAULT;
+}
 
 int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
 {
@@ -180,52 +166,29 @@ int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
         rc = -1;
     }
     if (!rc && in->dump_after) rc = dump_ir(&dc, in->from_ir ? "from-ir" : "compiled", g, d);
-    /* a graph read with --from-ir keeps the fusions its author chose: no passes run on it */
-    int run_pipeline = !rc && !in->from_ir && !none;
-    /* plan_memory is the driver's last stage, named like a pass */
-    size_t n_listed = 0;
-    for (size_t i = 0; i < n_passes; i++) n_listed += strcmp(passes[i], "plan_memory") != 0;
-    if (run_pipeline && (all || n_listed)) {
-        const char **names = NULL;
-        if (!all) {
-            names = ks_xcalloc(n_passes, sizeof *names);
-            n_listed = 0;
-            for (size_t i = 0; i < n_passes; i++)
-                if (strcmp(passes[i], "plan_memory") != 0) names[n_listed++] = passes[i];
-        }
-        const char **off = ks_xcalloc(n_disabled + 1, sizeof *off);
-        size_t n_off = 0;
-        for (size_t i = 0; i < n_disabled; i++)
-            if (strcmp(disabled[i], "plan_memory") != 0) off[n_off++] = disabled[i];
+    /* a graph read with --from-ir keeps the fusions its author chose: of the passes only plan_memory runs
+     * on it, when it carries no plan and plan_memory is not left out */
+    static const char *const plan_only[] = {"plan_memory"};
+    int plan_wanted = !list_has(disabled, n_disabled, "plan_memory") && (all || list_has(passes, n_passes, "plan_memory"));
+    int from_ir_plan = in->from_ir && plan_wanted && !kir_has_plan(g);
+    if (!rc && (from_ir_plan || (!in->from_ir && !none))) {
         kp_options opt = {
-            .passes = all ? NULL : names,
-            .n_passes = all ? 0 : n_listed,
-            .disabled = off,
-            .n_disabled = n_off,
+            .passes = from_ir_plan ? plan_only : all ? NULL : (const char *const *)passes,
+            .n_passes = from_ir_plan ? 1 : all ? 0 : n_passes,
+            .disabled = (const char *const *)disabled,
+            .n_disabled = n_disabled,
             .verify = 1,
             .after = after_pass,
             .after_ctx = &dc,
+            .max_tokens = kd_plan_tokens(in, g),
         };
         kp_pass_stats *st = NULL;
         size_t n_st = 0;
         rc = kp_run_pipeline(&g, &opt, &st, &n_st, d);
         if (rc == 0 && in->stats) print_stats(in->stats_out ? in->stats_out : stdout, st, n_st, g);
         free(st);
-        free(names);
-        free(off);
     } else if (!rc && in->stats) {
         print_stats(in->stats_out ? in->stats_out : stdout, NULL, 0, g);
-    }
-    int plan = !list_has(disabled, n_disabled, "plan_memory") && (all || list_has(passes, n_passes, "plan_memory"));
-    if (!rc && plan && !kir_param_find(g, "mem.arena_bytes")) {
-        int64_t max_tokens = in->max_tokens;
-        if (max_tokens <= 0) {
-            const kir_param *ctx = kir_param_find(g, "max_context");
-            max_tokens = ctx && ctx->kind == KIR_ATTR_INT && ctx->i > 0 ? ctx->i : 2048;
-            if (max_tokens > 2048) max_tokens = 2048;
-        }
-        rc = plan_memory(g, max_tokens, in->stats ? (in->stats_out ? in->stats_out : stdout) : NULL, d);
-        if (!rc && in->dump_after) rc = dump_ir(&dc, "plan_memory", g, d);
     }
     free_list(passes, n_passes);
     free_list(disabled, n_disabled);

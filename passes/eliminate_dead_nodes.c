@@ -23,7 +23,7 @@ static int is_root(const kir_graph *g, kir_val v)
            (op == KIR_OP_ATTENTION && kir_attr_int(g, v, KIR_A_ATTENTION_WRITE_KV) != 0);
 }
 
-int kp_eliminate_dead_nodes(kir_graph **gp, kp_pass_stats *st, ks_diag *d)
+int kp_eliminate_dead_nodes(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_diag *d)
 {
     (void)d;
     const kir_graph *g = *gp;

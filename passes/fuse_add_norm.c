@@ -30,7 +30,7 @@ static kir_val add_of(const kir_graph *g, kir_val v)
     return a;
 }
 
-int kp_fuse_add_norm(kir_graph **gp, kp_pass_stats *st, ks_diag *d)
+int kp_fuse_add_norm(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_diag *d)
 {
     (void)d;
     const kir_graph *g = *gp;

@@ -59,7 +59,7 @@ static kir_val grow(const kir_graph *g, kir_val a, uint8_t *member, uint8_t *dep
     return last;
 }
 
-int kp_fuse_epilogues(kir_graph **gp, kp_pass_stats *st, ks_diag *d)
+int kp_fuse_epilogues(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_diag *d)
 {
     (void)d;
     const kir_graph *g = *gp;

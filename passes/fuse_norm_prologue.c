@@ -32,7 +32,7 @@ static kir_val prologue_of(const kir_graph *g, const kp_uses *uses, kir_val v)
     return m;
 }
 
-int kp_fuse_norm_prologue(kir_graph **gp, kp_pass_stats *st, ks_diag *d)
+int kp_fuse_norm_prologue(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_diag *d)
 {
     (void)d;
     const kir_graph *g = *gp;

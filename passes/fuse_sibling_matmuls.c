@@ -232,7 +232,7 @@ static void emit_slice(sibling_pass *p, kp_rewriter *rw, size_t i, kir_val v)
     rw->map[v] = sl;
 }
 
-int kp_fuse_sibling_matmuls(kir_graph **gp, kp_pass_stats *st, ks_diag *d)
+int kp_fuse_sibling_matmuls(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_diag *d)
 {
     (void)d;
     const kir_graph *g = *gp;

@@ -10,8 +10,9 @@
  *  - epilogues before prologues: a prologue norm joins the group its matmul
  *    anchors;
  *  - add + norm takes what the other groups left;
- *  - dead-node elimination last: the passes before leave the weights they
- *    replaced for it to drop, and it renumbers the groups.
+ *  - dead-node elimination: the passes before leave the weights they
+ *    replaced for it to drop, and it renumbers the groups;
+ *  - the memory plan last: it places the values of the graph as it is.
  */
 #include "passes/pipeline.h"
 
@@ -33,6 +34,8 @@ const kp_pass kp_passes[] = {
     {"fuse_add_norm", "a residual add and the norm of its sum become one kernel", kp_fuse_add_norm},
     {"eliminate_dead_nodes", "nodes whose values nothing uses are dropped; groups are renumbered",
      kp_eliminate_dead_nodes},
+    {"plan_memory", "every activation of a step at a fixed offset in one arena (mem.offset); last",
+     kp_plan_memory_pass},
 };
 const size_t kp_pass_count = sizeof kp_passes / sizeof kp_passes[0];
 
@@ -132,6 +135,16 @@ int kp_run_pipeline(kir_graph **g, const kp_options *opt, kp_pass_stats **stats,
     }
     if (resolve_names(opt->disabled, opt->n_disabled, disabled, &n_disabled, d, what) != 0) return -1;
 
+    /* plan_memory places the values of the final graph: nothing may run after it */
+    for (size_t i = 0; i + 1 < n_selected; i++) {
+        int off = 0;
+        for (size_t k = 0; k < n_disabled && !off; k++) off = disabled[k] == selected[i];
+        if (!off && selected[i]->run == kp_plan_memory_pass) {
+            ks_error(d, what, "plan_memory places the values of the final graph: it must be the last pass (%s comes "
+                              "after it)", selected[i + 1]->name);
+            return -1;
+        }
+    }
     int verify = opt->verify;
 #ifndef NDEBUG
     verify = 1;
@@ -139,7 +152,7 @@ int kp_run_pipeline(kir_graph **g, const kp_options *opt, kp_pass_stats **stats,
     if (verify && verify_after(*g, NULL, what, d) != 0) return -1;
     /* a memory plan is for the graph as it is: the passes change it (and
      * copy attributes to the nodes they make), so the plan goes;
-     * plan_memory, the driver's last stage, makes a new one */
+     * plan_memory, the last pass, makes a new one */
     int any_runs = 0;
     for (size_t i = 0; i < n_selected && !any_runs; i++) {
         int off = 0;
@@ -160,7 +173,7 @@ int kp_run_pipeline(kir_graph **g, const kp_options *opt, kp_pass_stats **stats,
         s->pass = pass->name;
         s->nodes_before = (*g)->n_nodes;
         s->kernels_before = kp_count_kernels(*g);
-        rc = pass->run(g, s, d);
+        rc = pass->run(g, opt, s, d);
         s->nodes_after = (*g)->n_nodes;
         s->kernels_after = kp_count_kernels(*g);
         if (rc == 0 && verify) rc = verify_after(*g, pass->name, what, d);

@@ -16,6 +16,10 @@
  *     printf("%zu kernels\n", kp_count_kernels(g));
  *     free(st);
  *
+ * The last pass, plan_memory, places every activation of a step in one
+ * arena (passes/plan_memory.h) for steps of up to opt->max_tokens tokens;
+ * it must come last, as any pass after it would change what it planned.
+ *
  * What the passes make of a graph: fused matmuls over derived weights
  * (passes/derived_weight.h), KV-cache writes split off attention into
  * kv_write nodes, and `fuse=<id>` attributes that gather the nodes of one
@@ -47,9 +51,12 @@ typedef struct kp_pass_stats {
                               groups formed or grown; 0 for eliminate_dead_nodes (see the node counts) */
 } kp_pass_stats;
 
+typedef struct kp_options kp_options;
+
 /* A pass: replaces *g with the rewritten graph (freeing the old one) and
- * fills st->fusions. Returns 0, or -1 after reporting through d. */
-typedef int (*kp_pass_fn)(kir_graph **g, kp_pass_stats *st, ks_diag *d);
+ * fills st->fusions; opt holds the build's settings a pass may need (the
+ * memory plan's tokens). Returns 0, or -1 after reporting through d. */
+typedef int (*kp_pass_fn)(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);
 
 typedef struct kp_pass {
     const char *name;    /* as --passes and --disable-pass spell it */
@@ -69,7 +76,7 @@ const kp_pass *kp_pass_find(const char *name);
 typedef int (*kp_after_pass_fn)(void *ctx, const kp_pass *pass, const kir_graph *g, const kp_pass_stats *st,
                                 ks_diag *d);
 
-typedef struct kp_options {
+struct kp_options {
     const char *const *passes;   /* passes to run, in this order; NULL: the whole pipeline. An entry may be
                                     a comma-separated list ("fuse_epilogues,eliminate_dead_nodes") */
     size_t n_passes;             /* entries in passes */
@@ -80,7 +87,9 @@ typedef struct kp_options {
     kp_after_pass_fn after;      /* hook after each pass, or NULL */
     void *after_ctx;             /* its context */
     const char *what;            /* names the run in messages; NULL: "kiln" */
-} kp_options;
+    int64_t max_tokens;          /* plan_memory: the most tokens a step may have, which the plan holds
+                                    (the build's --max-tokens); 0: no plan (plan_memory leaves the graph) */
+};
 
 /* Run the passes over *g, replacing it. A memory plan *g carries (ir/plan.h)
  * is dropped when any pass runs: it was made for the graph before. *stats receives one entry per pass
@@ -98,11 +107,12 @@ int kp_run_pipeline(kir_graph **g, const kp_options *opt, kp_pass_stats **stats,
 size_t kp_count_kernels(const kir_graph *g);
 
 /* ---- the passes, each in its own file -------------------------------------------------- */
-int kp_fuse_sibling_matmuls(kir_graph **g, kp_pass_stats *st, ks_diag *d); /* passes/fuse_sibling_matmuls.c */
-int kp_split_kv_write(kir_graph **g, kp_pass_stats *st, ks_diag *d);       /* passes/split_kv_write.c */
-int kp_fuse_epilogues(kir_graph **g, kp_pass_stats *st, ks_diag *d);       /* passes/fuse_epilogues.c */
-int kp_fuse_norm_prologue(kir_graph **g, kp_pass_stats *st, ks_diag *d);   /* passes/fuse_norm_prologue.c */
-int kp_fuse_add_norm(kir_graph **g, kp_pass_stats *st, ks_diag *d);        /* passes/fuse_add_norm.c */
-int kp_eliminate_dead_nodes(kir_graph **g, kp_pass_stats *st, ks_diag *d); /* passes/eliminate_dead_nodes.c */
+int kp_fuse_sibling_matmuls(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d); /* passes/fuse_sibling_matmuls.c */
+int kp_split_kv_write(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);       /* passes/split_kv_write.c */
+int kp_fuse_epilogues(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);       /* passes/fuse_epilogues.c */
+int kp_fuse_norm_prologue(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);   /* passes/fuse_norm_prologue.c */
+int kp_fuse_add_norm(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);        /* passes/fuse_add_norm.c */
+int kp_eliminate_dead_nodes(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d); /* passes/eliminate_dead_nodes.c */
+int kp_plan_memory_pass(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d); /* passes/plan_memory.c */
 
 #endif

@@ -75,6 +75,8 @@
  */
 #include "passes/plan_memory.h"
 
+#include "passes/pipeline.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -640,4 +642,21 @@ void kp_plan_annotate(kir_graph *g, const kp_mem_plan *plan)
     kir_plan_annotate(g, &plan->mem);
     kir_param_int(g, "mem.lower_bound_bytes", (int64_t)plan->lower_bound_bytes);
     kir_param_int(g, "mem.naive_bytes", (int64_t)plan->naive_bytes);
+}
+
+/* ---- the pass ------------------------------------------------------------------------- */
+int kp_plan_memory_pass(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_diag *d)
+{
+    kir_graph *g = *gp;
+    st->fusions = 0;
+    if (opt->max_tokens == 0) return 0; /* no plan asked for (kp_options) */
+    kp_mem_plan plan;
+    if (kp_plan_memory(g, opt->max_tokens, &plan, d) != 0) return -1;
+    ks_buf why = {0};
+    if (kir_plan_check(g, &plan.mem, &why, NULL) != 0)
+        ks_die(__FILE__, __LINE__, "the memory plan is wrong: %s", ks_buf_cstr(&why));
+    ks_buf_free(&why);
+    kp_plan_annotate(g, &plan);
+    kp_mem_plan_free(&plan);
+    return 0;
 }

@@ -27,7 +27,7 @@ static int writes_kv(const kir_graph *g, kir_val v)
     return kir_node_at(g, v)->op == KIR_OP_ATTENTION && kir_attr_int(g, v, KIR_A_ATTENTION_WRITE_KV) != 0;
 }
 
-int kp_split_kv_write(kir_graph **gp, kp_pass_stats *st, ks_diag *d)
+int kp_split_kv_write(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_diag *d)
 {
     (void)d;
     const kir_graph *g = *gp;

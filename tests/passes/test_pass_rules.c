@@ -15,6 +15,7 @@
 #include "runtime/interp/interp.h"
 #include "pass_test.h"
 #include "passes/derived_weight.h"
+#include "ir/plan.h"
 #include "passes/pipeline.h"
 
 #define ATT "scale=0.5, window=0, softcap=0.0"
@@ -227,14 +228,14 @@ static void test_pipeline(void)
     CHECK(run(&opt, &log, NULL, NULL, NULL) == -1);
     CHECK_TEXT("unknown pass", ks_buf_cstr(&log),
                "kiln: error: unknown pass 'fuse_qkv' (the passes: fuse_sibling_matmuls, split_kv_write, "
-               "fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes)\n");
+               "fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes, plan_memory)\n");
     log.len = 0;
     const char *bad_off[] = {""};
     kp_options opt2 = {.disabled = bad_off, .n_disabled = 1, .what = "kiln build"};
     CHECK(run(&opt2, &log, NULL, NULL, NULL) == -1);
     CHECK_TEXT("empty name", ks_buf_cstr(&log),
                "kiln build: error: unknown pass '' (the passes: fuse_sibling_matmuls, split_kv_write, "
-               "fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes)\n");
+               "fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes, plan_memory)\n");
 
     /* the whole pipeline, one pass disabled; stats and the hook */
     log.len = 0;
@@ -246,9 +247,9 @@ static void test_pipeline(void)
     kir_graph *g = NULL;
     CHECK(run(&opt3, &log, &st, &n_st, &g) == 0);
     CHECK_TEXT("hook", ks_buf_cstr(&h.names),
-               "fuse_sibling_matmuls:5,fuse_epilogues:2,fuse_norm_prologue:2,eliminate_dead_nodes:2");
-    CHECK(n_st == 4);
-    if (n_st == 4) {
+               "fuse_sibling_matmuls:5,fuse_epilogues:2,fuse_norm_prologue:2,eliminate_dead_nodes:2,plan_memory:2");
+    CHECK(n_st == 5); /* plan_memory ran, and planned nothing: no max_tokens */
+    if (n_st == 5) {
         CHECK(strcmp(st[0].pass, "fuse_sibling_matmuls") == 0 && st[0].nodes_before == 9 && st[0].nodes_after == 11 &&
               st[0].kernels_before == 4 && st[0].kernels_after == 5 && st[0].fusions == 1);
         CHECK(strcmp(st[1].pass, "fuse_epilogues") == 0 && st[1].fusions == 1 && st[1].kernels_after == 2);
@@ -273,6 +274,20 @@ static void test_pipeline(void)
     kir_graph_free(g);
     free(st);
     ks_buf_free(&h.names);
+
+    /* plan_memory plans for the tokens the options give, and comes last */
+    log.len = 0;
+    const char *plan_then[] = {"fuse_sibling_matmuls,plan_memory"};
+    kp_options opt_plan = {.passes = plan_then, .n_passes = 1, .verify = 1, .max_tokens = 4};
+    CHECK(run(&opt_plan, &log, NULL, NULL, &g) == 0);
+    CHECK(g && kir_has_plan(g) && kir_param_find(g, "mem.max_tokens")->i == 4);
+    kir_graph_free(g);
+    const char *plan_first[] = {"plan_memory,eliminate_dead_nodes"};
+    kp_options opt_order = {.passes = plan_first, .n_passes = 1, .max_tokens = 4};
+    CHECK(run(&opt_order, &log, NULL, NULL, NULL) == -1);
+    CHECK_TEXT("plan first", ks_buf_cstr(&log),
+               "kiln: error: plan_memory places the values of the final graph: it must be the last pass "
+               "(eliminate_dead_nodes comes after it)\n");
 
     /* a list in order, a pass twice; the hook stops the run */
     log.len = 0;
