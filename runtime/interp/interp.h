@@ -1,6 +1,7 @@
 /*
  * interp.h — the reference interpreter: executes any verified kir_graph in
- * float32 on the CPU. It is the numerical reference for every backend.
+ * float32 on the CPU (weights of any float dtype are read as they are
+ * stored). It is the numerical reference for every backend.
  *
  * Execution model: a step processes a flat batch of tokens from any number
  * of sequences; token i has tokens[i], positions[i] and seq_ids[i].
@@ -34,6 +35,14 @@ typedef struct krt_interp krt_interp;
  * NULL after reporting. */
 krt_interp *krt_interp_new(const kir_graph *g, const void *const *weights, krt_kv *kv, ks_diag *d);
 void krt_interp_free(krt_interp *it);
+
+/* Bytes the interpreter allocated for copies of weights. The kernels read
+ * weights where they lie, in their own dtype (f32, f16, bf16: half
+ * precision is converted to f32 as it is read, exactly), so this is 0
+ * unless some weight's data was not aligned to its elements (4 bytes for
+ * f32, 2 for f16 and bf16), which is copied once here. An engine's weights
+ * are aligned: it reads them from the engine's mapping. */
+size_t krt_interp_weight_bytes(const krt_interp *it);
 
 /* The KV-cache layout the graph needs (one krt_kv_layer per `layer` of an
  * ATTENTION or KV_WRITE); *n_layers receives their count. Caller frees the

@@ -9,7 +9,10 @@
  *    run at once and token by token gives bit-identical results;
  *  - matmul and the dot products of attention accumulate in float32, as
  *    the GPU backends do; row reductions (norms, the softmax's sum) and
- *    transcendental functions use double and round once.
+ *    transcendental functions use double and round once;
+ *  - weights are read where they lie, in their own dtype: f16 and bf16 are
+ *    converted to float32 (exactly) a row or a tile at a time by load_f32,
+ *    and the arithmetic after it is that of an f32 weight, bit for bit.
  */
 #include "runtime/interp/interp_kernels.h"
 
@@ -23,6 +26,94 @@
 static const kir_node *node_of(const krt_interp_exec *x, kir_val v) { return &x->g->nodes[v]; }
 static int64_t elems_of(const krt_interp_exec *x, kir_val v) { return kir_elems(node_of(x, v), x->n_tokens); }
 static int64_t last_dim(const kir_node *n) { return n->dims[n->ndim - 1]; }
+
+/* ---- reading values of any float dtype ------------------------------------------
+ * Computed values are float32; a weight keeps the dtype it is stored in.
+ * load_f32 is the one way a kernel reads a stretch of either. The
+ * conversions go in blocks of 8 without branches, which gcc vectorizes
+ * (at -O2 too), then a tail. */
+static float f32_of_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint32_t bits_of_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* bfloat16 is the high half of a float32. */
+static float bf16_value(uint16_t h) { return f32_of_bits((uint32_t)h << 16); }
+
+/* IEEE binary16, as ks_f16_to_f32 (to the bit, NaN payloads too): the
+ * exponent and mantissa move into float32's places and the exponent is
+ * rebiased by 127 - 15; inf and NaN keep an all-ones exponent; zero and
+ * subnormals (m * 2^-24) come out of 2^-14 * (1 + m/1024) - 2^-14, exact.
+ * The cases are chosen with masks, not branches, so that it vectorizes. */
+static float f16_value(uint16_t h)
+{
+    uint32_t em = (uint32_t)(h & 0x7fff) << 13, exp = em & 0x0f800000u;
+    uint32_t special = -(uint32_t)(exp == 0x0f800000u), tiny = -(uint32_t)(exp == 0); /* all ones or none */
+    uint32_t normal = em + (112u << 23) + (special & (112u << 23));
+    uint32_t small = bits_of_f32(f32_of_bits(em + (113u << 23)) - 0x1p-14f);
+    return f32_of_bits((tiny & small) | (~tiny & normal) | (uint32_t)(h & 0x8000) << 16);
+}
+
+static void bf16_to_f32(float *out, const uint16_t *in, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) out[i + l] = bf16_value(in[i + l]);
+    for (; i < n; i++) out[i] = bf16_value(in[i]);
+}
+
+static void f16_to_f32(float *out, const uint16_t *in, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) out[i + l] = f16_value(in[i + l]);
+    for (; i < n; i++) out[i] = f16_value(in[i]);
+}
+
+/* Elements [first, first + n) of data (of float dtype dt) as float32: where
+ * they lie for f32, else converted into buf (room for n floats). */
+static const float *load_f32(const void *data, kir_dtype dt, int64_t first, int64_t n, float *buf)
+{
+    switch (dt) {
+    case KIR_F32:
+        return (const float *)data + first;
+    case KIR_BF16:
+        bf16_to_f32(buf, (const uint16_t *)data + first, n);
+        return buf;
+    case KIR_F16:
+        f16_to_f32(buf, (const uint16_t *)data + first, n);
+        return buf;
+    default:
+        KS_UNREACHABLE(); /* the weight shape rule allows float types only */
+    }
+}
+
+/* Where value v lies, in its node's dtype (only weights are not f32). */
+static const void *data_of(const krt_interp_exec *x, kir_val v)
+{
+    return node_of(x, v)->op == KIR_OP_WEIGHT ? x->weights[v] : x->src[v];
+}
+
+/* All of operand v (a bias, a norm's weight: small) as float32, or NULL when
+ * v is KIR_NONE: where it lies, or converted into *tmp, which the caller
+ * frees (it stays NULL for f32). */
+static const float *load_all_f32(const krt_interp_exec *x, kir_val v, float **tmp)
+{
+    if (v == KIR_NONE) return NULL;
+    const kir_node *n = node_of(x, v);
+    int64_t ne = elems_of(x, v);
+    if (n->dtype != KIR_F32) *tmp = ks_xmalloc(sizeof(float) * (size_t)(ne ? ne : 1));
+    return load_f32(data_of(x, v), n->dtype, 0, ne, *tmp);
+}
 
 /* ---- matmul --------------------------------------------------------------------
  * out[t,n] = dot(x[t,:], w[n,:]); both rows are contiguous in K. The dot
@@ -40,7 +131,8 @@ static float dot(const float *a, const float *b, int64_t n)
 
 typedef struct matmul_job {
     const float *x;  /* [rows, k] */
-    const float *w;  /* [n, k] */
+    const void *w;   /* [n, k] in w_dtype */
+    kir_dtype w_dtype; /* f32, f16 or bf16 */
     float *out;      /* [rows, n] */
     int64_t rows;    /* rows of x */
     int64_t k;       /* inner dim */
@@ -48,21 +140,27 @@ typedef struct matmul_job {
     int64_t n0, n1;  /* the columns [n0, n1) this job computes */
 } matmul_job;
 
-/* Bytes of w kept hot while every row of x passes over them (about L2). */
+/* Bytes of w, as float32, kept hot while every row of x passes over them (about L2). */
 enum { MATMUL_W_TILE_BYTES = 256 * 1024 };
 
+/* A tile of w's rows at a time: as float32 (converted into buf when w is
+ * f16 or bf16), then every row of x against it. */
 static void matmul_columns(const matmul_job *j)
 {
     int64_t tile = MATMUL_W_TILE_BYTES / (int64_t)sizeof(float) / j->k;
     if (tile < 1) tile = 1;
+    if (tile > j->n1 - j->n0) tile = j->n1 - j->n0;
+    float *buf = j->w_dtype == KIR_F32 ? NULL : ks_xmalloc(sizeof(float) * (size_t)(tile * j->k + 1));
     for (int64_t c0 = j->n0; c0 < j->n1; c0 += tile) {
         int64_t c1 = c0 + tile < j->n1 ? c0 + tile : j->n1;
+        const float *wt = load_f32(j->w, j->w_dtype, c0 * j->k, (c1 - c0) * j->k, buf); /* rows [c0, c1) */
         for (int64_t t = 0; t < j->rows; t++) {
             const float *xr = j->x + t * j->k;
             float *o = j->out + t * j->n;
-            for (int64_t c = c0; c < c1; c++) o[c] = dot(xr, j->w + c * j->k, j->k);
+            for (int64_t c = c0; c < c1; c++) o[c] = dot(xr, wt + (c - c0) * j->k, j->k);
         }
     }
+    free(buf);
 }
 
 static void *matmul_worker(void *p)
@@ -75,7 +173,8 @@ static void *matmul_worker(void *p)
 #define MATMUL_THREAD_MIN_MACS ((int64_t)1 << 21)
 enum { MATMUL_MAX_THREADS = 16 };
 
-static void matmul(const float *xs, const float *w, float *out, int64_t rows, int64_t k, int64_t n, int n_threads)
+static void matmul(const float *xs, const void *w, kir_dtype w_dtype, float *out, int64_t rows, int64_t k, int64_t n,
+                   int n_threads)
 {
     matmul_job jobs[MATMUL_MAX_THREADS];
     pthread_t tid[MATMUL_MAX_THREADS];
@@ -85,7 +184,7 @@ static void matmul(const float *xs, const float *w, float *out, int64_t rows, in
     if (nt > n) nt = (int)n;
     if (nt < 1) nt = 1;
     for (int i = 0; i < nt; i++)
-        jobs[i] = (matmul_job){xs, w, out, rows, k, n, n * i / nt, n * (i + 1) / nt};
+        jobs[i] = (matmul_job){xs, w, w_dtype, out, rows, k, n, n * i / nt, n * (i + 1) / nt};
     /* Split by columns: each element is one dot(), whoever computes it. A
      * thread that cannot start leaves its columns to this one. */
     for (int i = 1; i < nt; i++) started[i] = pthread_create(&tid[i], NULL, matmul_worker, &jobs[i]) == 0;
@@ -103,19 +202,24 @@ static void run_matmul(const krt_interp_exec *x, kir_val v)
     const kir_node *n = node_of(x, v);
     const kir_node *w = node_of(x, n->in[1]);
     int64_t k = w->dims[1], cols = w->dims[0];
-    matmul(x->src[n->in[0]], x->src[n->in[1]], x->dst[v], elems_of(x, n->in[0]) / k, k, cols, x->n_threads);
+    matmul(x->src[n->in[0]], data_of(x, n->in[1]), w->dtype, x->dst[v], elems_of(x, n->in[0]) / k, k, cols,
+           x->n_threads);
 }
 
 /* ---- embedding ------------------------------------------------------------------ */
 static void run_embed(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
-    const float *table = x->src[n->in[0]];
+    const kir_node *table = node_of(x, n->in[0]);
+    const void *data = data_of(x, n->in[0]);
     const int32_t *ids = x->ints[n->in[1]];
-    int64_t dim = node_of(x, n->in[0])->dims[1];
+    int64_t dim = table->dims[1];
     /* ids were checked against the table's rows before the step */
-    for (int64_t t = 0; t < x->n_tokens; t++)
-        memcpy(x->dst[v] + t * dim, table + (int64_t)ids[t] * dim, sizeof(float) * (size_t)dim);
+    for (int64_t t = 0; t < x->n_tokens; t++) {
+        float *o = x->dst[v] + t * dim;
+        const float *row = load_f32(data, table->dtype, (int64_t)ids[t] * dim, dim, o);
+        if (row != o) memcpy(o, row, sizeof(float) * (size_t)dim);
+    }
 }
 
 /* ---- elementwise ------------------------------------------------------------------ */
@@ -124,7 +228,8 @@ static void run_embed(const krt_interp_exec *x, kir_val v)
 static void run_binary(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
-    const float *a = x->src[n->in[0]], *b = x->src[n->in[1]];
+    float *tmp = NULL;
+    const float *a = x->src[n->in[0]], *b = load_all_f32(x, n->in[1], &tmp);
     float *o = x->dst[v];
     int64_t na = elems_of(x, n->in[0]), nb = elems_of(x, n->in[1]);
     for (int64_t i = 0; i < na; i += nb) {
@@ -142,6 +247,7 @@ static void run_binary(const krt_interp_exec *x, kir_val v)
             KS_UNREACHABLE();
         }
     }
+    free(tmp);
 }
 
 static float gelu_erf(double a) { return (float)(0.5 * a * (1.0 + erf(a / sqrt(2.0)))); }
@@ -182,16 +288,15 @@ static void run_unary(const krt_interp_exec *x, kir_val v)
 }
 
 /* ---- norms: over the last dim -------------------------------------------------------- */
-static const float *optional_operand(const krt_interp_exec *x, const kir_node *n, int i)
-{
-    return i < n->nin && n->in[i] != KIR_NONE ? x->src[n->in[i]] : NULL;
-}
+/* Operand i of n (a weight or a bias), or KIR_NONE when absent. */
+static kir_val optional_operand(const kir_node *n, int i) { return i < n->nin ? n->in[i] : KIR_NONE; }
 
 /* RMSNorm (Zhang & Sennrich 2019) as HF's LlamaRMSNorm: x / sqrt(mean(x^2) + eps), then * w. */
 static void run_rms_norm(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
-    const float *a = x->src[n->in[0]], *w = optional_operand(x, n, 1);
+    float *w_tmp = NULL;
+    const float *a = x->src[n->in[0]], *w = load_all_f32(x, optional_operand(n, 1), &w_tmp);
     float *o = x->dst[v];
     int64_t d = last_dim(n), rows = elems_of(x, v) / d;
     double eps = kir_get_float(x->g, v, "eps", 1e-5);
@@ -206,13 +311,16 @@ static void run_rms_norm(const krt_interp_exec *x, kir_val v)
             orow[i] = w ? y * w[i] : y;
         }
     }
+    free(w_tmp);
 }
 
 /* LayerNorm with the biased variance, as torch.nn.LayerNorm. */
 static void run_layer_norm(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
-    const float *a = x->src[n->in[0]], *w = optional_operand(x, n, 1), *b = optional_operand(x, n, 2);
+    float *w_tmp = NULL, *b_tmp = NULL;
+    const float *a = x->src[n->in[0]];
+    const float *w = load_all_f32(x, optional_operand(n, 1), &w_tmp), *b = load_all_f32(x, optional_operand(n, 2), &b_tmp);
     float *o = x->dst[v];
     int64_t d = last_dim(n), rows = elems_of(x, v) / d;
     double eps = kir_get_float(x->g, v, "eps", 1e-5);
@@ -231,6 +339,8 @@ static void run_layer_norm(const krt_interp_exec *x, kir_val v)
             orow[i] = y;
         }
     }
+    free(w_tmp);
+    free(b_tmp);
 }
 
 /* ---- views: reshape, slice, concat (copies here; a backend may alias) ------------------ */
