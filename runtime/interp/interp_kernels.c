@@ -28,55 +28,60 @@ static int64_t elems_of(const krt_interp_exec *x, kir_val v) { return kir_elems(
 static int64_t last_dim(const kir_node *n) { return n->dims[n->ndim - 1]; }
 
 /* ---- reading values of any float dtype ------------------------------------------
- * Computed values are float32; a weight keeps the dtype it is stored in.
- * load_f32 is the one way a kernel reads a stretch of either. The
- * conversions go in blocks of 8 without branches, which gcc vectorizes
- * (at -O2 too), then a tail. */
-static float f32_of_bits(uint32_t u)
+ * Computed values are float32; a weight keeps the dtype it is stored in
+ * (f32, f16 or bf16), and kernels read it there. elem_f32 is the one way
+ * to read an element of either as float32 (exactly); the loops over
+ * elements (load_f32, which reads a row or a tile, and the matmul's dot
+ * product) are written once and inlined for each dtype, so that the switch
+ * folds away and gcc vectorizes them (at -O2 too: blocks of 8, then a tail). */
+#define KRT_INLINE static inline __attribute__((always_inline))
+
+KRT_INLINE float f32_of_bits(uint32_t u)
 {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-static uint32_t bits_of_f32(float f)
+KRT_INLINE uint32_t bits_of_f32(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-/* bfloat16 is the high half of a float32. */
-static float bf16_value(uint16_t h) { return f32_of_bits((uint32_t)h << 16); }
-
-/* IEEE binary16, as ks_f16_to_f32 (to the bit, NaN payloads too): the
- * exponent and mantissa move into float32's places and the exponent is
- * rebiased by 127 - 15; inf and NaN keep an all-ones exponent; zero and
- * subnormals (m * 2^-24) come out of 2^-14 * (1 + m/1024) - 2^-14, exact.
- * The cases are chosen with masks, not branches, so that it vectorizes. */
-static float f16_value(uint16_t h)
+/* IEEE binary16 as ks_f16_to_f32 gives it, to the bit (NaN payloads too).
+ * In h << 16 shifted right by 3 (arithmetic, as gcc shifts a negative int)
+ * the sign stays in place and the exponent and mantissa land in float32's
+ * places; scaling by 2^(127-15) then rebiases the exponent exactly (a
+ * subnormal m * 2^-24 too), and an all-ones exponent (inf, NaN) is set back
+ * to all ones. Seven vector operations for four values on plain x86-64. */
+KRT_INLINE float f16_value(uint16_t h)
 {
-    uint32_t em = (uint32_t)(h & 0x7fff) << 13, exp = em & 0x0f800000u;
-    uint32_t special = -(uint32_t)(exp == 0x0f800000u), tiny = -(uint32_t)(exp == 0); /* all ones or none */
-    uint32_t normal = em + (112u << 23) + (special & (112u << 23));
-    uint32_t small = bits_of_f32(f32_of_bits(em + (113u << 23)) - 0x1p-14f);
-    return f32_of_bits((tiny & small) | (~tiny & normal) | (uint32_t)(h & 0x8000) << 16);
+    uint32_t b = (uint32_t)((int32_t)((uint32_t)h << 16) >> 3) & 0x8fffe000u;
+    uint32_t inf_nan = (b & 0x0f800000u) == 0x0f800000u ? 0x7f800000u : 0;
+    return f32_of_bits(bits_of_f32(f32_of_bits(b) * 0x1p112f) | inf_nan);
 }
 
-static void bf16_to_f32(float *out, const uint16_t *in, int64_t n)
+/* Element i of data of float dtype dt; bfloat16 is the high half of a float32. */
+KRT_INLINE float elem_f32(const void *data, int64_t i, kir_dtype dt)
+{
+    switch (dt) {
+    case KIR_BF16:
+        return f32_of_bits((uint32_t)((const uint16_t *)data)[i] << 16);
+    case KIR_F16:
+        return f16_value(((const uint16_t *)data)[i]);
+    default:
+        return ((const float *)data)[i];
+    }
+}
+
+KRT_INLINE void to_f32_as(float *out, const void *in, int64_t n, kir_dtype dt)
 {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) out[i + l] = bf16_value(in[i + l]);
-    for (; i < n; i++) out[i] = bf16_value(in[i]);
-}
-
-static void f16_to_f32(float *out, const uint16_t *in, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) out[i + l] = f16_value(in[i + l]);
-    for (; i < n; i++) out[i] = f16_value(in[i]);
+        for (int l = 0; l < 8; l++) out[i + l] = elem_f32(in, i + l, dt);
+    for (; i < n; i++) out[i] = elem_f32(in, i, dt);
 }
 
 /* Elements [first, first + n) of data (of float dtype dt) as float32: where
@@ -87,10 +92,10 @@ static const float *load_f32(const void *data, kir_dtype dt, int64_t first, int6
     case KIR_F32:
         return (const float *)data + first;
     case KIR_BF16:
-        bf16_to_f32(buf, (const uint16_t *)data + first, n);
+        to_f32_as(buf, (const uint16_t *)data + first, n, KIR_BF16);
         return buf;
     case KIR_F16:
-        f16_to_f32(buf, (const uint16_t *)data + first, n);
+        to_f32_as(buf, (const uint16_t *)data + first, n, KIR_F16);
         return buf;
     default:
         KS_UNREACHABLE(); /* the weight shape rule allows float types only */
@@ -118,46 +123,78 @@ static const float *load_all_f32(const krt_interp_exec *x, kir_val v, float **tm
 /* ---- matmul --------------------------------------------------------------------
  * out[t,n] = dot(x[t,:], w[n,:]); both rows are contiguous in K. The dot
  * product keeps eight partial sums (so the compiler can vectorize it) added
- * in a fixed tree, which makes its result depend on the two rows only. */
-static float dot(const float *a, const float *b, int64_t n)
+ * in a fixed tree, which makes its result depend on the two rows' values
+ * only: not on w's dtype, nor on whether w was converted before. */
+KRT_INLINE float dot_as(const float *a, const void *b, int64_t n, kir_dtype dt)
 {
     float acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * elem_f32(b, i + l, dt);
+    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * elem_f32(b, i, dt);
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+static float dot(const float *a, const float *b, int64_t n) { return dot_as(a, b, n, KIR_F32); }
+
+/* a (float32) with b of dtype dt, read where it lies. */
+static float dot_weight(const float *a, const void *b, int64_t n, kir_dtype dt)
+{
+    switch (dt) {
+    case KIR_BF16:
+        return dot_as(a, b, n, KIR_BF16);
+    case KIR_F16:
+        return dot_as(a, b, n, KIR_F16);
+    default:
+        return dot_as(a, b, n, KIR_F32);
+    }
+}
+
 typedef struct matmul_job {
-    const float *x;  /* [rows, k] */
-    const void *w;   /* [n, k] in w_dtype */
+    const float *x;    /* [rows, k] */
+    const void *w;     /* [n, k] in w_dtype */
     kir_dtype w_dtype; /* f32, f16 or bf16 */
-    float *out;      /* [rows, n] */
-    int64_t rows;    /* rows of x */
-    int64_t k;       /* inner dim */
-    int64_t n;       /* rows of w: columns of out */
-    int64_t n0, n1;  /* the columns [n0, n1) this job computes */
+    float *out;        /* [rows, n] */
+    int64_t rows;      /* rows of x */
+    int64_t k;         /* inner dim */
+    int64_t n;         /* rows of w: columns of out */
+    int64_t n0, n1;    /* the columns [n0, n1) this job computes */
 } matmul_job;
 
 /* Bytes of w, as float32, kept hot while every row of x passes over them (about L2). */
 enum { MATMUL_W_TILE_BYTES = 256 * 1024 };
 
-/* A tile of w's rows at a time: as float32 (converted into buf when w is
- * f16 or bf16), then every row of x against it. */
+/* Rows of x from which an f16 or bf16 tile of w is converted to float32
+ * once for all of them; fewer rows (a decode step) read w where it lies,
+ * in the dot product, which moves half the bytes of f32 and converts each
+ * element once either way. */
+enum { MATMUL_CONVERT_ROWS = 4 };
+
+/* A tile of w's rows at a time, then every row of x against it. */
 static void matmul_columns(const matmul_job *j)
 {
     int64_t tile = MATMUL_W_TILE_BYTES / (int64_t)sizeof(float) / j->k;
     if (tile < 1) tile = 1;
     if (tile > j->n1 - j->n0) tile = j->n1 - j->n0;
-    float *buf = j->w_dtype == KIR_F32 ? NULL : ks_xmalloc(sizeof(float) * (size_t)(tile * j->k + 1));
+    int convert = j->w_dtype != KIR_F32 && j->rows >= MATMUL_CONVERT_ROWS;
+    float *buf = convert ? ks_xmalloc(sizeof(float) * (size_t)(tile * j->k)) : NULL;
+    size_t row_bytes = kir_dtype_size(j->w_dtype) * (size_t)j->k;
     for (int64_t c0 = j->n0; c0 < j->n1; c0 += tile) {
         int64_t c1 = c0 + tile < j->n1 ? c0 + tile : j->n1;
-        const float *wt = load_f32(j->w, j->w_dtype, c0 * j->k, (c1 - c0) * j->k, buf); /* rows [c0, c1) */
+        /* w's rows [c0, c1), in place or as float32 */
+        const void *wt = (const char *)j->w + (size_t)c0 * row_bytes;
+        kir_dtype wt_dtype = j->w_dtype;
+        size_t wt_row = row_bytes;
+        if (convert) {
+            wt = load_f32(j->w, j->w_dtype, c0 * j->k, (c1 - c0) * j->k, buf);
+            wt_dtype = KIR_F32;
+            wt_row = sizeof(float) * (size_t)j->k;
+        }
         for (int64_t t = 0; t < j->rows; t++) {
             const float *xr = j->x + t * j->k;
             float *o = j->out + t * j->n;
-            for (int64_t c = c0; c < c1; c++) o[c] = dot(xr, wt + (c - c0) * j->k, j->k);
+            for (int64_t c = c0; c < c1; c++)
+                o[c] = dot_weight(xr, (const char *)wt + (size_t)(c - c0) * wt_row, j->k, wt_dtype);
         }
     }
     free(buf);

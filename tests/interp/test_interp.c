@@ -348,10 +348,14 @@ static void test_matmul(void)
     matmul_case(3, 17, 9, KIR_F16);
     matmul_case(2, 33, 7, KIR_BF16);
     matmul_case(40, 130, 513, KIR_F32);  /* 2.7M multiply-adds: split over threads */
+    /* f16 and bf16 weights: read in place by fewer than 4 rows of x (row by
+     * row below too), converted a tile at a time for more */
     matmul_case(40, 130, 513, KIR_BF16); /* each thread converts its own columns */
     matmul_case(3, 1000, 300, KIR_F16);  /* tiles of 65 rows of w, and a shorter last one */
+    matmul_case(5, 1000, 300, KIR_F16);
     matmul_case(20, 600, 513, KIR_BF16); /* threads, each with several tiles */
     matmul_case(2, 70001, 3, KIR_F16);   /* a row of w larger than a tile: one row at a time */
+    matmul_case(4, 70001, 3, KIR_BF16);
 }
 
 /* ---- elementwise ---------------------------------------------------------------------- */
