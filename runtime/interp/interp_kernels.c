@@ -11,8 +11,8 @@
  *    the GPU backends do; row reductions (norms, the softmax's sum) and
  *    transcendental functions use double and round once;
  *  - weights are read where they lie, in their own dtype: f16 and bf16 are
- *    converted to float32 (exactly) a row or a tile at a time by load_f32,
- *    and the arithmetic after it is that of an f32 weight, bit for bit.
+ *    converted to float32 (exactly) as they are read, so the arithmetic is
+ *    that of f32 weights of the same values, bit for bit.
  */
 #include "runtime/interp/interp_kernels.h"
 
@@ -55,7 +55,10 @@ KRT_INLINE uint32_t bits_of_f32(float f)
  * the sign stays in place and the exponent and mantissa land in float32's
  * places; scaling by 2^(127-15) then rebiases the exponent exactly (a
  * subnormal m * 2^-24 too), and an all-ones exponent (inf, NaN) is set back
- * to all ones. Seven vector operations for four values on plain x86-64. */
+ * to all ones. Seven vector operations for four values on plain x86-64.
+ * A subnormal is scaled from a subnormal float32: this assumes the default
+ * floating-point environment (no denormals-are-zero), as the rest of the
+ * interpreter's arithmetic does to be the reference. */
 KRT_INLINE float f16_value(uint16_t h)
 {
     uint32_t b = (uint32_t)((int32_t)((uint32_t)h << 16) >> 3) & 0x8fffe000u;
@@ -165,9 +168,11 @@ typedef struct matmul_job {
 enum { MATMUL_W_TILE_BYTES = 256 * 1024 };
 
 /* Rows of x from which an f16 or bf16 tile of w is converted to float32
- * once for all of them; fewer rows (a decode step) read w where it lies,
- * in the dot product, which moves half the bytes of f32 and converts each
- * element once either way. */
+ * once, then read by every row. With fewer (a decode step has one), the dot
+ * product reads w where it lies, converting as it goes: a tile converted
+ * first would be written and read back for one use, which measured slower
+ * than f32 weights (bench/RESULTS.md, "CPU interpreter: half-precision
+ * weights"). */
 enum { MATMUL_CONVERT_ROWS = 4 };
 
 /* A tile of w's rows at a time, then every row of x against it. */
