@@ -8,7 +8,7 @@
  * kernel cannot fail: it reads its operands and writes its value. Weights
  * stay in their own dtype: a kernel that reads one (embed, matmul, the
  * second operand of add/sub/mul, a norm's weight and bias) loads it into
- * float32 as it goes (load_f32 in interp_kernels.c).
+ * float32 as it goes (elem_f32 and load_f32 in interp_kernels.c).
  */
 #ifndef KILN_RUNTIME_INTERP_KERNELS_H
 #define KILN_RUNTIME_INTERP_KERNELS_H
