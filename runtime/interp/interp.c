@@ -1,8 +1,9 @@
 /*
  * interp.c — the reference interpreter's driver (runtime/interp/interp.h): prepares a
- * described graph (weights to float32, rotation frequencies, checks against
- * the KV cache), places each step's values in one arena (the engine's
- * memory plan when it has one) and runs the kernels of
+ * described graph (weights read where they lie, in their own dtype;
+ * rotation frequencies; checks against the KV cache), places each step's
+ * values in one arena (the engine's memory plan when it has one) and runs
+ * the kernels of
  * runtime/interp/interp_kernels.c in schedule order.
  *
  * KV_WRITE writes K/V rows as ATTENTION does; ATTENTION with write_kv=0
@@ -36,8 +37,9 @@ struct krt_interp {
     krt_kv *kv;                /* the paged KV cache; not owned; NULL when the graph has no attention */
     int has_attention;         /* 1 when a step reads and writes the KV cache */
     int n_threads;             /* worker threads for large matmuls */
-    const float **weights;     /* [n_nodes] f32 data of WEIGHT nodes (the caller's or owned) */
-    float **owned;             /* [n_nodes] float32 copies made here (converted or realigned weights) */
+    const void **weights;      /* [n_nodes] data of WEIGHT nodes in their dtype: the caller's, or owned */
+    void **owned;              /* [n_nodes] aligned copies made here of weights the caller's data misaligns */
+    size_t owned_bytes;        /* bytes in owned: krt_interp_weight_bytes */
     krt_interp_rope *rope;       /* [n_nodes] rotation frequencies of ROPE nodes */
     size_t *places;            /* [n_nodes] offset of each value in the arena, floats; KIR_NOWHERE */
     float *arena;              /* the step's values */
@@ -91,38 +93,25 @@ static int kv_operands(const kir_node *n, kir_val *k, kir_val *v)
 }
 
 /* ---- creation ------------------------------------------------------------------------- */
+/* The kernels read weights of any float dtype where they lie (f16 and bf16
+ * converted as they go: interp_kernels.c); only data not aligned to its
+ * elements is copied. */
 static int prepare_weight(krt_interp *it, kir_val v, const void *data, ks_diag *d)
 {
     const kir_node *n = &it->g->nodes[v];
     if (!data)
         return node_error(d, it->g, v, "'%s' has no data", kir_attr_str(it->g, v, KIR_A_WEIGHT_NAME));
-    size_t ne = (size_t)kir_elems(n, 1);
-    if (n->dtype == KIR_F32 && (uintptr_t)data % _Alignof(float) == 0) {
+    size_t elem = kir_dtype_size(n->dtype);
+    if ((uintptr_t)data % elem == 0) {
         it->weights[v] = data; /* used in place */
         return 0;
     }
-    float *f = ks_xmalloc(sizeof(float) * (ne ? ne : 1));
-    const uint8_t *bytes = data;
-    for (size_t i = 0; i < ne; i++) {
-        uint16_t h;
-        switch (n->dtype) {
-        case KIR_F32:
-            memcpy(&f[i], bytes + 4 * i, 4);
-            break;
-        case KIR_F16:
-            memcpy(&h, bytes + 2 * i, 2);
-            f[i] = ks_f16_to_f32(h);
-            break;
-        case KIR_BF16:
-            memcpy(&h, bytes + 2 * i, 2);
-            f[i] = ks_bf16_to_f32(h);
-            break;
-        default:
-            KS_UNREACHABLE(); /* the weight shape rule allows float types only */
-        }
-    }
-    it->owned[v] = f;
-    it->weights[v] = f;
+    size_t bytes = elem * (size_t)kir_elems(n, 1);
+    void *copy = ks_xmalloc(bytes ? bytes : 1);
+    memcpy(copy, data, bytes);
+    it->owned[v] = copy;
+    it->owned_bytes += bytes;
+    it->weights[v] = copy;
     return 0;
 }
 
@@ -223,6 +212,8 @@ krt_interp *krt_interp_new(const krt_desc *desc, const void *const *weights, krt
     return it;
 }
 
+size_t krt_interp_weight_bytes(const krt_interp *it) { return it->owned_bytes; }
+
 void krt_interp_free(krt_interp *it)
 {
     if (!it) return;
@@ -287,11 +278,9 @@ static void bind_values(krt_interp *it, const krt_step *step, float *out)
         it->src[v] = NULL;
         it->dst[v] = NULL;
         it->ints[v] = NULL;
-        if (n->op == KIR_OP_WEIGHT) {
-            it->src[v] = it->weights[v];
-        } else if (n->op == KIR_OP_INPUT) {
+        if (n->op == KIR_OP_INPUT) {
             it->ints[v] = (kir_val)v == it->desc->tokens ? step->tokens : step->positions;
-        } else {
+        } else if (n->op != KIR_OP_WEIGHT) { /* the kernels read weights from it->weights */
             it->dst[v] = n->op == KIR_OP_OUTPUT ? out : it->arena + it->places[v];
             it->src[v] = it->dst[v];
         }
@@ -326,6 +315,7 @@ int krt_interp_step(krt_interp *it, const krt_step *step, float *out, ks_diag *d
         .step = step,
         .kv = it->kv,
         .src = it->src,
+        .weights = it->weights,
         .dst = it->dst,
         .ints = it->ints,
         .rope = it->rope,

@@ -1,8 +1,9 @@
 /*
  * interp.h — the reference interpreter: executes any verified kir_graph in
  * float32 on the CPU, one step at a time (runtime/step.h: the execution
- * model). It is the numerical reference for every backend, and the CPU
- * backend of the runtime (runtime/interp/backend_interp.c).
+ * model); weights of any float dtype are read as they are stored. It is
+ * the numerical reference for every backend, and the CPU backend of the
+ * runtime (runtime/interp/backend_interp.c).
  *
  * Prefix: krt_interp_.
  */
@@ -23,6 +24,14 @@ typedef struct krt_interp krt_interp;
  * laid out as desc->kv_layers with f32 elements. NULL after reporting. */
 krt_interp *krt_interp_new(const krt_desc *desc, const void *const *weights, krt_kv *kv, ks_diag *d);
 void krt_interp_free(krt_interp *it);
+
+/* Bytes the interpreter allocated for copies of weights. The kernels read
+ * weights where they lie, in their own dtype (f32, f16, bf16: half
+ * precision is converted to f32 as it is read, exactly), so this is 0
+ * unless some weight's data was not aligned to its elements (4 bytes for
+ * f32, 2 for f16 and bf16), which is copied once here. An engine's weights
+ * are aligned: it reads them from the engine's mapping. */
+size_t krt_interp_weight_bytes(const krt_interp *it);
 
 /* Run one step; out receives the OUTPUT value, [n_tokens, desc->vocab].
  * The step must be one the session checked (interp.c says what that

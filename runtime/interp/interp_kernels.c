@@ -9,7 +9,10 @@
  *    run at once and token by token gives bit-identical results;
  *  - matmul and the dot products of attention accumulate in float32, as
  *    the GPU backends do; row reductions (norms, the softmax's sum) and
- *    transcendental functions use double and round once.
+ *    transcendental functions use double and round once;
+ *  - weights are read where they lie, in their own dtype: f16 and bf16 are
+ *    converted to float32 (exactly) as they are read, so the arithmetic is
+ *    that of f32 weights of the same values, bit for bit.
  */
 #include "runtime/interp/interp_kernels.h"
 
@@ -24,45 +27,182 @@ static const kir_node *node_of(const krt_interp_exec *x, kir_val v) { return &x-
 static int64_t elems_of(const krt_interp_exec *x, kir_val v) { return kir_elems(node_of(x, v), x->n_tokens); }
 static int64_t last_dim(const kir_node *n) { return n->dims[n->ndim - 1]; }
 
+/* ---- reading values of any float dtype ------------------------------------------
+ * Computed values are float32; a weight keeps the dtype it is stored in
+ * (f32, f16 or bf16), and kernels read it there. elem_f32 is the one way
+ * to read an element of either as float32 (exactly); the loops over
+ * elements (load_f32, which reads a row or a tile, and the matmul's dot
+ * product) are written once and inlined for each dtype, so that the switch
+ * folds away and gcc vectorizes them (at -O2 too: blocks of 8, then a tail). */
+#define KRT_INLINE static inline __attribute__((always_inline))
+
+KRT_INLINE float f32_of_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+KRT_INLINE uint32_t bits_of_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* IEEE binary16 as ks_f16_to_f32 gives it, to the bit (NaN payloads too).
+ * In h << 16 shifted right by 3 (arithmetic, as gcc shifts a negative int)
+ * the sign stays in place and the exponent and mantissa land in float32's
+ * places; scaling by 2^(127-15) then rebiases the exponent exactly (a
+ * subnormal m * 2^-24 too), and an all-ones exponent (inf, NaN) is set back
+ * to all ones. Seven vector operations for four values on plain x86-64.
+ * A subnormal is scaled from a subnormal float32: this assumes the default
+ * floating-point environment (no denormals-are-zero), as the rest of the
+ * interpreter's arithmetic does to be the reference. */
+KRT_INLINE float f16_value(uint16_t h)
+{
+    uint32_t b = (uint32_t)((int32_t)((uint32_t)h << 16) >> 3) & 0x8fffe000u;
+    uint32_t inf_nan = (b & 0x0f800000u) == 0x0f800000u ? 0x7f800000u : 0;
+    return f32_of_bits(bits_of_f32(f32_of_bits(b) * 0x1p112f) | inf_nan);
+}
+
+/* Element i of data of float dtype dt; bfloat16 is the high half of a float32. */
+KRT_INLINE float elem_f32(const void *data, int64_t i, kir_dtype dt)
+{
+    switch (dt) {
+    case KIR_BF16:
+        return f32_of_bits((uint32_t)((const uint16_t *)data)[i] << 16);
+    case KIR_F16:
+        return f16_value(((const uint16_t *)data)[i]);
+    default:
+        return ((const float *)data)[i];
+    }
+}
+
+KRT_INLINE void to_f32_as(float *out, const void *in, int64_t n, kir_dtype dt)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) out[i + l] = elem_f32(in, i + l, dt);
+    for (; i < n; i++) out[i] = elem_f32(in, i, dt);
+}
+
+/* Elements [first, first + n) of data (of float dtype dt) as float32: where
+ * they lie for f32, else converted into buf (room for n floats). */
+static const float *load_f32(const void *data, kir_dtype dt, int64_t first, int64_t n, float *buf)
+{
+    switch (dt) {
+    case KIR_F32:
+        return (const float *)data + first;
+    case KIR_BF16:
+        to_f32_as(buf, (const uint16_t *)data + first, n, KIR_BF16);
+        return buf;
+    case KIR_F16:
+        to_f32_as(buf, (const uint16_t *)data + first, n, KIR_F16);
+        return buf;
+    default:
+        KS_UNREACHABLE(); /* the weight shape rule allows float types only */
+    }
+}
+
+/* Where value v lies, in its node's dtype (only weights are not f32). */
+static const void *data_of(const krt_interp_exec *x, kir_val v)
+{
+    return node_of(x, v)->op == KIR_OP_WEIGHT ? x->weights[v] : x->src[v];
+}
+
+/* All of operand v (a bias, a norm's weight: small) as float32, or NULL when
+ * v is KIR_NONE: where it lies, or converted into *tmp, which the caller
+ * frees (it stays NULL for f32). */
+static const float *load_all_f32(const krt_interp_exec *x, kir_val v, float **tmp)
+{
+    if (v == KIR_NONE) return NULL;
+    const kir_node *n = node_of(x, v);
+    int64_t ne = elems_of(x, v);
+    if (n->dtype != KIR_F32) *tmp = ks_xmalloc(sizeof(float) * (size_t)(ne ? ne : 1));
+    return load_f32(data_of(x, v), n->dtype, 0, ne, *tmp);
+}
+
 /* ---- matmul --------------------------------------------------------------------
  * out[t,n] = dot(x[t,:], w[n,:]); both rows are contiguous in K. The dot
  * product keeps eight partial sums (so the compiler can vectorize it) added
- * in a fixed tree, which makes its result depend on the two rows only. */
-static float dot(const float *a, const float *b, int64_t n)
+ * in a fixed tree, which makes its result depend on the two rows' values
+ * only: not on w's dtype, nor on whether w was converted before. */
+KRT_INLINE float dot_as(const float *a, const void *b, int64_t n, kir_dtype dt)
 {
     float acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * elem_f32(b, i + l, dt);
+    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * elem_f32(b, i, dt);
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+static float dot(const float *a, const float *b, int64_t n) { return dot_as(a, b, n, KIR_F32); }
+
+/* a (float32) with b of dtype dt, read where it lies. */
+static float dot_weight(const float *a, const void *b, int64_t n, kir_dtype dt)
+{
+    switch (dt) {
+    case KIR_BF16:
+        return dot_as(a, b, n, KIR_BF16);
+    case KIR_F16:
+        return dot_as(a, b, n, KIR_F16);
+    default:
+        return dot_as(a, b, n, KIR_F32);
+    }
+}
+
 typedef struct matmul_job {
-    const float *x;  /* [rows, k] */
-    const float *w;  /* [n, k] */
-    float *out;      /* [rows, n] */
-    int64_t rows;    /* rows of x */
-    int64_t k;       /* inner dim */
-    int64_t n;       /* rows of w: columns of out */
-    int64_t n0, n1;  /* the columns [n0, n1) this job computes */
+    const float *x;    /* [rows, k] */
+    const void *w;     /* [n, k] in w_dtype */
+    kir_dtype w_dtype; /* f32, f16 or bf16 */
+    float *out;        /* [rows, n] */
+    int64_t rows;      /* rows of x */
+    int64_t k;         /* inner dim */
+    int64_t n;         /* rows of w: columns of out */
+    int64_t n0, n1;    /* the columns [n0, n1) this job computes */
 } matmul_job;
 
-/* Bytes of w kept hot while every row of x passes over them (about L2). */
+/* Bytes of w, as float32, kept hot while every row of x passes over them (about L2). */
 enum { MATMUL_W_TILE_BYTES = 256 * 1024 };
 
+/* Rows of x from which an f16 or bf16 tile of w is converted to float32
+ * once, then read by every row. With fewer (a decode step has one), the dot
+ * product reads w where it lies, converting as it goes: a tile converted
+ * first would be written and read back for one use, which measured slower
+ * than f32 weights (bench/RESULTS.md, "CPU interpreter: half-precision
+ * weights"). */
+enum { MATMUL_CONVERT_ROWS = 4 };
+
+/* A tile of w's rows at a time, then every row of x against it. */
 static void matmul_columns(const matmul_job *j)
 {
     int64_t tile = MATMUL_W_TILE_BYTES / (int64_t)sizeof(float) / j->k;
     if (tile < 1) tile = 1;
+    if (tile > j->n1 - j->n0) tile = j->n1 - j->n0;
+    int convert = j->w_dtype != KIR_F32 && j->rows >= MATMUL_CONVERT_ROWS;
+    float *buf = convert ? ks_xmalloc(sizeof(float) * (size_t)(tile * j->k)) : NULL;
+    size_t row_bytes = kir_dtype_size(j->w_dtype) * (size_t)j->k;
     for (int64_t c0 = j->n0; c0 < j->n1; c0 += tile) {
         int64_t c1 = c0 + tile < j->n1 ? c0 + tile : j->n1;
+        /* w's rows [c0, c1), in place or as float32 */
+        const void *wt = (const char *)j->w + (size_t)c0 * row_bytes;
+        kir_dtype wt_dtype = j->w_dtype;
+        size_t wt_row = row_bytes;
+        if (convert) {
+            wt = load_f32(j->w, j->w_dtype, c0 * j->k, (c1 - c0) * j->k, buf);
+            wt_dtype = KIR_F32;
+            wt_row = sizeof(float) * (size_t)j->k;
+        }
         for (int64_t t = 0; t < j->rows; t++) {
             const float *xr = j->x + t * j->k;
             float *o = j->out + t * j->n;
-            for (int64_t c = c0; c < c1; c++) o[c] = dot(xr, j->w + c * j->k, j->k);
+            for (int64_t c = c0; c < c1; c++)
+                o[c] = dot_weight(xr, (const char *)wt + (size_t)(c - c0) * wt_row, j->k, wt_dtype);
         }
     }
+    free(buf);
 }
 
 static void *matmul_worker(void *p)
@@ -75,7 +215,8 @@ static void *matmul_worker(void *p)
 #define MATMUL_THREAD_MIN_MACS ((int64_t)1 << 21)
 enum { MATMUL_MAX_THREADS = 16 };
 
-static void matmul(const float *xs, const float *w, float *out, int64_t rows, int64_t k, int64_t n, int n_threads)
+static void matmul(const float *xs, const void *w, kir_dtype w_dtype, float *out, int64_t rows, int64_t k, int64_t n,
+                   int n_threads)
 {
     matmul_job jobs[MATMUL_MAX_THREADS];
     pthread_t tid[MATMUL_MAX_THREADS];
@@ -85,7 +226,7 @@ static void matmul(const float *xs, const float *w, float *out, int64_t rows, in
     if (nt > n) nt = (int)n;
     if (nt < 1) nt = 1;
     for (int i = 0; i < nt; i++)
-        jobs[i] = (matmul_job){xs, w, out, rows, k, n, n * i / nt, n * (i + 1) / nt};
+        jobs[i] = (matmul_job){xs, w, w_dtype, out, rows, k, n, n * i / nt, n * (i + 1) / nt};
     /* Split by columns: each element is one dot(), whoever computes it. A
      * thread that cannot start leaves its columns to this one. */
     for (int i = 1; i < nt; i++) started[i] = pthread_create(&tid[i], NULL, matmul_worker, &jobs[i]) == 0;
@@ -103,19 +244,24 @@ static void run_matmul(const krt_interp_exec *x, kir_val v)
     const kir_node *n = node_of(x, v);
     const kir_node *w = node_of(x, n->in[1]);
     int64_t k = w->dims[1], cols = w->dims[0];
-    matmul(x->src[n->in[0]], x->src[n->in[1]], x->dst[v], elems_of(x, n->in[0]) / k, k, cols, x->n_threads);
+    matmul(x->src[n->in[0]], data_of(x, n->in[1]), w->dtype, x->dst[v], elems_of(x, n->in[0]) / k, k, cols,
+           x->n_threads);
 }
 
 /* ---- embedding ------------------------------------------------------------------ */
 static void run_embed(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
-    const float *table = x->src[n->in[0]];
+    const kir_node *table = node_of(x, n->in[0]);
+    const void *data = data_of(x, n->in[0]);
     const int32_t *ids = x->ints[n->in[1]];
-    int64_t dim = node_of(x, n->in[0])->dims[1];
+    int64_t dim = table->dims[1];
     /* ids were checked against the table's rows before the step */
-    for (int64_t t = 0; t < x->n_tokens; t++)
-        memcpy(x->dst[v] + t * dim, table + (int64_t)ids[t] * dim, sizeof(float) * (size_t)dim);
+    for (int64_t t = 0; t < x->n_tokens; t++) {
+        float *o = x->dst[v] + t * dim;
+        const float *row = load_f32(data, table->dtype, (int64_t)ids[t] * dim, dim, o);
+        if (row != o) memcpy(o, row, sizeof(float) * (size_t)dim);
+    }
 }
 
 /* ---- elementwise ------------------------------------------------------------------ */
@@ -124,7 +270,8 @@ static void run_embed(const krt_interp_exec *x, kir_val v)
 static void run_binary(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
-    const float *a = x->src[n->in[0]], *b = x->src[n->in[1]];
+    float *tmp = NULL;
+    const float *a = x->src[n->in[0]], *b = load_all_f32(x, n->in[1], &tmp);
     float *o = x->dst[v];
     int64_t na = elems_of(x, n->in[0]), nb = elems_of(x, n->in[1]);
     for (int64_t i = 0; i < na; i += nb) {
@@ -142,6 +289,7 @@ static void run_binary(const krt_interp_exec *x, kir_val v)
             KS_UNREACHABLE();
         }
     }
+    free(tmp);
 }
 
 static void run_unary(const krt_interp_exec *x, kir_val v)
@@ -168,16 +316,15 @@ static void run_unary(const krt_interp_exec *x, kir_val v)
 }
 
 /* ---- norms: over the last dim -------------------------------------------------------- */
-static const float *optional_operand(const krt_interp_exec *x, const kir_node *n, int i)
-{
-    return i < n->nin && n->in[i] != KIR_NONE ? x->src[n->in[i]] : NULL;
-}
+/* Operand i of n (a weight or a bias), or KIR_NONE when absent. */
+static kir_val optional_operand(const kir_node *n, int i) { return i < n->nin ? n->in[i] : KIR_NONE; }
 
 /* RMSNorm (Zhang & Sennrich 2019) as HF's LlamaRMSNorm: x / sqrt(mean(x^2) + eps), then * w. */
 static void run_rms_norm(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
-    const float *a = x->src[n->in[0]], *w = optional_operand(x, n, 1);
+    float *w_tmp = NULL;
+    const float *a = x->src[n->in[0]], *w = load_all_f32(x, optional_operand(n, 1), &w_tmp);
     float *o = x->dst[v];
     int64_t d = last_dim(n), rows = elems_of(x, v) / d;
     double eps = kir_attr_float(x->g, v, KIR_A_RMS_NORM_EPS);
@@ -192,13 +339,16 @@ static void run_rms_norm(const krt_interp_exec *x, kir_val v)
             orow[i] = w ? y * w[i] : y;
         }
     }
+    free(w_tmp);
 }
 
 /* LayerNorm with the biased variance, as torch.nn.LayerNorm. */
 static void run_layer_norm(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
-    const float *a = x->src[n->in[0]], *w = optional_operand(x, n, 1), *b = optional_operand(x, n, 2);
+    float *w_tmp = NULL, *b_tmp = NULL;
+    const float *a = x->src[n->in[0]];
+    const float *w = load_all_f32(x, optional_operand(n, 1), &w_tmp), *b = load_all_f32(x, optional_operand(n, 2), &b_tmp);
     float *o = x->dst[v];
     int64_t d = last_dim(n), rows = elems_of(x, v) / d;
     double eps = kir_attr_float(x->g, v, KIR_A_RMS_NORM_EPS);
@@ -217,6 +367,8 @@ static void run_layer_norm(const krt_interp_exec *x, kir_val v)
             orow[i] = y;
         }
     }
+    free(w_tmp);
+    free(b_tmp);
 }
 
 /* ---- views: reshape, slice, concat (copies here; a backend may alias) ------------------ */

@@ -5,7 +5,10 @@
  * runtime/interp/interp.c binds every value to its data before the step (weights,
  * the step's inputs, places in the step's arena, the caller's output
  * buffer) and checks the step (token ids, positions, sequences), so a
- * kernel cannot fail: it reads its operands and writes its value.
+ * kernel cannot fail: it reads its operands and writes its value. Weights
+ * stay in their own dtype: a kernel that reads one (embed, matmul, the
+ * second operand of add/sub/mul, a norm's weight and bias) loads it into
+ * float32 as it goes (elem_f32 and load_f32 in interp_kernels.c).
  */
 #ifndef KILN_RUNTIME_INTERP_KERNELS_H
 #define KILN_RUNTIME_INTERP_KERNELS_H
@@ -25,7 +28,9 @@ typedef struct krt_interp_exec {
     int64_t n_tokens;              /* T of this step */
     const krt_step *step;          /* the step's tokens, positions and sequences */
     krt_kv *kv;                    /* the paged KV cache (NULL when the graph has no attention) */
-    const float *const *src;       /* [n_nodes] f32 data of each float value, to read */
+    const float *const *src;       /* [n_nodes] f32 data of each computed value, to read; NULL for weights */
+    const void *const *weights;    /* [n_nodes] data of WEIGHT nodes in their dtype (f32, f16, bf16),
+                                      where they lie; NULL for other nodes */
     float *const *dst;             /* [n_nodes] where each computed value is written; NULL for weights, inputs */
     const int32_t *const *ints;    /* [n_nodes] data of each i32 value (the step's inputs); NULL otherwise */
     const krt_interp_rope *rope;     /* [n_nodes] prepared ROPE nodes; zeroed for other nodes */

@@ -280,8 +280,23 @@ static void test_embed(void)
 }
 
 /* ---- matmul ------------------------------------------------------------------------ */
+/* x [T,K] times w [N,K] (data in dtype dt) into out [T,N]; 0 or the step's rc. */
+static int run_matmul(int64_t n_tok, int64_t k, int64_t n, const float *x, const void *w, kir_dtype dt, float *out)
+{
+    tgraph t;
+    tg_init(&t, "matmul");
+    int64_t xd[2] = {KIR_DIM_T, k}, wd[2] = {n, k};
+    kir_val xv = tg_activation(&t, n_tok, 2, xd, x);
+    tg_output(&t, tg_op2(&t, KIR_OP_MATMUL, xv, tg_weight(&t, dt, 2, wd, w)));
+    int rc = run_plain(&t, (int)n_tok, NULL, NULL, out, NULL);
+    tg_free(&t);
+    return rc;
+}
+
 /* x [T,K] times w [N,K] in weight dtype dt; compared with a double reference
- * within float32's accumulation error. */
+ * within float32's accumulation error. Half-precision weights give the bits
+ * of the f32 weights they convert to (the interpreter converts a tile at a
+ * time, in each thread). */
 static void matmul_case(int64_t n_tok, int64_t k, int64_t n, kir_dtype dt)
 {
     tgraph t;
@@ -298,13 +313,9 @@ static void matmul_case(int64_t n_tok, int64_t k, int64_t n, kir_dtype dt)
             w[i] = ks_bf16_to_f32(half[i]);
         }
     }
-    int64_t xd[2] = {KIR_DIM_T, k}, wd[2] = {n, k};
-    kir_val xv = tg_activation(&t, n_tok, 2, xd, x);
-    kir_val wv = tg_weight(&t, dt, 2, wd, dt == KIR_F32 ? (const void *)w : (const void *)half);
-    tg_output(&t, tg_op2(&t, KIR_OP_MATMUL, xv, wv));
     float *out = ks_xmalloc(sizeof(float) * (size_t)(n_tok * n));
     double *want = ks_xmalloc(sizeof(double) * (size_t)(n_tok * n));
-    CHECK(run_plain(&t, (int)n_tok, NULL, NULL, out, NULL) == 0);
+    CHECK(run_matmul(n_tok, k, n, x, dt == KIR_F32 ? (const void *)w : (const void *)half, dt, out) == 0);
     double worst = 0.0;
     for (int64_t r = 0; r < n_tok; r++)
         for (int64_t c = 0; c < n; c++) {
@@ -322,10 +333,19 @@ static void matmul_case(int64_t n_tok, int64_t k, int64_t n, kir_dtype dt)
                 (long long)k, (long long)n, kir_dtype_name(dt), worst);
         failures++;
     }
+    if (dt != KIR_F32) {
+        float *f32_out = ks_xmalloc(sizeof(float) * (size_t)(n_tok * n));
+        CHECK(run_matmul(n_tok, k, n, x, w, KIR_F32, f32_out) == 0);
+        CHECK(memcmp(out, f32_out, sizeof(float) * (size_t)(n_tok * n)) == 0);
+        free(f32_out);
+    }
 
     /* Row by row (one token per step, no threads) gives the same bits as all
      * rows at once (threads when large). */
     float *row = ks_xmalloc(sizeof(float) * (size_t)n);
+    int64_t xd[2] = {KIR_DIM_T, k}, wd[2] = {n, k};
+    kir_val xv = tg_activation(&t, n_tok, 2, xd, x);
+    tg_output(&t, tg_op2(&t, KIR_OP_MATMUL, xv, tg_weight(&t, dt, 2, wd, dt == KIR_F32 ? (const void *)w : (const void *)half)));
     for (int64_t r = 0; r < n_tok; r++) {
         int32_t id = (int32_t)r;
         CHECK(run_plain(&t, 1, &id, NULL, row, NULL) == 0);
@@ -342,7 +362,15 @@ static void test_matmul(void)
     matmul_case(3, 5, 4, KIR_F32);
     matmul_case(3, 17, 9, KIR_F16);
     matmul_case(2, 33, 7, KIR_BF16);
-    matmul_case(40, 130, 513, KIR_F32); /* 2.7M multiply-adds: split over threads */
+    matmul_case(40, 130, 513, KIR_F32);  /* 2.7M multiply-adds: split over threads */
+    /* f16 and bf16 weights: read in place by fewer than 4 rows of x (row by
+     * row below too), converted a tile at a time for more */
+    matmul_case(40, 130, 513, KIR_BF16); /* each thread converts its own columns */
+    matmul_case(3, 1000, 300, KIR_F16);  /* tiles of 65 rows of w, and a shorter last one */
+    matmul_case(5, 1000, 300, KIR_F16);
+    matmul_case(20, 600, 513, KIR_BF16); /* threads, each with several tiles */
+    matmul_case(2, 70001, 3, KIR_F16);   /* a row of w larger than a tile: one row at a time */
+    matmul_case(4, 70001, 3, KIR_BF16);
 }
 
 /* ---- elementwise ---------------------------------------------------------------------- */
@@ -468,6 +496,124 @@ static void test_norms(void)
     free(x);
     free(w);
     free(b);
+}
+
+/* ---- weights in half precision ---------------------------------------------------------- */
+/* Bytes the interpreter of graph t allocates for weights (krt_interp_weight_bytes). */
+static size_t weight_bytes(tgraph *t)
+{
+    ks_diag d = {0};
+    krt_interp *it = tg_interp(t, NULL, &d);
+    CHECK(it != NULL);
+    size_t bytes = it ? krt_interp_weight_bytes(it) : 0;
+    krt_interp_free(it);
+    return bytes;
+}
+
+/* Every f16 and bf16 bit pattern, read through an embedding table: the
+ * bits ks_f16_to_f32 / ks_bf16_to_f32 give (NaN payloads too); rows of 1025
+ * take the vectorized blocks of 8 and the tail. A table at an odd address is
+ * copied once (to 2-byte alignment), and reads the same. */
+static void test_half_conversion(void)
+{
+    enum { ROWS = 64, DIM = 1025, N = ROWS * DIM };
+    uint16_t *bits = ks_xmalloc(sizeof(uint16_t) * N + 1);
+    float *want = ks_xmalloc(sizeof(float) * N), *out = ks_xmalloc(sizeof(float) * N);
+    int32_t ids[ROWS];
+    for (int i = 0; i < ROWS; i++) ids[i] = ROWS - 1 - i;
+    for (int i = 0; i < N; i++) bits[i] = (uint16_t)(i * 7 + 3); /* every value of 16 bits (7 is odd), and more */
+    for (int dt = KIR_F16; dt <= KIR_BF16; dt++) {
+        for (int r = 0; r < ROWS; r++)
+            for (int i = 0; i < DIM; i++) {
+                uint16_t h = bits[ids[r] * DIM + i];
+                want[r * DIM + i] = dt == KIR_F16 ? ks_f16_to_f32(h) : ks_bf16_to_f32(h);
+            }
+        tgraph t;
+        tg_init(&t, "half");
+        int64_t dims[2] = {ROWS, DIM};
+        kir_val table = tg_weight(&t, (kir_dtype)dt, 2, dims, bits);
+        tg_output(&t, tg_op2(&t, KIR_OP_EMBED, table, tg_tokens(&t)));
+        CHECK(weight_bytes(&t) == 0);
+        memset(out, 0, sizeof(float) * N);
+        CHECK(run_plain(&t, ROWS, ids, NULL, out, NULL) == 0);
+        CHECK(memcmp(out, want, sizeof(float) * N) == 0);
+
+        /* the same bytes one byte further on: copied, 2 bytes per element */
+        char *odd = tg_own(&t, ks_xmalloc(sizeof(uint16_t) * N + 1)) + 1;
+        memcpy(odd, bits, sizeof(uint16_t) * N);
+        t.w[table] = odd;
+        CHECK(weight_bytes(&t) == sizeof(uint16_t) * N);
+        memset(out, 0, sizeof(float) * N);
+        CHECK(run_plain(&t, ROWS, ids, NULL, out, NULL) == 0);
+        CHECK(memcmp(out, want, sizeof(float) * N) == 0);
+        tg_free(&t);
+    }
+    free(bits);
+    free(want);
+    free(out);
+}
+
+/* Every kernel that reads a weight (embed, rms_norm and layer_norm weights
+ * and bias, matmul, the second operand of add, sub and mul), with f16 and
+ * bf16 weights: read in place (no bytes allocated for them), and the same
+ * bits as the graph with f32 weights of the same values. */
+static void half_graph(tgraph *t, kir_dtype dt, const float *const *f32, uint16_t *const *half)
+{
+    enum { V = 11, D = 37, N = 901 };
+    static const int64_t sizes[7][2] = {{V, D}, {D, 0}, {D, 0}, {D, 0}, {N, D}, {N, 0}, {N, 0}};
+    kir_val w[7];
+    for (int i = 0; i < 7; i++) {
+        const void *data = dt == KIR_F32 ? (const void *)f32[i] : (const void *)half[i];
+        w[i] = tg_weight(t, dt, sizes[i][1] ? 2 : 1, sizes[i], data);
+    }
+    kir_val x = tg_op2(t, KIR_OP_EMBED, w[0], tg_tokens(t));
+    x = tg_norm(t, KIR_OP_RMS_NORM, x, w[1], KIR_NONE, 1e-5);
+    x = tg_norm(t, KIR_OP_LAYER_NORM, x, w[2], w[3], 1e-5);
+    x = tg_op2(t, KIR_OP_MATMUL, x, w[4]); /* 64 tokens: 2.1M multiply-adds, over threads */
+    x = tg_op2(t, KIR_OP_ADD, x, w[5]);
+    x = tg_op2(t, KIR_OP_SUB, x, w[6]);
+    x = tg_op2(t, KIR_OP_MUL, x, w[5]);
+    tg_output(t, x);
+}
+
+static void test_half_weights(void)
+{
+    enum { V = 11, D = 37, N = 901, T = 64 };
+    static const int64_t elems[7] = {V * D, D, D, D, N * D, N, N};
+    int32_t ids[T];
+    for (int i = 0; i < T; i++) ids[i] = (i * 5) % V;
+    for (int dt = KIR_F16; dt <= KIR_BF16; dt++) {
+        float *f32[7];
+        uint16_t *half[7];
+        for (int i = 0; i < 7; i++) {
+            f32[i] = random_floats(elems[i], i == 1 || i == 2 ? 2.0f : 1.0f);
+            half[i] = ks_xmalloc(sizeof(uint16_t) * (size_t)elems[i]);
+            for (int64_t j = 0; j < elems[i]; j++) {
+                half[i][j] = dt == KIR_F16 ? ks_f32_to_f16(f32[i][j]) : ks_f32_to_bf16(f32[i][j]);
+                f32[i][j] = dt == KIR_F16 ? ks_f16_to_f32(half[i][j]) : ks_bf16_to_f32(half[i][j]);
+            }
+        }
+        tgraph th, tf;
+        tg_init(&th, "half");
+        tg_init(&tf, "f32");
+        half_graph(&th, (kir_dtype)dt, (const float *const *)f32, half);
+        half_graph(&tf, KIR_F32, (const float *const *)f32, half);
+        CHECK(weight_bytes(&th) == 0 && weight_bytes(&tf) == 0);
+        float *got = ks_xmalloc(sizeof(float) * T * N), *want = ks_xmalloc(sizeof(float) * T * N);
+        CHECK(run_plain(&th, T, ids, NULL, got, NULL) == 0);
+        CHECK(run_plain(&tf, T, ids, NULL, want, NULL) == 0);
+        CHECK(memcmp(got, want, sizeof(float) * T * N) == 0);
+        CHECK(run_plain(&th, 1, ids, NULL, got, NULL) == 0); /* one token: no threads */
+        CHECK(memcmp(got, want, sizeof(float) * N) == 0);
+        free(got);
+        free(want);
+        for (int i = 0; i < 7; i++) {
+            free(f32[i]);
+            free(half[i]);
+        }
+        tg_free(&th);
+        tg_free(&tf);
+    }
 }
 
 /* ---- views ---------------------------------------------------------------------------------- */
@@ -1023,6 +1169,8 @@ int main(void)
     test_binary();
     test_unary();
     test_norms();
+    test_half_conversion();
+    test_half_weights();
     test_views();
     test_rope_scaling();
     test_rope_halves_pairs();
