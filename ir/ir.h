@@ -199,6 +199,23 @@ int kir_infer(kir_graph *g, kir_val v, ks_buf *err);
  * names the graph in messages (e.g. the IR file). Returns the error count. */
 int kir_verify(const kir_graph *g, ks_diag *d, const char *what);
 
+/* ---- errors about a node ------------------------------------------------------
+ * kir_node_error reports an error about node v: at its place in the .kiln or IR
+ * text it came from when it has one (`file:line:col: error: ...`, the source
+ * line and a caret), else as `where: error: ...`. The message is a lead that
+ * names the node, then fmt. kir_node_error's lead is the IR's own,
+ * `node %17 (matmul): ` (kir_verify, the memory planner); kir_node_verror takes
+ * the caller's (plain text, not a format), or NULL for the IR's. Both return -1,
+ * for `return kir_node_error(...)`. */
+int kir_node_error(ks_diag *d, const kir_graph *g, kir_val v, const char *where, const char *fmt, ...)
+    KS_PRINTF(5, 6);
+int kir_node_verror(ks_diag *d, const kir_graph *g, kir_val v, const char *where, const char *lead,
+                    const char *fmt, va_list ap);
+/* Whether kir_node_error reports v at a place in a text (else at `where`). */
+int kir_node_has_place(const kir_graph *g, kir_val v);
+/* The graph's name, or fallback when it has none. */
+const char *kir_graph_name(const kir_graph *g, const char *fallback);
+
 /* Formatting of types, e.g. "f32[T,128]". */
 void kir_format_type(ks_buf *b, const kir_node *n);
 void kir_format_dims(ks_buf *b, int ndim, const int64_t *dims);

@@ -125,23 +125,10 @@ typedef struct kir_verifier {
 KS_PRINTF(3, 4)
 static void node_error(kir_verifier *c, kir_val v, const char *fmt, ...)
 {
-    const kir_node *n = kir_node_at(c->g, v);
-    ks_buf msg = {0};
-    if (n->op < KIR_OP_COUNT)
-        ks_buf_printf(&msg, "node %%%u (%s): ", (unsigned)v, kir_op_table[n->op].name);
-    else
-        ks_buf_printf(&msg, "node %%%u: ", (unsigned)v);
     va_list ap;
     va_start(ap, fmt);
-    ks_buf_vprintf(&msg, fmt, ap);
+    kir_node_verror(c->d, c->g, v, c->what, NULL, fmt, ap);
     va_end(ap);
-    if (n->loc.file < c->g->n_files && n->loc.line > 0) {
-        ks_source src = {c->g->files[n->loc.file], NULL, 0};
-        ks_error_at(c->d, &src, (int)n->loc.line, (int)n->loc.col, "%s", msg.data);
-    } else {
-        ks_error(c->d, c->what, "%s", msg.data);
-    }
-    ks_buf_free(&msg);
     c->errors++;
 }
 

@@ -169,27 +169,8 @@ void kp_group_spans(const kir_graph *g, uint32_t *first, uint32_t *last)
 
 /* ---- diagnostics -------------------------------------------------------------------- */
 
-static const char *graph_name(const kir_graph *g) { return g->name && g->name[0] ? g->name : "<graph>"; }
-
-/* An error at node v's source location when it has one, as kir_verify reports. */
-static void node_error(const kp_planner *p, kir_val v, const char *fmt, ...) KS_PRINTF(3, 4);
-static void node_error(const kp_planner *p, kir_val v, const char *fmt, ...)
-{
-    const kir_node *n = kir_node_at(p->g, v);
-    ks_buf msg = {0};
-    ks_buf_printf(&msg, "node %%%u (%s): ", (unsigned)v, kir_op_table[n->op].name);
-    va_list ap;
-    va_start(ap, fmt);
-    ks_buf_vprintf(&msg, fmt, ap);
-    va_end(ap);
-    if (n->loc.file < p->g->n_files && n->loc.line > 0) {
-        ks_source src = {p->g->files[n->loc.file], NULL, 0};
-        ks_error_at(p->d, &src, (int)n->loc.line, (int)n->loc.col, "%s", msg.data);
-    } else {
-        ks_error(p->d, graph_name(p->g), "%s", msg.data);
-    }
-    ks_buf_free(&msg);
-}
+/* Messages about a node are kir_verify's (kir_node_error); a graph with no name is "<graph>" in them. */
+#define PLAN_NO_NAME "<graph>"
 
 /* ---- stage 1: sizes, last uses, slots ------------------------------------------------- */
 
@@ -270,8 +251,9 @@ static int find_slots(kp_planner *p)
         if (kp_value_bytes(node, p->max_tokens, &p->bytes[v]) != 0) {
             ks_buf t = {0};
             kir_format_type(&t, node);
-            node_error(p, (kir_val)v, "%s needs more than 2^40 bytes at max_tokens %lld: too large to plan",
-                       ks_buf_cstr(&t), (long long)p->max_tokens);
+            kir_node_error(p->d, g, (kir_val)v, kir_graph_name(g, PLAN_NO_NAME),
+                           "%s needs more than 2^40 bytes at max_tokens %lld: too large to plan", ks_buf_cstr(&t),
+                           (long long)p->max_tokens);
             ks_buf_free(&t);
             bad = 1;
         }
@@ -299,7 +281,8 @@ static int find_slots(kp_planner *p)
         uint32_t s = src != KIR_NONE ? p->slot_of[src] : NO_SLOT;
         if (kp_op_is_view(node->op)) {
             if (s == NO_SLOT) {
-                node_error(p, (kir_val)v, "a view of a weight has no place in the arena");
+                kir_node_error(p->d, g, (kir_val)v, kir_graph_name(g, PLAN_NO_NAME),
+                               "a view of a weight has no place in the arena");
                 return -1;
             }
             KS_ASSERT(p->bytes[v] == p->slots[s].bytes);
@@ -652,7 +635,8 @@ int kp_plan_memory(const kir_graph *g, int64_t max_tokens, kp_mem_plan *plan, ks
 {
     memset(plan, 0, sizeof *plan);
     if (max_tokens < 1) {
-        ks_error(d, graph_name(g), "memory plan: max_tokens must be at least 1, got %lld", (long long)max_tokens);
+        ks_error(d, kir_graph_name(g, PLAN_NO_NAME), "memory plan: max_tokens must be at least 1, got %lld",
+                 (long long)max_tokens);
         return -1;
     }
     kp_planner p = {.g = g, .max_tokens = max_tokens, .d = d, .n = g->n_nodes};

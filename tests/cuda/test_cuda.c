@@ -303,6 +303,24 @@ static void test_generate(void)
     ks_buf_free(&src);
     ks_buf_free(&s.log);
     kir_graph_free(h);
+
+    /* the same with no place in a text and no graph name: the node's number says which */
+    h = kir_graph_new("");
+    kir_loc nowhere = {UINT32_MAX, 0, 0};
+    in = kir_input(h, "segments", nowhere);
+    e = add_node(h, KIR_OP_EMBED, kir_weight(h, "w", KIR_F32, 2, tdims, nowhere), in, KIR_NONE);
+    infer(h, e);
+    o = add_node(h, KIR_OP_OUTPUT, e, KIR_NONE, KIR_NONE);
+    kir_set_str(h, o, "name", "logits");
+    infer(h, o);
+    sink_init(&s);
+    krt_cuda_meta m5 = {0};
+    CHECK(kcu_generate(h, &src, &m5, &s.d) == -1);
+    CHECK_STR(sink_text(&s), "graph: error: cuda: %0 input: 'segments' is neither tokens nor positions\n");
+    krt_cuda_meta_free(&m5);
+    ks_buf_free(&src);
+    ks_buf_free(&s.log);
+    kir_graph_free(h);
 }
 
 static void expect_meta_error(const char *text, const char *want)
