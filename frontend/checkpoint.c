@@ -1,7 +1,7 @@
 /*
- * checkpoint.c — the table of tensors every checkpoint reader fills (names
- * hashed for lookup, mapped files owned until close), and reading a tensor
- * as float32 whatever format it came from.
+ * checkpoint.c — the table of tensors every checkpoint reader fills (a hash
+ * map of their names for lookup, mapped files owned until close), and
+ * reading a tensor as float32 whatever format it came from.
  *
  * The formats themselves live in safetensors.c and llama2c.c; this file
  * knows nothing of them. Tensors are not copied: kf_tensor.data points into
@@ -16,6 +16,7 @@ kf_checkpoint *kf_ckpt_new(const char *path)
 {
     kf_checkpoint *c = ks_xcalloc(1, sizeof *c);
     c->path = ks_arena_strdup(&c->arena, path);
+    ks_hmap_init(&c->by_name, NULL, 0, KF_CKPT_MAX_TENSORS, "checkpoint tensors");
     return c;
 }
 
@@ -31,53 +32,21 @@ const ks_mmap *kf_ckpt_map(kf_checkpoint *c, ks_diag *d, const char *file)
 
 const char *kf_ckpt_strdup(kf_checkpoint *c, const char *s) { return ks_arena_strdup(&c->arena, s); }
 
-/* FNV-1a over the name's bytes: names are short, and this keeps the table
- * independent of support's hashing of weight data. */
-static uint64_t hash_name(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-/* The slot that holds `name`, or the empty slot where it would go. */
-static size_t find_slot(const kf_checkpoint *c, const char *name)
-{
-    size_t mask = c->n_slots - 1;
-    size_t i = (size_t)hash_name(name) & mask;
-    while (c->slots[i] && strcmp(c->tensors[c->slots[i] - 1].name, name) != 0) i = (i + 1) & mask;
-    return i;
-}
-
-static void rehash(kf_checkpoint *c, size_t n_slots)
-{
-    free(c->slots);
-    c->slots = ks_xcalloc(n_slots, sizeof *c->slots);
-    c->n_slots = n_slots;
-    for (size_t t = 0; t < c->n_tensors; t++) c->slots[find_slot(c, c->tensors[t].name)] = (uint32_t)(t + 1);
-}
-
 const kf_tensor *kf_ckpt_lookup(const kf_checkpoint *c, const char *name)
 {
-    if (c->n_slots == 0) return NULL;
-    size_t i = find_slot(c, name);
-    return c->slots[i] ? &c->tensors[c->slots[i] - 1] : NULL;
+    const uint64_t *at = ks_hmap_get_str(&c->by_name, name, strlen(name));
+    return at ? &c->tensors[*at] : NULL;
 }
 
 const kf_tensor *kf_ckpt_add(kf_checkpoint *c, const kf_tensor *t)
 {
     KS_ASSERT(c->n_tensors < KF_CKPT_MAX_TENSORS);
-    const kf_tensor *old = kf_ckpt_lookup(c, t->name);
-    if (old) return old;
+    int added;
+    uint64_t *at = ks_hmap_put_str(&c->by_name, t->name, strlen(t->name), &added);
+    if (!added) return &c->tensors[*at];
     KS_GROW(c->tensors, c->n_tensors + 1, c->cap_tensors, KF_CKPT_MAX_TENSORS, "checkpoint tensors");
+    *at = c->n_tensors;
     c->tensors[c->n_tensors++] = *t;
-    if (2 * c->n_tensors > c->n_slots)
-        rehash(c, c->n_slots ? 2 * c->n_slots : 64);
-    else
-        c->slots[find_slot(c, t->name)] = (uint32_t)c->n_tensors;
     return NULL;
 }
 
@@ -87,7 +56,7 @@ void kf_checkpoint_close(kf_checkpoint *c)
     for (size_t i = 0; i < c->n_maps; i++) ks_mmap_close(&c->maps[i]);
     free(c->maps);
     free(c->tensors);
-    free(c->slots);
+    ks_hmap_free(&c->by_name);
     ks_arena_free(&c->arena);
     free(c);
 }

@@ -827,12 +827,11 @@ static int read_added_tokens(json_ctx *c, const cJSON *list)
     if (rc == 0) {
         /* The last token given an id is the one HF keeps for it: its options
          * and text apply to every match of that id. */
-        krt_tok_pairmap last_of_id;
-        krt_tok_pairmap_init(&last_of_id, &scratch, hf->n_added);
+        ks_hmap last_of_id; /* id -> the last added token with it */
+        ks_hmap_init(&last_of_id, &scratch, hf->n_added, hf->n_added, "added tokens");
+        for (size_t k = 0; k < hf->n_added; k++) *ks_hmap_put_u64(&last_of_id, (uint32_t)hf->added[k].id, NULL) = k;
         for (size_t k = 0; k < hf->n_added; k++)
-            krt_tok_pairmap_put(&last_of_id, hf->added[k].id, 0, (int32_t)k, 0);
-        for (size_t k = 0; k < hf->n_added; k++)
-            hf->added[k].owner = krt_tok_pairmap_get(&last_of_id, hf->added[k].id, 0)->rank;
+            hf->added[k].owner = (int32_t)*ks_hmap_get_u64(&last_of_id, (uint32_t)hf->added[k].id);
     }
     ks_arena_free(&scratch);
     if (rc) return rc;
