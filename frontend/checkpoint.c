@@ -75,27 +75,6 @@ const char *kf_checkpoint_path(const kf_checkpoint *c) { return c->path; }
 
 /* ---- reading as float32 ---------------------------------------------------- */
 
-/* Element k of a stored array as float32. Bytes are assembled explicitly:
- * checkpoints are little-endian whatever the host, and data inside a
- * mapping need not be aligned (safetensors headers have any length). */
-static float load_f32(const uint8_t *base, kir_dtype dt, size_t k)
-{
-    switch (dt) {
-    case KIR_F32: {
-        const uint8_t *p = base + 4 * k;
-        uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    case KIR_F16: return ks_f16_to_f32((uint16_t)(base[2 * k] | base[2 * k + 1] << 8));
-    case KIR_BF16: return ks_bf16_to_f32((uint16_t)(base[2 * k] | base[2 * k + 1] << 8));
-    default: KS_UNREACHABLE();
-    }
-}
-
-static size_t dtype_bytes(kir_dtype dt) { return dt == KIR_F32 ? 4 : 2; }
-
 /* Square tiles for the transposed copy: both sides stay in cache. */
 enum { TILE = 32 };
 
@@ -115,7 +94,7 @@ int kf_tensor_read_f32(ks_diag *d, const kf_tensor *t, int transposed, int64_t r
     /* The readers checked that shape and nbytes agree and do not overflow. */
     size_t elems = 1;
     for (int i = 0; i < t->ndim; i++) elems *= (size_t)t->shape[i];
-    KS_ASSERT(elems * dtype_bytes(t->dtype) == t->nbytes);
+    KS_ASSERT(elems * kir_dtype_size(t->dtype) == t->nbytes);
 
     /* Rows are dim 0 of the result: [b] of a transposed [a, b]. */
     int64_t rows = t->ndim == 0 ? 1 : transposed ? t->shape[1] : t->shape[0];
@@ -131,22 +110,29 @@ int kf_tensor_read_f32(ks_diag *d, const kf_tensor *t, int transposed, int64_t r
     }
     if (row_start == row_end) return 0;
 
+    /* Checkpoints are little-endian whatever the host, and data inside a mapping need
+     * not be aligned (safetensors headers have any length): ks_decode_f32 reads both. */
+    ks_float_kind kind = kir_float_kind(t->dtype);
+    size_t es = kir_dtype_size(t->dtype);
     if (!transposed) {
         size_t row_elems = rows ? elems / (size_t)rows : 0;
         size_t first = (size_t)row_start * row_elems, n = (size_t)(row_end - row_start) * row_elems;
-        for (size_t k = 0; k < n; k++) out[k] = load_f32(t->data, t->dtype, first + k);
+        if (n) ks_decode_f32(t->data + first * es, kind, n, out); /* n is 0 for a [5, 0] tensor */
         return 0;
     }
     /* Stored [a, b]; result [b, a] restricted to rows [row_start, row_end):
      * out[(j - row_start) * a + i] = stored[i * b + j]. */
     size_t a = (size_t)t->shape[0], b = (size_t)t->shape[1];
     size_t j0 = (size_t)row_start, j1 = (size_t)row_end;
+    float row[TILE]; /* stored[i * b + jj .. i * b + je) */
     for (size_t ii = 0; ii < a; ii += TILE) {
         size_t ie = ii + TILE < a ? ii + TILE : a;
         for (size_t jj = j0; jj < j1; jj += TILE) {
             size_t je = jj + TILE < j1 ? jj + TILE : j1;
-            for (size_t i = ii; i < ie; i++)
-                for (size_t j = jj; j < je; j++) out[(j - j0) * a + i] = load_f32(t->data, t->dtype, i * b + j);
+            for (size_t i = ii; i < ie; i++) {
+                ks_decode_f32(t->data + (i * b + jj) * es, kind, je - jj, row);
+                for (size_t j = jj; j < je; j++) out[(j - j0) * a + i] = row[j - jj];
+            }
         }
     }
     return 0;

@@ -54,13 +54,6 @@ typedef struct st_span {
     size_t tensor;            /* index into the checkpoint's tensors */
 } st_span;
 
-static uint64_t load_le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
 /* The safetensors name of a dtype kiln reads. */
 static const char *dtype_name(kir_dtype dt)
 {
@@ -301,7 +294,7 @@ static int parse_file(kf_checkpoint *c, ks_diag *d, const char *name, const uint
         ks_error(d, name, "file is %zu bytes, too short for the 8-byte header length", size);
         return -1;
     }
-    uint64_t hlen = load_le64(data);
+    uint64_t hlen = ks_load_le64(data);
     if (hlen > KF_SAFETENSORS_MAX_HEADER) {
         ks_error(d, name, "header length %llu is over the %llu-byte limit (is this a safetensors file?)",
                  (unsigned long long)hlen, KF_SAFETENSORS_MAX_HEADER);

@@ -85,6 +85,12 @@ typedef enum kir_dtype {
 const char *kir_dtype_name(kir_dtype t);   /* "f32", "f16", "bf16", "i32" */
 int kir_dtype_lookup(const char *name);    /* -1 if unknown */
 size_t kir_dtype_size(kir_dtype t);        /* bytes per element */
+/* A float dtype's element format, for ks_decode_f32. */
+static inline ks_float_kind kir_float_kind(kir_dtype t)
+{
+    KS_ASSERT(t == KIR_F32 || t == KIR_F16 || t == KIR_BF16);
+    return t == KIR_F32 ? KS_FLOAT_F32 : t == KIR_F16 ? KS_FLOAT_F16 : KS_FLOAT_BF16;
+}
 
 enum { KIR_MAX_DIMS = 4, KIR_MAX_INPUTS = 16 };
 #define KIR_DIM_T (-1) /* symbolic dim: tokens in the step */

@@ -140,6 +140,23 @@ float ks_bf16_to_f32(uint16_t h);
 uint16_t ks_f32_to_f16(float f);  /* round to nearest even */
 uint16_t ks_f32_to_bf16(float f); /* round to nearest even */
 
+/* The element formats of stored float data (support does not know the IR's
+ * dtypes: kir_float_kind maps them). */
+typedef enum ks_float_kind {
+    KS_FLOAT_F32,  /* IEEE binary32, 4 bytes */
+    KS_FLOAT_F16,  /* IEEE binary16, 2 bytes */
+    KS_FLOAT_BF16, /* bfloat16, 2 bytes */
+} ks_float_kind;
+/* n elements of little-endian data of that kind at src (any alignment: data in a
+ * file mapping) as floats into out (not overlapping src), whatever the host's byte
+ * order. One loop per kind, written so that the compiler can vectorize them (bf16,
+ * the common one, vectorizes at -O3). */
+void ks_decode_f32(const void *restrict src, ks_float_kind kind, size_t n, float *restrict out);
+/* Little-endian integers at src (any alignment). */
+uint32_t ks_load_le32(const void *src);
+int32_t ks_load_le_i32(const void *src);
+uint64_t ks_load_le64(const void *src);
+
 /* A 64-bit checksum (FNV-1a over 8-byte words), continued from h: start
  * with KS_HASH_SEED. Chunked calls give the same result as one call only
  * when every chunk but the last is a multiple of 8 bytes long. */

@@ -126,10 +126,5 @@ int main(void)
     test_u64(&arena);
     ks_arena_free(&arena);
     test_limit();
-    if (failures) {
-        fprintf(stderr, "test_hmap: %d failures\n", failures);
-        return 1;
-    }
-    printf("test_hmap: ok\n");
-    return 0;
+    return check_finish("test_hmap");
 }
