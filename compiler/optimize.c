@@ -232,22 +232,6 @@ static void store_as(kir_dtype t, const float *in, size_t n, void *out)
     KS_UNREACHABLE(); /* the weight shape rule allows float dtypes only */
 }
 
-/* m elements of raw little-endian data of dtype src as f32 into f (one loop
- * per dtype, so that the compiler vectorizes the common bf16 one). */
-static void load_f32s(const uint8_t *p, kir_dtype src, size_t m, float *f)
-{
-    if (src == KIR_F32) {
-        memcpy(f, p, m * sizeof *f);
-    } else if (src == KIR_BF16) {
-        for (size_t i = 0; i < m; i++) {
-            uint32_t u = (uint32_t)(p[2 * i] | p[2 * i + 1] << 8) << 16; /* as ks_bf16_to_f32 */
-            memcpy(&f[i], &u, sizeof u);
-        }
-    } else {
-        for (size_t i = 0; i < m; i++) f[i] = ks_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
-    }
-}
-
 /* n elements of tensor data (dtype src, untransposed rows) as dtype t into
  * out: a copy when the dtypes agree (bf16 or f16 through f32 and back with
  * round to nearest even is the identity, NaN payloads aside), else through
@@ -265,7 +249,7 @@ static void convert_rows(const uint8_t *data, kir_dtype src, size_t n, kir_dtype
     for (size_t at = 0; at < n; at += CHUNK) {
         size_t m = n - at < CHUNK ? n - at : CHUNK;
         float *f = t == KIR_F32 ? (float *)out + at : buf;
-        load_f32s(data + at * in_es, src, m, f);
+        ks_decode_f32(data + at * in_es, kir_float_kind(src), m, f);
         if (t != KIR_F32) store_as(t, buf, m, (uint8_t *)out + at * out_es);
     }
 }

@@ -1,7 +1,7 @@
 /*
- * checkpoint.c — the table of tensors every checkpoint reader fills (names
- * hashed for lookup, mapped files owned until close), and reading a tensor
- * as float32 whatever format it came from.
+ * checkpoint.c — the table of tensors every checkpoint reader fills (a hash
+ * map of their names for lookup, mapped files owned until close), and
+ * reading a tensor as float32 whatever format it came from.
  *
  * The formats themselves live in safetensors.c and llama2c.c; this file
  * knows nothing of them. Tensors are not copied: kf_tensor.data points into
@@ -16,6 +16,7 @@ kf_checkpoint *kf_ckpt_new(const char *path)
 {
     kf_checkpoint *c = ks_xcalloc(1, sizeof *c);
     c->path = ks_arena_strdup(&c->arena, path);
+    ks_hmap_init(&c->by_name, NULL, 0, KF_CKPT_MAX_TENSORS, "checkpoint tensors");
     return c;
 }
 
@@ -31,53 +32,21 @@ const ks_mmap *kf_ckpt_map(kf_checkpoint *c, ks_diag *d, const char *file)
 
 const char *kf_ckpt_strdup(kf_checkpoint *c, const char *s) { return ks_arena_strdup(&c->arena, s); }
 
-/* FNV-1a over the name's bytes: names are short, and this keeps the table
- * independent of support's hashing of weight data. */
-static uint64_t hash_name(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-/* The slot that holds `name`, or the empty slot where it would go. */
-static size_t find_slot(const kf_checkpoint *c, const char *name)
-{
-    size_t mask = c->n_slots - 1;
-    size_t i = (size_t)hash_name(name) & mask;
-    while (c->slots[i] && strcmp(c->tensors[c->slots[i] - 1].name, name) != 0) i = (i + 1) & mask;
-    return i;
-}
-
-static void rehash(kf_checkpoint *c, size_t n_slots)
-{
-    free(c->slots);
-    c->slots = ks_xcalloc(n_slots, sizeof *c->slots);
-    c->n_slots = n_slots;
-    for (size_t t = 0; t < c->n_tensors; t++) c->slots[find_slot(c, c->tensors[t].name)] = (uint32_t)(t + 1);
-}
-
 const kf_tensor *kf_ckpt_lookup(const kf_checkpoint *c, const char *name)
 {
-    if (c->n_slots == 0) return NULL;
-    size_t i = find_slot(c, name);
-    return c->slots[i] ? &c->tensors[c->slots[i] - 1] : NULL;
+    const uint64_t *at = ks_hmap_get_str(&c->by_name, name, strlen(name));
+    return at ? &c->tensors[*at] : NULL;
 }
 
 const kf_tensor *kf_ckpt_add(kf_checkpoint *c, const kf_tensor *t)
 {
     KS_ASSERT(c->n_tensors < KF_CKPT_MAX_TENSORS);
-    const kf_tensor *old = kf_ckpt_lookup(c, t->name);
-    if (old) return old;
+    int added;
+    uint64_t *at = ks_hmap_put_str(&c->by_name, t->name, strlen(t->name), &added);
+    if (!added) return &c->tensors[*at];
     KS_GROW(c->tensors, c->n_tensors + 1, c->cap_tensors, KF_CKPT_MAX_TENSORS, "checkpoint tensors");
+    *at = c->n_tensors;
     c->tensors[c->n_tensors++] = *t;
-    if (2 * c->n_tensors > c->n_slots)
-        rehash(c, c->n_slots ? 2 * c->n_slots : 64);
-    else
-        c->slots[find_slot(c, t->name)] = (uint32_t)c->n_tensors;
     return NULL;
 }
 
@@ -87,7 +56,7 @@ void kf_checkpoint_close(kf_checkpoint *c)
     for (size_t i = 0; i < c->n_maps; i++) ks_mmap_close(&c->maps[i]);
     free(c->maps);
     free(c->tensors);
-    free(c->slots);
+    ks_hmap_free(&c->by_name);
     ks_arena_free(&c->arena);
     free(c);
 }
@@ -105,27 +74,6 @@ const kf_tensor *kf_checkpoint_find(const kf_checkpoint *c, const char *name) { 
 const char *kf_checkpoint_path(const kf_checkpoint *c) { return c->path; }
 
 /* ---- reading as float32 ---------------------------------------------------- */
-
-/* Element k of a stored array as float32. Bytes are assembled explicitly:
- * checkpoints are little-endian whatever the host, and data inside a
- * mapping need not be aligned (safetensors headers have any length). */
-static float load_f32(const uint8_t *base, kir_dtype dt, size_t k)
-{
-    switch (dt) {
-    case KIR_F32: {
-        const uint8_t *p = base + 4 * k;
-        uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    case KIR_F16: return ks_f16_to_f32((uint16_t)(base[2 * k] | base[2 * k + 1] << 8));
-    case KIR_BF16: return ks_bf16_to_f32((uint16_t)(base[2 * k] | base[2 * k + 1] << 8));
-    default: KS_UNREACHABLE();
-    }
-}
-
-static size_t dtype_bytes(kir_dtype dt) { return dt == KIR_F32 ? 4 : 2; }
 
 /* Square tiles for the transposed copy: both sides stay in cache. */
 enum { TILE = 32 };
@@ -146,7 +94,7 @@ int kf_tensor_read_f32(ks_diag *d, const kf_tensor *t, int transposed, int64_t r
     /* The readers checked that shape and nbytes agree and do not overflow. */
     size_t elems = 1;
     for (int i = 0; i < t->ndim; i++) elems *= (size_t)t->shape[i];
-    KS_ASSERT(elems * dtype_bytes(t->dtype) == t->nbytes);
+    KS_ASSERT(elems * kir_dtype_size(t->dtype) == t->nbytes);
 
     /* Rows are dim 0 of the result: [b] of a transposed [a, b]. */
     int64_t rows = t->ndim == 0 ? 1 : transposed ? t->shape[1] : t->shape[0];
@@ -162,22 +110,29 @@ int kf_tensor_read_f32(ks_diag *d, const kf_tensor *t, int transposed, int64_t r
     }
     if (row_start == row_end) return 0;
 
+    /* Checkpoints are little-endian whatever the host, and data inside a mapping need
+     * not be aligned (safetensors headers have any length): ks_decode_f32 reads both. */
+    ks_float_kind kind = kir_float_kind(t->dtype);
+    size_t es = kir_dtype_size(t->dtype);
     if (!transposed) {
         size_t row_elems = rows ? elems / (size_t)rows : 0;
         size_t first = (size_t)row_start * row_elems, n = (size_t)(row_end - row_start) * row_elems;
-        for (size_t k = 0; k < n; k++) out[k] = load_f32(t->data, t->dtype, first + k);
+        if (n) ks_decode_f32(t->data + first * es, kind, n, out); /* n is 0 for a [5, 0] tensor */
         return 0;
     }
     /* Stored [a, b]; result [b, a] restricted to rows [row_start, row_end):
      * out[(j - row_start) * a + i] = stored[i * b + j]. */
     size_t a = (size_t)t->shape[0], b = (size_t)t->shape[1];
     size_t j0 = (size_t)row_start, j1 = (size_t)row_end;
+    float row[TILE]; /* stored[i * b + jj .. i * b + je) */
     for (size_t ii = 0; ii < a; ii += TILE) {
         size_t ie = ii + TILE < a ? ii + TILE : a;
         for (size_t jj = j0; jj < j1; jj += TILE) {
             size_t je = jj + TILE < j1 ? jj + TILE : j1;
-            for (size_t i = ii; i < ie; i++)
-                for (size_t j = jj; j < je; j++) out[(j - j0) * a + i] = load_f32(t->data, t->dtype, i * b + j);
+            for (size_t i = ii; i < ie; i++) {
+                ks_decode_f32(t->data + (i * b + jj) * es, kind, je - jj, row);
+                for (size_t j = jj; j < je; j++) out[(j - j0) * a + i] = row[j - jj];
+            }
         }
     }
     return 0;

@@ -30,8 +30,7 @@ struct kf_checkpoint {
     kf_tensor *tensors;    /* heap array of n_tensors, in file order (shard by shard) */
     size_t n_tensors;      /* tensors held */
     size_t cap_tensors;    /* capacity of tensors */
-    uint32_t *slots;       /* open-addressing hash of names: tensor index + 1, 0 empty */
-    size_t n_slots;        /* power of two, at least twice n_tensors; 0 before the first add */
+    ks_hmap by_name;       /* tensor name -> its index in tensors */
     ks_mmap *maps;         /* files mapped for this checkpoint, unmapped on close */
     size_t n_maps;         /* maps in use */
     size_t cap_maps;       /* capacity of maps */

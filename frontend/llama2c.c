@@ -63,14 +63,6 @@ typedef struct l2c_header {
     int32_t seq_len;    /* longest sequence the model was trained on */
 } l2c_header;
 
-static int32_t load_le32(const uint8_t *p)
-{
-    uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-    int32_t v;
-    memcpy(&v, &u, 4);
-    return v;
-}
-
 /* Floats a file with header h holds, or 0 on overflow. */
 static size_t count_floats(const l2c_header *h, size_t vocab, int shared)
 {
@@ -199,13 +191,14 @@ static int parse(kf_checkpoint *c, ks_diag *d, const char *name, const uint8_t *
         ks_error(d, name, "file is %zu bytes, too short for the %d-byte llama2.c header", size, HEADER_BYTES);
         return -1;
     }
-    if ((uint32_t)load_le32(data) == LLAMA2C_MAGIC) {
+    if (ks_load_le32(data) == LLAMA2C_MAGIC) {
         ks_error(d, name, "this is a llama2.c export of version %d (magic \"ak42\"); kiln reads the legacy format "
-                 "(export.py --version 0)", size >= 8 ? (int)load_le32(data + 4) : -1);
+                 "(export.py --version 0)", size >= 8 ? (int)ks_load_le_i32(data + 4) : -1);
         return -1;
     }
-    l2c_header h = {load_le32(data), load_le32(data + 4), load_le32(data + 8), load_le32(data + 12),
-                    load_le32(data + 16), load_le32(data + 20), load_le32(data + 24)};
+    l2c_header h = {ks_load_le_i32(data),      ks_load_le_i32(data + 4),  ks_load_le_i32(data + 8),
+                    ks_load_le_i32(data + 12), ks_load_le_i32(data + 16), ks_load_le_i32(data + 20),
+                    ks_load_le_i32(data + 24)};
     if (check_header(d, name, &h) != 0) return -1;
     int shared = h.vocab_size > 0;
     int vocab = shared ? h.vocab_size : -h.vocab_size;

@@ -499,7 +499,7 @@ static void check_result(kf_lower *L, const kf_item *model, const kf_item *forwa
             kf_error(L, L->first_output_loc,
                      "output '%s' has %lld values per token, but the vocabulary has %lld ids (the rows of the table "
                      "'tokens' indexes): the runtime draws the next token from the first output",
-                     kir_get_str(L->g, L->first_output, "name", "?"), (long long)width, (long long)vocab);
+                     kir_attr_str(L->g, L->first_output, KIR_A_OUTPUT_NAME), (long long)width, (long long)vocab);
     }
     for (size_t i = 0; i < KF_N_RUNTIME_PARAMS; i++) {
         const kf_runtime_param *rp = &runtime_params[i];

@@ -54,13 +54,6 @@ typedef struct st_span {
     size_t tensor;            /* index into the checkpoint's tensors */
 } st_span;
 
-static uint64_t load_le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
 /* The safetensors name of a dtype kiln reads. */
 static const char *dtype_name(kir_dtype dt)
 {
@@ -75,26 +68,28 @@ static void format_shape(ks_buf *b, const int64_t *shape, int ndim)
     ks_buf_puts(b, "]");
 }
 
+/* Report `file: error: tensor 'name': ...`; returns -1. */
+static int tensor_error(const st_file *f, const char *tensor, const char *fmt, ...) KS_PRINTF(3, 4);
+static int tensor_error(const st_file *f, const char *tensor, const char *fmt, ...)
+{
+    ks_buf msg = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    ks_buf_vprintf(&msg, fmt, ap);
+    va_end(ap);
+    ks_error(f->diag, f->name, "tensor '%s': %s", tensor, ks_buf_cstr(&msg));
+    ks_buf_free(&msg);
+    return -1;
+}
+
 /* v as an integer in [0, 2^53]; reports `what` (e.g. "shape[1]") otherwise. */
 static int json_index(st_file *f, const char *tensor, const char *what, const cJSON *v, uint64_t *out)
 {
-    if (!cJSON_IsNumber(v)) {
-        ks_error(f->diag, f->name, "tensor '%s': %s is not a number", tensor, what);
-        return -1;
-    }
+    if (!cJSON_IsNumber(v)) return tensor_error(f, tensor, "%s is not a number", what);
     double x = v->valuedouble;
-    if (isfinite(x) && x < 0) {
-        ks_error(f->diag, f->name, "tensor '%s': %s is negative (%g)", tensor, what, x);
-        return -1;
-    }
-    if (isfinite(x) && x != floor(x)) {
-        ks_error(f->diag, f->name, "tensor '%s': %s is not an integer (%g)", tensor, what, x);
-        return -1;
-    }
-    if (!isfinite(x) || x > KF_JSON_MAX_INT) {
-        ks_error(f->diag, f->name, "tensor '%s': %s is too large (%g)", tensor, what, x);
-        return -1;
-    }
+    if (isfinite(x) && x < 0) return tensor_error(f, tensor, "%s is negative (%g)", what, x);
+    if (isfinite(x) && x != floor(x)) return tensor_error(f, tensor, "%s is not an integer (%g)", what, x);
+    if (!isfinite(x) || x > KF_JSON_MAX_INT) return tensor_error(f, tensor, "%s is too large (%g)", what, x);
     *out = (uint64_t)x;
     return 0;
 }
@@ -102,28 +97,18 @@ static int json_index(st_file *f, const char *tensor, const char *what, const cJ
 static int parse_dtype(st_file *f, const char *tensor, const cJSON *entry, kir_dtype *out)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(entry, "dtype");
-    if (!v) {
-        ks_error(f->diag, f->name, "tensor '%s': missing \"dtype\"", tensor);
-        return -1;
-    }
-    if (!cJSON_IsString(v)) {
-        ks_error(f->diag, f->name, "tensor '%s': \"dtype\" is not a string", tensor);
-        return -1;
-    }
+    if (!v) return tensor_error(f, tensor, "missing \"dtype\"");
+    if (!cJSON_IsString(v)) return tensor_error(f, tensor, "\"dtype\" is not a string");
     const char *s = v->valuestring;
     if (strcmp(s, "F32") == 0) *out = KIR_F32;
     else if (strcmp(s, "F16") == 0) *out = KIR_F16;
     else if (strcmp(s, "BF16") == 0) *out = KIR_BF16;
     else {
         for (size_t i = 0; i < sizeof unsupported_dtypes / sizeof *unsupported_dtypes; i++) {
-            if (strcmp(s, unsupported_dtypes[i]) == 0) {
-                ks_error(f->diag, f->name, "tensor '%s': dtype %s is not supported (kiln reads F32, F16 and BF16)",
-                         tensor, s);
-                return -1;
-            }
+            if (strcmp(s, unsupported_dtypes[i]) == 0)
+                return tensor_error(f, tensor, "dtype %s is not supported (kiln reads F32, F16 and BF16)", s);
         }
-        ks_error(f->diag, f->name, "tensor '%s': unknown dtype \"%s\"", tensor, s);
-        return -1;
+        return tensor_error(f, tensor, "unknown dtype \"%s\"", s);
     }
     return 0;
 }
@@ -132,20 +117,11 @@ static int parse_dtype(st_file *f, const char *tensor, const cJSON *entry, kir_d
 static int parse_shape(st_file *f, const char *tensor, const cJSON *entry, kf_tensor *t, size_t *elems)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(entry, "shape");
-    if (!v) {
-        ks_error(f->diag, f->name, "tensor '%s': missing \"shape\"", tensor);
-        return -1;
-    }
-    if (!cJSON_IsArray(v)) {
-        ks_error(f->diag, f->name, "tensor '%s': \"shape\" is not an array", tensor);
-        return -1;
-    }
+    if (!v) return tensor_error(f, tensor, "missing \"shape\"");
+    if (!cJSON_IsArray(v)) return tensor_error(f, tensor, "\"shape\" is not an array");
     int ndim = cJSON_GetArraySize(v);
-    if (ndim > KIR_MAX_DIMS) {
-        ks_error(f->diag, f->name, "tensor '%s': shape has %d dims; kiln handles at most %d", tensor, ndim,
-                 KIR_MAX_DIMS);
-        return -1;
-    }
+    if (ndim > KIR_MAX_DIMS)
+        return tensor_error(f, tensor, "shape has %d dims; kiln handles at most %d", ndim, KIR_MAX_DIMS);
     t->ndim = ndim;
     const cJSON *dim = v->child;
     for (int i = 0; i < ndim; i++, dim = dim->next) {
@@ -160,7 +136,7 @@ static int parse_shape(st_file *f, const char *tensor, const cJSON *entry, kf_te
         if (!ks_mul_size(count, (size_t)t->shape[i], &count) || count > (size_t)INT64_MAX) {
             ks_buf b = {0};
             format_shape(&b, t->shape, ndim);
-            ks_error(f->diag, f->name, "tensor '%s': shape %s has too many elements", tensor, b.data);
+            tensor_error(f, tensor, "shape %s has too many elements", b.data);
             ks_buf_free(&b);
             return -1;
         }
@@ -175,43 +151,33 @@ static int parse_offsets(st_file *f, const char *tensor, const cJSON *entry, kf_
                          st_span *span)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(entry, "data_offsets");
-    if (!v) {
-        ks_error(f->diag, f->name, "tensor '%s': missing \"data_offsets\"", tensor);
-        return -1;
-    }
-    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2) {
-        ks_error(f->diag, f->name, "tensor '%s': \"data_offsets\" is not [begin, end]", tensor);
-        return -1;
-    }
+    if (!v) return tensor_error(f, tensor, "missing \"data_offsets\"");
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2)
+        return tensor_error(f, tensor, "\"data_offsets\" is not [begin, end]");
     uint64_t begin, end;
     if (json_index(f, tensor, "data_offsets[0]", v->child, &begin) != 0 ||
         json_index(f, tensor, "data_offsets[1]", v->child->next, &end) != 0)
         return -1;
     unsigned long long b = begin, e = end;
-    if (begin > end) {
-        ks_error(f->diag, f->name, "tensor '%s': data_offsets [%llu, %llu] end before they begin", tensor, b, e);
-        return -1;
-    }
-    if (end > f->data_size) {
-        ks_error(f->diag, f->name,
-                 "tensor '%s': data_offsets [%llu, %llu] run past the end of the data section (%zu bytes; is "
-                 "the file truncated?)",
-                 tensor, b, e, f->data_size);
-        return -1;
-    }
+    if (begin > end) return tensor_error(f, tensor, "data_offsets [%llu, %llu] end before they begin", b, e);
+    if (end > f->data_size)
+        return tensor_error(f, tensor,
+                            "data_offsets [%llu, %llu] run past the end of the data section (%zu bytes; is the file "
+                            "truncated?)",
+                            b, e, f->data_size);
     size_t need = 0;
     if (!ks_mul_size(elems, t->dtype == KIR_F32 ? 4 : 2, &need)) {
         ks_buf s = {0};
         format_shape(&s, t->shape, t->ndim);
-        ks_error(f->diag, f->name, "tensor '%s': %s %s has too many bytes", tensor, dtype_name(t->dtype), s.data);
+        tensor_error(f, tensor, "%s %s has too many bytes", dtype_name(t->dtype), s.data);
         ks_buf_free(&s);
         return -1;
     }
     if (need != end - begin) {
         ks_buf s = {0};
         format_shape(&s, t->shape, t->ndim);
-        ks_error(f->diag, f->name, "tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, but %s %s needs %zu",
-                 tensor, b, e, e - b, dtype_name(t->dtype), s.data, need);
+        tensor_error(f, tensor, "data_offsets [%llu, %llu] hold %llu bytes, but %s %s needs %zu", b, e, e - b,
+                     dtype_name(t->dtype), s.data, need);
         ks_buf_free(&s);
         return -1;
     }
@@ -238,10 +204,11 @@ static int check_overlaps(st_file *f, st_span *spans, size_t n)
     for (size_t k = 1; k < n; k++) {
         if (spans[k].begin < spans[widest].end) {
             const st_span *a = &spans[widest], *b = &spans[k];
-            ks_error(f->diag, f->name, "tensor '%s': data_offsets [%llu, %llu] overlap tensor '%s' at [%llu, %llu]",
-                     f->ckpt->tensors[b->tensor].name, (unsigned long long)b->begin, (unsigned long long)b->end,
-                     f->ckpt->tensors[a->tensor].name, (unsigned long long)a->begin, (unsigned long long)a->end);
-            return -1;
+            return tensor_error(f, f->ckpt->tensors[b->tensor].name,
+                                "data_offsets [%llu, %llu] overlap tensor '%s' at [%llu, %llu]",
+                                (unsigned long long)b->begin, (unsigned long long)b->end,
+                                f->ckpt->tensors[a->tensor].name, (unsigned long long)a->begin,
+                                (unsigned long long)a->end);
         }
         if (spans[k].end > spans[widest].end) widest = k;
     }
@@ -259,11 +226,11 @@ static int add_tensors(st_file *f, const cJSON *header)
         const char *tname = entry->string;
         if (strcmp(tname, "__metadata__") == 0) continue;
         if (!cJSON_IsObject(entry)) {
-            ks_error(f->diag, f->name, "tensor '%s': header entry is not a JSON object", tname);
+            tensor_error(f, tname, "header entry is not a JSON object");
             goto out;
         }
         kf_tensor t = {0};
-        size_t elems;
+        size_t elems = 0;
         st_span span;
         if (parse_dtype(f, tname, entry, &t.dtype) != 0 || parse_shape(f, tname, entry, &t, &elems) != 0 ||
             parse_offsets(f, tname, entry, &t, elems, &span) != 0)
@@ -301,7 +268,7 @@ static int parse_file(kf_checkpoint *c, ks_diag *d, const char *name, const uint
         ks_error(d, name, "file is %zu bytes, too short for the 8-byte header length", size);
         return -1;
     }
-    uint64_t hlen = load_le64(data);
+    uint64_t hlen = ks_load_le64(data);
     if (hlen > KF_SAFETENSORS_MAX_HEADER) {
         ks_error(d, name, "header length %llu is over the %llu-byte limit (is this a safetensors file?)",
                  (unsigned long long)hlen, KF_SAFETENSORS_MAX_HEADER);

@@ -246,20 +246,6 @@ const char *kir_get_str(const kir_graph *g, kir_val v, const char *key, const ch
     return a && a->kind == KIR_ATTR_STR ? a->u.s : dflt;
 }
 
-void kir_error_at_node(ks_diag *d, const kir_graph *g, kir_val v, const char *what, const char *fmt, ...)
-{
-    const kir_node *n = v != KIR_NONE && v < g->n_nodes ? &g->nodes[v] : NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    if (n && n->loc.file < g->n_files && n->loc.line > 0) {
-        ks_source src = {g->files[n->loc.file], NULL, 0};
-        ks_verror_at(d, &src, (int)n->loc.line, (int)n->loc.col, fmt, ap);
-    } else {
-        ks_verror(d, what ? what : "<ir>", fmt, ap);
-    }
-    va_end(ap);
-}
-
 /* ---- params ------------------------------------------------------------------- */
 
 static kir_param *param_slot(kir_graph *g, const char *name)

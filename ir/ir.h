@@ -83,6 +83,12 @@ typedef enum kir_dtype {
 const char *kir_dtype_name(kir_dtype t);   /* "f32", "f16", "bf16", "i32" */
 int kir_dtype_lookup(const char *name);    /* -1 if unknown */
 size_t kir_dtype_size(kir_dtype t);        /* bytes per element */
+/* A float dtype's element format, for ks_decode_f32. */
+static inline ks_float_kind kir_float_kind(kir_dtype t)
+{
+    KS_ASSERT(t == KIR_F32 || t == KIR_F16 || t == KIR_BF16);
+    return t == KIR_F32 ? KS_FLOAT_F32 : t == KIR_F16 ? KS_FLOAT_F16 : KS_FLOAT_BF16;
+}
 
 enum { KIR_MAX_DIMS = 4, KIR_MAX_INPUTS = 16 };
 #define KIR_DIM_T (-1) /* symbolic dim: tokens in the step */
@@ -315,11 +321,24 @@ int kir_infer(kir_graph *g, kir_val v, ks_buf *err);
  * names the graph in messages (e.g. the IR file). Returns the error count. */
 int kir_verify(const kir_graph *g, ks_diag *d, const char *what);
 
-/* Report an error through d at node v's source location when it has one,
- * else at `what` (v may be KIR_NONE: the graph as a whole). The text is the
- * caller's: verifiers start it "node %v (op): ". */
-void kir_error_at_node(ks_diag *d, const kir_graph *g, kir_val v, const char *what, const char *fmt, ...)
+/* ---- errors about a node ------------------------------------------------------
+ * kir_node_error reports an error about node v: at its place in the .kiln or IR
+ * text it came from when it has one (`file:line:col: error: ...`, the source
+ * line and a caret), else as `where: error: ...`. The message is a lead that
+ * names the node, then fmt. kir_node_error's lead is the IR's own,
+ * `node %17 (matmul): ` (kir_verify, the memory planner); kir_node_verror takes
+ * the caller's (plain text, not a format), or NULL for the IR's. Both return -1,
+ * for `return kir_node_error(...)`. */
+int kir_node_error(ks_diag *d, const kir_graph *g, kir_val v, const char *where, const char *fmt, ...)
     KS_PRINTF(5, 6);
+int kir_node_verror(ks_diag *d, const kir_graph *g, kir_val v, const char *where, const char *lead,
+                    const char *fmt, va_list ap);
+/* text as it is (it names the node already), at v's place or at `where`. */
+int kir_node_error_text(ks_diag *d, const kir_graph *g, kir_val v, const char *where, const char *text);
+/* Whether kir_node_error reports v at a place in a text (else at `where`). */
+int kir_node_has_place(const kir_graph *g, kir_val v);
+/* The graph's name, or fallback when it has none. */
+const char *kir_graph_name(const kir_graph *g, const char *fallback);
 
 /* Formatting of types, e.g. "f32[T,128]". */
 void kir_format_type(ks_buf *b, const kir_node *n);

@@ -78,25 +78,18 @@ typedef struct kir_token {
 } kir_token;
 
 /* ---- names -------------------------------------------------------------------
- * Open-addressing hash tables of names seen so far: values (without the `%`)
- * to their dense index, or to VAL_POISONED when their line had an error
- * (later uses then stay quiet instead of cascading); and params, to catch a
- * param defined twice without a search per line. */
+ * Hash maps (ks_hmap) of the names seen so far to their definitions: values
+ * (without the `%`) to their dense index, or to VAL_POISONED when their line
+ * had an error (later uses then stay quiet instead of cascading); and params,
+ * to catch a param defined twice without a search per line. */
 #define VAL_POISONED (KIR_NONE - 1)
 
-typedef struct kir_name_slot {
-    const char *name; /* NULL: empty slot; else in the scratch arena */
-    size_t len;       /* bytes in name */
-    kir_val index;    /* values: dense index or VAL_POISONED; params: unused */
-    int line;         /* where it was defined */
-    int col;          /* column of its definition */
-} kir_name_slot;
-
-typedef struct kir_name_table {
-    kir_name_slot *slots; /* the table */
-    size_t cap;           /* slots (a power of two, or 0) */
-    size_t n;             /* used slots */
-} kir_name_table;
+/* Where a name was defined, in the scratch arena; the name maps to its address. */
+typedef struct kir_name_def {
+    kir_val index; /* values: dense index or VAL_POISONED; params: unused */
+    int line;      /* where it was defined */
+    int col;       /* column of its definition */
+} kir_name_def;
 
 /* An attribute of the node being parsed, before it joins the graph. */
 typedef struct kir_pending_attr {
@@ -123,8 +116,8 @@ typedef struct kir_parser {
     ks_buf sbuf;               /* reused while decoding a string */
     kir_graph *g;              /* the graph being built */
     int saw_graph;             /* a `graph` line was read */
-    kir_name_table values;     /* value names defined so far */
-    kir_name_table params;     /* param names defined so far */
+    ks_hmap values;            /* value names defined so far -> their kir_name_def */
+    ks_hmap params;            /* param names defined so far -> their kir_name_def */
     kir_pending_attr *attrs;   /* the current node's attributes */
     size_t cap_attrs;          /* capacity of attrs */
     int64_t *ints;             /* the list being read */
@@ -425,52 +418,24 @@ static int expect_end(kir_parser *p, const char *after)
 }
 
 /* ---- name tables ---------------------------------------------------------------- */
-static size_t name_hash(const char *s, size_t n) { return (size_t)ks_hash64(KS_HASH_SEED, s, n); }
-
-/* The slot for name: the one holding it, or the empty one where it goes. */
-static kir_name_slot *name_slot(kir_name_table *t, const char *name, size_t len)
+static kir_name_def *name_find(const ks_hmap *t, const char *name, size_t len)
 {
-    size_t mask = t->cap - 1;
-    for (size_t h = name_hash(name, len) & mask;; h = (h + 1) & mask) {
-        kir_name_slot *s = &t->slots[h];
-        if (!s->name || (s->len == len && memcmp(s->name, name, len) == 0)) return s;
-    }
-}
-
-static kir_name_slot *name_find(kir_name_table *t, const char *name, size_t len)
-{
-    if (!t->cap) return NULL;
-    kir_name_slot *s = name_slot(t, name, len);
-    return s->name ? s : NULL;
+    const uint64_t *def = ks_hmap_get_str(t, name, len);
+    return def ? (kir_name_def *)(uintptr_t)*def : NULL;
 }
 
 /* Add name (not in t yet), defined at line:col, copying it to the scratch arena. */
-static void name_define(kir_parser *p, kir_name_table *t, const char *name, size_t len, kir_val index, int line,
-                        int col)
+static void name_define(kir_parser *p, ks_hmap *t, const char *name, size_t len, kir_val index, int line, int col)
 {
-    if ((t->n + 1) * 2 > t->cap) { /* keep the load under 1/2 */
-        size_t ncap = t->cap ? t->cap * 2 : 64;
-        KS_ASSERT(ncap > t->cap);
-        kir_name_slot *old = t->slots;
-        size_t old_cap = t->cap;
-        t->slots = ks_xcalloc(ncap, sizeof *t->slots);
-        t->cap = ncap;
-        for (size_t i = 0; i < old_cap; i++)
-            if (old[i].name) *name_slot(t, old[i].name, old[i].len) = old[i];
-        free(old);
-    }
-    kir_name_slot *s = name_slot(t, name, len);
-    KS_ASSERT(!s->name);
-    s->name = ks_arena_strndup(&p->scratch, name, len);
-    s->len = len;
-    s->index = index;
-    s->line = line;
-    s->col = col;
-    t->n++;
+    kir_name_def *def = ks_arena_alloc(&p->scratch, sizeof *def);
+    *def = (kir_name_def){index, line, col};
+    int added;
+    *ks_hmap_put_str(t, ks_arena_strndup(&p->scratch, name, len), len, &added) = (uintptr_t)def;
+    KS_ASSERT(added);
 }
 
-/* The slot of the value a VALUE token names, or NULL. */
-static kir_name_slot *value_find(kir_parser *p, const kir_token *t)
+/* The definition of the value a VALUE token names, or NULL. */
+static kir_name_def *value_find(kir_parser *p, const kir_token *t)
 {
     return name_find(&p->values, t->start + 1, t->len - 1);
 }
@@ -629,13 +594,13 @@ static int parse_param(kir_parser *p)
         return expected(p, "a param value (a number, a string or a list of integers)");
     }
     if (expect_end(p, "the param")) return -1;
-    kir_name_slot *prev = name_find(&p->params, name, strlen(name));
+    kir_name_def *prev = name_find(&p->params, name, strlen(name));
     if (prev) {
         error_tok(p, &name_tok, "param '%s' defined twice", name);
         if (!p->gave_up) ks_note_at(p->d, p->src, prev->line, prev->col, "first defined here");
         return 0;
     }
-    if (p->params.n == KIR_PARSE_MAX_PARAMS) {
+    if (p->params.count == KIR_PARSE_MAX_PARAMS) {
         error_tok(p, &name_tok, "too many params (at most %d)", KIR_PARSE_MAX_PARAMS);
         return 0;
     }
@@ -705,7 +670,7 @@ static int parse_operands(kir_parser *p, kir_pending_node *n)
     for (;;) {
         kir_val v = KIR_NONE;
         if (p->tok.kind == TOK_VALUE) {
-            kir_name_slot *s = value_find(p, &p->tok);
+            kir_name_def *s = value_find(p, &p->tok);
             if (!s)
                 error_tok(p, &p->tok, "use of undefined value %.*s", (int)p->tok.len, p->tok.start);
             else
@@ -825,7 +790,7 @@ static kir_val commit_node(kir_parser *p, const kir_pending_node *n)
 static int parse_node(kir_parser *p)
 {
     kir_token name_tok = p->tok;
-    kir_name_slot *prev = value_find(p, &name_tok);
+    kir_name_def *prev = value_find(p, &name_tok);
     if (prev) {
         error_tok(p, &name_tok, "value %.*s defined twice", (int)name_tok.len, name_tok.start);
         if (!p->gave_up) ks_note_at(p->d, p->src, prev->line, prev->col, "first defined here");
@@ -888,6 +853,9 @@ kir_graph *kir_parse(const ks_source *src, ks_diag *d)
     p.line_start = p.cur;
     p.line = 1;
     p.g = kir_graph_new("");
+    /* a node per line, and a name after each error until the parse gives up */
+    ks_hmap_init(&p.values, NULL, 0, KIR_PARSE_MAX_NODES + KIR_PARSE_MAX_ERRORS, "value names");
+    ks_hmap_init(&p.params, NULL, 0, KIR_PARSE_MAX_PARAMS, "param names");
 
     lex(&p);
     while (p.tok.kind == TOK_NEWLINE) lex(&p);
@@ -909,8 +877,8 @@ kir_graph *kir_parse(const ks_source *src, ks_diag *d)
         kir_graph_free(g);
         g = NULL;
     }
-    free(p.values.slots);
-    free(p.params.slots);
+    ks_hmap_free(&p.values);
+    ks_hmap_free(&p.params);
     free(p.attrs);
     free(p.ints);
     ks_buf_free(&p.sbuf);

@@ -108,14 +108,10 @@ static int node_fail(ks_diag *d, const kir_graph *g, kir_val v, const char *what
     KS_PRINTF(5, 6);
 static int node_fail(ks_diag *d, const kir_graph *g, kir_val v, const char *what, const char *fmt, ...)
 {
-    ks_buf msg = {0};
-    ks_buf_printf(&msg, "node %%%u (%s): ", (unsigned)v, kir_op_table[g->nodes[v].op].name);
     va_list ap;
     va_start(ap, fmt);
-    ks_buf_vprintf(&msg, fmt, ap);
+    kir_node_verror(d, g, v, what ? what : "<ir>", NULL, fmt, ap);
     va_end(ap);
-    kir_error_at_node(d, g, v, what, "%s", msg.data);
-    ks_buf_free(&msg);
     return -1;
 }
 
@@ -242,7 +238,10 @@ int kir_verify_plan(const kir_graph *g, ks_diag *d, const char *what)
     kir_val where = KIR_NONE;
     int errors = 0;
     if (kir_plan_check(g, &p, &why, &where) != 0) {
-        kir_error_at_node(d, g, where, what ? what : "<ir>", "%s", ks_buf_cstr(&why));
+        if (where == KIR_NONE) /* the plan as a whole */
+            ks_error(d, what ? what : "<ir>", "%s", ks_buf_cstr(&why));
+        else /* why names the node already */
+            kir_node_error_text(d, g, where, what ? what : "<ir>", ks_buf_cstr(&why));
         errors = 1;
     }
     ks_buf_free(&why);

@@ -82,26 +82,16 @@ typedef struct kir_verifier {
     const char *what;     /* names the graph where a node has no location */
     int errors;           /* errors reported */
     uint8_t *type_ok;     /* per node: its stored type is well formed (usable by consumers) */
-    kir_val *seen;        /* open-addressing table for the uniqueness checks */
-    size_t cap_seen;      /* slots in seen (a power of two) */
 } kir_verifier;
 
 /* Report "node %v (op): message" at the node's location. */
 KS_PRINTF(3, 4)
 static void node_error(kir_verifier *c, kir_val v, const char *fmt, ...)
 {
-    const kir_node *n = kir_node_at(c->g, v);
-    ks_buf msg = {0};
-    if (n->op < KIR_OP_COUNT)
-        ks_buf_printf(&msg, "node %%%u (%s): ", (unsigned)v, kir_op_table[n->op].name);
-    else
-        ks_buf_printf(&msg, "node %%%u: ", (unsigned)v);
     va_list ap;
     va_start(ap, fmt);
-    ks_buf_vprintf(&msg, fmt, ap);
+    kir_node_verror(c->d, c->g, v, c->what, NULL, fmt, ap);
     va_end(ap);
-    kir_error_at_node(c->d, c->g, v, c->what, "%s", msg.data);
-    ks_buf_free(&msg);
     c->errors++;
 }
 
@@ -272,19 +262,6 @@ static void check_inferred_type(kir_verifier *c, kir_graph *copy, kir_val v)
 
 /* ---- uniqueness ------------------------------------------------------------------------ */
 
-static uint64_t key_hash(const kir_attr *a)
-{
-    if (a->kind == KIR_ATTR_STR) return ks_hash64(KS_HASH_SEED, a->u.s, strlen(a->u.s));
-    return ks_hash64(KS_HASH_SEED, &a->u.i, sizeof a->u.i);
-}
-
-static int key_equal(const kir_attr *a, const kir_attr *b)
-{
-    if (a->kind != b->kind) return 0;
-    if (a->kind == KIR_ATTR_STR) return strcmp(a->u.s, b->u.s) == 0;
-    return a->u.i == b->u.i;
-}
-
 /* Among the nodes of op `op` whose attribute `key` has kind `kind`, report
  * each whose value an earlier one has already. */
 static void check_unique(kir_verifier *c, kir_op op, const char *key, kir_attr_kind kind, const char *what)
@@ -293,34 +270,23 @@ static void check_unique(kir_verifier *c, kir_op op, const char *key, kir_attr_k
     size_t count = 0;
     for (size_t i = 0; i < g->n_nodes; i++) count += g->nodes[i].op == op;
     if (count < 2) return;
-    size_t cap = 16;
-    while (cap < count * 2) cap *= 2;
-    if (cap > c->cap_seen) {
-        free(c->seen);
-        c->seen = ks_xmalloc(cap * sizeof *c->seen);
-        c->cap_seen = cap;
-    }
-    for (size_t i = 0; i < cap; i++) c->seen[i] = KIR_NONE;
+    ks_hmap first; /* the value -> the first node that has it */
+    ks_hmap_init(&first, NULL, count, count, "attribute values");
     for (size_t i = 0; i < g->n_nodes; i++) {
         if (g->nodes[i].op != op) continue;
         const kir_attr *a = kir_get(g, (kir_val)i, key);
         if (!a || a->kind != kind) continue; /* reported by check_attrs */
-        for (size_t h = key_hash(a) & (cap - 1);; h = (h + 1) & (cap - 1)) {
-            if (c->seen[h] == KIR_NONE) {
-                c->seen[h] = (kir_val)i;
-                break;
-            }
-            if (key_equal(kir_get(g, c->seen[h], key), a)) {
-                if (kind == KIR_ATTR_STR)
-                    node_error(c, (kir_val)i, "%s \"%s\" is used by node %%%u too", what, a->u.s,
-                               (unsigned)c->seen[h]);
-                else
-                    node_error(c, (kir_val)i, "%s %lld is used by node %%%u too", what, (long long)a->u.i,
-                               (unsigned)c->seen[h]);
-                break;
-            }
-        }
+        int added;
+        uint64_t *at = kind == KIR_ATTR_STR ? ks_hmap_put_str(&first, a->u.s, strlen(a->u.s), &added)
+                                            : ks_hmap_put_u64(&first, (uint64_t)a->u.i, &added);
+        if (added)
+            *at = i;
+        else if (kind == KIR_ATTR_STR)
+            node_error(c, (kir_val)i, "%s \"%s\" is used by node %%%u too", what, a->u.s, (unsigned)*at);
+        else
+            node_error(c, (kir_val)i, "%s %lld is used by node %%%u too", what, (long long)a->u.i, (unsigned)*at);
     }
+    ks_hmap_free(&first);
 }
 
 /* ---- KV-cache writes ------------------------------------------------------------------- */
@@ -519,21 +485,6 @@ static void check_derived(kir_verifier *c)
 
 /* ---- fusion groups ----------------------------------------------------------------------- */
 
-/* Where each group id was last seen: open addressing over ids. */
-typedef struct group_seen {
-    int64_t *ids;   /* [cap] group ids; -1: empty slot */
-    kir_val *last;  /* [cap] the last node of the id's run */
-    size_t cap;     /* slots, a power of two */
-} group_seen;
-
-/* The slot of id: where it is, or the empty slot where it goes. */
-static size_t group_slot(const group_seen *s, int64_t id)
-{
-    size_t h = ks_hash64(KS_HASH_SEED, &id, sizeof id) & (s->cap - 1);
-    while (s->ids[h] != -1 && s->ids[h] != id) h = (h + 1) & (s->cap - 1);
-    return h;
-}
-
 /* The group of v: its `fuse` id, or -1 when it has none or a malformed one
  * (which check_attrs reports); an op that cannot join a group is reported here. */
 static int64_t group_of(kir_verifier *c, kir_val v)
@@ -562,11 +513,8 @@ static void check_groups(kir_verifier *c)
     for (size_t i = 0; i < g->n_nodes; i++)
         for (int k = 0; k < g->nodes[i].nin && k < KIR_MAX_INPUTS; k++)
             if (g->nodes[i].in[k] < i) uses[g->nodes[i].in[k]]++;
-    group_seen seen = {.cap = 16};
-    while (seen.cap < 2 * g->n_nodes) seen.cap *= 2;
-    seen.ids = ks_xmalloc(sizeof *seen.ids * seen.cap);
-    seen.last = ks_xmalloc(sizeof *seen.last * seen.cap);
-    for (size_t i = 0; i < seen.cap; i++) seen.ids[i] = -1;
+    ks_hmap last; /* group id -> the last node of its run so far */
+    ks_hmap_init(&last, NULL, 0, g->n_nodes, "fuse groups");
 
     int64_t run = -1;                        /* the group of the run the previous node is in; -1: none */
     kir_val anchor = KIR_NONE, norm = KIR_NONE; /* the run's matmul or attention, and its norm */
@@ -577,16 +525,15 @@ static void check_groups(kir_verifier *c)
         int64_t id = group_of(c, v);
         if (id != run && id >= 0) {
             /* a run starts: the id must not have had one before */
-            size_t h = group_slot(&seen, id);
-            if (seen.ids[h] == id)
+            const uint64_t *before = ks_hmap_get_u64(&last, (uint64_t)id);
+            if (before)
                 node_error(c, v, "fuse group %lld is not contiguous: it has nodes up to %%%u, then %%%u is not in it",
-                           (long long)id, (unsigned)seen.last[h], (unsigned)seen.last[h] + 1);
-            seen.ids[h] = id;
+                           (long long)id, (unsigned)*before, (unsigned)*before + 1);
             anchor = norm = KIR_NONE;
         }
         run = id;
         if (id < 0) continue;
-        seen.last[group_slot(&seen, id)] = v;
+        *ks_hmap_put_u64(&last, (uint64_t)id, NULL) = v;
         kir_fusion_class fc = kir_op_table[n->op].fusion;
         if (fc == KIR_FUSE_MATMUL || n->op == KIR_OP_ATTENTION) {
             if (anchor != KIR_NONE) {
@@ -615,8 +562,7 @@ static void check_groups(kir_verifier *c)
                 norm = v;
         }
     }
-    free(seen.ids);
-    free(seen.last);
+    ks_hmap_free(&last);
     free(uses);
 }
 
@@ -677,6 +623,5 @@ int kir_verify(const kir_graph *g, ks_diag *d, const char *what)
 
     kir_graph_free(copy);
     free(c.type_ok);
-    free(c.seen);
     return c.errors;
 }

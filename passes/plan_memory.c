@@ -150,22 +150,8 @@ typedef struct kp_planner {
 
 /* ---- diagnostics -------------------------------------------------------------------- */
 
-static const char *graph_name(const kir_graph *g) { return g->name && g->name[0] ? g->name : "<graph>"; }
-
-/* An error at node v's source location when it has one, as kir_verify reports. */
-static void node_error(const kp_planner *p, kir_val v, const char *fmt, ...) KS_PRINTF(3, 4);
-static void node_error(const kp_planner *p, kir_val v, const char *fmt, ...)
-{
-    const kir_node *n = kir_node_at(p->g, v);
-    ks_buf msg = {0};
-    ks_buf_printf(&msg, "node %%%u (%s): ", (unsigned)v, kir_op_table[n->op].name);
-    va_list ap;
-    va_start(ap, fmt);
-    ks_buf_vprintf(&msg, fmt, ap);
-    va_end(ap);
-    kir_error_at_node(p->d, p->g, v, graph_name(p->g), "%s", msg.data);
-    ks_buf_free(&msg);
-}
+/* Messages about a node are kir_verify's (kir_node_error); a graph with no name is "<graph>" in them. */
+#define PLAN_NO_NAME "<graph>"
 
 /* ---- stage 1: sizes, last uses, slots ------------------------------------------------- */
 
@@ -230,8 +216,9 @@ static int find_slots(kp_planner *p)
         if (kir_value_bytes(node, p->max_tokens, &p->bytes[v]) != 0) {
             ks_buf t = {0};
             kir_format_type(&t, node);
-            node_error(p, (kir_val)v, "%s needs more than 2^40 bytes at max_tokens %lld: too large to plan",
-                       ks_buf_cstr(&t), (long long)p->max_tokens);
+            kir_node_error(p->d, g, (kir_val)v, kir_graph_name(g, PLAN_NO_NAME),
+                           "%s needs more than 2^40 bytes at max_tokens %lld: too large to plan", ks_buf_cstr(&t),
+                           (long long)p->max_tokens);
             ks_buf_free(&t);
             bad = 1;
         }
@@ -259,7 +246,8 @@ static int find_slots(kp_planner *p)
         uint32_t s = src != KIR_NONE ? p->slot_of[src] : NO_SLOT;
         if (kir_op_is_view(node->op)) {
             if (s == NO_SLOT) {
-                node_error(p, (kir_val)v, "a view of a weight has no place in the arena");
+                kir_node_error(p->d, g, (kir_val)v, kir_graph_name(g, PLAN_NO_NAME),
+                               "a view of a weight has no place in the arena");
                 return -1;
             }
             KS_ASSERT(p->bytes[v] == p->slots[s].bytes);
@@ -609,7 +597,7 @@ int kp_plan_memory(const kir_graph *g, int64_t max_tokens, kp_mem_plan *plan, ks
 {
     memset(plan, 0, sizeof *plan);
     if (max_tokens < 1 || max_tokens > KIR_MEM_MAX_TOKENS) {
-        ks_error(d, graph_name(g), "memory plan: max_tokens must be %s, got %lld",
+        ks_error(d, kir_graph_name(g, PLAN_NO_NAME), "memory plan: max_tokens must be %s, got %lld",
                  max_tokens < 1 ? "at least 1" : "at most 16777216", (long long)max_tokens);
         return -1;
     }
@@ -620,7 +608,7 @@ int kp_plan_memory(const kir_graph *g, int64_t max_tokens, kp_mem_plan *plan, ks
         compute_load(&p);
         assign_offsets(&p);
         if (p.arena > KIR_MEM_MAX_ARENA) {
-            ks_error(d, graph_name(g), "memory plan: the arena takes %llu bytes at max_tokens %lld, more than 2^48",
+            ks_error(d, kir_graph_name(g, PLAN_NO_NAME), "memory plan: the arena takes %llu bytes at max_tokens %lld, more than 2^48",
                      (unsigned long long)p.arena, (long long)max_tokens);
             rc = -1;
         }

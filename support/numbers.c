@@ -1,4 +1,4 @@
-/* numbers.c — half-precision conversions, hashing, checked size arithmetic. */
+/* numbers.c — half-precision conversions, little-endian data, hashing, checked size arithmetic. */
 #include "support.h"
 
 #include <string.h>
@@ -30,6 +30,51 @@ float ks_f16_to_f32(uint16_t h)
     }
     if (exp == 31) return bits_to_f32(sign | 0x7f800000u | (man << 13));
     return bits_to_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+void ks_decode_f32(const void *restrict src, ks_float_kind kind, size_t n, float *restrict out)
+{
+    const uint8_t *restrict p = src;
+    switch (kind) {
+    case KS_FLOAT_F32:
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        if (n) memcpy(out, p, n * sizeof *out);
+#else
+        for (size_t i = 0; i < n; i++) out[i] = bits_to_f32(ks_load_le32(p + 4 * i));
+#endif
+        return;
+    case KS_FLOAT_BF16:
+        /* as ks_bf16_to_f32, in a form the compiler vectorizes */
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)(p[2 * i] | p[2 * i + 1] << 8) << 16;
+            memcpy(&out[i], &u, sizeof u);
+        }
+        return;
+    case KS_FLOAT_F16:
+        for (size_t i = 0; i < n; i++) out[i] = ks_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        return;
+    }
+    KS_UNREACHABLE();
+}
+
+uint32_t ks_load_le32(const void *src)
+{
+    const uint8_t *p = src;
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int32_t ks_load_le_i32(const void *src)
+{
+    uint32_t u = ks_load_le32(src);
+    int32_t v;
+    memcpy(&v, &u, 4); /* two's complement, without an implementation-defined conversion */
+    return v;
+}
+
+uint64_t ks_load_le64(const void *src)
+{
+    const uint8_t *p = src;
+    return (uint64_t)ks_load_le32(p) | (uint64_t)ks_load_le32(p + 4) << 32;
 }
 
 uint16_t ks_f32_to_bf16(float f)

@@ -140,11 +140,71 @@ float ks_bf16_to_f32(uint16_t h);
 uint16_t ks_f32_to_f16(float f);  /* round to nearest even */
 uint16_t ks_f32_to_bf16(float f); /* round to nearest even */
 
+/* The element formats of stored float data (support does not know the IR's
+ * dtypes: kir_float_kind maps them). */
+typedef enum ks_float_kind {
+    KS_FLOAT_F32,  /* IEEE binary32, 4 bytes */
+    KS_FLOAT_F16,  /* IEEE binary16, 2 bytes */
+    KS_FLOAT_BF16, /* bfloat16, 2 bytes */
+} ks_float_kind;
+/* n elements of little-endian data of that kind at src (any alignment: data in a
+ * file mapping) as floats into out (not overlapping src), whatever the host's byte
+ * order. One loop per kind, written so that the compiler can vectorize them (bf16,
+ * the common one, vectorizes at -O3). */
+void ks_decode_f32(const void *restrict src, ks_float_kind kind, size_t n, float *restrict out);
+/* Little-endian integers at src (any alignment). */
+uint32_t ks_load_le32(const void *src);
+int32_t ks_load_le_i32(const void *src);
+uint64_t ks_load_le64(const void *src);
+
 /* A 64-bit checksum (FNV-1a over 8-byte words), continued from h: start
  * with KS_HASH_SEED. Chunked calls give the same result as one call only
  * when every chunk but the last is a multiple of 8 bytes long. */
 #define KS_HASH_SEED 0xcbf29ce484222325ull
 uint64_t ks_hash64(uint64_t h, const void *data, size_t n);
+
+/* ---- hash maps ----------------------------------------------------------------
+ * ks_hmap maps keys to 64-bit values (an index, an id, two 32-bit numbers), by open
+ * addressing with linear probing (support/hmap.c). One map holds one kind of key:
+ * byte strings (the _str calls; the bytes are not copied and must outlive the map)
+ * or 64-bit integers (the _u64 calls). Its slots come from an arena when it is given
+ * one (growing leaves the old slots there) or else from the heap (ks_hmap_free). It
+ * holds at most `limit` keys: one more is fatal, naming `what`, as KS_GROW is.
+ *
+ *     ks_hmap by_name;
+ *     ks_hmap_init(&by_name, NULL, 0, 1 << 20, "tensor names");
+ *     int added;
+ *     uint64_t *slot = ks_hmap_put_str(&by_name, name, strlen(name), &added);
+ *     if (added) *slot = index; else ... name was there, with index *slot
+ *     const uint64_t *at = ks_hmap_get_str(&by_name, name, strlen(name)); // NULL: absent
+ *     ks_hmap_free(&by_name);
+ */
+typedef struct ks_hmap_slot {
+    uint64_t hash;   /* the key's hash; 0 marks an empty slot (a key never hashes to 0) */
+    uint64_t key;    /* a u64 key itself; for a string key, its length in bytes */
+    const char *str; /* a string key's bytes (not owned); NULL for a u64 key */
+    uint64_t val;    /* the value */
+} ks_hmap_slot;
+
+typedef struct ks_hmap {
+    ks_hmap_slot *slots; /* [mask + 1], at most half full; NULL until the first key */
+    size_t mask;         /* slot count - 1 (a power of two minus one) */
+    size_t count;        /* keys stored */
+    size_t limit;        /* most keys it may hold */
+    const char *what;    /* what its keys are, for the message past the limit ("tensor names") */
+    ks_arena *arena;     /* where its slots come from; NULL: the heap */
+} ks_hmap;
+
+/* An empty map with room for n keys before it grows (n may be 0). */
+void ks_hmap_init(ks_hmap *m, ks_arena *arena, size_t n, size_t limit, const char *what);
+void ks_hmap_free(ks_hmap *m); /* the heap's slots; nothing for an arena's. The map is then empty. */
+/* The value of key, added as 0 when absent (*added, when given, says which). The
+ * pointer holds until the next put. */
+uint64_t *ks_hmap_put_str(ks_hmap *m, const char *key, size_t len, int *added);
+uint64_t *ks_hmap_put_u64(ks_hmap *m, uint64_t key, int *added);
+/* The value of key, or NULL when absent. */
+const uint64_t *ks_hmap_get_str(const ks_hmap *m, const char *key, size_t len);
+const uint64_t *ks_hmap_get_u64(const ks_hmap *m, uint64_t key);
 
 /* Checked arithmetic for sizes from untrusted files: 0 on overflow. */
 int ks_mul_size(size_t a, size_t b, size_t *out);

@@ -31,6 +31,17 @@ static int failures; /* checks failed so far */
         }                                                                                                      \
     } while (0)
 
+/* main's result: 0 when no check failed; says which program failed how often, or that it passed. */
+static inline int check_finish(const char *program)
+{
+    if (failures) {
+        fprintf(stderr, "%s: %d failures\n", program, failures);
+        return 1;
+    }
+    printf("%s: ok\n", program);
+    return 0;
+}
+
 /* A diagnostics sink that keeps the messages. */
 typedef struct sink {
     ks_buf log; /* every message */

@@ -52,7 +52,7 @@ int kcu_parse_target(const char *target, ks_arena *a, const char ***archs, ks_di
 /* The graph's name made safe for a file name. */
 static void file_stem(const kir_graph *g, ks_buf *b)
 {
-    const char *name = g->name && g->name[0] ? g->name : "kernels";
+    const char *name = kir_graph_name(g, "kernels");
     for (const char *p = name; *p; p++) {
         char c = *p;
         int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';

@@ -463,7 +463,7 @@ static int emit_nodes(kcu_gen *x)
 
 int kcu_generate(const kir_graph *g, ks_buf *src, krt_cuda_meta *meta, ks_diag *d)
 {
-    if (kir_verify(g, d, g->name && g->name[0] ? g->name : "graph") != 0) return -1;
+    if (kir_verify(g, d, kir_graph_name(g, "graph")) != 0) return -1;
     ks_buf kernels = {0};
     kcu_gen x = {.g = g, .src = &kernels, .meta = meta, .d = d};
     x.root = ks_xcalloc(g->n_nodes ? g->n_nodes : 1, sizeof *x.root);
@@ -493,7 +493,7 @@ int kcu_generate(const kir_graph *g, ks_buf *src, krt_cuda_meta *meta, ks_diag *
         }
     }
     if (rc == 0 && !have_output) {
-        ks_error(d, g->name && g->name[0] ? g->name : "graph", "cuda: the graph has no output");
+        ks_error(d, kir_graph_name(g, "graph"), "cuda: the graph has no output");
         rc = -1;
     }
     ks_buf_free(&kernels);

@@ -15,22 +15,17 @@
 /* ---- messages ---------------------------------------------------------------------- */
 int kcu_node_error(kcu_gen *x, kir_val v, const char *fmt, ...)
 {
-    const kir_graph *g = x->g;
-    const kir_node *n = &g->nodes[v];
-    ks_buf msg = {0};
+    const char *op = kir_op_table[kir_node_at(x->g, v)->op].name;
+    char lead[64];
+    /* At a place the caret shows which node; elsewhere its number does. */
+    if (kir_node_has_place(x->g, v))
+        snprintf(lead, sizeof lead, "cuda: %s: ", op);
+    else
+        snprintf(lead, sizeof lead, "cuda: %%%u %s: ", (unsigned)v, op);
     va_list ap;
     va_start(ap, fmt);
-    ks_buf_vprintf(&msg, fmt, ap);
+    kir_node_verror(x->d, x->g, v, kir_graph_name(x->g, "graph"), lead, fmt, ap);
     va_end(ap);
-    if (n->loc.file < g->n_files && n->loc.line > 0) {
-        ks_source src = {g->files[n->loc.file], NULL, 0};
-        ks_error_at(x->d, &src, (int)n->loc.line, (int)n->loc.col, "cuda: %s: %s", kir_op_table[n->op].name,
-                    ks_buf_cstr(&msg));
-    } else {
-        ks_error(x->d, g->name && g->name[0] ? g->name : "graph", "cuda: %%%u %s: %s", v, kir_op_table[n->op].name,
-                 ks_buf_cstr(&msg));
-    }
-    ks_buf_free(&msg);
     return -1;
 }
 

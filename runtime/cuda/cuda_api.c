@@ -95,6 +95,26 @@ void krt_cuda_describe(const krt_cuda_api *api, krt_cu_result r, ks_buf *b)
         ks_buf_printf(b, "CUDA error %d", r);
 }
 
+int krt_cuda_verror(const krt_cuda_api *api, ks_diag *d, krt_cu_result r, const char *fmt, va_list ap)
+{
+    ks_buf msg = {0};
+    ks_buf_vprintf(&msg, fmt, ap);
+    ks_buf_puts(&msg, ": ");
+    krt_cuda_describe(api, r, &msg);
+    ks_error(d, "cuda", "%s", ks_buf_cstr(&msg));
+    ks_buf_free(&msg);
+    return -1;
+}
+
+int krt_cuda_error(const krt_cuda_api *api, ks_diag *d, krt_cu_result r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    krt_cuda_verror(api, d, r, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 int krt_cuda_pick_arch(const char *const *archs, int n, int major, int minor)
 {
     int best = -1, best_minor = -1;

@@ -93,6 +93,9 @@ void krt_cuda_api_unload(krt_cuda_api *api);
 
 /* "CUDA_ERROR_OUT_OF_MEMORY: out of memory" for a result, into b. */
 void krt_cuda_describe(const krt_cuda_api *api, krt_cu_result r, ks_buf *b);
+/* Report `cuda: error: <fmt>: <the result described>`; returns -1. */
+int krt_cuda_error(const krt_cuda_api *api, ks_diag *d, krt_cu_result r, const char *fmt, ...) KS_PRINTF(4, 5);
+int krt_cuda_verror(const krt_cuda_api *api, ks_diag *d, krt_cu_result r, const char *fmt, va_list ap);
 
 /* The architecture to run on a device of compute capability major.minor,
  * among archs ("sm_80", ...): the exact one, else the highest sm_<major><m>

@@ -53,7 +53,7 @@
  * events, timed after the step's wait, and summed per kernel name for
  * prefill steps (more than KRT_PROFILE_DECODE_TOKENS tokens) and decode
  * steps apart, with each step's device time from its first launch to its
- * last copy; profile_report writes the tables.
+ * last copy; profile_report writes the tables (runtime/cuda/cuda_profile.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +62,7 @@
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/cuda_draw.h"
 #include "runtime/cuda/cuda_meta.h"
+#include "runtime/cuda/cuda_profile.h"
 
 #define NO_BUFFER SIZE_MAX /* act_off of a value with no buffer of its own */
 enum { ACT_ALIGN = 256 };  /* bytes: each value's buffer starts aligned */
@@ -74,17 +75,6 @@ typedef enum value_home {
     HOME_TOKENS,    /* the step's token ids */
     HOME_POSITIONS, /* the step's positions */
 } value_home;
-
-/* What the profile sums for one kind of step (decode or prefill). */
-typedef struct prof_class {
-    long steps;        /* steps run */
-    long tokens;       /* their tokens */
-    double step_ms;    /* device time of the steps: first launch to last copy */
-    double min_ms;     /* the shortest step */
-    double max_ms;     /* the longest step */
-    long *launches;    /* [n_names + 1] launches of each kernel name (the draw kernel last) */
-    double *kernel_ms; /* [n_names + 1] their time */
-} prof_class;
 
 typedef struct cu_state {
     krt_cuda_api api;         /* libcuda, loaded */
@@ -144,27 +134,18 @@ typedef struct cu_state {
     float *tap_buf;           /* the step's shown values, copied back */
     size_t tap_cap;           /* floats allocated */
     /* the profile (opts.profile) */
-    krt_cu_event *events;     /* [2 * (n_kernels + 1) + 2]: before and after each launch (the draw last), then the
-                                 step's first and last */
-    int n_events;             /* events created */
-    int *name_of;             /* [n_kernels] index of each launch's kernel name among the distinct ones */
-    int n_names;              /* distinct kernel names; the draw kernel counts as name n_names */
-    prof_class prof[2];       /* [0] decode steps, [1] prefill steps */
+    krt_cu_profile *events;   /* the events around each launch and what they sum to (runtime/cuda/cuda_profile.h);
+                                 NULL when not profiling */
 } cu_state;
 
 /* ---- messages ------------------------------------------------------------------------- */
 static int cu_error(const cu_state *s, ks_diag *d, krt_cu_result r, const char *fmt, ...) KS_PRINTF(4, 5);
 static int cu_error(const cu_state *s, ks_diag *d, krt_cu_result r, const char *fmt, ...)
 {
-    ks_buf msg = {0};
     va_list ap;
     va_start(ap, fmt);
-    ks_buf_vprintf(&msg, fmt, ap);
+    krt_cuda_verror(&s->api, d, r, fmt, ap);
     va_end(ap);
-    ks_buf_puts(&msg, ": ");
-    krt_cuda_describe(&s->api, r, &msg);
-    ks_error(d, "cuda", "%s", ks_buf_cstr(&msg));
-    ks_buf_free(&msg);
     return -1;
 }
 
@@ -438,141 +419,18 @@ static int alloc_arena(cu_state *s, ks_diag *d)
     return 0;
 }
 
-/* ---- the profile -------------------------------------------------------------------------------- */
-/* Events for every launch of a step, and the kernel names the tables sum over. */
+/* ---- the profile (runtime/cuda/cuda_profile.c) ----------------------------------------------------- */
 static int start_profile(cu_state *s, ks_diag *d)
 {
-    int nk = s->meta.n_kernels;
-    s->name_of = ks_xcalloc((size_t)nk + 1, sizeof *s->name_of);
-    for (int i = 0; i < nk; i++) {
-        int j = 0;
-        while (j < i && strcmp(s->meta.kernels[j].name, s->meta.kernels[i].name) != 0) j++;
-        s->name_of[i] = j < i ? s->name_of[j] : s->n_names++;
-    }
-    for (int c = 0; c < 2; c++) {
-        s->prof[c].launches = ks_xcalloc((size_t)s->n_names + 1, sizeof *s->prof[c].launches);
-        s->prof[c].kernel_ms = ks_xcalloc((size_t)s->n_names + 1, sizeof *s->prof[c].kernel_ms);
-    }
-    int want = 2 * (nk + 1) + 2;
-    s->events = ks_xcalloc((size_t)want, sizeof *s->events);
-    for (; s->n_events < want; s->n_events++) {
-        krt_cu_result r = s->api.cuEventCreate(&s->events[s->n_events], KRT_CU_EVENT_DEFAULT);
-        if (r != 0) return cu_error(s, d, r, "cannot create the events that time the kernels");
-    }
-    return 0;
+    s->events = krt_cu_profile_new(&s->api, s->stream, &s->meta, s->g, d);
+    return s->events ? 0 : -1;
 }
 
-/* Record event i on the stream. */
-static int record(cu_state *s, int i, ks_diag *d)
-{
-    KS_ASSERT(i >= 0 && i < s->n_events);
-    krt_cu_result r = s->api.cuEventRecord(s->events[i], s->stream);
-    if (r != 0) return cu_error(s, d, r, "cannot record an event to time the kernels");
-    return 0;
-}
+static int record(cu_state *s, int i, ks_diag *d) { return krt_cu_profile_record(s->events, i, d); }
 
-/* The milliseconds between events a and b, into *ms. */
-static int elapsed(cu_state *s, int a, int b, double *ms, ks_diag *d)
-{
-    float t = 0;
-    krt_cu_result r = s->api.cuEventElapsedTime(&t, s->events[a], s->events[b]);
-    if (r != 0) return cu_error(s, d, r, "cannot read the kernels' times");
-    *ms = t;
-    return 0;
-}
-
-/* After a step of T tokens (and n_draw draws) has run: its launches' times
- * and its own, summed into its kind of step. */
 static int collect_profile(cu_state *s, int64_t T, int n_draw, ks_diag *d)
 {
-    prof_class *c = &s->prof[T > KRT_PROFILE_DECODE_TOKENS];
-    int nk = s->meta.n_kernels;
-    double ms = 0;
-    for (int i = 0; i < nk; i++) {
-        int ran = 1; /* launch() skips a kernel whose grid is empty at this T */
-        for (int g = 0; g < 3; g++) ran &= krt_cuda_grid_dim(&s->meta.kernels[i], g, T) > 0;
-        if (!ran) continue;
-        if (elapsed(s, 2 * i, 2 * i + 1, &ms, d) != 0) return -1;
-        c->launches[s->name_of[i]]++;
-        c->kernel_ms[s->name_of[i]] += ms;
-    }
-    if (n_draw > 0) {
-        if (elapsed(s, 2 * nk, 2 * nk + 1, &ms, d) != 0) return -1;
-        c->launches[s->n_names]++;
-        c->kernel_ms[s->n_names] += ms;
-    }
-    if (elapsed(s, 2 * (nk + 1), 2 * (nk + 1) + 1, &ms, d) != 0) return -1;
-    if (c->steps == 0 || ms < c->min_ms) c->min_ms = ms;
-    if (c->steps == 0 || ms > c->max_ms) c->max_ms = ms;
-    c->steps++;
-    c->tokens += T;
-    c->step_ms += ms;
-    return 0;
-}
-
-/* The ops of v's `fuse` group in schedule order, views left out, e.g.
- * "rms_norm, matmul, 3 slice, 2 rope, kv_write". */
-static void group_ops(const kir_graph *g, kir_val v, int64_t group, ks_buf *b)
-{
-    size_t first = v, last = v;
-    while (first > 0 && kir_attr_int(g, (kir_val)(first - 1), KIR_A_ANY_FUSE) == group) first--;
-    while (last + 1 < g->n_nodes && kir_attr_int(g, (kir_val)(last + 1), KIR_A_ANY_FUSE) == group) last++;
-    int shown = 0;
-    for (size_t u = first; u <= last; u++) {
-        kir_op op = g->nodes[u].op;
-        if (op == KIR_OP_RESHAPE) continue;
-        int seen = 0, count = 0;
-        for (size_t w = first; w <= last; w++) {
-            seen |= w < u && g->nodes[w].op == op;
-            count += g->nodes[w].op == op;
-        }
-        if (seen) continue;
-        ks_buf_puts(b, shown++ ? ", " : "");
-        if (count > 1) ks_buf_printf(b, "%d ", count);
-        ks_buf_puts(b, kir_op_table[op].name);
-    }
-}
-
-/* What kernel name j computes: "%7 matmul [fuse 0: rms_norm, matmul, 3
- * slice, 2 rope, kv_write], %36, %65" (the first four of the nodes it is
- * launched for, and their count when there are more). */
-static void kernel_nodes(const cu_state *s, int j, ks_buf *b)
-{
-    if (j == s->n_names) {
-        ks_buf_puts(b, "the next tokens' draws");
-        return;
-    }
-    int shown = 0, count = 0;
-    uint32_t last = UINT32_MAX;
-    for (int i = 0; i < s->meta.n_kernels; i++) {
-        uint32_t v = s->meta.kernels[i].node;
-        if (s->name_of[i] != j || v == last) continue; /* a node may launch it twice in a row */
-        last = v;
-        if (count++ >= 4) continue;
-        ks_buf_printf(b, "%s%%%u", shown++ ? ", " : "", v);
-        if (shown == 1) {
-            ks_buf_printf(b, " %s", kir_op_table[s->g->nodes[v].op].name);
-            int64_t group = kir_attr_int(s->g, (kir_val)v, KIR_A_ANY_FUSE);
-            if (group >= 0) {
-                ks_buf_printf(b, " [fuse %lld: ", (long long)group);
-                group_ops(s->g, (kir_val)v, group, b);
-                ks_buf_puts(b, "]");
-            }
-        }
-    }
-    if (count > shown) ks_buf_printf(b, ", ... (%d nodes)", count);
-}
-
-typedef struct prof_row {
-    int name;  /* kernel name index (n_names: the draw kernel) */
-    double ms; /* its total */
-} prof_row;
-
-static int compare_rows(const void *a, const void *b)
-{
-    const prof_row *x = a, *y = b;
-    if (x->ms != y->ms) return x->ms > y->ms ? -1 : 1;
-    return (x->name > y->name) - (x->name < y->name);
+    return krt_cu_profile_collect(s->events, T, n_draw, d);
 }
 
 static void cuda_profile_report(void *state, ks_buf *out)
@@ -585,52 +443,7 @@ static void cuda_profile_report(void *state, ks_buf *out)
     else
         ks_buf_printf(out, "kiln: profile: activations: %zu bytes, a buffer per value for steps of up to %lld tokens (the "
                            "engine has no memory plan)\n", s->acts_bytes, (long long)s->t_cap);
-    size_t width = strlen("(all kernels)");
-    for (int i = 0; i < s->meta.n_kernels; i++)
-        if (strlen(s->meta.kernels[i].name) > width) width = strlen(s->meta.kernels[i].name);
-    if (strlen(KRT_CUDA_DRAW_KERNEL) > width) width = strlen(KRT_CUDA_DRAW_KERNEL);
-    prof_row *rows = ks_xcalloc((size_t)s->n_names + 1, sizeof *rows);
-    ks_buf what = {0};
-    for (int k = 1; k >= 0; k--) {
-        const prof_class *c = &s->prof[k];
-        if (c->steps == 0) continue;
-        ks_buf_printf(out,
-                      "kiln: profile: %ld %s step%s (%ld tokens; %s %d tokens a step): device time %.3f ms, %.1f µs a "
-                      "step (min %.1f, max %.1f)\n",
-                      c->steps, k ? "prefill" : "decode", c->steps == 1 ? "" : "s", c->tokens, k ? ">" : "<=",
-                      KRT_PROFILE_DECODE_TOKENS, c->step_ms, 1e3 * c->step_ms / (double)c->steps, 1e3 * c->min_ms,
-                      1e3 * c->max_ms);
-        /* the columns below, by hand: µ is two bytes, which printf's widths count */
-        ks_buf_printf(out, "  %-*s  launches     total µs     mean µs   share  computes\n", (int)width, "kernel");
-        int n = 0;
-        double sum = 0;
-        for (int j = 0; j <= s->n_names; j++)
-            if (c->launches[j] > 0) rows[n++] = (prof_row){j, c->kernel_ms[j]}, sum += c->kernel_ms[j];
-        qsort(rows, (size_t)n, sizeof *rows, compare_rows);
-        long launches = 0;
-        for (int r = 0; r < n; r++) {
-            int j = rows[r].name;
-            const char *name = KRT_CUDA_DRAW_KERNEL;
-            for (int i = 0; i < s->meta.n_kernels && j < s->n_names; i++)
-                if (s->name_of[i] == j) {
-                    name = s->meta.kernels[i].name;
-                    break;
-                }
-            what.len = 0;
-            kernel_nodes(s, j, &what);
-            launches += c->launches[j];
-            ks_buf_printf(out, "  %-*s %9ld %12.1f %11.2f %6.1f%%  %s\n", (int)width, name, c->launches[j],
-                          1e3 * c->kernel_ms[j], 1e3 * c->kernel_ms[j] / (double)c->launches[j],
-                          c->step_ms > 0 ? 100.0 * c->kernel_ms[j] / c->step_ms : 0.0, ks_buf_cstr(&what));
-        }
-        ks_buf_printf(out, "  %-*s %9ld %12.1f %11s %6.1f%%\n", (int)width, "(all kernels)", launches, 1e3 * sum, "",
-                      c->step_ms > 0 ? 100.0 * sum / c->step_ms : 0.0);
-        ks_buf_printf(out, "  %-*s %9s %12.1f %11s %6.1f%%  %s\n", (int)width, "(the rest)", "",
-                      1e3 * (c->step_ms - sum), "", c->step_ms > 0 ? 100.0 * (c->step_ms - sum) / c->step_ms : 0.0,
-                      "uploads, copies back, and the device idle between kernels");
-    }
-    ks_buf_free(&what);
-    free(rows);
+    krt_cu_profile_report(s->events, out);
 }
 
 /* ---- open and attach ---------------------------------------------------------------------------- */
@@ -716,7 +529,7 @@ static void cuda_destroy(void *state)
         krt_cu_ptr bufs[] = {s->acts, s->step_dev, s->g_step, s->draw_dev, s->weights};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) s->api.cuMemFree(bufs[i]);
-        for (int i = 0; i < s->n_events; i++) s->api.cuEventDestroy(s->events[i]);
+        krt_cu_profile_free(s->events);
         if (s->stream) s->api.cuStreamDestroy(s->stream);
         if (s->module) s->api.cuModuleUnload(s->module);
         s->api.cuDevicePrimaryCtxRelease(s->dev);
@@ -737,12 +550,6 @@ static void cuda_destroy(void *state)
     free(s->tap_after);
     free(s->tap_off);
     free(s->tap_buf);
-    free(s->events);
-    free(s->name_of);
-    for (int c = 0; c < 2; c++) {
-        free(s->prof[c].launches);
-        free(s->prof[c].kernel_ms);
-    }
     free(s);
 }
 

@@ -51,27 +51,18 @@ struct krt_interp {
     void *tap_ctx;             /* passed to tap */
 };
 
-/* ---- messages ---------------------------------------------------------------------- */
-static const char *graph_name(const kir_graph *g) { return g->name && g->name[0] ? g->name : "interp"; }
-
-/* An error about node v, at its place in the source when it has one. */
+/* ---- messages ----------------------------------------------------------------------
+ * An error about node v, "op: ...", at its place in the source when it has
+ * one (kir_node_verror). */
 static int node_error(ks_diag *d, const kir_graph *g, kir_val v, const char *fmt, ...) KS_PRINTF(4, 5);
 static int node_error(ks_diag *d, const kir_graph *g, kir_val v, const char *fmt, ...)
 {
-    const kir_node *n = &g->nodes[v];
-    ks_buf msg = {0};
+    char lead[64];
+    snprintf(lead, sizeof lead, "%s: ", kir_op_table[g->nodes[v].op].name);
     va_list ap;
     va_start(ap, fmt);
-    ks_buf_vprintf(&msg, fmt, ap);
+    kir_node_verror(d, g, v, kir_graph_name(g, "interp"), lead, fmt, ap);
     va_end(ap);
-    if (n->loc.file < g->n_files && n->loc.line > 0) {
-        ks_source src = {g->files[n->loc.file], NULL, 0};
-        ks_error_at(d, &src, (int)n->loc.line, (int)n->loc.col, "%s: %s", kir_op_table[n->op].name,
-                    ks_buf_cstr(&msg));
-    } else {
-        ks_error(d, graph_name(g), "%s: %s", kir_op_table[n->op].name, ks_buf_cstr(&msg));
-    }
-    ks_buf_free(&msg);
     return -1;
 }
 

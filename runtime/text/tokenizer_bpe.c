@@ -132,9 +132,9 @@ static void push_ranked(krt_tok_work *w, const krt_tok_pairmap *merges, int32_t 
 {
     int32_t next = w->syms[pos].next;
     if (next < 0) return;
-    const krt_tok_pairmap_slot *m = krt_tok_pairmap_get(merges, w->syms[pos].id, w->syms[next].id);
-    if (!m) return;
-    heap_push(w, (uint64_t)(uint32_t)m->rank << 32 | (uint32_t)pos, m->merged, 0, heapify);
+    int32_t rank, merged;
+    if (!krt_tok_pairmap_get(merges, w->syms[pos].id, w->syms[next].id, &rank, &merged)) return;
+    heap_push(w, (uint64_t)(uint32_t)rank << 32 | (uint32_t)pos, merged, 0, heapify);
 }
 
 void krt_tok_merge_ranked(krt_tok_work *w, const krt_tok_pairmap *merges)
@@ -148,8 +148,9 @@ void krt_tok_merge_ranked(krt_tok_work *w, const krt_tok_pairmap *merges)
         krt_tok_sym *s = &w->syms[pos];
         if (s->len == 0 || s->next < 0) continue;
         /* HF's staleness test: the pair here must still merge into the same id. */
-        const krt_tok_pairmap_slot *m = krt_tok_pairmap_get(merges, s->id, w->syms[s->next].id);
-        if (!m || m->merged != top.merged) continue;
+        int32_t rank, merged;
+        if (!krt_tok_pairmap_get(merges, s->id, w->syms[s->next].id, &rank, &merged) || merged != top.merged)
+            continue;
         merge_at(w, pos, top.merged);
         if (w->syms[pos].prev >= 0) push_ranked(w, merges, w->syms[pos].prev, 0);
         push_ranked(w, merges, pos, 0);

@@ -33,46 +33,45 @@ typedef struct krt_tok_str {
 
 /* ---- maps (tokenizer_map.c) ------------------------------------------------ */
 
-/* Byte string -> id, open addressing with linear probing; sized once. */
-typedef struct krt_tok_strmap_slot {
-    uint64_t hash;   /* ks_hash64 of the key; 0 marks an empty slot */
-    const char *key; /* the key's bytes (not owned) */
-    uint32_t len;    /* key bytes */
-    int32_t val;     /* the id */
-} krt_tok_strmap_slot;
+/* Byte string -> id: a ks_hmap with string keys (not copied) in the owner's arena,
+ * for the entries the file declares. */
+typedef ks_hmap krt_tok_strmap;
 
-typedef struct krt_tok_strmap {
-    krt_tok_strmap_slot *slots; /* [mask + 1], from the owner's arena */
-    size_t mask;                /* slot count - 1 (a power of two minus one) */
-    size_t count;               /* keys stored */
-} krt_tok_strmap;
-
-/* Room for up to n keys (never grows past that). */
+/* Room for n keys, and no more. */
 void krt_tok_strmap_init(krt_tok_strmap *m, ks_arena *a, size_t n);
 /* Insert or overwrite (the later of two equal keys wins, as in a JSON
  * object read into a hash map). Returns the previous value or -1. */
 int32_t krt_tok_strmap_put(krt_tok_strmap *m, const char *key, size_t len, int32_t val);
 /* Insert only when absent; returns the value now stored. */
 int32_t krt_tok_strmap_put_first(krt_tok_strmap *m, const char *key, size_t len, int32_t val);
-int32_t krt_tok_strmap_get(const krt_tok_strmap *m, const char *key, size_t len); /* -1: absent */
+/* The id of key, or -1. Inline: encoding looks up every candidate merge. */
+static inline int32_t krt_tok_strmap_get(const krt_tok_strmap *m, const char *key, size_t len)
+{
+    const uint64_t *v = ks_hmap_get_str(m, key, len);
+    return v ? (int32_t)*v : -1;
+}
 
-/* (left id, right id) -> (rank, merged id). */
-typedef struct krt_tok_pairmap_slot {
-    uint64_t key;   /* left << 32 | right; UINT64_MAX marks an empty slot */
-    int32_t rank;   /* merge priority, lower first (the merge's line in the list) */
-    int32_t merged; /* id of left + right */
-} krt_tok_pairmap_slot;
+/* (left id, right id) -> (rank, merged id): a ks_hmap with u64 keys left << 32 | right
+ * and values rank << 32 | merged. */
+typedef ks_hmap krt_tok_pairmap;
 
-typedef struct krt_tok_pairmap {
-    krt_tok_pairmap_slot *slots; /* [mask + 1], from the owner's arena */
-    size_t mask;                 /* slot count - 1 */
-    size_t count;                /* pairs stored */
-} krt_tok_pairmap;
+/* Two 32-bit numbers as one 64-bit key or value, the first in the high half. */
+static inline uint64_t krt_tok_pair(int32_t hi, int32_t lo) { return (uint64_t)(uint32_t)hi << 32 | (uint32_t)lo; }
 
 void krt_tok_pairmap_init(krt_tok_pairmap *m, ks_arena *a, size_t n);
 void krt_tok_pairmap_put(krt_tok_pairmap *m, int32_t left, int32_t right, int32_t rank, int32_t merged);
-/* NULL when the pair does not merge. */
-const krt_tok_pairmap_slot *krt_tok_pairmap_get(const krt_tok_pairmap *m, int32_t left, int32_t right);
+/* Whether the pair merges; if so its rank (merge priority, lower first: the merge's
+ * line in the list) and the id of left + right. Inline, as krt_tok_strmap_get. */
+static inline int krt_tok_pairmap_get(const krt_tok_pairmap *m, int32_t left, int32_t right, int32_t *rank,
+                                      int32_t *merged)
+{
+    if (left < 0 || right < 0) return 0;
+    const uint64_t *v = ks_hmap_get_u64(m, krt_tok_pair(left, right));
+    if (!v) return 0;
+    *rank = (int32_t)(*v >> 32);
+    *merged = (int32_t)(uint32_t)*v;
+    return 1;
+}
 
 /* ---- UTF-8 (tokenizer_utf8.c) ---------------------------------------------- */
 

@@ -197,20 +197,16 @@ static int read_char(json_ctx *c, const cJSON *obj, const char *path, const char
     return 0;
 }
 
-/* ---- normalizer ----------------------------------------------------------------- */
+/* ---- components ------------------------------------------------------------------
+ * The normalizer, pre-tokenizer, decoder and post-processor are each null, one
+ * component, or a Sequence of them under `list_key`: a Sequence runs its members in
+ * order, so it is read as the flat list of its members. */
 
-static krt_tok_norm *new_norm(json_ctx *c, krt_tok_norm_kind kind)
-{
-    krt_tok_hf *hf = c->hf;
-    krt_tok_norm *n = ks_arena_alloc(&c->t->arena, (hf->n_norms + 1) * sizeof *n);
-    if (hf->n_norms) memcpy(n, hf->norms, hf->n_norms * sizeof *n);
-    hf->norms = n;
-    n = &hf->norms[hf->n_norms++];
-    n->kind = kind;
-    return n;
-}
+/* Reads one component of a type other than Sequence; `type` is its "type". */
+typedef int (*read_one_fn)(json_ctx *c, const cJSON *obj, const char *path, const char *type);
 
-static int read_normalizer(json_ctx *c, const cJSON *obj, const char *path, int depth)
+static int read_component(json_ctx *c, const cJSON *obj, const char *path, int depth, const char *list_key,
+                          read_one_fn read_one)
 {
     if (!obj || cJSON_IsNull(obj)) return 0;
     if (depth > 32) return fail(c, path, "nested too deeply");
@@ -218,18 +214,59 @@ static int read_normalizer(json_ctx *c, const cJSON *obj, const char *path, int 
     const char *type = type_of(c, obj, path, &bad);
     if (bad) return -1;
     if (!type) return fail(c, path, "missing \"type\"");
+    if (strcmp(type, "Sequence") != 0) return read_one(c, obj, path, type);
     char p[512];
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(obj, "normalizers");
-        join_path(p, sizeof p, path, "normalizers");
-        if (!cJSON_IsArray(list)) return fail(c, p, "expected an array");
-        size_t i = 0;
-        for (const cJSON *e = list->child; e; e = e->next, i++) {
-            char q[600];
-            if (read_normalizer(c, e, index_path(q, sizeof q, p, i), depth + 1)) return -1;
-        }
-        return 0;
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(obj, list_key);
+    join_path(p, sizeof p, path, list_key);
+    if (!cJSON_IsArray(list)) return fail(c, p, "expected an array");
+    size_t i = 0;
+    for (const cJSON *e = list->child; e; e = e->next, i++) {
+        char q[600];
+        if (read_component(c, e, index_path(q, sizeof q, p, i), depth + 1, list_key, read_one)) return -1;
     }
+    return 0;
+}
+
+/* items[0..*n) copied into a new array in the tokenizer's arena with one more, zeroed,
+ * element after them; *n counts it. Copying is fine: a tokenizer has a handful of each
+ * component. APPEND(c, items, n) does that and gives the new element. */
+static void *append(json_ctx *c, void *items, size_t *n, size_t size)
+{
+    char *grown = ks_arena_alloc(&c->t->arena, (*n + 1) * size);
+    if (*n) memcpy(grown, items, *n * size);
+    (*n)++;
+    return grown;
+}
+#define APPEND(c, items, n) ((items) = append((c), (items), &(n), sizeof *(items)), &(items)[(n)-1])
+
+/* A Replace normalizer's or decoder's "pattern" and "content" (the text put in its place). */
+static int read_replace(json_ctx *c, const cJSON *obj, const char *path, krt_tok_pattern *pattern,
+                        krt_tok_str *text)
+{
+    const char *s;
+    if (get_string(c, obj, path, "content", &s)) return -1;
+    if (!s) {
+        char p[512];
+        return fail(c, join_path(p, sizeof p, path, "content"), "expected a string");
+    }
+    if (read_pattern(c, obj, path, pattern)) return -1;
+    *text = arena_str(c, s, strlen(s));
+    return 0;
+}
+
+/* ---- normalizer ----------------------------------------------------------------- */
+
+static krt_tok_norm *new_norm(json_ctx *c, krt_tok_norm_kind kind)
+{
+    krt_tok_norm *n = APPEND(c, c->hf->norms, c->hf->n_norms);
+    n->kind = kind;
+    return n;
+}
+
+/* One normalizer of type `type` (not a Sequence). */
+static int read_one_normalizer(json_ctx *c, const cJSON *obj, const char *path, const char *type)
+{
+    char p[512];
     if (strcmp(type, "Prepend") == 0) {
         const char *s;
         if (get_string(c, obj, path, "prepend", &s)) return -1;
@@ -238,15 +275,8 @@ static int read_normalizer(json_ctx *c, const cJSON *obj, const char *path, int 
         return 0;
     }
     if (strcmp(type, "Replace") == 0) {
-        const char *s;
-        if (get_string(c, obj, path, "content", &s)) return -1;
-        if (!s) return fail(c, join_path(p, sizeof p, path, "content"), "expected a string");
-        krt_tok_pattern pat;
-        if (read_pattern(c, obj, path, &pat)) return -1;
         krt_tok_norm *n = new_norm(c, KRT_NORM_REPLACE);
-        n->pattern = pat;
-        n->text = arena_str(c, s, strlen(s));
-        return 0;
+        return read_replace(c, obj, path, &n->pattern, &n->text);
     }
     if (strcmp(type, "Strip") == 0) {
         int l, r;
@@ -271,11 +301,7 @@ static int read_normalizer(json_ctx *c, const cJSON *obj, const char *path, int 
 
 static krt_tok_pretok *new_pretok(json_ctx *c, krt_tok_pretok_kind kind)
 {
-    krt_tok_hf *hf = c->hf;
-    krt_tok_pretok *n = ks_arena_alloc(&c->t->arena, (hf->n_pretoks + 1) * sizeof *n);
-    if (hf->n_pretoks) memcpy(n, hf->pretoks, hf->n_pretoks * sizeof *n);
-    hf->pretoks = n;
-    n = &hf->pretoks[hf->n_pretoks++];
+    krt_tok_pretok *n = APPEND(c, c->hf->pretoks, c->hf->n_pretoks);
     n->kind = kind;
     return n;
 }
@@ -329,26 +355,10 @@ static int read_behavior(json_ctx *c, const cJSON *obj, const char *path,
     return fail(c, join_path(p, sizeof p, path, "behavior"), "unknown split behavior '%s'", b);
 }
 
-static int read_pretokenizer(json_ctx *c, const cJSON *obj, const char *path, int depth)
+/* One pretokenizer of type `type` (not a Sequence). */
+static int read_one_pretokenizer(json_ctx *c, const cJSON *obj, const char *path, const char *type)
 {
-    if (!obj || cJSON_IsNull(obj)) return 0;
-    if (depth > 32) return fail(c, path, "nested too deeply");
-    int bad;
-    const char *type = type_of(c, obj, path, &bad);
-    if (bad) return -1;
-    if (!type) return fail(c, path, "missing \"type\"");
     char p[512];
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(obj, "pretokenizers");
-        join_path(p, sizeof p, path, "pretokenizers");
-        if (!cJSON_IsArray(list)) return fail(c, p, "expected an array");
-        size_t i = 0;
-        for (const cJSON *e = list->child; e; e = e->next, i++) {
-            char q[600];
-            if (read_pretokenizer(c, e, index_path(q, sizeof q, p, i), depth + 1)) return -1;
-        }
-        return 0;
-    }
     if (strcmp(type, "ByteLevel") == 0) {
         int aps, regex;
         if (get_bool(c, obj, path, "add_prefix_space", 1, &aps) ||
@@ -420,36 +430,15 @@ static int read_pretokenizer(json_ctx *c, const cJSON *obj, const char *path, in
 
 static krt_tok_dec *new_dec(json_ctx *c, krt_tok_dec_kind kind)
 {
-    krt_tok_hf *hf = c->hf;
-    krt_tok_dec *n = ks_arena_alloc(&c->t->arena, (hf->n_decs + 1) * sizeof *n);
-    if (hf->n_decs) memcpy(n, hf->decs, hf->n_decs * sizeof *n);
-    hf->decs = n;
-    n = &hf->decs[hf->n_decs++];
+    krt_tok_dec *n = APPEND(c, c->hf->decs, c->hf->n_decs);
     n->kind = kind;
     return n;
 }
 
-static int read_decoder(json_ctx *c, const cJSON *obj, const char *path, int depth)
+/* One decoder of type `type` (not a Sequence). */
+static int read_one_decoder(json_ctx *c, const cJSON *obj, const char *path, const char *type)
 {
-    if (!obj || cJSON_IsNull(obj)) return 0;
-    if (depth > 32) return fail(c, path, "nested too deeply");
-    c->hf->has_decoder = 1;
-    int bad;
-    const char *type = type_of(c, obj, path, &bad);
-    if (bad) return -1;
-    if (!type) return fail(c, path, "missing \"type\"");
     char p[512];
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(obj, "decoders");
-        join_path(p, sizeof p, path, "decoders");
-        if (!cJSON_IsArray(list)) return fail(c, p, "expected an array");
-        size_t i = 0;
-        for (const cJSON *e = list->child; e; e = e->next, i++) {
-            char q[600];
-            if (read_decoder(c, e, index_path(q, sizeof q, p, i), depth + 1)) return -1;
-        }
-        return 0;
-    }
     if (strcmp(type, "ByteLevel") == 0) {
         new_dec(c, KRT_DEC_BYTELEVEL);
         return 0;
@@ -463,15 +452,8 @@ static int read_decoder(json_ctx *c, const cJSON *obj, const char *path, int dep
         return 0;
     }
     if (strcmp(type, "Replace") == 0) {
-        const char *s;
-        if (get_string(c, obj, path, "content", &s)) return -1;
-        if (!s) return fail(c, join_path(p, sizeof p, path, "content"), "expected a string");
-        krt_tok_pattern pat;
-        if (read_pattern(c, obj, path, &pat)) return -1;
         krt_tok_dec *dec = new_dec(c, KRT_DEC_REPLACE);
-        dec->pattern = pat;
-        dec->text = arena_str(c, s, strlen(s));
-        return 0;
+        return read_replace(c, obj, path, &dec->pattern, &dec->text);
     }
     if (strcmp(type, "Strip") == 0) {
         uint32_t ch;
@@ -593,26 +575,10 @@ static int read_template(json_ctx *c, const cJSON *obj, const char *path)
     return rc;
 }
 
-static int read_post_processor(json_ctx *c, const cJSON *obj, const char *path, int depth)
+/* One post processor of type `type` (not a Sequence). */
+static int read_one_post_processor(json_ctx *c, const cJSON *obj, const char *path, const char *type)
 {
-    if (!obj || cJSON_IsNull(obj)) return 0;
-    if (depth > 32) return fail(c, path, "nested too deeply");
-    int bad;
-    const char *type = type_of(c, obj, path, &bad);
-    if (bad) return -1;
-    if (!type) return fail(c, path, "missing \"type\"");
     char p[512];
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(obj, "processors");
-        join_path(p, sizeof p, path, "processors");
-        if (!cJSON_IsArray(list)) return fail(c, p, "expected an array");
-        size_t i = 0;
-        for (const cJSON *e = list->child; e; e = e->next, i++) {
-            char q[600];
-            if (read_post_processor(c, e, index_path(q, sizeof q, p, i), depth + 1)) return -1;
-        }
-        return 0;
-    }
     if (strcmp(type, "ByteLevel") == 0) return 0; /* offsets only; ids unchanged */
     if (strcmp(type, "TemplateProcessing") == 0) return read_template(c, obj, path);
     if (strcmp(type, "RobertaProcessing") == 0 || strcmp(type, "BertProcessing") == 0) {
@@ -827,12 +793,11 @@ static int read_added_tokens(json_ctx *c, const cJSON *list)
     if (rc == 0) {
         /* The last token given an id is the one HF keeps for it: its options
          * and text apply to every match of that id. */
-        krt_tok_pairmap last_of_id;
-        krt_tok_pairmap_init(&last_of_id, &scratch, hf->n_added);
+        ks_hmap last_of_id; /* id -> the last added token with it */
+        ks_hmap_init(&last_of_id, &scratch, hf->n_added, hf->n_added, "added tokens");
+        for (size_t k = 0; k < hf->n_added; k++) *ks_hmap_put_u64(&last_of_id, (uint32_t)hf->added[k].id, NULL) = k;
         for (size_t k = 0; k < hf->n_added; k++)
-            krt_tok_pairmap_put(&last_of_id, hf->added[k].id, 0, (int32_t)k, 0);
-        for (size_t k = 0; k < hf->n_added; k++)
-            hf->added[k].owner = krt_tok_pairmap_get(&last_of_id, hf->added[k].id, 0)->rank;
+            hf->added[k].owner = (int32_t)*ks_hmap_get_u64(&last_of_id, (uint32_t)hf->added[k].id);
     }
     ks_arena_free(&scratch);
     if (rc) return rc;
@@ -980,13 +945,17 @@ int krt_tok_load_hf(krt_tok *t, const char *data, size_t len, ks_diag *d)
         rc = -1;
         goto done;
     }
+    const cJSON *normalizer = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
+    const cJSON *pre_tokenizer = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
+    const cJSON *decoder = cJSON_GetObjectItemCaseSensitive(root, "decoder");
+    const cJSON *post_processor = cJSON_GetObjectItemCaseSensitive(root, "post_processor");
+    /* any decoder, even an empty Sequence, replaces joining tokens with ' ' */
+    c.hf->has_decoder = decoder && !cJSON_IsNull(decoder);
     if (read_model(&c, model) ||
-        read_normalizer(&c, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), "normalizer", 0) ||
-        read_pretokenizer(&c, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), "pre_tokenizer",
-                          0) ||
-        read_decoder(&c, cJSON_GetObjectItemCaseSensitive(root, "decoder"), "decoder", 0) ||
-        read_post_processor(&c, cJSON_GetObjectItemCaseSensitive(root, "post_processor"),
-                            "post_processor", 0) ||
+        read_component(&c, normalizer, "normalizer", 0, "normalizers", read_one_normalizer) ||
+        read_component(&c, pre_tokenizer, "pre_tokenizer", 0, "pretokenizers", read_one_pretokenizer) ||
+        read_component(&c, decoder, "decoder", 0, "decoders", read_one_decoder) ||
+        read_component(&c, post_processor, "post_processor", 0, "processors", read_one_post_processor) ||
         read_added_tokens(&c, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"))) {
         rc = -1;
         goto done;

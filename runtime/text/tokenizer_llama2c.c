@@ -17,22 +17,6 @@
 
 enum { LLAMA2C_UNK = 0, LLAMA2C_BOS = 1, LLAMA2C_EOS = 2, LLAMA2C_BYTE0 = 3 };
 
-static int32_t read_i32(const uint8_t *p)
-{
-    uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-    int32_t v;
-    memcpy(&v, &u, 4);
-    return v;
-}
-
-static float read_f32(const uint8_t *p)
-{
-    uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 int krt_tok_load_llama2c(krt_tok *t, const uint8_t *data, size_t len, ks_diag *d)
 {
     if (len < 4) {
@@ -40,7 +24,7 @@ int krt_tok_load_llama2c(krt_tok *t, const uint8_t *data, size_t len, ks_diag *d
                  len);
         return -1;
     }
-    t->max_token_len = read_i32(data);
+    t->max_token_len = ks_load_le_i32(data);
     if (t->max_token_len < 0) {
         ks_error(d, t->name, "bad llama2.c tokenizer header: max_token_length is %d",
                  (int)t->max_token_len);
@@ -54,7 +38,7 @@ int krt_tok_load_llama2c(krt_tok *t, const uint8_t *data, size_t len, ks_diag *d
                      n, off, len - off);
             return -1;
         }
-        int32_t l = read_i32(data + off + 4);
+        int32_t l = ks_load_le_i32(data + off + 4);
         if (l < 0) {
             ks_error(d, t->name, "token %zu at byte %zu: negative length %d", n, off, (int)l);
             return -1;
@@ -81,8 +65,8 @@ int krt_tok_load_llama2c(krt_tok *t, const uint8_t *data, size_t len, ks_diag *d
     krt_tok_strmap_init(&t->vocab, &t->arena, n);
     size_t off = 4;
     for (size_t i = 0; i < n; i++) {
-        t->scores[i] = read_f32(data + off);
-        size_t l = (size_t)read_i32(data + off + 4);
+        ks_decode_f32(data + off, KS_FLOAT_F32, 1, &t->scores[i]);
+        size_t l = (size_t)ks_load_le_i32(data + off + 4);
         char *p = ks_arena_strndup(&t->arena, (const char *)data + off + 8, l);
         t->pieces[i].p = p;
         t->pieces[i].len = (uint32_t)l;

@@ -124,6 +124,21 @@ static void test_model(ct_run *r, const model_case *m)
             for (int i = 0; i < 3; i++) CT_NEAR(r, v[i], mt->t_half[i], 0);
             CT_CHECK(r, kf_tensor_read_f32(&r->diag, t, 0, a - 1, -1, v) == 0);
             for (int i = 0; i < 3; i++) CT_NEAR(r, v[i], mt->last_row[i], 0);
+            /* every element of the transposed tensor, and of a slice of it that starts and ends inside a tile */
+            float *all = malloc(n * sizeof *all), *tr = malloc(n * sizeof *tr);
+            CT_CHECK(r, kf_tensor_read_f32(&r->diag, t, 0, 0, -1, all) == 0);
+            CT_CHECK(r, kf_tensor_read_f32(&r->diag, t, 1, 0, -1, tr) == 0);
+            size_t wrong = 0;
+            for (int64_t i = 0; i < a; i++)
+                for (int64_t j = 0; j < b; j++) wrong += memcmp(&tr[j * a + i], &all[i * b + j], sizeof(float)) != 0;
+            int64_t j0 = b / 3, j1 = b - b / 5;
+            CT_CHECK(r, kf_tensor_read_f32(&r->diag, t, 1, j0, j1, tr) == 0);
+            for (int64_t i = 0; i < a; i++)
+                for (int64_t j = j0; j < j1; j++)
+                    wrong += memcmp(&tr[(j - j0) * a + i], &all[i * b + j], sizeof(float)) != 0;
+            CT_CHECK(r, wrong == 0);
+            free(all);
+            free(tr);
         }
         free(v);
     }

@@ -189,9 +189,34 @@ static void test_edited_in_memory(void)
     kir_graph_free(g);
 }
 
+/* A node whose op is not in the table is named by its value alone. */
+static void test_unknown_op(void)
+{
+    kir_graph *g = parse_ok("op.ir",
+                            "kiln-ir 1\n"
+                            "%0 : i32[T] = input() {name=\"tokens\"}\n"
+                            "%1 : f32[10,8] = weight() {name=\"embed\"}\n"
+                            "%2 : f32[T,8] = embed(%1, %0) @\"m.kiln\":3:5\n"
+                            "%3 : f32[T,8] = output(%2) {name=\"logits\"}\n");
+    if (!g) return;
+    g->nodes[1].op = (kir_op)(KIR_OP_COUNT + 3);
+    g->nodes[2].op = (kir_op)(KIR_OP_COUNT + 4);
+    ks_buf log = {0};
+    ks_diag d = {.log = &log, .quiet = 1};
+    CHECK(kir_verify(g, &d, "op.ir") == 2);
+    ks_buf want = {0};
+    ks_buf_printf(&want, "op.ir: error: node %%1: unknown op %d\nm.kiln:3:5: error: node %%2: unknown op %d\n",
+                  KIR_OP_COUNT + 3, KIR_OP_COUNT + 4);
+    CHECK_TEXT("unknown op", ks_buf_cstr(&log), ks_buf_cstr(&want));
+    ks_buf_free(&want);
+    ks_buf_free(&log);
+    kir_graph_free(g);
+}
+
 int main(void)
 {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     test_edited_in_memory();
+    test_unknown_op();
     return kt_finish("test_verify");
 }

@@ -572,6 +572,37 @@ static void test_errors(void)
     LOAD_ERROR("beh.json", "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, "
                "\"behavior\": \"Sideways\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
                KRT_TOK_HF_JSON, "beh.json: error: pre_tokenizer.behavior: unknown split behavior 'Sideways'\n");
+    /* the components' shared reading: Sequence lists, types, depth, Replace */
+#define TINY_MODEL "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}"
+    LOAD_ERROR("seq.json", "{\"decoder\": {\"type\": \"Sequence\"}, " TINY_MODEL, KRT_TOK_HF_JSON,
+               "seq.json: error: decoder.decoders: expected an array\n");
+    LOAD_ERROR("notype.json", "{\"pre_tokenizer\": {\"pretokenizers\": []}, " TINY_MODEL, KRT_TOK_HF_JSON,
+               "notype.json: error: pre_tokenizer: missing \"type\"\n");
+    LOAD_ERROR("notobj.json", "{\"post_processor\": {\"type\": \"Sequence\", \"processors\": [7]}, " TINY_MODEL,
+               KRT_TOK_HF_JSON, "notobj.json: error: post_processor.processors[0]: expected an object\n");
+    LOAD_ERROR("post.json", "{\"post_processor\": {\"type\": \"Foo\"}, " TINY_MODEL, KRT_TOK_HF_JSON,
+               "post.json: error: post_processor.type: unsupported post-processor 'Foo' (kiln reads Sequence, "
+               "ByteLevel, TemplateProcessing, RobertaProcessing, BertProcessing)\n");
+    LOAD_ERROR("rep.json", "{\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Fuse\"}, "
+               "{\"type\": \"Replace\", \"pattern\": {\"String\": \"a\"}}]}, " TINY_MODEL, KRT_TOK_HF_JSON,
+               "rep.json: error: decoder.decoders[1].content: expected a string\n");
+    LOAD_ERROR("rep2.json", "{\"normalizer\": {\"type\": \"Replace\", \"content\": \"b\"}, " TINY_MODEL,
+               KRT_TOK_HF_JSON, "rep2.json: error: normalizer.pattern: expected {\"String\": ...} or {\"Regex\": ...}\n");
+    {
+        ks_buf deep = {0};
+        ks_buf_puts(&deep, "{\"normalizer\": ");
+        for (int i = 0; i < 34; i++) ks_buf_puts(&deep, "{\"type\": \"Sequence\", \"normalizers\": [");
+        ks_buf_puts(&deep, "null");
+        for (int i = 0; i < 34; i++) ks_buf_puts(&deep, "]}");
+        ks_buf_puts(&deep, ", " TINY_MODEL);
+        ks_buf want = {0};
+        ks_buf_puts(&want, "deep.json: error: normalizer");
+        for (int i = 0; i < 33; i++) ks_buf_puts(&want, ".normalizers[0]");
+        ks_buf_puts(&want, ": nested too deeply\n");
+        check_load_error("deep.json", deep.data, deep.len, KRT_TOK_HF_JSON, ks_buf_cstr(&want));
+        ks_buf_free(&deep);
+        ks_buf_free(&want);
+    }
     LOAD_ERROR("utf.json", "{\"model\": \"\xC3\x28\"}", KRT_TOK_HF_JSON,
                "utf.json: error: not valid UTF-8 (byte 11 is 0xC3)\n");
     LOAD_ERROR("short.bin", "\x07\x00", KRT_TOK_LLAMA2C_BIN,
@@ -580,6 +611,24 @@ static void test_errors(void)
                "trunc.bin: error: token 0 at byte 4: length 10 runs past the end of the file (3 bytes left)\n");
     LOAD_ERROR("neg.bin", "\x07\x00\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff", KRT_TOK_LLAMA2C_BIN,
                "neg.bin: error: token 0 at byte 4: negative length -1\n");
+
+    /* Without a decoder, tokens are joined with ' '; any decoder, even an empty Sequence, joins them as they are. */
+    static const char *const joined[][2] = {
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": []}}", "a b"},
+        {"{\"decoder\": {\"type\": \"Sequence\", \"decoders\": []}, \"model\": {\"type\": \"BPE\", "
+         "\"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": []}}", "ab"},
+    };
+    for (int k = 0; k < 2; k++) {
+        ks_diag dj = {0};
+        krt_tok *tj = krt_tok_load_memory(&dj, "join.json", joined[k][0], strlen(joined[k][0]), KRT_TOK_HF_JSON);
+        CHECK(tj != NULL);
+        if (!tj) continue;
+        ks_buf out = {0};
+        krt_tok_decode(tj, (const int32_t[]){0, 1}, 2, 0, &out);
+        CHECK_STR(ks_buf_cstr(&out), joined[k][1]);
+        ks_buf_free(&out);
+        krt_tok_free(tj);
+    }
 
     /* An unk token that is not in the vocabulary fails when it is needed. */
     static const char unk_json[] =
