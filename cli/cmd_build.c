@@ -146,7 +146,7 @@ static void write_text(const char *out, const ks_buf *text, ks_diag *d)
         return;
     }
     ks_outfile f;
-    if (ks_outfile_open(d, &f, out) == 0) {
+    if (ks_outfile_open(d, &f, out, 0) == 0) {
         fwrite(text->data, 1, text->len, f.f);
         ks_outfile_commit(d, &f);
     }

@@ -51,7 +51,7 @@ static int dump_ir(dump_ctx *c, const char *pass, const kir_graph *g, ks_diag *d
     ks_buf text = {0};
     kir_print(g, &text);
     ks_outfile f;
-    int rc = ks_outfile_open(d, &f, path);
+    int rc = ks_outfile_open(d, &f, path, 0);
     if (rc == 0) {
         fwrite(text.data, 1, text.len, f.f);
         rc = ks_outfile_commit(d, &f);

@@ -129,7 +129,7 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
     uint64_t file_size = off;
 
     writer w = {.hash = KS_HASH_SEED};
-    if (ks_outfile_open(d, &w.out, path) != 0) {
+    if (ks_outfile_open(d, &w.out, path, KS_OUT_SEEKABLE) != 0) {
         ks_buf_free(&graph_text);
         ks_buf_free(&idx);
         return -1;
@@ -200,17 +200,16 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
         return -1;
     }
     /* checksum: read back everything after the header */
-    FILE *f = w.out.f;
-    if (fseek(f, HEADER_SIZE, SEEK_SET) != 0) w.failed = 1;
-    FILE *r = fopen(w.out.tmp_path, "rb");
-    if (!r || fseek(r, HEADER_SIZE, SEEK_SET) != 0) w.failed = 1;
-    if (r) {
+    FILE *f = w.out.f; /* open for reading too (KS_OUT_SEEKABLE) */
+    if (fseek(f, HEADER_SIZE, SEEK_SET) != 0) {
+        w.failed = 1;
+    } else {
         enum { CHUNK = 1 << 20 }; /* a multiple of 8, as ks_hash64 chunks must be */
         uint8_t *chunk = ks_xmalloc(CHUNK);
         size_t n;
-        while ((n = fread(chunk, 1, CHUNK, r)) > 0) w.hash = ks_hash64(w.hash, chunk, n);
+        while ((n = fread(chunk, 1, CHUNK, f)) > 0) w.hash = ks_hash64(w.hash, chunk, n);
+        if (ferror(f)) w.failed = 1;
         free(chunk);
-        fclose(r);
     }
     memcpy(header, KRT_ENGINE_MAGIC, 8);
     put_u32(header + 8, KRT_ENGINE_VERSION);

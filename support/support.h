@@ -118,14 +118,33 @@ typedef struct ks_mmap {
 int ks_mmap_open(ks_diag *d, const char *path, ks_mmap *m); /* 0 ok, -1 error reported */
 void ks_mmap_close(ks_mmap *m);
 
-/* Output files are written to `path.tmp.<pid>` and renamed over `path` only
- * when complete, so a failed command never leaves a half-written file. */
+/* An output file, written whole or not at all where that is possible:
+ *  - a regular file, or a path where nothing is yet, is written to a temp
+ *    file beside it (`target.tmp.<pid>`) that is renamed over it only when
+ *    complete, so a failed command never leaves a half-written file;
+ *  - a symlink is followed: the temp file goes beside the file it names, the
+ *    link stays a link;
+ *  - anything else (a device such as /dev/null, a FIFO, a terminal) is
+ *    written straight through and never replaced; with KS_OUT_SEEKABLE (a
+ *    writer that seeks and reads back) the bytes go to an unlinked scratch
+ *    file in $TMPDIR first, copied into it at commit.
+ * Write with fwrite on f; ks_outfile_commit checks it all went. */
+typedef enum ks_out_mode {
+    KS_OUT_RENAME, /* a temp file renamed over target at commit */
+    KS_OUT_DIRECT, /* f writes into the path itself */
+    KS_OUT_COPY,   /* f is a scratch file, copied into the path at commit */
+} ks_out_mode;
+
 typedef struct ks_outfile {
-    FILE *f;        /* write here */
-    char *path;     /* final path */
-    char *tmp_path; /* where the bytes go until commit */
+    FILE *f;          /* write here; opened for reading too (w+b) unless KS_OUT_DIRECT */
+    char *path;       /* the path as given: messages name it */
+    char *target;     /* KS_OUT_RENAME: the file renamed over (path, its symlinks followed); else NULL */
+    char *tmp_path;   /* KS_OUT_RENAME: where the bytes go until commit; else NULL */
+    ks_out_mode mode; /* how the bytes reach the path */
 } ks_outfile;
-int ks_outfile_open(ks_diag *d, ks_outfile *o, const char *path);
+
+enum { KS_OUT_SEEKABLE = 1 }; /* ks_outfile_open flag: f must seek and read back */
+int ks_outfile_open(ks_diag *d, ks_outfile *o, const char *path, int flags); /* 0, or -1 after reporting */
 int ks_outfile_commit(ks_diag *d, ks_outfile *o); /* 0 ok; on error the temp file is removed */
 void ks_outfile_abort(ks_outfile *o);              /* remove the temp file */
 

@@ -72,7 +72,7 @@ static int write_source(const char *dir, const char *file, const ks_buf *src, ks
     }
     char *path = ks_path_join(dir, file);
     ks_outfile f;
-    int rc = ks_outfile_open(d, &f, path);
+    int rc = ks_outfile_open(d, &f, path, 0);
     if (rc == 0) {
         fwrite(src->data, 1, src->len, f.f);
         rc = ks_outfile_commit(d, &f);
