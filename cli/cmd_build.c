@@ -147,7 +147,7 @@ static void write_text(const char *out, const ks_buf *text, ks_diag *d)
     }
     ks_outfile f;
     if (ks_outfile_open(d, &f, out, 0) == 0) {
-        fwrite(text->data, 1, text->len, f.f);
+        ks_outfile_write(&f, text->data, text->len);
         ks_outfile_commit(d, &f);
     }
 }

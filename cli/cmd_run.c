@@ -201,7 +201,7 @@ static int generate(krt_session *s, krt_tok *tok, const krt_tok_ids *prompt, run
     if (rc == 0 && o->logits_out) {
         ks_outfile f;
         if (ks_outfile_open(d, &f, o->logits_out, 0) == 0) {
-            fwrite(logits, sizeof(float), (size_t)vocab * (size_t)n, f.f);
+            ks_outfile_write(&f, logits, sizeof(float) * (size_t)vocab * (size_t)n);
             rc = ks_outfile_commit(d, &f);
         } else {
             rc = -1;

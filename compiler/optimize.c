@@ -53,7 +53,7 @@ static int dump_ir(dump_ctx *c, const char *pass, const kir_graph *g, ks_diag *d
     ks_outfile f;
     int rc = ks_outfile_open(d, &f, path, 0);
     if (rc == 0) {
-        fwrite(text.data, 1, text.len, f.f);
+        ks_outfile_write(&f, text.data, text.len);
         rc = ks_outfile_commit(d, &f);
     }
     ks_buf_free(&text);

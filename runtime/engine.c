@@ -2,6 +2,7 @@
 #include "runtime/engine.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,16 +39,15 @@ static uint64_t get_u64(const uint8_t *p)
 /* ---- writing ----------------------------------------------------------------- */
 
 typedef struct writer {
-    ks_outfile out;     /* temp file until commit */
+    ks_outfile out;     /* temp file until commit; out.err: the first write that failed */
     uint64_t pos;       /* bytes written */
     uint64_t hash;      /* checksum of bytes after the header */
-    int failed;         /* a write failed */
 } writer;
 
 static void w_bytes(writer *w, const void *p, size_t n)
 {
     if (!n) return;
-    if (fwrite(p, 1, n, w->out.f) != n) w->failed = 1;
+    ks_outfile_write(&w->out, p, n);
     w->pos += n;
 }
 
@@ -150,7 +150,7 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
     /* The checksum is computed over the file as laid out, read back at the
      * end: simpler than hashing while padding, and it checks what hit disk. */
     int rc = 0;
-    for (int i = 0; i < nsec && !rc; i++) {
+    for (int i = 0; i < nsec && !rc && !w.out.err; i++) {
         w_pad_to(&w, secs[i].align);
         KS_ASSERT(w.pos == secs[i].offset);
         switch (i < n_std ? i : -1) { /* -1: an extra section */
@@ -160,7 +160,7 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
         case 3: {
             void *buf = NULL;
             size_t cap = 0;
-            for (size_t v = 0; v < g->n_nodes && !rc; v++) {
+            for (size_t v = 0; v < g->n_nodes && !rc && !w.out.err; v++) {
                 const kir_node *n = &g->nodes[v];
                 if (n->op != KIR_OP_WEIGHT) continue;
                 size_t bytes = (size_t)kir_elems(n, 1) * kir_dtype_size(n->dtype);
@@ -193,22 +193,26 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
     }
     ks_buf_free(&graph_text);
     ks_buf_free(&idx);
-    if (!rc && w.pos != file_size) KS_UNREACHABLE();
-    if (rc || w.failed || fflush(w.out.f) != 0) {
-        if (!rc) ks_error(d, path, "cannot write: I/O error");
+    if (rc) {
         ks_outfile_abort(&w.out);
         return -1;
+    }
+    if (w.out.err) return ks_outfile_commit(d, &w.out); /* reports the write that failed */
+    KS_ASSERT(w.pos == file_size);
+    if (fflush(w.out.f) != 0) {
+        w.out.err = errno;
+        return ks_outfile_commit(d, &w.out);
     }
     /* checksum: read back everything after the header */
     FILE *f = w.out.f; /* open for reading too (KS_OUT_SEEKABLE) */
     if (fseek(f, HEADER_SIZE, SEEK_SET) != 0) {
-        w.failed = 1;
+        w.out.err = errno;
     } else {
         enum { CHUNK = 1 << 20 }; /* a multiple of 8, as ks_hash64 chunks must be */
         uint8_t *chunk = ks_xmalloc(CHUNK);
         size_t n;
         while ((n = fread(chunk, 1, CHUNK, f)) > 0) w.hash = ks_hash64(w.hash, chunk, n);
-        if (ferror(f)) w.failed = 1;
+        if (ferror(f)) w.out.err = errno ? errno : EIO;
         free(chunk);
     }
     memcpy(header, KRT_ENGINE_MAGIC, 8);
@@ -216,13 +220,9 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
     put_u32(header + 12, (uint32_t)nsec);
     put_u64(header + 16, file_size);
     put_u64(header + 24, w.hash);
-    if (fseek(f, 0, SEEK_SET) != 0 || fwrite(header, 1, sizeof header, f) != sizeof header) w.failed = 1;
-    if (w.failed) {
-        ks_error(d, path, "cannot write: I/O error");
-        ks_outfile_abort(&w.out);
-        return -1;
-    }
-    return ks_outfile_commit(d, &w.out);
+    if (!w.out.err && fseek(f, 0, SEEK_SET) != 0) w.out.err = errno;
+    ks_outfile_write(&w.out, header, sizeof header);
+    return ks_outfile_commit(d, &w.out); /* reports a failure of any step */
 }
 
 /* ---- reading ------------------------------------------------------------------- */

@@ -252,20 +252,42 @@ static int copy_into(FILE *f, const char *path)
     }
 }
 
-int ks_outfile_commit(ks_diag *d, ks_outfile *o)
+int ks_outfile_write(ks_outfile *o, const void *data, size_t n)
 {
-    int bad = ferror(o->f);
-    if (!bad && o->mode == KS_OUT_COPY && copy_into(o->f, o->path) != 0) bad = 1;
-    if (fclose(o->f) != 0) bad = 1;
-    o->f = NULL;
-    if (bad || (o->mode == KS_OUT_RENAME && rename(o->tmp_path, o->target) != 0)) {
-        ks_error(d, o->path, "cannot write: %s", bad ? "I/O error" : strerror(errno));
-        if (o->tmp_path) unlink(o->tmp_path);
-        outfile_clear(o);
+    if (o->err) return -1;
+    if (n && fwrite(data, 1, n, o->f) != n) {
+        o->err = errno ? errno : EIO;
         return -1;
     }
-    outfile_clear(o);
     return 0;
+}
+
+/* Record errno as o's error unless one came first; -1. */
+static int failed(ks_outfile *o)
+{
+    if (!o->err) o->err = errno ? errno : EIO;
+    return -1;
+}
+
+int ks_outfile_commit(ks_diag *d, ks_outfile *o)
+{
+    if (!o->err && ferror(o->f)) o->err = EIO; /* an fwrite that bypassed ks_outfile_write */
+    errno = 0;
+    if (!o->err && fflush(o->f) != 0) failed(o);
+    if (!o->err && o->mode == KS_OUT_COPY && copy_into(o->f, o->path) != 0) failed(o);
+    /* the bytes are on disk before the name points at them */
+    if (!o->err && o->mode == KS_OUT_RENAME && fsync(fileno(o->f)) != 0) failed(o);
+    if (fclose(o->f) != 0) failed(o);
+    o->f = NULL;
+    if (!o->err && o->mode == KS_OUT_RENAME && rename(o->tmp_path, o->target) != 0) failed(o);
+    int rc = 0;
+    if (o->err) {
+        ks_error(d, o->path, "cannot write: %s", strerror(o->err));
+        if (o->tmp_path) unlink(o->tmp_path);
+        rc = -1;
+    }
+    outfile_clear(o);
+    return rc;
 }
 
 void ks_outfile_abort(ks_outfile *o)

@@ -128,7 +128,9 @@ void ks_mmap_close(ks_mmap *m);
  *    written straight through and never replaced; with KS_OUT_SEEKABLE (a
  *    writer that seeks and reads back) the bytes go to an unlinked scratch
  *    file in $TMPDIR first, copied into it at commit.
- * Write with fwrite on f; ks_outfile_commit checks it all went. */
+ * Write with ks_outfile_write, which keeps the errno of the first failure;
+ * ks_outfile_commit then flushes, syncs, closes and renames, and reports the
+ * errno of the first step that failed ("No space left on device"). */
 typedef enum ks_out_mode {
     KS_OUT_RENAME, /* a temp file renamed over target at commit */
     KS_OUT_DIRECT, /* f writes into the path itself */
@@ -141,11 +143,14 @@ typedef struct ks_outfile {
     char *target;     /* KS_OUT_RENAME: the file renamed over (path, its symlinks followed); else NULL */
     char *tmp_path;   /* KS_OUT_RENAME: where the bytes go until commit; else NULL */
     ks_out_mode mode; /* how the bytes reach the path */
+    int err;          /* errno of the first failed write (or read back); 0: none so far */
 } ks_outfile;
 
 enum { KS_OUT_SEEKABLE = 1 }; /* ks_outfile_open flag: f must seek and read back */
 int ks_outfile_open(ks_diag *d, ks_outfile *o, const char *path, int flags); /* 0, or -1 after reporting */
-int ks_outfile_commit(ks_diag *d, ks_outfile *o); /* 0 ok; on error the temp file is removed */
+int ks_outfile_write(ks_outfile *o, const void *data, size_t n); /* 0, or -1 (o->err set; reported at commit) */
+/* 0 ok; -1 after reporting `path: error: cannot write: <errno text>`, the temp file removed */
+int ks_outfile_commit(ks_diag *d, ks_outfile *o);
 void ks_outfile_abort(ks_outfile *o);              /* remove the temp file */
 
 /* Join a folder and a file name into a heap string. */

@@ -74,7 +74,7 @@ static int write_source(const char *dir, const char *file, const ks_buf *src, ks
     ks_outfile f;
     int rc = ks_outfile_open(d, &f, path, 0);
     if (rc == 0) {
-        fwrite(src->data, 1, src->len, f.f);
+        ks_outfile_write(&f, src->data, src->len);
         rc = ks_outfile_commit(d, &f);
     }
     free(path);
