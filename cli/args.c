@@ -1,6 +1,7 @@
 /* args.c — the argument parser the subcommands share. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/commands.h"
 
@@ -54,6 +55,31 @@ int kc_parse_args(int argc, char **argv, const kc_option *opts, const char **pos
             return -1;
         }
         positional[(*n_pos)++] = a;
+    }
+    return 0;
+}
+
+int kc_check_output_file(const char *path, const char *opt, const char *what)
+{
+    struct stat st;
+    size_t n = strlen(path);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "%s: error: is a directory; %s names %s\n", path, opt, what);
+        return -1;
+    }
+    if (n && path[n - 1] == '/') {
+        fprintf(stderr, "%s: error: names a directory (it ends with '/'); %s names %s\n", path, opt, what);
+        return -1;
+    }
+    return 0;
+}
+
+int kc_check_output_dir(const char *path, const char *opt, const char *what)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "%s: error: not a directory; %s names %s\n", path, opt, what);
+        return -1;
     }
     return 0;
 }

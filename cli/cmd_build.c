@@ -83,6 +83,11 @@ int kc_cmd_build(int argc, char **argv)
         fprintf(stderr, "kiln build: error: needs a model (or --default) and -o ENGINE (see 'kiln build --help')\n");
         return 2;
     }
+    if (kc_check_output_file(out, "-o", "the engine file to write") != 0 ||
+        (in.dump_dir && kc_check_output_dir(in.dump_dir, "--dump-dir", "the folder the IR dumps go to") != 0) ||
+        (in.emit_source &&
+         kc_check_output_dir(in.emit_source, "--emit-source", "the folder the CUDA source goes to") != 0))
+        return 2;
     in.input = dflt ? NULL : pos[0];
     in.synthetic = dflt != NULL;
     in.stats = stats != NULL;
@@ -176,6 +181,7 @@ int kc_cmd_ir(int argc, char **argv)
         fprintf(stderr, "kiln ir: error: needs a model (see 'kiln ir --help')\n");
         return 2;
     }
+    if (out && kc_check_output_file(out, "-o", "the file the IR is written to") != 0) return 2;
     in.input = pos[0];
     in.stats = stats != NULL;
     in.stats_out = out ? stdout : stderr; /* the IR may be on stdout */

@@ -318,6 +318,9 @@ int kc_cmd_run(int argc, char **argv)
         fprintf(stderr, "kiln run: error: needs an engine and one of --prompt or --ids (see 'kiln run --help')\n");
         return 2;
     }
+    if (o.logits_out &&
+        kc_check_output_file(o.logits_out, "--logits-out", "the file the logits are written to") != 0)
+        return 2;
     o.text = prompt_arg != NULL;
     double v;
     o.n_new = o.text ? 128 : 0;

@@ -36,4 +36,11 @@ enum { KC_REPEAT = 2, KC_MAX_REPEAT = 16 };
 int kc_parse_args(int argc, char **argv, const kc_option *opts, const char **positional, int max_pos,
                   int *n_pos, const char *help);
 
+/* An output option's value must name a file to write: a directory (or a
+ * path ending in '/') is reported as `PATH: error: is a directory; OPT names
+ * WHAT` before any work is done. 0, or -1 after reporting. */
+int kc_check_output_file(const char *path, const char *opt, const char *what);
+/* A folder option's value, when it exists, must be a folder. 0, or -1 after reporting. */
+int kc_check_output_dir(const char *path, const char *opt, const char *what);
+
 #endif

@@ -27,6 +27,22 @@ expect_fail bad-json "$work/badjson/config.json:3:4: error: invalid JSON" -- \
 mkdir -p "$work/unknown"; printf '{"model_type": "bloom"}\n' > "$work/unknown/config.json"
 expect_fail unknown-arch "$work/unknown/config.json: error: model_type 'bloom' matches no shipped model description" -- \
   "$KILN_BIN" build "$work/unknown" -o "$work/x.engine"
+# an output option naming a folder says so, before any work
+mkdir -p "$work/out"
+expect_fail output-dir "$work/out/: error: is a directory; -o names the engine file to write" -- \
+  "$KILN_BIN" build "$ts" -o "$work/out/"
+expect_fail output-dir-no-slash "$work/out: error: is a directory; -o names the engine file to write" -- \
+  "$KILN_BIN" build "$ts" -o "$work/out"
+expect_fail output-missing-dir "$work/new/: error: names a directory (it ends with '/'); -o names the engine file to write" -- \
+  "$KILN_BIN" build "$ts" -o "$work/new/"
+expect_fail ir-output-dir "$work/out: error: is a directory; -o names the file the IR is written to" -- \
+  "$KILN_BIN" ir "$ts" -o "$work/out"
+expect_fail logits-dir "$work/out: error: is a directory; --logits-out names the file the logits are written to" -- \
+  "$KILN_BIN" run "$work/ts.engine" --ids 1 --logits-out "$work/out"
+echo > "$work/file"
+expect_fail dump-dir-file "$work/file: error: not a directory; --dump-dir names the folder the IR dumps go to" -- \
+  "$KILN_BIN" build "$ts" -o "$work/x.engine" --dump-ir-after all --dump-dir "$work/file"
+[ -z "$(ls -A "$work/out")" ] && passes=$((passes+1)) || { echo "FAIL: files in $work/out"; failures=$((failures+1)); }
 [ ! -e "$work/x.engine" ] && passes=$((passes+1)) || { echo "FAIL: a failed build left an output file"; failures=$((failures+1)); }
 ls "$work" | grep -q '\.tmp\.' && { echo "FAIL: temp files left"; failures=$((failures+1)); } || passes=$((passes+1))
 finish
