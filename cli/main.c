@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "support/support.h"
 
 static const kc_command commands[] = {
     {"build", "compile a model into an engine file", kc_cmd_build},
@@ -23,6 +24,8 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    /* Ctrl-C during a build removes the engine's temp file (support/cleanup.c) */
+    ks_cleanup_on_signals();
     if (argc < 2) {
         usage(stderr);
         return 2;

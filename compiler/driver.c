@@ -281,13 +281,18 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
         ks_error(d, "kiln", "--emit-source needs a CUDA target (--target sm_XX)");
         return -1;
     }
-    if (kd_check_f16_range(m, kd_graph(m), d) != 0) return -1;
+    /* the output first: a path that cannot be written fails before the slow
+     * steps, and the temp file is there to remove if a signal comes during them */
+    ks_outfile out;
+    if (krt_engine_open_output(out_path, &out, d) != 0) return -1;
     kcu_parts parts = {0};
-    if (cuda && kcu_build(kd_graph(m), target, in->emit_source, &parts, d) != 0) return -1;
     char *tok = NULL;
     size_t tok_len = 0;
     uint32_t tok_kind = 0;
-    if (read_tokenizer(in, &tok, &tok_len, &tok_kind, d)) {
+    if (kd_check_f16_range(m, kd_graph(m), d) != 0 ||
+        (cuda && kcu_build(kd_graph(m), target, in->emit_source, &parts, d) != 0) ||
+        read_tokenizer(in, &tok, &tok_len, &tok_kind, d) != 0) {
+        ks_outfile_abort(&out);
         kcu_parts_free(&parts);
         return -1;
     }
@@ -318,7 +323,7 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
         .extra = parts.sections,
         .n_extra = parts.n_sections,
     };
-    int rc = krt_engine_write(out_path, &spec, d);
+    int rc = krt_engine_write_to(&out, &spec, d);
     kcu_parts_free(&parts);
     free(tok);
     cJSON_free(meta_text);

@@ -63,6 +63,19 @@ static void w_pad_to(writer *w, uint64_t align)
 
 int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
 {
+    ks_outfile out;
+    if (krt_engine_open_output(path, &out, d) != 0) return -1;
+    return krt_engine_write_to(&out, spec, d);
+}
+
+int krt_engine_open_output(const char *path, ks_outfile *out, ks_diag *d)
+{
+    return ks_outfile_open(d, out, path, KS_OUT_SEEKABLE);
+}
+
+int krt_engine_write_to(ks_outfile *out, const krt_engine_spec *spec, ks_diag *d)
+{
+    const char *path = out->path;
     const kir_graph *g = spec->graph;
     ks_buf graph_text = {0}, idx = {0};
     kir_print(g, &graph_text);
@@ -108,6 +121,7 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
                 ks_error(d, path, "cannot add section '%s': an engine holds at most %d sections", name, MAX_SECTIONS);
             ks_buf_free(&graph_text);
             ks_buf_free(&idx);
+            ks_outfile_abort(out);
             return -1;
         }
         names[count] = name;
@@ -128,12 +142,8 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
     }
     uint64_t file_size = off;
 
-    writer w = {.hash = KS_HASH_SEED};
-    if (ks_outfile_open(d, &w.out, path, KS_OUT_SEEKABLE) != 0) {
-        ks_buf_free(&graph_text);
-        ks_buf_free(&idx);
-        return -1;
-    }
+    writer w = {.out = *out, .hash = KS_HASH_SEED}; /* the writer owns the output from here */
+    memset(out, 0, sizeof *out);
     /* header placeholder; the checksum is patched in at the end */
     uint8_t header[HEADER_SIZE] = {0};
     w_bytes(&w, header, sizeof header);

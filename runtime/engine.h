@@ -62,8 +62,18 @@ typedef struct krt_engine_spec {
 } krt_engine_spec;
 
 /* Write an engine file atomically (a temp file renamed into place on
- * success). Returns 0, or -1 after reporting; no partial file is left. */
+ * success; see ks_outfile for outputs that are not regular files). Returns
+ * 0, or -1 after reporting; no partial file is left. */
 int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d);
+
+/* The same in two steps, so that a caller can open the output before the
+ * slow work that prepares the spec (a bad path fails at once; a signal
+ * meanwhile removes the temp file): krt_engine_open_output opens path as an
+ * engine output (0, or -1 after reporting); krt_engine_write_to writes the
+ * engine into it and commits it, or removes it on an error, and in every
+ * case takes *out over. */
+int krt_engine_open_output(const char *path, ks_outfile *out, ks_diag *d);
+int krt_engine_write_to(ks_outfile *out, const krt_engine_spec *spec, ks_diag *d);
 
 typedef struct krt_engine {
     ks_mmap map;                  /* the whole file, mapped */

@@ -126,6 +126,7 @@ static char *follow_links(const char *path)
 
 static void outfile_clear(ks_outfile *o)
 {
+    ks_cleanup_remove(o->cleanup);
     free(o->path);
     free(o->target);
     free(o->tmp_path);
@@ -202,6 +203,7 @@ int ks_outfile_open(ks_diag *d, ks_outfile *o, const char *path, int flags)
     ks_buf b = {0};
     ks_buf_printf(&b, "%s.tmp.%ld", o->target, (long)getpid());
     o->tmp_path = b.data;
+    o->cleanup = ks_cleanup_add(o->tmp_path); /* before it exists: a signal never leaves it */
     int fd = open(o->tmp_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd >= 0 && exists) fchmod(fd, st.st_mode & 07777); /* the file keeps its mode */
     o->f = fd >= 0 ? fdopen(fd, "w+b") : NULL;

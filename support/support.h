@@ -144,6 +144,7 @@ typedef struct ks_outfile {
     char *tmp_path;   /* KS_OUT_RENAME: where the bytes go until commit; else NULL */
     ks_out_mode mode; /* how the bytes reach the path */
     int err;          /* errno of the first failed write (or read back); 0: none so far */
+    int cleanup;      /* ks_cleanup_add's id for tmp_path; 0: none */
 } ks_outfile;
 
 enum { KS_OUT_SEEKABLE = 1 }; /* ks_outfile_open flag: f must seek and read back */
@@ -152,6 +153,17 @@ int ks_outfile_write(ks_outfile *o, const void *data, size_t n); /* 0, or -1 (o-
 /* 0 ok; -1 after reporting `path: error: cannot write: <errno text>`, the temp file removed */
 int ks_outfile_commit(ks_diag *d, ks_outfile *o);
 void ks_outfile_abort(ks_outfile *o);              /* remove the temp file */
+
+/* Temp files removed when a signal ends the process (support/cleanup.c).
+ * ks_cleanup_add registers a path (the caller keeps the string alive until
+ * ks_cleanup_remove) and returns an id, 0 when the table is full; ks_outfile
+ * registers its temp files. ks_cleanup_on_signals, called once by a program
+ * (the kiln command), installs the handler for SIGINT, SIGTERM and SIGHUP
+ * (those not ignored): it unlinks the registered paths and dies of the
+ * signal. 0, or -1 when sigaction fails. */
+int ks_cleanup_add(const char *path);
+void ks_cleanup_remove(int id);
+int ks_cleanup_on_signals(void);
 
 /* Join a folder and a file name into a heap string. */
 char *ks_path_join(const char *dir, const char *name);
