@@ -35,6 +35,33 @@ static int wants_dump(const kd_inputs *in, const char *pass)
     return 0;
 }
 
+/* Every name of --dump-ir-after is a stage that makes a graph: the compiled
+ * (or --from-ir) graph, a pass of the pipeline, plan_memory; or "all".
+ * Reports an unknown one with the known names. */
+static int check_dump_names(const char *list, ks_diag *d)
+{
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        int known = 0;
+        static const char *const stages[] = {"compiled", "from-ir", "plan_memory", "all"};
+        for (size_t i = 0; i < sizeof stages / sizeof *stages && !known; i++)
+            known = strlen(stages[i]) == len && strncmp(stages[i], p, len) == 0;
+        for (size_t i = 0; i < kp_pass_count && !known; i++)
+            known = strlen(kp_passes[i].name) == len && strncmp(kp_passes[i].name, p, len) == 0;
+        if (!known) {
+            ks_buf names = {0};
+            ks_buf_puts(&names, "compiled, from-ir");
+            for (size_t i = 0; i < kp_pass_count; i++) ks_buf_printf(&names, ", %s", kp_passes[i].name);
+            ks_buf_puts(&names, ", plan_memory, all");
+            ks_error(d, "kiln", "--dump-ir-after: unknown pass '%.*s' (known: %s)", (int)len, p, ks_buf_cstr(&names));
+            ks_buf_free(&names);
+            return -1;
+        }
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
 /* Write dump_dir/NN-pass.ir (numbered in pipeline order, 00 the compiled graph). */
 static int dump_ir(dump_ctx *c, const char *pass, const kir_graph *g, ks_diag *d)
 {
@@ -148,6 +175,7 @@ static int plan_memory(kir_graph *g, int64_t max_tokens, FILE *stats, ks_diag *d
 
 int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
 {
+    if (in->dump_after && check_dump_names(in->dump_after, d) != 0) return -1;
     kir_graph *g = NULL;
     if (in->from_ir) {
         size_t len = 0;
