@@ -93,14 +93,7 @@ int kc_cmd_build(int argc, char **argv)
     in.input = dflt ? NULL : pos[0];
     in.synthetic = dflt != NULL;
     in.stats = stats != NULL;
-    if (max_tokens) {
-        char *end;
-        in.max_tokens = strtoll(max_tokens, &end, 10);
-        if (*end || in.max_tokens < 1 || in.max_tokens > (1 << 24)) {
-            fprintf(stderr, "kiln build: error: --max-tokens: '%s' is not a token count\n", max_tokens);
-            return 2;
-        }
-    }
+    if (max_tokens && kc_parse_int("build", "--max-tokens", max_tokens, 1, 1 << 24, &in.max_tokens)) return 2;
     ks_buf off = {0};
     for (int i = 0; i < n_disabled; i++) ks_buf_printf(&off, "%s%s", i ? "," : "", disabled[i]);
     in.disabled = n_disabled ? ks_buf_cstr(&off) : NULL;
@@ -188,14 +181,7 @@ int kc_cmd_ir(int argc, char **argv)
     in.stats = stats != NULL;
     in.stats_out = out ? stdout : stderr; /* the IR may be on stdout */
     if (!in.passes) in.passes = "none";
-    if (max_tokens) {
-        char *end;
-        in.max_tokens = strtoll(max_tokens, &end, 10);
-        if (*end || in.max_tokens < 1 || in.max_tokens > (1 << 24)) {
-            fprintf(stderr, "kiln ir: error: --max-tokens: '%s' is not a token count\n", max_tokens);
-            return 2;
-        }
-    }
+    if (max_tokens && kc_parse_int("ir", "--max-tokens", max_tokens, 1, 1 << 24, &in.max_tokens)) return 2;
     ks_diag d = {0};
     if (ends_with_ir(in.input)) {
         kir_graph *g = read_ir(in.input, &d);

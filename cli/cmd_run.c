@@ -59,7 +59,7 @@ static int parse_ids(const char *s, krt_tok_ids *out)
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+        if (*p < '0' || *p > '9' || end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
             fprintf(stderr, "kiln run: error: --ids: bad token id at character %d of '%s'\n", (int)(p - s) + 1, s);
             return -1;
         }
@@ -68,19 +68,6 @@ static int parse_ids(const char *s, krt_tok_ids *out)
         if (!*end) return 0;
         p = end + 1;
     }
-}
-
-static int parse_number(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "kiln run: error: %s: '%s' is not a number in [%g, %g]\n", opt, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 /* The engine's tokenizer with the model's BOS/EOS, or NULL after reporting. */
@@ -323,38 +310,36 @@ int kc_cmd_run(int argc, char **argv)
         return 2;
     o.text = prompt_arg != NULL;
     double v;
+    int64_t k;
     o.n_new = o.text ? 128 : 0;
     if (n_arg) {
-        if (parse_number("-n", n_arg, 0, 1e7, &v)) return 2;
-        o.n_new = (long)v;
+        if (kc_parse_int("run", "-n", n_arg, 0, 10000000, &k)) return 2;
+        o.n_new = (long)k;
     }
     o.sampling.temperature = 0;
     if (temp) {
-        if (parse_number("--temperature", temp, 0, 100, &v)) return 2;
+        if (kc_parse_number("run", "--temperature", temp, 0, 100, &v)) return 2;
         o.sampling.temperature = (float)v;
     }
     if (top_k) {
-        if (parse_number("--top-k", top_k, 0, 1e9, &v)) return 2;
-        o.sampling.top_k = (int32_t)v;
+        if (kc_parse_int("run", "--top-k", top_k, 0, 1000000000, &k)) return 2;
+        o.sampling.top_k = (int32_t)k;
     }
     if (top_p) {
-        if (parse_number("--top-p", top_p, 0, 1, &v)) return 2;
+        if (kc_parse_number("run", "--top-p", top_p, 0, 1, &v)) return 2;
         o.sampling.top_p = (float)v;
     }
     if (rep) {
-        if (parse_number("--repetition-penalty", rep, 0.01, 100, &v)) return 2;
+        if (kc_parse_number("run", "--repetition-penalty", rep, 0.01, 100, &v)) return 2;
         o.sampling.repetition_penalty = (float)v;
     }
-    if (seed) {
-        if (parse_number("--seed", seed, 0, 1.8e19, &v)) return 2;
-        o.sampling.seed = (uint64_t)v;
-    }
+    if (seed && kc_parse_u64("run", "--seed", seed, &o.sampling.seed)) return 2;
     o.profile = profile != NULL;
     krt_session_opts so = {.no_graphs = no_graphs != NULL, .host_sampling = host_sampling != NULL,
                            .profile = o.profile};
     if (max_ctx) {
-        if (parse_number("--max-context", max_ctx, 1, INT32_MAX, &v)) return 2;
-        so.max_context = (int)v;
+        if (kc_parse_int("run", "--max-context", max_ctx, 1, INT32_MAX, &k)) return 2;
+        so.max_context = (int)k;
     }
     if (kv_fraction) {
         char *end;
@@ -366,8 +351,8 @@ int kc_cmd_run(int argc, char **argv)
         }
     }
     if (kv_blocks) {
-        if (parse_number("--kv-blocks", kv_blocks, 1, INT32_MAX, &v)) return 2;
-        so.n_blocks = (int)v;
+        if (kc_parse_int("run", "--kv-blocks", kv_blocks, 1, INT32_MAX, &k)) return 2;
+        so.n_blocks = (int)k;
     }
     if (kv_fraction && kv_blocks) {
         fprintf(stderr, "kiln run: error: --kv-fraction and --kv-blocks both size the KV cache: give one\n");
