@@ -260,11 +260,23 @@ static void exec_stmt(kf_lower *L, const kf_stmt *s)
     case KF_STMT_ASSIGN: exec_assign(L, s); return;
     case KF_STMT_OUTPUT: kf_emit_output(L, s->name, kf_eval(L, s->value), s->name_loc); return;
     case KF_STMT_FOR: exec_for(L, s); return;
-    case KF_STMT_IF: {
-        int c;
-        if (kf_eval_bool(L, s->value, "an if condition", &c) == 0) exec_block(L, c ? &s->body : &s->orelse);
-        return;
-    }
+    case KF_STMT_IF:
+        /* an `else if` chain is walked in a loop, not by recursion: the parser
+         * does not bound its length, and the C stack must not depend on it */
+        for (;;) {
+            int c;
+            if (kf_eval_bool(L, s->value, "an if condition", &c) != 0) return;
+            if (c) {
+                exec_block(L, &s->body);
+                return;
+            }
+            if (s->orelse.n != 1 || s->orelse.v[0]->kind != KF_STMT_IF) {
+                exec_block(L, &s->orelse);
+                return;
+            }
+            s = s->orelse.v[0];
+            if (kf_work(L, s->loc) != 0) return;
+        }
     }
     KS_UNREACHABLE();
 }
