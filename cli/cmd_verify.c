@@ -118,6 +118,7 @@ int kc_cmd_verify(int argc, char **argv)
         return 2;
     }
     ks_diag d = {0};
+    if (kd_verify_check_target(in.target, &d) != 0) return 1;
     kd_model m;
     float **wr = NULL, **wt = NULL;
     kd_verify_result r = {0};
