@@ -124,7 +124,14 @@ static int compile_model(const kd_inputs *in, kd_model *m, const char *config_na
 {
     kir_dtype t = KIR_F32;
     if (in->dtype && kd_parse_dtype(in->dtype, &t, d) != 0) return -1;
-    m->model = kf_compile(&m->kiln, m->config, config_name, m->ckpt, d);
+    /* a .kiln input without a config: say how to give one */
+    ks_buf hint = {0};
+    if (in->weights && ks_is_dir(in->weights))
+        ks_buf_printf(&hint, "%s has no config.json: pass --config FILE", in->weights);
+    else
+        ks_buf_puts(&hint, "pass --config FILE or --weights CHECKPOINT_DIR");
+    m->model = kf_compile(&m->kiln, m->config, config_name, m->ckpt, ks_buf_cstr(&hint), d);
+    ks_buf_free(&hint);
     if (!m->model) return -1;
     if (in->dtype) kd_set_weight_dtype(m->model->graph, t);
     return 0;

@@ -352,8 +352,23 @@ static void check_result(kf_lower *L, const kf_item *model, const kf_item *forwa
     }
 }
 
+/* Without a config, the keys the description needed: one error naming the
+ * first few, and the caller's hint. 1 when there were some. */
+static int report_unconfigured(kf_lower *L, const char *hint)
+{
+    if (!L->n_unconfigured) return 0;
+    ks_buf b = {0};
+    for (size_t i = 0; i < L->n_unconfigured && i < 3; i++)
+        ks_buf_printf(&b, "%sconfig.%s", i ? ", " : "", L->unconfigured[i]);
+    if (L->n_unconfigured > 3) ks_buf_printf(&b, ", and %zu more", L->n_unconfigured - 3);
+    ks_error(L->d, L->src->name, "the description reads %s keys (%s) but no config was given%s%s", L->config_name,
+             ks_buf_cstr(&b), hint ? "; " : "", hint ? hint : "");
+    ks_buf_free(&b);
+    return 1;
+}
+
 kf_model *kf_compile(const ks_source *kiln, const cJSON *config, const char *config_name,
-                     const kf_checkpoint *ckpt, ks_diag *d)
+                     const kf_checkpoint *ckpt, const char *no_config_hint, ks_diag *d)
 {
     int errors0 = d->errors;
     if (kiln->len > KF_MAX_SOURCE) {
@@ -388,11 +403,15 @@ kf_model *kf_compile(const ks_source *kiln, const cJSON *config, const char *con
         if (f->items[i]->kind == KF_ITEM_PARAM && bound[i]) lower_param(L, f->items[i], bound[i]);
         else if (f->items[i]->kind == KF_ITEM_ASSERT) lower_assert(L, f->items[i]);
     }
-    for (size_t i = 0; i < f->n_items; i++)
+    /* without a config, what follows from the params would only be more
+     * errors about the same missing keys */
+    int unconfigured = report_unconfigured(L, no_config_hint);
+    for (size_t i = 0; i < f->n_items && !unconfigured; i++)
         if (f->items[i]->kind == KF_ITEM_WEIGHT && bound[i]) kf_declare_weight(L, bound[i]->weight);
-    if (forward) {
+    if (forward && !unconfigured) {
         L->in_forward = 1;
         exec_block(L, &forward->body);
+        report_unconfigured(L, no_config_hint); /* keys read by weights or the forward block */
     }
     /* What the file as a whole lacks is worth saying once the rest is right. */
     if (d->errors == errors0) check_result(L, model_item, forward);
@@ -407,6 +426,7 @@ kf_model *kf_compile(const ks_source *kiln, const cJSON *config, const char *con
         m->weights = NULL;
     }
     free(heap);
+    free(L->unconfigured);
     ks_arena_free(&L->scratch);
     free(L);
     ks_arena_free(&ast);

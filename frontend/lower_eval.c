@@ -55,9 +55,29 @@ const char *kf_a_type(kf_vkind k)
 static int is_number(kf_value v) { return v.kind == KF_V_INT || v.kind == KF_V_FLOAT; }
 static double as_double(kf_value v) { return v.kind == KF_V_INT ? (double)v.u.i : v.u.f; }
 
+/* Without a config every key is absent: remember the paths for kf_compile's
+ * one message. */
+static void note_unconfigured(kf_lower *L, const kf_absent *a)
+{
+    const kf_absent *rev[64];
+    size_t n = 0;
+    for (; a && n < 64; a = a->next) rev[n++] = a;
+    while (n-- > 0) {
+        size_t i = 0;
+        while (i < L->n_unconfigured && strcmp(L->unconfigured[i], rev[n]->path) != 0) i++;
+        if (i < L->n_unconfigured) continue;
+        KS_GROW(L->unconfigured, L->n_unconfigured + 1, L->cap_unconfigured, (size_t)1 << 20, "config paths");
+        L->unconfigured[L->n_unconfigured++] = rev[n]->path;
+    }
+}
+
 kf_value kf_require(kf_lower *L, kf_value v)
 {
     if (v.kind != KF_V_ABSENT) return v;
+    if (!L->config) {
+        note_unconfigured(L, v.u.absent);
+        return kf_err_value();
+    }
     /* The list is newest first; the message names the paths in source order. */
     const kf_absent *paths[64];
     size_t n = 0;
@@ -70,7 +90,6 @@ kf_value kf_require(kf_lower *L, kf_value v)
         else if (i == 1) ks_buf_puts(&b, n > 2 ? ", or " : " or ");
     }
     ks_buf_printf(&b, " in %s", L->config_name);
-    if (!L->config) ks_buf_puts(&b, " (no config was given)");
     kf_error(L, paths[n - 1]->loc, "%s", ks_buf_cstr(&b));
     ks_buf_free(&b);
     return kf_err_value();

@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!config) abort();
     ks_diag d = {.quiet = 1};
     ks_source src = {"fuzz.kiln", text, size};
-    kf_model *m = kf_compile(&src, config, "config.json", NULL, &d);
+    kf_model *m = kf_compile(&src, config, "config.json", NULL, NULL, &d);
     if (m) {
         if (d.errors != 0) abort(); /* a model comes back only without errors */
         size_t n_weight_nodes = 0;

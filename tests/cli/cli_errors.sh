@@ -27,6 +27,17 @@ expect_fail bad-json "$work/badjson/config.json:3:4: error: invalid JSON" -- \
 mkdir -p "$work/unknown"; printf '{"model_type": "bloom"}\n' > "$work/unknown/config.json"
 expect_fail unknown-arch "$work/unknown/config.json: error: model_type 'bloom' matches no shipped model description" -- \
   "$KILN_BIN" build "$work/unknown" -o "$work/x.engine"
+# a description without a config: one error with the way to give one, not one per key
+out=$("$KILN_BIN" ir "$KILN_SOURCE/models/llama.kiln" 2>&1); rc=$?
+expect_same "kiln ir without a config" "exit 1: $KILN_SOURCE/models/llama.kiln: error: the description reads config.json keys (config.hidden_size, config.num_hidden_layers, config.num_attention_heads, and 3 more) but no config was given; pass --config FILE or --weights CHECKPOINT_DIR" "exit $rc: $out"
+mkdir -p "$work/weights-only" && cp "$ts/model.safetensors" "$work/weights-only/"
+out=$("$KILN_BIN" ir "$KILN_SOURCE/models/llama.kiln" --weights "$work/weights-only" 2>&1); rc=$?
+expect_same "kiln ir with weights but no config" "exit 1: $KILN_SOURCE/models/llama.kiln: error: the description reads config.json keys (config.hidden_size, config.num_hidden_layers, config.num_attention_heads, and 3 more) but no config was given; $work/weights-only has no config.json: pass --config FILE" "exit $rc: $out"
+# a config that is given but lacks keys: one message per key, at its place
+echo '{"hidden_size": 64}' > "$work/partial.json"
+out=$("$KILN_BIN" ir "$KILN_SOURCE/models/llama.kiln" --config "$work/partial.json" 2>&1 | head -2)
+expect_same "config given, keys missing" "$KILN_SOURCE/models/llama.kiln:8:18: error: missing key 'num_hidden_layers' in $work/partial.json
+  param layers   = config.num_hidden_layers;" "$out"
 # an output option naming a folder says so, before any work
 mkdir -p "$work/out"
 expect_fail output-dir "$work/out/: error: is a directory; -o names the engine file to write" -- \

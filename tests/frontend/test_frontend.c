@@ -252,11 +252,11 @@ static void test_model(const model_case *mc)
     if (!bm) goto done;
     ks_source src = {bm->file, bm->text, strlen(bm->text)};
     /* Without the checkpoint: every weight as declared. */
-    kf_model *m0 = kf_compile(&src, config, "config.json", NULL, &d);
+    kf_model *m0 = kf_compile(&src, config, "config.json", NULL, NULL, &d);
     CHECK(m0 != NULL, "%s without checkpoint: %s", mc->folder, ks_buf_cstr(&log));
     if (m0) check_common(mc->folder, m0, NULL);
     /* With it. */
-    kf_model *m = kf_compile(&src, config, "config.json", ck, &d);
+    kf_model *m = kf_compile(&src, config, "config.json", ck, NULL, &d);
     CHECK(m != NULL, "%s with checkpoint: %s", mc->folder, ks_buf_cstr(&log));
     if (m) {
         check_common(mc->folder, m, ck);
@@ -360,7 +360,7 @@ static void run_case(test_case *tc, const char *file)
         }
     }
     ks_source src = {"t.kiln", ks_buf_cstr(&tc->kiln), tc->kiln.len};
-    kf_model *m = kf_compile(&src, config, "config.json", ck, &d);
+    kf_model *m = kf_compile(&src, config, "config.json", ck, NULL, &d);
     const char *got = ks_buf_cstr(&log), *want = ks_buf_cstr(&tc->expect);
     int ok = strcmp(got, want) == 0 && (m != NULL) == (tc->expect.len == 0) && (m != NULL) == (d.errors == 0);
     if (!ok) {
