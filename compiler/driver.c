@@ -7,9 +7,8 @@
 #include "codegen/cuda/kcu.h"
 #include "runtime/engine.h"
 #include "compiler/synthetic.h"
+#include "compiler/version.h"
 #include "runtime/text/tokenizer.h"
-
-#define KILN_VERSION "0.1.0"
 
 static int ends_with(const char *s, const char *suffix)
 {
@@ -307,7 +306,7 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
     fill_ctx f = {m, g};
     cJSON *meta = cJSON_CreateObject();
     cJSON_AddStringToObject(meta, "format", "kiln-engine");
-    cJSON_AddStringToObject(meta, "kiln_version", KILN_VERSION);
+    cJSON_AddStringToObject(meta, "kiln_version", KD_VERSION);
     cJSON_AddStringToObject(meta, "target", cuda ? "cuda" : target);
     if (cuda) {
         cJSON *archs = cJSON_AddArrayToObject(meta, "cuda_archs");

@@ -62,6 +62,9 @@ extern const char kcu_prelude[];
 /* ---- compilation (NVRTC) ------------------------------------------------------- */
 /* 1 when this kiln was built with NVRTC; 0 when kcu_compile only reports. */
 int kcu_have_nvrtc(void);
+/* NVRTC's version and the lowest and highest sm_NN it compiles for (0 when
+ * it cannot say); -1 without NVRTC. */
+int kcu_nvrtc_version(int *major, int *minor, int *lo_arch, int *hi_arch);
 
 /* Compile src (named src_name in messages) for arch ("sm_90") into a cubin,
  * appended to cubin. 0, or -1 after reporting (NVRTC missing, the arch

@@ -3,7 +3,7 @@
 . "$(dirname "$0")/lib.sh"
 ts="$KILN_SHARED/models/tinystories-656k"
 "$KILN_BIN" build "$ts" -o "$work/ts.engine" || { echo "FAIL: build"; exit 1; }
-for cmd in build ir inspect run verify tokenize; do
+for cmd in build ir inspect run verify tokenize version; do
   out=$("$KILN_BIN" $cmd --help) && [[ "$out" == "usage: kiln $cmd"* ]] && passes=$((passes+1)) \
     || { echo "FAIL $cmd --help"; failures=$((failures+1)); }
 done
