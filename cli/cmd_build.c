@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "compiler/driver.h"
@@ -13,7 +15,9 @@ static const char build_help[] =
     "                  [--dtype f32|bf16|f16] [--emit-source DIR] -o ENGINE\n"
     "       kiln build --default -o ENGINE\n"
     "\n"
-    "Compile a model into a self-contained engine file.\n"
+    "Compile a model into a self-contained engine file. On success one line on\n"
+    "standard error says what was written (size, target, dtype, layers) and how\n"
+    "long it took; on a terminal, steps that take over a second show progress.\n"
     "  A checkpoint folder holds config.json and model.safetensors (or a sharded\n"
     "  model.safetensors.index.json); its model_type picks the shipped description\n"
     "  (models/*.kiln). A .kiln input takes its weights from --weights. A llama2.c\n"
@@ -56,8 +60,19 @@ static const char build_help[] =
     "                       below f16's normal range (nonzero, under 6.1e-05) a warning\n"
     "  --emit-source DIR    with a GPU target: also write the generated CUDA C there\n";
 
+/* Seconds since t0 (CLOCK_MONOTONIC). */
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
 int kc_cmd_build(int argc, char **argv)
 {
+    struct timespec t0_;
+    clock_gettime(CLOCK_MONOTONIC, &t0_);
+    const struct timespec *t0 = &t0_;
     kd_inputs in = {0};
     const char *out = NULL, *dflt = NULL, *stats = NULL, *max_tokens = NULL, *list = NULL;
     const char *disabled[KC_MAX_REPEAT];
@@ -97,9 +112,20 @@ int kc_cmd_build(int argc, char **argv)
     ks_buf off = {0};
     for (int i = 0; i < n_disabled; i++) ks_buf_printf(&off, "%s%s", i ? "," : "", disabled[i]);
     in.disabled = n_disabled ? ks_buf_cstr(&off) : NULL;
-    ks_diag d = {0};
+    /* progress only on a terminal: a log or a pipe gets the messages and the last line */
+    kd_progress progress = {.out = isatty(STDERR_FILENO) ? stderr : NULL};
+    in.progress = &progress;
+    ks_diag d = {.before_print = kd_progress_erase, .before_ctx = &progress};
     kd_model m;
-    if (kd_model_load(&in, 1, &m, &d) == 0 && kd_optimize(&in, &m, &d) == 0) kd_write_engine(&in, &m, out, &d);
+    kd_build_info info;
+    if (kd_model_load(&in, 1, &m, &d) == 0 && kd_optimize(&in, &m, &d) == 0 &&
+        kd_write_engine(&in, &m, out, &info, &d) == 0) {
+        char size[32];
+        fprintf(stderr, "kiln: wrote %s (%s, %s, %s, %d layer%s) in %.2f s\n", out,
+                ks_human_bytes((double)info.bytes, size, sizeof size), info.target, info.dtype, info.layers,
+                info.layers == 1 ? "" : "s", seconds_since(t0));
+    }
+    kd_progress_done(&progress);
     ks_buf_free(&off);
     kd_model_free(&m);
     return d.errors ? 1 : 0;

@@ -248,16 +248,6 @@ static int generate(krt_session *s, krt_tok *tok, const krt_tok_ids *prompt, run
     return rc;
 }
 
-/* "1.5 GiB" into buf. */
-static const char *human_bytes(double b, char *buf, size_t len)
-{
-    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (b >= 1024 && u < 4) b /= 1024, u++;
-    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", b, units[u]);
-    return buf;
-}
-
 /* The KV cache's size, on stderr, when it lives on a device. */
 static void report_kv(const krt_session *s)
 {
@@ -265,9 +255,9 @@ static void report_kv(const krt_session *s)
     if (!kv->on_device) return;
     char b1[32], b2[32];
     fprintf(stderr, "kiln: KV cache on %s: %d blocks of %d positions (%s)", kv->device, kv->n_blocks, kv->block_size,
-            human_bytes((double)kv->bytes, b1, sizeof b1));
+            ks_human_bytes((double)kv->bytes, b1, sizeof b1));
     if (kv->from_free_memory)
-        fprintf(stderr, ", at most %g of the %s free\n", kv->fraction, human_bytes((double)kv->free_bytes, b2, sizeof b2));
+        fprintf(stderr, ", at most %g of the %s free\n", kv->fraction, ks_human_bytes((double)kv->free_bytes, b2, sizeof b2));
     else
         fprintf(stderr, ", as asked\n");
 }

@@ -65,7 +65,7 @@ static void verify_on_cuda(const kd_inputs *in, kd_model *m, const kir_graph *re
         return;
     }
     char *path = ks_path_join(dir, "fused.engine");
-    if (kd_write_engine(in, m, path, d) == 0) {
+    if (kd_write_engine(in, m, path, NULL, d) == 0) {
         krt_engine *e = krt_engine_open(path, d);
         if (e) {
             printf("kiln verify: %s, %s passes against none; the fused engine (%s) on the CUDA backend\n",

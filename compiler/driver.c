@@ -274,7 +274,23 @@ static int read_tokenizer(const kd_inputs *in, char **bytes, size_t *len, uint32
     return rc;
 }
 
-int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_diag *d)
+/* kcu_build's hook: NVRTC takes seconds per architecture, so its line shows at once. */
+static void on_arch(void *ctx, const char *arch, int index, int count)
+{
+    kd_progress *p = ctx;
+    char step[64];
+    snprintf(step, sizeof step, "compiling CUDA kernels for %s (%d of %d)", arch, index + 1, count);
+    kd_progress_step(p, step);
+    kd_progress_show(p);
+}
+
+/* krt_engine_write's hook: the weights written so far. */
+static void on_weights(void *ctx, uint64_t done, uint64_t total)
+{
+    kd_progress_update(ctx, total ? (double)done / (double)total : -1);
+}
+
+int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, kd_build_info *info, ks_diag *d)
 {
     const char *target = in->target ? in->target : "cpu";
     int cuda = kcu_is_target(target);
@@ -296,7 +312,7 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
     size_t tok_len = 0;
     uint32_t tok_kind = 0;
     if (kd_check_f16_range(m, kd_graph(m), d) != 0 ||
-        (cuda && kcu_build(kd_graph(m), target, in->emit_source, &parts, d) != 0) ||
+        (cuda && kcu_build(kd_graph(m), target, in->emit_source, on_arch, in->progress, &parts, d) != 0) ||
         read_tokenizer(in, &tok, &tok_len, &tok_kind, d) != 0) {
         ks_outfile_abort(&out);
         kcu_parts_free(&parts);
@@ -328,8 +344,20 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
         .tokenizer_kind = tok_kind,
         .extra = parts.sections,
         .n_extra = parts.n_sections,
+        .progress = on_weights,
+        .progress_ctx = in->progress,
     };
-    int rc = krt_engine_write_to(&out, &spec, d);
+    kd_progress_step(in->progress, "writing weights");
+    uint64_t bytes = 0;
+    int rc = krt_engine_write_to(&out, &spec, &bytes, d);
+    kd_progress_done(in->progress);
+    if (rc == 0 && info) {
+        info->bytes = bytes;
+        info->target = target;
+        info->dtype = kd_weights_dtype(g);
+        info->layers = 0;
+        for (size_t v = 0; v < g->n_nodes; v++) info->layers += g->nodes[v].op == KIR_OP_ATTENTION;
+    }
     kcu_parts_free(&parts);
     free(tok);
     cJSON_free(meta_text);

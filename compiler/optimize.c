@@ -90,7 +90,9 @@ static int dump_ir(dump_ctx *c, const char *pass, const kir_graph *g, ks_diag *d
 
 static int after_pass(void *ctx, const kp_pass *pass, const kir_graph *g, const kp_pass_stats *st, ks_diag *d)
 {
-    return dump_ir(ctx, pass->name, g, d);
+    dump_ctx *c = ctx;
+    kd_progress_update(c->in->progress, -1);
+    return dump_ir(c, pass->name, g, d);
 }
 
 static void print_stats(FILE *out, const kp_pass_stats *st, size_t n, const kir_graph *g)
@@ -233,7 +235,9 @@ int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
         };
         kp_pass_stats *st = NULL;
         size_t n_st = 0;
+        kd_progress_step(in->progress, "running the passes");
         rc = kp_run_pipeline(&g, &opt, &st, &n_st, d);
+        kd_progress_done(in->progress);
         if (rc == 0 && in->stats) print_stats(in->stats_out ? in->stats_out : stdout, st, n_st, g);
         free(st);
         free(names);

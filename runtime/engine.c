@@ -65,7 +65,7 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
 {
     ks_outfile out;
     if (krt_engine_open_output(path, &out, d) != 0) return -1;
-    return krt_engine_write_to(&out, spec, d);
+    return krt_engine_write_to(&out, spec, NULL, d);
 }
 
 int krt_engine_open_output(const char *path, ks_outfile *out, ks_diag *d)
@@ -73,7 +73,7 @@ int krt_engine_open_output(const char *path, ks_outfile *out, ks_diag *d)
     return ks_outfile_open(d, out, path, KS_OUT_SEEKABLE);
 }
 
-int krt_engine_write_to(ks_outfile *out, const krt_engine_spec *spec, ks_diag *d)
+int krt_engine_write_to(ks_outfile *out, const krt_engine_spec *spec, uint64_t *size, ks_diag *d)
 {
     const char *path = out->path;
     const kir_graph *g = spec->graph;
@@ -141,6 +141,7 @@ int krt_engine_write_to(ks_outfile *out, const krt_engine_spec *spec, ks_diag *d
         nsec++;
     }
     uint64_t file_size = off;
+    if (size) *size = file_size;
 
     writer w = {.out = *out, .hash = KS_HASH_SEED}; /* the writer owns the output from here */
     memset(out, 0, sizeof *out);
@@ -185,6 +186,7 @@ int krt_engine_write_to(ks_outfile *out, const krt_engine_spec *spec, ks_diag *d
                     break;
                 }
                 w_bytes(&w, buf, bytes);
+                if (spec->progress) spec->progress(spec->progress_ctx, w.pos - secs[i].offset, secs[i].size);
             }
             free(buf);
             break;

@@ -94,6 +94,9 @@ typedef struct ks_diag {
     int errors;     /* errors reported so far */
     int warnings;   /* warnings reported so far */
     int quiet;      /* if set, nothing goes to out (log still fills) */
+    void (*before_print)(void *ctx); /* if set, called before a message goes to out (to erase a
+                                        progress line on the terminal first) */
+    void *before_ctx; /* its argument */
 } ks_diag;
 
 void ks_error_at(ks_diag *d, const ks_source *src, int line, int col, const char *fmt, ...) KS_PRINTF(5, 6);
@@ -181,6 +184,10 @@ uint16_t ks_f32_to_bf16(float f); /* round to nearest even */
  * when every chunk but the last is a multiple of 8 bytes long. */
 #define KS_HASH_SEED 0xcbf29ce484222325ull
 uint64_t ks_hash64(uint64_t h, const void *data, size_t n);
+
+/* A byte count for people: "512 bytes", "12.0 MiB", "1.5 GiB" into buf;
+ * returns buf. */
+const char *ks_human_bytes(double bytes, char *buf, size_t len);
 
 /* Checked arithmetic for sizes from untrusted files: 0 on overflow. */
 int ks_mul_size(size_t a, size_t b, size_t *out);
