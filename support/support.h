@@ -128,7 +128,8 @@ void ks_mmap_close(ks_mmap *m);
  *  - a symlink is followed: the temp file goes beside the file it names, the
  *    link stays a link;
  *  - anything else (a device such as /dev/null, a FIFO, a terminal) is
- *    written straight through and never replaced; with KS_OUT_SEEKABLE (a
+ *    written straight through and never replaced (a FIFO's open waits for a
+ *    reader, as any writer's does); with KS_OUT_SEEKABLE (a
  *    writer that seeks and reads back) the bytes go to an unlinked scratch
  *    file in $TMPDIR first, copied into it at commit.
  * Write with ks_outfile_write, which keeps the errno of the first failure;
