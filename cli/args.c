@@ -1,6 +1,10 @@
 /* args.c — the argument parser the subcommands share. */
+#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/commands.h"
 
@@ -55,5 +59,82 @@ int kc_parse_args(int argc, char **argv, const kc_option *opts, const char **pos
         }
         positional[(*n_pos)++] = a;
     }
+    return 0;
+}
+
+int kc_check_output_file(const char *path, const char *opt, const char *what)
+{
+    struct stat st;
+    size_t n = strlen(path);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "%s: error: is a directory; %s names %s\n", path, opt, what);
+        return -1;
+    }
+    if (n && path[n - 1] == '/') {
+        fprintf(stderr, "%s: error: names a directory (it ends with '/'); %s names %s\n", path, opt, what);
+        return -1;
+    }
+    return 0;
+}
+
+int kc_check_output_dir(const char *path, const char *opt, const char *what)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "%s: error: not a directory; %s names %s\n", path, opt, what);
+        return -1;
+    }
+    return 0;
+}
+
+/* s is decimal digits, after a '-' when negative is allowed: what strtoll and
+ * strtoull would otherwise also take (spaces, '+', a wrapped "-1") is not. */
+static int is_integer_text(const char *s, int negative)
+{
+    if (negative && *s == '-') s++;
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9') return 0;
+    return 1;
+}
+
+int kc_parse_int(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = is_integer_text(s, lo < 0) ? strtoll(s, &end, 10) : 0;
+    if (!is_integer_text(s, lo < 0) || errno || v < lo || v > hi) {
+        fprintf(stderr, "kiln %s: error: %s: '%s' is not an integer from %" PRId64 " to %" PRId64 "\n", cmd, opt, s,
+                lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int kc_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = is_integer_text(s, 0) ? strtoull(s, &end, 10) : 0;
+    if (!is_integer_text(s, 0) || errno) {
+        fprintf(stderr, "kiln %s: error: %s: '%s' is not an integer from 0 to %" PRIu64 "\n", cmd, opt, s,
+                UINT64_MAX);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int kc_parse_number(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "kiln %s: error: %s: '%s' is not a number in [%g, %g]\n", cmd, opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
     return 0;
 }

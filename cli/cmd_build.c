@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "compiler/driver.h"
@@ -13,7 +15,9 @@ static const char build_help[] =
     "                  [--dtype f32|bf16|f16] [--emit-source DIR] -o ENGINE\n"
     "       kiln build --default -o ENGINE\n"
     "\n"
-    "Compile a model into a self-contained engine file.\n"
+    "Compile a model into a self-contained engine file. On success one line on\n"
+    "standard error says what was written (size, target, dtype, layers) and how\n"
+    "long it took; on a terminal, steps that take over a second show progress.\n"
     "  A checkpoint folder holds config.json and model.safetensors (or a sharded\n"
     "  model.safetensors.index.json); its model_type picks the shipped description\n"
     "  (models/*.kiln). A .kiln input takes its weights from --weights. A llama2.c\n"
@@ -33,7 +37,9 @@ static const char build_help[] =
     "  --passes LIST        run these passes (comma-separated, in this order); 'all'\n"
     "                       (default) or 'none'; plan_memory, if listed, comes last\n"
     "  --disable-pass NAME  leave a pass out (may repeat)\n"
-    "  --dump-ir-after P    write the IR after pass P (or 'all') to --dump-dir\n"
+    "  --dump-ir-after P    write the IR after pass P to --dump-dir: a comma-separated\n"
+    "                       list of --list-passes names, 'compiled' (before the\n"
+    "                       passes), or 'all'\n"
     "  --dump-dir DIR       where the dumps go: NN-pass.ir, in pipeline order\n"
     "  --from-ir FILE       build this IR text (e.g. an edited dump) instead of\n"
     "                       compiling the description; its weights come from the\n"
@@ -55,8 +61,19 @@ static const char build_help[] =
     "                       below f16's normal range (nonzero, under 6.1e-05) a warning\n"
     "  --emit-source DIR    with a GPU target: also write the generated CUDA C there\n";
 
+/* Seconds since t0 (CLOCK_MONOTONIC). */
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
 int kc_cmd_build(int argc, char **argv)
 {
+    struct timespec t0_;
+    clock_gettime(CLOCK_MONOTONIC, &t0_);
+    const struct timespec *t0 = &t0_;
     kd_inputs in = {0};
     const char *out = NULL, *dflt = NULL, *stats = NULL, *max_tokens = NULL, *list = NULL;
     const char *disabled[KC_MAX_REPEAT];
@@ -83,23 +100,32 @@ int kc_cmd_build(int argc, char **argv)
         fprintf(stderr, "kiln build: error: needs a model (or --default) and -o ENGINE (see 'kiln build --help')\n");
         return 2;
     }
+    if (kc_check_output_file(out, "-o", "the engine file to write") != 0 ||
+        (in.dump_dir && kc_check_output_dir(in.dump_dir, "--dump-dir", "the folder the IR dumps go to") != 0) ||
+        (in.emit_source &&
+         kc_check_output_dir(in.emit_source, "--emit-source", "the folder the CUDA source goes to") != 0))
+        return 2;
     in.input = dflt ? NULL : pos[0];
     in.synthetic = dflt != NULL;
     in.stats = stats != NULL;
-    if (max_tokens) {
-        char *end;
-        in.max_tokens = strtoll(max_tokens, &end, 10);
-        if (*end || in.max_tokens < 1 || in.max_tokens > (1 << 24)) {
-            fprintf(stderr, "kiln build: error: --max-tokens: '%s' is not a token count\n", max_tokens);
-            return 2;
-        }
-    }
+    if (max_tokens && kc_parse_int("build", "--max-tokens", max_tokens, 1, 1 << 24, &in.max_tokens)) return 2;
     ks_buf off = {0};
     for (int i = 0; i < n_disabled; i++) ks_buf_printf(&off, "%s%s", i ? "," : "", disabled[i]);
     in.disabled = n_disabled ? ks_buf_cstr(&off) : NULL;
-    ks_diag d = {0};
+    /* progress only on a terminal: a log or a pipe gets the messages and the last line */
+    kd_progress progress = {.out = isatty(STDERR_FILENO) ? stderr : NULL};
+    in.progress = &progress;
+    ks_diag d = {.before_print = kd_progress_erase, .before_ctx = &progress};
     kd_model m;
-    if (kd_model_load(&in, 1, &m, &d) == 0 && kd_optimize(&in, &m, &d) == 0) kd_write_engine(&in, &m, out, &d);
+    kd_build_info info;
+    if (kd_model_load(&in, 1, &m, &d) == 0 && kd_optimize(&in, &m, &d) == 0 &&
+        kd_write_engine(&in, &m, out, &info, &d) == 0) {
+        char size[32];
+        fprintf(stderr, "kiln: wrote %s (%s, %s, %s, %d layer%s) in %.2f s\n", out,
+                ks_human_bytes((double)info.bytes, size, sizeof size), info.target, info.dtype, info.layers,
+                info.layers == 1 ? "" : "s", seconds_since(t0));
+    }
+    kd_progress_done(&progress);
     ks_buf_free(&off);
     kd_model_free(&m);
     return d.errors ? 1 : 0;
@@ -146,8 +172,8 @@ static void write_text(const char *out, const ks_buf *text, ks_diag *d)
         return;
     }
     ks_outfile f;
-    if (ks_outfile_open(d, &f, out) == 0) {
-        fwrite(text->data, 1, text->len, f.f);
+    if (ks_outfile_open(d, &f, out, 0) == 0) {
+        ks_outfile_write(&f, text->data, text->len);
         ks_outfile_commit(d, &f);
     }
 }
@@ -176,18 +202,12 @@ int kc_cmd_ir(int argc, char **argv)
         fprintf(stderr, "kiln ir: error: needs a model (see 'kiln ir --help')\n");
         return 2;
     }
+    if (out && kc_check_output_file(out, "-o", "the file the IR is written to") != 0) return 2;
     in.input = pos[0];
     in.stats = stats != NULL;
     in.stats_out = out ? stdout : stderr; /* the IR may be on stdout */
     if (!in.passes) in.passes = "none";
-    if (max_tokens) {
-        char *end;
-        in.max_tokens = strtoll(max_tokens, &end, 10);
-        if (*end || in.max_tokens < 1 || in.max_tokens > (1 << 24)) {
-            fprintf(stderr, "kiln ir: error: --max-tokens: '%s' is not a token count\n", max_tokens);
-            return 2;
-        }
-    }
+    if (max_tokens && kc_parse_int("ir", "--max-tokens", max_tokens, 1, 1 << 24, &in.max_tokens)) return 2;
     ks_diag d = {0};
     if (ends_with_ir(in.input)) {
         kir_graph *g = read_ir(in.input, &d);

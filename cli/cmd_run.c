@@ -53,7 +53,7 @@ static int parse_ids(const char *s, krt_tok_ids *out)
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+        if (*p < '0' || *p > '9' || end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
             fprintf(stderr, "kiln run: error: --ids: bad token id at character %d of '%s'\n", (int)(p - s) + 1, s);
             return -1;
         }
@@ -62,19 +62,6 @@ static int parse_ids(const char *s, krt_tok_ids *out)
         if (!*end) return 0;
         p = end + 1;
     }
-}
-
-static int parse_number(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "kiln run: error: %s: '%s' is not a number in [%g, %g]\n", opt, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 typedef struct run_opts {
@@ -141,8 +128,8 @@ static int generate(krt_session *s, krt_tok *tok, const krt_tok_ids *prompt, run
     fflush(stdout);
     if (rc == 0 && o->logits_out) {
         ks_outfile f;
-        if (ks_outfile_open(d, &f, o->logits_out) == 0) {
-            fwrite(logits, sizeof(float), (size_t)vocab * n, f.f);
+        if (ks_outfile_open(d, &f, o->logits_out, 0) == 0) {
+            ks_outfile_write(&f, logits, sizeof(float) * (size_t)vocab * n);
             rc = ks_outfile_commit(d, &f);
         } else {
             rc = -1;
@@ -161,16 +148,6 @@ static int generate(krt_session *s, krt_tok *tok, const krt_tok_ids *prompt, run
     return rc;
 }
 
-/* "1.5 GiB" into buf. */
-static const char *human_bytes(double b, char *buf, size_t len)
-{
-    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (b >= 1024 && u < 4) b /= 1024, u++;
-    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", b, units[u]);
-    return buf;
-}
-
 /* The KV cache's size, on stderr, when it lives on a device. */
 static void report_kv(const krt_session *s)
 {
@@ -178,9 +155,9 @@ static void report_kv(const krt_session *s)
     if (!kv->on_device) return;
     char b1[32], b2[32];
     fprintf(stderr, "kiln: KV cache on %s: %d blocks of %d positions (%s)", kv->device, kv->n_blocks, kv->block_size,
-            human_bytes((double)kv->bytes, b1, sizeof b1));
+            ks_human_bytes((double)kv->bytes, b1, sizeof b1));
     if (kv->from_free_memory)
-        fprintf(stderr, ", at most %g of the %s free\n", kv->fraction, human_bytes((double)kv->free_bytes, b2, sizeof b2));
+        fprintf(stderr, ", at most %g of the %s free\n", kv->fraction, ks_human_bytes((double)kv->free_bytes, b2, sizeof b2));
     else
         fprintf(stderr, ", as asked\n");
 }
@@ -220,41 +197,42 @@ int kc_cmd_run(int argc, char **argv)
                         "--help')\n");
         return 2;
     }
+    if (o.logits_out &&
+        kc_check_output_file(o.logits_out, "--logits-out", "the file the logits are written to") != 0)
+        return 2;
     o.text = ids_arg == NULL;
     o.gen.stops = o.stops;
     o.gen.ignore_eos = ignore_eos != NULL;
     double v;
+    int64_t k;
     o.gen.max_new = o.text ? 128 : 0;
     if (n_arg) {
-        if (parse_number("-n", n_arg, 0, 1e7, &v)) return 2;
-        o.gen.max_new = (int)v;
+        if (kc_parse_int("run", "-n", n_arg, 0, 10000000, &k)) return 2;
+        o.gen.max_new = (int)k;
     }
     if (temp) {
-        if (parse_number("--temperature", temp, 0, 100, &v)) return 2;
+        if (kc_parse_number("run", "--temperature", temp, 0, 100, &v)) return 2;
         o.gen.sampling.temperature = (float)v;
     }
     if (top_k) {
-        if (parse_number("--top-k", top_k, 0, 1e9, &v)) return 2;
-        o.gen.sampling.top_k = (int32_t)v;
+        if (kc_parse_int("run", "--top-k", top_k, 0, 1000000000, &k)) return 2;
+        o.gen.sampling.top_k = (int32_t)k;
     }
     if (top_p) {
-        if (parse_number("--top-p", top_p, 0, 1, &v)) return 2;
+        if (kc_parse_number("run", "--top-p", top_p, 0, 1, &v)) return 2;
         o.gen.sampling.top_p = (float)v;
     }
     if (rep) {
-        if (parse_number("--repetition-penalty", rep, 0.01, 100, &v)) return 2;
+        if (kc_parse_number("run", "--repetition-penalty", rep, 0.01, 100, &v)) return 2;
         o.gen.sampling.repetition_penalty = (float)v;
     }
-    if (seed) {
-        if (parse_number("--seed", seed, 0, 1.8e19, &v)) return 2;
-        o.gen.sampling.seed = (uint64_t)v;
-    }
+    if (seed && kc_parse_u64("run", "--seed", seed, &o.gen.sampling.seed)) return 2;
     o.profile = profile != NULL;
     krt_session_opts so = {.no_graphs = no_graphs != NULL, .host_sampling = host_sampling != NULL,
                            .profile = o.profile};
     if (max_ctx) {
-        if (parse_number("--max-context", max_ctx, 1, INT32_MAX, &v)) return 2;
-        so.max_context = (int)v;
+        if (kc_parse_int("run", "--max-context", max_ctx, 1, INT32_MAX, &k)) return 2;
+        so.max_context = (int)k;
     }
     if (kv_fraction) {
         char *end;
@@ -266,8 +244,8 @@ int kc_cmd_run(int argc, char **argv)
         }
     }
     if (kv_blocks) {
-        if (parse_number("--kv-blocks", kv_blocks, 1, INT32_MAX, &v)) return 2;
-        so.n_blocks = (int)v;
+        if (kc_parse_int("run", "--kv-blocks", kv_blocks, 1, INT32_MAX, &k)) return 2;
+        so.n_blocks = (int)k;
     }
     if (kv_fraction && kv_blocks) {
         fprintf(stderr, "kiln run: error: --kv-fraction and --kv-blocks both size the KV cache: give one\n");

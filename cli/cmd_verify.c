@@ -53,18 +53,6 @@ static void free_weights(float **w, size_t n)
     free(w);
 }
 
-static int parse_num(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "kiln verify: error: %s: '%s' is not a number in [%g, %g]\n", opt, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 /* The fused build as a CUDA engine in a temporary folder, run through the CUDA backend. */
 static void verify_on_cuda(const kd_inputs *in, kd_model *m, const kir_graph *ref, const void *const *wr,
                            const kd_verify_opts *o, kd_verify_result *r, ks_diag *d)
@@ -77,7 +65,7 @@ static void verify_on_cuda(const kd_inputs *in, kd_model *m, const kir_graph *re
         return;
     }
     char *path = ks_path_join(dir, "fused.engine");
-    if (kd_write_engine(in, m, path, d) == 0) {
+    if (kd_write_engine(in, m, path, NULL, d) == 0) {
         krt_engine *e = krt_engine_open(path, d);
         if (e) {
             printf("kiln verify: %s, %s passes against none; the fused engine (%s) on the CUDA backend\n",
@@ -112,20 +100,17 @@ int kc_cmd_verify(int argc, char **argv)
     }
     in.input = pos[0];
     kd_verify_opts o = {.tolerance = 1e-4, .prompt_tokens = 24, .decode_steps = 4, .seed = 1, .out = stdout};
-    double v;
-    if (tol && parse_num("--tolerance", tol, 0, 1e9, &o.tolerance)) return 2;
+    int64_t k;
+    if (tol && kc_parse_number("verify", "--tolerance", tol, 0, 1e9, &o.tolerance)) return 2;
     if (tokens) {
-        if (parse_num("--tokens", tokens, 1, 1 << 20, &v)) return 2;
-        o.prompt_tokens = (int)v;
+        if (kc_parse_int("verify", "--tokens", tokens, 1, 1 << 20, &k)) return 2;
+        o.prompt_tokens = (int)k;
     }
     if (steps) {
-        if (parse_num("--steps", steps, 0, 1 << 20, &v)) return 2;
-        o.decode_steps = (int)v;
+        if (kc_parse_int("verify", "--steps", steps, 0, 1 << 20, &k)) return 2;
+        o.decode_steps = (int)k;
     }
-    if (seed) {
-        if (parse_num("--seed", seed, 0, 1e18, &v)) return 2;
-        o.seed = (uint64_t)v;
-    }
+    if (seed && kc_parse_u64("verify", "--seed", seed, &o.seed)) return 2;
     int cuda = in.target && kcu_is_target(in.target);
     if (in.target && strcmp(in.target, "cpu") != 0 && !cuda) {
         fprintf(stderr, "kiln verify: error: target '%s': verify runs on cpu or CUDA architectures (sm_90, ...)\n",
@@ -133,6 +118,7 @@ int kc_cmd_verify(int argc, char **argv)
         return 2;
     }
     ks_diag d = {0};
+    if (kd_verify_check_target(in.target, &d) != 0) return 1;
     kd_model m;
     float **wr = NULL, **wt = NULL;
     kd_verify_result r = {0};

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "support/support.h"
 
 static const kc_command commands[] = {
     {"build", "compile a model into an engine file", kc_cmd_build},
@@ -11,6 +12,7 @@ static const kc_command commands[] = {
     {"run", "run an engine: generate text from a prompt, or logits for given ids", kc_cmd_run},
     {"verify", "compare the fused build with the unfused one, value by value", kc_cmd_verify},
     {"tokenize", "print the token ids an engine's tokenizer gives a text", kc_cmd_tokenize},
+    {"version", "print kiln's version and what it was built with (also: kiln --version)", kc_cmd_version},
 };
 
 static void usage(FILE *f)
@@ -23,10 +25,13 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    /* Ctrl-C during a build removes the engine's temp file (support/cleanup.c) */
+    ks_cleanup_on_signals();
     if (argc < 2) {
         usage(stderr);
         return 2;
     }
+    if (strcmp(argv[1], "--version") == 0) return kc_cmd_version(argc - 1, argv + 1);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
         usage(stdout);
         return 0;

@@ -7,9 +7,8 @@
 #include "codegen/cuda/kcu.h"
 #include "runtime/engine.h"
 #include "compiler/synthetic.h"
+#include "compiler/version.h"
 #include "runtime/text/tokenizer.h"
-
-#define KILN_VERSION "0.1.0"
 
 static int ends_with(const char *s, const char *suffix)
 {
@@ -149,7 +148,14 @@ static int compile_model(const kd_inputs *in, kd_model *m, ks_diag *d)
                                             m->config.len}};
     kf_json_doc generation = {m->generation.json, {m->generation.path ? m->generation.path : "generation_config.json",
                                                     m->generation.text, m->generation.len}};
-    m->model = kf_compile(&m->kiln, &config, &generation, m->ckpt, d);
+    /* a .kiln input without a config: say how to give one */
+    ks_buf hint = {0};
+    if (in->weights && ks_is_dir(in->weights))
+        ks_buf_printf(&hint, "%s has no config.json: pass --config FILE", in->weights);
+    else
+        ks_buf_puts(&hint, "pass --config FILE or --weights CHECKPOINT_DIR");
+    m->model = kf_compile(&m->kiln, &config, &generation, m->ckpt, ks_buf_cstr(&hint), d);
+    ks_buf_free(&hint);
     if (!m->model) return -1;
     if (in->dtype) kd_set_weight_dtype(m->model->graph, t);
     return 0;
@@ -328,7 +334,23 @@ static int read_tokenizer(const kd_inputs *in, const kir_graph *g, char **bytes,
     return rc;
 }
 
-int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_diag *d)
+/* kcu_build's hook: NVRTC takes seconds per architecture, so its line shows at once. */
+static void on_arch(void *ctx, const char *arch, int index, int count)
+{
+    kd_progress *p = ctx;
+    char step[64];
+    snprintf(step, sizeof step, "compiling CUDA kernels for %s (%d of %d)", arch, index + 1, count);
+    kd_progress_step(p, step);
+    kd_progress_show(p);
+}
+
+/* krt_engine_write's hook: the weights written so far. */
+static void on_weights(void *ctx, uint64_t done, uint64_t total)
+{
+    kd_progress_update(ctx, total ? (double)done / (double)total : -1);
+}
+
+int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, kd_build_info *info, ks_diag *d)
 {
     const char *target = in->target ? in->target : "cpu";
     int cuda = kcu_is_target(target);
@@ -341,13 +363,18 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
         ks_error(d, "kiln", "--emit-source needs a CUDA target (--target sm_XX)");
         return -1;
     }
-    if (kd_check_f16_range(m, kd_graph(m), d) != 0) return -1;
+    /* the output first: a path that cannot be written fails before the slow
+     * steps, and the temp file is there to remove if a signal comes during them */
+    ks_outfile out;
+    if (krt_engine_open_output(out_path, &out, d) != 0) return -1;
     kcu_parts parts = {0};
-    if (cuda && kcu_build(kd_graph(m), target, in->emit_source, &parts, d) != 0) return -1;
     char *tok = NULL;
     size_t tok_len = 0;
     uint32_t tok_kind = 0;
-    if (read_tokenizer(in, kd_graph(m), &tok, &tok_len, &tok_kind, d)) {
+    if (kd_check_f16_range(m, kd_graph(m), d) != 0 ||
+        (cuda && kcu_build(kd_graph(m), target, in->emit_source, on_arch, in->progress, &parts, d) != 0) ||
+        read_tokenizer(in, kd_graph(m), &tok, &tok_len, &tok_kind, d) != 0) {
+        ks_outfile_abort(&out);
         kcu_parts_free(&parts);
         return -1;
     }
@@ -355,7 +382,7 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
     fill_ctx f = {m, g};
     cJSON *meta = cJSON_CreateObject();
     cJSON_AddStringToObject(meta, "format", "kiln-engine");
-    cJSON_AddStringToObject(meta, "kiln_version", KILN_VERSION);
+    cJSON_AddStringToObject(meta, "kiln_version", KD_VERSION);
     cJSON_AddStringToObject(meta, "target", cuda ? "cuda" : target);
     if (cuda) {
         cJSON *archs = cJSON_AddArrayToObject(meta, "cuda_archs");
@@ -377,8 +404,20 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_d
         .tokenizer_kind = tok_kind,
         .extra = parts.sections,
         .n_extra = parts.n_sections,
+        .progress = on_weights,
+        .progress_ctx = in->progress,
     };
-    int rc = krt_engine_write(out_path, &spec, d);
+    kd_progress_step(in->progress, "writing weights");
+    uint64_t bytes = 0;
+    int rc = krt_engine_write_to(&out, &spec, &bytes, d);
+    kd_progress_done(in->progress);
+    if (rc == 0 && info) {
+        info->bytes = bytes;
+        info->target = target;
+        info->dtype = kd_weights_dtype(g);
+        info->layers = 0;
+        for (size_t v = 0; v < g->n_nodes; v++) info->layers += g->nodes[v].op == KIR_OP_ATTENTION;
+    }
     kcu_parts_free(&parts);
     free(tok);
     cJSON_free(meta_text);

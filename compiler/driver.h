@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <stdio.h>
 
+#include "compiler/progress.h"
 #include "frontend/frontend.h"
 #include "support/support.h"
 
@@ -33,6 +34,7 @@ typedef struct kd_inputs {
     int64_t max_tokens;    /* tokens per step the memory plan holds; 0: kd_plan_tokens's default */
     const char *tokenizer; /* tokenizer file (tokenizer.json or llama2.c .bin); default:
                               tokenizer.json beside the weights, if any */
+    kd_progress *progress; /* where long steps show what they do (a terminal: compiler/progress.h), or NULL */
 } kd_inputs;
 
 /* A JSON document the description reads, with its text for messages. */
@@ -42,6 +44,14 @@ typedef struct kd_json {
     size_t len;            /* bytes in text */
     cJSON *json;           /* parsed, or NULL when there is none */
 } kd_json;
+
+/* What kd_write_engine wrote. */
+typedef struct kd_build_info {
+    uint64_t bytes;     /* the engine file's size */
+    const char *target; /* "cpu", or the CUDA architectures as given ("sm_80,sm_90") */
+    const char *dtype;  /* the weights' dtype: "f32", "bf16", "f16" or "mixed" (static text) */
+    int layers;         /* attention layers of the graph */
+} kd_build_info;
 
 typedef struct kd_model {
     ks_source kiln;        /* the model description (text owned unless builtin) */
@@ -113,7 +123,8 @@ const char *kd_weights_dtype(const kir_graph *g);
 int kd_check_f16_range(const kd_model *m, const kir_graph *g, ks_diag *d);
 
 /* Build an engine file from a loaded model (its optimized graph, if any);
- * with f16 weights, kd_check_f16_range first. */
-int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, ks_diag *d);
+ * with f16 weights, kd_check_f16_range first. On success *info (when info
+ * is not NULL) says what was written. 0, or -1 after reporting. */
+int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, kd_build_info *info, ks_diag *d);
 
 #endif

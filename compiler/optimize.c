@@ -35,6 +35,33 @@ static int wants_dump(const kd_inputs *in, const char *pass)
     return 0;
 }
 
+/* Every name of --dump-ir-after is a stage that makes a graph: the compiled
+ * (or --from-ir) graph, a pass of the pipeline, plan_memory; or "all".
+ * Reports an unknown one with the known names. */
+static int check_dump_names(const char *list, ks_diag *d)
+{
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        int known = 0;
+        static const char *const stages[] = {"compiled", "from-ir", "all"};
+        for (size_t i = 0; i < sizeof stages / sizeof *stages && !known; i++)
+            known = strlen(stages[i]) == len && strncmp(stages[i], p, len) == 0;
+        for (size_t i = 0; i < kp_pass_count && !known; i++)
+            known = strlen(kp_passes[i].name) == len && strncmp(kp_passes[i].name, p, len) == 0;
+        if (!known) {
+            ks_buf names = {0};
+            ks_buf_puts(&names, "compiled, from-ir");
+            for (size_t i = 0; i < kp_pass_count; i++) ks_buf_printf(&names, ", %s", kp_passes[i].name);
+            ks_buf_puts(&names, ", all");
+            ks_error(d, "kiln", "--dump-ir-after: unknown pass '%.*s' (known: %s)", (int)len, p, ks_buf_cstr(&names));
+            ks_buf_free(&names);
+            return -1;
+        }
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
 /* Write dump_dir/NN-pass.ir (numbered in pipeline order, 00 the compiled graph). */
 static int dump_ir(dump_ctx *c, const char *pass, const kir_graph *g, ks_diag *d)
 {
@@ -51,9 +78,9 @@ static int dump_ir(dump_ctx *c, const char *pass, const kir_graph *g, ks_diag *d
     ks_buf text = {0};
     kir_print(g, &text);
     ks_outfile f;
-    int rc = ks_outfile_open(d, &f, path);
+    int rc = ks_outfile_open(d, &f, path, 0);
     if (rc == 0) {
-        fwrite(text.data, 1, text.len, f.f);
+        ks_outfile_write(&f, text.data, text.len);
         rc = ks_outfile_commit(d, &f);
     }
     ks_buf_free(&text);
@@ -63,7 +90,9 @@ static int dump_ir(dump_ctx *c, const char *pass, const kir_graph *g, ks_diag *d
 
 static int after_pass(void *ctx, const kp_pass *pass, const kir_graph *g, const kp_pass_stats *st, ks_diag *d)
 {
-    return dump_ir(ctx, pass->name, g, d);
+    dump_ctx *c = ctx;
+    kd_progress_update(c->in->progress, -1);
+    return dump_ir(c, pass->name, g, d);
 }
 
 static void print_stats(FILE *out, const kp_pass_stats *st, size_t n, const kir_graph *g)
@@ -137,6 +166,7 @@ int64_t kd_plan_tokens(const kd_inputs *in, const kir_graph *g)
 
 int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
 {
+    if (in->dump_after && check_dump_names(in->dump_after, d) != 0) return -1;
     kir_graph *g = NULL;
     if (in->from_ir) {
         size_t len = 0;
@@ -184,7 +214,9 @@ int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
         };
         kp_pass_stats *st = NULL;
         size_t n_st = 0;
+        kd_progress_step(in->progress, "running the passes");
         rc = kp_run_pipeline(&g, &opt, &st, &n_st, d);
+        kd_progress_done(in->progress);
         if (rc == 0 && in->stats) print_stats(in->stats_out ? in->stats_out : stdout, st, n_st, g);
         free(st);
     } else if (!rc && in->stats) {

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/cuda/kcu.h"
+#include "runtime/cuda/cuda_api.h"
 #include "runtime/interp/interp.h"
 #include "runtime/kv/kv_cache.h"
 #include "runtime/session.h"
@@ -359,4 +361,9 @@ int kd_verify_engine(const kir_graph *ref, const void *const *ref_weights, const
                      const kd_verify_opts *o, kd_verify_result *r, ks_diag *d)
 {
     return verify(ref, ref_weights, test->graph, NULL, test, o, r, d);
+}
+
+int kd_verify_check_target(const char *target, ks_diag *d)
+{
+    return target && kcu_is_target(target) ? krt_cuda_driver_check(d) : 0;
 }

@@ -46,6 +46,12 @@ typedef struct kd_verify_result {
     double logits_max_kl;     /* largest KL(reference || test) of a row's softmax */
 } kd_verify_result;
 
+/* Before anything is built: the fused side of a CUDA target (sm_XX) runs
+ * on the GPU, so the NVIDIA driver must load; a machine without one hears it
+ * at once, in the CUDA backend's words, not after the kernels are compiled.
+ * Other targets pass. 0, or -1 after reporting. */
+int kd_verify_check_target(const char *target, ks_diag *d);
+
 /* Compare test (fused) against ref (unfused). weights[v] is the f32 data of
  * each graph's WEIGHT node v. Returns 0 when the comparison ran (see
  * r->diverged), -1 after reporting an error running either graph. */

@@ -233,6 +233,13 @@ typedef struct kf_parser {
     int brace_depth;      /* '{' open now */
     kf_loc brace_open[KF_MAX_BLOCK_DEPTH]; /* where the open '{' are, outermost first */
     int too_deep;         /* nesting limit hit: reported once */
+    int bracket_depth;    /* '(' and '[' open now */
+    int prefix_run;       /* prefix operators ('-', '!') in a row just before the next token */
+    struct {
+        int coalesce;     /* `??` of the chain being read, at this level */
+        int cond;         /* `?` of the conditional chain being read, at this level */
+    } chain[KF_MAX_EXPR_DEPTH + 1]; /* per bracket level (0: outside any): the right-associative chains
+                                       that wait for their last operand (parser.y check_nesting) */
     int stopped;          /* too many errors: the scanner returns end of file */
 } kf_parser;
 

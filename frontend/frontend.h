@@ -51,9 +51,14 @@ typedef struct kf_json_doc {
  * (generation_config.json, or NULL when there is none: its keys are then
  * missing, for `??` to fall back) and checkpoint (may be NULL: then every
  * weight is taken as present with its declared shape, and optional weights
- * as absent; used by `kiln ir` without weights). NULL after reporting. */
+ * as absent; used by `kiln ir` without weights). A config that lacks a key
+ * the description needs is an error at each place that reads it; with no
+ * config at all, one error names the keys read (`t.kiln: error: the
+ * description reads config.json keys (config.hidden_size, ...) but no
+ * config was given`), followed by "; " and no_config_hint when that is not
+ * NULL (the caller's way to give one). NULL after reporting. */
 kf_model *kf_compile(const ks_source *kiln, const kf_json_doc *config, const kf_json_doc *generation,
-                     const kf_checkpoint *ckpt, ks_diag *d);
+                     const kf_checkpoint *ckpt, const char *no_config_hint, ks_diag *d);
 void kf_model_free(kf_model *m);
 
 /* The `model_type` values a .kiln text declares with `matches`; returns

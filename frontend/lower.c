@@ -422,11 +422,23 @@ static void exec_stmt(kf_lower *L, const kf_stmt *s)
     case KF_STMT_ASSIGN: exec_assign(L, s); return;
     case KF_STMT_OUTPUT: kf_emit_output(L, s->name, kf_eval(L, s->value), s->name_loc); return;
     case KF_STMT_FOR: exec_for(L, s); return;
-    case KF_STMT_IF: {
-        int c;
-        if (kf_eval_bool(L, s->value, "an if condition", &c) == 0) exec_block(L, c ? &s->body : &s->orelse);
-        return;
-    }
+    case KF_STMT_IF:
+        /* an `else if` chain is walked in a loop, not by recursion: the parser
+         * does not bound its length, and the C stack must not depend on it */
+        for (;;) {
+            int c;
+            if (kf_eval_bool(L, s->value, "an if condition", &c) != 0) return;
+            if (c) {
+                exec_block(L, &s->body);
+                return;
+            }
+            if (s->orelse.n != 1 || s->orelse.v[0]->kind != KF_STMT_IF) {
+                exec_block(L, &s->orelse);
+                return;
+            }
+            s = s->orelse.v[0];
+            if (kf_work(L, s->loc) != 0) return;
+        }
     }
     KS_UNREACHABLE();
 }
@@ -525,8 +537,23 @@ static void check_result(kf_lower *L, const kf_item *model, const kf_item *forwa
     }
 }
 
+/* Without a config, the keys the description needed: one error naming the
+ * first few, and the caller's hint. 1 when there were some. */
+static int report_unconfigured(kf_lower *L, const char *hint)
+{
+    if (!L->n_unconfigured) return 0;
+    ks_buf b = {0};
+    for (size_t i = 0; i < L->n_unconfigured && i < 3; i++)
+        ks_buf_printf(&b, "%sconfig.%s", i ? ", " : "", L->unconfigured[i]);
+    if (L->n_unconfigured > 3) ks_buf_printf(&b, ", and %zu more", L->n_unconfigured - 3);
+    ks_error(L->d, L->src->name, "the description reads %s keys (%s) but no config was given%s%s", L->docs[KF_DOC_CONFIG].src.name,
+             ks_buf_cstr(&b), hint ? "; " : "", hint ? hint : "");
+    ks_buf_free(&b);
+    return 1;
+}
+
 kf_model *kf_compile(const ks_source *kiln, const kf_json_doc *config, const kf_json_doc *generation,
-                     const kf_checkpoint *ckpt, ks_diag *d)
+                     const kf_checkpoint *ckpt, const char *no_config_hint, ks_diag *d)
 {
     int errors0 = d->errors;
     if (kiln->len > KF_MAX_SOURCE) {
@@ -565,12 +592,16 @@ kf_model *kf_compile(const ks_source *kiln, const kf_json_doc *config, const kf_
         if (f->items[i]->kind == KF_ITEM_PARAM && bound[i]) lower_param(L, f->items[i], bound[i]);
         else if (f->items[i]->kind == KF_ITEM_ASSERT) lower_assert(L, f->items[i]);
     }
-    for (size_t i = 0; i < f->n_items; i++)
+    /* without a config, what follows from the params would only be more
+     * errors about the same missing keys */
+    int unconfigured = report_unconfigured(L, no_config_hint);
+    for (size_t i = 0; i < f->n_items && !unconfigured; i++)
         if (f->items[i]->kind == KF_ITEM_WEIGHT && bound[i]) kf_declare_weight(L, bound[i]->weight);
     kf_check_ignores(L, f);
-    if (forward) {
+    if (forward && !unconfigured) {
         L->in_forward = 1;
         exec_block(L, &forward->body);
+        report_unconfigured(L, no_config_hint); /* keys read by weights or the forward block */
     }
     /* What the file as a whole lacks is worth saying once the rest is right. */
     if (d->errors == errors0) check_result(L, model_item, forward);
@@ -586,6 +617,7 @@ kf_model *kf_compile(const ks_source *kiln, const kf_json_doc *config, const kf_
         m->weights = NULL;
     }
     free(heap);
+    free(L->unconfigured);
     ks_arena_free(&L->scratch);
     free(L);
     ks_arena_free(&ast);

@@ -181,6 +181,10 @@ typedef struct kf_lower {
     long lookups;               /* checkpoint tensor names tried */
     long suggest_work;          /* names compared for "did you mean" (bounded: a courtesy) */
     int stop;                   /* a limit was hit (reported): evaluate nothing more */
+    const char **unconfigured;  /* without a config: the config paths read (each once, in source order),
+                                   reported together by kf_compile instead of one error each */
+    size_t n_unconfigured;      /* how many */
+    size_t cap_unconfigured;    /* capacity of unconfigured */
 } kf_lower;
 
 /* lower.c */

@@ -73,9 +73,32 @@ const char *kf_not_int(kf_value v)
 static int is_number(kf_value v) { return v.kind == KF_V_INT || v.kind == KF_V_FLOAT; }
 static double as_double(kf_value v) { return v.kind == KF_V_INT ? (double)v.u.i : v.u.f; }
 
+/* Without a config every key is absent: remember the paths for kf_compile's
+ * one message. */
+static void note_unconfigured(kf_lower *L, const kf_absent *a)
+{
+    const kf_absent *rev[64];
+    size_t n = 0;
+    for (; a && n < 64; a = a->next) rev[n++] = a;
+    while (n-- > 0) {
+        size_t i = 0;
+        while (i < L->n_unconfigured && strcmp(L->unconfigured[i], rev[n]->path) != 0) i++;
+        if (i < L->n_unconfigured) continue;
+        KS_GROW(L->unconfigured, L->n_unconfigured + 1, L->cap_unconfigured, (size_t)1 << 20, "config paths");
+        L->unconfigured[L->n_unconfigured++] = rev[n]->path;
+    }
+}
+
 kf_value kf_require(kf_lower *L, kf_value v)
 {
     if (v.kind != KF_V_ABSENT) return v;
+    /* without a config.json, the paths into it are reported together (kf_compile), once */
+    int only_config = 1;
+    for (const kf_absent *a = v.u.absent; a; a = a->next) only_config &= a->doc == KF_DOC_CONFIG;
+    if (!L->docs[KF_DOC_CONFIG].root && only_config) {
+        note_unconfigured(L, v.u.absent);
+        return kf_err_value();
+    }
     /* The list is newest first; the message names the paths in source order. */
     const kf_absent *paths[64];
     size_t n = 0;

@@ -122,6 +122,10 @@ static kf_item *strings_item(kf_parser *p, kf_item_kind kind, kf_vec *strings, k
     kf_arg *arg;        /* call arguments */
     kf_weight_src *src; /* weight alternatives */
     int flags;          /* weight_kind: 1 layer, 2 optional */
+    struct {
+        kf_stmt *first; /* the chain's `if` */
+        kf_stmt *last;  /* its last `else if`, whose else branch comes next */
+    } chain;            /* if_chain */
 }
 
 %destructor { kf_vec_free($$); } <vec>
@@ -150,6 +154,7 @@ static kf_item *strings_item(kf_parser *p, kf_item_kind kind, kf_vec *strings, k
 %type <vec> items strings block stmts exprs args config_path sources
 %type <e> expr primary opt_cond
 %type <st> stmt if_stmt
+%type <chain> if_chain
 %type <arg> arg
 %type <src> source
 %type <flags> weight_kind
@@ -282,25 +287,29 @@ stmt:
 | error ';' { $$ = NULL; }
 ;
 
+/* `if ... else if ... else if ...` is a chain, left-recursive so that bison's
+ * stack does not grow with its length; each `else if` is the one statement
+ * of the else branch before it (lowering walks the chain in a loop). */
 if_stmt:
+  if_chain                 { $$ = $1.first; }
+| if_chain "else" block    { $$ = $1.first; $1.last->orelse = block_of(p, $3); }
+;
+
+if_chain:
   "if" expr block {
-      $$ = stmt_new(p, KF_STMT_IF, LOC(@1));
-      $$->value = $2;
-      $$->body = block_of(p, $3);
+      $$.first = $$.last = stmt_new(p, KF_STMT_IF, LOC(@1));
+      $$.last->value = $2;
+      $$.last->body = block_of(p, $3);
   }
-| "if" expr block "else" block {
-      $$ = stmt_new(p, KF_STMT_IF, LOC(@1));
-      $$->value = $2;
-      $$->body = block_of(p, $3);
-      $$->orelse = block_of(p, $5);
-  }
-| "if" expr block "else" if_stmt {
-      $$ = stmt_new(p, KF_STMT_IF, LOC(@1));
-      $$->value = $2;
-      $$->body = block_of(p, $3);
-      $$->orelse.v = ks_arena_alloc(p->arena, sizeof *$$->orelse.v);
-      $$->orelse.v[0] = $5;
-      $$->orelse.n = 1;
+| if_chain "else" "if" expr block {
+      kf_stmt *st = stmt_new(p, KF_STMT_IF, LOC(@3));
+      st->value = $4;
+      st->body = block_of(p, $5);
+      $1.last->orelse.v = ks_arena_alloc(p->arena, sizeof *$1.last->orelse.v);
+      $1.last->orelse.v[0] = st;
+      $1.last->orelse.n = 1;
+      $$.first = $1.first;
+      $$.last = st;
   }
 ;
 
@@ -406,6 +415,59 @@ arg:
 
 %%
 
+static int ends_statement(int tok);
+
+/* Nesting that grows bison's stack without a reduction is bounded as the
+ * tokens pass, so that a deep text gets a message at its place rather than
+ * bison's "memory exhausted" (or a tree too deep to walk): open '(' and '[';
+ * runs of prefix operators; and, in each bracket level, right-associative
+ * chains: `??` not separated by a looser operator, `?` not separated by ','
+ * or the end of the expression (a ?? b ?? ... and c ? a : c ? ... nest to
+ * the right). KF_MAX_EXPR_DEPTH operators of a run or chain make an
+ * expression deeper than that, with the operand; brackets alone add no depth
+ * to the tree, but more than KF_MAX_EXPR_DEPTH of them are refused too. The scanner bounds '{'. Past a limit the parse stops: what
+ * follows would only add errors about the same mistake. */
+static void check_nesting(kf_parser *p, int tok, const KF_YYLTYPE *loc)
+{
+    int over = 0, level = p->bracket_depth <= KF_MAX_EXPR_DEPTH ? p->bracket_depth : KF_MAX_EXPR_DEPTH;
+    int prefix = 0;
+    switch (tok) {
+    case '(':
+    case '[':
+        over = ++p->bracket_depth > KF_MAX_EXPR_DEPTH;
+        if (!over) p->chain[p->bracket_depth].coalesce = p->chain[p->bracket_depth].cond = 0;
+        break;
+    case ')':
+    case ']':
+        if (p->bracket_depth > 0) p->bracket_depth--;
+        break;
+    case '-':
+    case '!':
+        /* prefix unless a '-' comes after an operand: then a binary minus */
+        prefix = tok == '!' || !ends_statement(p->tok_kind[0]);
+        if (prefix) over = p->prefix_run + 1 >= KF_MAX_EXPR_DEPTH;
+        break;
+    case TOK_COALESCE: over = ++p->chain[level].coalesce >= KF_MAX_EXPR_DEPTH; break;
+    case '?':
+        p->chain[level].coalesce = 0;
+        over = ++p->chain[level].cond >= KF_MAX_EXPR_DEPTH;
+        break;
+    case TOK_EQ: case TOK_NE: case '<': case '>': case TOK_LE: case TOK_GE: case TOK_AND: case TOK_OR: case ':':
+        p->chain[level].coalesce = 0; /* looser than ??: the chain before it is complete */
+        break;
+    case ',': case ';': case '{': case '}': case TOK_DOTDOT: case '=': case TOK_END:
+        p->chain[level].coalesce = p->chain[level].cond = 0; /* the expression (or argument) ended */
+        break;
+    default: break;
+    }
+    p->prefix_run = prefix ? p->prefix_run + 1 : 0;
+    if (over) {
+        ks_error_at(p->diag, p->src, loc->first_line, loc->first_column,
+                    "expression nested too deeply (more than %d levels)", KF_MAX_EXPR_DEPTH);
+        p->stopped = 1;
+    }
+}
+
 static int kf_yylex(KF_YYSTYPE *lval, KF_YYLTYPE *lloc, kf_parser *p)
 {
     if (p->stopped || p->diag->errors - p->errors_at_start >= KF_MAX_ERRORS) {
@@ -417,6 +479,7 @@ static int kf_yylex(KF_YYSTYPE *lval, KF_YYLTYPE *lloc, kf_parser *p)
         return TOK_END;
     }
     int tok = kf_lxlex(lval, lloc, p->scanner);
+    check_nesting(p, tok, lloc);
     if (tok == TOK_END) {
         lloc->first_line = lloc->last_line = p->line;
         lloc->first_column = lloc->last_column = p->col;
@@ -451,6 +514,14 @@ static int ends_statement(int tok)
 static void kf_yyerror(KF_YYLTYPE *loc, kf_parser *p, const char *msg)
 {
     if (p->stopped) return;
+    if (strcmp(msg, "memory exhausted") == 0) {
+        /* bison's stack is full: only operators waiting for their right
+         * operands, thousands deep, fill it (check_nesting bounds the rest) */
+        ks_error_at(p->diag, p->src, loc->first_line, loc->first_column,
+                    "expression nested too deeply (more than %d levels)", KF_MAX_EXPR_DEPTH);
+        p->stopped = 1;
+        return;
+    }
     ks_error_at(p->diag, p->src, loc->first_line, loc->first_column, "%s", msg);
     const char *expecting = strstr(msg, "expecting");
     if ((!expecting || strstr(expecting, "';'")) && ends_statement(p->tok_kind[1]) && p->tok_end[1].line > 0 &&

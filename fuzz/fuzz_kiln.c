@@ -48,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!generation) abort();
     kf_json_doc doc = {config, {"config.json", config_text, sizeof config_text - 1}};
     kf_json_doc gen = {generation, {"generation_config.json", generation_text, sizeof generation_text - 1}};
-    kf_model *m = kf_compile(&src, &doc, &gen, NULL, &d);
+    kf_model *m = kf_compile(&src, &doc, &gen, NULL, NULL, &d);
     if (m) {
         if (d.errors != 0) abort(); /* a model comes back only without errors */
         size_t n_weight_nodes = 0;

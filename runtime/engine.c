@@ -2,6 +2,7 @@
 #include "runtime/engine.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,16 +41,15 @@ static uint64_t get_u64(const uint8_t *p)
 /* ---- writing ----------------------------------------------------------------- */
 
 typedef struct writer {
-    ks_outfile out;     /* temp file until commit */
+    ks_outfile out;     /* temp file until commit; out.err: the first write that failed */
     uint64_t pos;       /* bytes written */
-    uint64_t hash;      /* checksum of the file as written */
-    int failed;         /* a write failed */
+    uint64_t hash;      /* checksum of the file as written, its checksum field zero */
 } writer;
 
 static void w_bytes(writer *w, const void *p, size_t n)
 {
     if (!n) return;
-    if (fwrite(p, 1, n, w->out.f) != n) w->failed = 1;
+    ks_outfile_write(&w->out, p, n);
     w->pos += n;
 }
 
@@ -65,6 +65,19 @@ static void w_pad_to(writer *w, uint64_t align)
 
 int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
 {
+    ks_outfile out;
+    if (krt_engine_open_output(path, &out, d) != 0) return -1;
+    return krt_engine_write_to(&out, spec, NULL, d);
+}
+
+int krt_engine_open_output(const char *path, ks_outfile *out, ks_diag *d)
+{
+    return ks_outfile_open(d, out, path, KS_OUT_SEEKABLE);
+}
+
+int krt_engine_write_to(ks_outfile *out, const krt_engine_spec *spec, uint64_t *size, ks_diag *d)
+{
+    const char *path = out->path;
     const kir_graph *g = spec->graph;
     ks_buf graph_text = {0}, idx = {0};
     kir_print(g, &graph_text);
@@ -110,6 +123,7 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
                 ks_error(d, path, "cannot add section '%s': an engine holds at most %d sections", name, MAX_SECTIONS);
             ks_buf_free(&graph_text);
             ks_buf_free(&idx);
+            ks_outfile_abort(out);
             return -1;
         }
         names[count] = name;
@@ -129,13 +143,10 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
         nsec++;
     }
     uint64_t file_size = off;
+    if (size) *size = file_size;
 
-    writer w = {.hash = KS_HASH_SEED};
-    if (ks_outfile_open(d, &w.out, path) != 0) {
-        ks_buf_free(&graph_text);
-        ks_buf_free(&idx);
-        return -1;
-    }
+    writer w = {.out = *out, .hash = KS_HASH_SEED}; /* the writer owns the output from here */
+    memset(out, 0, sizeof *out);
     /* the header, its checksum field zero: hashed as it is, then patched */
     uint8_t header[HEADER_SIZE] = {0};
     memcpy(header, KRT_ENGINE_MAGIC, 8);
@@ -156,7 +167,7 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
     /* The checksum is computed over the file as laid out, read back at the
      * end: simpler than hashing while padding, and it checks what hit disk. */
     int rc = 0;
-    for (int i = 0; i < nsec && !rc; i++) {
+    for (int i = 0; i < nsec && !rc && !w.out.err; i++) {
         w_pad_to(&w, secs[i].align);
         KS_ASSERT(w.pos == secs[i].offset);
         switch (i < n_std ? i : -1) { /* -1: an extra section */
@@ -166,7 +177,7 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
         case 3: {
             void *buf = NULL;
             size_t cap = 0;
-            for (size_t v = 0; v < g->n_nodes && !rc; v++) {
+            for (size_t v = 0; v < g->n_nodes && !rc && !w.out.err; v++) {
                 const kir_node *n = &g->nodes[v];
                 if (n->op != KIR_OP_WEIGHT) continue;
                 size_t bytes = (size_t)kir_elems(n, 1) * kir_dtype_size(n->dtype);
@@ -181,6 +192,7 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
                     break;
                 }
                 w_bytes(&w, buf, bytes);
+                if (spec->progress) spec->progress(spec->progress_ctx, w.pos - secs[i].offset, secs[i].size);
             }
             free(buf);
             break;
@@ -199,32 +211,32 @@ int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d)
     }
     ks_buf_free(&graph_text);
     ks_buf_free(&idx);
-    if (!rc && w.pos != file_size) KS_UNREACHABLE();
-    if (rc || w.failed || fflush(w.out.f) != 0) {
-        if (!rc) ks_error(d, path, "cannot write: I/O error");
+    if (rc) {
         ks_outfile_abort(&w.out);
         return -1;
     }
+    if (w.out.err) return ks_outfile_commit(d, &w.out); /* reports the write that failed */
+    KS_ASSERT(w.pos == file_size);
+    if (fflush(w.out.f) != 0) {
+        w.out.err = errno;
+        return ks_outfile_commit(d, &w.out);
+    }
     /* checksum: read back the whole file, its checksum field still zero */
-    FILE *f = w.out.f;
-    FILE *r = fopen(w.out.tmp_path, "rb");
-    if (!r) w.failed = 1;
-    if (r) {
+    FILE *f = w.out.f; /* open for reading too (KS_OUT_SEEKABLE) */
+    if (fseek(f, 0, SEEK_SET) != 0) {
+        w.out.err = errno;
+    } else {
         enum { CHUNK = 1 << 20 }; /* a multiple of 8, as ks_hash64 chunks must be */
         uint8_t *chunk = ks_xmalloc(CHUNK);
         size_t n;
-        while ((n = fread(chunk, 1, CHUNK, r)) > 0) w.hash = ks_hash64(w.hash, chunk, n);
+        while ((n = fread(chunk, 1, CHUNK, f)) > 0) w.hash = ks_hash64(w.hash, chunk, n);
+        if (ferror(f)) w.out.err = errno ? errno : EIO;
         free(chunk);
-        fclose(r);
     }
     put_u64(header + AT_CHECKSUM, w.hash);
-    if (fseek(f, 0, SEEK_SET) != 0 || fwrite(header, 1, sizeof header, f) != sizeof header) w.failed = 1;
-    if (w.failed) {
-        ks_error(d, path, "cannot write: I/O error");
-        ks_outfile_abort(&w.out);
-        return -1;
-    }
-    return ks_outfile_commit(d, &w.out);
+    if (!w.out.err && fseek(f, 0, SEEK_SET) != 0) w.out.err = errno;
+    ks_outfile_write(&w.out, header, sizeof header);
+    return ks_outfile_commit(d, &w.out); /* reports a failure of any step */
 }
 
 /* ---- reading ------------------------------------------------------------------- */

@@ -63,11 +63,25 @@ typedef struct krt_engine_spec {
     uint32_t tokenizer_kind;      /* the runtime's tokenizer kind tag */
     const krt_engine_section *extra; /* extra sections, written in this order after the others */
     size_t n_extra;               /* how many */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total); /* if set, called after each weight with the
+                                                                   weight bytes written so far and in all */
+    void *progress_ctx;           /* passed to progress */
 } krt_engine_spec;
 
 /* Write an engine file atomically (a temp file renamed into place on
- * success). Returns 0, or -1 after reporting; no partial file is left. */
+ * success; see ks_outfile for outputs that are not regular files). Returns
+ * 0, or -1 after reporting; no partial file is left. */
 int krt_engine_write(const char *path, const krt_engine_spec *spec, ks_diag *d);
+
+/* The same in two steps, so that a caller can open the output before the
+ * slow work that prepares the spec (a bad path fails at once; a signal
+ * meanwhile removes the temp file): krt_engine_open_output opens path as an
+ * engine output (0, or -1 after reporting); krt_engine_write_to writes the
+ * engine into it and commits it, or removes it on an error, and in every
+ * case takes *out over; *size (when size is not NULL) gets the engine's
+ * size in bytes. */
+int krt_engine_open_output(const char *path, ks_outfile *out, ks_diag *d);
+int krt_engine_write_to(ks_outfile *out, const krt_engine_spec *spec, uint64_t *size, ks_diag *d);
 
 typedef struct krt_engine {
     ks_mmap map;                  /* the whole file, mapped */

@@ -43,20 +43,6 @@ static int report(ks_diag *d, const char *fmt, ...)
     return -1;
 }
 
-/* "1.5 GiB", "12.0 MiB", "512 bytes" into buf. */
-static const char *human_bytes(double b, char *buf, size_t len)
-{
-    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
-    if (b < 1024) {
-        snprintf(buf, len, "%.0f bytes", b);
-        return buf;
-    }
-    int u = -1;
-    while (b >= 1024 && u < 3) b /= 1024, u++;
-    snprintf(buf, len, "%.1f %s", b, units[u]);
-    return buf;
-}
-
 /* Bytes of one KV block over every layer's K and V. */
 static double kv_block_bytes(const krt_kv_layer *layers, int n_layers, int block_size, size_t elem)
 {
@@ -105,8 +91,8 @@ static int size_kv(krt_session *s, const krt_session_opts *o, int bs, double blo
         if (have_mem && (double)n * block > (double)mem.free_bytes) {
             report(d, "a KV cache of %lld blocks (%s) does not fit in the %s free on the device (%s): ask for fewer "
                       "blocks, or leave the size to the KV-cache fraction",
-                   (long long)n, human_bytes((double)n * block, b1, sizeof b1),
-                   human_bytes((double)mem.free_bytes, b2, sizeof b2), mem.name);
+                   (long long)n, ks_human_bytes((double)n * block, b1, sizeof b1),
+                   ks_human_bytes((double)mem.free_bytes, b2, sizeof b2), mem.name);
             return -1;
         }
     } else if (have_mem) {
@@ -117,7 +103,7 @@ static int size_kv(krt_session *s, const krt_session_opts *o, int bs, double blo
         info->fraction = fraction;
         if (n < 1) {
             report(d, "the device (%s) has %s free: %g of it cannot hold one KV-cache block of %s", mem.name,
-                   human_bytes((double)mem.free_bytes, b1, sizeof b1), fraction, human_bytes(block, b2, sizeof b2));
+                   ks_human_bytes((double)mem.free_bytes, b1, sizeof b1), fraction, ks_human_bytes(block, b2, sizeof b2));
             return -1;
         }
     } else {
@@ -183,7 +169,7 @@ krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_
             char b1[32];
             report(d, "the KV cache of %d blocks (%s) could not be allocated on the device (%s): ask for fewer blocks "
                       "or a smaller KV-cache fraction",
-                   s->kv_info.n_blocks, human_bytes((double)s->kv_info.bytes, b1, sizeof b1), s->kv_info.device);
+                   s->kv_info.n_blocks, ks_human_bytes((double)s->kv_info.bytes, b1, sizeof b1), s->kv_info.device);
         }
         krt_session_free(s);
         return NULL;

@@ -20,6 +20,7 @@ static void emit(ks_diag *d, const char *s, size_t n)
 {
     if (d->log) ks_buf_put(d->log, s, n);
     if (!d->quiet) {
+        if (d->before_print) d->before_print(d->before_ctx);
         fwrite(s, 1, n, d->out ? d->out : stderr);
         fflush(d->out ? d->out : stderr);
     }

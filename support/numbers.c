@@ -1,6 +1,8 @@
-/* numbers.c — half-precision conversions, little-endian data, hashing, checked size arithmetic. */
+/* numbers.c — half-precision conversions, little-endian data, hashing, checked size arithmetic, byte counts
+ * for people. */
 #include "support.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static float bits_to_f32(uint32_t u)
@@ -140,4 +142,13 @@ int ks_add_size(size_t a, size_t b, size_t *out)
     if (b > SIZE_MAX - a) return 0;
     *out = a + b;
     return 1;
+}
+
+const char *ks_human_bytes(double b, char *buf, size_t len)
+{
+    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024 && u < 4) b /= 1024, u++;
+    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", b, units[u]);
+    return buf;
 }

@@ -94,6 +94,9 @@ typedef struct ks_diag {
     int errors;     /* errors reported so far */
     int warnings;   /* warnings reported so far */
     int quiet;      /* if set, nothing goes to out (log still fills) */
+    void (*before_print)(void *ctx); /* if set, called before a message goes to out (to erase a
+                                        progress line on the terminal first) */
+    void *before_ctx; /* its argument */
 } ks_diag;
 
 void ks_error_at(ks_diag *d, const ks_source *src, int line, int col, const char *fmt, ...) KS_PRINTF(5, 6);
@@ -118,16 +121,53 @@ typedef struct ks_mmap {
 int ks_mmap_open(ks_diag *d, const char *path, ks_mmap *m); /* 0 ok, -1 error reported */
 void ks_mmap_close(ks_mmap *m);
 
-/* Output files are written to `path.tmp.<pid>` and renamed over `path` only
- * when complete, so a failed command never leaves a half-written file. */
+/* An output file, written whole or not at all where that is possible:
+ *  - a regular file, or a path where nothing is yet, is written to a temp
+ *    file beside it (`target.tmp.<pid>`) that is renamed over it only when
+ *    complete, so a failed command never leaves a half-written file;
+ *  - a symlink is followed: the temp file goes beside the file it names, the
+ *    link stays a link;
+ *  - anything else (a device such as /dev/null, a FIFO, a terminal) is
+ *    written straight through and never replaced (a FIFO's open waits for a
+ *    reader, as any writer's does); with KS_OUT_SEEKABLE (a
+ *    writer that seeks and reads back) the bytes go to an unlinked scratch
+ *    file in $TMPDIR first, copied into it at commit.
+ * Write with ks_outfile_write, which keeps the errno of the first failure;
+ * ks_outfile_commit then flushes, syncs, closes and renames, and reports the
+ * errno of the first step that failed ("No space left on device"). */
+typedef enum ks_out_mode {
+    KS_OUT_RENAME, /* a temp file renamed over target at commit */
+    KS_OUT_DIRECT, /* f writes into the path itself */
+    KS_OUT_COPY,   /* f is a scratch file, copied into the path at commit */
+} ks_out_mode;
+
 typedef struct ks_outfile {
-    FILE *f;        /* write here */
-    char *path;     /* final path */
-    char *tmp_path; /* where the bytes go until commit */
+    FILE *f;          /* write here; opened for reading too (w+b) unless KS_OUT_DIRECT */
+    char *path;       /* the path as given: messages name it */
+    char *target;     /* KS_OUT_RENAME: the file renamed over (path, its symlinks followed); else NULL */
+    char *tmp_path;   /* KS_OUT_RENAME: where the bytes go until commit; else NULL */
+    ks_out_mode mode; /* how the bytes reach the path */
+    int err;          /* errno of the first failed write (or read back); 0: none so far */
+    int cleanup;      /* ks_cleanup_add's id for tmp_path; 0: none */
 } ks_outfile;
-int ks_outfile_open(ks_diag *d, ks_outfile *o, const char *path);
-int ks_outfile_commit(ks_diag *d, ks_outfile *o); /* 0 ok; on error the temp file is removed */
+
+enum { KS_OUT_SEEKABLE = 1 }; /* ks_outfile_open flag: f must seek and read back */
+int ks_outfile_open(ks_diag *d, ks_outfile *o, const char *path, int flags); /* 0, or -1 after reporting */
+int ks_outfile_write(ks_outfile *o, const void *data, size_t n); /* 0, or -1 (o->err set; reported at commit) */
+/* 0 ok; -1 after reporting `path: error: cannot write: <errno text>`, the temp file removed */
+int ks_outfile_commit(ks_diag *d, ks_outfile *o);
 void ks_outfile_abort(ks_outfile *o);              /* remove the temp file */
+
+/* Temp files removed when a signal ends the process (support/cleanup.c).
+ * ks_cleanup_add registers a path (the caller keeps the string alive until
+ * ks_cleanup_remove) and returns an id, 0 when the table is full; ks_outfile
+ * registers its temp files. ks_cleanup_on_signals, called once by a program
+ * (the kiln command), installs the handler for SIGINT, SIGTERM and SIGHUP
+ * (those not ignored): it unlinks the registered paths and dies of the
+ * signal. 0, or -1 when sigaction fails. */
+int ks_cleanup_add(const char *path);
+void ks_cleanup_remove(int id);
+int ks_cleanup_on_signals(void);
 
 /* Join a folder and a file name into a heap string. */
 char *ks_path_join(const char *dir, const char *name);
@@ -162,6 +202,10 @@ uint64_t ks_load_le64(const void *src);
  * when every chunk but the last is a multiple of 8 bytes long. */
 #define KS_HASH_SEED 0xcbf29ce484222325ull
 uint64_t ks_hash64(uint64_t h, const void *data, size_t n);
+
+/* A byte count for people: "512 bytes", "12.0 MiB", "1.5 GiB" into buf;
+ * returns buf. */
+const char *ks_human_bytes(double bytes, char *buf, size_t len);
 
 /* ---- hash maps ----------------------------------------------------------------
  * ks_hmap maps keys to 64-bit values (an index, an id, two 32-bit numbers), by open

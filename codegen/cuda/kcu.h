@@ -9,7 +9,7 @@
  * Tutorial (what `kiln build --target sm_80,sm_90` does):
  *
  *     kcu_parts parts;
- *     if (kcu_build(graph, "sm_80,sm_90", emit_dir_or_NULL, &parts, diag) != 0) ...;
+ *     if (kcu_build(graph, "sm_80,sm_90", emit_dir_or_NULL, NULL, NULL, &parts, diag) != 0) ...;
  *     // parts.sections: "cuda.meta", "cuda.sm_80", "cuda.sm_90" for the engine
  *     // parts.archs: {"sm_80", "sm_90"} for the engine's metadata
  *     kcu_parts_free(&parts);
@@ -62,6 +62,9 @@ extern const char kcu_prelude[];
 /* ---- compilation (NVRTC) ------------------------------------------------------- */
 /* 1 when this kiln was built with NVRTC; 0 when kcu_compile only reports. */
 int kcu_have_nvrtc(void);
+/* NVRTC's version and the lowest and highest sm_NN it compiles for (0 when
+ * it cannot say); -1 without NVRTC. */
+int kcu_nvrtc_version(int *major, int *minor, int *lo_arch, int *hi_arch);
 
 /* Compile src (named src_name in messages) for arch ("sm_90") into a cubin,
  * appended to cubin. 0, or -1 after reporting (NVRTC missing, the arch
@@ -82,7 +85,10 @@ typedef struct kcu_parts {
 /* Generate, compile for every architecture of target, and describe the
  * sections to add to the engine. With emit_dir, also write the generated
  * source there as <graph name>.cu. 0, or -1 after reporting. */
-int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_parts *out, ks_diag *d);
+/* Called before each architecture is compiled: arch, its index from 0 and how many there are. */
+typedef void (*kcu_arch_fn)(void *ctx, const char *arch, int index, int count);
+int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_arch_fn on_arch, void *on_arch_ctx,
+              kcu_parts *out, ks_diag *d);
 void kcu_parts_free(kcu_parts *p);
 
 #endif

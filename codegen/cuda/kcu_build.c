@@ -72,9 +72,9 @@ static int write_source(const char *dir, const char *file, const ks_buf *src, ks
     }
     char *path = ks_path_join(dir, file);
     ks_outfile f;
-    int rc = ks_outfile_open(d, &f, path);
+    int rc = ks_outfile_open(d, &f, path, 0);
     if (rc == 0) {
-        fwrite(src->data, 1, src->len, f.f);
+        ks_outfile_write(&f, src->data, src->len);
         rc = ks_outfile_commit(d, &f);
     }
     free(path);
@@ -82,7 +82,8 @@ static int write_source(const char *dir, const char *file, const ks_buf *src, ks
 }
 
 /* ---- the build ------------------------------------------------------------------- */
-int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_parts *out, ks_diag *d)
+int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_arch_fn on_arch, void *on_arch_ctx,
+              kcu_parts *out, ks_diag *d)
 {
     memset(out, 0, sizeof *out);
     int n = kcu_parse_target(target, &out->arena, &out->archs, d);
@@ -100,7 +101,10 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     if (rc == 0 && emit_dir) rc = write_source(emit_dir, src_name, &src, d);
 
     out->cubins = ks_arena_alloc(&out->arena, sizeof *out->cubins * (size_t)n);
-    for (int i = 0; i < n && rc == 0; i++) rc = kcu_compile(ks_buf_cstr(&src), src_name, out->archs[i], &out->cubins[i], d);
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (on_arch) on_arch(on_arch_ctx, out->archs[i], i, n);
+        rc = kcu_compile(ks_buf_cstr(&src), src_name, out->archs[i], &out->cubins[i], d);
+    }
     if (rc == 0) {
         meta.archs = out->archs;
         meta.n_archs = n;

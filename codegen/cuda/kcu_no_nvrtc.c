@@ -4,6 +4,12 @@
 
 int kcu_have_nvrtc(void) { return 0; }
 
+int kcu_nvrtc_version(int *major, int *minor, int *lo_arch, int *hi_arch)
+{
+    *major = *minor = *lo_arch = *hi_arch = 0;
+    return -1;
+}
+
 int kcu_compile(const char *src, const char *src_name, const char *arch, ks_buf *cubin, ks_diag *d)
 {
     (void)src;

@@ -9,6 +9,25 @@
 
 int kcu_have_nvrtc(void) { return 1; }
 
+int kcu_nvrtc_version(int *major, int *minor, int *lo_arch, int *hi_arch)
+{
+    *major = *minor = *lo_arch = *hi_arch = 0;
+    if (nvrtcVersion(major, minor) != NVRTC_SUCCESS) return -1;
+    int n = 0;
+    if (nvrtcGetNumSupportedArchs(&n) == NVRTC_SUCCESS && n > 0) {
+        int *list = ks_xmalloc(sizeof *list * (size_t)n);
+        if (nvrtcGetSupportedArchs(list) == NVRTC_SUCCESS) {
+            *lo_arch = *hi_arch = list[0];
+            for (int i = 1; i < n; i++) {
+                if (list[i] < *lo_arch) *lo_arch = list[i];
+                if (list[i] > *hi_arch) *hi_arch = list[i];
+            }
+        }
+        free(list);
+    }
+    return 0;
+}
+
 /* The number NN of "sm_NN", or -1 when arch is not of that form. */
 static int arch_number(const char *arch)
 {

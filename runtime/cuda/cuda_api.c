@@ -78,6 +78,12 @@ int krt_cuda_api_load(krt_cuda_api *api, ks_diag *d)
     return 0;
 }
 
+int krt_cuda_driver_check(ks_diag *d)
+{
+    krt_cuda_api api;
+    return krt_cuda_api_load(&api, d); /* not unloaded: see cuda_api.h */
+}
+
 void krt_cuda_api_unload(krt_cuda_api *api)
 {
     if (api->lib) dlclose(api->lib);

@@ -91,6 +91,13 @@ typedef struct krt_cuda_api {
 int krt_cuda_api_load(krt_cuda_api *api, ks_diag *d);
 void krt_cuda_api_unload(krt_cuda_api *api);
 
+/* Whether the driver library loads, with every entry point (reported as
+ * krt_cuda_api_load reports): for a command that would otherwise work for
+ * seconds before it needs the GPU. The library stays loaded (libcuda does
+ * not take well to being unloaded and loaded again), so the backend's own
+ * krt_cuda_api_load later finds it at once. 0, or -1 after reporting. */
+int krt_cuda_driver_check(ks_diag *d);
+
 /* "CUDA_ERROR_OUT_OF_MEMORY: out of memory" for a result, into b. */
 void krt_cuda_describe(const krt_cuda_api *api, krt_cu_result r, ks_buf *b);
 /* Report `cuda: error: <fmt>: <the result described>`; returns -1. */

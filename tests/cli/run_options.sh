@@ -17,7 +17,7 @@ expect_fail fraction-zero "kiln run: error: --kv-fraction: '0' is not a number i
   "$KILN_BIN" run "$e" --ids 1 --kv-fraction 0
 expect_fail both-sizes "kiln run: error: --kv-fraction and --kv-blocks both size the KV cache: give one" -- \
   "$KILN_BIN" run "$e" --ids 1 --kv-blocks 4 --kv-fraction 0.5
-expect_fail blocks-range "kiln run: error: --kv-blocks: '0' is not a number in [1, 2.14748e+09]" -- \
+expect_fail blocks-range "kiln run: error: --kv-blocks: '0' is not an integer from 1 to 2147483647" -- \
   "$KILN_BIN" run "$e" --ids 1 --kv-blocks 0
 
 # two blocks of 16 positions: a 40-token prompt does not fit; a 30-token one runs until position 32

@@ -260,11 +260,11 @@ static void test_model(const model_case *mc)
     ks_source src = {bm->file, bm->text, strlen(bm->text)};
     /* Without the checkpoint: every weight as declared. */
     kf_json_doc doc = {config, {"config.json", NULL, 0}};
-    kf_model *m0 = kf_compile(&src, &doc, NULL, NULL, &d);
+    kf_model *m0 = kf_compile(&src, &doc, NULL, NULL, NULL, &d);
     CHECK(m0 != NULL, "%s without checkpoint: %s", mc->folder, ks_buf_cstr(&log));
     if (m0) check_common(mc->folder, m0, NULL);
     /* With it. */
-    kf_model *m = kf_compile(&src, &doc, NULL, ck, &d);
+    kf_model *m = kf_compile(&src, &doc, NULL, ck, NULL, &d);
     CHECK(m != NULL, "%s with checkpoint: %s", mc->folder, ks_buf_cstr(&log));
     if (m) {
         check_common(mc->folder, m, ck);
@@ -383,7 +383,7 @@ static void run_case(test_case *tc, const char *file)
     kf_json_doc doc = {config, {"config.json", config ? tc->config.data : NULL, tc->config.len}};
     kf_json_doc gen = {generation, {"generation_config.json", generation ? tc->generation.data : NULL,
                                     tc->generation.len}};
-    kf_model *m = kf_compile(&src, &doc, &gen, ck, &d);
+    kf_model *m = kf_compile(&src, &doc, &gen, ck, NULL, &d);
     /* Messages name the checkpoint by its folder under models/, wherever the shared data is. */
     ks_buf shown = {0};
     const char *text = ks_buf_cstr(&log);

@@ -112,7 +112,7 @@ int main(int argc, char **argv)
     const char *prebuilt = getenv("KILN_GOLDEN_PREBUILT");
     int build = !prebuilt || strcmp(prebuilt, "1") != 0;
     if (kd_model_load(&in, 1, &m, &d) != 0 || kd_optimize(&in, &m, &d) != 0 ||
-        (build && kd_write_engine(&in, &m, engine_path, &d) != 0)) {
+        (build && kd_write_engine(&in, &m, engine_path, NULL, &d) != 0)) {
         kd_model_free(&m);
         return 1;
     }

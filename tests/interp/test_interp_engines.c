@@ -122,7 +122,7 @@ static void test_engine(const char *model, const char *label, const char *dtype,
     char *path = ks_path_join(dir, "model.engine");
     kd_inputs in = {.input = model, .dtype = dtype};
     kd_model m;
-    if (kd_model_load(&in, 1, &m, &k.d) == 0 && kd_optimize(&in, &m, &k.d) == 0) kd_write_engine(&in, &m, path, &k.d);
+    if (kd_model_load(&in, 1, &m, &k.d) == 0 && kd_optimize(&in, &m, &k.d) == 0) kd_write_engine(&in, &m, path, NULL, &k.d);
     kd_model_free(&m);
     krt_engine *e = k.d.errors ? NULL : krt_engine_open(path, &k.d);
     if (!e) {

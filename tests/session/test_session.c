@@ -428,7 +428,7 @@ int main(int argc, char **argv)
         path = ks_path_join(dir, "ts.engine");
         kd_inputs in = {.input = model};
         kd_model m;
-        if (kd_model_load(&in, 1, &m, &d) == 0 && kd_optimize(&in, &m, &d) == 0) kd_write_engine(&in, &m, path, &d);
+        if (kd_model_load(&in, 1, &m, &d) == 0 && kd_optimize(&in, &m, &d) == 0) kd_write_engine(&in, &m, path, NULL, &d);
         kd_model_free(&m);
         free(model);
         if (!d.errors) e = krt_engine_open(path, &d);
