@@ -1,13 +1,9 @@
 /* cmd_verify.c — `kiln verify`: the fused engine against the unfused one. */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "cli/commands.h"
 #include "compiler/driver.h"
 #include "compiler/verify.h"
-#include "codegen/cuda/kcu.h"
 
 static const char verify_help[] =
     "usage: kiln verify <model.kiln | checkpoint-folder | llama2c.bin> [--weights PATH] [--config FILE]\n"
@@ -33,52 +29,6 @@ static const char verify_help[] =
     "  --steps N         decode steps after the prompt (default 4)\n"
     "  --seed S          seed of the prompts' token ids (default 1)\n"
     "  --dtype DTYPE     the weights of both builds, as kiln build takes (f32, bf16, f16)\n";
-
-/* The f32 data of every WEIGHT node of g (caller frees with free_weights). */
-static float **graph_weights(const kd_model *m, const kir_graph *g, ks_diag *d)
-{
-    float **w = ks_xcalloc(g->n_nodes ? g->n_nodes : 1, sizeof *w);
-    for (size_t v = 0; v < g->n_nodes && !d->errors; v++) {
-        if (g->nodes[v].op != KIR_OP_WEIGHT) continue;
-        w[v] = ks_xmalloc(sizeof(float) * (size_t)kir_elems(&g->nodes[v], 1));
-        kd_weight_data(m, g, (kir_val)v, w[v], d);
-    }
-    return w;
-}
-
-static void free_weights(float **w, size_t n)
-{
-    if (!w) return;
-    for (size_t v = 0; v < n; v++) free(w[v]);
-    free(w);
-}
-
-/* The fused build as a CUDA engine in a temporary folder, run through the CUDA backend. */
-static void verify_on_cuda(const kd_inputs *in, kd_model *m, const kir_graph *ref, const void *const *wr,
-                           const kd_verify_opts *o, kd_verify_result *r, ks_diag *d)
-{
-    const char *tmp = getenv("TMPDIR");
-    char *dir = ks_path_join(tmp && *tmp ? tmp : "/tmp", "kiln-verify.XXXXXX");
-    if (!mkdtemp(dir)) {
-        ks_error(d, dir, "cannot create a temporary folder for the engine");
-        free(dir);
-        return;
-    }
-    char *path = ks_path_join(dir, "fused.engine");
-    if (kd_write_engine(in, m, path, NULL, d) == 0) {
-        krt_engine *e = krt_engine_open(path, d);
-        if (e) {
-            printf("kiln verify: %s, %s passes against none; the fused engine (%s) on the CUDA backend\n",
-                   m->kiln.name, in->passes ? in->passes : "all", in->target);
-            kd_verify_engine(ref, wr, e, o, r, d);
-            krt_engine_close(e);
-        }
-    }
-    unlink(path);
-    rmdir(dir);
-    free(path);
-    free(dir);
-}
 
 int kc_cmd_verify(int argc, char **argv)
 {
@@ -111,32 +61,11 @@ int kc_cmd_verify(int argc, char **argv)
         o.decode_steps = (int)k;
     }
     if (seed && kc_parse_u64("verify", "--seed", seed, &o.seed)) return 2;
-    int cuda = in.target && kcu_is_target(in.target);
-    if (in.target && strcmp(in.target, "cpu") != 0 && !cuda) {
-        fprintf(stderr, "kiln verify: error: target '%s': verify runs on cpu or CUDA architectures (sm_90, ...)\n",
-                in.target);
-        return 2;
-    }
     ks_diag d = {0};
     if (kd_verify_check_target(in.target, &d) != 0) return 1;
     kd_model m;
-    float **wr = NULL, **wt = NULL;
     kd_verify_result r = {0};
-    if (kd_model_load(&in, 1, &m, &d) == 0 && kd_optimize(&in, &m, &d) == 0) {
-        const kir_graph *ref = m.model->graph, *test = kd_graph(&m);
-        wr = graph_weights(&m, ref, &d);
-        if (cuda) {
-            if (!d.errors) verify_on_cuda(&in, &m, ref, (const void *const *)wr, &o, &r, &d);
-        } else {
-            wt = d.errors ? NULL : graph_weights(&m, test, &d);
-            if (!d.errors) {
-                printf("kiln verify: %s, %s passes against none\n", m.kiln.name, in.passes ? in.passes : "all");
-                kd_verify_graphs(ref, (const void *const *)wr, test, (const void *const *)wt, &o, &r, &d);
-            }
-            free_weights(wt, test->n_nodes);
-        }
-        free_weights(wr, ref->n_nodes);
-    }
+    if (kd_model_load(&in, 1, &m, &d) == 0 && kd_optimize(&in, &m, &d) == 0) kd_verify_model(&in, &m, &o, &r, &d);
     kd_model_free(&m);
     if (d.errors) return 1;
     return r.diverged ? 1 : 0;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/cuda/kcu.h"
+#include "compiler/targets.h"
 #include "runtime/engine.h"
 #include "compiler/synthetic.h"
 #include "compiler/version.h"
@@ -334,12 +334,12 @@ static int read_tokenizer(const kd_inputs *in, const kir_graph *g, char **bytes,
     return rc;
 }
 
-/* kcu_build's hook: NVRTC takes seconds per architecture, so its line shows at once. */
-static void on_arch(void *ctx, const char *arch, int index, int count)
+/* A target's slow step (NVRTC takes seconds per architecture): its line shows at once. */
+static void on_target_step(void *ctx, const char *what, int index, int count)
 {
     kd_progress *p = ctx;
-    char step[64];
-    snprintf(step, sizeof step, "compiling CUDA kernels for %s (%d of %d)", arch, index + 1, count);
+    char step[96];
+    snprintf(step, sizeof step, "%s (%d of %d)", what, index + 1, count);
     kd_progress_step(p, step);
     kd_progress_show(p);
 }
@@ -352,30 +352,27 @@ static void on_weights(void *ctx, uint64_t done, uint64_t total)
 
 int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, kd_build_info *info, ks_diag *d)
 {
-    const char *target = in->target ? in->target : "cpu";
-    int cuda = kcu_is_target(target);
-    if (strcmp(target, "cpu") != 0 && !cuda) {
-        ks_error(d, "kiln", "unknown target '%s' (known: cpu, or NVIDIA GPU architectures such as sm_90 or sm_80,sm_90)",
-                 target);
-        return -1;
-    }
-    if (in->emit_source && !cuda) {
-        ks_error(d, "kiln", "--emit-source needs a CUDA target (--target sm_XX)");
+    const char *target_spec = in->target ? in->target : "cpu";
+    const kd_target *target = kd_target_for(target_spec, d);
+    if (!target) return -1;
+    if (in->emit_source && !target->emits_source) {
+        ks_error(d, "kiln", "--emit-source needs a target that generates source (--target sm_XX)");
         return -1;
     }
     /* the output first: a path that cannot be written fails before the slow
      * steps, and the temp file is there to remove if a signal comes during them */
     ks_outfile out;
     if (krt_engine_open_output(out_path, &out, d) != 0) return -1;
-    kcu_parts parts = {0};
+    kd_target_parts parts = {0};
+    kd_target_opts topts = {.emit_dir = in->emit_source, .on_step = on_target_step, .on_step_ctx = in->progress};
     char *tok = NULL;
     size_t tok_len = 0;
     uint32_t tok_kind = 0;
     if (kd_check_f16_range(m, kd_graph(m), d) != 0 ||
-        (cuda && kcu_build(kd_graph(m), target, in->emit_source, on_arch, in->progress, &parts, d) != 0) ||
+        (target->build && target->build(kd_graph(m), target_spec, &topts, &parts, d) != 0) ||
         read_tokenizer(in, kd_graph(m), &tok, &tok_len, &tok_kind, d) != 0) {
         ks_outfile_abort(&out);
-        kcu_parts_free(&parts);
+        kd_target_parts_free(&parts);
         return -1;
     }
     const kir_graph *g = kd_graph(m);
@@ -383,10 +380,10 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, kd_b
     cJSON *meta = cJSON_CreateObject();
     cJSON_AddStringToObject(meta, "format", "kiln-engine");
     cJSON_AddStringToObject(meta, "kiln_version", KD_VERSION);
-    cJSON_AddStringToObject(meta, "target", cuda ? "cuda" : target);
-    if (cuda) {
-        cJSON *archs = cJSON_AddArrayToObject(meta, "cuda_archs");
-        for (int i = 0; i < parts.n_archs; i++) cJSON_AddItemToArray(archs, cJSON_CreateString(parts.archs[i]));
+    cJSON_AddStringToObject(meta, "target", target->name);
+    if (parts.meta_key) {
+        cJSON *list = cJSON_AddArrayToObject(meta, parts.meta_key);
+        for (int i = 0; i < parts.n_meta_list; i++) cJSON_AddItemToArray(list, cJSON_CreateString(parts.meta_list[i]));
     }
     cJSON_AddStringToObject(meta, "dtype", kd_weights_dtype(g));
     cJSON_AddStringToObject(meta, "model", g->name);
@@ -413,12 +410,12 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, kd_b
     kd_progress_done(in->progress);
     if (rc == 0 && info) {
         info->bytes = bytes;
-        info->target = target;
+        info->target = target_spec;
         info->dtype = kd_weights_dtype(g);
         info->layers = 0;
         for (size_t v = 0; v < g->n_nodes; v++) info->layers += g->nodes[v].op == KIR_OP_ATTENTION;
     }
-    kcu_parts_free(&parts);
+    kd_target_parts_free(&parts);
     free(tok);
     cJSON_free(meta_text);
     return rc;

@@ -3,10 +3,11 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
-#include "codegen/cuda/kcu.h"
-#include "runtime/cuda/cuda_api.h"
+#include "compiler/driver.h"
+#include "compiler/targets.h"
 #include "runtime/interp/interp.h"
 #include "runtime/kv/kv_cache.h"
 #include "runtime/session.h"
@@ -365,5 +366,82 @@ int kd_verify_engine(const kir_graph *ref, const void *const *ref_weights, const
 
 int kd_verify_check_target(const char *target, ks_diag *d)
 {
-    return target && kcu_is_target(target) ? krt_cuda_driver_check(d) : 0;
+    const kd_target *t = kd_target_for(target, d);
+    if (!t) return -1;
+    return t->check_runtime ? t->check_runtime(d) : 0;
+}
+
+/* The data of every WEIGHT node of g in its dtype (free_weights frees it). */
+static void **graph_weights(const kd_model *m, const kir_graph *g, ks_diag *d)
+{
+    void **w = ks_xcalloc(g->n_nodes ? g->n_nodes : 1, sizeof *w);
+    for (size_t v = 0; v < g->n_nodes && !d->errors; v++) {
+        const kir_node *n = &g->nodes[v];
+        if (n->op != KIR_OP_WEIGHT) continue;
+        w[v] = ks_xmalloc((size_t)kir_elems(n, 1) * kir_dtype_size(n->dtype));
+        kd_weight_data(m, g, (kir_val)v, w[v], d);
+    }
+    return w;
+}
+
+static void free_weights(void **w, size_t n)
+{
+    if (!w) return;
+    for (size_t v = 0; v < n; v++) free(w[v]);
+    free(w);
+}
+
+/* The fused build as an engine for the target in a temporary folder, run through its backend. */
+static int verify_on_target(const kd_inputs *in, kd_model *m, const kir_graph *ref, const void *const *wr,
+                            const kd_verify_opts *o, kd_verify_result *r, ks_diag *d)
+{
+    const char *tmp = getenv("TMPDIR");
+    char *dir = ks_path_join(tmp && *tmp ? tmp : "/tmp", "kiln-verify.XXXXXX");
+    if (!mkdtemp(dir)) {
+        ks_error(d, dir, "cannot create a temporary folder for the engine");
+        free(dir);
+        return -1;
+    }
+    char *path = ks_path_join(dir, "fused.engine");
+    int rc = -1;
+    if (kd_write_engine(in, m, path, NULL, d) == 0) {
+        krt_engine *e = krt_engine_open(path, d);
+        if (e) {
+            if (o->out)
+                fprintf(o->out, "kiln verify: %s, %s passes against none; the fused engine (%s) on the %s backend\n",
+                        m->kiln.name, in->passes ? in->passes : "all", in->target, kd_target_for(in->target, d)->name);
+            rc = kd_verify_engine(ref, wr, e, o, r, d);
+            krt_engine_close(e);
+        }
+    }
+    unlink(path);
+    rmdir(dir);
+    free(path);
+    free(dir);
+    return rc;
+}
+
+int kd_verify_model(const kd_inputs *in, kd_model *m, const kd_verify_opts *o, kd_verify_result *r, ks_diag *d)
+{
+    const kd_target *t = kd_target_for(in->target, d);
+    if (!t) return -1;
+    const kir_graph *ref = m->model->graph, *test = kd_graph(m);
+    void **wr = graph_weights(m, ref, d), **wt = NULL;
+    int rc = -1;
+    if (d->errors) {
+        /* reported */
+    } else if (t->build) {
+        rc = verify_on_target(in, m, ref, (const void *const *)wr, o, r, d);
+    } else {
+        wt = graph_weights(m, test, d);
+        if (!d->errors) {
+            if (o->out)
+                fprintf(o->out, "kiln verify: %s, %s passes against none\n", m->kiln.name,
+                        in->passes ? in->passes : "all");
+            rc = kd_verify_graphs(ref, (const void *const *)wr, test, (const void *const *)wt, o, r, d);
+        }
+        free_weights(wt, test->n_nodes);
+    }
+    free_weights(wr, ref->n_nodes);
+    return rc;
 }

@@ -46,11 +46,24 @@ typedef struct kd_verify_result {
     double logits_max_kl;     /* largest KL(reference || test) of a row's softmax */
 } kd_verify_result;
 
-/* Before anything is built: the fused side of a CUDA target (sm_XX) runs
- * on the GPU, so the NVIDIA driver must load; a machine without one hears it
- * at once, in the CUDA backend's words, not after the kernels are compiled.
- * Other targets pass. 0, or -1 after reporting. */
+/* Before anything is built: the target is one kiln builds for
+ * (compiler/targets.h), and, when its fused side runs on a device (a CUDA
+ * target, sm_XX), the device's driver loads: a machine without one hears
+ * it at once, in the backend's words, not after the kernels are compiled.
+ * 0, or -1 after reporting. */
 int kd_verify_check_target(const char *target, ks_diag *d);
+
+struct kd_inputs;
+struct kd_model;
+/* The whole of `kiln verify` for a loaded and optimized model (compiler/
+ * driver.h): the reference is m's compiled (unfused) graph in the
+ * interpreter; the fused side is m's optimized graph in the interpreter
+ * for the CPU target, or, for another target, an engine built for it (in a
+ * temporary folder, removed after) and run through its backend. Writes the
+ * report to o->out. Returns 0 when the comparison ran (see r->diverged), -1
+ * after reporting. */
+int kd_verify_model(const struct kd_inputs *in, struct kd_model *m, const kd_verify_opts *o, kd_verify_result *r,
+                    ks_diag *d);
 
 /* Compare test (fused) against ref (unfused). weights[v] is the f32 data of
  * each graph's WEIGHT node v. Returns 0 when the comparison ran (see

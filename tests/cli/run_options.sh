@@ -42,6 +42,6 @@ kiln: profile: 2 decode steps (2 tokens; <= 8 tokens a step): host time
 kiln: profile: kernels are timed on CUDA engines (kiln build --target sm_XX); this one runs on the CPU interpreter, whose steps are timed above" \
   "$(grep '^kiln: profile' "$work/err" | sed 's/: host time .*/: host time/')"
 
-expect_fail verify-target "kiln verify: error: target 'tpu': verify runs on cpu or CUDA architectures (sm_90, ...)" -- \
+expect_fail verify-target "kiln: error: unknown target 'tpu' (known: cpu, or NVIDIA GPU architectures such as sm_90 or sm_80,sm_90)" -- \
   "$KILN_BIN" verify "$ts" --target tpu
 finish

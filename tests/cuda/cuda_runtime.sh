@@ -155,6 +155,6 @@ grep -q '^kiln: profile: activations: [0-9]* bytes, a buffer per value for steps
 # verify on the CUDA backend: every value the engine computes, copied back and compared
 out=$("$KILN_BIN" verify "$model" --target sm_90 --tokens 12 --steps 2); rc=$?
 echo "$out"
-[ $rc -eq 0 ] && [[ "$out" == *"the fused engine (sm_90) on the CUDA backend"* ]] && [[ "$out" == *"OK: within tolerance"* ]] \
+[ $rc -eq 0 ] && [[ "$out" == *"the fused engine (sm_90) on the cuda backend"* ]] && [[ "$out" == *"OK: within tolerance"* ]] \
   && passes=$((passes+1)) || { echo "FAIL: kiln verify --target sm_90 (exit $rc)"; failures=$((failures+1)); }
 finish
