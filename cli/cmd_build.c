@@ -149,22 +149,6 @@ static const char ir_help[] =
     "  --weights PATH       checkpoint, to resolve optional weights as a build would\n"
     "  --config FILE        config.json to use\n";
 
-/* Parse and verify an IR text; NULL after reporting. */
-static kir_graph *read_ir(const char *path, ks_diag *d)
-{
-    size_t len = 0;
-    char *text = ks_read_file(d, path, &len);
-    if (!text) return NULL;
-    ks_source src = {path, text, len};
-    kir_graph *g = kir_parse(&src, d);
-    if (g && kir_verify(g, d, path) != 0) {
-        kir_graph_free(g);
-        g = NULL;
-    }
-    free(text);
-    return g;
-}
-
 static void write_text(const char *out, const ks_buf *text, ks_diag *d)
 {
     if (!out) {
@@ -210,7 +194,7 @@ int kc_cmd_ir(int argc, char **argv)
     if (max_tokens && kc_parse_int("ir", "--max-tokens", max_tokens, 1, 1 << 24, &in.max_tokens)) return 2;
     ks_diag d = {0};
     if (ends_with_ir(in.input)) {
-        kir_graph *g = read_ir(in.input, &d);
+        kir_graph *g = kd_read_ir(in.input, &d);
         if (g) {
             ks_buf text = {0};
             kir_print(g, &text);

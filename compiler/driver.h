@@ -70,6 +70,10 @@ typedef struct kd_model {
 int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d);
 void kd_model_free(kd_model *m);
 
+/* An IR text (an edited dump, kiln ir FILE.ir), parsed and verified (its
+ * memory plan too); NULL after reporting at its file:line:col. */
+kir_graph *kd_read_ir(const char *path, ks_diag *d);
+
 /* The default of --max-tokens: a step of the whole context, but at most
  * this many tokens (a longer prompt is prefilled in steps of this size:
  * runtime/generate.h), so that the arena of a long-context model stays a

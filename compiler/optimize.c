@@ -156,6 +156,21 @@ static int list_has(char **v, size_t n, const char *name)
 
 /* ---- the optimize stage --------------------------------------------------------------- */
 
+kir_graph *kd_read_ir(const char *path, ks_diag *d)
+{
+    size_t len = 0;
+    char *text = ks_read_file(d, path, &len);
+    if (!text) return NULL;
+    ks_source src = {path, text, len};
+    kir_graph *g = kir_parse(&src, d);
+    free(text);
+    if (g && kir_verify(g, d, path) != 0) {
+        kir_graph_free(g);
+        g = NULL;
+    }
+    return g;
+}
+
 int64_t kd_plan_tokens(const kd_inputs *in, const kir_graph *g)
 {
     if (in->max_tokens > 0) return in->max_tokens;
@@ -169,16 +184,8 @@ int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
     if (in->dump_after && check_dump_names(in->dump_after, d) != 0) return -1;
     kir_graph *g = NULL;
     if (in->from_ir) {
-        size_t len = 0;
-        char *text = ks_read_file(d, in->from_ir, &len);
-        if (!text) return -1;
-        ks_source src = {in->from_ir, text, len};
-        g = kir_parse(&src, d);
-        free(text);
-        if (!g || kir_verify(g, d, in->from_ir) != 0) {
-            kir_graph_free(g);
-            return -1;
-        }
+        g = kd_read_ir(in->from_ir, d);
+        if (!g) return -1;
         /* --dtype overrides the text's weight dtypes (kd_model_load checked the name) */
         kir_dtype t;
         if (in->dtype && kd_parse_dtype(in->dtype, &t, d) == 0) kd_set_weight_dtype(g, t);
