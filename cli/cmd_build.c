@@ -7,7 +7,6 @@
 
 #include "cli/commands.h"
 #include "compiler/driver.h"
-#include "passes/pipeline.h"
 
 static const char build_help[] =
     "usage: kiln build <model.kiln | checkpoint-folder | llama2c.bin> [--weights PATH]\n"
@@ -93,7 +92,7 @@ int kc_cmd_build(int argc, char **argv)
     int rc = kc_parse_args(argc, argv, opts, pos, 1, &npos, build_help);
     if (rc) return rc < 0 ? 2 : 0;
     if (list) {
-        for (size_t i = 0; i < kp_pass_count; i++) printf("%-22s %s\n", kp_passes[i].name, kp_passes[i].summary);
+        kd_list_passes(stdout);
         return 0;
     }
     if (npos != (dflt ? 0 : 1) || !out) {

@@ -3,7 +3,6 @@
 #include <stdlib.h>
 
 #include "cli/commands.h"
-#include "runtime/interp/interp.h"
 #include "runtime/engine.h"
 
 static const char inspect_help[] =

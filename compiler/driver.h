@@ -70,6 +70,9 @@ typedef struct kd_model {
 int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d);
 void kd_model_free(kd_model *m);
 
+/* The pass pipeline, a line per pass: its name and what it does. */
+void kd_list_passes(FILE *out);
+
 /* An IR text (an edited dump, kiln ir FILE.ir), parsed and verified (its
  * memory plan too); NULL after reporting at its file:line:col. */
 kir_graph *kd_read_ir(const char *path, ks_diag *d);

@@ -156,6 +156,11 @@ static int list_has(char **v, size_t n, const char *name)
 
 /* ---- the optimize stage --------------------------------------------------------------- */
 
+void kd_list_passes(FILE *out)
+{
+    for (size_t i = 0; i < kp_pass_count; i++) fprintf(out, "%-22s %s\n", kp_passes[i].name, kp_passes[i].summary);
+}
+
 kir_graph *kd_read_ir(const char *path, ks_diag *d)
 {
     size_t len = 0;
