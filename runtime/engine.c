@@ -349,6 +349,16 @@ krt_engine *krt_engine_open(const char *path, ks_diag *d)
         krt_engine_close(e);
         return NULL;
     }
+    /* the metadata's "dtype" (what kiln inspect shows) is the weights' own, as the description found it */
+    ks_buf scratch = {0};
+    const char *meta_dtype = krt_engine_meta(e, "dtype", NULL, &scratch);
+    const char *have = e->desc.mixed_weights ? "mixed" : kir_dtype_name(e->desc.weight_dtype);
+    if (meta_dtype && strcmp(meta_dtype, have) != 0) {
+        open_fail(e, d, path, "damaged: the metadata says the weights are %s, the graph says %s", meta_dtype, have);
+        ks_buf_free(&scratch);
+        return NULL;
+    }
+    ks_buf_free(&scratch);
 
     const section *ws = find_section(secs, (int)nsec, "weights");
     const section *wi = find_section(secs, (int)nsec, "weights.idx");

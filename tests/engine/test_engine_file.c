@@ -246,6 +246,12 @@ static void test_behind_checksum(const image *good)
     expect_refused("section past the end", &im, "%s: error: damaged: section 'graph' lies outside the file\n");
     free(im.data);
 
+    /* the metadata's dtype is the weights' (the engine description's) */
+    im = resealed(good, "\"dtype\": \"f32\"", "\"dtype\": \"f16\"");
+    reseal(&im);
+    expect_refused("metadata dtype", &im, "%s: error: damaged: the metadata says the weights are f16, the graph says f32\n");
+    free(im.data);
+
     /* the same image resealed as it was opens */
     im = copy_image(good);
     reseal(&im);
