@@ -142,8 +142,8 @@ const char *kd_weights_dtype(const kir_graph *g)
 /* kf_compile, then the weight dtype asked for. */
 static int compile_model(const kd_inputs *in, kd_model *m, ks_diag *d)
 {
-    kir_dtype t = KIR_F32;
-    if (in->dtype && kd_parse_dtype(in->dtype, &t, d) != 0) return -1;
+    if (in->dtype && kd_parse_dtype(in->dtype, &m->weight_dtype, d) != 0) return -1;
+    m->weight_dtype_given = in->dtype != NULL;
     kf_json_doc config = {m->config.json, {m->config.path ? m->config.path : "config.json", m->config.text,
                                             m->config.len}};
     kf_json_doc generation = {m->generation.json, {m->generation.path ? m->generation.path : "generation_config.json",
@@ -157,7 +157,7 @@ static int compile_model(const kd_inputs *in, kd_model *m, ks_diag *d)
     m->model = kf_compile(&m->kiln, &config, &generation, m->ckpt, ks_buf_cstr(&hint), d);
     ks_buf_free(&hint);
     if (!m->model) return -1;
-    if (in->dtype) kd_set_weight_dtype(m->model->graph, t);
+    if (m->weight_dtype_given) kd_set_weight_dtype(m->model->graph, m->weight_dtype);
     return 0;
 }
 

@@ -61,6 +61,8 @@ typedef struct kd_model {
     kf_checkpoint *ckpt;   /* the open checkpoint, or NULL */
     kf_model *model;       /* compiled graph and weight bindings */
     kir_graph *optimized;  /* the graph after kd_optimize (owned), or NULL */
+    int weight_dtype_given; /* 1: --dtype named the weights' dtype (parsed once, into weight_dtype) */
+    kir_dtype weight_dtype; /* the weights' dtype when given */
 } kd_model;
 
 /* Resolve and compile. need_weights: open the checkpoint (a build) rather than

@@ -191,9 +191,8 @@ int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
     if (in->from_ir) {
         g = kd_read_ir(in->from_ir, d);
         if (!g) return -1;
-        /* --dtype overrides the text's weight dtypes (kd_model_load checked the name) */
-        kir_dtype t;
-        if (in->dtype && kd_parse_dtype(in->dtype, &t, d) == 0) kd_set_weight_dtype(g, t);
+        /* --dtype overrides the text's weight dtypes (kd_model_load parsed it) */
+        if (m->weight_dtype_given) kd_set_weight_dtype(g, m->weight_dtype);
     } else {
         g = kir_graph_clone(m->model->graph);
     }
