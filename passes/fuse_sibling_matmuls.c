@@ -191,7 +191,6 @@ static kir_val emit_concat_weight(sibling_pass *p, kp_rewriter *rw, const siblin
     kir_attr_set_word(rw->g, w, KIR_A_WEIGHT_DERIVE, KIR_DERIVE_CONCAT0);
     kir_attr_set_str(rw->g, w, KIR_A_WEIGHT_SOURCES, ks_buf_cstr(&sources));
     kir_attr_set_ints(rw->g, w, KIR_A_WEIGHT_ROWS, rows, (uint32_t)s->count);
-    kp_rw_finish_node(rw, w);
     ks_buf_free(&name);
     ks_buf_free(&sources);
     free(rows);
@@ -205,31 +204,24 @@ static void emit_fused(sibling_pass *p, kp_rewriter *rw, sibling_set *s)
     kir_val first = p->members[s->first];
     const kir_node *fm = kir_node_at(g, first);
     kir_val w = emit_concat_weight(p, rw, s, 1);
-    kir_val m = kp_rw_node(rw, KIR_OP_MATMUL, fm->loc);
     KS_ASSERT(rw->map[fm->in[0]] != KIR_NONE);
-    kp_rw_operand(rw, m, rw->map[fm->in[0]]);
-    kp_rw_operand(rw, m, w);
-    kp_rw_finish_node(rw, m);
+    kir_val mm_in[2] = {rw->map[fm->in[0]], w};
+    kir_val m = kp_rw_build(rw, KIR_OP_MATMUL, fm->loc, mm_in, 2, NULL, 0);
     s->fused = m;
     if (!s->biased) return;
-    kir_val b = emit_concat_weight(p, rw, s, 2);
-    kir_val a = kp_rw_node(rw, KIR_OP_ADD, kir_node_at(g, p->uses.user[p->uses.start[first]])->loc);
-    kp_rw_operand(rw, a, m);
-    kp_rw_operand(rw, a, b);
-    kp_rw_finish_node(rw, a);
-    s->fused = a;
+    kir_val add_in[2] = {m, emit_concat_weight(p, rw, s, 2)};
+    s->fused = kp_rw_build(rw, KIR_OP_ADD, kir_node_at(g, p->uses.user[p->uses.start[first]])->loc, add_in, 2, NULL, 0);
 }
 
 /* The slice of member i's columns that replaces old node v. */
 static void emit_slice(sibling_pass *p, kp_rewriter *rw, size_t i, kir_val v)
 {
     const sibling_set *s = &p->sets[p->set_of[i]];
-    kir_val sl = kp_rw_node(rw, KIR_OP_SLICE, kir_node_at(p->g, v)->loc);
-    kp_rw_operand(rw, sl, s->fused);
-    kir_attr_set_int(rw->g, sl, KIR_A_SLICE_START, p->slice_start[i]);
-    kir_attr_set_int(rw->g, sl, KIR_A_SLICE_END, p->slice_start[i] + kir_node_at(p->g, p->members[i])->dims[1]);
-    kp_rw_finish_node(rw, sl);
-    rw->map[v] = sl;
+    kir_setting set[2] = {
+        KIR_WITH_INT(KIR_A_SLICE_START, p->slice_start[i]),
+        KIR_WITH_INT(KIR_A_SLICE_END, p->slice_start[i] + kir_node_at(p->g, p->members[i])->dims[1]),
+    };
+    rw->map[v] = kp_rw_build(rw, KIR_OP_SLICE, kir_node_at(p->g, v)->loc, &s->fused, 1, set, 2);
 }
 
 int kp_fuse_sibling_matmuls(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_diag *d)

@@ -28,7 +28,8 @@ void kp_rw_begin(kp_rewriter *rw, const kir_graph *old)
     for (size_t i = 0; i < old->n_nodes; i++) rw->map[i] = KIR_NONE;
 }
 
-void kp_copy_attr(kir_graph *g, kir_val v, const kir_attr *a)
+/* Copy attribute a onto node v of g (g's arena holds the copy). */
+static void copy_attr(kir_graph *g, kir_val v, const kir_attr *a)
 {
     switch (a->kind) {
     case KIR_ATTR_INT: kir_set_int(g, v, a->key, a->u.i); return;
@@ -39,16 +40,39 @@ void kp_copy_attr(kir_graph *g, kir_val v, const kir_attr *a)
     KS_UNREACHABLE();
 }
 
-int kp_remove_attr(kir_graph *g, kir_val v, const char *key)
+/* Remove attribute a from node v, keeping the others' order; 1 if it was there. */
+static int remove_attr(kir_graph *g, kir_val v, kir_attr_id a)
 {
     kir_node *n = kir_node_at(g, v);
     for (uint32_t i = 0; i < n->nattrs; i++) {
-        if (strcmp(n->attrs[i].key, key) != 0) continue;
+        if (strcmp(n->attrs[i].key, kir_attr_table[a].key) != 0) continue;
         memmove(&n->attrs[i], &n->attrs[i + 1], sizeof *n->attrs * (n->nattrs - i - 1));
         n->nattrs--;
         return 1;
     }
     return 0;
+}
+
+/* Attribute x of a node of op (a verified graph's: in the schema, of its
+ * kind) as a setting of kir_build. */
+static kir_setting setting_of(kir_op op, const kir_attr *x)
+{
+    kir_attr_id a = kir_attr_lookup(op, x->key);
+    KS_ASSERT(a < KIR_A_COUNT);
+    const kir_attr_info *info = &kir_attr_table[a];
+    KS_ASSERT((int)x->kind == (info->kind == KIR_ATTR_WORD ? KIR_ATTR_STR : info->kind));
+    switch (info->kind) {
+    case KIR_ATTR_INT: return KIR_WITH_INT(a, x->u.i);
+    case KIR_ATTR_FLOAT: return KIR_WITH_FLOAT(a, x->u.f);
+    case KIR_ATTR_STR: return KIR_WITH_STR(a, x->u.s);
+    case KIR_ATTR_INTS: return KIR_WITH_INTS(a, x->u.ints.v, x->u.ints.n);
+    case KIR_ATTR_WORD: {
+        kir_word w = kir_word_lookup(info->set, x->u.s);
+        KS_ASSERT(w < KIR_WORD_COUNT);
+        return KIR_WITH_WORD(a, w);
+    }
+    }
+    KS_UNREACHABLE();
 }
 
 kir_val kp_rw_copy(kp_rewriter *rw, kir_val v)
@@ -60,7 +84,7 @@ kir_val kp_rw_copy(kp_rewriter *rw, kir_val v)
         KS_ASSERT(in == KIR_NONE || rw->map[in] != KIR_NONE); /* operands come first */
         kir_node_add_input(rw->g, c, in == KIR_NONE ? KIR_NONE : rw->map[in]);
     }
-    for (uint32_t i = 0; i < o->nattrs; i++) kp_copy_attr(rw->g, c, &o->attrs[i]);
+    for (uint32_t i = 0; i < o->nattrs; i++) copy_attr(rw->g, c, &o->attrs[i]);
     kir_node *n = kir_node_at(rw->g, c);
     n->dtype = o->dtype;
     n->ndim = o->ndim;
@@ -69,16 +93,26 @@ kir_val kp_rw_copy(kp_rewriter *rw, kir_val v)
     return c;
 }
 
-kir_val kp_rw_node(kp_rewriter *rw, kir_op op, kir_loc loc) { return kir_node_new(rw->g, op, loc); }
-
-void kp_rw_operand(kp_rewriter *rw, kir_val node, kir_val operand) { kir_node_add_input(rw->g, node, operand); }
-
-void kp_rw_finish_node(kp_rewriter *rw, kir_val node)
+kir_val kp_rw_build(kp_rewriter *rw, kir_op op, kir_loc loc, const kir_val *in, int n_in, const kir_setting *set,
+                    int n_set)
 {
     ks_buf err = {0};
-    if (kir_infer(rw->g, node, &err) != 0)
-        ks_die(__FILE__, __LINE__, "a pass built a node that does not fit: %s", err.data);
+    kir_val v = kir_build(rw->g, op, loc, in, n_in, set, n_set, &err);
+    if (v == KIR_NONE) ks_die(__FILE__, __LINE__, "a pass built a node that does not fit: %s", ks_buf_cstr(&err));
     ks_buf_free(&err);
+    return v;
+}
+
+kir_val kp_rw_rebuild(kp_rewriter *rw, kir_val v, const kir_val *in, int n_in, const kir_setting *set, int n_set)
+{
+    const kir_node *o = kir_node_at(rw->old, v);
+    size_t n = o->nattrs + (size_t)n_set;
+    kir_setting *all = ks_xmalloc(sizeof *all * (n ? n : 1));
+    for (uint32_t i = 0; i < o->nattrs; i++) all[i] = setting_of(o->op, &o->attrs[i]);
+    for (int k = 0; k < n_set; k++) all[o->nattrs + k] = set[k];
+    rw->map[v] = kp_rw_build(rw, o->op, o->loc, in, n_in, all, (int)n);
+    free(all);
+    return rw->map[v];
 }
 
 kir_graph *kp_rw_end(kp_rewriter *rw)
@@ -162,7 +196,7 @@ size_t kp_group_renumber(kir_graph *g)
         while (end < g->n_nodes && kp_group_of(g, (kir_val)end) == id) end++;
         for (size_t m = v; m < end; m++) {
             if (end - v == 1)
-                kp_remove_attr(g, (kir_val)m, "fuse");
+                remove_attr(g, (kir_val)m, KIR_A_ANY_FUSE);
             else
                 kir_attr_set_int(g, (kir_val)m, KIR_A_ANY_FUSE, (int64_t)groups);
         }

@@ -12,10 +12,9 @@
  *     kp_rw_begin(&rw, old);                    // same name, files, params
  *     for (kir_val v = 0; v < old->n_nodes; v++) {
  *         if (replace_it(v)) {
- *             kir_val s = kp_rw_node(&rw, KIR_OP_SLICE, old->nodes[v].loc);
- *             kp_rw_operand(&rw, s, fused);     // a value of the NEW graph
- *             kir_attr_set_int(rw.g, s, KIR_A_SLICE_START, 0); ...
- *             kp_rw_finish_node(&rw, s);        // shape rule
+ *             kir_setting set[] = {KIR_WITH_INT(KIR_A_SLICE_START, 0), ...};
+ *             kir_val s = kp_rw_build(&rw, KIR_OP_SLICE, old->nodes[v].loc,
+ *                                     &fused, 1, set, 2); // kir_build; fused: a NEW value
  *             rw.map[v] = s;                    // v's consumers now read s
  *         } else {
  *             kp_rw_copy(&rw, v);               // operands through rw.map
@@ -23,6 +22,8 @@
  *     }
  *     kir_graph *g = kp_rw_end(&rw);            // old is the caller's to free
  *
+ * New nodes are made with kir_build (ir/ir.h), the one builder the frontend
+ * and the tests use too; kp_rw_copy copies a node as it is.
  * Locations stay valid: the new graph has the old one's files, in order.
  *
  * Groups: a node's `fuse` attribute names the kernel it belongs to (see
@@ -50,13 +51,17 @@ void kp_rw_begin(kp_rewriter *rw, const kir_graph *old);
 /* Append a copy of old node v (type, attributes, location), its operands
  * mapped; each must have a new value already. Sets and returns map[v]. */
 kir_val kp_rw_copy(kp_rewriter *rw, kir_val v);
-/* Append a new node with no operands; loc is a location of the old graph. */
-kir_val kp_rw_node(kp_rewriter *rw, kir_op op, kir_loc loc);
-/* Add operand `operand`, a value of the new graph (or KIR_NONE). */
-void kp_rw_operand(kp_rewriter *rw, kir_val node, kir_val operand);
-/* Run node's shape rule once its operands and attributes are set. A failure
- * is a pass's bug (it built a node that does not fit): fatal. */
-void kp_rw_finish_node(kp_rewriter *rw, kir_val node);
+/* Append a new node made with kir_build: op at loc (a location of the old
+ * graph) over in[0..n_in), values of the new graph (KIR_NONE: absent), with
+ * the attributes set[0..n_set). A shape its rule refuses is the pass's bug
+ * (it built a node that does not fit): fatal, with the rule's message. */
+kir_val kp_rw_build(kp_rewriter *rw, kir_op op, kir_loc loc, const kir_val *in, int n_in, const kir_setting *set,
+                    int n_set);
+/* Old node v made again with kir_build over new operands in[0..n_in)
+ * (values of the new graph): its op, location and attributes in their
+ * order, then set[0..n_set) (a setting of an attribute v has replaces the
+ * value in its place). Sets and returns map[v]. Fatal as kp_rw_build. */
+kir_val kp_rw_rebuild(kp_rewriter *rw, kir_val v, const kir_val *in, int n_in, const kir_setting *set, int n_set);
 /* The new graph; frees the map. */
 kir_graph *kp_rw_end(kp_rewriter *rw);
 
@@ -65,11 +70,6 @@ kir_graph *kp_rw_end(kp_rewriter *rw);
  * in the order. When map is not NULL it receives [old->n_nodes] new values
  * (KIR_NONE for dropped nodes), which the caller frees. */
 kir_graph *kp_reorder(const kir_graph *old, const kir_val *order, size_t n, kir_val **map);
-
-/* Copy attribute a onto node v of g (g's arena holds the copy). */
-void kp_copy_attr(kir_graph *g, kir_val v, const kir_attr *a);
-/* Remove attribute key from node v, keeping the others' order; 1 if it was there. */
-int kp_remove_attr(kir_graph *g, kir_val v, const char *key);
 
 /* ---- uses ----------------------------------------------------------------------------- */
 /* Who uses each value, in schedule order (compressed rows: the users of v

@@ -51,29 +51,21 @@ int kp_split_kv_write(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, 
         for (kir_val v = 0; v < n; v++) {
             if (writes_kv(g, v)) {
                 const kir_node *att = kir_node_at(g, v);
-                kir_val a = kp_rw_copy(&rw, v);
-                kir_node *an = kir_node_at(rw.g, a);
-                an->nin = 0; /* operands again: q, the kv_write, v */
-                an->in[0] = an->in[1] = an->in[2] = KIR_NONE;
-                kp_rw_operand(&rw, a, rw.map[att->in[0]]);
-                kp_rw_operand(&rw, a, write[v]);
-                kp_rw_operand(&rw, a, rw.map[att->in[2]]);
-                kir_attr_set_int(rw.g, a, KIR_A_ATTENTION_WRITE_KV, 0);
-                kp_rw_finish_node(&rw, a);
+                kir_val in[3] = {rw.map[att->in[0]], write[v], rw.map[att->in[2]]}; /* q, the kv_write, v */
+                kir_setting read_only = KIR_WITH_INT(KIR_A_ATTENTION_WRITE_KV, 0);
+                kp_rw_rebuild(&rw, v, in, 3, &read_only, 1);
             } else {
                 kp_rw_copy(&rw, v);
             }
             for (kir_val a = after[v]; a != KIR_NONE; a = next[a]) {
                 const kir_node *att = kir_node_at(g, a);
-                kir_val w = kp_rw_node(&rw, KIR_OP_KV_WRITE, att->loc);
-                kp_rw_operand(&rw, w, rw.map[att->in[1]]);
-                kp_rw_operand(&rw, w, rw.map[att->in[2]]);
-                kir_attr_set_int(rw.g, w, KIR_A_KV_WRITE_LAYER, kir_attr_int(g, a, KIR_A_ATTENTION_LAYER));
+                kir_val in[2] = {rw.map[att->in[1]], rw.map[att->in[2]]};
+                kir_setting set[2] = {KIR_WITH_INT(KIR_A_KV_WRITE_LAYER, kir_attr_int(g, a, KIR_A_ATTENTION_LAYER))};
                 /* inside a group's run the write joins the group, which stays contiguous */
                 int64_t id = kp_group_of(g, v);
-                if (id >= 0 && v + 1 < n && kp_group_of(g, v + 1) == id) kir_attr_set_int(rw.g, w, KIR_A_ANY_FUSE, id);
-                kp_rw_finish_node(&rw, w);
-                write[a] = w;
+                int joins = id >= 0 && v + 1 < n && kp_group_of(g, v + 1) == id;
+                if (joins) set[1] = KIR_WITH_INT(KIR_A_ANY_FUSE, id);
+                write[a] = kp_rw_build(&rw, KIR_OP_KV_WRITE, att->loc, in, 2, set, 1 + joins);
             }
         }
         free(write);

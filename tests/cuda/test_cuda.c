@@ -27,71 +27,36 @@
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/session.h"
 #include "tests/check.h"
+#include "tests/graph_build.h"
 
 /* ---- a small graph: embed, rms_norm, matmul, reshape, rope, attention, output ------------- */
-static kir_val add_node(kir_graph *g, kir_op op, kir_val a, kir_val b, kir_val c)
-{
-    kir_val v = kir_node_new(g, op, kir_loc_make(g, "small.kiln", 1, 1));
-    kir_val ins[3] = {a, b, c};
-    for (int i = 0; i < 3; i++)
-        if (ins[i] != KIR_NONE) kir_node_add_input(g, v, ins[i]);
-    return v;
-}
+/* Where every computed node of these graphs is (the graphs' weights and inputs may be elsewhere). */
+static kir_loc small_loc(kir_graph *g) { return kir_loc_make(g, "small.kiln", 1, 1); }
 
-static void infer(kir_graph *g, kir_val v)
-{
-    ks_buf err = {0};
-    if (kir_infer(g, v, &err) != 0) {
-        fprintf(stderr, "small graph: %s\n", ks_buf_cstr(&err));
-        exit(1);
-    }
-    ks_buf_free(&err);
-}
+/* op(a) or op(a, b) at small_loc, without attributes. */
+static kir_val add_node(kir_graph *g, kir_op op, kir_val a, kir_val b) { return tb_op(g, op, small_loc(g), a, b); }
 
 static kir_graph *small_graph(void)
 {
     kir_graph *g = kir_graph_new("small");
-    kir_loc at = kir_loc_make(g, "small.kiln", 1, 1);
+    kir_loc at = small_loc(g);
     int64_t tab[2] = {16, 8}, norm[1] = {8}, wq[2] = {8, 8};
     kir_val emb = kir_weight(g, "embed", KIR_F32, 2, tab, at);           /* %0 */
-    kir_val tokens = kir_input(g, KIR_ROLE_TOKENS, at);                          /* %1 */
-    kir_val x = add_node(g, KIR_OP_EMBED, emb, tokens, KIR_NONE);         /* %2 */
-    infer(g, x);
-    kir_val nw = kir_weight(g, "norm", KIR_F32, 1, norm, at);             /* %3 */
-    kir_val h = add_node(g, KIR_OP_RMS_NORM, x, nw, KIR_NONE);            /* %4 */
-    kir_set_float(g, h, "eps", 1e-5);
-    infer(g, h);
-    kir_val w = kir_weight(g, "wq", KIR_F32, 2, wq, at);                  /* %5 */
-    kir_val q = add_node(g, KIR_OP_MATMUL, h, w, KIR_NONE);               /* %6 */
-    infer(g, q);
-    kir_val q3 = add_node(g, KIR_OP_RESHAPE, q, KIR_NONE, KIR_NONE);      /* %7 */
+    kir_val tokens = kir_input(g, KIR_ROLE_TOKENS, at);                  /* %1 */
+    kir_val x = add_node(g, KIR_OP_EMBED, emb, tokens);                  /* %2 */
+    kir_val nw = kir_weight(g, "norm", KIR_F32, 1, norm, at);            /* %3 */
+    kir_val h = tb_norm_at(g, at, KIR_OP_RMS_NORM, x, nw, KIR_NONE, 1e-5); /* %4 */
+    kir_val w = kir_weight(g, "wq", KIR_F32, 2, wq, at);                 /* %5 */
+    kir_val q = add_node(g, KIR_OP_MATMUL, h, w);                        /* %6 */
     int64_t shape[3] = {KIR_DIM_T, 2, 4};
-    kir_set_ints(g, q3, "shape", shape, 3);
-    infer(g, q3);
-    kir_val pos = kir_input(g, KIR_ROLE_POSITIONS, at);                          /* %8 */
-    kir_val r = add_node(g, KIR_OP_ROPE, q3, pos, KIR_NONE);              /* %9 */
-    kir_set_float(g, r, "theta", 10000.0);
-    kir_set_str(g, r, "style", "halves");
-    kir_set_int(g, r, "rot_dim", 4);
-    kir_set_str(g, r, "scaling", "none");
-    kir_set_float(g, r, "factor", 1.0);
-    kir_set_float(g, r, "low_freq_factor", 1.0);
-    kir_set_float(g, r, "high_freq_factor", 4.0);
-    kir_set_int(g, r, "original_max_positions", 8192);
-    infer(g, r);
-    kir_val att = add_node(g, KIR_OP_ATTENTION, r, r, q3);                /* %10 */
-    kir_set_int(g, att, "layer", 0);
-    kir_set_float(g, att, "scale", 0.5);
-    kir_set_int(g, att, "window", 0);
-    kir_set_float(g, att, "softcap", 0.0);
-    infer(g, att);
-    kir_val flat = add_node(g, KIR_OP_RESHAPE, att, KIR_NONE, KIR_NONE); /* %11 */
+    kir_val q3 = tb_reshape_at(g, at, q, 3, shape);                      /* %7 */
+    kir_val pos = kir_input(g, KIR_ROLE_POSITIONS, at);                  /* %8 */
+    tb_rope_attrs rope = tb_rope_plain(4);
+    kir_val r = tb_rope_at(g, at, q3, pos, &rope);                       /* %9 */
+    kir_val att = tb_attention_at(g, at, r, r, q3, 0, 0.5, 0, 0.0);      /* %10 */
     int64_t shape2[2] = {KIR_DIM_T, 8};
-    kir_set_ints(g, flat, "shape", shape2, 2);
-    infer(g, flat);
-    kir_val out = add_node(g, KIR_OP_OUTPUT, flat, KIR_NONE, KIR_NONE);   /* %12 */
-    kir_set_str(g, out, "name", "logits");
-    infer(g, out);
+    kir_val flat = tb_reshape_at(g, at, att, 2, shape2);                 /* %11 */
+    tb_output_at(g, at, flat, "logits");                                 /* %12 */
     return g;
 }
 
@@ -171,21 +136,16 @@ static kir_graph *layered_graph(void)
     kir_graph *g = kir_graph_new("layered");
     kir_loc at = kir_loc_make(g, "layered.kiln", 1, 1);
     int64_t tab[2] = {16, 64}, norm[1] = {64}, wd[2] = {64, 64};
-    kir_val x = add_node(g, KIR_OP_EMBED, kir_weight(g, "embed", KIR_F32, 2, tab, at), kir_input(g, KIR_ROLE_TOKENS, at), KIR_NONE);
-    infer(g, x);
+    kir_val x = add_node(g, KIR_OP_EMBED, kir_weight(g, "embed", KIR_F32, 2, tab, at), kir_input(g, KIR_ROLE_TOKENS, at));
     for (int l = 0; l < 3; l++) {
         char name[16];
         snprintf(name, sizeof name, "norm%d", l);
-        kir_val h = add_node(g, KIR_OP_RMS_NORM, x, kir_weight(g, name, KIR_F32, 1, norm, at), KIR_NONE);
-        kir_set_float(g, h, "eps", 1e-5);
-        infer(g, h);
+        kir_val nw = kir_weight(g, name, KIR_F32, 1, norm, at);
+        kir_val h = tb_norm_at(g, small_loc(g), KIR_OP_RMS_NORM, x, nw, KIR_NONE, 1e-5);
         snprintf(name, sizeof name, "w%d", l);
-        x = add_node(g, KIR_OP_MATMUL, h, kir_weight(g, name, l == 2 ? KIR_BF16 : KIR_F32, 2, wd, at), KIR_NONE);
-        infer(g, x);
+        x = add_node(g, KIR_OP_MATMUL, h, kir_weight(g, name, l == 2 ? KIR_BF16 : KIR_F32, 2, wd, at));
     }
-    kir_val out = add_node(g, KIR_OP_OUTPUT, x, KIR_NONE, KIR_NONE);
-    kir_set_str(g, out, "name", "logits");
-    infer(g, out);
+    tb_output_at(g, small_loc(g), x, "logits");
     return g;
 }
 
@@ -268,11 +228,8 @@ static void test_generate(void)
     int64_t dims[2] = {4, 4};
     kir_val w = kir_weight(h, "w", KIR_F16, 2, dims, kir_loc_make(h, "half.kiln", 3, 7));
     kir_val tok = kir_input(h, KIR_ROLE_TOKENS, kir_loc_make(h, "half.kiln", 4, 7));
-    kir_val e = add_node(h, KIR_OP_EMBED, w, tok, KIR_NONE);
-    infer(h, e);
-    kir_val o = add_node(h, KIR_OP_OUTPUT, e, KIR_NONE, KIR_NONE);
-    kir_set_str(h, o, "name", "logits");
-    infer(h, o);
+    kir_val e = add_node(h, KIR_OP_EMBED, w, tok);
+    tb_output_at(h, small_loc(h), e, "logits");
     sink_init(&s);
     krt_cuda_meta m3 = {0};
     CHECK(kcu_generate(h, &src, &m3, &s.d) == 0);
@@ -454,13 +411,13 @@ static void open_session(const char *archs_json, int with_cubin, sink *s)
 static void set_plan(kir_graph *g, int64_t arena, int64_t view_at)
 {
     static const kir_val own[] = {2, 4, 6, 9, 10};
-    kir_set_int(g, 1, "mem.offset", 0);  /* tokens */
-    kir_set_int(g, 8, "mem.offset", 64); /* positions */
-    for (int i = 0; i < 5; i++) kir_set_int(g, own[i], "mem.offset", 128 + 128 * i);
-    kir_set_int(g, 7, "mem.offset", view_at); /* a view of %6, at 384 */
-    kir_set_int(g, 11, "mem.offset", 640);    /* views of %10 */
-    kir_set_int(g, 12, "mem.offset", 640);
-    for (kir_val v = 7; v <= 12; v += v == 7 ? 4 : 1) kir_set_int(g, v, "mem.alias", 1);
+    kir_attr_set_int(g, 1, KIR_A_ANY_MEM_OFFSET, 0);  /* tokens */
+    kir_attr_set_int(g, 8, KIR_A_ANY_MEM_OFFSET, 64); /* positions */
+    for (int i = 0; i < 5; i++) kir_attr_set_int(g, own[i], KIR_A_ANY_MEM_OFFSET, 128 + 128 * i);
+    kir_attr_set_int(g, 7, KIR_A_ANY_MEM_OFFSET, view_at); /* a view of %6, at 384 */
+    kir_attr_set_int(g, 11, KIR_A_ANY_MEM_OFFSET, 640);    /* views of %10 */
+    kir_attr_set_int(g, 12, KIR_A_ANY_MEM_OFFSET, 640);
+    for (kir_val v = 7; v <= 12; v += v == 7 ? 4 : 1) kir_attr_set_int(g, v, KIR_A_ANY_MEM_ALIAS, 1);
     kir_param_int(g, "mem.max_tokens", 4);
     kir_param_int(g, "mem.arena_bytes", arena);
 }

@@ -1,7 +1,7 @@
 /*
  * test_interp.c — the reference interpreter (runtime/interp/interp.c, runtime/interp/interp_kernels.c).
  *
- * Each op runs in a tiny graph built with the ir.h builders and is compared
+ * Each op runs in a tiny graph built with kir_build (tests/graph_build.h) and is compared
  * with a naive reference written here (in double where rounding matters).
  * RoPE frequencies with llama3 and linear scaling are pinned to values
  * computed once with numpy in float32, following Hugging Face's
@@ -19,6 +19,7 @@
 
 #include "runtime/interp/interp_kernels.h"
 #include "tests/check.h"
+#include "tests/graph_build.h"
 
 /* |got - want| <= tol for n values; reports the first miss. */
 static void check_close(const char *what, const float *got, const double *want, int64_t n, double tol)
@@ -119,14 +120,6 @@ static void *tg_own(tgraph *t, void *p)
     return p;
 }
 
-static kir_val tg_infer(tgraph *t, kir_val v)
-{
-    ks_buf err = {0};
-    if (kir_infer(t->g, v, &err) != 0) ks_die(__FILE__, __LINE__, "test graph: %s", ks_buf_cstr(&err));
-    ks_buf_free(&err);
-    return v;
-}
-
 static kir_val tg_weight(tgraph *t, kir_dtype dt, int ndim, const int64_t *dims, const void *data)
 {
     char name[32];
@@ -134,7 +127,7 @@ static kir_val tg_weight(tgraph *t, kir_dtype dt, int ndim, const int64_t *dims,
     kir_val v = kir_weight(t->g, name, dt, ndim, dims, tg_loc(t));
     KS_ASSERT(v < TG_MAX_NODES);
     t->w[v] = data;
-    return tg_infer(t, v);
+    return v;
 }
 
 static kir_val tg_weight2(tgraph *t, int64_t rows, int64_t cols, const float *data)
@@ -157,23 +150,13 @@ static kir_val tg_positions(tgraph *t)
     return t->positions;
 }
 
-/* A node with operands; set its attributes, then tg_infer it. */
-static kir_val tg_node(tgraph *t, kir_op op, int nin, kir_val a, kir_val b, kir_val c)
-{
-    kir_val v = kir_node_new(t->g, op, tg_loc(t));
-    kir_val in[3] = {a, b, c};
-    for (int i = 0; i < nin; i++) kir_node_add_input(t->g, v, in[i]);
-    return v;
-}
-
-static kir_val tg_op1(tgraph *t, kir_op op, kir_val a) { return tg_infer(t, tg_node(t, op, 1, a, 0, 0)); }
-static kir_val tg_op2(tgraph *t, kir_op op, kir_val a, kir_val b) { return tg_infer(t, tg_node(t, op, 2, a, b, 0)); }
+/* Nodes without attributes, each on its own line (tg_loc). */
+static kir_val tg_op1(tgraph *t, kir_op op, kir_val a) { return tb_op(t->g, op, tg_loc(t), a, KIR_NONE); }
+static kir_val tg_op2(tgraph *t, kir_op op, kir_val a, kir_val b) { return tb_op(t->g, op, tg_loc(t), a, b); }
 
 static kir_val tg_reshape(tgraph *t, kir_val x, int ndim, const int64_t *dims)
 {
-    kir_val v = tg_node(t, KIR_OP_RESHAPE, 1, x, 0, 0);
-    kir_set_ints(t->g, v, "shape", dims, (uint32_t)ndim);
-    return tg_infer(t, v);
+    return tb_reshape_at(t->g, tg_loc(t), x, ndim, dims);
 }
 
 /* An activation [T, dims...] holding rows[token id] for each token: the
@@ -186,44 +169,29 @@ static kir_val tg_activation(tgraph *t, int64_t n_rows, int ndim, const int64_t 
     return ndim == 2 ? e : tg_reshape(t, e, ndim, dims);
 }
 
-static kir_val tg_output(tgraph *t, kir_val x)
-{
-    kir_val v = tg_node(t, KIR_OP_OUTPUT, 1, x, 0, 0);
-    kir_set_str(t->g, v, "name", "logits");
-    return tg_infer(t, v);
-}
+static kir_val tg_output(tgraph *t, kir_val x) { return tb_output_at(t->g, tg_loc(t), x, "logits"); }
 
-static kir_val tg_rope(tgraph *t, kir_val x, const char *style, int64_t rot_dim, double theta, const char *scaling,
+static kir_val tg_rope(tgraph *t, kir_val x, kir_word style, int64_t rot_dim, double theta, kir_word scaling,
                        double factor)
 {
-    kir_val v = tg_node(t, KIR_OP_ROPE, 2, x, tg_positions(t), 0);
-    kir_set_float(t->g, v, "theta", theta);
-    kir_set_str(t->g, v, "style", style);
-    kir_set_int(t->g, v, "rot_dim", rot_dim);
-    kir_set_str(t->g, v, "scaling", scaling);
-    kir_set_float(t->g, v, "factor", factor);
-    kir_set_float(t->g, v, "low_freq_factor", 1.0);
-    kir_set_float(t->g, v, "high_freq_factor", 4.0);
-    kir_set_int(t->g, v, "original_max_positions", 8192);
-    return tg_infer(t, v);
+    kir_val pos = tg_positions(t);
+    tb_rope_attrs r = {theta, style, rot_dim, scaling, factor, 1.0, 4.0, 8192};
+    return tb_rope_at(t->g, tg_loc(t), x, pos, &r);
 }
 
 static kir_val tg_attention(tgraph *t, kir_val q, kir_val k, kir_val v, int layer, double scale, int window,
                             double softcap)
 {
-    kir_val a = tg_node(t, KIR_OP_ATTENTION, 3, q, k, v);
-    kir_set_int(t->g, a, "layer", layer);
-    kir_set_float(t->g, a, "scale", scale);
-    kir_set_int(t->g, a, "window", window);
-    kir_set_float(t->g, a, "softcap", softcap);
-    return tg_infer(t, a);
+    return tb_attention_at(t->g, tg_loc(t), q, k, v, layer, scale, window, softcap);
 }
 
+/* A norm of x over w and b (either may be KIR_NONE) with every operand
+ * slot written out, absent ones as `_`: rms_norm(x, _), layer_norm(x, _, _),
+ * which the interpreter reads as it reads rms_norm(x). */
 static kir_val tg_norm(tgraph *t, kir_op op, kir_val x, kir_val w, kir_val b, double eps)
 {
-    kir_val v = tg_node(t, op, op == KIR_OP_LAYER_NORM ? 3 : 2, x, w, b);
-    kir_set_float(t->g, v, "eps", eps);
-    return tg_infer(t, v);
+    kir_val v = tb_norm_at(t->g, tg_loc(t), op, x, w, b, eps);
+    return tb_pad_operands(t->g, v, op == KIR_OP_LAYER_NORM ? 3 : 2);
 }
 
 /* Run one step of graph t without a KV cache: token ids 0..T-1 unless
@@ -443,9 +411,8 @@ static void test_unary(void)
         tg_init(&t, "unary");
         int64_t dims[2] = {KIR_DIM_T, R};
         kir_val xv = tg_activation(&t, T, 2, dims, x);
-        kir_val v = tg_node(&t, ops[o], 1, xv, 0, 0);
-        if (ops[o] == KIR_OP_SCALE) kir_set_float(t.g, v, "value", 0.37);
-        tg_output(&t, tg_infer(&t, v));
+        kir_val v = ops[o] == KIR_OP_SCALE ? tb_scale_at(t.g, tg_loc(&t), xv, 0.37) : tg_op1(&t, ops[o], xv);
+        tg_output(&t, v);
         float out[T * R];
         double want[T * R];
         CHECK(run_plain(&t, T, NULL, NULL, out, NULL) == 0);
@@ -626,16 +593,10 @@ static void test_views(void)
     int64_t d6[2] = {KIR_DIM_T, 6}, d23[3] = {KIR_DIM_T, 2, 3}, d2[2] = {KIR_DIM_T, 2};
     kir_val xv = tg_activation(&t, T, 2, d6, x);
     kir_val r = tg_reshape(&t, tg_reshape(&t, xv, 3, d23), 2, d6); /* there and back */
-    kir_val s = tg_node(&t, KIR_OP_SLICE, 1, r, 0, 0);
-    kir_set_int(t.g, s, "start", 1);
-    kir_set_int(t.g, s, "end", 4);
-    tg_infer(&t, s); /* [T,3] = x[:, 1:4] */
+    kir_val s = tb_slice_at(t.g, tg_loc(&t), r, 1, 4); /* [T,3] = x[:, 1:4] */
     kir_val yv = tg_activation(&t, T, 2, d2, y);
-    kir_val c = kir_node_new(t.g, KIR_OP_CONCAT, tg_loc(&t));
-    kir_node_add_input(t.g, c, yv);
-    kir_node_add_input(t.g, c, s);
-    kir_node_add_input(t.g, c, yv);
-    tg_output(&t, tg_infer(&t, c)); /* [T,7] = y | x[:,1:4] | y */
+    kir_val parts[3] = {yv, s, yv};
+    tg_output(&t, tb_build(t.g, KIR_OP_CONCAT, tg_loc(&t), parts, 3, NULL, 0)); /* [T,7] = y | x[:,1:4] | y */
     float out[T * 7];
     CHECK(run_plain(&t, T, NULL, NULL, out, NULL) == 0);
     for (int i = 0; i < T; i++) {
@@ -682,7 +643,7 @@ static void test_rope_scaling(void)
     for (int i = 0; i < 16; i++) table[i] = i < 8 ? 1.0f : 0.0f;
     int64_t d3[3] = {KIR_DIM_T, 1, 16};
     kir_val x = tg_activation(&t, 1, 3, d3, table);
-    kir_val r = tg_rope(&t, x, "halves", 16, 500000.0, "llama3", 8.0);
+    kir_val r = tg_rope(&t, x, KIR_ROPE_STYLE_HALVES, 16, 500000.0, KIR_ROPE_SCALING_LLAMA3, 8.0);
     tg_output(&t, r);
 
     float inv[8];
@@ -698,8 +659,8 @@ static void test_rope_scaling(void)
         check_same("llama3 cos", out + 16 * p, pin_cos[p], 8, 1e-6);
         check_same("llama3 sin", out + 16 * p + 8, pin_sin[p], 8, 1e-6);
     }
-    kir_set_str(t.g, r, "scaling", "linear");
-    kir_set_float(t.g, r, "factor", 4.0);
+    kir_attr_set_word(t.g, r, KIR_A_ROPE_SCALING, KIR_ROPE_SCALING_LINEAR);
+    kir_attr_set_float(t.g, r, KIR_A_ROPE_FACTOR, 4.0);
     kir_rope_inv_freq(t.g, r, 16, inv);
     CHECK(memcmp(inv, pin_linear4, sizeof inv) == 0);
     tg_free(&t);
@@ -726,7 +687,7 @@ static void test_rope_halves_pairs(void)
         tgraph t;
         tg_init(&t, "rope");
         kir_val xv = tg_activation(&t, T, 3, d3, style ? xp : x);
-        tg_output(&t, tg_rope(&t, xv, style ? "pairs" : "halves", ROT, 10000.0, "none", 1.0));
+        tg_output(&t, tg_rope(&t, xv, style ? KIR_ROPE_STYLE_PAIRS : KIR_ROPE_STYLE_HALVES, ROT, 10000.0, KIR_ROPE_SCALING_NONE, 1.0));
         CHECK(run_plain(&t, T, NULL, pos, style ? out_p : out_h, NULL) == 0);
         tg_free(&t);
     }
@@ -883,8 +844,8 @@ static void build_llama(tgraph *t)
         q = tg_reshape(t, q, 3, d_q);
         k = tg_reshape(t, k, 3, d_kv);
         v = tg_reshape(t, v, 3, d_kv);
-        const char *style = l == 0 ? "halves" : "pairs";
-        const char *scaling = l == 0 ? "llama3" : "none";
+        kir_word style = l == 0 ? KIR_ROPE_STYLE_HALVES : KIR_ROPE_STYLE_PAIRS;
+        kir_word scaling = l == 0 ? KIR_ROPE_SCALING_LLAMA3 : KIR_ROPE_SCALING_NONE;
         q = tg_rope(t, q, style, LM_HEAD_DIM, 500.0, scaling, 8.0);
         k = tg_rope(t, k, style, LM_HEAD_DIM, 500.0, scaling, 8.0);
         kir_val a = tg_attention(t, q, k, v, l, 1.0 / sqrt((double)LM_HEAD_DIM), l == 1 ? 5 : 0, l == 1 ? 3.0 : 0.0);

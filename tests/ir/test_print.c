@@ -1,6 +1,11 @@
 /*
  * test_print.c — kir_print on graphs made with the builders, against the
  * expected text written here.
+ *
+ * The nodes are made with the raw parts (kir_node_new, kir_node_add_input,
+ * the string-keyed setters, kir_infer), not kir_build: the text form must
+ * print what kir_build does not make, absent operands at the end
+ * (`rms_norm(%21, _)`) and attributes outside the schema (test_ops).
  */
 #include <stdarg.h>
 #include <stdlib.h>

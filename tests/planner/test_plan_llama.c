@@ -22,7 +22,7 @@
 
 #include "passes/pipeline.h"
 #include "passes/plan_memory.h"
-#include "tests/planner/graph_build.h"
+#include "tests/graph_build.h"
 
 enum {
     HIDDEN = 4096,

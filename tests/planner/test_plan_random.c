@@ -29,7 +29,7 @@
 
 #include "passes/pipeline.h"
 #include "passes/plan_memory.h"
-#include "tests/planner/graph_build.h"
+#include "tests/graph_build.h"
 
 enum { N_GRAPHS = 400, MAX_POOL = 4096 };
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "passes/plan_memory.h"
-#include "tests/planner/graph_build.h"
+#include "tests/graph_build.h"
 
 static int failures;
 
