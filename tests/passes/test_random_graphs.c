@@ -19,7 +19,8 @@
 #include <string.h>
 
 #include "runtime/interp/interp.h"
-#include "pass_test.h"
+#include "tests/check.h"
+#include "tests/ir/ir_test.h"
 #include "passes/derived_weight.h"
 #include "passes/pipeline.h"
 
@@ -53,10 +54,7 @@ static const kir_node *N(const gen *s, kir_val v) { return kir_node_at(s->g, v);
 static kir_val fin(gen *s, kir_val v)
 {
     ks_buf err = {0};
-    if (kir_infer(s->g, v, &err) != 0) {
-        fprintf(stderr, "generator made a bad node %%%u: %s\n", (unsigned)v, err.data);
-        pt_failures++;
-    }
+    CHECK_MSG(kir_infer(s->g, v, &err) == 0, "generator made a bad node %%%u: %s", (unsigned)v, ks_buf_cstr(&err));
     ks_buf_free(&err);
     return v;
 }
@@ -358,7 +356,7 @@ static int after_pass(void *ctx, const kp_pass *pass, const kir_graph *g, const 
     (void)ctx, (void)st, (void)d;
     ks_buf a = {0}, b = {0}, log = {0};
     kir_print(g, &a);
-    kir_graph *back = pt_parse("after.ir", ks_buf_cstr(&a), &log);
+    kir_graph *back = kt_parse("after.ir", ks_buf_cstr(&a), &log);
     if (back) kir_print(back, &b);
     int same = back && a.len == b.len && memcmp(a.data, b.data, a.len) == 0;
     if (!same) fprintf(stderr, "after %s: the text does not read back the same\n", pass->name);
@@ -381,7 +379,7 @@ int main(void)
     float *ca = calloc(MAX_FLOATS, sizeof(float)), *cb = calloc(MAX_FLOATS, sizeof(float));
     for (int i = 0; i < rounds; i++) {
         uint64_t rng = seed * 6364136223846793005ull + (uint64_t)i * 1442695040888963407ull + 1;
-        int before = pt_failures;
+        int before = failures;
         kir_graph *g = random_graph(&rng);
         ks_buf log = {0};
         ks_diag d = {.log = &log, .quiet = 1};
@@ -402,7 +400,7 @@ int main(void)
             CHECK(memcmp(oa, ob, sizeof(float) * (size_t)na) == 0);
             CHECK(memcmp(ca, cb, sizeof(float) * MAX_FLOATS) == 0);
         }
-        if (pt_failures != before) {
+        if (failures != before) {
             ks_buf text = {0};
             kir_print(g, &text);
             fprintf(stderr, "round %d (KILN_PASS_SEED=%llu): %s\n--- graph:\n%s", i, (unsigned long long)seed,
@@ -422,5 +420,5 @@ int main(void)
     free(ob);
     free(ca);
     free(cb);
-    return pt_finish("test_random_graphs");
+    return check_finish("test_random_graphs");
 }

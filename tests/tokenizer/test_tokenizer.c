@@ -24,27 +24,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-static int failures, checks;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        checks++;                                                                    \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
-
-#define CHECK_STR(got, want)                                                                      \
-    do {                                                                                          \
-        const char *g_ = (got), *w_ = (want);                                                     \
-        checks++;                                                                                 \
-        if (!g_ || strcmp(g_, w_) != 0) {                                                         \
-            fprintf(stderr, "%s:%d: got \"%s\"\n  want \"%s\"\n", __FILE__, __LINE__,             \
-                    g_ ? g_ : "(null)", w_);                                                      \
-            failures++;                                                                           \
-        }                                                                                         \
-    } while (0)
+#include "tests/check.h"
 
 static const char *shared_dir(void)
 {
@@ -91,12 +71,9 @@ static void check_encode(const krt_tok *t, const char *text, int flags, const in
     krt_tok_ids ids = {0};
     ks_diag d = {0};
     int rc = krt_tok_encode(t, text, strlen(text), flags, &ids, &d);
-    checks++;
-    if (rc != 0 || !ids_equal(&ids, want, n)) {
-        fprintf(stderr, "%s: encode(\"%s\", flags %d) differs\n", where, text, flags);
+    if (!CHECK_MSG(rc == 0 && ids_equal(&ids, want, n), "%s: encode(\"%s\", flags %d) differs", where, text, flags)) {
         print_ids("got ", ids.ids, ids.len);
         print_ids("want", want, n);
-        failures++;
     }
     krt_tok_ids_free(&ids);
 }
@@ -106,11 +83,7 @@ static void check_decode(const krt_tok *t, const int32_t *ids, size_t n, int fla
 {
     ks_buf out = {0};
     krt_tok_decode(t, ids, n, flags, &out);
-    checks++;
-    if (strcmp(ks_buf_cstr(&out), want) != 0) {
-        fprintf(stderr, "%s: decode gives \"%s\"\n  want \"%s\"\n", where, out.data, want);
-        failures++;
-    }
+    CHECK_TEXT(where, ks_buf_cstr(&out), want);
     ks_buf_free(&out);
 }
 
@@ -135,21 +108,13 @@ static void check_stream(const krt_tok *t, const int32_t *ids, size_t n, int fla
             }
             k += l;
         }
-        checks++;
-        if (!whole) {
-            fprintf(stderr, "%s: stream chunk %zu is not whole UTF-8\n", where, i);
-            failures++;
-        }
+        CHECK_MSG(whole, "%s: stream chunk %zu is not whole UTF-8", where, i);
         if (chunk.len) ks_buf_put(&all, chunk.data, chunk.len);
         ks_buf_free(&chunk);
     }
     krt_tok_stream_flush(s, &all);
     krt_tok_stream_free(s);
-    checks++;
-    if (strcmp(ks_buf_cstr(&all), want) != 0) {
-        fprintf(stderr, "%s: stream gives \"%s\"\n  want \"%s\"\n", where, all.data, want);
-        failures++;
-    }
+    CHECK_TEXT(where, ks_buf_cstr(&all), want);
     ks_buf_free(&all);
 }
 
@@ -460,12 +425,7 @@ static void time_encode(const krt_tok *t, const char *name, const char *text, si
     printf("tokenizer: %s: %zu bytes -> %zu tokens in %.3f s\n", name, len, ids.len, dt);
     CHECK(rc == 0);
     CHECK(ids.len > 0);
-    checks++;
-    if (dt > TIME_LIMIT_S) {
-        fprintf(stderr, "%s: encoding %zu bytes took %.2f s (limit %.1f s)\n", name, len, dt,
-                TIME_LIMIT_S);
-        failures++;
-    }
+    CHECK_MSG(dt <= TIME_LIMIT_S, "%s: encoding %zu bytes took %.2f s (limit %.1f s)", name, len, dt, TIME_LIMIT_S);
     if (roundtrip) {
         ks_buf out = {0};
         krt_tok_decode(t, ids.ids, ids.len, 0, &out);
@@ -610,6 +570,5 @@ int main(void)
     test_llama2c();
     test_long_inputs();
     test_errors();
-    printf("%d passed, %d failed\n", checks - failures, failures);
-    return failures ? 1 : 0;
+    return check_finish("tokenizer");
 }
