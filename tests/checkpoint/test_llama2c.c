@@ -46,64 +46,64 @@ static void test_stories(ct_run *r)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/models/stories260k/stories260K.bin", r->shared);
-    ct_reset(r);
+    sink_clear(&r->out);
     cJSON *config = NULL;
-    kf_checkpoint *c = kf_checkpoint_open_llama2c(&r->diag, path, &config);
-    ct_expect_log(r, "stories260K.bin", "");
-    CT_CHECK(r, c != NULL && config != NULL);
+    kf_checkpoint *c = kf_checkpoint_open_llama2c(&r->out.d, path, &config);
+    CT_EXPECT_LOG(r, "stories260K.bin", "");
+    CHECK(c != NULL && config != NULL);
     if (!c || !config) return;
 
-    CT_CHECK(r, strcmp(cJSON_GetObjectItemCaseSensitive(config, "model_type")->valuestring, "llama2c") == 0);
-    CT_CHECK(r, number(config, "dim") == 64);
-    CT_CHECK(r, number(config, "hidden_dim") == 172);
-    CT_CHECK(r, number(config, "n_layers") == 5);
-    CT_CHECK(r, number(config, "n_heads") == 8);
-    CT_CHECK(r, number(config, "n_kv_heads") == 4);
-    CT_CHECK(r, number(config, "vocab_size") == 512);
-    CT_CHECK(r, number(config, "seq_len") == 512);
-    CT_CHECK(r, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(config, "shared_classifier")));
-    CT_CHECK(r, number(config, "norm_eps") == 1e-5);
-    CT_CHECK(r, number(config, "rope_theta") == 10000.0);
-    CT_CHECK(r, number(config, "bos_token_id") == 1);
-    CT_CHECK(r, number(config, "eos_token_id") == 2);
+    CHECK(strcmp(cJSON_GetObjectItemCaseSensitive(config, "model_type")->valuestring, "llama2c") == 0);
+    CHECK(number(config, "dim") == 64);
+    CHECK(number(config, "hidden_dim") == 172);
+    CHECK(number(config, "n_layers") == 5);
+    CHECK(number(config, "n_heads") == 8);
+    CHECK(number(config, "n_kv_heads") == 4);
+    CHECK(number(config, "vocab_size") == 512);
+    CHECK(number(config, "seq_len") == 512);
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(config, "shared_classifier")));
+    CHECK(number(config, "norm_eps") == 1e-5);
+    CHECK(number(config, "rope_theta") == 10000.0);
+    CHECK(number(config, "bos_token_id") == 1);
+    CHECK(number(config, "eos_token_id") == 2);
     char *text = cJSON_PrintUnformatted(config);
-    CT_CHECK(r, strcmp(text, "{\"model_type\":\"llama2c\",\"dim\":64,\"hidden_dim\":172,\"n_layers\":5,\"n_heads\":8,"
+    CHECK(strcmp(text, "{\"model_type\":\"llama2c\",\"dim\":64,\"hidden_dim\":172,\"n_layers\":5,\"n_heads\":8,"
                              "\"n_kv_heads\":4,\"vocab_size\":512,\"seq_len\":512,\"shared_classifier\":true,"
                              "\"norm_eps\":1e-05,\"rope_theta\":10000,\"bos_token_id\":1,\"eos_token_id\":2}") == 0);
     free(text);
 
     /* 1 embedding, 9 tensors in each of 5 layers, the final norm; shared classifier. */
-    CT_CHECK(r, kf_checkpoint_count(c) == 47);
-    CT_CHECK(r, kf_checkpoint_find(c, "output.weight") == NULL);
-    CT_CHECK(r, strcmp(kf_checkpoint_path(c), path) == 0);
+    CHECK(kf_checkpoint_count(c) == 47);
+    CHECK(kf_checkpoint_find(c, "output.weight") == NULL);
+    CHECK(strcmp(kf_checkpoint_path(c), path) == 0);
     float *v = malloc(512 * 64 * sizeof *v);
     for (size_t i = 0; i < sizeof stories / sizeof *stories; i++) {
         const pinned *p = &stories[i];
         const kf_tensor *t = kf_checkpoint_find(c, p->name);
-        CT_CHECK(r, t != NULL);
+        CHECK(t != NULL);
         if (!t) continue;
-        CT_CHECK(r, t->dtype == KIR_F32 && t->ndim == p->ndim && strcmp(t->file, path) == 0);
-        for (int k = 0; k < p->ndim; k++) CT_CHECK(r, t->shape[k] == p->shape[k]);
-        CT_CHECK(r, kf_tensor_read_f32(&r->diag, t, 0, 0, -1, v) == 0);
-        for (int k = 0; k < 4; k++) CT_NEAR(r, v[k], p->first[k], 0);
+        CHECK(t->dtype == KIR_F32 && t->ndim == p->ndim && strcmp(t->file, path) == 0);
+        for (int k = 0; k < p->ndim; k++) CHECK(t->shape[k] == p->shape[k]);
+        CHECK(kf_tensor_read_f32(&r->out.d, t, 0, 0, -1, v) == 0);
+        for (int k = 0; k < 4; k++) CHECK_NEAR(v[k], p->first[k], 0);
     }
     /* The first row of wq transposed is wq's column 0: element [1][0] is its second value. */
     const kf_tensor *wq = kf_checkpoint_find(c, "layers.0.attention.wq.weight");
     float row[64];
-    CT_CHECK(r, kf_tensor_read_f32(&r->diag, wq, 0, 1, 2, row) == 0);
+    CHECK(kf_tensor_read_f32(&r->out.d, wq, 0, 1, 2, row) == 0);
     float w10 = row[0];
-    CT_CHECK(r, kf_tensor_read_f32(&r->diag, wq, 1, 0, 1, row) == 0);
-    CT_NEAR(r, row[0], 0.0443927869f, 0);
-    CT_NEAR(r, row[1], w10, 0);
-    ct_expect_log(r, "stories260K.bin values", "");
+    CHECK(kf_tensor_read_f32(&r->out.d, wq, 1, 0, 1, row) == 0);
+    CHECK_NEAR(row[0], 0.0443927869f, 0);
+    CHECK_NEAR(row[1], w10, 0);
+    CT_EXPECT_LOG(r, "stories260K.bin values", "");
     free(v);
     cJSON_Delete(config);
     kf_checkpoint_close(c);
 
     /* config_out may be NULL. */
-    ct_reset(r);
-    c = kf_checkpoint_open_llama2c(&r->diag, path, NULL);
-    CT_CHECK(r, c != NULL && kf_checkpoint_count(c) == 47);
+    sink_clear(&r->out);
+    c = kf_checkpoint_open_llama2c(&r->out.d, path, NULL);
+    CHECK(c != NULL && kf_checkpoint_count(c) == 47);
     kf_checkpoint_close(c);
 }
 
@@ -167,31 +167,31 @@ enum { TINY_TENSORS = sizeof tiny_layout / sizeof *tiny_layout };
 
 static void check_tiny(ct_run *r, const char *path, int shared)
 {
-    ct_reset(r);
+    sink_clear(&r->out);
     cJSON *config = NULL;
-    kf_checkpoint *c = kf_checkpoint_open_llama2c(&r->diag, path, &config);
-    ct_expect_log(r, path, "");
-    CT_CHECK(r, c != NULL && config != NULL);
+    kf_checkpoint *c = kf_checkpoint_open_llama2c(&r->out.d, path, &config);
+    CT_EXPECT_LOG(r, path, "");
+    CHECK(c != NULL && config != NULL);
     if (!c || !config) return;
-    CT_CHECK(r, kf_checkpoint_count(c) == (size_t)(shared ? TINY_TENSORS - 1 : TINY_TENSORS));
-    CT_CHECK(r, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(config, "shared_classifier")) == shared);
-    CT_CHECK(r, number(config, "vocab_size") == 5);
+    CHECK(kf_checkpoint_count(c) == (size_t)(shared ? TINY_TENSORS - 1 : TINY_TENSORS));
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(config, "shared_classifier")) == shared);
+    CHECK(number(config, "vocab_size") == 5);
     for (size_t i = 0; i < TINY_TENSORS; i++) {
         const kf_tensor *t = kf_checkpoint_find(c, tiny_layout[i].name);
         if (shared && strcmp(tiny_layout[i].name, "output.weight") == 0) {
-            CT_CHECK(r, t == NULL);
+            CHECK(t == NULL);
             continue;
         }
-        CT_CHECK(r, t != NULL);
+        CHECK(t != NULL);
         if (!t) continue;
         /* File order is table order. */
-        CT_CHECK(r, kf_checkpoint_at(c, i) == t);
+        CHECK(kf_checkpoint_at(c, i) == t);
         int64_t n = tiny_layout[i].rows * (tiny_layout[i].cols ? tiny_layout[i].cols : 1);
-        CT_CHECK(r, t->ndim == (tiny_layout[i].cols ? 2 : 1) && t->shape[0] == tiny_layout[i].rows);
-        CT_CHECK(r, t->nbytes == (size_t)n * 4);
+        CHECK(t->ndim == (tiny_layout[i].cols ? 2 : 1) && t->shape[0] == tiny_layout[i].rows);
+        CHECK(t->nbytes == (size_t)n * 4);
         float v[24];
-        CT_CHECK(r, kf_tensor_read_f32(&r->diag, t, 0, 0, -1, v) == 0);
-        for (int64_t k = 0; k < n; k++) CT_NEAR(r, v[k], tiny_layout[i].first + k, 0);
+        CHECK(kf_tensor_read_f32(&r->out.d, t, 0, 0, -1, v) == 0);
+        for (int64_t k = 0; k < n; k++) CHECK_NEAR(v[k], tiny_layout[i].first + k, 0);
     }
     cJSON_Delete(config);
     kf_checkpoint_close(c);
@@ -210,12 +210,12 @@ static void test_tiny(ct_run *r)
 
 static void expect_fail(ct_run *r, const char *path, const char *want)
 {
-    ct_reset(r);
+    sink_clear(&r->out);
     cJSON sentinel;
     cJSON *config = &sentinel; /* must come back NULL */
-    kf_checkpoint *c = kf_checkpoint_open_llama2c(&r->diag, path, &config);
-    CT_CHECK(r, c == NULL && config == NULL && r->diag.errors == 1);
-    ct_expect_log(r, path, want);
+    kf_checkpoint *c = kf_checkpoint_open_llama2c(&r->out.d, path, &config);
+    CHECK(c == NULL && config == NULL && r->out.d.errors == 1);
+    CT_EXPECT_LOG(r, path, want);
     kf_checkpoint_close(c);
 }
 
@@ -302,5 +302,6 @@ int main(void)
     test_stories(&r);
     test_tiny(&r);
     test_errors(&r);
-    return ct_finish(&r, "test_llama2c");
+    ct_cleanup(&r);
+    return check_finish("test_llama2c");
 }

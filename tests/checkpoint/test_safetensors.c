@@ -79,70 +79,70 @@ static void test_model(ct_run *r, const model_case *m)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/models/%s", r->shared, m->folder);
-    ct_reset(r);
-    kf_checkpoint *c = kf_checkpoint_open(&r->diag, path);
-    ct_expect_log(r, m->folder, "");
-    CT_CHECK(r, c != NULL);
+    sink_clear(&r->out);
+    kf_checkpoint *c = kf_checkpoint_open(&r->out.d, path);
+    CT_EXPECT_LOG(r, m->folder, "");
+    CHECK(c != NULL);
     if (!c) return;
-    CT_CHECK(r, strcmp(kf_checkpoint_path(c), path) == 0);
-    CT_CHECK(r, kf_checkpoint_count(c) == m->count);
-    CT_CHECK(r, kf_checkpoint_find(c, "__metadata__") == NULL);
+    CHECK(strcmp(kf_checkpoint_path(c), path) == 0);
+    CHECK(kf_checkpoint_count(c) == m->count);
+    CHECK(kf_checkpoint_find(c, "__metadata__") == NULL);
 
     /* Every tensor read whole, summed in file order (as Python did). */
     double sum = 0, abs_sum = 0;
     for (size_t i = 0; i < kf_checkpoint_count(c); i++) {
         const kf_tensor *t = kf_checkpoint_at(c, i);
-        CT_CHECK(r, kf_checkpoint_find(c, t->name) == t);
+        CHECK(kf_checkpoint_find(c, t->name) == t);
         float *v = malloc((elements(t) ? elements(t) : 1) * sizeof *v);
-        CT_CHECK(r, kf_tensor_read_f32(&r->diag, t, 0, 0, -1, v) == 0);
+        CHECK(kf_tensor_read_f32(&r->out.d, t, 0, 0, -1, v) == 0);
         for (size_t k = 0; k < elements(t); k++) {
             sum += v[k];
             abs_sum += fabs(v[k]);
         }
         free(v);
     }
-    CT_NEAR(r, sum, m->sum, 1e-9 * m->abs_sum);
-    CT_NEAR(r, abs_sum, m->abs_sum, 1e-9 * m->abs_sum);
+    CHECK_NEAR(sum, m->sum, 1e-9 * m->abs_sum);
+    CHECK_NEAR(abs_sum, m->abs_sum, 1e-9 * m->abs_sum);
 
     for (int k = 0; k < 2; k++) {
         const model_tensor *mt = &m->tensors[k];
         const kf_tensor *t = kf_checkpoint_find(c, mt->name);
-        CT_CHECK(r, t != NULL);
+        CHECK(t != NULL);
         if (!t) continue;
-        CT_CHECK(r, t->dtype == mt->dtype);
-        CT_CHECK(r, t->ndim == mt->ndim);
-        for (int i = 0; i < mt->ndim; i++) CT_CHECK(r, t->shape[i] == mt->shape[i]);
-        CT_CHECK(r, strstr(t->file, "model.safetensors") != NULL);
+        CHECK(t->dtype == mt->dtype);
+        CHECK(t->ndim == mt->ndim);
+        for (int i = 0; i < mt->ndim; i++) CHECK(t->shape[i] == mt->shape[i]);
+        CHECK(strstr(t->file, "model.safetensors") != NULL);
         size_t n = elements(t);
         float *v = malloc(n * sizeof *v);
-        CT_CHECK(r, kf_tensor_read_f32(&r->diag, t, 0, 0, -1, v) == 0);
-        for (int i = 0; i < 4; i++) CT_NEAR(r, v[i], mt->first[i], 0);
+        CHECK(kf_tensor_read_f32(&r->out.d, t, 0, 0, -1, v) == 0);
+        for (int i = 0; i < 4; i++) CHECK_NEAR(v[i], mt->first[i], 0);
         if (mt->ndim == 2) {
             int64_t a = mt->shape[0], b = mt->shape[1];
             /* Rows [b/2, b) of the transposed [b, a]: row 0 is stored column b/2. */
-            CT_CHECK(r, kf_tensor_read_f32(&r->diag, t, 1, b / 2, b, v) == 0);
-            for (int i = 0; i < 3; i++) CT_NEAR(r, v[i], mt->t_half[i], 0);
-            CT_CHECK(r, kf_tensor_read_f32(&r->diag, t, 0, a - 1, -1, v) == 0);
-            for (int i = 0; i < 3; i++) CT_NEAR(r, v[i], mt->last_row[i], 0);
+            CHECK(kf_tensor_read_f32(&r->out.d, t, 1, b / 2, b, v) == 0);
+            for (int i = 0; i < 3; i++) CHECK_NEAR(v[i], mt->t_half[i], 0);
+            CHECK(kf_tensor_read_f32(&r->out.d, t, 0, a - 1, -1, v) == 0);
+            for (int i = 0; i < 3; i++) CHECK_NEAR(v[i], mt->last_row[i], 0);
             /* every element of the transposed tensor, and of a slice of it that starts and ends inside a tile */
             float *all = malloc(n * sizeof *all), *tr = malloc(n * sizeof *tr);
-            CT_CHECK(r, kf_tensor_read_f32(&r->diag, t, 0, 0, -1, all) == 0);
-            CT_CHECK(r, kf_tensor_read_f32(&r->diag, t, 1, 0, -1, tr) == 0);
+            CHECK(kf_tensor_read_f32(&r->out.d, t, 0, 0, -1, all) == 0);
+            CHECK(kf_tensor_read_f32(&r->out.d, t, 1, 0, -1, tr) == 0);
             size_t wrong = 0;
             for (int64_t i = 0; i < a; i++)
                 for (int64_t j = 0; j < b; j++) wrong += memcmp(&tr[j * a + i], &all[i * b + j], sizeof(float)) != 0;
             int64_t j0 = b / 3, j1 = b - b / 5;
-            CT_CHECK(r, kf_tensor_read_f32(&r->diag, t, 1, j0, j1, tr) == 0);
+            CHECK(kf_tensor_read_f32(&r->out.d, t, 1, j0, j1, tr) == 0);
             for (int64_t i = 0; i < a; i++)
                 for (int64_t j = j0; j < j1; j++)
                     wrong += memcmp(&tr[(j - j0) * a + i], &all[i * b + j], sizeof(float)) != 0;
-            CT_CHECK(r, wrong == 0);
+            CHECK(wrong == 0);
             free(all);
             free(tr);
         }
         free(v);
     }
-    ct_expect_log(r, m->folder, "");
+    CT_EXPECT_LOG(r, m->folder, "");
     kf_checkpoint_close(c);
 }
 
@@ -168,7 +168,7 @@ static int test_every_model(ct_run *r)
     char path[4200];
     snprintf(path, sizeof path, "%s/models", r->shared);
     DIR *dir = opendir(path);
-    CT_CHECK(r, dir != NULL);
+    CHECK(dir != NULL);
     if (!dir) return 0;
     int found = 0;
     struct dirent *e;
@@ -180,16 +180,16 @@ static int test_every_model(ct_run *r)
             continue;
         }
         found++;
-        ct_reset(r);
-        kf_checkpoint *c = kf_checkpoint_open(&r->diag, file.data);
-        CT_CHECK(r, c != NULL && kf_checkpoint_count(c) > 0);
+        sink_clear(&r->out);
+        kf_checkpoint *c = kf_checkpoint_open(&r->out.d, file.data);
+        CHECK(c != NULL && kf_checkpoint_count(c) > 0);
         for (size_t i = 0; c && i < kf_checkpoint_count(c); i++) {
             const kf_tensor *t = kf_checkpoint_at(c, i);
             float *v = malloc((elements(t) ? elements(t) : 1) * sizeof *v);
-            CT_CHECK(r, kf_tensor_read_f32(&r->diag, t, 0, 0, -1, v) == 0);
+            CHECK(kf_tensor_read_f32(&r->out.d, t, 0, 0, -1, v) == 0);
             free(v);
         }
-        ct_expect_log(r, file.data, "");
+        CT_EXPECT_LOG(r, file.data, "");
         kf_checkpoint_close(c);
         ks_buf_free(&file);
     }
@@ -236,7 +236,7 @@ static void good_data(uint8_t data[40])
 
 static void expect_floats(ct_run *r, const float *got, const float *want, int n)
 {
-    for (int i = 0; i < n; i++) CT_NEAR(r, got[i], want[i], 0);
+    for (int i = 0; i < n; i++) CHECK_NEAR(got[i], want[i], 0);
 }
 
 static void test_good_file(ct_run *r)
@@ -244,51 +244,51 @@ static void test_good_file(ct_run *r)
     uint8_t data[40];
     good_data(data);
     const char *path = ct_write_st(r, "good.safetensors", good_header, data, sizeof data);
-    ct_reset(r);
-    kf_checkpoint *c = kf_checkpoint_open(&r->diag, path);
-    CT_CHECK(r, c != NULL);
+    sink_clear(&r->out);
+    kf_checkpoint *c = kf_checkpoint_open(&r->out.d, path);
+    CHECK(c != NULL);
     if (!c) return;
-    CT_CHECK(r, kf_checkpoint_count(c) == 5);
+    CHECK(kf_checkpoint_count(c) == 5);
     const char *order[] = {"a", "h", "b", "empty", "s"};
-    for (size_t i = 0; i < 5; i++) CT_CHECK(r, strcmp(kf_checkpoint_at(c, i)->name, order[i]) == 0);
-    CT_CHECK(r, kf_checkpoint_find(c, "zzz") == NULL);
-    CT_CHECK(r, kf_checkpoint_find(c, "__metadata__") == NULL);
+    for (size_t i = 0; i < 5; i++) CHECK(strcmp(kf_checkpoint_at(c, i)->name, order[i]) == 0);
+    CHECK(kf_checkpoint_find(c, "zzz") == NULL);
+    CHECK(kf_checkpoint_find(c, "__metadata__") == NULL);
 
     const kf_tensor *a = kf_checkpoint_find(c, "a");
-    CT_CHECK(r, a->dtype == KIR_F32 && a->ndim == 2 && a->shape[0] == 2 && a->shape[1] == 3);
-    CT_CHECK(r, a->nbytes == 24 && strcmp(a->file, path) == 0);
+    CHECK(a->dtype == KIR_F32 && a->ndim == 2 && a->shape[0] == 2 && a->shape[1] == 3);
+    CHECK(a->nbytes == 24 && strcmp(a->file, path) == 0);
     float v[8];
-    CT_CHECK(r, kf_tensor_read_f32(&r->diag, a, 0, 0, -1, v) == 0);
+    CHECK(kf_tensor_read_f32(&r->out.d, a, 0, 0, -1, v) == 0);
     expect_floats(r, v, (const float[]){1, 2, 3, 4, 5, 6}, 6);
-    CT_CHECK(r, kf_tensor_read_f32(&r->diag, a, 1, 0, -1, v) == 0);
+    CHECK(kf_tensor_read_f32(&r->out.d, a, 1, 0, -1, v) == 0);
     expect_floats(r, v, (const float[]){1, 4, 2, 5, 3, 6}, 6);
-    CT_CHECK(r, kf_tensor_read_f32(&r->diag, a, 1, 1, 3, v) == 0);
+    CHECK(kf_tensor_read_f32(&r->out.d, a, 1, 1, 3, v) == 0);
     expect_floats(r, v, (const float[]){2, 5, 3, 6}, 4);
-    CT_CHECK(r, kf_tensor_read_f32(&r->diag, a, 0, 1, -1, v) == 0);
+    CHECK(kf_tensor_read_f32(&r->out.d, a, 0, 1, -1, v) == 0);
     expect_floats(r, v, (const float[]){4, 5, 6}, 3);
-    CT_CHECK(r, kf_tensor_read_f32(&r->diag, a, 0, 1, 1, v) == 0); /* an empty slice */
+    CHECK(kf_tensor_read_f32(&r->out.d, a, 0, 1, 1, v) == 0); /* an empty slice */
 
     const kf_tensor *h = kf_checkpoint_find(c, "h");
-    CT_CHECK(r, h->dtype == KIR_F16 && h->ndim == 1 && h->shape[0] == 3 && h->nbytes == 6);
-    CT_CHECK(r, kf_tensor_read_f32(&r->diag, h, 0, 0, -1, v) == 0);
+    CHECK(h->dtype == KIR_F16 && h->ndim == 1 && h->shape[0] == 3 && h->nbytes == 6);
+    CHECK(kf_tensor_read_f32(&r->out.d, h, 0, 0, -1, v) == 0);
     expect_floats(r, v, (const float[]){1, -2, 0.333251953125f}, 3);
 
     const kf_tensor *b = kf_checkpoint_find(c, "b");
-    CT_CHECK(r, b->dtype == KIR_BF16 && b->ndim == 1 && b->shape[0] == 2);
-    CT_CHECK(r, kf_tensor_read_f32(&r->diag, b, 0, 0, -1, v) == 0);
+    CHECK(b->dtype == KIR_BF16 && b->ndim == 1 && b->shape[0] == 2);
+    CHECK(kf_tensor_read_f32(&r->out.d, b, 0, 0, -1, v) == 0);
     expect_floats(r, v, (const float[]){1, 3.140625f}, 2);
 
     const kf_tensor *e = kf_checkpoint_find(c, "empty");
-    CT_CHECK(r, e->ndim == 2 && e->shape[0] == 0 && e->shape[1] == 4 && e->nbytes == 0);
-    CT_CHECK(r, kf_tensor_read_f32(&r->diag, e, 0, 0, -1, v) == 0);
-    CT_CHECK(r, kf_tensor_read_f32(&r->diag, e, 1, 0, -1, v) == 0);
+    CHECK(e->ndim == 2 && e->shape[0] == 0 && e->shape[1] == 4 && e->nbytes == 0);
+    CHECK(kf_tensor_read_f32(&r->out.d, e, 0, 0, -1, v) == 0);
+    CHECK(kf_tensor_read_f32(&r->out.d, e, 1, 0, -1, v) == 0);
 
     const kf_tensor *s = kf_checkpoint_find(c, "s");
-    CT_CHECK(r, s->ndim == 0 && s->nbytes == 4);
+    CHECK(s->ndim == 0 && s->nbytes == 4);
     v[0] = 0;
-    CT_CHECK(r, kf_tensor_read_f32(&r->diag, s, 0, 0, -1, v) == 0);
-    CT_NEAR(r, v[0], 7.5, 0);
-    ct_expect_log(r, "good.safetensors", "");
+    CHECK(kf_tensor_read_f32(&r->out.d, s, 0, 0, -1, v) == 0);
+    CHECK_NEAR(v[0], 7.5, 0);
+    CT_EXPECT_LOG(r, "good.safetensors", "");
 
     /* Reads the reader refuses. */
     struct {
@@ -305,22 +305,22 @@ static void test_good_file(ct_run *r)
         {"s", 0, 0, 0, "$TMP/good.safetensors: error: tensor 's': a scalar has no rows to slice\n"},
     };
     for (size_t i = 0; i < sizeof bad_reads / sizeof *bad_reads; i++) {
-        ct_reset(r);
-        int rc = kf_tensor_read_f32(&r->diag, kf_checkpoint_find(c, bad_reads[i].tensor), bad_reads[i].transposed,
+        sink_clear(&r->out);
+        int rc = kf_tensor_read_f32(&r->out.d, kf_checkpoint_find(c, bad_reads[i].tensor), bad_reads[i].transposed,
                                     bad_reads[i].start, bad_reads[i].end, v);
-        CT_CHECK(r, rc == -1 && r->diag.errors == 1);
-        ct_expect_log(r, "bad read", bad_reads[i].want);
+        CHECK(rc == -1 && r->out.d.errors == 1);
+        CT_EXPECT_LOG(r, "bad read", bad_reads[i].want);
     }
     kf_checkpoint_close(c);
 
     /* The same file as a folder's model.safetensors. */
     const char *dir = ct_mkdir(r, "folder");
     ct_write_st(r, "folder/model.safetensors", good_header, data, sizeof data);
-    ct_reset(r);
-    c = kf_checkpoint_open(&r->diag, dir);
-    CT_CHECK(r, c != NULL && kf_checkpoint_count(c) == 5);
-    if (c) CT_CHECK(r, strstr(kf_checkpoint_find(c, "s")->file, "folder/model.safetensors") != NULL);
-    ct_expect_log(r, "folder", "");
+    sink_clear(&r->out);
+    c = kf_checkpoint_open(&r->out.d, dir);
+    CHECK(c != NULL && kf_checkpoint_count(c) == 5);
+    if (c) CHECK(strstr(kf_checkpoint_find(c, "s")->file, "folder/model.safetensors") != NULL);
+    CT_EXPECT_LOG(r, "folder", "");
     kf_checkpoint_close(c);
 }
 
@@ -351,27 +351,27 @@ static void test_sharded(ct_run *r)
     const char *index = ct_write(r, "sharded/model.safetensors.index.json", index_text, strlen(index_text));
 
     for (int via_index = 0; via_index < 2; via_index++) {
-        ct_reset(r);
-        kf_checkpoint *c = kf_checkpoint_open(&r->diag, via_index ? index : dir);
-        ct_expect_log(r, "sharded", "");
-        CT_CHECK(r, c != NULL);
+        sink_clear(&r->out);
+        kf_checkpoint *c = kf_checkpoint_open(&r->out.d, via_index ? index : dir);
+        CT_EXPECT_LOG(r, "sharded", "");
+        CHECK(c != NULL);
         if (!c) continue;
-        CT_CHECK(r, kf_checkpoint_count(c) == 3);
+        CHECK(kf_checkpoint_count(c) == 3);
         const char *order[] = {"x", "y", "z"};
-        for (size_t i = 0; i < 3; i++) CT_CHECK(r, strcmp(kf_checkpoint_at(c, i)->name, order[i]) == 0);
+        for (size_t i = 0; i < 3; i++) CHECK(strcmp(kf_checkpoint_at(c, i)->name, order[i]) == 0);
         const kf_tensor *x = kf_checkpoint_find(c, "x"), *y = kf_checkpoint_find(c, "y"),
                         *z = kf_checkpoint_find(c, "z");
-        CT_CHECK(r, x && y && z);
+        CHECK(x && y && z);
         if (!x || !y || !z) continue;
-        CT_CHECK(r, strstr(x->file, "sharded/model-00001-of-00002.safetensors") != NULL);
-        CT_CHECK(r, y->file == x->file);
-        CT_CHECK(r, strstr(z->file, "sharded/model-00002-of-00002.safetensors") != NULL);
+        CHECK(strstr(x->file, "sharded/model-00001-of-00002.safetensors") != NULL);
+        CHECK(y->file == x->file);
+        CHECK(strstr(z->file, "sharded/model-00002-of-00002.safetensors") != NULL);
         float v[4];
-        CT_CHECK(r, kf_tensor_read_f32(&r->diag, x, 0, 0, -1, v) == 0);
+        CHECK(kf_tensor_read_f32(&r->out.d, x, 0, 0, -1, v) == 0);
         expect_floats(r, v, (const float[]){1.5f, -2.5f}, 2);
-        CT_CHECK(r, kf_tensor_read_f32(&r->diag, y, 1, 0, -1, v) == 0);
+        CHECK(kf_tensor_read_f32(&r->out.d, y, 1, 0, -1, v) == 0);
         expect_floats(r, v, (const float[]){1, -1, 2, 0.5f}, 4);
-        CT_CHECK(r, kf_tensor_read_f32(&r->diag, z, 0, 1, 3, v) == 0);
+        CHECK(kf_tensor_read_f32(&r->out.d, z, 0, 1, 3, v) == 0);
         expect_floats(r, v, (const float[]){2, 0.5f}, 2);
         kf_checkpoint_close(c);
     }
@@ -473,20 +473,20 @@ static void test_bad_headers(ct_run *r)
     for (size_t i = 0; i < sizeof bad_headers / sizeof *bad_headers; i++) {
         const bad_header *b = &bad_headers[i];
         const char *path = ct_write_st(r, b->file, b->header, zeros, b->data_len);
-        ct_reset(r);
-        kf_checkpoint *c = kf_checkpoint_open(&r->diag, path);
-        CT_CHECK(r, c == NULL && r->diag.errors == 1);
-        ct_expect_log(r, b->file, b->want);
+        sink_clear(&r->out);
+        kf_checkpoint *c = kf_checkpoint_open(&r->out.d, path);
+        CHECK(c == NULL && r->out.d.errors == 1);
+        CT_EXPECT_LOG(r, b->file, b->want);
         kf_checkpoint_close(c);
     }
 }
 
 static void expect_open_fails(ct_run *r, const char *path, const char *want)
 {
-    ct_reset(r);
-    kf_checkpoint *c = kf_checkpoint_open(&r->diag, path);
-    CT_CHECK(r, c == NULL && r->diag.errors == 1);
-    ct_expect_log(r, path, want);
+    sink_clear(&r->out);
+    kf_checkpoint *c = kf_checkpoint_open(&r->out.d, path);
+    CHECK(c == NULL && r->out.d.errors == 1);
+    CT_EXPECT_LOG(r, path, want);
     kf_checkpoint_close(c);
 }
 
@@ -588,11 +588,12 @@ int main(void)
     ct_run r;
     ct_init(&r);
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) test_model(&r, &models[i]);
-    CT_CHECK(&r, test_every_model(&r) >= (int)(sizeof models / sizeof *models));
+    CHECK(test_every_model(&r) >= (int)(sizeof models / sizeof *models));
     test_good_file(&r);
     test_sharded(&r);
     test_bad_prefix(&r);
     test_bad_headers(&r);
     test_bad_index(&r);
-    return ct_finish(&r, "test_safetensors");
+    ct_cleanup(&r);
+    return check_finish("test_safetensors");
 }

@@ -36,6 +36,7 @@
 
 #include "codegen/cuda/kcu.h"
 #include "runtime/cuda/cuda_api.h"
+#include "tests/check.h"
 
 /* ---- the cases ------------------------------------------------------------------------ */
 typedef enum { W_BF16, W_F16, W_F32 } wtype;
@@ -61,7 +62,7 @@ static const char *const w_short[] = {"bf16", "f16", "f32"};
 static const size_t w_size[] = {2, 2, 4};
 
 /* Checked through the emulator and on a GPU. */
-static const mm_case checks[] = {
+static const mm_case check_cases[] = {
     {W_BF16, 9, 72, 67, 0, 0, 0, PATH_MATMUL, 0, 0, 0},   /* one partial row tile, K % 32 = 8, N odd */
     {W_BF16, 64, 256, 128, 1, 1, 0, PATH_MATMUL, 0, 0, 0}, /* a full tile, rms prologue, permuted columns */
     {W_BF16, 100, 75, 33, 0, 0, 0, PATH_MATMUL, 0, 0, 0}, /* odd K: scalar weight and x loads */
@@ -341,8 +342,6 @@ static mm_err compare(const mm_case *c, const mm_data *d, const float *out, int 
     return e;
 }
 
-static int failures;
-
 /* Run every check case twice: within 1e-6 (4e-6 for the CUDA-core path),
  * bitwise equal runs. */
 static void run_checks(runner *r, const mm_case *cases, int n)
@@ -356,25 +355,21 @@ static void run_checks(runner *r, const mm_case *cases, int n)
         size_t bytes = (size_t)c->T * c->N * 4;
         float *a = malloc(bytes), *b = malloc(bytes);
         if (!a || !b || setup(r, c, 1000 + (uint64_t)i, 1, &d) != 0) {
-            printf("FAIL %s: setup\n", what);
-            failures++;
+            check_at(0, __FILE__, __LINE__, "%s: setup", what);
             free(a), free(b);
             continue;
         }
         int ok = r->api.cuMemsetD8(d.out, 0xff, bytes) == 0 && launch(r, c, i, &d) == 0 &&
                  r->api.cuMemcpyDtoH(a, d.out, bytes) == 0 && r->api.cuMemsetD8(d.out, 0xff, bytes) == 0 &&
                  launch(r, c, i, &d) == 0 && r->api.cuMemcpyDtoH(b, d.out, bytes) == 0;
-        if (!ok) {
-            printf("FAIL %s: launch\n", what);
-            failures++;
-        } else {
+        if (check_at(ok, __FILE__, __LINE__, "%s: launch", what)) {
             mm_err e = compare(c, &d, a, 0);
             int same = memcmp(a, b, bytes) == 0;
             /* the CUDA-core path's sequential f32 sums round more often */
             int pass = e.bad == 0 && e.worst <= (c->path == PATH_FMA ? 4e-6 : 1e-6) && same;
             printf("%s %s: worst error %.2e of sum|x w| (relative L2 %.2e)%s%s\n", pass ? "ok  " : "FAIL", what,
                    e.worst, e.l2, e.bad ? ", outputs not finite" : "", same ? "" : ", two runs differ");
-            failures += !pass;
+            CHECK_MSG(pass, "%s", what);
         }
         teardown(r, &d);
         free(a), free(b);
@@ -449,10 +444,7 @@ static void run_bench(runner *r, const mm_case *cases, int n, int first)
     for (int i = 0; i < n; i++) {
         const mm_case *c = &cases[i];
         mm_data d;
-        if (setup(r, c, 7 + (uint64_t)c->K * 31 + (uint64_t)c->N, 0, &d) != 0) {
-            failures++;
-            continue;
-        }
+        if (!CHECK(setup(r, c, 7 + (uint64_t)c->K * 31 + (uint64_t)c->N, 0, &d) == 0)) continue;
         double ms = time_case(r, c, first + i, &d, c->T >= 512 ? 5 : 10);
         size_t bytes = (size_t)c->T * c->N * 4;
         float *out = malloc(bytes);
@@ -464,7 +456,7 @@ static void run_bench(runner *r, const mm_case *cases, int n, int first)
         path_name(c, name, sizeof name);
         printf("bench %-5s T=%-4d K=%-5d N=%-6d %-32s %8.3f ms %6.1f TFLOP/s  error %.2e (L2 %.2e)%s\n",
                w_short[c->w], c->T, c->K, c->N, name, ms, tflops, e.worst, e.l2, e.bad ? " NOT FINITE" : "");
-        if (c->path != PATH_FMA && (e.bad || e.worst > 1e-6)) failures++;
+        if (c->path != PATH_FMA) CHECK_MSG(!e.bad && e.worst <= 1e-6, "bench case %d: error %.2e", i, e.worst);
         if (c->w != W_BF16 || c->T != 128) {
             teardown(r, &d);
             continue;
@@ -517,14 +509,14 @@ enum { MAX_BENCH = 32 };
 /* The --gpu kernels: the checks, then the benchmark's; their counts. */
 static void gpu_cases(mm_case *all, int *n_checks, int *n_bench)
 {
-    *n_checks = (int)(sizeof checks / sizeof checks[0]);
-    memcpy(all, checks, sizeof checks);
+    *n_checks = (int)(sizeof check_cases / sizeof check_cases[0]);
+    memcpy(all, check_cases, sizeof check_cases);
     *n_bench = bench_cases(all + *n_checks);
 }
 
 static int compile_main(const char *arch, const char *path)
 {
-    mm_case all[sizeof checks / sizeof checks[0] + MAX_BENCH];
+    mm_case all[sizeof check_cases / sizeof check_cases[0] + MAX_BENCH];
     int n_checks, n_bench;
     gpu_cases(all, &n_checks, &n_bench);
     ks_buf src = {0}, cubin = {0};
@@ -540,7 +532,7 @@ static int compile_main(const char *arch, const char *path)
 
 static int gpu_main(const char *cubin_path)
 {
-    mm_case all[sizeof checks / sizeof checks[0] + MAX_BENCH];
+    mm_case all[sizeof check_cases / sizeof check_cases[0] + MAX_BENCH];
     int n_checks, n_bench;
     gpu_cases(all, &n_checks, &n_bench);
     ks_buf src = {0}, cubin = {0};
@@ -574,18 +566,17 @@ static int gpu_main(const char *cubin_path)
     close_runner(&r);
     ks_buf_free(&src);
     ks_buf_free(&cubin);
-    printf("%s\n", failures ? "FAILED" : "all passed");
-    return failures ? 1 : 0;
+    return check_finish("cuda_mm_check");
 }
 
 static int emu_main(void)
 {
-    int n = (int)(sizeof checks / sizeof checks[0]), ran = 0;
+    int n = (int)(sizeof check_cases / sizeof check_cases[0]), ran = 0;
     ks_buf src = {0};
-    program_source(checks, n, &src);
+    program_source(check_cases, n, &src);
     if (kcu_have_nvrtc()) {
         ks_buf cubin = {0};
-        failures += nvrtc(ks_buf_cstr(&src), "sm_80", &cubin) != 0;
+        CHECK_MSG(nvrtc(ks_buf_cstr(&src), "sm_80", &cubin) == 0, "NVRTC, sm_80");
         ks_buf_free(&cubin);
         ran = 1;
     }
@@ -599,18 +590,11 @@ static int emu_main(void)
         ks_buf cmd = {0};
         ks_buf_printf(&cmd, "'%s' -O2 -w -fno-strict-aliasing -shared -fPIC -include '%s' -x c++ '%s' -o '%s'", gxx,
                       shim, cu, so);
-        if (system(ks_buf_cstr(&cmd)) != 0) {
-            printf("FAIL: g++ could not compile the kernels\n");
-            failures++;
-        } else {
+        if (CHECK_MSG(system(ks_buf_cstr(&cmd)) == 0, "g++ could not compile the kernels")) {
             setenv("KILN_EMU_KERNELS", so, 1);
             setenv("KILN_CUDA_LIB", emu, 1);
             runner r = {0};
-            if (open_runner(&r, NULL, 0) != 0) {
-                failures++;
-            } else {
-                run_checks(&r, checks, n);
-            }
+            if (CHECK(open_runner(&r, NULL, 0) == 0)) run_checks(&r, check_cases, n);
             close_runner(&r);
             ran = 1;
         }
@@ -628,8 +612,7 @@ static int emu_main(void)
         printf("skipped: needs NVRTC or g++\n");
         return 77;
     }
-    printf("%s\n", failures ? "FAILED" : "all passed");
-    return failures ? 1 : 0;
+    return check_finish("cuda_mm_check");
 }
 
 int main(int argc, char **argv)

@@ -669,6 +669,5 @@ int main(int argc, char **argv)
     test_sections();
     test_backend_errors();
     rmdir(work_dir);
-    printf("%s\n", failures ? "FAILED" : "passed");
-    return failures ? 1 : 0;
+    return check_finish("test_cuda");
 }

@@ -35,18 +35,7 @@
 #include <string.h>
 
 #include "frontend/frontend.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-        }                                                                  \
-    } while (0)
+#include "tests/check.h"
 
 static const char *shared_dir(void)
 {
@@ -75,7 +64,7 @@ static int count_op(const kir_graph *g, kir_op op)
 static int64_t param_int(const kir_graph *g, const char *name)
 {
     const kir_param *p = kir_param_find(g, name);
-    CHECK(p && p->kind == KIR_ATTR_INT, "param %s is not an int", name);
+    CHECK_MSG(p && p->kind == KIR_ATTR_INT, "param %s is not an int", name);
     return p && p->kind == KIR_ATTR_INT ? p->i : -12345;
 }
 
@@ -98,43 +87,44 @@ static void check_common(const char *what, const kf_model *m, const kf_checkpoin
 {
     const kir_graph *g = m->graph;
     int64_t layers = param_int(g, "layers");
-    CHECK(count_op(g, KIR_OP_ATTENTION) == layers, "%s: %d attention nodes for %lld layers", what,
-          count_op(g, KIR_OP_ATTENTION), (long long)layers);
+    CHECK_MSG(count_op(g, KIR_OP_ATTENTION) == layers, "%s: %d attention nodes for %lld layers", what,
+              count_op(g, KIR_OP_ATTENTION), (long long)layers);
     for (int l = 0; l < layers; l++) {
         kir_val a = find_node(g, KIR_OP_ATTENTION, l);
-        CHECK(a != KIR_NONE && kir_get_int(g, a, "layer", -1) == l, "%s: attention %d has the wrong layer", what, l);
-        CHECK(kir_get(g, a, "scale") && kir_get(g, a, "window") && kir_get(g, a, "softcap"),
-              "%s: attention %d lacks attributes", what, l);
+        CHECK_MSG(a != KIR_NONE && kir_get_int(g, a, "layer", -1) == l, "%s: attention %d has the wrong layer", what,
+                  l);
+        CHECK_MSG(kir_get(g, a, "scale") && kir_get(g, a, "window") && kir_get(g, a, "softcap"),
+                  "%s: attention %d lacks attributes", what, l);
     }
-    CHECK(count_op(g, KIR_OP_OUTPUT) == 1, "%s: one output", what);
+    CHECK_MSG(count_op(g, KIR_OP_OUTPUT) == 1, "%s: one output", what);
     kir_val out = find_node(g, KIR_OP_OUTPUT, 0);
     if (out != KIR_NONE) {
         const kir_node *o = kir_node_at(g, out);
-        CHECK(strcmp(kir_get_str(g, out, "name", ""), "logits") == 0, "%s: output is named logits", what);
-        CHECK(o->ndim == 2 && o->dims[0] == KIR_DIM_T && o->dims[1] == param_int(g, "vocab"),
-              "%s: logits are [T, vocab]", what);
+        CHECK_MSG(strcmp(kir_get_str(g, out, "name", ""), "logits") == 0, "%s: output is named logits", what);
+        CHECK_MSG(o->ndim == 2 && o->dims[0] == KIR_DIM_T && o->dims[1] == param_int(g, "vocab"),
+                  "%s: logits are [T, vocab]", what);
     }
     param_int(g, "bos_token_id");
     param_int(g, "eos_token_id");
     /* The weights' dtype is the build's (--dtype) and the engine's metadata's, not a param. */
-    CHECK(!kir_param_find(g, "dtype"), "%s: no param dtype", what);
-    CHECK(param_int(g, "max_context") > 0, "%s: max_context", what);
-    CHECK((int)m->n_weights == count_op(g, KIR_OP_WEIGHT), "%s: %zu bindings for %d weights", what, m->n_weights,
+    CHECK_MSG(!kir_param_find(g, "dtype"), "%s: no param dtype", what);
+    CHECK_MSG(param_int(g, "max_context") > 0, "%s: max_context", what);
+    CHECK_MSG((int)m->n_weights == count_op(g, KIR_OP_WEIGHT), "%s: %zu bindings for %d weights", what, m->n_weights,
           count_op(g, KIR_OP_WEIGHT));
     for (int r = 0; r < count_op(g, KIR_OP_ROPE); r++) {
         kir_val v = find_node(g, KIR_OP_ROPE, r);
         static const char *const keys[] = {"theta", "style", "rot_dim", "scaling", "factor",
                                            "low_freq_factor", "high_freq_factor", "original_max_positions"};
-        for (size_t k = 0; k < 8; k++) CHECK(kir_get(g, v, keys[k]), "%s: rope %d lacks %s", what, r, keys[k]);
+        for (size_t k = 0; k < 8; k++) CHECK_MSG(kir_get(g, v, keys[k]), "%s: rope %d lacks %s", what, r, keys[k]);
     }
     for (size_t i = 0; i < m->n_weights; i++) {
         const kf_weight_binding *b = &m->weights[i];
         const kir_node *n = kir_node_at(g, b->node);
-        CHECK(n->op == KIR_OP_WEIGHT && n->dtype == KIR_F32, "%s: binding %zu is an f32 WEIGHT node", what, i);
-        CHECK(i == 0 || m->weights[i - 1].node < b->node, "%s: bindings in node order", what);
+        CHECK_MSG(n->op == KIR_OP_WEIGHT && n->dtype == KIR_F32, "%s: binding %zu is an f32 WEIGHT node", what, i);
+        CHECK_MSG(i == 0 || m->weights[i - 1].node < b->node, "%s: bindings in node order", what);
         if (!ck) continue;
         const kf_tensor *t = kf_checkpoint_find(ck, b->tensor);
-        CHECK(t != NULL, "%s: bound tensor %s exists", what, b->tensor);
+        CHECK_MSG(t != NULL, "%s: bound tensor %s exists", what, b->tensor);
         if (!t) continue;
         int64_t shape[KIR_MAX_DIMS];
         memcpy(shape, t->shape, sizeof shape);
@@ -145,7 +135,7 @@ static void check_common(const char *what, const kf_model *m, const kf_checkpoin
         if (b->row_end >= 0) shape[0] = b->row_end - b->row_start;
         int same = t->ndim == n->ndim;
         for (int k = 0; same && k < n->ndim; k++) same = shape[k] == n->dims[k];
-        CHECK(same, "%s: %s read as bound has the WEIGHT's shape", what, b->tensor);
+        CHECK_MSG(same, "%s: %s read as bound has the WEIGHT's shape", what, b->tensor);
     }
 }
 
@@ -167,57 +157,57 @@ static void check_model_specific(const model_case *mc, const kf_model *m)
     if (strcmp(f, "tinystories-656k") == 0) {
         /* Tied: only lm_head.weight is stored, and the embedding reads it. */
         const kf_weight_binding *e = binding_named(m, "embed");
-        CHECK(e && strcmp(e->tensor, "lm_head.weight") == 0, "tinystories: embed reads lm_head.weight");
-        CHECK(strcmp(kir_get_str(g, rope, "scaling", ""), "none") == 0, "tinystories: no rope scaling");
-        CHECK(kir_get_float(g, rope, "theta", 0) == 10000.0, "tinystories: theta");
-        CHECK(kir_get_int(g, rope, "rot_dim", 0) == 16, "tinystories: rot_dim is head_dim");
-        CHECK(param_int(g, "bos_token_id") == 1 && param_int(g, "eos_token_id") == 2, "tinystories: bos/eos");
-        CHECK(kir_get_float(g, find_node(g, KIR_OP_RMS_NORM, 0), "eps", 0) == 1e-6, "tinystories: eps");
+        CHECK_MSG(e && strcmp(e->tensor, "lm_head.weight") == 0, "tinystories: embed reads lm_head.weight");
+        CHECK_MSG(strcmp(kir_get_str(g, rope, "scaling", ""), "none") == 0, "tinystories: no rope scaling");
+        CHECK_MSG(kir_get_float(g, rope, "theta", 0) == 10000.0, "tinystories: theta");
+        CHECK_MSG(kir_get_int(g, rope, "rot_dim", 0) == 16, "tinystories: rot_dim is head_dim");
+        CHECK_MSG(param_int(g, "bos_token_id") == 1 && param_int(g, "eos_token_id") == 2, "tinystories: bos/eos");
+        CHECK_MSG(kir_get_float(g, find_node(g, KIR_OP_RMS_NORM, 0), "eps", 0) == 1e-6, "tinystories: eps");
     } else if (strcmp(f, "llama-gqa-tiny") == 0) {
-        CHECK(strcmp(kir_get_str(g, rope, "scaling", ""), "llama3") == 0, "llama-gqa: llama3 scaling");
-        CHECK(kir_get_float(g, rope, "factor", 0) == 8.0, "llama-gqa: factor");
-        CHECK(kir_get_float(g, rope, "low_freq_factor", 0) == 1.0, "llama-gqa: low_freq_factor");
-        CHECK(kir_get_float(g, rope, "high_freq_factor", 0) == 4.0, "llama-gqa: high_freq_factor");
-        CHECK(kir_get_int(g, rope, "original_max_positions", 0) == 64, "llama-gqa: original_max_positions");
-        CHECK(kir_get_float(g, rope, "theta", 0) == 500000.0, "llama-gqa: theta");
-        CHECK(strcmp(kir_get_str(g, rope, "style", ""), "halves") == 0, "llama-gqa: halves");
+        CHECK_MSG(strcmp(kir_get_str(g, rope, "scaling", ""), "llama3") == 0, "llama-gqa: llama3 scaling");
+        CHECK_MSG(kir_get_float(g, rope, "factor", 0) == 8.0, "llama-gqa: factor");
+        CHECK_MSG(kir_get_float(g, rope, "low_freq_factor", 0) == 1.0, "llama-gqa: low_freq_factor");
+        CHECK_MSG(kir_get_float(g, rope, "high_freq_factor", 0) == 4.0, "llama-gqa: high_freq_factor");
+        CHECK_MSG(kir_get_int(g, rope, "original_max_positions", 0) == 64, "llama-gqa: original_max_positions");
+        CHECK_MSG(kir_get_float(g, rope, "theta", 0) == 500000.0, "llama-gqa: theta");
+        CHECK_MSG(strcmp(kir_get_str(g, rope, "style", ""), "halves") == 0, "llama-gqa: halves");
         /* head_dim 32 from config: q is [T,8,32], k [T,2,32] */
         kir_val k = kir_node_at(g, att)->in[1];
-        CHECK(kir_node_at(g, k)->dims[1] == 2 && kir_node_at(g, k)->dims[2] == 32, "llama-gqa: k is [T,2,32]");
-        CHECK(fabs(kir_get_float(g, att, "scale", 0) - 1.0 / sqrt(32.0)) < 1e-12, "llama-gqa: scale");
+        CHECK_MSG(kir_node_at(g, k)->dims[1] == 2 && kir_node_at(g, k)->dims[2] == 32, "llama-gqa: k is [T,2,32]");
+        CHECK_MSG(fabs(kir_get_float(g, att, "scale", 0) - 1.0 / sqrt(32.0)) < 1e-12, "llama-gqa: scale");
         const kf_weight_binding *lm = binding_named(m, "lm_head");
-        CHECK(lm && strcmp(lm->tensor, "lm_head.weight") == 0, "llama-gqa: untied lm_head");
-        CHECK(param_int(g, "max_context") == 512, "llama-gqa: max_context");
+        CHECK_MSG(lm && strcmp(lm->tensor, "lm_head.weight") == 0, "llama-gqa: untied lm_head");
+        CHECK_MSG(param_int(g, "max_context") == 512, "llama-gqa: max_context");
     } else if (strcmp(f, "qwen2-tiny") == 0) {
         const kf_weight_binding *lm = binding_named(m, "lm_head");
-        CHECK(lm && strcmp(lm->tensor, "model.embed_tokens.weight") == 0, "qwen2: tied lm_head");
+        CHECK_MSG(lm && strcmp(lm->tensor, "model.embed_tokens.weight") == 0, "qwen2: tied lm_head");
         const kf_weight_binding *bq = binding_named(m, "bq[1]");
-        CHECK(bq && strcmp(bq->tensor, "model.layers.1.self_attn.q_proj.bias") == 0, "qwen2: bq[1]");
-        CHECK(kir_get_int(g, att, "window", -1) == 0, "qwen2: no sliding window");
-        CHECK(kir_get_float(g, rope, "theta", 0) == 1000000.0, "qwen2: theta");
-        CHECK(param_int(g, "bos_token_id") == -1 && param_int(g, "eos_token_id") == -1, "qwen2: null bos/eos");
+        CHECK_MSG(bq && strcmp(bq->tensor, "model.layers.1.self_attn.q_proj.bias") == 0, "qwen2: bq[1]");
+        CHECK_MSG(kir_get_int(g, att, "window", -1) == 0, "qwen2: no sliding window");
+        CHECK_MSG(kir_get_float(g, rope, "theta", 0) == 1000000.0, "qwen2: theta");
+        CHECK_MSG(param_int(g, "bos_token_id") == -1 && param_int(g, "eos_token_id") == -1, "qwen2: null bos/eos");
     } else if (strcmp(f, "gpt2-tiny") == 0) {
         const kf_weight_binding *wk = binding_named(m, "wk[1]");
-        CHECK(wk && strcmp(wk->tensor, "transformer.h.1.attn.c_attn.weight") == 0 && wk->transposed &&
+        CHECK_MSG(wk && strcmp(wk->tensor, "transformer.h.1.attn.c_attn.weight") == 0 && wk->transposed &&
                   wk->row_start == 128 && wk->row_end == 256,
-              "gpt2: wk[1] is rows 128..256 of c_attn.weight transposed");
+                  "gpt2: wk[1] is rows 128..256 of c_attn.weight transposed");
         const kf_weight_binding *bv = binding_named(m, "bv[0]");
-        CHECK(bv && !bv->transposed && bv->row_start == 256 && bv->row_end == 384, "gpt2: bv[0] rows 256..384");
+        CHECK_MSG(bv && !bv->transposed && bv->row_start == 256 && bv->row_end == 384, "gpt2: bv[0] rows 256..384");
         const kf_weight_binding *lm = binding_named(m, "lm_head");
-        CHECK(lm && strcmp(lm->tensor, "transformer.wte.weight") == 0 && !lm->transposed && lm->row_end == -1,
-              "gpt2: lm_head is wte");
-        CHECK(count_op(g, KIR_OP_GELU_TANH) == 2 && count_op(g, KIR_OP_LAYER_NORM) == 5, "gpt2: gelu_new, 5 norms");
-        CHECK(count_op(g, KIR_OP_EMBED) == 2 && count_op(g, KIR_OP_INPUT) == 2, "gpt2: learned positions");
-        CHECK(count_op(g, KIR_OP_ROPE) == 0, "gpt2: no rope");
-        CHECK(param_int(g, "bos_token_id") == 499 && param_int(g, "max_context") == 256, "gpt2: bos, n_positions");
+        CHECK_MSG(lm && strcmp(lm->tensor, "transformer.wte.weight") == 0 && !lm->transposed && lm->row_end == -1,
+                  "gpt2: lm_head is wte");
+        CHECK_MSG(count_op(g, KIR_OP_GELU_TANH) == 2 && count_op(g, KIR_OP_LAYER_NORM) == 5, "gpt2: gelu_new, 5 norms");
+        CHECK_MSG(count_op(g, KIR_OP_EMBED) == 2 && count_op(g, KIR_OP_INPUT) == 2, "gpt2: learned positions");
+        CHECK_MSG(count_op(g, KIR_OP_ROPE) == 0, "gpt2: no rope");
+        CHECK_MSG(param_int(g, "bos_token_id") == 499 && param_int(g, "max_context") == 256, "gpt2: bos, n_positions");
     } else if (strcmp(f, "stories260k") == 0) {
-        CHECK(strcmp(kir_get_str(g, rope, "style", ""), "pairs") == 0, "stories260k: pairs");
-        CHECK(param_int(g, "max_context") == 512, "stories260k: seq_len");
+        CHECK_MSG(strcmp(kir_get_str(g, rope, "style", ""), "pairs") == 0, "stories260k: pairs");
+        CHECK_MSG(param_int(g, "max_context") == 512, "stories260k: seq_len");
     }
-    CHECK((int)g->n_nodes == mc->n_nodes, "%s: %zu nodes, expected %d", f, g->n_nodes, mc->n_nodes);
-    CHECK(count_op(g, KIR_OP_WEIGHT) == mc->n_weights, "%s: %d weights, expected %d", f, count_op(g, KIR_OP_WEIGHT),
-          mc->n_weights);
-    CHECK(count_op(g, KIR_OP_ADD) == mc->n_add, "%s: %d adds, expected %d", f, count_op(g, KIR_OP_ADD), mc->n_add);
+    CHECK_MSG((int)g->n_nodes == mc->n_nodes, "%s: %zu nodes, expected %d", f, g->n_nodes, mc->n_nodes);
+    CHECK_MSG(count_op(g, KIR_OP_WEIGHT) == mc->n_weights, "%s: %d weights, expected %d", f, count_op(g, KIR_OP_WEIGHT),
+              mc->n_weights);
+    CHECK_MSG(count_op(g, KIR_OP_ADD) == mc->n_add, "%s: %d adds, expected %d", f, count_op(g, KIR_OP_ADD), mc->n_add);
 }
 
 static const kf_builtin_model *builtin_for(const char *model_type)
@@ -225,8 +215,8 @@ static const kf_builtin_model *builtin_for(const char *model_type)
     const kf_builtin_model *found = NULL;
     for (size_t i = 0; i < kf_builtin_model_count; i++) {
         if (!kf_kiln_matches(kf_builtin_models[i].text, model_type)) continue;
-        CHECK(!found, "model_type %s matched by %s and %s", model_type, found ? found->file : "",
-              kf_builtin_models[i].file);
+        CHECK_MSG(!found, "model_type %s matched by %s and %s", model_type, found ? found->file : "",
+                  kf_builtin_models[i].file);
         found = &kf_builtin_models[i];
     }
     return found;
@@ -251,27 +241,27 @@ static void test_model(const model_case *mc)
         free(cfg);
         ck = kf_checkpoint_open(&d, folder);
     }
-    CHECK(config && ck, "%s: config and checkpoint open: %s", mc->folder, ks_buf_cstr(&log));
+    CHECK_MSG(config && ck, "%s: config and checkpoint open: %s", mc->folder, ks_buf_cstr(&log));
     if (!config || !ck) goto done;
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(config, "model_type");
     const kf_builtin_model *bm = builtin_for(cJSON_IsString(mt) ? mt->valuestring : "");
-    CHECK(bm && strcmp(bm->file, mc->kiln) == 0, "%s is matched by %s", mc->folder, mc->kiln);
+    CHECK_MSG(bm && strcmp(bm->file, mc->kiln) == 0, "%s is matched by %s", mc->folder, mc->kiln);
     if (!bm) goto done;
     ks_source src = {bm->file, bm->text, strlen(bm->text)};
     /* Without the checkpoint: every weight as declared. */
     kf_json_doc doc = {config, {"config.json", NULL, 0}};
     kf_model *m0 = kf_compile(&src, &doc, NULL, NULL, NULL, &d);
-    CHECK(m0 != NULL, "%s without checkpoint: %s", mc->folder, ks_buf_cstr(&log));
+    CHECK_MSG(m0 != NULL, "%s without checkpoint: %s", mc->folder, ks_buf_cstr(&log));
     if (m0) check_common(mc->folder, m0, NULL);
     /* With it. */
     kf_model *m = kf_compile(&src, &doc, NULL, ck, NULL, &d);
-    CHECK(m != NULL, "%s with checkpoint: %s", mc->folder, ks_buf_cstr(&log));
+    CHECK_MSG(m != NULL, "%s with checkpoint: %s", mc->folder, ks_buf_cstr(&log));
     if (m) {
         check_common(mc->folder, m, ck);
         check_model_specific(mc, m);
-        if (m0) CHECK(m0->graph->n_nodes == m->graph->n_nodes, "%s: same graph without the checkpoint", mc->folder);
+        if (m0) CHECK_MSG(m0->graph->n_nodes == m->graph->n_nodes, "%s: same graph without the checkpoint", mc->folder);
     }
-    CHECK(d.errors == 0 && d.warnings == 0, "%s: no errors or warnings: %s", mc->folder, ks_buf_cstr(&log));
+    CHECK_MSG(d.errors == 0 && d.warnings == 0, "%s: no errors or warnings: %s", mc->folder, ks_buf_cstr(&log));
     printf("%-18s %-20s %4zu nodes, %3d weights, %2d adds\n", mc->folder, bm->file, m ? m->graph->n_nodes : 0,
            m ? count_op(m->graph, KIR_OP_WEIGHT) : 0, m ? count_op(m->graph, KIR_OP_ADD) : 0);
     kf_model_free(m0);
@@ -308,14 +298,14 @@ static int run_models(void)
 
     /* Every shipped description names what it matches, and nothing else.
      * The fifth embedded file is models/default.json, the default model's config. */
-    CHECK(kf_builtin_model_count == 5, "%zu builtin models", kf_builtin_model_count);
+    CHECK_MSG(kf_builtin_model_count == 5, "%zu builtin models", kf_builtin_model_count);
     const kf_builtin_model *llama = builtin_for("mistral");
-    CHECK(llama && strcmp(llama->file, "models/llama.kiln") == 0, "mistral is a llama");
-    CHECK(builtin_for("bert") == NULL, "nothing matches bert");
-    CHECK(!kf_kiln_matches("model x; # matches \"bert\";\nmatches \"a\", \"b\";", "bert"), "comments do not match");
-    CHECK(kf_kiln_matches("model x; matches \"a\", \"b\";", "b"), "second string matches");
-    CHECK(!kf_kiln_matches("model x; param matches_ = \"b\";", "b"), "only matches lines");
-    return failures ? 1 : 0;
+    CHECK_MSG(llama && strcmp(llama->file, "models/llama.kiln") == 0, "mistral is a llama");
+    CHECK_MSG(builtin_for("bert") == NULL, "nothing matches bert");
+    CHECK_MSG(!kf_kiln_matches("model x; # matches \"bert\";\nmatches \"a\", \"b\";", "bert"), "comments do not match");
+    CHECK_MSG(kf_kiln_matches("model x; matches \"a\", \"b\";", "b"), "second string matches");
+    CHECK_MSG(!kf_kiln_matches("model x; param matches_ = \"b\";", "b"), "only matches lines");
+    return check_finish("frontend models");
 }
 
 /* ---- cases ------------------------------------------------------------------------ */
@@ -347,11 +337,7 @@ static void run_case(test_case *tc, const char *file)
     cJSON *config = NULL, *generation = NULL;
     if (tc->config.len) {
         config = cJSON_Parse(ks_buf_cstr(&tc->config));
-        if (!config) {
-            fprintf(stderr, "%s:%d: case %s: bad JSON in %%%% config\n", file, tc->line, tc->name);
-            failures++;
-            return;
-        }
+        if (!check_at(config != NULL, file, tc->line, "case %s: bad JSON in %%%% config", tc->name)) return;
     }
     if (tc->generation.len) {
         generation = cJSON_Parse(ks_buf_cstr(&tc->generation));
@@ -368,10 +354,8 @@ static void run_case(test_case *tc, const char *file)
         char *path = ks_path_join(models_dir, tc->checkpoint);
         ck = kf_checkpoint_open(&d, path);
         free(path);
-        if (!ck) {
-            fprintf(stderr, "%s:%d: case %s: cannot open checkpoint: %s", file, tc->line, tc->name,
-                    ks_buf_cstr(&log));
-            failures++;
+        if (!check_at(ck != NULL, file, tc->line, "case %s: cannot open checkpoint: %s", tc->name,
+                      ks_buf_cstr(&log))) {
             cJSON_Delete(config);
             cJSON_Delete(generation);
             ks_buf_free(&log);
@@ -393,11 +377,8 @@ static void run_case(test_case *tc, const char *file)
     free(models_dir);
     const char *got = ks_buf_cstr(&shown), *want = ks_buf_cstr(&tc->expect);
     int ok = strcmp(got, want) == 0 && (m != NULL) == (d.errors == 0);
-    if (!ok) {
-        failures++;
-        fprintf(stderr, "%s:%d: case '%s' failed (%s)\n--- expected\n%s--- got\n%s---\n", file, tc->line, tc->name,
-                m ? "compiled" : "did not compile", want, got);
-    }
+    check_at(ok, file, tc->line, "case '%s' failed (%s)\n--- expected\n%s--- got\n%s---", tc->name,
+             m ? "compiled" : "did not compile", want, got);
     if (ok && m && tc->ops.len) {
         /* Compare the op sequence, normalizing the expected whitespace. */
         ks_buf want_ops = {0}, got_ops = {0};
@@ -405,11 +386,9 @@ static void run_case(test_case *tc, const char *file)
             ks_buf_printf(&want_ops, "%s%s", want_ops.len ? " " : "", w);
         for (size_t i = 0; i < m->graph->n_nodes; i++)
             ks_buf_printf(&got_ops, "%s%s", i ? " " : "", kir_op_table[m->graph->nodes[i].op].name);
-        if (strcmp(ks_buf_cstr(&want_ops), ks_buf_cstr(&got_ops)) != 0) {
-            failures++;
-            fprintf(stderr, "%s:%d: case '%s': ops differ\n--- expected\n%s\n--- got\n%s\n---\n", file, tc->line,
-                    tc->name, want_ops.data, got_ops.data);
-        }
+        check_at(strcmp(ks_buf_cstr(&want_ops), ks_buf_cstr(&got_ops)) == 0, file, tc->line,
+                 "case '%s': ops differ\n--- expected\n%s\n--- got\n%s\n---", tc->name, ks_buf_cstr(&want_ops),
+                 ks_buf_cstr(&got_ops));
         ks_buf_free(&want_ops);
         ks_buf_free(&got_ops);
     }
@@ -488,8 +467,7 @@ static int run_cases(const char *file)
             } else if (strcmp(arg, "%% ops") == 0) {
                 section = &tc.ops;
             } else {
-                fprintf(stderr, "%s:%d: unknown line: %s\n", file, line + 1, arg);
-                failures++;
+                check_at(0, file, line + 1, "unknown line: %s", arg);
             }
             free(arg);
         } else if (section) {
@@ -511,8 +489,8 @@ static int run_cases(const char *file)
     ks_buf_free(&tc.ops);
     ks_buf_free(&tc.params);
     free(text);
-    printf("%d cases, %d failed\n", n, failures);
-    return failures ? 1 : 0;
+    printf("%d cases\n", n);
+    return check_finish(file);
 }
 
 int main(int argc, char **argv)

@@ -29,8 +29,8 @@
 
 #include "compiler/driver.h"
 #include "runtime/session.h"
+#include "tests/check.h"
 
-static int failures;
 static double tolerance = 1e-4; /* per row: max|d| / max|golden| ($KILN_GOLDEN_TOL) */
 
 typedef struct gcase {
@@ -84,7 +84,8 @@ static void check_rows(const char *what, int c, const float *got, const float *w
     int ok = worst <= tolerance;
     printf("  %-8s case %d: %3d positions, worst row %d: max|d|/max|golden| = %.3g %s\n", what, c, n, worst_row,
            worst, ok ? "ok" : "FAIL");
-    if (!ok) failures++;
+    CHECK_MSG(ok, "%s case %d: worst row %d: max|d|/max|golden| = %.3g, tolerance %.3g", what, c, worst_row, worst,
+              tolerance);
 }
 
 int main(int argc, char **argv)
@@ -234,8 +235,8 @@ int main(int argc, char **argv)
                mismatch[c] < 0 ? "exact\n" : greedy_exact ? "FAIL" : "differ");
         if (mismatch[c] >= 0) {
             printf(" (first difference at token %d%s)\n", mismatch[c], greedy_exact ? "" : "; half precision: not counted");
-            failures += greedy_exact;
         }
+        if (greedy_exact) CHECK_MSG(mismatch[c] < 0, "greedy case %d: first difference at token %d", c, mismatch[c]);
         free(want[c]);
     }
     free(out);
@@ -251,6 +252,5 @@ int main(int argc, char **argv)
     cJSON_Delete(golden);
     krt_session_free(s);
     krt_engine_close(e);
-    printf("%s\n", failures ? "FAILED" : "passed");
-    return failures ? 1 : 0;
+    return check_finish("golden_test");
 }

@@ -27,12 +27,12 @@ static void check_close(const char *what, const float *got, const double *want, 
     for (int64_t i = 0; i < n; i++) {
         double e = fabs((double)got[i] - want[i]);
         if (!(e <= tol)) {
-            fprintf(stderr, "%s: element %lld: got %.9g, want %.9g (|diff| %.3g > %.3g)\n", what, (long long)i,
-                    (double)got[i], want[i], e, tol);
-            failures++;
+            check_at(0, __FILE__, __LINE__, "%s: element %lld: got %.9g, want %.9g (|diff| %.3g > %.3g)", what,
+                     (long long)i, (double)got[i], want[i], e, tol);
             return;
         }
     }
+    checks++;
 }
 
 static void check_same(const char *what, const float *got, const float *want, int64_t n, double tol)
@@ -40,12 +40,12 @@ static void check_same(const char *what, const float *got, const float *want, in
     for (int64_t i = 0; i < n; i++) {
         double e = fabs((double)got[i] - (double)want[i]);
         if (!(e <= tol)) {
-            fprintf(stderr, "%s: element %lld: got %.9g, want %.9g (|diff| %.3g > %.3g)\n", what, (long long)i,
-                    (double)got[i], (double)want[i], e, tol);
-            failures++;
+            check_at(0, __FILE__, __LINE__, "%s: element %lld: got %.9g, want %.9g (|diff| %.3g > %.3g)", what,
+                     (long long)i, (double)got[i], (double)want[i], e, tol);
             return;
         }
     }
+    checks++;
 }
 
 /* ---- random numbers ------------------------------------------------------------- */
@@ -296,11 +296,8 @@ static void matmul_case(int64_t n_tok, int64_t k, int64_t n, kir_dtype dt)
             double e = fabs(out[r * n + c] - s) / ((double)k * 6e-8 * mag + 1e-30);
             if (e > worst) worst = e;
         }
-    if (worst > 1.0) {
-        fprintf(stderr, "matmul %lldx%lldx%lld %s: error %.3g of the float32 bound\n", (long long)n_tok,
-                (long long)k, (long long)n, kir_dtype_name(dt), worst);
-        failures++;
-    }
+    CHECK_MSG(worst <= 1.0, "matmul %lldx%lldx%lld %s: error %.3g of the float32 bound", (long long)n_tok,
+              (long long)k, (long long)n, kir_dtype_name(dt), worst);
     if (dt != KIR_F32) {
         float *f32_out = ks_xmalloc(sizeof(float) * (size_t)(n_tok * n));
         CHECK(run_matmul(n_tok, k, n, x, w, KIR_F32, f32_out) == 0);
@@ -1139,12 +1136,7 @@ int main(void)
     test_kv_consistency();
     test_new_errors();
     test_layout_queries();
-    if (failures) {
-        fprintf(stderr, "%d checks failed\n", failures);
-        return 1;
-    }
-    printf("interp: all checks passed\n");
-    return 0;
+    return check_finish("interp");
 }
 
 /*

@@ -1,54 +1,18 @@
 /*
- * ir_test.h — the few checks the IR tests share: a failure counter, text
- * comparison that shows the first differing line, parsing and verifying
- * into a captured log, and structural equality of two graphs.
- * Each test file holds its own inputs and expected outputs.
+ * ir_test.h — IR helpers the IR and pass tests share: parsing into a
+ * captured log, printing to a string, and structural equality of two graphs
+ * (the checks themselves are tests/check.h's). Each test file holds its own
+ * inputs and expected outputs.
  */
 #ifndef KILN_TESTS_IR_TEST_H
 #define KILN_TESTS_IR_TEST_H
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ir/ir.h"
-
-static int kt_failures; /* checks failed in this test program */
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            kt_failures++;                                                            \
-        }                                                                             \
-    } while (0)
-
-/* Compare texts; on a difference print both and the first differing line. */
-static inline void kt_check_text(const char *file, int line, const char *what, const char *got, const char *want)
-{
-    if (!got) got = "(null)";
-    if (strcmp(got, want) == 0) return;
-    kt_failures++;
-    int ln = 1;
-    size_t i = 0;
-    while (got[i] && got[i] == want[i]) {
-        if (got[i] == '\n') ln++;
-        i++;
-    }
-    fprintf(stderr, "%s:%d: %s: text differs at line %d\n--- got:\n%s\n--- want:\n%s\n---\n", file, line, what, ln,
-            got, want);
-}
-#define CHECK_TEXT(what, got, want) kt_check_text(__FILE__, __LINE__, (what), (got), (want))
-
-static inline int kt_finish(const char *name)
-{
-    if (kt_failures) {
-        fprintf(stderr, "%s: %d check(s) failed\n", name, kt_failures);
-        return 1;
-    }
-    printf("%s: ok\n", name);
-    return 0;
-}
 
 /* Parse text named `name`; messages go to *log only. */
 static inline kir_graph *kt_parse(const char *name, const char *text, ks_buf *log)

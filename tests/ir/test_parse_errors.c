@@ -5,7 +5,8 @@
  */
 #include <stdlib.h>
 
-#include "ir_test.h"
+#include "tests/check.h"
+#include "tests/ir/ir_test.h"
 
 typedef struct parse_case {
     const char *name; /* the file name in messages */
@@ -294,5 +295,5 @@ int main(void)
         ks_buf_free(&log);
     }
     test_error_limit();
-    return kt_finish("test_parse_errors");
+    return check_finish("test_parse_errors");
 }

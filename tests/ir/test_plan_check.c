@@ -6,7 +6,8 @@
  */
 #include <stdlib.h>
 
-#include "ir_test.h"
+#include "tests/check.h"
+#include "tests/ir/ir_test.h"
 #include "ir/plan.h"
 
 /* An MLP block at T=4, hidden 16, ffn 32, a kernel per node, as the planner
@@ -181,7 +182,7 @@ static char *edited(const plan_case *c)
     const char *at = c->from ? strstr(c->base, c->from) : NULL;
     if (c->from && !at) {
         fprintf(stderr, "%s: the text to edit is not in the base\n", c->name);
-        kt_failures++;
+        failures++;
     }
     if (!at) {
         ks_buf_puts(&b, c->base);
@@ -202,7 +203,7 @@ static void run_case(const plan_case *c)
     kir_graph *g = kt_parse(c->name, text, &log);
     if (!g) {
         fprintf(stderr, "%s: does not parse:\n%s", c->name, ks_buf_cstr(&log));
-        kt_failures++;
+        failures++;
     } else {
         ks_diag d = {.log = &log, .quiet = 1};
         int errors = kir_verify(g, &d, c->name);
@@ -254,5 +255,5 @@ int main(void)
 {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     test_read();
-    return kt_finish("test_plan_check");
+    return check_finish("test_plan_check");
 }

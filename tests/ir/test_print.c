@@ -10,7 +10,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 
-#include "ir_test.h"
+#include "tests/check.h"
+#include "tests/ir/ir_test.h"
 
 /* Append op(operands...) at `at`; the caller sets attributes, then infer(). */
 static kir_val node(kir_graph *g, kir_op op, kir_loc at, int nin, ...)
@@ -26,10 +27,7 @@ static kir_val node(kir_graph *g, kir_op op, kir_loc at, int nin, ...)
 static kir_val infer(kir_graph *g, kir_val v)
 {
     ks_buf err = {0};
-    if (kir_infer(g, v, &err) != 0) {
-        fprintf(stderr, "kir_infer(%%%u): %s\n", (unsigned)v, err.data);
-        kt_failures++;
-    }
+    CHECK_MSG(kir_infer(g, v, &err) == 0, "kir_infer(%%%u): %s", (unsigned)v, ks_buf_cstr(&err));
     ks_buf_free(&err);
     return v;
 }
@@ -274,5 +272,5 @@ int main(void)
     test_tiny_llama();
     test_values();
     test_ops();
-    return kt_finish("test_print");
+    return check_finish("test_print");
 }

@@ -17,8 +17,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "ir_test.h"
+#include "tests/check.h"
 #include "tests/graph_build.h"
+#include "tests/ir/ir_test.h"
 
 /* xorshift64* (Vigna, "An experimental exploration of Marsaglia's xorshift
  * generators, scrambled", 2016). */
@@ -333,33 +334,27 @@ int main(void)
     int rounds = rounds_env ? atoi(rounds_env) : 400;
     for (int i = 0; i < rounds; i++) {
         rng r = {seed * 1000003u + (uint64_t)i + 1};
-        int before = kt_failures;
+        int before = failures;
         kir_graph *g = random_graph(&r);
         ks_buf log = {0};
         ks_diag d = {.log = &log, .quiet = 1};
-        if (kir_verify(g, &d, "random") != 0) {
-            fprintf(stderr, "random graph does not verify:\n%s", log.data);
-            kt_failures++;
-        }
+        CHECK_MSG(kir_verify(g, &d, "random") == 0, "random graph does not verify:\n%s", ks_buf_cstr(&log));
         for (int k = below(&r, 6); k > 0; k--) add_extra_attr(g, &r);
         char *text = kt_print(g);
         log.len = 0;
         kir_graph *h = kt_parse("random.ir", text, &log);
-        if (!h) {
-            fprintf(stderr, "printed text does not parse:\n%s\n%s", log.data, text);
-            kt_failures++;
-        } else {
+        if (CHECK_MSG(h != NULL, "printed text does not parse:\n%s\n%s", ks_buf_cstr(&log), text)) {
             CHECK(kt_graph_equal(g, h));
             char *again = kt_print(h);
             CHECK_TEXT("reprint", again, text);
             free(again);
         }
-        if (kt_failures != before) fprintf(stderr, "(seed %llu, round %d)\n", (unsigned long long)seed, i);
+        if (failures != before) fprintf(stderr, "(seed %llu, round %d)\n", (unsigned long long)seed, i);
         free(text);
         kir_graph_free(h);
         kir_graph_free(g);
         ks_buf_free(&log);
-        if (kt_failures > 10) break;
+        if (failures > 10) break;
     }
-    return kt_finish("test_random");
+    return check_finish("test_random");
 }

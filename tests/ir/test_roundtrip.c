@@ -5,16 +5,15 @@
  */
 #include <stdlib.h>
 
-#include "ir_test.h"
+#include "tests/check.h"
+#include "tests/ir/ir_test.h"
 
 /* text must be canonical: parsing and printing it gives it back. */
 static void check_canonical(const char *what, const char *text)
 {
     ks_buf log = {0};
     kir_graph *g = kt_parse(what, text, &log);
-    if (!g) {
-        fprintf(stderr, "%s: parse failed:\n%s", what, log.data);
-        kt_failures++;
+    if (!CHECK_MSG(g != NULL, "%s: parse failed:\n%s", what, ks_buf_cstr(&log))) {
         ks_buf_free(&log);
         return;
     }
@@ -30,10 +29,7 @@ static void check_reads_as(const char *what, const char *text, const char *want)
 {
     ks_buf log = {0};
     kir_graph *g = kt_parse(what, text, &log);
-    if (!g) {
-        fprintf(stderr, "%s: parse failed:\n%s", what, log.data);
-        kt_failures++;
-    } else {
+    if (CHECK_MSG(g != NULL, "%s: parse failed:\n%s", what, ks_buf_cstr(&log))) {
         char *got = kt_print(g);
         CHECK_TEXT(what, got, want);
         free(got);
@@ -187,5 +183,5 @@ int main(void)
     test_canonical_texts();
     test_builder_graph();
     test_edited_text();
-    return kt_finish("test_roundtrip");
+    return check_finish("test_roundtrip");
 }

@@ -5,7 +5,8 @@
  */
 #include <stdlib.h>
 
-#include "ir_test.h"
+#include "tests/check.h"
+#include "tests/ir/ir_test.h"
 
 typedef struct verify_case {
     const char *name; /* `what` given to kir_verify, and the file name to parse */
@@ -133,10 +134,7 @@ static kir_graph *parse_ok(const char *name, const char *text)
 {
     ks_buf log = {0};
     kir_graph *g = kt_parse(name, text, &log);
-    if (!g) {
-        fprintf(stderr, "%s: does not parse:\n%s", name, log.data);
-        kt_failures++;
-    }
+    CHECK_MSG(g != NULL, "%s: does not parse:\n%s", name, ks_buf_cstr(&log));
     ks_buf_free(&log);
     return g;
 }
@@ -218,5 +216,5 @@ int main(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     test_edited_in_memory();
     test_unknown_op();
-    return kt_finish("test_verify");
+    return check_finish("test_verify");
 }

@@ -500,10 +500,5 @@ int main(void)
     test_out_of_blocks();
     test_copy_on_write();
     test_random_against_model();
-    if (failures) {
-        fprintf(stderr, "%d checks failed\n", failures);
-        return 1;
-    }
-    printf("kvcache: all checks passed\n");
-    return 0;
+    return check_finish("kvcache");
 }

@@ -28,19 +28,9 @@
 #include "runtime/interp/interp.h"
 #include "passes/derived_weight.h"
 #include "passes/pipeline.h"
+#include "tests/check.h"
 
-static int failures;
 static int print_fused; /* --print: write each fused graph's IR */
-
-#define CHECK(cond, ...)                                   \
-    do {                                                   \
-        if (!(cond)) {                                     \
-            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                  \
-            fprintf(stderr, "\n");                         \
-            failures++;                                    \
-        }                                                  \
-    } while (0)
 
 /* ---- the hook: the text form survives every pass ---------------------------------------- */
 typedef struct hook_ctx {
@@ -61,7 +51,8 @@ static int round_trips(const char *model, const char *pass, const kir_graph *g)
         ok = a.len == b.len && memcmp(a.data, b.data, a.len) == 0;
         kir_graph_free(back);
     }
-    CHECK(ok, "%s: after %s: print -> parse -> print differs%s%s", model, pass, back ? "" : ": ", ks_buf_cstr(&log));
+    CHECK_MSG(ok, "%s: after %s: print -> parse -> print differs%s%s", model, pass, back ? "" : ": ",
+              ks_buf_cstr(&log));
     ks_buf_free(&a);
     ks_buf_free(&b);
     ks_buf_free(&log);
@@ -165,12 +156,12 @@ static int derive_weights(const weights *base, const kir_graph *g, weights *w)
         ks_arena arena = {0};
         kp_weight_recipe r;
         int rc = kp_weight_recipe_of(g, (kir_val)v, &arena, &r);
-        CHECK(rc == 0, "%s: bad recipe", kir_get_str(g, (kir_val)v, "name", ""));
+        CHECK_MSG(rc == 0, "%s: bad recipe", kir_get_str(g, (kir_val)v, "name", ""));
         if (rc == 0 && r.n_sources == 0) {
             const kir_node *src = NULL;
             const float *data = weight_named(base, kir_get_str(g, (kir_val)v, "name", ""), &src);
-            CHECK(data && src && kir_elems(src, 1) == kir_elems(n, 1), "no data for weight %s",
-                  kir_get_str(g, (kir_val)v, "name", ""));
+            CHECK_MSG(data && src && kir_elems(src, 1) == kir_elems(n, 1), "no data for weight %s",
+                      kir_get_str(g, (kir_val)v, "name", ""));
             if (data) memcpy(w->data[v], data, bytes);
         } else if (rc == 0) {
             const void **sources = calloc(r.n_sources, sizeof *sources);
@@ -180,8 +171,8 @@ static int derive_weights(const weights *base, const kir_graph *g, weights *w)
                 sources[i] = weight_named(base, r.names[i], &src);
                 ok = ok && sources[i] && (size_t)kir_elems(src, 1) * sizeof(float) == r.bytes[i];
             }
-            CHECK(ok, "derived weight %s: a source is missing or of another size",
-                  kir_get_str(g, (kir_val)v, "name", ""));
+            CHECK_MSG(ok, "derived weight %s: a source is missing or of another size",
+                      kir_get_str(g, (kir_val)v, "name", ""));
             if (ok) kp_derive_weight(g, (kir_val)v, &r, sources, w->data[v]);
             free(sources);
             derived++;
@@ -240,13 +231,13 @@ static void test_model(const char *label, const kd_inputs *in, int max_period)
     ks_diag d = {.log = &log};
     kd_model m;
     if (kd_model_load(in, 1, &m, &d) != 0) {
-        CHECK(0, "%s: does not load:\n%s", label, ks_buf_cstr(&log));
+        check_at(0, __FILE__, __LINE__, "%s: does not load:\n%s", label, ks_buf_cstr(&log));
         kd_model_free(&m);
         ks_buf_free(&log);
         return;
     }
     weights base = {0}, fused_w = {0};
-    CHECK(load_weights(&m, &base, &d) == 0, "%s: weights do not load", label);
+    CHECK_MSG(load_weights(&m, &base, &d) == 0, "%s: weights do not load", label);
 
     /* 1. the pipeline, verified and round-tripped after every pass */
     kir_graph *g = kir_graph_clone(m.model->graph);
@@ -255,8 +246,8 @@ static void test_model(const char *label, const kd_inputs *in, int max_period)
     kp_pass_stats *st = NULL;
     size_t n_st = 0;
     int rc = kp_run_pipeline(&g, &opt, &st, &n_st, &d);
-    CHECK(rc == 0 && d.errors == 0, "%s: pipeline failed:\n%s", label, ks_buf_cstr(&log));
-    CHECK(h.passes_seen == (int)kp_pass_count && n_st == kp_pass_count, "%s: %d passes ran", label, h.passes_seen);
+    CHECK_MSG(rc == 0 && d.errors == 0, "%s: pipeline failed:\n%s", label, ks_buf_cstr(&log));
+    CHECK_MSG(h.passes_seen == (int)kp_pass_count && n_st == kp_pass_count, "%s: %d passes ran", label, h.passes_seen);
     free(st);
 
     /* 2. a fixed point */
@@ -264,10 +255,10 @@ static void test_model(const char *label, const kd_inputs *in, int max_period)
     kir_print(g, &once);
     kir_graph *again = kir_graph_clone(g);
     kp_options quiet = {.verify = 1};
-    CHECK(kp_run_pipeline(&again, &quiet, NULL, NULL, &d) == 0, "%s: second run failed", label);
+    CHECK_MSG(kp_run_pipeline(&again, &quiet, NULL, NULL, &d) == 0, "%s: second run failed", label);
     kir_print(again, &twice);
-    CHECK(once.len == twice.len && memcmp(once.data, twice.data, once.len) == 0,
-          "%s: a second run of the pipeline changed the graph", label);
+    CHECK_MSG(once.len == twice.len && memcmp(once.data, twice.data, once.len) == 0,
+              "%s: a second run of the pipeline changed the graph", label);
     kir_graph_free(again);
     ks_buf_free(&once);
     ks_buf_free(&twice);
@@ -285,12 +276,12 @@ static void test_model(const char *label, const kd_inputs *in, int max_period)
     size_t worst = kernels_per_period(g, 1);
     printf("    at most %zu kernels per period (from one attention through the next)\n", worst);
     if (max_period)
-        CHECK(worst <= (size_t)max_period, "%s: %zu kernels in a period, want <= %d", label, worst, max_period);
+        CHECK_MSG(worst <= (size_t)max_period, "%s: %zu kernels in a period, want <= %d", label, worst, max_period);
 
     /* 4. the same logits */
     int derived = derive_weights(&base, g, &fused_w);
     printf("    %d derived weights\n", derived);
-    CHECK(derived > 0, "%s: nothing was merged", label);
+    CHECK_MSG(derived > 0, "%s: nothing was merged", label);
     runner ra = {0}, rb = {0};
     if (runner_open(&ra, m.model->graph, &base, &d) == 0 && runner_open(&rb, g, &fused_w, &d) == 0) {
         int64_t vocab = rb.desc.vocab;
@@ -304,7 +295,7 @@ static void test_model(const char *label, const kd_inputs *in, int max_period)
             if (step > 0)
                 for (int i = 0; i < 2; i++) tok[i] = (int32_t)((step * 101 + i * 7) % vocab), seq[i] = i;
             int ea = run_step(&ra, n, tok, seq, oa, &d), eb = run_step(&rb, n, tok, seq, ob, &d);
-            CHECK(ea == 0 && eb == 0, "%s: step %d failed:\n%s", label, step, ks_buf_cstr(&log));
+            CHECK_MSG(ea == 0 && eb == 0, "%s: step %d failed:\n%s", label, step, ks_buf_cstr(&log));
             if (ea || eb) break;
             for (int64_t i = 0; i < n * vocab; i++) {
                 double e = fabs((double)oa[i] - (double)ob[i]);
@@ -312,11 +303,11 @@ static void test_model(const char *label, const kd_inputs *in, int max_period)
             }
         }
         printf("    fused vs unfused logits: max |diff| = %g\n", worst_diff);
-        CHECK(worst_diff == 0, "%s: fused logits differ from unfused by %g", label, worst_diff);
+        CHECK_MSG(worst_diff == 0, "%s: fused logits differ from unfused by %g", label, worst_diff);
         free(oa);
         free(ob);
     } else {
-        CHECK(0, "%s: interpreter does not start:\n%s", label, ks_buf_cstr(&log));
+        check_at(0, __FILE__, __LINE__, "%s: interpreter does not start:\n%s", label, ks_buf_cstr(&log));
     }
     runner_close(&ra);
     runner_close(&rb);
@@ -361,6 +352,5 @@ int main(int argc, char **argv)
         free(models);
     }
     free(fallback);
-    printf("%s\n", failures ? "FAILED" : "ok");
-    return failures ? 1 : 0;
+    return check_finish("pass_models");
 }

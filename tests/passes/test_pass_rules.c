@@ -13,7 +13,8 @@
 #include <stdlib.h>
 
 #include "runtime/interp/interp.h"
-#include "pass_test.h"
+#include "tests/check.h"
+#include "tests/ir/ir_test.h"
 #include "passes/derived_weight.h"
 #include "ir/plan.h"
 #include "passes/pipeline.h"
@@ -157,10 +158,8 @@ static void test_verifier(void)
     for (size_t i = 0; i < sizeof verify_cases / sizeof verify_cases[0]; i++) {
         const verify_case *c = &verify_cases[i];
         ks_buf log = {0};
-        kir_graph *g = pt_parse(c->name, c->text, &log);
-        if (!g) {
-            fprintf(stderr, "%s: does not parse:\n%s", c->name, ks_buf_cstr(&log));
-            pt_failures++;
+        kir_graph *g = kt_parse(c->name, c->text, &log);
+        if (!CHECK_MSG(g != NULL, "%s: does not parse:\n%s", c->name, ks_buf_cstr(&log))) {
             ks_buf_free(&log);
             continue;
         }
@@ -208,7 +207,7 @@ static int record(void *ctx, const kp_pass *pass, const kir_graph *g, const kp_p
 /* Run the pipeline on small_graph; returns its result, log in *log. */
 static int run(const kp_options *opt, ks_buf *log, kp_pass_stats **st, size_t *n_st, kir_graph **out)
 {
-    kir_graph *g = pt_parse("small.ir", small_graph, log);
+    kir_graph *g = kt_parse("small.ir", small_graph, log);
     KS_ASSERT(g);
     ks_diag d = {.log = log, .quiet = 1};
     int rc = kp_run_pipeline(&g, opt, st, n_st, &d);
@@ -303,7 +302,7 @@ static void test_pipeline(void)
 
     /* a graph that does not verify is refused before any pass runs */
     log.len = 0;
-    kir_graph *broken = pt_parse("broken.ir", "kiln-ir 1\n%0 : i32[T] = input() {name=\"tokens\"}\n", &log);
+    kir_graph *broken = kt_parse("broken.ir", "kiln-ir 1\n%0 : i32[T] = input() {name=\"tokens\"}\n", &log);
     ks_diag d = {.log = &log, .quiet = 1};
     kp_options opt5 = {.verify = 1};
     CHECK(kp_run_pipeline(&broken, &opt5, NULL, NULL, &d) == -1);
@@ -319,7 +318,7 @@ static void test_pipeline(void)
 static void test_derived(void)
 {
     ks_buf log = {0};
-    kir_graph *g = pt_parse("derive.ir",
+    kir_graph *g = kt_parse("derive.ir",
                             "kiln-ir 1\n"
                             "%0 : f16[5,2] = weight() {name=\"x+y\", derive=\"concat0\", sources=\"x,y\", rows=[2,3]}\n"
                             "%1 : f32[3] = weight() {name=\"p\", derive=\"concat0\", sources=\"p1,p2,p3\", rows=[1,1,1]}\n"
@@ -360,7 +359,7 @@ static void test_derived(void)
  * cache's layer-0 K rows into kc. */
 static int interp_run(const char *text, float *out, float *kc_rows, ks_buf *log)
 {
-    kir_graph *g = pt_parse("kv_interp.ir", text, log);
+    kir_graph *g = kt_parse("kv_interp.ir", text, log);
     if (!g) return -1;
     float embed[16 * 8];
     for (int i = 0; i < 16 * 8; i++) embed[i] = sinf((float)i * 0.7f);
@@ -429,7 +428,7 @@ static void test_interp_split(void)
         CHECK(fabsf(kb[p * 8 + 5] - e / (1.0f + expf(-e))) < 1e-6f);
     }
     /* no cache given */
-    kir_graph *g = pt_parse("nokv.ir", split, &log);
+    kir_graph *g = kt_parse("nokv.ir", split, &log);
     ks_diag d = {.log = &log, .quiet = 1};
     float embed[16 * 8] = {0};
     const void *w[16] = {0};
@@ -451,5 +450,5 @@ int main(void)
     test_pipeline();
     test_derived();
     test_interp_split();
-    return pt_finish("test_pass_rules");
+    return check_finish("test_pass_rules");
 }

@@ -8,7 +8,8 @@
 #include <stdlib.h>
 
 #include "passes/pipeline.h"
-#include "pass_test.h"
+#include "tests/check.h"
+#include "tests/ir/ir_test.h"
 
 typedef struct pass_case {
     const char *name;   /* file name for messages */
@@ -484,10 +485,8 @@ static const pass_case cases[] = {
 static void run_case(const pass_case *c)
 {
     ks_buf log = {0};
-    kir_graph *g = pt_parse(c->name, c->in, &log);
-    if (!g) {
-        fprintf(stderr, "%s: does not parse:\n%s", c->name, ks_buf_cstr(&log));
-        pt_failures++;
+    kir_graph *g = kt_parse(c->name, c->in, &log);
+    if (!CHECK_MSG(g != NULL, "%s: does not parse:\n%s", c->name, ks_buf_cstr(&log))) {
         ks_buf_free(&log);
         return;
     }
@@ -505,7 +504,7 @@ static void run_case(const pass_case *c)
     kir_print(g, &out);
     CHECK_TEXT(c->name, ks_buf_cstr(&out), c->want);
     /* the output reads back to the same text */
-    kir_graph *back = pt_parse(c->name, ks_buf_cstr(&out), &log);
+    kir_graph *back = kt_parse(c->name, ks_buf_cstr(&out), &log);
     CHECK(back != NULL);
     if (back) {
         ks_buf again = {0};
@@ -523,5 +522,5 @@ static void run_case(const pass_case *c)
 int main(void)
 {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
-    return pt_finish("test_passes");
+    return check_finish("test_passes");
 }

@@ -20,7 +20,8 @@
 #include <string.h>
 
 #include "runtime/interp/interp.h"
-#include "pass_test.h"
+#include "tests/check.h"
+#include "tests/ir/ir_test.h"
 #include "passes/derived_weight.h"
 #include "passes/pipeline.h"
 #include "tests/graph_build.h"
@@ -325,7 +326,7 @@ static int after_pass(void *ctx, const kp_pass *pass, const kir_graph *g, const 
     (void)ctx, (void)st, (void)d;
     ks_buf a = {0}, b = {0}, log = {0};
     kir_print(g, &a);
-    kir_graph *back = pt_parse("after.ir", ks_buf_cstr(&a), &log);
+    kir_graph *back = kt_parse("after.ir", ks_buf_cstr(&a), &log);
     if (back) kir_print(back, &b);
     int same = back && a.len == b.len && memcmp(a.data, b.data, a.len) == 0;
     if (!same) fprintf(stderr, "after %s: the text does not read back the same\n", pass->name);
@@ -348,7 +349,7 @@ int main(void)
     float *ca = calloc(MAX_FLOATS, sizeof(float)), *cb = calloc(MAX_FLOATS, sizeof(float));
     for (int i = 0; i < rounds; i++) {
         uint64_t rng = seed * 6364136223846793005ull + (uint64_t)i * 1442695040888963407ull + 1;
-        int before = pt_failures;
+        int before = failures;
         kir_graph *g = random_graph(&rng);
         ks_buf log = {0};
         ks_diag d = {.log = &log, .quiet = 1};
@@ -369,7 +370,7 @@ int main(void)
             CHECK(memcmp(oa, ob, sizeof(float) * (size_t)na) == 0);
             CHECK(memcmp(ca, cb, sizeof(float) * MAX_FLOATS) == 0);
         }
-        if (pt_failures != before) {
+        if (failures != before) {
             ks_buf text = {0};
             kir_print(g, &text);
             fprintf(stderr, "round %d (KILN_PASS_SEED=%llu): %s\n--- graph:\n%s", i, (unsigned long long)seed,
@@ -389,5 +390,5 @@ int main(void)
     free(ob);
     free(ca);
     free(cb);
-    return pt_finish("test_random_graphs");
+    return check_finish("test_random_graphs");
 }

@@ -22,6 +22,7 @@
 
 #include "passes/pipeline.h"
 #include "passes/plan_memory.h"
+#include "tests/check.h"
 #include "tests/graph_build.h"
 
 enum {
@@ -66,7 +67,7 @@ static kir_graph *build_llama(int with_head)
     return b.g;
 }
 
-static int plan_and_check(const char *name, int with_head, int fused)
+static void plan_and_check(const char *name, int with_head, int fused)
 {
     const uint64_t T = MAX_TOKENS, f32 = 4;
     const uint64_t hid = T * HIDDEN * f32, kv = T * KV_HEADS * HEAD_DIM * f32, ffn = T * FFN * f32;
@@ -91,18 +92,16 @@ static int plan_and_check(const char *name, int with_head, int fused)
     ks_diag d = {0};
     if (fused) {
         kp_options opt = {.verify = 1};
-        if (kp_run_pipeline(&g, &opt, NULL, NULL, &d) != 0) {
-            fprintf(stderr, "%s: FAILED: the pass pipeline\n", name);
+        if (!CHECK_MSG(kp_run_pipeline(&g, &opt, NULL, NULL, &d) == 0, "%s: the pass pipeline", name)) {
             kir_graph_free(g);
-            return 1;
+            return;
         }
     }
     kp_mem_plan p;
     clock_t t0 = clock();
-    if (kp_plan_memory(g, MAX_TOKENS, &p, &d) != 0) {
-        fprintf(stderr, "%s: FAILED: planning\n", name);
+    if (!CHECK_MSG(kp_plan_memory(g, MAX_TOKENS, &p, &d) == 0, "%s: planning", name)) {
         kir_graph_free(g);
-        return 1;
+        return;
     }
     double ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC;
     const double mib = 1024.0 * 1024.0;
@@ -114,38 +113,24 @@ static int plan_and_check(const char *name, int with_head, int fused)
     printf("  arena / bound %.4f, naive / arena %.1f\n", (double)p.mem.arena_bytes / (double)p.lower_bound_bytes,
            (double)p.naive_bytes / (double)p.mem.arena_bytes);
 
-    int failures = 0;
     ks_buf why = {0};
-    if (kir_plan_check(g, &p.mem, &why, NULL) != 0) {
-        fprintf(stderr, "%s: FAILED: plan check: %s\n", name, ks_buf_cstr(&why));
-        failures++;
-    }
+    CHECK_MSG(kir_plan_check(g, &p.mem, &why, NULL) == 0, "%s: plan check: %s", name, ks_buf_cstr(&why));
     ks_buf_free(&why);
-    if (p.lower_bound_bytes != bound) {
-        fprintf(stderr, "%s: FAILED: lower bound %" PRIu64 ", expected %" PRIu64 "\n", name, p.lower_bound_bytes, bound);
-        failures++;
-    }
-    if (!fused && p.naive_bytes != naive) {
-        fprintf(stderr, "%s: FAILED: naive %" PRIu64 ", expected %" PRIu64 "\n", name, p.naive_bytes, naive);
-        failures++;
-    }
-    if (p.mem.arena_bytes < p.lower_bound_bytes || p.mem.arena_bytes * 100 > p.lower_bound_bytes * 105) {
-        fprintf(stderr, "%s: FAILED: arena %" PRIu64 " is not within 1.05 x the bound %" PRIu64 "\n", name,
-                p.mem.arena_bytes, p.lower_bound_bytes);
-        failures++;
-    }
+    CHECK_MSG(p.lower_bound_bytes == bound, "%s: lower bound %" PRIu64 ", expected %" PRIu64, name,
+              p.lower_bound_bytes, bound);
+    if (!fused)
+        CHECK_MSG(p.naive_bytes == naive, "%s: naive %" PRIu64 ", expected %" PRIu64, name, p.naive_bytes, naive);
+    CHECK_MSG(p.mem.arena_bytes >= p.lower_bound_bytes && p.mem.arena_bytes * 100 <= p.lower_bound_bytes * 105,
+              "%s: arena %" PRIu64 " is not within 1.05 x the bound %" PRIu64, name, p.mem.arena_bytes,
+              p.lower_bound_bytes);
     kp_mem_plan_free(&p);
     kir_graph_free(g);
-    return failures;
 }
 
 int main(void)
 {
-    int failures = plan_and_check("llama3-8b", 1, 0) + plan_and_check("llama3-8b decoder stack", 0, 0) +
-                   plan_and_check("llama3-8b fused", 1, 1);
-    if (failures) {
-        fprintf(stderr, "%d failure(s)\n", failures);
-        return 1;
-    }
-    return 0;
+    plan_and_check("llama3-8b", 1, 0);
+    plan_and_check("llama3-8b decoder stack", 0, 0);
+    plan_and_check("llama3-8b fused", 1, 1);
+    return check_finish("planner_llama");
 }

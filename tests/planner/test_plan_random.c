@@ -29,6 +29,7 @@
 
 #include "passes/pipeline.h"
 #include "passes/plan_memory.h"
+#include "tests/check.h"
 #include "tests/graph_build.h"
 
 enum { N_GRAPHS = 400, MAX_POOL = 4096 };
@@ -410,7 +411,6 @@ static int compare_moved(const char *seed, const kir_graph *g, const kir_mem_pla
 
 /* The totals of a run. */
 typedef struct tally {
-    int failures;       /* plans that failed a check */
     int plans;          /* plans made */
     int at_bound;       /* plans at the lower bound */
     double sum;         /* of arena / bound */
@@ -424,9 +424,7 @@ static void plan_one(const char *seed, const kir_graph *g, int64_t max_tokens, t
     ks_buf log = {0};
     ks_diag d = {.log = &log, .quiet = 1};
     kp_mem_plan p;
-    if (kp_plan_memory(g, max_tokens, &p, &d) != 0) {
-        fprintf(stderr, "seed %s: FAILED: planning: %s", seed, ks_buf_cstr(&log));
-        t->failures++;
+    if (!CHECK_MSG(kp_plan_memory(g, max_tokens, &p, &d) == 0, "seed %s: planning: %s", seed, ks_buf_cstr(&log))) {
         ks_buf_free(&log);
         return;
     }
@@ -436,23 +434,18 @@ static void plan_one(const char *seed, const kir_graph *g, int64_t max_tokens, t
            max_tokens, p.mem.arena_bytes, p.lower_bound_bytes, p.naive_bytes, ratio, p.strategy);
     ks_buf why = {0};
     if (kir_plan_check(g, &p.mem, &why, NULL) != 0) {
-        fprintf(stderr, "seed %s: FAILED: plan check: %s\n", seed, ks_buf_cstr(&why));
-        t->failures++;
+        CHECK_MSG(0, "seed %s: plan check: %s", seed, ks_buf_cstr(&why));
     } else {
         uint64_t bits = 0;
         for (const char *c = seed; *c; c++) bits = bits * 131 + (uint8_t)*c;
-        t->failures += compare_moved(seed, g, &p.mem, bits);
+        CHECK_MSG(compare_moved(seed, g, &p.mem, bits) == 0, "seed %s: the checker and the reference disagree", seed);
     }
     ks_buf_free(&why);
     /* arena <= 1.05 x bound, in integers */
-    if (p.mem.arena_bytes < p.lower_bound_bytes || p.mem.arena_bytes * 100 > p.lower_bound_bytes * 105 ||
-        p.mem.arena_bytes > p.naive_bytes) {
-        fprintf(stderr,
-                "seed %s: FAILED: arena %" PRIu64 " outside [bound %" PRIu64 ", 1.05 x bound] or over naive %" PRIu64
-                "\n",
-                seed, p.mem.arena_bytes, p.lower_bound_bytes, p.naive_bytes);
-        t->failures++;
-    }
+    CHECK_MSG(p.mem.arena_bytes >= p.lower_bound_bytes && p.mem.arena_bytes * 100 <= p.lower_bound_bytes * 105 &&
+                  p.mem.arena_bytes <= p.naive_bytes,
+              "seed %s: arena %" PRIu64 " outside [bound %" PRIu64 ", 1.05 x bound] or over naive %" PRIu64, seed,
+              p.mem.arena_bytes, p.lower_bound_bytes, p.naive_bytes);
     if (ratio > t->worst) t->worst = ratio, snprintf(t->worst_seed, sizeof t->worst_seed, "%s", seed);
     t->plans++;
     t->at_bound += p.mem.arena_bytes == p.lower_bound_bytes;
@@ -480,10 +473,8 @@ int main(void)
         ks_buf log = {0};
         ks_diag d = {.log = &log, .quiet = 1};
         kp_options opt = {.verify = 1};
-        if (kp_run_pipeline(&g, &opt, NULL, NULL, &d) != 0) {
-            fprintf(stderr, "seed %" PRIu64 ": FAILED: the pass pipeline: %s", seed, ks_buf_cstr(&log));
-            t.failures++;
-        } else {
+        if (CHECK_MSG(kp_run_pipeline(&g, &opt, NULL, NULL, &d) == 0, "seed %" PRIu64 ": the pass pipeline: %s", seed,
+                      ks_buf_cstr(&log))) {
             for (size_t v = 0; v < g->n_nodes; v++)
                 if (kir_get_int(g, (kir_val)v, "fuse", -1) >= 0) {
                     fused_groups++;
@@ -498,9 +489,5 @@ int main(void)
     printf("%d plans (%d of fused graphs with groups): %d at the lower bound, mean arena/bound %.4f, worst %.4f "
            "(seed %s)\n",
            t.plans, fused_groups, t.at_bound, t.plans ? t.sum / t.plans : 0.0, t.worst, t.worst_seed);
-    if (t.failures) {
-        fprintf(stderr, "%d failure(s)\n", t.failures);
-        return 1;
-    }
-    return 0;
+    return check_finish("planner_random");
 }

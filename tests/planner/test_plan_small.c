@@ -12,33 +12,8 @@
 #include <string.h>
 
 #include "passes/plan_memory.h"
+#include "tests/check.h"
 #include "tests/graph_build.h"
-
-static int failures;
-
-#define EXPECT(cond)                                                                    \
-    do {                                                                                \
-        if (!(cond)) {                                                                  \
-            fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond);          \
-            failures++;                                                                 \
-        }                                                                               \
-    } while (0)
-
-static void expect_u64(const char *what, uint64_t got, uint64_t want, int line)
-{
-    if (got == want) return;
-    fprintf(stderr, "%s:%d: FAILED: %s is %" PRIu64 ", expected %" PRIu64 "\n", __FILE__, line, what, got, want);
-    failures++;
-}
-#define EXPECT_U64(what, got, want) expect_u64(what, got, want, __LINE__)
-
-static void expect_str(const char *got, const char *want, int line)
-{
-    if (strcmp(got, want) == 0) return;
-    fprintf(stderr, "%s:%d: FAILED:\n  got:      %s\n  expected: %s\n", __FILE__, line, got, want);
-    failures++;
-}
-#define EXPECT_STR(got, want) expect_str(got, want, __LINE__)
 
 /* What a test expects of each node: offset (KIR_MEM_NONE for weights), bytes
  * and flags. */
@@ -62,28 +37,23 @@ static void expect_plan(const char *name, const kir_graph *g, int64_t max_tokens
 {
     ks_diag d = {0};
     kp_mem_plan p;
-    EXPECT(kp_plan_memory(g, max_tokens, &p, &d) == 0);
+    CHECK(kp_plan_memory(g, max_tokens, &p, &d) == 0);
     print_figures(name, &p);
     ks_buf why = {0};
-    if (kir_plan_check(g, &p.mem, &why, NULL) != 0) {
-        fprintf(stderr, "%s: FAILED: plan check: %s\n", name, ks_buf_cstr(&why));
-        failures++;
-    }
+    CHECK_MSG(kir_plan_check(g, &p.mem, &why, NULL) == 0, "%s: plan check: %s", name, ks_buf_cstr(&why));
     ks_buf_free(&why);
-    EXPECT(n_want == g->n_nodes && p.mem.n_nodes == g->n_nodes);
+    CHECK(n_want == g->n_nodes && p.mem.n_nodes == g->n_nodes);
     for (size_t v = 0; v < n_want && v < p.mem.n_nodes; v++) {
-        if (p.mem.offset[v] != want[v].offset || p.mem.bytes[v] != want[v].bytes || p.mem.flags[v] != want[v].flags) {
-            fprintf(stderr,
-                    "%s: FAILED: %%%zu: offset %" PRIu64 " bytes %" PRIu64 " flags %u, expected offset %" PRIu64
-                    " bytes %" PRIu64 " flags %u\n",
-                    name, v, p.mem.offset[v], p.mem.bytes[v], p.mem.flags[v], want[v].offset, want[v].bytes, want[v].flags);
-            failures++;
-        }
+        check_at(p.mem.offset[v] == want[v].offset && p.mem.bytes[v] == want[v].bytes && p.mem.flags[v] == want[v].flags,
+                 __FILE__, __LINE__,
+                 "%s: %%%zu: offset %" PRIu64 " bytes %" PRIu64 " flags %u, expected offset %" PRIu64
+                 " bytes %" PRIu64 " flags %u",
+                 name, v, p.mem.offset[v], p.mem.bytes[v], p.mem.flags[v], want[v].offset, want[v].bytes, want[v].flags);
     }
-    EXPECT_U64("arena_bytes", p.mem.arena_bytes, arena);
-    EXPECT_U64("lower_bound_bytes", p.lower_bound_bytes, lower_bound);
-    EXPECT_U64("naive_bytes", p.naive_bytes, naive);
-    EXPECT_STR(p.strategy, strategy);
+    CHECK_U64(p.mem.arena_bytes, arena);
+    CHECK_U64(p.lower_bound_bytes, lower_bound);
+    CHECK_U64(p.naive_bytes, naive);
+    CHECK_STR(p.strategy, strategy);
     kp_mem_plan_free(&p);
 }
 
@@ -424,14 +394,14 @@ static void expect_check_fails(const char *name, kir_graph *g, int64_t max_token
 {
     ks_diag d = {0};
     kp_mem_plan p;
-    EXPECT(kp_plan_memory(g, max_tokens, &p, &d) == 0);
+    CHECK(kp_plan_memory(g, max_tokens, &p, &d) == 0);
     size_t n = p.mem.n_nodes;
     brk(&p.mem);
     ks_buf why = {0};
     int rc = kir_plan_check(g, &p.mem, &why, NULL);
     printf("check %-14s -> %s\n", name, rc ? ks_buf_cstr(&why) : "(accepted)");
-    EXPECT(rc == -1);
-    EXPECT_STR(why.len ? ks_buf_cstr(&why) : "", message);
+    CHECK(rc == -1);
+    CHECK_STR(why.len ? ks_buf_cstr(&why) : "", message);
     ks_buf_free(&why);
     p.mem.n_nodes = n;
     kp_mem_plan_free(&p);
@@ -443,14 +413,14 @@ static void test_check_in_place_over_live(void)
     kir_graph *g = build_reuse();
     ks_diag d = {0};
     kp_mem_plan p;
-    EXPECT(kp_plan_memory(g, 4, &p, &d) == 0);
+    CHECK(kp_plan_memory(g, 4, &p, &d) == 0);
     for (kir_val v = 3; v <= 5; v++) p.mem.offset[v] = p.mem.offset[2];
     p.mem.flags[3] = KIR_MEM_INPLACE;
     p.mem.share[3] = 2;
     ks_buf why = {0};
-    EXPECT(kir_plan_check(g, &p.mem, &why, NULL) == -1);
+    CHECK(kir_plan_check(g, &p.mem, &why, NULL) == -1);
     printf("check %-14s -> %s\n", "over-live", ks_buf_cstr(&why));
-    EXPECT_STR(ks_buf_cstr(&why), "node %3 (silu): in place over %2, but node %2 (embed) is live until node %4");
+    CHECK_STR(ks_buf_cstr(&why), "node %3 (silu): in place over %2, but node %2 (embed) is live until node %4");
     ks_buf_free(&why);
     kp_mem_plan_free(&p);
     kir_graph_free(g);
@@ -473,12 +443,12 @@ static void test_check_groups(void)
     kir_graph *plain = build_prologue(0), *fused = build_prologue(1);
     ks_diag d = {0};
     kp_mem_plan p;
-    EXPECT(kp_plan_memory(plain, 4, &p, &d) == 0);
+    CHECK(kp_plan_memory(plain, 4, &p, &d) == 0);
     ks_buf why = {0};
-    EXPECT(kir_plan_check(plain, &p.mem, &why, NULL) == 0);
-    EXPECT(kir_plan_check(fused, &p.mem, &why, NULL) == -1);
+    CHECK(kir_plan_check(plain, &p.mem, &why, NULL) == 0);
+    CHECK(kir_plan_check(fused, &p.mem, &why, NULL) == -1);
     printf("check %-14s -> %s\n", "plain-as-fused", ks_buf_cstr(&why));
-    EXPECT_STR(ks_buf_cstr(&why), "node %7 (add): in place over %2, but node %5 (rms_norm) of its fuse group (nodes "
+    CHECK_STR(ks_buf_cstr(&why), "node %7 (add): in place over %2, but node %5 (rms_norm) of its fuse group (nodes "
                                   "%5 to %7, one kernel whose blocks run in no order) reads %2, written before the "
                                   "group");
     ks_buf_free(&why);
@@ -526,13 +496,13 @@ static void test_errors(void)
     ks_buf log = {0};
     ks_diag d = {.log = &log, .quiet = 1};
     kp_mem_plan p;
-    EXPECT(kp_plan_memory(g, 0, &p, &d) == -1);
-    EXPECT_STR(ks_buf_cstr(&log), "reuse: error: memory plan: max_tokens must be at least 1, got 0\n");
+    CHECK(kp_plan_memory(g, 0, &p, &d) == -1);
+    CHECK_STR(ks_buf_cstr(&log), "reuse: error: memory plan: max_tokens must be at least 1, got 0\n");
     kp_mem_plan_free(&p);
 
     log.len = 0;
-    EXPECT(kp_plan_memory(g, ((int64_t)1 << 24) + 1, &p, &d) == -1);
-    EXPECT_STR(ks_buf_cstr(&log), "reuse: error: memory plan: max_tokens must be at most 16777216, got 16777217\n");
+    CHECK(kp_plan_memory(g, ((int64_t)1 << 24) + 1, &p, &d) == -1);
+    CHECK_STR(ks_buf_cstr(&log), "reuse: error: memory plan: max_tokens must be at most 16777216, got 16777217\n");
     kp_mem_plan_free(&p);
     kir_graph_free(g);
 
@@ -546,16 +516,16 @@ static void test_errors(void)
     g = b.g;
     log.len = 0;
     d.errors = 0;
-    EXPECT(kp_plan_memory(g, (int64_t)1 << 24, &p, &d) == -1);
-    EXPECT(d.errors == 3);
-    EXPECT_STR(ks_buf_cstr(&log),
+    CHECK(kp_plan_memory(g, (int64_t)1 << 24, &p, &d) == -1);
+    CHECK(d.errors == 3);
+    CHECK_STR(ks_buf_cstr(&log),
                "planner-test:1:1: error: node %2 (embed): f32[T,131072] needs more than 2^40 bytes at max_tokens "
                "16777216: too large to plan\n"
                "planner-test:1:1: error: node %3 (silu): f32[T,131072] needs more than 2^40 bytes at max_tokens "
                "16777216: too large to plan\n"
                "planner-test:1:1: error: node %4 (output): f32[T,131072] needs more than 2^40 bytes at max_tokens "
                "16777216: too large to plan\n");
-    EXPECT(p.mem.n_nodes == 0 && p.mem.offset == NULL);
+    CHECK(p.mem.n_nodes == 0 && p.mem.offset == NULL);
     kp_mem_plan_free(&p);
     ks_buf_free(&log);
     kir_graph_free(g);
@@ -567,13 +537,13 @@ static void test_annotate(void)
     kir_graph *g = build_reuse();
     ks_diag d = {0};
     kp_mem_plan p;
-    EXPECT(kp_plan_memory(g, 4, &p, &d) == 0);
+    CHECK(kp_plan_memory(g, 4, &p, &d) == 0);
     kp_plan_annotate(g, &p);
     kp_mem_plan_free(&p);
     ks_buf text = {0};
     kir_print(g, &text);
     printf("%s", ks_buf_cstr(&text));
-    EXPECT_STR(ks_buf_cstr(&text),
+    CHECK_STR(ks_buf_cstr(&text),
                "kiln-ir 1\n"
                "graph \"reuse\"\n"
                "param mem.max_tokens = 4\n"
@@ -591,13 +561,13 @@ static void test_annotate(void)
     /* the annotated graph still verifies and reads back */
     ks_buf log = {0};
     ks_diag vd = {.log = &log, .quiet = 1};
-    EXPECT(kir_verify(g, &vd, "annotated") == 0);
+    CHECK(kir_verify(g, &vd, "annotated") == 0);
     ks_source src = {"annotated.ir", text.data, text.len};
     kir_graph *back = kir_parse(&src, &vd);
-    EXPECT(back != NULL);
+    CHECK(back != NULL);
     if (back) {
-        EXPECT(kir_get_int(back, 4, "mem.offset", -1) == 256);
-        EXPECT(kir_get_int(back, 4, "mem.inplace", 0) == 1);
+        CHECK(kir_get_int(back, 4, "mem.offset", -1) == 256);
+        CHECK(kir_get_int(back, 4, "mem.inplace", 0) == 1);
         kir_graph_free(back);
     }
     if (log.len) fprintf(stderr, "%s", ks_buf_cstr(&log));
@@ -633,8 +603,8 @@ static void test_op_classes(void)
         if (kir_op_is_view((kir_op)op)) ks_buf_printf(&views, " %s", kir_op_table[op].name);
     }
     printf("in place:%s\nviews:%s\n", ks_buf_cstr(&in_place), ks_buf_cstr(&views));
-    EXPECT_STR(ks_buf_cstr(&in_place), " add sub mul scale silu gelu gelu_tanh relu");
-    EXPECT_STR(ks_buf_cstr(&views), " reshape kv_write output");
+    CHECK_STR(ks_buf_cstr(&in_place), " add sub mul scale silu gelu gelu_tanh relu");
+    CHECK_STR(ks_buf_cstr(&views), " reshape kv_write output");
     ks_buf_free(&in_place);
     ks_buf_free(&views);
 }
@@ -652,10 +622,5 @@ int main(void)
     test_checker();
     test_errors();
     test_annotate();
-    if (failures) {
-        fprintf(stderr, "%d failure(s)\n", failures);
-        return 1;
-    }
-    printf("all planner tests passed\n");
-    return 0;
+    return check_finish("planner_small");
 }

@@ -11,38 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures, checks;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        checks++;                                                                    \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
-
-#define CHECK_NEAR(got, want, tol)                                                             \
-    do {                                                                                       \
-        double g_ = (got), w_ = (want);                                                        \
-        checks++;                                                                              \
-        if (!(fabs(g_ - w_) <= (tol))) {                                                       \
-            fprintf(stderr, "%s:%d: %s = %.6f, want %.6f (+-%g)\n", __FILE__, __LINE__, #got, g_, \
-                    w_, (double)(tol));                                                        \
-            failures++;                                                                        \
-        }                                                                                      \
-    } while (0)
-
-#define CHECK_STR(got, want)                                                                      \
-    do {                                                                                          \
-        const char *g_ = (got), *w_ = (want);                                                     \
-        checks++;                                                                                 \
-        if (!g_ || strcmp(g_, w_) != 0) {                                                         \
-            fprintf(stderr, "%s:%d: got \"%s\"\n  want \"%s\"\n", __FILE__, __LINE__,             \
-                    g_ ? g_ : "(null)", w_);                                                      \
-            failures++;                                                                           \
-        }                                                                                         \
-    } while (0)
+#include "tests/check.h"
 
 static krt_sampler *make(krt_sampler_config cfg, int32_t vocab)
 {
@@ -177,11 +146,7 @@ static void test_top_p(void)
         cfg.top_p = cases[c].top_p;
         krt_sampler *s = make(cfg, 5);
         size_t n = krt_sampler_candidates(s, l, ids, p);
-        checks++;
-        if (n != cases[c].n) {
-            fprintf(stderr, "top_p %g keeps %zu, want %zu\n", (double)cases[c].top_p, n, cases[c].n);
-            failures++;
-        }
+        CHECK_MSG(n == cases[c].n, "top_p %g keeps %zu, want %zu", (double)cases[c].top_p, n, cases[c].n);
         krt_sampler_free(s);
     }
     cfg.top_p = 0.7f;
@@ -219,12 +184,8 @@ static void test_temperature(void)
             double f = (double)count[i] / DRAWS, w = want[i] / z;
             /* 5 standard deviations of a binomial frequency */
             double tol = 5 * sqrt(w * (1 - w) / DRAWS);
-            checks++;
-            if (fabs(f - w) > tol) {
-                fprintf(stderr, "temperature %g: id %d drawn %.4f of the time, want %.4f (+-%.4f)\n",
-                        (double)temps[t], i, f, w, tol);
-                failures++;
-            }
+            CHECK_MSG(fabs(f - w) <= tol, "temperature %g: id %d drawn %.4f of the time, want %.4f (+-%.4f)",
+                      (double)temps[t], i, f, w, tol);
         }
         krt_sampler_free(s);
     }
@@ -324,6 +285,5 @@ int main(void)
     test_repetition_penalty();
     test_stop();
     test_config_errors();
-    printf("%d passed, %d failed\n", checks - failures, failures);
-    return failures ? 1 : 0;
+    return check_finish("sampler");
 }

@@ -452,6 +452,5 @@ int main(int argc, char **argv)
         rmdir(dir);
         free(path);
     }
-    printf("%s\n", failures ? "FAILED" : "passed");
-    return failures ? 1 : 0;
+    return check_finish("session");
 }

@@ -11,8 +11,9 @@
  *    expected_greedy texts round-trip, run.c's decode rules;
  *  - streaming: a character split across byte-fallback tokens comes out
  *    whole, when its last byte arrives;
- *  - a megabyte of text encodes in well under a second or two per
- *    tokenizer (timed), including one megabyte-long word;
+ *  - a megabyte of text (tests/tokenizer/long_inputs.h, also one
+ *    megabyte-long word) encodes to ids in the vocabulary, and back where
+ *    the tokenizer is lossless (bench/tokenizer_speed times it);
  *  - the exact error messages for broken files.
  */
 #include "runtime/text/tokenizer.h"
@@ -22,29 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
-static int failures, checks;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        checks++;                                                                    \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
-
-#define CHECK_STR(got, want)                                                                      \
-    do {                                                                                          \
-        const char *g_ = (got), *w_ = (want);                                                     \
-        checks++;                                                                                 \
-        if (!g_ || strcmp(g_, w_) != 0) {                                                         \
-            fprintf(stderr, "%s:%d: got \"%s\"\n  want \"%s\"\n", __FILE__, __LINE__,             \
-                    g_ ? g_ : "(null)", w_);                                                      \
-            failures++;                                                                           \
-        }                                                                                         \
-    } while (0)
+#include "tests/check.h"
+#include "tests/tokenizer/long_inputs.h"
 
 static const char *shared_dir(void)
 {
@@ -91,12 +72,9 @@ static void check_encode(const krt_tok *t, const char *text, int flags, const in
     krt_tok_ids ids = {0};
     ks_diag d = {0};
     int rc = krt_tok_encode(t, text, strlen(text), flags, &ids, &d);
-    checks++;
-    if (rc != 0 || !ids_equal(&ids, want, n)) {
-        fprintf(stderr, "%s: encode(\"%s\", flags %d) differs\n", where, text, flags);
+    if (!CHECK_MSG(rc == 0 && ids_equal(&ids, want, n), "%s: encode(\"%s\", flags %d) differs", where, text, flags)) {
         print_ids("got ", ids.ids, ids.len);
         print_ids("want", want, n);
-        failures++;
     }
     krt_tok_ids_free(&ids);
 }
@@ -106,11 +84,7 @@ static void check_decode(const krt_tok *t, const int32_t *ids, size_t n, int fla
 {
     ks_buf out = {0};
     krt_tok_decode(t, ids, n, flags, &out);
-    checks++;
-    if (strcmp(ks_buf_cstr(&out), want) != 0) {
-        fprintf(stderr, "%s: decode gives \"%s\"\n  want \"%s\"\n", where, out.data, want);
-        failures++;
-    }
+    CHECK_TEXT(where, ks_buf_cstr(&out), want);
     ks_buf_free(&out);
 }
 
@@ -135,21 +109,13 @@ static void check_stream(const krt_tok *t, const int32_t *ids, size_t n, int fla
             }
             k += l;
         }
-        checks++;
-        if (!whole) {
-            fprintf(stderr, "%s: stream chunk %zu is not whole UTF-8\n", where, i);
-            failures++;
-        }
+        CHECK_MSG(whole, "%s: stream chunk %zu is not whole UTF-8", where, i);
         if (chunk.len) ks_buf_put(&all, chunk.data, chunk.len);
         ks_buf_free(&chunk);
     }
     krt_tok_stream_flush(s, &all);
     krt_tok_stream_free(s);
-    checks++;
-    if (strcmp(ks_buf_cstr(&all), want) != 0) {
-        fprintf(stderr, "%s: stream gives \"%s\"\n  want \"%s\"\n", where, all.data, want);
-        failures++;
-    }
+    CHECK_TEXT(where, ks_buf_cstr(&all), want);
     ks_buf_free(&all);
 }
 
@@ -431,45 +397,27 @@ static void test_llama2c(void)
     krt_tok_free(t);
 }
 
-/* ---- speed --------------------------------------------------------------------------- */
+/* ---- long inputs ------------------------------------------------------------------------ */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* A megabyte takes about half a second here (2 cores); the limit leaves room
- * for a loaded CI machine and still fails a quadratic merge loop, which
- * takes minutes. Sanitizers slow everything by an order of magnitude. */
-#if defined(__SANITIZE_ADDRESS__)
-#define TIME_LIMIT_S 40.0
-#else
-#define TIME_LIMIT_S 5.0
-#endif
-
-static void time_encode(const krt_tok *t, const char *name, const char *text, size_t len,
-                        int roundtrip)
+/* Encode a megabyte: every id in the vocabulary; lossless tokenizers decode it back.
+ * (bench/tokenizer_speed times the same inputs; a test asserts no speed.) */
+static void encode_long(const krt_tok *t, const char *name, const ks_buf *text, int roundtrip)
 {
     krt_tok_ids ids = {0};
     ks_diag d = {0};
-    double t0 = now_s();
-    int rc = krt_tok_encode(t, text, len, 0, &ids, &d);
-    double dt = now_s() - t0;
-    printf("tokenizer: %s: %zu bytes -> %zu tokens in %.3f s\n", name, len, ids.len, dt);
+    int rc = krt_tok_encode(t, text->data, text->len, 0, &ids, &d);
+    printf("tokenizer: %s: %zu bytes -> %zu tokens\n", name, text->len, ids.len);
     CHECK(rc == 0);
     CHECK(ids.len > 0);
-    checks++;
-    if (dt > TIME_LIMIT_S) {
-        fprintf(stderr, "%s: encoding %zu bytes took %.2f s (limit %.1f s)\n", name, len, dt,
-                TIME_LIMIT_S);
-        failures++;
-    }
+    int32_t vocab = krt_tok_vocab_size(t);
+    size_t bad = 0;
+    while (bad < ids.len && ids.ids[bad] >= 0 && ids.ids[bad] < vocab) bad++;
+    CHECK_MSG(bad == ids.len, "%s: id %d at %zu is outside the vocabulary of %d", name,
+              bad < ids.len ? ids.ids[bad] : 0, bad, vocab);
     if (roundtrip) {
         ks_buf out = {0};
         krt_tok_decode(t, ids.ids, ids.len, 0, &out);
-        CHECK(out.len == len && memcmp(out.data, text, len) == 0);
+        CHECK(out.len == text->len && memcmp(out.data, text->data, text->len) == 0);
         ks_buf_free(&out);
     }
     krt_tok_ids_free(&ids);
@@ -477,38 +425,22 @@ static void time_encode(const krt_tok *t, const char *name, const char *text, si
 
 static void test_long_inputs(void)
 {
-    /* A megabyte of varied text: stories, digits, punctuation, accents, CJK, emoji. */
-    const char *parts[] = {"Once upon a time, there was a little girl named Lily. ",
-                           "She loved to play outside in the park with her 12345 red balls!\n",
-                           "\"Don't worry,\" said Mom; \"we'll find it.\"\t",
-                           "caf\xC3\xA9 na\xC3\xAFve \xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x99\x82  ",
-                           "x=1; y = x*2 # code\n    return x\n\n"};
-    ks_buf big = {0}, plain = {0}, word = {0};
-    for (size_t i = 0; big.len < (1u << 20); i++) ks_buf_puts(&big, parts[i % 5]);
-    for (size_t i = 0; plain.len < (1u << 20); i++) ks_buf_puts(&plain, parts[i % 2]);
-    for (size_t i = 0; i < (1u << 20); i++) ks_buf_put(&word, "ab" + (i % 2), 1);
-    const char *names[] = {"tokenizers/gpt2-bpe/tokenizer.json", "tokenizers/llama3-bpe/tokenizer.json",
-                           "models/tinystories-656k/tokenizer.json", "models/stories260k/tok512.bin"};
-    for (int i = 0; i < 4; i++) {
-        char *p = shared_path(names[i]);
+    tok_long_input in[TOK_LONG_INPUTS];
+    tok_long_inputs(in);
+    for (int i = 0; i < TOK_LONG_TOKENIZERS; i++) {
+        char *p = shared_path(tok_long_tokenizers[i]);
         ks_diag d = {0};
         krt_tok *t = krt_tok_load_file(&d, p, KRT_TOK_AUTO);
         CHECK(t != NULL);
-        if (t) {
+        for (int k = 0; t && k < TOK_LONG_INPUTS; k++) {
             char label[256];
-            snprintf(label, sizeof label, "%s (mixed)", names[i]);
-            time_encode(t, label, big.data, big.len, i < 2); /* byte-level BPE is lossless */
-            snprintf(label, sizeof label, "%s (stories)", names[i]);
-            time_encode(t, label, plain.data, plain.len, i < 3);
-            snprintf(label, sizeof label, "%s (one 1 MB word)", names[i]);
-            time_encode(t, label, word.data, word.len, i < 3);
-            krt_tok_free(t);
+            snprintf(label, sizeof label, "%s (%s)", tok_long_tokenizers[i], in[k].name);
+            encode_long(t, label, &in[k].text, tok_long_lossless(i, k));
         }
+        krt_tok_free(t);
         free(p);
     }
-    ks_buf_free(&big);
-    ks_buf_free(&plain);
-    ks_buf_free(&word);
+    for (int k = 0; k < TOK_LONG_INPUTS; k++) ks_buf_free(&in[k].text);
 }
 
 /* ---- errors ----------------------------------------------------------------------------- */
@@ -659,6 +591,5 @@ int main(void)
     test_llama2c();
     test_long_inputs();
     test_errors();
-    printf("%d passed, %d failed\n", checks - failures, failures);
-    return failures ? 1 : 0;
+    return check_finish("tokenizer");
 }

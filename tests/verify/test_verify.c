@@ -15,17 +15,7 @@
 #include "compiler/driver.h"
 #include "compiler/verify.h"
 #include "passes/derived_weight.h"
-
-static int failures;
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (!(cond)) {                                                \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                             \
-            fputc('\n', stderr);                                      \
-            failures++;                                               \
-        }                                                             \
-    } while (0)
+#include "tests/check.h"
 
 static float **weights_of(const kd_model *m, const kir_graph *g, ks_diag *d)
 {
@@ -62,10 +52,10 @@ static void run(const char *what, const kir_graph *ref, float **wr, const kir_gr
     kd_verify_result r;
     printf("== %s\n", what);
     int rc = kd_verify_graphs(ref, (const void *const *)wr, test, (const void *const *)wt, &o, &r, &d);
-    CHECK(rc == 0, "%s: verify ran", what);
-    CHECK(r.diverged == expect_div, "%s: diverged %d", what, r.diverged);
-    CHECK(r.first == expect_first, "%s: first diverging node %u, expected %u", what, r.first, expect_first);
-    CHECK(r.compared > 20, "%s: compared only %d values", what, r.compared);
+    CHECK_MSG(rc == 0, "%s: verify ran", what);
+    CHECK_MSG(r.diverged == expect_div, "%s: diverged %d", what, r.diverged);
+    CHECK_MSG(r.first == expect_first, "%s: first diverging node %u, expected %u", what, r.first, expect_first);
+    CHECK_MSG(r.compared > 20, "%s: compared only %d values", what, r.compared);
 }
 
 int main(int argc, char **argv)
@@ -81,7 +71,7 @@ int main(int argc, char **argv)
     run("unchanged", ref, wr, test, wt, 0, KIR_NONE);
 
     kir_val qkv = weight_named(test, "wq[1]+wk[1]+wv[1]");
-    CHECK(qkv != KIR_NONE, "layer 1's merged QKV weight is in the fused graph");
+    CHECK_MSG(qkv != KIR_NONE, "layer 1's merged QKV weight is in the fused graph");
     if (qkv == KIR_NONE) return 1;
     int64_t q_rows = kir_node_at(ref, weight_named(ref, "wq[1]"))->dims[0];
     int64_t k_in = kir_node_at(test, qkv)->dims[1];
@@ -99,6 +89,5 @@ int main(int argc, char **argv)
     free(wr);
     free(wt);
     kd_model_free(&m);
-    printf("%s\n", failures ? "FAILED" : "passed");
-    return failures ? 1 : 0;
+    return check_finish("verify_perturbed");
 }
