@@ -503,8 +503,9 @@ static int parse_dim(kir_parser *p, int64_t *out)
     return 0;
 }
 
-/* '[' dim {',' dim} ']' into a list in the scratch arena. */
-static int parse_int_list(kir_parser *p, kir_pending_attr *a)
+/* '[' item {',' item} ']' into a list in the scratch arena: items are dims
+ * (integers or T) for an attribute, plain integers for a param (dims 0). */
+static int parse_list(kir_parser *p, kir_pending_attr *a, int dims)
 {
     KS_ASSERT(tok_punct(&p->tok, '['));
     lex(p);
@@ -512,7 +513,13 @@ static int parse_int_list(kir_parser *p, kir_pending_attr *a)
     if (!tok_punct(&p->tok, ']')) {
         for (;;) {
             KS_GROW(p->ints, n + 1, p->cap_ints, (size_t)1 << 24, "integers in a list");
-            if (parse_dim(p, &p->ints[n])) return expected(p, "an integer or T in the list");
+            if (dims) {
+                if (parse_dim(p, &p->ints[n])) return expected(p, "an integer or T in the list");
+            } else {
+                if (p->tok.kind != TOK_INT) return expected(p, "an integer in the list");
+                p->ints[n] = p->tok.i;
+                lex(p);
+            }
             n++;
             if (tok_punct(&p->tok, ']')) break;
             if (expect_punct(p, ',', "',' or ']' in the list")) return -1;
@@ -554,31 +561,6 @@ static int parse_graph(kir_parser *p)
     return expect_end(p, "the graph's name");
 }
 
-/* '[' [INT {',' INT}] ']': a param's list of plain integers (no T). */
-static int parse_param_list(kir_parser *p, kir_pending_attr *a)
-{
-    KS_ASSERT(tok_punct(&p->tok, '['));
-    lex(p);
-    size_t n = 0;
-    if (!tok_punct(&p->tok, ']')) {
-        for (;;) {
-            if (p->tok.kind != TOK_INT) return expected(p, "an integer in the list");
-            KS_GROW(p->ints, n + 1, p->cap_ints, (size_t)1 << 24, "integers in a list");
-            p->ints[n++] = p->tok.i;
-            lex(p);
-            if (tok_punct(&p->tok, ']')) break;
-            if (expect_punct(p, ',', "',' or ']' in the list")) return -1;
-        }
-    }
-    lex(p);
-    int64_t *v = ks_arena_alloc(&p->scratch, (n ? n : 1) * sizeof *v);
-    if (n) memcpy(v, p->ints, n * sizeof *v);
-    a->kind = KIR_ATTR_INTS;
-    a->v = v;
-    a->n = (uint32_t)n;
-    return 0;
-}
-
 /* 'param' name '=' (scalar | list) */
 static int parse_param(kir_parser *p)
 {
@@ -589,7 +571,7 @@ static int parse_param(kir_parser *p)
     if (expect_punct(p, '=', "'=' after the param name")) return -1;
     kir_pending_attr value = {0};
     if (tok_punct(&p->tok, '[')) {
-        if (parse_param_list(p, &value)) return -1;
+        if (parse_list(p, &value, 0)) return -1;
     } else if (parse_scalar(p, &value)) {
         return expected(p, "a param value (a number, a string or a list of integers)");
     }
@@ -710,7 +692,7 @@ static int parse_attrs(kir_parser *p, kir_pending_node *n)
         memset(a, 0, sizeof *a);
         a->key = key;
         if (tok_punct(&p->tok, '[')) {
-            if (parse_int_list(p, a)) return -1;
+            if (parse_list(p, a, 1)) return -1;
         } else if (parse_scalar(p, a)) {
             return expected(p, "an attribute value (a number, a string or a [list])");
         }
