@@ -81,7 +81,10 @@ typedef struct kcu_parts {
 
 /* Generate, compile for every architecture of target, and describe the
  * sections to add to the engine. With emit_dir, also write the generated
- * source there as <graph name>.cu. 0, or -1 after reporting. */
+ * source there as <graph name>.cu. 0, or -1 after reporting. The
+ * architectures compile at once, a thread each: the cubins are the bytes
+ * each compiles to alone, and a failure reports what a build compiling in
+ * turn would (the messages up to the first architecture that fails). */
 int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_parts *out, ks_diag *d);
 void kcu_parts_free(kcu_parts *p);
 
