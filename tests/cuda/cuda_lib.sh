@@ -3,7 +3,9 @@
 # The engines: tests/cuda/CMakeLists.txt makes one setup test per shared model and weight dtype,
 # cuda_engines_<model>_<dtype> (cuda_engines.sh), which builds into ENGINES/<dtype>/ (ENGINES is
 # the model's folder under the build tree, given to every test that needs them):
-#   cuda.engine  kiln build --target sm_80,sm_90 --dtype <dtype> (the NVRTC compile)
+#   cuda.engine  kiln build --target sm_80,sm_90 --dtype <dtype> (the NVRTC compile; under the
+#                sanitizers bf16 and f16 for sm_90 alone, see CMakeLists.txt)
+#   target       the --target it was built for
 #   src/         its --emit-source output
 #   kernels.so   that source compiled for the CPU with g++ (compile_kernels) for emu_libcuda
 #   cpu.engine   kiln build --dtype <dtype> for the CPU (the interpreter's engine)
@@ -35,7 +37,7 @@ compile_kernels() {
 # what is missing otherwise (the setup test failed, or ran without NVRTC).
 have_engine() {
   local f
-  for f in cuda.engine cpu.engine ${KILN_GXX:+kernels.so}; do
+  for f in cuda.engine target cpu.engine ${KILN_GXX:+kernels.so}; do
     [ -f "$1/$f" ] || { echo "FAIL: no $1/$f (the cuda_engines_* setup test builds it)"; return 1; }
   done
 }
