@@ -1,8 +1,10 @@
 /*
  * compile_time.c — how long kiln takes to compile a model for CUDA, by stage:
  * loading and the passes, generating the CUDA source, and NVRTC for each
- * architecture of TARGET. Needs no weights, so a description with a config
- * alone measures a large model's graph (Llama-3-8B: models/llama.kiln with
+ * architecture of TARGET, one after another (kiln build compiles them at
+ * once, a thread each; this times each alone). Needs no weights, so a
+ * description with a config alone measures a large model's graph
+ * (Llama-3-8B: models/llama.kiln with
  * tests/data/llama3-8b-config.json, which tests/cuda's cuda_compile_llama8b
  * compiles without timing it). A measurement, not a test: tests assert no
  * speed (bench/RESULTS.md keeps the figures).
@@ -17,6 +19,7 @@
 
 #include "codegen/cuda/kcu.h"
 #include "compiler/driver.h"
+#include "runtime/cuda/cuda_draw.h"
 
 static double now_s(void)
 {
@@ -49,6 +52,7 @@ int main(int argc, char **argv)
     ks_buf src = {0};
     double t1 = now_s();
     int rc = kcu_generate(kd_graph(&m), &src, &meta, &d);
+    if (rc == 0) ks_buf_puts(&src, krt_cuda_draw_source); /* as kcu_build compiles it */
     double t2 = now_s();
     ks_arena arena = {0};
     const char **archs = NULL;

@@ -335,12 +335,10 @@ static int read_tokenizer(const kd_inputs *in, const kir_graph *g, char **bytes,
 }
 
 /* A target's slow step (NVRTC takes seconds per architecture): its line shows at once. */
-static void on_target_step(void *ctx, const char *what, int index, int count)
+static void on_target_step(void *ctx, const char *what)
 {
     kd_progress *p = ctx;
-    char step[96];
-    snprintf(step, sizeof step, "%s (%d of %d)", what, index + 1, count);
-    kd_progress_step(p, step);
+    kd_progress_step(p, what);
     kd_progress_show(p);
 }
 

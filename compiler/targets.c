@@ -25,12 +25,12 @@ typedef struct cuda_step_ctx {
     const kd_target_opts *o; /* the caller's hook */
 } cuda_step_ctx;
 
-static void cuda_on_arch(void *ctx, const char *arch, int index, int count)
+static void cuda_on_compile(void *ctx, const char *archs)
 {
     const kd_target_opts *o = ((const cuda_step_ctx *)ctx)->o;
-    char what[64];
-    snprintf(what, sizeof what, "compiling CUDA kernels for %s", arch);
-    o->on_step(o->on_step_ctx, what, index, count);
+    char what[160];
+    snprintf(what, sizeof what, "compiling CUDA kernels for %s", archs);
+    o->on_step(o->on_step_ctx, what);
 }
 
 static int cuda_build(const kir_graph *g, const char *spec, const kd_target_opts *o, kd_target_parts *parts,
@@ -38,7 +38,7 @@ static int cuda_build(const kir_graph *g, const char *spec, const kd_target_opts
 {
     kcu_parts *p = ks_xcalloc(1, sizeof *p);
     cuda_step_ctx ctx = {o};
-    if (kcu_build(g, spec, o->emit_dir, o->on_step ? cuda_on_arch : NULL, &ctx, p, d) != 0) {
+    if (kcu_build(g, spec, o->emit_dir, o->on_step ? cuda_on_compile : NULL, &ctx, p, d) != 0) {
         cuda_free(p);
         return -1;
     }

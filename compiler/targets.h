@@ -33,8 +33,7 @@ typedef struct kd_target_parts {
 /* Settings of a build the targets read. */
 typedef struct kd_target_opts {
     const char *emit_dir;  /* write the generated source here too, or NULL */
-    void (*on_step)(void *ctx, const char *what, int index, int count); /* a slow step begins (NVRTC for an
-                                                                           architecture), or NULL */
+    void (*on_step)(void *ctx, const char *what); /* a slow step begins (NVRTC), or NULL */
     void *on_step_ctx;     /* its context */
 } kd_target_opts;
 

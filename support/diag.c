@@ -103,3 +103,10 @@ void ks_warning(ks_diag *d, const char *file, const char *fmt, ...)
     report_at(d, "warning", &src, 0, 0, fmt, ap);
     va_end(ap);
 }
+
+void ks_diag_forward(ks_diag *d, const ks_diag *from)
+{
+    if (from->log && from->log->len) emit(d, from->log->data, from->log->len);
+    d->errors += from->errors;
+    d->warnings += from->warnings;
+}

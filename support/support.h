@@ -107,6 +107,9 @@ void ks_error(ks_diag *d, const char *file, const char *fmt, ...) KS_PRINTF(3, 4
 void ks_verror(ks_diag *d, const char *file, const char *fmt, va_list ap);
 /* A warning about a whole file: `file: warning: text`; counts in d->warnings. */
 void ks_warning(ks_diag *d, const char *file, const char *fmt, ...) KS_PRINTF(3, 4);
+/* Pass on what `from` reported into its log (a quiet ks_diag of a worker
+ * thread, say): the text goes to d as if reported there, the counts add up. */
+void ks_diag_forward(ks_diag *d, const ks_diag *from);
 
 /* ---- files ----------------------------------------------------------------- */
 /* Read a whole file into a NUL-terminated heap buffer. On failure reports

@@ -84,11 +84,15 @@ typedef struct kcu_parts {
 
 /* Generate, compile for every architecture of target, and describe the
  * sections to add to the engine. With emit_dir, also write the generated
- * source there as <graph name>.cu. 0, or -1 after reporting. */
-/* Called before each architecture is compiled: arch, its index from 0 and how many there are. */
-typedef void (*kcu_arch_fn)(void *ctx, const char *arch, int index, int count);
-int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_arch_fn on_arch, void *on_arch_ctx,
-              kcu_parts *out, ks_diag *d);
+ * source there as <graph name>.cu. 0, or -1 after reporting. The
+ * architectures compile at once, a thread each: the cubins are the bytes
+ * each compiles to alone, and a failure reports what a build compiling in
+ * turn would (the messages up to the first architecture that fails).
+ * on_compile, when not NULL, is called once before they start, with the
+ * architectures as one text ("sm_80, sm_90"). */
+typedef void (*kcu_compile_fn)(void *ctx, const char *archs);
+int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_compile_fn on_compile,
+              void *on_compile_ctx, kcu_parts *out, ks_diag *d);
 void kcu_parts_free(kcu_parts *p);
 
 #endif

@@ -1,6 +1,8 @@
 /* kcu_build.c — CUDA targets, and the engine sections of a CUDA build:
- * generate once, compile per architecture, describe the launches. */
+ * generate once, compile per architecture (the architectures at once, a
+ * thread each), describe the launches. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,9 +83,66 @@ static int write_source(const char *dir, const char *file, const ks_buf *src, ks
     return rc;
 }
 
+/* ---- compiling for every architecture ----------------------------------------------- */
+/* One architecture's compile. The architectures of a build compile at once, on a thread each:
+ * NVRTC compiles separate programs concurrently, and a cubin depends only on the source and its
+ * architecture, so the engine holds the same bytes as when they compile one after another. Each
+ * compile reports into a log of its own; the logs are passed on in architecture order, up to the
+ * first that failed, so the messages are those of a build that compiles in turn and stops there. */
+typedef struct arch_job {
+    const char *src;      /* the generated source (read by every job) */
+    const char *src_name; /* its file name, for messages */
+    const char *arch;     /* the architecture, "sm_90" */
+    ks_buf *cubin;        /* where its cubin goes */
+    ks_buf log;           /* what the compile reported */
+    ks_diag diag;         /* quiet, reporting into log */
+    int rc;               /* kcu_compile's result: 0 or -1 */
+} arch_job;
+
+static void *compile_arch(void *p)
+{
+    arch_job *j = p;
+    j->rc = kcu_compile(j->src, j->src_name, j->arch, j->cubin, &j->diag);
+    return NULL;
+}
+
+/* Compile src for archs[0..n) into cubins[0..n); 0, or -1 once reported. */
+static int compile_archs(const char *src, const char *src_name, const char *const *archs, int n, ks_buf *cubins,
+                         ks_diag *d)
+{
+    arch_job *jobs = ks_xcalloc((size_t)n, sizeof *jobs);
+    pthread_t *tid = ks_xcalloc((size_t)n, sizeof *tid);
+    int *started = ks_xcalloc((size_t)n, sizeof *started);
+    for (int i = 0; i < n; i++) {
+        jobs[i] = (arch_job){.src = src, .src_name = src_name, .arch = archs[i], .cubin = &cubins[i]};
+        jobs[i].diag = (ks_diag){.log = &jobs[i].log, .quiet = 1};
+    }
+    /* a thread that cannot start leaves its compile to this one */
+    for (int i = 1; i < n; i++) started[i] = pthread_create(&tid[i], NULL, compile_arch, &jobs[i]) == 0;
+    compile_arch(&jobs[0]);
+    for (int i = 1; i < n; i++) {
+        if (started[i])
+            pthread_join(tid[i], NULL);
+        else
+            compile_arch(&jobs[i]);
+    }
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (rc == 0) {
+            ks_diag_forward(d, &jobs[i].diag);
+            rc = jobs[i].rc;
+        }
+        ks_buf_free(&jobs[i].log);
+    }
+    free(jobs);
+    free(tid);
+    free(started);
+    return rc;
+}
+
 /* ---- the build ------------------------------------------------------------------- */
-int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_arch_fn on_arch, void *on_arch_ctx,
-              kcu_parts *out, ks_diag *d)
+int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_compile_fn on_compile,
+              void *on_compile_ctx, kcu_parts *out, ks_diag *d)
 {
     memset(out, 0, sizeof *out);
     int n = kcu_parse_target(target, &out->arena, &out->archs, d);
@@ -101,10 +160,13 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     if (rc == 0 && emit_dir) rc = write_source(emit_dir, src_name, &src, d);
 
     out->cubins = ks_arena_alloc(&out->arena, sizeof *out->cubins * (size_t)n);
-    for (int i = 0; i < n && rc == 0; i++) {
-        if (on_arch) on_arch(on_arch_ctx, out->archs[i], i, n);
-        rc = kcu_compile(ks_buf_cstr(&src), src_name, out->archs[i], &out->cubins[i], d);
+    if (rc == 0 && on_compile) {
+        ks_buf list = {0};
+        for (int i = 0; i < n; i++) ks_buf_printf(&list, "%s%s", i ? ", " : "", out->archs[i]);
+        on_compile(on_compile_ctx, ks_buf_cstr(&list));
+        ks_buf_free(&list);
     }
+    if (rc == 0) rc = compile_archs(ks_buf_cstr(&src), src_name, out->archs, n, out->cubins, d);
     if (rc == 0) {
         meta.archs = out->archs;
         meta.n_archs = n;

@@ -15,20 +15,17 @@
 #  - kiln run --profile: no graphs, every launch timed (the stand-in's count), the same logits,
 #    a table per kind of step;
 #  - kiln verify --target sm_90: the fused CUDA engine against the unfused interpreter.
+# usage: cuda_runtime.sh MODEL_DIR ENGINE_DIR, ENGINE_DIR the f32 engine the
+# cuda_engines_<model>_f32 setup test built (cuda_lib.sh: sm_80,sm_90, kernels alignment-checked).
 . "$(dirname "$0")/../cli/lib.sh"
+. "$(dirname "$0")/cuda_lib.sh"
 : "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}" "${KILN_TEST_SESSION:?}"
-model="$1"
+model="$1" engine_dir="$2"
 if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ] || [ -z "${KILN_GXX:-}" ]; then
   echo "skipped: needs NVRTC and g++"; exit 77
 fi
-"$KILN_BIN" build "$model" --target sm_90 --emit-source "$work/src" -o "$work/cu.engine" \
-  && "$KILN_BIN" build "$model" -o "$work/cpu.engine" || { echo "FAIL build"; exit 1; }
-# with alignment checks: a GPU faults on a misaligned access that the CPU forgives
-compile_kernels() { # SRC_DIR OUT.so
-  "$KILN_GXX" -O2 -w -shared -fPIC -fno-strict-aliasing -fsanitize=alignment -fno-sanitize-recover=alignment \
-    -include "$KILN_EMU_SHIM" -x c++ "$1"/*.cu -o "$2"
-}
-compile_kernels "$work/src" "$work/kernels.so" || { echo "FAIL: g++"; exit 1; }
+have_engine "$engine_dir" || exit 1
+cu="$engine_dir/cuda.engine"
 # two more engines, built meanwhile: a plan for 4 tokens a step, and no plan at all
 ( "$KILN_BIN" build "$model" --target sm_90 --max-tokens 4 --emit-source "$work/src4" -o "$work/cu4.engine" \
     && compile_kernels "$work/src4" "$work/kernels4.so" ) >"$work/extra4.log" 2>&1 &
@@ -37,13 +34,12 @@ extra4=$!
     && compile_kernels "$work/src0" "$work/kernels0.so" ) >"$work/extra0.log" 2>&1 &
 extra0=$!
 # the engine's memory plan (graph params mem.*) and its weights' bytes, as kiln inspect shows them
-"$KILN_BIN" inspect "$work/cu.engine" >"$work/inspect.txt" || { echo "FAIL: kiln inspect"; exit 1; }
+"$KILN_BIN" inspect "$cu" >"$work/inspect.txt" || { echo "FAIL: kiln inspect"; exit 1; }
 arena=$(awk '$1 == "mem.arena_bytes" { print $2 }' "$work/inspect.txt")
 plan_tokens=$(awk '$1 == "mem.max_tokens" { print $2 }' "$work/inspect.txt")
 weight_bytes=$(awk '$1 == "weights:" { print $4 }' "$work/inspect.txt")
 [ -n "$arena" ] && [ -n "$plan_tokens" ] && [ -n "$weight_bytes" ] || { echo "FAIL: no memory plan in the engine"; exit 1; }
-export KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$work/kernels.so"
-cu="$work/cu.engine"
+export KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$engine_dir/kernels.so"
 
 "$KILN_TEST_SESSION" "$cu" && passes=$((passes+1)) || { echo "FAIL: test_session on the CUDA engine"; failures=$((failures+1)); }
 
@@ -100,7 +96,7 @@ for smp in "--temperature 0" "--temperature 0.8 --top-k 40 --top-p 0.95 --seed 3
   host=$("$KILN_BIN" run "$cu" --ids 1,7 -n 8 $smp --host-sampling 2>/dev/null)
   expect_same "draws on the device ($smp) = on the host" "$host" "$dev"
 done
-expect_same "greedy ids = the CPU engine's" "$("$KILN_BIN" run "$work/cpu.engine" --ids $ids -n 6 2>/dev/null)" "$a"
+expect_same "greedy ids = the CPU engine's" "$("$KILN_BIN" run "$engine_dir/cpu.engine" --ids $ids -n 6 2>/dev/null)" "$a"
 
 # the KV cache from the device's free memory, reported on stderr
 err=$("$KILN_BIN" run "$cu" --ids 1 -n 1 2>&1 >/dev/null | head -1)

@@ -17,7 +17,10 @@
  * that slot, then parks until the slot's next thread. Switches use GCC's
  * __builtin_setjmp/__builtin_longjmp: a few instructions, no system call
  * (unlike swapcontext, getcontext) and nothing a sanitizer intercepts
- * (AddressSanitizer wraps longjmp at a heavy cost per call).
+ * (AddressSanitizer wraps longjmp at a heavy cost per call); a thread that
+ * waits or ends jumps straight to the next ready one. The switches are most
+ * of the emulator's own time, so it makes few (emu_shim.h's shuffles take
+ * one barrier each) and lays the threads' stacks out to keep them cheap.
  *
  * Streams run their work at once, in the order it is queued (the host
  * waits for nothing). A stream in capture mode records its launches
@@ -51,7 +54,10 @@ typedef struct emu_dim3 {
     unsigned x, y, z; /* as in emu_shim.h */
 } emu_dim3;
 
-enum { MAX_PARAMS = 24, MAX_THREADS = 1024, STACK_BYTES = 64 * 1024 };
+/* Thread stacks lie STACK_STRIDE apart: a cache line more than their size, so that the tops of a
+ * block's stacks, where its threads' frames are, fall in different cache sets (at a power-of-two
+ * stride they would all compete for the same few, and every switch at a barrier would miss). */
+enum { MAX_PARAMS = 24, MAX_THREADS = 1024, STACK_BYTES = 64 * 1024, STACK_STRIDE = STACK_BYTES + 64 };
 enum { EMU_NOT_FOUND = 500, EMU_INVALID = 1, EMU_LAUNCH_FAILED = 719, EMU_OUT_OF_MEMORY = 2,
        EMU_ILLEGAL_STATE = 401, EMU_CAPTURE_UNSUPPORTED = 900 };
 enum thread_state { READY, WAITING, DONE };
@@ -65,6 +71,7 @@ static struct {
     void *so;                      /* the kernels, compiled for the CPU */
     emu_dim3 *tid, *bid, *bdim;    /* their threadIdx, blockIdx, blockDim */
     void (**sync_hook)(void);      /* their __syncthreads() */
+    unsigned *block_run;           /* their kemu_block_run: a new number for each block run */
     kernel24 fn;                   /* the kernel being run */
     uint64_t args[MAX_PARAMS];     /* its parameters, each in an 8-byte slot */
     emu_jmp sched;                 /* where the scheduler waits */
@@ -73,6 +80,8 @@ static struct {
     emu_jmp park[MAX_THREADS];     /* where each slot's trampoline waits for its next thread */
     int parked[MAX_THREADS];       /* 1 once the slot's trampoline exists */
     enum thread_state state[MAX_THREADS];
+    int begun[MAX_THREADS];        /* 1 once thread t of the block being run has started */
+    unsigned n_block;              /* threads in the block being run */
     char *stacks;                  /* MAX_THREADS stacks */
     unsigned current;              /* the thread running */
     int waited;                    /* a thread of the block being run reached a barrier */
@@ -167,13 +176,46 @@ int cuMemcpyDtoD_v2(uint64_t dst, uint64_t src, size_t n)
 
 /* Continue at buf (saved by __builtin_setjmp, which may not share a function
  * with __builtin_longjmp). */
-static __attribute__((noinline)) void jump(void **buf) { __builtin_longjmp(buf, 1); }
+static __attribute__((noinline, noreturn)) void jump(void **buf) { __builtin_longjmp(buf, 1); }
+
+static void trampoline(void);
+
+/* Run thread t of the block: on from where it waits at a barrier, or from the start (on its
+ * slot's trampoline, made the first time). Does not return. */
+static __attribute__((noreturn)) void enter(unsigned t)
+{
+    emu.current = t;
+    *emu.tid = (emu_dim3){t, 0, 0};
+    if (emu.begun[t]) jump(emu.resume[t]);
+    emu.begun[t] = 1;
+    if (emu.parked[t]) jump(emu.park[t]); /* the slot's trampoline starts thread t */
+    emu.parked[t] = 1;
+    getcontext(&emu.start);
+    emu.start.uc_stack.ss_sp = emu.stacks + (size_t)t * STACK_STRIDE;
+    emu.start.uc_stack.ss_size = STACK_BYTES;
+    emu.start.uc_link = NULL;
+    makecontext(&emu.start, trampoline, 0);
+    setcontext(&emu.start);
+    abort(); /* setcontext returns only when it fails */
+}
+
+/* The thread before `first` has saved where it continues (at a barrier, or parked at its end):
+ * run the next thread of the round that is ready, straight from thread to thread (one jump a
+ * switch), or go back to the scheduler (run_block) when the round is over. The order is the
+ * scheduler's: every ready thread, by index, once a round. */
+static __attribute__((noreturn)) void run_from(unsigned first)
+{
+    for (unsigned t = first; t < emu.n_block; t++)
+        if (emu.state[t] == READY) enter(t);
+    jump(emu.sched);
+}
 
 static void emu_sync(void)
 {
-    emu.state[emu.current] = WAITING;
+    unsigned t = emu.current;
+    emu.state[t] = WAITING;
     emu.waited = 1;
-    if (__builtin_setjmp(emu.resume[emu.current]) == 0) jump(emu.sched);
+    if (__builtin_setjmp(emu.resume[t]) == 0) run_from(t + 1);
 }
 
 int cuModuleLoadData(void **mod, const void *image)
@@ -193,13 +235,14 @@ int cuModuleLoadData(void **mod, const void *image)
     emu.bid = dlsym(so, "kemu_blockIdx");
     emu.bdim = dlsym(so, "kemu_blockDim");
     emu.sync_hook = dlsym(so, "kemu_sync_hook");
-    if (!emu.tid || !emu.bid || !emu.bdim || !emu.sync_hook) {
+    emu.block_run = dlsym(so, "kemu_block_run");
+    if (!emu.tid || !emu.bid || !emu.bdim || !emu.sync_hook || !emu.block_run) {
         fprintf(stderr, "emu_libcuda: %s was not compiled with emu_shim.h\n", path);
         dlclose(so);
         return EMU_INVALID;
     }
     *emu.sync_hook = emu_sync;
-    if (!emu.stacks) emu.stacks = malloc((size_t)MAX_THREADS * STACK_BYTES);
+    if (!emu.stacks) emu.stacks = malloc((size_t)MAX_THREADS * STACK_STRIDE);
     emu.so = so;
     emu.loads++;
     *mod = so;
@@ -232,7 +275,7 @@ static void trampoline(void)
         emu.fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14],
                a[15], a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23]);
         emu.state[slot] = DONE;
-        if (__builtin_setjmp(emu.park[slot]) == 0) jump(emu.sched);
+        if (__builtin_setjmp(emu.park[slot]) == 0) run_from(slot + 1);
     }
 }
 
@@ -240,27 +283,12 @@ static void trampoline(void)
  * and again until all have ended. Ended threads count as arrived. */
 static void run_block(unsigned n)
 {
-    for (unsigned t = 0; t < n; t++) emu.state[t] = READY;
-    /* volatile: live across the __builtin_setjmp below */
-    volatile int started = 0;
+    emu.n_block = n;
+    ++*emu.block_run;
+    for (unsigned t = 0; t < n; t++) emu.state[t] = READY, emu.begun[t] = 0;
     for (;;) {
-        for (volatile unsigned t = 0; t < n; t++) {
-            if (emu.state[t] != READY) continue;
-            emu.current = t;
-            *emu.tid = (emu_dim3){t, 0, 0};
-            if (__builtin_setjmp(emu.sched)) continue; /* back here when t waits or ends */
-            if (started) jump(emu.resume[t]);
-            if (emu.parked[t]) jump(emu.park[t]); /* the slot's trampoline starts thread t */
-            emu.parked[t] = 1;
-            getcontext(&emu.start);
-            emu.start.uc_stack.ss_sp = emu.stacks + (size_t)t * STACK_BYTES;
-            emu.start.uc_stack.ss_size = STACK_BYTES;
-            emu.start.uc_link = NULL;
-            makecontext(&emu.start, trampoline, 0);
-            setcontext(&emu.start);
-        }
-        started = 1;
-        volatile int waiting = 0;
+        if (__builtin_setjmp(emu.sched) == 0) run_from(0); /* back here when a round is over */
+        int waiting = 0;
         for (unsigned t = 0; t < n; t++)
             if (emu.state[t] == WAITING) emu.state[t] = READY, waiting = 1;
         if (!waiting) return;

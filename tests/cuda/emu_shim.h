@@ -21,6 +21,8 @@ struct kemu_dim3 {
 kemu_dim3 kemu_threadIdx, kemu_blockIdx, kemu_blockDim;
 /* The emulator's barrier: suspends the calling thread until all of its block arrive. */
 void (*kemu_sync_hook)(void);
+/* Set by the emulator: a new number for each block it runs (the shuffles' call counts restart). */
+unsigned kemu_block_run;
 }
 
 #define threadIdx kemu_threadIdx
@@ -52,16 +54,23 @@ template <typename V> static inline V __ldg(const V *p) { return *p; }
 
 /* A warp shuffle: every thread of the block must call it together (kiln's
  * kernels do, with the same lane mask m), as they reach __syncthreads().
- * Each value type has its own exchange array (a function-local static of
- * the template). */
+ * Each value type has its own exchange arrays (function-local statics of
+ * the template), two used in turn, so one barrier a shuffle is enough: a
+ * thread past this call's barrier writes the other array, and cannot write
+ * this one again before every thread has reached the next call's barrier,
+ * after reading this one. Each thread counts its calls in the block being
+ * run (kemu_block_run tells a new block), which every thread of the block
+ * makes alike. */
 template <typename V> static inline V kemu_shfl_xor(V v, int m)
 {
-    static V lanes[1024];
-    lanes[threadIdx.x] = v;
+    static V lanes[2][1024];
+    static unsigned run[1024], calls[1024];
+    const unsigned t = threadIdx.x;
+    if (run[t] != kemu_block_run) run[t] = kemu_block_run, calls[t] = 0;
+    V *const l = lanes[calls[t]++ & 1];
+    l[t] = v;
     __syncthreads();
-    const V r = lanes[threadIdx.x ^ (unsigned)m];
-    __syncthreads();
-    return r;
+    return l[t ^ (unsigned)m];
 }
 static inline float __shfl_xor_sync(unsigned mask, float v, int m) { return (void)mask, kemu_shfl_xor(v, m); }
 static inline double __shfl_xor_sync(unsigned mask, double v, int m) { return (void)mask, kemu_shfl_xor(v, m); }

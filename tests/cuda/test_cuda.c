@@ -457,6 +457,46 @@ static void test_plan_errors(const char *path)
     ks_buf_free(&want);
 }
 
+/* ---- the build: the architectures compiled at once ---------------------------------------- */
+static void test_build_archs(void)
+{
+    if (!kcu_have_nvrtc()) {
+        printf("note: built without NVRTC: kcu_build's compiles are not checked\n");
+        return;
+    }
+    kir_graph *g = small_graph();
+    sink s;
+    sink_init(&s);
+    kcu_parts p;
+    /* each cubin is what kcu_compile gives for that architecture alone (the emitted source) */
+    if (CHECK(kcu_build(g, "sm_80,sm_90", work_dir, NULL, NULL, &p, &s.d) == 0)) {
+        CHECK(p.n_archs == 2 && p.n_sections == 3);
+        char *cu = work_path("small.cu");
+        char *src = ks_read_file(&s.d, cu, NULL);
+        for (int i = 0; src && i < p.n_archs; i++) {
+            ks_buf alone = {0};
+            CHECK(kcu_compile(src, "small.cu", p.archs[i], &alone, &s.d) == 0);
+            CHECK_MSG(alone.len > 0 && alone.len == p.cubins[i].len &&
+                          memcmp(alone.data, p.cubins[i].data, alone.len) == 0,
+                      "%s: the build's cubin differs from a compile alone", p.archs[i]);
+            ks_buf_free(&alone);
+        }
+        CHECK(src != NULL);
+        free(src);
+        unlink(cu);
+        free(cu);
+        kcu_parts_free(&p);
+    }
+    CHECK_STR(sink_text(&s), "");
+    /* a failure: the messages of the first failing architecture, as a build in turn would stop there */
+    CHECK(kcu_build(g, "sm_10,sm_20", NULL, NULL, NULL, &p, &s.d) == -1);
+    CHECK(s.d.errors == 1 && p.cubins == NULL && p.n_sections == 0);
+    CHECK_MSG(strncmp(sink_text(&s), "kiln: error: target sm_10: NVRTC ", 33) == 0 && !strstr(sink_text(&s), "sm_20:"),
+              "got: %s", sink_text(&s));
+    sink_free(&s);
+    kir_graph_free(g);
+}
+
 static void test_backend_errors(void)
 {
     sink s;
@@ -667,6 +707,7 @@ int main(int argc, char **argv)
     test_meta_errors();
     test_targets();
     test_sections();
+    test_build_archs();
     test_backend_errors();
     rmdir(work_dir);
     return check_finish("test_cuda");

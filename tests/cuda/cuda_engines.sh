@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# cuda_engines.sh MODEL_DIR DTYPE OUT_DIR TARGET — the setup test that builds a shared model's CUDA
+# engine (for TARGET, e.g. sm_80,sm_90, with DTYPE weights), its source, its kernels for the CPU
+# stand-in and its CPU engine into OUT_DIR, for the tests that use them (cuda_lib.sh says which
+# files). OUT_DIR is emptied first: nothing of an earlier run is ever used. Without NVRTC there is
+# nothing to build: it says so and passes, and the tests that need the engine check what kiln says
+# without NVRTC and skip.
+. "$(dirname "$0")/../cli/lib.sh"
+. "$(dirname "$0")/cuda_lib.sh"
+model="$1" dtype="$2" out="$3" target="$4"
+rm -rf "$out" && mkdir -p "$out" || { echo "FAIL: cannot make $out"; exit 1; }
+if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ]; then
+  echo "note: built without NVRTC: no CUDA engine to build"; exit 0
+fi
+model_args "$model"
+"$KILN_BIN" build "${args[@]}" --target "$target" --dtype "$dtype" --emit-source "$out/src" -o "$out/cuda.engine" \
+  || { echo "FAIL: kiln build --target $target --dtype $dtype"; exit 1; }
+echo "$target" >"$out/target"
+"$KILN_BIN" build "${args[@]}" --dtype "$dtype" -o "$out/cpu.engine" || { echo "FAIL: kiln build --dtype $dtype"; exit 1; }
+if [ -n "${KILN_GXX:-}" ]; then
+  compile_kernels "$out/src" "$out/kernels.so" || { echo "FAIL: g++ $out/src"; exit 1; }
+else
+  echo "note: no g++: the kernels are not compiled for the CPU"
+fi
+echo "built $out"
