@@ -252,7 +252,9 @@ int kir_verify_plan(const kir_graph *g, ks_diag *d, const char *what)
     ks_buf why = KS_BUF_TRY;
     kir_val where = KIR_NONE;
     int errors = 0;
-    if (kir_plan_check(g, &p, &why, &where) != 0) {
+    int rc_check = kir_plan_check(g, &p, &why, &where);
+    if (rc_check != 0) {
+        if (rc_check == -2) d->oom++; /* why says out of memory */
         if (where == KIR_NONE) /* the plan as a whole */
             ks_error(d, what ? what : "<ir>", "%s", ks_buf_cstr(&why));
         else /* why names the node already */

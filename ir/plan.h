@@ -97,7 +97,8 @@ void kir_group_spans(const kir_graph *g, uint32_t *first, uint32_t *last);
  * at its last use), a group's nodes being live together from its first node
  * to its last. O(n log n) in the nodes. Returns 0, or -1 with the first
  * problem written to why ("node %9 (matmul): ...") and *where set to the
- * node it is about (KIR_NONE: the plan as a whole). where may be NULL. */
+ * node it is about (KIR_NONE: the plan as a whole). where may be NULL.
+ * Out of memory is -2, why saying so ("out of memory (allocating ...)"). */
 int kir_plan_check(const kir_graph *g, const kir_mem_plan *plan, ks_buf *why, kir_val *where);
 
 /* Does g carry a plan, or any part of one (a mem.* param or attribute)? */

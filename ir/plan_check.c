@@ -78,12 +78,13 @@ static int fail(kir_checker *c, kir_val v, const char *fmt, ...)
     return -1;
 }
 
-/* Out of memory: the check cannot be made, and says so as its problem. */
+/* Out of memory: the check cannot be made, and says so as its problem; -2. */
 static int nomem(kir_checker *c, size_t count, size_t elem)
 {
     size_t bytes;
     if (!ks_mul_size(count, elem, &bytes)) bytes = SIZE_MAX;
-    return fail(c, KIR_NONE, "out of memory (allocating %zu bytes for checking the memory plan)", bytes);
+    fail(c, KIR_NONE, "out of memory (allocating %zu bytes for checking the memory plan)", bytes);
+    return -2;
 }
 
 /* Sizes, bounds and the sharing rules of one value. */

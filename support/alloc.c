@@ -121,5 +121,6 @@ int ks_error_oom(ks_diag *d, const char *file, size_t bytes, const char *what)
         ks_error(d, file, "out of memory (allocating %zu bytes for %s)", bytes, what);
     else
         ks_error(d, file, "out of memory (%s)", what);
+    d->oom++;
     return -1;
 }

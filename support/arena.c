@@ -172,6 +172,15 @@ void ks_buf_clear(ks_buf *b)
     if (b->data) b->data[0] = 0;
 }
 
+void ks_buf_fail(ks_buf *b, size_t bytes)
+{
+    if (!b->fallible) {
+        fprintf(stderr, "kiln: error: out of memory (allocating %zu bytes)\n", bytes);
+        abort();
+    }
+    if (!b->failed) b->failed = bytes ? bytes : 1;
+}
+
 void ks_buf_free(ks_buf *b)
 {
     free(b->data);

@@ -53,7 +53,8 @@ char *ks_xstrdup(const char *s);
 
 /* Report `file: error: out of memory (allocating N bytes for WHAT)`, or
  * `(WHAT)` alone when bytes is 0 (a failure whose size is not known where it
- * is reported). Returns -1, for `return ks_error_oom(...)`. */
+ * is reported), counting it in d->oom too. Returns -1, for
+ * `return ks_error_oom(...)`. */
 int ks_error_oom(ks_diag *d, const char *file, size_t bytes, const char *what);
 
 /* Fault injection, for tests (the way SQLite tests out of memory): after
@@ -131,6 +132,11 @@ int ks_buf_vprintf(ks_buf *b, const char *fmt, va_list ap);
  * cannot get the byte for its NUL. */
 const char *ks_buf_cstr(ks_buf *b);
 void ks_buf_clear(ks_buf *b); /* len 0 and failed 0, keeping the memory */
+/* For code that builds b's text out of other allocations: one of them failed
+ * (asking for `bytes`, 0 when not known), so b's text is incomplete. A
+ * fallible b is marked failed; for one that is not, it ends the process, as
+ * an append would have. */
+void ks_buf_fail(ks_buf *b, size_t bytes);
 void ks_buf_free(ks_buf *b);  /* the memory, and failed; fallible stays as it was */
 
 /* ---- diagnostics ----------------------------------------------------------
@@ -149,6 +155,8 @@ struct ks_diag {
     FILE *out;      /* where messages go; NULL: stderr */
     ks_buf *log;    /* if set, every message is appended here too */
     int errors;     /* errors reported so far */
+    int oom;        /* of those, the ones that were out of memory (ks_error_oom): a caller that adds its own
+                       words about a failure ("damaged: ...") leaves them out for these */
     int warnings;   /* warnings reported so far */
     int quiet;      /* if set, nothing goes to out (log still fills) */
     void (*before_print)(void *ctx); /* if set, called before a message goes to out (to erase a

@@ -30,10 +30,14 @@ const krt_backend krt_backend_interp = {
 
 const krt_backend *krt_backend_for(const krt_engine *e, ks_diag *d)
 {
-    ks_buf scratch = {0};
+    ks_buf scratch = KS_BUF_TRY;
     const char *target = krt_engine_meta(e, "target", "cpu", &scratch);
     const krt_backend *be = NULL;
-    if (strcmp(target, "cpu") == 0 || strcmp(target, "interp") == 0)
+    if (!target && scratch.failed)
+        ks_error_oom(d, e->path, scratch.failed, "the engine's target");
+    else if (!target) /* cJSON could not parse it: its memory ran out, as it was checksummed at open */
+        ks_error(d, e->path, "cannot read its metadata (out of memory, or not JSON)");
+    else if (strcmp(target, "cpu") == 0 || strcmp(target, "interp") == 0)
         be = &krt_backend_interp;
     else if (strcmp(target, "cuda") == 0)
         be = &krt_backend_cuda;

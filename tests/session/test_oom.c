@@ -22,7 +22,7 @@
  * allocation from the n-th on failing (the error paths get no memory
  * either). Last, a session whose KV cache cannot be had (n_blocks huge)
  * fails with a message that names the cache and its size, no injection
- * needed.
+ * needed. KILN_OOM_VERBOSE=1 prints the message of every failed call.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +68,7 @@ static int on_text(void *ctx, const char *text, size_t len)
  * the state before the call) is checked by the caller. */
 static int failed_cleanly(const char *call, const char *err, long n)
 {
+    if (getenv("KILN_OOM_VERBOSE")) printf("allocation %ld: %s: %s", n, call, err); /* each message, to read */
     if (!strstr(err, "out of memory")) {
         fprintf(stderr, "allocation %ld: %s failed without saying out of memory: \"%s\"\n", n, call, err);
         failures++;
