@@ -396,7 +396,11 @@ static int check_overlaps(kir_checker *c)
     live_tree t = {ch, NULL, 1};
     while (t.size < n + 1) t.size *= 2; /* k <= n chains, m <= k offsets */
     t.node = ks_try_calloc(2 * t.size, sizeof *t.node);
-    if (!chain_of || !ch || !by_start || !by_end || !offsets || !t.node) n = 0; /* out of memory: no checks */
+    int rc = 0;
+    if (!chain_of || !ch || !by_start || !by_end || !offsets || !t.node) {
+        rc = nomem(c, n + 1, sizeof *ch + 3 * sizeof(uint64_t) + 4 * sizeof *t.node);
+        goto done;
+    }
     for (size_t v = 0; v < n; v++) {
         if (p->offset[v] == KIR_MEM_NONE) continue;
         if (c->root[v] == v) {
@@ -407,12 +411,9 @@ static int check_overlaps(kir_checker *c)
         if (c->start[v] < x->start) x->start = c->start[v];
         if (c->end[v] > x->end) x->end = c->end[v];
     }
-    int rc = 0;
-    if (n == 0 && c->n > 0) {
-        rc = nomem(c, c->n + 1, sizeof *ch + 3 * sizeof(uint64_t) + 4 * sizeof *t.node);
-    } else if (sort_chains(ch, k, n, 0, by_start) != 0 || sort_chains(ch, k, n, 1, by_end) != 0) {
+    if (sort_chains(ch, k, n, 0, by_start) != 0 || sort_chains(ch, k, n, 1, by_end) != 0) {
         rc = nomem(c, n + 2, sizeof(uint32_t));
-        k = 0;
+        goto done;
     }
     /* the distinct offsets, ascending: the tree's leaves */
     for (size_t i = 0; i < k; i++) offsets[i] = ch[i].lo;
@@ -421,7 +422,7 @@ static int check_overlaps(kir_checker *c)
     for (size_t i = 0; i < k; i++)
         if (m == 0 || offsets[i] != offsets[m - 1]) offsets[m++] = offsets[i];
     for (t.size = 1; t.size < m;) t.size *= 2; /* the tree's first 2 * size entries are used */
-    for (size_t i = 0; t.node && i < 2 * t.size; i++) t.node[i] = NO_CHAIN;
+    for (size_t i = 0; i < 2 * t.size; i++) t.node[i] = NO_CHAIN;
 
     size_t gone = 0; /* chains of by_end taken out */
     for (size_t i = 0; i < k && rc == 0; i++) {
@@ -435,6 +436,7 @@ static int check_overlaps(kir_checker *c)
         else
             tree_set(&t, count_below(offsets, m, b->lo), by_start[i]);
     }
+done:
     free(chain_of);
     free(ch);
     free(by_start);

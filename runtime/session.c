@@ -253,8 +253,7 @@ int krt_session_set_tap(krt_session *s, krt_tap_fn tap, void *ctx, ks_diag *d)
 {
     if (!s->backend->set_tap)
         return report(d, "the %s backend cannot show the values it computes", s->backend->name);
-    s->backend->set_tap(s->state, tap, ctx);
-    return 0;
+    return s->backend->set_tap(s->state, tap, ctx, d);
 }
 
 const char *krt_step_status_text(krt_step_status st)
@@ -315,7 +314,7 @@ static int grow_scratch(krt_session *s, size_t n, ks_diag *d)
         regrow(&s->run_of, cap, sizeof *s->run_of) || regrow(&s->draw_rows, cap, sizeof *s->draw_rows) ||
         regrow(&s->draw_tok, cap, sizeof *s->draw_tok) || regrow(&s->draws, cap, sizeof *s->draws)) {
         char what[64];
-        snprintf(what, sizeof what, "a step of %zu tokens", n);
+        snprintf(what, sizeof what, "a step of %zu token%s", n, n == 1 ? "" : "s");
         return ks_error_oom(d, s->engine->path, cap * (sizeof(krt_step_status) + 6 * sizeof(int32_t) + sizeof(krt_draw)),
                             what);
     }
@@ -451,7 +450,7 @@ int krt_session_run(krt_session *s, const krt_step_req *r, ks_diag *d)
             size_t want = (size_t)n_run * (size_t)s->desc->vocab;
             if (KS_TRY_GROW(s->logits, want, s->cap_logits, (size_t)1 << 40) != 0) {
                 char what[64];
-                snprintf(what, sizeof what, "the logits of a step of %d tokens", n_run);
+                snprintf(what, sizeof what, "the logits of a step of %d token%s", n_run, n_run == 1 ? "" : "s");
                 rc = ks_error_oom(d, s->engine->path, want * sizeof(float), what);
             }
             dest = s->logits;

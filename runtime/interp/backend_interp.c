@@ -16,7 +16,11 @@ static int interp_step(void *state, const krt_step *step, float *out, ks_diag *d
     return krt_interp_step(state, step, out, d);
 }
 
-static void interp_set_tap(void *state, krt_tap_fn tap, void *ctx) { krt_interp_set_tap(state, tap, ctx); }
+static int interp_set_tap(void *state, krt_tap_fn tap, void *ctx, ks_diag *d)
+{
+    krt_interp_set_tap(state, tap, ctx);
+    return 0;
+}
 
 const krt_backend krt_backend_interp = {
     .name = "interp",

@@ -316,7 +316,7 @@ static int bind_values(krt_interp *it, const krt_step *step, float *out, ks_diag
     if (need > it->arena_cap) {
         if (regrow(&it->arena, need, sizeof(float)) != 0) {
             char what[64];
-            snprintf(what, sizeof what, "the values of a step of %d tokens", step->n_tokens);
+            snprintf(what, sizeof what, "the values of a step of %d token%s", step->n_tokens, step->n_tokens == 1 ? "" : "s");
             return ks_error_oom(d, it->desc->where, need * sizeof(float), what);
         }
         it->arena_cap = need;

@@ -109,6 +109,8 @@ static void list_free(piece_list *l)
     free(l->p);
 }
 
+/* A piece is added only with its bytes: out of memory leaves the list as
+ * it was (and failed), never a piece whose bytes are missing. */
 static void list_add(piece_list *l, const char *s, size_t n, int32_t id, int at_start)
 {
     if (id < 0 && n == 0) return; /* empty text pieces are dropped */
@@ -117,12 +119,13 @@ static void list_add(piece_list *l, const char *s, size_t n, int32_t id, int at_
         l->failed = (l->n + 1) * sizeof *l->p;
         return;
     }
+    size_t off = l->text.len;
+    if (n && ks_buf_put(&l->text, s, n) != 0) return; /* l->text.failed */
     piece *p = &l->p[l->n++];
-    p->off = l->text.len;
+    p->off = off;
     p->len = n;
     p->id = id;
     p->at_start = (uint8_t)at_start;
-    put(&l->text, s, n);
 }
 
 static piece_list *cur_list(hf_run *r) { return &r->lists[r->cur]; }
@@ -383,7 +386,7 @@ static int run_pretok(hf_run *r, const krt_tok_pretok *pt)
             tmp->len = 0;
             if (pt->add_prefix_space && (p->len == 0 || s[0] != ' ')) put(tmp, " ", 1);
             put(tmp, s, p->len);
-            const char *src = tmp->data;
+            const char *src = tmp->data ? tmp->data : "";
             size_t n = tmp->len;
             size_t first = out->n;
             if (pt->use_regex) {
@@ -406,9 +409,10 @@ static int run_pretok(hf_run *r, const krt_tok_pretok *pt)
                 ks_buf *mapped = &r->tmp[1];
                 mapped->len = 0; /* a failure stays: the run fails */
                 put_byte_level(mapped, at(&out->text, out->p[k].off), out->p[k].len);
-                out->p[k].off = out->text.len;
-                out->p[k].len = mapped->len;
+                size_t off = out->text.len;
                 put(&out->text, mapped->data, mapped->len);
+                out->p[k].off = off;
+                out->p[k].len = mapped->failed || out->text.failed ? 0 : mapped->len; /* failed: the run fails */
             }
             break;
         }
@@ -657,6 +661,7 @@ typedef struct tok_list {
     size_t failed;  /* 0, or the bytes a growth of s could not get (strings are missing) */
 } tok_list;
 
+/* A string is added only with its bytes (as list_add). */
 static void tl_add(tok_list *l, const char *s, size_t n)
 {
     if (l->failed) return;
@@ -664,10 +669,11 @@ static void tl_add(tok_list *l, const char *s, size_t n)
         l->failed = (l->n + 1) * sizeof *l->s;
         return;
     }
-    l->s[l->n].off = l->text.len;
+    size_t off = l->text.len;
+    if (n && ks_buf_put(&l->text, s, n) != 0) return; /* l->text.failed */
+    l->s[l->n].off = off;
     l->s[l->n].len = n;
     l->n++;
-    put(&l->text, s, n);
 }
 
 static void tl_clear(tok_list *l)
