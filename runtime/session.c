@@ -315,8 +315,8 @@ static int grow_scratch(krt_session *s, size_t n, ks_diag *d)
         regrow(&s->draw_tok, cap, sizeof *s->draw_tok) || regrow(&s->draws, cap, sizeof *s->draws)) {
         char what[64];
         snprintf(what, sizeof what, "a step of %zu token%s", n, n == 1 ? "" : "s");
-        return ks_error_oom(d, s->engine->path, cap * (sizeof(krt_step_status) + 6 * sizeof(int32_t) + sizeof(krt_draw)),
-                            what);
+        size_t per_token = sizeof(krt_step_status) + 6 * sizeof(int32_t) + sizeof(krt_draw);
+        return ks_error_oom(d, s->engine->path, cap * per_token, what);
     }
     s->cap = cap;
     return 0;

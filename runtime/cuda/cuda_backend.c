@@ -484,7 +484,8 @@ static void *cuda_open(const krt_engine *e, const krt_backend_opts *o, ks_diag *
     if (s->opts.graphs) {
         s->graphs = ks_try_calloc((size_t)s->opts.graph_max_tokens + 1, sizeof *s->graphs);
         if (!s->graphs) {
-            ks_error_oom(d, e->path, ((size_t)s->opts.graph_max_tokens + 1) * sizeof *s->graphs, "the CUDA graphs' table");
+            ks_error_oom(d, e->path, ((size_t)s->opts.graph_max_tokens + 1) * sizeof *s->graphs,
+                         "the CUDA graphs' table");
             cuda_destroy(s);
             return NULL;
         }

@@ -130,7 +130,8 @@ static int prepare_rope(krt_interp *it, kir_val v, ks_diag *d)
     rp->rot_dim = (int)rot;
     rp->pairs = kir_attr_word(g, v, KIR_A_ROPE_STYLE) == KIR_ROPE_STYLE_PAIRS;
     rp->inv_freq = ks_try_calloc((size_t)(rot / 2), sizeof(float));
-    if (!rp->inv_freq) return ks_error_oom(d, it->desc->where, sizeof(float) * (size_t)(rot / 2), "rotation frequencies");
+    if (!rp->inv_freq)
+        return ks_error_oom(d, it->desc->where, sizeof(float) * (size_t)(rot / 2), "rotation frequencies");
     kir_rope_inv_freq(g, v, rp->rot_dim, rp->inv_freq);
     return 0;
 }
@@ -316,7 +317,8 @@ static int bind_values(krt_interp *it, const krt_step *step, float *out, ks_diag
     if (need > it->arena_cap) {
         if (regrow(&it->arena, need, sizeof(float)) != 0) {
             char what[64];
-            snprintf(what, sizeof what, "the values of a step of %d token%s", step->n_tokens, step->n_tokens == 1 ? "" : "s");
+            snprintf(what, sizeof what, "the values of a step of %d token%s", step->n_tokens,
+                     step->n_tokens == 1 ? "" : "s");
             return ks_error_oom(d, it->desc->where, need * sizeof(float), what);
         }
         it->arena_cap = need;

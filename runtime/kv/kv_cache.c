@@ -206,7 +206,8 @@ krt_kv *krt_kv_new_named(const krt_kv_config *cfg, const krt_kv_storage *storage
 
     size_t n_tables;
     kv->refs = alloc_table(who, d, (size_t)cfg->n_blocks, sizeof *kv->refs, "block reference counts");
-    kv->free_list = kv->refs ? alloc_table(who, d, (size_t)cfg->n_blocks, sizeof *kv->free_list, "the free list") : NULL;
+    kv->free_list =
+        kv->refs ? alloc_table(who, d, (size_t)cfg->n_blocks, sizeof *kv->free_list, "the free list") : NULL;
     kv->seqs = kv->free_list ? alloc_table(who, d, (size_t)cfg->max_seqs, sizeof *kv->seqs, "sequences") : NULL;
     if (kv->seqs) {
         if (ks_mul_size((size_t)cfg->max_seqs, (size_t)kv->table_cap, &n_tables))

@@ -39,7 +39,8 @@ int krt_tok_pattern_regex(krt_tok_pattern *p, const char *re, size_t len, ks_dia
         p->code = pcre2_compile((PCRE2_SPTR)re, len, PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &err, &off, cc);
     pcre2_compile_context_free(cc);
     pcre2_general_context_free(g);
-    if (!p->code && err == PCRE2_ERROR_NOMEMORY) return ks_error_oom(d, file, 0, "compiling a regex");
+    if (!p->code && (err == PCRE2_ERROR_NOMEMORY || err == PCRE2_ERROR_HEAP_FAILED))
+        return ks_error_oom(d, file, 0, "compiling a regex");
     if (!p->code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
