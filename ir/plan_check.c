@@ -103,7 +103,7 @@ static int check_value(kir_checker *c, kir_val v)
     if (kir_value_bytes(n, p->max_tokens, &want) != 0)
         return fail(c, v, "more than 2^40 bytes at %lld tokens: too large to plan", (long long)p->max_tokens);
     if (p->bytes[v] != want) {
-        ks_buf t = {0};
+        ks_buf t = KS_BUF_TRY;
         kir_format_type(&t, n);
         fail(c, v, "mem.bytes %llu, but %s at %lld tokens takes %llu", (unsigned long long)p->bytes[v],
              ks_buf_cstr(&t), (long long)p->max_tokens, (unsigned long long)want);
