@@ -43,6 +43,7 @@ const kf_tensor *kf_ckpt_add(kf_checkpoint *c, const kf_tensor *t)
     KS_ASSERT(c->n_tensors < KF_CKPT_MAX_TENSORS);
     int added;
     uint64_t *at = ks_hmap_put_str(&c->by_name, t->name, strlen(t->name), &added);
+    if (!at) ks_die(__FILE__, __LINE__, "out of memory indexing the checkpoint's tensors");
     if (!added) return &c->tensors[*at];
     KS_GROW(c->tensors, c->n_tensors + 1, c->cap_tensors, KF_CKPT_MAX_TENSORS, "checkpoint tensors");
     *at = c->n_tensors;

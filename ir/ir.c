@@ -50,6 +50,34 @@ kir_graph *kir_graph_new(const char *name)
     return g;
 }
 
+kir_graph *kir_graph_try_new(const char *name)
+{
+    kir_graph *g = ks_try_calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->fallible = g->arena.fallible = 1;
+    g->name = ks_arena_strdup(&g->arena, name ? name : "");
+    if (!g->name) {
+        kir_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+/* Grow one of g's arrays: KS_GROW for a graph that is not fallible (it ends
+ * the process when it cannot), KS_TRY_GROW for one that is, setting g->oom.
+ * 0, or -1 (fallible only). */
+#define GRAPH_GROW(g, ptr, need, cap, limit, what)                                                          \
+    ((g)->fallible ? (KS_TRY_GROW(ptr, need, cap, limit) == 0 ? 0 : ((g)->oom = 1, -1))                      \
+                   : (KS_GROW(ptr, need, cap, limit, what), 0))
+
+/* p, or NULL with g->oom set: an allocation from g's arena, which returns
+ * NULL only when g is fallible. */
+static void *graph_alloc_ok(kir_graph *g, void *p)
+{
+    if (!p) g->oom = 1;
+    return p;
+}
+
 void kir_graph_free(kir_graph *g)
 {
     if (!g) return;
@@ -115,8 +143,10 @@ kir_loc kir_loc_make(kir_graph *g, const char *file, uint32_t line, uint32_t col
             loc.file = (uint32_t)i;
             return loc;
         }
-    KS_GROW(g->files, g->n_files + 1, g->cap_files, KIR_MAX_FILES, "source files");
-    g->files[g->n_files] = ks_arena_strdup(&g->arena, file);
+    const char *copy = graph_alloc_ok(g, ks_arena_strdup(&g->arena, file));
+    if (!copy || GRAPH_GROW(g, g->files, g->n_files + 1, g->cap_files, KIR_MAX_FILES, "source files") != 0)
+        return loc; /* out of memory (g->oom): no file */
+    g->files[g->n_files] = copy;
     loc.file = (uint32_t)g->n_files++;
     return loc;
 }
@@ -124,7 +154,7 @@ kir_loc kir_loc_make(kir_graph *g, const char *file, uint32_t line, uint32_t col
 kir_val kir_node_new(kir_graph *g, kir_op op, kir_loc loc)
 {
     KS_ASSERT(op < KIR_OP_COUNT);
-    KS_GROW(g->nodes, g->n_nodes + 1, g->cap_nodes, KIR_MAX_NODES, "IR nodes");
+    if (GRAPH_GROW(g, g->nodes, g->n_nodes + 1, g->cap_nodes, KIR_MAX_NODES, "IR nodes") != 0) return KIR_NONE;
     kir_node *n = &g->nodes[g->n_nodes];
     memset(n, 0, sizeof *n);
     n->op = op;
@@ -145,6 +175,7 @@ void kir_node_add_input(kir_graph *g, kir_val node, kir_val operand)
 kir_val kir_input(kir_graph *g, kir_word role, kir_loc loc)
 {
     kir_val v = kir_node_new(g, KIR_OP_INPUT, loc);
+    if (v == KIR_NONE) return KIR_NONE; /* out of memory: g->oom */
     kir_attr_set_word(g, v, KIR_A_INPUT_ROLE, role);
     kir_node *n = &g->nodes[v];
     n->dtype = KIR_I32;
@@ -157,6 +188,7 @@ kir_val kir_weight(kir_graph *g, const char *name, kir_dtype dtype, int ndim, co
 {
     KS_ASSERT(ndim >= 0 && ndim <= KIR_MAX_DIMS);
     kir_val v = kir_node_new(g, KIR_OP_WEIGHT, loc);
+    if (v == KIR_NONE) return KIR_NONE; /* out of memory: g->oom */
     kir_attr_set_str(g, v, KIR_A_WEIGHT_NAME, name);
     kir_node *n = &g->nodes[v];
     n->dtype = dtype;
@@ -167,28 +199,34 @@ kir_val kir_weight(kir_graph *g, const char *name, kir_dtype dtype, int ndim, co
 
 /* ---- attributes ------------------------------------------------------------- */
 
+/* The attribute `key` of node v, added (kind INT 0) when absent; NULL when
+ * out of memory (g->oom). */
 static kir_attr *attr_slot(kir_graph *g, kir_val v, const char *key)
 {
     kir_node *n = &g->nodes[v];
     for (uint32_t i = 0; i < n->nattrs; i++)
         if (strcmp(n->attrs[i].key, key) == 0) return &n->attrs[i];
+    const char *copy = graph_alloc_ok(g, ks_arena_strdup(&g->arena, key));
+    if (!copy) return NULL;
     if (n->nattrs == n->cap_attrs) {
         /* attributes live in the graph's arena: grow by copying */
         uint32_t ncap = n->cap_attrs ? n->cap_attrs * 2 : 4;
         KS_ASSERT(ncap <= KIR_MAX_ATTRS);
-        kir_attr *na = ks_arena_alloc(&g->arena, sizeof *na * ncap);
+        kir_attr *na = graph_alloc_ok(g, ks_arena_alloc(&g->arena, sizeof *na * ncap));
+        if (!na) return NULL;
         if (n->nattrs) memcpy(na, n->attrs, sizeof *na * n->nattrs);
         n->attrs = na;
         n->cap_attrs = ncap;
     }
     kir_attr *a = &n->attrs[n->nattrs++];
-    a->key = ks_arena_strdup(&g->arena, key);
+    a->key = copy;
     return a;
 }
 
 void kir_set_int(kir_graph *g, kir_val v, const char *key, int64_t value)
 {
     kir_attr *a = attr_slot(g, v, key);
+    if (!a) return;
     a->kind = KIR_ATTR_INT;
     a->u.i = value;
 }
@@ -196,21 +234,25 @@ void kir_set_int(kir_graph *g, kir_val v, const char *key, int64_t value)
 void kir_set_float(kir_graph *g, kir_val v, const char *key, double value)
 {
     kir_attr *a = attr_slot(g, v, key);
+    if (!a) return;
     a->kind = KIR_ATTR_FLOAT;
     a->u.f = value;
 }
 
 void kir_set_str(kir_graph *g, kir_val v, const char *key, const char *value)
 {
-    kir_attr *a = attr_slot(g, v, key);
+    const char *copy = graph_alloc_ok(g, ks_arena_strdup(&g->arena, value));
+    kir_attr *a = copy ? attr_slot(g, v, key) : NULL;
+    if (!a) return;
     a->kind = KIR_ATTR_STR;
-    a->u.s = ks_arena_strdup(&g->arena, value);
+    a->u.s = copy;
 }
 
 void kir_set_ints(kir_graph *g, kir_val v, const char *key, const int64_t *values, uint32_t n)
 {
-    kir_attr *a = attr_slot(g, v, key);
-    int64_t *copy = ks_arena_alloc(&g->arena, sizeof *copy * (n ? n : 1));
+    int64_t *copy = graph_alloc_ok(g, ks_arena_alloc(&g->arena, sizeof *copy * (n ? n : 1)));
+    kir_attr *a = copy ? attr_slot(g, v, key) : NULL;
+    if (!a) return;
     if (n) memcpy(copy, values, sizeof *copy * n);
     a->kind = KIR_ATTR_INTS;
     a->u.ints.v = copy;
@@ -248,20 +290,24 @@ const char *kir_get_str(const kir_graph *g, kir_val v, const char *key, const ch
 
 /* ---- params ------------------------------------------------------------------- */
 
+/* The param `name`, added when absent; NULL when out of memory (g->oom). */
 static kir_param *param_slot(kir_graph *g, const char *name)
 {
     for (size_t i = 0; i < g->n_params; i++)
         if (strcmp(g->params[i].name, name) == 0) return &g->params[i];
-    KS_GROW(g->params, g->n_params + 1, g->cap_params, KIR_MAX_PARAMS, "params");
+    const char *copy = graph_alloc_ok(g, ks_arena_strdup(&g->arena, name));
+    if (!copy || GRAPH_GROW(g, g->params, g->n_params + 1, g->cap_params, KIR_MAX_PARAMS, "params") != 0)
+        return NULL;
     kir_param *p = &g->params[g->n_params++];
     memset(p, 0, sizeof *p);
-    p->name = ks_arena_strdup(&g->arena, name);
+    p->name = copy;
     return p;
 }
 
 void kir_param_int(kir_graph *g, const char *name, int64_t v)
 {
     kir_param *p = param_slot(g, name);
+    if (!p) return;
     p->kind = KIR_ATTR_INT;
     p->i = v;
 }
@@ -269,21 +315,25 @@ void kir_param_int(kir_graph *g, const char *name, int64_t v)
 void kir_param_float(kir_graph *g, const char *name, double v)
 {
     kir_param *p = param_slot(g, name);
+    if (!p) return;
     p->kind = KIR_ATTR_FLOAT;
     p->f = v;
 }
 
 void kir_param_str(kir_graph *g, const char *name, const char *v)
 {
-    kir_param *p = param_slot(g, name);
+    const char *copy = graph_alloc_ok(g, ks_arena_strdup(&g->arena, v));
+    kir_param *p = copy ? param_slot(g, name) : NULL;
+    if (!p) return;
     p->kind = KIR_ATTR_STR;
-    p->s = ks_arena_strdup(&g->arena, v);
+    p->s = copy;
 }
 
 void kir_param_ints(kir_graph *g, const char *name, const int64_t *v, uint32_t n)
 {
-    kir_param *p = param_slot(g, name);
-    int64_t *copy = ks_arena_alloc(&g->arena, (n ? n : 1) * sizeof *copy);
+    int64_t *copy = graph_alloc_ok(g, ks_arena_alloc(&g->arena, (n ? n : 1) * sizeof *copy));
+    kir_param *p = copy ? param_slot(g, name) : NULL;
+    if (!p) return;
     if (n) memcpy(copy, v, n * sizeof *copy);
     p->kind = KIR_ATTR_INTS;
     p->ints.v = copy;

@@ -231,9 +231,19 @@ typedef struct kir_graph {
     kir_param *params;     /* resolved hyperparameters, in declaration order */
     size_t n_params;       /* number of params */
     size_t cap_params;     /* capacity of params */
+    int fallible;          /* 1: a builder out of memory sets oom instead of ending the process
+                              (kir_parse's graph while it parses: the runtime reads engines with it) */
+    int oom;               /* 1: a builder ran out of memory; the graph lacks what it could not add */
 } kir_graph;
 
 kir_graph *kir_graph_new(const char *name);
+/* A fallible graph (see `fallible`), or NULL when out of memory. Its
+ * builders never end the process: one that runs out of memory sets g->oom
+ * and adds nothing (kir_node_new returns KIR_NONE, a loc has no file), so
+ * the caller checks g->oom after building and frees the graph when it is
+ * set. Clear g->fallible (and g->arena.fallible) once it is built, for the
+ * passes, whose builds do not check. */
+kir_graph *kir_graph_try_new(const char *name);
 void kir_graph_free(kir_graph *g);
 kir_graph *kir_graph_clone(const kir_graph *g);
 

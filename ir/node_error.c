@@ -25,7 +25,7 @@ int kir_node_verror(ks_diag *d, const kir_graph *g, kir_val v, const char *where
                     const char *fmt, va_list ap)
 {
     const kir_node *n = kir_node_at(g, v);
-    ks_buf msg = {0};
+    ks_buf msg = KS_BUF_TRY; /* out of memory, the message is cut short, and says so */
     if (lead)
         ks_buf_puts(&msg, lead);
     else if (n->op < KIR_OP_COUNT)
@@ -33,11 +33,12 @@ int kir_node_verror(ks_diag *d, const kir_graph *g, kir_val v, const char *where
     else
         ks_buf_printf(&msg, "node %%%u: ", (unsigned)v);
     ks_buf_vprintf(&msg, fmt, ap);
+    const char *cut = msg.failed ? "... (the rest: out of memory)" : "";
     if (kir_node_has_place(g, v)) {
         ks_source src = {g->files[n->loc.file], NULL, 0};
-        ks_error_at(d, &src, (int)n->loc.line, (int)n->loc.col, "%s", ks_buf_cstr(&msg));
+        ks_error_at(d, &src, (int)n->loc.line, (int)n->loc.col, "%s%s", ks_buf_cstr(&msg), cut);
     } else {
-        ks_error(d, where, "%s", ks_buf_cstr(&msg));
+        ks_error(d, where, "%s%s", ks_buf_cstr(&msg), cut);
     }
     ks_buf_free(&msg);
     return -1;

@@ -28,6 +28,13 @@
  * line finish. Any error makes kir_parse return NULL. The parser checks the
  * text, not the graph: arities, attributes and types are kir_verify's job.
  *
+ * Out of memory is an error too (the runtime parses an engine's graph at
+ * open): every allocation is checked, the first that fails stops the parse
+ * (the lexer reads end of input from then on, and no more errors are
+ * reported), and kir_parse reports `name: error: out of memory (...)` and
+ * returns NULL. The graph is built fallible (kir_graph_try_new) and handed
+ * back as an ordinary one.
+ *
  * Everything lives in one `kir_parser` passed down the calls: two parses may
  * run at once (jq's reentrant scanner). Its scratch arena holds decoded
  * strings and names for the length of one parse.
@@ -112,6 +119,8 @@ typedef struct kir_parser {
     kir_token tok;             /* the lookahead token */
     int errors;                /* errors this parse reported */
     int gave_up;               /* set after KIR_PARSE_MAX_ERRORS */
+    size_t oom;                /* 0, or the bytes an allocation could not get (1 when not known): the
+                                  parse stops */
     ks_arena scratch;          /* decoded strings, names, lists: this parse's lifetime */
     ks_buf sbuf;               /* reused while decoding a string */
     kir_graph *g;              /* the graph being built */
@@ -128,7 +137,7 @@ typedef struct kir_parser {
 KS_PRINTF(4, 5)
 static void error_at(kir_parser *p, int line, int col, const char *fmt, ...)
 {
-    if (p->gave_up) return;
+    if (p->gave_up || p->oom) return; /* out of memory, the rest is noise too */
     va_list ap;
     va_start(ap, fmt);
     ks_verror_at(p->d, p->src, line, col, fmt, ap);
@@ -141,6 +150,22 @@ static void error_at(kir_parser *p, int line, int col, const char *fmt, ...)
 
 #define error_tok(p, t, ...) error_at((p), (t)->line, (t)->col, __VA_ARGS__)
 
+/* Out of memory (bytes the allocation asked for; 1 when not known): the parse stops. Returns -1. */
+static int nomem(kir_parser *p, size_t bytes)
+{
+    if (!p->oom) p->oom = bytes ? bytes : 1;
+    return -1;
+}
+
+/* s from the scratch arena, or "" when it could not be had (the parse stops):
+ * for the text of messages. */
+static const char *msg_str(kir_parser *p, const char *s)
+{
+    if (s) return s;
+    nomem(p, p->scratch.failed);
+    return "";
+}
+
 /* The token as a message quotes it: 'add', '%5', end of line. */
 static const char *describe(kir_parser *p, const kir_token *t)
 {
@@ -150,8 +175,8 @@ static const char *describe(kir_parser *p, const kir_token *t)
     default: break;
     }
     if (t->len > TOKEN_QUOTE_MAX)
-        return ks_arena_printf(&p->scratch, "'%.*s...'", TOKEN_QUOTE_MAX, t->start);
-    return ks_arena_printf(&p->scratch, "'%.*s'", (int)t->len, t->start);
+        return msg_str(p, ks_arena_printf(&p->scratch, "'%.*s...'", TOKEN_QUOTE_MAX, t->start));
+    return msg_str(p, ks_arena_printf(&p->scratch, "'%.*s'", (int)t->len, t->start));
 }
 
 /* A syntax error at the lookahead: "expected WHAT, found TOKEN". Quiet when
@@ -184,7 +209,7 @@ static int tok_punct(const kir_token *t, char c) { return t->kind == TOK_PUNCT &
 /* Lex a string; cur is past the opening quote. A string ends on its line. */
 static void lex_string(kir_parser *p, kir_token *t)
 {
-    p->sbuf.len = 0;
+    ks_buf_clear(&p->sbuf);
     for (;;) {
         if (p->cur >= p->end || *p->cur == '\n') {
             error_tok(p, t, "unterminated string");
@@ -246,7 +271,11 @@ static void lex_string(kir_parser *p, kir_token *t)
         p->cur++;
     }
     t->kind = TOK_STRING;
-    t->s = ks_arena_strndup(&p->scratch, p->sbuf.data ? p->sbuf.data : "", p->sbuf.len);
+    t->s = p->sbuf.failed ? NULL : ks_arena_strndup(&p->scratch, ks_buf_cstr(&p->sbuf), p->sbuf.len);
+    if (!t->s) {
+        nomem(p, p->sbuf.failed ? p->sbuf.failed : p->scratch.failed);
+        t->kind = TOK_ERROR;
+    }
 }
 
 /* Lex a number; cur is at its first byte (a digit, or '-' before one). */
@@ -283,6 +312,11 @@ static void lex_number(kir_parser *p, kir_token *t)
         return;
     }
     char *text = ks_arena_strndup(&p->scratch, s, t->len);
+    if (!text) {
+        nomem(p, p->scratch.failed);
+        t->kind = TOK_ERROR;
+        return;
+    }
     errno = 0;
     if (is_float) {
         t->kind = TOK_FLOAT;
@@ -320,7 +354,7 @@ static void lex(kir_parser *p)
     t->start = p->cur;
     t->line = p->line;
     t->col = (int)(p->cur - p->line_start) + 1;
-    if (p->cur >= p->end) {
+    if (p->cur >= p->end || p->oom) { /* out of memory: the parse ends here */
         t->kind = TOK_EOF;
         return;
     }
@@ -414,7 +448,7 @@ static int expect_end(kir_parser *p, const char *after)
         return 0;
     }
     if (p->tok.kind == TOK_EOF) return 0;
-    return expected(p, ks_arena_printf(&p->scratch, "end of line after %s", after));
+    return expected(p, msg_str(p, ks_arena_printf(&p->scratch, "end of line after %s", after)));
 }
 
 /* ---- name tables ---------------------------------------------------------------- */
@@ -424,14 +458,25 @@ static kir_name_def *name_find(const ks_hmap *t, const char *name, size_t len)
     return def ? (kir_name_def *)(uintptr_t)*def : NULL;
 }
 
-/* Add name (not in t yet), defined at line:col, copying it to the scratch arena. */
+/* Add name (not in t yet), defined at line:col, copying it to the scratch arena.
+ * Out of memory stops the parse. */
 static void name_define(kir_parser *p, ks_hmap *t, const char *name, size_t len, kir_val index, int line, int col)
 {
     kir_name_def *def = ks_arena_alloc(&p->scratch, sizeof *def);
+    const char *copy = def ? ks_arena_strndup(&p->scratch, name, len) : NULL;
+    if (!copy) {
+        nomem(p, p->scratch.failed);
+        return;
+    }
     *def = (kir_name_def){index, line, col};
     int added;
-    *ks_hmap_put_str(t, ks_arena_strndup(&p->scratch, name, len), len, &added) = (uintptr_t)def;
+    uint64_t *slot = ks_hmap_put_str(t, copy, len, &added);
+    if (!slot) {
+        nomem(p, 0);
+        return;
+    }
     KS_ASSERT(added);
+    *slot = (uintptr_t)def;
 }
 
 /* The definition of the value a VALUE token names, or NULL. */
@@ -451,9 +496,13 @@ static void value_define(kir_parser *p, const kir_token *t, kir_val index)
 static const char *parse_name(kir_parser *p, const char *what)
 {
     const char *name;
-    if (p->tok.kind == TOK_IDENT)
+    if (p->tok.kind == TOK_IDENT) {
         name = ks_arena_strndup(&p->scratch, p->tok.start, p->tok.len);
-    else if (p->tok.kind == TOK_STRING)
+        if (!name) {
+            nomem(p, p->scratch.failed);
+            return NULL;
+        }
+    } else if (p->tok.kind == TOK_STRING)
         name = p->tok.s;
     else {
         expected(p, what);
@@ -512,7 +561,7 @@ static int parse_list(kir_parser *p, kir_pending_attr *a, int dims)
     size_t n = 0;
     if (!tok_punct(&p->tok, ']')) {
         for (;;) {
-            KS_GROW(p->ints, n + 1, p->cap_ints, (size_t)1 << 24, "integers in a list");
+            if (KS_TRY_GROW(p->ints, n + 1, p->cap_ints, (size_t)1 << 24) != 0) return nomem(p, 0);
             if (dims) {
                 if (parse_dim(p, &p->ints[n])) return expected(p, "an integer or T in the list");
             } else {
@@ -527,6 +576,7 @@ static int parse_list(kir_parser *p, kir_pending_attr *a, int dims)
     }
     lex(p);
     int64_t *v = ks_arena_alloc(&p->scratch, (n ? n : 1) * sizeof *v);
+    if (!v) return nomem(p, p->scratch.failed);
     if (n) memcpy(v, p->ints, n * sizeof *v);
     a->kind = KIR_ATTR_INTS;
     a->v = v;
@@ -554,8 +604,8 @@ static int parse_graph(kir_parser *p)
     if (p->tok.kind != TOK_STRING) return expected(p, "the graph's name in quotes");
     if (p->saw_graph)
         error_tok(p, &kw, "the graph is named twice");
-    else
-        p->g->name = ks_arena_strdup(&p->g->arena, p->tok.s);
+    else if (!(p->g->name = ks_arena_strdup(&p->g->arena, p->tok.s)))
+        return nomem(p, p->g->arena.failed);
     p->saw_graph = 1;
     lex(p);
     return expect_end(p, "the graph's name");
@@ -593,7 +643,7 @@ static int parse_param(kir_parser *p)
     case KIR_ATTR_STR: kir_param_str(p->g, name, value.s); break;
     case KIR_ATTR_INTS: kir_param_ints(p->g, name, value.v, value.n); break;
     }
-    return 0;
+    return p->g->oom ? nomem(p, p->g->arena.failed) : 0;
 }
 
 /* The parts of a node line, gathered before the node joins the graph. */
@@ -614,7 +664,9 @@ typedef struct kir_pending_node {
 static int parse_type(kir_parser *p, kir_pending_node *n)
 {
     if (p->tok.kind != TOK_IDENT) return expected(p, "a type like f32[T,128]");
-    int dt = kir_dtype_lookup(ks_arena_strndup(&p->scratch, p->tok.start, p->tok.len));
+    const char *word = ks_arena_strndup(&p->scratch, p->tok.start, p->tok.len);
+    if (!word) return nomem(p, p->scratch.failed);
+    int dt = kir_dtype_lookup(word);
     if (dt < 0) error_tok(p, &p->tok, "unknown dtype %s", describe(p, &p->tok));
     n->dtype = dt < 0 ? KIR_F32 : (kir_dtype)dt;
     lex(p);
@@ -685,9 +737,9 @@ static int parse_attrs(kir_parser *p, kir_pending_node *n)
         const char *key = parse_name(p, "an attribute name");
         if (!key) return -1;
         if (!tok_punct(&p->tok, '='))
-            return expected(p, ks_arena_printf(&p->scratch, "'=' after the attribute name '%s'", key));
+            return expected(p, msg_str(p, ks_arena_printf(&p->scratch, "'=' after the attribute name '%s'", key)));
         lex(p);
-        KS_GROW(p->attrs, n->nattrs + 1, p->cap_attrs, (size_t)1 << 20, "attributes of a node");
+        if (KS_TRY_GROW(p->attrs, n->nattrs + 1, p->cap_attrs, (size_t)1 << 20) != 0) return nomem(p, 0);
         kir_pending_attr *a = &p->attrs[n->nattrs];
         memset(a, 0, sizeof *a);
         a->key = key;
@@ -715,7 +767,7 @@ static int parse_attrs(kir_parser *p, kir_pending_node *n)
 /* A location number: line or column. */
 static int parse_loc_number(kir_parser *p, const char *what, uint32_t *out)
 {
-    if (p->tok.kind != TOK_INT) return expected(p, ks_arena_printf(&p->scratch, "a %s", what));
+    if (p->tok.kind != TOK_INT) return expected(p, msg_str(p, ks_arena_printf(&p->scratch, "a %s", what)));
     if (p->tok.i < 0 || p->tok.i >= (int64_t)UINT32_MAX)
         error_tok(p, &p->tok, "bad %s %lld", what, (long long)p->tok.i);
     else
@@ -745,12 +797,17 @@ static int known_file(const kir_graph *g, const char *file)
     return 0;
 }
 
-/* Append the node to the graph. */
+/* Append the node to the graph; VAL_POISONED when out of memory (the parse
+ * stops: the graph is thrown away). */
 static kir_val commit_node(kir_parser *p, const kir_pending_node *n)
 {
     kir_loc loc = {UINT32_MAX, 0, 0};
     if (n->file) loc = kir_loc_make(p->g, n->file, n->line, n->col);
-    kir_val v = kir_node_new(p->g, n->op, loc);
+    kir_val v = p->g->oom ? KIR_NONE : kir_node_new(p->g, n->op, loc);
+    if (v == KIR_NONE) {
+        nomem(p, p->g->arena.failed);
+        return VAL_POISONED;
+    }
     kir_node *node = kir_node_at(p->g, v);
     node->dtype = n->dtype;
     node->ndim = (uint8_t)n->ndim;
@@ -765,6 +822,7 @@ static kir_val commit_node(kir_parser *p, const kir_pending_node *n)
         case KIR_ATTR_INTS: kir_set_ints(p->g, v, a->key, a->v, a->n); break;
         }
     }
+    if (p->g->oom) nomem(p, p->g->arena.failed);
     return v;
 }
 
@@ -783,12 +841,14 @@ static int parse_node(kir_parser *p)
     if (tok_punct(&p->tok, ':'))
         lex(p);
     else
-        rc = expected(p, ks_arena_printf(&p->scratch, "':' after %.*s", (int)name_tok.len, name_tok.start));
+        rc = expected(p, msg_str(p, ks_arena_printf(&p->scratch, "':' after %.*s", (int)name_tok.len, name_tok.start)));
     if (!rc) rc = parse_type(p, &n);
     if (!rc) rc = expect_punct(p, '=', "'=' after the type");
     if (!rc && p->tok.kind != TOK_IDENT) rc = expected(p, "an op name");
+    const char *op_word = NULL;
+    if (!rc && !(op_word = ks_arena_strndup(&p->scratch, p->tok.start, p->tok.len))) rc = nomem(p, p->scratch.failed);
     if (!rc) {
-        n.op = kir_op_lookup(ks_arena_strndup(&p->scratch, p->tok.start, p->tok.len));
+        n.op = kir_op_lookup(op_word);
         if (n.op >= KIR_OP_COUNT) error_tok(p, &p->tok, "unknown op %s", describe(p, &p->tok));
         lex(p);
         rc = parse_operands(p, &n);
@@ -834,7 +894,9 @@ kir_graph *kir_parse(const ks_source *src, ks_diag *d)
     p.end = p.cur + (src->text ? src->len : 0);
     p.line_start = p.cur;
     p.line = 1;
-    p.g = kir_graph_new("");
+    p.scratch.fallible = p.sbuf.fallible = 1;
+    p.g = kir_graph_try_new("");
+    if (!p.g) return ks_error_oom(d, src->name ? src->name : "<input>", sizeof *p.g, "an IR graph"), NULL;
     /* a node per line, and a name after each error until the parse gives up */
     ks_hmap_init(&p.values, NULL, 0, KIR_PARSE_MAX_NODES + KIR_PARSE_MAX_ERRORS, "value names");
     ks_hmap_init(&p.params, NULL, 0, KIR_PARSE_MAX_PARAMS, "param names");
@@ -846,7 +908,7 @@ kir_graph *kir_parse(const ks_source *src, ks_diag *d)
     } else {
         expected(&p, "the header 'kiln-ir 1'");
     }
-    while (p.tok.kind != TOK_EOF && !p.gave_up) {
+    while (p.tok.kind != TOK_EOF && !p.gave_up && !p.oom) {
         if (p.tok.kind == TOK_NEWLINE) {
             lex(&p);
             continue;
@@ -855,9 +917,16 @@ kir_graph *kir_parse(const ks_source *src, ks_diag *d)
     }
 
     kir_graph *g = p.g;
-    if (p.errors) {
+    if (p.oom || g->oom) {
+        char what[64];
+        snprintf(what, sizeof what, "the graph, reading line %d", p.line);
+        ks_error_oom(d, src->name ? src->name : "<input>", p.oom > 1 ? p.oom : 0, what);
+    }
+    if (p.errors || p.oom || g->oom) {
         kir_graph_free(g);
         g = NULL;
+    } else {
+        g->fallible = g->arena.fallible = 0; /* an ordinary graph from here: the passes' builds do not check */
     }
     ks_hmap_free(&p.values);
     ks_hmap_free(&p.params);

@@ -17,16 +17,29 @@
 
 void kir_mem_plan_init(kir_mem_plan *p, size_t n_nodes)
 {
+    if (kir_mem_plan_try_init(p, n_nodes) != 0) {
+        fprintf(stderr, "kiln: error: out of memory (allocating a memory plan of %zu nodes)\n", n_nodes);
+        abort();
+    }
+}
+
+int kir_mem_plan_try_init(kir_mem_plan *p, size_t n_nodes)
+{
     memset(p, 0, sizeof *p);
     p->n_nodes = n_nodes;
-    p->offset = ks_xcalloc(n_nodes + 1, sizeof *p->offset);
-    p->bytes = ks_xcalloc(n_nodes + 1, sizeof *p->bytes);
-    p->flags = ks_xcalloc(n_nodes + 1, sizeof *p->flags);
-    p->share = ks_xcalloc(n_nodes + 1, sizeof *p->share);
+    p->offset = ks_try_calloc(n_nodes + 1, sizeof *p->offset);
+    p->bytes = ks_try_calloc(n_nodes + 1, sizeof *p->bytes);
+    p->flags = ks_try_calloc(n_nodes + 1, sizeof *p->flags);
+    p->share = ks_try_calloc(n_nodes + 1, sizeof *p->share);
+    if (!p->offset || !p->bytes || !p->flags || !p->share) {
+        kir_mem_plan_free(p);
+        return -1;
+    }
     for (size_t v = 0; v < n_nodes; v++) {
         p->offset[v] = KIR_MEM_NONE;
         p->share[v] = KIR_NONE;
     }
+    return 0;
 }
 
 void kir_mem_plan_free(kir_mem_plan *p)
@@ -218,7 +231,9 @@ int kir_plan_read(const kir_graph *g, kir_mem_plan *plan, ks_diag *d, const char
     if (!what) what = "<ir>";
     if (!kir_has_plan(g)) return 0;
     kir_mem_plan p;
-    kir_mem_plan_init(&p, g->n_nodes);
+    if (kir_mem_plan_try_init(&p, g->n_nodes) != 0)
+        return ks_error_oom(d, what, (g->n_nodes + 1) * (2 * sizeof(uint64_t) + 1 + sizeof(kir_val)),
+                            "the memory plan");
     int rc = read_params(g, &p, d, what);
     for (size_t v = 0; v < g->n_nodes && rc == 0; v++) rc = read_node(g, (kir_val)v, &p, d, what);
     if (rc != 0) {
@@ -234,10 +249,12 @@ int kir_verify_plan(const kir_graph *g, ks_diag *d, const char *what)
     kir_mem_plan p;
     int rc = kir_plan_read(g, &p, d, what);
     if (rc <= 0) return rc < 0;
-    ks_buf why = {0};
+    ks_buf why = KS_BUF_TRY;
     kir_val where = KIR_NONE;
     int errors = 0;
-    if (kir_plan_check(g, &p, &why, &where) != 0) {
+    int rc_check = kir_plan_check(g, &p, &why, &where);
+    if (rc_check != 0) {
+        if (rc_check == -2) d->oom++; /* why says out of memory */
         if (where == KIR_NONE) /* the plan as a whole */
             ks_error(d, what ? what : "<ir>", "%s", ks_buf_cstr(&why));
         else /* why names the node already */

@@ -64,8 +64,11 @@ typedef struct kir_mem_plan {
     kir_val *share;       /* the operand whose bytes an ALIAS or INPLACE value reuses; KIR_NONE otherwise */
 } kir_mem_plan;
 
-/* Empty arrays for n nodes: every offset KIR_MEM_NONE, no flags, no sharing. */
+/* Empty arrays for n nodes: every offset KIR_MEM_NONE, no flags, no sharing.
+ * Out of memory ends the process (the planner's); kir_mem_plan_try_init
+ * returns -1 then, *p empty (the runtime's). */
 void kir_mem_plan_init(kir_mem_plan *p, size_t n_nodes);
+int kir_mem_plan_try_init(kir_mem_plan *p, size_t n_nodes);
 void kir_mem_plan_free(kir_mem_plan *p);
 
 /* Bytes of value n for a step of n_tokens tokens, rounded up to
@@ -94,7 +97,8 @@ void kir_group_spans(const kir_graph *g, uint32_t *first, uint32_t *last);
  * at its last use), a group's nodes being live together from its first node
  * to its last. O(n log n) in the nodes. Returns 0, or -1 with the first
  * problem written to why ("node %9 (matmul): ...") and *where set to the
- * node it is about (KIR_NONE: the plan as a whole). where may be NULL. */
+ * node it is about (KIR_NONE: the plan as a whole). where may be NULL.
+ * Out of memory is -2, why saying so ("out of memory (allocating ...)"). */
 int kir_plan_check(const kir_graph *g, const kir_mem_plan *plan, ks_buf *why, kir_val *where);
 
 /* Does g carry a plan, or any part of one (a mem.* param or attribute)? */
@@ -104,7 +108,8 @@ int kir_has_plan(const kir_graph *g);
  * attributes, checked to be what a plan holds (known keys, ints, params
  * present, positive and in range, consistent). Returns 1 with *plan filled
  * (free it), 0 when g carries no plan, or -1 after reporting through d at the
- * node's location, or at `what` (*plan is then empty). g must pass
+ * node's location, or at `what` (*plan is then empty; out of memory is such
+ * an error). g must pass
  * kir_verify's structural checks. Bytes a node does not state (no
  * mem.bytes) are its size at max_tokens. */
 int kir_plan_read(const kir_graph *g, kir_mem_plan *plan, ks_diag *d, const char *what);

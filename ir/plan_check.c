@@ -78,6 +78,15 @@ static int fail(kir_checker *c, kir_val v, const char *fmt, ...)
     return -1;
 }
 
+/* Out of memory: the check cannot be made, and says so as its problem; -2. */
+static int nomem(kir_checker *c, size_t count, size_t elem)
+{
+    size_t bytes;
+    if (!ks_mul_size(count, elem, &bytes)) bytes = SIZE_MAX;
+    fail(c, KIR_NONE, "out of memory (allocating %zu bytes for checking the memory plan)", bytes);
+    return -2;
+}
+
 /* Sizes, bounds and the sharing rules of one value. */
 static int check_value(kir_checker *c, kir_val v)
 {
@@ -94,7 +103,7 @@ static int check_value(kir_checker *c, kir_val v)
     if (kir_value_bytes(n, p->max_tokens, &want) != 0)
         return fail(c, v, "more than 2^40 bytes at %lld tokens: too large to plan", (long long)p->max_tokens);
     if (p->bytes[v] != want) {
-        ks_buf t = {0};
+        ks_buf t = KS_BUF_TRY;
         kir_format_type(&t, n);
         fail(c, v, "mem.bytes %llu, but %s at %lld tokens takes %llu", (unsigned long long)p->bytes[v],
              ks_buf_cstr(&t), (long long)p->max_tokens, (unsigned long long)want);
@@ -261,8 +270,20 @@ static int check_group_reads(kir_checker *c, kir_val v, kir_val src, group_reads
 static int check_in_place(kir_checker *c)
 {
     /* the last node at which each write (gen) is read, and by which value */
-    uint32_t *gen_end = ks_xcalloc(c->n + 1, sizeof *gen_end);
-    kir_val *gen_reader = ks_xcalloc(c->n + 1, sizeof *gen_reader);
+    uint32_t *gen_end = ks_try_calloc(c->n + 1, sizeof *gen_end);
+    kir_val *gen_reader = ks_try_calloc(c->n + 1, sizeof *gen_reader);
+    size_t n_operands = 0;
+    for (size_t v = 0; v < c->n; v++) n_operands += c->g->nodes[v].nin;
+    group_reads r = {UINT32_MAX, 0, ks_try_calloc(n_operands + 1, sizeof *r.lo),
+                     ks_try_calloc(n_operands + 1, sizeof *r.hi)};
+    if (!gen_end || !gen_reader || !r.lo || !r.hi) {
+        free(gen_end);
+        free(gen_reader);
+        free(r.lo);
+        free(r.hi);
+        return nomem(c, c->n + 1 + n_operands + 1, sizeof(uint64_t));
+    }
+    int rc = 0;
     for (size_t v = 0; v < c->n; v++) {
         kir_val w = c->gen[v];
         if (c->read_end[v] >= gen_end[w]) {
@@ -270,10 +291,6 @@ static int check_in_place(kir_checker *c)
             gen_reader[w] = (kir_val)v;
         }
     }
-    size_t n_operands = 0;
-    for (size_t v = 0; v < c->n; v++) n_operands += c->g->nodes[v].nin;
-    group_reads r = {UINT32_MAX, 0, ks_xcalloc(n_operands + 1, sizeof *r.lo), ks_xcalloc(n_operands + 1, sizeof *r.hi)};
-    int rc = 0;
     for (size_t v = 0; v < c->n && rc == 0; v++) {
         if (!(c->plan->flags[v] & KIR_MEM_INPLACE)) continue;
         kir_val src = c->g->nodes[v].in[0], w = c->gen[src], root = c->root[src];
@@ -341,14 +358,17 @@ static uint32_t tree_highest(const live_tree *t, size_t count)
     return best;
 }
 
-/* Chain indices sorted by key (start or end) with a counting sort: keys are node indices. */
-static void sort_chains(const chain *ch, size_t k, size_t n, int by_end, uint32_t *out)
+/* Chain indices sorted by key (start or end) with a counting sort: keys are node indices.
+ * 0, or -1 when out of memory. */
+static int sort_chains(const chain *ch, size_t k, size_t n, int by_end, uint32_t *out)
 {
-    uint32_t *count = ks_xcalloc(n + 2, sizeof *count);
+    uint32_t *count = ks_try_calloc(n + 2, sizeof *count);
+    if (!count) return -1;
     for (size_t i = 0; i < k; i++) count[(by_end ? ch[i].end : ch[i].start) + 1]++;
     for (size_t t = 0; t <= n; t++) count[t + 1] += count[t];
     for (size_t i = 0; i < k; i++) out[count[by_end ? ch[i].end : ch[i].start]++] = (uint32_t)i;
     free(count);
+    return 0;
 }
 
 /* Report that chains a and b (b starting later, or at once) share bytes while live. */
@@ -369,8 +389,18 @@ static int check_overlaps(kir_checker *c)
 {
     const kir_mem_plan *p = c->plan;
     size_t n = c->n, k = 0;
-    uint32_t *chain_of = ks_xcalloc(n + 1, sizeof *chain_of);
-    chain *ch = ks_xcalloc(n + 1, sizeof *ch);
+    uint32_t *chain_of = ks_try_calloc(n + 1, sizeof *chain_of);
+    chain *ch = ks_try_calloc(n + 1, sizeof *ch);
+    uint32_t *by_start = ks_try_calloc(n + 1, sizeof *by_start), *by_end = ks_try_calloc(n + 1, sizeof *by_end);
+    uint64_t *offsets = ks_try_calloc(n + 1, sizeof *offsets);
+    live_tree t = {ch, NULL, 1};
+    while (t.size < n + 1) t.size *= 2; /* k <= n chains, m <= k offsets */
+    t.node = ks_try_calloc(2 * t.size, sizeof *t.node);
+    int rc = 0;
+    if (!chain_of || !ch || !by_start || !by_end || !offsets || !t.node) {
+        rc = nomem(c, n + 1, sizeof *ch + 3 * sizeof(uint64_t) + 4 * sizeof *t.node);
+        goto done;
+    }
     for (size_t v = 0; v < n; v++) {
         if (p->offset[v] == KIR_MEM_NONE) continue;
         if (c->root[v] == v) {
@@ -381,22 +411,19 @@ static int check_overlaps(kir_checker *c)
         if (c->start[v] < x->start) x->start = c->start[v];
         if (c->end[v] > x->end) x->end = c->end[v];
     }
-    uint32_t *by_start = ks_xcalloc(k + 1, sizeof *by_start), *by_end = ks_xcalloc(k + 1, sizeof *by_end);
-    sort_chains(ch, k, n, 0, by_start);
-    sort_chains(ch, k, n, 1, by_end);
+    if (sort_chains(ch, k, n, 0, by_start) != 0 || sort_chains(ch, k, n, 1, by_end) != 0) {
+        rc = nomem(c, n + 2, sizeof(uint32_t));
+        goto done;
+    }
     /* the distinct offsets, ascending: the tree's leaves */
-    uint64_t *offsets = ks_xcalloc(k + 1, sizeof *offsets);
     for (size_t i = 0; i < k; i++) offsets[i] = ch[i].lo;
     qsort(offsets, k, sizeof *offsets, cmp_u64);
     size_t m = 0;
     for (size_t i = 0; i < k; i++)
         if (m == 0 || offsets[i] != offsets[m - 1]) offsets[m++] = offsets[i];
-    live_tree t = {ch, NULL, 1};
-    while (t.size < m) t.size *= 2;
-    t.node = ks_xmalloc(sizeof *t.node * 2 * t.size);
+    for (t.size = 1; t.size < m;) t.size *= 2; /* the tree's first 2 * size entries are used */
     for (size_t i = 0; i < 2 * t.size; i++) t.node[i] = NO_CHAIN;
 
-    int rc = 0;
     size_t gone = 0; /* chains of by_end taken out */
     for (size_t i = 0; i < k && rc == 0; i++) {
         const chain *b = &ch[by_start[i]];
@@ -409,6 +436,7 @@ static int check_overlaps(kir_checker *c)
         else
             tree_set(&t, count_below(offsets, m, b->lo), by_start[i]);
     }
+done:
     free(chain_of);
     free(ch);
     free(by_start);
@@ -432,16 +460,21 @@ int kir_plan_check(const kir_graph *g, const kir_mem_plan *plan, ks_buf *why, ki
                     (unsigned long long)plan->arena_bytes, (unsigned long long)KIR_MEM_MAX_ARENA);
     for (size_t v = 0; v < c.n; v++)
         if (check_value(&c, (kir_val)v) != 0) return -1;
-    c.group_first = ks_xcalloc(c.n + 1, sizeof *c.group_first);
-    c.group_last = ks_xcalloc(c.n + 1, sizeof *c.group_last);
-    c.start = ks_xcalloc(c.n + 1, sizeof *c.start);
-    c.end = ks_xcalloc(c.n + 1, sizeof *c.end);
-    c.read_end = ks_xcalloc(c.n + 1, sizeof *c.read_end);
-    c.gen = ks_xcalloc(c.n + 1, sizeof *c.gen);
-    c.root = ks_xcalloc(c.n + 1, sizeof *c.root);
-    compute_liveness(&c);
-    int rc = check_in_place(&c);
-    if (rc == 0) rc = check_overlaps(&c);
+    c.group_first = ks_try_calloc(c.n + 1, sizeof *c.group_first);
+    c.group_last = ks_try_calloc(c.n + 1, sizeof *c.group_last);
+    c.start = ks_try_calloc(c.n + 1, sizeof *c.start);
+    c.end = ks_try_calloc(c.n + 1, sizeof *c.end);
+    c.read_end = ks_try_calloc(c.n + 1, sizeof *c.read_end);
+    c.gen = ks_try_calloc(c.n + 1, sizeof *c.gen);
+    c.root = ks_try_calloc(c.n + 1, sizeof *c.root);
+    int rc;
+    if (!c.group_first || !c.group_last || !c.start || !c.end || !c.read_end || !c.gen || !c.root) {
+        rc = nomem(&c, c.n + 1, 7 * sizeof(uint32_t));
+    } else {
+        compute_liveness(&c);
+        rc = check_in_place(&c);
+        if (rc == 0) rc = check_overlaps(&c);
+    }
     free(c.group_first);
     free(c.group_last);
     free(c.start);

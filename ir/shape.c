@@ -35,7 +35,7 @@ static const kir_node *operand(shape_ctx *c, int i)
 
 static const char *type_str(ks_buf *b, const kir_node *n)
 {
-    b->len = 0;
+    ks_buf_clear(b);
     kir_format_type(b, n);
     return ks_buf_cstr(b);
 }
@@ -45,7 +45,7 @@ static int is_float(kir_dtype t) { return t == KIR_F32 || t == KIR_F16 || t == K
 /* An activation: float, first dim T. */
 static int want_activation(shape_ctx *c, const kir_node *x, const char *what)
 {
-    ks_buf b = {0};
+    ks_buf b = KS_BUF_TRY;
     int bad = !is_float(x->dtype) || x->ndim < 1 || x->dims[0] != KIR_DIM_T;
     if (bad) fail(c, "%s must be a float tensor with T as its first dim, got %s", what, type_str(&b, x));
     ks_buf_free(&b);
@@ -85,7 +85,7 @@ static int kir_shape_weight(shape_ctx *c)
 static int kir_shape_embed(shape_ctx *c)
 {
     const kir_node *tab = operand(c, 0), *ids = operand(c, 1);
-    ks_buf b = {0}, b2 = {0};
+    ks_buf b = KS_BUF_TRY, b2 = KS_BUF_TRY;
     int rc = 0;
     if (!tab || !ids)
         rc = fail(c, "needs a table and token ids");
@@ -109,7 +109,7 @@ static int kir_shape_matmul(shape_ctx *c)
     const kir_node *x = operand(c, 0), *w = operand(c, 1);
     if (!x || !w) return fail(c, "needs an input and a weight");
     if (want_activation(c, x, "input")) return -1;
-    ks_buf b = {0}, b2 = {0};
+    ks_buf b = KS_BUF_TRY, b2 = KS_BUF_TRY;
     int rc = 0;
     if (x->ndim != 2)
         rc = fail(c, "input must be [T,K], got %s", type_str(&b, x));
@@ -133,7 +133,7 @@ static int kir_shape_binary(shape_ctx *c)
     const kir_node *a = operand(c, 0), *b = operand(c, 1);
     if (!a || !b) return fail(c, "needs two operands");
     if (want_activation(c, a, "first operand")) return -1;
-    ks_buf s1 = {0}, s2 = {0};
+    ks_buf s1 = KS_BUF_TRY, s2 = KS_BUF_TRY;
     int ok = is_float(b->dtype) && b->ndim <= a->ndim;
     for (int i = 0; ok && i < b->ndim; i++)
         ok = b->dims[b->ndim - 1 - i] == a->dims[a->ndim - 1 - i];
@@ -167,7 +167,7 @@ static int kir_shape_norm(shape_ctx *c)
         const kir_node *w = operand(c, i);
         if (!w) continue;
         if (w->ndim != 1 || w->dims[0] != d || !is_float(w->dtype)) {
-            ks_buf s1 = {0}, s2 = {0};
+            ks_buf s1 = KS_BUF_TRY, s2 = KS_BUF_TRY;
             fail(c, "%s %s does not match the normalized dim of %s", i == 1 ? "weight" : "bias",
                  type_str(&s1, w), type_str(&s2, x));
             ks_buf_free(&s1);
@@ -196,7 +196,7 @@ static int kir_shape_reshape(shape_ctx *c)
         elems *= shape[i];
     }
     if (elems != kir_row_elems(x)) {
-        ks_buf s1 = {0}, s2 = {0};
+        ks_buf s1 = KS_BUF_TRY, s2 = KS_BUF_TRY;
         kir_format_dims(&s2, (int)n, shape);
         fail(c, "element counts differ: %s to %s", type_str(&s1, x), ks_buf_cstr(&s2));
         ks_buf_free(&s1);
@@ -217,7 +217,7 @@ static int kir_shape_slice(shape_ctx *c)
     int64_t d = x->dims[x->ndim - 1];
     int64_t s = kir_attr_int(c->g, c->v, KIR_A_SLICE_START), e = kir_attr_int(c->g, c->v, KIR_A_SLICE_END);
     if (x->ndim < 2 || s < 0 || e <= s || e > d) {
-        ks_buf b = {0};
+        ks_buf b = KS_BUF_TRY;
         fail(c, "range [%lld,%lld) outside the last dim of %s", (long long)s, (long long)e, type_str(&b, x));
         ks_buf_free(&b);
         return -1;
@@ -241,7 +241,7 @@ static int kir_shape_concat(shape_ctx *c)
         int ok = x->ndim == first->ndim && is_float(x->dtype);
         for (int d = 0; ok && d + 1 < x->ndim; d++) ok = x->dims[d] == first->dims[d];
         if (!ok) {
-            ks_buf s1 = {0}, s2 = {0};
+            ks_buf s1 = KS_BUF_TRY, s2 = KS_BUF_TRY;
             fail(c, "operands differ in more than the last dim: %s and %s", type_str(&s1, first),
                  type_str(&s2, x));
             ks_buf_free(&s1);
@@ -259,7 +259,7 @@ static int kir_shape_rope(shape_ctx *c)
     const kir_node *x = operand(c, 0), *pos = operand(c, 1);
     if (!x || !pos) return fail(c, "needs a tensor and positions");
     if (want_activation(c, x, "operand")) return -1;
-    ks_buf b = {0};
+    ks_buf b = KS_BUF_TRY;
     int rc = 0;
     if (x->ndim != 3)
         rc = fail(c, "operand must be [T,heads,head_dim], got %s", type_str(&b, x));
@@ -280,7 +280,7 @@ static int kir_shape_attention(shape_ctx *c)
 {
     const kir_node *q = operand(c, 0), *k = operand(c, 1), *v = operand(c, 2);
     if (!q || !k || !v) return fail(c, "needs q, k and v");
-    ks_buf s1 = {0}, s2 = {0}, s3 = {0};
+    ks_buf s1 = KS_BUF_TRY, s2 = KS_BUF_TRY, s3 = KS_BUF_TRY;
     int rc = 0;
     if (want_activation(c, q, "q") || want_activation(c, k, "k") || want_activation(c, v, "v"))
         rc = -1;
@@ -309,7 +309,7 @@ static int kir_shape_kv_write(shape_ctx *c)
     const kir_node *k = operand(c, 0), *v = operand(c, 1);
     if (!k || !v) return fail(c, "needs k and v");
     if (want_activation(c, k, "k") || want_activation(c, v, "v")) return -1;
-    ks_buf s1 = {0}, s2 = {0};
+    ks_buf s1 = KS_BUF_TRY, s2 = KS_BUF_TRY;
     int rc = 0;
     if (k->ndim != 3 || v->ndim != 3 || k->dims[1] != v->dims[1])
         rc = fail(c, "k and v must be [T,kv_heads,head_dim] with the same heads, got %s and %s", type_str(&s1, k),

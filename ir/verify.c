@@ -38,6 +38,10 @@
  * Messages name the node by its value and op, at the node's source location
  * when it has one: `models/llama.kiln:42:9: error: node %17 (matmul): ...`;
  * otherwise at `what`: `llama.ir: error: node %17 (matmul): ...`.
+ *
+ * Out of memory (the runtime verifies an engine's graph when it opens it) is
+ * an error, `what: error: out of memory (...)`, reported once; the checks
+ * that needed the memory are skipped.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -81,8 +85,18 @@ typedef struct kir_verifier {
     ks_diag *d;           /* where messages go */
     const char *what;     /* names the graph where a node has no location */
     int errors;           /* errors reported */
+    int oom;              /* 1: out of memory was reported (once) */
     uint8_t *type_ok;     /* per node: its stored type is well formed (usable by consumers) */
 } kir_verifier;
+
+/* Out of memory for `for` (bytes; 0 when not known): an error, reported once. */
+static void verify_oom(kir_verifier *c, size_t bytes, const char *for_what)
+{
+    if (c->oom) return;
+    c->oom = 1;
+    ks_error_oom(c->d, c->what, bytes, for_what);
+    c->errors++;
+}
 
 /* Report "node %v (op): message" at the node's location. */
 KS_PRINTF(3, 4)
@@ -115,13 +129,14 @@ static int check_type(kir_verifier *c, kir_val v)
         int bad = dim <= 0 && dim != KIR_DIM_T;
         int huge = dim > 0 && row > KIR_VERIFY_MAX_ROW_ELEMS / dim;
         if (bad || huge) {
-            ks_buf t = {0};
+            ks_buf t = KS_BUF_TRY;
             kir_format_type(&t, n);
             if (bad)
-                node_error(c, v, "bad dim %lld in %s: a dim is a positive integer or T", (long long)dim, t.data);
+                node_error(c, v, "bad dim %lld in %s: a dim is a positive integer or T", (long long)dim,
+                           ks_buf_cstr(&t));
             else
                 node_error(c, v, "dim %lld makes %s too large (more than 2^48 elements per token)",
-                           (long long)dim, t.data);
+                           (long long)dim, ks_buf_cstr(&t));
             ks_buf_free(&t);
             return -1;
         }
@@ -176,7 +191,7 @@ static int check_attr(kir_verifier *c, kir_val v, kir_attr_id id)
         return -1;
     }
     if (info->kind == KIR_ATTR_WORD && kir_word_lookup(info->set, a->u.s) == KIR_WORD_COUNT) {
-        ks_buf words = {0};
+        ks_buf words = KS_BUF_TRY;
         int n = 0, k = 0;
         for (int w = 0; w < KIR_WORD_COUNT; w++) n += kir_word_table[w].set == info->set;
         for (int w = 0; w < KIR_WORD_COUNT; w++) {
@@ -184,7 +199,7 @@ static int check_attr(kir_verifier *c, kir_val v, kir_attr_id id)
             ks_buf_printf(&words, "%s\"%s\"", k == 0 ? "" : k == n - 1 ? " or " : ", ", kir_word_table[w].text);
             k++;
         }
-        node_error(c, v, "attribute %s is \"%s\", not %s", info->key, a->u.s, words.data);
+        node_error(c, v, "attribute %s is \"%s\", not %s", info->key, a->u.s, ks_buf_cstr(&words));
         ks_buf_free(&words);
         return -1;
     }
@@ -237,20 +252,20 @@ static void check_inferred_type(kir_verifier *c, kir_graph *copy, kir_val v)
 {
     const kir_node *n = kir_node_at(c->g, v);
     kir_node *m = kir_node_at(copy, v);
-    ks_buf err = {0};
+    ks_buf err = KS_BUF_TRY;
     if (kir_infer(copy, v, &err) != 0) {
         /* The rule's message starts with the op's name, which node_error gives. */
-        const char *msg = err.data ? err.data : "shape rule failed";
+        const char *msg = err.len ? ks_buf_cstr(&err) : "shape rule failed";
         size_t k = strlen(kir_op_table[n->op].name);
         if (strncmp(msg, kir_op_table[n->op].name, k) == 0 && strncmp(msg + k, ": ", 2) == 0) msg += k + 2;
         node_error(c, v, "%s", msg);
     } else if (m->dtype != n->dtype || m->ndim != n->ndim ||
                memcmp(m->dims, n->dims, sizeof(int64_t) * n->ndim) != 0) {
-        ks_buf want = {0}, got = {0};
+        ks_buf want = KS_BUF_TRY, got = KS_BUF_TRY;
         kir_format_type(&want, n);
         kir_format_type(&got, m);
-        node_error(c, v, "declared %s but %s %s", want.data, n->nin ? "operands give" : "its shape rule gives",
-                   got.data);
+        node_error(c, v, "declared %s but %s %s", ks_buf_cstr(&want), n->nin ? "operands give" : "its shape rule gives",
+                   ks_buf_cstr(&got));
         ks_buf_free(&want);
         ks_buf_free(&got);
     }
@@ -271,7 +286,10 @@ static void check_unique(kir_verifier *c, kir_op op, const char *key, kir_attr_k
     for (size_t i = 0; i < g->n_nodes; i++) count += g->nodes[i].op == op;
     if (count < 2) return;
     ks_hmap first; /* the value -> the first node that has it */
-    ks_hmap_init(&first, NULL, count, count, "attribute values");
+    if (ks_hmap_init(&first, NULL, count, count, "attribute values") != 0) {
+        verify_oom(c, 0, "checking that names are unique");
+        return;
+    }
     for (size_t i = 0; i < g->n_nodes; i++) {
         if (g->nodes[i].op != op) continue;
         const kir_attr *a = kir_get(g, (kir_val)i, key);
@@ -279,6 +297,10 @@ static void check_unique(kir_verifier *c, kir_op op, const char *key, kir_attr_k
         int added;
         uint64_t *at = kind == KIR_ATTR_STR ? ks_hmap_put_str(&first, a->u.s, strlen(a->u.s), &added)
                                             : ks_hmap_put_u64(&first, (uint64_t)a->u.i, &added);
+        if (!at) { /* not with room for count keys */
+            verify_oom(c, 0, "checking that names are unique");
+            break;
+        }
         if (added)
             *at = i;
         else if (kind == KIR_ATTR_STR)
@@ -323,7 +345,11 @@ static void check_kv_writes(kir_verifier *c)
     const kir_graph *g = c->g;
     size_t n = 0;
     for (size_t i = 0; i < g->n_nodes; i++) n += g->nodes[i].op == KIR_OP_KV_WRITE;
-    layer_writer *w = ks_xmalloc(sizeof *w * (n ? n : 1));
+    layer_writer *w = ks_try_calloc(n ? n : 1, sizeof *w);
+    if (!w) {
+        verify_oom(c, sizeof *w * (n ? n : 1), "checking the KV-cache writes");
+        return;
+    }
     n = 0;
     for (size_t i = 0; i < g->n_nodes; i++) {
         const kir_attr *a = g->nodes[i].op == KIR_OP_KV_WRITE ? kir_get(g, (kir_val)i, "layer") : NULL;
@@ -423,9 +449,9 @@ static void check_derived_weight(kir_verifier *c, kir_val v, const named_weight 
         sum += r;
     }
     if (n->ndim < 1 || sum != n->dims[0]) {
-        ks_buf t = {0};
+        ks_buf t = KS_BUF_TRY;
         kir_format_type(&t, n);
-        node_error(c, v, "rows add up to %lld, but the weight is %s", (long long)sum, t.data);
+        node_error(c, v, "rows add up to %lld, but the weight is %s", (long long)sum, ks_buf_cstr(&t));
         ks_buf_free(&t);
         return;
     }
@@ -444,11 +470,11 @@ static void check_derived_weight(kir_verifier *c, kir_val v, const named_weight 
             int fits = s->dtype == n->dtype && s->ndim == n->ndim && s->dims[0] == rows->u.ints.v[i];
             for (int d = 1; fits && d < n->ndim; d++) fits = s->dims[d] == n->dims[d];
             if (!fits) {
-                ks_buf ts = {0}, tn = {0};
+                ks_buf ts = KS_BUF_TRY, tn = KS_BUF_TRY;
                 kir_format_type(&ts, s);
                 kir_format_type(&tn, n);
                 node_error(c, v, "source \"%.*s\" (node %%%u) is %s, not %lld rows of %s", (int)len, name,
-                           (unsigned)src, ts.data, (long long)rows->u.ints.v[i], tn.data);
+                           (unsigned)src, ks_buf_cstr(&ts), (long long)rows->u.ints.v[i], ks_buf_cstr(&tn));
                 ks_buf_free(&ts);
                 ks_buf_free(&tn);
             }
@@ -468,7 +494,11 @@ static void check_derived(kir_verifier *c)
         n_derived += kir_get(g, v, "derive") || kir_get(g, v, "sources") || kir_get(g, v, "rows");
     }
     if (!n_derived) return;
-    named_weight *by_name = ks_xmalloc(sizeof *by_name * n_weights);
+    named_weight *by_name = ks_try_calloc(n_weights, sizeof *by_name);
+    if (!by_name) {
+        verify_oom(c, sizeof *by_name * n_weights, "checking the derived weights");
+        return;
+    }
     n_weights = 0;
     for (size_t i = 0; i < g->n_nodes; i++)
         if (g->nodes[i].op == KIR_OP_WEIGHT)
@@ -509,7 +539,11 @@ static void check_groups(kir_verifier *c)
     int any = 0;
     for (size_t i = 0; i < g->n_nodes && !any; i++) any = kir_get(g, (kir_val)i, "fuse") != NULL;
     if (!any) return;
-    uint32_t *uses = ks_xcalloc(g->n_nodes, sizeof *uses);
+    uint32_t *uses = ks_try_calloc(g->n_nodes, sizeof *uses);
+    if (!uses) {
+        verify_oom(c, sizeof *uses * g->n_nodes, "checking the fuse groups");
+        return;
+    }
     for (size_t i = 0; i < g->n_nodes; i++)
         for (int k = 0; k < g->nodes[i].nin && k < KIR_MAX_INPUTS; k++)
             if (g->nodes[i].in[k] < i) uses[g->nodes[i].in[k]]++;
@@ -533,7 +567,12 @@ static void check_groups(kir_verifier *c)
         }
         run = id;
         if (id < 0) continue;
-        *ks_hmap_put_u64(&last, (uint64_t)id, NULL) = v;
+        uint64_t *at = ks_hmap_put_u64(&last, (uint64_t)id, NULL);
+        if (!at) {
+            verify_oom(c, 0, "checking the fuse groups");
+            break;
+        }
+        *at = v;
         kir_fusion_class fc = kir_op_table[n->op].fusion;
         if (fc == KIR_FUSE_MATMUL || n->op == KIR_OP_ATTENTION) {
             if (anchor != KIR_NONE) {
@@ -586,9 +625,19 @@ static void check_output(kir_verifier *c)
 int kir_verify(const kir_graph *g, ks_diag *d, const char *what)
 {
     kir_verifier c = {.g = g, .d = d, .what = what ? what : "<ir>"};
-    c.type_ok = ks_xcalloc(g->n_nodes ? g->n_nodes : 1, 1);
-    kir_graph *copy = kir_graph_clone(g);
     KS_ASSERT(g->n_nodes < KIR_NONE);
+    /* The shape rules write the type they compute into the node: they run on
+     * a copy of the nodes (sharing g's attributes, which they only read), whose
+     * stored types stand for g's. */
+    c.type_ok = ks_try_calloc(g->n_nodes ? g->n_nodes : 1, 1);
+    kir_graph copy_graph = *g, *copy = &copy_graph;
+    copy->nodes = c.type_ok ? ks_try_calloc(g->n_nodes ? g->n_nodes : 1, sizeof *copy->nodes) : NULL;
+    if (!copy->nodes) {
+        free(c.type_ok);
+        verify_oom(&c, (g->n_nodes ? g->n_nodes : 1) * (1 + sizeof *copy->nodes), "verifying the graph");
+        return c.errors;
+    }
+    if (g->n_nodes) memcpy(copy->nodes, g->nodes, g->n_nodes * sizeof *copy->nodes);
 
     for (size_t i = 0; i < g->n_nodes; i++) {
         kir_val v = (kir_val)i;
@@ -621,7 +670,7 @@ int kir_verify(const kir_graph *g, ks_diag *d, const char *what)
     /* the plan's checker needs a sound graph: operands, types and groups */
     if (c.errors == 0) c.errors += kir_verify_plan(g, d, c.what);
 
-    kir_graph_free(copy);
+    free(copy->nodes);
     free(c.type_ok);
     return c.errors;
 }

@@ -74,8 +74,9 @@ typedef struct krt_backend {
     /* Optional: after each step, show every f32 value the step computed to
      * tap (runtime/step.h's krt_tap_fn), in schedule order; NULL turns it off.
      * A backend whose fused kernels keep a group's inner values to
-     * themselves does not show those. */
-    void (*set_tap)(void *state, krt_tap_fn tap, void *ctx);
+     * themselves does not show those. 0, or -1 after reporting (out of
+     * memory for what it copies back: the tap is then off). */
+    int (*set_tap)(void *state, krt_tap_fn tap, void *ctx, ks_diag *d);
     /* Optional: after steps run with krt_backend_opts.profile, append the
      * time each kernel took (a table per kind of step: launches, total and
      * mean, share of the steps' device time, the node it computes) and the

@@ -19,7 +19,7 @@ static int desc_error(ks_diag *d, const char *what, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    ks_buf msg = {0};
+    ks_buf msg = KS_BUF_TRY;
     ks_buf_vprintf(&msg, fmt, ap);
     va_end(ap);
     ks_error(d, what, "%s", ks_buf_cstr(&msg));
@@ -51,7 +51,7 @@ static int kv_operands(const kir_node *n, kir_val *k, kir_val *v)
     return 0;
 }
 
-static void describe_kv(krt_desc *desc)
+static int describe_kv(krt_desc *desc, const char *what, ks_diag *d)
 {
     const kir_graph *g = desc->graph;
     int64_t n = 0;
@@ -62,9 +62,10 @@ static void describe_kv(krt_desc *desc)
         if (l >= 0 && l < INT32_MAX && l + 1 > n) n = l + 1;
     }
     desc->n_kv_layers = (int)n;
-    if (n == 0) return;
+    if (n == 0) return 0;
     /* a layer number no attention or kv_write uses stays {0,0,0}: the cache stores nothing for it */
-    desc->kv_layers = ks_xcalloc((size_t)n, sizeof *desc->kv_layers);
+    desc->kv_layers = ks_try_calloc((size_t)n, sizeof *desc->kv_layers);
+    if (!desc->kv_layers) return ks_error_oom(d, what, (size_t)n * sizeof *desc->kv_layers, "the KV-cache layers");
     for (size_t v = 0; v < g->n_nodes; v++) {
         if (!kv_operands(&g->nodes[v], &k, &val)) continue;
         int64_t l = kir_attr_int(g, (kir_val)v, KIR_A_ATTENTION_LAYER);
@@ -72,6 +73,7 @@ static void describe_kv(krt_desc *desc)
         const kir_node *kn = &g->nodes[k], *vn = &g->nodes[val];
         desc->kv_layers[l] = (krt_kv_layer){(int)kn->dims[1], (int)kn->dims[2], (int)vn->dims[2]};
     }
+    return 0;
 }
 
 /* The inputs, the output, and the tables ids index. */
@@ -155,6 +157,7 @@ int krt_desc_init(krt_desc *desc, const kir_graph *g, const char *what, ks_diag 
     memset(desc, 0, sizeof *desc);
     desc->graph = g;
     desc->name = g->name && g->name[0] ? g->name : "model";
+    desc->where = what;
     int64_t ctx = param_int(g, "max_context", KRT_DEFAULT_CONTEXT);
     if (ctx < 1 || ctx > KRT_MAX_CONTEXT) {
         desc_error(d, what, "param max_context %lld is not a context length (1 to %d)", (long long)ctx, KRT_MAX_CONTEXT);
@@ -165,7 +168,9 @@ int krt_desc_init(krt_desc *desc, const kir_graph *g, const char *what, ks_diag 
     if (rc == 0) {
         describe_tokens(desc);
         describe_weights(desc);
-        describe_kv(desc);
+        rc = describe_kv(desc, what, d);
+    }
+    if (rc == 0) {
         rc = describe_plan(desc, what, d);
     }
     if (rc != 0) krt_desc_free(desc);

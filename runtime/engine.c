@@ -259,10 +259,23 @@ static int open_fail(krt_engine *e, ks_diag *d, const char *path, const char *fm
     return -1;
 }
 
+/* Out of memory at open: reported, and e closed. */
+static int open_oom(krt_engine *e, ks_diag *d, const char *path, size_t bytes, const char *what)
+{
+    ks_error_oom(d, path, bytes, what);
+    krt_engine_close(e);
+    return -1;
+}
+
 krt_engine *krt_engine_open(const char *path, ks_diag *d)
 {
-    krt_engine *e = ks_xcalloc(1, sizeof *e);
-    e->path = ks_xstrdup(path);
+    krt_engine *e = ks_try_calloc(1, sizeof *e);
+    if (!e) return ks_error_oom(d, path, sizeof *e, "the engine"), NULL;
+    e->path = ks_try_strdup(path);
+    if (!e->path) {
+        open_oom(e, d, path, strlen(path) + 1, "the engine's path");
+        return NULL;
+    }
     if (ks_mmap_open(d, path, &e->map) != 0) {
         krt_engine_close(e);
         return NULL;
@@ -325,33 +338,53 @@ krt_engine *krt_engine_open(const char *path, ks_diag *d)
             return NULL;
         }
     const section *meta = find_section(secs, (int)nsec, "meta");
-    e->meta_json = ks_xmalloc(meta->size + 1);
+    e->meta_json = ks_try_malloc(meta->size + 1);
+    if (!e->meta_json) {
+        open_oom(e, d, path, meta->size + 1, "the engine's metadata");
+        return NULL;
+    }
     memcpy(e->meta_json, p + meta->offset, meta->size);
     e->meta_json[meta->size] = 0;
 
     const section *gs = find_section(secs, (int)nsec, "graph");
-    char *gtext = ks_xmalloc(gs->size + 1);
+    char *gtext = ks_try_malloc(gs->size + 1);
+    ks_buf where = KS_BUF_TRY;
+    ks_buf_printf(&where, "%s(graph)", path);
+    if (!gtext || where.failed) {
+        free(gtext);
+        ks_buf_free(&where);
+        open_oom(e, d, path, gs->size + 1, "the engine's graph text");
+        return NULL;
+    }
     memcpy(gtext, p + gs->offset, gs->size);
     gtext[gs->size] = 0;
-    ks_buf where = {0};
-    ks_buf_printf(&where, "%s(graph)", path);
     ks_source src = {ks_buf_cstr(&where), gtext, gs->size};
+    int oom_before = d->oom;
     e->graph = kir_parse(&src, d);
     int bad_graph = !e->graph || kir_verify(e->graph, d, src.name) != 0;
     free(gtext);
     ks_buf_free(&where);
+    if (bad_graph && d->oom > oom_before) { /* reported: not damage */
+        krt_engine_close(e);
+        return NULL;
+    }
     if (bad_graph) {
         open_fail(e, d, path, "damaged: its graph does not parse or verify");
         return NULL;
     }
 
-    if (krt_desc_init(&e->desc, e->graph, path, d) != 0) {
+    if (krt_desc_init(&e->desc, e->graph, e->path, d) != 0) {
         krt_engine_close(e);
         return NULL;
     }
     /* the metadata's "dtype" (what kiln inspect shows) is the weights' own, as the description found it */
-    ks_buf scratch = {0};
+    ks_buf scratch = KS_BUF_TRY;
     const char *meta_dtype = krt_engine_meta(e, "dtype", NULL, &scratch);
+    if (scratch.failed) {
+        open_oom(e, d, path, scratch.failed, "the metadata's dtype");
+        ks_buf_free(&scratch);
+        return NULL;
+    }
     const char *have = e->desc.mixed_weights ? "mixed" : kir_dtype_name(e->desc.weight_dtype);
     if (meta_dtype && strcmp(meta_dtype, have) != 0) {
         open_fail(e, d, path, "damaged: the metadata says the weights are %s, the graph says %s", meta_dtype, have);
@@ -363,7 +396,11 @@ krt_engine *krt_engine_open(const char *path, ks_diag *d)
     const section *ws = find_section(secs, (int)nsec, "weights");
     const section *wi = find_section(secs, (int)nsec, "weights.idx");
     e->weight_bytes = ws->size;
-    e->weights = ks_xcalloc(e->graph->n_nodes, sizeof *e->weights);
+    e->weights = ks_try_calloc(e->graph->n_nodes, sizeof *e->weights);
+    if (!e->weights) {
+        open_oom(e, d, path, e->graph->n_nodes * sizeof *e->weights, "the engine's weight table");
+        return NULL;
+    }
     const uint8_t *ip = p + wi->offset;
     if (wi->size < 4 || get_u32(ip) > (wi->size - 4) / 24 || (wi->size - 4) / 24 != get_u32(ip)) {
         open_fail(e, d, path, "damaged: bad weight index");
@@ -437,12 +474,12 @@ const void *krt_engine_section_data(const krt_engine *e, const char *name, size_
 const char *krt_engine_meta(const krt_engine *e, const char *key, const char *dflt, ks_buf *scratch)
 {
     cJSON *j = cJSON_Parse(e->meta_json);
+    if (!j) return NULL; /* not JSON, or cJSON out of memory */
     const char *out = dflt;
-    const cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, key) : NULL;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
     if (cJSON_IsString(v)) {
-        scratch->len = 0;
-        ks_buf_puts(scratch, v->valuestring);
-        out = ks_buf_cstr(scratch);
+        ks_buf_clear(scratch);
+        out = ks_buf_puts(scratch, v->valuestring) == 0 ? ks_buf_cstr(scratch) : NULL;
     }
     cJSON_Delete(j);
     return out;

@@ -112,7 +112,9 @@ void krt_engine_close(krt_engine *e);
  * engine has none. */
 const void *krt_engine_section_data(const krt_engine *e, const char *name, size_t *size);
 
-/* The string value of a top-level key of the metadata, or dflt. */
+/* The string value of a top-level key of the metadata, or dflt when it has
+ * none; NULL when the metadata cannot be read (it is not JSON, or memory ran
+ * out: cJSON's, or a fallible scratch's, then marked failed). */
 const char *krt_engine_meta(const krt_engine *e, const char *key, const char *dflt, ks_buf *scratch);
 
 #endif

@@ -1,4 +1,9 @@
-/* generate.c — the generation loop (runtime/generate.h). */
+/* generate.c — the generation loop (runtime/generate.h).
+ *
+ * Everything it allocates (the sampler, the stop strings, the decoded text,
+ * the step arrays) is fallible: out of memory is reported as an error, and a
+ * call that fails, however far it got, puts its sequence back to the length
+ * it had (krt_session_seq_truncate): its blocks return to the pool. */
 #include "runtime/generate.h"
 
 #include <stdlib.h>
@@ -39,7 +44,8 @@ int krt_gen_prompt(const krt_tok *tok, const krt_desc *desc, const char *text, k
         ks_error(d, "kiln", "the prompt is empty and the model has no BOS token to start from");
         return -1;
     }
-    KS_GROW(ids->ids, ids->len + 1, ids->cap, (size_t)1 << 30, "token ids");
+    if (KS_TRY_GROW(ids->ids, ids->len + 1, ids->cap, (size_t)1 << 30) != 0)
+        return ks_error_oom(d, "kiln", (ids->len + 1) * sizeof *ids->ids, "the prompt's token ids");
     ids->ids[ids->len++] = desc->bos;
     return 0;
 }
@@ -84,32 +90,44 @@ static int timed_run(gen *g, const krt_step_req *req, ks_diag *d)
 }
 
 /* The stop strings: the caller's, then (unless ignore_eos) the text of each
- * end-of-sequence id that the tokenizer writes as a special token. */
-static void collect_stops(gen *g, const krt_tok *tok)
+ * end-of-sequence id that the tokenizer writes as a special token. 0, or -1
+ * after reporting out of memory. */
+static int collect_stops(gen *g, const krt_tok *tok, ks_diag *d)
 {
     const krt_gen_opts *o = g->o;
     int n_eos = o->ignore_eos || !tok ? 0 : g->desc->n_eos;
-    g->stops = ks_xcalloc((size_t)(o->n_stops + n_eos + 1), sizeof *g->stops);
+    g->stops = ks_try_calloc((size_t)(o->n_stops + n_eos + 1), sizeof *g->stops);
+    if (!g->stops) return ks_error_oom(d, "kiln", (size_t)(o->n_stops + n_eos + 1) * sizeof *g->stops, "stop strings");
     for (int i = 0; i < o->n_stops; i++)
         if (o->stops[i] && o->stops[i][0]) g->stops[g->n_stops++] = o->stops[i];
     g->n_user_stops = g->n_stops;
-    ks_buf text = {0};
-    for (int i = 0; i < n_eos; i++) {
+    ks_buf text = KS_BUF_TRY;
+    int rc = 0;
+    for (int i = 0; i < n_eos && rc == 0; i++) {
         int32_t id = g->desc->eos[i];
         if (!krt_tok_is_special(tok, id)) continue;
         /* its text as decoding writes it ("▁<|end_story|>" decodes to " <|end_story|>"), trimmed */
-        text.len = 0;
+        ks_buf_clear(&text);
         krt_tok_decode(tok, &id, 1, 0, &text);
+        if (text.failed) {
+            rc = ks_error_oom(d, "kiln", text.failed, "the text of an end-of-sequence token");
+            break;
+        }
         const char *a = ks_buf_cstr(&text), *b = a + text.len;
         while (a < b && (*a == ' ' || *a == '\n')) a++;
         while (b > a && (b[-1] == ' ' || b[-1] == '\n')) b--;
         if (a == b || memchr(a, 0, (size_t)(b - a))) continue;
-        char *stop = ks_xmalloc((size_t)(b - a) + 1);
+        char *stop = ks_try_malloc((size_t)(b - a) + 1);
+        if (!stop) {
+            rc = ks_error_oom(d, "kiln", (size_t)(b - a) + 1, "the text of an end-of-sequence token");
+            break;
+        }
         memcpy(stop, a, (size_t)(b - a));
         stop[b - a] = 0;
         g->stops[g->n_stops++] = stop;
     }
     ks_buf_free(&text);
+    return rc;
 }
 
 /* Hand on_text what is certain: the text up to a stop string found (which
@@ -166,7 +184,7 @@ static void gen_free(gen *g)
 {
     krt_sampler_free(g->sampler);
     krt_tok_stream_free(g->stream);
-    for (int i = g->n_user_stops; i < g->n_stops; i++) free((char *)g->stops[i]);
+    for (int i = g->n_user_stops; g->stops && i < g->n_stops; i++) free((char *)g->stops[i]);
     free(g->stops);
     ks_buf_free(&g->text);
     free(g->seq_ids);
@@ -180,6 +198,7 @@ int krt_generate(krt_session *s, int seq, const krt_tok *tok, const int32_t *pro
     static const krt_gen_callbacks no_callbacks;
     krt_gen_stats own;
     gen g = {.s = s, .desc = krt_session_desc(s), .o = o, .cb = cb ? cb : &no_callbacks, .st = st ? st : &own, .seq = seq};
+    g.text.fallible = 1;
     memset(g.st, 0, sizeof *g.st);
     g.st->prompt_tokens = n_prompt;
     int have = krt_session_seq_len(s, seq), ctx = krt_session_max_context(s);
@@ -201,17 +220,31 @@ int krt_generate(krt_session *s, int seq, const krt_tok *tok, const int32_t *pro
     g.sampler = krt_sampler_new(d, &o->sampling, (int32_t)g.desc->vocab);
     if (!g.sampler) return -1;
     for (int i = 0; i < n_prompt; i++) krt_sampler_accept(g.sampler, prompt[i]);
-    collect_stops(&g, tok);
+    if (collect_stops(&g, tok, d) != 0) {
+        gen_free(&g);
+        return -1;
+    }
     if (tok) {
         g.stream = krt_tok_stream_new(tok, KRT_TOK_SKIP_SPECIAL);
-        for (int i = 0; i < n_prompt; i++) krt_tok_stream_push(g.stream, prompt[i], &g.text); /* context for decoding */
+        for (int i = 0; g.stream && i < n_prompt; i++)
+            krt_tok_stream_push(g.stream, prompt[i], &g.text); /* context for decoding */
+        if (!g.stream || g.text.failed) {
+            ks_error_oom(d, "kiln", g.text.failed, "decoding the prompt's text");
+            gen_free(&g);
+            return -1;
+        }
         g.gen_text = g.text.len;
         g.emitted = o->echo_prompt ? 0 : g.text.len;
     }
     int chunk = g.desc->plan.max_tokens < n_prompt ? (int)g.desc->plan.max_tokens : n_prompt;
-    g.seq_ids = ks_xmalloc(sizeof *g.seq_ids * (size_t)chunk);
-    g.next = ks_xmalloc(sizeof *g.next * (size_t)chunk);
-    g.samplers = ks_xcalloc((size_t)chunk, sizeof *g.samplers);
+    g.seq_ids = ks_try_calloc((size_t)chunk, sizeof *g.seq_ids);
+    g.next = ks_try_calloc((size_t)chunk, sizeof *g.next);
+    g.samplers = ks_try_calloc((size_t)chunk, sizeof *g.samplers);
+    if (!g.seq_ids || !g.next || !g.samplers) {
+        ks_error_oom(d, "kiln", (size_t)chunk * (2 * sizeof(int32_t) + sizeof(krt_sampler *)), "the prompt's steps");
+        gen_free(&g);
+        return -1;
+    }
     for (int i = 0; i < chunk; i++) g.seq_ids[i] = seq;
 
     int stop = -1, rc = 0;
@@ -219,6 +252,7 @@ int krt_generate(krt_session *s, int seq, const krt_tok *tok, const int32_t *pro
     int32_t token = -1;
     g.st->end = KRT_GEN_MAX_NEW;
     if (prefill(&g, prompt, n_prompt, max_new > 0, &token, d) != 0) {
+        krt_session_seq_truncate(s, seq, have); /* the chunks that ran go again */
         gen_free(&g);
         return -1;
     }
@@ -240,6 +274,10 @@ int krt_generate(krt_session *s, int seq, const krt_tok *tok, const int32_t *pro
         if (g.cb->on_token && g.cb->on_token(g.cb->ctx, token)) g.st->end = KRT_GEN_CALLBACK;
         if (g.stream) {
             krt_tok_stream_push(g.stream, token, &g.text);
+            if (g.text.failed) {
+                rc = ks_error_oom(d, "kiln", g.text.failed, "the generated text");
+                break;
+            }
             if (emit_text(&g, 0, &stop)) g.st->end = KRT_GEN_CALLBACK;
             if (stop >= 0) g.st->end = stop < g.n_user_stops ? KRT_GEN_STOP : KRT_GEN_EOS;
         }
@@ -257,8 +295,12 @@ int krt_generate(krt_session *s, int seq, const krt_tok *tok, const int32_t *pro
         g.st->end = KRT_GEN_CONTEXT;
     if (rc == 0 && g.stream && stop < 0 && g.st->end != KRT_GEN_CALLBACK) {
         krt_tok_stream_flush(g.stream, &g.text);
-        emit_text(&g, 1, &stop);
+        if (g.text.failed)
+            rc = ks_error_oom(d, "kiln", g.text.failed, "the generated text");
+        else
+            emit_text(&g, 1, &stop);
     }
+    if (rc != 0) krt_session_seq_truncate(s, seq, have); /* as it was before the call */
     double t_end = now_seconds();
     g.st->first_token_s = (g.st->generated ? t_first : t_end) - t0;
     g.st->decode_s = g.st->generated ? t_end - t_first : 0;

@@ -108,7 +108,8 @@ int krt_gen_prompt(const krt_tok *tok, const krt_desc *desc, const char *text, k
  * NULL when no text is wanted (no on_text, no stop strings, no EOS text).
  * st (may be NULL) receives the counts and times. Returns the number of
  * tokens generated, or -1 after reporting (a prompt longer than the
- * context, a step that failed, logits that are not finite). */
+ * context, a step that failed, logits that are not finite, out of memory),
+ * the sequence then as it was before the call. */
 int krt_generate(krt_session *s, int seq, const krt_tok *tok, const int32_t *prompt, int n_prompt,
                  const krt_gen_opts *o, const krt_gen_callbacks *cb, krt_gen_stats *st, ks_diag *d);
 

@@ -38,6 +38,11 @@
  *
  * Errors: every call that can fail returns NULL or -1 and writes a message
  * naming the file or the request (`model.engine: error: ...`) into err.
+ * Running out of memory is such an error (`model.engine: error: out of
+ * memory (allocating 1073741824 bytes for the KV cache: ...)`): the call
+ * fails having changed nothing (a failed kiln_step appends nothing, a failed
+ * kiln_generate leaves its sequence as it was, text already passed to
+ * on_text aside), and the session goes on.
  * Threads: a session is used by one thread at a time; sessions of one engine
  * may run on different threads.
  *
@@ -130,7 +135,8 @@ typedef int (*kiln_text_fn)(void *ctx, const char *text, size_t len);
  * the engine's largest step is run in several steps. The next tokens are
  * drawn where the logits are (on a GPU only their ids come back). Returns
  * the number of tokens generated, or -1 (logits that are NaN or infinite
- * are an error too). */
+ * are an error too); after -1 the sequence is as it was before the call
+ * (one the call added is gone). */
 KILN_API int kiln_generate(kiln_session *s, int seq, const char *prompt, const kiln_generate_opts *o,
                            kiln_text_fn on_text, void *ctx, char *err, size_t err_len);
 

@@ -1,5 +1,13 @@
 /* kiln_api.c — the public C API (runtime/kiln.h) over the engine, session,
- * tokenizer and sampler modules. */
+ * tokenizer and sampler modules.
+ *
+ * Out of memory anywhere below is an error like any other (every module
+ * under these calls allocates fallibly: support/support.h): the call
+ * returns NULL or -1 with the message, having left nothing half done (a
+ * failed open or new frees what it made, a failed step appends nothing, a
+ * failed generate leaves its sequence as it found it). The messages are
+ * collected in a fallible buffer; if even that runs out, the caller still
+ * gets a line saying so. */
 #include "runtime/kiln.h"
 
 #include <stdlib.h>
@@ -20,23 +28,35 @@ struct kiln_session {
 /* Collect a call's messages, then copy them into the caller's buffer. */
 typedef struct api_diag {
     ks_diag d;   /* quiet; logs into buf */
-    ks_buf buf;  /* the messages */
+    ks_buf buf;  /* the messages (fallible) */
 } api_diag;
 
 static void api_diag_init(api_diag *a)
 {
     memset(a, 0, sizeof *a);
     a->d.quiet = 1;
+    a->buf.fallible = 1;
     a->d.log = &a->buf;
+}
+
+/* Append n bytes of text to err[0..*at), as many as fit with its NUL. */
+static void err_put(char *err, size_t err_len, size_t *at, const char *text, size_t n)
+{
+    if (n > err_len - 1 - *at) n = err_len - 1 - *at;
+    if (n) memcpy(err + *at, text, n);
+    *at += n;
+    err[*at] = 0;
 }
 
 static int api_diag_done(api_diag *a, char *err, size_t err_len)
 {
+    static const char lost[] = "kiln: error: out of memory (a message could not be kept)\n";
     int bad = a->d.errors > 0;
     if (err && err_len) {
-        size_t n = a->buf.len < err_len - 1 ? a->buf.len : err_len - 1;
-        if (n) memcpy(err, a->buf.data, n);
-        err[n] = 0;
+        size_t at = 0;
+        err[0] = 0;
+        err_put(err, err_len, &at, a->buf.data ? a->buf.data : "", a->buf.len);
+        if (a->buf.failed) err_put(err, err_len, &at, lost, sizeof lost - 1);
     }
     ks_buf_free(&a->buf);
     return bad ? -1 : 0;
@@ -46,7 +66,12 @@ kiln_engine *kiln_engine_open(const char *path, char *err, size_t err_len)
 {
     api_diag a;
     api_diag_init(&a);
-    kiln_engine *e = ks_xcalloc(1, sizeof *e);
+    kiln_engine *e = ks_try_calloc(1, sizeof *e);
+    if (!e) {
+        ks_error_oom(&a.d, path, sizeof *e, "the engine");
+        api_diag_done(&a, err, err_len);
+        return NULL;
+    }
     e->engine = krt_engine_open(path, &a.d);
     if (e->engine && e->engine->tokenizer) e->tok = krt_engine_tokenizer(e->engine, &a.d);
     if (api_diag_done(&a, err, err_len) != 0) {
@@ -73,11 +98,13 @@ kiln_session *kiln_session_new(kiln_engine *e, const kiln_session_opts *o, char 
         so = (krt_session_opts){
             .max_seqs = o->max_seqs, .max_context = o->max_context, .block_size = o->block_size, .n_blocks = o->n_blocks};
     krt_session *s = krt_session_new(e->engine, &so, &a.d);
+    kiln_session *k = s ? ks_try_calloc(1, sizeof *k) : NULL;
+    if (s && !k) ks_error_oom(&a.d, e->engine->path, sizeof *k, "a session");
     if (api_diag_done(&a, err, err_len) != 0) {
         krt_session_free(s);
+        free(k);
         return NULL;
     }
-    kiln_session *k = ks_xcalloc(1, sizeof *k);
     k->e = e;
     k->s = s;
     return k;
@@ -152,7 +179,7 @@ int kiln_generate(kiln_session *s, int seq, const char *prompt, const kiln_gener
     api_diag_init(&a);
     kiln_generate_opts k = o ? *o : kiln_generate_defaults();
     krt_tok_ids ids = {0};
-    int generated = -1;
+    int generated = -1, had = krt_session_seq_len(s->s, seq); /* -1: the call adds the sequence */
     if (!s->e->tok) {
         ks_error(&a.d, s->e->engine->path, "the engine holds no tokenizer");
     } else if (k.n_stop < 0 || (k.n_stop > 0 && !k.stop)) {
@@ -172,6 +199,8 @@ int kiln_generate(kiln_session *s, int seq, const char *prompt, const kiln_gener
         text_sink sink = {on_text, ctx};
         krt_gen_callbacks cb = {.on_text = text_to_caller, .ctx = &sink};
         generated = krt_generate(s->s, seq, s->e->tok, ids.ids, (int)ids.len, &g, &cb, NULL, &a.d);
+        /* krt_generate left the sequence as it found it; one added here goes again */
+        if (generated < 0 && had < 0) krt_session_seq_free(s->s, seq);
     }
     krt_tok_ids_free(&ids);
     return api_diag_done(&a, err, err_len) != 0 ? -1 : generated;

@@ -122,18 +122,25 @@ krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_
     if (check_opts(o, desc->max_context, d) != 0) return NULL;
     const krt_backend *be = krt_backend_for(e, d);
     if (!be) return NULL;
-    krt_session *s = ks_xcalloc(1, sizeof *s);
+    krt_session *s = ks_try_calloc(1, sizeof *s);
+    if (!s) return ks_error_oom(d, e->path, sizeof *s, "a session"), NULL;
     s->engine = e;
     s->desc = desc;
     s->backend = be;
     s->max_seqs = o && o->max_seqs > 0 ? o->max_seqs : 16;
     s->max_context = o && o->max_context > 0 ? o->max_context : desc->max_context;
     int bs = o && o->block_size > 0 ? o->block_size : 16;
-    s->seq_count = ks_xcalloc((size_t)s->max_seqs, sizeof *s->seq_count);
-    s->seq_old_len = ks_xcalloc((size_t)s->max_seqs, sizeof *s->seq_old_len);
-    s->seq_status = ks_xcalloc((size_t)s->max_seqs, sizeof *s->seq_status);
-    s->seq_order = ks_xcalloc((size_t)s->max_seqs, sizeof *s->seq_order);
-    s->seq_next = ks_xcalloc((size_t)s->max_seqs, sizeof *s->seq_next);
+    size_t ns = (size_t)s->max_seqs;
+    s->seq_count = ks_try_calloc(ns, sizeof *s->seq_count);
+    s->seq_old_len = ks_try_calloc(ns, sizeof *s->seq_old_len);
+    s->seq_status = ks_try_calloc(ns, sizeof *s->seq_status);
+    s->seq_order = ks_try_calloc(ns, sizeof *s->seq_order);
+    s->seq_next = ks_try_calloc(ns, sizeof *s->seq_next);
+    if (!s->seq_count || !s->seq_old_len || !s->seq_status || !s->seq_order || !s->seq_next) {
+        ks_error_oom(d, e->path, ns * (4 * sizeof(int32_t) + sizeof(krt_step_status)), "the session's sequences");
+        krt_session_free(s);
+        return NULL;
+    }
     krt_kv_storage storage = *be->kv_storage;
     if (be->open) {
         /* a device backend: its state first (it checks the engine fits the device and uploads the
@@ -163,7 +170,7 @@ krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_
         .max_context = s->max_context,
         .elem_size = be->kv_elem_size,
     };
-    s->kv = krt_kv_new(&cfg, &storage, d);
+    s->kv = krt_kv_new_named(&cfg, &storage, e->path, d);
     if (!s->kv) {
         if (s->kv_info.on_device) {
             char b1[32];
@@ -233,14 +240,20 @@ int krt_session_seq_fork(krt_session *s, int src, int dst, ks_diag *d)
 }
 
 void krt_session_seq_free(krt_session *s, int seq) { krt_kv_seq_free(s->kv, seq); }
+
+int krt_session_seq_truncate(krt_session *s, int seq, int len)
+{
+    const char *why = NULL;
+    if (len > krt_kv_seq_len(s->kv, seq)) return -1;
+    return krt_kv_seq_reserve(s->kv, seq, len, &why); /* shortening: blocks go back, nothing is copied */
+}
 int krt_session_seq_len(const krt_session *s, int seq) { return krt_kv_seq_len(s->kv, seq); }
 
 int krt_session_set_tap(krt_session *s, krt_tap_fn tap, void *ctx, ks_diag *d)
 {
     if (!s->backend->set_tap)
         return report(d, "the %s backend cannot show the values it computes", s->backend->name);
-    s->backend->set_tap(s->state, tap, ctx);
-    return 0;
+    return s->backend->set_tap(s->state, tap, ctx, d);
 }
 
 const char *krt_step_status_text(krt_step_status st)
@@ -279,20 +292,34 @@ static void roll_back(krt_session *s, int n_seqs)
     }
 }
 
-/* The per-token scratch for a step of n tokens. */
-static void grow_scratch(krt_session *s, size_t n)
+/* *p (of `size`-byte elements) reallocated for cap of them: 0, or -1 with *p as it was. */
+static int regrow(void *p, size_t cap, size_t size)
 {
-    if (n <= s->cap) return;
+    void **at = p;
+    void *q = ks_try_realloc(*at, cap * size);
+    if (!q) return -1;
+    *at = q;
+    return 0;
+}
+
+/* The per-token scratch for a step of n tokens: 0, or -1 after reporting
+ * (the arrays keep the capacity they had). */
+static int grow_scratch(krt_session *s, size_t n, ks_diag *d)
+{
+    if (n <= s->cap) return 0;
     size_t cap = 2 * s->cap > n ? 2 * s->cap : n;
-    s->status = ks_xrealloc(s->status, cap * sizeof *s->status);
-    s->run_tok = ks_xrealloc(s->run_tok, cap * sizeof *s->run_tok);
-    s->run_seq = ks_xrealloc(s->run_seq, cap * sizeof *s->run_seq);
-    s->positions = ks_xrealloc(s->positions, cap * sizeof *s->positions);
-    s->run_of = ks_xrealloc(s->run_of, cap * sizeof *s->run_of);
-    s->draw_rows = ks_xrealloc(s->draw_rows, cap * sizeof *s->draw_rows);
-    s->draw_tok = ks_xrealloc(s->draw_tok, cap * sizeof *s->draw_tok);
-    s->draws = ks_xrealloc(s->draws, cap * sizeof *s->draws);
+    /* each array grown to cap, or left as it was: s->cap counts only when all grew */
+    if (regrow(&s->status, cap, sizeof *s->status) || regrow(&s->run_tok, cap, sizeof *s->run_tok) ||
+        regrow(&s->run_seq, cap, sizeof *s->run_seq) || regrow(&s->positions, cap, sizeof *s->positions) ||
+        regrow(&s->run_of, cap, sizeof *s->run_of) || regrow(&s->draw_rows, cap, sizeof *s->draw_rows) ||
+        regrow(&s->draw_tok, cap, sizeof *s->draw_tok) || regrow(&s->draws, cap, sizeof *s->draws)) {
+        char what[64];
+        snprintf(what, sizeof what, "a step of %zu token%s", n, n == 1 ? "" : "s");
+        size_t per_token = sizeof(krt_step_status) + 6 * sizeof(int32_t) + sizeof(krt_draw);
+        return ks_error_oom(d, s->engine->path, cap * per_token, what);
+    }
     s->cap = cap;
+    return 0;
 }
 
 /* 1 when no logit of the row is NaN or infinite: a draw from a row that
@@ -397,7 +424,11 @@ int krt_session_run(krt_session *s, const krt_step_req *r, ks_diag *d)
     if (n > s->desc->plan.max_tokens)
         return report(d, "a step of %d tokens is more than the %lld %s", n, (long long)s->desc->plan.max_tokens,
                       s->desc->plan.planned ? "the engine's memory plan holds" : "kiln takes");
-    grow_scratch(s, (size_t)n);
+    if (grow_scratch(s, (size_t)n, d) != 0) {
+        if (r->status)
+            for (int i = 0; i < n; i++) r->status[i] = KRT_STEP_FAILED;
+        return -1;
+    }
     krt_step_status *st = r->status ? r->status : s->status;
     if (r->next)
         for (int i = 0; i < n; i++) r->next[i] = -1;
@@ -416,18 +447,23 @@ int krt_session_run(krt_session *s, const krt_step_req *r, ks_diag *d)
         if (r->logits && n_run == n) {
             dest = r->logits;
         } else if (r->logits || (n_draw > 0 && !device) || !be->step_draw) {
-            KS_GROW(s->logits, (size_t)n_run * (size_t)s->desc->vocab, s->cap_logits, (size_t)1 << 40, "logits");
+            size_t want = (size_t)n_run * (size_t)s->desc->vocab;
+            if (KS_TRY_GROW(s->logits, want, s->cap_logits, (size_t)1 << 40) != 0) {
+                char what[64];
+                snprintf(what, sizeof what, "the logits of a step of %d token%s", n_run, n_run == 1 ? "" : "s");
+                rc = ks_error_oom(d, s->engine->path, want * sizeof(float), what);
+            }
             dest = s->logits;
         }
-        for (int k = 0; device && k < n_draw; k++) {
+        for (int k = 0; rc == 0 && device && k < n_draw; k++) {
             const krt_sampler *smp = r->samplers[s->draw_tok[k]];
             const krt_sampler_config *c = krt_sampler_config_of(smp);
             s->draws[k] = (krt_draw){c->temperature, c->top_k, c->top_p, krt_sampler_rng(smp), -1};
         }
         krt_step step = {.n_tokens = n_run, .tokens = s->run_tok, .positions = s->positions, .seq_ids = s->run_seq};
-        if (dest && !device)
+        if (rc == 0 && dest && !device)
             rc = be->step(s->state, &step, dest, d);
-        else
+        else if (rc == 0)
             rc = be->step_draw(s->state, &step, dest, device ? n_draw : 0, s->draw_rows, s->draws, d);
         if (rc == 0 && r->logits && dest != r->logits)
             for (int i = 0; i < n; i++)

@@ -58,6 +58,9 @@ int krt_session_max_context(const krt_session *s);
 int krt_session_seq_add(krt_session *s, int seq, ks_diag *d);
 int krt_session_seq_fork(krt_session *s, int src, int dst, ks_diag *d);
 void krt_session_seq_free(krt_session *s, int seq);
+/* Shorten seq to its first len positions (their KV rows stay); 0, or -1 when
+ * it has no such sequence or fewer positions. Allocates nothing. */
+int krt_session_seq_truncate(krt_session *s, int seq, int len);
 int krt_session_seq_len(const krt_session *s, int seq);
 
 /* How the KV cache was sized, for kiln run's report. */
@@ -80,8 +83,8 @@ int krt_session_profile(const krt_session *s, ks_buf *out);
 
 /* Append tokens[i] to sequence seq_ids[i] for i < n and run them; out gets
  * [n, vocab] logits. On error (bad token id, unknown sequence, out of KV
- * blocks, over the context) nothing is appended and -1 is returned after
- * reporting. */
+ * blocks, over the context, out of memory) nothing is appended and -1 is
+ * returned after reporting. */
 int krt_session_step(krt_session *s, int n, const int32_t *tokens, const int32_t *seq_ids, float *out,
                      ks_diag *d);
 

@@ -44,7 +44,9 @@ static void quote_line(ks_buf *b, const ks_source *src, int line, int col)
 static void report_at(ks_diag *d, const char *kind, const ks_source *src, int line, int col,
                       const char *fmt, va_list ap)
 {
-    ks_buf b = {0};
+    va_list again;
+    va_copy(again, ap);
+    ks_buf b = KS_BUF_TRY; /* an error about memory running out must not need much of it */
     const char *name = src && src->name ? src->name : "<input>";
     if (line > 0)
         ks_buf_printf(&b, "%s:%d:%d: %s: ", name, line, col > 0 ? col : 1, kind);
@@ -53,7 +55,21 @@ static void report_at(ks_diag *d, const char *kind, const ks_source *src, int li
     ks_buf_vprintf(&b, fmt, ap);
     ks_buf_puts(&b, "\n");
     if (line > 0) quote_line(&b, src, line, col > 0 ? col : 1);
-    emit(d, b.data, b.len);
+    if (!b.failed) {
+        emit(d, b.data, b.len);
+    } else {
+        /* out of memory: the message without the quoted line, as much of it as fits here */
+        char small[512];
+        int k = line > 0 ? snprintf(small, sizeof small, "%s:%d:%d: %s: ", name, line, col > 0 ? col : 1, kind)
+                         : snprintf(small, sizeof small, "%s: %s: ", name, kind);
+        size_t at = k < 0 ? 0 : (size_t)k < sizeof small - 2 ? (size_t)k : sizeof small - 2;
+        small[at] = 0;
+        vsnprintf(small + at, sizeof small - 1 - at, fmt, again);
+        at = strlen(small);
+        small[at++] = '\n';
+        emit(d, small, at);
+    }
+    va_end(again);
     ks_buf_free(&b);
 }
 

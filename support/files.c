@@ -17,18 +17,25 @@ char *ks_read_file(ks_diag *d, const char *path, size_t *len_out)
         ks_error(d, path, "cannot read: %s", strerror(errno));
         return NULL;
     }
-    ks_buf b = {0};
+    ks_buf b = KS_BUF_TRY;
     char tmp[65536];
     size_t n;
-    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) ks_buf_put(&b, tmp, n);
+    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0 && ks_buf_put(&b, tmp, n) == 0) continue;
     int bad = ferror(f);
     fclose(f);
-    if (bad) {
-        ks_error(d, path, "cannot read: I/O error");
+    if (bad || b.failed) {
+        if (b.failed)
+            ks_error(d, path, "cannot read: out of memory (allocating %zu bytes for its text)", b.failed);
+        else
+            ks_error(d, path, "cannot read: I/O error");
         ks_buf_free(&b);
         return NULL;
     }
     ks_buf_cstr(&b);
+    if (!b.data) {
+        ks_error(d, path, "cannot read: out of memory (allocating 1 byte for its text)");
+        return NULL;
+    }
     if (len_out) *len_out = b.len;
     return b.data;
 }

@@ -37,21 +37,24 @@ static size_t slots_for(size_t n)
     return cap;
 }
 
+/* Zeroed slots, or NULL when out of memory (an arena's: when it is fallible). */
 static ks_hmap_slot *alloc_slots(ks_hmap *m, size_t cap)
 {
     size_t bytes;
     if (!ks_mul_size(cap, sizeof(ks_hmap_slot), &bytes)) ks_die(__FILE__, __LINE__, "too many %s", m->what);
-    return m->arena ? ks_arena_alloc(m->arena, bytes) : ks_xcalloc(cap, sizeof(ks_hmap_slot));
+    return m->arena ? ks_arena_alloc(m->arena, bytes) : ks_try_calloc(cap, sizeof(ks_hmap_slot));
 }
 
-void ks_hmap_init(ks_hmap *m, ks_arena *arena, size_t n, size_t limit, const char *what)
+int ks_hmap_init(ks_hmap *m, ks_arena *arena, size_t n, size_t limit, const char *what)
 {
     *m = (ks_hmap){.limit = limit, .what = what, .arena = arena};
     if (n) {
         size_t cap = slots_for(n);
         m->slots = alloc_slots(m, cap);
+        if (!m->slots) return -1;
         m->mask = cap - 1;
     }
+    return 0;
 }
 
 void ks_hmap_free(ks_hmap *m)
@@ -88,14 +91,16 @@ static ks_hmap_slot *empty_slot(const ks_hmap *m, uint64_t h)
 }
 
 /* Make room for one more key: past the limit is fatal, as KS_GROW is. Returns whether
- * the slots moved (or were made). */
+ * the slots moved (or were made): 1 or 0; -1, the map as it was, when out of memory. */
 static int reserve_one(ks_hmap *m)
 {
     if (m->count + 1 > m->limit) ks_die(__FILE__, __LINE__, "too many %s (limit %zu)", m->what, m->limit);
     if (m->slots && (m->count + 1) * 2 <= m->mask + 1) return 0;
     ks_hmap_slot *old = m->slots;
     size_t old_cap = old ? m->mask + 1 : 0, cap = slots_for(m->count + 1);
-    m->slots = alloc_slots(m, cap);
+    ks_hmap_slot *slots = alloc_slots(m, cap);
+    if (!slots) return -1;
+    m->slots = slots;
     m->mask = cap - 1;
     for (size_t i = 0; i < old_cap; i++)
         if (old[i].hash) *empty_slot(m, old[i].hash) = old[i];
@@ -104,12 +109,14 @@ static int reserve_one(ks_hmap *m)
 }
 
 /* The value in slot s, where probing for key k stopped (NULL: the map has no slots yet);
- * k goes there first when s is empty. */
+ * k goes there first when s is empty. NULL when out of memory. */
 static uint64_t *put(ks_hmap *m, ks_hmap_slot *s, ks_hmap_slot k, int *added)
 {
     int is_new = !s || !s->hash;
     if (is_new) {
-        if (reserve_one(m)) s = empty_slot(m, k.hash);
+        int moved = reserve_one(m);
+        if (moved < 0) return NULL;
+        if (moved) s = empty_slot(m, k.hash);
         *s = k;
         m->count++;
     }

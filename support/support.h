@@ -31,50 +31,113 @@ KS_NORETURN void ks_die(const char *file, int line, const char *fmt, ...) KS_PRI
     } while (0)
 #define KS_UNREACHABLE() ks_die(__FILE__, __LINE__, "unreachable")
 
-/* ---- arenas --------------------------------------------------------------
- * An arena owns every allocation made from it until ks_arena_free. Each
- * owner names its arena for the lifetime it stands for (a graph's arena, a
- * pass's scratch arena, a parse's AST arena). Allocations are zeroed and
- * aligned to 16 bytes. Out of memory is fatal (ks_die): kiln cannot go on. */
-typedef struct ks_arena_chunk ks_arena_chunk;
-typedef struct ks_arena {
-    ks_arena_chunk *head; /* newest chunk first */
-    size_t used;          /* bytes used in head */
-    size_t total;         /* bytes handed out over the arena's life */
-} ks_arena;
+typedef struct ks_diag ks_diag;
 
-void *ks_arena_alloc(ks_arena *a, size_t size);
-char *ks_arena_strdup(ks_arena *a, const char *s);
-char *ks_arena_strndup(ks_arena *a, const char *s, size_t n);
-char *ks_arena_printf(ks_arena *a, const char *fmt, ...) KS_PRINTF(2, 3);
-void ks_arena_free(ks_arena *a);
+/* ---- allocation -----------------------------------------------------------
+ * Two kinds of call. The ks_try_* calls return NULL when memory runs out,
+ * and the runtime (whatever runtime/kiln.h's calls reach: the engine, the
+ * IR parser and verifier, sessions, tokenizers, backends) allocates only
+ * through them and hands "out of memory" back to its caller. The ks_x* calls
+ * end the process with a message instead: the compiler and the command line,
+ * which have nothing better to do, use them. Both kinds go through one
+ * place, so the fault injection below reaches every allocation of both. */
+void *ks_try_malloc(size_t n);
+void *ks_try_calloc(size_t n, size_t size); /* zeroed; NULL also when n * size overflows */
+void *ks_try_realloc(void *p, size_t n);    /* NULL leaves p as it was */
+char *ks_try_strdup(const char *s);
 
-/* ---- heap helpers that die on OOM ---------------------------------------- */
 void *ks_xmalloc(size_t n);
 void *ks_xcalloc(size_t n, size_t size);
 void *ks_xrealloc(void *p, size_t n);
 char *ks_xstrdup(const char *s);
 
+/* Report `file: error: out of memory (allocating N bytes for WHAT)`, or
+ * `(WHAT)` alone when bytes is 0 (a failure whose size is not known where it
+ * is reported), counting it in d->oom too. Returns -1, for
+ * `return ks_error_oom(...)`. */
+int ks_error_oom(ks_diag *d, const char *file, size_t bytes, const char *what);
+
+/* Fault injection, for tests (the way SQLite tests out of memory): after
+ * ks_alloc_fail_after(n, all_after), the n-th allocation from then on
+ * (ks_try_* and ks_x* alike, arenas' chunks and growing arrays included)
+ * fails as if memory had run out, and with all_after every one after it
+ * too; n = 0 turns it off and clears the count. ks_alloc_failures says how
+ * many allocations it has failed since it was last set, so a test that
+ * fails allocation n = 1, 2, 3, ... of a run knows it has covered them all
+ * when a run ends with none failed. Process-wide state (support/alloc.c
+ * says why that is the right exception here); off, it costs one atomic load
+ * per allocation. */
+void ks_alloc_fail_after(long n, int all_after);
+long ks_alloc_failures(void);
+
+/* ---- arenas --------------------------------------------------------------
+ * An arena owns every allocation made from it until ks_arena_free. Each
+ * owner names its arena for the lifetime it stands for (a graph's arena, a
+ * pass's scratch arena, a parse's AST arena). Allocations are zeroed and
+ * aligned to 16 bytes. Out of memory ends the process, unless the owner set
+ * `fallible`: then an allocation that cannot be made returns NULL and
+ * records its size in `failed` (the runtime's arenas). */
+typedef struct ks_arena_chunk ks_arena_chunk;
+typedef struct ks_arena {
+    ks_arena_chunk *head; /* newest chunk first */
+    size_t used;          /* bytes used in head */
+    size_t total;         /* bytes handed out over the arena's life */
+    int fallible;         /* 1: out of memory returns NULL (and sets failed) instead of ending the process */
+    size_t failed;        /* 0, or the bytes of the last allocation that could not be made (fallible only) */
+} ks_arena;
+
+/* NULL only from a fallible arena out of memory (the three after it too). */
+void *ks_arena_alloc(ks_arena *a, size_t size);
+char *ks_arena_strdup(ks_arena *a, const char *s);
+char *ks_arena_strndup(ks_arena *a, const char *s, size_t n);
+char *ks_arena_printf(ks_arena *a, const char *fmt, ...) KS_PRINTF(2, 3);
+void ks_arena_free(ks_arena *a); /* everything, failed too; fallible stays as it was */
+
 /* Grow *ptr (an array of elements of size elem) so that it holds at least
  * need elements; *cap is its capacity. A need over limit is fatal with the
- * name of what grew, as Lua's luaM_growvector does. */
+ * name of what grew, as Lua's luaM_growvector does; so is out of memory.
+ * KS_TRY_GROW does the same but returns -1, leaving *ptr and *cap as they
+ * were, where KS_GROW would end the process (over the limit, out of memory),
+ * and 0 when the array grew or had room. */
 void ks_grow_(void **ptr, size_t elem, size_t need, size_t *cap, size_t limit, const char *what);
+int ks_try_grow_(void **ptr, size_t elem, size_t need, size_t *cap, size_t limit);
 #define KS_GROW(ptr, need, cap, limit, what) \
     ks_grow_((void **)&(ptr), sizeof *(ptr), (need), &(cap), (limit), (what))
+#define KS_TRY_GROW(ptr, need, cap, limit) ks_try_grow_((void **)&(ptr), sizeof *(ptr), (need), &(cap), (limit))
 
-/* ---- strings -------------------------------------------------------------- */
+/* ---- strings --------------------------------------------------------------
+ * A growable byte string. Out of memory ends the process, unless the owner
+ * set `fallible` (the runtime's buffers: `ks_buf b = KS_BUF_TRY;`): then an
+ * append that cannot grow the buffer leaves it as it was, returns -1 and
+ * records the bytes it asked for in `failed`, and the appends after it do
+ * nothing (SQLite's StrAccum accError): a caller appends freely and checks
+ * `failed` once, at the end. */
 typedef struct ks_buf {
-    char *data;  /* NUL-terminated when len > 0 or after ks_buf_cstr */
-    size_t len;  /* bytes used, without the NUL */
-    size_t cap;  /* bytes allocated */
+    char *data;    /* NUL-terminated when len > 0 or after ks_buf_cstr; NULL until something is put */
+    size_t len;    /* bytes used, without the NUL */
+    size_t cap;    /* bytes allocated */
+    int fallible;  /* 1: out of memory sets failed instead of ending the process */
+    size_t failed; /* 0, or the bytes an append asked for and could not get (fallible only): the text is
+                      incomplete, and stays so until ks_buf_clear or ks_buf_free */
 } ks_buf;
 
-void ks_buf_put(ks_buf *b, const void *data, size_t n);
-void ks_buf_puts(ks_buf *b, const char *s);
-void ks_buf_printf(ks_buf *b, const char *fmt, ...) KS_PRINTF(2, 3);
-void ks_buf_vprintf(ks_buf *b, const char *fmt, va_list ap);
+#define KS_BUF_TRY {.fallible = 1} /* the initializer of a fallible buffer */
+
+/* 0, or -1 when a fallible buffer has failed (now or before). */
+int ks_buf_put(ks_buf *b, const void *data, size_t n);
+int ks_buf_puts(ks_buf *b, const char *s);
+int ks_buf_printf(ks_buf *b, const char *fmt, ...) KS_PRINTF(2, 3);
+int ks_buf_vprintf(ks_buf *b, const char *fmt, va_list ap);
+/* The text, NUL-terminated; "" when a fallible buffer holds nothing and
+ * cannot get the byte for its NUL. */
 const char *ks_buf_cstr(ks_buf *b);
-void ks_buf_free(ks_buf *b);
+void ks_buf_clear(ks_buf *b); /* len 0 and failed 0, keeping the memory */
+/* For code that builds b's text out of other allocations: one of them failed
+ * (asking for `bytes`, 0 when not known), so b's text is incomplete. A
+ * fallible b is marked failed; for one that is not, it ends the process, as
+ * an append would have. */
+void ks_buf_fail(ks_buf *b, size_t bytes);
+void ks_buf_free(ks_buf *b);  /* the memory, and failed; fallible stays as it was */
 
 /* ---- diagnostics ----------------------------------------------------------
  * Messages read `file:line:col: error: text`, followed by the source line
@@ -88,16 +151,18 @@ typedef struct ks_source {
     size_t len;       /* bytes in text */
 } ks_source;
 
-typedef struct ks_diag {
+struct ks_diag {
     FILE *out;      /* where messages go; NULL: stderr */
     ks_buf *log;    /* if set, every message is appended here too */
     int errors;     /* errors reported so far */
+    int oom;        /* of those, the ones that were out of memory (ks_error_oom): a caller that adds its own
+                       words about a failure ("damaged: ...") leaves them out for these */
     int warnings;   /* warnings reported so far */
     int quiet;      /* if set, nothing goes to out (log still fills) */
     void (*before_print)(void *ctx); /* if set, called before a message goes to out (to erase a
                                         progress line on the terminal first) */
     void *before_ctx; /* its argument */
-} ks_diag;
+};
 
 void ks_error_at(ks_diag *d, const ks_source *src, int line, int col, const char *fmt, ...) KS_PRINTF(5, 6);
 void ks_verror_at(ks_diag *d, const ks_source *src, int line, int col, const char *fmt, va_list ap);
@@ -216,12 +281,15 @@ const char *ks_human_bytes(double bytes, char *buf, size_t len);
  * byte strings (the _str calls; the bytes are not copied and must outlive the map)
  * or 64-bit integers (the _u64 calls). Its slots come from an arena when it is given
  * one (growing leaves the old slots there) or else from the heap (ks_hmap_free). It
- * holds at most `limit` keys: one more is fatal, naming `what`, as KS_GROW is.
+ * holds at most `limit` keys: one more is fatal, naming `what`, as KS_GROW is. Out
+ * of memory is not: a put that cannot grow the map returns NULL, leaving the map as
+ * it was (the runtime's maps go on; the compiler's callers end the process).
  *
  *     ks_hmap by_name;
  *     ks_hmap_init(&by_name, NULL, 0, 1 << 20, "tensor names");
  *     int added;
  *     uint64_t *slot = ks_hmap_put_str(&by_name, name, strlen(name), &added);
+ *     if (!slot) ... out of memory
  *     if (added) *slot = index; else ... name was there, with index *slot
  *     const uint64_t *at = ks_hmap_get_str(&by_name, name, strlen(name)); // NULL: absent
  *     ks_hmap_free(&by_name);
@@ -242,11 +310,13 @@ typedef struct ks_hmap {
     ks_arena *arena;     /* where its slots come from; NULL: the heap */
 } ks_hmap;
 
-/* An empty map with room for n keys before it grows (n may be 0). */
-void ks_hmap_init(ks_hmap *m, ks_arena *arena, size_t n, size_t limit, const char *what);
+/* An empty map with room for n keys before it grows (n may be 0). 0, or -1 when
+ * the room cannot be had (the map is then empty, with no room). */
+int ks_hmap_init(ks_hmap *m, ks_arena *arena, size_t n, size_t limit, const char *what);
 void ks_hmap_free(ks_hmap *m); /* the heap's slots; nothing for an arena's. The map is then empty. */
-/* The value of key, added as 0 when absent (*added, when given, says which). The
- * pointer holds until the next put. */
+/* The value of key, added as 0 when absent (*added, when given, says which); NULL
+ * when it is absent and the map cannot grow to take it. The pointer holds until
+ * the next put. */
 uint64_t *ks_hmap_put_str(ks_hmap *m, const char *key, size_t len, int *added);
 uint64_t *ks_hmap_put_u64(ks_hmap *m, uint64_t key, int *added);
 /* The value of key, or NULL when absent. */

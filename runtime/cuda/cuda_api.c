@@ -103,7 +103,7 @@ void krt_cuda_describe(const krt_cuda_api *api, krt_cu_result r, ks_buf *b)
 
 int krt_cuda_verror(const krt_cuda_api *api, ks_diag *d, krt_cu_result r, const char *fmt, va_list ap)
 {
-    ks_buf msg = {0};
+    ks_buf msg = KS_BUF_TRY;
     ks_buf_vprintf(&msg, fmt, ap);
     ks_buf_puts(&msg, ": ");
     krt_cuda_describe(api, r, &msg);

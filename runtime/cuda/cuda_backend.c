@@ -213,7 +213,7 @@ static int open_device(cu_state *s, ks_diag *d)
         return cu_error(s, d, r, "cannot query device 0");
     int pick = krt_cuda_pick_arch(s->meta.archs, s->meta.n_archs, major, minor);
     if (pick < 0) {
-        ks_buf have = {0};
+        ks_buf have = KS_BUF_TRY;
         list_archs(&s->meta, &have);
         ks_error(d, s->e->path,
                  "the engine holds kernels for %s; the GPU (%s) is sm_%d%d, which runs none of them: rebuild the "
@@ -228,8 +228,9 @@ static int open_device(cu_state *s, ks_diag *d)
 
 static int load_kernels(cu_state *s, ks_diag *d)
 {
-    ks_buf section = {0};
+    ks_buf section = KS_BUF_TRY;
     ks_buf_printf(&section, "%s%s", KRT_CUDA_SECTION_PREFIX, s->arch);
+    if (section.failed) return ks_error_oom(d, s->e->path, section.failed, "a section's name");
     size_t size = 0;
     const void *cubin = krt_engine_section_data(s->e, ks_buf_cstr(&section), &size);
     if (!cubin || size == 0) {
@@ -244,13 +245,16 @@ static int load_kernels(cu_state *s, ks_diag *d)
     s->ctx_held = 1;
     if ((r = s->api.cuCtxSetCurrent(s->ctx)) != 0) return cu_error(s, d, r, "cannot use the device's context");
     /* cuModuleLoadData wants the image aligned as an ELF file: copy it out of the map */
-    void *image = ks_xmalloc(size);
+    void *image = ks_try_malloc(size);
+    if (!image) return ks_error_oom(d, s->e->path, size, "a copy of the engine's kernels");
     memcpy(image, cubin, size);
     r = s->api.cuModuleLoadData(&s->module, image);
     free(image);
     if (r != 0) return cu_error(s, d, r, "cannot load the engine's %s kernels", s->arch);
-    s->fns = ks_xcalloc((size_t)s->meta.n_kernels + 1, sizeof *s->fns);
-    s->fns_large = ks_xcalloc((size_t)s->meta.n_kernels + 1, sizeof *s->fns_large);
+    s->fns = ks_try_calloc((size_t)s->meta.n_kernels + 1, sizeof *s->fns);
+    s->fns_large = ks_try_calloc((size_t)s->meta.n_kernels + 1, sizeof *s->fns_large);
+    if (!s->fns || !s->fns_large)
+        return ks_error_oom(d, s->e->path, 2 * ((size_t)s->meta.n_kernels + 1) * sizeof *s->fns, "the kernel table");
     for (int i = 0; i < s->meta.n_kernels; i++) {
         const krt_cuda_kernel *k = &s->meta.kernels[i];
         r = s->api.cuModuleGetFunction(&s->fns[i], s->module, k->name);
@@ -272,7 +276,7 @@ static int load_kernels(cu_state *s, ks_diag *d)
 static int meta_error(cu_state *s, ks_diag *d, const char *fmt, ...) KS_PRINTF(3, 4);
 static int meta_error(cu_state *s, ks_diag *d, const char *fmt, ...)
 {
-    ks_buf msg = {0};
+    ks_buf msg = KS_BUF_TRY;
     va_list ap;
     va_start(ap, fmt);
     ks_buf_vprintf(&msg, fmt, ap);
@@ -285,7 +289,7 @@ static int meta_error(cu_state *s, ks_diag *d, const char *fmt, ...)
 static int plan_error(cu_state *s, ks_diag *d, const char *fmt, ...) KS_PRINTF(3, 4);
 static int plan_error(cu_state *s, ks_diag *d, const char *fmt, ...)
 {
-    ks_buf msg = {0};
+    ks_buf msg = KS_BUF_TRY;
     va_list ap;
     va_start(ap, fmt);
     ks_buf_vprintf(&msg, fmt, ap);
@@ -336,9 +340,12 @@ static int place_values(cu_state *s, ks_diag *d)
 {
     const kir_graph *g = s->g;
     size_t n = g->n_nodes;
-    s->root = ks_xcalloc(n ? n : 1, sizeof *s->root);
-    s->home = ks_xcalloc(n ? n : 1, sizeof *s->home);
-    s->act_off = ks_xcalloc(n ? n : 1, sizeof *s->act_off);
+    s->root = ks_try_calloc(n ? n : 1, sizeof *s->root);
+    s->home = ks_try_calloc(n ? n : 1, sizeof *s->home);
+    s->act_off = ks_try_calloc(n ? n : 1, sizeof *s->act_off);
+    if (!s->root || !s->home || !s->act_off)
+        return ks_error_oom(d, s->e->path, (n ? n : 1) * (sizeof *s->root + sizeof *s->home + sizeof *s->act_off),
+                            "the value table");
     for (size_t v = 0; v < n; v++) {
         const kir_node *nd = &g->nodes[v];
         s->root[v] = (uint32_t)v;
@@ -455,7 +462,8 @@ static void *cuda_open(const krt_engine *e, const krt_backend_opts *o, ks_diag *
         ks_error(d, e->path, "damaged: the engine's target is cuda but it has no %s section", KRT_CUDA_META_SECTION);
         return NULL;
     }
-    cu_state *s = ks_xcalloc(1, sizeof *s);
+    cu_state *s = ks_try_calloc(1, sizeof *s);
+    if (!s) return ks_error_oom(d, e->path, sizeof *s, "the CUDA backend"), NULL;
     s->e = e;
     s->desc = &e->desc;
     s->g = e->graph;
@@ -473,8 +481,15 @@ static void *cuda_open(const krt_engine *e, const krt_backend_opts *o, ks_diag *
     }
     /* no step is larger than the plan holds */
     if (s->planned && s->opts.graph_max_tokens > s->plan_tokens) s->opts.graph_max_tokens = (int)s->plan_tokens;
-    if (s->opts.graphs)
-        s->graphs = ks_xcalloc((size_t)s->opts.graph_max_tokens + 1, sizeof *s->graphs);
+    if (s->opts.graphs) {
+        s->graphs = ks_try_calloc((size_t)s->opts.graph_max_tokens + 1, sizeof *s->graphs);
+        if (!s->graphs) {
+            ks_error_oom(d, e->path, ((size_t)s->opts.graph_max_tokens + 1) * sizeof *s->graphs,
+                         "the CUDA graphs' table");
+            cuda_destroy(s);
+            return NULL;
+        }
+    }
     return s;
 }
 
@@ -485,7 +500,8 @@ static int cuda_attach(void *state, krt_kv *kv, ks_diag *d)
     krt_cu_result r = s->api.cuCtxSetCurrent(s->ctx);
     if (r != 0) return cu_error(s, d, r, "cannot use the device's context");
     const krt_kv_config *cfg = krt_kv_config_of(kv);
-    s->seq_off = ks_xcalloc((size_t)cfg->max_seqs, sizeof *s->seq_off);
+    s->seq_off = ks_try_calloc((size_t)cfg->max_seqs, sizeof *s->seq_off);
+    if (!s->seq_off) return ks_error_oom(d, s->e->path, (size_t)cfg->max_seqs * sizeof *s->seq_off, "the sequences");
     if ((int64_t)cfg->n_blocks * cfg->block_size > INT32_MAX) {
         ks_error(d, "cuda", "a KV cache of %d blocks of %d positions has more rows than the kernels index (2^31)",
                  cfg->n_blocks, cfg->block_size);
@@ -624,7 +640,8 @@ static int upload_step(cu_state *s, const krt_step *st, int graph, step_ptrs *p,
      * their ids go to order */
     size_t n_tables = 0, n_seqs = 0;
     if (s->has_kv) {
-        KS_GROW(s->order, T, s->order_cap, (size_t)1 << 32, "tokens in a step");
+        if (KS_TRY_GROW(s->order, T, s->order_cap, (size_t)1 << 32) != 0)
+            return ks_error_oom(d, s->e->path, T * sizeof *s->order, "a step's sequences");
         for (size_t i = 0; i < T; i++) s->seq_off[st->seq_ids[i]] = -1;
         for (size_t i = 0; i < T; i++) {
             int seq = st->seq_ids[i], nb = 0;
@@ -636,7 +653,8 @@ static int upload_step(cu_state *s, const krt_step *st, int graph, step_ptrs *p,
         }
     }
     size_t total = 4 * stride + n_tables;
-    KS_GROW(s->stage, total, s->stage_cap, (size_t)1 << 31, "step arrays");
+    if (KS_TRY_GROW(s->stage, total, s->stage_cap, (size_t)1 << 31) != 0)
+        return ks_error_oom(d, s->e->path, total * sizeof *s->stage, "a step's arrays");
     int32_t *h = s->stage;
     memcpy(h, st->tokens, sizeof *h * T);
     memcpy(h + stride, st->positions, sizeof *h * T);
@@ -816,6 +834,10 @@ static int reserve_draws(cu_state *s, int n, ks_diag *d)
 {
     if (n <= s->draw_cap) return 0;
     int cap = s->draw_cap * 2 > n ? s->draw_cap * 2 : n;
+    /* the host's records first: out of memory leaves everything as it was */
+    krt_cuda_draw_row *rows = ks_try_realloc(s->draw_rows, sizeof *s->draw_rows * (size_t)cap);
+    if (!rows) return ks_error_oom(d, s->e->path, sizeof *s->draw_rows * (size_t)cap, "the draws' records");
+    s->draw_rows = rows;
     if (s->draw_dev) s->api.cuMemFree(s->draw_dev);
     s->draw_dev = 0;
     s->draw_cap = 0;
@@ -825,7 +847,6 @@ static int reserve_draws(cu_state *s, int n, ks_diag *d)
         s->draw_dev = 0;
         return cu_error(s, d, r, "cannot allocate %zu bytes to draw %d tokens", bytes, cap);
     }
-    s->draw_rows = ks_xrealloc(s->draw_rows, sizeof *s->draw_rows * (size_t)cap);
     s->draw_cap = cap;
     return 0;
 }
@@ -874,16 +895,23 @@ static int queue_draws(cu_state *s, int64_t T, krt_cu_ptr logits, int n, const i
  * group (a fused kernel computes its group's values): a value that no
  * launch writes (one a fused kernel keeps to itself) is not shown, nor
  * are its views. */
-static void plan_tap(cu_state *s)
+static int plan_tap(cu_state *s, ks_diag *d)
 {
     const kir_graph *g = s->g;
     size_t n = g->n_nodes;
     free(s->tap_after);
     free(s->tap_off);
-    s->tap_after = ks_xcalloc(n ? n : 1, sizeof *s->tap_after);
-    s->tap_off = ks_xcalloc(n ? n : 1, sizeof *s->tap_off);
-    uint32_t *first = ks_xcalloc(n ? n : 1, sizeof *first), *last = ks_xcalloc(n ? n : 1, sizeof *last);
-    uint8_t *named = ks_xcalloc(n ? n : 1, 1);
+    s->tap_after = ks_try_calloc(n ? n : 1, sizeof *s->tap_after);
+    s->tap_off = ks_try_calloc(n ? n : 1, sizeof *s->tap_off);
+    uint32_t *first = ks_try_calloc(n ? n : 1, sizeof *first), *last = ks_try_calloc(n ? n : 1, sizeof *last);
+    uint8_t *named = ks_try_calloc(n ? n : 1, 1);
+    if (!s->tap_after || !s->tap_off || !first || !last || !named) {
+        free(first);
+        free(last);
+        free(named);
+        return ks_error_oom(d, s->e->path, (n ? n : 1) * (sizeof *s->tap_after + sizeof *s->tap_off + 9),
+                            "the tap's tables");
+    }
     for (size_t v = 0; v < n; v++) {
         int64_t group = kir_attr_int(g, (kir_val)v, KIR_A_ANY_FUSE);
         first[v] = group >= 0 && v > 0 && kir_attr_int(g, (kir_val)(v - 1), KIR_A_ANY_FUSE) == group ? first[v - 1]
@@ -908,10 +936,12 @@ static void plan_tap(cu_state *s)
     free(first);
     free(last);
     free(named);
+    return 0;
 }
 
-/* Before a tapped step of T tokens: where each shown value goes in tap_buf. */
-static void layout_tap(cu_state *s, int64_t T)
+/* Before a tapped step of T tokens: where each shown value goes in tap_buf.
+ * 0, or -1 after reporting out of memory. */
+static int layout_tap(cu_state *s, int64_t T, ks_diag *d)
 {
     size_t at = 0;
     for (size_t v = 0; v < s->g->n_nodes; v++) {
@@ -919,7 +949,9 @@ static void layout_tap(cu_state *s, int64_t T)
         s->tap_off[v] = at;
         at += (size_t)kir_elems(&s->g->nodes[v], T);
     }
-    KS_GROW(s->tap_buf, at ? at : 1, s->tap_cap, (size_t)1 << 36, "tapped values");
+    if (KS_TRY_GROW(s->tap_buf, at ? at : 1, s->tap_cap, (size_t)1 << 36) != 0)
+        return ks_error_oom(d, s->e->path, (at ? at : 1) * sizeof(float), "the tapped values");
+    return 0;
 }
 
 /* After launch i of a tapped step: copy back the values it wrote (a linear
@@ -959,7 +991,8 @@ static int run_step(cu_state *s, const krt_step *st, float *out, int n_draw, con
     krt_cu_result r = s->api.cuCtxSetCurrent(s->ctx);
     if (r != 0) return cu_error(s, d, r, "cannot use the device's context");
     int64_t T = st->n_tokens;
-    KS_GROW(s->slots, (size_t)T, s->slots_cap, (size_t)1 << 31, "tokens in a step");
+    if (KS_TRY_GROW(s->slots, (size_t)T, s->slots_cap, (size_t)1 << 31) != 0)
+        return ks_error_oom(d, s->e->path, (size_t)T * sizeof *s->slots, "a step's KV rows");
     fill_slots(s, st, s->slots);
     if (n_draw > 0 && !s->draw_fn) {
         ks_error(d, s->e->path, "the engine has no draw kernel (built before kiln drew tokens on the GPU): rebuild it");
@@ -977,7 +1010,7 @@ static int run_step(cu_state *s, const krt_step *st, float *out, int n_draw, con
         if ((r = s->api.cuGraphLaunch(s->graphs[T], s->stream)) != 0)
             return cu_error(s, d, r, "cannot launch the CUDA graph of a %lld-token step", (long long)T);
     } else {
-        if (s->tap) layout_tap(s, T);
+        if (s->tap && layout_tap(s, T, d) != 0) return -1;
         for (int i = 0; i < nk; i++)
             if ((s->events && record(s, 2 * i, d) != 0) || launch(s, i, T, &p, d) != 0 ||
                 (s->events && record(s, 2 * i + 1, d) != 0) || (s->tap && copy_tapped(s, i, T, &p, d) != 0))
@@ -1013,12 +1046,14 @@ static int cuda_step_draw(void *state, const krt_step *st, float *out, int n_dra
 
 static int cuda_can_draw(void *state) { return ((const cu_state *)state)->draw_fn != NULL; }
 
-static void cuda_set_tap(void *state, krt_tap_fn tap, void *ctx)
+static int cuda_set_tap(void *state, krt_tap_fn tap, void *ctx, ks_diag *d)
 {
     cu_state *s = state;
+    s->tap = NULL;
+    if (tap && plan_tap(s, d) != 0) return -1; /* out of memory: the tap stays off */
     s->tap = tap;
     s->tap_ctx = ctx;
-    if (tap) plan_tap(s);
+    return 0;
 }
 
 const krt_backend krt_backend_cuda = {

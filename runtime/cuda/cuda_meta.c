@@ -95,7 +95,7 @@ typedef struct reader {
 static int bad(reader *r, const char *fmt, ...) KS_PRINTF(2, 3);
 static int bad(reader *r, const char *fmt, ...)
 {
-    ks_buf msg = {0};
+    ks_buf msg = KS_BUF_TRY;
     va_list ap;
     va_start(ap, fmt);
     ks_buf_vprintf(&msg, fmt, ap);
@@ -137,11 +137,18 @@ static int parse_arg(reader *r, const cJSON *j, krt_cuda_arg *a)
     return bad(r, "unknown kernel argument '%s'", s);
 }
 
+/* Out of memory reading it (the arena is fallible): -1. */
+static int nomem(reader *r, krt_cuda_meta *m)
+{
+    return ks_error_oom(r->d, r->what, m->arena.failed, "the engine's cuda.meta");
+}
+
 static int parse_kernel(reader *r, krt_cuda_meta *m, const cJSON *jk, krt_cuda_kernel *k)
 {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(jk, "name");
     if (!cJSON_IsString(name) || !name->valuestring[0]) return bad(r, "a kernel has no name");
     k->name = ks_arena_strdup(&m->arena, name->valuestring);
+    if (!k->name) return nomem(r, m);
     int64_t v = 0;
     if (get_count(r, cJSON_GetObjectItemCaseSensitive(jk, "node"), "kernel node", INT32_MAX, &v)) return -1;
     k->node = (uint32_t)v;
@@ -154,6 +161,7 @@ static int parse_kernel(reader *r, krt_cuda_meta *m, const cJSON *jk, krt_cuda_k
         if (!cJSON_IsObject(jl) || !cJSON_IsString(ln) || !ln->valuestring[0])
             return bad(r, "kernel %s: \"large\" needs a name", k->name);
         k->name_large = ks_arena_strdup(&m->arena, ln->valuestring);
+        if (!k->name_large) return nomem(r, m);
         if (get_count(r, cJSON_GetObjectItemCaseSensitive(jl, "above"), "kernel large.above", INT32_MAX, &v)) return -1;
         k->large_above = v;
     }
@@ -185,10 +193,12 @@ static int parse_root(reader *r, const cJSON *root, krt_cuda_meta *m)
     if (!cJSON_IsArray(archs) || cJSON_GetArraySize(archs) == 0) return bad(r, "no archs");
     m->n_archs = cJSON_GetArraySize(archs);
     m->archs = ks_arena_alloc(&m->arena, sizeof *m->archs * (size_t)m->n_archs);
+    if (!m->archs) return nomem(r, m);
     for (int i = 0; i < m->n_archs; i++) {
         const cJSON *a = cJSON_GetArrayItem(archs, i);
         if (!cJSON_IsString(a)) return bad(r, "an arch is not a string");
         m->archs[i] = ks_arena_strdup(&m->arena, a->valuestring);
+        if (!m->archs[i]) return nomem(r, m);
     }
     int64_t v = 0;
     if (get_count(r, cJSON_GetObjectItemCaseSensitive(root, "output"), "output", INT32_MAX, &v)) return -1;
@@ -197,6 +207,7 @@ static int parse_root(reader *r, const cJSON *root, krt_cuda_meta *m)
     if (!cJSON_IsArray(aliases)) return bad(r, "no aliases list");
     m->n_aliases = cJSON_GetArraySize(aliases);
     m->aliases = ks_arena_alloc(&m->arena, sizeof *m->aliases * (size_t)(m->n_aliases + 1));
+    if (!m->aliases) return nomem(r, m);
     for (int i = 0; i < m->n_aliases; i++) {
         const cJSON *p = cJSON_GetArrayItem(aliases, i);
         if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) != 2) return bad(r, "an alias is not a pair");
@@ -209,6 +220,7 @@ static int parse_root(reader *r, const cJSON *root, krt_cuda_meta *m)
     if (!cJSON_IsArray(kernels)) return bad(r, "no kernels list");
     m->n_kernels = cJSON_GetArraySize(kernels);
     m->kernels = ks_arena_alloc(&m->arena, sizeof *m->kernels * (size_t)(m->n_kernels + 1));
+    if (!m->kernels) return nomem(r, m);
     for (int i = 0; i < m->n_kernels; i++)
         if (parse_kernel(r, m, cJSON_GetArrayItem(kernels, i), &m->kernels[i])) return -1;
     return 0;
@@ -217,6 +229,7 @@ static int parse_root(reader *r, const cJSON *root, krt_cuda_meta *m)
 int krt_cuda_meta_parse(const char *text, size_t len, const char *what, krt_cuda_meta *meta, ks_diag *d)
 {
     memset(meta, 0, sizeof *meta);
+    meta->arena.fallible = 1; /* the runtime reads it: out of memory is an error (nomem) */
     reader r = {what, d};
     cJSON *root = cJSON_ParseWithLength(text, len);
     if (!root || !cJSON_IsObject(root)) {

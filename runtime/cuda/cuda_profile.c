@@ -15,21 +15,33 @@
 krt_cu_profile *krt_cu_profile_new(const krt_cuda_api *api, krt_cu_stream stream, const krt_cuda_meta *meta,
                                    const kir_graph *g, ks_diag *d)
 {
-    krt_cu_profile *p = ks_xcalloc(1, sizeof *p);
+    krt_cu_profile *p = ks_try_calloc(1, sizeof *p);
+    if (!p) return ks_error_oom(d, "cuda", sizeof *p, "the profiler"), NULL;
     *p = (krt_cu_profile){.api = api, .stream = stream, .meta = meta, .g = g};
     int nk = meta->n_kernels;
-    p->name_of = ks_xcalloc((size_t)nk + 1, sizeof *p->name_of);
+    int want = 2 * (nk + 1) + 2;
+    p->name_of = ks_try_calloc((size_t)nk + 1, sizeof *p->name_of);
+    p->events = ks_try_calloc((size_t)want, sizeof *p->events);
+    if (!p->name_of || !p->events) {
+        ks_error_oom(d, "cuda", ((size_t)nk + 1) * sizeof *p->name_of + (size_t)want * sizeof *p->events,
+                     "the profiler");
+        krt_cu_profile_free(p);
+        return NULL;
+    }
     for (int i = 0; i < nk; i++) {
         int j = 0;
         while (j < i && strcmp(meta->kernels[j].name, meta->kernels[i].name) != 0) j++;
         p->name_of[i] = j < i ? p->name_of[j] : p->n_names++;
     }
     for (int c = 0; c < 2; c++) {
-        p->prof[c].launches = ks_xcalloc((size_t)p->n_names + 1, sizeof *p->prof[c].launches);
-        p->prof[c].kernel_ms = ks_xcalloc((size_t)p->n_names + 1, sizeof *p->prof[c].kernel_ms);
+        p->prof[c].launches = ks_try_calloc((size_t)p->n_names + 1, sizeof *p->prof[c].launches);
+        p->prof[c].kernel_ms = ks_try_calloc((size_t)p->n_names + 1, sizeof *p->prof[c].kernel_ms);
+        if (!p->prof[c].launches || !p->prof[c].kernel_ms) {
+            ks_error_oom(d, "cuda", ((size_t)p->n_names + 1) * 2 * sizeof(double), "the profiler");
+            krt_cu_profile_free(p);
+            return NULL;
+        }
     }
-    int want = 2 * (nk + 1) + 2;
-    p->events = ks_xcalloc((size_t)want, sizeof *p->events);
     for (; p->n_events < want; p->n_events++) {
         krt_cu_result r = api->cuEventCreate(&p->events[p->n_events], KRT_CU_EVENT_DEFAULT);
         if (r != 0) {
@@ -172,8 +184,12 @@ void krt_cu_profile_report(const krt_cu_profile *p, ks_buf *out)
     for (int i = 0; i < meta->n_kernels; i++)
         if (strlen(meta->kernels[i].name) > width) width = strlen(meta->kernels[i].name);
     if (strlen(KRT_CUDA_DRAW_KERNEL) > width) width = strlen(KRT_CUDA_DRAW_KERNEL);
-    prof_row *rows = ks_xcalloc((size_t)p->n_names + 1, sizeof *rows);
-    ks_buf what = {0};
+    prof_row *rows = ks_try_calloc((size_t)p->n_names + 1, sizeof *rows);
+    ks_buf what = KS_BUF_TRY;
+    if (!rows) {
+        ks_buf_fail(out, ((size_t)p->n_names + 1) * sizeof *rows); /* no table: out is incomplete */
+        return;
+    }
     for (int k = 1; k >= 0; k--) {
         const krt_cu_prof_class *c = &p->prof[k];
         if (c->steps == 0) continue;
@@ -212,6 +228,7 @@ void krt_cu_profile_report(const krt_cu_profile *p, ks_buf *out)
                       1e3 * (c->step_ms - sum), "", c->step_ms > 0 ? 100.0 * (c->step_ms - sum) / c->step_ms : 0.0,
                       "uploads, copies back, and the device idle between kernels");
     }
+    if (what.failed) ks_buf_fail(out, what.failed); /* a row's nodes are missing */
     ks_buf_free(&what);
     free(rows);
 }

@@ -16,7 +16,11 @@ static int interp_step(void *state, const krt_step *step, float *out, ks_diag *d
     return krt_interp_step(state, step, out, d);
 }
 
-static void interp_set_tap(void *state, krt_tap_fn tap, void *ctx) { krt_interp_set_tap(state, tap, ctx); }
+static int interp_set_tap(void *state, krt_tap_fn tap, void *ctx, ks_diag *d)
+{
+    krt_interp_set_tap(state, tap, ctx);
+    return 0;
+}
 
 const krt_backend krt_backend_interp = {
     .name = "interp",
@@ -30,10 +34,14 @@ const krt_backend krt_backend_interp = {
 
 const krt_backend *krt_backend_for(const krt_engine *e, ks_diag *d)
 {
-    ks_buf scratch = {0};
+    ks_buf scratch = KS_BUF_TRY;
     const char *target = krt_engine_meta(e, "target", "cpu", &scratch);
     const krt_backend *be = NULL;
-    if (strcmp(target, "cpu") == 0 || strcmp(target, "interp") == 0)
+    if (!target && scratch.failed)
+        ks_error_oom(d, e->path, scratch.failed, "the engine's target");
+    else if (!target) /* cJSON could not parse it: its memory ran out, as it was checksummed at open */
+        ks_error(d, e->path, "cannot read its metadata (out of memory, or not JSON)");
+    else if (strcmp(target, "cpu") == 0 || strcmp(target, "interp") == 0)
         be = &krt_backend_interp;
     else if (strcmp(target, "cuda") == 0)
         be = &krt_backend_cuda;

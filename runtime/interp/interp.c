@@ -16,6 +16,12 @@
  * desc->plan.max_tokens tokens. A step that breaks these is a caller's bug,
  * caught by KS_ASSERT. Does not: fuse (`fuse` groups run node by node: that
  * is the reference), or alias views.
+ *
+ * Memory: what does not depend on the step (the kernels' fixed scratch,
+ * rotation tables, copies of misaligned weights) is allocated at creation;
+ * the step's arena and the attention's scratch grow before a step that needs
+ * more, and a step that cannot have them fails (-1, reported) before any
+ * kernel runs. The kernels allocate nothing.
  */
 #include "runtime/interp/interp.h"
 
@@ -44,6 +50,10 @@ struct krt_interp {
     size_t *places;            /* [n_nodes] offset of each value in the arena, floats; KIR_NOWHERE */
     float *arena;              /* the step's values */
     size_t arena_cap;          /* floats allocated in arena */
+    krt_interp_scratch scratch; /* the kernels' scratch: conv, tiles and rope from creation, slots and score
+                                   grown per step */
+    float *fixed;              /* the scratch's conv, tiles and rope, in one allocation */
+    size_t positions_cap;      /* entries allocated in scratch.slots and scratch.score */
     const float **src;         /* [n_nodes] per step: data of each float value */
     float **dst;               /* [n_nodes] per step: where each computed value goes */
     const int32_t **ints;      /* [n_nodes] per step: data of each i32 value */
@@ -98,7 +108,12 @@ static int prepare_weight(krt_interp *it, kir_val v, const void *data, ks_diag *
         return 0;
     }
     size_t bytes = elem * (size_t)kir_elems(n, 1);
-    void *copy = ks_xmalloc(bytes ? bytes : 1);
+    void *copy = ks_try_malloc(bytes ? bytes : 1);
+    if (!copy) {
+        char what[96];
+        snprintf(what, sizeof what, "an aligned copy of weight '%s'", kir_attr_str(it->g, v, KIR_A_WEIGHT_NAME));
+        return ks_error_oom(d, it->desc->where, bytes, what);
+    }
     memcpy(copy, data, bytes);
     it->owned[v] = copy;
     it->owned_bytes += bytes;
@@ -114,7 +129,9 @@ static int prepare_rope(krt_interp *it, kir_val v, ks_diag *d)
     krt_interp_rope *rp = &it->rope[v];
     rp->rot_dim = (int)rot;
     rp->pairs = kir_attr_word(g, v, KIR_A_ROPE_STYLE) == KIR_ROPE_STYLE_PAIRS;
-    rp->inv_freq = ks_xmalloc(sizeof(float) * (size_t)(rot / 2));
+    rp->inv_freq = ks_try_calloc((size_t)(rot / 2), sizeof(float));
+    if (!rp->inv_freq)
+        return ks_error_oom(d, it->desc->where, sizeof(float) * (size_t)(rot / 2), "rotation frequencies");
     kir_rope_inv_freq(g, v, rp->rot_dim, rp->inv_freq);
     return 0;
 }
@@ -180,19 +197,41 @@ static int count_threads(void)
 krt_interp *krt_interp_new(const krt_desc *desc, const void *const *weights, krt_kv *kv, ks_diag *d)
 {
     const kir_graph *g = desc->graph;
-    size_t nn = g->n_nodes;
-    krt_interp *it = ks_xcalloc(1, sizeof *it);
+    size_t nn = g->n_nodes ? g->n_nodes : 1;
+    krt_interp *it = ks_try_calloc(1, sizeof *it);
+    if (!it) return ks_error_oom(d, desc->where, sizeof *it, "the interpreter"), NULL;
     it->desc = desc;
     it->g = g;
     it->kv = kv;
     it->n_threads = count_threads();
-    it->weights = ks_xcalloc(nn ? nn : 1, sizeof *it->weights);
-    it->owned = ks_xcalloc(nn ? nn : 1, sizeof *it->owned);
-    it->rope = ks_xcalloc(nn ? nn : 1, sizeof *it->rope);
-    it->places = ks_xcalloc(nn ? nn : 1, sizeof *it->places);
-    it->src = ks_xcalloc(nn ? nn : 1, sizeof *it->src);
-    it->dst = ks_xcalloc(nn ? nn : 1, sizeof *it->dst);
-    it->ints = ks_xcalloc(nn ? nn : 1, sizeof *it->ints);
+    it->weights = ks_try_calloc(nn, sizeof *it->weights);
+    it->owned = ks_try_calloc(nn, sizeof *it->owned);
+    it->rope = ks_try_calloc(nn, sizeof *it->rope);
+    it->places = ks_try_calloc(nn, sizeof *it->places);
+    it->src = ks_try_calloc(nn, sizeof *it->src);
+    it->dst = ks_try_calloc(nn, sizeof *it->dst);
+    it->ints = ks_try_calloc(nn, sizeof *it->ints);
+    if (!it->weights || !it->owned || !it->rope || !it->places || !it->src || !it->dst || !it->ints) {
+        ks_error_oom(d, desc->where, nn * (6 * sizeof(void *) + sizeof *it->rope), "the interpreter's tables");
+        krt_interp_free(it);
+        return NULL;
+    }
+    /* the kernels' scratch that does not depend on the step */
+    size_t conv, tile, rope;
+    krt_interp_scratch_sizes(g, &conv, &tile, &rope);
+    size_t fixed = conv + (size_t)it->n_threads * tile + rope;
+    if (fixed) {
+        it->fixed = ks_try_calloc(fixed, sizeof(float));
+        if (!it->fixed) {
+            ks_error_oom(d, desc->where, fixed * sizeof(float), "the interpreter's scratch");
+            krt_interp_free(it);
+            return NULL;
+        }
+        it->scratch.conv = it->fixed;
+        it->scratch.tiles = it->fixed + conv;
+        it->scratch.tile = tile;
+        it->scratch.rope = it->fixed + conv + (size_t)it->n_threads * tile;
+    }
 
     for (size_t v = 0; v < nn; v++) {
         if (prepare_node(it, (kir_val)v, weights, d) != 0) {
@@ -208,10 +247,13 @@ size_t krt_interp_weight_bytes(const krt_interp *it) { return it->owned_bytes; }
 void krt_interp_free(krt_interp *it)
 {
     if (!it) return;
-    for (size_t v = 0; v < it->g->n_nodes; v++) {
+    for (size_t v = 0; it->owned && it->rope && v < it->g->n_nodes; v++) {
         free(it->owned[v]);
         free(it->rope[v].inv_freq);
     }
+    free(it->fixed);
+    free(it->scratch.slots);
+    free(it->scratch.score);
     free(it->weights);
     free(it->owned);
     free(it->rope);
@@ -254,15 +296,44 @@ static size_t plan_places(const krt_desc *desc, int64_t n_tokens, size_t *places
     return plan->planned ? (size_t)(plan->mem.arena_bytes / sizeof(float)) : at;
 }
 
-/* Point every value at its data for this step. */
-static void bind_values(krt_interp *it, const krt_step *step, float *out)
+/* *p (of `size`-byte elements) replaced by room for n of them (contents not
+ * kept): 0, or -1 with *p as it was. */
+static int regrow(void *p, size_t n, size_t size)
+{
+    void **at = p;
+    void *q = ks_try_calloc(n ? n : 1, size);
+    if (!q) return -1;
+    free(*at);
+    *at = q;
+    return 0;
+}
+
+/* Point every value at its data for this step, with room for its values
+ * and the attention's scratch: 0, or -1 after reporting out of memory. */
+static int bind_values(krt_interp *it, const krt_step *step, float *out, ks_diag *d)
 {
     const kir_graph *g = it->g;
     size_t need = plan_places(it->desc, step->n_tokens, it->places);
     if (need > it->arena_cap) {
-        free(it->arena);
-        it->arena = ks_xmalloc(sizeof(float) * need);
+        if (regrow(&it->arena, need, sizeof(float)) != 0) {
+            char what[64];
+            snprintf(what, sizeof what, "the values of a step of %d token%s", step->n_tokens,
+                     step->n_tokens == 1 ? "" : "s");
+            return ks_error_oom(d, it->desc->where, need * sizeof(float), what);
+        }
         it->arena_cap = need;
+    }
+    size_t positions = 0; /* the attention's: the step's largest position + 1 */
+    for (int i = 0; it->has_attention && i < step->n_tokens; i++)
+        if ((size_t)step->positions[i] + 1 > positions) positions = (size_t)step->positions[i] + 1;
+    if (positions > it->positions_cap) {
+        if (regrow(&it->scratch.slots, positions, sizeof(int64_t)) != 0 ||
+            regrow(&it->scratch.score, positions, sizeof(float)) != 0) {
+            char what[64];
+            snprintf(what, sizeof what, "attention over %zu positions", positions);
+            return ks_error_oom(d, it->desc->where, positions * (sizeof(int64_t) + sizeof(float)), what);
+        }
+        it->positions_cap = positions;
     }
     for (size_t v = 0; v < g->n_nodes; v++) {
         const kir_node *n = &g->nodes[v];
@@ -276,6 +347,7 @@ static void bind_values(krt_interp *it, const krt_step *step, float *out)
             it->src[v] = it->dst[v];
         }
     }
+    return 0;
 }
 
 /* ---- what the session promised ------------------------------------------------------------ */
@@ -299,7 +371,7 @@ int krt_interp_step(krt_interp *it, const krt_step *step, float *out, ks_diag *d
     if (step->n_tokens == 0) return 0;
     KS_ASSERT(step->tokens && step->positions && step->seq_ids && out);
     assert_step(it, step);
-    bind_values(it, step, out);
+    if (bind_values(it, step, out, d) != 0) return -1;
     krt_interp_exec x = {
         .g = it->g,
         .n_tokens = step->n_tokens,
@@ -311,6 +383,7 @@ int krt_interp_step(krt_interp *it, const krt_step *step, float *out, ks_diag *d
         .ints = it->ints,
         .rope = it->rope,
         .n_threads = it->n_threads,
+        .scratch = &it->scratch,
     };
     for (size_t v = 0; v < it->g->n_nodes; v++) {
         krt_interp_exec_node(&x, (kir_val)v);

@@ -35,7 +35,8 @@ size_t krt_interp_weight_bytes(const krt_interp *it);
 
 /* Run one step; out receives the OUTPUT value, [n_tokens, desc->vocab].
  * The step must be one the session checked (interp.c says what that
- * promises); returns 0. */
+ * promises); returns 0, or -1 after reporting that memory for the step's
+ * values ran out (before anything ran). */
 int krt_interp_step(krt_interp *it, const krt_step *step, float *out, ks_diag *d);
 
 /* The tap (runtime/step.h) sees every float value as soon as it is computed

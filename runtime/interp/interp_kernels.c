@@ -112,15 +112,20 @@ static const void *data_of(const krt_interp_exec *x, kir_val v)
 }
 
 /* All of operand v (a bias, a norm's weight: small) as float32, or NULL when
- * v is KIR_NONE: where it lies, or converted into *tmp, which the caller
- * frees (it stays NULL for f32). */
-static const float *load_all_f32(const krt_interp_exec *x, kir_val v, float **tmp)
+ * v is KIR_NONE: where it lies, or converted into buf (room for all of it:
+ * krt_interp_scratch_sizes counts it). */
+static const float *load_all_f32(const krt_interp_exec *x, kir_val v, float *buf)
 {
     if (v == KIR_NONE) return NULL;
     const kir_node *n = node_of(x, v);
-    int64_t ne = elems_of(x, v);
-    if (n->dtype != KIR_F32) *tmp = ks_xmalloc(sizeof(float) * (size_t)(ne ? ne : 1));
-    return load_f32(data_of(x, v), n->dtype, 0, ne, *tmp);
+    return load_f32(data_of(x, v), n->dtype, 0, elems_of(x, v), buf);
+}
+
+/* Floats of v converted by load_all_f32 (0: none, it is f32 or absent). */
+static size_t conv_floats(const kir_graph *g, kir_val v)
+{
+    if (v == KIR_NONE || g->nodes[v].dtype == KIR_F32) return 0;
+    return (size_t)kir_elems(&g->nodes[v], 1); /* a weight: no T */
 }
 
 /* ---- matmul --------------------------------------------------------------------
@@ -158,6 +163,7 @@ typedef struct matmul_job {
     const void *w;     /* [n, k] in w_dtype */
     kir_dtype w_dtype; /* f32, f16 or bf16 */
     float *out;        /* [rows, n] */
+    float *buf;        /* [tile_floats(k)] this job's tile of w as float32 (converting), or NULL */
     int64_t rows;      /* rows of x */
     int64_t k;         /* inner dim */
     int64_t n;         /* rows of w: columns of out */
@@ -175,14 +181,21 @@ enum { MATMUL_W_TILE_BYTES = 256 * 1024 };
  * weights"). */
 enum { MATMUL_CONVERT_ROWS = 4 };
 
+/* Rows of w in a tile, for inner dim k, and the floats a converted tile takes. */
+static int64_t tile_rows(int64_t k)
+{
+    int64_t tile = MATMUL_W_TILE_BYTES / (int64_t)sizeof(float) / k;
+    return tile < 1 ? 1 : tile;
+}
+static size_t tile_floats(int64_t k) { return (size_t)(tile_rows(k) * k); }
+
 /* A tile of w's rows at a time, then every row of x against it. */
 static void matmul_columns(const matmul_job *j)
 {
-    int64_t tile = MATMUL_W_TILE_BYTES / (int64_t)sizeof(float) / j->k;
-    if (tile < 1) tile = 1;
+    int64_t tile = tile_rows(j->k);
     if (tile > j->n1 - j->n0) tile = j->n1 - j->n0;
     int convert = j->w_dtype != KIR_F32 && j->rows >= MATMUL_CONVERT_ROWS;
-    float *buf = convert ? ks_xmalloc(sizeof(float) * (size_t)(tile * j->k)) : NULL;
+    float *buf = j->buf;
     size_t row_bytes = kir_dtype_size(j->w_dtype) * (size_t)j->k;
     for (int64_t c0 = j->n0; c0 < j->n1; c0 += tile) {
         int64_t c1 = c0 + tile < j->n1 ? c0 + tile : j->n1;
@@ -202,7 +215,6 @@ static void matmul_columns(const matmul_job *j)
                 o[c] = dot_weight(xr, (const char *)wt + (size_t)(c - c0) * wt_row, j->k, wt_dtype);
         }
     }
-    free(buf);
 }
 
 static void *matmul_worker(void *p)
@@ -215,18 +227,20 @@ static void *matmul_worker(void *p)
 #define MATMUL_THREAD_MIN_MACS ((int64_t)1 << 21)
 enum { MATMUL_MAX_THREADS = 16 };
 
+/* tiles: [n_threads * tile_floats(k)] for f16/bf16 weights (NULL for f32). */
 static void matmul(const float *xs, const void *w, kir_dtype w_dtype, float *out, int64_t rows, int64_t k, int64_t n,
-                   int n_threads)
+                   int n_threads, float *tiles, size_t tile)
 {
     matmul_job jobs[MATMUL_MAX_THREADS];
     pthread_t tid[MATMUL_MAX_THREADS];
     int started[MATMUL_MAX_THREADS] = {0};
-    int nt = rows * k * n >= MATMUL_THREAD_MIN_MACS ? n_threads : 1;
+    int nt = rows * k * n >= MATMUL_THREAD_MIN_MACS ? n_threads : 1; /* tiles has room for n_threads */
     if (nt > MATMUL_MAX_THREADS) nt = MATMUL_MAX_THREADS;
     if (nt > n) nt = (int)n;
     if (nt < 1) nt = 1;
     for (int i = 0; i < nt; i++)
-        jobs[i] = (matmul_job){xs, w, w_dtype, out, rows, k, n, n * i / nt, n * (i + 1) / nt};
+        jobs[i] = (matmul_job){xs, w, w_dtype, out, tiles ? tiles + (size_t)i * tile : NULL, rows, k, n, n * i / nt,
+                               n * (i + 1) / nt};
     /* Split by columns: each element is one dot(), whoever computes it. A
      * thread that cannot start leaves its columns to this one. */
     for (int i = 1; i < nt; i++) started[i] = pthread_create(&tid[i], NULL, matmul_worker, &jobs[i]) == 0;
@@ -245,7 +259,7 @@ static void run_matmul(const krt_interp_exec *x, kir_val v)
     const kir_node *w = node_of(x, n->in[1]);
     int64_t k = w->dims[1], cols = w->dims[0];
     matmul(x->src[n->in[0]], data_of(x, n->in[1]), w->dtype, x->dst[v], elems_of(x, n->in[0]) / k, k, cols,
-           x->n_threads);
+           x->n_threads, w->dtype != KIR_F32 ? x->scratch->tiles : NULL, x->scratch->tile);
 }
 
 /* ---- embedding ------------------------------------------------------------------ */
@@ -270,8 +284,7 @@ static void run_embed(const krt_interp_exec *x, kir_val v)
 static void run_binary(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
-    float *tmp = NULL;
-    const float *a = x->src[n->in[0]], *b = load_all_f32(x, n->in[1], &tmp);
+    const float *a = x->src[n->in[0]], *b = load_all_f32(x, n->in[1], x->scratch->conv);
     float *o = x->dst[v];
     int64_t na = elems_of(x, n->in[0]), nb = elems_of(x, n->in[1]);
     for (int64_t i = 0; i < na; i += nb) {
@@ -289,7 +302,6 @@ static void run_binary(const krt_interp_exec *x, kir_val v)
             KS_UNREACHABLE();
         }
     }
-    free(tmp);
 }
 
 static void run_unary(const krt_interp_exec *x, kir_val v)
@@ -323,8 +335,7 @@ static kir_val optional_operand(const kir_node *n, int i) { return i < n->nin ? 
 static void run_rms_norm(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
-    float *w_tmp = NULL;
-    const float *a = x->src[n->in[0]], *w = load_all_f32(x, optional_operand(n, 1), &w_tmp);
+    const float *a = x->src[n->in[0]], *w = load_all_f32(x, optional_operand(n, 1), x->scratch->conv);
     float *o = x->dst[v];
     int64_t d = last_dim(n), rows = elems_of(x, v) / d;
     double eps = kir_attr_float(x->g, v, KIR_A_RMS_NORM_EPS);
@@ -339,16 +350,16 @@ static void run_rms_norm(const krt_interp_exec *x, kir_val v)
             orow[i] = w ? y * w[i] : y;
         }
     }
-    free(w_tmp);
 }
 
 /* LayerNorm with the biased variance, as torch.nn.LayerNorm. */
 static void run_layer_norm(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
-    float *w_tmp = NULL, *b_tmp = NULL;
     const float *a = x->src[n->in[0]];
-    const float *w = load_all_f32(x, optional_operand(n, 1), &w_tmp), *b = load_all_f32(x, optional_operand(n, 2), &b_tmp);
+    kir_val wv = optional_operand(n, 1), bv = optional_operand(n, 2);
+    float *conv = x->scratch->conv; /* the weight's conversion, then the bias's */
+    const float *w = load_all_f32(x, wv, conv), *b = load_all_f32(x, bv, conv + conv_floats(x->g, wv));
     float *o = x->dst[v];
     int64_t d = last_dim(n), rows = elems_of(x, v) / d;
     double eps = kir_attr_float(x->g, v, KIR_A_RMS_NORM_EPS);
@@ -367,8 +378,6 @@ static void run_layer_norm(const krt_interp_exec *x, kir_val v)
             orow[i] = y;
         }
     }
-    free(w_tmp);
-    free(b_tmp);
 }
 
 /* ---- views: reshape, slice, concat (copies here; a backend may alias) ------------------ */
@@ -413,7 +422,7 @@ static void run_rope(const krt_interp_exec *x, kir_val v)
     float *o = x->dst[v];
     int64_t heads = n->dims[1], d = n->dims[2];
     int half = rp->rot_dim / 2;
-    float *cs = ks_xmalloc(sizeof(float) * 2 * (size_t)half);
+    float *cs = x->scratch->rope; /* [2 * half] */
     for (int64_t t = 0; t < x->n_tokens; t++) {
         for (int j = 0; j < half; j++) {
             float angle = (float)pos[t] * rp->inv_freq[j];
@@ -432,7 +441,6 @@ static void run_rope(const krt_interp_exec *x, kir_val v)
             for (int64_t i = rp->rot_dim; i < d; i++) orow[i] = xr[i];
         }
     }
-    free(cs);
 }
 
 /* ---- attention through the paged KV cache --------------------------------------------- */
@@ -479,13 +487,10 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
      *    the step see the earlier ones of their sequence; with write_kv=0 a
      *    kv_write earlier in the schedule has put them there. */
     if (kir_attr_int(x->g, v, KIR_A_ATTENTION_WRITE_KV)) write_kv_rows(x, layer, k, vv, krow, vrow);
-    int max_pos = 0;
-    for (int64_t t = 0; t < x->n_tokens; t++)
-        if (st->positions[t] > max_pos) max_pos = st->positions[t];
-
-    /* 2. Each token attends to positions [lo, pos] of its sequence. */
-    int64_t *slots = ks_xmalloc(sizeof *slots * (size_t)(max_pos + 1));
-    float *score = ks_xmalloc(sizeof *score * (size_t)(max_pos + 1));
+    /* 2. Each token attends to positions [lo, pos] of its sequence (the scratch has room for the step's
+     *    largest position + 1). */
+    int64_t *slots = x->scratch->slots;
+    float *score = x->scratch->score;
     for (int64_t t = 0; t < x->n_tokens; t++) {
         int seq = st->seq_ids[t], pos = st->positions[t];
         int lo = window > 0 && pos - window + 1 > 0 ? (int)(pos - window + 1) : 0;
@@ -515,8 +520,38 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
             }
         }
     }
-    free(slots);
-    free(score);
+}
+
+/* ---- the scratch ------------------------------------------------------------------------- */
+void krt_interp_scratch_sizes(const kir_graph *g, size_t *conv, size_t *tile, size_t *rope)
+{
+    *conv = *tile = *rope = 0;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const kir_node *n = &g->nodes[i];
+        size_t c = 0;
+        switch (n->op) {
+        case KIR_OP_ADD:
+        case KIR_OP_SUB:
+        case KIR_OP_MUL:
+        case KIR_OP_RMS_NORM:
+            c = conv_floats(g, optional_operand(n, 1));
+            break;
+        case KIR_OP_LAYER_NORM:
+            c = conv_floats(g, optional_operand(n, 1)) + conv_floats(g, optional_operand(n, 2));
+            break;
+        case KIR_OP_MATMUL:
+            if (g->nodes[n->in[1]].dtype != KIR_F32 && tile_floats(g->nodes[n->in[1]].dims[1]) > *tile)
+                *tile = tile_floats(g->nodes[n->in[1]].dims[1]);
+            break;
+        case KIR_OP_ROPE:
+            if ((size_t)kir_attr_int(g, (kir_val)i, KIR_A_ROPE_ROT_DIM) > *rope)
+                *rope = (size_t)kir_attr_int(g, (kir_val)i, KIR_A_ROPE_ROT_DIM);
+            break;
+        default:
+            break;
+        }
+        if (c > *conv) *conv = c;
+    }
 }
 
 /* ---- results ------------------------------------------------------------------------------ */

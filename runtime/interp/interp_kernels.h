@@ -4,8 +4,10 @@
  *
  * runtime/interp/interp.c binds every value to its data before the step (weights,
  * the step's inputs, places in the step's arena, the caller's output
- * buffer) and checks the step (token ids, positions, sequences), so a
- * kernel cannot fail: it reads its operands and writes its value. Weights
+ * buffer), allocates the scratch the kernels use (krt_interp_scratch, sized
+ * here) and checks the step (token ids, positions, sequences), so a kernel
+ * cannot fail, out of memory included: it reads its operands and writes its
+ * value, and allocates nothing. Weights
  * stay in their own dtype: a kernel that reads one (embed, matmul, the
  * second operand of add/sub/mul, a norm's weight and bias) loads it into
  * float32 as it goes (elem_f32 and load_f32 in interp_kernels.c).
@@ -23,6 +25,20 @@ typedef struct krt_interp_rope {
     int pairs;       /* 1: rotate (2j, 2j+1) (llama2.c); 0: (j, j+rot_dim/2) (HF rotate_half) */
 } krt_interp_rope;
 
+/* Where kernels put what they compute on the way: allocated before the step. */
+typedef struct krt_interp_scratch {
+    float *conv;      /* [conv] f16/bf16 weights read whole (a bias, a norm's weight), as float32 */
+    float *tiles;     /* [threads * tile] one tile of a matmul's f16/bf16 weight as float32, per thread */
+    size_t tile;      /* floats of one thread's tile */
+    float *rope;      /* [rope] one position's cos and sin of each rotation */
+    int64_t *slots;   /* [positions] attention: the cache rows of a token's positions */
+    float *score;     /* [positions] attention: their scores, then weights */
+} krt_interp_scratch;
+
+/* The floats of the scratch's parts that g needs at most (they do not depend
+ * on the step; the attention's grow with its positions, the largest + 1). */
+void krt_interp_scratch_sizes(const kir_graph *g, size_t *conv, size_t *tile, size_t *rope);
+
 typedef struct krt_interp_exec {
     const kir_graph *g;            /* the graph */
     int64_t n_tokens;              /* T of this step */
@@ -34,7 +50,8 @@ typedef struct krt_interp_exec {
     float *const *dst;             /* [n_nodes] where each computed value is written; NULL for weights, inputs */
     const int32_t *const *ints;    /* [n_nodes] data of each i32 value (the step's inputs); NULL otherwise */
     const krt_interp_rope *rope;     /* [n_nodes] prepared ROPE nodes; zeroed for other nodes */
-    int n_threads;                 /* worker threads a large matmul may use (1: none) */
+    int n_threads;                 /* worker threads a large matmul may use (1: none); tiles for that many */
+    const krt_interp_scratch *scratch; /* the kernels' scratch, sized by krt_interp_scratch_sizes */
 } krt_interp_exec;
 
 /* Compute value v of the step. */

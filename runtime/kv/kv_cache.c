@@ -36,6 +36,7 @@ typedef struct krt_kv_seq {
 
 struct krt_kv {
     krt_kv_config cfg;       /* the caller's config; cfg.layers points at `layers` */
+    const char *who;         /* what messages name (not owned): the engine file, or "kv cache" */
     krt_kv_layer *layers;    /* owned copy of cfg.layers [n_layers] */
     krt_kv_storage storage;  /* the backend's functions, copied */
     void **k;                /* [n_layers] K storage bases; NULL for a layer with no heads */
@@ -55,7 +56,7 @@ static void *host_alloc(void *ctx, size_t bytes)
 {
     (void)ctx;
     /* Zeroed, so a block read before it is written holds zeros, not garbage. */
-    return calloc(1, bytes);
+    return ks_try_calloc(1, bytes);
 }
 
 static void host_free(void *ctx, void *p)
@@ -73,9 +74,8 @@ static void host_copy(void *ctx, void *base, size_t dst_off, size_t src_off, siz
 const krt_kv_storage krt_kv_host_storage = {NULL, host_alloc, host_free, host_copy};
 
 /* ---- creation ------------------------------------------------------------------ */
-static int check_config(const krt_kv_config *cfg, ks_diag *d)
+static int check_config(const krt_kv_config *cfg, const char *who, ks_diag *d)
 {
-    const char *who = "kv cache";
     if (cfg->n_layers < 0) {
         ks_error(d, who, "n_layers must not be negative (got %d)", cfg->n_layers);
         return -1;
@@ -112,14 +112,17 @@ static int check_config(const krt_kv_config *cfg, ks_diag *d)
     return 0;
 }
 
-/* calloc that reports instead of dying: sizes here come from the caller's
- * config and may be absurd. */
-static void *alloc_table(ks_diag *d, size_t n, size_t size, const char *what)
+/* A zeroed table of n entries of size bytes, or NULL after reporting: sizes
+ * here come from the caller's config and may be absurd. */
+static void *alloc_table(const char *who, ks_diag *d, size_t n, size_t size, const char *what)
 {
     size_t bytes;
-    void *p = NULL;
-    if (ks_mul_size(n, size, &bytes)) p = calloc(n ? n : 1, size);
-    if (!p) ks_error(d, "kv cache", "out of memory: cannot allocate %zu x %zu bytes for %s", n, size, what);
+    void *p = ks_mul_size(n, size, &bytes) ? ks_try_calloc(n ? n : 1, size) : NULL;
+    if (!p) {
+        char for_what[96];
+        snprintf(for_what, sizeof for_what, "the KV cache's %s", what);
+        ks_error_oom(d, who, ks_mul_size(n, size, &bytes) ? bytes : SIZE_MAX, for_what);
+    }
     return p;
 }
 
@@ -139,14 +142,15 @@ static int alloc_layer(krt_kv *kv, ks_diag *d, int layer, const char *which, siz
 {
     size_t bytes;
     if (per_block == 0 || !ks_mul_size(per_block, (size_t)kv->cfg.n_blocks, &bytes)) {
-        ks_error(d, "kv cache", "layer %d: %s storage of %d blocks overflows the address space",
+        ks_error(d, kv->who, "layer %d: %s storage of %d blocks overflows the address space",
                  layer, which, kv->cfg.n_blocks);
         return -1;
     }
     *out = kv->storage.alloc(kv->storage.ctx, bytes);
     if (!*out) {
-        ks_error(d, "kv cache", "out of memory: cannot allocate %zu bytes for layer %d's %s storage",
-                 bytes, layer, which);
+        char what[96];
+        snprintf(what, sizeof what, "the KV cache: layer %d's %s of %d blocks", layer, which, kv->cfg.n_blocks);
+        ks_error_oom(d, kv->who, bytes, what);
         return -1;
     }
     return 0;
@@ -154,41 +158,40 @@ static int alloc_layer(krt_kv *kv, ks_diag *d, int layer, const char *which, siz
 
 krt_kv *krt_kv_new(const krt_kv_config *cfg, const krt_kv_storage *storage, ks_diag *d)
 {
-    KS_ASSERT(cfg && storage && storage->alloc && storage->free && storage->copy);
-    if (check_config(cfg, d) != 0) return NULL;
+    return krt_kv_new_named(cfg, storage, NULL, d);
+}
 
-    krt_kv *kv = ks_xcalloc(1, sizeof *kv);
+krt_kv *krt_kv_new_named(const krt_kv_config *cfg, const krt_kv_storage *storage, const char *name, ks_diag *d)
+{
+    KS_ASSERT(cfg && storage && storage->alloc && storage->free && storage->copy);
+    const char *who = name ? name : "kv cache";
+    if (check_config(cfg, who, d) != 0) return NULL;
+
+    krt_kv *kv = ks_try_calloc(1, sizeof *kv);
+    if (!kv) {
+        ks_error_oom(d, who, sizeof *kv, "the KV cache");
+        return NULL;
+    }
+    kv->who = who;
     kv->cfg = *cfg;
     kv->storage = *storage;
     kv->table_cap = (int)(((int64_t)cfg->max_context + cfg->block_size - 1) / cfg->block_size);
     size_t nl = (size_t)cfg->n_layers;
-    kv->layers = ks_xcalloc(nl ? nl : 1, sizeof *kv->layers);
-    if (nl) memcpy(kv->layers, cfg->layers, nl * sizeof *kv->layers);
-    kv->cfg.layers = kv->layers;
-    kv->k = ks_xcalloc(nl ? nl : 1, sizeof *kv->k);
-    kv->v = ks_xcalloc(nl ? nl : 1, sizeof *kv->v);
-    kv->block_bytes_k = ks_xcalloc(nl ? nl : 1, sizeof *kv->block_bytes_k);
-    kv->block_bytes_v = ks_xcalloc(nl ? nl : 1, sizeof *kv->block_bytes_v);
-
-    size_t n_tables;
-    kv->refs = alloc_table(d, (size_t)cfg->n_blocks, sizeof *kv->refs, "block reference counts");
-    kv->free_list = kv->refs ? alloc_table(d, (size_t)cfg->n_blocks, sizeof *kv->free_list, "the free list") : NULL;
-    kv->seqs = kv->free_list ? alloc_table(d, (size_t)cfg->max_seqs, sizeof *kv->seqs, "sequences") : NULL;
-    if (kv->seqs) {
-        if (ks_mul_size((size_t)cfg->max_seqs, (size_t)kv->table_cap, &n_tables))
-            kv->tables = alloc_table(d, n_tables, sizeof *kv->tables, "block tables");
-        else
-            ks_error(d, "kv cache", "block tables for %d sequences of %d blocks overflow the address space",
-                     cfg->max_seqs, kv->table_cap);
-    }
-    if (!kv->tables) {
+    kv->layers = alloc_table(who, d, nl ? nl : 1, sizeof *kv->layers, "layer table");
+    kv->k = kv->layers ? alloc_table(who, d, nl ? nl : 1, sizeof *kv->k, "layer tables") : NULL;
+    kv->v = kv->k ? alloc_table(who, d, nl ? nl : 1, sizeof *kv->v, "layer tables") : NULL;
+    kv->block_bytes_k = kv->v ? alloc_table(who, d, nl ? nl : 1, sizeof *kv->block_bytes_k, "layer tables") : NULL;
+    kv->block_bytes_v = kv->block_bytes_k ? alloc_table(who, d, nl ? nl : 1, sizeof *kv->block_bytes_v, "layer tables")
+                                          : NULL;
+    if (!kv->block_bytes_v) {
         krt_kv_free(kv);
         return NULL;
     }
-    /* Block 0 is handed out first. */
-    for (int i = 0; i < cfg->n_blocks; i++) kv->free_list[i] = cfg->n_blocks - 1 - i;
-    kv->n_free = cfg->n_blocks;
+    if (nl) memcpy(kv->layers, cfg->layers, nl * sizeof *kv->layers);
+    kv->cfg.layers = kv->layers;
 
+    /* The blocks' storage first: the large allocations, which a config asking
+     * for too many blocks cannot have, before any table is touched. */
     for (int l = 0; l < cfg->n_layers; l++) {
         const krt_kv_layer *ly = &kv->layers[l];
         if (ly->kv_heads == 0) continue;
@@ -200,6 +203,26 @@ krt_kv *krt_kv_new(const krt_kv_config *cfg, const krt_kv_storage *storage, ks_d
             return NULL;
         }
     }
+
+    size_t n_tables;
+    kv->refs = alloc_table(who, d, (size_t)cfg->n_blocks, sizeof *kv->refs, "block reference counts");
+    kv->free_list =
+        kv->refs ? alloc_table(who, d, (size_t)cfg->n_blocks, sizeof *kv->free_list, "the free list") : NULL;
+    kv->seqs = kv->free_list ? alloc_table(who, d, (size_t)cfg->max_seqs, sizeof *kv->seqs, "sequences") : NULL;
+    if (kv->seqs) {
+        if (ks_mul_size((size_t)cfg->max_seqs, (size_t)kv->table_cap, &n_tables))
+            kv->tables = alloc_table(who, d, n_tables, sizeof *kv->tables, "block tables");
+        else
+            ks_error(d, who, "block tables for %d sequences of %d blocks overflow the address space",
+                     cfg->max_seqs, kv->table_cap);
+    }
+    if (!kv->tables) {
+        krt_kv_free(kv);
+        return NULL;
+    }
+    /* Block 0 is handed out first. */
+    for (int i = 0; i < cfg->n_blocks; i++) kv->free_list[i] = cfg->n_blocks - 1 - i;
+    kv->n_free = cfg->n_blocks;
     return kv;
 }
 

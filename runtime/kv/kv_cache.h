@@ -52,8 +52,12 @@ extern const krt_kv_storage krt_kv_host_storage; /* malloc'd host memory */
 
 typedef struct krt_kv krt_kv;
 
-/* NULL after reporting (bad config, out of memory). */
+/* NULL after reporting (bad config; out of memory: `kv cache: error: out of
+ * memory (allocating N bytes for the KV cache: layer 0's K of 100 blocks)`),
+ * nothing left allocated. krt_kv_new_named's messages name `name` (the
+ * engine file) instead of "kv cache". */
 krt_kv *krt_kv_new(const krt_kv_config *cfg, const krt_kv_storage *storage, ks_diag *d);
+krt_kv *krt_kv_new_named(const krt_kv_config *cfg, const krt_kv_storage *storage, const char *name, ks_diag *d);
 void krt_kv_free(krt_kv *kv);
 const krt_kv_config *krt_kv_config_of(const krt_kv *kv);
 

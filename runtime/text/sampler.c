@@ -99,13 +99,21 @@ krt_sampler *krt_sampler_new(ks_diag *d, const krt_sampler_config *cfg, int32_t 
                  (double)cfg->repetition_penalty);
         return NULL;
     }
-    krt_sampler *s = ks_xcalloc(1, sizeof *s);
+    krt_sampler *s = ks_try_calloc(1, sizeof *s);
+    if (!s) return ks_error_oom(d, who, sizeof *s, "a sampler"), NULL;
     s->cfg = *cfg;
     s->vocab = vocab_size;
-    s->seen = ks_xcalloc((size_t)vocab_size, 1);
-    s->work = ks_xcalloc((size_t)vocab_size, sizeof *s->work);
-    s->ids = ks_xcalloc((size_t)vocab_size, sizeof *s->ids);
-    s->probs = ks_xcalloc((size_t)vocab_size, sizeof *s->probs);
+    /* all a draw needs, so that drawing allocates nothing */
+    s->seen = ks_try_calloc((size_t)vocab_size, 1);
+    s->work = ks_try_calloc((size_t)vocab_size, sizeof *s->work);
+    s->ids = ks_try_calloc((size_t)vocab_size, sizeof *s->ids);
+    s->probs = ks_try_calloc((size_t)vocab_size, sizeof *s->probs);
+    if (!s->seen || !s->work || !s->ids || !s->probs) {
+        ks_error_oom(d, who, (size_t)vocab_size * (1 + sizeof *s->work + sizeof *s->ids + sizeof *s->probs),
+                     "a sampler's tables");
+        krt_sampler_free(s);
+        return NULL;
+    }
     krt_sampler_reset(s, cfg->seed);
     return s;
 }

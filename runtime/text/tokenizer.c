@@ -7,10 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-void krt_tok_ids_push(krt_tok_ids *v, int32_t id)
+int krt_tok_ids_push(krt_tok_ids *v, int32_t id)
 {
-    KS_GROW(v->ids, v->len + 1, v->cap, (size_t)1 << 40, "token ids");
+    if (v->failed) return -1;
+    if (KS_TRY_GROW(v->ids, v->len + 1, v->cap, (size_t)1 << 40) != 0) {
+        v->failed = (v->len + 1) * sizeof *v->ids;
+        return -1;
+    }
     v->ids[v->len++] = id;
+    return 0;
 }
 
 void krt_tok_ids_free(krt_tok_ids *v)
@@ -48,8 +53,16 @@ static size_t first_invalid_utf8(const uint8_t *p, size_t n)
 krt_tok *krt_tok_load_memory(ks_diag *d, const char *name, const void *data, size_t len,
                              krt_tok_kind kind)
 {
-    krt_tok *t = ks_xcalloc(1, sizeof *t);
-    t->name = ks_arena_strdup(&t->arena, name ? name : "<tokenizer>");
+    if (!name) name = "<tokenizer>";
+    krt_tok *t = ks_try_calloc(1, sizeof *t);
+    if (!t) return ks_error_oom(d, name, sizeof *t, "the tokenizer"), NULL;
+    t->arena.fallible = 1; /* the loaders check every allocation */
+    t->name = ks_arena_strdup(&t->arena, name);
+    if (!t->name) {
+        ks_error_oom(d, name, t->arena.failed, "the tokenizer");
+        krt_tok_free(t);
+        return NULL;
+    }
     t->bos = t->eos = -1;
     const uint8_t *bytes = data ? data : (const uint8_t *)"";
     if (kind == KRT_TOK_AUTO) kind = guess_kind(bytes, len);
@@ -150,10 +163,7 @@ int krt_tok_encode(const krt_tok *t, const char *text, size_t len, int flags, kr
                    ks_diag *d)
 {
     if (!text) text = "", len = 0;
-    if (t->kind == KRT_TOK_LLAMA2C_BIN) {
-        krt_tok_encode_llama2c(t, text, len, flags, out);
-        return 0;
-    }
+    if (t->kind == KRT_TOK_LLAMA2C_BIN) return krt_tok_encode_llama2c(t, text, len, flags, out, d);
     return krt_tok_encode_hf(t, text, len, flags, out, d);
 }
 
@@ -172,16 +182,32 @@ struct krt_tok_stream {
     int flags;            /* decode flags */
     krt_tok_ids ids;      /* the window: already-emitted context, then pending ids */
     size_t prefix_index;  /* ids[prefix_index..] have not been emitted */
-    ks_buf prefix;        /* decode of the window's emitted context */
-    ks_buf text;          /* scratch: decode of the whole window */
+    ks_buf prefix;        /* decode of the window's emitted context (fallible) */
+    ks_buf text;          /* scratch: decode of the whole window (fallible) */
 };
 
 krt_tok_stream *krt_tok_stream_new(const krt_tok *t, int flags)
 {
-    krt_tok_stream *s = ks_xcalloc(1, sizeof *s);
+    krt_tok_stream *s = ks_try_calloc(1, sizeof *s);
+    if (!s) return NULL;
     s->t = t;
     s->flags = flags;
+    s->prefix.fallible = s->text.fallible = 1;
     return s;
+}
+
+/* The stream's own memory ran out (its window, or a decode of it): out has
+ * an incomplete text now (ks_buf_fail), and the stream starts over. */
+static size_t stream_failed(krt_tok_stream *s, ks_buf *out)
+{
+    size_t bytes = s->ids.failed ? s->ids.failed : s->text.failed ? s->text.failed : s->prefix.failed;
+    s->ids.len = 0;
+    s->ids.failed = 0;
+    s->prefix_index = 0;
+    ks_buf_clear(&s->prefix);
+    ks_buf_clear(&s->text);
+    ks_buf_fail(out, bytes);
+    return 0;
 }
 
 void krt_tok_stream_free(krt_tok_stream *s)
@@ -211,8 +237,9 @@ static size_t common_prefix(const ks_buf *text, const ks_buf *prefix)
 size_t krt_tok_stream_push(krt_tok_stream *s, int32_t id, ks_buf *out)
 {
     krt_tok_ids_push(&s->ids, id);
-    s->text.len = 0;
-    krt_tok_decode(s->t, s->ids.ids, s->ids.len, s->flags, &s->text);
+    ks_buf_clear(&s->text);
+    if (!s->ids.failed) krt_tok_decode(s->t, s->ids.ids, s->ids.len, s->flags, &s->text);
+    if (s->ids.failed || s->text.failed) return stream_failed(s, out);
     if (s->text.len <= s->prefix.len || ends_with_replacement(&s->text)) {
         ks_buf_put(out, "", 0); /* NUL-terminated even when nothing was added */
         return 0;
@@ -224,8 +251,9 @@ size_t krt_tok_stream_push(krt_tok_stream *s, int32_t id, ks_buf *out)
     ks_buf_put(out, s->text.data + from, n);
     if (s->t->hf && s->t->hf->stream_from_start) {
         /* Decoders that are not prefix-stable: every step decodes from the first id. */
-        s->prefix.len = 0;
+        ks_buf_clear(&s->prefix);
         ks_buf_put(&s->prefix, s->text.data, s->text.len);
+        if (s->prefix.failed) return stream_failed(s, out);
         s->prefix_index = s->ids.len;
         return n;
     }
@@ -234,8 +262,9 @@ size_t krt_tok_stream_push(krt_tok_stream *s, int32_t id, ks_buf *out)
     memmove(s->ids.ids, s->ids.ids + s->prefix_index,
             (s->ids.len - s->prefix_index) * sizeof *s->ids.ids);
     s->ids.len -= s->prefix_index;
-    s->prefix.len = 0;
+    ks_buf_clear(&s->prefix);
     krt_tok_decode(s->t, s->ids.ids, s->ids.len, s->flags, &s->prefix);
+    if (s->prefix.failed) return stream_failed(s, out);
     s->prefix_index = new_prefix_index;
     return n;
 }
@@ -244,8 +273,9 @@ size_t krt_tok_stream_flush(krt_tok_stream *s, ks_buf *out)
 {
     size_t n = 0;
     if (s->prefix_index < s->ids.len) {
-        s->text.len = 0;
+        ks_buf_clear(&s->text);
         krt_tok_decode(s->t, s->ids.ids, s->ids.len, s->flags, &s->text);
+        if (s->text.failed) return stream_failed(s, out);
         size_t from = common_prefix(&s->text, &s->prefix);
         if (s->text.len > from) {
             n = s->text.len - from;
@@ -255,6 +285,6 @@ size_t krt_tok_stream_flush(krt_tok_stream *s, ks_buf *out)
     ks_buf_put(out, "", 0); /* NUL-terminated even when nothing was added */
     s->ids.len = 0;
     s->prefix_index = 0;
-    s->prefix.len = 0;
+    ks_buf_clear(&s->prefix);
     return n;
 }

@@ -61,9 +61,11 @@ typedef struct krt_tok krt_tok;
 
 /* A growable array of ids; encode appends to it. */
 typedef struct krt_tok_ids {
-    int32_t *ids; /* [len] */
-    size_t len;   /* ids stored */
-    size_t cap;   /* ids allocated */
+    int32_t *ids;  /* [len] */
+    size_t len;    /* ids stored */
+    size_t cap;    /* ids allocated */
+    size_t failed; /* 0, or the bytes a push could not get (ids are missing); encode clears it when it
+                      reports the failure */
 } krt_tok_ids;
 
 void krt_tok_ids_free(krt_tok_ids *v);
@@ -101,13 +103,15 @@ int krt_tok_is_special(const krt_tok *t, int32_t id);
  * repaired first for tokenizer.json (each invalid part becomes U+FFFD), and
  * taken byte by byte for llama2.c. Returns 0, or -1 with a message through
  * d (when not NULL) when the tokenizer cannot encode it: a model whose
- * unk_token is not in its vocabulary met an unknown character, or a
- * pre-tokenizer regex hit its backtracking limit. */
+ * unk_token is not in its vocabulary met an unknown character, a
+ * pre-tokenizer regex hit its backtracking limit, or memory ran out (out is
+ * then as it was). */
 int krt_tok_encode(const krt_tok *t, const char *text, size_t len, int flags, krt_tok_ids *out,
                    ks_diag *d);
 
 /* Append the text of ids[0..n) to out (NUL-terminated). Ids without an
- * entry are skipped. */
+ * entry are skipped. Out of memory marks a fallible out failed (its text is
+ * incomplete: ks_buf_fail), and ends the process for one that is not. */
 void krt_tok_decode(const krt_tok *t, const int32_t *ids, size_t n, int flags, ks_buf *out);
 
 /* Streaming decode: push ids one at a time; only whole characters come out,
@@ -121,8 +125,10 @@ void krt_tok_decode(const krt_tok *t, const int32_t *ids, size_t n, int flags, k
  * trailing one re-decode from the first id instead.) */
 typedef struct krt_tok_stream krt_tok_stream;
 
-krt_tok_stream *krt_tok_stream_new(const krt_tok *t, int flags);
-/* Appends new text to out; returns the bytes appended. */
+krt_tok_stream *krt_tok_stream_new(const krt_tok *t, int flags); /* NULL: out of memory */
+/* Appends new text to out; returns the bytes appended. Out of memory, as
+ * krt_tok_decode: a fallible out is marked failed (the stream must then be
+ * flushed or freed, not pushed to again). */
 size_t krt_tok_stream_push(krt_tok_stream *s, int32_t id, ks_buf *out);
 /* End of the stream: appends what was held back (an incomplete character
  * comes out as U+FFFD) and starts over. Returns the bytes appended. */

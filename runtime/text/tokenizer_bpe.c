@@ -14,7 +14,12 @@
  *    concatenation is a vocabulary entry with the highest score, leftmost
  *    among equal scores, only scores above -1e10 (run.c's starting best).
  *    Symbol versions detect stale entries exactly, so the heap pops the
- *    merges run.c's scan would choose, in the same order. */
+ *    merges run.c's scan would choose, in the same order.
+ *
+ * Out of memory (a word's symbols or the heap cannot grow) sets w->failed and
+ * leaves the word short of symbols or candidates: the merges go on over what
+ * is there, without crashing, and the caller, which checks
+ * krt_tok_work_failed at the end, throws the result away. */
 #include "runtime/text/tokenizer_internal.h"
 
 #include <stdlib.h>
@@ -28,11 +33,16 @@ void krt_tok_work_free(krt_tok_work *w)
     free(w->heap);
     ks_buf_free(&w->scratch);
     memset(w, 0, sizeof *w);
+    w->scratch.fallible = 1;
 }
 
 void krt_tok_work_push_sym(krt_tok_work *w, int32_t id, uint32_t len)
 {
-    KS_GROW(w->syms, w->n_syms + 1, w->cap_syms, MAX_SYMS, "symbols in one word");
+    if (w->failed) return;
+    if (KS_TRY_GROW(w->syms, w->n_syms + 1, w->cap_syms, MAX_SYMS) != 0) {
+        w->failed = (w->n_syms + 1) * sizeof *w->syms;
+        return;
+    }
     krt_tok_sym *s = &w->syms[w->n_syms];
     s->id = id;
     s->prev = (int32_t)w->n_syms - 1;
@@ -86,7 +96,11 @@ static void sift_down(krt_tok_cand *h, size_t n, size_t i)
 
 static void heap_push(krt_tok_work *w, uint64_t key, int32_t merged, uint32_t ver, int heapify)
 {
-    KS_GROW(w->heap, w->n_heap + 1, w->cap_heap, MAX_SYMS * 2, "merge candidates");
+    if (w->failed) return;
+    if (KS_TRY_GROW(w->heap, w->n_heap + 1, w->cap_heap, MAX_SYMS * 2) != 0) {
+        w->failed = (w->n_heap + 1) * sizeof *w->heap;
+        return;
+    }
     krt_tok_cand *c = &w->heap[w->n_heap++];
     c->key = key;
     c->merged = merged;
@@ -184,9 +198,11 @@ static void push_scored(krt_tok_work *w, const krt_tok *t, int32_t pos, int heap
     int32_t next = w->syms[pos].next;
     if (next < 0) return;
     krt_tok_str a = c_piece(t, w->syms[pos].id), b = c_piece(t, w->syms[next].id);
+    if (w->scratch.failed) return;
     w->scratch.len = 0;
     if (a.len) ks_buf_put(&w->scratch, a.p, a.len);
     if (b.len) ks_buf_put(&w->scratch, b.p, b.len);
+    if (w->scratch.failed) return; /* krt_tok_work_failed */
     int32_t id = krt_tok_strmap_get(&t->vocab, w->scratch.data ? w->scratch.data : "",
                                     w->scratch.len);
     if (id < 0) return;

@@ -11,7 +11,14 @@
  *
  * Decoding maps ids to token strings (added tokens first), runs the decoder
  * chain over the list of strings (decoders work per token or fuse them, as
- * their decode_chain does) and joins the result. */
+ * their decode_chain does) and joins the result.
+ *
+ * Out of memory: every buffer and list here is fallible and remembers that
+ * it failed (ks_buf's failed, piece_list's and tok_list's failed, the BPE
+ * work's, hf_run's oom for the rest); the pipeline goes on over what it has
+ * without crashing, and the entry points look at all of them at the end:
+ * encode then reports `out of memory (encoding N bytes of text)` and leaves
+ * its output as it was, decode marks its output buffer failed. */
 #include "runtime/text/tokenizer_internal.h"
 
 #include <stdlib.h>
@@ -65,10 +72,11 @@ typedef struct piece {
 } piece;
 
 typedef struct piece_list {
-    ks_buf text;  /* the pieces' bytes */
-    piece *p;     /* [n] */
-    size_t n;     /* pieces */
-    size_t cap;   /* allocated */
+    ks_buf text;   /* the pieces' bytes (fallible) */
+    piece *p;      /* [n] */
+    size_t n;      /* pieces */
+    size_t cap;    /* allocated */
+    size_t failed; /* 0, or the bytes a growth of p could not get (pieces are missing) */
 } piece_list;
 
 typedef struct hf_run {
@@ -78,9 +86,16 @@ typedef struct hf_run {
     krt_tok_work w;       /* BPE scratch */
     piece_list lists[2];  /* current and next */
     int cur;              /* index of the current list */
-    ks_buf tmp[2];        /* normalizer scratch */
+    ks_buf tmp[2];        /* normalizer scratch (fallible) */
     ks_diag *d;           /* errors, may be NULL */
+    size_t oom;           /* 0, or the bytes something else here could not get (1: not known) */
 } hf_run;
+
+/* Out of memory in the run (bytes asked for; 0 when not known). */
+static void run_oom(hf_run *r, size_t bytes)
+{
+    if (!r->oom) r->oom = bytes ? bytes : 1;
+}
 
 static void list_clear(piece_list *l)
 {
@@ -94,16 +109,23 @@ static void list_free(piece_list *l)
     free(l->p);
 }
 
+/* A piece is added only with its bytes: out of memory leaves the list as
+ * it was (and failed), never a piece whose bytes are missing. */
 static void list_add(piece_list *l, const char *s, size_t n, int32_t id, int at_start)
 {
     if (id < 0 && n == 0) return; /* empty text pieces are dropped */
-    KS_GROW(l->p, l->n + 1, l->cap, (size_t)1 << 40, "pieces of text");
+    if (l->failed) return;
+    if (KS_TRY_GROW(l->p, l->n + 1, l->cap, (size_t)1 << 40) != 0) {
+        l->failed = (l->n + 1) * sizeof *l->p;
+        return;
+    }
+    size_t off = l->text.len;
+    if (n && ks_buf_put(&l->text, s, n) != 0) return; /* l->text.failed */
     piece *p = &l->p[l->n++];
-    p->off = l->text.len;
+    p->off = off;
     p->len = n;
     p->id = id;
     p->at_start = (uint8_t)at_start;
-    put(&l->text, s, n);
 }
 
 static piece_list *cur_list(hf_run *r) { return &r->lists[r->cur]; }
@@ -140,8 +162,9 @@ static size_t last_char_start(const char *s, size_t n)
 
 static int word_char_at(hf_run *r, const char *s, size_t n)
 {
-    return krt_tok_char_matches(&r->m, &r->hf->word_char, s,
-                                krt_tok_utf8_char_len((const uint8_t *)s, n));
+    int rc = krt_tok_char_matches(&r->m, &r->hf->word_char, s, krt_tok_utf8_char_len((const uint8_t *)s, n));
+    if (rc < 0) run_oom(r, 0);
+    return rc > 0;
 }
 
 /* AddedVocabulary::find_matches + split_with_indices over one text piece. */
@@ -211,7 +234,8 @@ static int apply_norm(krt_tok_matcher *m, const krt_tok_norm *nm, const char *s,
         put(out, s, n);
         return 0;
     case KRT_NORM_REPLACE: {
-        if (krt_tok_find_all(m, &nm->pattern, s, n)) return -1;
+        int rc = krt_tok_find_all(m, &nm->pattern, s, n);
+        if (rc) return rc; /* -1 the regex gave up, -2 out of memory */
         size_t at = 0;
         for (size_t k = 0; k < m->n_spans; k++) {
             put(out, s + at, m->spans[k].start - at);
@@ -244,14 +268,15 @@ static int apply_norm(krt_tok_matcher *m, const krt_tok_norm *nm, const char *s,
 int krt_tok_hf_normalize(const krt_tok *t, krt_tok_matcher *m, const char *s, size_t n, ks_buf *out)
 {
     const krt_tok_hf *hf = t->hf;
-    ks_buf bufs[2] = {{0}, {0}};
+    ks_buf bufs[2] = {KS_BUF_TRY, KS_BUF_TRY};
     const char *cur = s;
     size_t cur_n = n;
     int which = 0, rc = 0;
     for (size_t k = 0; k < hf->n_norms && rc == 0; k++) {
         ks_buf *o = &bufs[which];
-        o->len = 0;
+        ks_buf_clear(o);
         rc = apply_norm(m, &hf->norms[k], cur, cur_n, o);
+        if (o->failed) rc = -2;
         cur = o->data ? o->data : "";
         cur_n = o->len;
         which = !which;
@@ -276,7 +301,11 @@ static void split_piece(hf_run *r, const char *s, size_t n, int at_start,
 {
     krt_tok_matcher *m = &r->m;
     size_t ns = m->n_spans;
-    split_part *parts = ks_xmalloc((2 * ns + 2) * sizeof *parts);
+    split_part *parts = ks_try_calloc(2 * ns + 2, sizeof *parts);
+    if (!parts) {
+        run_oom(r, (2 * ns + 2) * sizeof *parts);
+        return;
+    }
     size_t np = 0, prev = 0;
     for (size_t k = 0; k < ns; k++) {
         if (prev != m->spans[k].start)
@@ -306,7 +335,12 @@ static void split_piece(hf_run *r, const char *s, size_t n, int at_start,
         break;
     case KRT_SPLIT_MERGED_WITH_NEXT: {
         /* Walk backwards, then restore the order. */
-        split_part *rev = ks_xmalloc((np + 1) * sizeof *rev);
+        split_part *rev = ks_try_calloc(np + 1, sizeof *rev);
+        if (!rev) {
+            run_oom(r, (np + 1) * sizeof *rev);
+            free(parts);
+            return;
+        }
         for (size_t k = np; k-- > 0;) {
             if (parts[k].is_match && !previous_match && nm > 0)
                 rev[nm - 1].start = parts[k].start;
@@ -352,11 +386,16 @@ static int run_pretok(hf_run *r, const krt_tok_pretok *pt)
             tmp->len = 0;
             if (pt->add_prefix_space && (p->len == 0 || s[0] != ' ')) put(tmp, " ", 1);
             put(tmp, s, p->len);
-            const char *src = tmp->data;
+            const char *src = tmp->data ? tmp->data : "";
             size_t n = tmp->len;
             size_t first = out->n;
             if (pt->use_regex) {
-                if (krt_tok_find_all(&r->m, &pt->pattern, src, n)) {
+                int frc = krt_tok_find_all(&r->m, &pt->pattern, src ? src : "", n);
+                if (frc == -2) {
+                    run_oom(r, 0);
+                    return -1;
+                }
+                if (frc) {
                     report(r, "cannot encode: the %s regex gave up (backtracking limit)",
                            "ByteLevel");
                     return -1;
@@ -368,21 +407,28 @@ static int run_pretok(hf_run *r, const krt_tok_pretok *pt)
             /* Map the new pieces' bytes to GPT-2's characters, in place at the end. */
             for (size_t k = first; k < out->n; k++) {
                 ks_buf *mapped = &r->tmp[1];
-                mapped->len = 0;
+                mapped->len = 0; /* a failure stays: the run fails */
                 put_byte_level(mapped, at(&out->text, out->p[k].off), out->p[k].len);
-                out->p[k].off = out->text.len;
-                out->p[k].len = mapped->len;
+                size_t off = out->text.len;
                 put(&out->text, mapped->data, mapped->len);
+                out->p[k].off = off;
+                out->p[k].len = mapped->failed || out->text.failed ? 0 : mapped->len; /* failed: the run fails */
             }
             break;
         }
-        case KRT_PRETOK_SPLIT:
-            if (krt_tok_find_all(&r->m, &pt->pattern, s, p->len)) {
+        case KRT_PRETOK_SPLIT: {
+            int frc = krt_tok_find_all(&r->m, &pt->pattern, s, p->len);
+            if (frc == -2) {
+                run_oom(r, 0);
+                return -1;
+            }
+            if (frc) {
                 report(r, "cannot encode: the %s regex gave up (backtracking limit)", "Split");
                 return -1;
             }
             split_piece(r, s, p->len, p->at_start, pt->behavior, pt->invert, out);
             break;
+        }
         case KRT_PRETOK_METASPACE: {
             tmp->len = 0;
             int prepend = pt->prepend == KRT_PREPEND_ALWAYS ||
@@ -403,7 +449,10 @@ static int run_pretok(hf_run *r, const krt_tok_pretok *pt)
             if (pt->split) {
                 krt_tok_pattern lit;
                 krt_tok_pattern_literal(&lit, pt->replacement.p, pt->replacement.len);
-                krt_tok_find_all(&r->m, &lit, tmp->data ? tmp->data : "", tmp->len);
+                if (krt_tok_find_all(&r->m, &lit, tmp->data ? tmp->data : "", tmp->len) != 0) {
+                    run_oom(r, 0); /* a literal never gives up */
+                    return -1;
+                }
                 split_piece(r, tmp->data ? tmp->data : "", tmp->len, p->at_start,
                             KRT_SPLIT_MERGED_WITH_NEXT, 0, out);
             } else {
@@ -512,8 +561,13 @@ static int encode_text(hf_run *r, const char *text, size_t len, krt_tok_ids *out
             continue;
         }
         ks_buf *norm = &r->tmp[0];
-        norm->len = 0;
-        if (krt_tok_hf_normalize(r->t, &r->m, s, p->len, norm)) {
+        norm->len = 0; /* a failure stays: the run fails */
+        int nrc = krt_tok_hf_normalize(r->t, &r->m, s, p->len, norm);
+        if (nrc == -2) {
+            run_oom(r, 0);
+            return -1;
+        }
+        if (nrc) {
             report(r, "cannot encode: the %s regex gave up (backtracking limit)", "normalizer");
             return -1;
         }
@@ -535,28 +589,58 @@ static int encode_text(hf_run *r, const char *text, size_t len, krt_tok_ids *out
     return 0;
 }
 
+/* The first failure of the run's memory: bytes asked for (1: not known), or 0. */
+static size_t run_failed(const hf_run *r)
+{
+    size_t f[] = {r->oom,
+                  r->lists[0].failed,
+                  r->lists[0].text.failed,
+                  r->lists[1].failed,
+                  r->lists[1].text.failed,
+                  r->tmp[0].failed,
+                  r->tmp[1].failed,
+                  r->w.failed,
+                  r->w.scratch.failed};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i]) return f[i];
+    return 0;
+}
+
 int krt_tok_encode_hf(const krt_tok *t, const char *text, size_t len, int flags, krt_tok_ids *out,
                       ks_diag *d)
 {
-    hf_run r = {0};
+    hf_run r = {.w = KRT_TOK_WORK_INIT};
     r.t = t;
     r.hf = t->hf;
     r.d = d;
-    krt_tok_matcher_init(&r.m);
-    ks_buf repaired = {0};
-    if (!krt_tok_utf8_is_valid(text, len)) {
+    r.lists[0].text.fallible = r.lists[1].text.fallible = r.tmp[0].fallible = r.tmp[1].fallible = 1;
+    size_t mark = out->len, in_len = len;
+    ks_buf repaired = KS_BUF_TRY;
+    int rc = 0;
+    if (krt_tok_matcher_init(&r.m) != 0) run_oom(&r, 0);
+    if (!r.oom && !krt_tok_utf8_is_valid(text, len)) {
         krt_tok_utf8_lossy(&repaired, text, len);
-        text = repaired.data;
+        text = repaired.data ? repaired.data : "";
         len = repaired.len;
+        if (repaired.failed) run_oom(&r, repaired.failed);
     }
-    size_t mark = out->len;
     int add = (flags & KRT_TOK_ADD_SPECIAL) && r.hf->post == KRT_POST_TEMPLATE;
-    if (add)
+    if (!r.oom && add)
         for (size_t i = 0; i < r.hf->n_post_before; i++) krt_tok_ids_push(out, r.hf->post_before[i]);
-    int rc = encode_text(&r, text, len, out);
+    if (!r.oom) rc = encode_text(&r, text, len, out);
     if (rc == 0 && add)
         for (size_t i = 0; i < r.hf->n_post_after; i++) krt_tok_ids_push(out, r.hf->post_after[i]);
-    if (rc) out->len = mark;
+    size_t failed = run_failed(&r) ? run_failed(&r) : out->failed;
+    if (failed) {
+        char what[64];
+        snprintf(what, sizeof what, "encoding %zu bytes of text", in_len);
+        if (d) ks_error_oom(d, t->name, failed > 1 ? failed : 0, what);
+        rc = -1;
+    }
+    if (rc) {
+        out->len = mark;
+        out->failed = 0;
+    }
     ks_buf_free(&repaired);
     run_free(&r);
     return rc;
@@ -570,24 +654,31 @@ typedef struct tok_span {
 } tok_span;
 
 typedef struct tok_list {
-    ks_buf text;    /* the strings' bytes */
+    ks_buf text;    /* the strings' bytes (fallible) */
     tok_span *s;    /* [n] each string */
     size_t n;       /* strings */
     size_t cap;     /* allocated */
+    size_t failed;  /* 0, or the bytes a growth of s could not get (strings are missing) */
 } tok_list;
 
+/* A string is added only with its bytes (as list_add). */
 static void tl_add(tok_list *l, const char *s, size_t n)
 {
-    KS_GROW(l->s, l->n + 1, l->cap, (size_t)1 << 40, "decoded tokens");
-    l->s[l->n].off = l->text.len;
+    if (l->failed) return;
+    if (KS_TRY_GROW(l->s, l->n + 1, l->cap, (size_t)1 << 40) != 0) {
+        l->failed = (l->n + 1) * sizeof *l->s;
+        return;
+    }
+    size_t off = l->text.len;
+    if (n && ks_buf_put(&l->text, s, n) != 0) return; /* l->text.failed */
+    l->s[l->n].off = off;
     l->s[l->n].len = n;
     l->n++;
-    put(&l->text, s, n);
 }
 
 static void tl_clear(tok_list *l)
 {
-    l->text.len = 0;
+    l->text.len = 0; /* a failure stays: the decode fails */
     l->n = 0;
 }
 
@@ -628,10 +719,12 @@ static void flush_bytes(tok_list *out, ks_buf *bytes)
     bytes->len = 0;
 }
 
+/* One decoder over in into out. Out of memory: out, b or *oom (bytes; 1
+ * when not known) records it. */
 static void run_decoder(krt_tok_matcher *m, const krt_tok_dec *dec, const tok_list *in,
-                        tok_list *out)
+                        tok_list *out, size_t *oom)
 {
-    ks_buf b = {0};
+    ks_buf b = KS_BUF_TRY;
     switch (dec->kind) {
     case KRT_DEC_BYTELEVEL:
         for (size_t i = 0; i < in->n; i++) {
@@ -656,9 +749,10 @@ static void run_decoder(krt_tok_matcher *m, const krt_tok_dec *dec, const tok_li
             }
         }
         {
-            ks_buf fixed = {0};
+            ks_buf fixed = KS_BUF_TRY;
             krt_tok_utf8_lossy(&fixed, b.data ? b.data : "", b.len);
             tl_add(out, fixed.data ? fixed.data : "", fixed.len);
+            if (fixed.failed && !*oom) *oom = fixed.failed;
             ks_buf_free(&fixed);
         }
         break;
@@ -667,7 +761,9 @@ static void run_decoder(krt_tok_matcher *m, const krt_tok_dec *dec, const tok_li
             const char *s = tl_str(in, i);
             size_t n = in->s[i].len;
             b.len = 0;
-            if (krt_tok_find_all(m, &dec->pattern, s, n)) m->n_spans = 0;
+            int frc = krt_tok_find_all(m, &dec->pattern, s, n);
+            if (frc == -2 && !*oom) *oom = 1;
+            if (frc) m->n_spans = 0;
             size_t at = 0;
             for (size_t k = 0; k < m->n_spans; k++) {
                 put(&b, s + at, m->spans[k].start - at);
@@ -701,8 +797,14 @@ static void run_decoder(krt_tok_matcher *m, const krt_tok_dec *dec, const tok_li
             /* Character boundaries. */
             size_t nch = 0;
             for (size_t k = 0; k < n; k += krt_tok_utf8_char_len((const uint8_t *)s + k, n - k)) nch++;
-            size_t *at = ks_xmalloc((nch + 1) * sizeof *at);
-            uint32_t *cps = ks_xmalloc((nch + 1) * sizeof *cps);
+            size_t *at = ks_try_calloc(nch + 1, sizeof *at);
+            uint32_t *cps = ks_try_calloc(nch + 1, sizeof *cps);
+            if (!at || !cps) {
+                if (!*oom) *oom = (nch + 1) * (sizeof *at + sizeof *cps);
+                free(at);
+                free(cps);
+                break;
+            }
             size_t c = 0;
             for (size_t k = 0; k < n;) {
                 size_t l;
@@ -745,6 +847,7 @@ static void run_decoder(krt_tok_matcher *m, const krt_tok_dec *dec, const tok_li
         }
         break;
     }
+    if (b.failed && !*oom) *oom = b.failed;
     ks_buf_free(&b);
 }
 
@@ -753,6 +856,8 @@ void krt_tok_decode_hf(const krt_tok *t, const int32_t *ids, size_t n, int flags
     const krt_tok_hf *hf = t->hf;
     tok_list lists[2];
     memset(lists, 0, sizeof lists);
+    lists[0].text.fallible = lists[1].text.fallible = 1;
+    size_t oom = 0; /* what else ran out: bytes (1: not known) */
     int cur = 0;
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
@@ -760,7 +865,7 @@ void krt_tok_decode_hf(const krt_tok *t, const int32_t *ids, size_t n, int flags
         if ((flags & KRT_TOK_SKIP_SPECIAL) && t->special[id]) continue;
         tl_add(&lists[0], t->pieces[id].p, t->pieces[id].len);
     }
-    ks_buf joined = {0};
+    ks_buf joined = KS_BUF_TRY;
     if (!hf->has_decoder) {
         for (size_t i = 0; i < lists[0].n; i++) {
             if (i) put(&joined, " ", 1);
@@ -768,16 +873,21 @@ void krt_tok_decode_hf(const krt_tok *t, const int32_t *ids, size_t n, int flags
         }
     } else {
         krt_tok_matcher m;
-        krt_tok_matcher_init(&m);
-        for (size_t k = 0; k < hf->n_decs; k++) {
+        if (krt_tok_matcher_init(&m) != 0) oom = 1;
+        for (size_t k = 0; k < hf->n_decs && !oom; k++) {
             tl_clear(&lists[!cur]);
-            run_decoder(&m, &hf->decs[k], &lists[cur], &lists[!cur]);
+            run_decoder(&m, &hf->decs[k], &lists[cur], &lists[!cur], &oom);
             cur = !cur;
         }
         krt_tok_matcher_free(&m);
         for (size_t i = 0; i < lists[cur].n; i++) put(&joined, tl_str(&lists[cur], i), lists[cur].s[i].len);
     }
-    krt_tok_utf8_lossy(out, joined.data ? joined.data : "", joined.len);
+    size_t f[] = {oom, lists[0].failed, lists[0].text.failed, lists[1].failed, lists[1].text.failed, joined.failed};
+    for (size_t i = 0; i < sizeof f / sizeof f[0] && !oom; i++) oom = f[i];
+    if (oom)
+        ks_buf_fail(out, oom > 1 ? oom : 0); /* the text would be wrong: none */
+    else
+        krt_tok_utf8_lossy(out, joined.data ? joined.data : "", joined.len);
     ks_buf_put(out, "", 0); /* NUL-terminated even when nothing was added */
     ks_buf_free(&joined);
     tl_free(&lists[0]);

@@ -37,8 +37,9 @@ typedef struct krt_tok_str {
  * for the entries the file declares. */
 typedef ks_hmap krt_tok_strmap;
 
-/* Room for n keys, and no more. */
-void krt_tok_strmap_init(krt_tok_strmap *m, ks_arena *a, size_t n);
+/* Room for n keys, and no more: 0, or -1 when out of memory (a fallible arena's).
+ * The puts then allocate nothing. */
+int krt_tok_strmap_init(krt_tok_strmap *m, ks_arena *a, size_t n);
 /* Insert or overwrite (the later of two equal keys wins, as in a JSON
  * object read into a hash map). Returns the previous value or -1. */
 int32_t krt_tok_strmap_put(krt_tok_strmap *m, const char *key, size_t len, int32_t val);
@@ -58,7 +59,7 @@ typedef ks_hmap krt_tok_pairmap;
 /* Two 32-bit numbers as one 64-bit key or value, the first in the high half. */
 static inline uint64_t krt_tok_pair(int32_t hi, int32_t lo) { return (uint64_t)(uint32_t)hi << 32 | (uint32_t)lo; }
 
-void krt_tok_pairmap_init(krt_tok_pairmap *m, ks_arena *a, size_t n);
+int krt_tok_pairmap_init(krt_tok_pairmap *m, ks_arena *a, size_t n); /* as krt_tok_strmap_init */
 void krt_tok_pairmap_put(krt_tok_pairmap *m, int32_t left, int32_t right, int32_t rank, int32_t merged);
 /* Whether the pair merges; if so its rank (merge priority, lower first: the merge's
  * line in the list) and the id of left + right. Inline, as krt_tok_strmap_get. */
@@ -81,7 +82,8 @@ size_t krt_tok_utf8_valid_len(const uint8_t *s, size_t n, uint32_t *cp);
 /* Bytes of the "character" at s: a valid sequence, or 1 for a stray byte. */
 size_t krt_tok_utf8_char_len(const uint8_t *s, size_t n);
 /* Append s with every invalid part replaced by U+FFFD, one per maximal
- * invalid subpart (Rust's String::from_utf8_lossy). */
+ * invalid subpart (Rust's String::from_utf8_lossy). A fallible out that
+ * cannot grow is marked failed. */
 void krt_tok_utf8_lossy(ks_buf *out, const char *s, size_t n);
 /* 1 when s[0..n) is valid UTF-8. */
 int krt_tok_utf8_is_valid(const char *s, size_t n);
@@ -117,6 +119,8 @@ typedef struct krt_tok_matcher {
     krt_tok_span *spans;       /* matches of the last krt_tok_find_all */
     size_t n_spans;            /* matches stored */
     size_t cap_spans;          /* spans allocated */
+    pcre2_general_context *gctx; /* PCRE2's allocations through support's (fallible, counted by the fault
+                                    injection); NULL until a regex needs it */
 } krt_tok_matcher;
 
 /* Compile `re` (regex) into p; reports `what: ...` through d and returns -1. */
@@ -124,13 +128,14 @@ int krt_tok_pattern_regex(krt_tok_pattern *p, const char *re, size_t len, ks_dia
                           const char *file, const char *what);
 void krt_tok_pattern_literal(krt_tok_pattern *p, const char *s, size_t len);
 void krt_tok_pattern_free(krt_tok_pattern *p);
-void krt_tok_matcher_init(krt_tok_matcher *m);
+/* 0, or -1 when out of memory (m then frees cleanly). */
+int krt_tok_matcher_init(krt_tok_matcher *m);
 void krt_tok_matcher_free(krt_tok_matcher *m);
 /* Every non-overlapping match of p in s[0..n) (valid UTF-8), left to right,
- * into m->spans. Returns 0, or -1 when the regex engine gave up (match
- * limit): the text is then left unsplit. */
+ * into m->spans. Returns 0; -1 when the regex engine gave up (match limit):
+ * the text is then left unsplit; -2 when out of memory (no spans). */
 int krt_tok_find_all(krt_tok_matcher *m, const krt_tok_pattern *p, const char *s, size_t n);
-/* 1 when the regex p matches the whole character at s[0..n). */
+/* 1 when the regex p matches the whole character at s[0..n), else 0; -2 out of memory. */
 int krt_tok_char_matches(krt_tok_matcher *m, const krt_tok_pattern *p, const char *s, size_t n);
 
 /* ---- the Hugging Face pipeline (tokenizer_json.c builds, tokenizer_hf.c runs) */
@@ -284,15 +289,17 @@ struct krt_tok {
 int krt_tok_load_hf(krt_tok *t, const char *data, size_t len, ks_diag *d);
 int krt_tok_load_llama2c(krt_tok *t, const uint8_t *data, size_t len, ks_diag *d);
 
-/* Encoders: append ids to out. */
+/* Encoders: append ids to out; on failure (reported) out is as it was. */
 int krt_tok_encode_hf(const krt_tok *t, const char *text, size_t len, int flags, krt_tok_ids *out,
                       ks_diag *d);
-void krt_tok_encode_llama2c(const krt_tok *t, const char *text, size_t len, int flags,
-                            krt_tok_ids *out);
-/* Decoders: append valid UTF-8 to out. */
+int krt_tok_encode_llama2c(const krt_tok *t, const char *text, size_t len, int flags, krt_tok_ids *out,
+                           ks_diag *d);
+/* Decoders: append valid UTF-8 to out (out of memory: ks_buf_fail(out)). */
 void krt_tok_decode_hf(const krt_tok *t, const int32_t *ids, size_t n, int flags, ks_buf *out);
 void krt_tok_decode_llama2c(const krt_tok *t, const int32_t *ids, size_t n, int flags, ks_buf *out);
-/* Apply the normalizers to s[0..n), appending to out (used for added tokens too). */
+/* Apply the normalizers to s[0..n), appending to out (used for added tokens
+ * too). 0; -1 when a regex gave up; -2 out of memory (out, if fallible, may
+ * be marked failed instead: the caller checks both). */
 int krt_tok_hf_normalize(const krt_tok *t, krt_tok_matcher *m, const char *s, size_t n, ks_buf *out);
 
 /* ---- BPE merge loops (tokenizer_bpe.c) -------------------------------------- */
@@ -322,19 +329,26 @@ typedef struct krt_tok_work {
     krt_tok_cand *heap;  /* binary heap of candidates */
     size_t n_heap;       /* entries in use */
     size_t cap_heap;     /* allocated */
-    ks_buf scratch;      /* concatenations for llama2.c lookups */
+    ks_buf scratch;      /* concatenations for llama2.c lookups (fallible) */
+    size_t failed;       /* 0, or the bytes a growth could not get: symbols or candidates are missing, so the
+                            result is wrong (sticky: the caller checks it, with scratch.failed, at the end) */
 } krt_tok_work;
 
+#define KRT_TOK_WORK_INIT {.scratch = KS_BUF_TRY} /* an empty krt_tok_work */
+
 void krt_tok_work_free(krt_tok_work *w);
-void krt_tok_work_push_sym(krt_tok_work *w, int32_t id, uint32_t len);
+void krt_tok_work_push_sym(krt_tok_work *w, int32_t id, uint32_t len); /* out of memory: w->failed */
 /* Hugging Face's Word::merge_all: merge by rank until no pair merges. */
 void krt_tok_merge_ranked(krt_tok_work *w, const krt_tok_pairmap *merges);
 /* llama2.c's encode loop: merge the best-scoring pair (leftmost among
  * equals) whose concatenation is a vocabulary entry, until none is. */
 void krt_tok_merge_scored(krt_tok_work *w, const krt_tok *t);
-/* Append the live symbols' ids to out. */
+/* Append the live symbols' ids to out (out of memory: out->failed). */
 void krt_tok_work_emit(const krt_tok_work *w, krt_tok_ids *out);
+/* 1 when w or its scratch ran out of memory. */
+static inline int krt_tok_work_failed(const krt_tok_work *w) { return w->failed || w->scratch.failed; }
 
-void krt_tok_ids_push(krt_tok_ids *v, int32_t id);
+/* Append id: 0, or -1 when out of memory (v->failed set; v as it was). */
+int krt_tok_ids_push(krt_tok_ids *v, int32_t id);
 
 #endif

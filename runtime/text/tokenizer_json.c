@@ -9,7 +9,10 @@
  * JSON (`model.merges[12]: ...`): JSON syntax (with line and column), the
  * model type, every component type, the types of the fields it reads,
  * merges whose parts or result are not in the vocabulary, ids out of
- * range, and regexes PCRE2 cannot compile. */
+ * range, and regexes PCRE2 cannot compile. Out of memory too: the
+ * tokenizer's arena is fallible, every allocation is checked, and the first
+ * that fails ends the load with `name: error: out of memory (...)`, nothing
+ * left allocated (cJSON's own allocations failing read as invalid JSON). */
 #include "runtime/text/tokenizer_internal.h"
 
 #include <cjson/cJSON.h>
@@ -27,25 +30,37 @@ typedef struct json_ctx {
     krt_tok_str *vkeys; /* [n_vkeys] model vocabulary entries in file order */
     int32_t *vids;      /* [n_vkeys] their ids */
     size_t n_vkeys;     /* entries read */
+    int oom;            /* out of memory was reported: the load fails */
 } json_ctx;
+
+/* Out of memory (bytes the allocation asked for, 0 when not known): reported
+ * once, for the whole load. Returns -1. */
+static int nomem(json_ctx *c, size_t bytes)
+{
+    if (!c->oom) ks_error_oom(c->d, c->t->name, bytes ? bytes : c->t->arena.failed, "the tokenizer");
+    c->oom = 1;
+    return -1;
+}
 
 KS_PRINTF(3, 4) static int fail(json_ctx *c, const char *path, const char *fmt, ...)
 {
-    ks_buf b = {0};
+    ks_buf b = KS_BUF_TRY;
     va_list ap;
     va_start(ap, fmt);
     ks_buf_vprintf(&b, fmt, ap);
     va_end(ap);
-    ks_error(c->d, c->t->name, "%s: %s", path, b.data ? b.data : "");
+    ks_error(c->d, c->t->name, "%s: %s", path, ks_buf_cstr(&b));
     ks_buf_free(&b);
     return -1;
 }
 
+/* s[0..n) copied into the tokenizer's arena; p NULL when out of memory (reported). */
 static krt_tok_str arena_str(json_ctx *c, const char *s, size_t n)
 {
     krt_tok_str r;
     r.p = ks_arena_strndup(&c->t->arena, s, n);
     r.len = (uint32_t)n;
+    if (!r.p) nomem(c, n + 1);
     return r;
 }
 
@@ -147,6 +162,7 @@ static int read_pattern(json_ctx *c, const cJSON *obj, const char *path, krt_tok
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
     if (cJSON_IsString(s)) {
         krt_tok_str lit = arena_str(c, s->valuestring, strlen(s->valuestring));
+        if (!lit.p) return -1;
         krt_tok_pattern_literal(out, lit.p, lit.len);
         return 0;
     }
@@ -192,7 +208,7 @@ static int read_char(json_ctx *c, const cJSON *obj, const char *path, const char
         char p[512];
         return fail(c, join_path(p, sizeof p, path, key), "expected a single character");
     }
-    if (text) *text = arena_str(c, s, n);
+    if (text && !(*text = arena_str(c, s, n)).p) return -1;
     if (cp) *cp = ch;
     return 0;
 }
@@ -227,17 +243,19 @@ static int read_component(json_ctx *c, const cJSON *obj, const char *path, int d
     return 0;
 }
 
-/* items[0..*n) copied into a new array in the tokenizer's arena with one more, zeroed,
- * element after them; *n counts it. Copying is fine: a tokenizer has a handful of each
- * component. APPEND(c, items, n) does that and gives the new element. */
-static void *append(json_ctx *c, void *items, size_t *n, size_t size)
+/* *items[0..*n) copied into a new array in the tokenizer's arena with one more, zeroed,
+ * element after them, which it returns; *n counts it. Copying is fine: a tokenizer has a
+ * handful of each component. NULL when out of memory (reported), *items and *n as they
+ * were. APPEND(c, items, n) calls it for an array `items` of `n`. */
+static void *append(json_ctx *c, void **items, size_t *n, size_t size)
 {
     char *grown = ks_arena_alloc(&c->t->arena, (*n + 1) * size);
-    if (*n) memcpy(grown, items, *n * size);
-    (*n)++;
-    return grown;
+    if (!grown) return nomem(c, (*n + 1) * size), NULL;
+    if (*n) memcpy(grown, *items, *n * size);
+    *items = grown;
+    return grown + (*n)++ * size;
 }
-#define APPEND(c, items, n) ((items) = append((c), (items), &(n), sizeof *(items)), &(items)[(n)-1])
+#define APPEND(c, items, n) append((c), (void **)&(items), &(n), sizeof *(items))
 
 /* A Replace normalizer's or decoder's "pattern" and "content" (the text put in its place). */
 static int read_replace(json_ctx *c, const cJSON *obj, const char *path, krt_tok_pattern *pattern,
@@ -251,15 +269,16 @@ static int read_replace(json_ctx *c, const cJSON *obj, const char *path, krt_tok
     }
     if (read_pattern(c, obj, path, pattern)) return -1;
     *text = arena_str(c, s, strlen(s));
-    return 0;
+    return text->p ? 0 : -1;
 }
 
 /* ---- normalizer ----------------------------------------------------------------- */
 
+/* A new normalizer (NULL: out of memory, reported). */
 static krt_tok_norm *new_norm(json_ctx *c, krt_tok_norm_kind kind)
 {
     krt_tok_norm *n = APPEND(c, c->hf->norms, c->hf->n_norms);
-    n->kind = kind;
+    if (n) n->kind = kind;
     return n;
 }
 
@@ -271,12 +290,13 @@ static int read_one_normalizer(json_ctx *c, const cJSON *obj, const char *path, 
         const char *s;
         if (get_string(c, obj, path, "prepend", &s)) return -1;
         if (!s) return fail(c, join_path(p, sizeof p, path, "prepend"), "expected a string");
-        new_norm(c, KRT_NORM_PREPEND)->text = arena_str(c, s, strlen(s));
+        krt_tok_norm *n = new_norm(c, KRT_NORM_PREPEND);
+        if (!n || !(n->text = arena_str(c, s, strlen(s))).p) return -1;
         return 0;
     }
     if (strcmp(type, "Replace") == 0) {
         krt_tok_norm *n = new_norm(c, KRT_NORM_REPLACE);
-        return read_replace(c, obj, path, &n->pattern, &n->text);
+        return n ? read_replace(c, obj, path, &n->pattern, &n->text) : -1;
     }
     if (strcmp(type, "Strip") == 0) {
         int l, r;
@@ -284,14 +304,12 @@ static int read_one_normalizer(json_ctx *c, const cJSON *obj, const char *path, 
             get_bool(c, obj, path, "strip_right", 1, &r))
             return -1;
         krt_tok_norm *n = new_norm(c, KRT_NORM_STRIP);
+        if (!n) return -1;
         n->left = l;
         n->right = r;
         return 0;
     }
-    if (strcmp(type, "ByteLevel") == 0) {
-        new_norm(c, KRT_NORM_BYTELEVEL);
-        return 0;
-    }
+    if (strcmp(type, "ByteLevel") == 0) return new_norm(c, KRT_NORM_BYTELEVEL) ? 0 : -1;
     return fail(c, join_path(p, sizeof p, path, "type"),
                 "unsupported normalizer '%s' (kiln reads Sequence, Prepend, Replace, Strip, ByteLevel)",
                 type);
@@ -299,10 +317,16 @@ static int read_one_normalizer(json_ctx *c, const cJSON *obj, const char *path, 
 
 /* ---- pre-tokenizer ---------------------------------------------------------------- */
 
-static krt_tok_pretok *new_pretok(json_ctx *c, krt_tok_pretok_kind kind)
+/* A new pre-tokenizer that owns *pat (NULL: out of memory, reported; *pat freed). */
+static krt_tok_pretok *new_pretok(json_ctx *c, krt_tok_pretok_kind kind, krt_tok_pattern *pat)
 {
     krt_tok_pretok *n = APPEND(c, c->hf->pretoks, c->hf->n_pretoks);
+    if (!n) {
+        krt_tok_pattern_free(pat);
+        return NULL;
+    }
     n->kind = kind;
+    n->pattern = *pat;
     return n;
 }
 
@@ -324,8 +348,8 @@ static int add_regex_split(json_ctx *c, const char *path, const char *re,
 {
     krt_tok_pattern pat;
     if (krt_tok_pattern_regex(&pat, re, strlen(re), c->d, c->t->name, path)) return -1;
-    krt_tok_pretok *p = new_pretok(c, KRT_PRETOK_SPLIT);
-    p->pattern = pat;
+    krt_tok_pretok *p = new_pretok(c, KRT_PRETOK_SPLIT, &pat);
+    if (!p) return -1;
     p->behavior = behavior;
     p->invert = invert;
     return 0;
@@ -368,10 +392,10 @@ static int read_one_pretokenizer(json_ctx *c, const cJSON *obj, const char *path
         if (regex && krt_tok_pattern_regex(&pat, gpt2_pattern, strlen(gpt2_pattern), c->d,
                                            c->t->name, path))
             return -1;
-        krt_tok_pretok *pt = new_pretok(c, KRT_PRETOK_BYTELEVEL);
+        krt_tok_pretok *pt = new_pretok(c, KRT_PRETOK_BYTELEVEL, &pat);
+        if (!pt) return -1;
         pt->add_prefix_space = aps;
         pt->use_regex = regex;
-        pt->pattern = pat;
         return 0;
     }
     if (strcmp(type, "Split") == 0) {
@@ -382,8 +406,8 @@ static int read_one_pretokenizer(json_ctx *c, const cJSON *obj, const char *path
             return -1;
         krt_tok_pattern pat;
         if (read_pattern(c, obj, path, &pat)) return -1;
-        krt_tok_pretok *pt = new_pretok(c, KRT_PRETOK_SPLIT);
-        pt->pattern = pat;
+        krt_tok_pretok *pt = new_pretok(c, KRT_PRETOK_SPLIT, &pat);
+        if (!pt) return -1;
         pt->behavior = behavior;
         pt->invert = invert;
         return 0;
@@ -396,7 +420,9 @@ static int read_one_pretokenizer(json_ctx *c, const cJSON *obj, const char *path
             read_prepend_scheme(c, obj, path, &scheme) ||
             get_bool(c, obj, path, "split", 1, &split))
             return -1;
-        krt_tok_pretok *pt = new_pretok(c, KRT_PRETOK_METASPACE);
+        krt_tok_pattern none = {0};
+        krt_tok_pretok *pt = new_pretok(c, KRT_PRETOK_METASPACE, &none);
+        if (!pt) return -1;
         pt->replacement = rep;
         pt->prepend = scheme;
         pt->split = split;
@@ -428,10 +454,11 @@ static int read_one_pretokenizer(json_ctx *c, const cJSON *obj, const char *path
 
 /* ---- decoder ---------------------------------------------------------------------- */
 
+/* A new decoder (NULL: out of memory, reported). */
 static krt_tok_dec *new_dec(json_ctx *c, krt_tok_dec_kind kind)
 {
     krt_tok_dec *n = APPEND(c, c->hf->decs, c->hf->n_decs);
-    n->kind = kind;
+    if (n) n->kind = kind;
     return n;
 }
 
@@ -439,21 +466,12 @@ static krt_tok_dec *new_dec(json_ctx *c, krt_tok_dec_kind kind)
 static int read_one_decoder(json_ctx *c, const cJSON *obj, const char *path, const char *type)
 {
     char p[512];
-    if (strcmp(type, "ByteLevel") == 0) {
-        new_dec(c, KRT_DEC_BYTELEVEL);
-        return 0;
-    }
-    if (strcmp(type, "ByteFallback") == 0) {
-        new_dec(c, KRT_DEC_BYTEFALLBACK);
-        return 0;
-    }
-    if (strcmp(type, "Fuse") == 0) {
-        new_dec(c, KRT_DEC_FUSE);
-        return 0;
-    }
+    if (strcmp(type, "ByteLevel") == 0) return new_dec(c, KRT_DEC_BYTELEVEL) ? 0 : -1;
+    if (strcmp(type, "ByteFallback") == 0) return new_dec(c, KRT_DEC_BYTEFALLBACK) ? 0 : -1;
+    if (strcmp(type, "Fuse") == 0) return new_dec(c, KRT_DEC_FUSE) ? 0 : -1;
     if (strcmp(type, "Replace") == 0) {
         krt_tok_dec *dec = new_dec(c, KRT_DEC_REPLACE);
-        return read_replace(c, obj, path, &dec->pattern, &dec->text);
+        return dec ? read_replace(c, obj, path, &dec->pattern, &dec->text) : -1;
     }
     if (strcmp(type, "Strip") == 0) {
         uint32_t ch;
@@ -465,6 +483,7 @@ static int read_one_decoder(json_ctx *c, const cJSON *obj, const char *path, con
         v = cJSON_GetObjectItemCaseSensitive(obj, "stop");
         if (v && get_int(c, v, join_path(p, sizeof p, path, "stop"), 0, 1 << 20, &stop)) return -1;
         krt_tok_dec *dec = new_dec(c, KRT_DEC_STRIP);
+        if (!dec) return -1;
         /* Stripping one leading character cuts the same from a window as from
          * the whole text; more, or trailing ones, depend on what comes next. */
         if (start > 1 || stop > 0) c->hf->stream_from_start = 1;
@@ -480,6 +499,7 @@ static int read_one_decoder(json_ctx *c, const cJSON *obj, const char *path, con
             read_prepend_scheme(c, obj, path, &scheme))
             return -1;
         krt_tok_dec *dec = new_dec(c, KRT_DEC_METASPACE);
+        if (!dec) return -1;
         dec->text = rep;
         dec->prepend = scheme;
         return 0;
@@ -493,15 +513,16 @@ static int read_one_decoder(json_ctx *c, const cJSON *obj, const char *path, con
 /* ---- post-processor ----------------------------------------------------------------- */
 
 /* Wrap the current template in `before` ... `after` (a later processor of a
- * Sequence sees the earlier one's output). */
-static void wrap_template(json_ctx *c, const int32_t *before, size_t nb, const int32_t *after,
-                          size_t na)
+ * Sequence sees the earlier one's output). 0, or -1: out of memory (reported). */
+static int wrap_template(json_ctx *c, const int32_t *before, size_t nb, const int32_t *after,
+                         size_t na)
 {
     krt_tok_hf *hf = c->hf;
     int32_t *b = ks_arena_alloc(&c->t->arena, (nb + hf->n_post_before + 1) * sizeof *b);
+    int32_t *a = b ? ks_arena_alloc(&c->t->arena, (na + hf->n_post_after + 1) * sizeof *a) : NULL;
+    if (!a) return nomem(c, 0);
     if (nb) memcpy(b, before, nb * sizeof *b);
     if (hf->n_post_before) memcpy(b + nb, hf->post_before, hf->n_post_before * sizeof *b);
-    int32_t *a = ks_arena_alloc(&c->t->arena, (na + hf->n_post_after + 1) * sizeof *a);
     if (hf->n_post_after) memcpy(a, hf->post_after, hf->n_post_after * sizeof *a);
     if (na) memcpy(a + hf->n_post_after, after, na * sizeof *a);
     hf->post_before = b;
@@ -509,6 +530,7 @@ static void wrap_template(json_ctx *c, const int32_t *before, size_t nb, const i
     hf->post_after = a;
     hf->n_post_after += na;
     hf->post = KRT_POST_TEMPLATE;
+    return 0;
 }
 
 /* ["</s>", 2] */
@@ -564,12 +586,15 @@ static int read_template(json_ctx *c, const cJSON *obj, const char *path)
             snprintf(r, sizeof r, "%s.special_tokens.%s.ids[%zu]", path, name, k);
             int32_t id;
             if ((rc = get_id(c, x, r, &id))) break;
-            KS_GROW(ids[side], n[side] + 1, cap[side], (size_t)1 << 20, "template tokens");
+            if (KS_TRY_GROW(ids[side], n[side] + 1, cap[side], (size_t)1 << 20) != 0) {
+                rc = nomem(c, (n[side] + 1) * sizeof *ids[side]);
+                break;
+            }
             ids[side][n[side]++] = id;
         }
     }
     if (rc == 0 && !seen_a) rc = fail(c, p, "the template has no {\"Sequence\": {\"id\": \"A\"}}");
-    if (rc == 0) wrap_template(c, ids[0], n[0], ids[1], n[1]);
+    if (rc == 0) rc = wrap_template(c, ids[0], n[0], ids[1], n[1]);
     free(ids[0]);
     free(ids[1]);
     return rc;
@@ -585,8 +610,7 @@ static int read_one_post_processor(json_ctx *c, const cJSON *obj, const char *pa
         int32_t cls, sep;
         if (read_cls_sep(c, obj, path, "cls", &cls) || read_cls_sep(c, obj, path, "sep", &sep))
             return -1;
-        wrap_template(c, &cls, 1, &sep, 1);
-        return 0;
+        return wrap_template(c, &cls, 1, &sep, 1);
     }
     return fail(c, join_path(p, sizeof p, path, "type"),
                 "unsupported post-processor '%s' (kiln reads Sequence, ByteLevel, "
@@ -616,12 +640,12 @@ static int read_model(json_ctx *c, const cJSON *model)
     if (get_string(c, model, "model", "unk_token", &s)) return -1;
     if (s) {
         hf->has_unk = 1;
-        hf->unk_token = arena_str(c, s, strlen(s));
+        if (!(hf->unk_token = arena_str(c, s, strlen(s))).p) return -1;
     }
     if (get_string(c, model, "model", "continuing_subword_prefix", &s)) return -1;
-    hf->cont_prefix = arena_str(c, s ? s : "", s ? strlen(s) : 0);
+    if (!(hf->cont_prefix = arena_str(c, s ? s : "", s ? strlen(s) : 0)).p) return -1;
     if (get_string(c, model, "model", "end_of_word_suffix", &s)) return -1;
-    hf->word_suffix = arena_str(c, s ? s : "", s ? strlen(s) : 0);
+    if (!(hf->word_suffix = arena_str(c, s ? s : "", s ? strlen(s) : 0)).p) return -1;
     if (get_bool(c, model, "model", "byte_fallback", 0, &hf->byte_fallback) ||
         get_bool(c, model, "model", "fuse_unk", 0, &hf->fuse_unk) ||
         get_bool(c, model, "model", "ignore_merges", 0, &hf->ignore_merges))
@@ -629,9 +653,10 @@ static int read_model(json_ctx *c, const cJSON *model)
     /* dropout is a training-time option; inference runs without it. */
 
     size_t n_vocab = (size_t)cJSON_GetArraySize(vocab);
-    krt_tok_strmap_init(&t->vocab, &t->arena, n_vocab);
-    c->vkeys = ks_xmalloc((n_vocab + 1) * sizeof *c->vkeys);
-    c->vids = ks_xmalloc((n_vocab + 1) * sizeof *c->vids);
+    if (krt_tok_strmap_init(&t->vocab, &t->arena, n_vocab) != 0) return nomem(c, 0);
+    c->vkeys = ks_try_calloc(n_vocab + 1, sizeof *c->vkeys);
+    c->vids = ks_try_calloc(n_vocab + 1, sizeof *c->vids);
+    if (!c->vkeys || !c->vids) return nomem(c, (n_vocab + 1) * (sizeof *c->vkeys + sizeof *c->vids));
     char p[512];
     for (const cJSON *e = vocab->child; e; e = e->next) {
         int32_t id;
@@ -644,14 +669,15 @@ static int read_model(json_ctx *c, const cJSON *model)
             if (get_id(c, e, p, &id)) return -1;
         }
         krt_tok_str key = arena_str(c, e->string, strlen(e->string));
+        if (!key.p) return -1;
         krt_tok_strmap_put(&t->vocab, key.p, key.len, id);
         c->vkeys[c->n_vkeys] = key;
         c->vids[c->n_vkeys++] = id;
     }
 
     size_t n_merges = (size_t)cJSON_GetArraySize(merges);
-    krt_tok_pairmap_init(&hf->merges, &t->arena, n_merges);
-    ks_buf joined = {0};
+    if (krt_tok_pairmap_init(&hf->merges, &t->arena, n_merges) != 0) return nomem(c, 0);
+    ks_buf joined = KS_BUF_TRY;
     int32_t rank = 0;
     size_t i = 0;
     int rc = 0;
@@ -687,10 +713,14 @@ static int read_model(json_ctx *c, const cJSON *model)
         }
         /* The merged token drops the right part's continuing_subword_prefix. */
         size_t cut = hf->cont_prefix.len <= blen ? hf->cont_prefix.len : blen;
-        joined.len = 0;
+        ks_buf_clear(&joined);
         ks_buf_put(&joined, a, alen);
         ks_buf_put(&joined, b + cut, blen - cut);
-        int32_t im = krt_tok_strmap_get(&t->vocab, joined.data, joined.len);
+        if (joined.failed) {
+            rc = nomem(c, joined.failed);
+            break;
+        }
+        int32_t im = krt_tok_strmap_get(&t->vocab, ks_buf_cstr(&joined), joined.len);
         if (im < 0) {
             rc = fail(c, MERGE_PATH(), "the merged token '%.*s' is not in the vocabulary", (int)joined.len,
                       joined.data);
@@ -724,15 +754,18 @@ static int read_added_tokens(json_ctx *c, const cJSON *list)
     if (!cJSON_IsArray(list)) return fail(c, "added_tokens", "expected an array");
     size_t n = (size_t)cJSON_GetArraySize(list);
     hf->added = ks_arena_alloc(&t->arena, (n + 1) * sizeof *hf->added);
+    if (!hf->added) return nomem(c, 0);
     /* Scratch that keeps this linear: content -> the last token with it, and
      * for each token the previous one with the same content. */
-    ks_arena scratch = {0};
+    ks_arena scratch = {.fallible = 1};
     krt_tok_strmap by_content;
-    krt_tok_strmap_init(&by_content, &scratch, n);
-    int32_t *same_prev = ks_arena_alloc(&scratch, (n + 1) * sizeof *same_prev);
+    int32_t *same_prev = NULL;
+    int rc = 0;
+    if (krt_tok_strmap_init(&by_content, &scratch, n) != 0 ||
+        !(same_prev = ks_arena_alloc(&scratch, (n + 1) * sizeof *same_prev)))
+        rc = nomem(c, scratch.failed);
     int64_t model_size = (int64_t)t->vocab.count, max_added = -1;
     size_t i = 0;
-    int rc = 0;
     char p[512];
     for (const cJSON *e = list->child; e && rc == 0; e = e->next, i++) {
         index_path(p, sizeof p, "added_tokens", i);
@@ -784,6 +817,10 @@ static int read_added_tokens(json_ctx *c, const cJSON *list)
         if (id > max_added) max_added = id;
         if (id > c->max_id) c->max_id = id;
         a.content = arena_str(c, content, a.content.len);
+        if (!a.content.p) {
+            rc = -1;
+            break;
+        }
         a.id = id;
         same_prev[hf->n_added] = last;
         krt_tok_strmap_put(&by_content, a.content.p, a.content.len, (int32_t)hf->n_added);
@@ -793,42 +830,51 @@ static int read_added_tokens(json_ctx *c, const cJSON *list)
     if (rc == 0) {
         /* The last token given an id is the one HF keeps for it: its options
          * and text apply to every match of that id. */
-        ks_hmap last_of_id; /* id -> the last added token with it */
-        ks_hmap_init(&last_of_id, &scratch, hf->n_added, hf->n_added, "added tokens");
-        for (size_t k = 0; k < hf->n_added; k++) *ks_hmap_put_u64(&last_of_id, (uint32_t)hf->added[k].id, NULL) = k;
-        for (size_t k = 0; k < hf->n_added; k++)
-            hf->added[k].owner = (int32_t)*ks_hmap_get_u64(&last_of_id, (uint32_t)hf->added[k].id);
+        ks_hmap last_of_id; /* id -> the last added token with it (with room for them all: puts allocate
+                               nothing) */
+        if (ks_hmap_init(&last_of_id, &scratch, hf->n_added, hf->n_added, "added tokens") != 0) {
+            rc = nomem(c, scratch.failed);
+        } else {
+            for (size_t k = 0; k < hf->n_added; k++) *ks_hmap_put_u64(&last_of_id, (uint32_t)hf->added[k].id, NULL) = k;
+            for (size_t k = 0; k < hf->n_added; k++)
+                hf->added[k].owner = (int32_t)*ks_hmap_get_u64(&last_of_id, (uint32_t)hf->added[k].id);
+        }
     }
     ks_arena_free(&scratch);
     if (rc) return rc;
     /* What encode looks for: normalized tokens are matched in normalized text. */
-    ks_buf norm = {0};
-    for (size_t k = 0; k < hf->n_added; k++) {
+    ks_buf norm = KS_BUF_TRY;
+    for (size_t k = 0; k < hf->n_added && rc == 0; k++) {
         krt_tok_added *a = &hf->added[k];
         a->match = a->content;
         if (!a->normalized || hf->n_norms == 0) continue;
-        norm.len = 0;
-        if (krt_tok_hf_normalize(t, &c->m, a->content.p, a->content.len, &norm)) {
-            ks_buf_free(&norm);
-            return fail(c, "added_tokens", "normalizing '%s' failed (regex limit)", a->content.p);
-        }
-        a->match = arena_str(c, norm.data ? norm.data : "", norm.len);
+        ks_buf_clear(&norm);
+        int nrc = krt_tok_hf_normalize(t, &c->m, a->content.p, a->content.len, &norm);
+        if (nrc == -2 || norm.failed)
+            rc = nomem(c, norm.failed);
+        else if (nrc)
+            rc = fail(c, "added_tokens", "normalizing '%s' failed (regex limit)", a->content.p);
+        else if (!(a->match = arena_str(c, ks_buf_cstr(&norm), norm.len)).p)
+            rc = -1;
     }
     ks_buf_free(&norm);
-    return 0;
+    return rc;
 }
 
 /* Index the added tokens of one kind (raw or normalized) by first byte,
- * longest first, in HF's order (special tokens, then the others). */
-static void build_added_set(json_ctx *c, krt_tok_added_set *set, int normalized)
+ * longest first, in HF's order (special tokens, then the others). 0, or -1:
+ * out of memory (reported). */
+static int build_added_set(json_ctx *c, krt_tok_added_set *set, int normalized)
 {
     krt_tok_hf *hf = c->hf;
     size_t count[257] = {0};
     set->order = ks_arena_alloc(&c->t->arena, (hf->n_added + 1) * sizeof *set->order);
+    int32_t *sorted = set->order ? ks_arena_alloc(&c->t->arena, (hf->n_added + 1) * sizeof *sorted) : NULL;
     set->n = 0;
-    ks_arena scratch = {0};
+    ks_arena scratch = {.fallible = 1};
     krt_tok_strmap seen;
-    krt_tok_strmap_init(&seen, &scratch, hf->n_added);
+    if (!sorted) return nomem(c, 0);
+    if (krt_tok_strmap_init(&seen, &scratch, hf->n_added) != 0) return nomem(c, scratch.failed);
     for (int pass = 0; pass < 2; pass++) /* special first, as HF chains special_tokens first */
         for (size_t k = 0; k < hf->n_added; k++) {
             const krt_tok_added *a = &hf->added[k];
@@ -842,7 +888,6 @@ static void build_added_set(json_ctx *c, krt_tok_added_set *set, int normalized)
         }
     ks_arena_free(&scratch);
     /* Stable counting sort by first byte, then stable insertion by length. */
-    int32_t *sorted = ks_arena_alloc(&c->t->arena, (set->n + 1) * sizeof *sorted);
     uint32_t pos[257];
     set->first[0] = 0;
     for (int b = 0; b < 256; b++) set->first[b + 1] = set->first[b] + (uint32_t)count[b];
@@ -862,6 +907,7 @@ static void build_added_set(json_ctx *c, krt_tok_added_set *set, int normalized)
             sorted[y] = v;
         }
     set->order = sorted;
+    return 0;
 }
 
 static void find_bos_eos(json_ctx *c)
@@ -913,16 +959,20 @@ int krt_tok_load_hf(krt_tok *t, const char *data, size_t len, ks_diag *d)
     c.t = t;
     c.d = d;
     c.max_id = -1;
-    krt_tok_matcher_init(&c.m);
+    cJSON *root = NULL;
+    int rc = 0;
+    /* cJSON reads C strings; data may be any bytes, so work on a NUL-terminated copy. */
+    char *copy = ks_try_malloc(len + 1);
     t->hf = ks_arena_alloc(&t->arena, sizeof *t->hf);
     c.hf = t->hf;
-    /* cJSON reads C strings; data may be any bytes, so work on a NUL-terminated copy. */
-    char *copy = ks_xmalloc(len + 1);
+    if (krt_tok_matcher_init(&c.m) != 0 || !t->hf || !copy) {
+        rc = nomem(&c, copy ? 0 : len + 1);
+        goto done;
+    }
     if (len) memcpy(copy, data, len);
     copy[len] = 0;
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(copy, len, &end, 0);
-    int rc = 0;
+    root = cJSON_ParseWithLengthOpts(copy, len, &end, 0);
     if (!root) {
         json_error_place(&c, copy, len, end, "invalid JSON");
         rc = -1;
@@ -968,7 +1018,11 @@ int krt_tok_load_hf(krt_tok *t, const char *data, size_t len, ks_diag *d)
     }
     t->n_vocab = c.max_id + 1;
     t->pieces = ks_arena_alloc(&t->arena, (size_t)t->n_vocab * sizeof *t->pieces);
-    t->special = ks_arena_alloc(&t->arena, (size_t)t->n_vocab);
+    t->special = t->pieces ? ks_arena_alloc(&t->arena, (size_t)t->n_vocab) : NULL;
+    if (!t->special) {
+        rc = nomem(&c, 0);
+        goto done;
+    }
     /* id -> text from the final map (a key listed twice keeps its later id;
      * of two keys with one id, the later in the file wins). */
     for (size_t i = 0; i < c.n_vkeys; i++)
@@ -986,8 +1040,10 @@ int krt_tok_load_hf(krt_tok *t, const char *data, size_t len, ks_diag *d)
         hf->byte_ids[b] = krt_tok_strmap_get(&t->vocab, name, 6);
     }
     hf->unk_id = hf->has_unk ? krt_tok_strmap_get(&t->vocab, hf->unk_token.p, hf->unk_token.len) : -1;
-    build_added_set(&c, &hf->raw_set, 0);
-    build_added_set(&c, &hf->norm_set, 1);
+    if (build_added_set(&c, &hf->raw_set, 0) != 0 || build_added_set(&c, &hf->norm_set, 1) != 0) {
+        rc = -1;
+        goto done;
+    }
     if (hf->has_single_word &&
         krt_tok_pattern_regex(&hf->word_char, RUST_WORD, strlen(RUST_WORD), d, t->name,
                               "added_tokens")) {

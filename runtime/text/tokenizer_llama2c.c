@@ -62,12 +62,14 @@ int krt_tok_load_llama2c(krt_tok *t, const uint8_t *data, size_t len, ks_diag *d
     t->pieces = ks_arena_alloc(&t->arena, n * sizeof *t->pieces);
     t->scores = ks_arena_alloc(&t->arena, n * sizeof *t->scores);
     t->special = ks_arena_alloc(&t->arena, n);
-    krt_tok_strmap_init(&t->vocab, &t->arena, n);
+    if (!t->pieces || !t->scores || !t->special || krt_tok_strmap_init(&t->vocab, &t->arena, n) != 0)
+        return ks_error_oom(d, t->name, t->arena.failed, "the tokenizer");
     size_t off = 4;
     for (size_t i = 0; i < n; i++) {
         ks_decode_f32(data + off, KS_FLOAT_F32, 1, &t->scores[i]);
         size_t l = (size_t)ks_load_le_i32(data + off + 4);
         char *p = ks_arena_strndup(&t->arena, (const char *)data + off + 8, l);
+        if (!p) return ks_error_oom(d, t->name, t->arena.failed, "the tokenizer");
         t->pieces[i].p = p;
         t->pieces[i].len = (uint32_t)l;
         /* run.c looks pieces up as C strings; of equal strings the lowest id wins. */
@@ -80,11 +82,12 @@ int krt_tok_load_llama2c(krt_tok *t, const uint8_t *data, size_t len, ks_diag *d
     return 0;
 }
 
-void krt_tok_encode_llama2c(const krt_tok *t, const char *text, size_t len, int flags,
-                            krt_tok_ids *out)
+int krt_tok_encode_llama2c(const krt_tok *t, const char *text, size_t len, int flags, krt_tok_ids *out,
+                           ks_diag *d)
 {
     len = strnlen(text, len);
-    krt_tok_work w = {0};
+    size_t mark = out->len;
+    krt_tok_work w = KRT_TOK_WORK_INIT;
     if ((flags & KRT_TOK_ADD_SPECIAL) && t->bos >= 0) krt_tok_work_push_sym(&w, t->bos, 1);
     if (len > 0) {
         int32_t dummy = krt_tok_strmap_get(&t->vocab, " ", 1);
@@ -112,9 +115,19 @@ void krt_tok_encode_llama2c(const krt_tok *t, const char *text, size_t len, int 
         cp_len = 0;
     }
     krt_tok_merge_scored(&w, t);
-    krt_tok_work_emit(&w, out);
+    if (!krt_tok_work_failed(&w)) krt_tok_work_emit(&w, out);
     if ((flags & KRT_TOK_ADD_EOS) && t->eos >= 0) krt_tok_ids_push(out, t->eos);
+    size_t failed = w.failed ? w.failed : w.scratch.failed ? w.scratch.failed : out->failed;
     krt_tok_work_free(&w);
+    if (failed) {
+        out->len = mark;
+        out->failed = 0;
+        char what[64];
+        snprintf(what, sizeof what, "encoding %zu bytes of text", len);
+        if (d) ks_error_oom(d, t->name, failed, what);
+        return -1;
+    }
+    return 0;
 }
 
 /* sscanf(piece, "<0x%02hhX>", &byte) == 1, spelled out. */
@@ -141,7 +154,7 @@ static int parse_byte_piece(const char *p, size_t n, uint8_t *byte)
 
 void krt_tok_decode_llama2c(const krt_tok *t, const int32_t *ids, size_t n, int flags, ks_buf *out)
 {
-    ks_buf raw = {0};
+    ks_buf raw = KS_BUF_TRY;
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i], prev = i > 0 ? ids[i - 1] : -1;
         if (id < 0 || id >= t->n_vocab) continue;
@@ -156,7 +169,10 @@ void krt_tok_decode_llama2c(const krt_tok *t, const int32_t *ids, size_t n, int 
         else if (len)
             ks_buf_put(&raw, p, len);
     }
-    krt_tok_utf8_lossy(out, raw.data ? raw.data : "", raw.len);
+    if (raw.failed)
+        ks_buf_fail(out, raw.failed);
+    else
+        krt_tok_utf8_lossy(out, raw.data ? raw.data : "", raw.len);
     ks_buf_put(out, "", 0); /* NUL-terminated even when nothing was added */
     ks_buf_free(&raw);
 }

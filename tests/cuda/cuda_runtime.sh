@@ -4,6 +4,8 @@
 # (77) without NVRTC or g++.
 #  - tests/session's test_session on the CUDA engine: per-sequence failures, draws on the
 #    device against the CPU sampler, steps with and without CUDA graphs bitwise equal;
+#  - tests/session's test_oom on it: every host allocation of kiln.h's calls failing in turn,
+#    the backend's included, reported as out of memory with nothing changed;
 #  - kiln run: graphs replayed (the stand-in counts them) and the same logits without them;
 #    draws on the device equal to --host-sampling's and to the CPU engine's greedy ids;
 #    the KV cache sized from the device's free memory and reported; out-of-memory messages
@@ -19,7 +21,7 @@
 # cuda_engines_<model>_f32 setup test built (cuda_lib.sh: sm_80,sm_90, kernels alignment-checked).
 . "$(dirname "$0")/../cli/lib.sh"
 . "$(dirname "$0")/cuda_lib.sh"
-: "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}" "${KILN_TEST_SESSION:?}"
+: "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}" "${KILN_TEST_SESSION:?}" "${KILN_TEST_OOM:?}"
 model="$1" engine_dir="$2"
 if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ] || [ -z "${KILN_GXX:-}" ]; then
   echo "skipped: needs NVRTC and g++"; exit 77
@@ -42,6 +44,7 @@ weight_bytes=$(awk '$1 == "weights:" { print $4 }' "$work/inspect.txt")
 export KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$engine_dir/kernels.so"
 
 "$KILN_TEST_SESSION" "$cu" && passes=$((passes+1)) || { echo "FAIL: test_session on the CUDA engine"; failures=$((failures+1)); }
+"$KILN_TEST_OOM" "$cu" && passes=$((passes+1)) || { echo "FAIL: test_oom on the CUDA engine"; failures=$((failures+1)); }
 
 # graphs: captured and replayed, and the same bits as launching each kernel
 ids=1,7,12,31,5,9,40,2,11

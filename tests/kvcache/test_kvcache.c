@@ -158,7 +158,8 @@ static void test_config_errors(void)
     d = quiet_diag(&log);
     CHECK(krt_kv_new(&cfg, &st, &d) == NULL);
     /* 4 blocks x 4 positions x 2 heads x 5 floats x 4 bytes = 640 bytes. */
-    CHECK_STR(ks_buf_cstr(&log), "kv cache: error: out of memory: cannot allocate 640 bytes for layer 0's V storage\n");
+    CHECK_STR(ks_buf_cstr(&log),
+              "kv cache: error: out of memory (allocating 640 bytes for the KV cache: layer 0's V of 4 blocks)\n");
     CHECK(cs.allocs == 1 && cs.frees == 1);
     ks_buf_free(&log);
 
