@@ -323,7 +323,7 @@ static int grow_scratch(krt_session *s, size_t n, ks_diag *d)
 }
 
 /* 1 when no logit of the row is NaN or infinite: a draw from a row that
- * has one is no draw (-1), as on a device that finds only NaN and -inf. */
+ * has one is no draw (-1), as on the device (runtime/cuda/cuda_draw.h). */
 static int all_finite(const float *row, int64_t n)
 {
     float acc = 0;

@@ -6,9 +6,10 @@
  * after a step's kernels when the caller wants ids rather than logits, and
  * only the records come back.
  *
- * The rules are runtime/text/sampler.c's, without the repetition penalty:
- * temperature 0 is the arg max (the lowest id among equals; NaN and -inf
- * logits are never drawn); else the logits are divided by the temperature
+ * A row with a NaN or infinite logit draws no id (-1), as the session's
+ * host draws do: the model has failed, and the caller reports it.
+ * Otherwise the rules are runtime/text/sampler.c's, without the repetition
+ * penalty: temperature 0 is the arg max (the lowest id among equals); else the logits are divided by the temperature
  * (in float, as there), the top_k best kept (ties to the lower id), a
  * softmax in double, the top_p nucleus (the most likely ids while the mass
  * before each is below top_p), and one uniform double from the caller's
@@ -46,7 +47,7 @@ typedef struct krt_cuda_draw_row {
     float temperature; /* in: 0 greedy */
     int32_t top_k;     /* in: 0 all */
     float top_p;       /* in: 1 all */
-    int32_t id;        /* out: the id drawn, -1 when no logit can be */
+    int32_t id;        /* out: the id drawn, -1 when a logit is NaN or infinite */
     uint64_t rng;      /* in/out: the xorshift64* state */
 } krt_cuda_draw_row;
 

@@ -35,6 +35,23 @@ extra4=$!
 ( "$KILN_BIN" build "$model" --target sm_90 --passes none --emit-source "$work/src0" -o "$work/cu0.engine" \
     && compile_kernels "$work/src0" "$work/kernels0.so" ) >"$work/extra0.log" 2>&1 &
 extra0=$!
+# and one whose logits hold a NaN (the tied embedding/output row of id 100): the engine's own
+# graph, so the same kernels
+mkdir -p "$work/nan"
+cp "$model"/config.json "$model"/tokenizer.json "$work/nan/"
+python3 - "$model/model.safetensors" "$work/nan/model.safetensors" <<'PY' || { echo "FAIL: making the NaN checkpoint"; exit 1; }
+import json, struct, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+t = json.loads(data[8:8 + n])["lm_head.weight"]
+assert t["dtype"] == "F32"
+row = 4 * t["shape"][1]
+begin = 8 + n + t["data_offsets"][0] + 100 * row
+data[begin:begin + row] = struct.pack("<f", float("nan")) * (row // 4)
+open(sys.argv[2], "wb").write(data)
+PY
+"$KILN_BIN" build "$work/nan" --target sm_90 -o "$work/nan.engine" >"$work/nan.log" 2>&1 &
+nan_build=$!
 # the engine's memory plan (graph params mem.*) and its weights' bytes, as kiln inspect shows them
 "$KILN_BIN" inspect "$cu" >"$work/inspect.txt" || { echo "FAIL: kiln inspect"; exit 1; }
 arena=$(awk '$1 == "mem.arena_bytes" { print $2 }' "$work/inspect.txt")
@@ -150,6 +167,15 @@ out=$(KILN_EMU_KERNELS="$work/kernels0.so" "$KILN_BIN" run "$work/cu0.engine" --
 expect_same "no plan: greedy ids = the CPU engine's" "$a" "$out"
 grep -q '^kiln: profile: activations: [0-9]* bytes, a buffer per value for steps of up to 9 tokens (the engine has no memory plan)$' \
   "$work/0.err" && passes=$((passes+1)) || { echo "FAIL: no plan: $(cat "$work/0.err")"; failures=$((failures+1)); }
+
+# one NaN logit among finite ones: no token drawn, on the device as on the host, and an error
+wait $nan_build || { echo "FAIL: the NaN engine:"; cat "$work/nan.log"; exit 1; }
+for how in "device draws" "--host-sampling"; do
+  flag=(); [ "$how" = "--host-sampling" ] && flag=(--host-sampling)
+  expect_fail "one NaN logit ($how)" \
+    "kiln: error: the model's logits are NaN or infinite after 2 tokens of sequence 0: no next token" -- \
+    "$KILN_BIN" run "$work/nan.engine" --ids 1,7 -n 4 "${flag[@]}"
+done
 
 # verify on the CUDA backend: every value the engine computes, copied back and compared
 out=$("$KILN_BIN" verify "$model" --target sm_90 --tokens 12 --steps 2); rc=$?
