@@ -294,6 +294,17 @@ run() {
   msg=$("$kiln" run "$work/sm80.engine" --ids 1 -n 2 2>&1 >/dev/null); echo "exit $?: $msg"
   echo "arch error: $msg" >> "$summary"
 
+  echo "== one NaN logit among finite ones (tests/cuda/nan_logit_checkpoint.py): an error, device or host draws"
+  mkdir -p "$work/nan"
+  python3 "$root/tests/cuda/nan_logit_checkpoint.py" "$ts" "$work/nan" \
+    && "$kiln" build "$work/nan" --target sm_90 -o "$work/nan.engine" >/dev/null
+  local how rc
+  for how in "" --host-sampling; do
+    msg=$("$kiln" run "$work/nan.engine" --ids 1,7 -n 4 $how 2>&1 >/dev/null); rc=$?
+    echo "exit $rc: $msg"
+    echo "nan logit (${how:-device draws}): exit $rc: ${msg##*$'\n'}" >> "$summary"
+  done
+
   echo "== prefill and decode timing (tinystories-656k, 300-token prompt, 200 new tokens)"
   local long; long=$(seq -s, 3 302)
   "$kiln" build "$ts" --target sm_90 -o "$work/ts.engine" >/dev/null

@@ -38,18 +38,7 @@ extra0=$!
 # and one whose logits hold a NaN (the tied embedding/output row of id 100): the engine's own
 # graph, so the same kernels
 mkdir -p "$work/nan"
-cp "$model"/config.json "$model"/tokenizer.json "$work/nan/"
-python3 - "$model/model.safetensors" "$work/nan/model.safetensors" <<'PY' || { echo "FAIL: making the NaN checkpoint"; exit 1; }
-import json, struct, sys
-data = bytearray(open(sys.argv[1], "rb").read())
-n = struct.unpack("<Q", data[:8])[0]
-t = json.loads(data[8:8 + n])["lm_head.weight"]
-assert t["dtype"] == "F32"
-row = 4 * t["shape"][1]
-begin = 8 + n + t["data_offsets"][0] + 100 * row
-data[begin:begin + row] = struct.pack("<f", float("nan")) * (row // 4)
-open(sys.argv[2], "wb").write(data)
-PY
+python3 "$(dirname "$0")/nan_logit_checkpoint.py" "$model" "$work/nan" || { echo "FAIL: making the NaN checkpoint"; exit 1; }
 "$KILN_BIN" build "$work/nan" --target sm_90 -o "$work/nan.engine" >"$work/nan.log" 2>&1 &
 nan_build=$!
 # the engine's memory plan (graph params mem.*) and its weights' bytes, as kiln inspect shows them
