@@ -24,11 +24,13 @@
 #         - f32: forked sequences (a shared, half-full KV block copied on write on the device)
 #           against the interpreter (test_cuda --fork-check);
 #         stories260k against llama2.c's own greedy output; an sm_80-only engine on the device
-#         (the architecture error); compute-sanitizer memcheck and racecheck on one model (a
+#         (the architecture error); a logits row with one NaN (an error with device and host
+#         draws: tests/cuda/nan_logit_checkpoint.py); compute-sanitizer memcheck and racecheck on one model (a
 #         12-token prompt: the tiled matmul; decode: the matrix-vector one);
 #       verify — kiln verify --target sm_90 for every model (not in the default: runtime has it);
 #       runtime — runtime_checks below (test_session, draws, kiln verify --target sm_90 for every
-#         model, decode rates with and without graphs, KV sizing, out of memory, sanitizers);
+#         model, decode rates with and without graphs, KV sizing, out of memory on the device and,
+#         test_oom, on the host, sanitizers);
 #       llama8b — bench/llama8b_check.py, given what is left of GPU_CHECK_BUDGET seconds (default
 #         585: the device tool's 600 s a command, less a margin), with a `kiln run --profile`.
 #       Everything goes to $OUT/gpu_check.log; the summary table comes last.
@@ -43,10 +45,11 @@ gpu="$build/gpu"
 prepare() {
   local shared="${KILN_SHARED:-$root/../shared}"
   cmake -S "$root" -B "$build" -G Ninja -DKILN_WERROR=ON >/dev/null || return 1
-  cmake --build "$build" --target kiln golden_test test_cuda test_session || return 1
+  cmake --build "$build" --target kiln golden_test test_cuda test_session test_oom || return 1
   grep -q 'KILN_HAVE_NVRTC:INTERNAL=ON' "$build/CMakeCache.txt" || { echo "kiln was built without NVRTC"; return 1; }
   rm -rf "$gpu" && mkdir -p "$gpu/bin" "$gpu/lib" "$gpu/models" || return 1
-  cp "$build/cli/kiln" "$build/tests/golden/golden_test" "$build/tests/cuda/test_cuda" "$build/tests/session/test_session" "$gpu/bin/"
+  cp "$build/cli/kiln" "$build/tests/golden/golden_test" "$build/tests/cuda/test_cuda" "$build/tests/session/test_session" \
+    "$build/tests/session/test_oom" "$gpu/bin/"
   for lib in libcjson.so.1 libpcre2-8.so.0; do
     local path
     path=$(ldd "$build/cli/kiln" | awk -v l="$lib" '$1 == l { print $3 }')
@@ -212,6 +215,11 @@ runtime_checks() {
   echo "exit $rc: $msg"; echo "KV blocks at the device's size: exit $rc: $(echo "$msg" | tr '\n' ' ')" >> "$summary"
   msg=$("$kiln" run "$ts" --ids 1 -n 1 --max-context 4096 2>&1 >/dev/null); rc=$?
   echo "exit $rc: $msg"; echo "context over the limit: exit $rc: $msg" >> "$summary"
+
+  echo "== out of memory on the host inside kiln.h's calls, on the GPU (tests/session/test_oom ENGINE: each allocation failing once)"
+  timeout "${GPU_OOM_TIMEOUT:-240}" "$gpu/bin/test_oom" "$ts" > "$work/oom.txt" 2>&1; rc=$?
+  tail -3 "$work/oom.txt"
+  echo "test_oom (tinystories-656k, CUDA engine): exit $rc; $(tail -1 "$work/oom.txt")" >> "$summary"
 
   local san=""
   for cand in compute-sanitizer /usr/local/cuda/bin/compute-sanitizer; do command -v "$cand" >/dev/null && { san=$cand; break; }; done
