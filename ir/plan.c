@@ -4,8 +4,10 @@
  * views, `fuse` groups as spans), reading the plan from the graph's params
  * and attributes, writing it there, dropping it, and kir_verify_plan.
  *
- * Requires of kir_plan_read and kir_verify_plan: a graph whose structure
- * kir_verify accepts (known ops, operands before their users, types).
+ * Requires of kir_plan_read and kir_verify_plan: a graph whose every check
+ * but the plan's kir_verify accepts (known ops, operands before their users,
+ * types, attributes as ir/ops.def gives them: kir_verify runs
+ * kir_verify_plan once those pass).
  * Guarantees of kir_plan_read: a plan it returns has both params in range,
  * an offset and a size for every node that states them as ints >= 0, and
  * flags 0 or 1; whether the plan is sound is kir_plan_check's (plan_check.c).
@@ -89,22 +91,14 @@ void kir_group_spans(const kir_graph *g, uint32_t *first, uint32_t *last)
 
 /* ---- the plan in the graph ------------------------------------------------------------ */
 
-/* The keys a plan uses, and nothing else may: a misspelt one is an error,
- * not a plan quietly missing a part. */
-static const char *const node_keys[] = {"mem.offset", "mem.bytes", "mem.alias", "mem.inplace", NULL};
+/* The params a plan uses, and no other mem.* param may be: a misspelt one is
+ * an error, not a plan quietly missing a part. (Its node attributes are
+ * ir/ops.def's, which kir_verify checks like any other.) */
 static const char *const param_keys[] = {"mem.max_tokens", "mem.arena_bytes", "mem.lower_bound_bytes",
                                          "mem.naive_bytes", NULL};
-static const char node_key_list[] = "mem.offset, mem.bytes, mem.alias, mem.inplace";
 static const char param_key_list[] = "mem.max_tokens, mem.arena_bytes, mem.lower_bound_bytes, mem.naive_bytes";
 
 static int is_plan_key(const char *key) { return strncmp(key, "mem.", 4) == 0; }
-
-static int known(const char *const *keys, const char *key)
-{
-    for (int i = 0; keys[i]; i++)
-        if (strcmp(keys[i], key) == 0) return 1;
-    return 0;
-}
 
 int kir_has_plan(const kir_graph *g)
 {
@@ -114,18 +108,6 @@ int kir_has_plan(const kir_graph *g)
         for (uint32_t a = 0; a < g->nodes[v].nattrs; a++)
             if (is_plan_key(g->nodes[v].attrs[a].key)) return 1;
     return 0;
-}
-
-/* An error about node v's part of the plan, "node %v (op): ...". */
-static int node_fail(ks_diag *d, const kir_graph *g, kir_val v, const char *what, const char *fmt, ...)
-    KS_PRINTF(5, 6);
-static int node_fail(ks_diag *d, const kir_graph *g, kir_val v, const char *what, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    kir_node_verror(d, g, v, what ? what : "<ir>", NULL, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 static const char *kind_word(kir_attr_kind k)
@@ -189,40 +171,22 @@ static int read_params(const kir_graph *g, kir_mem_plan *plan, ks_diag *d, const
     return 0;
 }
 
-/* Node v's part of the plan: known keys, ints, offsets and sizes >= 0,
- * flags 0 or 1. */
-static int read_node(const kir_graph *g, kir_val v, kir_mem_plan *plan, ks_diag *d, const char *what)
+/* Node v's part of the plan. kir_verify has checked its mem.* attributes
+ * against ir/ops.def: ints, offsets and sizes >= 0, flags 0 or 1. */
+static void read_node(const kir_graph *g, kir_val v, kir_mem_plan *plan)
 {
     const kir_node *n = &g->nodes[v];
-    int have_bytes = 0;
-    for (uint32_t i = 0; i < n->nattrs; i++) {
-        const kir_attr *a = &n->attrs[i];
-        if (!is_plan_key(a->key)) continue;
-        if (!known(node_keys, a->key))
-            return node_fail(d, g, v, what, "%s is not a memory plan attribute (those are %s)", a->key, node_key_list);
-        if (a->kind != KIR_ATTR_INT)
-            return node_fail(d, g, v, what, "%s is %s, not an int", a->key, kind_word(a->kind));
-        int64_t x = a->u.i;
-        int is_offset = strcmp(a->key, "mem.offset") == 0, is_bytes = strcmp(a->key, "mem.bytes") == 0;
-        if ((is_offset || is_bytes) && x < 0)
-            return node_fail(d, g, v, what, "%s is %lld, a negative byte count", a->key, (long long)x);
-        if (!is_offset && !is_bytes && x != 0 && x != 1)
-            return node_fail(d, g, v, what, "%s is %lld, not 0 or 1", a->key, (long long)x);
-        if (is_offset) {
-            plan->offset[v] = (uint64_t)x;
-        } else if (is_bytes) {
-            plan->bytes[v] = (uint64_t)x;
-            have_bytes = 1;
-        } else if (x) {
-            plan->flags[v] |= strcmp(a->key, "mem.alias") == 0 ? KIR_MEM_ALIAS : KIR_MEM_INPLACE;
-        }
-    }
+    if (kir_attr_has(g, v, KIR_A_ANY_MEM_OFFSET))
+        plan->offset[v] = (uint64_t)kir_attr_int(g, v, KIR_A_ANY_MEM_OFFSET);
     /* a node that does not state its size has the size of its type (the
      * checker then compares the stated ones with that) */
-    if (!have_bytes && n->op != KIR_OP_WEIGHT && kir_value_bytes(n, plan->max_tokens, &plan->bytes[v]) != 0)
+    if (kir_attr_has(g, v, KIR_A_ANY_MEM_BYTES))
+        plan->bytes[v] = (uint64_t)kir_attr_int(g, v, KIR_A_ANY_MEM_BYTES);
+    else if (n->op != KIR_OP_WEIGHT && kir_value_bytes(n, plan->max_tokens, &plan->bytes[v]) != 0)
         plan->bytes[v] = 0;
+    if (kir_attr_int(g, v, KIR_A_ANY_MEM_ALIAS)) plan->flags[v] |= KIR_MEM_ALIAS;
+    if (kir_attr_int(g, v, KIR_A_ANY_MEM_INPLACE)) plan->flags[v] |= KIR_MEM_INPLACE;
     plan->share[v] = plan->flags[v] && n->nin > 0 ? n->in[0] : KIR_NONE;
-    return 0;
 }
 
 int kir_plan_read(const kir_graph *g, kir_mem_plan *plan, ks_diag *d, const char *what)
@@ -234,18 +198,18 @@ int kir_plan_read(const kir_graph *g, kir_mem_plan *plan, ks_diag *d, const char
     if (kir_mem_plan_try_init(&p, g->n_nodes) != 0)
         return ks_error_oom(d, what, (g->n_nodes + 1) * (2 * sizeof(uint64_t) + 1 + sizeof(kir_val)),
                             "the memory plan");
-    int rc = read_params(g, &p, d, what);
-    for (size_t v = 0; v < g->n_nodes && rc == 0; v++) rc = read_node(g, (kir_val)v, &p, d, what);
-    if (rc != 0) {
+    if (read_params(g, &p, d, what) != 0) {
         kir_mem_plan_free(&p);
         return -1;
     }
+    for (size_t v = 0; v < g->n_nodes; v++) read_node(g, (kir_val)v, &p);
     *plan = p;
     return 1;
 }
 
 int kir_verify_plan(const kir_graph *g, ks_diag *d, const char *what)
 {
+    if (!what) what = "<ir>";
     kir_mem_plan p;
     int rc = kir_plan_read(g, &p, d, what);
     if (rc <= 0) return rc < 0;
@@ -256,9 +220,9 @@ int kir_verify_plan(const kir_graph *g, ks_diag *d, const char *what)
     if (rc_check != 0) {
         if (rc_check == -2) d->oom++; /* why says out of memory */
         if (where == KIR_NONE) /* the plan as a whole */
-            ks_error(d, what ? what : "<ir>", "%s", ks_buf_cstr(&why));
+            ks_error(d, what, "%s", ks_buf_cstr(&why));
         else /* why names the node already */
-            kir_node_error_text(d, g, where, what ? what : "<ir>", ks_buf_cstr(&why));
+            kir_node_error_text(d, g, where, what, ks_buf_cstr(&why));
         errors = 1;
     }
     ks_buf_free(&why);

@@ -104,14 +104,14 @@ int kir_plan_check(const kir_graph *g, const kir_mem_plan *plan, ks_buf *why, ki
 /* Does g carry a plan, or any part of one (a mem.* param or attribute)? */
 int kir_has_plan(const kir_graph *g);
 
-/* Read the plan g carries into *plan: the params and each node's mem.*
- * attributes, checked to be what a plan holds (known keys, ints, params
- * present, positive and in range, consistent). Returns 1 with *plan filled
- * (free it), 0 when g carries no plan, or -1 after reporting through d at the
- * node's location, or at `what` (*plan is then empty; out of memory is such
- * an error). g must pass
- * kir_verify's structural checks. Bytes a node does not state (no
- * mem.bytes) are its size at max_tokens. */
+/* Read the plan g carries into *plan: the params, checked to be what a plan
+ * holds (known keys, ints, present, positive and in range, consistent), and
+ * each node's mem.* attributes. Returns 1 with *plan filled (free it), 0 when
+ * g carries no plan, or -1 after reporting through d at `what` (*plan is then
+ * empty; out of memory is such an error). g must pass every check of
+ * kir_verify but the plan's (its mem.* attributes are ir/ops.def's, checked
+ * there). Bytes a node does not state (no mem.bytes) are its size at
+ * max_tokens. */
 int kir_plan_read(const kir_graph *g, kir_mem_plan *plan, ks_diag *d, const char *what);
 
 /* Read and check the plan g carries, reporting the first problem through d
