@@ -54,16 +54,15 @@ int kc_cmd_inspect(int argc, char **argv)
     for (int op = 0; op < KIR_OP_COUNT; op++)
         if (counts[op]) printf(" %s %zu", kir_op_table[op].name, counts[op]);
     printf("\n");
-    /* krt_engine_open verified the graph, and with it the plan it carries */
-    const kir_param *arena = kir_param_find(g, "mem.arena_bytes"), *tokens = kir_param_find(g, "mem.max_tokens");
-    if (arena && tokens)
-        printf("memory plan: arena %lld bytes for steps of up to %lld tokens (verified: every value inside it, no "
+    /* krt_engine_open verified the graph, and with it the plan it carries (read once, into desc) */
+    const krt_desc *desc = &e->desc;
+    if (desc->plan.planned)
+        printf("memory plan: arena %llu bytes for steps of up to %lld tokens (verified: every value inside it, no "
                "two live values in the same bytes)\n",
-               (long long)arena->i, (long long)tokens->i);
+               (unsigned long long)desc->plan.mem.arena_bytes, (long long)desc->plan.max_tokens);
     else
         printf("memory plan: none (each value gets its own place)\n");
     printf("weights:     %zu tensors, %llu bytes\n", e->n_weights, (unsigned long long)e->weight_bytes);
-    const krt_desc *desc = &e->desc;
     size_t per_pos = 0;
     for (int i = 0; i < desc->n_kv_layers; i++)
         per_pos += (size_t)desc->kv_layers[i].kv_heads *
@@ -79,11 +78,6 @@ int kc_cmd_inspect(int argc, char **argv)
     if (!desc->n_eos) printf(" none");
     printf("\n");
     printf("weights as:  %s\n", desc->mixed_weights ? "mixed dtypes" : kir_dtype_name(desc->weight_dtype));
-    if (desc->plan.planned)
-        printf("memory plan: an arena of %llu bytes for steps of up to %lld tokens\n",
-               (unsigned long long)desc->plan.mem.arena_bytes, (long long)desc->plan.max_tokens);
-    else
-        printf("memory plan: none (a buffer per value)\n");
     printf("tokenizer:   %s\n", e->tokenizer ? "embedded" : "none");
     krt_engine_close(e);
     return 0;

@@ -383,7 +383,8 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, kd_b
         cJSON *list = cJSON_AddArrayToObject(meta, parts.meta_key);
         for (int i = 0; i < parts.n_meta_list; i++) cJSON_AddItemToArray(list, cJSON_CreateString(parts.meta_list[i]));
     }
-    cJSON_AddStringToObject(meta, "dtype", kd_weights_dtype(g));
+    const char *dtype = kd_weights_dtype(g);
+    cJSON_AddStringToObject(meta, "dtype", dtype);
     cJSON_AddStringToObject(meta, "model", g->name);
     cJSON_AddStringToObject(meta, "description", m->kiln.name);
     if (in->synthetic) cJSON_AddStringToObject(meta, "weights", "synthetic (the embedded default model)");
@@ -409,7 +410,7 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, kd_b
     if (rc == 0 && info) {
         info->bytes = bytes;
         info->target = target_spec;
-        info->dtype = kd_weights_dtype(g);
+        info->dtype = dtype;
         info->layers = 0;
         for (size_t v = 0; v < g->n_nodes; v++) info->layers += g->nodes[v].op == KIR_OP_ATTENTION;
     }

@@ -66,8 +66,7 @@ static int check_dump_names(const char *list, ks_diag *d)
 static int dump_ir(dump_ctx *c, const char *pass, const kir_graph *g, ks_diag *d)
 {
     int index = c->index++;
-    if (!c->in->dump_after) return 0;
-    if (!wants_dump(c->in, pass) && !(index == 0 && strcmp(c->in->dump_after, "all") == 0)) return 0;
+    if (!wants_dump(c->in, pass)) return 0;
     if (!ks_is_dir(c->in->dump_dir) && mkdir(c->in->dump_dir, 0777) != 0) {
         ks_error(d, c->in->dump_dir, "cannot create the dump folder: %s", strerror(errno));
         return -1;

@@ -392,8 +392,8 @@ static void free_weights(void **w, size_t n)
 }
 
 /* The fused build as an engine for the target in a temporary folder, run through its backend. */
-static int verify_on_target(const kd_inputs *in, kd_model *m, const kir_graph *ref, const void *const *wr,
-                            const kd_verify_opts *o, kd_verify_result *r, ks_diag *d)
+static int verify_on_target(const kd_inputs *in, const kd_target *t, kd_model *m, const kir_graph *ref,
+                            const void *const *wr, const kd_verify_opts *o, kd_verify_result *r, ks_diag *d)
 {
     const char *tmp = getenv("TMPDIR");
     char *dir = ks_path_join(tmp && *tmp ? tmp : "/tmp", "kiln-verify.XXXXXX");
@@ -409,7 +409,7 @@ static int verify_on_target(const kd_inputs *in, kd_model *m, const kir_graph *r
         if (e) {
             if (o->out)
                 fprintf(o->out, "kiln verify: %s, %s passes against none; the fused engine (%s) on the %s backend\n",
-                        m->kiln.name, in->passes ? in->passes : "all", in->target, kd_target_for(in->target, d)->name);
+                        m->kiln.name, in->passes ? in->passes : "all", in->target, t->name);
             rc = kd_verify_engine(ref, wr, e, o, r, d);
             krt_engine_close(e);
         }
@@ -431,7 +431,7 @@ int kd_verify_model(const kd_inputs *in, kd_model *m, const kd_verify_opts *o, k
     if (d->errors) {
         /* reported */
     } else if (t->build) {
-        rc = verify_on_target(in, m, ref, (const void *const *)wr, o, r, d);
+        rc = verify_on_target(in, t, m, ref, (const void *const *)wr, o, r, d);
     } else {
         wt = graph_weights(m, test, d);
         if (!d->errors) {

@@ -121,8 +121,7 @@ kf_value kf_error(kf_lower *L, kf_loc loc, const char *fmt, ...)
 
 /* ---- config values ------------------------------------------------------------ */
 typedef struct kf_reported_origin {
-    kf_doc_id doc;                           /* the document */
-    const char *path;                        /* the value's path in it */
+    const kf_origin *origin;                 /* the config value (by document and path: same_origin) */
     struct kf_reported_origin *next;         /* the one reported before */
 } kf_reported_origin;
 
@@ -175,14 +174,13 @@ kf_value kf_error_value(kf_lower *L, kf_loc loc, kf_value v, const char *fmt, ..
         return kf_err_value();
     }
     for (kf_reported_origin *r = L->reported_origins; r; r = r->next) {
-        if (r->doc == o->doc && strcmp(r->path, o->path) == 0) {
+        if (same_origin(r->origin, o)) {
             ks_buf_free(&b);
             return kf_err_value();
         }
     }
     kf_reported_origin *r = ks_arena_alloc(&L->scratch, sizeof *r);
-    r->doc = o->doc;
-    r->path = o->path;
+    r->origin = o;
     r->next = L->reported_origins;
     L->reported_origins = r;
     ks_error_at(L->d, &L->docs[o->doc].src, line, col, "%s", ks_buf_cstr(&b));

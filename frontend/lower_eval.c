@@ -256,12 +256,8 @@ static kf_value json_int_list(kf_lower *L, const cJSON *j, const kf_origin *o, k
         kf_value item = cJSON_IsNumber(x) ? json_number(x->valuedouble) : kf_err_value();
         if (item.kind != KF_V_INT) {
             bad.origin = kf_origin_element(L, o, (int64_t)i);
-            const char *what = cJSON_IsNumber(x) ? "a number that is not an integer (or too large for one)"
-                               : cJSON_IsString(x) ? "a string"
-                               : cJSON_IsBool(x)   ? "a bool"
-                               : cJSON_IsNull(x)   ? "null"
-                               : cJSON_IsArray(x)  ? "an array"
-                                                   : "an object";
+            const char *what =
+                cJSON_IsNumber(x) ? "a number that is not an integer (or too large for one)" : json_kind(x);
             return kf_error_value(L, loc, bad,
                                   "'%s' is %s: only an array of integers is read whole (a list of ints); read other "
                                   "arrays by index",

@@ -21,29 +21,6 @@
 
 #include <string.h>
 
-/* ---- a set of strings, for names and name patterns ------------------------------ */
-typedef struct str_map {
-    const char **keys; /* open addressing; NULL: empty */
-    size_t *vals;      /* the value of each key */
-    size_t cap;        /* a power of two, at least twice the keys */
-} str_map;
-
-static void map_init(kf_lower *L, str_map *m, size_t n)
-{
-    m->cap = 16;
-    while (m->cap < 2 * n) m->cap *= 2;
-    m->keys = ks_arena_alloc(&L->scratch, m->cap * sizeof *m->keys);
-    m->vals = ks_arena_alloc(&L->scratch, m->cap * sizeof *m->vals);
-}
-
-/* The slot of key: the one holding it, or the empty one where it goes. */
-static size_t map_slot(const str_map *m, const char *key)
-{
-    size_t h = (size_t)ks_hash64(KS_HASH_SEED, key, strlen(key)) & (m->cap - 1);
-    while (m->keys[h] && strcmp(m->keys[h], key) != 0) h = (h + 1) & (m->cap - 1);
-    return h;
-}
-
 /* ---- templates -------------------------------------------------------------------- */
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
@@ -133,8 +110,8 @@ void kf_check_unused(kf_lower *L, const kf_file *f, kf_binding *const *bound)
         n_used += (size_t)w->n_inst;
         if (it->is_layer) n_templates += it->n_srcs;
     }
-    str_map used;
-    map_init(L, &used, n_used);
+    ks_hmap used; /* the tensor names the weights read (support's map, in the scratch arena) */
+    ks_hmap_init(&used, &L->scratch, n_used, n_used, "weight tensors");
     const char **templates = ks_arena_alloc(&L->scratch, (n_templates + 1) * sizeof *templates);
     const char **ignore = ks_arena_alloc(&L->scratch, (n_ignore + 1) * sizeof *ignore);
     n_templates = n_ignore = 0;
@@ -145,7 +122,7 @@ void kf_check_unused(kf_lower *L, const kf_file *f, kf_binding *const *bound)
         if (it->kind != KF_ITEM_WEIGHT || !bound[i]) continue;
         const kf_weight *w = bound[i]->weight;
         for (int64_t l = 0; l < w->n_inst; l++)
-            if (w->inst[l].present) used.keys[map_slot(&used, w->inst[l].tensor)] = w->inst[l].tensor;
+            if (w->inst[l].present) ks_hmap_put_str(&used, w->inst[l].tensor, strlen(w->inst[l].tensor), NULL);
         if (it->is_layer)
             for (size_t k = 0; k < it->n_srcs; k++) templates[n_templates++] = it->srcs[k]->tensor;
     }
@@ -154,15 +131,15 @@ void kf_check_unused(kf_lower *L, const kf_file *f, kf_binding *const *bound)
     int64_t past = -1;
     const char *past_name = NULL;
     /* The rest, grouped: groups[g] in order of first appearance, counts[g] tensors each. */
-    str_map groups;
-    map_init(L, &groups, n_tensors);
+    ks_hmap groups; /* a group's name -> its index in group_names */
+    ks_hmap_init(&groups, &L->scratch, n_tensors, n_tensors, "tensor groups");
     const char **group_names = ks_arena_alloc(&L->scratch, (n_tensors + 1) * sizeof *group_names);
     const char **group_first = ks_arena_alloc(&L->scratch, (n_tensors + 1) * sizeof *group_first);
     size_t *counts = ks_arena_alloc(&L->scratch, (n_tensors + 1) * sizeof *counts);
     size_t n_groups = 0, n_unused = 0;
     for (size_t t = 0; t < n_tensors; t++) {
         const char *name = kf_checkpoint_at(ck, t)->name;
-        if (used.keys[map_slot(&used, name)]) continue;
+        if (ks_hmap_get_str(&used, name, strlen(name))) continue;
         int64_t layer = -1;
         int skip = 0;
         for (size_t k = 0; k < n_ignore && !skip; k++) skip = match_template(ignore[k], name, &layer);
@@ -177,15 +154,16 @@ void kf_check_unused(kf_lower *L, const kf_file *f, kf_binding *const *bound)
             continue;
         }
         const char *g = group_of(L, name);
-        size_t s = map_slot(&groups, g);
-        if (!groups.keys[s]) {
-            groups.keys[s] = g;
-            groups.vals[s] = n_groups;
+        int added;
+        uint64_t *at = ks_hmap_put_str(&groups, g, strlen(g), &added);
+        KS_ASSERT(at); /* the scratch arena does not fail, and the map has room for every tensor */
+        if (added) {
+            *at = n_groups;
             group_names[n_groups] = g;
             group_first[n_groups] = name;
             counts[n_groups++] = 0;
         }
-        counts[groups.vals[s]]++;
+        counts[*at]++;
         n_unused++;
     }
 
