@@ -19,11 +19,8 @@ static int desc_error(ks_diag *d, const char *what, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    ks_buf msg = KS_BUF_TRY;
-    ks_buf_vprintf(&msg, fmt, ap);
+    ks_verror(d, what, fmt, ap);
     va_end(ap);
-    ks_error(d, what, "%s", ks_buf_cstr(&msg));
-    ks_buf_free(&msg);
     return -1;
 }
 
