@@ -71,6 +71,10 @@ typedef struct krt_desc {
 int krt_desc_init(krt_desc *desc, const kir_graph *g, const char *what, ks_diag *d);
 void krt_desc_free(krt_desc *desc);
 
+/* The K and V operands of a node that writes or reads the KV cache
+ * (ATTENTION, KV_WRITE) into *k and *v: 1; 0 for other nodes. */
+int krt_desc_kv_operands(const kir_node *n, kir_val *k, kir_val *v);
+
 /* 1 when id is one of the description's end-of-sequence ids. */
 int krt_desc_is_eos(const krt_desc *desc, int32_t id);
 
