@@ -151,7 +151,6 @@ int krt_desc_init(krt_desc *desc, const kir_graph *g, const char *what, ks_diag 
 {
     memset(desc, 0, sizeof *desc);
     desc->graph = g;
-    desc->name = g->name && g->name[0] ? g->name : "model";
     desc->where = what;
     int64_t ctx = param_int(g, "max_context", KRT_DEFAULT_CONTEXT);
     if (ctx < 1 || ctx > KRT_MAX_CONTEXT) {

@@ -45,7 +45,6 @@ typedef struct krt_plan {
 
 typedef struct krt_desc {
     const kir_graph *graph;  /* the graph described; not owned */
-    const char *name;        /* what step errors are reported against: the model's name (or "model") */
     const char *where;       /* what krt_desc_init's `what` named (the engine file; not owned, it must outlive
                                 the description): what a backend's out-of-memory messages name */
     kir_val tokens;          /* the INPUT of token ids, or KIR_NONE */
