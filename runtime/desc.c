@@ -19,11 +19,8 @@ static int desc_error(ks_diag *d, const char *what, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    ks_buf msg = KS_BUF_TRY;
-    ks_buf_vprintf(&msg, fmt, ap);
+    ks_verror(d, what, fmt, ap);
     va_end(ap);
-    ks_error(d, what, "%s", ks_buf_cstr(&msg));
-    ks_buf_free(&msg);
     return -1;
 }
 
@@ -34,9 +31,7 @@ static int64_t param_int(const kir_graph *g, const char *name, int64_t dflt)
     return p && p->kind == KIR_ATTR_INT ? p->i : dflt;
 }
 
-/* The K and V operands of a node that writes or reads the cache (ATTENTION,
- * KV_WRITE); 0 for other nodes. */
-static int kv_operands(const kir_node *n, kir_val *k, kir_val *v)
+int krt_desc_kv_operands(const kir_node *n, kir_val *k, kir_val *v)
 {
     if (n->op == KIR_OP_ATTENTION) {
         *k = n->in[1];
@@ -57,7 +52,7 @@ static int describe_kv(krt_desc *desc, const char *what, ks_diag *d)
     int64_t n = 0;
     kir_val k, val;
     for (size_t v = 0; v < g->n_nodes; v++) {
-        if (!kv_operands(&g->nodes[v], &k, &val)) continue;
+        if (!krt_desc_kv_operands(&g->nodes[v], &k, &val)) continue;
         int64_t l = kir_attr_int(g, (kir_val)v, KIR_A_ATTENTION_LAYER);
         if (l >= 0 && l < INT32_MAX && l + 1 > n) n = l + 1;
     }
@@ -67,7 +62,7 @@ static int describe_kv(krt_desc *desc, const char *what, ks_diag *d)
     desc->kv_layers = ks_try_calloc((size_t)n, sizeof *desc->kv_layers);
     if (!desc->kv_layers) return ks_error_oom(d, what, (size_t)n * sizeof *desc->kv_layers, "the KV-cache layers");
     for (size_t v = 0; v < g->n_nodes; v++) {
-        if (!kv_operands(&g->nodes[v], &k, &val)) continue;
+        if (!krt_desc_kv_operands(&g->nodes[v], &k, &val)) continue;
         int64_t l = kir_attr_int(g, (kir_val)v, KIR_A_ATTENTION_LAYER);
         if (l < 0 || l >= n || desc->kv_layers[l].kv_heads != 0) continue; /* the first one decides */
         const kir_node *kn = &g->nodes[k], *vn = &g->nodes[val];
@@ -156,7 +151,6 @@ int krt_desc_init(krt_desc *desc, const kir_graph *g, const char *what, ks_diag 
 {
     memset(desc, 0, sizeof *desc);
     desc->graph = g;
-    desc->name = g->name && g->name[0] ? g->name : "model";
     desc->where = what;
     int64_t ctx = param_int(g, "max_context", KRT_DEFAULT_CONTEXT);
     if (ctx < 1 || ctx > KRT_MAX_CONTEXT) {

@@ -45,7 +45,6 @@ typedef struct krt_plan {
 
 typedef struct krt_desc {
     const kir_graph *graph;  /* the graph described; not owned */
-    const char *name;        /* what step errors are reported against: the model's name (or "model") */
     const char *where;       /* what krt_desc_init's `what` named (the engine file; not owned, it must outlive
                                 the description): what a backend's out-of-memory messages name */
     kir_val tokens;          /* the INPUT of token ids, or KIR_NONE */
@@ -70,6 +69,10 @@ typedef struct krt_desc {
  * table, a plan that does not fit). */
 int krt_desc_init(krt_desc *desc, const kir_graph *g, const char *what, ks_diag *d);
 void krt_desc_free(krt_desc *desc);
+
+/* The K and V operands of a node that writes or reads the KV cache
+ * (ATTENTION, KV_WRITE) into *k and *v: 1; 0 for other nodes. */
+int krt_desc_kv_operands(const kir_node *n, kir_val *k, kir_val *v);
 
 /* 1 when id is one of the description's end-of-sequence ids. */
 int krt_desc_is_eos(const krt_desc *desc, int32_t id);

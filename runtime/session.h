@@ -109,7 +109,7 @@ typedef struct krt_step_req {
     krt_sampler *const *samplers;   /* [n] or NULL: draw a next token from token i's logits with samplers[i]
                                        (NULL entries: none); a sampler serves one token per step */
     int32_t *next;                  /* [n] out with samplers: the ids drawn; -1 where none: the row has a NaN or
-                                       infinite logit (drawn on a device: only NaN and -inf) */
+                                       infinite logit (on the host and on a device alike) */
     krt_step_status *status;        /* [n] out, or NULL: all or nothing, as krt_session_step */
 } krt_step_req;
 

@@ -93,7 +93,6 @@ typedef struct cu_state {
     const krt_engine *e;      /* the engine; not owned */
     const krt_desc *desc;     /* its description: &e->desc */
     const kir_graph *g;       /* its graph */
-    int64_t vocab;            /* elements per output row: desc->vocab */
     krt_kv *kv;               /* the KV cache (attach); not owned */
     int has_kv;               /* 1 when the graph reads or writes the KV cache */
     uint32_t *root;           /* [n_nodes] the value whose buffer holds each value */
@@ -103,9 +102,6 @@ typedef struct cu_state {
     krt_cu_ptr acts;          /* the activations: the planned arena, or one buffer per computed value */
     size_t *act_off;          /* [n_nodes] byte offset of each own buffer in acts; NO_BUFFER */
     size_t acts_bytes;        /* bytes allocated at acts */
-    int planned;              /* 1: the engine has a memory plan (desc->plan), and acts is its arena */
-    int64_t plan_tokens;      /* planned: the most tokens a step may have (desc->plan.max_tokens) */
-    size_t arena_bytes;       /* planned: the arena's size (desc->plan.mem.arena_bytes) */
     int64_t t_cap;            /* tokens acts is sized for (0: not allocated) */
     krt_cu_ptr step_dev;      /* eager steps' int arrays on the device */
     size_t step_dev_cap;      /* bytes allocated there */
@@ -311,9 +307,6 @@ static int read_plan(cu_state *s, ks_diag *d)
     const kir_graph *g = s->g;
     const krt_plan *plan = &s->desc->plan;
     if (!plan->planned) return 0; /* built without a plan: see reserve_acts */
-    s->planned = 1;
-    s->plan_tokens = plan->max_tokens;
-    s->arena_bytes = (size_t)plan->mem.arena_bytes;
     for (size_t v = 0; v < g->n_nodes; v++) {
         if (s->home[v] != HOME_ACTS) continue;
         int64_t off = plan->mem.offset[v] == KIR_MEM_NONE ? -1 : (int64_t)plan->mem.offset[v];
@@ -410,19 +403,21 @@ static int upload_weights(cu_state *s, ks_diag *d)
     return 0;
 }
 
-/* The planned arena, once: every step of up to plan_tokens tokens runs in it. */
+/* The planned arena, once: every step of up to plan.max_tokens tokens runs in it. */
 static int alloc_arena(cu_state *s, ks_diag *d)
 {
-    krt_cu_result r = s->api.cuMemAlloc(&s->acts, s->arena_bytes ? s->arena_bytes : PLAN_ALIGN);
+    const krt_plan *plan = &s->desc->plan;
+    size_t bytes = (size_t)plan->mem.arena_bytes;
+    krt_cu_result r = s->api.cuMemAlloc(&s->acts, bytes ? bytes : PLAN_ALIGN);
     if (r != 0) {
         s->acts = 0;
         return cu_error(s, d, r,
                         "cannot allocate %zu bytes of activations for steps of up to %lld tokens (the engine's "
                         "memory plan; kiln build --max-tokens N plans for fewer)",
-                        s->arena_bytes, (long long)s->plan_tokens);
+                        bytes, (long long)plan->max_tokens);
     }
-    s->acts_bytes = s->arena_bytes;
-    s->t_cap = s->plan_tokens;
+    s->acts_bytes = bytes;
+    s->t_cap = plan->max_tokens;
     return 0;
 }
 
@@ -444,9 +439,9 @@ static void cuda_profile_report(void *state, ks_buf *out)
 {
     cu_state *s = state;
     if (!s->events) return;
-    if (s->planned)
+    if (s->desc->plan.planned)
         ks_buf_printf(out, "kiln: profile: activations: one arena of %zu bytes (the memory plan, for steps of up to %lld "
-                           "tokens)\n", s->acts_bytes, (long long)s->plan_tokens);
+                           "tokens)\n", s->acts_bytes, (long long)s->desc->plan.max_tokens);
     else
         ks_buf_printf(out, "kiln: profile: activations: %zu bytes, a buffer per value for steps of up to %lld tokens (the "
                            "engine has no memory plan)\n", s->acts_bytes, (long long)s->t_cap);
@@ -467,7 +462,6 @@ static void *cuda_open(const krt_engine *e, const krt_backend_opts *o, ks_diag *
     s->e = e;
     s->desc = &e->desc;
     s->g = e->graph;
-    s->vocab = e->desc.vocab;
     if (o) s->opts = *o;
     if (s->opts.graph_max_tokens <= 0) s->opts.graphs = 0;
     if (s->opts.profile) s->opts.graphs = 0; /* every launch is timed on its own */
@@ -475,12 +469,13 @@ static void *cuda_open(const krt_engine *e, const krt_backend_opts *o, ks_diag *
     if (krt_cuda_meta_parse(text, size, e->path, &s->meta, d) != 0 || place_values(s, d) != 0 ||
         krt_cuda_api_load(&s->api, d) != 0 || open_device(s, d) != 0 || load_kernels(s, d) != 0 ||
         upload_weights(s, d) != 0 ||
-        (s->planned && alloc_arena(s, d) != 0) || (s->opts.profile && start_profile(s, d) != 0)) {
+        (s->desc->plan.planned && alloc_arena(s, d) != 0) || (s->opts.profile && start_profile(s, d) != 0)) {
         cuda_destroy(s);
         return NULL;
     }
     /* no step is larger than the plan holds */
-    if (s->planned && s->opts.graph_max_tokens > s->plan_tokens) s->opts.graph_max_tokens = (int)s->plan_tokens;
+    const krt_plan *plan = &s->desc->plan;
+    if (plan->planned && s->opts.graph_max_tokens > plan->max_tokens) s->opts.graph_max_tokens = (int)plan->max_tokens;
     if (s->opts.graphs) {
         s->graphs = ks_try_calloc((size_t)s->opts.graph_max_tokens + 1, sizeof *s->graphs);
         if (!s->graphs) {
@@ -575,7 +570,7 @@ static void cuda_destroy(void *state)
  * arena holds every step it takes. */
 static int reserve_acts(cu_state *s, int64_t T, ks_diag *d)
 {
-    if (s->planned || T <= s->t_cap) return 0;
+    if (s->desc->plan.planned || T <= s->t_cap) return 0;
     int64_t cap = s->t_cap * 2 > T ? s->t_cap * 2 : T;
     if (s->opts.graphs && cap < s->opts.graph_max_tokens) cap = s->opts.graph_max_tokens;
     size_t at = 0;
@@ -841,7 +836,7 @@ static int reserve_draws(cu_state *s, int n, ks_diag *d)
     if (s->draw_dev) s->api.cuMemFree(s->draw_dev);
     s->draw_dev = 0;
     s->draw_cap = 0;
-    size_t bytes = layout_draws(cap, s->vocab).bytes;
+    size_t bytes = layout_draws(cap, s->desc->vocab).bytes;
     krt_cu_result r = s->api.cuMemAlloc(&s->draw_dev, bytes);
     if (r != 0) {
         s->draw_dev = 0;
@@ -859,7 +854,7 @@ static int queue_draws(cu_state *s, int64_t T, krt_cu_ptr logits, int n, const i
         KS_ASSERT(rows[k] >= 0 && rows[k] < T);
         s->draw_rows[k] = (krt_cuda_draw_row){draws[k].temperature, draws[k].top_k, draws[k].top_p, -1, draws[k].rng};
     }
-    draw_layout l = layout_draws(s->draw_cap, s->vocab);
+    draw_layout l = layout_draws(s->draw_cap, s->desc->vocab);
     krt_cu_ptr d_rows = s->draw_dev + l.rows, d_recs = s->draw_dev + l.recs;
     krt_cu_result r;
     if ((r = s->api.cuMemcpyHtoDAsync(d_rows, rows, sizeof(int32_t) * (size_t)n, s->stream)) != 0 ||
@@ -871,7 +866,7 @@ static int queue_draws(cu_state *s, int64_t T, krt_cu_ptr logits, int n, const i
     } slot[7] = {{0}};
     slot[0].i = n;
     slot[1].ptr = logits;
-    slot[2].i = (int)s->vocab;
+    slot[2].i = (int)s->desc->vocab;
     slot[3].ptr = d_rows;
     slot[4].ptr = d_recs;
     slot[5].ptr = s->draw_dev + l.keys;
@@ -1017,7 +1012,8 @@ static int run_step(cu_state *s, const krt_step *st, float *out, int n_draw, con
                 return -1;
     }
     krt_cu_ptr logits = value_ptr(s, s->meta.output, &p);
-    if (out && (r = s->api.cuMemcpyDtoHAsync(out, logits, sizeof(float) * (size_t)T * (size_t)s->vocab, s->stream)) != 0)
+    size_t out_bytes = sizeof(float) * (size_t)T * (size_t)s->desc->vocab;
+    if (out && (r = s->api.cuMemcpyDtoHAsync(out, logits, out_bytes, s->stream)) != 0)
         return cu_error(s, d, r, "cannot copy the logits back");
     if (n_draw > 0 && queue_draws(s, T, logits, n_draw, rows, draws, d) != 0) return -1;
     if (s->events && record(s, step_ev + 1, d) != 0) return -1;

@@ -76,23 +76,6 @@ static int node_error(ks_diag *d, const kir_graph *g, kir_val v, const char *fmt
     return -1;
 }
 
-/* The K and V operands of a node that writes or reads the cache (ATTENTION,
- * KV_WRITE), or -1 for other nodes. */
-static int kv_operands(const kir_node *n, kir_val *k, kir_val *v)
-{
-    if (n->op == KIR_OP_ATTENTION) {
-        *k = n->in[1];
-        *v = n->in[2];
-        return 0;
-    }
-    if (n->op == KIR_OP_KV_WRITE) {
-        *k = n->in[0];
-        *v = n->in[1];
-        return 0;
-    }
-    return -1;
-}
-
 /* ---- creation ------------------------------------------------------------------------- */
 /* The kernels read weights of any float dtype where they lie (f16 and bf16
  * converted as they go: interp_kernels.c); only data not aligned to its
@@ -142,7 +125,7 @@ static int prepare_kv_node(krt_interp *it, kir_val v, ks_diag *d)
     const kir_graph *g = it->g;
     const kir_node *n = &g->nodes[v];
     kir_val kv_k = KIR_NONE, kv_v = KIR_NONE;
-    KS_ASSERT(kv_operands(n, &kv_k, &kv_v) == 0);
+    KS_ASSERT(krt_desc_kv_operands(n, &kv_k, &kv_v));
     if (!it->kv)
         return node_error(d, g, v, "the graph has %s but no KV cache was given",
                           n->op == KIR_OP_ATTENTION ? "attention" : "a kv_write");
