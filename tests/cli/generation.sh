@@ -9,14 +9,14 @@ s260="$KILN_SHARED/models/stories260k"
   || { echo "FAIL build"; exit 1; }
 
 # no --prompt, no --ids: from BOS, as llama2.c's run.c does without a prompt
-expect_same from-bos "$("$KILN_BIN" run "$work/ts.engine" --prompt "" -n 30 2>/dev/null)" \
+expect_same_output from-bos "$("$KILN_BIN" run "$work/ts.engine" --prompt "" -n 30 2>/dev/null)" \
   "$("$KILN_BIN" run "$work/ts.engine" -n 30 2>/dev/null)"
 
 # the context's last position is used: a 16-position context takes BOS and 15 more tokens, and
 # the token drawn from position 15 is the 16th generated (run.c prints seq_len tokens after BOS)
 want=$("$KILN_BIN" run "$work/s260.engine" --ids 1 -n 16 2>/dev/null)
 got=$("$KILN_BIN" run "$work/s260.engine" --ids 1 -n 100 --max-context 16 2>"$work/ctx.err")
-expect_same last-position "$want" "$got"
+expect_same_output last-position "$want" "$got"
 expect_same last-position-count 16 "$(wc -w <<<"$got")"
 grep -q "kiln: note: generated 16 tokens, not 100: the context of 16 positions is full" "$work/ctx.err" \
   && passes=$((passes+1)) || { echo "FAIL context note:"; cat "$work/ctx.err"; failures=$((failures+1)); }
@@ -27,7 +27,7 @@ grep -q "kiln: note: generated 16 tokens, not 100: the context of 16 positions i
 ids=1,7,12,31,5,9,40,2,11
 a=$("$KILN_BIN" run "$work/ts.engine" --ids $ids -n 8 --logits-out "$work/one.f32" 2>/dev/null)
 b=$("$KILN_BIN" run "$work/ts4.engine" --ids $ids -n 8 --logits-out "$work/four.f32" 2>/dev/null)
-expect_same chunked-ids "$a" "$b"
+expect_same_output chunked-ids "$a" "$b"
 python3 - "$work/one.f32" "$work/four.f32" <<'PY' && passes=$((passes+1)) || failures=$((failures+1))
 import struct, sys
 a, b = (open(f, "rb").read() for f in sys.argv[1:3])

@@ -37,7 +37,16 @@ expect_same() {
   fi
 }
 
+# expect_same_output NAME WANT GOT: what two runs printed, the same and not empty (two runs that
+# both failed and printed nothing do not match)
+expect_same_output() {
+  if [ -z "$2" ]; then echo "FAIL $1: nothing printed"; failures=$((failures+1)); return; fi
+  expect_same "$@"
+}
+
+# finish: the exit status; a script that checked nothing fails
 finish() {
   echo "$passes passed, $failures failed"
+  [ $((passes + failures)) -gt 0 ] || { echo "FAIL: nothing was checked"; return 1; }
   [ $failures -eq 0 ]
 }

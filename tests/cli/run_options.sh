@@ -25,18 +25,18 @@ expect_fail prompt-out-of-blocks "kiln: error: sequence 0: out of KV cache block
   "$KILN_BIN" run "$e" --ids "$(seq -s, 1 40)" --kv-blocks 2
 out=$("$KILN_BIN" run "$e" --ids "$(seq -s, 1 30)" -n 5 --kv-blocks 2 2>"$work/err"); rc=$?
 want=$("$KILN_BIN" run "$e" --ids "$(seq -s, 1 30)" -n 3 2>/dev/null)
-expect_same "ids before the cache ran out" "$want" "$out"
+expect_same_output "ids before the cache ran out" "$want" "$out"
 expect_same "out of blocks mid-generation" "exit 1: kiln: error: sequence 0: out of KV cache blocks (0 of 2 blocks free)" \
   "exit $rc: $(cat "$work/err")"
 # enough blocks: the same ids as an unlimited cache, and no KV report for a cache in host memory
 out=$("$KILN_BIN" run "$e" --ids "$(seq -s, 1 30)" -n 3 --kv-blocks 3 --no-cuda-graphs --host-sampling 2>"$work/err")
-expect_same "three blocks suffice" "$want" "$out"
+expect_same_output "three blocks suffice" "$want" "$out"
 [[ "$(cat "$work/err")" =~ ^kiln:\ prompt\ tokens\ 30,\ generated\ tokens\ 3, ]] && passes=$((passes+1)) \
   || { echo "FAIL: stderr of a CPU run: $(cat "$work/err")"; failures=$((failures+1)); }
 
 # --profile on the CPU: whole steps timed, prefill (over 8 tokens) and decode apart; kernels are for CUDA engines
 out=$("$KILN_BIN" run "$e" --ids "$(seq -s, 1 12)" -n 3 --profile 2>"$work/err")
-expect_same "ids with --profile" "$("$KILN_BIN" run "$e" --ids "$(seq -s, 1 12)" -n 3 2>/dev/null)" "$out"
+expect_same_output "ids with --profile" "$("$KILN_BIN" run "$e" --ids "$(seq -s, 1 12)" -n 3 2>/dev/null)" "$out"
 expect_same "profile on the CPU" "kiln: profile: 1 prefill step (12 tokens; > 8 tokens a step): host time
 kiln: profile: 2 decode steps (2 tokens; <= 8 tokens a step): host time
 kiln: profile: kernels are timed on CUDA engines (kiln build --target sm_XX); this one runs on the CPU interpreter, whose steps are timed above" \

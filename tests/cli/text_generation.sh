@@ -36,7 +36,7 @@ err=$("$KILN_BIN" run "$work/ts.engine" --prompt "Once" -n 5 2>&1 >/dev/null)
 a=$("$KILN_BIN" run "$work/ts.engine" --prompt "Once" -n 40 --temperature 1 --top-p 0.95 --seed 11 2>/dev/null)
 b=$("$KILN_BIN" run "$work/ts.engine" --prompt "Once" -n 40 --temperature 1 --top-p 0.95 --seed 11 2>/dev/null)
 c=$("$KILN_BIN" run "$work/ts.engine" --prompt "Once" -n 40 --temperature 1 --top-p 0.95 --seed 12 2>/dev/null)
-expect_same seed-repeat "$a" "$b"
+expect_same_output seed-repeat "$a" "$b"
 [ "$a" != "$c" ] && passes=$((passes+1)) || { echo "FAIL: seeds 11 and 12 gave the same text"; failures=$((failures+1)); }
 # a stop string ends the output before it
 out=$("$KILN_BIN" run "$work/ts.engine" --prompt "" -n 120 --stop "Lily" 2>/dev/null)

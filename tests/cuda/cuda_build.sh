@@ -36,7 +36,7 @@ emulate() {
   want=$("$KILN_BIN" run "$dir/cpu.engine" --ids $ids -n 6 --logits-out "$work/cpu.$dtype.f32" 2>/dev/null)
   got=$(KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$dir/kernels.so" \
         "$KILN_BIN" run "$dir/cuda.engine" --ids $ids -n 6 --logits-out "$work/cuda.$dtype.f32" 2>/dev/null)
-  expect_same "greedy ids through the CUDA backend ($dtype weights)" "$want" "$got"
+  expect_same_output "greedy ids through the CUDA backend ($dtype weights)" "$want" "$got"
   "$KILN_TEST_CUDA" --compare "$work/cuda.$dtype.f32" "$work/cpu.$dtype.f32" 1e-5 && passes=$((passes+1)) \
     || { echo "FAIL: logits differ from the interpreter's ($dtype weights)"; failures=$((failures+1)); }
 }

@@ -56,7 +56,7 @@ export KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$engine_dir/kernels.so"
 ids=1,7,12,31,5,9,40,2,11
 a=$(KILN_EMU_STATS=1 "$KILN_BIN" run "$cu" --ids $ids -n 6 --logits-out "$work/g.f32" 2>"$work/g.err")
 b=$(KILN_EMU_STATS=1 "$KILN_BIN" run "$cu" --ids $ids -n 6 --logits-out "$work/n.f32" --no-cuda-graphs 2>"$work/n.err")
-expect_same "ids with and without graphs" "$a" "$b"
+expect_same_output "ids with and without graphs" "$a" "$b"
 cmp -s "$work/g.f32" "$work/n.f32" && passes=$((passes+1)) || { echo "FAIL: logits differ without graphs"; failures=$((failures+1)); }
 expect_same "graphs used" "2 graphs captured, 6 graph launches" \
   "$(grep -o '[0-9]* graphs captured, [0-9]* graph launches' "$work/g.err")"
@@ -68,7 +68,7 @@ expect_same "the arena allocated once, at the plan's size" "1" \
 
 # --profile: every kernel launched and timed, the same logits, tables per kind of step
 p=$(KILN_EMU_STATS=1 "$KILN_BIN" run "$cu" --ids $ids -n 6 --logits-out "$work/p.f32" --profile 2>"$work/p.err")
-expect_same "ids with --profile" "$a" "$p"
+expect_same_output "ids with --profile" "$a" "$p"
 cmp -s "$work/g.f32" "$work/p.f32" && passes=$((passes+1)) || { echo "FAIL: logits differ with --profile"; failures=$((failures+1)); }
 expect_same "no graphs when profiling" "0 graphs captured, 0 graph launches" \
   "$(grep -o '[0-9]* graphs captured, [0-9]* graph launches' "$work/p.err")"
@@ -84,7 +84,7 @@ kiln: profile: 5 decode steps (5 tokens; <= 8 tokens a step): device time" \
 # the tables count every launch the stand-in ran (kernels and draws), rows sorted by total time
 launched=$(grep -o '[0-9]* kernel launches' "$work/p.err" | cut -d' ' -f1)
 counted=$(awk '$1 == "(all" { n += $3 } END { print n }' "$work/p.err")
-expect_same "profile: every launch timed" "$launched" "$counted"
+expect_same_output "profile: every launch timed" "$launched" "$counted"
 sorted=$(awk '/^  kernel / { t = 1; prev = ""; next } /^  \(all/ { t = 0 } t {
   if (prev != "" && $3 + 0 > prev + 0) bad = 1; prev = $3 } END { print bad ? "unsorted" : "sorted" }' "$work/p.err")
 expect_same "profile: rows by total time" "sorted" "$sorted"
@@ -103,9 +103,9 @@ expect_same "matmuls' _large kernels launched for the prefill step only" "$mm_pr
 for smp in "--temperature 0" "--temperature 0.8 --top-k 40 --top-p 0.95 --seed 3" "--temperature 1.2 --seed 9"; do
   dev=$("$KILN_BIN" run "$cu" --ids 1,7 -n 8 $smp 2>/dev/null)
   host=$("$KILN_BIN" run "$cu" --ids 1,7 -n 8 $smp --host-sampling 2>/dev/null)
-  expect_same "draws on the device ($smp) = on the host" "$host" "$dev"
+  expect_same_output "draws on the device ($smp) = on the host" "$host" "$dev"
 done
-expect_same "greedy ids = the CPU engine's" "$("$KILN_BIN" run "$engine_dir/cpu.engine" --ids $ids -n 6 2>/dev/null)" "$a"
+expect_same_output "greedy ids = the CPU engine's" "$("$KILN_BIN" run "$engine_dir/cpu.engine" --ids $ids -n 6 2>/dev/null)" "$a"
 
 # the KV cache from the device's free memory, reported on stderr
 err=$("$KILN_BIN" run "$cu" --ids 1 -n 1 2>&1 >/dev/null | head -1)
@@ -136,7 +136,7 @@ expect_fail over-limit "kiln: error: a context of 600 positions is over the engi
 # a plan for 4 tokens: a 9-token prompt is prefilled in steps of 4, 4 and 1, with the logits and
 # ids of the one-step engine; 3 tokens run in one step
 wait $extra4 || { echo "FAIL: the 4-token engine:"; cat "$work/extra4.log"; exit 1; }
-expect_same "4-token plan: a 9-token prompt in three steps" "$a" \
+expect_same_output "4-token plan: a 9-token prompt in three steps" "$a" \
   "$(KILN_EMU_KERNELS="$work/kernels4.so" "$KILN_BIN" run "$work/cu4.engine" --ids $ids -n 6 \
      --logits-out "$work/4.f32" 2>/dev/null)"
 python3 - "$work/g.f32" "$work/4.f32" <<'PY' && passes=$((passes+1)) || failures=$((failures+1))
@@ -148,12 +148,12 @@ worst = max(abs(p - q) for p, q in zip(x, y)) if len(x) == len(y) else float("in
 print(f"4-token plan: prompt logits within {worst:.3g} of the one-step prefill")
 sys.exit(0 if worst <= 1e-4 else 1)
 PY
-expect_same "4-token plan: ids" "$("$KILN_BIN" run "$cu" --ids 1,7,12 -n 3 2>/dev/null)" \
+expect_same_output "4-token plan: ids" "$("$KILN_BIN" run "$cu" --ids 1,7,12 -n 3 2>/dev/null)" \
   "$(KILN_EMU_KERNELS="$work/kernels4.so" "$KILN_BIN" run "$work/cu4.engine" --ids 1,7,12 -n 3 2>/dev/null)"
 # no plan (--passes none): a buffer per value, the CPU engine's greedy ids
 wait $extra0 || { echo "FAIL: the engine without a plan:"; cat "$work/extra0.log"; exit 1; }
 out=$(KILN_EMU_KERNELS="$work/kernels0.so" "$KILN_BIN" run "$work/cu0.engine" --ids $ids -n 6 --profile 2>"$work/0.err")
-expect_same "no plan: greedy ids = the CPU engine's" "$a" "$out"
+expect_same_output "no plan: greedy ids = the CPU engine's" "$a" "$out"
 grep -q '^kiln: profile: activations: [0-9]* bytes, a buffer per value for steps of up to 9 tokens (the engine has no memory plan)$' \
   "$work/0.err" && passes=$((passes+1)) || { echo "FAIL: no plan: $(cat "$work/0.err")"; failures=$((failures+1)); }
 

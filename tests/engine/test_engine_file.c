@@ -103,7 +103,7 @@ static char *write_image(const image *im, const char *name)
     return path;
 }
 
-/* Open im written as `name`; the engine must be refused with exactly
+/* Open im (written as damaged.engine); the engine must be refused with exactly
  * `want` (%s in it: the path, as many times as it appears). */
 static void expect_refused(const char *what, const image *im, const char *want_fmt)
 {
@@ -111,16 +111,12 @@ static void expect_refused(const char *what, const image *im, const char *want_f
     sink s;
     sink_init(&s);
     krt_engine *e = krt_engine_open(path, &s.d);
-    if (e) {
-        fprintf(stderr, "%s: the damaged engine opened\n", what);
-        failures++;
-    }
+    CHECK_MSG(e == NULL, "%s: the damaged engine opened", what);
     krt_engine_close(e);
     ks_buf want = {0};
     /* the path goes where the format says: at most twice */
     ks_buf_printf(&want, want_fmt, path, path);
-    if (strcmp(sink_text(&s), ks_buf_cstr(&want)) != 0) fprintf(stderr, "(%s)\n", what);
-    CHECK_STR(sink_text(&s), ks_buf_cstr(&want));
+    CHECK_TEXT(what, sink_text(&s), ks_buf_cstr(&want));
     ks_buf_free(&want);
     ks_buf_free(&s.log);
     unlink(path);
@@ -251,12 +247,6 @@ static void test_behind_checksum(const image *good)
     reseal(&im);
     expect_refused("metadata dtype", &im, "%s: error: damaged: the metadata says the weights are f16, the graph says f32\n");
     free(im.data);
-
-    /* the same image resealed as it was opens */
-    im = copy_image(good);
-    reseal(&im);
-    CHECK(memcmp(im.data, good->data, im.size) == 0);
-    free(im.data);
 }
 
 int main(void)
@@ -296,10 +286,5 @@ int main(void)
     rmdir(work_dir);
     kir_graph_free(g);
     ks_buf_free(&s.log);
-    if (failures) {
-        fprintf(stderr, "test_engine_file: %d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("test_engine_file: ok\n");
-    return 0;
+    return check_finish("test_engine_file");
 }

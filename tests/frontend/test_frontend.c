@@ -341,9 +341,7 @@ static void run_case(test_case *tc, const char *file)
     }
     if (tc->generation.len) {
         generation = cJSON_Parse(ks_buf_cstr(&tc->generation));
-        if (!generation) {
-            fprintf(stderr, "%s:%d: case %s: bad JSON in %%%% generation\n", file, tc->line, tc->name);
-            failures++;
+        if (!check_at(generation != NULL, file, tc->line, "case %s: bad JSON in %%%% generation", tc->name)) {
             cJSON_Delete(config);
             return;
         }
@@ -402,11 +400,9 @@ static void run_case(test_case *tc, const char *file)
             line += len;
         }
         trim_blank_end(&tc->params);
-        if (strcmp(ks_buf_cstr(&got_params), ks_buf_cstr(&tc->params)) != 0) {
-            failures++;
-            fprintf(stderr, "%s:%d: case '%s': params differ\n--- expected\n%s--- got\n%s---\n", file, tc->line,
-                    tc->name, ks_buf_cstr(&tc->params), ks_buf_cstr(&got_params));
-        }
+        check_at(strcmp(ks_buf_cstr(&got_params), ks_buf_cstr(&tc->params)) == 0, file, tc->line,
+                 "case '%s': params differ\n--- expected\n%s--- got\n%s---", tc->name, ks_buf_cstr(&tc->params),
+                 ks_buf_cstr(&got_params));
         ks_buf_free(&printed);
         ks_buf_free(&got_params);
     }

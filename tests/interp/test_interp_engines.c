@@ -125,25 +125,18 @@ static void test_engine(const char *model, const char *label, const char *dtype,
     if (kd_model_load(&in, 1, &m, &k.d) == 0 && kd_optimize(&in, &m, &k.d) == 0) kd_write_engine(&in, &m, path, NULL, &k.d);
     kd_model_free(&m);
     krt_engine *e = k.d.errors ? NULL : krt_engine_open(path, &k.d);
-    if (!e) {
-        fprintf(stderr, "%s %s: cannot build or open the engine:\n%s", label, dtype, sink_text(&k));
-        failures++;
+    if (!CHECK_MSG(e != NULL, "%s %s: cannot build or open the engine:\n%s", label, dtype, sink_text(&k))) {
         free(path);
         ks_buf_free(&k.log);
         return;
     }
     runner r;
-    if (runner_open(&r, e->graph, e->weights, &k.d) != 0) {
-        fprintf(stderr, "%s %s: no interpreter:\n%s", label, dtype, sink_text(&k));
-        failures++;
-    } else {
+    int opened = runner_open(&r, e->graph, e->weights, &k.d) == 0;
+    if (CHECK_MSG(opened, "%s %s: no interpreter:\n%s", label, dtype, sink_text(&k))) {
         size_t bytes = krt_interp_weight_bytes(r.it);
         printf("%s %s: %zu bytes of weights in the engine, %zu allocated for them", label, dtype,
                (size_t)e->weight_bytes, bytes);
-        if (bytes != 0) {
-            fprintf(stderr, "%s %s: the interpreter allocated %zu bytes for weights\n", label, dtype, bytes);
-            failures++;
-        }
+        CHECK_MSG(bytes == 0, "%s %s: the interpreter allocated %zu bytes for weights", label, dtype, bytes);
         if (strcmp(dtype, "f32") != 0) {
             void **data = NULL;
             kir_graph *twin = f32_twin(e, &data);
@@ -152,11 +145,7 @@ static void test_engine(const char *model, const char *label, const char *dtype,
             int same = runner_open(&ref, twin, (const void *const *)data, &k.d) == 0 &&
                        same_logits(&r, &ref, vocab, &k.d);
             printf(", logits %s those with f32 weights", same ? "bitwise" : "NOT");
-            if (!same) {
-                fprintf(stderr, "%s %s: logits differ from those with the weights in f32\n%s", label, dtype,
-                        sink_text(&k));
-                failures++;
-            }
+            CHECK_MSG(same, "%s %s: logits differ from those with the weights in f32\n%s", label, dtype, sink_text(&k));
             runner_close(&ref);
             for (size_t v = 0; v < twin->n_nodes; v++) free(data[v]);
             free(data);
@@ -195,6 +184,5 @@ int main(void)
         fprintf(stderr, "no shared models: set KILN_MODELS and KILN_SHARED\n");
         return 1;
     }
-    printf("%s\n", failures ? "FAILED" : "passed");
-    return failures ? 1 : 0;
+    return check_finish("interp_engines");
 }

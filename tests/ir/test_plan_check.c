@@ -180,10 +180,7 @@ static char *edited(const plan_case *c)
 {
     ks_buf b = {0};
     const char *at = c->from ? strstr(c->base, c->from) : NULL;
-    if (c->from && !at) {
-        fprintf(stderr, "%s: the text to edit is not in the base\n", c->name);
-        failures++;
-    }
+    if (c->from) CHECK_MSG(at != NULL, "%s: the text to edit is not in the base", c->name);
     if (!at) {
         ks_buf_puts(&b, c->base);
     } else {
@@ -201,10 +198,7 @@ static void run_case(const plan_case *c)
     char *text = edited(c);
     ks_buf log = {0};
     kir_graph *g = kt_parse(c->name, text, &log);
-    if (!g) {
-        fprintf(stderr, "%s: does not parse:\n%s", c->name, ks_buf_cstr(&log));
-        failures++;
-    } else {
+    if (CHECK_MSG(g != NULL, "%s: does not parse:\n%s", c->name, ks_buf_cstr(&log))) {
         ks_diag d = {.log = &log, .quiet = 1};
         int errors = kir_verify(g, &d, c->name);
         CHECK(errors == d.errors);

@@ -81,14 +81,11 @@ static int on_text(void *ctx, const char *text, size_t len)
 /* A call failed, during the injection: its message says out of memory, and
  * whether the failure stays with it (with memory back, the run goes on from
  * the state before the call) is checked by the caller. */
-static int failed_cleanly(const char *call, const char *err, long n)
+static void failed_cleanly(const char *call, const char *err, long n)
 {
     if (getenv("KILN_OOM_VERBOSE")) printf("allocation %ld: %s: %s", n, call, err); /* each message, to read */
-    if (!strstr(err, "out of memory")) {
-        fprintf(stderr, "allocation %ld: %s failed without saying out of memory: \"%s\"\n", n, call, err);
-        failures++;
-    }
-    return 1;
+    CHECK_MSG(strstr(err, "out of memory"), "allocation %ld: %s failed without saying out of memory: \"%s\"", n,
+              call, err);
 }
 
 /* One run; n > 0: allocation n fails (every one from n on with all_after).
@@ -196,10 +193,8 @@ static long fail_each(int all_after, const outcome *want)
     for (;; n++) {
         int before = failures;
         long failed = run(n, all_after, &got);
-        if (!same_outcome(&got, want)) {
-            fprintf(stderr, "allocation %ld (all after it: %d): the run ends differently\n", n, all_after);
-            failures++;
-        }
+        CHECK_MSG(same_outcome(&got, want), "allocation %ld (all after it: %d): the run ends differently", n,
+                  all_after);
         if (failures > before + 10 || failures > 50) break; /* enough to go on */
         if (failed == 0) break;
     }

@@ -41,10 +41,7 @@ static void expect(int line, const char *text, const char *path, const char *wan
         snprintf(got, sizeof got, "%d:%d", l, c);
     else
         snprintf(got, sizeof got, "-");
-    if (strcmp(got, want) != 0) {
-        fprintf(stderr, "%s:%d: path '%s': got %s, want %s\n", __FILE__, line, path, got, want);
-        failures++;
-    }
+    check_at(strcmp(got, want) == 0, __FILE__, line, "path '%s': got %s, want %s", path, got, want);
 }
 #define EXPECT(text, path, want) expect(__LINE__, text, path, want)
 

@@ -100,11 +100,8 @@ static void sink_ready(void)
 /* A call failed while allocation n was made to fail: it said out of memory. */
 static void said_oom(const subject *su, const char *call, long n)
 {
-    if (!strstr(sink_text(&k), "out of memory")) {
-        fprintf(stderr, "%s, allocation %ld: %s failed without saying out of memory: \"%s\"\n", su->name, n, call,
-                sink_text(&k));
-        failures++;
-    }
+    CHECK_MSG(strstr(sink_text(&k), "out of memory"), "%s, allocation %ld: %s failed without saying out of memory: "
+              "\"%s\"", su->name, n, call, sink_text(&k));
 }
 
 /* Decode ids at once into out->text; 0, or -1 when the output was marked failed. */
@@ -189,7 +186,7 @@ static long run(const subject *su, long n, int all_after, outcome *out)
 static void test_subject(const subject *su)
 {
     static outcome want, got;
-    if (run(su, 0, 0, &want) != 0) failures++;
+    CHECK(run(su, 0, 0, &want) == 0);
     CHECK(want.n_ids > 5 && want.text[0] && strcmp(want.text, want.streamed) == 0);
     long runs[2] = {0, 0};
     for (int all_after = 0; all_after < 2; all_after++) {
@@ -197,11 +194,8 @@ static void test_subject(const subject *su)
             int before = failures;
             long failed = run(su, n, all_after, &got);
             runs[all_after]++;
-            if (memcmp(&got, &want, sizeof got) != 0) {
-                fprintf(stderr, "%s, allocation %ld (all after it: %d): the run ends differently\n", su->name, n,
-                        all_after);
-                failures++;
-            }
+            CHECK_MSG(memcmp(&got, &want, sizeof got) == 0, "%s, allocation %ld (all after it: %d): the run ends "
+                      "differently", su->name, n, all_after);
             if (failures > before + 10 || failures > 50 || failed == 0) break;
         }
     }
@@ -225,12 +219,9 @@ int main(void)
     ks_diag d = {.quiet = 1};
     size_t len = 0;
     char *data = ks_read_file(&d, path, &len);
-    if (data) {
+    if (CHECK_MSG(data != NULL, "cannot read %s", path)) {
         subject l2 = {"tok512.bin", data, len, "Zoo animals: one day, a little \xF0\x9F\x90\xB1 said hi"};
         test_subject(&l2);
-    } else {
-        fprintf(stderr, "cannot read %s\n", path);
-        failures++;
     }
     free(data);
     free(path);
