@@ -11,7 +11,8 @@
 static const char build_help[] =
     "usage: kiln build <model.kiln | checkpoint-folder | llama2c.bin> [--weights PATH]\n"
     "                  [--config FILE] [--tokenizer FILE] [--target cpu|sm_XX,...]\n"
-    "                  [--dtype f32|bf16|f16] [--emit-source DIR] -o ENGINE\n"
+    "                  [--dtype f32|bf16|f16] [--precision exact|fast]\n"
+    "                  [--emit-source DIR] -o ENGINE\n"
     "       kiln build --default -o ENGINE\n"
     "\n"
     "Compile a model into a self-contained engine file. On success one line on\n"
@@ -53,11 +54,15 @@ static const char build_help[] =
     "                       compiled with NVRTC; the runtime picks the device's)\n"
     "  --dtype DTYPE        what the engine stores the weights as: f32 (default),\n"
     "                       bf16 or f16 (2 bytes each; converted from the checkpoint's\n"
-    "                       dtype through f32, rounding to nearest even); activations,\n"
-    "                       sums and the KV cache stay f32. f16 checks the checkpoint\n"
+    "                       dtype through f32, rounding to nearest even). f16 checks the checkpoint\n"
     "                       first: values that would become inf (magnitude 65520 and\n"
     "                       up) are an error; a tensor with over 1% of its values\n"
     "                       below f16's normal range (nonzero, under 6.1e-05) a warning\n"
+    "  --precision P        exact (default): values between kernels, the KV cache\n"
+    "                       and all arithmetic in f32; fast: values between kernels\n"
+    "                       and the KV cache in the weights' dtype (bf16 or f16),\n"
+    "                       sums, norm statistics and softmax in f32, logits f32\n"
+    "                       (the lower_precision pass; the IR dump shows each dtype)\n"
     "  --emit-source DIR    with a GPU target: also write the generated CUDA C there\n";
 
 /* Seconds since t0 (CLOCK_MONOTONIC). */
@@ -85,7 +90,7 @@ int kc_cmd_build(int argc, char **argv)
         {"--from-ir", 1, &in.from_ir, NULL}, {"--stats", 0, &stats, NULL}, {"--max-tokens", 1, &max_tokens, NULL},
         {"--list-passes", 0, &list, NULL},
         {"--emit-source", 1, &in.emit_source, NULL}, {"--dtype", 1, &in.dtype, NULL},
-        {NULL, 0, NULL, NULL},
+        {"--precision", 1, &in.precision, NULL}, {NULL, 0, NULL, NULL},
     };
     const char *pos[1];
     int npos = 0;

@@ -32,6 +32,8 @@ typedef struct kd_inputs {
     int stats;             /* print per-pass statistics and the memory plan */
     FILE *stats_out;       /* where they go; NULL: standard output */
     int64_t max_tokens;    /* tokens per step the memory plan holds; 0: kd_plan_tokens's default */
+    const char *precision; /* "exact" (values between kernels in f32) or "fast" (in the weights' half
+                              dtype); NULL: kd_compute_dtype's default */
     const char *tokenizer; /* tokenizer file (tokenizer.json or llama2.c .bin); default:
                               tokenizer.json beside the weights, if any */
     kd_progress *progress; /* where long steps show what they do (a terminal: compiler/progress.h), or NULL */
@@ -88,6 +90,11 @@ kir_graph *kd_read_ir(const char *path, ks_diag *d);
 /* The tokens per step the memory plan holds: in->max_tokens when given,
  * else g's context (param max_context) up to KD_PLAN_TOKENS_DEFAULT. */
 int64_t kd_plan_tokens(const kd_inputs *in, const kir_graph *g);
+
+/* The dtype values between kernels are stored in (lower_precision): f32 for
+ * in->precision "exact", the weights' dtype for "fast" (which needs them
+ * all bf16 or all f16); NULL: exact. 0, or -1 after reporting. */
+int kd_compute_dtype(const kd_inputs *in, const kir_graph *g, kir_dtype *out, ks_diag *d);
 
 /* Run the pass pipeline, plan_memory last (or read --from-ir, which gets
  * only a plan when it has none), dump and report as asked; the result

@@ -183,6 +183,25 @@ int64_t kd_plan_tokens(const kd_inputs *in, const kir_graph *g)
     return t < KD_PLAN_TOKENS_DEFAULT ? t : KD_PLAN_TOKENS_DEFAULT;
 }
 
+int kd_compute_dtype(const kd_inputs *in, const kir_graph *g, kir_dtype *out, ks_diag *d)
+{
+    *out = KIR_F32;
+    const char *p = in->precision ? in->precision : "exact";
+    if (strcmp(p, "exact") == 0) return 0;
+    if (strcmp(p, "fast") != 0) {
+        ks_error(d, "kiln", "--precision %s: unknown precision (known: exact, fast)", p);
+        return -1;
+    }
+    const char *w = kd_weights_dtype(g);
+    if (strcmp(w, "bf16") == 0 || strcmp(w, "f16") == 0) {
+        *out = strcmp(w, "bf16") == 0 ? KIR_BF16 : KIR_F16;
+        return 0;
+    }
+    ks_error(d, "kiln", "--precision fast computes in the weights' half dtype, and these are %s: build with --dtype "
+             "bf16 or f16, or --precision exact", w);
+    return -1;
+}
+
 int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
 {
     if (in->dump_after && check_dump_names(in->dump_after, d) != 0) return -1;
@@ -199,7 +218,8 @@ int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
     char **passes = split_list(in->passes, &n_passes), **disabled = split_list(in->disabled, &n_disabled);
     int none = n_passes == 1 && strcmp(passes[0], "none") == 0;
     int all = n_passes == 0 || (n_passes == 1 && strcmp(passes[0], "all") == 0);
-    int rc = 0;
+    kir_dtype compute = KIR_F32;
+    int rc = kd_compute_dtype(in, g, &compute, d);
     dump_ctx dc = {in, 0};
     if (in->dump_after && !in->dump_dir) {
         ks_error(d, "kiln", "--dump-ir-after needs --dump-dir DIR");
@@ -221,6 +241,7 @@ int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
             .after = after_pass,
             .after_ctx = &dc,
             .max_tokens = kd_plan_tokens(in, g),
+            .compute_dtype = compute,
         };
         kp_pass_stats *st = NULL;
         size_t n_st = 0;

@@ -117,6 +117,22 @@ kir_word kir_attr_word(const kir_graph *g, kir_val v, kir_attr_id a)
     return w < KIR_WORD_COUNT ? w : (kir_word)kir_attr_table[a].fallback;
 }
 
+kir_dtype kir_kv_dtype(const kir_graph *g, kir_val v)
+{
+    kir_op op = g->nodes[v].op;
+    KS_ASSERT(op == KIR_OP_ATTENTION || op == KIR_OP_KV_WRITE);
+    switch (kir_attr_word(g, v, op == KIR_OP_ATTENTION ? KIR_A_ATTENTION_KV_DTYPE : KIR_A_KV_WRITE_KV_DTYPE)) {
+    case KIR_KV_DTYPE_BF16: return KIR_BF16;
+    case KIR_KV_DTYPE_F16: return KIR_F16;
+    default: return KIR_F32;
+    }
+}
+
+kir_word kir_kv_dtype_word(kir_dtype t)
+{
+    return t == KIR_BF16 ? KIR_KV_DTYPE_BF16 : t == KIR_F16 ? KIR_KV_DTYPE_F16 : KIR_KV_DTYPE_F32;
+}
+
 const char *kir_attr_str(const kir_graph *g, kir_val v, kir_attr_id a)
 {
     const kir_attr *x = attr_of(g, v, &a, KIR_ATTR_STR);

@@ -280,6 +280,10 @@ kir_word kir_attr_word(const kir_graph *g, kir_val v, kir_attr_id a);  /* WORD *
 const char *kir_attr_str(const kir_graph *g, kir_val v, kir_attr_id a); /* STR; NULL when absent */
 const int64_t *kir_attr_ints(const kir_graph *g, kir_val v, kir_attr_id a, uint32_t *n); /* INTS; NULL when absent */
 int kir_attr_has(const kir_graph *g, kir_val v, kir_attr_id a);        /* 1 when present */
+/* The dtype an ATTENTION or KV_WRITE node stores K/V rows as (kv_dtype),
+ * and the kv_dtype word of a float dtype. */
+kir_dtype kir_kv_dtype(const kir_graph *g, kir_val v);
+kir_word kir_kv_dtype_word(kir_dtype t);
 void kir_attr_set_int(kir_graph *g, kir_val v, kir_attr_id a, int64_t value);
 void kir_attr_set_float(kir_graph *g, kir_val v, kir_attr_id a, double value);
 void kir_attr_set_word(kir_graph *g, kir_val v, kir_attr_id a, kir_word w);

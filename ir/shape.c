@@ -52,11 +52,25 @@ static int want_activation(shape_ctx *c, const kir_node *x, const char *what)
     return bad ? -1 : 0;
 }
 
+/* The dtype of a value an op computes: where it is stored is a choice, not
+ * a consequence of its operands' dtypes, so it is the node's own when that
+ * is a float (f32 as built; lower_precision or an edited dump may make it
+ * f16 or bf16), else f32. The arithmetic is f32 whatever the dtypes. */
+static kir_dtype activation_dtype(const shape_ctx *c) { return is_float(c->n->dtype) ? c->n->dtype : KIR_F32; }
+
+/* x's shape, computed anew: the node's own activation dtype. */
 static void same_as(shape_ctx *c, const kir_node *x)
 {
-    c->dtype = KIR_F32;
+    c->dtype = activation_dtype(c);
     c->ndim = x->ndim;
     memcpy(c->dims, x->dims, sizeof c->dims);
+}
+
+/* x itself, seen another way (its bytes): x's dtype and shape. */
+static void view_of(shape_ctx *c, const kir_node *x)
+{
+    same_as(c, x);
+    c->dtype = x->dtype;
 }
 
 
@@ -94,7 +108,7 @@ static int kir_shape_embed(shape_ctx *c)
     else if (ids->dtype != KIR_I32 || ids->ndim != 1 || ids->dims[0] != KIR_DIM_T)
         rc = fail(c, "ids must be i32[T], got %s", type_str(&b2, ids));
     else {
-        c->dtype = KIR_F32;
+        c->dtype = activation_dtype(c);
         c->ndim = 2;
         c->dims[0] = KIR_DIM_T;
         c->dims[1] = tab->dims[1];
@@ -118,7 +132,7 @@ static int kir_shape_matmul(shape_ctx *c)
     else if (x->dims[1] != w->dims[1])
         rc = fail(c, "inner dimensions differ: %s x %s", type_str(&b, x), type_str(&b2, w));
     else {
-        c->dtype = KIR_F32;
+        c->dtype = activation_dtype(c);
         c->ndim = 2;
         c->dims[0] = KIR_DIM_T;
         c->dims[1] = w->dims[0];
@@ -203,7 +217,7 @@ static int kir_shape_reshape(shape_ctx *c)
         ks_buf_free(&s2);
         return -1;
     }
-    c->dtype = KIR_F32;
+    c->dtype = x->dtype; /* a view of x's bytes */
     c->ndim = (int)n;
     for (int i = 0; i < c->ndim; i++) c->dims[i] = shape[i];
     return 0;
@@ -291,7 +305,7 @@ static int kir_shape_attention(shape_ctx *c)
         rc = fail(c, "q %s, k %s and v %s do not fit (head dims of q and k equal, heads of q a multiple of k's)",
                   type_str(&s1, q), type_str(&s2, k), type_str(&s3, v));
     else {
-        c->dtype = KIR_F32;
+        c->dtype = activation_dtype(c);
         c->ndim = 3;
         c->dims[0] = KIR_DIM_T;
         c->dims[1] = q->dims[1];
@@ -315,7 +329,7 @@ static int kir_shape_kv_write(shape_ctx *c)
         rc = fail(c, "k and v must be [T,kv_heads,head_dim] with the same heads, got %s and %s", type_str(&s1, k),
                   type_str(&s2, v));
     else
-        same_as(c, k);
+        view_of(c, k);
     ks_buf_free(&s1);
     ks_buf_free(&s2);
     return rc;
@@ -326,7 +340,7 @@ static int kir_shape_output(shape_ctx *c)
     const kir_node *x = operand(c, 0);
     if (!x) return fail(c, "needs an operand");
     if (want_activation(c, x, "operand")) return -1;
-    same_as(c, x);
+    view_of(c, x);
     return 0;
 }
 

@@ -605,6 +605,26 @@ static void check_groups(kir_verifier *c)
     free(uses);
 }
 
+/* One KV cache: every attention and kv_write stores its rows as one dtype. */
+static void check_kv_dtype(kir_verifier *c)
+{
+    const kir_graph *g = c->g;
+    kir_val first = KIR_NONE;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        kir_op op = g->nodes[i].op;
+        if (op != KIR_OP_ATTENTION && op != KIR_OP_KV_WRITE) continue;
+        const kir_attr *a = kir_get(g, (kir_val)i, "kv_dtype");
+        if (a && (a->kind != KIR_ATTR_STR || kir_word_lookup(KIR_SET_KV_DTYPE, a->u.s) == KIR_WORD_COUNT))
+            continue; /* check_attrs reported it */
+        if (first == KIR_NONE)
+            first = (kir_val)i;
+        else if (kir_kv_dtype(g, (kir_val)i) != kir_kv_dtype(g, first))
+            node_error(c, (kir_val)i, "kv_dtype=%s, but node %%%u stores the KV cache as %s: the cache has one dtype",
+                       kir_dtype_name(kir_kv_dtype(g, (kir_val)i)), (unsigned)first,
+                       kir_dtype_name(kir_kv_dtype(g, first)));
+    }
+}
+
 static void check_output(kir_verifier *c)
 {
     const kir_graph *g = c->g;
@@ -664,6 +684,7 @@ int kir_verify(const kir_graph *g, ks_diag *d, const char *what)
     check_unique(&c, KIR_OP_INPUT, "name", KIR_ATTR_STR, "input name");
     check_unique(&c, KIR_OP_KV_WRITE, "layer", KIR_ATTR_INT, "layer");
     check_kv_writes(&c);
+    check_kv_dtype(&c);
     check_derived(&c);
     check_groups(&c);
     check_output(&c);

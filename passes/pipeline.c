@@ -12,6 +12,8 @@
  *  - add + norm takes what the other groups left;
  *  - dead-node elimination: the passes before leave the weights they
  *    replaced for it to drop, and it renumbers the groups;
+ *  - precision once the groups are final: what a group keeps in registers
+ *    stays f32, what it stores becomes half;
  *  - the memory plan last: it places the values of the graph as it is.
  */
 #include "passes/pipeline.h"
@@ -34,6 +36,8 @@ const kp_pass kp_passes[] = {
     {"fuse_add_norm", "a residual add and the norm of its sum become one kernel", kp_fuse_add_norm},
     {"eliminate_dead_nodes", "nodes whose values nothing uses are dropped; groups are renumbered",
      kp_eliminate_dead_nodes},
+    {"lower_precision", "values stored between kernels become f16/bf16 (fast precision); registers stay f32",
+     kp_lower_precision},
     {"plan_memory", "every activation of a step at a fixed offset in one arena (mem.offset); last",
      kp_plan_memory_pass},
 };

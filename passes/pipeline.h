@@ -89,6 +89,8 @@ struct kp_options {
     const char *what;            /* names the run in messages; NULL: "kiln" */
     int64_t max_tokens;          /* plan_memory: the most tokens a step may have, which the plan holds
                                     (the build's --max-tokens); 0: no plan (plan_memory leaves the graph) */
+    kir_dtype compute_dtype;     /* lower_precision: KIR_BF16 or KIR_F16 stores values between kernels in
+                                    that dtype (--precision fast); KIR_F32 (0): exact, the graph untouched */
 };
 
 /* Run the passes over *g, replacing it. A memory plan *g carries (ir/plan.h)
@@ -113,6 +115,7 @@ int kp_fuse_epilogues(kir_graph **g, const kp_options *opt, kp_pass_stats *st, k
 int kp_fuse_norm_prologue(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);   /* passes/fuse_norm_prologue.c */
 int kp_fuse_add_norm(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);        /* passes/fuse_add_norm.c */
 int kp_eliminate_dead_nodes(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d); /* passes/eliminate_dead_nodes.c */
+int kp_lower_precision(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);      /* passes/lower_precision.c */
 int kp_plan_memory_pass(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d); /* passes/plan_memory.c */
 
 #endif

@@ -340,6 +340,9 @@ static int check_node(kcu_gen *x, kir_val v)
     if (n->op == KIR_OP_WEIGHT) return 0; /* f32, f16 or bf16: the shape rule allows no other */
     if (n->dtype != KIR_F32)
         return kcu_node_error(x, v, "the CUDA backend computes f32 values only, not %s", kir_dtype_name(n->dtype));
+    if ((n->op == KIR_OP_ATTENTION || n->op == KIR_OP_KV_WRITE) && kir_kv_dtype(x->g, v) != KIR_F32)
+        return kcu_node_error(x, v, "the CUDA backend keeps an f32 KV cache only, not %s",
+                              kir_dtype_name(kir_kv_dtype(x->g, v)));
     return 0;
 }
 

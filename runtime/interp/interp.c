@@ -262,12 +262,17 @@ static size_t plan_places(const krt_desc *desc, int64_t n_tokens, size_t *places
 {
     const kir_graph *g = desc->graph;
     const krt_plan *plan = &desc->plan;
+    /* The interpreter holds every value as f32: a plan made for half values
+     * (lower_precision) sizes them at 2 bytes, so it lays them out itself. */
+    int planned = plan->planned;
+    for (size_t v = 0; v < g->n_nodes && planned; v++)
+        planned = g->nodes[v].op == KIR_OP_WEIGHT || (g->nodes[v].dtype != KIR_F16 && g->nodes[v].dtype != KIR_BF16);
     size_t at = 0;
     for (size_t v = 0; v < g->n_nodes; v++) {
         kir_op op = g->nodes[v].op;
         if (op == KIR_OP_WEIGHT || op == KIR_OP_INPUT || op == KIR_OP_OUTPUT) {
             places[v] = KIR_NOWHERE;
-        } else if (plan->planned) {
+        } else if (planned) {
             KS_ASSERT(plan->mem.offset[v] != KIR_MEM_NONE && plan->mem.offset[v] % sizeof(float) == 0);
             places[v] = (size_t)(plan->mem.offset[v] / sizeof(float));
         } else {
@@ -276,7 +281,7 @@ static size_t plan_places(const krt_desc *desc, int64_t n_tokens, size_t *places
             at += (ne + 15) & ~(size_t)15;
         }
     }
-    return plan->planned ? (size_t)(plan->mem.arena_bytes / sizeof(float)) : at;
+    return planned ? (size_t)(plan->mem.arena_bytes / sizeof(float)) : at;
 }
 
 /* *p (of `size`-byte elements) replaced by room for n of them (contents not

@@ -105,11 +105,14 @@ static const float *load_f32(const void *data, kir_dtype dt, int64_t first, int6
     }
 }
 
-/* Where value v lies, in its node's dtype (only weights are not f32). */
+/* Where value v lies, and the dtype it lies there in: a weight's own; every
+ * other value as f32 (a half value holds f32 elements its dtype represents). */
 static const void *data_of(const krt_interp_exec *x, kir_val v)
 {
     return node_of(x, v)->op == KIR_OP_WEIGHT ? x->weights[v] : x->src[v];
 }
+
+static kir_dtype stored_dtype(const kir_node *n) { return n->op == KIR_OP_WEIGHT ? n->dtype : KIR_F32; }
 
 /* All of operand v (a bias, a norm's weight: small) as float32, or NULL when
  * v is KIR_NONE: where it lies, or converted into buf (room for all of it:
@@ -118,13 +121,13 @@ static const float *load_all_f32(const krt_interp_exec *x, kir_val v, float *buf
 {
     if (v == KIR_NONE) return NULL;
     const kir_node *n = node_of(x, v);
-    return load_f32(data_of(x, v), n->dtype, 0, elems_of(x, v), buf);
+    return load_f32(data_of(x, v), stored_dtype(n), 0, elems_of(x, v), buf);
 }
 
 /* Floats of v converted by load_all_f32 (0: none, it is f32 or absent). */
 static size_t conv_floats(const kir_graph *g, kir_val v)
 {
-    if (v == KIR_NONE || g->nodes[v].dtype == KIR_F32) return 0;
+    if (v == KIR_NONE || stored_dtype(&g->nodes[v]) == KIR_F32) return 0;
     return (size_t)kir_elems(&g->nodes[v], 1); /* a weight: no T */
 }
 
@@ -445,16 +448,32 @@ static void run_rope(const krt_interp_exec *x, kir_val v)
 
 /* ---- attention through the paged KV cache --------------------------------------------- */
 
+/* p[0..n) rounded to nearest even in dtype t, kept as float32 (the
+ * interpreter stores every value as f32: a half value is one whose f32
+ * elements are all representable in its dtype). */
+static void round_to(kir_dtype t, float *p, size_t n)
+{
+    if (t == KIR_BF16)
+        for (size_t i = 0; i < n; i++) p[i] = ks_bf16_to_f32(ks_f32_to_bf16(p[i]));
+    else if (t == KIR_F16)
+        for (size_t i = 0; i < n; i++) p[i] = ks_f16_to_f32(ks_f32_to_f16(p[i]));
+}
+
 /* Each token's K row (krow floats) and V row (vrow floats) into the cache
- * of `layer`, at the slot of its (sequence, position). */
-static void write_kv_rows(const krt_interp_exec *x, int layer, const float *k, const float *vv, int64_t krow, int64_t vrow)
+ * of `layer`, at the slot of its (sequence, position), rounded to the
+ * cache's dtype (node v's kv_dtype). */
+static void write_kv_rows(const krt_interp_exec *x, kir_val v, int layer, const float *k, const float *vv, int64_t krow,
+                          int64_t vrow)
 {
     float *kc = krt_kv_k(x->kv, layer), *vc = krt_kv_v(x->kv, layer);
     const krt_step *st = x->step;
-    for (int64_t t = 0; t < x->n_tokens; t++) {
-        int64_t slot = krt_kv_slot(x->kv, st->seq_ids[t], st->positions[t]);
-        memcpy(kc + slot * krow, k + t * krow, sizeof(float) * (size_t)krow);
-        memcpy(vc + slot * vrow, vv + t * vrow, sizeof(float) * (size_t)vrow);
+    kir_dtype t = kir_kv_dtype(x->g, v);
+    for (int64_t t_ = 0; t_ < x->n_tokens; t_++) {
+        int64_t slot = krt_kv_slot(x->kv, st->seq_ids[t_], st->positions[t_]);
+        memcpy(kc + slot * krow, k + t_ * krow, sizeof(float) * (size_t)krow);
+        memcpy(vc + slot * vrow, vv + t_ * vrow, sizeof(float) * (size_t)vrow);
+        round_to(t, kc + slot * krow, (size_t)krow);
+        round_to(t, vc + slot * vrow, (size_t)vrow);
     }
 }
 
@@ -464,7 +483,7 @@ static void run_kv_write(const krt_interp_exec *x, kir_val v)
     const kir_node *n = node_of(x, v);
     const kir_node *kn = node_of(x, n->in[0]), *vn = node_of(x, n->in[1]);
     int layer = (int)kir_attr_int(x->g, v, KIR_A_ATTENTION_LAYER);
-    write_kv_rows(x, layer, x->src[n->in[0]], x->src[n->in[1]], kir_row_elems(kn), kir_row_elems(vn));
+    write_kv_rows(x, v, layer, x->src[n->in[0]], x->src[n->in[1]], kir_row_elems(kn), kir_row_elems(vn));
     if (x->dst[v] != x->src[n->in[0]]) memcpy(x->dst[v], x->src[n->in[0]], sizeof(float) * (size_t)elems_of(x, v));
 }
 
@@ -486,7 +505,7 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
     /* 1. Every token's K and V go into the cache first, so tokens later in
      *    the step see the earlier ones of their sequence; with write_kv=0 a
      *    kv_write earlier in the schedule has put them there. */
-    if (kir_attr_int(x->g, v, KIR_A_ATTENTION_WRITE_KV)) write_kv_rows(x, layer, k, vv, krow, vrow);
+    if (kir_attr_int(x->g, v, KIR_A_ATTENTION_WRITE_KV)) write_kv_rows(x, v, layer, k, vv, krow, vrow);
     /* 2. Each token attends to positions [lo, pos] of its sequence (the scratch has room for the step's
      *    largest position + 1). */
     int64_t *slots = x->scratch->slots;
@@ -563,7 +582,7 @@ static void run_output(const krt_interp_exec *x, kir_val v)
 
 /* A switch without a default: -Wswitch (in -Wall) names any op of
  * ir/ops.def that has no kernel here. */
-void krt_interp_exec_node(const krt_interp_exec *x, kir_val v)
+static void run_node(const krt_interp_exec *x, kir_val v)
 {
     switch (node_of(x, v)->op) {
     case KIR_OP_INPUT:  /* bound to the step's arrays */
@@ -616,4 +635,12 @@ void krt_interp_exec_node(const krt_interp_exec *x, kir_val v)
         break;
     }
     KS_UNREACHABLE();
+}
+
+void krt_interp_exec_node(const krt_interp_exec *x, kir_val v)
+{
+    run_node(x, v);
+    const kir_node *n = node_of(x, v);
+    /* a half value (lower_precision): what a kernel stores of it */
+    if (x->dst[v] && (n->dtype == KIR_BF16 || n->dtype == KIR_F16)) round_to(n->dtype, x->dst[v], (size_t)elems_of(x, v));
 }

@@ -97,7 +97,7 @@ int main(int argc, char **argv)
     const char *dir = argv[1], *engine_path = argv[2];
     ks_diag d = {0};
     kd_inputs in = {.input = dir, .target = getenv("KILN_GOLDEN_TARGET"), .passes = argc == 4 ? argv[3] : NULL,
-                    .dtype = getenv("KILN_GOLDEN_DTYPE")};
+                    .dtype = getenv("KILN_GOLDEN_DTYPE"), .precision = getenv("KILN_GOLDEN_PRECISION")};
     const char *tol = getenv("KILN_GOLDEN_TOL");
     if (tol) {
         char *end;

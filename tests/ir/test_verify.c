@@ -113,6 +113,27 @@ static const verify_case cases[] = {
      "values.ir: error: node %8 (attention): attribute window is -3; it must not be negative\n"
      "values.ir: error: node %8 (attention): attribute softcap is -1; it must not be negative\n"},
 
+    /* Half values: a computed value may be stored as f16 or bf16; a view has
+     * its operand's dtype; the KV cache has one dtype. */
+    {"dtypes.ir",
+     "kiln-ir 1\n"
+     "%0 : i32[T] = input() {name=\"tokens\"}\n"
+     "%1 : bf16[10,8] = weight() {name=\"embed\"}\n"
+     "%2 : bf16[T,8] = embed(%1, %0)\n"
+     "%3 : f16[T,8] = silu(%2)\n"
+     "%4 : f32[T,2,4] = reshape(%3) {shape=[T,2,4]}\n"
+     "%5 : bf16[T,2,4] = reshape(%2) {shape=[T,2,4]}\n"
+     "%6 : bf16[T,2,4] = kv_write(%5, %5) {layer=0, kv_dtype=\"bf16\"}\n"
+     "%7 : f32[T,2,4] = attention(%5, %6, %5) {layer=0, scale=0.5, window=0, softcap=0.0, write_kv=0, "
+     "kv_dtype=\"f16\"}\n"
+     "%8 : f32[T,2,4] = kv_write(%5, %5) {layer=1, kv_dtype=\"half\"}\n"
+     "%9 : f32[T,2,4] = output(%7) {name=\"logits\"}\n",
+     3,
+     "dtypes.ir: error: node %4 (reshape): declared f32[T,2,4] but operands give f16[T,2,4]\n"
+     "dtypes.ir: error: node %8 (kv_write): attribute kv_dtype is \"half\", not \"f32\", \"bf16\" or \"f16\"\n"
+     "dtypes.ir: error: node %7 (attention): kv_dtype=f16, but node %6 stores the KV cache as bf16: the cache has "
+     "one dtype\n"},
+
     {"noout.ir",
      "kiln-ir 1\n"
      "%0 : i32[T] = input() {name=\"tokens\"} @\"m.kiln\":1:1\n",

@@ -227,14 +227,14 @@ static void test_pipeline(void)
     CHECK(run(&opt, &log, NULL, NULL, NULL) == -1);
     CHECK_TEXT("unknown pass", ks_buf_cstr(&log),
                "kiln: error: unknown pass 'fuse_qkv' (the passes: fuse_sibling_matmuls, split_kv_write, "
-               "fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes, plan_memory)\n");
+               "fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes, lower_precision, plan_memory)\n");
     log.len = 0;
     const char *bad_off[] = {""};
     kp_options opt2 = {.disabled = bad_off, .n_disabled = 1, .what = "kiln build"};
     CHECK(run(&opt2, &log, NULL, NULL, NULL) == -1);
     CHECK_TEXT("empty name", ks_buf_cstr(&log),
                "kiln build: error: unknown pass '' (the passes: fuse_sibling_matmuls, split_kv_write, "
-               "fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes, plan_memory)\n");
+               "fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes, lower_precision, plan_memory)\n");
 
     /* the whole pipeline, one pass disabled; stats and the hook */
     log.len = 0;
@@ -246,9 +246,9 @@ static void test_pipeline(void)
     kir_graph *g = NULL;
     CHECK(run(&opt3, &log, &st, &n_st, &g) == 0);
     CHECK_TEXT("hook", ks_buf_cstr(&h.names),
-               "fuse_sibling_matmuls:5,fuse_epilogues:2,fuse_norm_prologue:2,eliminate_dead_nodes:2,plan_memory:2");
-    CHECK(n_st == 5); /* plan_memory ran, and planned nothing: no max_tokens */
-    if (n_st == 5) {
+               "fuse_sibling_matmuls:5,fuse_epilogues:2,fuse_norm_prologue:2,eliminate_dead_nodes:2,lower_precision:2,plan_memory:2");
+    CHECK(n_st == 6); /* plan_memory ran, and planned nothing: no max_tokens */
+    if (n_st == 6) {
         CHECK(strcmp(st[0].pass, "fuse_sibling_matmuls") == 0 && st[0].nodes_before == 9 && st[0].nodes_after == 11 &&
               st[0].kernels_before == 4 && st[0].kernels_after == 5 && st[0].fusions == 1);
         CHECK(strcmp(st[1].pass, "fuse_epilogues") == 0 && st[1].fusions == 1 && st[1].kernels_after == 2);
@@ -444,11 +444,100 @@ static void test_interp_split(void)
     ks_buf_free(&log);
 }
 
+/* lower_precision: what a group stores or an ungrouped node computes becomes
+ * bf16; a group's own values, the output's operand (through views) and the
+ * inputs do not; views follow their operand; the KV cache is bf16. */
+static const char precision_graph[] =
+    "kiln-ir 1\n"
+    "%0 : i32[T] = input() {name=\"tokens\"}\n"
+    "%1 : f32[16,8] = weight() {name=\"embed\"}\n"
+    "%2 : f32[T,8] = embed(%1, %0)\n"
+    "%3 : f32[8] = weight() {name=\"norm\"}\n"
+    "%4 : f32[24,8] = weight() {name=\"qkv\"}\n"
+    "%5 : f32[T,8] = rms_norm(%2, %3) {eps=1e-05, fuse=0}\n"
+    "%6 : f32[T,24] = matmul(%5, %4) {fuse=0}\n"
+    "%7 : f32[T,8] = slice(%6) {start=0, end=8, fuse=0}\n"
+    "%8 : f32[T,2,4] = reshape(%7) {shape=[T,2,4], fuse=0}\n"
+    "%9 : f32[T,8] = slice(%6) {start=8, end=16, fuse=0}\n"
+    "%10 : f32[T,2,4] = reshape(%9) {shape=[T,2,4], fuse=0}\n"
+    "%11 : f32[T,8] = slice(%6) {start=16, end=24, fuse=0}\n"
+    "%12 : f32[T,2,4] = reshape(%11) {shape=[T,2,4], fuse=0}\n"
+    "%13 : f32[T,2,4] = kv_write(%10, %12) {layer=0, fuse=0}\n"
+    "%14 : f32[T,2,4] = attention(%8, %13, %12) {layer=0, scale=0.5, window=0, softcap=0.0, write_kv=0}\n"
+    "%15 : f32[T,8] = reshape(%14) {shape=[T,8]}\n"
+    "%16 : f32[8,8] = weight() {name=\"wo\"}\n"
+    "%17 : f32[T,8] = matmul(%15, %16) {fuse=1}\n"
+    "%18 : f32[T,8] = add(%2, %17) {fuse=1}\n"
+    "%19 : f32[16,8] = weight() {name=\"head\"}\n"
+    "%20 : f32[T,16] = matmul(%18, %19)\n"
+    "%21 : f32[T,2,8] = reshape(%20) {shape=[T,2,8]}\n"
+    "%22 : f32[T,2,8] = output(%21) {name=\"logits\"}\n";
+
+static void test_lower_precision(void)
+{
+    ks_buf log = {0}, text = {0};
+    const char *only[] = {"lower_precision"};
+    for (int half = 0; half < 2; half++) {
+        kir_graph *g = kt_parse("precision.ir", precision_graph, &log);
+        KS_ASSERT(g);
+        ks_diag d = {.log = &log, .quiet = 1};
+        kp_options opt = {.passes = only, .n_passes = 1, .verify = 1, .compute_dtype = half ? KIR_BF16 : KIR_F32};
+        kp_pass_stats *st = NULL;
+        size_t n_st = 0;
+        CHECK(kp_run_pipeline(&g, &opt, &st, &n_st, &d) == 0);
+        CHECK(n_st == 1 && st[0].fusions == (half ? 6u : 0u)); /* values made half */
+        free(st);
+        text.len = 0;
+        kir_print(g, &text);
+        if (!half) {
+            kir_graph *orig = kt_parse("precision.ir", precision_graph, &log);
+            ks_buf want = {0};
+            kir_print(orig, &want);
+            CHECK_TEXT("exact: untouched", ks_buf_cstr(&text), ks_buf_cstr(&want));
+            ks_buf_free(&want);
+            kir_graph_free(orig);
+        } else {
+            CHECK_TEXT("fast: bf16 between kernels", ks_buf_cstr(&text),
+               "kiln-ir 1\n"
+               "graph \"\"\n"
+               "\n"
+               "%0  : i32[T] = input() {name=\"tokens\"}\n"
+               "%1  : f32[16,8] = weight() {name=\"embed\"}\n"
+               "%2  : bf16[T,8] = embed(%1, %0)\n"
+               "%3  : f32[8] = weight() {name=\"norm\"}\n"
+               "%4  : f32[24,8] = weight() {name=\"qkv\"}\n"
+               "%5  : f32[T,8] = rms_norm(%2, %3) {eps=1e-05, fuse=0}\n"
+               "%6  : f32[T,24] = matmul(%5, %4) {fuse=0}\n"
+               "%7  : bf16[T,8] = slice(%6) {start=0, end=8, fuse=0}\n"
+               "%8  : bf16[T,2,4] = reshape(%7) {shape=[T,2,4], fuse=0}\n"
+               "%9  : bf16[T,8] = slice(%6) {start=8, end=16, fuse=0}\n"
+               "%10 : bf16[T,2,4] = reshape(%9) {shape=[T,2,4], fuse=0}\n"
+               "%11 : bf16[T,8] = slice(%6) {start=16, end=24, fuse=0}\n"
+               "%12 : bf16[T,2,4] = reshape(%11) {shape=[T,2,4], fuse=0}\n"
+               "%13 : bf16[T,2,4] = kv_write(%10, %12) {layer=0, fuse=0, kv_dtype=\"bf16\"}\n"
+               "%14 : bf16[T,2,4] = attention(%8, %13, %12) {layer=0, scale=0.5, window=0, softcap=0.0, write_kv=0, kv_dtype=\"bf16\"}\n"
+               "%15 : bf16[T,8] = reshape(%14) {shape=[T,8]}\n"
+               "%16 : f32[8,8] = weight() {name=\"wo\"}\n"
+               "%17 : f32[T,8] = matmul(%15, %16) {fuse=1}\n"
+               "%18 : bf16[T,8] = add(%2, %17) {fuse=1}\n"
+               "%19 : f32[16,8] = weight() {name=\"head\"}\n"
+               "%20 : f32[T,16] = matmul(%18, %19)\n"
+               "%21 : f32[T,2,8] = reshape(%20) {shape=[T,2,8]}\n"
+               "%22 : f32[T,2,8] = output(%21) {name=\"logits\"}\n");
+        }
+        kir_graph_free(g);
+    }
+    CHECK_TEXT("no messages", ks_buf_cstr(&log), "");
+    ks_buf_free(&log);
+    ks_buf_free(&text);
+}
+
 int main(void)
 {
     test_verifier();
     test_pipeline();
     test_derived();
     test_interp_split();
+    test_lower_precision();
     return check_finish("test_pass_rules");
 }
