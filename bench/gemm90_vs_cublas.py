@@ -17,7 +17,8 @@ import subprocess
 import sys
 
 SHAPES = [("qkv", 4096, 6144), ("o", 4096, 4096), ("gate_up", 4096, 28672),
-          ("down", 14336, 4096), ("lm_head", 4096, 128256)]
+          ("down", 14336, 4096), ("lm_head", 4096, 128256),
+          ("qkv_rms", 4096, 6144)]  # kiln with the RMSNorm prologue; cuBLAS the plain matmul
 TOKENS = [512, 2048]
 
 

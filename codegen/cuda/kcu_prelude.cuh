@@ -1519,6 +1519,10 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
                         }
                     }
                 }
+                /* the stage is released only after every lane's loads have returned: the
+                 * sums depend on them (an arrive does not order them against the TMA write
+                 * that may follow, another proxy; measured: without this, runs differed) */
+                asm volatile("" ::"f"(ss[0]), "f"(ss[1]) : "memory");
                 __syncwarp();
                 if (lane == 0) kcu_mbar_arrive(empty + 8 * s);
             }

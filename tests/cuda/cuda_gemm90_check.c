@@ -11,7 +11,7 @@
  *       a double-precision reference (T = 1, 77, 200, 2048; N and K not
  *       multiples of the tile; bf16 and f16; the RMS prologue with its weight
  *       folded into w; an epilogue that permutes the columns; every output of
- *       a token < T written, none past T; two runs bitwise equal), then
+ *       a token < T written, none past T; six runs bitwise equal), then
  *       Llama-3-8B's prefill matmuls timed at T = 512 and 2048 for each tile
  *       configuration, each checked on sampled outputs. Prints a line
  *       "TIME <shape> <T> <K> <N> <BN> <STAGES> <ms> <TFLOP/s>" per timing
@@ -57,8 +57,8 @@ static const struct {
 } llama8b[] = {{"qkv", 4096, 6144}, {"o", 4096, 4096}, {"gate_up", 4096, 28672}, {"down", 14336, 4096},
                {"lm_head", 4096, 128256}};
 static const int configs[][2] = {{256, 4}, {128, 6}, {192, 5}}; /* BN, STAGES */
-enum { N_SHAPES = 5, N_CONFIGS = 3, N_CHECKS = sizeof check_cases / sizeof check_cases[0],
-       N_ALL = N_CHECKS + N_SHAPES * N_CONFIGS };
+enum { N_SHAPES = 5, N_CONFIGS = 3, N_CHECKS = sizeof check_cases / sizeof check_cases[0], N_RMS = 2,
+       N_ALL = N_CHECKS + N_SHAPES * N_CONFIGS + N_RMS };
 
 static void all_cases(g90_case *all)
 {
@@ -68,6 +68,9 @@ static void all_cases(g90_case *all)
         for (int c = 0; c < N_CONFIGS; c++)
             all[n++] = (g90_case){0, llama8b[s].K, llama8b[s].N, configs[c][0], configs[c][1], 0, 0, 1, 2048,
                                   {512, 2048}, 2, llama8b[s].what};
+    /* the RMS prologue's cost: q,k,v with it (g = 1: nothing to fold) */
+    all[n++] = (g90_case){0, 4096, 6144, 256, 4, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms"};
+    all[n++] = (g90_case){0, 4096, 6144, 192, 5, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms"};
 }
 
 static void program_source(const g90_case *cases, int n, ks_buf *src)
@@ -316,7 +319,10 @@ static void check_run(runner *r, const g90_case *c, int index, g90_data *d, int 
         num += (v - ref) * (v - ref), den += ref * ref;
     }
     for (size_t i = (size_t)T * c->N * es; i < d->out_bytes; i++) untouched &= a[i] == 0xff;
-    const int same = memcmp(a, b, d->out_bytes) == 0;
+    int same = memcmp(a, b, d->out_bytes) == 0;
+    for (int again = 0; !sample && again < 4 && same; again++) /* a race shows as runs that differ */
+        same = r->api.cuMemsetD8(d->dout, 0xff, d->out_bytes) == 0 && launch(r, c, index, d, T) == 0 &&
+               r->api.cuMemcpyDtoH(b, d->dout, d->out_bytes) == 0 && memcmp(a, b, d->out_bytes) == 0;
     const double l2 = den > 0 ? sqrt(num / den) : sqrt(num);
     /* f32 sums (wgmma accumulates in about f32); a bf16 output rounds at 2^-9 */
     const double tol = c->out16 ? 8e-3 : 2e-5;
