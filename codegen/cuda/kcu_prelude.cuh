@@ -1264,15 +1264,41 @@ template <> struct kcu_g90_f16<kcu_f16> {
 
 enum { KCU_G90_THREADS = 384, KCU_G90_BM = 128, KCU_G90_BK = 64 };
 
-/* prologues: none, or rms_norm with its weight folded into w */
+/* prologues: none, or rms_norm with its weight folded into w and the rows'
+ * 1 / rms from kcu_g90_rms_inv (a pre-pass), applied to the sums */
 struct kcu_g90_none {
-    enum { RMS = 0 };
-    float eps; /* unused */
+    __device__ __forceinline__ float scale(long long) const { return 1.0f; }
 };
 struct kcu_g90_rms {
-    enum { RMS = 1 };
-    float eps; /* the norm's epsilon */
+    const float *__restrict__ inv; /* [T] 1 / sqrt(mean_k x[t, k]^2 + eps), from kcu_g90_rms_inv */
+    __device__ __forceinline__ float scale(long long t) const { return inv[t]; }
 };
+
+/* The RMS pre-pass: inv[t] = 1 / sqrt(mean_k x[t, k]^2 + eps) for t < T, a
+ * warp a row (blocks of KCU_G90_INV_ROWS warps: grid ceil(T / 8)); lane l
+ * sums the squares of 8-element chunks l, l + 32, ... in f32 (x rows 16-byte
+ * aligned: K % 8 == 0), then a fixed butterfly of shuffles: deterministic. */
+enum { KCU_G90_INV_ROWS = 8 };
+template <typename X, int K>
+static __device__ __forceinline__ void kcu_g90_rms_inv(const int T, const X *__restrict__ x, const float eps,
+                                                       float *__restrict__ inv)
+{
+    static_assert(K % 8 == 0, "rows of 16-byte chunks");
+    const int lane = threadIdx.x % 32;
+    const long long t = (long long)blockIdx.x * KCU_G90_INV_ROWS + threadIdx.x / 32;
+    if (t >= T) return;
+    const X *const row = x + t * K;
+    float ss = 0.0f;
+    for (int c = lane; c < K / 8; c += 32) {
+        float v[8];
+        kcu_vec<X>::load(row + 8 * c, v);
+#pragma unroll
+        for (int j = 0; j < 8; j++) ss = fmaf(v[j], v[j], ss);
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+    if (lane == 0) inv[t] = 1.0f / sqrtf(ss / (float)K + eps);
+}
 
 __device__ __forceinline__ unsigned kcu_g90_smem(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void kcu_mbar_init(unsigned bar, unsigned count)
@@ -1454,7 +1480,6 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
         STAGE_BYTES = A_BYTES + B_BYTES,
         R = BN / 2,                          /* accumulators a consumer thread */
         CONSUMER_WARPS = 8,
-        STATS_WARPS = Pro::RMS ? 2 : 0,      /* producer warps 2, 3 */
         F16 = kcu_g90_f16<X>::ON /* f16 operands, else bf16 */
     };
     static_assert(sizeof(X) == 2, "bf16 or f16 operands");
@@ -1462,7 +1487,6 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
     static_assert(STAGES >= 2 && kcu_gemm90_smem(BN, STAGES) <= 232448 - 1024, "stages fit in shared memory");
     extern __shared__ unsigned char kcu_g90_dyn[];
     __shared__ alignas(8) unsigned long long bars[2 * STAGES]; /* full[STAGES], empty[STAGES] */
-    __shared__ float s_inv[BM];                                 /* RMS: 1 / rms of the tile's rows */
     const unsigned base = (kcu_g90_smem(kcu_g90_dyn) + 1023u) & ~1023u;
     const unsigned sa = base, sb = base + STAGES * A_BYTES; /* x stages, then w stages */
     const unsigned full = kcu_g90_smem(bars), empty = full + 8 * STAGES;
@@ -1473,7 +1497,7 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&tb)) : "memory");
         for (int s = 0; s < STAGES; s++) {
             kcu_mbar_init(full + 8 * s, 1);
-            kcu_mbar_init(empty + 8 * s, CONSUMER_WARPS + STATS_WARPS);
+            kcu_mbar_init(empty + 8 * s, CONSUMER_WARPS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -1491,44 +1515,6 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
                     kcu_tma_2d(sb + s * B_BYTES, tb, full + 8 * s, kt * BK, n0);
                 }
             }
-        } else if (Pro::RMS && warp >= 2) {
-            /* row statistics: thread i of warps 2, 3 takes rows i and i + 64 */
-            const int r = tid - 64;
-            float ss[2] = {0.0f, 0.0f};
-            for (int kt = 0; kt < KT; kt++) {
-                const int s = kt % STAGES;
-                kcu_mbar_wait(full + 8 * s, (kt / STAGES) & 1);
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const uint4 *row = reinterpret_cast<const uint4 *>(kcu_g90_dyn + (base - kcu_g90_smem(kcu_g90_dyn)) +
-                                                                       s * A_BYTES + (r + 64 * h) * 128);
-#pragma unroll
-                    for (int c = 0; c < 8; c++) {
-                        const uint4 v = row[c];
-                        const unsigned u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                        for (int j = 0; j < 4; j++) {
-                            float a, b;
-                            if (F16) {
-                                a = kcu_half_bits(u[j] & 0xffffu), b = kcu_half_bits(u[j] >> 16);
-                            } else {
-                                a = __uint_as_float(u[j] << 16), b = __uint_as_float(u[j] & 0xffff0000u);
-                            }
-                            ss[h] = fmaf(a, a, ss[h]);
-                            ss[h] = fmaf(b, b, ss[h]);
-                        }
-                    }
-                }
-                /* the stage is released only after every lane's loads have returned: the
-                 * sums depend on them (an arrive does not order them against the TMA write
-                 * that may follow, another proxy; measured: without this, runs differed) */
-                asm volatile("" ::"f"(ss[0]), "f"(ss[1]) : "memory");
-                __syncwarp();
-                if (lane == 0) kcu_mbar_arrive(empty + 8 * s);
-            }
-#pragma unroll
-            for (int h = 0; h < 2; h++) s_inv[r + 64 * h] = 1.0f / sqrtf(ss[h] / (float)K + pro.eps);
-            asm volatile("bar.arrive 1, %0;" ::"n"(32 * (CONSUMER_WARPS + STATS_WARPS)) : "memory");
         }
     } else {
         /* a consumer: tokens 64 (wg - 1) .. +63 of the tile */
@@ -1551,13 +1537,12 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
         }
         kcu_wg_wait<0>();
         kcu_wg_hold(d);
-        if (Pro::RMS) asm volatile("bar.sync 1, %0;" ::"n"(32 * (CONSUMER_WARPS + STATS_WARPS)) : "memory");
         const int rt = (wg - 1) * 64 + warp * 16 + lane / 4; /* the thread's first row in the tile */
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const long long tok = m0 + rt + 8 * h;
             if (tok >= T) continue;
-            const float sc = Pro::RMS ? s_inv[rt + 8 * h] : 1.0f;
+            const float sc = pro.scale(tok);
 #pragma unroll
             for (int j = 0; j < BN / 8; j++) {
                 const int col = n0 + 8 * j + 2 * (lane % 4);

@@ -68,7 +68,7 @@ static void all_cases(g90_case *all)
         for (int c = 0; c < N_CONFIGS; c++)
             all[n++] = (g90_case){0, llama8b[s].K, llama8b[s].N, configs[c][0], configs[c][1], 0, 0, 1, 2048,
                                   {512, 2048}, 2, llama8b[s].what};
-    /* the RMS prologue's cost: q,k,v with it (g = 1: nothing to fold) */
+    /* the RMS prologue's cost, its pre-pass included: q,k,v with it (g = 1: nothing to fold) */
     all[n++] = (g90_case){0, 4096, 6144, 256, 4, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms"};
     all[n++] = (g90_case){0, 4096, 6144, 192, 5, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms"};
 }
@@ -99,13 +99,20 @@ static void program_source(const g90_case *cases, int n, ks_buf *src)
     for (int i = 0; i < n; i++) {
         const g90_case *c = &cases[i];
         const char *epi = c->out16 ? "g90_epi_bf16" : c->rev ? "g90_epi_rev" : "kcu_epi_store";
+        const char *xt = c->f16 ? "kcu_f16" : "kcu_bf16";
         ks_buf_printf(src,
                       "extern \"C\" __global__ void __launch_bounds__(KCU_G90_THREADS, 1)\n"
                       "g90_%d(int T, const __grid_constant__ kcu_tmap ta, const __grid_constant__ kcu_tmap tb, "
-                      "%s *__restrict__ out, float eps)\n"
-                      "{\n    kcu_gemm90<%s, %d, %d, %d, %d>(T, ta, tb, %s{eps}, %s<%d>{out});\n}\n",
-                      i, c->out16 ? "unsigned short" : "float", c->f16 ? "kcu_f16" : "kcu_bf16", c->K, c->N, c->bn,
-                      c->st, c->rms ? "kcu_g90_rms" : "kcu_g90_none", epi, c->N);
+                      "%s *__restrict__ out, const float *__restrict__ inv)\n"
+                      "{\n    (void)inv;\n    kcu_gemm90<%s, %d, %d, %d, %d>(T, ta, tb, %s, %s<%d>{out});\n}\n",
+                      i, c->out16 ? "unsigned short" : "float", xt, c->K, c->N, c->bn, c->st,
+                      c->rms ? "kcu_g90_rms{inv}" : "kcu_g90_none{}", epi, c->N);
+        if (c->rms)
+            ks_buf_printf(src,
+                          "extern \"C\" __global__ void __launch_bounds__(KCU_G90_INV_ROWS * 32)\n"
+                          "g90_%d_inv(int T, const %s *__restrict__ x, float eps, float *__restrict__ inv)\n"
+                          "{\n    kcu_g90_rms_inv<%s, %d>(T, x, eps, inv);\n}\n",
+                          i, xt, xt, c->K);
     }
     ks_buf_puts(src, "#endif\n");
 }
@@ -152,6 +159,7 @@ typedef struct g90_data {
     uint16_t *x, *w;          /* [rows, K], [N, K] as uploaded (w permuted and folded as the case says) */
     double *wmodel;           /* [N, K] the model's weights (w' after folding), row n = output n */
     krt_cu_ptr dx, dw, dout;  /* device buffers; dout [rows, N] */
+    krt_cu_ptr dinv;          /* [rows] the RMS pre-pass's 1 / rms */
     krt_cu_tmap ta, tb;       /* their tensor maps */
     size_t out_bytes;         /* dout's size */
 } g90_data;
@@ -221,6 +229,7 @@ static int setup(runner *r, const g90_case *c, uint64_t seed, g90_data *d)
     const int ok = cu_ok(r, r->api.cuMemAlloc(&d->dx, nx * 2), "cuMemAlloc") &&
                    cu_ok(r, r->api.cuMemAlloc(&d->dw, nw * 2), "cuMemAlloc") &&
                    cu_ok(r, r->api.cuMemAlloc(&d->dout, d->out_bytes), "cuMemAlloc") &&
+                   cu_ok(r, r->api.cuMemAlloc(&d->dinv, (size_t)c->rows * 4), "cuMemAlloc") &&
                    cu_ok(r, r->api.cuMemcpyHtoD(d->dx, d->x, nx * 2), "cuMemcpyHtoD") &&
                    cu_ok(r, r->api.cuMemcpyHtoD(d->dw, d->w, nw * 2), "cuMemcpyHtoD");
     return ok ? 0 : -1;
@@ -238,6 +247,7 @@ static void teardown(runner *r, g90_data *d)
     r->api.cuMemFree(d->dx);
     r->api.cuMemFree(d->dw);
     r->api.cuMemFree(d->dout);
+    r->api.cuMemFree(d->dinv);
     free(d->x);
     free(d->w);
     free(d->wmodel);
@@ -252,8 +262,18 @@ static int launch(runner *r, const g90_case *c, int index, g90_data *d, int T)
     const int smem = c->st * (128 + c->bn) * 128 + 1024; /* kcu_gemm90_smem */
     if (!cu_ok(r, r->api.cuFuncSetAttribute(fn, KRT_CU_FUNC_MAX_DYNAMIC_SHARED_BYTES, smem), "cuFuncSetAttribute"))
         return -1;
-    float eps = 1e-5f;
-    void *params[] = {&T, &d->ta, &d->tb, &d->dout, &eps, NULL};
+    if (c->rms) { /* the pre-pass: 1 / rms of each row into dinv */
+        char inv_name[40];
+        snprintf(inv_name, sizeof inv_name, "g90_%d_inv", index);
+        krt_cu_fn inv_fn;
+        float eps = 1e-5f;
+        void *inv_params[] = {&T, &d->dx, &eps, &d->dinv, NULL};
+        if (!cu_ok(r, r->api.cuModuleGetFunction(&inv_fn, r->mod, inv_name), inv_name) ||
+            !cu_ok(r, r->api.cuLaunchKernel(inv_fn, (unsigned)(T + 7) / 8, 1, 1, 256, 1, 1, 0, NULL, inv_params, NULL),
+                   "cuLaunchKernel"))
+            return -1;
+    }
+    void *params[] = {&T, &d->ta, &d->tb, &d->dout, &d->dinv, NULL};
     return cu_ok(r,
                  r->api.cuLaunchKernel(fn, (unsigned)(T + 127) / 128, (unsigned)(c->N + c->bn - 1) / c->bn, 1, 384,
                                        1, 1, (unsigned)smem, NULL, params, NULL),
