@@ -1196,8 +1196,7 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const f
  *    to be empty, arms its `full` mbarrier with the stage's bytes and issues
  *    two cp.async.bulk.tensor loads (x box [128 rows][64], w box [BN][64];
  *    what lies past the tensor maps' edges, rows past max_tokens or N and k
- *    past K, arrives as zeros). With the RMS prologue, its warps 2 and 3 sum
- *    the squares of the stage's x rows (two rows a thread) and release it.
+ *    past K, arrives as zeros); its other threads exit.
  *  - warpgroups 1 and 2, the consumers (setmaxnreg 232): warpgroup 1 + j
  *    owns tokens 64 j .. +63 of the tile, all BN columns (BN / 2 f32
  *    accumulators a thread); per stage 4 wgmma m64nBNk16 (A and B from
@@ -1219,13 +1218,17 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const f
  *
  * RMSNorm prologue (Pro = kcu_g90_rms). rms_norm(x) w^T = diag(1 / rms(x))
  * x (g * w)^T: the norm's weight g is folded into the weights at build time
- * (w'[n, k] = w[n, k] * g[k], rounded once to the weight dtype), and the
- * per-row 1 / sqrt(mean(x^2) + eps) is summed from the x tiles already in
- * shared memory (f32, a fixed order: deterministic) by two producer warps,
- * handed to the consumers through shared memory and a named barrier, and
- * applied to the f32 sums in the epilogue. x is read once, as for a plain
- * matmul; no pre-pass. (LayerNorm the same way would need the row mean
- * too and sum_k g[k] w[n, k] per column: x*inv - mean*inv*colsum: not done.)
+ * (w'[n, k] = w[n, k] * g[k], rounded once to the weight dtype), a pre-pass
+ * kernel (kcu_g90_rms_inv: a warp a row, f32 sums in a fixed order) writes
+ * inv[t] = 1 / sqrt(mean_k x[t, k]^2 + eps) for t < T, and the epilogue
+ * scales the f32 sums by inv[t]. Chosen by measurement: summing the squares
+ * from the x tiles in shared memory in two producer warps cost 35-50 % of
+ * the matmul's rate (q,k,v 433 against 703 TFLOP/s at T = 2048), and raced
+ * with the TMA refilling the stage (generic-proxy reads against an
+ * async-proxy write); the pre-pass reads x once more (T K 2 bytes: 16 MB,
+ * about 5 us at T = 2048) and q,k,v with it runs at 675 TFLOP/s (pre-pass
+ * included). (LayerNorm the same way would need the row mean too and
+ * sum_k g[k] w[n, k] per column: y = inv (x.w' - mean colsum(w')): not done.)
  *
  * Tensor maps (host, cuTensorMapEncodeTiled, once per session): x as a
  * 2-D tensor {K, max_tokens} (innermost first), row stride K * 2 bytes, box
@@ -1239,6 +1242,29 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const f
  *
  * Each output is one block's sum over k in a fixed order (no split-K, no
  * atomics): bitwise reproducible.
+ *
+ * Tiles (STAGES follows BN: 256 -> 4, 192 -> 5, 128 -> 6, 64 -> 8, about
+ * 192 kB of stages). Fewer tiles than multiprocessors leaves some idle, so:
+ * BN = the largest of 256, 192, 128 with ceil(T / 128) ceil(N / BN) >= 119
+ * (0.9 x the H200's 132 SMs), else 128. T is known at run time: emit the
+ * BN = 256 kernel and the one this rule picks at the smallest T a shape
+ * sees (or at T = 512) and launch by T, as NAME / NAME_large are chosen.
+ * Llama-3-8B: every shape at T = 2048 and gate_up, lm_head at T = 512 take
+ * 256; q,k,v at T = 512 takes 192; o and down at T = 512 take 128.
+ *
+ * Throughput. Expected: a k block of a 128 x 256 tile is 4.2 MFLOP, about
+ * 800 ns of an SM at 700 TFLOP/s, against 48 kB of TMA per stage (60 GB/s
+ * an SM from L2/HBM): the tensor cores' rate, less the prologue and
+ * epilogue of each tile (no persistence) and the last wave's idle SMs.
+ * Measured (H200, cuda_gemm90_check --gpu beside bench/gemm90_vs_cublas.py,
+ * same run, bf16 in and out, TFLOP/s, kiln / cuBLAS with the best tile):
+ *   q,k,v   T=512 629 / 686 (0.92)   T=2048 706 / 756 (0.93)
+ *   o       T=512 608 / 702 (0.87)   T=2048 685 / 756 (0.91)
+ *   gate_up T=512 620 / 748 (0.83)   T=2048 722 / 773 (0.93)
+ *   down    T=512 700 / 739 (0.95)   T=2048 788 / 794 (0.99)
+ *   lm_head T=512 694 / 676 (1.03)   T=2048 739 / 728 (1.02)
+ * Room left: a persistent grid (the epilogue of one tile under the next
+ * one's loads), two consumer tiles ping-ponging, TMA multicast in clusters.
  */
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KCU_GEMM90 1
