@@ -28,12 +28,15 @@ int kcu_nvrtc_version(int *major, int *minor, int *lo_arch, int *hi_arch)
     return 0;
 }
 
-/* The number NN of "sm_NN", or -1 when arch is not of that form. */
+/* The number NN of "sm_NN" or "sm_NNa" (the arch-specific target: wgmma,
+ * setmaxnreg; its cubin runs on compute capability N.N alone), or -1 when
+ * arch is of neither form. */
 static int arch_number(const char *arch)
 {
     if (strncmp(arch, "sm_", 3) != 0 || !arch[3]) return -1;
     int v = 0;
     for (const char *p = arch + 3; *p; p++) {
+        if (*p == 'a' && p > arch + 3 && !p[1]) break;
         if (*p < '0' || *p > '9' || v > 10000) return -1;
         v = v * 10 + (*p - '0');
     }
@@ -69,7 +72,7 @@ int kcu_compile(const char *src, const char *src_name, const char *arch, ks_buf 
 {
     int number = arch_number(arch);
     if (number < 0) {
-        ks_error(d, "kiln", "target %s: not an architecture of the form sm_NN", arch);
+        ks_error(d, "kiln", "target %s: not an architecture of the form sm_NN or sm_NNa", arch);
         return -1;
     }
     if (check_supported(number, arch, d) != 0) return -1;

@@ -1174,3 +1174,411 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const f
     }
 }
 /* ==== end of attention ================================================================ */
+
+/* ==== matmul, prefill on sm_90a: wgmma fed by TMA (kcu_gemm90) ==========================
+ *
+ * out[t, n] = sum_k x[t, k] w[n, k] for T tokens (known at run time) with x
+ * and w both bf16 or both f16 (fast precision: half activations), f32 sums,
+ * handed to the usual epilogue (epi.two / epi.one, above). Compiled only for
+ * sm_90a (wgmma and setmaxnreg are arch-specific): KCU_GEMM90 is 1 there and
+ * 0 elsewhere (sm_80, plain sm_90, the CPU emulator), where the section is
+ * absent; the code generator emits kernels that call it only for sm_90a.
+ *
+ * Layout. A block of 384 threads (three warpgroups) computes a tile of BM =
+ * 128 tokens x BN columns (BN 64 .. 256, a multiple of 64): blockIdx.x is
+ * the token tile, blockIdx.y the column tile (token tiles vary fastest, so
+ * the blocks in flight share a few weight tiles and x stays in L2).
+ * K goes in blocks of 64 (128 bytes a row: one 128-byte swizzle atom) through
+ * a ring of STAGES shared-memory stages; stage s holds x rows [128][64] and
+ * weight rows [BN][64], each row 128 bytes, swizzled by TMA in the 128-byte
+ * pattern (16-byte chunk c of row r at chunk c ^ r % 8), 1024-byte aligned.
+ *  - warpgroup 0, the producer (setmaxnreg 40): thread 0 waits for a stage
+ *    to be empty, arms its `full` mbarrier with the stage's bytes and issues
+ *    two cp.async.bulk.tensor loads (x box [128 rows][64], w box [BN][64];
+ *    what lies past the tensor maps' edges, rows past max_tokens or N and k
+ *    past K, arrives as zeros); its other threads exit.
+ *  - warpgroups 1 and 2, the consumers (setmaxnreg 232): warpgroup 1 + j
+ *    owns tokens 64 j .. +63 of the tile, all BN columns (BN / 2 f32
+ *    accumulators a thread); per stage 4 wgmma m64nBNk16 (A and B from
+ *    shared memory through descriptors: K-major, 128-byte swizzle, 1024
+ *    bytes between 8-row groups; the k16 step moves the start by 32 bytes),
+ *    one commit group, then wait until the previous stage's group is done
+ *    and release that stage (one arrive a warp on its `empty` mbarrier).
+ * The epilogue goes from the accumulators to epi.two: wgmma's D layout
+ * gives lane l of warp w of a consumer, for each 8 columns j, tokens 16 w +
+ * l / 4 (+ 8) and columns 8 j + 2 (l % 4) (+ 1): the pairs (2p, 2p + 1)
+ * epilogues expect. Tokens >= T and columns >= N are not handed over.
+ *
+ * Column order. TMA reads weight rows as they lie: the matmul's column c is
+ * weight row c of the w it is given. An epilogue that permutes columns
+ * (Epi::row(c) != c) needs w stored permuted (row c of the given w = row
+ * Epi::row(c) of the model's): the code generator writes that copy of the
+ * weight at build time; the kernel hands column c's result to the epilogue
+ * as Epi::row(c), as kcu_matmul_mma does.
+ *
+ * RMSNorm prologue (Pro = kcu_g90_rms). rms_norm(x) w^T = diag(1 / rms(x))
+ * x (g * w)^T: the norm's weight g is folded into the weights at build time
+ * (w'[n, k] = w[n, k] * g[k], rounded once to the weight dtype), a pre-pass
+ * kernel (kcu_g90_rms_inv: a warp a row, f32 sums in a fixed order) writes
+ * inv[t] = 1 / sqrt(mean_k x[t, k]^2 + eps) for t < T, and the epilogue
+ * scales the f32 sums by inv[t]. Chosen by measurement: summing the squares
+ * from the x tiles in shared memory in two producer warps cost 35-50 % of
+ * the matmul's rate (q,k,v 433 against 703 TFLOP/s at T = 2048), and raced
+ * with the TMA refilling the stage (generic-proxy reads against an
+ * async-proxy write); the pre-pass reads x once more (T K 2 bytes: 16 MB,
+ * about 5 us at T = 2048) and q,k,v with it runs at 675 TFLOP/s (pre-pass
+ * included). (LayerNorm the same way would need the row mean too and
+ * sum_k g[k] w[n, k] per column: y = inv (x.w' - mean colsum(w')): not done.)
+ *
+ * Tensor maps (host, cuTensorMapEncodeTiled, once per session): x as a
+ * 2-D tensor {K, max_tokens} (innermost first), row stride K * 2 bytes, box
+ * {64, 128}; w as {K, N}, stride K * 2, box {64, BN}; both 128-byte
+ * swizzle, no interleave, zero fill, L2 promotion 256 B, element strides 1;
+ * data type bf16 (9) or f16 (6) as X. Needs K * 2 % 16 == 0 and 16-byte
+ * aligned bases. Dynamic shared memory: kcu_gemm90_smem(BN, STAGES) bytes
+ * (the stages plus 1024 for alignment; set the function's
+ * MAX_DYNAMIC_SHARED_SIZE_BYTES attribute to it), grid (ceil(T / 128),
+ * ceil(N / BN)), 384 threads, __launch_bounds__(384, 1).
+ *
+ * Each output is one block's sum over k in a fixed order (no split-K, no
+ * atomics): bitwise reproducible.
+ *
+ * Tiles (STAGES follows BN: 256 -> 4, 192 -> 5, 128 -> 6, 64 -> 8, about
+ * 192 kB of stages). Fewer tiles than multiprocessors leaves some idle, so:
+ * BN = the largest of 256, 192, 128 with ceil(T / 128) ceil(N / BN) >= 119
+ * (0.9 x the H200's 132 SMs), else 128. T is known at run time: emit the
+ * BN = 256 kernel and the one this rule picks at the smallest T a shape
+ * sees (or at T = 512) and launch by T, as NAME / NAME_large are chosen.
+ * Llama-3-8B: every shape at T = 2048 and gate_up, lm_head at T = 512 take
+ * 256; q,k,v at T = 512 takes 192; o and down at T = 512 take 128.
+ *
+ * Throughput. Expected: a k block of a 128 x 256 tile is 4.2 MFLOP, about
+ * 800 ns of an SM at 700 TFLOP/s, against 48 kB of TMA per stage (60 GB/s
+ * an SM from L2/HBM): the tensor cores' rate, less the prologue and
+ * epilogue of each tile (no persistence) and the last wave's idle SMs.
+ * Measured (H200, cuda_gemm90_check --gpu beside bench/gemm90_vs_cublas.py,
+ * same run, bf16 in and out, TFLOP/s, kiln / cuBLAS with the best tile):
+ *   q,k,v   T=512 629 / 686 (0.92)   T=2048 706 / 756 (0.93)
+ *   o       T=512 608 / 702 (0.87)   T=2048 685 / 756 (0.91)
+ *   gate_up T=512 620 / 748 (0.83)   T=2048 722 / 773 (0.93)
+ *   down    T=512 700 / 739 (0.95)   T=2048 788 / 794 (0.99)
+ *   lm_head T=512 694 / 676 (1.03)   T=2048 739 / 728 (1.02)
+ * Room left: a persistent grid (the epilogue of one tile under the next
+ * one's loads), two consumer tiles ping-ponging, TMA multicast in clusters.
+ */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KCU_GEMM90 1
+#else
+#define KCU_GEMM90 0
+#endif
+/* Dynamic shared memory of kcu_gemm90<.., BN, STAGES, ..> in bytes (host and device). */
+#define kcu_gemm90_smem(BN, STAGES) ((STAGES) * (128 + (BN)) * 128 + 1024)
+
+#if KCU_GEMM90
+/* CUtensorMap (cuda.h): 128 opaque bytes, 128-byte aligned */
+struct alignas(128) kcu_tmap {
+    unsigned long long opaque[16];
+};
+
+/* which wgmma: 1 for f16 operands, 0 for bf16 */
+template <typename X> struct kcu_g90_f16 {
+    enum { ON = 0 };
+};
+template <> struct kcu_g90_f16<kcu_f16> {
+    enum { ON = 1 };
+};
+
+enum { KCU_G90_THREADS = 384, KCU_G90_BM = 128, KCU_G90_BK = 64 };
+
+/* prologues: none, or rms_norm with its weight folded into w and the rows'
+ * 1 / rms from kcu_g90_rms_inv (a pre-pass), applied to the sums */
+struct kcu_g90_none {
+    __device__ __forceinline__ float scale(long long) const { return 1.0f; }
+};
+struct kcu_g90_rms {
+    const float *__restrict__ inv; /* [T] 1 / sqrt(mean_k x[t, k]^2 + eps), from kcu_g90_rms_inv */
+    __device__ __forceinline__ float scale(long long t) const { return inv[t]; }
+};
+
+/* The RMS pre-pass: inv[t] = 1 / sqrt(mean_k x[t, k]^2 + eps) for t < T, a
+ * warp a row (blocks of KCU_G90_INV_ROWS warps: grid ceil(T / 8)); lane l
+ * sums the squares of 8-element chunks l, l + 32, ... in f32 (x rows 16-byte
+ * aligned: K % 8 == 0), then a fixed butterfly of shuffles: deterministic. */
+enum { KCU_G90_INV_ROWS = 8 };
+template <typename X, int K>
+static __device__ __forceinline__ void kcu_g90_rms_inv(const int T, const X *__restrict__ x, const float eps,
+                                                       float *__restrict__ inv)
+{
+    static_assert(K % 8 == 0, "rows of 16-byte chunks");
+    const int lane = threadIdx.x % 32;
+    const long long t = (long long)blockIdx.x * KCU_G90_INV_ROWS + threadIdx.x / 32;
+    if (t >= T) return;
+    const X *const row = x + t * K;
+    float ss = 0.0f;
+    for (int c = lane; c < K / 8; c += 32) {
+        float v[8];
+        kcu_vec<X>::load(row + 8 * c, v);
+#pragma unroll
+        for (int j = 0; j < 8; j++) ss = fmaf(v[j], v[j], ss);
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+    if (lane == 0) inv[t] = 1.0f / sqrtf(ss / (float)K + eps);
+}
+
+__device__ __forceinline__ unsigned kcu_g90_smem(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void kcu_mbar_init(unsigned bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void kcu_mbar_expect(unsigned bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void kcu_mbar_arrive(unsigned bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void kcu_mbar_wait(unsigned bar, unsigned parity)
+{
+    unsigned done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* box at (c0 innermost, c1) of map into shared dst, completing on bar */
+__device__ __forceinline__ void kcu_tma_2d(unsigned dst, const kcu_tmap &map, unsigned bar, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+                 ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
+}
+/* wgmma shared-memory descriptor: K-major rows of 128 bytes, 128-byte
+ * swizzle, 8-row groups 1024 bytes apart (stride), start at addr */
+__device__ __forceinline__ unsigned long long kcu_wg_desc(unsigned addr)
+{
+    return (unsigned long long)((addr & 0x3ffffu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void kcu_wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void kcu_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void kcu_wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+/* the accumulators stay where they are across the asm above (CUTLASS's warpgroup_fence_operand) */
+template <int R> __device__ __forceinline__ void kcu_wg_hold(float (&d)[R])
+{
+#pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#define KCU_WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+    "+f"(d[i + 7])
+#define KCU_WG_D32(i) KCU_WG_D8(i), KCU_WG_D8(i + 8), KCU_WG_D8(i + 16), KCU_WG_D8(i + 24)
+template <int BN> struct kcu_wg_mma; /* d += a b^T, m64 x BN x k16: a, b shared-memory descriptors */
+template <> struct kcu_wg_mma<64> {
+    template <bool F16> static __device__ __forceinline__ void run(float (&d)[32], unsigned long long a, unsigned long long b)
+    {
+        if constexpr (F16)
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                     "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : KCU_WG_D32(0)
+                     : "l"(a), "l"(b), "r"(1));
+        else
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                     "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : KCU_WG_D32(0)
+                     : "l"(a), "l"(b), "r"(1));
+    }
+};
+template <> struct kcu_wg_mma<128> {
+    template <bool F16> static __device__ __forceinline__ void run(float (&d)[64], unsigned long long a, unsigned long long b)
+    {
+        if constexpr (F16)
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+                     "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+                     "%56, %57, %58, %59, %60, %61, %62, %63"
+                     "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                     : KCU_WG_D32(0), KCU_WG_D32(32)
+                     : "l"(a), "l"(b), "r"(1));
+        else
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+                     "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+                     "%56, %57, %58, %59, %60, %61, %62, %63"
+                     "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                     : KCU_WG_D32(0), KCU_WG_D32(32)
+                     : "l"(a), "l"(b), "r"(1));
+    }
+};
+template <> struct kcu_wg_mma<192> {
+    template <bool F16> static __device__ __forceinline__ void run(float (&d)[96], unsigned long long a, unsigned long long b)
+    {
+        if constexpr (F16)
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+                     "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+                     "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "
+                     "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "
+                     "%92, %93, %94, %95"
+                     "}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+                     : KCU_WG_D32(0), KCU_WG_D32(32), KCU_WG_D32(64)
+                     : "l"(a), "l"(b), "r"(1));
+        else
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+                     "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+                     "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "
+                     "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "
+                     "%92, %93, %94, %95"
+                     "}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+                     : KCU_WG_D32(0), KCU_WG_D32(32), KCU_WG_D32(64)
+                     : "l"(a), "l"(b), "r"(1));
+    }
+};
+template <> struct kcu_wg_mma<256> {
+    template <bool F16> static __device__ __forceinline__ void run(float (&d)[128], unsigned long long a, unsigned long long b)
+    {
+        if constexpr (F16)
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+                     "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+                     "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "
+                     "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "
+                     "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
+                     "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, "
+                     "%123, %124, %125, %126, %127"
+                     "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                     : KCU_WG_D32(0), KCU_WG_D32(32), KCU_WG_D32(64), KCU_WG_D32(96)
+                     : "l"(a), "l"(b), "r"(1));
+        else
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+                     "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+                     "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "
+                     "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "
+                     "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
+                     "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, "
+                     "%123, %124, %125, %126, %127"
+                     "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                     : KCU_WG_D32(0), KCU_WG_D32(32), KCU_WG_D32(64), KCU_WG_D32(96)
+                     : "l"(a), "l"(b), "r"(1));
+    }
+};
+
+/* The matmul of the design above on X (kcu_bf16 or kcu_f16) operands: K, N
+ * the shape, BN the tile's columns, STAGES the ring's depth; ta, tb the
+ * tensor maps of x and w (kernel parameters, __grid_constant__); pro
+ * kcu_g90_none or kcu_g90_rms. Called from a kernel of KCU_G90_THREADS
+ * threads with kcu_gemm90_smem(BN, STAGES) bytes of dynamic shared memory. */
+template <typename X, int K, int N, int BN, int STAGES, class Pro, class Epi>
+static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &tb, const Pro pro,
+                                                  const Epi &epi)
+{
+    enum {
+        BM = KCU_G90_BM,
+        BK = KCU_G90_BK,
+        KT = (K + BK - 1) / BK,              /* k blocks */
+        A_BYTES = BM * BK * 2,               /* a stage's x tile */
+        B_BYTES = BN * BK * 2,               /* a stage's w tile */
+        STAGE_BYTES = A_BYTES + B_BYTES,
+        R = BN / 2,                          /* accumulators a consumer thread */
+        CONSUMER_WARPS = 8,
+        F16 = kcu_g90_f16<X>::ON /* f16 operands, else bf16 */
+    };
+    static_assert(sizeof(X) == 2, "bf16 or f16 operands");
+    static_assert(BN % 64 == 0 && BN >= 64 && BN <= 256, "BN: 64, 128, 192 or 256");
+    static_assert(STAGES >= 2 && kcu_gemm90_smem(BN, STAGES) <= 232448 - 1024, "stages fit in shared memory");
+    extern __shared__ unsigned char kcu_g90_dyn[];
+    __shared__ alignas(8) unsigned long long bars[2 * STAGES]; /* full[STAGES], empty[STAGES] */
+    const unsigned base = (kcu_g90_smem(kcu_g90_dyn) + 1023u) & ~1023u;
+    const unsigned sa = base, sb = base + STAGES * A_BYTES; /* x stages, then w stages */
+    const unsigned full = kcu_g90_smem(bars), empty = full + 8 * STAGES;
+    const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    if (tid == 0) {
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&ta)) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&tb)) : "memory");
+        for (int s = 0; s < STAGES; s++) {
+            kcu_mbar_init(full + 8 * s, 1);
+            kcu_mbar_init(empty + 8 * s, CONSUMER_WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {
+        /* the producer */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (warp == 0) {
+            if (lane == 0) {
+                for (int kt = 0; kt < KT; kt++) {
+                    const int s = kt % STAGES;
+                    if (kt >= STAGES) kcu_mbar_wait(empty + 8 * s, (kt / STAGES + 1) & 1);
+                    kcu_mbar_expect(full + 8 * s, STAGE_BYTES);
+                    kcu_tma_2d(sa + s * A_BYTES, ta, full + 8 * s, kt * BK, m0);
+                    kcu_tma_2d(sb + s * B_BYTES, tb, full + 8 * s, kt * BK, n0);
+                }
+            }
+        }
+    } else {
+        /* a consumer: tokens 64 (wg - 1) .. +63 of the tile */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        float d[R];
+#pragma unroll
+        for (int i = 0; i < R; i++) d[i] = 0.0f;
+        const unsigned arow = (unsigned)(wg - 1) * 64 * 128; /* the warpgroup's first x row in a stage */
+        for (int kt = 0; kt < KT; kt++) {
+            const int s = kt % STAGES;
+            kcu_mbar_wait(full + 8 * s, (kt / STAGES) & 1);
+            const unsigned long long da = kcu_wg_desc(sa + s * A_BYTES + arow), db = kcu_wg_desc(sb + s * B_BYTES);
+            kcu_wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) kcu_wg_mma<BN>::template run<F16>(d, da + 2 * kk, db + 2 * kk);
+            kcu_wg_commit();
+            kcu_wg_wait<1>(); /* the previous stage's wgmma are done: release it */
+            kcu_wg_hold(d);
+            if (kt > 0 && lane == 0) kcu_mbar_arrive(empty + 8 * ((kt - 1) % STAGES));
+        }
+        kcu_wg_wait<0>();
+        kcu_wg_hold(d);
+        const int rt = (wg - 1) * 64 + warp * 16 + lane / 4; /* the thread's first row in the tile */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const long long tok = m0 + rt + 8 * h;
+            if (tok >= T) continue;
+            const float sc = pro.scale(tok);
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++) {
+                const int col = n0 + 8 * j + 2 * (lane % 4);
+                const float v0 = d[4 * j + 2 * h] * sc, v1 = d[4 * j + 2 * h + 1] * sc;
+                if (col + 1 < N)
+                    epi.two(tok, Epi::row(col), v0, Epi::row(col + 1), v1);
+                else if (col < N)
+                    epi.one(tok, Epi::row(col), v0);
+            }
+        }
+    }
+}
+#endif /* KCU_GEMM90 */

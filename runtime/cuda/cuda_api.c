@@ -6,10 +6,12 @@
 #include <string.h>
 
 /* Entry points, as exported by libcuda, and where each goes. */
-#define API_ENTRY(field, symbol) {symbol, offsetof(krt_cuda_api, field)}
+#define API_ENTRY(field, symbol) {symbol, offsetof(krt_cuda_api, field), 0}
+#define API_OPTIONAL(field, symbol) {symbol, offsetof(krt_cuda_api, field), 1}
 static const struct {
     const char *symbol; /* the exported name */
     size_t offset;      /* the field of krt_cuda_api it fills */
+    int optional;       /* 1: left NULL when missing (the CPU stand-in, older drivers) */
 } entries[] = {
     API_ENTRY(cuInit, "cuInit"),
     API_ENTRY(cuDeviceGetCount, "cuDeviceGetCount"),
@@ -49,6 +51,8 @@ static const struct {
     API_ENTRY(cuEventDestroy, "cuEventDestroy_v2"),
     API_ENTRY(cuGetErrorName, "cuGetErrorName"),
     API_ENTRY(cuGetErrorString, "cuGetErrorString"),
+    API_OPTIONAL(cuFuncSetAttribute, "cuFuncSetAttribute"),
+    API_OPTIONAL(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled"),
 };
 
 int krt_cuda_api_load(krt_cuda_api *api, ks_diag *d)
@@ -66,6 +70,7 @@ int krt_cuda_api_load(krt_cuda_api *api, ks_diag *d)
     }
     for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
         void *sym = dlsym(api->lib, entries[i].symbol);
+        if (!sym && entries[i].optional) continue;
         if (!sym) {
             ks_error(d, "cuda", "%s has no %s: the NVIDIA driver is too old or the library is not libcuda", name,
                      entries[i].symbol);

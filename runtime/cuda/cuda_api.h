@@ -34,6 +34,26 @@ enum {
     KRT_CU_ATTR_CC_MINOR = 76, /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR */
 };
 
+/* CUtensorMap: the description of a tensor that TMA (cp.async.bulk.tensor,
+ * sm_90) copies boxes of, made on the host by cuTensorMapEncodeTiled and
+ * passed to a kernel by value (a __grid_constant__ parameter, 128 bytes). */
+typedef struct krt_cu_tmap {
+    _Alignas(128) uint64_t opaque[16];
+} krt_cu_tmap;
+
+/* cuTensorMapEncodeTiled's enums (CUtensorMapDataType, ...Swizzle, ...) and
+ * CUfunction_attribute values used here. */
+enum {
+    KRT_CU_TMAP_FLOAT16 = 6,                    /* CU_TENSOR_MAP_DATA_TYPE_FLOAT16 */
+    KRT_CU_TMAP_FLOAT32 = 7,                    /* CU_TENSOR_MAP_DATA_TYPE_FLOAT32 */
+    KRT_CU_TMAP_BFLOAT16 = 9,                   /* CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 */
+    KRT_CU_TMAP_INTERLEAVE_NONE = 0,            /* CU_TENSOR_MAP_INTERLEAVE_NONE */
+    KRT_CU_TMAP_SWIZZLE_128B = 3,               /* CU_TENSOR_MAP_SWIZZLE_128B */
+    KRT_CU_TMAP_L2_256B = 3,                    /* CU_TENSOR_MAP_L2_PROMOTION_L2_256B */
+    KRT_CU_TMAP_OOB_ZERO = 0,                   /* CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: zeros past the edges */
+    KRT_CU_FUNC_MAX_DYNAMIC_SHARED_BYTES = 8,   /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+};
+
 /* Flags and modes used here, as cuda.h spells them. */
 enum {
     KRT_CU_STREAM_NON_BLOCKING = 1,        /* CU_STREAM_NON_BLOCKING: no implicit sync with the legacy stream */
@@ -84,10 +104,17 @@ typedef struct krt_cuda_api {
     krt_cu_result (*cuEventDestroy)(krt_cu_event event);
     krt_cu_result (*cuGetErrorName)(krt_cu_result r, const char **name);
     krt_cu_result (*cuGetErrorString)(krt_cu_result r, const char **text);
+    /* optional (NULL when the driver lacks them: CUDA 12.0 and later have both) */
+    krt_cu_result (*cuFuncSetAttribute)(krt_cu_fn fn, int attribute, int value);
+    krt_cu_result (*cuTensorMapEncodeTiled)(krt_cu_tmap *map, int dtype, unsigned rank, void *base,
+                                            const uint64_t *dims, const uint64_t *strides, const unsigned *box,
+                                            const unsigned *elem_strides, int interleave, int swizzle,
+                                            int l2_promotion, int oob_fill);
 } krt_cuda_api;
 
 /* Load the driver library: $KILN_CUDA_LIB if set (tests point it elsewhere),
- * else libcuda.so.1. Returns 0, or -1 after reporting what is missing. */
+ * else libcuda.so.1. Returns 0, or -1 after reporting what is missing (an
+ * optional entry point missing is left NULL, not reported). */
 int krt_cuda_api_load(krt_cuda_api *api, ks_diag *d);
 void krt_cuda_api_unload(krt_cuda_api *api);
 
