@@ -610,8 +610,9 @@ def report(res, out):
     log("\n" + render_table(res))
     with open(os.path.join(out, "prefill_bench.md"), "w") as f:
         f.write(render_markdown(res))
-    draw_chart(res, os.path.join(out, "prefill_bench.png"))
-    log(f"results: {os.path.join(out, 'prefill_bench.json')}, prefill_bench.md, prefill_bench.png")
+    drawn = draw_chart(res, os.path.join(out, "prefill_bench.png"))
+    log(f"results in {out}: prefill_bench.md" + (", prefill_bench.json" if os.path.exists(
+        os.path.join(out, "prefill_bench.json")) else "") + (", prefill_bench.png" if drawn else ""))
 
 
 # ---- the whole run -----------------------------------------------------------------------------
@@ -750,16 +751,23 @@ def main():
                     help="only draw the chart and write the markdown from a run's prefill_bench.json")
     a = ap.parse_args()
     if a.chart:
-        res = json.load(open(a.chart))
+        try:
+            res = json.load(open(a.chart))
+            res["kiln"], res["peer"], res["lengths"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            ap.error(f"--chart: {a.chart} is not a prefill_bench.json ({type(e).__name__}: {e})")
         os.makedirs(a.out, exist_ok=True)
         report(res, a.out)
         return 0
     a.device = a.device or ("cpu" if a.tiny else "cuda")
     a.target = a.target or ("sm_90" if a.device == "cuda" else "cpu")
-    a.lengths = [int(x) for x in (a.lengths or ("16,64,200" if a.tiny else "128,512,2048,8192")).split(",")]
-    if any(T < 1 for T in a.lengths):
-        ap.error("--lengths: each length is at least 1")
     a.decode = a.decode if a.decode is not None else (8 if a.tiny else 128)
+    try:
+        a.lengths = [int(x) for x in (a.lengths or ("16,64,200" if a.tiny else "128,512,2048,8192")).split(",")]
+    except ValueError:
+        ap.error(f"--lengths: '{a.lengths}' is not a comma-separated list of integers")
+    if any(T < 1 for T in a.lengths) or a.reps < 1 or a.warmup < 0 or a.decode < 0 or a.decode_prompt < 1:
+        ap.error("--lengths, --reps and --decode-prompt take integers from 1, --warmup and --decode from 0")
     a.max_tokens = a.max_tokens or max(a.lengths)
     a.compile = a.compile if a.compile is not None else a.device == "cuda"
     if a.kiln and not os.access(a.kiln, os.X_OK):
