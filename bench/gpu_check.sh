@@ -39,6 +39,8 @@
 #         `kiln bench --json`, one table with ratios; what is left of GPU_CHECK_BUDGET is its
 #         budget. $OUT gets prefill_bench.json, .md (for bench/RESULTS.md), .png (with matplotlib;
 #         else `python3 bench/prefill_bench.py --chart prefill_bench.json` here) and .log.
+#         PREFILL_BENCH_ARGS adds arguments (e.g. "--lengths 512,2048", or "--tiny" to try the
+#         stage on a machine without a GPU).
 #       Everything goes to $OUT/gpu_check.log; the summary table comes last.
 #       GPU_CHECK_MODELS="a b" limits the golden models to those; GPU_CHECK_DTYPES="f32 bf16" the
 #       dtypes; GPU_RUNTIME_MODELS the runtime stage's models.
@@ -388,8 +390,9 @@ run() {
     # what is left of the device tool's 600 s; the script keeps 15 s of it for the report
     local left=$(( ${GPU_CHECK_BUDGET:-585} - SECONDS ))
     echo "(prefill_bench gets ${left} s)"
+    # shellcheck disable=SC2086
     PYTHONUNBUFFERED=1 timeout "$left" python3 "$root/bench/prefill_bench.py" --kiln "$kiln" --out "$out" \
-      --budget $(( left - 15 )) 2>&1 | grep -v 'it/s\]$' | tee "$out/prefill_bench.log" \
+      --budget $(( left - 15 )) ${PREFILL_BENCH_ARGS:-} 2>&1 | grep -v 'it/s\]$' | tee "$out/prefill_bench.log" \
       | grep -E '^(kiln|peer|copy|T = |SKIP|FAIL|prefill_bench|device|GPU memory)' >> "$summary"
     echo "prefill_bench exit ${PIPESTATUS[0]}" | tee -a "$summary"
     [ -f "$out/prefill_bench.md" ] && cat "$out/prefill_bench.md" >> "$summary"
