@@ -15,12 +15,14 @@ in one process, within --budget seconds (what does not fit is skipped, and the r
 3. the peer (bench/peer_llama.py, the gpt-fast design) on the same weights, checked against
    Hugging Face: in float32 (TF32 off) within 1e-4 relative L2 of Hugging Face float32's logits,
    and in bf16 within twice Hugging Face bf16's own distance from float32 (the last prompt
-   position and one decode step); a wrong peer fails the run and is not timed. Then
-   torch.compile'd (prefill: dynamic shapes; decode: mode="reduce-overhead") and timed: time to
-   first token (ids to the device, prefill, argmax on the host) and decode ms/token at batch 1.
-4. kiln: `kiln bench ENGINE --json` (time to first token and decode, the same lengths), then
-   `kiln run --profile` of the longest prompt that fits (its table saved beside the results).
-5. one table with ratios (kiln / peer, kiln / ceiling) on stdout; OUT/prefill_bench.json
+   position and one decode step); a wrong peer fails the run and is not timed.
+4. kiln, once its build is done: `kiln bench ENGINE --json` (time to first token and decode, the
+   same lengths; the longest in a second call, so that a slow one costs only itself).
+5. the peer torch.compile'd (prefill: dynamic shapes, CUDA graphs per length; decode:
+   mode="reduce-overhead"), checked again, and timed as kiln bench times kiln: time to first
+   token (ids to the device, prefill, the argmax on the host) and decode ms/token at batch 1.
+6. `kiln run --profile` of a prompt of 2048 tokens (or the longest below), saved beside the results.
+7. one table with ratios (kiln / peer, kiln / ceiling) on stdout; OUT/prefill_bench.json
    (rewritten after every stage, so a run cut short leaves what it measured),
    OUT/prefill_bench.md (a dated section with the GPU's name and driver, for bench/RESULTS.md)
    and OUT/prefill_bench.png (when matplotlib is importable).
@@ -351,8 +353,7 @@ def time_peer(run, torch, a, cfg, dev, prefill, decode, mark):
     g = torch.Generator().manual_seed(a.seed + 2)
     for T in a.lengths:
         if T > cfg["max_position_embeddings"]:
-            run.skip(f"peer prefill {T}", f"longer than the context of {cfg['max_position_embeddings']}")
-            continue
+            continue  # said once, for both
         if run.left() < 15 + T / 512:
             run.skip(f"peer prefill {T}", "out of budget")
             continue
@@ -677,16 +678,31 @@ def bench(a):
     gc.collect()
     if dev == "cuda":
         torch.cuda.empty_cache()
+
+    # kiln first (the product: its numbers are in before the peer's compile spends the budget),
+    # with the build's threads done and the GPU idle; the peer's weights wait in memory
+    fits = [T for T in a.lengths if T <= cfg["max_position_embeddings"]]
+    for T in a.lengths:
+        if T not in fits:
+            run.skip(f"prefill {T}", f"longer than the model's context ({cfg['max_position_embeddings']})")
+    if build:
+        run.do("kiln build (wait)", 10, wait_kiln_build, run, build)
+    have_engine = build is not None and os.path.exists(engine) and "build_s" in res["kiln"]
+    if have_engine:
+        res["kiln"]["engine_bytes"] = os.path.getsize(engine)
+        first = fits[:-1] if len(fits) > 1 else fits  # the longest alone: a slow one costs only itself
+        run.do("kiln bench", 40, kiln_bench, run, a, engine, first, a.decode)
+        if len(fits) > 1:
+            run.do(f"kiln bench {fits[-1]}", 40, kiln_bench, run, a, engine, fits[-1:], 0)
+
     compiled = None
     if checked:
         peer, ids, ref = checked
         compiled = run.do("peer compile", 150 if a.compile and dev == "cuda" else 10, compile_peer, run, torch, a,
                           peer, dev, ids, ref)
-    if build:  # the peer is timed with the machine quiet: the build's threads done
-        run.do("kiln build (wait)", 10, wait_kiln_build, run, build)
     if compiled:
         run.do("peer timing", 20, time_peer, run, torch, a, cfg, dev, *compiled)
-    checked = compiled = peer = None  # the GPU's memory back for kiln
+    checked = compiled = peer = ids = ref = None  # the GPU's memory back for kiln's profile
     gc.collect()
     if dev == "cuda":
         torch._dynamo.reset()
@@ -697,19 +713,11 @@ def bench(a):
             pass
         gc.collect()
         torch.cuda.empty_cache()
-        log(f"GPU memory held by this process before kiln runs: {torch.cuda.memory_reserved() / 2**30:.1f} GiB")
 
-    if build and os.path.exists(engine):
-        res["kiln"]["engine_bytes"] = os.path.getsize(engine)
-        fits = [T for T in a.lengths if T <= cfg["max_position_embeddings"]]
-        first = fits[:-1] if len(fits) > 1 else fits
-        run.do("kiln bench", 40, kiln_bench, run, a, engine, first, a.decode)
-        if len(fits) > 1:
-            run.do(f"kiln bench {fits[-1]}", 40, kiln_bench, run, a, engine, fits[-1:], 0)
-        done = sorted(e["tokens"] for e in res["kiln"]["prefill"])
-        if done and a.profile:
-            T = max(t for t in done if t <= 2048) if any(t <= 2048 for t in done) else done[0]
-            run.do("kiln run --profile", 45, kiln_profile, run, a, engine, T, cfg["vocab_size"])
+    done = sorted(e["tokens"] for e in res["kiln"]["prefill"])
+    if have_engine and done and a.profile:
+        T = max(t for t in done if t <= 2048) if any(t <= 2048 for t in done) else done[0]
+        run.do("kiln run --profile", 45, kiln_profile, run, a, engine, T, cfg["vocab_size"])
     shutil.rmtree(work, ignore_errors=True)
     if engines != work:
         shutil.rmtree(engines, ignore_errors=True)
