@@ -328,11 +328,21 @@ def compile_peer(run, torch, a, peer, dev, ids, ref):
     # ../shared/README.md used too
     import torch._inductor.config as ic
     ic.fx_graph_cache = True
-    p["mode"] = f"torch.compile: prefill dynamic=True mode={a.peer_prefill_mode}, decode mode=reduce-overhead"
-    prefill = torch.compile(peer.prefill, fullgraph=True, dynamic=True, mode=a.peer_prefill_mode)
-    decode = torch.compile(peer.decode, fullgraph=True, mode="reduce-overhead")
     t0 = time.time()
-    pa = peer_logits(torch, peer, ids, prefill, decode, mark)  # compiles both
+    for mode in dict.fromkeys([a.peer_prefill_mode, "default"]):  # the asked mode, else no CUDA graphs for prefill
+        p["mode"] = f"torch.compile: prefill dynamic=True mode={mode}, decode mode=reduce-overhead"
+        prefill = torch.compile(peer.prefill, fullgraph=True, dynamic=True, mode=mode)
+        decode = torch.compile(peer.decode, fullgraph=True, mode="reduce-overhead")
+        try:
+            pa = peer_logits(torch, peer, ids, prefill, decode, mark)  # compiles both
+            break
+        except Exception as e:  # noqa: BLE001 (inductor raises many kinds)
+            p.setdefault("compile_errors", []).append(f"{p['mode']}: {type(e).__name__}: {str(e)[:500]}")
+            log(f"FAIL compiling the peer ({p['mode']}): {type(e).__name__}: {str(e)[:2000]}")
+            torch._dynamo.reset()
+            if mode == "default" or run.left() < 150:
+                raise
+            log("trying again with the prefill compiled without CUDA graphs")
     p["compile_s"] = round(time.time() - t0, 1)
     for _ in range(2):  # cudagraph trees record on the second or third call
         pa = peer_logits(torch, peer, ids, prefill, decode, mark)
@@ -451,6 +461,15 @@ def ceiling_ttft(res):
     return out
 
 
+def prefill_flops(cfg, T):
+    """The FLOPs of a T-token prefill's GEMMs (every position's logits) and causal attention."""
+    H = cfg["num_attention_heads"]
+    hd = cfg.get("head_dim", cfg["hidden_size"] // H)
+    per_layer = sum(2.0 * T * K * N for _, K, N, layer in gemm_shapes(cfg) if layer) + 4.0 * H * hd * T * (T + 1) / 2
+    return cfg["num_hidden_layers"] * per_layer + sum(2.0 * T * K * N for _, K, N, layer in gemm_shapes(cfg)
+                                                      if not layer)
+
+
 def decode_floor(res):
     c = (res.get("ceilings") or {}).get("copy")
     if not c or not res.get("weight_bytes"):
@@ -479,11 +498,24 @@ def table_rows(res):
     return rows
 
 
+def flops_rows(res):
+    """[(T, kiln, peer, ceiling)] in TFLOP/s of the prefill (prefill_flops over the times)."""
+    rows = []
+    for (what, k, p, c), T in zip(table_rows(res), res["lengths"]):
+        f = prefill_flops(res["config"], T) / 1e9  # per ms
+        rows.append((T, *(f / x if x else None for x in (k, p, c))))
+    return rows
+
+
 def render_table(res):
     w = 40
     lines = [f"{'':{w}} {'kiln':>10} {'peer':>10} {'ceiling':>10} {'kiln/peer':>10} {'kiln/ceil':>10}"]
     for what, k, p, c in table_rows(res):
         lines.append(f"{what:{w}} {num(k):>10} {num(p):>10} {num(c):>10} {ratio(k, p):>10} {ratio(k, c):>10}")
+    lines.append("")
+    lines.append("prefill, achieved TFLOP/s (GEMM and attention FLOPs / time to first token):")
+    for T, k, p, c in flops_rows(res):
+        lines.append(f"{f'{T} tokens':{w}} {num(k, '{:.3g}'):>10} {num(p, '{:.3g}'):>10} {num(c, '{:.3g}'):>10}")
     lines.append("")
     lines.append("cuBLAS bf16 GEMM, TFLOP/s (best of 5):")
     Ts = sorted({e["t"] for e in (res.get("ceilings") or {}).get("gemm", [])})
@@ -522,8 +554,13 @@ def render_markdown(res):
     md += ["", "| | kiln | peer | ceiling | kiln / peer | kiln / ceiling |", "|---|---:|---:|---:|---:|---:|"]
     for what, k, p, c in table_rows(res):
         md.append(f"| {what} | {num(k)} | {num(p)} | {num(c)} | {ratio(k, p)} | {ratio(k, c)} |")
+    md += ["", "| prefill, achieved TFLOP/s | kiln | peer | ceiling |", "|---|---:|---:|---:|"]
+    for T, k, p, c in flops_rows(res):
+        md.append(f"| {T} tokens | {num(k, '{:.3g}')} | {num(p, '{:.3g}')} | {num(c, '{:.3g}')} |")
     md += ["", "Ceiling of a prefill: layers x (QKV + out + gate/up + down GEMMs + causal attention) + lm_head at "
-           "cuBLAS's and SDPA's best measured times; of decode: the weights' bytes over the measured copy rate."]
+           "cuBLAS's and SDPA's best measured times; of decode: the weights' bytes over the measured copy rate. "
+           "Achieved TFLOP/s: the prefill's GEMM FLOPs (logits at every position) and causal attention FLOPs over "
+           "its time to first token."]
     notes = [e.get("note") for e in res["kiln"]["prefill"] if e.get("note")]
     if notes:
         md.append("kiln: " + "; ".join(f"{e['tokens']} tokens {e['note']}" for e in res["kiln"]["prefill"]
