@@ -49,14 +49,15 @@ static int parse_lengths(const char *s, krt_bench_opts *o)
             fprintf(stderr, "kiln bench: error: --prompts: more than %d lengths in '%s'\n", KRT_BENCH_MAX_PROMPTS, s);
             return -1;
         }
-        snprintf(item, sizeof item, "%.*s", (int)(n < sizeof item - 1 ? n : sizeof item - 1), p);
-        int64_t v;
-        if (n >= sizeof item || kc_parse_int("bench", "--prompts", item, 1, KRT_MAX_CONTEXT, &v) != 0) {
-            if (n >= sizeof item)
-                fprintf(stderr, "kiln bench: error: --prompts: '%.*s' is not an integer from 1 to %d\n", (int)n, p,
-                        KRT_MAX_CONTEXT);
+        if (n >= sizeof item) { /* longer than any integer in range */
+            fprintf(stderr, "kiln bench: error: --prompts: '%.*s' is not an integer from 1 to %d\n", (int)n, p,
+                    KRT_MAX_CONTEXT);
             return -1;
         }
+        memcpy(item, p, n);
+        item[n] = 0;
+        int64_t v;
+        if (kc_parse_int("bench", "--prompts", item, 1, KRT_MAX_CONTEXT, &v) != 0) return -1;
         o->prompts[o->n_prompts++] = (int)v;
         if (!end) return 0;
         p = end + 1;
