@@ -668,6 +668,16 @@ def gpu_info(torch, dev):
     return info
 
 
+def new_results(a, cfg, config_name, gpu):
+    """The results of a run, empty: what the stages fill, what report() reads (the JSON's schema;
+    kiln's entries are kiln bench --json's, runtime/bench.h)."""
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv),
+            "config_name": config_name, "config": cfg, "seed": a.seed, "budget_s": a.budget, "lengths": a.lengths,
+            "reps": a.reps, "warmup": a.warmup, "gpu": gpu, "stage_s": {}, "skipped": [], "errors": [],
+            "ceilings": None, "peer": {"prefill": [], "decode": None},
+            "kiln": {"prefill": [], "decode": None, "bench": []}}
+
+
 def bench(a):
     import torch
     dev = a.device
@@ -675,11 +685,7 @@ def bench(a):
         log("FAIL: no GPU here (torch.cuda.is_available() is False): use --tiny --device cpu")
         return 1
     cfg = TINY_CONFIG if a.tiny else json.load(open(a.config))
-    res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv),
-           "config_name": "tiny (built in)" if a.tiny else os.path.basename(a.config), "config": cfg,
-           "seed": a.seed, "budget_s": a.budget, "lengths": a.lengths, "reps": a.reps, "warmup": a.warmup,
-           "gpu": gpu_info(torch, dev), "stage_s": {}, "skipped": [], "errors": [], "ceilings": None,
-           "peer": {"prefill": [], "decode": None}, "kiln": {"prefill": [], "decode": None, "bench": []}}
+    res = new_results(a, cfg, "tiny (built in)" if a.tiny else os.path.basename(a.config), gpu_info(torch, dev))
     run = Run(a.out, a.budget, res)
     log(f"device: {res['gpu']}; budget {a.budget} s; lengths {a.lengths}")
     run.save()
