@@ -331,9 +331,9 @@ def compile_peer(run, torch, a, peer, dev, ids, ref):
     t0 = time.time()
     for mode in dict.fromkeys([a.peer_prefill_mode, "default"]):  # the asked mode, else no CUDA graphs for prefill
         p["mode"] = f"torch.compile: prefill dynamic=True mode={mode}, decode mode=reduce-overhead"
-        prefill = torch.compile(peer.prefill, fullgraph=True, dynamic=True, mode=mode)
-        decode = torch.compile(peer.decode, fullgraph=True, mode="reduce-overhead")
         try:
+            prefill = torch.compile(peer.prefill, fullgraph=True, dynamic=True, mode=mode)
+            decode = torch.compile(peer.decode, fullgraph=True, mode="reduce-overhead")
             pa = peer_logits(torch, peer, ids, prefill, decode, mark)  # compiles both
             break
         except Exception as e:  # noqa: BLE001 (inductor raises many kinds)
