@@ -69,8 +69,9 @@ class Layer(nn.Module):
         """Positions 0..T-1 of an empty sequence."""
         T = x.shape[1]
         q, k, v = self.qkv(rms_norm(x, self.attn_norm, self.eps), cos, sin)
-        self.k_cache[:, :, :T] = k
-        self.v_cache[:, :, :T] = v
+        pos = torch.arange(T, device=x.device)  # index_copy_, not a slice assignment: no guards on T's value
+        self.k_cache.index_copy_(2, pos, k)
+        self.v_cache.index_copy_(2, pos, v)
         if SDPA_GQA:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
