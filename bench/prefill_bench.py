@@ -328,6 +328,10 @@ def compile_peer(run, torch, a, peer, dev, ids, ref):
     # ../shared/README.md used too
     import torch._inductor.config as ic
     ic.fx_graph_cache = True
+    try:  # a recompile while timing costs the budget: the log says when one happens, and why
+        torch._logging.set_logs(recompiles=True)
+    except (AttributeError, TypeError):
+        pass
     t0 = time.time()
     for mode in dict.fromkeys([a.peer_prefill_mode, "default"]):  # the asked mode, else no CUDA graphs for prefill
         p["mode"] = f"torch.compile: prefill dynamic=True mode={mode}, decode mode=reduce-overhead"
