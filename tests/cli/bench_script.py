@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench_script.py — bench/prefill_bench.py's reader of `kiln bench --json` and its report,
+"""bench_script.py — bench/prefill_bench.py's reader of `kiln bench --json` and its report (prefill_report.py),
 against the real kiln on a CPU engine, without torch or a GPU: the JSON's field names have one
 owner (runtime/bench.c), and this fails when the script stops reading them. Times are not
 checked (tests assert no speed), only what lands where.
@@ -15,6 +15,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import prefill_bench as pb  # noqa: E402
+import prefill_report as pr  # noqa: E402
 
 passed = failed = 0
 
@@ -60,13 +61,13 @@ def main():
         check("the results file is what was measured", saved["kiln"]["prefill"] == k["prefill"])
 
         # the report without ceilings or a peer: dashes where nothing was measured
-        table = pb.render_table(res)
+        table = pr.render_table(res)
         rows = [l for l in table.splitlines() if l.startswith(("time to first token", "decode, batch 1"))]
         got = [re.sub(r"[0-9]+\.[0-9]+", "N", " ".join(l.split())) for l in rows]
         want = ["time to first token, 8 tokens (ms) N - - - -", "time to first token, 100 tokens (ms) N - - - -",
                 "time to first token, 1000 tokens (ms) - - - - -", "decode, batch 1 (ms/token) N - - - -"]
         check("table rows", got == want, "\n".join(got))
-        md = pb.render_markdown(res)
+        md = pr.render_markdown(res)
         check("markdown heading", md.startswith("## kiln against the ceilings and a compiled PyTorch peer "
                                                 "(bench/prefill_bench.py) — "), md[:200])
         check("markdown table", "| time to first token, 100 tokens (ms) | " in md and "| decode, batch 1 (ms/token) | "
