@@ -33,6 +33,14 @@
 #         test_oom, on the host, sanitizers);
 #       llama8b — bench/llama8b_check.py, given what is left of GPU_CHECK_BUDGET seconds (default
 #         585: the device tool's 600 s a command, less a margin), with a `kiln run --profile`.
+#       bench — bench/prefill_bench.py (not in the default: it wants a command to itself,
+#         GPU_CHECK_STAGES=bench): the ceilings (copy, cuBLAS GEMMs, SDPA), the 8B-shaped model,
+#         kiln's engine of it and a torch.compile'd PyTorch peer checked against Hugging Face,
+#         `kiln bench --json`, one table with ratios; what is left of GPU_CHECK_BUDGET is its
+#         budget. $OUT gets prefill_bench.json, .md (for bench/RESULTS.md), .png (with matplotlib;
+#         else `python3 bench/prefill_bench.py --chart prefill_bench.json` here) and .log.
+#         PREFILL_BENCH_ARGS adds arguments (e.g. "--lengths 512,2048", or "--tiny" to try the
+#         stage on a machine without a GPU).
 #       Everything goes to $OUT/gpu_check.log; the summary table comes last.
 #       GPU_CHECK_MODELS="a b" limits the golden models to those; GPU_CHECK_DTYPES="f32 bf16" the
 #       dtypes; GPU_RUNTIME_MODELS the runtime stage's models.
@@ -376,6 +384,18 @@ run() {
       | grep -v 'it/s\]$' | tee "$out/llama8b.log" | grep -E '^(kiln|HF|floors|llama8b|FAIL|model|GPU|transformers)' \
       >> "$summary"
     echo "llama8b_check exit ${PIPESTATUS[0]}" | tee -a "$summary"
+  fi
+  if [[ $stages == *" bench "* ]]; then
+    echo "== kiln against the ceilings and a compiled PyTorch peer (bench/prefill_bench.py)"
+    # what is left of the device tool's 600 s; the script keeps 15 s of it for the report
+    local left=$(( ${GPU_CHECK_BUDGET:-585} - SECONDS ))
+    echo "(prefill_bench gets ${left} s)"
+    # shellcheck disable=SC2086
+    PYTHONUNBUFFERED=1 timeout "$left" python3 "$root/bench/prefill_bench.py" --kiln "$kiln" --out "$out" \
+      --budget $(( left - 15 )) ${PREFILL_BENCH_ARGS:-} 2>&1 | grep -v 'it/s\]$' | tee "$out/prefill_bench.log" \
+      | grep -E '^(kiln|peer|copy|T = |SKIP|FAIL|prefill_bench|device|GPU memory)' >> "$summary"
+    echo "prefill_bench exit ${PIPESTATUS[0]}" | tee -a "$summary"
+    [ -f "$out/prefill_bench.md" ] && cat "$out/prefill_bench.md" >> "$summary"
   fi
   echo "== summary ($((SECONDS - t_start)) s)"
   cat "$summary"

@@ -34,43 +34,10 @@ import time
 import numpy as np
 import torch
 
+from llama8b_common import log, make_checkpoint, rel_l2, run, work_dirs
+
 HBM_BYTES_PER_S = 4.2e12  # H200 device-to-device copy rate (../shared/README.md: 4.23 TB/s)
 FP32_FLOPS = 67e12        # H200 SXM fp32 CUDA-core peak (no tensor cores), for the prefill floor
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-def rel_l2(a, b):
-    a = a.astype(np.float64)
-    b = b.astype(np.float64)
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-
-
-def make_checkpoint(cfg, ckpt, dev, seed):
-    """The model in bf16 on dev, weights drawn with a fixed seed, saved to ckpt."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-    config = LlamaConfig(**cfg)
-    t0 = time.time()
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device(dev):
-        model = LlamaForCausalLM(config)
-    torch.set_default_dtype(torch.float32)
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    with torch.no_grad():
-        for _, p in sorted(model.named_parameters()):
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.02, generator=gen)
-            else:
-                p.fill_(1.0)
-    if dev == "cuda":
-        torch.cuda.synchronize()
-    t1 = time.time()
-    model.save_pretrained(ckpt, safe_serialization=True)
-    n_params = sum(p.numel() for p in model.parameters())
-    log(f"model: {n_params / 1e9:.3f} B parameters, made in {t1 - t0:.1f} s, saved (bf16) in {time.time() - t1:.1f} s")
-    return model.eval(), n_params
 
 
 def hf_run(model, ids, n_new, dev, label):
@@ -103,16 +70,6 @@ def hf_run(model, ids, n_new, dev, label):
         decode = (time.time() - t1) / timed if t1 is not None else 0.0
     log(f"HF {label}: prefill {prefill * 1e3:.1f} ms, decode {decode * 1e3:.2f} ms/token, tokens {toks}")
     return logits, toks, prefill, decode
-
-
-def run(cmd, timeout, what):
-    t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    dt = time.time() - t0
-    if p.returncode != 0:
-        log(f"FAIL {what} (exit {p.returncode}): {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
-        raise RuntimeError(what)
-    return p, dt
 
 
 def kiln_stats(stderr):
@@ -149,20 +106,8 @@ def main():
     log(f"transformers {transformers.__version__}")
     cfg = json.load(open(a.config))
     vocab = cfg["vocab_size"]
-    shm_free = shutil.disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else 0
-    if a.work is None:
-        a.work = "/dev/shm/llama8b" if shm_free > 52e9 else "/tmp/llama8b"
-    shutil.rmtree(a.work, ignore_errors=True)
-    os.makedirs(a.work)
+    a.work, engines = work_dirs(a.work, a.engines, ckpt_bytes=16e9, engine_bytes=36e9)
     ckpt = os.path.join(a.work, "ckpt")
-    engines = a.engines
-    if engines is None:
-        engines = a.work
-        if not a.work.startswith("/dev/shm") and shm_free > 36e9:
-            engines = "/dev/shm/llama8b-engines"
-    os.makedirs(engines, exist_ok=True)
-    log(f"checkpoint in {a.work}, engines in {engines} (/dev/shm free: {shm_free / 1e9:.0f} GB, "
-        f"{a.work}: {shutil.disk_usage(a.work).free / 1e9:.0f} GB, {engines}: {shutil.disk_usage(engines).free / 1e9:.0f} GB)")
     res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "config": os.path.basename(a.config),
            "prompt_tokens": a.prompt, "new_tokens": a.new, "seed": a.seed}
 

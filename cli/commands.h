@@ -14,6 +14,7 @@ typedef struct kc_command {
     int (*run)(int argc, char **argv); /* argv[0] is the command name; returns the exit code */
 } kc_command;
 
+int kc_cmd_bench(int argc, char **argv);
 int kc_cmd_build(int argc, char **argv);
 int kc_cmd_ir(int argc, char **argv);
 int kc_cmd_inspect(int argc, char **argv);

@@ -10,6 +10,7 @@ static const kc_command commands[] = {
     {"ir", "print the IR of a model", kc_cmd_ir},
     {"inspect", "say what an engine file holds", kc_cmd_inspect},
     {"run", "run an engine: generate text from a prompt, or logits for given ids", kc_cmd_run},
+    {"bench", "time an engine: time to first token by prompt length, decode per token", kc_cmd_bench},
     {"verify", "compare the fused build with the unfused one, value by value", kc_cmd_verify},
     {"tokenize", "print the token ids an engine's tokenizer gives a text", kc_cmd_tokenize},
     {"version", "print kiln's version and what it was built with (also: kiln --version)", kc_cmd_version},

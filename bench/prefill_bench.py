@@ -1,0 +1,616 @@
+#!/usr/bin/env python3
+"""prefill_bench.py — kiln against the GPU's ceilings and a compiled PyTorch peer, in one run.
+
+On the GPU machine (bench/gpu_check.sh's "bench" stage runs it; torch and transformers are there):
+
+    python3 bench/prefill_bench.py --kiln build-gpu/gpu/bin/kiln --out $OUT --budget 560
+
+in one process, within --budget seconds (what does not fit is skipped, and the results say so):
+1. ceilings: device-to-device copy bandwidth (bytes read + written per second); cuBLAS bf16 GEMM
+   through torch.matmul on the prefill GEMMs of the model (QKV, out, gate/up, down, lm_head) at
+   T = --lengths tokens, in TFLOP/s; torch SDPA (flash) causal attention at those lengths, GQA.
+2. the Llama-3-8B-shaped model (tests/data/llama3-8b-config.json) with random bf16 weights
+   (bench/llama8b_common.py), saved as safetensors; `kiln build` of it (bf16, --max-tokens the
+   longest length) starts in the background.
+3. the peer (bench/peer_llama.py, the gpt-fast design) on the same weights, checked against
+   Hugging Face: in float32 (TF32 off) within 1e-4 relative L2 of Hugging Face float32's logits,
+   and in bf16 within twice Hugging Face bf16's own distance from float32 (the last prompt
+   position and one decode step); a wrong peer fails the run and is not timed.
+4. kiln, once its build is done: `kiln bench ENGINE --json` (time to first token and decode, the
+   same lengths; the longest in a second call, so that a slow one costs only itself).
+5. the peer torch.compile'd (prefill: dynamic shapes, CUDA graphs per length; decode:
+   mode="reduce-overhead"), checked again, and timed as kiln bench times kiln: time to first
+   token (ids to the device, prefill, the argmax on the host) and decode ms/token at batch 1.
+6. `kiln run --profile` of a prompt of 2048 tokens (or the longest below), saved beside the results.
+7. the report (bench/prefill_report.py): one table with ratios (kiln / peer, kiln / ceiling) on stdout; OUT/prefill_bench.json
+   (rewritten after every stage, so a run cut short leaves what it measured),
+   OUT/prefill_bench.md (a dated section with the GPU's name and driver, for bench/RESULTS.md)
+   and OUT/prefill_bench.png (when matplotlib is importable).
+
+Here, without a GPU:
+
+    python3 bench/prefill_bench.py --tiny [--kiln build/cli/kiln] [--compile]
+        the same run on a tiny config on the CPU (the peer against Hugging Face float32; kiln's
+        CPU engine when --kiln is given); torch.compile only with --compile (slow on a CPU)
+    python3 bench/prefill_bench.py --chart prefill_bench.json [--out DIR]
+        the chart and the markdown again from a run's JSON (the GPU machine may lack matplotlib)
+
+The ceiling of a prefill is the time its GEMMs and attention take at cuBLAS's and SDPA's measured
+speed (layers x (QKV + out + gate/up + down + attention) + lm_head): nothing else of the step
+counted. The decode floor is the weights' bytes over the measured copy bandwidth.
+"""
+import argparse
+import gc
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from prefill_report import gemm_shapes, report  # noqa: E402
+CONFIG_8B = os.path.join(HERE, "..", "tests", "data", "llama3-8b-config.json")
+TINY_CONFIG = {  # a Llama small enough for the CPU: GQA, untied, no RoPE scaling
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu", "hidden_size": 64,
+    "intermediate_size": 160, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+    "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "rope_scaling": None,
+    "tie_word_embeddings": False, "vocab_size": 384, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16",
+}
+F32_LIMIT = 1e-4      # peer float32 vs Hugging Face float32, relative L2
+BF16_FACTOR = 2.0     # peer bf16 vs HF f32 may be this many times HF bf16 vs HF f32
+CHECK_PROMPT = 32     # tokens of the check's prompt (one decode step follows)
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+# ---- the run: results, budget, stages ---------------------------------------------------------
+class Run:
+    """The results (res, written to OUT/prefill_bench.json after each stage) and the time budget."""
+
+    def __init__(self, out, budget, res):
+        self.out, self.deadline, self.res = out, time.time() + budget, res
+        os.makedirs(out, exist_ok=True)
+
+    def left(self):
+        return self.deadline - time.time()
+
+    def skip(self, what, why):
+        self.res["skipped"].append(f"{what}: {why}")
+        log(f"SKIP {what}: {why}")
+
+    def save(self):
+        path = os.path.join(self.out, "prefill_bench.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(self.res, f, indent=1)
+        os.replace(path + ".tmp", path)
+
+    def do(self, name, need_s, fn, *args):
+        """fn(*args) as stage `name` when about need_s seconds are left; its result, or None when
+        skipped or failed (the error is recorded, the run goes on)."""
+        if self.left() < need_s:
+            self.skip(name, f"{self.left():.0f} s of the budget left, it needs about {need_s} s")
+            return None
+        t0 = time.time()
+        log(f"== {name} ({self.left():.0f} s of the budget left)")
+        try:
+            return fn(*args)
+        except Exception as e:  # a stage's failure is a result: record it, go on with the others
+            self.res["errors"].append(f"{name}: {type(e).__name__}: {e}")
+            log(f"FAIL {name}: {type(e).__name__}: {e}\n{traceback.format_exc()}")
+            return None
+        finally:
+            self.res["stage_s"][name] = round(time.time() - t0, 1)
+            self.save()
+
+
+# ---- timing -------------------------------------------------------------------------------------
+def timed(torch, fn, dev, reps=5, min_ms=2.0):
+    """Median and min of fn's time in ms: on a GPU by CUDA events around groups of calls (enough
+    calls a group for min_ms), on the CPU by the host clock."""
+    fn()
+    if dev != "cuda":
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(ts), min(ts)
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    fn()
+    b.record()
+    b.synchronize()
+    inner = max(1, min(1000, int(min_ms / max(a.elapsed_time(b), 1e-3))))
+    ts = []
+    for _ in range(reps):
+        a.record()
+        for _ in range(inner):
+            fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) / inner)
+    return statistics.median(ts), min(ts)
+
+
+def sync(torch, dev):
+    if dev == "cuda":
+        torch.cuda.synchronize()
+
+
+# ---- 1. ceilings ------------------------------------------------------------------------------
+def ceilings(run, torch, cfg, lengths, dev):
+    import torch.nn.functional as F
+    c = run.res["ceilings"] = {"copy": None, "gemm": [], "sdpa": []}
+    n = (2 << 30) if dev == "cuda" else (64 << 20)
+    src = torch.empty(n, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    med, best = timed(torch, lambda: dst.copy_(src), dev, reps=10)
+    c["copy"] = {"bytes": n, "ms_median": med, "tb_per_s": 2 * n / (best * 1e-3) / 1e12,
+                 "tb_per_s_median": 2 * n / (med * 1e-3) / 1e12, "how": "bytes read + written per second, best of 10"}
+    log(f"copy: {c['copy']['tb_per_s']:.2f} TB/s (best; median {c['copy']['tb_per_s_median']:.2f}) over {n >> 20} MiB")
+    src = dst = None
+    run.save()
+    g = torch.Generator(device=dev).manual_seed(1)
+    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim", cfg["hidden_size"] // H)
+    for T in lengths:
+        if run.left() < 20:
+            run.skip(f"ceilings at T = {T}", "out of budget")
+            continue
+        for name, K, N, _ in gemm_shapes(cfg):
+            x = torch.randn(T, K, dtype=torch.bfloat16, device=dev, generator=g)
+            w = torch.randn(N, K, dtype=torch.bfloat16, device=dev, generator=g)
+            med, best = timed(torch, lambda: torch.matmul(x, w.t()), dev)
+            fl = 2.0 * T * K * N
+            c["gemm"].append({"name": name, "t": T, "k": K, "n": N, "ms_median": med, "ms_min": best,
+                              "tflops": fl / (best * 1e-3) / 1e12, "tflops_median": fl / (med * 1e-3) / 1e12})
+            x = w = None
+        q = torch.randn(1, H, T, hd, dtype=torch.bfloat16, device=dev, generator=g)
+        k = torch.randn(1, KV, T, hd, dtype=torch.bfloat16, device=dev, generator=g)
+        v = torch.randn(1, KV, T, hd, dtype=torch.bfloat16, device=dev, generator=g)
+        med, best, how = sdpa_time(torch, F, q, k, v, dev)
+        fl = 4.0 * H * hd * T * (T + 1) / 2  # QK^T and PV over the causal half
+        c["sdpa"].append({"t": T, "ms_median": med, "ms_min": best, "tflops": fl / (best * 1e-3) / 1e12,
+                          "backend": how})
+        del q, k, v
+        row = " ".join(f"{e['name']} {e['tflops']:.3g}" for e in c["gemm"] if e["t"] == T)
+        log(f"T = {T}: GEMM TFLOP/s {row}; SDPA {best:.3f} ms ({how})")
+        run.save()
+    if dev == "cuda":
+        torch.cuda.empty_cache()
+
+
+def sdpa_time(torch, F, q, k, v, dev):
+    """Causal GQA attention: flash (enable_gqa) when the build has it, else what SDPA picks with K
+    and V repeated per query head beforehand (outside the timing)."""
+    tries = []
+    if dev == "cuda":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        tries.append(("flash, enable_gqa", lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION), True))
+    tries.append(("default, enable_gqa", None, True))
+    tries.append(("default, K/V repeated", None, False))
+    g = q.shape[1] // k.shape[1]
+    for how, ctx, gqa in tries:
+        try:
+            if gqa:
+                fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # noqa: E731
+            else:
+                kr, vr = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+                fn = lambda: F.scaled_dot_product_attention(q, kr, vr, is_causal=True)  # noqa: E731
+            if ctx:
+                with ctx():
+                    med, best = timed(torch, fn, dev)
+            else:
+                med, best = timed(torch, fn, dev)
+            return med, best, how
+        except (RuntimeError, TypeError) as e:
+            log(f"SDPA {how}: not available ({str(e).splitlines()[0][:200]})")
+    raise RuntimeError("no SDPA backend ran")
+
+
+# ---- 2. the model and kiln's build -------------------------------------------------------------
+def start_kiln_build(run, a, ckpt, engine):
+    cmd = [a.kiln, "build", ckpt, "--dtype", "bf16", "--max-tokens", str(a.max_tokens), "-o", engine]
+    if a.target != "cpu":
+        cmd += ["--target", a.target]
+    cmd += a.kiln_build_args.split()
+    run.res["kiln"]["build_command"] = " ".join(cmd)
+    log("started: " + " ".join(cmd))
+    f = open(os.path.join(run.out, "kiln_build.log"), "w")
+    return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT), time.time(), f
+
+
+def wait_kiln_build(run, build):
+    proc, t0, f = build
+    try:
+        rc = proc.wait(timeout=max(1, run.left() - 30))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        f.close()
+        raise RuntimeError("kiln build did not finish within the budget (killed)")
+    f.close()
+    text = open(f.name).read()
+    run.res["kiln"]["build_s"] = round(time.time() - t0, 1)
+    if rc != 0:
+        raise RuntimeError(f"kiln build failed (exit {rc}): {text[-2000:]}")
+    log(f"kiln build: done after {run.res['kiln']['build_s']} s: {text.strip().splitlines()[-1] if text.strip() else ''}")
+
+
+# ---- 3. the peer ------------------------------------------------------------------------------
+def hf_logits(torch, model, ids):
+    """Logits [T, vocab] float32 on the host of Hugging Face's model for ids [1, T]."""
+    with torch.no_grad():
+        return model(input_ids=ids, use_cache=False).logits[0].float().cpu()
+
+
+def peer_logits(torch, peer, ids, prefill=None, decode=None, mark=lambda: None):
+    """The peer's logits (float32, host) at the prompt's last position (ids[:, :-1] prefilled) and
+    for the decode step of ids[:, -1]."""
+    prefill = prefill or peer.prefill
+    decode = decode or peer.decode
+    P = ids.shape[1] - 1
+    with torch.no_grad():
+        mark()  # inputs as the timing passes them (not views: a compiled function guards on that)
+        a = prefill(ids[:, :P].clone())[0, -1].float().cpu()
+        mark()
+        b = decode(ids[0, P:].clone().view(1, 1), torch.tensor([P], device=ids.device))[0, -1].float().cpu()
+    return a, b
+
+
+def check_peer(run, torch, a, cfg, hf, dev, max_len, decode_len):
+    """Build the peer from hf's weights and check it (see the top). Returns the peer in bf16 and the
+    Hugging Face float32 reference logits [prompt's last, decode step], for the compiled check."""
+    from llama8b_common import rel_l2
+    from peer_llama import PeerLlama
+    res = run.res["peer"]["check"] = {"prompt_tokens": CHECK_PROMPT, "f32_limit": F32_LIMIT,
+                                       "bf16_factor": BF16_FACTOR}
+    g = torch.Generator().manual_seed(a.seed + 1)
+    ids = torch.randint(0, cfg["vocab_size"], (1, CHECK_PROMPT + 1), generator=g).to(dev)
+    peer = PeerLlama(cfg, torch.bfloat16, dev, max_len, decode_len)
+    peer.load_hf(hf)
+    ref_bf16 = hf_logits(torch, hf, ids)[CHECK_PROMPT - 1:]
+    pb = torch.stack(peer_logits(torch, peer, ids))
+    if dev == "cuda":  # the float32 references without TF32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    hf.float()
+    ref = hf_logits(torch, hf, ids)[CHECK_PROMPT - 1:]
+    peer.float()
+    pf = torch.stack(peer_logits(torch, peer, ids))
+    peer.to(torch.bfloat16)
+    res["hf_bf16_vs_hf_f32"] = [rel_l2(ref_bf16[i], ref[i]) for i in range(2)]
+    res["peer_f32_vs_hf_f32"] = [rel_l2(pf[i], ref[i]) for i in range(2)]
+    res["peer_bf16_vs_hf_f32"] = [rel_l2(pb[i], ref[i]) for i in range(2)]
+    ok_f32 = max(res["peer_f32_vs_hf_f32"]) <= F32_LIMIT
+    ok_bf16 = all(p <= BF16_FACTOR * h for p, h in zip(res["peer_bf16_vs_hf_f32"], res["hf_bf16_vs_hf_f32"]))
+    res["pass"] = bool(ok_f32 and ok_bf16)
+    fmt = lambda v: ", ".join(f"{x:.2e}" for x in v)  # noqa: E731
+    log(f"peer check (relative L2 of the logits at the prompt's last position, decode step): peer f32 vs HF f32 "
+        f"{fmt(res['peer_f32_vs_hf_f32'])} (limit {F32_LIMIT:g}); peer bf16 vs HF f32 {fmt(res['peer_bf16_vs_hf_f32'])}"
+        f", HF bf16 vs HF f32 {fmt(res['hf_bf16_vs_hf_f32'])} (limit {BF16_FACTOR:g}x): "
+        f"{'pass' if res['pass'] else 'FAIL'}")
+    if not res["pass"]:
+        raise RuntimeError("the peer does not compute what Hugging Face computes: it is not timed")
+    return peer, ids, ref
+
+
+def mark_step(torch):
+    f = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
+    return f or (lambda: None)
+
+
+def compile_peer(run, torch, a, peer, dev, ids, ref):
+    """torch.compile the peer; the compiled prefill and decode checked against ref as the eager
+    bf16 peer was. Returns (prefill, decode, mark)."""
+    from llama8b_common import rel_l2
+    p = run.res["peer"]
+    mark = mark_step(torch)
+    if not a.compile:
+        p["mode"] = "eager (not compiled)"
+        return peer.prefill, peer.decode, mark
+    # gpt-fast's settings; the prefill's CUDA graphs (one per length) are what the peer of
+    # ../shared/README.md used too
+    import torch._inductor.config as ic
+    ic.fx_graph_cache = True
+    try:  # a recompile while timing costs the budget: the log says when one happens, and why
+        torch._logging.set_logs(recompiles=True)
+    except (AttributeError, TypeError):
+        pass
+    t0 = time.time()
+    for mode in dict.fromkeys([a.peer_prefill_mode, "default"]):  # the asked mode, else no CUDA graphs for prefill
+        p["mode"] = f"torch.compile: prefill dynamic=True mode={mode}, decode mode=reduce-overhead"
+        try:
+            prefill = torch.compile(peer.prefill, fullgraph=True, dynamic=True, mode=mode)
+            decode = torch.compile(peer.decode, fullgraph=True, mode="reduce-overhead")
+            pa = peer_logits(torch, peer, ids, prefill, decode, mark)  # compiles both
+            break
+        except Exception as e:  # noqa: BLE001 (inductor raises many kinds)
+            p.setdefault("compile_errors", []).append(f"{p['mode']}: {type(e).__name__}: {str(e)[:500]}")
+            log(f"FAIL compiling the peer ({p['mode']}): {type(e).__name__}: {str(e)[:2000]}")
+            torch._dynamo.reset()
+            if mode == "default" or run.left() < 150:
+                raise
+            log("trying again with the prefill compiled without CUDA graphs")
+    p["compile_s"] = round(time.time() - t0, 1)
+    for _ in range(2):  # cudagraph trees record on the second or third call
+        pa = peer_logits(torch, peer, ids, prefill, decode, mark)
+    chk = run.res["peer"]["check"]
+    chk["compiled_bf16_vs_hf_f32"] = [rel_l2(pa[i], ref[i]) for i in range(2)]
+    ok = all(x <= BF16_FACTOR * h for x, h in zip(chk["compiled_bf16_vs_hf_f32"], chk["hf_bf16_vs_hf_f32"]))
+    chk["compiled_pass"] = ok
+    log(f"peer compiled in {p['compile_s']} s; compiled bf16 vs HF f32: "
+        f"{', '.join(f'{x:.2e}' for x in chk['compiled_bf16_vs_hf_f32'])}: {'pass' if ok else 'FAIL'}")
+    if not ok:
+        raise RuntimeError("the compiled peer does not compute what Hugging Face computes: it is not timed")
+    return prefill, decode, mark
+
+
+def time_peer(run, torch, a, cfg, dev, prefill, decode, mark):
+    """Time to first token at each length, then decode ms/token, as kiln bench measures them."""
+    p = run.res["peer"]
+    g = torch.Generator().manual_seed(a.seed + 2)
+    for T in a.lengths:
+        if T > cfg["max_position_embeddings"]:
+            continue  # said once, for both
+        if run.left() < 15 + T / 512:
+            run.skip(f"peer prefill {T}", "out of budget")
+            continue
+        host = torch.randint(0, cfg["vocab_size"], (1, T), generator=g)
+        ts = []
+        for k in range(a.warmup + a.reps + (1 if a.compile else 0)):  # a first call at a new length records
+            t0 = time.perf_counter()
+            mark()
+            ids = host.to(dev)
+            with torch.no_grad():
+                int(prefill(ids)[0, -1].argmax())
+            ts.append((time.perf_counter() - t0) * 1e3)
+        ts = ts[-a.reps:]
+        p["prefill"].append({"tokens": T, "ttft_ms_median": statistics.median(ts), "ttft_ms_min": min(ts)})
+        log(f"peer: time to first token, {T} tokens: {statistics.median(ts):.2f} ms (min {min(ts):.2f})")
+        run.save()
+    if a.decode <= 0:
+        return
+    host = torch.randint(0, cfg["vocab_size"], (1, a.decode_prompt), generator=g)
+    ts = []
+    for k in range(a.warmup + a.reps + 1):
+        with torch.no_grad():
+            mark()
+            tok = prefill(host.to(dev))[0, -1].argmax().view(1, 1)
+            pos = torch.tensor([a.decode_prompt], device=dev)
+            sync(torch, dev)
+            t0 = time.perf_counter()
+            for _ in range(a.decode):  # gpt-fast's loop: the next id stays on the device
+                mark()
+                tok = decode(tok, pos)[0, -1].argmax().view(1, 1)
+                pos += 1
+            int(tok)
+        ts.append((time.perf_counter() - t0) * 1e3 / a.decode)
+    ts = ts[-a.reps:]
+    p["decode"] = {"prompt_tokens": a.decode_prompt, "tokens": a.decode, "ms_per_token_median": statistics.median(ts),
+                   "ms_per_token_min": min(ts)}
+    log(f"peer: decode {statistics.median(ts):.3f} ms/token (min {min(ts):.3f}) after {a.decode_prompt} tokens")
+
+
+# ---- 4. kiln ----------------------------------------------------------------------------------
+def kiln_bench(run, a, engine, lengths, decode):
+    cmd = [a.kiln, "bench", engine, "--prompts", ",".join(map(str, lengths)), "--decode", str(decode),
+           "--decode-prompt", str(a.decode_prompt), "--reps", str(a.reps), "--warmup", str(a.warmup), "--json"]
+    log("run: " + " ".join(cmd))
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, run.left() - 20))
+    wall = time.time() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"kiln bench failed (exit {p.returncode}): {p.stderr[-2000:]}")
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    k = run.res["kiln"]
+    k["bench"].append({"command": " ".join(cmd), "wall_s": round(wall, 1), "result": r})
+    for e in r["prefill"]:
+        if e["ran"]:
+            k["prefill"].append({"tokens": e["tokens"], "ttft_ms_median": e["ttft_ms_median"],
+                                 "ttft_ms_min": e["ttft_ms_min"], "steps": e["steps"], "note": e["note"]})
+            log(f"kiln: time to first token, {e['tokens']} tokens: {e['ttft_ms_median']:.2f} ms "
+                f"(min {e['ttft_ms_min']:.2f}; {e['steps']} step(s))")
+        else:
+            run.skip(f"kiln prefill {e['tokens']}", e["note"])
+    if r["decode"]:
+        k["decode"] = r["decode"]
+        log(f"kiln: decode {r['decode']['ms_per_token_median']:.3f} ms/token (min {r['decode']['ms_per_token_min']:.3f})")
+    k["device"] = r["device"]
+    log(f"kiln bench: {wall:.1f} s in all (opening the engine included)")
+
+
+def kiln_profile(run, a, engine, T, vocab):
+    ids = ",".join(str((i * 7919 + 13) % vocab) for i in range(T))
+    cmd = [a.kiln, "run", engine, "--ids", ids, "-n", "2", "--profile"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, run.left() - 10))
+    path = os.path.join(run.out, f"kiln_profile_{T}.txt")
+    with open(path, "w") as f:
+        f.write(p.stderr)
+    run.res["kiln"]["profile"] = {"tokens": T, "file": os.path.basename(path), "exit": p.returncode}
+    log(f"kiln run --profile ({T}-token prompt, exit {p.returncode}):\n" + "\n".join(p.stderr.splitlines()[-40:]))
+
+
+# ---- the whole run -----------------------------------------------------------------------------
+def gpu_info(torch, dev):
+    import transformers
+    info = {"name": "cpu", "driver": "-", "torch": torch.__version__, "cuda": torch.version.cuda or "-",
+            "transformers": transformers.__version__}
+    if dev == "cuda":
+        info["name"] = torch.cuda.get_device_name(0)
+        try:
+            info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                            capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.SubprocessError):
+            info["driver"] = "unknown (no nvidia-smi)"
+    return info
+
+
+def new_results(a, cfg, config_name, gpu):
+    """The results of a run, empty: what the stages fill, what report() reads (the JSON's schema;
+    kiln's entries are kiln bench --json's, runtime/bench.h)."""
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv),
+            "config_name": config_name, "config": cfg, "seed": a.seed, "budget_s": a.budget, "lengths": a.lengths,
+            "reps": a.reps, "warmup": a.warmup, "gpu": gpu, "stage_s": {}, "skipped": [], "errors": [],
+            "ceilings": None, "peer": {"prefill": [], "decode": None},
+            "kiln": {"prefill": [], "decode": None, "bench": []}}
+
+
+def bench(a):
+    import torch
+    dev = a.device
+    if dev == "cuda" and not torch.cuda.is_available():
+        log("FAIL: no GPU here (torch.cuda.is_available() is False): use --tiny --device cpu")
+        return 1
+    cfg = TINY_CONFIG if a.tiny else json.load(open(a.config))
+    res = new_results(a, cfg, "tiny (built in)" if a.tiny else os.path.basename(a.config), gpu_info(torch, dev))
+    run = Run(a.out, a.budget, res)
+    log(f"device: {res['gpu']}; budget {a.budget} s; lengths {a.lengths}")
+    run.save()
+    torch.manual_seed(a.seed)
+
+    run.do("ceilings", 30 if dev == "cuda" else 5, ceilings, run, torch, cfg, a.lengths, dev)
+
+    # the model: Hugging Face's, saved for kiln
+    from llama8b_common import make_checkpoint, work_dirs
+    n_bytes = 2.0 * (8.1e9 if not a.tiny else 1e6)
+    work, engines = work_dirs(a.work, None, ckpt_bytes=n_bytes, engine_bytes=n_bytes * 1.1,
+                              name="prefill_bench" + ("_tiny" if a.tiny else ""))
+    ckpt, engine = os.path.join(work, "ckpt"), os.path.join(engines, "bf16.engine")
+    made = run.do("model", 60 if dev == "cuda" else 5, make_checkpoint, cfg, ckpt, dev, a.seed)
+    if made is None:
+        report(res, a.out)
+        return 1
+    hf, n_params = made
+    made = None
+    res["parameters"] = n_params
+    res["weight_bytes"] = 2 * n_params
+    build = run.do("kiln build (start)", 30, start_kiln_build, run, a, ckpt, engine) if a.kiln else None
+    if not a.kiln:
+        run.skip("kiln", "no --kiln binary given")
+
+    # the peer: checked, compiled, timed
+    # gpt-fast: the cache holds the prompt and the new tokens, to a multiple of 8 (and the check's step)
+    decode_len = -(-max(a.decode_prompt + a.decode + 1, CHECK_PROMPT + 1) // 8) * 8
+    max_len = max([T for T in a.lengths if T <= cfg["max_position_embeddings"]] + [decode_len, CHECK_PROMPT + 1])
+    checked = run.do("peer check", 30 if dev == "cuda" else 5, check_peer, run, torch, a, cfg, hf, dev, max_len,
+                     decode_len)
+    del hf
+    gc.collect()
+    if dev == "cuda":
+        torch.cuda.empty_cache()
+
+    # kiln first (the product: its numbers are in before the peer's compile spends the budget),
+    # with the build's threads done and the GPU idle; the peer's weights wait in memory
+    fits = [T for T in a.lengths if T <= cfg["max_position_embeddings"]]
+    for T in a.lengths:
+        if T not in fits:
+            run.skip(f"prefill {T}", f"longer than the model's context ({cfg['max_position_embeddings']})")
+    if build:
+        run.do("kiln build (wait)", 10, wait_kiln_build, run, build)
+    have_engine = build is not None and os.path.exists(engine) and "build_s" in res["kiln"]
+    if have_engine:
+        res["kiln"]["engine_bytes"] = os.path.getsize(engine)
+        first = fits[:-1] if len(fits) > 1 else fits  # the longest alone: a slow one costs only itself
+        run.do("kiln bench", 40, kiln_bench, run, a, engine, first, a.decode)
+        if len(fits) > 1:
+            run.do(f"kiln bench {fits[-1]}", 40, kiln_bench, run, a, engine, fits[-1:], 0)
+
+    compiled = None
+    if checked:
+        peer, ids, ref = checked
+        compiled = run.do("peer compile", 150 if a.compile and dev == "cuda" else 10, compile_peer, run, torch, a,
+                          peer, dev, ids, ref)
+    if compiled:
+        run.do("peer timing", 20, time_peer, run, torch, a, cfg, dev, *compiled)
+    checked = compiled = peer = ids = ref = None  # the GPU's memory back for kiln's profile
+    gc.collect()
+    if dev == "cuda":
+        torch._dynamo.reset()
+        try:
+            from torch._inductor.cudagraph_trees import reset_cudagraph_trees
+            reset_cudagraph_trees()
+        except ImportError:
+            pass
+        gc.collect()
+        torch.cuda.empty_cache()
+
+    done = sorted(e["tokens"] for e in res["kiln"]["prefill"])
+    if have_engine and done and a.profile:
+        T = max(t for t in done if t <= 2048) if any(t <= 2048 for t in done) else done[0]
+        run.do("kiln run --profile", 45, kiln_profile, run, a, engine, T, cfg["vocab_size"])
+    shutil.rmtree(work, ignore_errors=True)
+    if engines != work:
+        shutil.rmtree(engines, ignore_errors=True)
+    run.save()
+    report(res, a.out)
+    chk = res["peer"].get("check") or {}
+    ok = not res["errors"] and chk.get("pass", False) and chk.get("compiled_pass", True)
+    log("prefill_bench:", "done" if ok else "FAIL (see the errors above)")
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--kiln", help="the kiln binary (without it kiln is skipped)")
+    ap.add_argument("--config", default=CONFIG_8B, help="the model's config.json (default: Llama-3-8B's shape)")
+    ap.add_argument("--tiny", action="store_true", help="a tiny built-in config, on the CPU unless --device cuda")
+    ap.add_argument("--device", default=None, help="cuda (default) or cpu (default with --tiny)")
+    ap.add_argument("--target", default=None, help="kiln build --target (default sm_90 on cuda, cpu on the CPU)")
+    ap.add_argument("--lengths", default=None, help="prompt lengths (default 128,512,2048,8192; --tiny 16,64,200)")
+    ap.add_argument("--decode", type=int, default=None, help="decode steps timed (default 128; --tiny 8)")
+    ap.add_argument("--decode-prompt", type=int, default=16, help="tokens before them (default 16)")
+    ap.add_argument("--reps", type=int, default=3, help="timed runs of each measurement (default 3)")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
+    ap.add_argument("--max-tokens", type=int, default=None,
+                    help="kiln build --max-tokens (default: the longest length, so each prompt is one step)")
+    ap.add_argument("--kiln-build-args", default="", help="more kiln build arguments, e.g. '--precision exact'")
+    ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                    help="torch.compile the peer (default: on cuda yes, on the CPU no)")
+    ap.add_argument("--peer-prefill-mode", default="reduce-overhead",
+                    help="torch.compile mode of the peer's prefill (default reduce-overhead: CUDA graphs per length)")
+    ap.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
+                    help="kiln run --profile of one prompt at the end (default on)")
+    ap.add_argument("--budget", type=float, default=560, help="seconds for the whole run (default 560)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--work", default=None, help="where the checkpoint and engine go (default /dev/shm or /tmp)")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."), help="where the results go (default $OUT or .)")
+    ap.add_argument("--chart", metavar="RESULTS_JSON",
+                    help="only draw the chart and write the markdown from a run's prefill_bench.json")
+    a = ap.parse_args()
+    if a.chart:
+        try:
+            res = json.load(open(a.chart))
+            res["kiln"], res["peer"], res["lengths"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            ap.error(f"--chart: {a.chart} is not a prefill_bench.json ({type(e).__name__}: {e})")
+        os.makedirs(a.out, exist_ok=True)
+        report(res, a.out)
+        return 0
+    a.device = a.device or ("cpu" if a.tiny else "cuda")
+    a.target = a.target or ("sm_90" if a.device == "cuda" else "cpu")
+    a.decode = a.decode if a.decode is not None else (8 if a.tiny else 128)
+    try:
+        a.lengths = [int(x) for x in (a.lengths or ("16,64,200" if a.tiny else "128,512,2048,8192")).split(",")]
+    except ValueError:
+        ap.error(f"--lengths: '{a.lengths}' is not a comma-separated list of integers")
+    if any(T < 1 for T in a.lengths) or a.reps < 1 or a.warmup < 0 or a.decode < 0 or a.decode_prompt < 1:
+        ap.error("--lengths, --reps and --decode-prompt take integers from 1, --warmup and --decode from 0")
+    a.max_tokens = a.max_tokens or max(a.lengths)
+    a.compile = a.compile if a.compile is not None else a.device == "cuda"
+    if a.kiln and not os.access(a.kiln, os.X_OK):
+        ap.error(f"--kiln: {a.kiln} is not an executable")
+    return bench(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

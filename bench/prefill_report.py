@@ -1,0 +1,230 @@
+"""prefill_report.py — the report of a bench/prefill_bench.py run, from its results (the dict
+that the run fills and writes as prefill_bench.json): one table with ratios on stdout, a dated
+markdown section for bench/RESULTS.md, and a PNG chart when matplotlib is importable. Needs
+neither torch nor a GPU: `python3 bench/prefill_bench.py --chart prefill_bench.json` runs it on
+a run's JSON anywhere.
+"""
+import os
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def gemm_shapes(cfg):
+    """The prefill GEMMs of one layer (and the head): (name, K in, N out, per layer?)."""
+    D, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim", D // H)
+    Fi, V = cfg["intermediate_size"], cfg["vocab_size"]
+    return [("qkv", D, (H + 2 * KV) * hd, True), ("out", H * hd, D, True), ("gate_up", D, 2 * Fi, True),
+            ("down", Fi, D, True), ("lm_head", D, V, False)]
+
+
+def by_tokens(entries):
+    return {e["tokens"]: e for e in entries}
+
+
+def ceiling_ttft(res):
+    """{T: ms}: the prefill's GEMMs and attention at cuBLAS's and SDPA's best times."""
+    c, L = res.get("ceilings") or {}, res["config"]["num_hidden_layers"]
+    out = {}
+    for s in c.get("sdpa", []):
+        T = s["t"]
+        gem = [e for e in c.get("gemm", []) if e["t"] == T]
+        if len(gem) < 5:
+            continue
+        per_layer = sum(e["ms_min"] for e in gem if e["name"] != "lm_head") + s["ms_min"]
+        out[T] = L * per_layer + sum(e["ms_min"] for e in gem if e["name"] == "lm_head")
+    return out
+
+
+def prefill_flops(cfg, T):
+    """The FLOPs of a T-token prefill's GEMMs (every position's logits) and causal attention."""
+    H = cfg["num_attention_heads"]
+    hd = cfg.get("head_dim", cfg["hidden_size"] // H)
+    per_layer = sum(2.0 * T * K * N for _, K, N, layer in gemm_shapes(cfg) if layer) + 4.0 * H * hd * T * (T + 1) / 2
+    return cfg["num_hidden_layers"] * per_layer + sum(2.0 * T * K * N for _, K, N, layer in gemm_shapes(cfg)
+                                                      if not layer)
+
+
+def decode_floor(res):
+    c = (res.get("ceilings") or {}).get("copy")
+    if not c or not res.get("weight_bytes"):
+        return None
+    return res["weight_bytes"] / (c["tb_per_s"] * 1e12) * 1e3
+
+
+def ratio(x, y):
+    return f"{x / y:.2f}x" if x and y else "-"
+
+
+def num(x, f="{:.2f}"):
+    return f.format(x) if x is not None else "-"
+
+
+def table_rows(res):
+    """[(what, kiln, peer, ceiling)] in ms: time to first token per length, then decode."""
+    kp, pp, cc = by_tokens(res["kiln"]["prefill"]), by_tokens(res["peer"]["prefill"]), ceiling_ttft(res)
+    rows = []
+    for T in res["lengths"]:
+        rows.append((f"time to first token, {T} tokens (ms)", kp.get(T, {}).get("ttft_ms_median"),
+                     pp.get(T, {}).get("ttft_ms_median"), cc.get(T)))
+    kd, pd = res["kiln"].get("decode") or {}, res["peer"].get("decode") or {}
+    rows.append(("decode, batch 1 (ms/token)", kd.get("ms_per_token_median"), pd.get("ms_per_token_median"),
+                 decode_floor(res)))
+    return rows
+
+
+def flops_rows(res):
+    """[(T, kiln, peer, ceiling)] in TFLOP/s of the prefill (prefill_flops over the times)."""
+    rows = []
+    for (what, k, p, c), T in zip(table_rows(res), res["lengths"]):
+        f = prefill_flops(res["config"], T) / 1e9  # per ms
+        rows.append((T, *(f / x if x else None for x in (k, p, c))))
+    return rows
+
+
+def render_table(res):
+    w = 40
+    lines = [f"{'':{w}} {'kiln':>10} {'peer':>10} {'ceiling':>10} {'kiln/peer':>10} {'kiln/ceil':>10}"]
+    for what, k, p, c in table_rows(res):
+        lines.append(f"{what:{w}} {num(k):>10} {num(p):>10} {num(c):>10} {ratio(k, p):>10} {ratio(k, c):>10}")
+    lines.append("")
+    lines.append("prefill, achieved TFLOP/s (GEMM and attention FLOPs / time to first token):")
+    for T, k, p, c in flops_rows(res):
+        lines.append(f"{f'{T} tokens':{w}} {num(k, '{:.3g}'):>10} {num(p, '{:.3g}'):>10} {num(c, '{:.3g}'):>10}")
+    lines.append("")
+    lines.append("cuBLAS bf16 GEMM, TFLOP/s (best of 5):")
+    Ts = sorted({e["t"] for e in (res.get("ceilings") or {}).get("gemm", [])})
+    lines.append(f"{'':{w}} " + " ".join(f"{'T=' + str(T):>10}" for T in Ts))
+    for name, K, N, _ in gemm_shapes(res["config"]):
+        g = {e["t"]: e for e in res["ceilings"]["gemm"] if e["name"] == name} if Ts else {}
+        lines.append(f"{name + f' {K}->{N}':{w}} " + " ".join(f"{num(g.get(T, {}).get('tflops'), '{:.3g}'):>10}"
+                                                             for T in Ts))
+    for s in (res.get("ceilings") or {}).get("sdpa", []):
+        lines.append(f"SDPA causal, {s['t']} tokens: {s['ms_min']:.3f} ms ({s['tflops']:.3g} TFLOP/s; {s['backend']})")
+    c = (res.get("ceilings") or {}).get("copy")
+    if c:
+        lines.append(f"device copy: {c['tb_per_s']:.2f} TB/s (read + written)")
+    return "\n".join(lines)
+
+
+def render_markdown(res):
+    g = res["gpu"]
+    chk = res["peer"].get("check") or {}
+    fmt = lambda v: ", ".join(f"{x:.2e}" for x in v) if v else "-"  # noqa: E731
+    md = [f"## kiln against the ceilings and a compiled PyTorch peer (bench/prefill_bench.py) — {res['date']}, "
+          f"{g['name']}", ""]
+    md.append(f"- GPU: {g['name']}, driver {g['driver']}; torch {g['torch']} (CUDA {g['cuda']}), transformers "
+              f"{g['transformers']}. Model: {res['config_name']} ({res.get('parameters', 0) / 1e9:.2f} B parameters), "
+              f"random bf16 weights (seed {res['seed']}). Budget {res['budget_s']} s; stages took "
+              + ", ".join(f"{k} {v} s" for k, v in res["stage_s"].items()) + ".")
+    md.append(f"- Command: `{res['command']}`. kiln: `{res['kiln'].get('build_command', '-')}` "
+              f"({res['kiln'].get('build_s', '-')} s), then `kiln bench --json` ({res['reps']} timed runs after "
+              f"{res['warmup']} warm-up; median shown). Peer: bench/peer_llama.py, {res['peer'].get('mode', '-')}"
+              + (f", compiled in {res['peer']['compile_s']} s" if res["peer"].get("compile_s") else "") + ".")
+    md.append(f"- Peer check, relative L2 of the logits at the prompt's last position and one decode step against "
+              f"Hugging Face float32: peer float32 {fmt(chk.get('peer_f32_vs_hf_f32'))} (limit {chk.get('f32_limit', '-')}); peer "
+              f"bf16 {fmt(chk.get('peer_bf16_vs_hf_f32'))}, compiled {fmt(chk.get('compiled_bf16_vs_hf_f32'))}; "
+              f"Hugging Face bf16 {fmt(chk.get('hf_bf16_vs_hf_f32'))} (limit {chk.get('bf16_factor', '-')}x that): "
+              f"{'pass' if chk.get('pass') and chk.get('compiled_pass', True) else 'FAIL'}.")
+    md += ["", "| | kiln | peer | ceiling | kiln / peer | kiln / ceiling |", "|---|---:|---:|---:|---:|---:|"]
+    for what, k, p, c in table_rows(res):
+        md.append(f"| {what} | {num(k)} | {num(p)} | {num(c)} | {ratio(k, p)} | {ratio(k, c)} |")
+    md += ["", "| prefill, achieved TFLOP/s | kiln | peer | ceiling |", "|---|---:|---:|---:|"]
+    for T, k, p, c in flops_rows(res):
+        md.append(f"| {T} tokens | {num(k, '{:.3g}')} | {num(p, '{:.3g}')} | {num(c, '{:.3g}')} |")
+    md += ["", "Ceiling of a prefill: layers x (QKV + out + gate/up + down GEMMs + causal attention) + lm_head at "
+           "cuBLAS's and SDPA's best measured times; of decode: the weights' bytes over the measured copy rate. "
+           "Achieved TFLOP/s: the prefill's GEMM FLOPs (logits at every position) and causal attention FLOPs over "
+           "its time to first token."]
+    notes = [e.get("note") for e in res["kiln"]["prefill"] if e.get("note")]
+    if notes:
+        md.append("kiln: " + "; ".join(f"{e['tokens']} tokens {e['note']}" for e in res["kiln"]["prefill"]
+                                       if e.get("note")) + ".")
+    Ts = sorted({e["t"] for e in (res.get("ceilings") or {}).get("gemm", [])})
+    if Ts:
+        md += ["", "cuBLAS bf16 GEMM through torch.matmul, TFLOP/s (best of 5):", "",
+               "| GEMM (K -> N) | " + " | ".join(f"T = {T}" for T in Ts) + " |", "|---|" + "---:|" * len(Ts)]
+        for name, K, N, _ in gemm_shapes(res["config"]):
+            gg = {e["t"]: e for e in res["ceilings"]["gemm"] if e["name"] == name}
+            md.append(f"| {name} ({K} -> {N}) | " + " | ".join(num(gg.get(T, {}).get("tflops"), "{:.3g}")
+                                                               for T in Ts) + " |")
+        md += ["", "| causal attention (SDPA) | " + " | ".join(f"T = {T}" for T in Ts) + " |",
+               "|---|" + "---:|" * len(Ts)]
+        sd = {s["t"]: s for s in res["ceilings"]["sdpa"]}
+        md.append("| ms | " + " | ".join(num(sd.get(T, {}).get("ms_min"), "{:.3f}") for T in Ts) + " |")
+        md.append("| TFLOP/s | " + " | ".join(num(sd.get(T, {}).get("tflops"), "{:.3g}") for T in Ts) + " |")
+        be = sorted({s["backend"] for s in res["ceilings"]["sdpa"]})
+        md.append(f"\nSDPA: {', '.join(be)}. Device copy: {res['ceilings']['copy']['tb_per_s']:.2f} TB/s (bytes "
+                  f"read + written per second).")
+    if res["skipped"]:
+        md.append("\nSkipped: " + "; ".join(res["skipped"]) + ".")
+    if res["errors"]:
+        md.append("\nErrors: " + "; ".join(e.splitlines()[0] for e in res["errors"]) + ".")
+    return "\n".join(md) + "\n"
+
+
+def lengths_ticks(ax, lengths):
+    """A log axis labelled at the lengths measured, as plain numbers."""
+    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+    ax.xaxis.set_major_locator(FixedLocator(lengths))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+
+
+def draw_chart(res, path):
+    """The PNG: time to first token by length (kiln, peer, ceiling), cuBLAS TFLOP/s by GEMM, decode."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("no matplotlib here: no chart (run `python3 bench/prefill_bench.py --chart prefill_bench.json` where "
+            "it is)")
+        return False
+    fig, ax = plt.subplots(1, 3, figsize=(16, 4.8))
+    kp, pp, cc = by_tokens(res["kiln"]["prefill"]), by_tokens(res["peer"]["prefill"]), ceiling_ttft(res)
+    for label, d, style in (("kiln", {T: e["ttft_ms_median"] for T, e in kp.items()}, "o-"),
+                            ("PyTorch peer" + (" (torch.compile)" if res["peer"].get("mode", "").startswith("torch.compile") else
+                                               " (eager)"), {T: e["ttft_ms_median"] for T, e in pp.items()}, "s-"),
+                            ("ceiling (cuBLAS GEMMs + SDPA)", cc, "^--")):
+        Ts = sorted(d)
+        if Ts:
+            ax[0].plot(Ts, [d[T] for T in Ts], style, label=label)
+    ax[0].set(xscale="log", yscale="log", xlabel="prompt tokens", ylabel="time to first token, ms",
+              title="prefill (time to first token)")
+    lengths_ticks(ax[0], res["lengths"])
+    ax[0].legend()
+    ax[0].grid(True, which="both", alpha=0.3)
+    gem = (res.get("ceilings") or {}).get("gemm", [])
+    for name, K, N, _ in gemm_shapes(res["config"]):
+        pts = sorted((e["t"], e["tflops"]) for e in gem if e["name"] == name)
+        if pts:
+            ax[1].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{name} {K}->{N}")
+    ax[1].set(xscale="log", xlabel="T (tokens)", ylabel="TFLOP/s", title="bf16 GEMM through torch.matmul (ceiling)")
+    lengths_ticks(ax[1], res["lengths"])
+    ax[1].legend(fontsize=8)
+    ax[1].grid(True, alpha=0.3)
+    kd, pd, fl = (res["kiln"].get("decode") or {}), (res["peer"].get("decode") or {}), decode_floor(res)
+    bars = [("kiln", kd.get("ms_per_token_median")), ("peer", pd.get("ms_per_token_median")), ("floor", fl)]
+    bars = [(n, v) for n, v in bars if v]
+    ax[2].bar([b[0] for b in bars], [b[1] for b in bars], color=["C0", "C1", "C2"][:len(bars)])
+    for i, (_, v) in enumerate(bars):
+        ax[2].text(i, v, f"{v:.2f}", ha="center", va="bottom")
+    ax[2].set(ylabel="ms per token", title="decode, batch 1")
+    fig.suptitle(f"kiln vs peer vs ceiling — {res['config_name']}, {res['gpu']['name']}, {res['date']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    log(f"chart: {path}")
+    return True
+
+
+def report(res, out):
+    log("\n" + render_table(res))
+    with open(os.path.join(out, "prefill_bench.md"), "w") as f:
+        f.write(render_markdown(res))
+    drawn = draw_chart(res, os.path.join(out, "prefill_bench.png"))
+    log(f"results in {out}: prefill_bench.md" + (", prefill_bench.json" if os.path.exists(
+        os.path.join(out, "prefill_bench.json")) else "") + (", prefill_bench.png" if drawn else ""))

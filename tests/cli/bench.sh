@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# kiln bench on a CPU engine: the table's and the JSON's shape (not the times: tests assert no
+# speed), the notes for a prompt run in several steps and one over the context, the help text,
+# and the argument errors with their messages.
+. "$(dirname "$0")/lib.sh"
+ts="$KILN_SHARED/models/tinystories-656k"
+# steps of at most 64 tokens, a context of 512 positions
+"$KILN_BIN" build "$ts" --max-tokens 64 -o "$work/ts.engine" > /dev/null || { echo "FAIL: build"; exit 1; }
+e="$work/ts.engine"
+
+# the table: numbers masked, the rest pinned
+num='[0-9]+\.[0-9]+'
+out=$("$KILN_BIN" bench "$e" --prompts 8,100,1000 --decode 4 --reps 2 2>"$work/err"); rc=$?
+expect_same "table: exit and stderr" "exit 0, " "exit $rc, $(cat "$work/err")"
+expect_same "table" "kiln bench: $e on cpu (f32 weights, context 512, steps of at most 64 tokens)
+1 warm-up and 2 timed runs of each; times from the prompt to the first new token (greedy)
+
+measurement                   steps    median ms       min ms     tokens/s
+prefill 8 tokens                  1 T T T
+prefill 100 tokens                2 T T T
+prefill 1000 tokens               -      skipped            -            -
+decode, batch 1, per token        4 T T T
+
+notes:
+  prefill 100 tokens: prefilled in 2 steps of at most 64 tokens (the engine's largest step: kiln build --max-tokens)
+  prefill 1000 tokens: skipped: longer than the context of 512 positions
+  decode: 4 one-token steps after a prompt of 16 tokens; time per step" \
+  "$(sed -E "s/ +$num +$num +$num\$/ T T T/" <<<"$out")"
+
+# the JSON: one line, one object, its fields and their types (bench/prefill_bench.py reads them)
+out=$("$KILN_BIN" bench "$e" --prompts 8,100,1000 --decode 4 --decode-prompt 5 --reps 3 --warmup 0 --json); rc=$?
+expect_same "json: exit and one line" "exit 0, 1 line" "exit $rc, $(wc -l <<<"$out") line"
+shape=$(python3 -c '
+import json, sys
+r = json.loads(sys.stdin.read())
+def kind(v):
+    return "null" if v is None else "bool" if isinstance(v, bool) else "num" if isinstance(v, (int, float)) else \
+        "str" if isinstance(v, str) else type(v).__name__
+top = {k: (v if k not in ("engine",) and not isinstance(v, (list, dict)) else kind(v)) for k, v in r.items()}
+print(top)
+for p in r["prefill"]:
+    print({k: (v if k in ("tokens", "ran", "steps", "note") else kind(v)) for k, v in p.items()})
+print({k: (v if k in ("prompt_tokens", "tokens") else kind(v)) for k, v in r["decode"].items()})
+ok = all(p["ttft_ms_min"] <= p["ttft_ms_median"] for p in r["prefill"] if p["ran"])
+print("min <= median:", ok and r["decode"]["ms_per_token_min"] <= r["decode"]["ms_per_token_median"])
+' <<<"$out")
+expect_same "json shape" "{'kiln_bench': 1, 'engine': 'str', 'device': 'cpu', 'weight_dtype': 'f32', 'vocab': 2048, 'max_context': 512, 'max_step_tokens': 64, 'warmup': 0, 'reps': 3, 'prefill': 'list', 'decode': 'dict'}
+{'tokens': 8, 'ran': True, 'steps': 1, 'ttft_ms_median': 'num', 'ttft_ms_min': 'num', 'tokens_per_s': 'num', 'note': None}
+{'tokens': 100, 'ran': True, 'steps': 2, 'ttft_ms_median': 'num', 'ttft_ms_min': 'num', 'tokens_per_s': 'num', 'note': \"prefilled in 2 steps of at most 64 tokens (the engine's largest step: kiln build --max-tokens)\"}
+{'tokens': 1000, 'ran': False, 'steps': 0, 'ttft_ms_median': 'null', 'ttft_ms_min': 'null', 'tokens_per_s': 'null', 'note': 'skipped: longer than the context of 512 positions'}
+{'prompt_tokens': 5, 'tokens': 4, 'ms_per_token_median': 'num', 'ms_per_token_min': 'num', 'tokens_per_s': 'num'}
+min <= median: True" "$shape"
+# no decode: "decode" is null; --max-context shortens the context the notes name
+out=$("$KILN_BIN" bench "$e" --prompts 40 --decode 0 --reps 1 --max-context 32 --json)
+expect_same "json without decode" "None skipped: longer than the context of 32 positions" \
+  "$(python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["decode"], r["prefill"][0]["note"])' <<<"$out")"
+
+# help and usage
+out=$("$KILN_BIN" bench --help); rc=$?
+expect_same "help" "exit 0: usage: kiln bench ENGINE [--prompts N,N,...] [--decode N] [--decode-prompt N]" \
+  "exit $rc: $(head -1 <<<"$out")"
+for opt in --prompts --decode --decode-prompt --reps --warmup --json --max-context --no-cuda-graphs; do
+  grep -q -- "^  $opt " <<<"$out" && passes=$((passes+1)) || { echo "FAIL: help lacks $opt"; failures=$((failures+1)); }
+done
+expect_same "kiln --help lists bench" "  bench    time an engine: time to first token by prompt length, decode per token" \
+  "$("$KILN_BIN" --help | grep '^  bench ')"
+
+# argument errors: exit 2, the message pinned
+expect_fail no-engine "kiln bench: error: needs an engine (see 'kiln bench --help')" -- "$KILN_BIN" bench
+expect_fail two-engines "kiln bench: error: unexpected argument 'b'" -- "$KILN_BIN" bench "$e" b
+expect_fail unknown "kiln bench: error: unknown option '--batch' (see 'kiln bench --help')" -- "$KILN_BIN" bench "$e" --batch 8
+expect_fail empty-length "kiln bench: error: --prompts: an empty length in '8,,16'" -- "$KILN_BIN" bench "$e" --prompts 8,,16
+expect_fail zero-length "kiln bench: error: --prompts: '0' is not an integer from 1 to 16777216" -- \
+  "$KILN_BIN" bench "$e" --prompts 8,0
+expect_fail bad-length "kiln bench: error: --prompts: '1e3' is not an integer from 1 to 16777216" -- \
+  "$KILN_BIN" bench "$e" --prompts 1e3
+expect_fail many-lengths "kiln bench: error: --prompts: more than 16 lengths in '$(seq -s, 1 17)'" -- \
+  "$KILN_BIN" bench "$e" --prompts "$(seq -s, 1 17)"
+expect_fail reps "kiln bench: error: --reps: '0' is not an integer from 1 to 1000" -- "$KILN_BIN" bench "$e" --reps 0
+expect_fail warmup "kiln bench: error: --warmup: '-1' is not an integer from 0 to 1000" -- "$KILN_BIN" bench "$e" --warmup -1
+expect_fail decode "kiln bench: error: --decode: 'x' is not an integer from 0 to 16777216" -- "$KILN_BIN" bench "$e" --decode x
+expect_fail no-value "kiln bench: error: option '--reps' needs a value" -- "$KILN_BIN" bench "$e" --reps
+for a in "bench" "bench $e --prompts 8,,16" "bench $e --reps 0"; do
+  # shellcheck disable=SC2086
+  "$KILN_BIN" $a > /dev/null 2>&1
+  expect_same "exit code of kiln $a" 2 $?
+done
+# what the engine cannot do: exit 1, from the runtime
+expect_fail decode-over-context \
+  "$e: error: benchmark: a decode of 600 steps after 16 prompt tokens needs 616 positions; the context has 512" -- \
+  "$KILN_BIN" bench "$e" --decode 600
+expect_fail missing-engine "$work/none.engine: error: cannot open: No such file or directory" -- \
+  "$KILN_BIN" bench "$work/none.engine"
+"$KILN_BIN" bench "$e" --decode 600 > /dev/null 2>&1
+expect_same "exit code of a decode over the context" 1 $?
+finish
