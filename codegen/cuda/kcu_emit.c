@@ -463,9 +463,15 @@ static int emit_nodes(kcu_gen *x)
 
 int kcu_generate(const kir_graph *g, ks_buf *src, krt_cuda_meta *meta, ks_diag *d)
 {
+    return kcu_generate_with(g, NULL, src, meta, d);
+}
+
+int kcu_generate_with(const kir_graph *g, const kcu_options *opt, ks_buf *src, krt_cuda_meta *meta, ks_diag *d)
+{
     if (kir_verify(g, d, kir_graph_name(g, "graph")) != 0) return -1;
     ks_buf kernels = {0};
     kcu_gen x = {.g = g, .src = &kernels, .meta = meta, .d = d};
+    if (opt) x.opt = *opt;
     x.root = ks_xcalloc(g->n_nodes ? g->n_nodes : 1, sizeof *x.root);
     int rc = 0, have_output = 0;
     for (size_t v = 0; v < g->n_nodes; v++) {

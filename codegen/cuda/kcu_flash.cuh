@@ -293,6 +293,7 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
     const float log2e = 1.4426950408889634f;
     const int tiles = (T + BT - 1) / BT;
     const int t0 = (tiles - 1 - (int)blockIdx.x) * BT; /* the last tokens (the longest rows, in a prompt) first */
+    if (t0 < 0) return;                                 /* a grid larger than the step's (not kiln's) */
     const int hb = blockIdx.y, kh = hb * HB / GROUP;
     const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
     const int head = hb * HB + w % HB, tw = w / HB;
