@@ -94,7 +94,9 @@ static const char *kv_elem_type(const kcu_gen *x)
 /* How the tensor-core prefill (kcu_flash_attention, kcu_flash.cuh) splits its work. */
 typedef struct flash_plan {
     int hb; /* q heads of one kv head a block: the largest power of two dividing the group, at most 8 */
-    int tw; /* 16-token warps a head: 8 / hb (8 warps, the kernel's 256 threads) */
+    int tw; /* warps a head: 8 / hb (8 warps, the kernel's 256 threads) */
+    int mw; /* m16 tiles (16 tokens) a warp: 1 (2 halves the shared-memory reads a product, but needs
+             * more than 255 registers at head_dim 128: spills) */
     int bn; /* positions a K/V tile: 64, halved while the two tiles pass 40 KiB of shared memory */
 } flash_plan;
 
@@ -103,6 +105,7 @@ static flash_plan plan_flash(int64_t group, int64_t dk, int64_t dv)
     flash_plan f;
     f.hb = pow2_divisor(group, ATT_WARPS);
     f.tw = ATT_WARPS / f.hb;
+    f.mw = 1;
     int64_t dkp = (dk + 15) / 16 * 16, dvp = (dv + 15) / 16 * 16;
     f.bn = 64;
     while (f.bn > 16 && (int64_t)f.bn * (dkp + dvp + 16) * 2 > 40960) f.bn /= 2;
@@ -217,21 +220,21 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     kcu_put_float(&x->body, softcap);
     ks_buf_puts(&x->body, ");\n}\n");
     if (flash) {
-        /* steps of more than ATT_FLASH_T tokens: tiles of 16 tw tokens x hb heads, on their own grid */
+        /* steps of more than ATT_FLASH_T tokens: tiles of 16 mw tw tokens x hb heads, on their own grid */
         flash_plan f = plan_flash(heads / kv_heads, dk, dv);
         KS_ASSERT(f.hb * f.tw == ATT_WARPS && k->block == 32 * ATT_WARPS);
         kcu_open_large(x, k, ATT_FLASH_T);
         ks_buf_printf(&x->body,
-                      "    kcu_flash_attention<%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %lld>(T, q, kc, vc, "
-                      "out,\n        positions, table_off, tables, block_size, ",
+                      "    kcu_flash_attention<%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %lld>(T, q, kc, "
+                      "vc, out,\n        positions, table_off, tables, block_size, ",
                       flash_mma_type(x, n->in[0]), kcu_elem_type(qn->dtype), kv_elem_type(x), kcu_elem_type(n->dtype),
-                      (long long)heads, (long long)kv_heads, (long long)dk, (long long)dv, f.hb, f.tw, f.bn,
+                      (long long)heads, (long long)kv_heads, (long long)dk, (long long)dv, f.hb, f.tw, f.mw, f.bn,
                       (long long)window);
         kcu_put_float(&x->body, scale);
         ks_buf_puts(&x->body, ", ");
         kcu_put_float(&x->body, softcap);
         ks_buf_puts(&x->body, ");\n}\n");
-        kcu_kernel_grid_large(k, 0, 1, 0, 16 * f.tw);
+        kcu_kernel_grid_large(k, 0, 1, 0, 16 * f.mw * f.tw);
         kcu_kernel_grid_large(k, 1, 0, heads / f.hb, 1);
     }
     kcu_kernel_end(x, k, "");

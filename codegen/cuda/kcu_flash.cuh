@@ -251,18 +251,18 @@ static __device__ __forceinline__ void kcu_fa_tile(unsigned short *__restrict__ 
 }
 
 /*
- * kcu_flash_attention: causal attention of tokens [t0, t0 + BT) (BT = 16 TW) for HB q heads
- * of one kv head, over the paged cache: block (blockIdx.x, blockIdx.y) of a grid
+ * kcu_flash_attention: causal attention of tokens [t0, t0 + BT) (BT = 16 MW TW) for HB q
+ * heads of one kv head, over the paged cache: block (blockIdx.x, blockIdx.y) of a grid
  * [ceil(T / BT), H / HB], HB * TW warps (warp w: head w % HB of the block's, tokens
- * 16 (w / HB) ..+ 16 of its tile). Token t attends to positions [lo, pos] of its sequence
- * (positions[t], lo from WINDOW; its block table at tables + table_off[t]); the tile's
- * tokens may come from several sequences in any order: the block takes each sequence of its
- * tile in turn (a segment), over the positions its tokens need, masking the others.
- * Shapes: q [T, H, DK], kc [slots, KH, DK], vc [slots, KH, DV], out [T, H, DV]; MT the
- * tensor cores' input type; BN positions a K/V tile.
+ * 16 MW (w / HB) ..+ 16 MW of its tile, MW m16 tiles). Token t attends to positions [lo, pos]
+ * of its sequence (positions[t], lo from WINDOW; its block table at tables + table_off[t]);
+ * the tile's tokens may come from several sequences in any order: the block takes each
+ * sequence of its tile in turn (a segment), over the positions its tokens need, masking the
+ * others. Shapes: q [T, H, DK], kc [slots, KH, DK], vc [slots, KH, DV], out [T, H, DV]; MT
+ * the tensor cores' input type; BN positions a K/V tile.
  */
-template <typename MT, typename Q, typename KV, typename O, int H, int KH, int DK, int DV, int HB, int TW, int BN,
-          int WINDOW>
+template <typename MT, typename Q, typename KV, typename O, int H, int KH, int DK, int DV, int HB, int TW, int MW,
+          int BN, int WINDOW>
 static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q *__restrict__ q,
                                                            const KV *__restrict__ kc, const KV *__restrict__ vc,
                                                            O *__restrict__ out, const int *__restrict__ positions,
@@ -275,7 +275,9 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
         GROUP = H / KH,
         NW = HB * TW,                /* warps */
         NT = 32 * NW,                /* threads */
-        BT = 16 * TW,                /* tokens a block */
+        WT = 16 * MW,                /* tokens a warp */
+        BT = WT * TW,                /* tokens a block */
+        R = 2 * MW,                  /* rows a lane holds: g and g + 8 of each m16 tile */
         DKP = (DK + 15) / 16 * 16,   /* DK padded to the mma's k */
         DVP = (DV + 15) / 16 * 16,   /* DV padded to pairs of 8-column tiles */
         KS = DKP + 8,                /* row strides in shared memory, elements: 16 bytes of padding put */
@@ -284,7 +286,8 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
         NB = BN / 8,                 /* 8-position column tiles of the scores */
         VN = DVP / 8                 /* 8-column tiles of the output */
     };
-    static_assert(H % KH == 0 && GROUP % HB == 0 && BN % 16 == 0, "kcu_flash_attention: shapes");
+    static_assert(H % KH == 0 && GROUP % HB == 0 && BN % 16 == 0 && (MW == 1 || MW == 2),
+                  "kcu_flash_attention: shapes");
     __shared__ uint4 ks4[BN * KS / 8], vs4[BN * VS / 8]; /* the K and V tiles, MT bits (uint4: 16-byte aligned) */
     unsigned short *const ks = reinterpret_cast<unsigned short *>(ks4), *const vs = reinterpret_cast<unsigned short *>(vs4);
     __shared__ int rpos[BT], rlo[BT], rseq[BT];        /* each token's position, first position, table (-1: none) */
@@ -317,33 +320,38 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
         rfirst[tid] = f;
     }
 
-    /* q as A fragments (rows: the warp's 16 tokens; zeros past T and DK) */
-    unsigned qa[KC][4];
+    /* q as A fragments (m16 tile mi: the warp's tokens 16 mi ..; zeros past T and DK) */
+    unsigned qa[MW][KC][4];
 #pragma unroll
-    for (int kk = 0; kk < KC; kk++)
+    for (int mi = 0; mi < MW; mi++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int t = t0 + tw * 16 + g + 8 * (i & 1), d = kk * 16 + 2 * c + 8 * (i >> 1);
-            const Q *row = q + ((long long)t * H + head) * DK;
-            const unsigned lo = t < T && d < DK ? kcu_fa_cvt<MT, Q>::bits(row[d]) : 0u;
-            const unsigned hi = t < T && d + 1 < DK ? kcu_fa_cvt<MT, Q>::bits(row[d + 1]) : 0u;
-            qa[kk][i] = lo | hi << 16;
-        }
+        for (int kk = 0; kk < KC; kk++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int t = t0 + tw * WT + mi * 16 + g + 8 * (i & 1), d = kk * 16 + 2 * c + 8 * (i >> 1);
+                const Q *row = q + ((long long)t * H + head) * DK;
+                const unsigned lo = t < T && d < DK ? kcu_fa_cvt<MT, Q>::bits(row[d]) : 0u;
+                const unsigned hi = t < T && d + 1 < DK ? kcu_fa_cvt<MT, Q>::bits(row[d + 1]) : 0u;
+                qa[mi][kk][i] = lo | hi << 16;
+            }
     __syncthreads();
-    /* the lane's two rows: tokens g and g + 8 of the warp's */
-    int rp[2], rl[2], rs[2];
+    /* the lane's rows: x = 2 mi + i is token 16 mi + g + 8 i of the warp's */
+    int rp[R], rl[R], rs[R];
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int r = tw * 16 + g + 8 * i;
-        rp[i] = rpos[r], rl[i] = rlo[r], rs[i] = rseq[r];
+    for (int x = 0; x < R; x++) {
+        const int r = tw * WT + (x / 2) * 16 + g + 8 * (x % 2);
+        rp[x] = rpos[r], rl[x] = rlo[r], rs[x] = rseq[r];
     }
-    float m[2] = {ninf, ninf}; /* running maximum of each row's scores, log2 units */
-    float l[2] = {0.0f, 0.0f}; /* the lane's part of each row's sum of exponentials */
-    float o[VN][4];            /* the output accumulators, C layout */
+    float m[R], l[R];  /* each row's running maximum (log2 units), the lane's part of its sum of exponentials */
+    float o[MW][VN][4]; /* the output accumulators, C layout */
 #pragma unroll
-    for (int j = 0; j < VN; j++)
+    for (int x = 0; x < R; x++) m[x] = ninf, l[x] = 0.0f;
 #pragma unroll
-        for (int e = 0; e < 4; e++) o[j][e] = 0.0f;
+    for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+        for (int j = 0; j < VN; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[mi][j][e] = 0.0f;
 
     for (int r0 = 0; r0 < BT; r0++) {
         if (!rfirst[r0]) continue;
@@ -363,18 +371,20 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
             kcu_fa_commit();
             kcu_fa_wait<1>(); /* K */
             __syncthreads();
-            bool live[2];
+            bool live = false;
 #pragma unroll
-            for (int i = 0; i < 2; i++) live[i] = rs[i] == seq && rl[i] <= p0 + BN - 1 && rp[i] >= p0;
-            const bool active = kcu_fa_any(live[0] || live[1]); /* the warp has a score here */
-            unsigned pa[BN / 16][4];                             /* the probabilities as A fragments */
+            for (int x = 0; x < R; x++) live = live || (rs[x] == seq && rl[x] <= p0 + BN - 1 && rp[x] >= p0);
+            const bool active = kcu_fa_any(live); /* the warp has a score here */
+            unsigned pa[MW][BN / 16][4];          /* the probabilities as A fragments */
             if (active) {
-                float s[NB][4];
+                float s[MW][NB][4];
 #pragma unroll
-                for (int j = 0; j < NB; j++)
+                for (int mi = 0; mi < MW; mi++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) s[j][e] = 0.0f;
-                /* s = q k^T: K rows as B fragments, two 8-position tiles an ldmatrix */
+                    for (int j = 0; j < NB; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) s[mi][j][e] = 0.0f;
+                /* s = q k^T: K rows as B fragments, two 8-position tiles an ldmatrix, for each m16 tile */
 #pragma unroll
                 for (int kk = 0; kk < KC; kk++)
 #pragma unroll
@@ -382,48 +392,58 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
                         unsigned b[4];
                         kcu_fa_ldmatrix<false>(b, ks + (j * 8 + (lane / 16) * 8 + lane % 8) * KS + kk * 16 +
                                                       ((lane / 8) % 2) * 8);
-                        kcu_fa_mma<MT>(s[j], qa[kk], b[0], b[1]);
-                        kcu_fa_mma<MT>(s[j + 1], qa[kk], b[2], b[3]);
+#pragma unroll
+                        for (int mi = 0; mi < MW; mi++) {
+                            kcu_fa_mma<MT>(s[mi][j], qa[mi][kk], b[0], b[1]);
+                            kcu_fa_mma<MT>(s[mi][j + 1], qa[mi][kk], b[2], b[3]);
+                        }
                     }
                 /* scale, softcap, mask; in log2 units */
-                float mx[2] = {ninf, ninf};
+                float mx[R];
 #pragma unroll
-                for (int j = 0; j < NB; j++)
+                for (int x = 0; x < R; x++) mx[x] = ninf;
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int i = e >> 1, p = p0 + j * 8 + 2 * c + (e & 1);
-                        float v = s[j][e] * scale;
-                        if (softcap > 0.0f) v = softcap * tanhf(v / softcap);
-                        v = rs[i] == seq && p >= rl[i] && p <= rp[i] ? v * log2e : ninf;
-                        s[j][e] = v;
-                        mx[i] = fmaxf(mx[i], v);
-                    }
+                for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+                    for (int j = 0; j < NB; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int x = 2 * mi + (e >> 1), p = p0 + j * 8 + 2 * c + (e & 1);
+                            float v = s[mi][j][e] * scale;
+                            if (softcap > 0.0f) v = softcap * tanhf(v / softcap);
+                            v = rs[x] == seq && p >= rl[x] && p <= rp[x] ? v * log2e : ninf;
+                            s[mi][j][e] = v;
+                            mx[x] = fmaxf(mx[x], v);
+                        }
                 /* online softmax: the rows' maxima over their 4 lanes, rescale, exponentials */
 #pragma unroll
-                for (int i = 0; i < 2; i++) {
-                    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-                    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-                    const float mn = fmaxf(m[i], mx[i]), mu = mn == ninf ? 0.0f : mn;
-                    const float alpha = exp2f(m[i] - mu);
-                    m[i] = mn;
-                    l[i] *= alpha;
+                for (int x = 0; x < R; x++) {
+                    const int mi = x / 2, i = x % 2;
+                    mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 1));
+                    mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 2));
+                    const float mn = fmaxf(m[x], mx[x]), mu = mn == ninf ? 0.0f : mn;
+                    const float alpha = exp2f(m[x] - mu);
+                    m[x] = mn;
+                    l[x] *= alpha;
 #pragma unroll
-                    for (int j = 0; j < VN; j++) o[j][2 * i] *= alpha, o[j][2 * i + 1] *= alpha;
+                    for (int j = 0; j < VN; j++) o[mi][j][2 * i] *= alpha, o[mi][j][2 * i + 1] *= alpha;
 #pragma unroll
                     for (int j = 0; j < NB; j++) {
-                        s[j][2 * i] = exp2f(s[j][2 * i] - mu);
-                        s[j][2 * i + 1] = exp2f(s[j][2 * i + 1] - mu);
-                        l[i] += s[j][2 * i] + s[j][2 * i + 1];
+                        s[mi][j][2 * i] = exp2f(s[mi][j][2 * i] - mu);
+                        s[mi][j][2 * i + 1] = exp2f(s[mi][j][2 * i + 1] - mu);
+                        l[x] += s[mi][j][2 * i] + s[mi][j][2 * i + 1];
                     }
                 }
                 /* P in MT: the C fragments of tiles 2kk, 2kk + 1 are the A fragment of k slice kk */
 #pragma unroll
-                for (int kk = 0; kk < BN / 16; kk++)
+                for (int mi = 0; mi < MW; mi++)
 #pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const float *sv = s[2 * kk + (i >> 1)] + 2 * (i & 1);
-                        pa[kk][i] = kcu_fa_h<MT>::of(sv[0]) | (unsigned)kcu_fa_h<MT>::of(sv[1]) << 16;
-                    }
+                    for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+                        for (int i = 0; i < 4; i++) {
+                            const float *sv = s[mi][2 * kk + (i >> 1)] + 2 * (i & 1);
+                            pa[mi][kk][i] = kcu_fa_h<MT>::of(sv[0]) | (unsigned)kcu_fa_h<MT>::of(sv[1]) << 16;
+                        }
             }
             __syncthreads(); /* every warp is done with the K tile */
             if (it + 1 < n_tiles) {
@@ -443,8 +463,11 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
                         unsigned b[4];
                         kcu_fa_ldmatrix<true>(b, vs + (kk * 16 + ((lane / 8) % 2) * 8 + lane % 8) * VS + j * 8 +
                                                      (lane / 16) * 8);
-                        kcu_fa_mma<MT>(o[j], pa[kk], b[0], b[1]);
-                        kcu_fa_mma<MT>(o[j + 1], pa[kk], b[2], b[3]);
+#pragma unroll
+                        for (int mi = 0; mi < MW; mi++) {
+                            kcu_fa_mma<MT>(o[mi][j], pa[mi][kk], b[0], b[1]);
+                            kcu_fa_mma<MT>(o[mi][j + 1], pa[mi][kk], b[2], b[3]);
+                        }
                     }
             }
             __syncthreads(); /* every warp is done with the V tile */
@@ -453,18 +476,19 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
 
     /* out = o / l: the rows' sums over their 4 lanes */
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-        const int t = t0 + tw * 16 + g + 8 * i;
+    for (int x = 0; x < R; x++) {
+        const int mi = x / 2, i = x % 2;
+        l[x] += __shfl_xor_sync(0xffffffffu, l[x], 1);
+        l[x] += __shfl_xor_sync(0xffffffffu, l[x], 2);
+        const int t = t0 + tw * WT + mi * 16 + g + 8 * i;
         if (t >= T) continue;
-        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        const float inv = l[x] > 0.0f ? 1.0f / l[x] : 0.0f;
         O *row = out + ((long long)t * H + head) * DV;
 #pragma unroll
         for (int j = 0; j < VN; j++) {
             const int d = j * 8 + 2 * c;
-            if (d < DV) kcu_fa_store(row + d, o[j][2 * i] * inv);
-            if (d + 1 < DV) kcu_fa_store(row + d + 1, o[j][2 * i + 1] * inv);
+            if (d < DV) kcu_fa_store(row + d, o[mi][j][2 * i] * inv);
+            if (d + 1 < DV) kcu_fa_store(row + d + 1, o[mi][j][2 * i + 1] * inv);
         }
     }
 #else

@@ -59,25 +59,29 @@ typedef struct att_case {
     int interleave;       /* 1: the sequences' tokens round robin; 0: one after another */
     int bn;               /* positions a K/V tile; 0: as kcu_emit_attention plans */
     int old;              /* 1: today's kernel (kcu_attention_kernel, f32): timed on the GPU only */
+    int mw;               /* m16 tiles a warp; 0: as kcu_emit_attention plans (1) */
 } att_case;
 
 static const att_case check_cases[] = {
     /* one prompt, GQA 4, bf16 everywhere */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 0, 0, 16, 1, {100}, {0}, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 0, 0, 16, 1, {100}, {0}, 0, 0, 0, 0},
     /* MHA (group 1: 8 token warps), f16, two prompts, the second after a cached prefix of 23 */
-    {E_F16, E_F16, E_F16, 4, 4, 32, 32, 0, 0, 16, 2, {37, 50}, {0, 23}, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 4, 4, 32, 32, 0, 0, 16, 2, {37, 50}, {0, 23}, 0, 0, 0, 0},
     /* f32 q/out and cache (converted in staging), group 8, DK = 40 (padded to 48), tiles of 32 */
-    {E_BF16, E_F32, E_F32, 16, 2, 40, 40, 0, 0, 16, 1, {77}, {5}, 0, 32, 0},
+    {E_BF16, E_F32, E_F32, 16, 2, 40, 40, 0, 0, 16, 1, {77}, {5}, 0, 32, 0, 0},
     /* sliding window and softcap, group 8 of one kv head */
-    {E_BF16, E_BF16, E_BF16, 8, 1, 32, 32, 17, 2.0f, 16, 1, {70}, {10}, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 1, 32, 32, 17, 2.0f, 16, 1, {70}, {10}, 0, 0, 0, 0},
     /* DK != DV (DV padded), three sequences interleaved, block size 5, one a single token */
-    {E_F16, E_F16, E_F16, 4, 2, 48, 24, 0, 0, 5, 3, {1, 20, 33}, {0, 7, 64}, 1, 0, 0},
+    {E_F16, E_F16, E_F16, 4, 2, 48, 24, 0, 0, 5, 3, {1, 20, 33}, {0, 7, 64}, 1, 0, 0, 0},
     /* odd dims (36, 20: rows not whole 16-byte chunks), f32 q/out, bf16 cache, group 4, tiles of 16 */
-    {E_BF16, E_F32, E_BF16, 8, 2, 36, 20, 0, 0, 16, 2, {45, 19}, {3, 0}, 1, 16, 0},
+    {E_BF16, E_F32, E_BF16, 8, 2, 36, 20, 0, 0, 16, 2, {45, 19}, {3, 0}, 1, 16, 0, 0},
     /* Llama-3-8B's heads: group 4, 128 dims, a window and a prefix, f16 */
-    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {70}, {30}, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {70}, {30}, 0, 0, 0, 0},
     /* group 2, f16 inputs on bf16 tensor cores (converted), softcap */
-    {E_BF16, E_F16, E_F16, 4, 2, 64, 64, 0, 30.0f, 8, 2, {33, 31}, {0, 100}, 0, 0, 0},
+    {E_BF16, E_F16, E_F16, 4, 2, 64, 64, 0, 30.0f, 8, 2, {33, 31}, {0, 100}, 0, 0, 0, 0},
+    /* two m16 tiles a warp: GQA 4 with a prefix and a mixed step; MHA with a window, f32 cache */
+    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 48, 0, 0, 16, 3, {90, 7, 40}, {0, 3, 17}, 1, 32, 0, 2},
+    {E_F16, E_F16, E_F32, 2, 2, 32, 32, 21, 0, 16, 1, {150}, {12}, 0, 64, 0, 2},
 };
 
 /* ---- data ------------------------------------------------------------------------------ */
@@ -120,7 +124,7 @@ static double to_mt(etype mt, double v)
 
 /* ---- the kernels' plan (as kcu_emit_attention.c's plan_flash) ---------------------------- */
 typedef struct att_plan {
-    int hb, tw, bn; /* heads a block, 16-token warps a head, positions a tile */
+    int hb, tw, mw, bn; /* heads a block, warps a head, m16 tiles a warp, positions a tile */
 } att_plan;
 
 static att_plan plan(const att_case *c)
@@ -130,6 +134,7 @@ static att_plan plan(const att_case *c)
     p.hb = 1;
     while (p.hb * 2 <= 8 && group % (p.hb * 2) == 0) p.hb *= 2;
     p.tw = 8 / p.hb;
+    p.mw = c->mw ? c->mw : 1;
     int dkp = (c->DK + 15) / 16 * 16, dvp = (c->DV + 15) / 16 * 16;
     p.bn = 64;
     while (p.bn > 16 && (long)p.bn * (dkp + dvp + 16) * 2 > 40960) p.bn /= 2;
@@ -161,10 +166,10 @@ static void kernel_source(const att_case *c, int index, ks_buf *src)
     }
     att_plan p = plan(c);
     ks_buf_printf(src,
-                  "    kcu_flash_attention<%s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %d, %d>(T, q, kc, vc, out, "
+                  "    kcu_flash_attention<%s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %d, %d, %d>(T, q, kc, vc, out, "
                   "positions, table_off, tables, block_size, (float)%s, (float)%s);\n}\n",
                   e_name[c->mt], e_name[c->qt], e_name[c->kvt], e_name[c->qt], c->H, c->KH, c->DK, c->DV, p.hb,
-                  p.tw, p.bn, c->window, scale, cap);
+                  p.tw, p.mw, p.bn, c->window, scale, cap);
 }
 
 static void program_source(const att_case *cases, int n, ks_buf *src)
@@ -323,7 +328,8 @@ static int launch(runner *r, const att_case *c, int index, const att_data *d)
         gx = (unsigned)T, gy = (unsigned)c->H;
     } else {
         att_plan p = plan(c);
-        gx = (unsigned)((T + 16 * p.tw - 1) / (16 * p.tw)), gy = (unsigned)(c->H / p.hb);
+        int bt = 16 * p.mw * p.tw;
+        gx = (unsigned)((T + bt - 1) / bt), gy = (unsigned)(c->H / p.hb);
     }
     return cu_ok(r, r->api.cuLaunchKernel(fn, gx, gy, 1, 256, 1, 1, 0, NULL, params, NULL), "cuLaunchKernel") ? 0
                                                                                                               : -1;
@@ -421,7 +427,7 @@ static void describe(const att_case *c, const att_data *d, char *buf, size_t n)
         k += snprintf(buf + k, n - (size_t)k, "%s%d@%d", i ? " " : "", c->len[i], c->start[i]);
     if (k < (int)n)
         snprintf(buf + k, n - (size_t)k, "%s) bs=%d tile %dx%d heads, %d positions%s%s", c->interleave ? " mixed" : "",
-                 c->block_size, 16 * p.tw, p.hb, p.bn, c->window ? " window" : "", c->softcap > 0 ? " softcap" : "");
+                 c->block_size, 16 * p.mw * p.tw, p.hb, p.bn, c->window ? " window" : "", c->softcap > 0 ? " softcap" : "");
 }
 
 static void run_checks(runner *r, const att_case *cases, int n)
@@ -473,15 +479,22 @@ static double time_case(runner *r, const att_case *c, int index, const att_data 
     return ms;
 }
 
-/* Llama-3-8B's attention: bf16 at 512, 2048, 8192 tokens; today's kernel at 512 and 2048 */
+/* Llama-3-8B's attention: bf16 at 512, 2048, 8192 tokens as kiln plans it (one m16 tile a warp,
+ * 64-position tiles), then with 32-position tiles, and two m16 tiles a warp (32 positions; it
+ * spills registers); the plan with an f32 cache (converted in staging); today's kernel at 512
+ * and 2048 */
 static int bench_cases(att_case *out)
 {
     static const int lens[] = {512, 2048, 8192};
     int n = 0;
-    for (int i = 0; i < 3; i++)
-        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0};
+    for (int i = 0; i < 3; i++) {
+        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0};
+        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 32, 0, 1};
+        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 32, 0, 2};
+    }
+    out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {2048}, {0}, 0, 0, 0, 0};
     for (int i = 0; i < 2; i++)
-        out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 1};
+        out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 1, 0};
     return n;
 }
 
@@ -498,9 +511,15 @@ static void run_bench(runner *r, const att_case *cases, int n, int first)
         if (out && r->api.cuMemcpyDtoH(out, d.dout, bytes) == 0) e = compare(c, &d, out, 1);
         free(out);
         double flops = 4.0 * (double)d.T * d.T / 2 * c->H * c->DK;
-        printf("bench T=%-5d H=%d KH=%d D=%d causal, %-28s %9.3f ms %7.1f TFLOP/s  error %.2e (unrounded %.2e)%s\n",
-               d.T, c->H, c->KH, c->DK, c->old ? "today's kernel (f32, CUDA cores)" : "tensor cores (bf16)", ms,
-               ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0, e.worst, e.worst_in, e.bad ? " NOT FINITE" : "");
+        char how[64];
+        att_plan p = plan(c);
+        if (c->old)
+            snprintf(how, sizeof how, "today's kernel (f32, CUDA cores)");
+        else
+            snprintf(how, sizeof how, "tensor cores, %s cache, %d/warp, %d pos", e_short[c->kvt], 16 * p.mw, p.bn);
+        printf("bench T=%-5d H=%d KH=%d D=%d causal, %-36s %9.3f ms %7.1f TFLOP/s  error %.2e (unrounded %.2e)%s\n",
+               d.T, c->H, c->KH, c->DK, how, ms, ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0, e.worst, e.worst_in,
+               e.bad ? " NOT FINITE" : "");
         if (!c->old) CHECK_MSG(!e.bad && e.worst <= tolerance(c), "bench case %d: error %.2e", i, e.worst);
         teardown(r, &d);
     }
@@ -536,7 +555,7 @@ static int nvrtc(const char *src, const char *arch, ks_buf *cubin)
     return rc;
 }
 
-enum { N_CHECKS = sizeof check_cases / sizeof check_cases[0], MAX_BENCH = 8 };
+enum { N_CHECKS = sizeof check_cases / sizeof check_cases[0], MAX_BENCH = 16 };
 
 static int gpu_cases(att_case *all, int *n_bench)
 {
