@@ -18,6 +18,10 @@
  * table lists it once per node. Where values live is the backend's affair
  * (the memory plan's arena, runtime/cuda/cuda_backend.c).
  *
+ * Attention is kcu_attention_kernel for every step, or with kcu_options.flash_prefill its
+ * `_large` variant for steps of many tokens runs on tensor cores (kcu_flash.cuh, on its own
+ * grid; kcu_emit_attention.c's use_flash_prefill decides).
+ *
  * Weights may be f32, bf16 or f16 (read through kcu_f(), kcu_prelude.cuh);
  * activations and the KV cache are f32. Matmuls are kcu_matmul_small/_large (prelude);
  * the other kernels follow runtime/interp/interp_kernels.c operation by operation, and

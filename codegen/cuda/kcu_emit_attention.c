@@ -91,6 +91,46 @@ static const char *kv_elem_type(const kcu_gen *x)
     return "float";
 }
 
+/*
+ * The tensor-core prefill (kcu_flash_attention, kcu_flash.cuh): FlashAttention-2's forward
+ * (Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning",
+ * 2023) over kiln's paged cache, the `_large` variant of the attention kernel (steps of more
+ * than ATT_FLASH_T tokens), on its own grid [ceil(T / (16 mw tw)), H / hb] of 8 warps.
+ *
+ * A block owns 16 mw tw consecutive tokens of the step for hb q heads of one kv head (warp w:
+ * head w % hb, 16 mw tokens): the group's heads share every K/V tile the block stages (Llama-3-8B:
+ * 32 tokens x 4 heads, the whole group). The step's tokens may come from several sequences in
+ * any order: the block takes each sequence among its tokens in turn (a segment) over the
+ * positions its tokens need ([min lo, max pos]), in tiles of bn positions read through the
+ * block table, and masks by sequence, window and position (causal by position, not by token
+ * index: a prompt after a cached prefix, or decode tokens in a long step, are the same case).
+ * The K tile (k rows) and V tile (v rows) sit in shared memory as the mma's 16-bit type, rows
+ * padded by 16 bytes so that ldmatrix's 8 rows fall in different banks; a cache of that type
+ * is copied with cp.async, FA2's order (V of this tile and K of the next in flight while the
+ * warps multiply), an f32 cache is converted on the way (loads, no overlap). Each warp keeps q
+ * as A fragments in registers, forms s = q k^T with mma.sync m16n8k16 (K rows by ldmatrix as B
+ * fragments), scales, softcaps and masks s in f32, updates the rows' running maxima (over their
+ * 4 lanes) and sums (per lane; summed at the end) in log2 units with exp2f, rescales its
+ * output accumulators, and multiplies the probabilities, rounded to the 16-bit type in
+ * registers (the C fragments of two 8-position tiles are the A fragment of a 16-position
+ * slice), by V (ldmatrix.trans) into f32 accumulators. A warp whose rows have no score in a
+ * tile skips its products there (the block still takes every barrier).
+ *
+ * Numerics: q, k, v and p in bf16 (or f16: the engine's half type; bf16 for f32 activations),
+ * f32 products, sums and softmax statistics. Every sum has one order fixed by the shapes, the
+ * step's tokens and the tile sizes: no atomics, the same bits on every run; a token's result
+ * depends on which kernel its step's T chose (as kcu_matmul's).
+ *
+ * Cost (head_dim 128, sm_90, ptxas): 252 registers, no spills, 35 KiB of static shared
+ * memory, so one block (8 warps) an SM; a warp reads its K and V tiles from shared memory once
+ * per 16 tokens (64 ldmatrix.x4 per 128 mma a tile): shared-memory bandwidth bounds the
+ * tensor cores at about half of their mma.sync rate on an H100/H200; two m16 tiles a warp
+ * (mw 2) would halve that but spill registers (kept as a template option; `cuda_att_check
+ * --gpu` times both). FA2 keeps q in shared memory to afford 32 rows a warp, which needs more
+ * than the 48 KiB of static shared memory (the runtime launches without dynamic shared memory).
+ * A step of many short sequences (batched decode above ATT_FLASH_T tokens) makes a segment per
+ * sequence in a tile: correct, but its products are mostly masked.
+ */
 /* How the tensor-core prefill (kcu_flash_attention, kcu_flash.cuh) splits its work. */
 typedef struct flash_plan {
     int hb; /* q heads of one kv head a block: the largest power of two dividing the group, at most 8 */
