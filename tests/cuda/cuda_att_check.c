@@ -6,7 +6,8 @@
  * starting at 0), lengths that are not multiples of the tiles, GQA groups of 1, 2, 4 and 8,
  * a sliding window, a softcap, DK != DV, head dims that are not multiples of 16 (nor of 8),
  * bf16 and f16 tensor-core inputs, q/out and cache in f32 or 16 bits, K/V tiles of 16, 32 and
- * 64 positions. Unwritten cache rows are NaN: a kernel that reads one shows it.
+ * 64 positions, one or two m16 tiles a warp. Unwritten cache rows are NaN: a kernel that reads
+ * one shows it.
  *
  * The error of a (token, head) row is max_d |out - exact| / max |v| over the positions it
  * attends to (the output's scale), the exact result computed in double from the operands as
@@ -22,7 +23,9 @@
  *   cuda_att_check --gpu [CUBIN]    on a real GPU: the same checks, then Llama-3-8B's
  *       attention (32 q heads, 8 kv heads, head_dim 128, bf16, one causal sequence of 512, 2048
  *       and 8192 tokens, block size 16) timed, in ms and TFLOP/s (4 T^2/2 H D FLOPs), with
- *       sampled rows checked; and today's kernel (kcu_attention_kernel, f32) at 512 and 2048.
+ *       sampled rows checked: as kiln plans it, with 32-position tiles, and with two m16 tiles a
+ *       warp; with an f32 cache at 2048; and today's kernel (kcu_attention_kernel, f32) at 512
+ *       and 2048.
  *   cuda_att_check --compile ARCH CUBIN    writes the --gpu kernels' cubin (NVRTC here).
  */
 #define _GNU_SOURCE
