@@ -50,10 +50,20 @@ int kcu_is_target(const char *target);
 int kcu_parse_target(const char *target, ks_arena *a, const char ***archs, ks_diag *d);
 
 /* ---- generation --------------------------------------------------------------- */
+/* Choices of the generator that the graph does not make (zeroed: the defaults). */
+typedef struct kcu_options {
+    int flash_prefill; /* 1: attention for steps of many tokens on tensor cores (kcu_flash.cuh, in bf16/f16;
+                        * kcu_emit_attention.c's use_flash_prefill); 0: f32 on CUDA cores for every step.
+                        * Until the IR says which precision an engine computes in, tests set it (kcu_build:
+                        * KILN_CUDA_FLASH_PREFILL=1 in the environment). */
+} kcu_options;
+
 /* Append the CUDA C source of g's kernels to src and fill meta's kernels,
  * aliases and output (not its archs). meta must be zeroed; its arena owns
- * what is added. Reports ops or types it does not lower. 0 or -1. */
+ * what is added. Reports ops or types it does not lower. 0 or -1.
+ * kcu_generate_with takes options (NULL: the defaults, as kcu_generate). */
 int kcu_generate(const kir_graph *g, ks_buf *src, krt_cuda_meta *meta, ks_diag *d);
+int kcu_generate_with(const kir_graph *g, const kcu_options *opt, ks_buf *src, krt_cuda_meta *meta, ks_diag *d);
 
 /* The device templates every generated source starts with: the text of
  * codegen/cuda/kcu_prelude.cuh, embedded at build time. */

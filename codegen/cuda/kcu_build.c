@@ -151,7 +151,12 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
 
     krt_cuda_meta meta = {0};
     ks_buf src = {0}, stem = {0};
-    int rc = kcu_generate(g, &src, &meta, d);
+    /* Until the IR records the precision an engine computes in (issue #10), the tests that build
+     * engines with the tensor-core prefill attention ask for it here. */
+    kcu_options opt = {0};
+    const char *flash = getenv("KILN_CUDA_FLASH_PREFILL");
+    opt.flash_prefill = flash && strcmp(flash, "1") == 0;
+    int rc = kcu_generate_with(g, &opt, &src, &meta, d);
     /* the runtime's draw kernel rides along in every CUDA engine (runtime/cuda/cuda_draw.h) */
     if (rc == 0) ks_buf_puts(&src, krt_cuda_draw_source);
     file_stem(g, &stem);

@@ -18,6 +18,10 @@
  * table lists it once per node. Where values live is the backend's affair
  * (the memory plan's arena, runtime/cuda/cuda_backend.c).
  *
+ * Attention is kcu_attention_kernel for every step, or with kcu_options.flash_prefill its
+ * `_large` variant for steps of many tokens runs on tensor cores (kcu_flash.cuh, on its own
+ * grid; kcu_emit_attention.c's use_flash_prefill decides).
+ *
  * Weights may be f32, bf16 or f16 (read through kcu_f(), kcu_prelude.cuh);
  * activations and the KV cache are f32. Matmuls are kcu_matmul_small/_large (prelude);
  * the other kernels follow runtime/interp/interp_kernels.c operation by operation, and
@@ -466,9 +470,15 @@ static int emit_nodes(kcu_gen *x)
 
 int kcu_generate(const kir_graph *g, ks_buf *src, krt_cuda_meta *meta, ks_diag *d)
 {
+    return kcu_generate_with(g, NULL, src, meta, d);
+}
+
+int kcu_generate_with(const kir_graph *g, const kcu_options *opt, ks_buf *src, krt_cuda_meta *meta, ks_diag *d)
+{
     if (kir_verify(g, d, kir_graph_name(g, "graph")) != 0) return -1;
     ks_buf kernels = {0};
     kcu_gen x = {.g = g, .src = &kernels, .meta = meta, .d = d};
+    if (opt) x.opt = *opt;
     x.root = ks_xcalloc(g->n_nodes ? g->n_nodes : 1, sizeof *x.root);
     int rc = 0, have_output = 0;
     for (size_t v = 0; v < g->n_nodes; v++) {

@@ -9,9 +9,13 @@
 #include "codegen/cuda/kcu_gen.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
-/* Attention: warps a block (at most). */
-enum { ATT_WARPS = 8 };
+/* Attention: warps a block (at most); the tensor-core prefill (kcu_flash.cuh) runs for steps of
+ * more than ATT_FLASH_T tokens, when use_flash_prefill says so (the decode path, a few tokens a
+ * sequence, stays kcu_attention_kernel). */
+enum { ATT_WARPS = 8, ATT_FLASH_T = 32 };
 
 /* The kernel that writes a step's K and V rows into layer `layer` of the
  * cache (its kv_k/kv_v arguments), at each token's slot; k and v are
@@ -79,6 +83,99 @@ static att_plan plan_attention(int64_t group, int64_t dk, int64_t dv)
     return a;
 }
 
+/* The element type of the KV cache: f32 (runtime/kv). Fast precision will make it the engine's half
+ * dtype; kcu_flash_attention takes either. */
+static const char *kv_elem_type(const kcu_gen *x)
+{
+    (void)x;
+    return "float";
+}
+
+/*
+ * The tensor-core prefill (kcu_flash_attention, kcu_flash.cuh): FlashAttention-2's forward
+ * (Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning",
+ * 2023) over kiln's paged cache, the `_large` variant of the attention kernel (steps of more
+ * than ATT_FLASH_T tokens), on its own grid [ceil(T / (16 mw tw)), H / hb] of 8 warps.
+ *
+ * A block owns 16 mw tw consecutive tokens of the step for hb q heads of one kv head (warp w:
+ * head w % hb, 16 mw tokens): the group's heads share every K/V tile the block stages (Llama-3-8B:
+ * 32 tokens x 4 heads, the whole group). The step's tokens may come from several sequences in
+ * any order: the block takes each sequence among its tokens in turn (a segment) over the
+ * positions its tokens need ([min lo, max pos]), in tiles of bn positions read through the
+ * block table, and masks by sequence, window and position (causal by position, not by token
+ * index: a prompt after a cached prefix, or decode tokens in a long step, are the same case).
+ * The K tile (k rows) and V tile (v rows) sit in shared memory as the mma's 16-bit type, rows
+ * padded by 16 bytes so that ldmatrix's 8 rows fall in different banks; a cache of that type
+ * is copied with cp.async, FA2's order (V of this tile and K of the next in flight while the
+ * warps multiply), an f32 cache is converted on the way (loads, no overlap). Each warp keeps q
+ * as A fragments in registers, forms s = q k^T with mma.sync m16n8k16 (K rows by ldmatrix as B
+ * fragments), scales, softcaps and masks s in f32, updates the rows' running maxima (over their
+ * 4 lanes) and sums (per lane; summed at the end) in log2 units with exp2f, rescales its
+ * output accumulators, and multiplies the probabilities, rounded to the 16-bit type in
+ * registers (the C fragments of two 8-position tiles are the A fragment of a 16-position
+ * slice), by V (ldmatrix.trans) into f32 accumulators. A warp whose rows have no score in a
+ * tile skips its products there (the block still takes every barrier).
+ *
+ * Numerics: q, k, v and p in bf16 (or f16: the engine's half type; bf16 for f32 activations),
+ * f32 products, sums and softmax statistics. Every sum has one order fixed by the shapes, the
+ * step's tokens and the tile sizes: no atomics, the same bits on every run; a token's result
+ * depends on which kernel its step's T chose (as kcu_matmul's).
+ *
+ * Cost (head_dim 128, sm_90, ptxas): 252 registers, no spills, 35 KiB of static shared
+ * memory, so one block (8 warps) an SM; a warp reads its K and V tiles from shared memory once
+ * per 16 tokens (64 ldmatrix.x4 per 128 mma a tile): shared-memory bandwidth bounds the
+ * tensor cores at about half of their mma.sync rate on an H100/H200; two m16 tiles a warp
+ * (mw 2) would halve that but spill registers (kept as a template option; `cuda_att_check
+ * --gpu` times both). FA2 keeps q in shared memory to afford 32 rows a warp, which needs more
+ * than the 48 KiB of static shared memory (the runtime launches without dynamic shared memory).
+ * A step of many short sequences (batched decode above ATT_FLASH_T tokens) makes a segment per
+ * sequence in a tile: correct, but its products are mostly masked.
+ */
+/* How the tensor-core prefill (kcu_flash_attention, kcu_flash.cuh) splits its work. */
+typedef struct flash_plan {
+    int hb; /* q heads of one kv head a block: the largest power of two dividing the group, at most 8 */
+    int tw; /* warps a head: 8 / hb (8 warps, the kernel's 256 threads) */
+    int mw; /* m16 tiles (16 tokens) a warp: 1 (2 halves the shared-memory reads a product, but needs
+             * more than 255 registers at head_dim 128: spills) */
+    int bn; /* positions a K/V tile: 64, halved while the two tiles pass 40 KiB of shared memory */
+} flash_plan;
+
+static flash_plan plan_flash(int64_t group, int64_t dk, int64_t dv)
+{
+    flash_plan f;
+    f.hb = pow2_divisor(group, ATT_WARPS);
+    f.tw = ATT_WARPS / f.hb;
+    f.mw = 1;
+    int64_t dkp = (dk + 15) / 16 * 16, dvp = (dv + 15) / 16 * 16;
+    f.bn = 64;
+    while (f.bn > 16 && (int64_t)f.bn * (dkp + dvp + 16) * 2 > 40960) f.bn /= 2;
+    return f;
+}
+
+/* The one place that decides whether attention node v gets the tensor-core prefill kernel for
+ * steps of many tokens: in fast precision (bf16/f16 products, f32 softmax statistics; `fast`,
+ * until the IR carries the precision: kcu_options.flash_prefill), with head dims the kernel keeps
+ * in registers (q and the output accumulators: at most 256 each). Exact precision keeps
+ * kcu_attention_kernel (f32) for every step. */
+static int use_flash_prefill(const kcu_gen *x, kir_val v, int fast)
+{
+    const kir_node *n = &x->g->nodes[v];
+    const kir_node *qn = &x->g->nodes[n->in[0]], *kn = &x->g->nodes[n->in[1]], *vn = &x->g->nodes[n->in[2]];
+    int64_t dk = qn->dims[2], dv = vn->dims[2];
+    /* both kernels of the node run on one block size: the decode kernel's must be ATT_WARPS warps */
+    return fast && dk <= 256 && dv <= 256 && plan_attention(qn->dims[1] / kn->dims[1], dk, dv).nw == ATT_WARPS;
+}
+
+/* The 16-bit type the tensor cores multiply in: q's when it is bf16 or f16, else the cache's,
+ * else bf16 (f32 activations: bf16 keeps their range). */
+static const char *flash_mma_type(const kcu_gen *x, kir_val q)
+{
+    kir_dtype t = x->g->nodes[q].dtype;
+    if (t == KIR_BF16 || t == KIR_F16) return kcu_elem_type(t);
+    const char *kv = kv_elem_type(x);
+    return strcmp(kv, "float") != 0 ? kv : "kcu_bf16";
+}
+
 /*
  * Attention over the paged cache (kcu_attention, kcu_prelude.cuh): positions [lo, pos] of each
  * token's sequence (lo from WINDOW), read through its block table (tables + table_off[t]); one
@@ -137,12 +234,16 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     if (kir_attr_int(g, v, KIR_A_ATTENTION_WRITE_KV) != 0) kcu_emit_kv_write_kernel(x, v, "_kv_write", n->in[1], n->in[2], layer);
 
     att_plan a = plan_attention(heads / kv_heads, dk, dv);
-    krt_cuda_kernel *k = kcu_kernel_new(x, v, 32 * a.nw);
+    int flash = use_flash_prefill(x, v, x->opt.flash_prefill);
+    krt_cuda_kernel *k = kcu_kernel_new(x, v, flash ? 32 * ATT_WARPS : 32 * a.nw);
     kcu_kernel_grid(k, 0, 1, 0, 1);
     kcu_kernel_grid(k, 1, 0, heads, 1);
     kcu_param_in(x, k, n->in[0], "q");
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, "const float *__restrict__ kc");
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, "const float *__restrict__ vc");
+    char decl[64];
+    snprintf(decl, sizeof decl, "const %s *__restrict__ kc", kv_elem_type(x));
+    kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, decl);
+    snprintf(decl, sizeof decl, "const %s *__restrict__ vc", kv_elem_type(x));
+    kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
     kcu_param_out(x, k, v);
     kcu_add_param(x, k, KRT_CUDA_ARG_POSITIONS, 0, "const int *__restrict__ positions");
     kcu_add_param(x, k, KRT_CUDA_ARG_TABLE_OFF, 0, "const int *__restrict__ table_off");
@@ -158,6 +259,24 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     ks_buf_puts(&x->body, ", ");
     kcu_put_float(&x->body, softcap);
     ks_buf_puts(&x->body, ");\n}\n");
+    if (flash) {
+        /* steps of more than ATT_FLASH_T tokens: tiles of 16 mw tw tokens x hb heads, on their own grid */
+        flash_plan f = plan_flash(heads / kv_heads, dk, dv);
+        KS_ASSERT(f.hb * f.tw == ATT_WARPS && k->block == 32 * ATT_WARPS);
+        kcu_open_large(x, k, ATT_FLASH_T);
+        ks_buf_printf(&x->body,
+                      "    kcu_flash_attention<%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %lld>(T, q, kc, "
+                      "vc, out,\n        positions, table_off, tables, block_size, ",
+                      flash_mma_type(x, n->in[0]), kcu_elem_type(qn->dtype), kv_elem_type(x), kcu_elem_type(n->dtype),
+                      (long long)heads, (long long)kv_heads, (long long)dk, (long long)dv, f.hb, f.tw, f.mw, f.bn,
+                      (long long)window);
+        kcu_put_float(&x->body, scale);
+        ks_buf_puts(&x->body, ", ");
+        kcu_put_float(&x->body, softcap);
+        ks_buf_puts(&x->body, ");\n}\n");
+        kcu_kernel_grid_large(k, 0, 1, 0, 16 * f.mw * f.tw);
+        kcu_kernel_grid_large(k, 1, 0, heads / f.hb, 1);
+    }
     kcu_kernel_end(x, k, "");
     return 0;
 }

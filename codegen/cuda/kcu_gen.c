@@ -110,6 +110,16 @@ void kcu_kernel_grid(krt_cuda_kernel *k, int i, int64_t t, int64_t c, int64_t di
     k->grid[i][2] = div;
 }
 
+void kcu_kernel_grid_large(krt_cuda_kernel *k, int i, int64_t t, int64_t c, int64_t div)
+{
+    if (!k->has_grid_large)
+        for (int g = 0; g < 3; g++) k->grid_large[g][0] = 0, k->grid_large[g][1] = 1, k->grid_large[g][2] = 1;
+    k->has_grid_large = 1;
+    k->grid_large[i][0] = t;
+    k->grid_large[i][1] = c;
+    k->grid_large[i][2] = div;
+}
+
 /* Append a parameter: its C declaration and what the runtime passes. */
 void kcu_add_param(kcu_gen *x, krt_cuda_kernel *k, krt_cuda_arg_kind kind, int64_t index, const char *decl)
 {

@@ -51,6 +51,7 @@ typedef struct kcu_gen {
     size_t cap_bodies;     /* capacity of bodies */
     ks_diag *d;            /* where errors go */
     int64_t large;         /* > 0: the kernel being written has a _large variant for steps above this many tokens */
+    kcu_options opt;       /* the generator's choices (kcu.h) */
 } kcu_gen;
 
 
@@ -75,6 +76,9 @@ void kcu_put_rope_table(kcu_gen *x, ks_buf *b, kir_val v, int64_t rot, const cha
 krt_cuda_kernel *kcu_kernel_new(kcu_gen *x, kir_val v, int block);
 /* Grid dim i: ceil((T * t + c) / div) blocks. */
 void kcu_kernel_grid(krt_cuda_kernel *k, int i, int64_t t, int64_t c, int64_t div);
+/* Grid dim i of the kernel's _large variant (after kcu_open_large; the
+ * other dims: ceil(T * 0 + 1) = 1 unless set), as kcu_kernel_grid. */
+void kcu_kernel_grid_large(krt_cuda_kernel *k, int i, int64_t t, int64_t c, int64_t div);
 /* Append a parameter: its C declaration and what the runtime passes. */
 void kcu_add_param(kcu_gen *x, krt_cuda_kernel *k, krt_cuda_arg_kind kind, int64_t index, const char *decl);
 /* Value v as a read-only parameter called name, of its dtype. */

@@ -32,7 +32,7 @@ void krt_cuda_arg_format(const krt_cuda_arg *a, ks_buf *b)
 
 int64_t krt_cuda_grid_dim(const krt_cuda_kernel *k, int i, int64_t T)
 {
-    const int64_t *g = k->grid[i];
+    const int64_t *g = k->name_large && k->has_grid_large && T > k->large_above ? k->grid_large[i] : k->grid[i];
     return (T * g[0] + g[1] + g[2] - 1) / g[2];
 }
 
@@ -68,6 +68,10 @@ void krt_cuda_meta_write(const krt_cuda_meta *meta, ks_buf *out)
             cJSON *jl = cJSON_AddObjectToObject(jk, "large");
             cJSON_AddStringToObject(jl, "name", k->name_large);
             cJSON_AddNumberToObject(jl, "above", (double)k->large_above);
+            if (k->has_grid_large) {
+                cJSON *grid = cJSON_AddArrayToObject(jl, "grid");
+                for (int g = 0; g < 3; g++) cJSON_AddItemToArray(grid, int_array(k->grid_large[g], 3));
+            }
         }
         cJSON *grid = cJSON_AddArrayToObject(jk, "grid");
         for (int g = 0; g < 3; g++) cJSON_AddItemToArray(grid, int_array(k->grid[g], 3));
@@ -143,6 +147,21 @@ static int nomem(reader *r, krt_cuda_meta *m)
     return ks_error_oom(r->d, r->what, m->arena.failed, "the engine's cuda.meta");
 }
 
+/* A grid: 3 dims of [t, c, div]. */
+static int parse_grid(reader *r, const krt_cuda_kernel *k, const cJSON *grid, int64_t (*out)[3])
+{
+    if (!cJSON_IsArray(grid) || cJSON_GetArraySize(grid) != 3) return bad(r, "kernel %s: grid needs 3 dims", k->name);
+    for (int g = 0; g < 3; g++) {
+        const cJSON *dim = cJSON_GetArrayItem(grid, g);
+        if (!cJSON_IsArray(dim) || cJSON_GetArraySize(dim) != 3)
+            return bad(r, "kernel %s: a grid dim needs [t, c, div]", k->name);
+        for (int i = 0; i < 3; i++)
+            if (get_count(r, cJSON_GetArrayItem(dim, i), "a grid term", (int64_t)1 << 31, &out[g][i])) return -1;
+        if (out[g][2] == 0) return bad(r, "kernel %s: a grid divisor is 0", k->name);
+    }
+    return 0;
+}
+
 static int parse_kernel(reader *r, krt_cuda_meta *m, const cJSON *jk, krt_cuda_kernel *k)
 {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(jk, "name");
@@ -164,17 +183,13 @@ static int parse_kernel(reader *r, krt_cuda_meta *m, const cJSON *jk, krt_cuda_k
         if (!k->name_large) return nomem(r, m);
         if (get_count(r, cJSON_GetObjectItemCaseSensitive(jl, "above"), "kernel large.above", INT32_MAX, &v)) return -1;
         k->large_above = v;
+        const cJSON *lg = cJSON_GetObjectItemCaseSensitive(jl, "grid");
+        if (lg) {
+            if (parse_grid(r, k, lg, k->grid_large)) return -1;
+            k->has_grid_large = 1;
+        }
     }
-    const cJSON *grid = cJSON_GetObjectItemCaseSensitive(jk, "grid");
-    if (!cJSON_IsArray(grid) || cJSON_GetArraySize(grid) != 3) return bad(r, "kernel %s: grid needs 3 dims", k->name);
-    for (int g = 0; g < 3; g++) {
-        const cJSON *dim = cJSON_GetArrayItem(grid, g);
-        if (!cJSON_IsArray(dim) || cJSON_GetArraySize(dim) != 3)
-            return bad(r, "kernel %s: a grid dim needs [t, c, div]", k->name);
-        for (int i = 0; i < 3; i++)
-            if (get_count(r, cJSON_GetArrayItem(dim, i), "a grid term", (int64_t)1 << 31, &k->grid[g][i])) return -1;
-        if (k->grid[g][2] == 0) return bad(r, "kernel %s: a grid divisor is 0", k->name);
-    }
+    if (parse_grid(r, k, cJSON_GetObjectItemCaseSensitive(jk, "grid"), k->grid)) return -1;
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(jk, "args");
     if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) > KRT_CUDA_MAX_ARGS)
         return bad(r, "kernel %s: args must be a list of at most %d", k->name, KRT_CUDA_MAX_ARGS);

@@ -16,6 +16,7 @@
  *     "kernels": [                          launched in this order every step
  *       {"name": "k6_matmul", "node": 6, "block": 256,
  *        "large": {"name": "k6_matmul_large", "above": 8},   optional: the kernel for steps of more tokens
+ *                                           (and optionally its own "grid", as "grid" below)
  *        "grid": [[0, 2, 1], [1, 31, 32], [0, 1, 1]],
  *        "args": ["T", "value:4", "value:5", "value:6"]},
  *       ...
@@ -73,6 +74,8 @@ typedef struct krt_cuda_kernel {
     const char *name;                    /* the kernel's function name, e.g. "k6_matmul" */
     const char *name_large;              /* launched instead when T > large_above; NULL: name for every T */
     int64_t large_above;                 /* tokens a step above which name_large runs */
+    int has_grid_large;                  /* 1: name_large runs on grid_large; 0: on grid */
+    int64_t grid_large[3][3];            /* name_large's grid, as grid */
     uint32_t node;                       /* the graph node it computes */
     int block;                           /* threads per block */
     int64_t grid[3][3];                  /* per grid dim: {t, c, div}: ceil((T*t + c) / div) */
@@ -100,7 +103,7 @@ void krt_cuda_meta_write(const krt_cuda_meta *meta, ks_buf *out);
 int krt_cuda_meta_parse(const char *text, size_t len, const char *what, krt_cuda_meta *meta, ks_diag *d);
 void krt_cuda_meta_free(krt_cuda_meta *meta);
 
-/* Grid dimension i of kernel k for a step of T tokens. */
+/* Grid dimension i of kernel k for a step of T tokens (of name_large's grid when that runs). */
 int64_t krt_cuda_grid_dim(const krt_cuda_kernel *k, int i, int64_t T);
 
 /* The spelling of an argument in the meta ("value:6"), into b. */

@@ -299,7 +299,8 @@ static struct {
     long launches;       /* kernels run */
     long captures;       /* graphs captured */
     long graph_launches; /* graphs replayed */
-    long large_launches; /* launches (run or replayed) of kernels named *_large: matmuls' prefill variants */
+    long large_launches; /* launches (run or replayed) of kernels named *_large: the prefill variants of
+                          * matmuls (and of attention, on tensor cores, when an engine has them) */
 } emu_stats;
 
 /* 1 when fn is a kernel whose name ends in _large. */

@@ -72,6 +72,22 @@ template <typename V> static inline V kemu_shfl_xor(V v, int m)
     __syncthreads();
     return l[t ^ (unsigned)m];
 }
+/* The exchange under the emulated warp instructions of codegen/cuda/kcu_flash.cuh (mma.sync,
+ * ldmatrix): each thread publishes v, and gets the values of the 32 lanes of its warp, lane 0
+ * first, to gather what the instruction's layout gives it. Called as a shuffle (every thread of
+ * the block together, the same two arrays in turn); the caller reads the lanes before its next
+ * call. */
+template <typename V> static inline const V *kemu_warp_publish(const V &v)
+{
+    static V lanes[2][1024];
+    static unsigned run[1024], calls[1024];
+    const unsigned t = threadIdx.x;
+    if (run[t] != kemu_block_run) run[t] = kemu_block_run, calls[t] = 0;
+    V *const l = lanes[calls[t]++ & 1];
+    l[t] = v;
+    __syncthreads();
+    return l + (t & ~31u);
+}
 static inline float __shfl_xor_sync(unsigned mask, float v, int m) { return (void)mask, kemu_shfl_xor(v, m); }
 static inline double __shfl_xor_sync(unsigned mask, double v, int m) { return (void)mask, kemu_shfl_xor(v, m); }
 

@@ -696,6 +696,45 @@ static int fork_check(char **argv)
     return rc;
 }
 
+/* kcu_options.flash_prefill: the attention's _large variant is the tensor-core prefill, on its own
+ * grid ([ceil(T / 32), H / HB]: the small graph's group of 1 makes 16-token warps, 8 a head, 1
+ * head a block), kept through cuda.meta; off, nothing changes. */
+static void test_flash_option(void)
+{
+    kir_graph *g = small_graph();
+    sink s;
+    sink_init(&s);
+    krt_cuda_meta meta = {0}, back = {0};
+    ks_buf src = {0}, text = {0}, masked = {0};
+    kcu_options opt = {.flash_prefill = 1};
+    CHECK(kcu_generate_with(g, &opt, &src, &meta, &s.d) == 0);
+    CHECK_STR(sink_text(&s), "");
+    const char *archs[1] = {"sm_90"};
+    meta.archs = archs;
+    meta.n_archs = 1;
+    krt_cuda_meta_write(&meta, &text);
+    mask_names(ks_buf_cstr(&text), &masked);
+    CHECK(strstr(ks_buf_cstr(&masked), "{\"name\":\"k_attention_#\",\"node\":10,\"block\":256,\"large\":{\"name\":"
+                                        "\"k_attention_#_large\",\"above\":32,\"grid\":[[1,0,128],[0,2,1],[0,1,1]]},"
+                                        "\"grid\":[[1,0,1],[0,2,1],[0,1,1]],") != NULL);
+    CHECK(strstr(ks_buf_cstr(&src), "kcu_flash_attention<kcu_bf16, float, float, float, 2, 2, 4, 4, 1, 8, 1, 64, 0>") !=
+          NULL);
+    if (CHECK(krt_cuda_meta_parse(text.data, text.len, "x.engine", &back, &s.d) == 0) && CHECK(back.n_kernels == 6)) {
+        const krt_cuda_kernel *k = &back.kernels[5];
+        CHECK(krt_cuda_grid_dim(k, 0, 32) == 32 && krt_cuda_grid_dim(k, 1, 32) == 2);   /* today's kernel */
+        CHECK(krt_cuda_grid_dim(k, 0, 33) == 1 && krt_cuda_grid_dim(k, 0, 300) == 3); /* the prefill */
+        CHECK(krt_cuda_grid_dim(k, 1, 300) == 2);
+    }
+    krt_cuda_meta_free(&back);
+    meta.archs = NULL;
+    krt_cuda_meta_free(&meta);
+    ks_buf_free(&src);
+    ks_buf_free(&text);
+    ks_buf_free(&masked);
+    ks_buf_free(&s.log);
+    kir_graph_free(g);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--fork-check") == 0) return fork_check(argv);
@@ -704,6 +743,7 @@ int main(int argc, char **argv)
     snprintf(work_dir, sizeof work_dir, "/tmp/kiln_cuda_test.XXXXXX");
     if (!mkdtemp(work_dir)) return 1;
     test_generate();
+    test_flash_option();
     test_meta_errors();
     test_targets();
     test_sections();
