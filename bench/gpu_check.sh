@@ -41,6 +41,10 @@
 #         else `python3 bench/prefill_bench.py --chart prefill_bench.json` here) and .log.
 #         PREFILL_BENCH_ARGS adds arguments (e.g. "--lengths 512,2048", or "--tiny" to try the
 #         stage on a machine without a GPU).
+#       kernels — the prefill kernels alone, on cubins compiled here by NVRTC: tests/cuda/cuda_mm_check
+#         --gpu (the mma.sync matmul), cuda_gemm90_check --gpu (the sm_90a wgmma/TMA matmul) with
+#         bench/gemm90_vs_cublas.py (cuBLAS on the same shapes), cuda_att_check --gpu (the
+#         tensor-core prefill attention) with torch SDPA at the same lengths (not in the default).
 #       Everything goes to $OUT/gpu_check.log; the summary table comes last.
 #       GPU_CHECK_MODELS="a b" limits the golden models to those; GPU_CHECK_DTYPES="f32 bf16" the
 #       dtypes; GPU_RUNTIME_MODELS the runtime stage's models.
@@ -56,8 +60,14 @@ prepare() {
   cmake --build "$build" --target kiln golden_test test_cuda test_session test_oom || return 1
   grep -q 'KILN_HAVE_NVRTC:INTERNAL=ON' "$build/CMakeCache.txt" || { echo "kiln was built without NVRTC"; return 1; }
   rm -rf "$gpu" && mkdir -p "$gpu/bin" "$gpu/lib" "$gpu/models" || return 1
+  cmake --build "$build" --target cuda_mm_check cuda_gemm90_check cuda_att_check || return 1
   cp "$build/cli/kiln" "$build/tests/golden/golden_test" "$build/tests/cuda/test_cuda" "$build/tests/session/test_session" \
-    "$build/tests/session/test_oom" "$gpu/bin/"
+    "$build/tests/session/test_oom" "$build/tests/cuda/cuda_mm_check" "$build/tests/cuda/cuda_gemm90_check" \
+    "$build/tests/cuda/cuda_att_check" "$gpu/bin/"
+  mkdir -p "$gpu/cubin" || return 1
+  "$build/tests/cuda/cuda_mm_check" --compile sm_90 "$gpu/cubin/mm_sm90.cubin" >/dev/null || return 1
+  "$build/tests/cuda/cuda_gemm90_check" --compile "$gpu/cubin/gemm90_sm90a.cubin" >/dev/null || return 1
+  "$build/tests/cuda/cuda_att_check" --compile sm_90 "$gpu/cubin/att_sm90.cubin" >/dev/null || return 1
   for lib in libcjson.so.1 libpcre2-8.so.0; do
     local path
     path=$(ldd "$build/cli/kiln" | awk -v l="$lib" '$1 == l { print $3 }')
@@ -396,6 +406,17 @@ run() {
       | grep -E '^(kiln|peer|copy|T = |SKIP|FAIL|prefill_bench|device|GPU memory)' >> "$summary"
     echo "prefill_bench exit ${PIPESTATUS[0]}" | tee -a "$summary"
     [ -f "$out/prefill_bench.md" ] && cat "$out/prefill_bench.md" >> "$summary"
+  fi
+  if [[ $stages == *" kernels "* ]]; then
+    echo "== the prefill kernels alone (cubins compiled by NVRTC on the build machine)"
+    local b="$gpu/bin" c="$gpu/cubin"
+    timeout 240 python3 "$root/bench/gemm90_vs_cublas.py" --kiln "$b/cuda_gemm90_check" --cubin "$c/gemm90_sm90a.cubin" \
+      2>&1 | tee "$out/gemm90.log" | tail -30
+    echo "gemm90_vs_cublas exit ${PIPESTATUS[0]}" | tee -a "$summary"
+    grep -E '^(q,k,v|o |gate|down|lm_head)' "$out/gemm90.log" >> "$summary"
+    "$b/cuda_att_check" --gpu "$c/att_sm90.cubin" 2>&1 | tee "$out/att.log" | tail -40
+    echo "cuda_att_check exit ${PIPESTATUS[0]}" | tee -a "$summary"
+    grep -E 'ms|TFLOP' "$out/att.log" | tail -20 >> "$summary"
   fi
   echo "== summary ($((SECONDS - t_start)) s)"
   cat "$summary"
