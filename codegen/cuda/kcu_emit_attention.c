@@ -4,7 +4,10 @@
  *
  * Requires: a verified graph; an attention node's operands [T,H,D],
  * [T,KH,D], [T,KH,Dv] with H a multiple of KH. Guarantees: every output
- * element summed in a fixed order (no atomics): reproducible bit for bit.
+ * element summed in a fixed order (no atomics): reproducible bit for bit;
+ * the cache's elements of the node's kv_dtype (f32, or bf16/f16 rounded to
+ * nearest even as they are written), q, k, v and the output of their own
+ * dtypes, all arithmetic in f32.
  */
 #include "codegen/cuda/kcu_gen.h"
 
@@ -23,20 +26,27 @@ void kcu_emit_kv_write_kernel(kcu_gen *x, kir_val v, const char *suffix, kir_val
     krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, krow + vrow);
     kcu_param_in(x, k, kv, "k");
     kcu_param_in(x, k, vv, "v");
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, "float *__restrict__ kc");
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, "float *__restrict__ vc");
+    kir_dtype ct = kir_kv_dtype(x->g, v);
+    char decl[64];
+    snprintf(decl, sizeof decl, "%s *__restrict__ kc", kcu_elem_type(ct));
+    kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, decl);
+    snprintf(decl, sizeof decl, "%s *__restrict__ vc", kcu_elem_type(ct));
+    kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
     kcu_add_param(x, k, KRT_CUDA_ARG_SLOTS, 0, "const int *__restrict__ slots");
     kcu_open_body(x, k, "K and V rows of the step into a layer of the KV cache (kc, vc), at each token's slot");
     kcu_elementwise_prologue(x, krow + vrow);
     ks_buf_printf(&x->body,
                   "    enum { KROW = %lld, VROW = %lld };\n"
                   "    const long long t = i / (KROW + VROW), e = i %% (KROW + VROW), slot = slots[t];\n"
-                  "    if (e < KROW)\n"
-                  "        kc[slot * KROW + e] = k[t * KROW + e];\n"
-                  "    else\n"
-                  "        vc[slot * VROW + e - KROW] = v[t * VROW + e - KROW];\n"
-                  "}\n",
+                  "    if (e < KROW)\n",
                   (long long)krow, (long long)vrow);
+    char val[64];
+    snprintf(val, sizeof val, "%sk[t * KROW + e]%s", kcu_ld(kn->dtype), kcu_ld_end(kn->dtype));
+    kcu_put_store(&x->body, ct, "        ", "kc[slot * KROW + e]", val);
+    ks_buf_puts(&x->body, "    else\n");
+    snprintf(val, sizeof val, "%sv[t * VROW + e - KROW]%s", kcu_ld(vn->dtype), kcu_ld_end(vn->dtype));
+    kcu_put_store(&x->body, ct, "        ", "vc[slot * VROW + e - KROW]", val);
+    ks_buf_puts(&x->body, "}\n");
     kcu_kernel_end(x, k, suffix);
 }
 
@@ -141,8 +151,11 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     kcu_kernel_grid(k, 0, 1, 0, 1);
     kcu_kernel_grid(k, 1, 0, heads, 1);
     kcu_param_in(x, k, n->in[0], "q");
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, "const float *__restrict__ kc");
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, "const float *__restrict__ vc");
+    char decl[64];
+    snprintf(decl, sizeof decl, "const %s *__restrict__ kc", kcu_elem_type(kir_kv_dtype(g, v)));
+    kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, decl);
+    snprintf(decl, sizeof decl, "const %s *__restrict__ vc", kcu_elem_type(kir_kv_dtype(g, v)));
+    kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
     kcu_param_out(x, k, v);
     kcu_add_param(x, k, KRT_CUDA_ARG_POSITIONS, 0, "const int *__restrict__ positions");
     kcu_add_param(x, k, KRT_CUDA_ARG_TABLE_OFF, 0, "const int *__restrict__ table_off");
