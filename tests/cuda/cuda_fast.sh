@@ -11,7 +11,10 @@
 # 4.9e-4), against ~1e-2 (bf16) between fast and exact precision. Checked here: the same greedy
 # ids, and the logits within 2 u of the half dtype (7.8e-3 bf16, 9.8e-4 f16), for
 #  - a 20-token prompt (the prefill path: tensor cores, half x and weights, one mma a product),
-#  - a 3-token prompt (the decode path: T <= 8), then 5 decode steps (the greedy ids).
+#  - a 3-token prompt (the decode path: T <= 8), then 5 decode steps (the greedy ids);
+# and kiln verify --target sm_90 --precision fast for the first dtype: the fused CUDA engine's
+# values (half ones copied back as f32) against the unfused reference lowered to the half dtype,
+# within verify's half tolerance.
 . "$(dirname "$0")/../cli/lib.sh"
 . "$(dirname "$0")/cuda_lib.sh"
 : "${KILN_TEST_CUDA:?}" "${KILN_EMU_LIB:?}"
@@ -33,4 +36,10 @@ for dtype in "$@"; do
       || { echo "FAIL: $dtype logits (prompt $ids) differ from the interpreter's past $tol"; failures=$((failures+1)); }
   done
 done
+dtype=$1 dir="$engines/$1"
+out=$(KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$dir/kernels.so" \
+      "$KILN_BIN" verify "$model" --target sm_90 --dtype ${dtype%-fast} --precision fast --tokens 12 --steps 2); rc=$?
+echo "$out"
+[ $rc -eq 0 ] && [[ "$out" == *"roundings (u = 2^-"* ]] && [[ "$out" == *"OK: within tolerance"* ]] \
+  && passes=$((passes+1)) || { echo "FAIL: kiln verify --target sm_90 --precision fast (exit $rc)"; failures=$((failures+1)); }
 finish
