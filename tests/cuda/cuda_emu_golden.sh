@@ -13,6 +13,7 @@
 : "${KILN_GOLDEN_TEST:?}" "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}"
 model="$1" engines="$2" dtype="${3:-f32}"
 dir="$engines/$dtype"
+export KILN_GOLDEN_PRECISION=exact # the setup test's engines: DTYPE exact, DTYPE-fast fast
 case "$dtype" in *-fast) dtype=${dtype%-fast}; export KILN_GOLDEN_PRECISION=fast ;; esac
 if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ] || [ -z "${KILN_GXX:-}" ]; then
   echo "skipped: needs NVRTC and g++"; exit 77
