@@ -58,11 +58,12 @@ static const char build_help[] =
     "                       first: values that would become inf (magnitude 65520 and\n"
     "                       up) are an error; a tensor with over 1% of its values\n"
     "                       below f16's normal range (nonzero, under 6.1e-05) a warning\n"
-    "  --precision P        exact (default): values between kernels, the KV cache\n"
-    "                       and all arithmetic in f32; fast: values between kernels\n"
-    "                       and the KV cache in the weights' dtype (bf16 or f16),\n"
-    "                       sums, norm statistics and softmax in f32, logits f32\n"
-    "                       (the lower_precision pass; the IR dump shows each dtype)\n"
+    "  --precision P        fast (the default with --dtype bf16 or f16): values between\n"
+    "                       kernels and the KV cache in the weights' dtype, sums, norm\n"
+    "                       statistics and softmax in f32, logits f32 (the lower_precision\n"
+    "                       pass; the IR dump shows each dtype; prefill matmuls on tensor\n"
+    "                       cores one mma a product); exact (the default with f32 weights):\n"
+    "                       values between kernels, the KV cache and all arithmetic in f32\n"
     "  --emit-source DIR    with a GPU target: also write the generated CUDA C there\n";
 
 /* Seconds since t0 (CLOCK_MONOTONIC). */

@@ -33,7 +33,7 @@ typedef struct kd_inputs {
     FILE *stats_out;       /* where they go; NULL: standard output */
     int64_t max_tokens;    /* tokens per step the memory plan holds; 0: kd_plan_tokens's default */
     const char *precision; /* "exact" (values between kernels in f32) or "fast" (in the weights' half
-                              dtype); NULL: kd_compute_dtype's default */
+                              dtype); NULL: kd_compute_dtype's default (fast for bf16/f16 weights) */
     const char *tokenizer; /* tokenizer file (tokenizer.json or llama2.c .bin); default:
                               tokenizer.json beside the weights, if any */
     kd_progress *progress; /* where long steps show what they do (a terminal: compiler/progress.h), or NULL */
@@ -93,7 +93,8 @@ int64_t kd_plan_tokens(const kd_inputs *in, const kir_graph *g);
 
 /* The dtype values between kernels are stored in (lower_precision): f32 for
  * in->precision "exact", the weights' dtype for "fast" (which needs them
- * all bf16 or all f16); NULL: exact. 0, or -1 after reporting. */
+ * all bf16 or all f16); NULL: fast when the weights are all bf16 or all
+ * f16, else exact. 0, or -1 after reporting. */
 int kd_compute_dtype(const kd_inputs *in, const kir_graph *g, kir_dtype *out, ks_diag *d);
 
 /* Run the pass pipeline, plan_memory last (or read --from-ir, which gets

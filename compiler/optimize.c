@@ -186,14 +186,16 @@ int64_t kd_plan_tokens(const kd_inputs *in, const kir_graph *g)
 int kd_compute_dtype(const kd_inputs *in, const kir_graph *g, kir_dtype *out, ks_diag *d)
 {
     *out = KIR_F32;
-    const char *p = in->precision ? in->precision : "exact";
+    const char *w = kd_weights_dtype(g);
+    int half = strcmp(w, "bf16") == 0 || strcmp(w, "f16") == 0;
+    /* the default: fast for half weights (the CUDA backend and the interpreter compute it), exact for f32 */
+    const char *p = in->precision ? in->precision : half ? "fast" : "exact";
     if (strcmp(p, "exact") == 0) return 0;
     if (strcmp(p, "fast") != 0) {
         ks_error(d, "kiln", "--precision %s: unknown precision (known: exact, fast)", p);
         return -1;
     }
-    const char *w = kd_weights_dtype(g);
-    if (strcmp(w, "bf16") == 0 || strcmp(w, "f16") == 0) {
+    if (half) {
         *out = strcmp(w, "bf16") == 0 ? KIR_BF16 : KIR_F16;
         return 0;
     }

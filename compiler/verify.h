@@ -29,7 +29,9 @@
 #include "runtime/engine.h"
 
 typedef struct kd_verify_opts {
-    double tolerance;   /* a value diverges when max|d| > tolerance * max|reference| */
+    double tolerance;   /* a value diverges when max|d| > tolerance * max|reference|; < 0: kd_verify_model's
+                           default for the precision (1e-4 exact; half: kd_verify_half_tolerance) */
+    const char *why;    /* what the tolerance stands for, said in the report; NULL: nothing */
     int prompt_tokens;  /* tokens of the first sequence's prompt (the second gets half) */
     int decode_steps;   /* decode steps after the prefill */
     uint64_t seed;      /* for the prompt's token ids */
@@ -57,13 +59,19 @@ struct kd_inputs;
 struct kd_model;
 /* The whole of `kiln verify` for a loaded and optimized model (compiler/
  * driver.h): the reference is m's compiled (unfused) graph in the
- * interpreter; the fused side is m's optimized graph in the interpreter
+ * interpreter (with --precision fast, lowered as lower_precision lowers
+ * it: every value it computes rounded to the half dtype, the logits f32);
+ * the fused side is m's optimized graph in the interpreter
  * for the CPU target, or, for another target, an engine built for it (in a
  * temporary folder, removed after) and run through its backend. Writes the
  * report to o->out. Returns 0 when the comparison ran (see r->diverged), -1
  * after reporting. */
 int kd_verify_model(const struct kd_inputs *in, struct kd_model *m, const kd_verify_opts *o, kd_verify_result *r,
                     ks_diag *d);
+
+/* The default tolerance of a fast-precision comparison in half dtype t
+ * (bf16, f16), and its reason into why (cap bytes). */
+double kd_verify_half_tolerance(kir_dtype t, char *why, size_t cap);
 
 /* Compare test (fused) against ref (unfused). weights[v] is the f32 data of
  * each graph's WEIGHT node v. Returns 0 when the comparison ran (see

@@ -12,6 +12,12 @@
  *     the group reads (directly or through a view: reshape, kv_write);
  *   - except the values the graph's output reads (through views): the
  *     logits stay f32;
+ *   - a norm that a matmul of its group reads as x (a norm fused as the
+ *     matmul's prologue) gets that dtype too: the matmul multiplies x and
+ *     the weights in their half dtype, on the tensor cores as they are
+ *     (one mma a product, not three parts of an f32 x), so the norm's
+ *     values are rounded where they are computed (as a half model's norm
+ *     output is rounded before its projections in Hugging Face's models);
  *   - a group's other values stay f32 (a fused kernel holds them in
  *     registers), and so do the matmuls' accumulators, norms' statistics
  *     and attention's scores and softmax in every kernel: dtypes say where
@@ -49,7 +55,8 @@ int kp_lower_precision(kir_graph **gp, const kp_options *opt, kp_pass_stats *st,
     kp_uses uses;
     kp_uses_build(&uses, g);
     /* stored[v]: v's bytes are written to memory; keep_f32[v]: the output reads them */
-    uint8_t *stored = ks_xcalloc(n ? n : 1, 1), *keep_f32 = ks_xcalloc(n ? n : 1, 1);
+    /* prologue[v]: v is a norm that a matmul of its group reads as x */
+    uint8_t *stored = ks_xcalloc(n ? n : 1, 1), *keep_f32 = ks_xcalloc(n ? n : 1, 1), *prologue = ks_xcalloc(n ? n : 1, 1);
     for (size_t i = n; i-- > 0;) {
         kir_val v = (kir_val)i;
         const kir_node *node = &g->nodes[v];
@@ -60,11 +67,14 @@ int kp_lower_precision(kir_graph **gp, const kp_options *opt, kp_pass_stats *st,
             int view_user = is_view(g->nodes[u].op) && g->nodes[u].in[0] == v;
             if (group < 0 || kp_group_of(g, u) != group || (view_user && stored[u])) stored[v] = 1;
             if (view_user && keep_f32[u]) keep_f32[v] = 1;
+            if ((node->op == KIR_OP_RMS_NORM || node->op == KIR_OP_LAYER_NORM) && group >= 0 &&
+                g->nodes[u].op == KIR_OP_MATMUL && g->nodes[u].in[0] == v && kp_group_of(g, u) == group)
+                prologue[v] = 1;
         }
     }
     for (size_t v = 0; v < n; v++) {
         kir_node *node = &g->nodes[v];
-        if (computes(node) && stored[v] && !keep_f32[v]) {
+        if (computes(node) && (stored[v] || prologue[v]) && !keep_f32[v]) {
             node->dtype = half;
             st->fusions++;
         }
@@ -80,6 +90,7 @@ int kp_lower_precision(kir_graph **gp, const kp_options *opt, kp_pass_stats *st,
     }
     free(stored);
     free(keep_f32);
+    free(prologue);
     kp_uses_free(&uses);
     return 0;
 }

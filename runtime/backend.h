@@ -44,7 +44,9 @@ typedef struct krt_device_mem {
 typedef struct krt_backend {
     const char *name;                  /* "interp", "cpu", "cuda", ... */
     const krt_kv_storage *kv_storage;  /* where this backend's KV blocks live */
-    size_t kv_elem_size;               /* bytes per K/V element */
+    /* Bytes per K/V element this backend stores for an engine described by
+     * desc (whose kv_dtype says what the rows are). */
+    size_t (*kv_elem_size)(const krt_desc *desc);
     /* Prepare to run e's graph (described by e->desc) with KV cache kv,
      * laid out as e->desc.kv_layers; returns the backend's state. */
     void *(*create)(const krt_engine *e, krt_kv *kv, ks_diag *d);
@@ -71,7 +73,7 @@ typedef struct krt_backend {
      * back. out receives the logits too when not NULL. */
     int (*step_draw)(void *state, const krt_step *step, float *out, int n_draw, const int32_t *rows, krt_draw *draws,
                      ks_diag *d);
-    /* Optional: after each step, show every f32 value the step computed to
+    /* Optional: after each step, show every value the step computed (f32, half ones as f32) to
      * tap (runtime/step.h's krt_tap_fn), in schedule order; NULL turns it off.
      * A backend whose fused kernels keep a group's inner values to
      * themselves does not show those. 0, or -1 after reporting (out of

@@ -57,6 +57,12 @@ static int describe_kv(krt_desc *desc, const char *what, ks_diag *d)
         if (l >= 0 && l < INT32_MAX && l + 1 > n) n = l + 1;
     }
     desc->n_kv_layers = (int)n;
+    desc->kv_dtype = KIR_F32;
+    for (size_t v = 0; v < g->n_nodes; v++)
+        if (krt_desc_kv_operands(&g->nodes[v], &k, &val)) {
+            desc->kv_dtype = kir_kv_dtype(g, (kir_val)v); /* the same on every node (kir_verify) */
+            break;
+        }
     if (n == 0) return 0;
     /* a layer number no attention or kv_write uses stays {0,0,0}: the cache stores nothing for it */
     desc->kv_layers = ks_try_calloc((size_t)n, sizeof *desc->kv_layers);

@@ -60,6 +60,8 @@ typedef struct krt_desc {
     int mixed_weights;       /* 1: the weights do not share one dtype */
     int n_kv_layers;         /* layers of the KV cache: 1 + the largest `layer` of an attention or kv_write */
     krt_kv_layer *kv_layers; /* [n_kv_layers] each layer's heads and head sizes; {0,0,0} for a number no node uses */
+    kir_dtype kv_dtype;      /* what the cache's K/V rows are (the kv_dtype of the attention and kv_write nodes,
+                                one for the graph: kir_verify): f32, or bf16/f16 (fast precision); f32 without */
     krt_plan plan;           /* the memory plan */
 } krt_desc;
 

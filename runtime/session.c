@@ -157,7 +157,8 @@ krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_
         }
         storage.ctx = s->state;
     }
-    if (size_kv(s, o, bs, kv_block_bytes(desc->kv_layers, desc->n_kv_layers, bs, be->kv_elem_size), d) != 0) {
+    size_t kv_elem = be->kv_elem_size(desc);
+    if (size_kv(s, o, bs, kv_block_bytes(desc->kv_layers, desc->n_kv_layers, bs, kv_elem), d) != 0) {
         krt_session_free(s);
         return NULL;
     }
@@ -168,7 +169,7 @@ krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_
         .n_blocks = s->kv_info.n_blocks,
         .max_seqs = s->max_seqs,
         .max_context = s->max_context,
-        .elem_size = be->kv_elem_size,
+        .elem_size = kv_elem,
     };
     s->kv = krt_kv_new_named(&cfg, &storage, e->path, d);
     if (!s->kv) {

@@ -53,9 +53,9 @@ int kcu_parse_target(const char *target, ks_arena *a, const char ***archs, ks_di
 /* Choices of the generator that the graph does not make (zeroed: the defaults). */
 typedef struct kcu_options {
     int flash_prefill; /* 1: attention for steps of many tokens on tensor cores (kcu_flash.cuh, in bf16/f16;
-                        * kcu_emit_attention.c's use_flash_prefill); 0: f32 on CUDA cores for every step.
-                        * Until the IR says which precision an engine computes in, tests set it (kcu_build:
-                        * KILN_CUDA_FLASH_PREFILL=1 in the environment). */
+                        * kcu_emit_attention.c's use_flash_prefill) in exact-precision engines too (for
+                        * tests; kcu_build: KILN_CUDA_FLASH_PREFILL=1 in the environment); 0: only in fast
+                        * precision (a half KV cache), exact engines keep f32 on CUDA cores for every step. */
 } kcu_options;
 
 /* Append the CUDA C source of g's kernels to src and fill meta's kernels,

@@ -4,7 +4,10 @@
  *
  * Requires: a verified graph; an attention node's operands [T,H,D],
  * [T,KH,D], [T,KH,Dv] with H a multiple of KH. Guarantees: every output
- * element summed in a fixed order (no atomics): reproducible bit for bit.
+ * element summed in a fixed order (no atomics): reproducible bit for bit;
+ * the cache's elements of the node's kv_dtype (f32, or bf16/f16 rounded to
+ * nearest even as they are written), q, k, v and the output of their own
+ * dtypes, all arithmetic in f32.
  */
 #include "codegen/cuda/kcu_gen.h"
 
@@ -27,20 +30,27 @@ void kcu_emit_kv_write_kernel(kcu_gen *x, kir_val v, const char *suffix, kir_val
     krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, krow + vrow);
     kcu_param_in(x, k, kv, "k");
     kcu_param_in(x, k, vv, "v");
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, "float *__restrict__ kc");
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, "float *__restrict__ vc");
+    kir_dtype ct = kir_kv_dtype(x->g, v);
+    char decl[64];
+    snprintf(decl, sizeof decl, "%s *__restrict__ kc", kcu_elem_type(ct));
+    kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, decl);
+    snprintf(decl, sizeof decl, "%s *__restrict__ vc", kcu_elem_type(ct));
+    kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
     kcu_add_param(x, k, KRT_CUDA_ARG_SLOTS, 0, "const int *__restrict__ slots");
     kcu_open_body(x, k, "K and V rows of the step into a layer of the KV cache (kc, vc), at each token's slot");
     kcu_elementwise_prologue(x, krow + vrow);
     ks_buf_printf(&x->body,
                   "    enum { KROW = %lld, VROW = %lld };\n"
                   "    const long long t = i / (KROW + VROW), e = i %% (KROW + VROW), slot = slots[t];\n"
-                  "    if (e < KROW)\n"
-                  "        kc[slot * KROW + e] = k[t * KROW + e];\n"
-                  "    else\n"
-                  "        vc[slot * VROW + e - KROW] = v[t * VROW + e - KROW];\n"
-                  "}\n",
+                  "    if (e < KROW)\n",
                   (long long)krow, (long long)vrow);
+    char val[64];
+    snprintf(val, sizeof val, "%sk[t * KROW + e]%s", kcu_ld(kn->dtype), kcu_ld_end(kn->dtype));
+    kcu_put_store(&x->body, ct, "        ", "kc[slot * KROW + e]", val);
+    ks_buf_puts(&x->body, "    else\n");
+    snprintf(val, sizeof val, "%sv[t * VROW + e - KROW]%s", kcu_ld(vn->dtype), kcu_ld_end(vn->dtype));
+    kcu_put_store(&x->body, ct, "        ", "vc[slot * VROW + e - KROW]", val);
+    ks_buf_puts(&x->body, "}\n");
     kcu_kernel_end(x, k, suffix);
 }
 
@@ -85,11 +95,8 @@ static att_plan plan_attention(int64_t group, int64_t dk, int64_t dv)
 
 /* The element type of the KV cache: f32 (runtime/kv). Fast precision will make it the engine's half
  * dtype; kcu_flash_attention takes either. */
-static const char *kv_elem_type(const kcu_gen *x)
-{
-    (void)x;
-    return "float";
-}
+/* The KV cache's element type (attention or kv_write v's kv_dtype: f32, or half in fast precision). */
+static const char *kv_elem_type(const kcu_gen *x, kir_val v) { return kcu_elem_type(kir_kv_dtype(x->g, v)); }
 
 /*
  * The tensor-core prefill (kcu_flash_attention, kcu_flash.cuh): FlashAttention-2's forward
@@ -153,8 +160,8 @@ static flash_plan plan_flash(int64_t group, int64_t dk, int64_t dv)
 }
 
 /* The one place that decides whether attention node v gets the tensor-core prefill kernel for
- * steps of many tokens: in fast precision (bf16/f16 products, f32 softmax statistics; `fast`,
- * until the IR carries the precision: kcu_options.flash_prefill), with head dims the kernel keeps
+ * steps of many tokens: in fast precision (bf16/f16 products, f32 softmax statistics; `fast`:
+ * the attention's KV cache is half, or kcu_options.flash_prefill forces it), with head dims the kernel keeps
  * in registers (q and the output accumulators: at most 256 each). Exact precision keeps
  * kcu_attention_kernel (f32) for every step. */
 static int use_flash_prefill(const kcu_gen *x, kir_val v, int fast)
@@ -168,11 +175,11 @@ static int use_flash_prefill(const kcu_gen *x, kir_val v, int fast)
 
 /* The 16-bit type the tensor cores multiply in: q's when it is bf16 or f16, else the cache's,
  * else bf16 (f32 activations: bf16 keeps their range). */
-static const char *flash_mma_type(const kcu_gen *x, kir_val q)
+static const char *flash_mma_type(const kcu_gen *x, kir_val v, kir_val q)
 {
     kir_dtype t = x->g->nodes[q].dtype;
     if (t == KIR_BF16 || t == KIR_F16) return kcu_elem_type(t);
-    const char *kv = kv_elem_type(x);
+    const char *kv = kv_elem_type(x, v);
     return strcmp(kv, "float") != 0 ? kv : "kcu_bf16";
 }
 
@@ -234,15 +241,16 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     if (kir_attr_int(g, v, KIR_A_ATTENTION_WRITE_KV) != 0) kcu_emit_kv_write_kernel(x, v, "_kv_write", n->in[1], n->in[2], layer);
 
     att_plan a = plan_attention(heads / kv_heads, dk, dv);
-    int flash = use_flash_prefill(x, v, x->opt.flash_prefill);
+    /* fast precision (a half KV cache) takes the tensor cores; kcu_options.flash_prefill forces them */
+    int flash = use_flash_prefill(x, v, kir_kv_dtype(g, v) != KIR_F32 || x->opt.flash_prefill);
     krt_cuda_kernel *k = kcu_kernel_new(x, v, flash ? 32 * ATT_WARPS : 32 * a.nw);
     kcu_kernel_grid(k, 0, 1, 0, 1);
     kcu_kernel_grid(k, 1, 0, heads, 1);
     kcu_param_in(x, k, n->in[0], "q");
     char decl[64];
-    snprintf(decl, sizeof decl, "const %s *__restrict__ kc", kv_elem_type(x));
+    snprintf(decl, sizeof decl, "const %s *__restrict__ kc", kv_elem_type(x, v));
     kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, decl);
-    snprintf(decl, sizeof decl, "const %s *__restrict__ vc", kv_elem_type(x));
+    snprintf(decl, sizeof decl, "const %s *__restrict__ vc", kv_elem_type(x, v));
     kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
     kcu_param_out(x, k, v);
     kcu_add_param(x, k, KRT_CUDA_ARG_POSITIONS, 0, "const int *__restrict__ positions");
@@ -267,7 +275,7 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
         ks_buf_printf(&x->body,
                       "    kcu_flash_attention<%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %lld>(T, q, kc, "
                       "vc, out,\n        positions, table_off, tables, block_size, ",
-                      flash_mma_type(x, n->in[0]), kcu_elem_type(qn->dtype), kv_elem_type(x), kcu_elem_type(n->dtype),
+                      flash_mma_type(x, v, n->in[0]), kcu_elem_type(qn->dtype), kv_elem_type(x, v), kcu_elem_type(n->dtype),
                       (long long)heads, (long long)kv_heads, (long long)dk, (long long)dv, f.hb, f.tw, f.mw, f.bn,
                       (long long)window);
         kcu_put_float(&x->body, scale);

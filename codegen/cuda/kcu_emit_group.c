@@ -27,6 +27,13 @@
  * a short list of strided segments (row(c)), so that each pair reaches the
  * epilogue in one thread, which evaluates the group's nodes on it in
  * registers and stores what leaves the group.
+ *
+ * Dtypes (fast precision, passes/lower_precision.c): a group value of a half
+ * dtype is rounded to it in registers as soon as it is computed (kcu_round),
+ * so that the group's later nodes, its store and its KV rows see what the
+ * interpreter sees; f32 values stay as computed. A norm prologue of a half
+ * dtype hands the matmul half values (kcu_pro_rms<.., O>), which the
+ * tensor cores take as they are.
  */
 #include "codegen/cuda/kcu_gen.h"
 #include "ir/numerics.h"
@@ -288,12 +295,19 @@ static void put_epilogue(group *G, ks_buf *fields)
     /* run: every node on the pair; slot 1 absent when n1 < 0 */
     ks_buf_puts(b, "    __device__ KCU_NOINLINE void run(long long t, int n0, float v0, int n1, float v1) const\n"
                    "    {\n"
-                   "        const int n[2] = {n0, n1};\n"
-                   "        float m[2] = {v0, v1};\n");
-    if (G->n[G->mm].store)
-        ks_buf_printf(b, "        for (int j = 0; j < 2; j++)\n"
-                         "            if (n[j] >= 0) out%d[t * %lld + n[j]] = m[j];\n",
-                      G->mm, (long long)G->N);
+                   "        const int n[2] = {n0, n1};\n");
+    kir_dtype mt = g->nodes[G->n[G->mm].v].dtype;
+    if (mt == KIR_F32)
+        ks_buf_puts(b, "        float m[2] = {v0, v1};\n");
+    else
+        ks_buf_printf(b, "        float m[2] = {kcu_round<%s>(v0), kcu_round<%s>(v1)};\n", kcu_elem_type(mt),
+                      kcu_elem_type(mt));
+    if (G->n[G->mm].store) {
+        char lhs[64];
+        snprintf(lhs, sizeof lhs, "out%d[t * %lld + n[j]]", G->mm, (long long)G->N);
+        ks_buf_puts(b, "        for (int j = 0; j < 2; j++)\n");
+        kcu_put_store(b, mt, "            if (n[j] >= 0) ", lhs, "m[j]");
+    }
     for (int i = G->mm + 1; i < G->count; i++) {
         gnode *gn = &G->n[i];
         const kir_node *nd = &g->nodes[gn->v];
@@ -301,17 +315,21 @@ static void put_epilogue(group *G, ks_buf *fields)
                       (long long)(gn->base + gn->size));
         if (gn->r == ROLE_KV_WRITE) {
             const gnode *kg = &G->n[gn->a], *vg = &G->n[gn->b];
-            char ks[32], vs[32];
+            kir_dtype ct = kir_kv_dtype(g, gn->v);
+            char ks[32], vs[32], head[96], lhs[96];
             slot_name(G, gn->a, "j", ks, sizeof ks);
             slot_name(G, gn->b, "j", vs, sizeof vs);
             ks_buf_printf(b,
                           "        for (int j = 0; j < 2; j++) {\n"
-                          "            const int ek = n[j] - %lld, ev = n[j] - %lld;\n"
-                          "            if ((unsigned)ek < %lluu) kc%d[(long long)slots%d[t] * %lld + ek] = %s;\n"
-                          "            if ((unsigned)ev < %lluu) vc%d[(long long)slots%d[t] * %lld + ev] = %s;\n"
-                          "        }\n",
-                          (long long)kg->base, (long long)vg->base, (unsigned long long)kg->size, i, i,
-                          (long long)kg->size, ks, (unsigned long long)vg->size, i, i, (long long)vg->size, vs);
+                          "            const int ek = n[j] - %lld, ev = n[j] - %lld;\n",
+                          (long long)kg->base, (long long)vg->base);
+            snprintf(head, sizeof head, "            if ((unsigned)ek < %lluu) ", (unsigned long long)kg->size);
+            snprintf(lhs, sizeof lhs, "kc%d[(long long)slots%d[t] * %lld + ek]", i, i, (long long)kg->size);
+            kcu_put_store(b, ct, head, lhs, ks);
+            snprintf(head, sizeof head, "            if ((unsigned)ev < %lluu) ", (unsigned long long)vg->size);
+            snprintf(lhs, sizeof lhs, "vc%d[(long long)slots%d[t] * %lld + ev]", i, i, (long long)vg->size);
+            kcu_put_store(b, ct, head, lhs, vs);
+            ks_buf_puts(b, "        }\n");
             continue;
         }
         ks_buf_printf(b, "        float x%d[2];\n        for (int j = 0; j < 2; j++) {\n", i);
@@ -345,7 +363,8 @@ static void put_epilogue(group *G, ks_buf *fields)
                 }
                 const kir_node *on = &g->nodes[nd->in[side]];
                 if (on->ndim > 0 && on->dims[0] == KIR_DIM_T)
-                    ks_buf_printf(eo, "in%d_%d[t * %lld + e]", i, side, (long long)gn->size);
+                    ks_buf_printf(eo, "%sin%d_%d[t * %lld + e]%s", kcu_ld(on->dtype), i, side, (long long)gn->size,
+                                  kcu_ld_end(on->dtype));
                 else
                     ks_buf_printf(eo, "kcu_f(in%d_%d[e %% %lld])", i, side, (long long)kir_elems(on, 1));
             }
@@ -379,7 +398,14 @@ static void put_epilogue(group *G, ks_buf *fields)
         default:
             KS_UNREACHABLE();
         }
-        if (gn->store) ks_buf_printf(b, "            out%d[t * %lld + e] = x%d[j];\n", i, (long long)gn->size, i);
+        if (nd->dtype != KIR_F32) /* a half value: as stored, for the store and the nodes after it */
+            ks_buf_printf(b, "            x%d[j] = kcu_round<%s>(x%d[j]);\n", i, kcu_elem_type(nd->dtype), i);
+        if (gn->store) {
+            char lhs[64], val[16];
+            snprintf(lhs, sizeof lhs, "out%d[t * %lld + e]", i, (long long)gn->size);
+            snprintf(val, sizeof val, "x%d[j]", i);
+            kcu_put_store(b, nd->dtype, "            ", lhs, val);
+        }
         ks_buf_puts(b, "        }\n");
     }
     ks_buf_puts(b, "    }\n"
@@ -465,7 +491,7 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
         char name[32], decl[96];
         if (gn->store && gn->root == i && gn->r != ROLE_KV_WRITE) {
             snprintf(name, sizeof name, "out%d", i);
-            snprintf(decl, sizeof decl, "float *__restrict__ %s", name);
+            snprintf(decl, sizeof decl, "%s *__restrict__ %s", kcu_elem_type(nd->dtype), name);
             add_field(x, k, KRT_CUDA_ARG_VALUE, gn->v, decl, name, &fields, &inits);
         }
         if (gn->r == ROLE_VIEW || gn->r == ROLE_KV_WRITE) {
@@ -497,7 +523,8 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
             static const krt_cuda_arg_kind akinds[3] = {KRT_CUDA_ARG_KV_K, KRT_CUDA_ARG_KV_V, KRT_CUDA_ARG_SLOTS};
             for (int j = 0; j < 3; j++) {
                 snprintf(name, sizeof name, "%s%d", kinds[j], i);
-                snprintf(decl, sizeof decl, "%s *__restrict__ %s", j == 2 ? "const int" : "float", name);
+                snprintf(decl, sizeof decl, "%s *__restrict__ %s",
+                         j == 2 ? "const int" : kcu_elem_type(kir_kv_dtype(g, gn->v)), name);
                 add_field(x, k, akinds[j], j == 2 ? 0 : layer, decl, name, &fields, &inits);
             }
         }
@@ -518,9 +545,13 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
     } else {
         const char *gt = has_g ? kcu_elem_type(g->nodes[pn->in[1]].dtype) : "float";
         int rms = pn->op == KIR_OP_RMS_NORM;
-        ks_buf_printf(&call, "<%s, %lld, %lld>(T, x, w, kcu_pro_%s<%lld, %s>{%s, %s", wt, (long long)G.K, (long long)G.N,
-                      rms ? "rms" : "ln", (long long)G.K, gt, has_g ? "g" : "nullptr",
+        /* the norm's values are of its dtype: a half one rounds them as the matmul takes them */
+        ks_buf ot = {0};
+        if (pn->dtype != KIR_F32) ks_buf_printf(&ot, ", %s", kcu_elem_type(pn->dtype));
+        ks_buf_printf(&call, "<%s, %lld, %lld>(T, x, w, kcu_pro_%s<%lld, %s%s>{%s, %s", wt, (long long)G.K,
+                      (long long)G.N, rms ? "rms" : "ln", (long long)G.K, gt, ks_buf_cstr(&ot), has_g ? "g" : "nullptr",
                       rms ? "" : (has_b ? "gb, " : "nullptr, "));
+        ks_buf_free(&ot);
         kcu_put_double(&call, kir_attr_float(g, nodes[G.pro], KIR_A_RMS_NORM_EPS));
         ks_buf_puts(&call, "}, epi);\n}\n");
     }

@@ -71,6 +71,18 @@ const char *kcu_elem_type(kir_dtype t)
     KS_UNREACHABLE();
 }
 
+static int is_half(kir_dtype t) { return t == KIR_BF16 || t == KIR_F16; }
+const char *kcu_ld(kir_dtype t) { return is_half(t) ? "kcu_f(" : ""; }
+const char *kcu_ld_end(kir_dtype t) { return is_half(t) ? ")" : ""; }
+
+void kcu_put_store(ks_buf *b, kir_dtype t, const char *indent, const char *lhs, const char *v)
+{
+    if (is_half(t))
+        ks_buf_printf(b, "%skcu_put(&%s, %s);\n", indent, lhs, v);
+    else
+        ks_buf_printf(b, "%s%s = %s;\n", indent, lhs, v);
+}
+
 /* ---- kernels and their parameters ------------------------------------------------------- */
 /* Start a launch of the kernel that computes node v (suffix tells apart the
  * kernels of one node, e.g. "_kv_write"): adds it to meta, unnamed until
@@ -141,7 +153,10 @@ void kcu_param_in(kcu_gen *x, krt_cuda_kernel *k, kir_val v, const char *name)
 /* The node's own buffer, written. */
 void kcu_param_out(kcu_gen *x, krt_cuda_kernel *k, kir_val v)
 {
-    kcu_add_param(x, k, KRT_CUDA_ARG_VALUE, v, "float *__restrict__ out");
+    ks_buf decl = {0};
+    ks_buf_printf(&decl, "%s *__restrict__ out", kcu_elem_type(x->g->nodes[v].dtype));
+    kcu_add_param(x, k, KRT_CUDA_ARG_VALUE, v, ks_buf_cstr(&decl));
+    ks_buf_free(&decl);
 }
 
 /* The kernel's signature and opening brace, with a comment naming what it

@@ -64,6 +64,15 @@ void kcu_put_float(ks_buf *b, float f);
 void kcu_put_double(ks_buf *b, double v);
 /* The device type of elements of dtype t ("float", "kcu_bf16", ...). */
 const char *kcu_elem_type(kir_dtype t);
+/* Reading and writing values in their dtypes: "%s<element>%s" with
+ * kcu_ld(t), kcu_ld_end(t) is the element of a value of dtype t as f32
+ * (kcu_f() around a half; nothing around f32, so that the kernels of f32
+ * values read as they always have); kcu_put_store writes the statement
+ * that stores f32 expression v at lvalue lhs in dtype t ("lhs = v;", or
+ * "kcu_put(&lhs, v);" rounding to a half), after indent, with a newline. */
+const char *kcu_ld(kir_dtype t);
+const char *kcu_ld_end(kir_dtype t);
+void kcu_put_store(ks_buf *b, kir_dtype t, const char *indent, const char *lhs, const char *v);
 /* The last dim of a node. */
 static inline int64_t kcu_last_dim(const kir_node *n) { return n->dims[n->ndim - 1]; }
 
@@ -83,7 +92,7 @@ void kcu_kernel_grid_large(krt_cuda_kernel *k, int i, int64_t t, int64_t c, int6
 void kcu_add_param(kcu_gen *x, krt_cuda_kernel *k, krt_cuda_arg_kind kind, int64_t index, const char *decl);
 /* Value v as a read-only parameter called name, of its dtype. */
 void kcu_param_in(kcu_gen *x, krt_cuda_kernel *k, kir_val v, const char *name);
-/* Value v's buffer, written, as the parameter `out`. */
+/* Value v's buffer, written, as the parameter `out` (of v's dtype). */
 void kcu_param_out(kcu_gen *x, krt_cuda_kernel *k, kir_val v);
 /* The signature, with a comment saying what the kernel computes. */
 void kcu_open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what);

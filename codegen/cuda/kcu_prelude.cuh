@@ -11,8 +11,11 @@
  * never warp shuffles.
  *
  * Weights come as f32, bf16 or f16 (kcu_bf16 and kcu_f16 hold the bits);
- * everything is computed in f32. Results do not depend on timing: every sum
- * has one fixed order (no atomics).
+ * so do activations and the KV cache: each value in its IR dtype (f32, or
+ * bf16/f16 with --precision fast). Every load converts to f32 (kcu_f), all
+ * arithmetic is f32, and every store of a half value rounds to nearest even
+ * (kcu_put) as the interpreter does. Results do not depend on timing: every
+ * sum has one fixed order (no atomics).
  */
 
 /* A function compiled once and called (a fused kernel's epilogue: inlined
@@ -54,6 +57,77 @@ __device__ __forceinline__ float kcu_half_bits(unsigned int h)
 }
 __device__ __forceinline__ float kcu_f(kcu_f16 v) { return kcu_half_bits(v.bits); }
 
+/* the bits of an f32 */
+__device__ __forceinline__ unsigned kcu_bits(float f)
+{
+#ifdef __CUDACC__
+    return __float_as_uint(f);
+#else
+    unsigned u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+
+/* f rounded to nearest even, as bfloat16 and binary16 bits: support/numbers.c's
+ * ks_f32_to_bf16 and ks_f32_to_f16 step for step (integer arithmetic, not the
+ * GPU's cvt, whose NaNs differ), so that a value is stored with the bits the
+ * interpreter gives it: NaN stays a quiet NaN of its sign, f16 overflows to
+ * inf from 65520 up, and its subnormals round to nearest even. */
+__device__ __forceinline__ unsigned short kcu_bf16_bits(float f)
+{
+    unsigned u = kcu_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ unsigned short kcu_f16_bits(float f)
+{
+    const unsigned u = kcu_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u); /* rounds to inf */
+    if (a < 0x38800000u) { /* subnormal half: a / 2^-24 to nearest even */
+        const float v = __uint_as_float(a) * 16777216.0f;
+        unsigned m = (unsigned)v;
+        const float r = v - (float)m;
+        if (r > 0.5f || (r == 0.5f && (m & 1u))) m++;
+        return (unsigned short)(sign | m);
+    }
+    unsigned h = (((a >> 23) - 112u) << 10) | ((a & 0x7fffffu) >> 13);
+    const unsigned rest = a & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
+    return (unsigned short)(sign | h);
+}
+
+/* The one store of a computed value: *p = v in p's dtype (half: rounded to nearest even). */
+__device__ __forceinline__ void kcu_put(float *p, float v) { *p = v; }
+__device__ __forceinline__ void kcu_put(kcu_bf16 *p, float v) { p->bits = kcu_bf16_bits(v); }
+__device__ __forceinline__ void kcu_put(kcu_f16 *p, float v) { p->bits = kcu_f16_bits(v); }
+
+/* v as a value of dtype T holds it (rounded once, as kcu_put stores it), as an f32: what a
+ * fused kernel keeps in registers of a half value it also stores or hands on. */
+template <typename T> __device__ __forceinline__ float kcu_round(float v) { return v; }
+template <> __device__ __forceinline__ float kcu_round<kcu_bf16>(float v)
+{
+    return __uint_as_float((unsigned)kcu_bf16_bits(v) << 16);
+}
+template <> __device__ __forceinline__ float kcu_round<kcu_f16>(float v) { return kcu_half_bits(kcu_f16_bits(v)); }
+
+/* kcu_pick<C, A, B>::T: A when C, else B */
+template <bool C, typename A, typename B> struct kcu_pick {
+    typedef A T;
+};
+template <typename A, typename B> struct kcu_pick<false, A, B> {
+    typedef B T;
+};
+/* kcu_same<A, B>::V: 1 when A and B are one type */
+template <typename A, typename B> struct kcu_same {
+    enum { V = 0 };
+};
+template <typename A> struct kcu_same<A, A> {
+    enum { V = 1 };
+};
+
 /* ---- 16-byte loads of weights ---------------------------------------------------------- */
 /* kcu_vec<W>: N elements of W in one 16-byte load, as floats. p must be
  * 16-byte aligned. */
@@ -93,7 +167,19 @@ template <> struct kcu_vec<kcu_f16> {
     }
 };
 /* kcu_xload<VEC>: VEC consecutive activations, 16 bytes a load when VEC is a
- * multiple of 4 (p then 16-byte aligned: rows of K floats with K % VEC == 0). */
+ * multiple of 4 (p then 16-byte aligned: rows of K floats with K % VEC == 0);
+ * half activations 16 bytes a load when VEC is a multiple of 8 (rows of K
+ * halves, K % 8 == 0), else one at a time. */
+template <int VEC, typename H> static __device__ __forceinline__ void kcu_xload(const H *__restrict__ p, float *o)
+{
+    if (VEC % 8 == 0) {
+#pragma unroll
+        for (int q = 0; q < VEC / 8; q++) kcu_vec<H>::load(p + 8 * q, o + 8 * q);
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; j++) o[j] = kcu_f(p[j]);
+    }
+}
 template <int VEC> static __device__ __forceinline__ void kcu_xload(const float *__restrict__ p, float *o)
 {
     if (VEC % 4 == 0) {
@@ -130,7 +216,10 @@ template <typename W> struct kcu_chunk<W, 1> {
 enum { KCU_PRO_ROWS = 64, KCU_PRO_WARPS = 8 };
 
 struct kcu_pro_none {
-    __device__ __forceinline__ void prepare(const float *__restrict__, int, long long, int) {}
+    template <typename X> struct out {
+        typedef X T; /* what the matmul multiplies: x itself */
+    };
+    template <typename X> __device__ __forceinline__ void prepare(const X *__restrict__, int, long long, int) {}
     __device__ __forceinline__ float operator()(float v, long long, int) const { return v; }
 };
 
@@ -144,8 +233,8 @@ __device__ __forceinline__ double kcu_warp_sum(double s)
 /* Per-row mean (LN only) and 1 / sqrt(var + eps) of rows r0 .. r0+n-1 of x
  * [*, K] into mean[], inv[]: warp w takes rows w, w + KCU_PRO_WARPS, ...
  * (blocks have at least KCU_PRO_WARPS warps). */
-template <int K, bool LN>
-__device__ __forceinline__ void kcu_row_stats(const float *__restrict__ x, int T, long long r0, int n, double eps,
+template <int K, bool LN, typename X>
+__device__ __forceinline__ void kcu_row_stats(const X *__restrict__ x, int T, long long r0, int n, double eps,
                                               float *mean, float *inv)
 {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -153,16 +242,16 @@ __device__ __forceinline__ void kcu_row_stats(const float *__restrict__ x, int T
     for (int i = 0; i < n; i += KCU_PRO_WARPS) {
         const int r = i + warp;
         const bool live = warp < KCU_PRO_WARPS && r < n && r0 + r < T;
-        const float *xr = x + (r0 + r) * (long long)K;
+        const X *xr = x + (r0 + r) * (long long)K;
         double m = 0.0;
         if (LN) {
             if (live)
-                for (int k = lane; k < K; k += 32) m += xr[k];
+                for (int k = lane; k < K; k += 32) m += kcu_f(xr[k]);
             m = kcu_warp_sum(m) / (double)K;
         }
         double s = 0.0;
         if (live)
-            for (int k = lane; k < K; k += 32) s += ((double)xr[k] - m) * ((double)xr[k] - m);
+            for (int k = lane; k < K; k += 32) s += ((double)kcu_f(xr[k]) - m) * ((double)kcu_f(xr[k]) - m);
         s = kcu_warp_sum(s);
         if (live && lane == 0) {
             mean[r] = (float)m;
@@ -172,13 +261,17 @@ __device__ __forceinline__ void kcu_row_stats(const float *__restrict__ x, int T
     __syncthreads();
 }
 
-/* rms_norm over K (times the weight g, unless G is void): x * inv * g. */
-template <int K, typename G> struct kcu_pro_rms {
+/* rms_norm over K (times the weight g, unless G is void): x * inv * g, as
+ * a value of dtype O (the norm's: f32, or rounded to a half dtype). */
+template <int K, typename G, typename O = float> struct kcu_pro_rms {
     const G *__restrict__ g; /* [K] the norm's weight, or NULL */
     double eps;              /* the norm's epsilon */
     float *inv;              /* shared [KCU_PRO_ROWS], set by prepare */
     long long r0;            /* the first row prepared */
-    __device__ __forceinline__ void prepare(const float *__restrict__ x, int T, long long first, int n)
+    template <typename X> struct out {
+        typedef O T; /* what the matmul multiplies: the norm's values */
+    };
+    template <typename X> __device__ __forceinline__ void prepare(const X *__restrict__ x, int T, long long first, int n)
     {
         __shared__ float s_inv[KCU_PRO_ROWS];
         inv = s_inv;
@@ -188,18 +281,21 @@ template <int K, typename G> struct kcu_pro_rms {
     __device__ __forceinline__ float operator()(float v, long long t, int k) const
     {
         const float y = v * inv[t - r0];
-        return g ? y * kcu_f(g[k]) : y;
+        return kcu_round<O>(g ? y * kcu_f(g[k]) : y);
     }
 };
 
-/* layer_norm over K: (x - mean) * inv (* g) (+ b). */
-template <int K, typename G> struct kcu_pro_ln {
+/* layer_norm over K: (x - mean) * inv (* g) (+ b), as a value of dtype O. */
+template <int K, typename G, typename O = float> struct kcu_pro_ln {
     const G *__restrict__ g; /* [K] weight, or NULL */
     const G *__restrict__ b; /* [K] bias, or NULL */
     double eps;              /* the norm's epsilon */
     float *mean, *inv;       /* shared [KCU_PRO_ROWS] each, set by prepare */
     long long r0;            /* the first row prepared */
-    __device__ __forceinline__ void prepare(const float *__restrict__ x, int T, long long first, int n)
+    template <typename X> struct out {
+        typedef O T;
+    };
+    template <typename X> __device__ __forceinline__ void prepare(const X *__restrict__ x, int T, long long first, int n)
     {
         __shared__ float s_mean[KCU_PRO_ROWS], s_inv[KCU_PRO_ROWS];
         mean = s_mean;
@@ -212,7 +308,7 @@ template <int K, typename G> struct kcu_pro_ln {
         float y = (v - mean[t - r0]) * inv[t - r0];
         if (g) y *= kcu_f(g[k]);
         if (b) y += kcu_f(b[k]);
-        return y;
+        return kcu_round<O>(y);
     }
 };
 
@@ -225,14 +321,14 @@ template <int K, typename G> struct kcu_pro_ln {
  * n0 = row(2p) and n1 = row(2p+1) for token t; and one(t, n, v) for the
  * last column when N is odd. kcu_epi_store writes out[t, n].
  */
-template <int N> struct kcu_epi_store {
-    float *__restrict__ out; /* [T, N] */
+template <int N, typename O = float> struct kcu_epi_store {
+    O *__restrict__ out; /* [T, N] */
     static __device__ __forceinline__ int row(int c) { return c; }
-    __device__ __forceinline__ void one(long long t, int n, float v) const { out[t * N + n] = v; }
+    __device__ __forceinline__ void one(long long t, int n, float v) const { kcu_put(out + t * N + n, v); }
     __device__ __forceinline__ void two(long long t, int n0, float v0, int n1, float v1) const
     {
-        out[t * N + n0] = v0;
-        out[t * N + n1] = v1;
+        kcu_put(out + t * N + n0, v0);
+        kcu_put(out + t * N + n1, v1);
     }
 };
 
@@ -267,6 +363,14 @@ enum { KCU_MM_THREADS = 256, KCU_GEMV_T = 8, KCU_GEMV_R = 2 };
  *
  * T > KCU_GEMV_T on sm_80+: warp-level mma.sync.m16n8k16 (bf16 inputs, f32
  * accumulators) on tiles of 64 tokens x 64 columns.
+ *
+ * Fast precision (x a bf16 or f16 value, as the weights: what it multiplies,
+ * x or its fused norm's values, is of the weights' half dtype): x and the
+ * weights go to the tensor cores as they are, one part each (PX = PW = 1,
+ * mma.sync with that type: .bf16 or .f16 inputs, f32 accumulators), k
+ * blocks of 64; a thread loads 8 consecutive x of each of its two rows, 16
+ * bytes a load when rows are 16-byte aligned. Exact: every product of two
+ * halves is exact in f32. What follows describes f32 x (exact precision).
  *
  * Accuracy. x is f32 and must lose nothing, so each x element is split into
  * three bf16 parts, x = x0 + x1 + x2 exactly: x0 is x with its mantissa cut
@@ -328,18 +432,6 @@ enum { KCU_MM_THREADS = 256, KCU_GEMV_T = 8, KCU_GEMV_R = 2 };
 #define KCU_MMA 0 /* older GPUs, and nvcc's host pass: the CUDA-core path */
 #endif
 
-/* the bits of an f32 */
-__device__ __forceinline__ unsigned kcu_bits(float f)
-{
-#ifdef __CUDACC__
-    return __float_as_uint(f);
-#else
-    unsigned u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-#endif
-}
-
 /* Split the f32 pair (a, b) into P bf16 pairs, exactly for P = 3 (and for
  * values of at most 8 P significant bits with fewer): part p holds the next
  * 8 bits of each (the high half of what is left), a in the low half. An
@@ -370,10 +462,18 @@ template <int NT, int PX, int PW> struct kcu_mma_frag {
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-/* d += a b for one 16 x 8 x 16 tile: bf16 inputs, f32 accumulators */
-__device__ __forceinline__ void kcu_mma_bf16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
+/* d += a b for one 16 x 8 x 16 tile: bf16 inputs (E = kcu_bf16) or f16 (kcu_f16), f32 accumulators */
+template <typename E> __device__ __forceinline__ void kcu_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]);
+template <> __device__ __forceinline__ void kcu_mma<kcu_bf16>(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
 {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <> __device__ __forceinline__ void kcu_mma<kcu_f16>(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -383,18 +483,23 @@ __device__ __forceinline__ void kcu_mma_bf16(float (&d)[4], const unsigned (&a)[
 #if !defined(__CUDACC__)
 /* The CPU emulator's mma: element (row r, k) of A part i, and (k, column n)
  * of B part j of tile t, read from the lane that holds it in the PTX layout
- * above (lanes published in f, base: the warp's first thread). */
-template <int S, int NT, int PX, int PW>
+ * above (lanes published in f, base: the warp's first thread); E: the
+ * elements' type (bf16 or f16). */
+template <typename E> static inline float kemu_elem(unsigned w, int high)
+{
+    return kcu_f(E{(unsigned short)(high ? w >> 16 : w & 0xffffu)});
+}
+template <int S, typename E, int NT, int PX, int PW>
 static inline float kemu_frag_a(const kcu_mma_frag<NT, PX, PW> *f, int base, int i, int r, int k)
 {
     const unsigned w = f[(base + (r & 7) * 4 + (k & 7) / 2) * S].a[i][(r >> 3) + 2 * (k >> 3)];
-    return __uint_as_float(k & 1 ? w & 0xffff0000u : w << 16);
+    return kemu_elem<E>(w, k & 1);
 }
-template <int S, int NT, int PX, int PW>
+template <int S, typename E, int NT, int PX, int PW>
 static inline float kemu_frag_b(const kcu_mma_frag<NT, PX, PW> *f, int base, int t, int j, int k, int n)
 {
     const unsigned w = f[(base + n * 4 + (k & 7) / 2) * S].b[t][j][k >> 3];
-    return __uint_as_float(k & 1 ? w & 0xffff0000u : w << 16);
+    return kemu_elem<E>(w, k & 1);
 }
 #endif
 
@@ -406,8 +511,9 @@ static inline float kemu_frag_b(const kcu_mma_frag<NT, PX, PW> *f, int base, int
  * 2^-24 of it per mma, all one way: 1.5e-5 relative after K = 14336 on an
  * H200) would stay; truncating a 32- or 64-product sum costs nothing next
  * to that. lo, 2^-8 of hi, can take its truncations. Order: slice,
- * product, tile. */
-template <int NT, int PX, int PW, int S>
+ * product, tile. E: the parts' type, kcu_bf16 (or kcu_f16: x and weights
+ * both f16, one part each). */
+template <int NT, int PX, int PW, int S, typename E = kcu_bf16>
 static __device__ __forceinline__ void kcu_mma_warp(float (&hi)[NT][4], float (&lo)[NT][4],
                                                     const kcu_mma_frag<NT, PX, PW> (&f)[S])
 {
@@ -420,14 +526,14 @@ static __device__ __forceinline__ void kcu_mma_warp(float (&hi)[NT][4], float (&
 #pragma unroll
     for (int s = 0; s < S; s++) {
 #pragma unroll
-        for (int t = 0; t < NT; t++) kcu_mma_bf16(blk[t], f[s].a[0], f[s].b[t][0]);
+        for (int t = 0; t < NT; t++) kcu_mma<E>(blk[t], f[s].a[0], f[s].b[t][0]);
 #pragma unroll
         for (int d = 1; d < PX; d++)
 #pragma unroll
             for (int i = 0; i <= d; i++)
                 if (d - i < PW)
 #pragma unroll
-                    for (int t = 0; t < NT; t++) kcu_mma_bf16(lo[t], f[s].a[i], f[s].b[t][d - i]);
+                    for (int t = 0; t < NT; t++) kcu_mma<E>(lo[t], f[s].a[i], f[s].b[t][d - i]);
     }
 #elif !defined(__CUDACC__)
     /* The emulator has no warps: every thread publishes its registers, the
@@ -445,10 +551,10 @@ static __device__ __forceinline__ void kcu_mma_warp(float (&hi)[NT][4], float (&
         float a[PX][2][16], b[NT][PW][2][16]; /* this lane's rows g, g + 8 and columns 2c, 2c + 1 */
         for (int k = 0; k < 16; k++) {
             for (int i = 0; i < PX; i++)
-                for (int h = 0; h < 2; h++) a[i][h][k] = kemu_frag_a<S>(fs, base, i, g + 8 * h, k);
+                for (int h = 0; h < 2; h++) a[i][h][k] = kemu_frag_a<S, E>(fs, base, i, g + 8 * h, k);
             for (int t = 0; t < NT; t++)
                 for (int j = 0; j < PW; j++)
-                    for (int h = 0; h < 2; h++) b[t][j][h][k] = kemu_frag_b<S>(fs, base, t, j, k, 2 * c + h);
+                    for (int h = 0; h < 2; h++) b[t][j][h][k] = kemu_frag_b<S, E>(fs, base, t, j, k, 2 * c + h);
         }
         for (int d = 0; d < PX; d++)
             for (int i = 0; i <= d; i++) {
@@ -547,18 +653,54 @@ template <> struct kcu_mma_w<float> {
     }
 };
 
+/* Weights that go to the tensor cores as they are, with x of their own
+ * half type H (fast precision): one part, k blocks of 64. */
+template <typename H> struct kcu_mma_raw {
+    enum { PW = 1, ON = 1, BK = 64 };
+    typedef uint4 Raw;
+    template <int K, int VEC> static __device__ __forceinline__ Raw load(const H *p, int k)
+    {
+        return kcu_mma_load16<K, VEC>(p, k);
+    }
+    static __device__ __forceinline__ void split(const Raw &r, unsigned (*parts)[4])
+    {
+        parts[0][0] = r.x, parts[0][1] = r.y, parts[0][2] = r.z, parts[0][3] = r.w;
+    }
+};
+
+/* How x reaches the tensor cores. Xv (f32, exact precision): CH chunks of 4
+ * consecutive x of each of a thread's two rows, split into PX bf16 parts.
+ * Xh (half, fast precision): 8 consecutive x of each row, as bits. */
+template <int CH> struct kcu_mma_xv {
+    float v[CH][2][4];
+};
+struct kcu_mma_xh {
+    uint4 v[2];
+};
+
+/* One x of type X (f32 or half) as f32. */
+__device__ __forceinline__ float kcu_ldx(const float *p) { return __ldg(p); }
+template <typename X> __device__ __forceinline__ float kcu_ldx(const X *p) { return kcu_f(*p); }
+
 struct alignas(8) kcu_u2 {
     unsigned x, y; /* two 32-bit words, loaded together */
 };
 
 /* The prefill matmul on tensor cores (the design above) on GRID blocks, PX
- * parts of x (3: exact; fewer only for experiments), k blocks of BK (32 or
- * 64), loaded PF blocks ahead (1 or 2). */
-template <typename W, int K, int N, int GRID, int PX, int BK, int PF, class Pro, class Epi>
-static __device__ __forceinline__ void kcu_matmul_mma(const int T, const float *__restrict__ x,
+ * parts of x (3: exact; fewer only for experiments; 1 with half x), k
+ * blocks of BK (32 or 64; 64 with half x), loaded PF blocks ahead (1 or
+ * 2). X: x's dtype in memory; what the matmul multiplies (Pro::out) is f32
+ * (exact: parts) or the weights' half type (fast: as it is). */
+template <typename W, int K, int N, int GRID, int PX, int BK, int PF, class Pro, class Epi, typename X>
+static __device__ __forceinline__ void kcu_matmul_mma(const int T, const X *__restrict__ x,
                                                       const W *__restrict__ w, Pro &pro, const Epi &epi)
 {
-    typedef kcu_mma_w<W> MW;
+    typedef typename Pro::template out<X>::T XO;
+    enum { HALF = !kcu_same<XO, float>::V }; /* fast precision: x (as multiplied) and w of one half type */
+    typedef kcu_mma_w<W> MWx;
+    typedef kcu_mma_raw<W> MWh;
+    typedef typename kcu_pick<HALF, MWh, MWx>::T MW;
+    typedef typename kcu_pick<HALF, W, kcu_bf16>::T E; /* the mma's input type */
     typedef typename MW::Raw Raw;
     enum {
         PW = MW::PW,
@@ -569,11 +711,14 @@ static __device__ __forceinline__ void kcu_matmul_mma(const int T, const float *
         CH = BK / 32,           /* x and weight chunks a thread loads a block */
         PITCH = BK + 16,        /* words a pair of rows m, m + 8 takes in shared memory (BK + 16 padding) */
         PLANE = BM / 2 * PITCH, /* words a part takes */
-        KFULL = K % BK == 0     /* no k block is partial */
+        KFULL = K % BK == 0,    /* no k block is partial */
+        XPASS = kcu_same<Pro, kcu_pro_none>::V && kcu_same<X, XO>::V /* half x goes to the tensor cores as loaded */
     };
+    typedef typename kcu_pick<HALF, kcu_mma_xh, kcu_mma_xv<CH>>::T XRaw;
     static_assert((int)BM == (int)KCU_PRO_ROWS, "a tile's rows are one prologue's");
     static_assert(PF == 1 || PF == 2, "one or two k blocks ahead");
     static_assert(BK == 32 || BK == 64, "k blocks of 32 or 64");
+    static_assert(!HALF || (kcu_same<XO, W>::V && PX == 1 && BK == 64), "half x: the weights' type, one part, k64");
     /* Row (or column) m of a tile lies in pair 8 (m / 16) + m % 8, half h =
      * m / 8 % 2; word j (k 2j, 2j + 1 of the k block) of it at
      *   x parts: pair * PITCH + j / 2 * 4 + j % 2 * 2 + h
@@ -588,18 +733,20 @@ static __device__ __forceinline__ void kcu_matmul_mma(const int T, const float *
     unsigned *const ws = xs + PX * PLANE;                     /* [PW][PLANE] */
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
     const int wm = warp % 4 * 16, wn = warp / 4 * 32; /* the warp's tokens and columns in the tile */
-    /* loads: x rows xm, xm + 8 (pair xp), k xk + 32 i .. +3; weight column wc
+    /* loads: x rows xm, xm + 8 (pair xp), k xk + 32 i .. +3 (half x: k xk8 .. +7); weight column wc
      * (pair wp, half wh), k wk + 32 i .. +7 */
-    const int xp = tid / 8, xm = xp / 8 * 16 + xp % 8, xk = tid % 8 * 4;
+    const int xp = tid / 8, xm = xp / 8 * 16 + xp % 8, xk = tid % 8 * 4, xk8 = tid % 8 * 8;
     const int wc = tid / 4, wp = wc / 16 * 8 + wc % 8, wh = wc / 8 % 2, wk = tid % 4 * 8;
-    const bool xvec = K % 4 == 0 && (reinterpret_cast<unsigned long long>(x) & 15) == 0;
+    const bool xvec = (HALF ? K % 8 == 0 : K % 4 == 0 && kcu_same<X, float>::V) &&
+                      (reinterpret_cast<unsigned long long>(x) & 15) == 0;
     const int tiles_n = (N + BN - 1) / BN, tiles = tiles_n * ((T + BM - 1) / BM);
     for (int tile = blockIdx.x; tile < tiles; tile += GRID) {
         const long long row0 = (long long)(tile / tiles_n) * BM;
         const int col0 = (tile % tiles_n) * BN;
         pro.prepare(x, T, row0, BM);
         const bool live[2] = {row0 + xm < T, row0 + xm + 8 < T};
-        const float *const xrow[2] = {x + (row0 + xm) * K + xk, x + (row0 + xm + 8) * K + xk};
+        const int xoff = HALF ? xk8 : xk;
+        const X *const xrow[2] = {x + (row0 + xm) * K + xoff, x + (row0 + xm + 8) * K + xoff};
         const bool wlive = col0 + wc < N;
         const W *const wrow = w + (long long)(wlive ? Epi::row(col0 + wc) : 0) * K + wk;
         float hi[4][4], lo[4][4];
@@ -608,21 +755,45 @@ static __device__ __forceinline__ void kcu_matmul_mma(const int T, const float *
 #pragma unroll
             for (int e = 0; e < 4; e++) hi[t][e] = lo[t][e] = 0.0f;
         /* this thread's share of the k block at k0 into xr, wr (zeros past T, N, K) */
-        auto load = [&](int k0, float (&xr)[CH][2][4], Raw (&wr)[CH]) {
+        auto load = [&](int k0, XRaw &xr, Raw (&wr)[CH]) {
+            if constexpr (HALF) {
+                const int k = k0 + xk8;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    if (xvec && (KFULL || k < K)) {
+                        xr.v[h] = live[h] ? __ldg(reinterpret_cast<const uint4 *>(xrow[h] + k0)) : uint4{};
+                    } else {
+                        unsigned b[8];
+#pragma unroll
+                        for (int j = 0; j < 8; j++) b[j] = live[h] && k + j < K ? xrow[h][k0 + j].bits : 0u;
+                        xr.v[h] = uint4{b[0] | b[1] << 16, b[2] | b[3] << 16, b[4] | b[5] << 16, b[6] | b[7] << 16};
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < CH; i++) {
+                    const int k = k0 + 32 * i;
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        if (xvec && (KFULL || k + xk < K)) {
+                            const float4 v = live[h] ? __ldg(reinterpret_cast<const float4 *>(xrow[h] + k)) : float4{};
+                            xr.v[i][h][0] = v.x, xr.v[i][h][1] = v.y, xr.v[i][h][2] = v.z, xr.v[i][h][3] = v.w;
+                        } else {
+#pragma unroll
+                            for (int j = 0; j < 4; j++)
+                                xr.v[i][h][j] = live[h] && k + xk + j < K ? kcu_ldx(xrow[h] + k + j) : 0.0f;
+                        }
+                    }
+                    if (wlive)
+                        wr[i] = MW::template load<K, VEC>(wrow + k, k + wk);
+                    else
+                        wr[i] = Raw{};
+                }
+                return;
+            }
 #pragma unroll
             for (int i = 0; i < CH; i++) {
                 const int k = k0 + 32 * i;
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    if (xvec && (KFULL || k + xk < K)) {
-                        const float4 v = live[h] ? __ldg(reinterpret_cast<const float4 *>(xrow[h] + k)) : float4{};
-                        xr[i][h][0] = v.x, xr[i][h][1] = v.y, xr[i][h][2] = v.z, xr[i][h][3] = v.w;
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < 4; j++)
-                            xr[i][h][j] = live[h] && k + xk + j < K ? __ldg(xrow[h] + k + j) : 0.0f;
-                    }
-                }
                 if (wlive)
                     wr[i] = MW::template load<K, VEC>(wrow + k, k + wk);
                 else
@@ -631,26 +802,55 @@ static __device__ __forceinline__ void kcu_matmul_mma(const int T, const float *
         };
         /* the k block at k0, loaded in xr, wr: into shared memory as parts,
          * then (the block PF ahead loading into xr, wr meanwhile) the mma */
-        auto step = [&](int k0, float (&xr)[CH][2][4], Raw (&wr)[CH]) {
+        auto step = [&](int k0, XRaw &xr, Raw (&wr)[CH]) {
             __syncthreads(); /* the previous block's fragments are read */
+            if constexpr (HALF) {
+                uint4 r[2] = {xr.v[0], xr.v[1]};
+                if (!XPASS) { /* through the prologue: x as f32, its values (of XO) back to bits */
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const long long t = row0 + xm + 8 * h;
+                        unsigned u[4] = {r[h].x, r[h].y, r[h].z, r[h].w};
+#pragma unroll
+                        for (int j = 0; j < 4; j++) {
+                            const int k = k0 + xk8 + 2 * j;
+                            unsigned q[2];
+#pragma unroll
+                            for (int e = 0; e < 2; e++) {
+                                const float v = live[h] && (KFULL || k + e < K)
+                                                    ? pro(kcu_f(X{(unsigned short)(e ? u[j] >> 16 : u[j] & 0xffffu)}),
+                                                          t, k + e)
+                                                    : 0.0f;
+                                q[e] = kcu_same<XO, kcu_bf16>::V ? kcu_bf16_bits(v) : kcu_f16_bits(v);
+                            }
+                            u[j] = q[0] | q[1] << 16;
+                        }
+                        r[h] = uint4{u[0], u[1], u[2], u[3]};
+                    }
+                }
+                *reinterpret_cast<uint4 *>(xs + xp * PITCH + xk8) = uint4{r[0].x, r[1].x, r[0].y, r[1].y};
+                *reinterpret_cast<uint4 *>(xs + xp * PITCH + xk8 + 4) = uint4{r[0].z, r[1].z, r[0].w, r[1].w};
+            }
 #pragma unroll
             for (int i = 0; i < CH; i++) {
                 const int k = k0 + 32 * i;
-                unsigned q[2][2][PX]; /* [row h][k pair][part] */
+                if constexpr (!HALF) {
+                    unsigned q[2][2][PX]; /* [row h][k pair][part] */
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const long long t = row0 + xm + 8 * h;
-                    float v[4];
+                    for (int h = 0; h < 2; h++) {
+                        const long long t = row0 + xm + 8 * h;
+                        float v[4];
 #pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        v[j] = live[h] && (KFULL || k + xk + j < K) ? pro(xr[i][h][j], t, k + xk + j) : 0.0f;
-                    kcu_split_pair<PX>(v[0], v[1], q[h][0]);
-                    kcu_split_pair<PX>(v[2], v[3], q[h][1]);
+                        for (int j = 0; j < 4; j++)
+                            v[j] = live[h] && (KFULL || k + xk + j < K) ? pro(xr.v[i][h][j], t, k + xk + j) : 0.0f;
+                        kcu_split_pair<PX>(v[0], v[1], q[h][0]);
+                        kcu_split_pair<PX>(v[2], v[3], q[h][1]);
+                    }
+#pragma unroll
+                    for (int p = 0; p < PX; p++)
+                        *reinterpret_cast<uint4 *>(xs + p * PLANE + xp * PITCH + (32 * i + xk) / 4 * 4) =
+                            uint4{q[0][0][p], q[1][0][p], q[0][1][p], q[1][1][p]};
                 }
-#pragma unroll
-                for (int p = 0; p < PX; p++)
-                    *reinterpret_cast<uint4 *>(xs + p * PLANE + xp * PITCH + (32 * i + xk) / 4 * 4) =
-                        uint4{q[0][0][p], q[1][0][p], q[0][1][p], q[1][1][p]};
                 unsigned parts[PW][4];
                 MW::split(wr[i], parts);
 #pragma unroll
@@ -680,9 +880,9 @@ static __device__ __forceinline__ void kcu_matmul_mma(const int T, const float *
                         f[s].b[2 * tp + 1][j][0] = b.z, f[s].b[2 * tp + 1][j][1] = b.w;
                     }
             }
-            kcu_mma_warp<4, PX, PW, S>(hi, lo, f);
+            kcu_mma_warp<4, PX, PW, S, E>(hi, lo, f);
         };
-        float xa[CH][2][4], xb[CH][2][4];
+        XRaw xa, xb;
         Raw wa[CH], wb[CH];
         load(0, xa, wa);
         if constexpr (PF == 1) {
@@ -718,8 +918,8 @@ static __device__ __forceinline__ void kcu_matmul_mma(const int T, const float *
  * thread owns 4 x 4 outputs and sums over k in order with fused
  * multiply-adds. Blocks take tiles blockIdx.x, blockIdx.x + GRID, ...
  */
-template <typename W, int K, int N, int GRID, class Pro, class Epi>
-static __device__ __forceinline__ void kcu_matmul_fma(const int T, const float *__restrict__ x,
+template <typename W, int K, int N, int GRID, class Pro, class Epi, typename X>
+static __device__ __forceinline__ void kcu_matmul_fma(const int T, const X *__restrict__ x,
                                                       const W *__restrict__ w, Pro &pro, const Epi &epi)
 {
     enum {
@@ -750,7 +950,7 @@ static __device__ __forceinline__ void kcu_matmul_fma(const int T, const float *
 #pragma unroll
             for (int i = 0; i < BM * BK / B; i++) {
                 const int e = tid + i * B, m = e / BK, kk = e % BK;
-                xs[kk][m] = row0 + m < T && k0 + kk < K ? pro(x[(row0 + m) * K + k0 + kk], row0 + m, k0 + kk) : 0.0f;
+                xs[kk][m] = row0 + m < T && k0 + kk < K ? pro(kcu_f(x[(row0 + m) * K + k0 + kk]), row0 + m, k0 + kk) : 0.0f;
             }
             if (VEC > 1 && k0 + BK <= K) {
 #pragma unroll
@@ -807,8 +1007,8 @@ static __device__ __forceinline__ void kcu_matmul_fma(const int T, const float *
 /* The decode path (T <= KCU_GEMV_T; a longer step is taken KCU_GEMV_T
  * tokens at a time, correct but slow): its own kernel, so that its
  * registers and occupancy are not the tiled path's. */
-template <typename W, int K, int N, class Pro, class Epi>
-static __device__ __forceinline__ void kcu_matmul_small(const int T, const float *__restrict__ x,
+template <typename W, int K, int N, class Pro, class Epi, typename X>
+static __device__ __forceinline__ void kcu_matmul_small(const int T, const X *__restrict__ x,
                                                         const W *__restrict__ w, Pro pro, const Epi &epi)
 {
     enum {
@@ -884,15 +1084,19 @@ static __device__ __forceinline__ void kcu_matmul_small(const int T, const float
 }
 
 /* The prefill path (T > KCU_GEMV_T): tensor cores where the weights allow
- * (kcu_matmul_mma), else CUDA-core tiles (kcu_matmul_fma). */
-template <typename W, int K, int N, class Pro, class Epi>
-static __device__ __forceinline__ void kcu_matmul_large(const int T, const float *__restrict__ x,
+ * (kcu_matmul_mma: f32 x in three parts; half x, of the weights' type, as it
+ * is), else CUDA-core tiles (kcu_matmul_fma). */
+template <typename W, int K, int N, class Pro, class Epi, typename X>
+static __device__ __forceinline__ void kcu_matmul_large(const int T, const X *__restrict__ x,
                                                         const W *__restrict__ w, Pro pro, const Epi &epi)
 {
     enum { GRID = (N + KCU_MM_THREADS / 32 * KCU_GEMV_R - 1) / (KCU_MM_THREADS / 32 * KCU_GEMV_R) };
+    typedef typename Pro::template out<X>::T XO;
 #if KCU_MMA
-    if constexpr (kcu_mma_w<W>::ON)
+    if constexpr (kcu_same<XO, float>::V && kcu_mma_w<W>::ON)
         kcu_matmul_mma<W, K, N, GRID, 3, kcu_mma_w<W>::BK, 1>(T, x, w, pro, epi);
+    else if constexpr (kcu_same<XO, W>::V && !kcu_same<X, float>::V)
+        kcu_matmul_mma<W, K, N, GRID, 1, 64, 1>(T, x, w, pro, epi);
     else
 #endif
         kcu_matmul_fma<W, K, N, GRID>(T, x, w, pro, epi);
@@ -900,8 +1104,8 @@ static __device__ __forceinline__ void kcu_matmul_large(const int T, const float
 
 /* Both paths in one kernel, chosen by T (the generated code launches
  * kcu_matmul_small and kcu_matmul_large as two kernels instead). */
-template <typename W, int K, int N, class Pro, class Epi>
-static __device__ __forceinline__ void kcu_matmul(const int T, const float *__restrict__ x, const W *__restrict__ w,
+template <typename W, int K, int N, class Pro, class Epi, typename X>
+static __device__ __forceinline__ void kcu_matmul(const int T, const X *__restrict__ x, const W *__restrict__ w,
                                                   Pro pro, const Epi &epi)
 {
     if (T <= KCU_GEMV_T)
@@ -926,8 +1130,10 @@ __device__ __forceinline__ void kcu_syncwarp()
 #endif
 }
 
-/* VEC consecutive floats of the KV cache (VEC 4: one 16-byte load, p 16-byte aligned). */
-template <int VEC> struct kcu_kv_load {
+/* VEC consecutive elements of the KV cache as floats (VEC 4: one 16-byte load of f32, p
+ * 16-byte aligned; one 8-byte load of halves, p 8-byte aligned). C: the cache's elements. */
+template <int VEC, typename C = float> struct kcu_kv_load;
+template <> struct kcu_kv_load<4, float> {
     static __device__ __forceinline__ void load(const float *p, float *o)
     {
         const float4 v = __ldg(reinterpret_cast<const float4 *>(p));
@@ -936,6 +1142,20 @@ template <int VEC> struct kcu_kv_load {
 };
 template <> struct kcu_kv_load<1> {
     static __device__ __forceinline__ void load(const float *p, float *o) { o[0] = __ldg(p); }
+};
+struct alignas(8) kcu_kv_u2 {
+    unsigned x, y; /* four halves */
+};
+template <typename H> struct kcu_kv_load<4, H> {
+    static __device__ __forceinline__ void load(const H *p, float *o)
+    {
+        const kcu_kv_u2 v = *reinterpret_cast<const kcu_kv_u2 *>(p);
+        o[0] = kcu_f(H{(unsigned short)(v.x & 0xffffu)}), o[1] = kcu_f(H{(unsigned short)(v.x >> 16)});
+        o[2] = kcu_f(H{(unsigned short)(v.y & 0xffffu)}), o[3] = kcu_f(H{(unsigned short)(v.y >> 16)});
+    }
+};
+template <typename H> struct kcu_kv_load<1, H> {
+    static __device__ __forceinline__ void load(const H *p, float *o) { o[0] = kcu_f(*p); }
 };
 
 /* kcu_log2<N>::V: log2 of a power of two. */
@@ -950,8 +1170,8 @@ template <> struct kcu_log2<1> {
  * first is table[p0 / block_size], read ahead by the caller), this lane's dims of each
  * (kcu_attention's layout), into kr and vr; rows from n on are zeros (n <= 0: all). The loads
  * are all issued before any is used. */
-template <int KH, int DK, int DV, int P, int VK, int CK, int VV, int CV>
-static __device__ __forceinline__ void kcu_att_rows(const float *__restrict__ kbase, const float *__restrict__ vbase,
+template <int KH, int DK, int DV, int P, int VK, int CK, int VV, int CV, typename C>
+static __device__ __forceinline__ void kcu_att_rows(const C *__restrict__ kbase, const C *__restrict__ vbase,
                                                     const int *__restrict__ table, const int block_size,
                                                     const int p0, const int n, const int first, const int lane,
                                                     float (&kr)[P][CK * VK], float (&vr)[P][CV * VV])
@@ -973,11 +1193,11 @@ static __device__ __forceinline__ void kcu_att_rows(const float *__restrict__ kb
 #pragma unroll
             for (int c = 0; c < CK; c++)
                 if ((c * 32 + lane) * VK < DK)
-                    kcu_kv_load<VK>::load(kbase + slot * (KH * DK) + (c * 32 + lane) * VK, &kr[j][c * VK]);
+                    kcu_kv_load<VK, C>::load(kbase + slot * (KH * DK) + (c * 32 + lane) * VK, &kr[j][c * VK]);
 #pragma unroll
             for (int c = 0; c < CV; c++)
                 if ((c * 32 + lane) * VV < DV)
-                    kcu_kv_load<VV>::load(vbase + slot * (KH * DV) + (c * 32 + lane) * VV, &vr[j][c * VV]);
+                    kcu_kv_load<VV, C>::load(vbase + slot * (KH * DV) + (c * 32 + lane) * VV, &vr[j][c * VV]);
             if (++o == block_size && j + 1 < n) o = 0, base = (long long)table[++b] * block_size;
         }
     }
@@ -987,11 +1207,12 @@ static __device__ __forceinline__ void kcu_att_rows(const float *__restrict__ kb
  * kcu_attention: causal attention of token blockIdx.x, q heads [blockIdx.y * HB, + HB) (one kv
  * head: HB divides H / KH), over positions [lo, pos] of its sequence in the paged cache.
  * Launched with NW warps a block. Shapes: q [T, H, DK], kc [slots, KH, DK], vc [slots, KH, DV],
- * out [T, H, DV]. P positions a warp step, P * HB <= 32, all powers of two.
+ * out [T, H, DV]. P positions a warp step, P * HB <= 32, all powers of two. Q, C, O: the
+ * elements of q, of the cache and of out (f32, or a half type: read as f32, out rounded).
  */
-template <int H, int KH, int DK, int DV, int HB, int P, int NW, int WINDOW>
-static __device__ __forceinline__ void kcu_attention(const float *__restrict__ q, const float *__restrict__ kc,
-                                                     const float *__restrict__ vc, float *__restrict__ out,
+template <int H, int KH, int DK, int DV, int HB, int P, int NW, int WINDOW, typename Q, typename C, typename O>
+static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, const C *__restrict__ kc,
+                                                     const C *__restrict__ vc, O *__restrict__ out,
                                                      const int *__restrict__ positions,
                                                      const int *__restrict__ table_off,
                                                      const int *__restrict__ tables, const int block_size,
@@ -1022,7 +1243,7 @@ static __device__ __forceinline__ void kcu_attention(const float *__restrict__ q
     const int lo = WINDOW > 0 && pos - WINDOW + 1 > 0 ? pos - WINDOW + 1 : 0;
     const int len = pos - lo + 1;
     const int *table = tables + table_off[t];
-    const float *kbase = kc + kh * DK, *vbase = vc + kh * DV;
+    const C *kbase = kc + kh * DK, *vbase = vc + kh * DV;
 
     /* the lane's dims of q: dims (c * 32 + lane) * VK + e */
     float qr[HB][CK * VK];
@@ -1033,7 +1254,7 @@ static __device__ __forceinline__ void kcu_attention(const float *__restrict__ q
 #pragma unroll
             for (int e = 0; e < VK; e++) {
                 const int d = (c * 32 + lane) * VK + e;
-                qr[h][c * VK + e] = d < DK ? q[((long long)t * H + h0 + h) * DK + d] : 0.0f;
+                qr[h][c * VK + e] = d < DK ? kcu_f(q[((long long)t * H + h0 + h) * DK + d]) : 0.0f;
             }
     float acc[HB][CV * VV];
 #pragma unroll
@@ -1146,7 +1367,10 @@ static __device__ __forceinline__ void kcu_attention(const float *__restrict__ q
             sum += wbuf[v][h];
             o += (double)abuf[v][h][d] * fbuf[v][h];
         }
-        out[((long long)t * H + h0 + h) * DV + d] = (float)(o / sum);
+        if constexpr (kcu_same<O, float>::V) /* (a plain store: kcu_put here changes the f32 kernel's code) */
+            out[((long long)t * H + h0 + h) * DV + d] = (float)(o / sum);
+        else
+            kcu_put(out + ((long long)t * H + h0 + h) * DV + d, (float)(o / sum));
     }
 }
 /* The attention kernel's body: kcu_attention over HBW heads a block (sharing their K and V
@@ -1156,10 +1380,11 @@ static __device__ __forceinline__ void kcu_attention(const float *__restrict__ q
  * first way. Either way is deterministic; they may round differently, so a token's result can
  * depend on the step's T (as kcu_matmul's). */
 enum { KCU_ATT_WIDE = 128 };
-template <int H, int KH, int DK, int DV, int HBW, int PW, int P1, int NW, int WINDOW>
-static __device__ __forceinline__ void kcu_attention_kernel(const int T, const float *__restrict__ q,
-                                                            const float *__restrict__ kc, const float *__restrict__ vc,
-                                                            float *__restrict__ out, const int *__restrict__ positions,
+template <int H, int KH, int DK, int DV, int HBW, int PW, int P1, int NW, int WINDOW, typename Q, typename C,
+          typename O>
+static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q *__restrict__ q,
+                                                            const C *__restrict__ kc, const C *__restrict__ vc,
+                                                            O *__restrict__ out, const int *__restrict__ positions,
                                                             const int *__restrict__ table_off,
                                                             const int *__restrict__ tables, const int block_size,
                                                             const float scale, const float softcap)

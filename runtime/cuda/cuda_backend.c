@@ -363,6 +363,9 @@ static int place_values(cu_state *s, ks_diag *d)
     return read_plan(s, d);
 }
 
+/* The kernels keep K/V rows in the engine's kv_dtype: 4 bytes (f32) or 2 (bf16, f16). */
+static size_t cuda_kv_elem_size(const krt_desc *desc) { return kir_dtype_size(desc->kv_dtype); }
+
 /* Every kernel's node, values and layers exist. */
 static int check_kernels(cu_state *s, ks_diag *d)
 {
@@ -382,8 +385,9 @@ static int check_kernels(cu_state *s, ks_diag *d)
             }
         }
     }
-    if (cfg->elem_size != sizeof(float))
-        return meta_error(s, d, "the KV cache holds %zu-byte elements; these kernels need f32", cfg->elem_size);
+    if (cfg->elem_size != cuda_kv_elem_size(s->desc))
+        return meta_error(s, d, "the KV cache holds %zu-byte elements; these kernels need %s", cfg->elem_size,
+                          kir_dtype_name(s->desc->kv_dtype));
     return 0;
 }
 
@@ -926,8 +930,9 @@ static int plan_tap(cu_state *s, ks_diag *d)
     }
     for (size_t v = 0; v < n; v++)
         if (s->home[v] == HOME_ALIAS) s->tap_after[v] = s->home[s->root[v]] == HOME_ACTS ? s->tap_after[s->root[v]] : -1;
-    for (size_t v = 0; v < n; v++)
-        if (g->nodes[v].dtype != KIR_F32) s->tap_after[v] = -1;
+    for (size_t v = 0; v < n; v++) /* f32 values, and half ones shown as f32 (show_tapped) */
+        if (g->nodes[v].dtype != KIR_F32 && g->nodes[v].dtype != KIR_BF16 && g->nodes[v].dtype != KIR_F16)
+            s->tap_after[v] = -1;
     free(first);
     free(last);
     free(named);
@@ -955,7 +960,8 @@ static int copy_tapped(cu_state *s, int i, int64_t T, const step_ptrs *p, ks_dia
 {
     for (size_t v = 0; v < s->g->n_nodes; v++) {
         if (s->tap_after[v] != i) continue;
-        size_t bytes = sizeof(float) * (size_t)kir_elems(&s->g->nodes[v], T);
+        const kir_node *nd = &s->g->nodes[v];
+        size_t bytes = kir_dtype_size(nd->dtype) * (size_t)kir_elems(nd, T); /* a half value: into the first half of its room */
         krt_cu_result r = s->api.cuMemcpyDtoHAsync(s->tap_buf + s->tap_off[v], value_ptr(s, (uint32_t)v, p), bytes,
                                                    s->stream);
         if (r != 0) return cu_error(s, d, r, "cannot copy value %%%zu back", v);
@@ -963,11 +969,23 @@ static int copy_tapped(cu_state *s, int i, int64_t T, const step_ptrs *p, ks_dia
     return 0;
 }
 
-/* After a tapped step has run: show the values, in schedule order. */
+/* After a tapped step has run: show the values, in schedule order, a half
+ * value's elements converted to f32 where they lie (from the last: element
+ * i's f32 bytes start at 4 i, past the halves not yet read). */
 static void show_tapped(cu_state *s, int64_t T)
 {
-    for (size_t v = 0; v < s->g->n_nodes; v++)
-        if (s->tap_after[v] >= 0) s->tap(s->tap_ctx, (kir_val)v, s->tap_buf + s->tap_off[v], (int)T);
+    for (size_t v = 0; v < s->g->n_nodes; v++) {
+        if (s->tap_after[v] < 0) continue;
+        float *f = s->tap_buf + s->tap_off[v];
+        kir_dtype t = s->g->nodes[v].dtype;
+        if (t == KIR_BF16 || t == KIR_F16)
+            for (size_t i = (size_t)kir_elems(&s->g->nodes[v], T); i-- > 0;) {
+                uint16_t h;
+                memcpy(&h, (const unsigned char *)f + 2 * i, sizeof h);
+                f[i] = t == KIR_BF16 ? ks_bf16_to_f32(h) : ks_f16_to_f32(h);
+            }
+        s->tap(s->tap_ctx, (kir_val)v, f, (int)T);
+    }
 }
 
 /* A step: its kernels (replayed from a graph when captured), then the logits
@@ -1055,7 +1073,7 @@ static int cuda_set_tap(void *state, krt_tap_fn tap, void *ctx, ks_diag *d)
 const krt_backend krt_backend_cuda = {
     .name = "cuda",
     .kv_storage = &cuda_kv_storage,
-    .kv_elem_size = sizeof(float),
+    .kv_elem_size = cuda_kv_elem_size,
     .create = NULL,
     .destroy = cuda_destroy,
     .step = cuda_step,

@@ -22,10 +22,18 @@ static int interp_set_tap(void *state, krt_tap_fn tap, void *ctx, ks_diag *d)
     return 0;
 }
 
+/* The interpreter's cache holds f32 elements whatever the engine's kv_dtype:
+ * a half cache's rows are f32 values rounded to it as they are written. */
+static size_t interp_kv_elem_size(const krt_desc *desc)
+{
+    (void)desc;
+    return sizeof(float);
+}
+
 const krt_backend krt_backend_interp = {
     .name = "interp",
     .kv_storage = &krt_kv_host_storage,
-    .kv_elem_size = sizeof(float),
+    .kv_elem_size = interp_kv_elem_size,
     .create = interp_create,
     .destroy = interp_destroy,
     .step = interp_step,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cuda_engines.sh MODEL_DIR DTYPE OUT_DIR TARGET — the setup test that builds a shared model's CUDA
-# engine (for TARGET, e.g. sm_80,sm_90, with DTYPE weights), its source, its kernels for the CPU
+# engine (for TARGET, e.g. sm_80,sm_90, with DTYPE weights: f32, bf16 or f16, or bf16-fast and
+# f16-fast for --precision fast, half values between kernels and a half KV cache), its source, its kernels for the CPU
 # stand-in and its CPU engine into OUT_DIR, for the tests that use them (cuda_lib.sh says which
 # files). OUT_DIR is emptied first: nothing of an earlier run is ever used. Without NVRTC there is
 # nothing to build: it says so and passes, and the tests that need the engine check what kiln says
@@ -8,15 +9,18 @@
 . "$(dirname "$0")/../cli/lib.sh"
 . "$(dirname "$0")/cuda_lib.sh"
 model="$1" dtype="$2" out="$3" target="$4"
+precision=exact
+case "$dtype" in *-fast) dtype=${dtype%-fast} precision=fast ;; esac
 rm -rf "$out" && mkdir -p "$out" || { echo "FAIL: cannot make $out"; exit 1; }
 if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ]; then
   echo "note: built without NVRTC: no CUDA engine to build"; exit 0
 fi
 model_args "$model"
-"$KILN_BIN" build "${args[@]}" --target "$target" --dtype "$dtype" --emit-source "$out/src" -o "$out/cuda.engine" \
-  || { echo "FAIL: kiln build --target $target --dtype $dtype"; exit 1; }
+"$KILN_BIN" build "${args[@]}" --target "$target" --dtype "$dtype" --precision $precision --emit-source "$out/src" -o "$out/cuda.engine" \
+  || { echo "FAIL: kiln build --target $target --dtype $dtype --precision $precision"; exit 1; }
 echo "$target" >"$out/target"
-"$KILN_BIN" build "${args[@]}" --dtype "$dtype" -o "$out/cpu.engine" || { echo "FAIL: kiln build --dtype $dtype"; exit 1; }
+"$KILN_BIN" build "${args[@]}" --dtype "$dtype" --precision $precision -o "$out/cpu.engine" \
+  || { echo "FAIL: kiln build --dtype $dtype --precision $precision"; exit 1; }
 if [ -n "${KILN_GXX:-}" ]; then
   compile_kernels "$out/src" "$out/kernels.so" || { echo "FAIL: g++ $out/src"; exit 1; }
 else

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cuda_flash_golden.sh MODEL_DIR OUT_DIR — a shared model's f32 engine built with the tensor-core
-# prefill attention (KILN_CUDA_FLASH_PREFILL=1: kcu_options.flash_prefill, until the IR carries the
-# precision), its kernels run on the CPU (g++ with emu_shim.h) behind emu_libcuda: golden_test's
+# prefill attention forced on an exact engine (KILN_CUDA_FLASH_PREFILL=1: kcu_options.flash_prefill;
+# fast-precision engines take it by themselves: cuda_emu_golden_*-fast), its kernels run on the CPU (g++ with emu_shim.h) behind emu_libcuda: golden_test's
 # prompts of more than 32 tokens, and its step of all prompts interleaved, go through
 # kcu_flash_attention (bf16 products, f32 softmax), the rest through today's kernel. Every row
 # within the model's bf16 tolerance (half_tolerances.txt: twice Hugging Face's own bf16 error);

@@ -3,12 +3,13 @@
 # The engines: tests/cuda/CMakeLists.txt makes one setup test per shared model and weight dtype,
 # cuda_engines_<model>_<dtype> (cuda_engines.sh), which builds into ENGINES/<dtype>/ (ENGINES is
 # the model's folder under the build tree, given to every test that needs them):
-#   cuda.engine  kiln build --target sm_80,sm_90 --dtype <dtype> (the NVRTC compile; under the
+#   cuda.engine  kiln build --target sm_80,sm_90 --dtype <dtype> --precision exact (<dtype>-fast:
+#                --precision fast) (the NVRTC compile; under the
 #                sanitizers bf16 and f16 for sm_90 alone, see CMakeLists.txt)
 #   target       the --target it was built for
 #   src/         its --emit-source output
 #   kernels.so   that source compiled for the CPU with g++ (compile_kernels) for emu_libcuda
-#   cpu.engine   kiln build --dtype <dtype> for the CPU (the interpreter's engine)
+#   cpu.engine   kiln build --dtype <dtype> --precision ... for the CPU (the interpreter's engine)
 # so that the tests that run or check the same engine (cuda_build_<model>, cuda_emu_golden_<model>*,
 # cuda_runtime) compile it once, through ctest's FIXTURES_SETUP / FIXTURES_REQUIRED.
 

@@ -445,7 +445,7 @@ static void test_interp_split(void)
 }
 
 /* lower_precision: what a group stores or an ungrouped node computes becomes
- * bf16; a group's own values, the output's operand (through views) and the
+ * bf16, and so does a norm fused as a matmul's prologue; a group's other values, the output's operand (through views) and the
  * inputs do not; views follow their operand; the KV cache is bf16. */
 static const char precision_graph[] =
     "kiln-ir 1\n"
@@ -485,7 +485,7 @@ static void test_lower_precision(void)
         kp_pass_stats *st = NULL;
         size_t n_st = 0;
         CHECK(kp_run_pipeline(&g, &opt, &st, &n_st, &d) == 0);
-        CHECK(n_st == 1 && st[0].fusions == (half ? 6u : 0u)); /* values made half */
+        CHECK(n_st == 1 && st[0].fusions == (half ? 7u : 0u)); /* values made half */
         free(st);
         text.len = 0;
         kir_print(g, &text);
@@ -506,7 +506,7 @@ static void test_lower_precision(void)
                "%2  : bf16[T,8] = embed(%1, %0)\n"
                "%3  : f32[8] = weight() {name=\"norm\"}\n"
                "%4  : f32[24,8] = weight() {name=\"qkv\"}\n"
-               "%5  : f32[T,8] = rms_norm(%2, %3) {eps=1e-05, fuse=0}\n"
+               "%5  : bf16[T,8] = rms_norm(%2, %3) {eps=1e-05, fuse=0}\n"
                "%6  : f32[T,24] = matmul(%5, %4) {fuse=0}\n"
                "%7  : bf16[T,8] = slice(%6) {start=0, end=8, fuse=0}\n"
                "%8  : bf16[T,2,4] = reshape(%7) {shape=[T,2,4], fuse=0}\n"

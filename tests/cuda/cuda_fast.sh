@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# cuda_fast.sh MODEL_DIR ENGINES DTYPE... — fast-precision engines (kiln build --precision fast,
+# cuda_engines_<model>_<dtype>-fast): the emulated GPU (the engine's kernels compiled for the CPU,
+# run through the CUDA backend over emu_libcuda) against the interpreter running the same engine
+# built for the CPU. Both round the same values to the half dtype at the same points (each value a
+# kernel stores, the KV rows, a prologue norm's output); their sums run in different orders, so an
+# f32 sum that lands next to a half rounding boundary rounds the other way on one side (one half
+# ulp of that element), and such flips spread through the layers: the logits are not bitwise
+# equal. Measured (llama-gqa-tiny, tinystories-656k, gpt2-tiny, qwen2-tiny): max|d|/max|ref| of
+# the logits 6e-8 .. 3.5e-3 for bf16 (u = 2^-8 = 3.9e-3) and 1.3e-5 .. 5e-4 for f16 (u = 2^-11 =
+# 4.9e-4), against ~1e-2 (bf16) between fast and exact precision. Checked here: the same greedy
+# ids, and the logits within 2 u of the half dtype (7.8e-3 bf16, 9.8e-4 f16), for
+#  - a 20-token prompt (the prefill path: tensor cores, half x and weights, one mma a product),
+#  - a 3-token prompt (the decode path: T <= 8), then 5 decode steps (the greedy ids);
+# and kiln verify --target sm_90 --precision fast for the first dtype: the fused CUDA engine's
+# values (half ones copied back as f32) against the unfused reference lowered to the half dtype,
+# within verify's half tolerance.
+. "$(dirname "$0")/../cli/lib.sh"
+. "$(dirname "$0")/cuda_lib.sh"
+: "${KILN_TEST_CUDA:?}" "${KILN_EMU_LIB:?}"
+model="$1" engines="$2"
+shift 2
+if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ] || [ -z "${KILN_GXX:-}" ]; then
+  echo "skipped: needs NVRTC and g++"; exit 77
+fi
+for dtype in "$@"; do
+  dir="$engines/$dtype"
+  have_engine "$dir" || exit 1
+  tol=$([ "$dtype" = bf16-fast ] && echo 7.8e-3 || echo 9.8e-4)
+  for ids in 1,7,12,31,5,9,40,2,11,3,4,5,6,7,8,9,10,11,12,13 1,7,12; do
+    want=$("$KILN_BIN" run "$dir/cpu.engine" --ids $ids -n 6 --logits-out "$work/cpu.f32" 2>/dev/null)
+    got=$(KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$dir/kernels.so" \
+          "$KILN_BIN" run "$dir/cuda.engine" --ids $ids -n 6 --logits-out "$work/cuda.f32" 2>/dev/null)
+    expect_same_output "greedy ids, $dtype, prompt $ids" "$want" "$got"
+    "$KILN_TEST_CUDA" --compare "$work/cuda.f32" "$work/cpu.f32" $tol && passes=$((passes+1)) \
+      || { echo "FAIL: $dtype logits (prompt $ids) differ from the interpreter's past $tol"; failures=$((failures+1)); }
+  done
+done
+dtype=$1 dir="$engines/$1"
+out=$(KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$dir/kernels.so" \
+      "$KILN_BIN" verify "$model" --target sm_90 --dtype ${dtype%-fast} --precision fast --tokens 12 --steps 2); rc=$?
+echo "$out"
+[ $rc -eq 0 ] && [[ "$out" == *"roundings (u = 2^-"* ]] && [[ "$out" == *"OK: within tolerance"* ]] \
+  && passes=$((passes+1)) || { echo "FAIL: kiln verify --target sm_90 --precision fast (exit $rc)"; failures=$((failures+1)); }
+finish
