@@ -60,13 +60,7 @@ template <typename MT, typename E> struct kcu_fa_cvt {
 template <typename MT> struct kcu_fa_cvt<MT, MT> {
     static __device__ __forceinline__ unsigned short bits(MT v) { return v.bits; }
 };
-/* kcu_same<A, B>::V: whether A and B are one type */
-template <typename A, typename B> struct kcu_same {
-    enum { V = 0 };
-};
-template <typename A> struct kcu_same<A, A> {
-    enum { V = 1 };
-};
+/* (kcu_same<A, B>::V: kcu_prelude.cuh) */
 /* an f32 result stored as O */
 __device__ __forceinline__ void kcu_fa_store(float *p, float v) { *p = v; }
 __device__ __forceinline__ void kcu_fa_store(kcu_bf16 *p, float v) { p->bits = kcu_to_bf16(v); }
