@@ -25,7 +25,11 @@
  * fixed reduction trees): runs are bitwise reproducible. Matmuls have two
  * kernels (kcu_prelude.cuh): a memory-bound one for steps of at most 8
  * tokens (decode), and a tiled one for longer steps (prefill; tensor cores
- * for bf16/f16 weights on sm_80 and later, x split into 16-bit parts); the
+ * for bf16/f16 weights on sm_80 and later, x split into 16-bit parts), and
+ * a fused matmul group with half x and weights (fast precision) a third for
+ * the sm_90a cubin (a target's sm_90: kcu_gemm90, wgmma fed by TMA, for
+ * steps above KCU_GEMM90_ABOVE tokens, tile widths by step size: cuda.meta
+ * "variants", kcu_emit_group.c and kcu_emit_g90.c); the
  * other kernels keep the reference interpreter's arithmetic where they can
  * (runtime/interp/interp_kernels.c: double for row sums and transcendental functions).
  *

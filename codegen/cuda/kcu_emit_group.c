@@ -34,6 +34,16 @@
  * interpreter sees; f32 values stay as computed. A norm prologue of a half
  * dtype hands the matmul half values (kcu_pro_rms<.., O>), which the
  * tensor cores take as they are.
+ *
+ * sm_90a (kcu_options.gemm90): a group whose x and weights are of one half
+ * dtype also gets kcu_gemm90 kernels (wgmma fed by TMA) for steps above a
+ * threshold, in the same text under #if KCU_GEMM90_KERNELS: one per tile
+ * width the rule picks (kcu_g90_pick_bn), each running the same epilogue
+ * functor over column tiles that keep the pairs together
+ * (kcu_g90_plan_tiles); cuda.meta records them as the kernel's variants,
+ * after the prologue norm's own kernel when the group has one (its value,
+ * half and planned, is what the x tensor map reads: the interpreter's
+ * numerics, no weight folding).
  */
 #include "codegen/cuda/kcu_gen.h"
 #include "ir/numerics.h"

@@ -1434,12 +1434,18 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
  * l / 4 (+ 8) and columns 8 j + 2 (l % 4) (+ 1): the pairs (2p, 2p + 1)
  * epilogues expect. Tokens >= T and columns >= N are not handed over.
  *
- * Column order. TMA reads weight rows as they lie: the matmul's column c is
- * weight row c of the w it is given. An epilogue that permutes columns
- * (Epi::row(c) != c) needs w stored permuted (row c of the given w = row
- * Epi::row(c) of the model's): the code generator writes that copy of the
- * weight at build time; the kernel hands column c's result to the epilogue
- * as Epi::row(c), as kcu_matmul_mma does.
+ * Column order. TMA reads weight rows as they lie. With Tiles =
+ * kcu_g90_plain<BN> (below), the matmul's column c is weight row c of the w
+ * it is given and goes to the epilogue as Epi::row(c) (a w stored permuted,
+ * as tests/cuda/cuda_gemm90_check.c does). The code generator instead keeps
+ * the model's weights and describes each column tile as TMA boxes of whole
+ * swizzle atoms (Tiles: a table; codegen/cuda/kcu_emit_g90.c): a tile of
+ * neighbour pairs, or a split tile whose first BN / 2 columns are the
+ * first columns of pairs and the last BN / 2 their partners (RoPE's halves
+ * j, j + rot / 2 in each head; SwiGLU's gate c with up c), which wgmma's D
+ * layout puts in one thread (columns n and n + BN / 2, BN / 2 % 8 == 0).
+ * The generated kernels run it without the RMS prologue below: a prologue
+ * norm's own kernel writes its (half) value first, which the x map reads.
  *
  * RMSNorm prologue (Pro = kcu_g90_rms). rms_norm(x) w^T = diag(1 / rms(x))
  * x (g * w)^T: the norm's weight g is folded into the weights at build time
