@@ -16,6 +16,8 @@
 #       golden — for every shared model with a golden.json, and each weight dtype (f32, bf16, f16)
 #         and fast precision (bf16-fast, f16-fast: kiln build --precision fast, half values between
 #         kernels and a half KV cache, the tensor-core prefill on half x):
+#         fast precision builds with KILN_CUDA_GEMM90_ABOVE=${GPU_CHECK_GEMM90_ABOVE:-8}, so that the
+#         matmuls of its prompts run kcu_gemm90 (sm_90a: wgmma fed by TMA; the sm_90 cubin is sm_90a);
 #         - tests/golden/golden_test through the CUDA backend (KILN_GOLDEN_TARGET=sm_80,sm_90:
 #           one engine with both cubins; the runtime picks the device's): f32 within 1e-4 of the
 #           golden per row and greedy ids exact; bf16, f16 within twice Hugging Face's own error
@@ -115,17 +117,20 @@ check_model() {
     # DTYPE-fast: --precision fast with DTYPE weights; the same golden tolerances
     local wdt=${dt%-fast} prec=exact near=1e-5
     if [ "$wdt" != "$dt" ]; then prec=fast; near=$([ $wdt = bf16 ] && echo 7.8e-3 || echo 9.8e-4); fi
+    # fast precision: the matmuls of every step above GPU_CHECK_GEMM90_ABOVE tokens (default 8: the
+    # golden prompts and the 16-token prompt below) run kcu_gemm90, the sm_90a wgmma/TMA kernels
+    local g90=""; [ $prec = fast ] && g90="KILN_CUDA_GEMM90_ABOVE=${GPU_CHECK_GEMM90_ABOVE:-8}"
     local tol limit="1e-4" archs=sm_90; tol=$(half_tolerance "$m" "$wdt")
     [ -n "$tol" ] && limit=$tol
     [ $dt = f32 ] && archs=sm_80,sm_90 # one engine of two cubins; the runtime picks the device's
-    echo "== $m ($dt weights): golden_test through the CUDA backend ($archs; limit $limit)"
+    echo "== $m ($dt weights): golden_test through the CUDA backend ($archs; limit $limit${g90:+; $g90})"
     local g_status=FAIL worst="-" e="$work/$m.$dt"
-    if env KILN_GOLDEN_TARGET=$archs KILN_GOLDEN_DTYPE=$wdt KILN_GOLDEN_PRECISION=$prec ${tol:+KILN_GOLDEN_TOL=$tol} \
+    if env $g90 KILN_GOLDEN_TARGET=$archs KILN_GOLDEN_DTYPE=$wdt KILN_GOLDEN_PRECISION=$prec ${tol:+KILN_GOLDEN_TOL=$tol} \
         "$golden" "$dir" "$e.golden.engine" > "$e.golden.txt" 2>&1; then g_status=pass; fi
     cat "$e.golden.txt"
     worst=$(grep -o 'max|golden| = [0-9.e+-]*' "$e.golden.txt" | awk '{print $3}' | sort -g | tail -1)
     echo "== $m ($dt): kiln run on the GPU (twice) and on the CPU interpreter"
-    "$kiln" build "$dir" --target sm_90 --dtype $wdt --precision $prec -o "$e.cu.engine" \
+    env $g90 "$kiln" build "$dir" --target sm_90 --dtype $wdt --precision $prec -o "$e.cu.engine" \
       && "$kiln" build "$dir" --dtype $wdt --precision $prec -o "$e.cpu.engine" || { echo "FAIL build $m $dt"; continue; }
     "$tcuda" --check-engine "$e.cu.engine" $wdt sm_90
     local ids=1,7,12,31,5,9,40,2,11,19,23,3,8,15,42,6

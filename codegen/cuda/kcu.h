@@ -25,7 +25,11 @@
  * fixed reduction trees): runs are bitwise reproducible. Matmuls have two
  * kernels (kcu_prelude.cuh): a memory-bound one for steps of at most 8
  * tokens (decode), and a tiled one for longer steps (prefill; tensor cores
- * for bf16/f16 weights on sm_80 and later, x split into 16-bit parts); the
+ * for bf16/f16 weights on sm_80 and later, x split into 16-bit parts), and
+ * a fused matmul group with half x and weights (fast precision) a third for
+ * the sm_90a cubin (a target's sm_90: kcu_gemm90, wgmma fed by TMA, for
+ * steps above KCU_GEMM90_ABOVE tokens, tile widths by step size: cuda.meta
+ * "variants", kcu_emit_group.c and kcu_emit_g90.c); the
  * other kernels keep the reference interpreter's arithmetic where they can
  * (runtime/interp/interp_kernels.c: double for row sums and transcendental functions).
  *
@@ -56,7 +60,37 @@ typedef struct kcu_options {
                         * kcu_emit_attention.c's use_flash_prefill) in exact-precision engines too (for
                         * tests; kcu_build: KILN_CUDA_FLASH_PREFILL=1 in the environment); 0: only in fast
                         * precision (a half KV cache), exact engines keep f32 on CUDA cores for every step. */
+    int gemm90;        /* 1: matmul groups with half x and weights get a variant for the sm_90a cubin
+                        * (KCU_GEMM90_ARCH): kcu_gemm90 (wgmma fed by TMA) for steps of more than
+                        * gemm90_above tokens (kcu_build: when the target has sm_90; KILN_CUDA_GEMM90=0
+                        * in the environment turns it off) */
+    int64_t gemm90_above; /* 0: KCU_GEMM90_ABOVE; else the tokens a step above which gemm90 runs
+                        * (kcu_build: KILN_CUDA_GEMM90_ABOVE=N, for tests that want short prompts on it) */
 } kcu_options;
+
+/* The architecture whose cubin holds the gemm90 kernels: a target's sm_90 is compiled for it
+ * (wgmma and setmaxnreg are sm_90a's; an sm_90a cubin runs on compute capability 9.0 only). */
+#define KCU_GEMM90_ARCH "sm_90a"
+/* Steps of more tokens than this take kcu_gemm90 by default (below, kcu_matmul_mma's _large). */
+enum { KCU_GEMM90_ABOVE = 64 };
+
+/* kcu_gemm90's column tiles for a matmul of N columns whose column c is
+ * paired with partner[c] (-1: the single last column of an odd N), BN
+ * columns a tile (codegen/cuda/kcu_emit_g90.c): nt tiles, each nbox boxes
+ * of bn / nbox weight rows; table [nt][nbox + 1]: the tile's split flag
+ * (1: column n < bn/2 pairs with n + bn/2), then its boxes' first rows
+ * (-1: unused). plain: tile y is rows y bn .. (no table needed). */
+typedef struct kcu_g90_tiles {
+    int bn, nbox, nt, plain; /* as above */
+    int *table;              /* [nt * (nbox + 1)], malloc'd; NULL when plain */
+} kcu_g90_tiles;
+/* 0 and the tiles, or -1 when the pairs do not fit boxes of whole swizzle atoms (then none). */
+int kcu_g90_plan_tiles(const int64_t *partner, int64_t N, int bn, kcu_g90_tiles *t);
+/* The tile width for a step of T tokens (kcu_prelude.cuh's rule: the widest of 256, 192, 128 that
+ * gives at least 119 tiles, else 128), given nt[i], the tiles at width 128, 192, 256 (0: none). */
+int kcu_g90_pick_bn(int64_t T, const int nt[3]);
+/* Pipeline stages for a tile width (about 192 kB of shared memory). */
+int kcu_g90_stages(int bn);
 
 /* Append the CUDA C source of g's kernels to src and fill meta's kernels,
  * aliases and output (not its archs). meta must be zeroed; its arena owns

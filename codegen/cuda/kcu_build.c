@@ -148,12 +148,23 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     int n = kcu_parse_target(target, &out->arena, &out->archs, d);
     if (n < 0) return -1;
     out->n_archs = n;
+    /* A target's sm_90 is compiled for sm_90a, whose cubin holds the gemm90 kernels too
+     * (kcu_gemm90: wgmma and setmaxnreg are sm_90a's; such a cubin runs on compute capability
+     * 9.0, the only sm_9x there is); the engine names it so (cuda.sm_90a, cuda.meta's archs),
+     * and the matmul groups' variants name it as theirs. KILN_CUDA_GEMM90=0 keeps plain sm_90. */
+    const char *g90_env = getenv("KILN_CUDA_GEMM90"), *above_env = getenv("KILN_CUDA_GEMM90_ABOVE");
+    kcu_options opt = {0};
+    for (int i = 0; i < n; i++)
+        if (strcmp(out->archs[i], "sm_90") == 0 && !(g90_env && strcmp(g90_env, "0") == 0)) {
+            out->archs[i] = KCU_GEMM90_ARCH;
+            opt.gemm90 = 1;
+        }
+    if (above_env && *above_env) opt.gemm90_above = strtoll(above_env, NULL, 10);
 
     krt_cuda_meta meta = {0};
     ks_buf src = {0}, stem = {0};
     /* Until the IR records the precision an engine computes in (issue #10), the tests that build
      * engines with the tensor-core prefill attention ask for it here. */
-    kcu_options opt = {0};
     const char *flash = getenv("KILN_CUDA_FLASH_PREFILL");
     opt.flash_prefill = flash && strcmp(flash, "1") == 0;
     int rc = kcu_generate_with(g, &opt, &src, &meta, d);

@@ -203,7 +203,7 @@ static void put_block_sum(ks_buf *b, const char *var)
 }
 
 /* rms_norm and layer_norm: one block per row of the last dim; sums in double. */
-static int emit_norm(kcu_gen *x, kir_val v)
+int kcu_emit_norm(kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v];
     int64_t d = kcu_last_dim(n), rows = kir_row_elems(n) / d;
@@ -407,7 +407,7 @@ static int emit_node(kcu_gen *x, kir_val v)
         return emit_unary(x, v);
     case KIR_OP_RMS_NORM:
     case KIR_OP_LAYER_NORM:
-        return emit_norm(x, v);
+        return kcu_emit_norm(x, v);
     case KIR_OP_SLICE:
         return emit_slice(x, v);
     case KIR_OP_CONCAT:

@@ -34,6 +34,16 @@
  * interpreter sees; f32 values stay as computed. A norm prologue of a half
  * dtype hands the matmul half values (kcu_pro_rms<.., O>), which the
  * tensor cores take as they are.
+ *
+ * sm_90a (kcu_options.gemm90): a group whose x and weights are of one half
+ * dtype also gets kcu_gemm90 kernels (wgmma fed by TMA) for steps above a
+ * threshold, in the same text under #if KCU_GEMM90_KERNELS: one per tile
+ * width the rule picks (kcu_g90_pick_bn), each running the same epilogue
+ * functor over column tiles that keep the pairs together
+ * (kcu_g90_plan_tiles); cuda.meta records them as the kernel's variants,
+ * after the prologue norm's own kernel when the group has one (its value,
+ * half and planned, is what the x tensor map reads: the interpreter's
+ * numerics, no weight folding).
  */
 #include "codegen/cuda/kcu_gen.h"
 #include "ir/numerics.h"
@@ -426,6 +436,151 @@ static void add_field(kcu_gen *x, krt_cuda_kernel *k, krt_cuda_arg_kind kind, in
     ks_buf_printf(inits, "%s%s", inits->len ? ", " : "", name);
 }
 
+/* ---- the sm_90a variant: kcu_gemm90 ------------------------------------------------------ */
+enum { G90_MAX = 3 }; /* tile widths at most: 128, 192, 256 */
+
+/* The gemm90 kernels of a group: one per tile width that the rule picks
+ * for some step above the threshold, each with the step sizes it runs. */
+typedef struct g90_plan {
+    int n;                         /* kernels (0: no variant) */
+    kcu_g90_tiles tiles[G90_MAX];  /* their tiles */
+    int64_t above[G90_MAX];        /* kernel i runs for steps of more than above[i] tokens */
+    kir_val xv;                    /* the value the matmul reads through the x map: the norm's, or its operand */
+} g90_plan;
+
+/* Which gemm90 kernels group G gets: half x and weights of one dtype, rows
+ * of 16-byte chunks, pairs that fit boxes (kcu_g90_plan_tiles); widths by
+ * the rule from the threshold up (the rule's width only grows with T). */
+static void plan_g90(const group *G, g90_plan *P)
+{
+    const kcu_gen *x = G->x;
+    const kir_graph *g = x->g;
+    memset(P, 0, sizeof *P);
+    if (!x->opt.gemm90) return;
+    const kir_node *mn = &g->nodes[G->n[G->mm].v];
+    kir_dtype wt = g->nodes[mn->in[1]].dtype;
+    P->xv = mn->in[0];
+    if ((wt != KIR_BF16 && wt != KIR_F16) || g->nodes[P->xv].dtype != wt || G->K % 8 || G->N < 2) return;
+    int64_t above = x->opt.gemm90_above > 0 ? x->opt.gemm90_above : KCU_GEMM90_ABOVE;
+    kcu_g90_tiles all[G90_MAX];
+    int nt[G90_MAX] = {0};
+    static const int widths[G90_MAX] = {128, 192, 256};
+    for (int i = 0; i < G90_MAX; i++)
+        if (kcu_g90_plan_tiles(G->partner, G->N, widths[i], &all[i]) == 0) nt[i] = all[i].nt;
+    int last = 0;
+    for (int64_t m = (above + 1 + 127) / 128;; m++) {
+        int64_t T = m == (above + 1 + 127) / 128 ? above + 1 : (m - 1) * 128 + 1; /* the first step of m token tiles */
+        int bn = kcu_g90_pick_bn(T, nt);
+        if (bn == 0) break;
+        if (bn != last) {
+            int i = bn == 128 ? 0 : bn == 192 ? 1 : 2;
+            P->tiles[P->n] = all[i];
+            all[i].table = NULL; /* owned by P now */
+            P->above[P->n++] = T - 1;
+            last = bn;
+        }
+        if (bn == 256 || m > 4096 || P->n == G90_MAX) break;
+    }
+    for (int i = 0; i < G90_MAX; i++)
+        if (nt[i]) free(all[i].table);
+}
+
+static void free_g90(g90_plan *P)
+{
+    for (int i = 0; i < P->n; i++) free(P->tiles[i].table);
+}
+
+/* The gemm90 kernels' text, appended to the body: each a kernel of
+ * KCU_G90_THREADS threads with the x and w tensor maps, then the epilogue's
+ * fields (g90_params: their declarations), running kcu_gemm90 with the
+ * group's epilogue functor; tile tables where the pairs are not
+ * neighbours. Compiled only where KCU_GEMM90_KERNELS (sm_90a, the CPU
+ * emulator). */
+static void put_g90(group *G, const g90_plan *P, const char *g90_params, const char *inits)
+{
+    ks_buf *b = &G->x->body;
+    const kir_graph *g = G->x->g;
+    const char *xt = kcu_elem_type(g->nodes[P->xv].dtype);
+    ks_buf_puts(b, "\n#if KCU_GEMM90_KERNELS\n");
+    for (int i = 0; i < P->n; i++) {
+        const kcu_g90_tiles *t = &P->tiles[i];
+        char tiles[64];
+        if (t->plain) {
+            snprintf(tiles, sizeof tiles, "kcu_g90_plain<%d>", t->bn);
+        } else {
+            snprintf(tiles, sizeof tiles, NAME_MARK "_tiles%d", t->bn);
+            ks_buf_printf(b, "/* column tiles of %d: split flag, then the first weight row of each box of %d */\n"
+                             "__device__ const int " NAME_MARK "_tile%d[%d] = {",
+                          t->bn, t->bn / t->nbox, t->bn, t->nt * (t->nbox + 1));
+            for (int j = 0; j < t->nt * (t->nbox + 1); j++)
+                ks_buf_printf(b, "%s%d,", j % (t->nbox + 1) ? " " : "\n    ", t->table[j]);
+            ks_buf_printf(b, "\n};\n"
+                             "struct " NAME_MARK "_tiles%d {\n"
+                             "    enum { NBOX = %d, PLAIN = 0 };\n"
+                             "    static __device__ __forceinline__ int box(int y, int i) { return " NAME_MARK
+                             "_tile%d[y * %d + 1 + i]; }\n"
+                             "    static __device__ __forceinline__ int split(int y) { return " NAME_MARK
+                             "_tile%d[y * %d]; }\n"
+                             "};\n",
+                          t->bn, t->nbox, t->bn, t->nbox + 1, t->bn, t->nbox + 1);
+        }
+        ks_buf_printf(b,
+                      "/* the same on sm_90a for steps of more than %lld tokens: wgmma fed by TMA, tiles of 128 x %d */\n"
+                      "extern \"C\" __global__ void __launch_bounds__(KCU_G90_THREADS, 1) " NAME_MARK "_g90_%d(%s)\n"
+                      "{\n"
+                      "    const " NAME_MARK "_epi epi = {%s};\n"
+                      "    kcu_gemm90<%s, %lld, %lld, %d, %d, %s>(T, ta, tb, kcu_g90_none(), epi);\n"
+                      "}\n",
+                      (long long)P->above[i], t->bn, t->bn, g90_params, inits, xt, (long long)G->K, (long long)G->N,
+                      t->bn, kcu_g90_stages(t->bn), tiles);
+    }
+    ks_buf_puts(b, "#endif\n");
+}
+
+/* The variants of kernel ki (named): [the norm's own kernel,] the gemm90 kernel. */
+static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cuda_arg *fargs, int n_fargs)
+{
+    kcu_gen *x = G->x;
+    const kir_graph *g = x->g;
+    krt_cuda_launch norm = {0};
+    if (G->pro >= 0) {
+        /* the norm writes its value (half, at its planned place) for the x map to read */
+        int before = x->meta->n_kernels;
+        if (kcu_emit_norm(x, G->n[G->pro].v) != 0) return -1;
+        KS_ASSERT(x->meta->n_kernels == before + 1);
+        const krt_cuda_kernel *nk = &x->meta->kernels[--x->meta->n_kernels];
+        norm.name = nk->name;
+        norm.block = nk->block;
+        memcpy(norm.grid, nk->grid, sizeof norm.grid);
+        norm.n_args = nk->n_args;
+        memcpy(norm.args, nk->args, sizeof norm.args);
+    }
+    krt_cuda_kernel *k = &x->meta->kernels[ki];
+    k->variants = ks_arena_alloc(&x->meta->arena, sizeof *k->variants * (size_t)P->n);
+    k->n_variants = P->n;
+    const kir_val wv = g->nodes[G->n[G->mm].v].in[1];
+    for (int i = 0; i < P->n; i++) {
+        const kcu_g90_tiles *t = &P->tiles[i];
+        krt_cuda_variant *v = &k->variants[i];
+        memset(v, 0, sizeof *v);
+        v->arch = KCU_GEMM90_ARCH;
+        v->above = P->above[i];
+        if (G->pro >= 0) v->launches[v->n_launches++] = norm;
+        krt_cuda_launch *l = &v->launches[v->n_launches++];
+        l->name = ks_arena_printf(&x->meta->arena, "%s_g90_%d", k->name, t->bn);
+        l->block = 384;
+        l->smem = (kcu_g90_stages(t->bn) * (128 + t->bn) * 128 + 1024); /* kcu_gemm90_smem */
+        int64_t grid[3][3] = {{1, 127, 128}, {0, t->nt, 1}, {0, 1, 1}};
+        memcpy(l->grid, grid, sizeof grid);
+        l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_T, 0, 0};
+        l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_TMAP, x->root[P->xv], 128};
+        l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_TMAP, wv, t->bn / t->nbox};
+        KS_ASSERT(l->n_args + n_fargs <= KRT_CUDA_MAX_ARGS);
+        for (int a = 0; a < n_fargs; a++) l->args[l->n_args++] = fargs[a];
+    }
+    return 0;
+}
+
 /* ---- the group ------------------------------------------------------------------------- */
 int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside)
 {
@@ -471,6 +626,8 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
         if (gn->r == ROLE_BINARY && gn->a >= 0 && gn->b >= 0 && G.n[gn->a].base != G.n[gn->b].base)
             for (int64_t e = 0; e < gn->size && ok; e++) ok = G.partner[gn->base + e] == G.n[gn->b].base + e;
     }
+    g90_plan P = {0};
+    if (ok) plan_g90(&G, &P);
     free(G.partner);
     if (!ok) return 0;
 
@@ -485,6 +642,7 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
     if (has_g) kcu_param_in(x, k, pn->in[1], "g");
     if (has_b) kcu_param_in(x, k, pn->in[2], "gb");
     ks_buf fields = {0}, inits = {0}, tables = {0};
+    const int first_field = k->n_args; /* the epilogue's parameters follow: the gemm90 kernels take them too */
     for (int i = G.mm; i < count; i++) {
         gnode *gn = &G.n[i];
         const kir_node *nd = &g->nodes[gn->v];
@@ -517,6 +675,7 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
             int64_t layer = kir_attr_int(g, gn->v, KIR_A_ATTENTION_LAYER);
             if (layer < 0 || layer >= INT32_MAX) {
                 ks_buf_free(&fields), ks_buf_free(&inits), ks_buf_free(&tables);
+                free_g90(&P);
                 return kcu_node_error(x, gn->v, "layer %lld is out of range", (long long)layer);
             }
             static const char *const kinds[3] = {"kc", "vc", "slots"};
@@ -561,9 +720,28 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
         ks_buf_printf(&x->body, "    kcu_matmul_%s%s", large ? "large" : "small", ks_buf_cstr(&call));
     }
     ks_buf_free(&call);
+    if (P.n) {
+        /* the gemm90 kernels' parameters: T, the maps, the epilogue's fields ("    decl;\n" each) */
+        ks_buf params = {0};
+        ks_buf_puts(&params, "int T, const __grid_constant__ kcu_tmap ta, const __grid_constant__ kcu_tmap tb");
+        for (const char *f = ks_buf_cstr(&fields); *f;) {
+            const char *end = strchr(f, '\n');
+            KS_ASSERT(end && end - f > 5 && end[-1] == ';');
+            ks_buf_printf(&params, ", %.*s", (int)(end - f - 5), f + 4);
+            f = end + 1;
+        }
+        put_g90(&G, &P, ks_buf_cstr(&params), ks_buf_cstr(&inits));
+        ks_buf_free(&params);
+    }
     ks_buf_free(&fields);
     ks_buf_free(&inits);
     ks_buf_free(&tables);
+    size_t ki = (size_t)(k - x->meta->kernels);
+    krt_cuda_arg fargs[KRT_CUDA_MAX_ARGS];
+    int n_fargs = k->n_args - first_field;
+    memcpy(fargs, k->args + first_field, sizeof *fargs * (size_t)n_fargs);
     kcu_kernel_end(x, k, "_fused");
-    return 1;
+    int rc = P.n ? add_g90_variants(&G, &P, ki, fargs, n_fargs) : 0;
+    free_g90(&P);
+    return rc ? -1 : 1;
 }

@@ -110,7 +110,7 @@ krt_cuda_kernel *kcu_kernel_new(kcu_gen *x, kir_val v, int block)
     x->params.len = 0;
     x->body.len = 0;
     ks_buf_puts(&x->params, "int T");
-    k->args[k->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_T, 0};
+    k->args[k->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_T, 0, 0};
     return k;
 }
 
@@ -137,7 +137,7 @@ void kcu_add_param(kcu_gen *x, krt_cuda_kernel *k, krt_cuda_arg_kind kind, int64
 {
     KS_ASSERT(k->n_args < KRT_CUDA_MAX_ARGS);
     if (kind == KRT_CUDA_ARG_VALUE) index = x->root[index];
-    k->args[k->n_args++] = (krt_cuda_arg){kind, index};
+    k->args[k->n_args++] = (krt_cuda_arg){kind, index, 0};
     ks_buf_printf(&x->params, ", %s", decl);
 }
 

@@ -1434,12 +1434,18 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
  * l / 4 (+ 8) and columns 8 j + 2 (l % 4) (+ 1): the pairs (2p, 2p + 1)
  * epilogues expect. Tokens >= T and columns >= N are not handed over.
  *
- * Column order. TMA reads weight rows as they lie: the matmul's column c is
- * weight row c of the w it is given. An epilogue that permutes columns
- * (Epi::row(c) != c) needs w stored permuted (row c of the given w = row
- * Epi::row(c) of the model's): the code generator writes that copy of the
- * weight at build time; the kernel hands column c's result to the epilogue
- * as Epi::row(c), as kcu_matmul_mma does.
+ * Column order. TMA reads weight rows as they lie. With Tiles =
+ * kcu_g90_plain<BN> (below), the matmul's column c is weight row c of the w
+ * it is given and goes to the epilogue as Epi::row(c) (a w stored permuted,
+ * as tests/cuda/cuda_gemm90_check.c does). The code generator instead keeps
+ * the model's weights and describes each column tile as TMA boxes of whole
+ * swizzle atoms (Tiles: a table; codegen/cuda/kcu_emit_g90.c): a tile of
+ * neighbour pairs, or a split tile whose first BN / 2 columns are the
+ * first columns of pairs and the last BN / 2 their partners (RoPE's halves
+ * j, j + rot / 2 in each head; SwiGLU's gate c with up c), which wgmma's D
+ * layout puts in one thread (columns n and n + BN / 2, BN / 2 % 8 == 0).
+ * The generated kernels run it without the RMS prologue below: a prologue
+ * norm's own kernel writes its (half) value first, which the x map reads.
  *
  * RMSNorm prologue (Pro = kcu_g90_rms). rms_norm(x) w^T = diag(1 / rms(x))
  * x (g * w)^T: the norm's weight g is folded into the weights at build time
@@ -1496,24 +1502,28 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
 #else
 #define KCU_GEMM90 0
 #endif
+/* The CPU emulator (tests/cuda/emu_shim.h) runs a plain stand-in of kcu_gemm90 with the same
+ * interface (below), so that the code generator's gemm90 kernels, their tensor maps and tile
+ * tables run in CI; KCU_GEMM90_KERNELS says where the generated gemm90 kernels exist. */
+#if defined(KILN_EMU_SHIM_H)
+#define KCU_GEMM90_EMU 1
+#else
+#define KCU_GEMM90_EMU 0
+#endif
+#define KCU_GEMM90_KERNELS (KCU_GEMM90 || KCU_GEMM90_EMU)
 /* Dynamic shared memory of kcu_gemm90<.., BN, STAGES, ..> in bytes (host and device). */
 #define kcu_gemm90_smem(BN, STAGES) ((STAGES) * (128 + (BN)) * 128 + 1024)
 
-#if KCU_GEMM90
-/* CUtensorMap (cuda.h): 128 opaque bytes, 128-byte aligned */
-struct alignas(128) kcu_tmap {
-    unsigned long long opaque[16];
-};
+#if KCU_GEMM90_KERNELS
+enum { KCU_G90_THREADS = 384, KCU_G90_BM = 128, KCU_G90_BK = 64 };
 
-/* which wgmma: 1 for f16 operands, 0 for bf16 */
+/* the operands: 1 for f16, 0 for bf16 (which wgmma; the tensor maps' data type) */
 template <typename X> struct kcu_g90_f16 {
     enum { ON = 0 };
 };
 template <> struct kcu_g90_f16<kcu_f16> {
     enum { ON = 1 };
 };
-
-enum { KCU_G90_THREADS = 384, KCU_G90_BM = 128, KCU_G90_BK = 64 };
 
 /* prologues: none, or rms_norm with its weight folded into w and the rows'
  * 1 / rms from kcu_g90_rms_inv (a pre-pass), applied to the sums */
@@ -1523,6 +1533,103 @@ struct kcu_g90_none {
 struct kcu_g90_rms {
     const float *__restrict__ inv; /* [T] 1 / sqrt(mean_k x[t, k]^2 + eps), from kcu_g90_rms_inv */
     __device__ __forceinline__ float scale(long long t) const { return inv[t]; }
+};
+
+/* Which weight rows the B tile of column tile y holds (kcu_gemm90's Tiles):
+ * NBOX boxes of R = BN / NBOX rows (R % 8 == 0: whole 1024-byte swizzle
+ * atoms), box i from weight row box(y, i) on (-1: unused — loaded from row 0
+ * so that the stage's byte count holds, never handed over). split(y) 0: the
+ * tile's columns go to the epilogue as neighbours (2p, 2p + 1); 1: tile
+ * column n < BN / 2 with column n + BN / 2 (a rotation's pair, gate with
+ * up: wgmma's D layout puts columns n and n + BN / 2 in one thread, BN / 2
+ * being a multiple of 8). PLAIN: tile y is weight rows y BN .. + BN - 1 and
+ * column c goes to the epilogue as Epi::row(c) (a w stored permuted); the
+ * code generator's tables (PLAIN 0) name the model's rows themselves. */
+template <int BN> struct kcu_g90_plain {
+    enum { NBOX = 1, PLAIN = 1 };
+    static __device__ __forceinline__ int box(int y, int) { return y * BN; }
+    static __device__ __forceinline__ int split(int) { return 0; }
+};
+
+/* Hand tile y's columns n, n + 1 (n even; values v0, v1) of token tok to
+ * the epilogue, and in a split tile their partners n + BN / 2, + 1 (p0, p1). */
+template <int BN, int N, class Tiles, class Epi>
+static __device__ __forceinline__ void kcu_g90_hand(const Epi &epi, long long tok, int y, int n, float v0, float v1,
+                                                    float p0, float p1)
+{
+    enum { R = BN / Tiles::NBOX };
+    const int b = Tiles::box(y, n / R);
+    if (b < 0) return;
+    const int c = b + n % R;
+    if (Tiles::split(y)) {
+        const int pc = Tiles::box(y, Tiles::NBOX / 2 + n / R) + n % R;
+        epi.two(tok, c, v0, pc, p0);
+        epi.two(tok, c + 1, v1, pc + 1, p1);
+    } else if (c + 1 < N) {
+        epi.two(tok, Tiles::PLAIN ? Epi::row(c) : c, v0, Tiles::PLAIN ? Epi::row(c + 1) : c + 1, v1);
+    } else if (c < N) {
+        epi.one(tok, Tiles::PLAIN ? Epi::row(c) : c, v0);
+    }
+}
+#endif
+
+#if KCU_GEMM90_EMU
+/* The emulator's tensor map: tests/cuda/emu_libcuda.c's cuTensorMapEncodeTiled
+ * records its arguments in a kcu_emu_tmap and puts the record's address in
+ * the map's first 8 bytes, which its cuLaunchKernel passes (8 bytes a
+ * parameter). */
+struct kcu_emu_tmap {
+    const void *base;             /* the tensor */
+    unsigned long long dims[2];   /* elements: innermost, rows */
+    unsigned long long stride;    /* bytes between rows */
+    unsigned box[2];              /* elements, rows */
+    int dtype;                    /* 9 bf16, 6 f16 */
+};
+struct kcu_tmap {
+    const kcu_emu_tmap *m;
+};
+/* Element (k, row) of map m as f32; 0 past its edges, as TMA fills. */
+template <typename X> static inline float kcu_emu_tmap_at(const kcu_emu_tmap *m, long long k, long long row)
+{
+    if (k >= (long long)m->dims[0] || row >= (long long)m->dims[1]) return 0.0f;
+    return kcu_f(*(const X *)((const char *)m->base + row * m->stride + k * 2));
+}
+/* kcu_gemm90's stand-in: thread 0 of each block computes its tile in f32
+ * (k in order), reading x and w through their maps as TMA would, and hands
+ * it to the epilogue as the real kernel does (kcu_g90_hand). Checks the maps
+ * against the kernel: boxes {64, 128} and {64, R}, the operand type. */
+template <typename X, int K, int N, int BN, int STAGES, class Tiles = kcu_g90_plain<BN>, class Pro, class Epi>
+static inline void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &tb, const Pro pro, const Epi &epi)
+{
+    enum { R = BN / Tiles::NBOX, DTYPE = kcu_g90_f16<X>::ON ? 6 : 9 };
+    if (threadIdx.x != 0) return;
+    const kcu_emu_tmap *a = ta.m, *w = tb.m;
+    if (a->box[0] != KCU_G90_BK || a->box[1] != KCU_G90_BM || w->box[0] != KCU_G90_BK || w->box[1] != R ||
+        a->dims[0] != K || w->dims[0] != K || a->dtype != DTYPE || w->dtype != DTYPE)
+        __builtin_trap();
+    const int y = blockIdx.y;
+    for (int r = 0; r < KCU_G90_BM; r++) {
+        const long long tok = (long long)blockIdx.x * KCU_G90_BM + r;
+        if (tok >= T) break;
+        float d[BN];
+        for (int n = 0; n < BN; n++) {
+            const int b = Tiles::box(y, n / R), row = (b < 0 ? 0 : b) + n % R;
+            float sum = 0.0f;
+            for (int k = 0; k < K; k++) sum = fmaf(kcu_emu_tmap_at<X>(a, k, tok), kcu_emu_tmap_at<X>(w, k, row), sum);
+            d[n] = sum * pro.scale(tok);
+        }
+        const int split = Tiles::split(y);
+        for (int n = 0; n < (split ? BN / 2 : BN); n += 2)
+            kcu_g90_hand<BN, N, Tiles>(epi, tok, y, n, d[n], d[n + 1], split ? d[n + BN / 2] : 0.0f,
+                                       split ? d[n + 1 + BN / 2] : 0.0f);
+    }
+}
+#endif
+
+#if KCU_GEMM90
+/* CUtensorMap (cuda.h): 128 opaque bytes, 128-byte aligned */
+struct alignas(128) kcu_tmap {
+    unsigned long long opaque[16];
 };
 
 /* The RMS pre-pass: inv[t] = 1 / sqrt(mean_k x[t, k]^2 + eps) for t < T, a
@@ -1718,7 +1825,7 @@ template <> struct kcu_wg_mma<256> {
  * tensor maps of x and w (kernel parameters, __grid_constant__); pro
  * kcu_g90_none or kcu_g90_rms. Called from a kernel of KCU_G90_THREADS
  * threads with kcu_gemm90_smem(BN, STAGES) bytes of dynamic shared memory. */
-template <typename X, int K, int N, int BN, int STAGES, class Pro, class Epi>
+template <typename X, int K, int N, int BN, int STAGES, class Tiles = kcu_g90_plain<BN>, class Pro, class Epi>
 static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &tb, const Pro pro,
                                                   const Epi &epi)
 {
@@ -1728,6 +1835,8 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
         KT = (K + BK - 1) / BK,              /* k blocks */
         A_BYTES = BM * BK * 2,               /* a stage's x tile */
         B_BYTES = BN * BK * 2,               /* a stage's w tile */
+        NBOX = Tiles::NBOX,                  /* its boxes */
+        RB = BN / NBOX,                      /* rows a box */
         STAGE_BYTES = A_BYTES + B_BYTES,
         R = BN / 2,                          /* accumulators a consumer thread */
         CONSUMER_WARPS = 8,
@@ -1736,13 +1845,14 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
     static_assert(sizeof(X) == 2, "bf16 or f16 operands");
     static_assert(BN % 64 == 0 && BN >= 64 && BN <= 256, "BN: 64, 128, 192 or 256");
     static_assert(STAGES >= 2 && kcu_gemm90_smem(BN, STAGES) <= 232448 - 1024, "stages fit in shared memory");
+    static_assert(BN % NBOX == 0 && RB % 8 == 0 && RB <= 256, "boxes of whole swizzle atoms");
     extern __shared__ unsigned char kcu_g90_dyn[];
     __shared__ alignas(8) unsigned long long bars[2 * STAGES]; /* full[STAGES], empty[STAGES] */
     const unsigned base = (kcu_g90_smem(kcu_g90_dyn) + 1023u) & ~1023u;
     const unsigned sa = base, sb = base + STAGES * A_BYTES; /* x stages, then w stages */
     const unsigned full = kcu_g90_smem(bars), empty = full + 8 * STAGES;
     const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int m0 = blockIdx.x * BM;
     if (tid == 0) {
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&ta)) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&tb)) : "memory");
@@ -1758,12 +1868,17 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (warp == 0) {
             if (lane == 0) {
+                int rows[NBOX]; /* the boxes' first weight rows */
+#pragma unroll
+                for (int i = 0; i < NBOX; i++) rows[i] = max(Tiles::box(blockIdx.y, i), 0);
                 for (int kt = 0; kt < KT; kt++) {
                     const int s = kt % STAGES;
                     if (kt >= STAGES) kcu_mbar_wait(empty + 8 * s, (kt / STAGES + 1) & 1);
                     kcu_mbar_expect(full + 8 * s, STAGE_BYTES);
                     kcu_tma_2d(sa + s * A_BYTES, ta, full + 8 * s, kt * BK, m0);
-                    kcu_tma_2d(sb + s * B_BYTES, tb, full + 8 * s, kt * BK, n0);
+#pragma unroll
+                    for (int i = 0; i < NBOX; i++)
+                        kcu_tma_2d(sb + s * B_BYTES + i * RB * 128, tb, full + 8 * s, kt * BK, rows[i]);
                 }
             }
         }
@@ -1789,6 +1904,7 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
         kcu_wg_wait<0>();
         kcu_wg_hold(d);
         const int rt = (wg - 1) * 64 + warp * 16 + lane / 4; /* the thread's first row in the tile */
+        const int y = blockIdx.y, split = Tiles::split(y);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const long long tok = m0 + rt + 8 * h;
@@ -1796,12 +1912,11 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
             const float sc = pro.scale(tok);
 #pragma unroll
             for (int j = 0; j < BN / 8; j++) {
-                const int col = n0 + 8 * j + 2 * (lane % 4);
-                const float v0 = d[4 * j + 2 * h] * sc, v1 = d[4 * j + 2 * h + 1] * sc;
-                if (col + 1 < N)
-                    epi.two(tok, Epi::row(col), v0, Epi::row(col + 1), v1);
-                else if (col < N)
-                    epi.one(tok, Epi::row(col), v0);
+                /* a split tile hands columns n >= BN / 2 with their partners n - BN / 2 */
+                if (split && j >= BN / 16) continue;
+                const int jp = j < BN / 16 ? j + BN / 16 : j; /* the partner's 8 columns (split) */
+                kcu_g90_hand<BN, N, Tiles>(epi, tok, y, 8 * j + 2 * (lane % 4), d[4 * j + 2 * h] * sc,
+                                           d[4 * j + 2 * h + 1] * sc, d[4 * jp + 2 * h] * sc, d[4 * jp + 2 * h + 1] * sc);
             }
         }
     }

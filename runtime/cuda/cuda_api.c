@@ -134,10 +134,13 @@ int krt_cuda_pick_arch(const char *const *archs, int n, int major, int minor)
         if (strncmp(a, "sm_", 3) != 0) continue;
         char *end;
         long v = strtol(a + 3, &end, 10);
-        if (end == a + 3 || *end || v < 10) continue;
+        /* sm_NNa: arch-specific features (sm_90a's wgmma), for NN's compute capability alone */
+        int specific = end[0] == 'a' && end[1] == 0;
+        if (end == a + 3 || (*end && !specific) || v < 10) continue;
         int amaj = (int)(v / 10), amin = (int)(v % 10);
-        if (amaj != major || amin > minor) continue;
-        if (amin > best_minor) best = i, best_minor = amin;
+        if (amaj != major || amin > minor || (specific && amin != minor)) continue;
+        int score = 2 * amin + specific; /* the exact minor; of two, the arch-specific one */
+        if (score > best_minor) best = i, best_minor = score;
     }
     return best;
 }

@@ -133,7 +133,8 @@ int krt_cuda_verror(const krt_cuda_api *api, ks_diag *d, krt_cu_result r, const 
 
 /* The architecture to run on a device of compute capability major.minor,
  * among archs ("sm_80", ...): the exact one, else the highest sm_<major><m>
- * with m <= minor (cubins run on later minors of their major). Index into
+ * with m <= minor (cubins run on later minors of their major); "sm_90a"
+ * (arch-specific) fits 9.0 alone and is taken before "sm_90". Index into
  * archs, or -1 when none fits. */
 int krt_cuda_pick_arch(const char *const *archs, int n, int major, int minor);
 

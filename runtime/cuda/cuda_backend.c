@@ -90,6 +90,15 @@ typedef struct cu_state {
     krt_cu_fn *fns;           /* [meta.n_kernels] the kernels, looked up */
     krt_cu_fn *fns_large;     /* [meta.n_kernels] their variants for steps above large_above tokens, or NULL */
     krt_cu_fn draw_fn;        /* krt_draw (runtime/cuda/cuda_draw.h), or NULL: the engine predates it */
+    /* variants (cuda.meta "variants": the sm_90a matmul) of the loaded arch: launch slot
+     * vbase[i] + j * KRT_CUDA_MAX_LAUNCHES + l is launch l of variant j of kernel i */
+    size_t *vbase;            /* [meta.n_kernels] */
+    size_t n_vslots;          /* launch slots in all */
+    krt_cu_fn *vfns;          /* [n_vslots] the variants' kernels (NULL: another arch's, never launched) */
+    size_t *tm_base;          /* [n_vslots] the slot's first tensor map in tmaps (its TMAP args in order) */
+    krt_cu_tmap *tmaps;       /* every tensor map a variant passes, made once a session (make_tmaps) */
+    size_t n_tmaps;           /* how many */
+    int64_t tmaps_rows;       /* the activation rows they were made for (0: not made) */
     const krt_engine *e;      /* the engine; not owned */
     const krt_desc *desc;     /* its description: &e->desc */
     const kir_graph *g;       /* its graph */
@@ -222,6 +231,57 @@ static int open_device(cu_state *s, ks_diag *d)
     return 0;
 }
 
+/* The variants' launch slots, and the kernels of those of the loaded arch, each with its dynamic
+ * shared memory allowed (once: the attribute stays with the function). */
+static int load_variants(cu_state *s, ks_diag *d)
+{
+    s->vbase = ks_try_calloc((size_t)s->meta.n_kernels + 1, sizeof *s->vbase);
+    if (!s->vbase) return ks_error_oom(d, s->e->path, ((size_t)s->meta.n_kernels + 1) * sizeof *s->vbase, "the variants");
+    size_t n = 0, maps = 0;
+    for (int i = 0; i < s->meta.n_kernels; i++) {
+        s->vbase[i] = n;
+        n += (size_t)s->meta.kernels[i].n_variants * KRT_CUDA_MAX_LAUNCHES;
+    }
+    s->n_vslots = n;
+    s->vfns = ks_try_calloc(n + 1, sizeof *s->vfns);
+    s->tm_base = ks_try_calloc(n + 1, sizeof *s->tm_base);
+    if (!s->vfns || !s->tm_base) return ks_error_oom(d, s->e->path, (n + 1) * 2 * sizeof *s->vfns, "the variants");
+    for (int i = 0; i < s->meta.n_kernels; i++) {
+        const krt_cuda_kernel *k = &s->meta.kernels[i];
+        for (int j = 0; j < k->n_variants; j++) {
+            const krt_cuda_variant *v = &k->variants[j];
+            if (strcmp(v->arch, s->arch) != 0) continue;
+            for (int l = 0; l < v->n_launches; l++) {
+                const krt_cuda_launch *ln = &v->launches[l];
+                size_t slot = s->vbase[i] + (size_t)j * KRT_CUDA_MAX_LAUNCHES + (size_t)l;
+                krt_cu_result r = s->api.cuModuleGetFunction(&s->vfns[slot], s->module, ln->name);
+                if (r != 0) return cu_error(s, d, r, "damaged engine: kernel %s is not in its %s cubin", ln->name, s->arch);
+                if (ln->smem > 0) {
+                    if (!s->api.cuFuncSetAttribute) {
+                        ks_error(d, "cuda", "kernel %s needs %d bytes of shared memory, and the driver has no "
+                                 "cuFuncSetAttribute (CUDA 12 or later has it)", ln->name, ln->smem);
+                        return -1;
+                    }
+                    r = s->api.cuFuncSetAttribute(s->vfns[slot], KRT_CU_FUNC_MAX_DYNAMIC_SHARED_BYTES, ln->smem);
+                    if (r != 0) return cu_error(s, d, r, "cannot give kernel %s %d bytes of shared memory", ln->name, ln->smem);
+                }
+                s->tm_base[slot] = maps;
+                for (int a = 0; a < ln->n_args; a++) maps += ln->args[a].kind == KRT_CUDA_ARG_TMAP;
+            }
+        }
+    }
+    s->n_tmaps = maps;
+    if (maps && !s->api.cuTensorMapEncodeTiled) {
+        ks_error(d, "cuda", "the engine's %s kernels read tensor maps, and the driver has no cuTensorMapEncodeTiled "
+                 "(CUDA 12 or later has it)", s->arch);
+        return -1;
+    }
+    /* the driver wants each map 64-byte aligned (cuTensorMapEncodeTiled); a krt_cu_tmap is 128 */
+    s->tmaps = aligned_alloc(_Alignof(krt_cu_tmap), (maps + 1) * sizeof *s->tmaps);
+    if (!s->tmaps) return ks_error_oom(d, s->e->path, (maps + 1) * sizeof *s->tmaps, "the tensor maps");
+    return 0;
+}
+
 static int load_kernels(cu_state *s, ks_diag *d)
 {
     ks_buf section = KS_BUF_TRY;
@@ -259,6 +319,7 @@ static int load_kernels(cu_state *s, ks_diag *d)
         r = s->api.cuModuleGetFunction(&s->fns_large[i], s->module, k->name_large);
         if (r != 0) return cu_error(s, d, r, "damaged engine: kernel %s is not in its %s cubin", k->name_large, s->arch);
     }
+    if (load_variants(s, d) != 0) return -1;
     /* optional: engines built before the draw kernel existed lack it, and draw on the host */
     if (s->api.cuModuleGetFunction(&s->draw_fn, s->module, KRT_CUDA_DRAW_KERNEL) != 0) s->draw_fn = NULL;
     if ((r = s->api.cuStreamCreate(&s->stream, KRT_CU_STREAM_NON_BLOCKING)) != 0) {
@@ -366,24 +427,37 @@ static int place_values(cu_state *s, ks_diag *d)
 /* The kernels keep K/V rows in the engine's kv_dtype: 4 bytes (f32) or 2 (bf16, f16). */
 static size_t cuda_kv_elem_size(const krt_desc *desc) { return kir_dtype_size(desc->kv_dtype); }
 
-/* Every kernel's node, values and layers exist. */
+/* A launch's values and layers exist. */
+static int check_args(cu_state *s, const char *name, const krt_cuda_arg *args, int n_args, ks_diag *d)
+{
+    const krt_kv_config *cfg = krt_kv_config_of(s->kv);
+    for (int a = 0; a < n_args; a++) {
+        const krt_cuda_arg *arg = &args[a];
+        if ((arg->kind == KRT_CUDA_ARG_VALUE || arg->kind == KRT_CUDA_ARG_TMAP) && arg->index >= (int64_t)s->g->n_nodes)
+            return meta_error(s, d, "kernel %s reads value %lld, past the graph", name, (long long)arg->index);
+        if (arg->kind == KRT_CUDA_ARG_KV_K || arg->kind == KRT_CUDA_ARG_KV_V) {
+            if (arg->index >= cfg->n_layers || cfg->layers[arg->index].kv_heads == 0)
+                return meta_error(s, d, "kernel %s uses KV layer %lld, which the cache does not have", name,
+                                  (long long)arg->index);
+            s->has_kv = 1;
+        }
+    }
+    return 0;
+}
+
+/* Every kernel's node, values and layers exist (its variants' too). */
 static int check_kernels(cu_state *s, ks_diag *d)
 {
     const krt_kv_config *cfg = krt_kv_config_of(s->kv);
     for (int i = 0; i < s->meta.n_kernels; i++) {
         const krt_cuda_kernel *k = &s->meta.kernels[i];
         if (k->node >= s->g->n_nodes) return meta_error(s, d, "kernel %s computes node %u, past the graph", k->name, k->node);
-        for (int a = 0; a < k->n_args; a++) {
-            const krt_cuda_arg *arg = &k->args[a];
-            if (arg->kind == KRT_CUDA_ARG_VALUE && arg->index >= (int64_t)s->g->n_nodes)
-                return meta_error(s, d, "kernel %s reads value %lld, past the graph", k->name, (long long)arg->index);
-            if (arg->kind == KRT_CUDA_ARG_KV_K || arg->kind == KRT_CUDA_ARG_KV_V) {
-                if (arg->index >= cfg->n_layers || cfg->layers[arg->index].kv_heads == 0)
-                    return meta_error(s, d, "kernel %s uses KV layer %lld, which the cache does not have", k->name,
-                                      (long long)arg->index);
-                s->has_kv = 1;
+        if (check_args(s, k->name, k->args, k->n_args, d) != 0) return -1;
+        for (int j = 0; j < k->n_variants; j++)
+            for (int l = 0; l < k->variants[j].n_launches; l++) {
+                const krt_cuda_launch *ln = &k->variants[j].launches[l];
+                if (check_args(s, ln->name, ln->args, ln->n_args, d) != 0) return -1;
             }
-        }
     }
     if (cfg->elem_size != cuda_kv_elem_size(s->desc))
         return meta_error(s, d, "the KV cache holds %zu-byte elements; these kernels need %s", cfg->elem_size,
@@ -554,6 +628,10 @@ static void cuda_destroy(void *state)
     free(s->graphs);
     free(s->fns);
     free(s->fns_large);
+    free(s->vbase);
+    free(s->vfns);
+    free(s->tm_base);
+    free(s->tmaps);
     free(s->root);
     free(s->home);
     free(s->act_off);
@@ -718,32 +796,66 @@ static krt_cu_ptr value_ptr(const cu_state *s, uint32_t v, const step_ptrs *p)
     KS_UNREACHABLE();
 }
 
-/* Launch kernel i for a step of T tokens on the stream (or into the graph being captured). */
-static int launch(cu_state *s, int i, int64_t T, const step_ptrs *p, ks_diag *d)
+/* Every tensor map of the loaded arch's variants, for activations of t_cap rows (their buffers do
+ * not move until reserve_acts regrows them: a planned engine's never). A map is value v as rows (a
+ * weight's of its last dim, an activation's a token each), boxes of 64 x box rows, 128-byte swizzle, zeros past the edges (kcu_prelude.cuh's
+ * kcu_gemm90). */
+static int make_tmaps(cu_state *s, ks_diag *d)
 {
-    const krt_cuda_kernel *k = &s->meta.kernels[i];
-    const krt_kv_config *cfg = krt_kv_config_of(s->kv);
-    int64_t grid[3];
-    static const int64_t limit[3] = {INT32_MAX, 65535, 65535};
-    for (int g = 0; g < 3; g++) {
-        grid[g] = krt_cuda_grid_dim(k, g, T);
-        if (grid[g] > limit[g]) {
-            ks_error(d, "cuda", "kernel %s: a step of %lld tokens needs %lld blocks in grid dimension %d (at most %lld)",
-                     k->name, (long long)T, (long long)grid[g], g, (long long)limit[g]);
-            return -1;
+    if (s->n_tmaps == 0 || s->tmaps_rows == s->t_cap) return 0;
+    const step_ptrs none = {0};
+    size_t at = 0;
+    for (int i = 0; i < s->meta.n_kernels; i++) {
+        const krt_cuda_kernel *k = &s->meta.kernels[i];
+        for (int j = 0; j < k->n_variants; j++) {
+            const krt_cuda_variant *v = &k->variants[j];
+            if (strcmp(v->arch, s->arch) != 0) continue;
+            for (int l = 0; l < v->n_launches; l++)
+                for (int a = 0; a < v->launches[l].n_args; a++) {
+                    const krt_cuda_arg *arg = &v->launches[l].args[a];
+                    if (arg->kind != KRT_CUDA_ARG_TMAP) continue;
+                    const kir_node *n = &s->g->nodes[arg->index];
+                    uint32_t r = s->root[arg->index];
+                    /* a weight [N, K]: N rows; an activation: a row a token ([T, heads, dim] too) */
+                    int weight = s->home[r] == HOME_WEIGHT;
+                    int64_t K = !n->ndim ? 0 : weight ? n->dims[n->ndim - 1] : kir_row_elems(n);
+                    int dt = n->dtype == KIR_BF16 ? KRT_CU_TMAP_BFLOAT16 : n->dtype == KIR_F16 ? KRT_CU_TMAP_FLOAT16 : -1;
+                    if (dt < 0 || K <= 0 || (K * 2) % 16 || s->home[r] == HOME_TOKENS || s->home[r] == HOME_POSITIONS)
+                        return meta_error(s, d, "kernel %s reads value %%%lld through a tensor map, which needs "
+                                          "bf16 or f16 rows of a multiple of 8 elements", v->launches[l].name,
+                                          (long long)arg->index);
+                    krt_cu_ptr base = value_ptr(s, (uint32_t)arg->index, &none);
+                    const uint64_t dims[2] = {(uint64_t)K, (uint64_t)(weight ? kir_elems(n, 1) / K : s->t_cap)},
+                                   strides[1] = {(uint64_t)K * 2};
+                    const unsigned box[2] = {64, (unsigned)arg->box}, es[2] = {1, 1};
+                    KS_ASSERT(at < s->n_tmaps);
+                    krt_cu_result res = s->api.cuTensorMapEncodeTiled(
+                        &s->tmaps[at++], dt, 2, (void *)(uintptr_t)base, dims, strides, box, es,
+                        KRT_CU_TMAP_INTERLEAVE_NONE, KRT_CU_TMAP_SWIZZLE_128B, KRT_CU_TMAP_L2_256B, KRT_CU_TMAP_OOB_ZERO);
+                    if (res != 0)
+                        return cu_error(s, d, res, "cannot make the tensor map of value %%%lld for kernel %s",
+                                        (long long)arg->index, v->launches[l].name);
+                }
         }
-        if (grid[g] <= 0) return 0; /* nothing to do */
     }
-    /* Each parameter's value in an 8-byte slot; the entries past the last
-     * parameter stay NULL (the driver ignores them; a CPU stand-in for
-     * libcuda in the tests stops at the first NULL). */
-    union {
-        krt_cu_ptr ptr; /* a pointer parameter */
-        int i;          /* an int parameter */
-    } slot[KRT_CUDA_MAX_ARGS] = {{0}};
-    void *params[KRT_CUDA_MAX_ARGS + 1] = {0};
-    for (int a = 0; a < k->n_args; a++) {
-        const krt_cuda_arg *arg = &k->args[a];
+    s->tmaps_rows = s->t_cap;
+    return 0;
+}
+
+/* Each parameter's value in an 8-byte slot (a tensor map: params points at it in tmaps, from
+ * tmaps[tm] on); the entries past the last parameter stay NULL (the driver ignores them; a CPU
+ * stand-in for libcuda in the tests stops at the first NULL). */
+typedef union arg_slot {
+    krt_cu_ptr ptr; /* a pointer parameter */
+    int i;          /* an int parameter */
+} arg_slot;
+
+static void fill_params(cu_state *s, const krt_cuda_arg *args, int n_args, int64_t T, const step_ptrs *p, size_t tm,
+                        arg_slot *slot, void **params)
+{
+    const krt_kv_config *cfg = krt_kv_config_of(s->kv);
+    for (int a = 0; a < n_args; a++) {
+        const krt_cuda_arg *arg = &args[a];
         params[a] = &slot[a];
         switch (arg->kind) {
         case KRT_CUDA_ARG_T:
@@ -773,10 +885,70 @@ static int launch(cu_state *s, int i, int64_t T, const step_ptrs *p, ks_diag *d)
         case KRT_CUDA_ARG_TABLES:
             slot[a].ptr = p->tables;
             break;
+        case KRT_CUDA_ARG_TMAP:
+            KS_ASSERT(tm < s->n_tmaps);
+            params[a] = &s->tmaps[tm++];
+            break;
         case KRT_CUDA_ARG_COUNT:
             KS_UNREACHABLE();
         }
     }
+}
+
+/* A grid's dims for T tokens, checked against the device's limits; 0 when a dim is empty
+ * (nothing to launch), 1 to launch, -1 after reporting. */
+static int grid_dims(const char *name, const int64_t (*g3)[3], int64_t T, int64_t grid[3], ks_diag *d)
+{
+    static const int64_t limit[3] = {INT32_MAX, 65535, 65535};
+    int run = 1;
+    for (int g = 0; g < 3; g++) {
+        const int64_t *t = g3[g];
+        grid[g] = (T * t[0] + t[1] + t[2] - 1) / t[2];
+        if (grid[g] > limit[g]) {
+            ks_error(d, "cuda", "kernel %s: a step of %lld tokens needs %lld blocks in grid dimension %d (at most %lld)",
+                     name, (long long)T, (long long)grid[g], g, (long long)limit[g]);
+            return -1;
+        }
+        if (grid[g] <= 0) run = 0;
+    }
+    return run;
+}
+
+/* Variant j of kernel i (the loaded arch's) for a step of T tokens: its launches in order. */
+static int launch_variant(cu_state *s, int i, int j, int64_t T, const step_ptrs *p, ks_diag *d)
+{
+    const krt_cuda_variant *v = &s->meta.kernels[i].variants[j];
+    for (int l = 0; l < v->n_launches; l++) {
+        const krt_cuda_launch *ln = &v->launches[l];
+        size_t slot_at = s->vbase[i] + (size_t)j * KRT_CUDA_MAX_LAUNCHES + (size_t)l;
+        int64_t grid[3];
+        int run = grid_dims(ln->name, ln->grid, T, grid, d);
+        if (run < 0) return -1;
+        if (run == 0) continue;
+        arg_slot slot[KRT_CUDA_MAX_ARGS] = {{0}};
+        void *params[KRT_CUDA_MAX_ARGS + 1] = {0};
+        fill_params(s, ln->args, ln->n_args, T, p, s->tm_base[slot_at], slot, params);
+        krt_cu_result r = s->api.cuLaunchKernel(s->vfns[slot_at], (unsigned)grid[0], (unsigned)grid[1],
+                                                (unsigned)grid[2], (unsigned)ln->block, 1, 1, (unsigned)ln->smem,
+                                                s->stream, params, NULL);
+        if (r != 0) return cu_error(s, d, r, "cannot launch %s", ln->name);
+    }
+    return 0;
+}
+
+/* Launch kernel i for a step of T tokens on the stream (or into the graph being captured). */
+static int launch(cu_state *s, int i, int64_t T, const step_ptrs *p, ks_diag *d)
+{
+    const krt_cuda_kernel *k = &s->meta.kernels[i];
+    const krt_cuda_variant *v = krt_cuda_pick_variant(k, s->arch, T);
+    if (v) return launch_variant(s, i, (int)(v - k->variants), T, p, d);
+    int64_t grid[3];
+    const int64_t(*g3)[3] = k->name_large && k->has_grid_large && T > k->large_above ? k->grid_large : k->grid;
+    int run = grid_dims(k->name, g3, T, grid, d);
+    if (run <= 0) return run;
+    arg_slot slot[KRT_CUDA_MAX_ARGS] = {{0}};
+    void *params[KRT_CUDA_MAX_ARGS + 1] = {0};
+    fill_params(s, k->args, k->n_args, T, p, 0, slot, params);
     krt_cu_fn fn = k->name_large && T > k->large_above ? s->fns_large[i] : s->fns[i];
     krt_cu_result r = s->api.cuLaunchKernel(fn, (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
                                             (unsigned)k->block, 1, 1, 0, s->stream, params, NULL);
@@ -1015,7 +1187,7 @@ static int run_step(cu_state *s, const krt_step *st, float *out, int n_draw, con
     int graph = s->opts.graphs && T <= s->opts.graph_max_tokens && !s->tap;
     int nk = s->meta.n_kernels, step_ev = 2 * (nk + 1); /* the step's events, when profiling */
     step_ptrs p;
-    if (reserve_acts(s, T, d) != 0 || (n_draw > 0 && reserve_draws(s, n_draw, d) != 0) ||
+    if (reserve_acts(s, T, d) != 0 || make_tmaps(s, d) != 0 || (n_draw > 0 && reserve_draws(s, n_draw, d) != 0) ||
         (s->events && record(s, step_ev, d) != 0) || upload_step(s, st, graph, &p, d) != 0)
         return -1;
     if (graph) {

@@ -8,7 +8,7 @@
 /* Spellings of the argument kinds; a kind with an index is "name:N". */
 static const struct {
     const char *name; /* as written in the meta */
-    int indexed;      /* 1: followed by ":N" */
+    int indexed;      /* 1: followed by ":N"; 2: by ":N:R" */
 } arg_names[KRT_CUDA_ARG_COUNT] = {
     [KRT_CUDA_ARG_T] = {"T", 0},
     [KRT_CUDA_ARG_VALUE] = {"value", 1},
@@ -19,12 +19,15 @@ static const struct {
     [KRT_CUDA_ARG_TABLE_OFF] = {"table_off", 0},
     [KRT_CUDA_ARG_TABLES] = {"tables", 0},
     [KRT_CUDA_ARG_BLOCK_SIZE] = {"block_size", 0},
+    [KRT_CUDA_ARG_TMAP] = {"tmap", 2}, /* tmap:value:box rows */
 };
 
 void krt_cuda_arg_format(const krt_cuda_arg *a, ks_buf *b)
 {
     KS_ASSERT(a->kind < KRT_CUDA_ARG_COUNT);
-    if (arg_names[a->kind].indexed)
+    if (arg_names[a->kind].indexed == 2)
+        ks_buf_printf(b, "%s:%lld:%d", arg_names[a->kind].name, (long long)a->index, (int)a->box);
+    else if (arg_names[a->kind].indexed)
         ks_buf_printf(b, "%s:%lld", arg_names[a->kind].name, (long long)a->index);
     else
         ks_buf_puts(b, arg_names[a->kind].name);
@@ -36,12 +39,65 @@ int64_t krt_cuda_grid_dim(const krt_cuda_kernel *k, int i, int64_t T)
     return (T * g[0] + g[1] + g[2] - 1) / g[2];
 }
 
+int64_t krt_cuda_launch_grid_dim(const krt_cuda_launch *l, int i, int64_t T)
+{
+    const int64_t *g = l->grid[i];
+    return (T * g[0] + g[1] + g[2] - 1) / g[2];
+}
+
+const krt_cuda_variant *krt_cuda_pick_variant(const krt_cuda_kernel *k, const char *arch, int64_t T)
+{
+    const krt_cuda_variant *pick = NULL;
+    for (int i = 0; arch && i < k->n_variants; i++)
+        if (T > k->variants[i].above && strcmp(k->variants[i].arch, arch) == 0) pick = &k->variants[i];
+    return pick;
+}
+
 /* ---- writing ------------------------------------------------------------------ */
 static cJSON *int_array(const int64_t *v, int n)
 {
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v[i]));
     return a;
+}
+
+static void put_grid(cJSON *obj, const int64_t (*grid)[3])
+{
+    cJSON *a = cJSON_AddArrayToObject(obj, "grid");
+    for (int g = 0; g < 3; g++) cJSON_AddItemToArray(a, int_array(grid[g], 3));
+}
+
+static void put_args(cJSON *obj, const krt_cuda_arg *args, int n, ks_buf *arg)
+{
+    cJSON *a = cJSON_AddArrayToObject(obj, "args");
+    for (int i = 0; i < n; i++) {
+        arg->len = 0;
+        krt_cuda_arg_format(&args[i], arg);
+        cJSON_AddItemToArray(a, cJSON_CreateString(ks_buf_cstr(arg)));
+    }
+}
+
+static void put_variants(cJSON *jk, const krt_cuda_kernel *k, ks_buf *arg)
+{
+    cJSON *vs = cJSON_AddArrayToObject(jk, "variants");
+    for (int i = 0; i < k->n_variants; i++) {
+        const krt_cuda_variant *v = &k->variants[i];
+        cJSON *jv = cJSON_CreateObject();
+        cJSON_AddStringToObject(jv, "arch", v->arch);
+        cJSON_AddNumberToObject(jv, "above", (double)v->above);
+        cJSON *ls = cJSON_AddArrayToObject(jv, "launches");
+        for (int j = 0; j < v->n_launches; j++) {
+            const krt_cuda_launch *l = &v->launches[j];
+            cJSON *jl = cJSON_CreateObject();
+            cJSON_AddStringToObject(jl, "name", l->name);
+            cJSON_AddNumberToObject(jl, "block", l->block);
+            cJSON_AddNumberToObject(jl, "smem", l->smem);
+            put_grid(jl, l->grid);
+            put_args(jl, l->args, l->n_args, arg);
+            cJSON_AddItemToArray(ls, jl);
+        }
+        cJSON_AddItemToArray(vs, jv);
+    }
 }
 
 void krt_cuda_meta_write(const krt_cuda_meta *meta, ks_buf *out)
@@ -73,14 +129,9 @@ void krt_cuda_meta_write(const krt_cuda_meta *meta, ks_buf *out)
                 for (int g = 0; g < 3; g++) cJSON_AddItemToArray(grid, int_array(k->grid_large[g], 3));
             }
         }
-        cJSON *grid = cJSON_AddArrayToObject(jk, "grid");
-        for (int g = 0; g < 3; g++) cJSON_AddItemToArray(grid, int_array(k->grid[g], 3));
-        cJSON *args = cJSON_AddArrayToObject(jk, "args");
-        for (int a = 0; a < k->n_args; a++) {
-            arg.len = 0;
-            krt_cuda_arg_format(&k->args[a], &arg);
-            cJSON_AddItemToArray(args, cJSON_CreateString(ks_buf_cstr(&arg)));
-        }
+        put_grid(jk, k->grid);
+        put_args(jk, k->args, k->n_args, &arg);
+        if (k->n_variants) put_variants(jk, k, &arg);
         cJSON_AddItemToArray(kernels, jk);
     }
     ks_buf_free(&arg);
@@ -94,6 +145,7 @@ void krt_cuda_meta_write(const krt_cuda_meta *meta, ks_buf *out)
 typedef struct reader {
     const char *what; /* the section's name in messages */
     ks_diag *d;       /* where errors go */
+    int v2;           /* 1: format kiln-cuda-2 (variants and tensor maps) */
 } reader;
 
 static int bad(reader *r, const char *fmt, ...) KS_PRINTF(2, 3);
@@ -128,14 +180,21 @@ static int parse_arg(reader *r, const cJSON *j, krt_cuda_arg *a)
         if (strncmp(s, arg_names[k].name, n) != 0) continue;
         if (!arg_names[k].indexed) {
             if (s[n] != 0) continue;
-            *a = (krt_cuda_arg){(krt_cuda_arg_kind)k, 0};
+            *a = (krt_cuda_arg){(krt_cuda_arg_kind)k, 0, 0};
             return 0;
         }
         if (s[n] != ':') continue;
         char *end;
-        long long idx = strtoll(s + n + 1, &end, 10);
-        if (end == s + n + 1 || *end || idx < 0 || idx > INT32_MAX) break;
-        *a = (krt_cuda_arg){(krt_cuda_arg_kind)k, idx};
+        long long idx = strtoll(s + n + 1, &end, 10), box = 0;
+        if (end == s + n + 1 || idx < 0 || idx > INT32_MAX) break;
+        if (arg_names[k].indexed == 2) {
+            const char *b = end + 1;
+            if (*end != ':') break;
+            box = strtoll(b, &end, 10);
+            if (end == b || box < 8 || box > 256 || box % 8) break;
+        }
+        if (*end) break;
+        *a = (krt_cuda_arg){(krt_cuda_arg_kind)k, idx, (int32_t)box};
         return 0;
     }
     return bad(r, "unknown kernel argument '%s'", s);
@@ -162,8 +221,63 @@ static int parse_grid(reader *r, const krt_cuda_kernel *k, const cJSON *grid, in
     return 0;
 }
 
+static int parse_args(reader *r, const char *name, const cJSON *args, krt_cuda_arg *out, int *n)
+{
+    if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) > KRT_CUDA_MAX_ARGS)
+        return bad(r, "kernel %s: args must be a list of at most %d", name, KRT_CUDA_MAX_ARGS);
+    *n = cJSON_GetArraySize(args);
+    for (int a = 0; a < *n; a++)
+        if (parse_arg(r, cJSON_GetArrayItem(args, a), &out[a])) return -1;
+    return 0;
+}
+
+static int parse_launch(reader *r, krt_cuda_meta *m, const krt_cuda_kernel *k, const cJSON *jl, krt_cuda_launch *l)
+{
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(jl, "name");
+    if (!cJSON_IsString(name) || !name->valuestring[0]) return bad(r, "kernel %s: a variant's launch has no name", k->name);
+    l->name = ks_arena_strdup(&m->arena, name->valuestring);
+    if (!l->name) return nomem(r, m);
+    int64_t v = 0;
+    if (get_count(r, cJSON_GetObjectItemCaseSensitive(jl, "block"), "launch block", 1025, &v)) return -1;
+    if (v == 0) return bad(r, "kernel %s has an empty block", l->name);
+    l->block = (int)v;
+    if (get_count(r, cJSON_GetObjectItemCaseSensitive(jl, "smem"), "launch smem", (int64_t)1 << 20, &v)) return -1;
+    l->smem = (int)v;
+    krt_cuda_kernel named = {.name = l->name};
+    if (parse_grid(r, &named, cJSON_GetObjectItemCaseSensitive(jl, "grid"), l->grid)) return -1;
+    return parse_args(r, l->name, cJSON_GetObjectItemCaseSensitive(jl, "args"), l->args, &l->n_args);
+}
+
+static int parse_variants(reader *r, krt_cuda_meta *m, const cJSON *vs, krt_cuda_kernel *k)
+{
+    if (!cJSON_IsArray(vs) || cJSON_GetArraySize(vs) > KRT_CUDA_MAX_VARIANTS)
+        return bad(r, "kernel %s: variants must be a list of at most %d", k->name, KRT_CUDA_MAX_VARIANTS);
+    k->n_variants = cJSON_GetArraySize(vs);
+    k->variants = ks_arena_alloc(&m->arena, sizeof *k->variants * (size_t)(k->n_variants + 1));
+    if (!k->variants) return nomem(r, m);
+    for (int i = 0; i < k->n_variants; i++) {
+        krt_cuda_variant *v = &k->variants[i];
+        memset(v, 0, sizeof *v);
+        const cJSON *jv = cJSON_GetArrayItem(vs, i), *arch = cJSON_GetObjectItemCaseSensitive(jv, "arch");
+        if (!cJSON_IsString(arch) || !arch->valuestring[0]) return bad(r, "kernel %s: a variant has no arch", k->name);
+        v->arch = ks_arena_strdup(&m->arena, arch->valuestring);
+        if (!v->arch) return nomem(r, m);
+        if (get_count(r, cJSON_GetObjectItemCaseSensitive(jv, "above"), "variant above", INT32_MAX, &v->above)) return -1;
+        if (i > 0 && v->above < k->variants[i - 1].above)
+            return bad(r, "kernel %s: variants are not in order of \"above\"", k->name);
+        const cJSON *ls = cJSON_GetObjectItemCaseSensitive(jv, "launches");
+        if (!cJSON_IsArray(ls) || cJSON_GetArraySize(ls) < 1 || cJSON_GetArraySize(ls) > KRT_CUDA_MAX_LAUNCHES)
+            return bad(r, "kernel %s: a variant needs 1 to %d launches", k->name, KRT_CUDA_MAX_LAUNCHES);
+        v->n_launches = cJSON_GetArraySize(ls);
+        for (int j = 0; j < v->n_launches; j++)
+            if (parse_launch(r, m, k, cJSON_GetArrayItem(ls, j), &v->launches[j])) return -1;
+    }
+    return 0;
+}
+
 static int parse_kernel(reader *r, krt_cuda_meta *m, const cJSON *jk, krt_cuda_kernel *k)
 {
+    memset(k, 0, sizeof *k);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(jk, "name");
     if (!cJSON_IsString(name) || !name->valuestring[0]) return bad(r, "a kernel has no name");
     k->name = ks_arena_strdup(&m->arena, name->valuestring);
@@ -190,20 +304,19 @@ static int parse_kernel(reader *r, krt_cuda_meta *m, const cJSON *jk, krt_cuda_k
         }
     }
     if (parse_grid(r, k, cJSON_GetObjectItemCaseSensitive(jk, "grid"), k->grid)) return -1;
-    const cJSON *args = cJSON_GetObjectItemCaseSensitive(jk, "args");
-    if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) > KRT_CUDA_MAX_ARGS)
-        return bad(r, "kernel %s: args must be a list of at most %d", k->name, KRT_CUDA_MAX_ARGS);
-    k->n_args = cJSON_GetArraySize(args);
-    for (int a = 0; a < k->n_args; a++)
-        if (parse_arg(r, cJSON_GetArrayItem(args, a), &k->args[a])) return -1;
+    if (parse_args(r, k->name, cJSON_GetObjectItemCaseSensitive(jk, "args"), k->args, &k->n_args)) return -1;
+    const cJSON *vs = cJSON_GetObjectItemCaseSensitive(jk, "variants");
+    if (vs && (!r->v2 || parse_variants(r, m, vs, k))) return r->v2 ? -1 : bad(r, "kernel %s: variants in a kiln-cuda-1 meta", k->name);
     return 0;
 }
 
 static int parse_root(reader *r, const cJSON *root, krt_cuda_meta *m)
 {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, KRT_CUDA_META_FORMAT) != 0)
+    if (!cJSON_IsString(fmt) ||
+        (strcmp(fmt->valuestring, KRT_CUDA_META_FORMAT) != 0 && strcmp(fmt->valuestring, KRT_CUDA_META_FORMAT_1) != 0))
         return bad(r, "format is not \"%s\"", KRT_CUDA_META_FORMAT);
+    r->v2 = strcmp(fmt->valuestring, KRT_CUDA_META_FORMAT) == 0;
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "archs");
     if (!cJSON_IsArray(archs) || cJSON_GetArraySize(archs) == 0) return bad(r, "no archs");
     m->n_archs = cJSON_GetArraySize(archs);
@@ -245,7 +358,7 @@ int krt_cuda_meta_parse(const char *text, size_t len, const char *what, krt_cuda
 {
     memset(meta, 0, sizeof *meta);
     meta->arena.fallible = 1; /* the runtime reads it: out of memory is an error (nomem) */
-    reader r = {what, d};
+    reader r = {what, d, 0};
     cJSON *root = cJSON_ParseWithLength(text, len);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);

@@ -9,8 +9,8 @@
  * The section is a JSON object (readable with `kiln inspect`-like tools):
  *
  *   {
- *     "format": "kiln-cuda-1",
- *     "archs": ["sm_80", "sm_90"],          cubins in the engine, sections cuda.sm_80, ...
+ *     "format": "kiln-cuda-2",
+ *     "archs": ["sm_80", "sm_90a"],         cubins in the engine, sections cuda.sm_80, ...
  *     "output": 67,                         value whose buffer holds the logits
  *     "aliases": [[7, 6], [67, 66]],        [value, value whose buffer it shares]
  *     "kernels": [                          launched in this order every step
@@ -18,10 +18,20 @@
  *        "large": {"name": "k6_matmul_large", "above": 8},   optional: the kernel for steps of more tokens
  *                                           (and optionally its own "grid", as "grid" below)
  *        "grid": [[0, 2, 1], [1, 31, 32], [0, 1, 1]],
- *        "args": ["T", "value:4", "value:5", "value:6"]},
+ *        "args": ["T", "value:4", "value:5", "value:6"],
+ *        "variants": [                      optional, by "above" ascending: launches that replace
+ *          {"arch": "sm_90a", "above": 64,  the kernel for steps of more than "above" tokens when
+ *           "launches": [                   the loaded cubin is "arch" (the last that applies runs)
+ *             {"name": "k6_rms_norm_..", "block": 256, "smem": 0, "grid": .., "args": [..]},
+ *             {"name": "k6_matmul_fused_.._g90_128", "block": 384, "smem": 197632,
+ *              "grid": .., "args": ["T", "tmap:5:128", "tmap:4:64", "value:6"]}]}]},
  *       ...
  *     ]
  *   }
+ *
+ * "kiln-cuda-1" (no variants, no tensor maps) is read as well. A launch's
+ * "smem" is its dynamic shared memory in bytes (the runtime sets the
+ * function's MAX_DYNAMIC_SHARED_SIZE_BYTES to it once, at open).
  *
  * A grid dimension [t, c, div] is ceil((T * t + c) / div) blocks, T being the
  * tokens of the step; "block" is threads per block (x only). Arguments, in
@@ -36,6 +46,11 @@
  *   "table_off"    pointer to int[T]: where each token's block table starts in "tables"
  *   "tables"       pointer to int[]: the block tables of the step's sequences
  *   "block_size"   int: positions per KV block
+ *   "tmap:N:R"     CUtensorMap (128 bytes, by value): value N as a 2-D tensor of
+ *                  rows of its last dim (a weight: its dims[0] rows; an
+ *                  activation: the rows its buffer holds, the plan's max_tokens),
+ *                  bf16 or f16 as the value, boxes of 64 elements x R rows,
+ *                  128-byte swizzle, zeros past the edges; made once a session
  *
  * Prefix: krt_.
  */
@@ -46,7 +61,8 @@
 
 #include "support/support.h"
 
-#define KRT_CUDA_META_FORMAT "kiln-cuda-1"
+#define KRT_CUDA_META_FORMAT "kiln-cuda-2"
+#define KRT_CUDA_META_FORMAT_1 "kiln-cuda-1" /* read too: no variants */
 #define KRT_CUDA_META_SECTION "cuda.meta"
 #define KRT_CUDA_SECTION_PREFIX "cuda." /* + arch, e.g. "cuda.sm_90" */
 
@@ -60,15 +76,37 @@ typedef enum krt_cuda_arg_kind {
     KRT_CUDA_ARG_TABLE_OFF,  /* pointer: int[T] offsets into tables */
     KRT_CUDA_ARG_TABLES,     /* pointer: int[] block tables */
     KRT_CUDA_ARG_BLOCK_SIZE, /* int: positions per KV block */
+    KRT_CUDA_ARG_TMAP,       /* CUtensorMap by value: value `index` in boxes of `box` rows */
     KRT_CUDA_ARG_COUNT
 } krt_cuda_arg_kind;
 
 typedef struct krt_cuda_arg {
     krt_cuda_arg_kind kind; /* what the parameter receives */
-    int64_t index;          /* value or layer number for VALUE, KV_K, KV_V; 0 otherwise */
+    int64_t index;          /* value or layer number for VALUE, KV_K, KV_V, TMAP; 0 otherwise */
+    int32_t box;            /* TMAP: rows of a box (8 .. 256); 0 otherwise */
 } krt_cuda_arg;
 
-enum { KRT_CUDA_MAX_ARGS = 24 };
+enum { KRT_CUDA_MAX_ARGS = 24, KRT_CUDA_MAX_LAUNCHES = 4, KRT_CUDA_MAX_VARIANTS = 8 };
+
+/* One launch of a variant. */
+typedef struct krt_cuda_launch {
+    const char *name;                    /* the kernel's function name */
+    int block;                           /* threads per block */
+    int smem;                            /* dynamic shared memory, bytes */
+    int64_t grid[3][3];                  /* as krt_cuda_kernel's grid */
+    int n_args;                          /* parameters */
+    krt_cuda_arg args[KRT_CUDA_MAX_ARGS]; /* in parameter order */
+} krt_cuda_launch;
+
+/* Launches that replace a kernel for steps of more than `above` tokens on
+ * one architecture (e.g. the sm_90a matmul: a norm's own kernel, then the
+ * wgmma matmul reading its output through a tensor map). */
+typedef struct krt_cuda_variant {
+    const char *arch;                              /* the cubin that holds them, "sm_90a" */
+    int64_t above;                                 /* tokens a step above which they run */
+    int n_launches;                                /* 1 .. KRT_CUDA_MAX_LAUNCHES */
+    krt_cuda_launch launches[KRT_CUDA_MAX_LAUNCHES]; /* in order */
+} krt_cuda_variant;
 
 typedef struct krt_cuda_kernel {
     const char *name;                    /* the kernel's function name, e.g. "k6_matmul" */
@@ -81,6 +119,8 @@ typedef struct krt_cuda_kernel {
     int64_t grid[3][3];                  /* per grid dim: {t, c, div}: ceil((T*t + c) / div) */
     int n_args;                          /* parameters */
     krt_cuda_arg args[KRT_CUDA_MAX_ARGS]; /* in parameter order */
+    krt_cuda_variant *variants;          /* by above ascending; NULL when none */
+    int n_variants;                      /* how many (at most KRT_CUDA_MAX_VARIANTS) */
 } krt_cuda_kernel;
 
 typedef struct krt_cuda_meta {
@@ -105,6 +145,14 @@ void krt_cuda_meta_free(krt_cuda_meta *meta);
 
 /* Grid dimension i of kernel k for a step of T tokens (of name_large's grid when that runs). */
 int64_t krt_cuda_grid_dim(const krt_cuda_kernel *k, int i, int64_t T);
+
+/* Grid dimension i of a launch for a step of T tokens. */
+int64_t krt_cuda_launch_grid_dim(const krt_cuda_launch *l, int i, int64_t T);
+
+/* The variant of kernel k that runs a step of T tokens when the cubin of
+ * arch is loaded: the last whose arch is arch and whose above is below T;
+ * NULL: k's own kernels (name, name_large) run. */
+const krt_cuda_variant *krt_cuda_pick_variant(const krt_cuda_kernel *k, const char *arch, int64_t T);
 
 /* The spelling of an argument in the meta ("value:6"), into b. */
 void krt_cuda_arg_format(const krt_cuda_arg *a, ks_buf *b);

@@ -4,9 +4,11 @@
  * tests/data/llama3-8b-config.json, which no checkpoint in the tests has):
  * compiles the description, runs every pass, generates the CUDA source,
  * checks that it holds at most MAX_DISTINCT distinct kernels (layers share
- * theirs), and compiles it with NVRTC for each architecture of TARGET. Prints
+ * theirs), and compiles it with NVRTC for each architecture of TARGET (sm_90 as
+ * sm_90a with the matmuls' gemm90 variants, as kcu_build does). Prints
  *
  *   graph llama (bf16 weights): 32 layers, 578 launches, 19 distinct kernels, 51234 bytes of source
+ *     k_matmul_fused_..: T > 64: the norm, then k_matmul_fused_.._g90_128, 48 column tiles, ...
  *
  * It times nothing: bench/compile_time measures the same compile by stage.
  * usage: cuda_compile_graph MODEL.kiln CONFIG.json TARGET DTYPE MAX_DISTINCT
@@ -58,14 +60,31 @@ int main(int argc, char **argv)
     ks_buf src = {0};
     ks_arena arena = {0};
     const char **archs = NULL;
-    if (CHECK(kcu_generate(g, &src, &meta, &d) == 0)) {
+    /* as kcu_build: a target with sm_90 compiles it as sm_90a, with the matmuls' gemm90 variants */
+    int n_archs = kcu_parse_target(argv[3], &arena, &archs, &d);
+    CHECK(n_archs > 0);
+    kcu_options opt = {0};
+    for (int i = 0; i < n_archs; i++)
+        if (strcmp(archs[i], "sm_90") == 0) archs[i] = KCU_GEMM90_ARCH, opt.gemm90 = 1;
+    if (CHECK(kcu_generate_with(g, &opt, &src, &meta, &d) == 0)) {
         int distinct = distinct_kernels(&meta);
         printf("graph %s (%s weights): %d layers, %d launches, %d distinct kernels, %zu bytes of source\n", g->name,
                argv[4], layers, meta.n_kernels, distinct, src.len);
         CHECK_MSG(distinct <= max_distinct, "%d distinct kernels, more than %d: kernels are not shared across layers",
                   distinct, max_distinct);
-        int n_archs = kcu_parse_target(argv[3], &arena, &archs, &d);
-        CHECK(n_archs > 0);
+        /* the gemm90 tiles chosen, once a kernel: steps above which each runs, its tile and grid */
+        for (int i = 0; i < meta.n_kernels; i++) {
+            const krt_cuda_kernel *k = &meta.kernels[i];
+            int seen = 0;
+            for (int j = 0; j < i && !seen; j++) seen = strcmp(k->name, meta.kernels[j].name) == 0;
+            for (int j = 0; !seen && j < k->n_variants; j++) {
+                const krt_cuda_variant *v = &k->variants[j];
+                const krt_cuda_launch *l = &v->launches[v->n_launches - 1];
+                printf("  %s: T > %lld: %s%s, %lld column tiles, %d bytes of shared memory\n", k->name,
+                       (long long)v->above, v->n_launches > 1 ? "the norm, then " : "", l->name,
+                       (long long)l->grid[1][1], l->smem);
+            }
+        }
         for (int i = 0; i < n_archs; i++) {
             ks_buf cubin = {0};
             CHECK_MSG(kcu_compile(ks_buf_cstr(&src), "graph.cu", archs[i], &cubin, &d) == 0 && cubin.len > 0,

@@ -19,6 +19,7 @@
 . "$(dirname "$0")/cuda_lib.sh"
 : "${KILN_TEST_CUDA:?}" "${KILN_EMU_LIB:?}"
 model="$1" engines="$2"
+model_args "$model"
 shift 2
 if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ] || [ -z "${KILN_GXX:-}" ]; then
   echo "skipped: needs NVRTC and g++"; exit 77
@@ -36,6 +37,38 @@ for dtype in "$@"; do
       || { echo "FAIL: $dtype logits (prompt $ids) differ from the interpreter's past $tol"; failures=$((failures+1)); }
   done
 done
+# the sm_90a matmul (kcu_gemm90, through its CPU stand-in in the emulated kernels): each fast
+# engine built again with KILN_CUDA_GEMM90_ABOVE=8, so that the 20-token prompt's matmuls run as
+# gemm90 kernels reading tensor maps (a norm prologue as its own kernel first; RoPE halves and
+# gate/up paired through split tiles); the same ids and tolerance as above, gemm90 launched
+# (emu_libcuda's counts), and the same engine on an sm_80 device (KILN_EMU_CC=8.0: its sm_80
+# cubin, no gemm90) with the same ids.
+for dtype in "$@"; do
+  g90="$work/g90-$dtype"
+  mkdir -p "$g90"
+  KILN_CUDA_GEMM90_ABOVE=8 "$KILN_BIN" build "${args[@]}" --target sm_80,sm_90 --dtype ${dtype%-fast} \
+    --precision fast --emit-source "$g90/src" -o "$g90/cuda.engine" >/dev/null 2>&1 \
+    && compile_kernels "$g90/src" "$g90/kernels.so" || { echo "FAIL: the gemm90 engine ($dtype)"; failures=$((failures+1)); continue; }
+  ids=1,7,12,31,5,9,40,2,11,3,4,5,6,7,8,9,10,11,12,13
+  tol=$([ "$dtype" = bf16-fast ] && echo 7.8e-3 || echo 9.8e-4)
+  want=$("$KILN_BIN" run "$engines/$dtype/cpu.engine" --ids $ids -n 6 --logits-out "$work/cpu.f32" 2>/dev/null)
+  got=$(KILN_EMU_STATS=1 KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$g90/kernels.so" \
+        "$KILN_BIN" run "$g90/cuda.engine" --ids $ids -n 6 --logits-out "$work/cuda.f32" 2>"$work/g90.err")
+  expect_same_output "greedy ids, $dtype, gemm90" "$want" "$got"
+  "$KILN_TEST_CUDA" --compare "$work/cuda.f32" "$work/cpu.f32" $tol && passes=$((passes+1)) \
+    || { echo "FAIL: $dtype logits through gemm90 differ from the interpreter's past $tol"; failures=$((failures+1)); }
+  stats=$(grep "_g90_ kernels" "$work/g90.err")
+  echo "$dtype: $stats"
+  [[ "$stats" =~ ([0-9]+)\ launches\ of\ _g90_\ kernels,\ ([0-9]+)\ tensor ]] && [ "${BASH_REMATCH[1]}" -gt 0 ] \
+    && [ "${BASH_REMATCH[2]}" -gt 0 ] && passes=$((passes+1)) \
+    || { echo "FAIL: $dtype: no gemm90 launches or tensor maps ($stats)"; failures=$((failures+1)); }
+  got=$(KILN_EMU_STATS=1 KILN_EMU_CC=8.0 KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$g90/kernels.so" \
+        "$KILN_BIN" run "$g90/cuda.engine" --ids $ids -n 6 2>"$work/g90.err")
+  expect_same_output "greedy ids, $dtype, the gemm90 engine on sm_80" "$want" "$got"
+  grep -q "^emu_libcuda: 0 launches of _g90_ kernels, 0 tensor maps" "$work/g90.err" && passes=$((passes+1)) \
+    || { echo "FAIL: $dtype: gemm90 ran on sm_80"; failures=$((failures+1)); }
+done
+
 dtype=$1 dir="$engines/$1"
 out=$(KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$dir/kernels.so" \
       "$KILN_BIN" verify "$model" --target sm_90 --dtype ${dtype%-fast} --precision fast --tokens 12 --steps 2); rc=$?

@@ -301,7 +301,51 @@ static struct {
     long graph_launches; /* graphs replayed */
     long large_launches; /* launches (run or replayed) of kernels named *_large: the prefill variants of
                           * matmuls (and of attention, on tensor cores, when an engine has them) */
+    long g90_launches;   /* launches of kernels named *_g90_*: the sm_90a matmuls' stand-ins */
+    long tmaps;          /* tensor maps made */
 } emu_stats;
+
+/* 1 when fn is a kernel whose name holds "_g90_". */
+static int is_g90_kernel(void *fn)
+{
+    Dl_info di;
+    return dladdr(fn, &di) && di.dli_sname && strstr(di.dli_sname, "_g90_") != NULL;
+}
+
+/* cuTensorMapEncodeTiled: checks the arguments against what kcu_gemm90 (kcu_prelude.cuh) needs —
+ * a 2-D bf16 or f16 tensor, 16-byte aligned base and row stride, boxes of 64 elements (one 128-byte
+ * swizzle row) by 8..256 rows, element strides 1, no interleave, 128-byte swizzle, zeros past the
+ * edges — and records them in the map itself, as the emulated kernels read them (kcu_emu_tmap),
+ * with the record's address in the map's first 8 bytes: the 8 bytes a parameter that
+ * cuLaunchKernel passes. The map must stay where it is while kernels use it (the backend's do). */
+struct emu_tmap {
+    const void *base;
+    unsigned long long dims[2], stride;
+    unsigned box[2];
+    int dtype;
+};
+int cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank, void *base, const uint64_t *dims,
+                           const uint64_t *strides, const unsigned *box, const unsigned *es, int interleave,
+                           int swizzle, int l2, int oob)
+{
+    if (!map || ((uintptr_t)map % 128) || rank != 2 || (dtype != 6 && dtype != 9) || !base || (uintptr_t)base % 16 ||
+        dims[0] == 0 || dims[1] == 0 || strides[0] % 16 || strides[0] < dims[0] * 2 || box[0] != 64 || box[1] < 8 ||
+        box[1] > 256 || es[0] != 1 || es[1] != 1 || interleave != 0 || swizzle != 3 || l2 != 3 || oob != 0)
+        return EMU_INVALID;
+    uint64_t *m = map;
+    memset(m, 0, 128);
+    struct emu_tmap *rec = (struct emu_tmap *)(m + 2);
+    *rec = (struct emu_tmap){base, {dims[0], dims[1]}, strides[0], {box[0], box[1]}, dtype};
+    m[0] = (uint64_t)(uintptr_t)rec;
+    emu_stats.tmaps++;
+    return 0;
+}
+
+/* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES up to the H200's 227 kB; nothing else. */
+int cuFuncSetAttribute(void *fn, int attribute, int value)
+{
+    return fn && attribute == 8 && value >= 0 && value <= 232448 ? 0 : EMU_INVALID;
+}
 
 /* 1 when fn is a kernel whose name ends in _large. */
 static int is_large_kernel(void *fn)
@@ -323,6 +367,7 @@ int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
     if (capture_launch(stream, fn, gx, gy, gz, bx, params)) return 0; /* recorded, not run */
     emu_stats.launches++;
     emu_stats.large_launches += is_large_kernel(fn);
+    emu_stats.g90_launches += is_g90_kernel(fn);
     emu.fn = (kernel24)fn;
     memset(emu.args, 0, sizeof emu.args);
     for (int i = 0; i < MAX_PARAMS && params[i]; i++) memcpy(&emu.args[i], params[i], 8);
@@ -401,6 +446,8 @@ static void print_stats(void)
         fprintf(stderr, "emu_libcuda: %ld kernel launches, %ld graphs captured, %ld graph launches\n",
                 emu_stats.launches, emu_stats.captures, emu_stats.graph_launches);
         fprintf(stderr, "emu_libcuda: %ld launches of _large kernels\n", emu_stats.large_launches);
+        fprintf(stderr, "emu_libcuda: %ld launches of _g90_ kernels, %ld tensor maps\n", emu_stats.g90_launches,
+                emu_stats.tmaps);
         fprintf(stderr, "emu_libcuda: allocations (bytes):");
         for (size_t i = 0; i < emu_mem.n_sizes; i++) fprintf(stderr, " %zu", emu_mem.sizes[i]);
         fprintf(stderr, "\n");

@@ -31,7 +31,8 @@ unsigned kemu_block_run;
 #define __global__
 #define __device__
 #define __shared__ static
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
+#define __grid_constant__
 #define __forceinline__ inline
 #define __syncthreads() kemu_sync_hook()
 

@@ -63,7 +63,7 @@ static kir_graph *small_graph(void)
 /* The meta of the small graph, each kernel name's hash of its text as #
  * (mask_names): the names change with any change to a kernel's text. */
 static const char small_meta[] =
-    "{\"format\":\"kiln-cuda-1\",\"archs\":[\"sm_80\",\"sm_90\"],\"output\":10,\"aliases\":[[7,6],[11,10],[12,10]],"
+    "{\"format\":\"kiln-cuda-2\",\"archs\":[\"sm_80\",\"sm_90\"],\"output\":10,\"aliases\":[[7,6],[11,10],[12,10]],"
     "\"kernels\":["
     "{\"name\":\"k_embed_#\",\"node\":2,\"block\":256,\"grid\":[[8,0,256],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:0\",\"value:1\",\"value:2\"]},"
@@ -257,7 +257,7 @@ static void expect_meta_error(const char *text, const char *want)
 static void test_meta_errors(void)
 {
     expect_meta_error("[1]", "x.engine: error: damaged cuda.meta: not a JSON object\n");
-    expect_meta_error("{\"format\":\"kiln-cuda-0\"}", "x.engine: error: damaged cuda.meta: format is not \"kiln-cuda-1\"\n");
+    expect_meta_error("{\"format\":\"kiln-cuda-0\"}", "x.engine: error: damaged cuda.meta: format is not \"kiln-cuda-2\"\n");
     expect_meta_error("{\"format\":\"kiln-cuda-1\",\"archs\":[\"sm_90\"],\"output\":1,\"aliases\":[],"
                       "\"kernels\":[{\"name\":\"k\",\"node\":1,\"block\":32,\"grid\":[[0,1,1],[0,1,1],[0,1,1]],"
                       "\"args\":[\"T\",\"vals:3\"]}]}",
@@ -265,6 +265,112 @@ static void test_meta_errors(void)
     expect_meta_error("{\"format\":\"kiln-cuda-1\",\"archs\":[\"sm_90\"],\"output\":1,\"aliases\":[],"
                       "\"kernels\":[{\"name\":\"k\",\"node\":1,\"block\":2000,\"grid\":[],\"args\":[]}]}",
                       "x.engine: error: damaged cuda.meta: kernel block must be an integer in [0, 1025)\n");
+}
+
+/* A kernel with variants for sm_90a (the gemm90 matmul, after a norm's own kernel above 64 tokens,
+ * a wider tile above 4096): written, read back, written again to the same text; which runs when. */
+static const char variant_meta[] =
+    "{\"format\":\"kiln-cuda-2\",\"archs\":[\"sm_80\",\"sm_90a\"],\"output\":6,\"aliases\":[],\"kernels\":["
+    "{\"name\":\"k6\",\"node\":6,\"block\":256,\"large\":{\"name\":\"k6_large\",\"above\":8},"
+    "\"grid\":[[0,8,16],[0,1,1],[0,1,1]],\"args\":[\"T\",\"value:2\",\"value:5\",\"value:6\"],"
+    "\"variants\":["
+    "{\"arch\":\"sm_90a\",\"above\":64,\"launches\":["
+    "{\"name\":\"k4_rms_norm\",\"block\":64,\"smem\":0,\"grid\":[[1,0,1],[0,1,1],[0,1,1]],"
+    "\"args\":[\"T\",\"value:2\",\"value:3\",\"value:4\"]},"
+    "{\"name\":\"k6_g90_128\",\"block\":384,\"smem\":197632,\"grid\":[[1,127,128],[0,48,1],[0,1,1]],"
+    "\"args\":[\"T\",\"tmap:4:128\",\"tmap:5:64\",\"value:6\"]}]},"
+    "{\"arch\":\"sm_90a\",\"above\":4096,\"launches\":["
+    "{\"name\":\"k6_g90_256\",\"block\":384,\"smem\":197632,\"grid\":[[1,127,128],[0,24,1],[0,1,1]],"
+    "\"args\":[\"T\",\"tmap:4:128\",\"tmap:5:64\",\"value:6\"]}]}]}]}";
+
+static void test_variants(void)
+{
+    sink s;
+    sink_init(&s);
+    krt_cuda_meta m;
+    ks_buf again = {0};
+    if (CHECK(krt_cuda_meta_parse(variant_meta, strlen(variant_meta), "x.engine", &m, &s.d) == 0)) {
+        krt_cuda_meta_write(&m, &again);
+        CHECK_STR(ks_buf_cstr(&again), variant_meta);
+        const krt_cuda_kernel *k = &m.kernels[0];
+        CHECK(k->n_variants == 2 && k->variants[0].n_launches == 2 && k->variants[0].launches[1].smem == 197632);
+        const krt_cuda_arg *a = &k->variants[0].launches[1].args[2];
+        CHECK(a->kind == KRT_CUDA_ARG_TMAP && a->index == 5 && a->box == 64);
+        /* which runs: sm_80 never takes them; sm_90a above 64 and above 4096 */
+        CHECK(krt_cuda_pick_variant(k, "sm_80", 5000) == NULL);
+        CHECK(krt_cuda_pick_variant(k, "sm_90a", 64) == NULL);
+        CHECK(krt_cuda_pick_variant(k, "sm_90a", 65) == &k->variants[0]);
+        CHECK(krt_cuda_pick_variant(k, "sm_90a", 4096) == &k->variants[0]);
+        CHECK(krt_cuda_pick_variant(k, "sm_90a", 4097) == &k->variants[1]);
+        CHECK(krt_cuda_launch_grid_dim(&k->variants[0].launches[1], 0, 129) == 2 &&
+              krt_cuda_launch_grid_dim(&k->variants[0].launches[1], 1, 129) == 48);
+        krt_cuda_meta_free(&m);
+    }
+    CHECK_STR(sink_text(&s), "");
+    ks_buf_free(&again);
+    ks_buf_free(&s.log);
+    /* a kiln-cuda-1 meta reads (no variants); variants in one are damage, as is a bad tensor map */
+    static const char v1[] = "{\"format\":\"kiln-cuda-1\",\"archs\":[\"sm_90\"],\"output\":1,\"aliases\":[],"
+                             "\"kernels\":[{\"name\":\"k\",\"node\":1,\"block\":32,\"grid\":[[0,1,1],[0,1,1],[0,1,1]],"
+                             "\"args\":[\"T\"]}]}";
+    sink_init(&s);
+    if (CHECK(krt_cuda_meta_parse(v1, strlen(v1), "x.engine", &m, &s.d) == 0)) {
+        CHECK(m.kernels[0].n_variants == 0 && krt_cuda_pick_variant(&m.kernels[0], "sm_90", 100) == NULL);
+        krt_cuda_meta_free(&m);
+    }
+    ks_buf_free(&s.log);
+    expect_meta_error("{\"format\":\"kiln-cuda-1\",\"archs\":[\"sm_90\"],\"output\":1,\"aliases\":[],"
+                      "\"kernels\":[{\"name\":\"k\",\"node\":1,\"block\":32,\"grid\":[[0,1,1],[0,1,1],[0,1,1]],"
+                      "\"args\":[\"T\"],\"variants\":[]}]}",
+                      "x.engine: error: damaged cuda.meta: kernel k: variants in a kiln-cuda-1 meta\n");
+    expect_meta_error("{\"format\":\"kiln-cuda-2\",\"archs\":[\"sm_90a\"],\"output\":1,\"aliases\":[],"
+                      "\"kernels\":[{\"name\":\"k\",\"node\":1,\"block\":32,\"grid\":[[0,1,1],[0,1,1],[0,1,1]],"
+                      "\"args\":[\"T\"],\"variants\":[{\"arch\":\"sm_90a\",\"above\":8,\"launches\":["
+                      "{\"name\":\"g\",\"block\":384,\"smem\":0,\"grid\":[[0,1,1],[0,1,1],[0,1,1]],"
+                      "\"args\":[\"tmap:4:12\"]}]}]}]}",
+                      "x.engine: error: damaged cuda.meta: unknown kernel argument 'tmap:4:12'\n");
+    expect_meta_error("{\"format\":\"kiln-cuda-2\",\"archs\":[\"sm_90a\"],\"output\":1,\"aliases\":[],"
+                      "\"kernels\":[{\"name\":\"k\",\"node\":1,\"block\":32,\"grid\":[[0,1,1],[0,1,1],[0,1,1]],"
+                      "\"args\":[\"T\"],\"variants\":[{\"arch\":\"sm_90a\",\"above\":8,\"launches\":[]}]}]}",
+                      "x.engine: error: damaged cuda.meta: kernel k: a variant needs 1 to 4 launches\n");
+}
+
+/* kcu_gemm90's column tiles (codegen/cuda/kcu_emit_g90.c) and the tile rule. */
+static void test_g90_tiles(void)
+{
+    enum { N = 1024 };
+    int64_t partner[N];
+    kcu_g90_tiles t;
+    /* neighbours (out-proj, down): plain tiles, no table; N odd leaves a single last column */
+    for (int c = 0; c < N; c++) partner[c] = c ^ 1;
+    CHECK(kcu_g90_plan_tiles(partner, N, 256, &t) == 0 && t.plain && t.nt == 4 && t.nbox == 1 && !t.table);
+    partner[N - 2] = -1; /* N - 1 columns: the last alone */
+    CHECK(kcu_g90_plan_tiles(partner, N - 1, 192, &t) == 0 && t.plain && t.nt == 6);
+    /* gate/up: c with c + 512: tiles of 64 gate rows and the 64 up rows at the same place */
+    for (int c = 0; c < N / 2; c++) partner[c] = c + N / 2, partner[c + N / 2] = c;
+    if (CHECK(kcu_g90_plan_tiles(partner, N, 128, &t) == 0 && !t.plain && t.nbox == 2 && t.nt == 8)) {
+        CHECK(t.table[0] == 1 && t.table[1] == 0 && t.table[2] == 512);
+        CHECK(t.table[3 * 7] == 1 && t.table[3 * 7 + 1] == 448 && t.table[3 * 7 + 2] == 960);
+    }
+    free(t.table);
+    /* q and k of heads of 128 rotated by halves (j with j + 64), then v: split tiles, then neighbours */
+    for (int c = 0; c < N; c++) partner[c] = c < 768 ? (c % 128 < 64 ? c + 64 : c - 64) : c ^ 1;
+    if (CHECK(kcu_g90_plan_tiles(partner, N, 256, &t) == 0 && !t.plain && t.nbox == 4 && t.nt == 4)) {
+        static const int want[] = {1, 0, 128, 64, 192, 1, 256, 384, 320, 448, 1, 512, 640, 576, 704,
+                                   0, 768, 832, 896, 960};
+        CHECK(memcmp(t.table, want, sizeof want) == 0);
+    }
+    free(t.table);
+    /* heads of 8 rotated by halves: boxes of 4 rows would be needed: no tiles */
+    for (int c = 0; c < N; c++) partner[c] = c % 8 < 4 ? c + 4 : c - 4;
+    CHECK(kcu_g90_plan_tiles(partner, N, 128, &t) == -1);
+    /* the rule: the widest tile giving at least 119 tiles (Llama-3-8B's q,k,v: 48, 32, 24 tiles) */
+    const int qkv[3] = {48, 32, 24};
+    CHECK(kcu_g90_pick_bn(65, qkv) == 128 && kcu_g90_pick_bn(512, qkv) == 192 && kcu_g90_pick_bn(2048, qkv) == 256);
+    const int lm_head[3] = {1002, 668, 501};
+    CHECK(kcu_g90_pick_bn(65, lm_head) == 256);
+    const int no256[3] = {48, 32, 0};
+    CHECK(kcu_g90_pick_bn(2048, no256) == 192 && kcu_g90_stages(256) == 4 && kcu_g90_stages(128) == 6);
 }
 
 static void expect_target(const char *target, int want_n, const char *want_err)
@@ -295,6 +401,11 @@ static void test_targets(void)
     CHECK(krt_cuda_pick_arch(archs, 3, 8, 0) == 0);
     CHECK(krt_cuda_pick_arch(archs, 3, 7, 5) == -1);
     CHECK(krt_cuda_pick_arch(archs, 3, 10, 0) == -1); /* cubins do not cross majors */
+    /* sm_90a (the gemm90 kernels) runs on 9.0 alone, before sm_90 */
+    const char *a90[] = {"sm_80", "sm_90a"}, *both[] = {"sm_90a", "sm_90"}, *a86[] = {"sm_86a"};
+    CHECK(krt_cuda_pick_arch(a90, 2, 9, 0) == 1 && krt_cuda_pick_arch(a90, 2, 9, 1) == -1);
+    CHECK(krt_cuda_pick_arch(both, 2, 9, 0) == 0 && krt_cuda_pick_arch(both, 2, 9, 2) == 1);
+    CHECK(krt_cuda_pick_arch(a86, 1, 8, 9) == -1 && krt_cuda_pick_arch(a86, 1, 8, 6) == 0);
     const char *big[] = {"sm_100", "sm_120"};
     CHECK(krt_cuda_pick_arch(big, 2, 12, 0) == 1 && krt_cuda_pick_arch(big, 2, 10, 3) == 0);
 }
@@ -594,7 +705,8 @@ static int check_engine(int argc, char **argv)
     }
     for (int i = 4; i < argc; i++) {
         ks_buf name = {0};
-        ks_buf_printf(&name, "cuda.%s", argv[i]);
+        /* a target's sm_90 is built as sm_90a (kcu_build: the gemm90 kernels) */
+        ks_buf_printf(&name, "cuda.%s", strcmp(argv[i], "sm_90") == 0 ? KCU_GEMM90_ARCH : argv[i]);
         const uint8_t *cubin = krt_engine_section_data(e, ks_buf_cstr(&name), &size);
         if (!cubin || size < 64 || memcmp(cubin, "\x7f" "ELF", 4) != 0) {
             fprintf(stderr, "no ELF cubin in section %s\n", ks_buf_cstr(&name));
@@ -746,6 +858,8 @@ int main(int argc, char **argv)
     test_flash_option();
     test_meta_errors();
     test_targets();
+    test_variants();
+    test_g90_tiles();
     test_sections();
     test_build_archs();
     test_backend_errors();
