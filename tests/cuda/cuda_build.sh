@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# cuda_build.sh MODEL_DIR ENGINES — a shared model built for the CUDA target (needs NVRTC; skips
-# with 77 otherwise, after checking what kiln says without it). ENGINES holds the engines the
-# cuda_engines_<model>_<dtype> setup tests built (cuda_lib.sh), for f32, bf16 and f16:
+# cuda_build.sh MODEL_DIR ENGINES [DTYPE...] — a shared model built for the CUDA target (needs NVRTC;
+# skips with 77 otherwise, after checking what kiln says without it). ENGINES holds the engines the
+# cuda_engines_<model>_<dtype> setup tests built (cuda_lib.sh), for the DTYPEs (default f32 bf16 f16;
+# f32 comes first):
 #  - `kiln build --target sm_80,sm_90` holds cuda.meta and an ELF cubin for each architecture;
 #    its weights are f32; a second build is byte-identical to the first;
 #  - the --emit-source output compiles with nvcc -cubin (when nvcc is found);
@@ -17,6 +18,9 @@
 . "$(dirname "$0")/cuda_lib.sh"
 : "${KILN_TEST_CUDA:?}" "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}"
 model="$1" engines="$2"
+shift 2
+dtypes="${*:-f32 bf16 f16}"
+[ "${dtypes%% *}" = f32 ] || { echo "FAIL: the dtypes ($dtypes) must begin with f32"; exit 1; }
 model_args "$model"
 
 expect_fail bad-dtype "kiln: error: --dtype f8: unknown weight dtype (known: f32, bf16, f16)" \
@@ -28,7 +32,7 @@ if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ]; then
   finish || exit 1
   echo "skipped: built without NVRTC"; exit 77
 fi
-for dtype in f32 bf16 f16; do have_engine "$engines/$dtype" || exit 1; done
+for dtype in $dtypes; do have_engine "$engines/$dtype" || exit 1; done
 
 # emulate DTYPE: the engine's kernels on the CPU stand-in against the interpreter running its CPU engine
 emulate() {
@@ -57,7 +61,7 @@ else
   echo "note: no nvcc: the emitted source is not compiled with it"
 fi
 
-for dtype in f32 bf16 f16; do
+for dtype in $dtypes; do
   read -r target <"$engines/$dtype/target"
   "$KILN_TEST_CUDA" --check-engine "$engines/$dtype/cuda.engine" $dtype ${target//,/ } && passes=$((passes+1)) \
     || { echo "FAIL: $dtype engine ($target)"; failures=$((failures+1)); }
