@@ -43,7 +43,11 @@ static const char run_help[] =
     "  --no-cuda-graphs           GPU: launch each kernel of each step, no CUDA graphs\n"
     "  --host-sampling            GPU: copy the logits back and draw on the CPU\n"
     "  --profile                  time each step, prefill and decode steps apart, and on a GPU\n"
-    "                             each kernel (no CUDA graphs then): tables on standard error\n";
+    "                             each kernel (no CUDA graphs then), with the operations it did\n"
+    "                             (GFLOP: matmuls and attention) and their rate (TFLOP/s):\n"
+    "                             tables on standard error\n"
+    "  --profile-ceiling TFLOPS   with --profile: each kernel's TFLOP/s as a fraction of TFLOPS\n"
+    "                             too (e.g. cuBLAS's on the device; default: no such column)\n";
 
 /* Parse "1,5,9" into ids; reports the place of a bad entry. */
 static int parse_ids(const char *s, krt_tok_ids *out)
@@ -70,11 +74,12 @@ typedef struct run_opts {
     const char *logits_out;           /* file for the prompt's logits, or NULL */
     int text;                         /* 1: text out (stream it); 0: --ids (print ids) */
     int profile;                      /* --profile */
+    double ceiling;                   /* --profile-ceiling: TFLOP/s; 0: none */
 } run_opts;
 
 /* --profile's tables on stderr: the steps' host times, then the backend's
  * kernels. */
-static void print_profile(const krt_session *s, const krt_gen_stats *st)
+static void print_profile(const krt_session *s, const krt_gen_stats *st, double ceiling)
 {
     for (int k = 1; k >= 0; k--) {
         const krt_gen_times *t = &st->times[k];
@@ -87,7 +92,7 @@ static void print_profile(const krt_session *s, const krt_gen_stats *st)
                 1e6 * t->max);
     }
     ks_buf b = {0};
-    if (krt_session_profile(s, &b) == 0)
+    if (krt_session_profile(s, ceiling, &b) == 0)
         fputs(ks_buf_cstr(&b), stderr);
     else
         fprintf(stderr, "kiln: profile: kernels are timed on CUDA engines (kiln build --target sm_XX); this one runs "
@@ -142,7 +147,7 @@ static int generate(krt_session *s, krt_tok *tok, const krt_tok_ids *prompt, run
         double rate = st.generated > 1 && st.decode_s > 0 ? (double)(st.generated - 1) / st.decode_s : 0;
         fprintf(stderr, "kiln: prompt tokens %d, generated tokens %d, time to first token %.1f ms, %.1f tokens/s\n",
                 st.prompt_tokens, st.generated, st.first_token_s * 1e3, rate);
-        if (o->profile) print_profile(s, &st);
+        if (o->profile) print_profile(s, &st, o->ceiling);
     }
     free(logits);
     return rc;
@@ -166,7 +171,8 @@ int kc_cmd_run(int argc, char **argv)
 {
     const char *ids_arg = NULL, *prompt_arg = NULL, *n_arg = NULL, *temp = NULL, *top_k = NULL, *top_p = NULL,
                *rep = NULL, *seed = NULL, *max_ctx = NULL, *kv_fraction = NULL, *kv_blocks = NULL,
-               *no_graphs = NULL, *host_sampling = NULL, *profile = NULL, *ignore_eos = NULL;
+               *no_graphs = NULL, *host_sampling = NULL, *profile = NULL, *ignore_eos = NULL,
+               *ceiling = NULL;
     run_opts o = {.gen = krt_gen_defaults()};
     kc_option opts[] = {
         {"--ids", 1, &ids_arg, NULL},
@@ -186,6 +192,7 @@ int kc_cmd_run(int argc, char **argv)
         {"--no-cuda-graphs", 0, &no_graphs, NULL},
         {"--host-sampling", 0, &host_sampling, NULL},
         {"--profile", 0, &profile, NULL},
+        {"--profile-ceiling", 1, &ceiling, NULL},
         {NULL, 0, NULL, NULL},
     };
     const char *pos[1];
@@ -228,6 +235,13 @@ int kc_cmd_run(int argc, char **argv)
     }
     if (seed && kc_parse_u64("run", "--seed", seed, &o.gen.sampling.seed)) return 2;
     o.profile = profile != NULL;
+    if (ceiling) {
+        if (!o.profile) {
+            fprintf(stderr, "kiln run: error: --profile-ceiling goes with --profile\n");
+            return 2;
+        }
+        if (kc_parse_number("run", "--profile-ceiling", ceiling, 0.001, 1e6, &o.ceiling)) return 2;
+    }
     krt_session_opts so = {.no_graphs = no_graphs != NULL, .host_sampling = host_sampling != NULL,
                            .profile = o.profile};
     if (max_ctx) {

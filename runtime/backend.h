@@ -81,9 +81,10 @@ typedef struct krt_backend {
     int (*set_tap)(void *state, krt_tap_fn tap, void *ctx, ks_diag *d);
     /* Optional: after steps run with krt_backend_opts.profile, append the
      * time each kernel took (a table per kind of step: launches, total and
-     * mean, share of the steps' device time, the node it computes) and the
-     * steps' device times to out. */
-    void (*profile_report)(void *state, ks_buf *out);
+     * mean, share of the steps' device time, operations and rate, the node
+     * it computes) and the steps' device times to out; with
+     * ceiling_tflops > 0 each rate's fraction of it too. */
+    void (*profile_report)(void *state, double ceiling_tflops, ks_buf *out);
 } krt_backend;
 
 /* The reference interpreter as a backend: fp32 on the CPU. */

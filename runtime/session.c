@@ -218,10 +218,10 @@ int64_t krt_session_vocab(const krt_session *s) { return s->desc->vocab; }
 int krt_session_max_context(const krt_session *s) { return s->max_context; }
 const krt_kv_info *krt_session_kv_info(const krt_session *s) { return &s->kv_info; }
 
-int krt_session_profile(const krt_session *s, ks_buf *out)
+int krt_session_profile(const krt_session *s, double ceiling_tflops, ks_buf *out)
 {
     if (!s->backend->profile_report) return -1;
-    s->backend->profile_report(s->state, out);
+    s->backend->profile_report(s->state, ceiling_tflops, out);
     return 0;
 }
 int krt_session_draws_on_device(const krt_session *s) { return s->draw_on_device; }

@@ -77,9 +77,11 @@ typedef struct krt_kv_info {
 const krt_kv_info *krt_session_kv_info(const krt_session *s);
 
 /* The backend's profile of the steps so far (opts.profile: a table of its
- * kernels' times per kind of step), appended to out. Returns 0, or -1 when
- * the backend keeps none (the interpreter: time whole steps instead). */
-int krt_session_profile(const krt_session *s, ks_buf *out);
+ * kernels' times, operations and TFLOP/s per kind of step), appended to
+ * out; with ceiling_tflops > 0 each rate's fraction of that ceiling too (0:
+ * none). Returns 0, or -1 when the backend keeps none (the interpreter: time
+ * whole steps instead). */
+int krt_session_profile(const krt_session *s, double ceiling_tflops, ks_buf *out);
 
 /* Append tokens[i] to sequence seq_ids[i] for i < n and run them; out gets
  * [n, vocab] logits. On error (bad token id, unknown sequence, out of KV

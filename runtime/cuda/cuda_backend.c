@@ -508,12 +508,12 @@ static int start_profile(cu_state *s, ks_diag *d)
 
 static int record(cu_state *s, int i, ks_diag *d) { return krt_cu_profile_record(s->events, i, d); }
 
-static int collect_profile(cu_state *s, int64_t T, int n_draw, ks_diag *d)
+static int collect_profile(cu_state *s, const krt_step *st, int n_draw, ks_diag *d)
 {
-    return krt_cu_profile_collect(s->events, T, n_draw, d);
+    return krt_cu_profile_collect(s->events, st, n_draw, d);
 }
 
-static void cuda_profile_report(void *state, ks_buf *out)
+static void cuda_profile_report(void *state, double ceiling_tflops, ks_buf *out)
 {
     cu_state *s = state;
     if (!s->events) return;
@@ -523,7 +523,7 @@ static void cuda_profile_report(void *state, ks_buf *out)
     else
         ks_buf_printf(out, "kiln: profile: activations: %zu bytes, a buffer per value for steps of up to %lld tokens (the "
                            "engine has no memory plan)\n", s->acts_bytes, (long long)s->t_cap);
-    krt_cu_profile_report(s->events, out);
+    krt_cu_profile_report(s->events, ceiling_tflops, out);
 }
 
 /* ---- open and attach ---------------------------------------------------------------------------- */
@@ -1209,7 +1209,7 @@ static int run_step(cu_state *s, const krt_step *st, float *out, int n_draw, con
     if (s->events && record(s, step_ev + 1, d) != 0) return -1;
     if ((r = s->api.cuStreamSynchronize(s->stream)) != 0)
         return cu_error(s, d, r, "the step failed on the device (%s)", s->device_name);
-    if (s->events && collect_profile(s, T, n_draw, d) != 0) return -1;
+    if (s->events && collect_profile(s, st, n_draw, d) != 0) return -1;
     for (int k = 0; k < n_draw; k++) {
         draws[k].id = s->draw_rows[k].id;
         draws[k].rng = s->draw_rows[k].rng;

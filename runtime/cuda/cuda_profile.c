@@ -1,14 +1,15 @@
 /*
  * cuda_profile.c — the CUDA backend's profiler (runtime/cuda/cuda_profile.h):
  * events around every launch of a profiled step, their times summed per
- * kernel name for decode and prefill steps apart, and the tables
- * profile_report writes.
+ * kernel name for decode and prefill steps apart, with the operations
+ * they did, and the tables profile_report writes.
  */
 #include "runtime/cuda/cuda_profile.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/flops.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_draw.h"
 
@@ -22,8 +23,12 @@ krt_cu_profile *krt_cu_profile_new(const krt_cuda_api *api, krt_cu_stream stream
     int want = 2 * (nk + 1) + 2;
     p->name_of = ks_try_calloc((size_t)nk + 1, sizeof *p->name_of);
     p->events = ks_try_calloc((size_t)want, sizeof *p->events);
-    if (!p->name_of || !p->events) {
-        ks_error_oom(d, "cuda", ((size_t)nk + 1) * sizeof *p->name_of + (size_t)want * sizeof *p->events,
+    p->flop_kernel = ks_try_calloc(g->n_nodes + 1, sizeof *p->flop_kernel);
+    p->step_flops = ks_try_calloc((size_t)nk + 1, sizeof *p->step_flops);
+    if (!p->name_of || !p->events || !p->flop_kernel || !p->step_flops) {
+        ks_error_oom(d, "cuda",
+                     ((size_t)nk + 1) * (sizeof *p->name_of + sizeof *p->step_flops) +
+                         (size_t)want * sizeof *p->events + (g->n_nodes + 1) * sizeof *p->flop_kernel,
                      "the profiler");
         krt_cu_profile_free(p);
         return NULL;
@@ -33,11 +38,26 @@ krt_cu_profile *krt_cu_profile_new(const krt_cuda_api *api, krt_cu_stream stream
         while (j < i && strcmp(meta->kernels[j].name, meta->kernels[i].name) != 0) j++;
         p->name_of[i] = j < i ? p->name_of[j] : p->n_names++;
     }
+    /* node v's operations: the last launch for v (an attention's kernel runs after its kv_write's),
+       else the last for a node of v's fusion group (the group's one kernel) */
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        p->flop_kernel[v] = -1;
+        kir_op op = g->nodes[v].op;
+        int64_t group = op == KIR_OP_WEIGHT || op == KIR_OP_INPUT ? -1 : kir_attr_int(g, (kir_val)v, KIR_A_ANY_FUSE);
+        int in_group = -1;
+        for (int i = 0; i < nk; i++) {
+            uint32_t u = meta->kernels[i].node;
+            if (u == v) p->flop_kernel[v] = i;
+            if (group >= 0 && u < g->n_nodes && kir_attr_int(g, (kir_val)u, KIR_A_ANY_FUSE) == group) in_group = i;
+        }
+        if (p->flop_kernel[v] < 0) p->flop_kernel[v] = in_group;
+    }
     for (int c = 0; c < 2; c++) {
         p->prof[c].launches = ks_try_calloc((size_t)p->n_names + 1, sizeof *p->prof[c].launches);
         p->prof[c].kernel_ms = ks_try_calloc((size_t)p->n_names + 1, sizeof *p->prof[c].kernel_ms);
-        if (!p->prof[c].launches || !p->prof[c].kernel_ms) {
-            ks_error_oom(d, "cuda", ((size_t)p->n_names + 1) * 2 * sizeof(double), "the profiler");
+        p->prof[c].flops = ks_try_calloc((size_t)p->n_names + 1, sizeof *p->prof[c].flops);
+        if (!p->prof[c].launches || !p->prof[c].kernel_ms || !p->prof[c].flops) {
+            ks_error_oom(d, "cuda", ((size_t)p->n_names + 1) * 3 * sizeof(double), "the profiler");
             krt_cu_profile_free(p);
             return NULL;
         }
@@ -59,9 +79,12 @@ void krt_cu_profile_free(krt_cu_profile *p)
     for (int i = 0; i < p->n_events; i++) p->api->cuEventDestroy(p->events[i]);
     free(p->events);
     free(p->name_of);
+    free(p->flop_kernel);
+    free(p->step_flops);
     for (int c = 0; c < 2; c++) {
         free(p->prof[c].launches);
         free(p->prof[c].kernel_ms);
+        free(p->prof[c].flops);
     }
     free(p);
 }
@@ -84,11 +107,15 @@ static int elapsed(const krt_cu_profile *p, int a, int b, double *ms, ks_diag *d
     return 0;
 }
 
-int krt_cu_profile_collect(krt_cu_profile *p, int64_t T, int n_draw, ks_diag *d)
+int krt_cu_profile_collect(krt_cu_profile *p, const krt_step *st, int n_draw, ks_diag *d)
 {
+    int64_t T = st->n_tokens;
     krt_cu_prof_class *c = &p->prof[T > KRT_PROFILE_DECODE_TOKENS];
     int nk = p->meta->n_kernels;
     double ms = 0;
+    memset(p->step_flops, 0, sizeof *p->step_flops * (size_t)nk);
+    for (size_t v = 0; v < p->g->n_nodes; v++)
+        if (p->flop_kernel[v] >= 0) p->step_flops[p->flop_kernel[v]] += kir_node_flops(p->g, (kir_val)v, T, st->positions);
     for (int i = 0; i < nk; i++) {
         int ran = 1; /* launch() skips a kernel whose grid is empty at this T */
         for (int g = 0; g < 3; g++) ran &= krt_cuda_grid_dim(&p->meta->kernels[i], g, T) > 0;
@@ -96,6 +123,7 @@ int krt_cu_profile_collect(krt_cu_profile *p, int64_t T, int n_draw, ks_diag *d)
         if (elapsed(p, 2 * i, 2 * i + 1, &ms, d) != 0) return -1;
         c->launches[p->name_of[i]]++;
         c->kernel_ms[p->name_of[i]] += ms;
+        c->flops[p->name_of[i]] += p->step_flops[i];
     }
     if (n_draw > 0) {
         if (elapsed(p, 2 * nk, 2 * nk + 1, &ms, d) != 0) return -1;
@@ -177,7 +205,21 @@ static int compare_rows(const void *a, const void *b)
     return (x->name > y->name) - (x->name < y->name);
 }
 
-void krt_cu_profile_report(const krt_cu_profile *p, ks_buf *out)
+/* The columns of a row's operations: GFLOP, TFLOP/s, and with a ceiling its
+ * fraction of it; "-" where none were counted. */
+static void flop_columns(ks_buf *out, double flops, double ms, double ceiling_tflops)
+{
+    if (flops <= 0) {
+        ks_buf_printf(out, " %13s %8s", "-", "-");
+        if (ceiling_tflops > 0) ks_buf_printf(out, " %8s", "-");
+        return;
+    }
+    double tflops = ms > 0 ? flops / ms * 1e-9 : 0; /* FLOP a ms: 1e-9 of it is TFLOP a s */
+    ks_buf_printf(out, " %13.6f %8.2f", 1e-9 * flops, tflops);
+    if (ceiling_tflops > 0) ks_buf_printf(out, " %7.1f%%", 100.0 * tflops / ceiling_tflops);
+}
+
+void krt_cu_profile_report(const krt_cu_profile *p, double ceiling_tflops, ks_buf *out)
 {
     const krt_cuda_meta *meta = p->meta;
     size_t width = strlen("(all kernels)");
@@ -190,6 +232,7 @@ void krt_cu_profile_report(const krt_cu_profile *p, ks_buf *out)
         ks_buf_fail(out, ((size_t)p->n_names + 1) * sizeof *rows); /* no table: out is incomplete */
         return;
     }
+    int shown = 0; /* a table was written */
     for (int k = 1; k >= 0; k--) {
         const krt_cu_prof_class *c = &p->prof[k];
         if (c->steps == 0) continue;
@@ -200,11 +243,13 @@ void krt_cu_profile_report(const krt_cu_profile *p, ks_buf *out)
                       KRT_PROFILE_DECODE_TOKENS, c->step_ms, 1e3 * c->step_ms / (double)c->steps, 1e3 * c->min_ms,
                       1e3 * c->max_ms);
         /* the columns below, by hand: µ is two bytes, which printf's widths count */
-        ks_buf_printf(out, "  %-*s  launches     total µs     mean µs   share  computes\n", (int)width, "kernel");
+        ks_buf_printf(out, "  %-*s  launches     total µs     mean µs   share         GFLOP  TFLOP/s%s  computes\n",
+                      (int)width, "kernel", ceiling_tflops > 0 ? "  ceiling" : "");
         int n = 0;
-        double sum = 0;
+        double sum = 0, flops = 0;
         for (int j = 0; j <= p->n_names; j++)
-            if (c->launches[j] > 0) rows[n++] = (prof_row){j, c->kernel_ms[j]}, sum += c->kernel_ms[j];
+            if (c->launches[j] > 0)
+                rows[n++] = (prof_row){j, c->kernel_ms[j]}, sum += c->kernel_ms[j], flops += c->flops[j];
         qsort(rows, (size_t)n, sizeof *rows, compare_rows);
         long launches = 0;
         for (int r = 0; r < n; r++) {
@@ -218,15 +263,27 @@ void krt_cu_profile_report(const krt_cu_profile *p, ks_buf *out)
             what.len = 0;
             kernel_nodes(p, j, &what);
             launches += c->launches[j];
-            ks_buf_printf(out, "  %-*s %9ld %12.1f %11.2f %6.1f%%  %s\n", (int)width, name, c->launches[j],
+            ks_buf_printf(out, "  %-*s %9ld %12.1f %11.2f %6.1f%%", (int)width, name, c->launches[j],
                           1e3 * c->kernel_ms[j], 1e3 * c->kernel_ms[j] / (double)c->launches[j],
-                          c->step_ms > 0 ? 100.0 * c->kernel_ms[j] / c->step_ms : 0.0, ks_buf_cstr(&what));
+                          c->step_ms > 0 ? 100.0 * c->kernel_ms[j] / c->step_ms : 0.0);
+            flop_columns(out, c->flops[j], c->kernel_ms[j], ceiling_tflops);
+            ks_buf_printf(out, "  %s\n", ks_buf_cstr(&what));
         }
-        ks_buf_printf(out, "  %-*s %9ld %12.1f %11s %6.1f%%\n", (int)width, "(all kernels)", launches, 1e3 * sum, "",
+        ks_buf_printf(out, "  %-*s %9ld %12.1f %11s %6.1f%%", (int)width, "(all kernels)", launches, 1e3 * sum, "",
                       c->step_ms > 0 ? 100.0 * sum / c->step_ms : 0.0);
-        ks_buf_printf(out, "  %-*s %9s %12.1f %11s %6.1f%%  %s\n", (int)width, "(the rest)", "",
-                      1e3 * (c->step_ms - sum), "", c->step_ms > 0 ? 100.0 * (c->step_ms - sum) / c->step_ms : 0.0,
-                      "uploads, copies back, and the device idle between kernels");
+        flop_columns(out, flops, sum, ceiling_tflops);
+        ks_buf_puts(out, "\n");
+        ks_buf_printf(out, "  %-*s %9s %12.1f %11s %6.1f%% %13s %8s%s  %s\n", (int)width, "(the rest)", "",
+                      1e3 * (c->step_ms - sum), "", c->step_ms > 0 ? 100.0 * (c->step_ms - sum) / c->step_ms : 0.0, "",
+                      "", ceiling_tflops > 0 ? "         " : "", "uploads, copies back, and the device idle between kernels");
+        shown = 1;
+    }
+    if (shown) {
+        ks_buf_puts(out, "kiln: profile: GFLOP: the operations the kernels did, matmuls 2·T·K·N, attention 2·H·(DK + DV) "
+                         "a position each token attends (ir/flops.h); the other ops count none (-); TFLOP/s: GFLOP "
+                         "over the kernel's total time");
+        if (ceiling_tflops > 0) ks_buf_printf(out, "; ceiling: TFLOP/s as a fraction of %g TFLOP/s", ceiling_tflops);
+        ks_buf_puts(out, "\n");
     }
     if (what.failed) ks_buf_fail(out, what.failed); /* a row's nodes are missing */
     ks_buf_free(&what);
