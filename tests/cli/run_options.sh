@@ -41,6 +41,10 @@ expect_same "profile on the CPU" "kiln: profile: 1 prefill step (12 tokens; > 8 
 kiln: profile: 2 decode steps (2 tokens; <= 8 tokens a step): host time
 kiln: profile: kernels are timed on CUDA engines (kiln build --target sm_XX); this one runs on the CPU interpreter, whose steps are timed above" \
   "$(grep '^kiln: profile' "$work/err" | sed 's/: host time .*/: host time/')"
+expect_fail ceiling-without-profile "kiln run: error: --profile-ceiling goes with --profile" -- \
+  "$KILN_BIN" run "$e" --ids 1 --profile-ceiling 700
+expect_fail ceiling-not-a-number "kiln run: error: --profile-ceiling: 'fast' is not a number in [0.001, 1e+06]" -- \
+  "$KILN_BIN" run "$e" --ids 1 --profile --profile-ceiling fast
 
 expect_fail verify-target "kiln: error: unknown target 'tpu' (known: cpu, or NVIDIA GPU architectures such as sm_90 or sm_80,sm_90)" -- \
   "$KILN_BIN" verify "$ts" --target tpu

@@ -15,7 +15,8 @@
 #    it; an engine built without a plan (--passes none) runs with a buffer per value; the
 #    arena not fitting the device;
 #  - kiln run --profile: no graphs, every launch timed (the stand-in's count), the same logits,
-#    a table per kind of step;
+#    a table per kind of step; the operations (GFLOP) of the attention kernel and of all kernels
+#    against the model's dimensions, TFLOP/s, and --profile-ceiling's column (left out without);
 #  - kiln verify --target sm_90: the fused CUDA engine against the unfused interpreter.
 # usage: cuda_runtime.sh MODEL_DIR ENGINE_DIR, ENGINE_DIR the f32 engine the
 # cuda_engines_<model>_f32 setup test built (cuda_lib.sh: sm_80,sm_90, kernels alignment-checked).
@@ -95,9 +96,42 @@ grep -q '^  krt_draw  *5 .*the next tokens. draws$' "$work/p.err" && grep -q 'ma
 # the stand-in's count of _large launches equals the prefill table's matmul launches
 large=$(grep -o '[0-9]* launches of _large kernels' "$work/p.err" | cut -d' ' -f1)
 mm_prefill=$(awk '/^kiln: profile: [0-9]* prefill step.*device time/ { t = 1; next } /^kiln: profile:/ { t = 0 }
-  t && $6 ~ /^%[0-9]+$/ && $7 == "matmul" { n += $2 } END { print n + 0 }' "$work/p.err")
+  t { for (i = 6; i < NF; i++) if ($i ~ /^%[0-9]+$/) { if ($(i + 1) == "matmul") n += $2; break } }
+  END { print n + 0 }' "$work/p.err")
 expect_same "matmuls' _large kernels launched for the prefill step only" "$mm_prefill" "$large"
 [ "${large:-0}" -gt 0 ] && passes=$((passes+1)) || { echo "FAIL: no _large kernel launched"; failures=$((failures+1)); }
+
+# the operations (ir/flops.h), from the model's dimensions (tinystories-656k: llama, 2 layers, hidden 128,
+# 8 heads of 16, 4 KV heads, MLP 384, vocab 2048): matmuls 2·T·K·N summed over q, k, v, o, gate, up, down and
+# the LM head; attention 2·H·(DK + DV) a position attended, token i of a step at position p attending p + 1.
+# The prefill step: 9 tokens at positions 0..8; the 5 decode steps: one token each at positions 9..13.
+L=2 h=128 H=8 KH=4 D=16 F=384 V=2048
+mm_token=$(( 2 * (L * (h * (H * D + 2 * KH * D) + H * D * h + 2 * h * F + F * h) + h * V) ))
+att_prefill=$(( L * 2 * H * (D + D) * (9 * 10 / 2) ))        # sum of p + 1 over p = 0..8: 45
+att_decode=$(( L * 2 * H * (D + D) * (10 + 11 + 12 + 13 + 14) ))
+gflop() { awk -v f="$1" 'BEGIN { printf "%.6f", f / 1e9 }'; }
+# a table's columns: the GFLOP of its attention row and of its (all kernels) row
+flop_cols() { awk -v kind="$1" '$0 ~ "^kiln: profile: [0-9]* " kind " step.*device time" { t = 1; next } /^kiln: profile:/ { t = 0 }
+  t && / attention(,| \[|$)/ && $1 != "(all" { att = $6 } t && $1 == "(all" { all = $6 } END { print att, all }' "$work/p.err"; }
+expect_same "profile: prefill GFLOP (attention, all kernels)" \
+  "$(gflop $att_prefill) $(gflop $(( 9 * mm_token + att_prefill )))" "$(flop_cols prefill)"
+expect_same "profile: decode GFLOP (attention, all kernels)" \
+  "$(gflop $att_decode) $(gflop $(( 5 * mm_token + att_decode )))" "$(flop_cols decode)"
+expect_same "profile: columns without a ceiling" "share GFLOP TFLOP/s computes" \
+  "$(grep -m1 '^  kernel ' "$work/p.err" | awk '{ print $7, $8, $9, $10 }')"
+# --profile-ceiling: its column, each row's TFLOP/s (GFLOP over the total µs) as a fraction of it;
+# rows without operations show -
+KILN_EMU_STATS=1 "$KILN_BIN" run "$cu" --ids $ids -n 1 --profile --profile-ceiling 0.001 >/dev/null 2>"$work/c.err"
+expect_same "profile: columns with a ceiling" "GFLOP TFLOP/s ceiling computes" \
+  "$(grep -m1 '^  kernel ' "$work/c.err" | awk '{ print $8, $9, $10, $11 }')"
+checked=$(awk '/^  kernel / { t = 1; next } /^  \(all/ { t = 0 } t {
+  if ($6 == "-") { if ($7 != "-" || $8 != "-") bad = bad " " $1; next }
+  tf = $6 / ($3 * 1e-6) / 1e3; frac = 100 * tf / 0.001; got = $8; sub(/%$/, "", got)
+  if (($7 - tf > 0.005 || tf - $7 > 0.005) || (got - frac > 0.05 + frac * 0.02 || frac - got > 0.05 + frac * 0.02)) bad = bad " " $1
+  n++ } END { print (n > 0 && bad == "" ? "consistent" : "inconsistent:" bad) }' "$work/c.err")
+expect_same "profile: TFLOP/s and the ceiling's fraction" "consistent" "$checked"
+grep -q '^kiln: profile: GFLOP: .*; ceiling: TFLOP/s as a fraction of 0.001 TFLOP/s$' "$work/c.err" \
+  && passes=$((passes+1)) || { echo "FAIL: the note on GFLOP and the ceiling:"; cat "$work/c.err"; failures=$((failures+1)); }
 
 # draws on the device: the host's, and the CPU engine's greedy ids
 for smp in "--temperature 0" "--temperature 0.8 --top-k 40 --top-p 0.95 --seed 3" "--temperature 1.2 --seed 9"; do
