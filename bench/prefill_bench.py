@@ -21,7 +21,8 @@ in one process, within --budget seconds (what does not fit is skipped, and the r
 5. the peer torch.compile'd (prefill: dynamic shapes, CUDA graphs per length; decode:
    mode="reduce-overhead"), checked again, and timed as kiln bench times kiln: time to first
    token (ids to the device, prefill, the argmax on the host) and decode ms/token at batch 1.
-6. `kiln run --profile` of a prompt of 2048 tokens (or the longest below), saved beside the results.
+6. `kiln run --profile` of a prompt of 2048 tokens (or the longest below), saved beside the results,
+   each kernel's TFLOP/s as a fraction of cuBLAS's best GEMM TFLOP/s at that length (--profile-ceiling).
 7. the report (bench/prefill_report.py): one table with ratios (kiln / peer, kiln / ceiling) on stdout; OUT/prefill_bench.json
    (rewritten after every stage, so a run cut short leaves what it measured),
    OUT/prefill_bench.md (a dated section with the GPU's name and driver, for bench/RESULTS.md)
@@ -431,6 +432,11 @@ def kiln_bench(run, a, engine, lengths, decode):
 def kiln_profile(run, a, engine, T, vocab):
     ids = ",".join(str((i * 7919 + 13) % vocab) for i in range(T))
     cmd = [a.kiln, "run", engine, "--ids", ids, "-n", "2", "--profile"]
+    # each kernel's TFLOP/s as a fraction of cuBLAS's best GEMM at T (or at any length measured)
+    gemm = (run.res.get("ceilings") or {}).get("gemm") or []
+    best = [e["tflops"] for e in gemm if e["t"] == T] or [e["tflops"] for e in gemm]
+    if best and max(best) >= 0.001:  # kiln's least (a CPU's tiny GEMMs may fall below)
+        cmd += ["--profile-ceiling", f"{max(best):.4g}"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, run.left() - 10))
     path = os.path.join(run.out, f"kiln_profile_{T}.txt")
     with open(path, "w") as f:
