@@ -16,6 +16,11 @@ if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ]; then
   echo "note: built without NVRTC: no CUDA engine to build"; exit 0
 fi
 model_args "$model"
+# fast engines take kcu_gemm90 (sm_90a) for steps of more than 8 tokens, not 64, so that the tests'
+# prompts run it (through its CPU stand-in) on an emulated sm_90 and mma.sync on an emulated sm_80
+gemm90_above=
+[ $precision = fast ] && gemm90_above=8
+KILN_CUDA_GEMM90_ABOVE=$gemm90_above \
 "$KILN_BIN" build "${args[@]}" --target "$target" --dtype "$dtype" --precision $precision --emit-source "$out/src" -o "$out/cuda.engine" \
   || { echo "FAIL: kiln build --target $target --dtype $dtype --precision $precision"; exit 1; }
 echo "$target" >"$out/target"
