@@ -55,23 +55,17 @@ template <typename V> static inline V __ldg(const V *p) { return *p; }
 
 /* A warp shuffle: every thread of the block must call it together (kiln's
  * kernels do, with the same lane mask m), as they reach __syncthreads().
- * Each value type has its own exchange arrays (function-local statics of
- * the template), two used in turn, so one barrier a shuffle is enough: a
+ * It is kemu_warp_publish's exchange (below): each value type has its own
+ * arrays (function-local statics of the template), two used in turn, so one barrier a shuffle is enough: a
  * thread past this call's barrier writes the other array, and cannot write
  * this one again before every thread has reached the next call's barrier,
  * after reading this one. Each thread counts its calls in the block being
  * run (kemu_block_run tells a new block), which every thread of the block
  * makes alike. */
+template <typename V> static inline const V *kemu_warp_publish(const V &v);
 template <typename V> static inline V kemu_shfl_xor(V v, int m)
 {
-    static V lanes[2][1024];
-    static unsigned run[1024], calls[1024];
-    const unsigned t = threadIdx.x;
-    if (run[t] != kemu_block_run) run[t] = kemu_block_run, calls[t] = 0;
-    V *const l = lanes[calls[t]++ & 1];
-    l[t] = v;
-    __syncthreads();
-    return l[t ^ (unsigned)m];
+    return kemu_warp_publish(v)[(threadIdx.x ^ (unsigned)m) & 31u]; /* m < 32: a lane of the same warp */
 }
 /* The exchange under the emulated warp instructions of codegen/cuda/kcu_flash.cuh (mma.sync,
  * ldmatrix): each thread publishes v, and gets the values of the 32 lanes of its warp, lane 0
