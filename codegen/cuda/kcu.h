@@ -91,6 +91,9 @@ int kcu_g90_plan_tiles(const int64_t *partner, int64_t N, int bn, kcu_g90_tiles 
 int kcu_g90_pick_bn(int64_t T, const int nt[3]);
 /* Pipeline stages for a tile width (about 192 kB of shared memory). */
 int kcu_g90_stages(int bn);
+/* Dynamic shared memory of a kcu_gemm90 kernel with that tile and stages, in bytes (the
+ * prelude's kcu_gemm90_smem: the stages or the epilogue's f32 tile, and 1024 for alignment). */
+int kcu_g90_smem_bytes(int bn, int stages);
 
 /* Append the CUDA C source of g's kernels to src and fill meta's kernels,
  * aliases and output (not its archs). meta must be zeroed; its arena owns

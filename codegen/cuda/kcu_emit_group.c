@@ -277,7 +277,56 @@ static void slot_name(const group *G, int loc, const char *slot, char *out, size
     else snprintf(out, cap, "x%d[%s]", loc, slot);
 }
 
-/* The epilogue functor: row(c) and run(t, n0, v0, n1, v1). Parameters were
+/* The functor's `in` (what the epilogue reads from memory for a pair: an
+ * outside operand's two elements, a rotation's position, a KV write's slot)
+ * and fetch(t, n0, n1, r), which reads it (kcu_epi_steps, kcu_prelude.cuh). */
+static void put_fetch(group *G, ks_buf *b)
+{
+    const kir_graph *g = G->x->g;
+    ks_buf members = {0}, reads = {0};
+    for (int i = G->mm + 1; i < G->count; i++) {
+        const gnode *gn = &G->n[i];
+        const kir_node *nd = &g->nodes[gn->v];
+        if (gn->r == ROLE_ROPE) {
+            ks_buf_printf(&members, " int pos%d;", i);
+            ks_buf_printf(&reads, "        r.pos%d = pos%d[t];\n", i, i);
+        } else if (gn->r == ROLE_KV_WRITE) {
+            ks_buf_printf(&members, " int slots%d;", i);
+            ks_buf_printf(&reads, "        r.slots%d = slots%d[t];\n", i, i);
+        } else if (gn->r == ROLE_BINARY) {
+            for (int side = 0; side < 2; side++) {
+                if ((side ? gn->b : gn->a) >= 0) continue;
+                const kir_node *on = &g->nodes[nd->in[side]];
+                ks_buf_printf(&members, " float in%d_%d[2];", i, side);
+                ks_buf_printf(&reads,
+                              "#pragma unroll\n"
+                              "        for (int j = 0; j < 2; j++) {\n"
+                              "            const int e = n[j] - %lld;\n"
+                              "            r.in%d_%d[j] = (unsigned)e < %lluu ? ",
+                              (long long)gn->base, i, side, (unsigned long long)gn->size);
+                if (on->ndim > 0 && on->dims[0] == KIR_DIM_T)
+                    ks_buf_printf(&reads, "kcu_f(in%d_%d[t * %lld + e])", i, side, (long long)gn->size);
+                else
+                    ks_buf_printf(&reads, "kcu_f(in%d_%d[e %% %lld])", i, side, (long long)kir_elems(on, 1));
+                ks_buf_puts(&reads, " : 0.0f;\n        }\n");
+            }
+        }
+    }
+    ks_buf_printf(b,
+                  "    /* what the epilogue reads for a pair besides the sums */\n"
+                  "    struct in {%s };\n"
+                  "    __device__ __forceinline__ void fetch(long long t, int n0, int n1, in &r) const\n"
+                  "    {\n"
+                  "        const int n[2] = {n0, n1};\n"
+                  "        (void)t, (void)n, (void)r;\n%s"
+                  "    }\n",
+                  ks_buf_cstr(&members), ks_buf_cstr(&reads));
+    ks_buf_free(&members);
+    ks_buf_free(&reads);
+}
+
+/* The epilogue functor: row(c), fetch and apply (the two steps of
+ * kcu_epi_steps), run(t, n0, v0, n1, v1) = both, called by two and one. Parameters were
  * added in the same order as the fields (param names == field names). */
 static void put_epilogue(group *G, ks_buf *fields)
 {
@@ -302,8 +351,10 @@ static void put_epilogue(group *G, ks_buf *fields)
     }
     ks_buf_printf(b, "        return %lld; /* the single last column */\n    }\n", (long long)(G->N - 1));
 
-    /* run: every node on the pair; slot 1 absent when n1 < 0 */
-    ks_buf_puts(b, "    __device__ KCU_NOINLINE void run(long long t, int n0, float v0, int n1, float v1) const\n"
+    put_fetch(G, b);
+    /* apply: every node on the pair; slot 1 absent when n1 < 0 */
+    ks_buf_puts(b, "    __device__ __forceinline__ void apply(long long t, int n0, float v0, int n1, float v1, const in &r) "
+                   "const\n"
                    "    {\n"
                    "        const int n[2] = {n0, n1};\n");
     kir_dtype mt = g->nodes[G->n[G->mm].v].dtype;
@@ -330,19 +381,22 @@ static void put_epilogue(group *G, ks_buf *fields)
             slot_name(G, gn->a, "j", ks, sizeof ks);
             slot_name(G, gn->b, "j", vs, sizeof vs);
             ks_buf_printf(b,
+                          "#pragma unroll\n"
                           "        for (int j = 0; j < 2; j++) {\n"
                           "            const int ek = n[j] - %lld, ev = n[j] - %lld;\n",
                           (long long)kg->base, (long long)vg->base);
             snprintf(head, sizeof head, "            if ((unsigned)ek < %lluu) ", (unsigned long long)kg->size);
-            snprintf(lhs, sizeof lhs, "kc%d[(long long)slots%d[t] * %lld + ek]", i, i, (long long)kg->size);
+            snprintf(lhs, sizeof lhs, "kc%d[(long long)r.slots%d * %lld + ek]", i, i, (long long)kg->size);
             kcu_put_store(b, ct, head, lhs, ks);
             snprintf(head, sizeof head, "            if ((unsigned)ev < %lluu) ", (unsigned long long)vg->size);
-            snprintf(lhs, sizeof lhs, "vc%d[(long long)slots%d[t] * %lld + ev]", i, i, (long long)vg->size);
+            snprintf(lhs, sizeof lhs, "vc%d[(long long)r.slots%d * %lld + ev]", i, i, (long long)vg->size);
             kcu_put_store(b, ct, head, lhs, vs);
             ks_buf_puts(b, "        }\n");
             continue;
         }
-        ks_buf_printf(b, "        float x%d[2];\n        for (int j = 0; j < 2; j++) {\n", i);
+        if (gn->r == ROLE_ROPE) /* the last angle's cos and sin: a rotation's pair shares them */
+            ks_buf_printf(b, "        float ra%d = __int_as_float(0x7fc00000), rc%d = 0.0f, rs%d = 0.0f;\n", i, i, i);
+        ks_buf_printf(b, "        float x%d[2];\n#pragma unroll\n        for (int j = 0; j < 2; j++) {\n", i);
         ks_buf_printf(b, "            const int e = n[j] - %lld;\n            x%d[j] = 0.0f;\n", (long long)gn->base, i);
         ks_buf_printf(b, "            if ((unsigned)e >= %lluu) continue;\n", (unsigned long long)gn->size);
         char src_a[32] = "", src_b[32] = "", other[32] = "";
@@ -372,11 +426,8 @@ static void put_epilogue(group *G, ks_buf *fields)
                     continue;
                 }
                 const kir_node *on = &g->nodes[nd->in[side]];
-                if (on->ndim > 0 && on->dims[0] == KIR_DIM_T)
-                    ks_buf_printf(eo, "%sin%d_%d[t * %lld + e]%s", kcu_ld(on->dtype), i, side, (long long)gn->size,
-                                  kcu_ld_end(on->dtype));
-                else
-                    ks_buf_printf(eo, "kcu_f(in%d_%d[e %% %lld])", i, side, (long long)kir_elems(on, 1));
+                (void)on;
+                ks_buf_printf(eo, "r.in%d_%d[j]", i, side);
             }
             ks_buf_printf(b, "            x%d[j] = %s %s %s;\n", i, ks_buf_cstr(&ea), op, ks_buf_cstr(&eb));
             ks_buf_free(&ea);
@@ -397,12 +448,16 @@ static void put_epilogue(group *G, ks_buf *fields)
                 ks_buf_printf(b, "                const int f = d %% %lld, first = d < %lld;\n", (long long)half,
                               (long long)half);
             ks_buf_printf(b,
-                          "                const float angle = (float)pos%d[t] * " NAME_MARK "_inv_freq%d[f];\n"
-                          "                const float c = (float)cos((double)angle), s = (float)sin((double)angle);\n"
+                          "                const float angle = (float)r.pos%d * " NAME_MARK "_inv_freq%d[f];\n"
+                          "                if (!(angle == ra%d)) {\n"
+                          "                    double sd, cd;\n"
+                          "                    sincos((double)angle, &sd, &cd);\n"
+                          "                    ra%d = angle, rc%d = (float)cd, rs%d = (float)sd;\n"
+                          "                }\n"
                           "                const float self = %s, other = %s;\n"
-                          "                x%d[j] = first ? self * c - other * s : self * c + other * s;\n"
+                          "                x%d[j] = first ? self * rc%d - other * rs%d : self * rc%d + other * rs%d;\n"
                           "            }\n",
-                          i, i, src_a, other, i);
+                          i, i, i, i, i, i, src_a, other, i, i, i, i, i);
             break;
         }
         default:
@@ -419,6 +474,8 @@ static void put_epilogue(group *G, ks_buf *fields)
         ks_buf_puts(b, "        }\n");
     }
     ks_buf_puts(b, "    }\n"
+                   "    __device__ KCU_NOINLINE void run(long long t, int n0, float v0, int n1, float v1) const\n"
+                   "    {\n        in r;\n        fetch(t, n0, n1, r);\n        apply(t, n0, v0, n1, v1, r);\n    }\n"
                    "    __device__ __forceinline__ void two(long long t, int n0, float v0, int n1, float v1) const\n"
                    "    {\n        run(t, n0, v0, n1, v1);\n    }\n"
                    "    __device__ __forceinline__ void one(long long t, int n0, float v0) const\n"
@@ -569,7 +626,7 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
         krt_cuda_launch *l = &v->launches[v->n_launches++];
         l->name = ks_arena_printf(&x->meta->arena, "%s_g90_%d", k->name, t->bn);
         l->block = 384;
-        l->smem = (kcu_g90_stages(t->bn) * (128 + t->bn) * 128 + 1024); /* kcu_gemm90_smem */
+        l->smem = kcu_g90_smem_bytes(t->bn, kcu_g90_stages(t->bn));
         int64_t grid[3][3] = {{1, 127, 128}, {0, t->nt, 1}, {0, 1, 1}};
         memcpy(l->grid, grid, sizeof grid);
         l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_T, 0, 0};

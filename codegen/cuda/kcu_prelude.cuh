@@ -332,6 +332,40 @@ template <int N, typename O = float> struct kcu_epi_store {
     }
 };
 
+/* An epilogue may also come in two steps (the code generator's do): a type
+ * `in` holding what it reads from memory for a pair besides the matmul's
+ * values, fetch(t, n0, n1, in &) that reads it, and apply(t, n0, v0, n1,
+ * v1, const in &) that does the rest (n1 < 0: the single last column). A
+ * caller that hands over many pairs (kcu_gemm90) fetches several before
+ * applying any, so that their loads are in flight together: the compiler
+ * may not move a load above a store through another pointer. kcu_epi_steps
+ * gives every epilogue the two steps: its own, or none and two/one. */
+template <class> struct kcu_void_t {
+    typedef void type;
+};
+template <class Epi, class = void> struct kcu_epi_steps {
+    struct in {};
+    static __device__ __forceinline__ void fetch(const Epi &, long long, int, int, in &) {}
+    static __device__ __forceinline__ void apply(const Epi &epi, long long t, int n0, float v0, int n1, float v1,
+                                                 const in &)
+    {
+        if (n1 >= 0) epi.two(t, n0, v0, n1, v1);
+        else epi.one(t, n0, v0);
+    }
+};
+template <class Epi> struct kcu_epi_steps<Epi, typename kcu_void_t<typename Epi::in>::type> {
+    typedef typename Epi::in in;
+    static __device__ __forceinline__ void fetch(const Epi &epi, long long t, int n0, int n1, in &r)
+    {
+        epi.fetch(t, n0, n1, r);
+    }
+    static __device__ __forceinline__ void apply(const Epi &epi, long long t, int n0, float v0, int n1, float v1,
+                                                 const in &r)
+    {
+        epi.apply(t, n0, v0, n1, v1, r);
+    }
+};
+
 /* ---- matmul: out[t, n] = sum_k x[t, k] w[n, k] ------------------------------------------
  *
  * One kernel for every T; launched on GRID blocks of KCU_MM_THREADS (a
@@ -1429,10 +1463,18 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
  *    bytes between 8-row groups; the k16 step moves the start by 32 bytes),
  *    one commit group, then wait until the previous stage's group is done
  *    and release that stage (one arrive a warp on its `empty` mbarrier).
- * The epilogue goes from the accumulators to epi.two: wgmma's D layout
- * gives lane l of warp w of a consumer, for each 8 columns j, tokens 16 w +
- * l / 4 (+ 8) and columns 8 j + 2 (l % 4) (+ 1): the pairs (2p, 2p + 1)
- * epilogues expect. Tokens >= T and columns >= N are not handed over.
+ * The epilogue: once both consumers' last wgmma are done, they store their
+ * accumulators (wgmma's D layout: lane l of warp w, for each 8 columns j,
+ * tokens 16 w + l / 4 (+ 8), columns 8 j + 2 (l % 4) (+ 1)) as an f32 tile
+ * in the stages' shared memory, and their 256 threads hand it to the
+ * epilogue unit by unit (kcu_g90_handoff): consecutive threads take
+ * consecutive columns of a token, and each fetches the inputs of 8 units
+ * (a residual, positions, KV slots) before applying any, so that its loads
+ * are in flight together. (Measured before: each thread handed its own
+ * accumulators to a called epilogue, one pair at a time, whose load waited
+ * for the previous pair's store: o and down ran at 0.49 and 0.64 of
+ * cuBLAS in the engine, q,k,v with RoPE and the KV write at 0.37.)
+ * Tokens >= T and columns >= N are not handed over.
  *
  * Column order. TMA reads weight rows as they lie. With Tiles =
  * kcu_g90_plain<BN> (below), the matmul's column c is weight row c of the w
@@ -1511,8 +1553,12 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
 #define KCU_GEMM90_EMU 0
 #endif
 #define KCU_GEMM90_KERNELS (KCU_GEMM90 || KCU_GEMM90_EMU)
-/* Dynamic shared memory of kcu_gemm90<.., BN, STAGES, ..> in bytes (host and device). */
-#define kcu_gemm90_smem(BN, STAGES) ((STAGES) * (128 + (BN)) * 128 + 1024)
+/* Dynamic shared memory of kcu_gemm90<.., BN, STAGES, ..> in bytes: the
+ * stages, or the f32 tile of the epilogue where that is more (two stages),
+ * plus 1024 for alignment (codegen/cuda/kcu.h: kcu_g90_smem_bytes on the host). */
+#define kcu_gemm90_smem(BN, STAGES)                                                                                   \
+    (((STAGES) * (128 + (BN)) * 128 > 128 * ((BN) + 8) * 4 ? (STAGES) * (128 + (BN)) * 128 : 128 * ((BN) + 8) * 4) + \
+     1024)
 
 #if KCU_GEMM90_KERNELS
 enum { KCU_G90_THREADS = 384, KCU_G90_BM = 128, KCU_G90_BK = 64 };
@@ -1551,26 +1597,54 @@ template <int BN> struct kcu_g90_plain {
     static __device__ __forceinline__ int split(int) { return 0; }
 };
 
-/* Hand tile y's columns n, n + 1 (n even; values v0, v1) of token tok to
- * the epilogue, and in a split tile their partners n + BN / 2, + 1 (p0, p1). */
-template <int BN, int N, class Tiles, class Epi>
-static __device__ __forceinline__ void kcu_g90_hand(const Epi &epi, long long tok, int y, int n, float v0, float v1,
-                                                    float p0, float p1)
+/* The hand-off of a finished tile to the epilogue. The tile's f32 sums
+ * lie in shared memory, row r (token m0 + r) at tile + r * KCU_G90_LD(BN),
+ * column n of the tile at + n. A unit is a row and p < BN / 2: columns 2p,
+ * 2p + 1 of a neighbours tile, or p and its partner p + BN / 2 of a split
+ * tile; thread `first` of `step` takes units first, first + step, ...
+ * (consecutive threads take consecutive columns of a row: coalesced loads
+ * and stores), U at a time, fetching the U units' inputs before applying
+ * any (kcu_epi_steps). Tokens >= T, columns >= N and unused boxes are not
+ * handed over; sums are scaled by pro.scale(token). */
+#define KCU_G90_LD(BN) ((BN) + 8) /* floats a row: 8 banks apart, no conflicts on the D layout's stores */
+template <int BN, int N, class Tiles, int U, class Pro, class Epi>
+static __device__ __forceinline__ void kcu_g90_handoff(const Epi &epi, const Pro &pro, int T, long long m0, int y,
+                                                       const float *tile, int first, int step)
 {
-    enum { R = BN / Tiles::NBOX };
-    const int b = Tiles::box(y, n / R);
-    if (b < 0) return;
-    const int c = b + n % R;
-    if (Tiles::split(y)) {
-        const int pc = Tiles::box(y, Tiles::NBOX / 2 + n / R) + n % R;
-        epi.two(tok, c, v0, pc, p0);
-        epi.two(tok, c + 1, v1, pc + 1, p1);
-    } else if (c + 1 < N) {
-        epi.two(tok, Tiles::PLAIN ? Epi::row(c) : c, v0, Tiles::PLAIN ? Epi::row(c + 1) : c + 1, v1);
-    } else if (c < N) {
-        epi.one(tok, Tiles::PLAIN ? Epi::row(c) : c, v0);
+    typedef kcu_epi_steps<Epi> S;
+    enum { R = BN / Tiles::NBOX, UPR = BN / 2, UNITS = KCU_G90_BM * UPR, LD = KCU_G90_LD(BN) };
+    const int split = Tiles::split(y);
+    for (int q0 = first; q0 < UNITS; q0 += U * step) {
+        typename S::in in[U];
+        long long tok[U];
+        int c0[U], c1[U];
+        float v0[U], v1[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int q = q0 + u * step, r = q / UPR, p = q % UPR;
+            const int n0 = split ? p : 2 * p, n1 = split ? p + BN / 2 : 2 * p + 1;
+            tok[u] = m0 + r;
+            c0[u] = -1;
+            if (q >= UNITS || tok[u] >= T) continue;
+            const int b = Tiles::box(y, n0 / R);
+            if (b < 0) continue;
+            int c = b + n0 % R, pc = -1;
+            if (split) pc = Tiles::box(y, n1 / R) + n1 % R;
+            else if (c + 1 < N) pc = c + 1;
+            else if (c >= N) continue;
+            const float sc = pro.scale(tok[u]);
+            c0[u] = Tiles::PLAIN ? Epi::row(c) : c;
+            c1[u] = pc < 0 ? -1 : Tiles::PLAIN ? Epi::row(pc) : pc;
+            v0[u] = tile[r * LD + n0] * sc;
+            v1[u] = pc < 0 ? 0.0f : tile[r * LD + n1] * sc;
+            S::fetch(epi, tok[u], c0[u], c1[u], in[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (c0[u] >= 0) S::apply(epi, tok[u], c0[u], v0[u], c1[u], v1[u], in[u]);
     }
 }
+enum { KCU_G90_U = 8 }; /* units a thread fetches before applying */
 #endif
 
 #if KCU_GEMM90_EMU
@@ -1596,7 +1670,7 @@ template <typename X> static inline float kcu_emu_tmap_at(const kcu_emu_tmap *m,
 }
 /* kcu_gemm90's stand-in: thread 0 of each block computes its tile in f32
  * (k in order), reading x and w through their maps as TMA would, and hands
- * it to the epilogue as the real kernel does (kcu_g90_hand). Checks the maps
+ * it to the epilogue as the real kernel does (kcu_g90_handoff). Checks the maps
  * against the kernel: boxes {64, 128} and {64, R}, the operand type. */
 template <typename X, int K, int N, int BN, int STAGES, class Tiles = kcu_g90_plain<BN>, class Pro, class Epi>
 static inline void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &tb, const Pro pro, const Epi &epi)
@@ -1608,21 +1682,18 @@ static inline void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &t
         a->dims[0] != K || w->dims[0] != K || a->dtype != DTYPE || w->dtype != DTYPE)
         __builtin_trap();
     const int y = blockIdx.y;
-    for (int r = 0; r < KCU_G90_BM; r++) {
-        const long long tok = (long long)blockIdx.x * KCU_G90_BM + r;
-        if (tok >= T) break;
-        float d[BN];
+    const long long m0 = (long long)blockIdx.x * KCU_G90_BM;
+    float *tile = (float *)calloc((size_t)KCU_G90_BM * KCU_G90_LD(BN), sizeof(float));
+    if (!tile) __builtin_trap();
+    for (int r = 0; r < KCU_G90_BM && m0 + r < T; r++)
         for (int n = 0; n < BN; n++) {
             const int b = Tiles::box(y, n / R), row = (b < 0 ? 0 : b) + n % R;
             float sum = 0.0f;
-            for (int k = 0; k < K; k++) sum = fmaf(kcu_emu_tmap_at<X>(a, k, tok), kcu_emu_tmap_at<X>(w, k, row), sum);
-            d[n] = sum * pro.scale(tok);
+            for (int k = 0; k < K; k++) sum = fmaf(kcu_emu_tmap_at<X>(a, k, m0 + r), kcu_emu_tmap_at<X>(w, k, row), sum);
+            tile[r * KCU_G90_LD(BN) + n] = sum;
         }
-        const int split = Tiles::split(y);
-        for (int n = 0; n < (split ? BN / 2 : BN); n += 2)
-            kcu_g90_hand<BN, N, Tiles>(epi, tok, y, n, d[n], d[n + 1], split ? d[n + BN / 2] : 0.0f,
-                                       split ? d[n + 1 + BN / 2] : 0.0f);
-    }
+    kcu_g90_handoff<BN, N, Tiles, KCU_G90_U>(epi, pro, T, m0, y, tile, 0, 1);
+    free(tile);
 }
 #endif
 
@@ -1694,6 +1765,8 @@ __device__ __forceinline__ unsigned long long kcu_wg_desc(unsigned addr)
 {
     return (unsigned long long)((addr & 0x3ffffu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
+/* the two consumer warpgroups (threads 128 .. 383) meet: named barrier 1 */
+__device__ __forceinline__ void kcu_g90_consumers_sync() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
 __device__ __forceinline__ void kcu_wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void kcu_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void kcu_wg_wait()
@@ -1903,22 +1976,19 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
         }
         kcu_wg_wait<0>();
         kcu_wg_hold(d);
+        /* the sums through shared memory (the stages are free once both consumers' wgmma are done) */
+        static_assert(KCU_G90_BM * KCU_G90_LD(BN) * 4 + 1024 <= kcu_gemm90_smem(BN, STAGES), "the tile fits");
+        kcu_g90_consumers_sync();
+        float *const tile = reinterpret_cast<float *>(kcu_g90_dyn + (base - kcu_g90_smem(kcu_g90_dyn)));
         const int rt = (wg - 1) * 64 + warp * 16 + lane / 4; /* the thread's first row in the tile */
-        const int y = blockIdx.y, split = Tiles::split(y);
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const long long tok = m0 + rt + 8 * h;
-            if (tok >= T) continue;
-            const float sc = pro.scale(tok);
+        for (int j = 0; j < BN / 8; j++)
 #pragma unroll
-            for (int j = 0; j < BN / 8; j++) {
-                /* a split tile hands columns n >= BN / 2 with their partners n - BN / 2 */
-                if (split && j >= BN / 16) continue;
-                const int jp = j < BN / 16 ? j + BN / 16 : j; /* the partner's 8 columns (split) */
-                kcu_g90_hand<BN, N, Tiles>(epi, tok, y, 8 * j + 2 * (lane % 4), d[4 * j + 2 * h] * sc,
-                                           d[4 * j + 2 * h + 1] * sc, d[4 * jp + 2 * h] * sc, d[4 * jp + 2 * h + 1] * sc);
-            }
-        }
+            for (int h = 0; h < 2; h++)
+                *reinterpret_cast<float2 *>(tile + (rt + 8 * h) * KCU_G90_LD(BN) + 8 * j + 2 * (lane % 4)) =
+                    make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+        kcu_g90_consumers_sync();
+        kcu_g90_handoff<BN, N, Tiles, KCU_G90_U>(epi, pro, T, m0, blockIdx.y, tile, tid - 128, 256);
     }
 }
 #endif /* KCU_GEMM90 */

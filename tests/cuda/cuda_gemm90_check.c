@@ -259,7 +259,7 @@ static int launch(runner *r, const g90_case *c, int index, g90_data *d, int T)
     snprintf(name, sizeof name, "g90_%d", index);
     krt_cu_fn fn;
     if (!cu_ok(r, r->api.cuModuleGetFunction(&fn, r->mod, name), name)) return -1;
-    const int smem = c->st * (128 + c->bn) * 128 + 1024; /* kcu_gemm90_smem */
+    const int smem = kcu_g90_smem_bytes(c->bn, c->st);
     if (!cu_ok(r, r->api.cuFuncSetAttribute(fn, KRT_CU_FUNC_MAX_DYNAMIC_SHARED_BYTES, smem), "cuFuncSetAttribute"))
         return -1;
     if (c->rms) { /* the pre-pass: 1 / rms of each row into dinv */

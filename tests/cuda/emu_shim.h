@@ -11,6 +11,7 @@
 #define KILN_EMU_SHIM_H
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 extern "C" {
