@@ -627,7 +627,8 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
         l->name = ks_arena_printf(&x->meta->arena, "%s_g90_%d", k->name, t->bn);
         l->block = 384;
         l->smem = kcu_g90_smem_bytes(t->bn, kcu_g90_stages(t->bn));
-        int64_t grid[3][3] = {{1, 127, 128}, {0, t->nt, 1}, {0, 1, 1}};
+        /* ceil(T / 128) token tiles (the prelude's KCU_G90_BM), the column tiles */
+        int64_t grid[3][3] = {{1, 0, 128}, {0, t->nt, 1}, {0, 1, 1}};
         memcpy(l->grid, grid, sizeof grid);
         l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_T, 0, 0};
         l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_TMAP, x->root[P->xv], 128};

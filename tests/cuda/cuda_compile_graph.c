@@ -83,6 +83,10 @@ int main(int argc, char **argv)
                 printf("  %s: T > %lld: %s%s, %lld column tiles, %d bytes of shared memory\n", k->name,
                        (long long)v->above, v->n_launches > 1 ? "the norm, then " : "", l->name,
                        (long long)l->grid[1][1], l->smem);
+                /* a token tile is 128 rows: 2048 tokens are 16 tiles, 2049 are 17 */
+                CHECK_MSG(krt_cuda_launch_grid_dim(l, 0, 2048) == 16 && krt_cuda_launch_grid_dim(l, 0, 2049) == 17,
+                          "%s: %lld token tiles for 2048 tokens", l->name,
+                          (long long)krt_cuda_launch_grid_dim(l, 0, 2048));
             }
         }
         for (int i = 0; i < n_archs; i++) {
