@@ -1467,10 +1467,10 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
  * accumulators (wgmma's D layout: lane l of warp w, for each 8 columns j,
  * tokens 16 w + l / 4 (+ 8), columns 8 j + 2 (l % 4) (+ 1)) as an f32 tile
  * in the stages' shared memory, and their 256 threads hand it to the
- * epilogue unit by unit (kcu_g90_handoff): consecutive threads take
- * consecutive columns of a token, and each fetches the inputs of 8 units
- * (a residual, positions, KV slots) before applying any, so that its loads
- * are in flight together. (Measured before: each thread handed its own
+ * epilogue (kcu_g90_handoff): each thread keeps one pair of columns
+ * (consecutive threads, consecutive columns of a token) down the rows, and
+ * fetches the inputs of 8 rows (a residual, positions, KV slots) before
+ * applying any, so that its loads are in flight together. (Measured before: each thread handed its own
  * accumulators to a called epilogue, one pair at a time, whose load waited
  * for the previous pair's store: o and down ran at 0.49 and 0.64 of
  * cuBLAS in the engine, q,k,v with RoPE and the KV write at 0.37.)
@@ -1601,47 +1601,48 @@ template <int BN> struct kcu_g90_plain {
  * lie in shared memory, row r (token m0 + r) at tile + r * KCU_G90_LD(BN),
  * column n of the tile at + n. A unit is a row and p < BN / 2: columns 2p,
  * 2p + 1 of a neighbours tile, or p and its partner p + BN / 2 of a split
- * tile; thread `first` of `step` takes units first, first + step, ...
- * (consecutive threads take consecutive columns of a row: coalesced loads
- * and stores), U at a time, fetching the U units' inputs before applying
- * any (kcu_epi_steps). Tokens >= T, columns >= N and unused boxes are not
- * handed over; sums are scaled by pro.scale(token). */
+ * tile. Thread `first` of `step` (step a multiple of BN / 2, or at least
+ * it: the threads past the last whole multiple idle) keeps one p, so that
+ * its columns, their boxes and the epilogue's column checks are worked out
+ * once, and takes rows first / (BN / 2), + step / (BN / 2), ...: a warp's
+ * lanes take consecutive columns of a row (coalesced loads and stores). It
+ * fetches U rows' inputs before applying any (kcu_epi_steps). Tokens >= T,
+ * columns >= N and unused boxes are not handed over; sums are scaled by
+ * pro.scale(token). */
 #define KCU_G90_LD(BN) ((BN) + 8) /* floats a row: 8 banks apart, no conflicts on the D layout's stores */
 template <int BN, int N, class Tiles, int U, class Pro, class Epi>
 static __device__ __forceinline__ void kcu_g90_handoff(const Epi &epi, const Pro &pro, int T, long long m0, int y,
                                                        const float *tile, int first, int step)
 {
     typedef kcu_epi_steps<Epi> S;
-    enum { R = BN / Tiles::NBOX, UPR = BN / 2, UNITS = KCU_G90_BM * UPR, LD = KCU_G90_LD(BN) };
-    const int split = Tiles::split(y);
-    for (int q0 = first; q0 < UNITS; q0 += U * step) {
+    enum { R = BN / Tiles::NBOX, UPR = BN / 2, LD = KCU_G90_LD(BN) };
+    const int pass = step / UPR; /* rows a pass of the `step` threads */
+    if (first >= pass * UPR) return;
+    const int p = first % UPR, split = Tiles::split(y);
+    const int n0 = split ? p : 2 * p, n1 = split ? p + BN / 2 : 2 * p + 1;
+    const int b = Tiles::box(y, n0 / R);
+    if (b < 0) return;
+    int c = b + n0 % R, pc = -1;
+    if (split) pc = Tiles::box(y, n1 / R) + n1 % R;
+    else if (c + 1 < N) pc = c + 1;
+    else if (c >= N) return;
+    const int c0 = Tiles::PLAIN ? Epi::row(c) : c, c1 = pc < 0 ? -1 : Tiles::PLAIN ? Epi::row(pc) : pc;
+    const int rows = T - m0 < KCU_G90_BM ? (int)(T - m0) : KCU_G90_BM;
+    for (int r = first / UPR; r < rows; r += U * pass) {
         typename S::in in[U];
-        long long tok[U];
-        int c0[U], c1[U];
         float v0[U], v1[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int q = q0 + u * step, r = q / UPR, p = q % UPR;
-            const int n0 = split ? p : 2 * p, n1 = split ? p + BN / 2 : 2 * p + 1;
-            tok[u] = m0 + r;
-            c0[u] = -1;
-            if (q >= UNITS || tok[u] >= T) continue;
-            const int b = Tiles::box(y, n0 / R);
-            if (b < 0) continue;
-            int c = b + n0 % R, pc = -1;
-            if (split) pc = Tiles::box(y, n1 / R) + n1 % R;
-            else if (c + 1 < N) pc = c + 1;
-            else if (c >= N) continue;
-            const float sc = pro.scale(tok[u]);
-            c0[u] = Tiles::PLAIN ? Epi::row(c) : c;
-            c1[u] = pc < 0 ? -1 : Tiles::PLAIN ? Epi::row(pc) : pc;
-            v0[u] = tile[r * LD + n0] * sc;
-            v1[u] = pc < 0 ? 0.0f : tile[r * LD + n1] * sc;
-            S::fetch(epi, tok[u], c0[u], c1[u], in[u]);
+            const int rr = r + u * pass;
+            if (rr >= rows) continue;
+            const float sc = pro.scale(m0 + rr);
+            v0[u] = tile[rr * LD + n0] * sc;
+            v1[u] = pc < 0 ? 0.0f : tile[rr * LD + n1] * sc;
+            S::fetch(epi, m0 + rr, c0, c1, in[u]);
         }
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (c0[u] >= 0) S::apply(epi, tok[u], c0[u], v0[u], c1[u], v1[u], in[u]);
+            if (r + u * pass < rows) S::apply(epi, m0 + r + u * pass, c0, v0[u], c1, v1[u], in[u]);
     }
 }
 enum { KCU_G90_U = 8 }; /* units a thread fetches before applying */
@@ -1692,7 +1693,7 @@ static inline void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &t
             for (int k = 0; k < K; k++) sum = fmaf(kcu_emu_tmap_at<X>(a, k, m0 + r), kcu_emu_tmap_at<X>(w, k, row), sum);
             tile[r * KCU_G90_LD(BN) + n] = sum;
         }
-    kcu_g90_handoff<BN, N, Tiles, KCU_G90_U>(epi, pro, T, m0, y, tile, 0, 1);
+    for (int p = 0; p < BN / 2; p++) kcu_g90_handoff<BN, N, Tiles, KCU_G90_U>(epi, pro, T, m0, y, tile, p, BN / 2);
     free(tile);
 }
 #endif
