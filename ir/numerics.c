@@ -10,26 +10,27 @@ static const struct {
     const char *text;  /* the expression over `a` */
     int in_double;     /* 1: `a` is a double */
     const char *what;  /* what it computes */
+    const char *half;  /* the expression in float, for a value stored as bf16 or f16 */
 } formulas[KIR_OP_COUNT] = {
-#define KIR_FORMULA(OP, TYPE, what, expr) [KIR_OP_##OP] = {#expr, sizeof(TYPE) == sizeof(double), what},
+#define KIR_FORMULA(OP, TYPE, what, expr, half) [KIR_OP_##OP] = {#expr, sizeof(TYPE) == sizeof(double), what, #half},
 #include "ir/ops.def"
 };
 
 int kir_has_formula(kir_op op) { return op < KIR_OP_COUNT && formulas[op].text != NULL; }
 
-void kir_formula_write(kir_op op, const char *operand, ks_buf *out, int *in_double, const char **what)
+void kir_formula_write(kir_op op, int half, const char *operand, ks_buf *out, int *in_double, const char **what)
 {
     KS_ASSERT(kir_has_formula(op));
-    const char *p = formulas[op].text;
-    for (; *p; p++) {
+    const char *const text = half ? formulas[op].half : formulas[op].text;
+    for (const char *p = text; *p; p++) {
         /* `a` as a whole identifier: not inside another (exp, tanh) */
-        int ident_before = p > formulas[op].text && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        int ident_before = p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
         if (*p == 'a' && !ident_before && !(isalnum((unsigned char)p[1]) || p[1] == '_'))
             ks_buf_puts(out, operand);
         else
             ks_buf_put(out, p, 1);
     }
-    if (in_double) *in_double = formulas[op].in_double;
+    if (in_double) *in_double = !half && formulas[op].in_double;
     if (what) *what = formulas[op].what;
 }
 

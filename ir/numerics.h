@@ -15,21 +15,24 @@
 #define KIR_PI 3.14159265358979323846
 
 /* The unary elementwise ops of ir/ops.def's KIR_FORMULA lines as C:
- * kir_unary_SILU(x) etc., for the interpreter. */
-#define KIR_FORMULA(OP, TYPE, what, expr)                                                                           \
+ * kir_unary_SILU(x) etc. and, for a node with half_math (fast precision),
+ * kir_unary_half_SILU(x) etc., for the interpreter. */
+#define KIR_FORMULA(OP, TYPE, what, expr, half)                                                                     \
     static inline float kir_unary_##OP(float x)                                                                     \
     {                                                                                                               \
         const TYPE a = (TYPE)x;                                                                                     \
         return (float)(expr);                                                                                       \
-    }
+    }                                                                                                               \
+    static inline float kir_unary_half_##OP(float a) { return (half); }
 #include "ir/ops.def"
 
 /* The same formula as text, for the code generators: the KIR_FORMULA of op
- * (which must have one) with each `a` written as `operand`. *in_double gets
- * 1 when the formula computes in double (operand must then be a double
+ * (which must have one), its half form when `half` (the node's half_math),
+ * with each `a` written as `operand`. *in_double gets 1 when
+ * the formula computes in double (operand must then be a double
  * expression, and the result is cast back to float), 0 in float; *what
  * what it computes. */
-void kir_formula_write(kir_op op, const char *operand, ks_buf *out, int *in_double, const char **what);
+void kir_formula_write(kir_op op, int half, const char *operand, ks_buf *out, int *in_double, const char **what);
 /* 1 when op has a KIR_FORMULA line. */
 int kir_has_formula(kir_op op);
 

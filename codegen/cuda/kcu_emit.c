@@ -152,13 +152,14 @@ static int emit_unary(kcu_gen *x, kir_val v)
          * over x[i] itself */
         int in_double = 0;
         ks_buf expr = {0};
-        kir_formula_write(n->op, "a", &expr, &in_double, &what);
+        const int half = (int)kir_attr_int(x->g, v, KIR_A_ANY_HALF_MATH); /* fast precision: the formula's float form */
+        kir_formula_write(n->op, half, "a", &expr, &in_double, &what);
         if (in_double) {
             ks_buf_printf(&body, "    const double a = %s;\n", xi);
             ks_buf_printf(&val, "(float)(%s)", ks_buf_cstr(&expr));
         } else {
             expr.len = 0;
-            kir_formula_write(n->op, xi, &expr, NULL, NULL);
+            kir_formula_write(n->op, half, xi, &expr, NULL, NULL);
             ks_buf_puts(&val, ks_buf_cstr(&expr));
         }
         kcu_put_store(&body, n->dtype, "    ", "out[i]", ks_buf_cstr(&val));
@@ -402,7 +403,7 @@ static int emit_node(kcu_gen *x, kir_val v)
     case KIR_OP_MUL:
         return emit_binary(x, v);
     case KIR_OP_SCALE:
-#define KIR_FORMULA(OP, TYPE, what, expr) case KIR_OP_##OP: /* the unary ops of ir/ops.def's formulas */
+#define KIR_FORMULA(OP, TYPE, what, expr, half) case KIR_OP_##OP: /* the unary ops of ir/ops.def's formulas */
 #include "ir/ops.def"
         return emit_unary(x, v);
     case KIR_OP_RMS_NORM:

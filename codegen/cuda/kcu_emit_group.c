@@ -136,7 +136,7 @@ static int classify(group *G, int i)
         gn->r = ROLE_VIEW, gn->base = G->n[a].base, gn->root = G->n[a].root;
         return 0;
     case KIR_OP_SCALE:
-#define KIR_FORMULA(OP, TYPE, what, expr) case KIR_OP_##OP: /* the unary ops of ir/ops.def's formulas */
+#define KIR_FORMULA(OP, TYPE, what, expr, half) case KIR_OP_##OP: /* the unary ops of ir/ops.def's formulas */
 #include "ir/ops.def"
         if (a < 0) return -1;
         gn->r = ROLE_UNARY, gn->base = G->n[a].base;
@@ -258,10 +258,11 @@ static void unary_expr(group *G, kir_val v, const char *in, ks_buf *b)
         /* ir/ops.def's formula, as the interpreter computes it */
         int in_double = 0;
         ks_buf operand = {0}, expr = {0};
-        kir_formula_write(g->nodes[v].op, "", &expr, &in_double, NULL); /* which type it computes in */
+        const int half = (int)kir_attr_int(g, v, KIR_A_ANY_HALF_MATH); /* fast precision: the formula's float form */
+        kir_formula_write(g->nodes[v].op, half, "", &expr, &in_double, NULL); /* which type it computes in */
         ks_buf_printf(&operand, in_double ? "(double)%s" : "%s", in);
         expr.len = 0;
-        kir_formula_write(g->nodes[v].op, ks_buf_cstr(&operand), &expr, NULL, NULL);
+        kir_formula_write(g->nodes[v].op, half, ks_buf_cstr(&operand), &expr, NULL, NULL);
         ks_buf_printf(b, in_double ? "(float)(%s)" : "(%s)", ks_buf_cstr(&expr));
         ks_buf_free(&operand);
         ks_buf_free(&expr);
@@ -298,17 +299,19 @@ static void put_fetch(group *G, ks_buf *b)
                 if ((side ? gn->b : gn->a) >= 0) continue;
                 const kir_node *on = &g->nodes[nd->in[side]];
                 ks_buf_printf(&members, " float in%d_%d[2];", i, side);
+                /* an element out of the node's columns reads its first (never used): no branch */
                 ks_buf_printf(&reads,
                               "#pragma unroll\n"
                               "        for (int j = 0; j < 2; j++) {\n"
-                              "            const int e = n[j] - %lld;\n"
-                              "            r.in%d_%d[j] = (unsigned)e < %lluu ? ",
-                              (long long)gn->base, i, side, (unsigned long long)gn->size);
+                              "            const int e = (unsigned)(n[j] - %lld) < %lluu ? n[j] - %lld : 0;\n",
+                              (long long)gn->base, (unsigned long long)gn->size, (long long)gn->base);
                 if (on->ndim > 0 && on->dims[0] == KIR_DIM_T)
-                    ks_buf_printf(&reads, "kcu_f(in%d_%d[t * %lld + e])", i, side, (long long)gn->size);
+                    ks_buf_printf(&reads, "            r.in%d_%d[j] = kcu_f(in%d_%d[t * %lld + e]);\n", i, side, i, side,
+                                  (long long)gn->size);
                 else
-                    ks_buf_printf(&reads, "kcu_f(in%d_%d[e %% %lld])", i, side, (long long)kir_elems(on, 1));
-                ks_buf_puts(&reads, " : 0.0f;\n        }\n");
+                    ks_buf_printf(&reads, "            r.in%d_%d[j] = kcu_f(in%d_%d[e %% %lld]);\n", i, side, i, side,
+                                  (long long)kir_elems(on, 1));
+                ks_buf_puts(&reads, "        }\n");
             }
         }
     }

@@ -1606,7 +1606,9 @@ template <int BN> struct kcu_g90_plain {
  * its columns, their boxes and the epilogue's column checks are worked out
  * once, and takes rows first / (BN / 2), + step / (BN / 2), ...: a warp's
  * lanes take consecutive columns of a row (coalesced loads and stores). It
- * fetches U rows' inputs before applying any (kcu_epi_steps). Tokens >= T,
+ * fetches U rows' inputs before applying any (kcu_epi_steps), with no
+ * branch between the loads (ptxas waits for a load at the end of its
+ * branch: measured, the hand-off ran a load at a time). Tokens >= T,
  * columns >= N and unused boxes are not handed over; sums are scaled by
  * pro.scale(token). */
 #define KCU_G90_LD(BN) ((BN) + 8) /* floats a row: 8 banks apart, no conflicts on the D layout's stores */
@@ -1633,11 +1635,11 @@ static __device__ __forceinline__ void kcu_g90_handoff(const Epi &epi, const Pro
         float v0[U], v1[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int rr = r + u * pass;
-            if (rr >= rows) continue;
+            /* past the last row: fetch the last again (not applied), so that no branch parts the loads */
+            const int rr = r + u * pass < rows ? r + u * pass : rows - 1;
             const float sc = pro.scale(m0 + rr);
             v0[u] = tile[rr * LD + n0] * sc;
-            v1[u] = pc < 0 ? 0.0f : tile[rr * LD + n1] * sc;
+            v1[u] = tile[rr * LD + n1] * sc; /* (not handed over when pc < 0) */
             S::fetch(epi, m0 + rr, c0, c1, in[u]);
         }
 #pragma unroll

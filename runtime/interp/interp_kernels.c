@@ -320,9 +320,13 @@ static void run_unary(const krt_interp_exec *x, kir_val v)
         break;
     }
         /* the formulas of ir/ops.def, the ones the code generators write */
-#define KIR_FORMULA(OP, TYPE, what, expr)                                                                           \
+        /* (half_math, fast precision: the formula's half form, in float) */
+#define KIR_FORMULA(OP, TYPE, what, expr, half)                                                                     \
     case KIR_OP_##OP:                                                                                               \
-        for (int64_t i = 0; i < ne; i++) o[i] = kir_unary_##OP(a[i]);                                              \
+        if (kir_attr_int(x->g, v, KIR_A_ANY_HALF_MATH))                                                                 \
+            for (int64_t i = 0; i < ne; i++) o[i] = kir_unary_half_##OP(a[i]);                                     \
+        else                                                                                                        \
+            for (int64_t i = 0; i < ne; i++) o[i] = kir_unary_##OP(a[i]);                                          \
         break;
 #include "ir/ops.def"
     default:
@@ -600,7 +604,7 @@ static void run_node(const krt_interp_exec *x, kir_val v)
         run_binary(x, v);
         return;
     case KIR_OP_SCALE:
-#define KIR_FORMULA(OP, TYPE, what, expr) case KIR_OP_##OP: /* the unary ops of ir/ops.def's formulas */
+#define KIR_FORMULA(OP, TYPE, what, expr, half) case KIR_OP_##OP: /* the unary ops of ir/ops.def's formulas */
 #include "ir/ops.def"
         run_unary(x, v);
         return;

@@ -16,6 +16,7 @@
 #include "tests/check.h"
 #include "tests/ir/ir_test.h"
 #include "passes/derived_weight.h"
+#include "ir/numerics.h"
 #include "ir/plan.h"
 #include "passes/pipeline.h"
 
@@ -532,6 +533,57 @@ static void test_lower_precision(void)
     ks_buf_free(&text);
 }
 
+/* lower_precision: a formula op (silu) gets half_math in fast precision, in or out of a
+ * group, and the interpreter then computes its float form (ir/ops.def section 4). */
+static void test_half_math(void)
+{
+    static const char src[] = "kiln-ir 1\n"
+                              "%0 : i32[T] = input() {name=\"tokens\"}\n"
+                              "%1 : f32[16,8] = weight() {name=\"embed\"}\n"
+                              "%2 : f32[T,8] = embed(%1, %0)\n"
+                              "%3 : f32[T,8] = silu(%2)\n"
+                              "%4 : f32[T,8] = output(%3) {name=\"logits\"}\n";
+    ks_buf log = {0}, text = {0};
+    const char *only[] = {"lower_precision"};
+    for (int half = 0; half < 2; half++) {
+        kir_graph *g = kt_parse("half_math.ir", src, &log);
+        KS_ASSERT(g);
+        ks_diag d = {.log = &log, .quiet = 1};
+        kp_options opt = {.passes = only, .n_passes = 1, .verify = 1, .compute_dtype = half ? KIR_BF16 : KIR_F32};
+        kp_pass_stats *st = NULL;
+        size_t n_st = 0;
+        CHECK(kp_run_pipeline(&g, &opt, &st, &n_st, &d) == 0);
+        free(st);
+        text.len = 0;
+        kir_print(g, &text);
+        CHECK_TEXT(half ? "fast: silu in float" : "exact: silu in double", ks_buf_cstr(&text),
+                   half ? "kiln-ir 1\n"
+                          "graph \"\"\n"
+                          "\n"
+                          "%0 : i32[T] = input() {name=\"tokens\"}\n"
+                          "%1 : f32[16,8] = weight() {name=\"embed\"}\n"
+                          "%2 : bf16[T,8] = embed(%1, %0)\n"
+                          "%3 : f32[T,8] = silu(%2) {half_math=1}\n"
+                          "%4 : f32[T,8] = output(%3) {name=\"logits\"}\n"
+                        : "kiln-ir 1\n"
+                          "graph \"\"\n"
+                          "\n"
+                          "%0 : i32[T] = input() {name=\"tokens\"}\n"
+                          "%1 : f32[16,8] = weight() {name=\"embed\"}\n"
+                          "%2 : f32[T,8] = embed(%1, %0)\n"
+                          "%3 : f32[T,8] = silu(%2)\n"
+                          "%4 : f32[T,8] = output(%3) {name=\"logits\"}\n");
+        kir_graph_free(g);
+    }
+    /* the two forms differ, and the interpreter's kernels are the formulas */
+    const float x = -3.7f;
+    CHECK(kir_unary_SILU(x) == (float)((double)x / (1.0 + exp(-(double)x))));
+    CHECK(kir_unary_half_SILU(x) == x / (1.0f + expf(-x)));
+    CHECK_TEXT("no messages", ks_buf_cstr(&log), "");
+    ks_buf_free(&log);
+    ks_buf_free(&text);
+}
+
 int main(void)
 {
     test_verifier();
@@ -539,5 +591,6 @@ int main(void)
     test_derived();
     test_interp_split();
     test_lower_precision();
+    test_half_math();
     return check_finish("test_pass_rules");
 }
