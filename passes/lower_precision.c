@@ -26,8 +26,9 @@
  *   - every attention and kv_write gets kv_dtype = the compute dtype: the KV
  *     cache holds half K/V rows, rounded as they are written;
  *   - every unary op with a formula (ir/ops.def section 4: silu, gelu, ...)
- *     gets half_math=1: it computes the formula's half form, in float, in
- *     or out of a group (the interpreter and every backend read the attr).
+ *     and every rope gets half_math=1: it computes the formula's half form,
+ *     or the rotation's cosine and sine, in float, in or out of a group
+ *     (the interpreter and every backend read the attr).
  *   Rounding is to nearest even, as a value is stored. With f32 ("exact"
  *   precision, the default of f32 engines) the graph is not touched.
  * Does not: change weights (kiln build --dtype does), the schedule, the
@@ -82,7 +83,7 @@ int kp_lower_precision(kir_graph **gp, const kp_options *opt, kp_pass_stats *st,
             node->dtype = half;
             st->fusions++;
         }
-        if (kir_has_formula(node->op)) kir_attr_set_int(g, (kir_val)v, KIR_A_ANY_HALF_MATH, 1);
+        if (kir_has_formula(node->op) || node->op == KIR_OP_ROPE) kir_attr_set_int(g, (kir_val)v, KIR_A_ANY_HALF_MATH, 1);
         if (node->op == KIR_OP_ATTENTION || node->op == KIR_OP_KV_WRITE)
             kir_attr_set_word(g, (kir_val)v, node->op == KIR_OP_ATTENTION ? KIR_A_ATTENTION_KV_DTYPE : KIR_A_KV_WRITE_KV_DTYPE,
                               kir_kv_dtype_word(half));

@@ -347,12 +347,15 @@ static int emit_rope(kcu_gen *x, kir_val v)
         ks_buf_puts(&x->body, "    const int j = e / 2, i0 = 2 * j, i1 = 2 * j + 1;\n");
     else
         ks_buf_puts(&x->body, "    const int j = e % HALF, i0 = j, i1 = j + HALF;\n");
+    ks_buf_printf(&x->body, "    const float angle = (float)pos[i / %lld] * " NAME_MARK "_inv_freq[j];\n", (long long)row);
+    if (kir_attr_int(x->g, v, KIR_A_ANY_HALF_MATH)) /* fast precision: in float */
+        ks_buf_puts(&x->body, "    float c, s;\n    sincosf(angle, &s, &c);\n");
+    else
+        ks_buf_puts(&x->body, "    const float c = (float)cos((double)angle), s = (float)sin((double)angle);\n");
     ks_buf_printf(&x->body,
-                  "    const float angle = (float)pos[i / %lld] * " NAME_MARK "_inv_freq[j];\n"
-                  "    const float c = (float)cos((double)angle), s = (float)sin((double)angle);\n"
                   "    const %s *xr = x + (i - e);\n"
                   "    const float x0 = %sxr[i0]%s, x1 = %sxr[i1]%s;\n",
-                  (long long)row, kcu_elem_type(xt), l0, l1, l0, l1);
+                  kcu_elem_type(xt), l0, l1, l0, l1);
     kcu_put_store(&x->body, n->dtype, "    ", "out[i]", "e == i0 ? x0 * c - x1 * s : x1 * c + x0 * s");
     ks_buf_puts(&x->body, "}\n");
     kcu_kernel_end(x, k, "");

@@ -439,6 +439,16 @@ static void put_epilogue(group *G, ks_buf *fields)
         }
         case ROLE_ROPE: {
             int64_t d = nd->dims[2], rot = kir_attr_int(g, gn->v, KIR_A_ROPE_ROT_DIM), half = rot / 2;
+            ks_buf cs = {0}; /* the angle's cosine and sine: in float with half_math (fast precision), else double */
+            if (kir_attr_int(g, gn->v, KIR_A_ANY_HALF_MATH))
+                ks_buf_printf(&cs, "                    ra%d = angle;\n                    sincosf(angle, &rs%d, &rc%d);\n", i,
+                              i, i);
+            else
+                ks_buf_printf(&cs,
+                              "                    double sd, cd;\n"
+                              "                    sincos((double)angle, &sd, &cd);\n"
+                              "                    ra%d = angle, rc%d = (float)cd, rs%d = (float)sd;\n",
+                              i, i, i);
             int pairs = kir_attr_word(g, gn->v, KIR_A_ROPE_STYLE) == KIR_ROPE_STYLE_PAIRS;
             ks_buf_printf(b,
                           "            const int d = e %% %lld;\n"
@@ -453,14 +463,13 @@ static void put_epilogue(group *G, ks_buf *fields)
             ks_buf_printf(b,
                           "                const float angle = (float)r.pos%d * " NAME_MARK "_inv_freq%d[f];\n"
                           "                if (!(angle == ra%d)) {\n"
-                          "                    double sd, cd;\n"
-                          "                    sincos((double)angle, &sd, &cd);\n"
-                          "                    ra%d = angle, rc%d = (float)cd, rs%d = (float)sd;\n"
+                          "%s"
                           "                }\n"
                           "                const float self = %s, other = %s;\n"
                           "                x%d[j] = first ? self * rc%d - other * rs%d : self * rc%d + other * rs%d;\n"
                           "            }\n",
-                          i, i, i, i, i, i, src_a, other, i, i, i, i, i);
+                          i, i, i, ks_buf_cstr(&cs), src_a, other, i, i, i, i, i);
+            ks_buf_free(&cs);
             break;
         }
         default:

@@ -419,7 +419,8 @@ static void run_concat(const krt_interp_exec *x, kir_val v)
 /* ---- rotary position embedding (Su et al. 2021) ------------------------------------------ */
 
 /* The angle of rotation j at position pos: HF multiplies in float32; the
- * cosine and sine are taken in double and rounded once. */
+ * cosine and sine are taken in double and rounded once (with half_math,
+ * fast precision: in float). */
 static void run_rope(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
@@ -430,11 +431,12 @@ static void run_rope(const krt_interp_exec *x, kir_val v)
     int64_t heads = n->dims[1], d = n->dims[2];
     int half = rp->rot_dim / 2;
     float *cs = x->scratch->rope; /* [2 * half] */
+    const int half_math = (int)kir_attr_int(x->g, v, KIR_A_ANY_HALF_MATH);
     for (int64_t t = 0; t < x->n_tokens; t++) {
         for (int j = 0; j < half; j++) {
             float angle = (float)pos[t] * rp->inv_freq[j];
-            cs[2 * j] = (float)cos((double)angle);
-            cs[2 * j + 1] = (float)sin((double)angle);
+            cs[2 * j] = half_math ? cosf(angle) : (float)cos((double)angle);
+            cs[2 * j + 1] = half_math ? sinf(angle) : (float)sin((double)angle);
         }
         for (int64_t h = 0; h < heads; h++) {
             const float *xr = a + (t * heads + h) * d;
