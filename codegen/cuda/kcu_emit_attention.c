@@ -140,22 +140,53 @@ static const char *kv_elem_type(const kcu_gen *x, kir_val v) { return kcu_elem_t
  */
 /* How the tensor-core prefill (kcu_flash_attention, kcu_flash.cuh) splits its work. */
 typedef struct flash_plan {
-    int hb; /* q heads of one kv head a block: the largest power of two dividing the group, at most 8 */
-    int tw; /* warps a head: 8 / hb (8 warps, the kernel's 256 threads) */
-    int mw; /* m16 tiles (16 tokens) a warp: 1 (2 halves the shared-memory reads a product, but needs
-             * more than 255 registers at head_dim 128: spills) */
-    int bn; /* positions a K/V tile: 64, halved while the two tiles pass 40 KiB of shared memory */
+    int hb;   /* q heads of one kv head a block: the largest power of two dividing the group, at most 8 */
+    int tw;   /* warps a head: 8 / hb (8 warps, the kernel's 256 threads) */
+    int mw;   /* m16 tiles (16 tokens) a warp: 2 (each K/V fragment read from shared memory feeds two
+               * mma), 1 where two tiles' accumulators or q would not fit */
+    int bn;   /* positions a K/V tile: 64, halved until the budgets below hold */
+    int smem; /* dynamic shared memory, bytes (flash_smem) */
 } flash_plan;
+
+/* The budgets of a plan. Registers: a lane's f32 accumulators, output (mw dv / 2) and scores (mw bn /
+ * 2), at most 160 (ptxas, sm_90a, head_dim 128: mw 2 with bn 32 is 160 and 255 registers without
+ * spills; bn 64, 192, spills). Shared memory: at most 96 KiB, so that the sm_80 cubin also runs on
+ * sm_86 and sm_89 (99 KiB a block) with the kernel's 1 KiB of static shared memory. */
+enum { FLASH_ACC_REGS = 160, FLASH_SMEM = 96 * 1024 };
+
+/* Elements from a row of a dp-element tile (dp a multiple of 16) to the next in shared memory, as
+ * kcu_fa_rows (kcu_flash.cuh): packed (swizzled) when a row is a multiple of 8 16-byte chunks, else
+ * padded by one. */
+static int64_t flash_row_stride(int64_t dp) { return (dp / 8) % 8 == 0 ? dp : dp + 8; }
+
+/* The dynamic shared memory of plan f, bytes, as kcu_fa_smem_of (kcu_flash.cuh): q's 16 mw rows of
+ * each of the 8 warps, two K tiles and two V tiles of bn rows, 16-bit elements. */
+static int64_t flash_smem(const flash_plan *f, int64_t dkp, int64_t dvp)
+{
+    int64_t ks = flash_row_stride(dkp), vs = flash_row_stride(dvp);
+    return 2 * ((int64_t)ATT_WARPS * 16 * f->mw * ks + 2 * (int64_t)f->bn * (ks + vs));
+}
 
 static flash_plan plan_flash(int64_t group, int64_t dk, int64_t dv)
 {
     flash_plan f;
     f.hb = pow2_divisor(group, ATT_WARPS);
     f.tw = ATT_WARPS / f.hb;
-    f.mw = 1;
     int64_t dkp = (dk + 15) / 16 * 16, dvp = (dv + 15) / 16 * 16;
+    f.mw = 2;
     f.bn = 64;
-    while (f.bn > 16 && (int64_t)f.bn * (dkp + dvp + 16) * 2 > 40960) f.bn /= 2;
+    for (;;) {
+        int over = f.mw * (dvp + f.bn) / 2 > FLASH_ACC_REGS || flash_smem(&f, dkp, dvp) > FLASH_SMEM;
+        if (over && f.bn > 16)
+            f.bn /= 2;
+        else if (over && f.mw == 2)
+            f.mw = 1, f.bn = 64;
+        else
+            break;
+    }
+    /* dk, dv <= 256 (use_flash_prefill): mw 1 with bn 16 fits */
+    KS_ASSERT(flash_smem(&f, dkp, dvp) <= FLASH_SMEM && f.mw * (dvp + f.bn) / 2 <= FLASH_ACC_REGS);
+    f.smem = (int)flash_smem(&f, dkp, dvp);
     return f;
 }
 
@@ -284,6 +315,7 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
         ks_buf_puts(&x->body, ");\n}\n");
         kcu_kernel_grid_large(k, 0, 1, 0, 16 * f.mw * f.tw);
         kcu_kernel_grid_large(k, 1, 0, heads / f.hb, 1);
+        k->smem_large = f.smem;
     }
     kcu_kernel_end(x, k, "");
     return 0;
