@@ -95,6 +95,8 @@ static const att_case check_cases[] = {
     {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {60, 45}, {20, 0}, 1, 0, 0, 1},
     /* head_dim 256 (one m16 tile a warp, 16-position tiles, as planned), softcap, a window */
     {E_BF16, E_BF16, E_BF16, 4, 2, 256, 256, 30, 50.0f, 16, 1, {60}, {10}, 0, 0, 0, 0},
+    /* head_dim 128 with a softcap (planned: 16-position tiles), f16 cache on bf16 tensor cores */
+    {E_BF16, E_BF16, E_F16, 8, 2, 128, 128, 0, 20.0f, 16, 1, {50}, {7}, 0, 0, 0, 0},
 };
 
 /* ---- data ------------------------------------------------------------------------------ */
@@ -148,8 +150,9 @@ static int plan_smem(const att_plan *p, int dkp, int dvp)
     return 2 * (8 * 16 * p->mw * row_stride(dkp) + 2 * p->bn * (row_stride(dkp) + row_stride(dvp)));
 }
 
-/* kcu_emit_attention's plan (mw 2 and bn 64, bn halved, then mw 1, until a lane's accumulators are
- * at most 160 and the shared memory at most 96 KiB), or the case's mw and bn where it sets them */
+/* kcu_emit_attention's plan (mw 2 and bn 64, bn halved, then mw 1, until a lane's accumulators, 16
+ * more with a softcap, are at most 160 and the shared memory at most 96 KiB), or the case's mw and
+ * bn where it sets them */
 static att_plan plan(const att_case *c)
 {
     att_plan p;
@@ -160,7 +163,7 @@ static att_plan plan(const att_case *c)
     int dkp = (c->DK + 15) / 16 * 16, dvp = (c->DV + 15) / 16 * 16;
     p.mw = 2, p.bn = 64;
     for (;;) {
-        int over = p.mw * (dvp + p.bn) / 2 > 160 || plan_smem(&p, dkp, dvp) > 96 * 1024;
+        int over = p.mw * (dvp + p.bn) / 2 + (c->softcap > 0 ? 16 : 0) > 160 || plan_smem(&p, dkp, dvp) > 96 * 1024;
         if (over && p.bn > 16)
             p.bn /= 2;
         else if (over && p.mw == 2)
