@@ -106,63 +106,120 @@ static const char *kv_elem_type(const kcu_gen *x, kir_val v) { return kcu_elem_t
  *
  * A block owns 16 mw tw consecutive tokens of the step for hb q heads of one kv head (warp w:
  * head w % hb, 16 mw tokens): the group's heads share every K/V tile the block stages (Llama-3-8B:
- * 32 tokens x 4 heads, the whole group). The step's tokens may come from several sequences in
+ * 64 tokens x 4 heads, the whole group). The step's tokens may come from several sequences in
  * any order: the block takes each sequence among its tokens in turn (a segment) over the
  * positions its tokens need ([min lo, max pos]), in tiles of bn positions read through the
  * block table, and masks by sequence, window and position (causal by position, not by token
  * index: a prompt after a cached prefix, or decode tokens in a long step, are the same case).
- * The K tile (k rows) and V tile (v rows) sit in shared memory as the mma's 16-bit type, rows
- * padded by 16 bytes so that ldmatrix's 8 rows fall in different banks; a cache of that type
- * is copied with cp.async, FA2's order (V of this tile and K of the next in flight while the
- * warps multiply), an f32 cache is converted on the way (loads, no overlap). Each warp keeps q
- * as A fragments in registers, forms s = q k^T with mma.sync m16n8k16 (K rows by ldmatrix as B
- * fragments), scales, softcaps and masks s in f32, updates the rows' running maxima (over their
- * 4 lanes) and sums (per lane; summed at the end) in log2 units with exp2f, rescales its
- * output accumulators, and multiplies the probabilities, rounded to the 16-bit type in
- * registers (the C fragments of two 8-position tiles are the A fragment of a 16-position
- * slice), by V (ldmatrix.trans) into f32 accumulators. A warp whose rows have no score in a
- * tile skips its products there (the block still takes every barrier).
+ * q (the block's 16 mw tw tokens x hb heads), two K tiles (k rows) and two V tiles (v rows) sit in
+ * dynamic shared memory as the mma's 16-bit type (flash_smem bytes, meta "large.smem"), rows of a
+ * multiple of 64 elements packed with their 16-byte chunks XOR-swizzled by the row (other rows
+ * padded by 16 bytes) so that ldmatrix's 8 rows fall in different banks. A cache of that type is
+ * copied with cp.async, double-buffered: tile it + 1's K and V are in flight while the warps
+ * multiply tile it, one barrier a tile; an f32 cache is converted on the way (loads, stored at
+ * once). Each warp owns 16 mw tokens of one head (mw m16 tiles) and forms s = q k^T with mma.sync
+ * m16n8k16: per k16 slice, q's A fragments and K rows as B fragments by ldmatrix, each K fragment
+ * feeding the mw tiles; it scales, softcaps and masks s in f32 (the mask only on tiles where a row
+ * of the warp does not see every position: the diagonal, window edges, other sequences), updates
+ * the rows' running maxima (over their 4 lanes) and sums (per lane; summed at the end), takes
+ * p = 2^(s fac - m fac) (fac = scale log2e; one fma and one ex2.approx.ftz), rescales its output
+ * accumulators unless no row's maximum moved (a warp vote), and multiplies the probabilities,
+ * rounded to the 16-bit type in registers (the C fragments of two 8-position tiles are the A
+ * fragment of a 16-position slice), by V (ldmatrix.trans, each fragment feeding the mw tiles)
+ * into f32 accumulators. A warp whose rows have no score in a tile skips its products there (the
+ * block still takes every barrier).
  *
  * Numerics: q, k, v and p in bf16 (or f16: the engine's half type; bf16 for f32 activations),
  * f32 products, sums and softmax statistics. Every sum has one order fixed by the shapes, the
  * step's tokens and the tile sizes: no atomics, the same bits on every run; a token's result
- * depends on which kernel its step's T chose (as kcu_matmul's).
+ * depends on which kernel its step's T chose (as kcu_matmul's). The exponentials are
+ * ex2.approx.ftz on a GPU (a probability below 2^-126 is 0; the CPU emulator's exp2f keeps it);
+ * skipping the rescale when no maximum moved changes no bit (o 1 = o).
  *
- * Cost (head_dim 128, sm_90, ptxas): 252 registers, no spills, 35 KiB of static shared
- * memory, so one block (8 warps) an SM; a warp reads its K and V tiles from shared memory once
- * per 16 tokens (64 ldmatrix.x4 per 128 mma a tile): shared-memory bandwidth bounds the
- * tensor cores at about half of their mma.sync rate on an H100/H200; two m16 tiles a warp
- * (mw 2) would halve that but spill registers (kept as a template option; `cuda_att_check
- * --gpu` times both). FA2 keeps q in shared memory to afford 32 rows a warp, which needs more
- * than the 48 KiB of static shared memory (the runtime launches without dynamic shared memory).
+ * Cost (head_dim 128, sm_90a, ptxas -O3 --fmad=false): mw 2 with bn 32 (plan_flash's budgets),
+ * 255 registers, no spills, 96 KiB of dynamic and 1 KiB of static shared memory: one block (8
+ * warps) an SM, as before (the registers bound it; sm_80: 248). Before (q in registers, mw 1, bn
+ * 64, single K and V tiles, 3 barriers a tile): 252 registers, 35 KiB, measured 352 us a layer
+ * for Llama-3-8B at T = 2048 (torch SDPA 203 us), issue-bound on latency (ncu: 5.3 cycles a warp
+ * between instructions, 62% of cycles no eligible warp). Per warp and 32-position tile now: 128
+ * mma, 48 ldmatrix.x4 (16 q, 16 K, 16 V; was 64 per 128 mma: the K and V reads a product halve,
+ * q's are new), so an SM reads 8 x 48 x 512 bytes of shared memory per 1024 mma, 1.5 cycles an
+ * mma at 128 bytes a cycle (was 2): under mma.sync's rate, where before it bounded the tensor
+ * cores at about half of it. Instructions a warp per 128 mma: about 450-600 (was about 800): the
+ * softmax takes an fma and an ex2 an element (was a multiply by scale, one by log2e, and exp2f's 4
+ * instructions), the mask runs only on edge tiles (was 5 integer ops an element on every tile), p
+ * packs two a cvt, one barrier a tile (was 3 a 64-position tile), the rescale is skipped when no
+ * maximum moves. Expected (not measured): 250-290 us a layer at T = 2048 (1.25-1.45x SDPA), from
+ * the instruction count (about 0.7x) and the fewer barriers; the grid is [32, 8] at T = 2048 (256
+ * blocks of 64 tokens x 4 heads, longest first; about 2 waves over 132 SMs). Untried: 2 blocks an
+ * SM of 4 warps (the launch shares the decode kernel's 256 threads), ping-pong of softmax and mma
+ * between warps (FA3), bn 64 (spills at mw 2).
  * A step of many short sequences (batched decode above ATT_FLASH_T tokens) makes a segment per
  * sequence in a tile: correct, but its products are mostly masked.
  */
 /* How the tensor-core prefill (kcu_flash_attention, kcu_flash.cuh) splits its work. */
 typedef struct flash_plan {
-    int hb; /* q heads of one kv head a block: the largest power of two dividing the group, at most 8 */
-    int tw; /* warps a head: 8 / hb (8 warps, the kernel's 256 threads) */
-    int mw; /* m16 tiles (16 tokens) a warp: 1 (2 halves the shared-memory reads a product, but needs
-             * more than 255 registers at head_dim 128: spills) */
-    int bn; /* positions a K/V tile: 64, halved while the two tiles pass 40 KiB of shared memory */
+    int hb;   /* q heads of one kv head a block: the largest power of two dividing the group, at most 8 */
+    int tw;   /* warps a head: 8 / hb (8 warps, the kernel's 256 threads) */
+    int mw;   /* m16 tiles (16 tokens) a warp: 2 (each K/V fragment read from shared memory feeds two
+               * mma), 1 where two tiles' accumulators or q would not fit */
+    int bn;   /* positions a K/V tile: 64, halved until the budgets below hold */
+    int smem; /* dynamic shared memory, bytes (flash_smem) */
 } flash_plan;
 
-static flash_plan plan_flash(int64_t group, int64_t dk, int64_t dv)
+/* The budgets of a plan. Registers: a lane's f32 accumulators, output (mw dv / 2) and scores (mw bn /
+ * 2), at most 160, a softcap's tanhf counting 16 more (ptxas, sm_90a, head_dim 128: mw 2 with bn 32
+ * is 160 and 255 registers without spills; bn 64, 192, spills; with a softcap bn 32 spills 28
+ * bytes, bn 16 takes 243 registers). Shared memory: at most 96 KiB, so that the sm_80 cubin also runs on
+ * sm_86 and sm_89 (99 KiB a block) with the kernel's 1 KiB of static shared memory. */
+enum { FLASH_ACC_REGS = 160, FLASH_SOFTCAP_REGS = 16, FLASH_SMEM = 96 * 1024 };
+
+/* A lane's accumulator registers under plan f (and a softcap's share), as the budget counts them. */
+static int flash_regs(const flash_plan *f, int64_t dvp, int softcap)
+{
+    return (int)(f->mw * (dvp + f->bn) / 2) + (softcap ? FLASH_SOFTCAP_REGS : 0);
+}
+
+/* Elements from a row of a dp-element tile (dp a multiple of 16) to the next in shared memory, as
+ * kcu_fa_rows (kcu_flash.cuh): packed (swizzled) when a row is a multiple of 8 16-byte chunks, else
+ * padded by one. */
+static int64_t flash_row_stride(int64_t dp) { return (dp / 8) % 8 == 0 ? dp : dp + 8; }
+
+/* The dynamic shared memory of plan f, bytes, as kcu_fa_smem_of (kcu_flash.cuh): q's 16 mw rows of
+ * each of the 8 warps, two K tiles and two V tiles of bn rows, 16-bit elements. */
+static int64_t flash_smem(const flash_plan *f, int64_t dkp, int64_t dvp)
+{
+    int64_t ks = flash_row_stride(dkp), vs = flash_row_stride(dvp);
+    return 2 * ((int64_t)ATT_WARPS * 16 * f->mw * ks + 2 * (int64_t)f->bn * (ks + vs));
+}
+
+static flash_plan plan_flash(int64_t group, int64_t dk, int64_t dv, int softcap)
 {
     flash_plan f;
     f.hb = pow2_divisor(group, ATT_WARPS);
     f.tw = ATT_WARPS / f.hb;
-    f.mw = 1;
     int64_t dkp = (dk + 15) / 16 * 16, dvp = (dv + 15) / 16 * 16;
+    f.mw = 2;
     f.bn = 64;
-    while (f.bn > 16 && (int64_t)f.bn * (dkp + dvp + 16) * 2 > 40960) f.bn /= 2;
+    for (;;) {
+        int over = flash_regs(&f, dvp, softcap) > FLASH_ACC_REGS || flash_smem(&f, dkp, dvp) > FLASH_SMEM;
+        if (over && f.bn > 16)
+            f.bn /= 2;
+        else if (over && f.mw == 2)
+            f.mw = 1, f.bn = 64;
+        else
+            break;
+    }
+    /* dk, dv <= 256 (use_flash_prefill): mw 1 with bn 16 fits */
+    KS_ASSERT(flash_smem(&f, dkp, dvp) <= FLASH_SMEM && flash_regs(&f, dvp, softcap) <= FLASH_ACC_REGS);
+    f.smem = (int)flash_smem(&f, dkp, dvp);
     return f;
 }
 
 /* The one place that decides whether attention node v gets the tensor-core prefill kernel for
  * steps of many tokens: in fast precision (bf16/f16 products, f32 softmax statistics; `fast`:
  * the attention's KV cache is half, or kcu_options.flash_prefill forces it), with head dims the kernel keeps
- * in registers (q and the output accumulators: at most 256 each). Exact precision keeps
+ * in registers (the output accumulators: at most 256). Exact precision keeps
  * kcu_attention_kernel (f32) for every step. */
 static int use_flash_prefill(const kcu_gen *x, kir_val v, int fast)
 {
@@ -269,7 +326,7 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     ks_buf_puts(&x->body, ");\n}\n");
     if (flash) {
         /* steps of more than ATT_FLASH_T tokens: tiles of 16 mw tw tokens x hb heads, on their own grid */
-        flash_plan f = plan_flash(heads / kv_heads, dk, dv);
+        flash_plan f = plan_flash(heads / kv_heads, dk, dv, softcap > 0.0f);
         KS_ASSERT(f.hb * f.tw == ATT_WARPS && k->block == 32 * ATT_WARPS);
         kcu_open_large(x, k, ATT_FLASH_T);
         ks_buf_printf(&x->body,
@@ -284,6 +341,7 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
         ks_buf_puts(&x->body, ");\n}\n");
         kcu_kernel_grid_large(k, 0, 1, 0, 16 * f.mw * f.tw);
         kcu_kernel_grid_large(k, 1, 0, heads / f.hb, 1);
+        k->smem_large = f.smem;
     }
     kcu_kernel_end(x, k, "");
     return 0;

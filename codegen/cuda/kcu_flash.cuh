@@ -66,6 +66,19 @@ __device__ __forceinline__ void kcu_fa_store(float *p, float v) { *p = v; }
 __device__ __forceinline__ void kcu_fa_store(kcu_bf16 *p, float v) { p->bits = kcu_to_bf16(v); }
 __device__ __forceinline__ void kcu_fa_store(kcu_f16 *p, float v) { p->bits = kcu_to_f16(v); }
 
+/* 2^x; subnormal results flushed to zero on a GPU (ex2.approx.ftz: one instruction, where exp2f
+ * takes four to keep them: a probability below 2^-126 changes no sum) */
+__device__ __forceinline__ float kcu_fa_exp2(float x)
+{
+#if defined(__CUDA_ARCH__)
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
+}
+
 /* ---- warp instructions -------------------------------------------------------------- */
 /* d += a b, one m16n8k16 tile, MT inputs, f32 accumulators; fragments as kcu_mma_frag
  * (kcu_prelude.cuh) lays them out: a[0..3] the A fragment, b0 and b1 the B fragment. */
@@ -119,14 +132,15 @@ __device__ __forceinline__ unsigned kcu_fa_smem(const void *p)
 #endif
 }
 
-/* ldmatrix.x4 (.trans when TRANS) of 16-bit elements from shared memory: lane l gives in p
- * the address of row l % 8 of matrix l / 8 (8 consecutive elements, 16-byte aligned); lane
+/* ldmatrix.x4 (.trans when TRANS) of 16-bit elements from shared memory: lane l gives in base + off
+ * (elements) the address of row l % 8 of matrix l / 8 (8 consecutive elements, 16-byte aligned); lane
  * (g, c) = (l / 4, l % 4) receives in r[i] elements 2c, 2c + 1 of row g of matrix i, or with
  * TRANS elements g of rows 2c, 2c + 1 (the lower in the low half). */
-template <bool TRANS> __device__ __forceinline__ void kcu_fa_ldmatrix(unsigned (&r)[4], const unsigned short *p)
+template <bool TRANS>
+__device__ __forceinline__ void kcu_fa_ldmatrix(unsigned (&r)[4], const unsigned short *base, const int off)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned a = kcu_fa_smem(p);
+    const unsigned a = kcu_fa_smem(base) + 2u * (unsigned)off; /* 32-bit shared addresses: one register each */
     if (TRANS)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -136,7 +150,7 @@ template <bool TRANS> __device__ __forceinline__ void kcu_fa_ldmatrix(unsigned (
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                      : "r"(a));
 #elif defined(KILN_EMU_SHIM_H)
-    const unsigned short *const *rows = kemu_warp_publish(p);
+    const unsigned short *const *rows = kemu_warp_publish(base + off);
     const int lane = threadIdx.x & 31, g = lane / 4, c = lane % 4;
     for (int i = 0; i < 4; i++) {
         unsigned lo, hi;
@@ -189,60 +203,122 @@ __device__ __forceinline__ bool kcu_fa_any(bool c)
 #endif
 }
 
-/* ---- K and V tiles --------------------------------------------------------------------- */
+/* whether every lane of the warp has c; every thread of the block calls it together (the
+ * emulator gathers the warp's lanes as a shuffle does) */
+__device__ __forceinline__ bool kcu_fa_all(bool c)
+{
+#ifdef KILN_EMU_SHIM_H
+    const bool *lanes = kemu_warp_publish(c);
+    bool all = true;
+    for (int i = 0; i < 32; i++) all = all && lanes[i];
+    return all;
+#else
+    return __all_sync(0xffffffffu, c);
+#endif
+}
+
+/* lo and hi as MT bits, rounded to nearest even, lo in the low half (one cvt on sm_80) */
+template <typename MT> __device__ __forceinline__ unsigned kcu_fa_pack(float lo, float hi)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned r;
+    if (kcu_fa_h<MT>::F16)
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    else
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return kcu_fa_h<MT>::of(lo) | (unsigned)kcu_fa_h<MT>::of(hi) << 16;
+#endif
+}
+
+/* ---- tiles in shared memory ------------------------------------------------------------ */
+/* kcu_fa_rows<DP>: the layout of a tile of rows of DP 16-bit elements (DP a multiple of 16) in
+ * shared memory, in 16-byte chunks of 8 elements: ldmatrix reads one chunk of 8 consecutive
+ * rows, which must fall in 8 different bank groups. Rows of a multiple of 8 chunks are packed,
+ * chunk ch of row r stored at chunk ch ^ (r % 8) (an XOR swizzle: no padding, so q, K and V
+ * of head_dim 128 fit in 96 KiB); other rows are padded by one chunk (an odd number of chunks
+ * a row: 8 consecutive rows start in different bank groups). */
+template <int DP> struct kcu_fa_rows {
+    enum {
+        CH = DP / 8,                  /* chunks a row */
+        SWZ = CH % 8 == 0,            /* 1: swizzled; 0: padded */
+        STRIDE = SWZ ? DP : DP + 8    /* elements from a row to the next */
+    };
+    /* the element offset of chunk ch of row r */
+    static __device__ __forceinline__ int at(int r, int ch) { return r * STRIDE + 8 * (SWZ ? ch ^ (r & 7) : ch); }
+    /* A lane's ldmatrix addresses: row r (r % 8 == lane % 8), chunk 2 kk + lane / 16 is at
+     * r STRIDE + sw[kk % 4] + 64 (kk / 4), sw from lane_chunks: the swizzle only permutes the low
+     * 3 bits of the chunk, so four offsets a lane serve every k slice (the rest are immediates,
+     * not registers: computing at() for each would hold dozens of loop-invariant offsets). */
+    static __device__ __forceinline__ void lane_chunks(int (&sw)[4], const int lane)
+    {
+#pragma unroll
+        for (int k = 0; k < 4; k++) sw[k] = 8 * (SWZ ? (2 * k + lane / 16) ^ (lane & 7) : 2 * k + lane / 16);
+    }
+    static __device__ __forceinline__ int chunk(const int (&sw)[4], const int kk) { return sw[kk % 4] + 64 * (kk / 4); }
+};
+
+/* Chunk ch (elements 8 ch ..+ 8) of a row of D elements of type E into dst (16-byte aligned), as
+ * MT bits; src is the chunk's first element (a global address; read only when valid), and
+ * elements past D or of an invalid row are zeros. A 16-byte cp.async when E is MT and rows are
+ * whole chunks (lands after kcu_fa_wait); else loads converted on the way (float4 loads of an
+ * f32 row when D % 4 == 0), stored at once. */
+template <typename MT, typename E, int D>
+static __device__ __forceinline__ void kcu_fa_chunk(unsigned short *dst, const E *src, const int ch, const bool valid)
+{
+    if constexpr (kcu_same<E, MT>::V && D % 8 == 0) {
+        kcu_fa_cp16(dst, src, valid && 8 * ch < D);
+    } else {
+        unsigned short h[8];
+        if constexpr (kcu_same<E, float>::V && D % 4 == 0) {
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                float4 v = {0.0f, 0.0f, 0.0f, 0.0f};
+                if (valid && 8 * ch + 4 * half < D) v = __ldg(reinterpret_cast<const float4 *>(src) + half);
+                h[4 * half] = kcu_fa_h<MT>::of(v.x), h[4 * half + 1] = kcu_fa_h<MT>::of(v.y);
+                h[4 * half + 2] = kcu_fa_h<MT>::of(v.z), h[4 * half + 3] = kcu_fa_h<MT>::of(v.w);
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) h[e] = valid && 8 * ch + e < D ? kcu_fa_cvt<MT, E>::bits(src[e]) : 0;
+        }
+        uint4 w;
+        w.x = h[0] | (unsigned)h[1] << 16, w.y = h[2] | (unsigned)h[3] << 16;
+        w.z = h[4] | (unsigned)h[5] << 16, w.w = h[6] | (unsigned)h[7] << 16;
+        *reinterpret_cast<uint4 *>(dst) = w;
+    }
+}
+
 /* Rows of positions [p0, p0 + BN) of a sequence (slots through table) of one kv head's D
- * elements (base: the cache at the head, row stride KH * D) into dst (BN rows of STRIDE MT
- * elements, dims D.. left alone), as MT; positions past hi are zeros. The block's NT
- * threads share the work: 16-byte cp.async copies when the cache holds MT and rows are whole
- * chunks of 8; else loads converted on the way (4 at a time when D % 4 == 0). */
-template <typename MT, typename KV, int KH, int D, int STRIDE, int BN, int NT>
+ * elements (base: the cache at the head, row stride KH * D) into dst (BN rows laid out as
+ * kcu_fa_rows<DP>, DP = D rounded up to 16), as MT; positions past hi and dims past D are
+ * zeros. The block's NT threads share the chunks. */
+template <typename MT, typename KV, int KH, int D, int DP, int BN, int NT>
 static __device__ __forceinline__ void kcu_fa_tile(unsigned short *__restrict__ dst, const KV *__restrict__ base,
                                                    const int *__restrict__ table, const int block_size, const int p0,
                                                    const int hi)
 {
-    const int tid = threadIdx.x;
-    if constexpr (kcu_same<KV, MT>::V && D % 8 == 0) {
-        enum { CH = D / 8 };
-        for (int i = tid; i < BN * CH; i += NT) {
-            const int r = i / CH, ch = i % CH, p = p0 + r;
-            const bool valid = p <= hi;
-            const long long slot = valid ? (long long)table[p / block_size] * block_size + p % block_size : 0;
-            kcu_fa_cp16(dst + r * STRIDE + ch * 8, base + slot * (KH * D) + ch * 8, valid);
-        }
-    } else if constexpr (D % 4 == 0) {
-        enum { CH = D / 4 };
-        for (int i = tid; i < BN * CH; i += NT) {
-            const int r = i / CH, ch = i % CH, p = p0 + r;
-            unsigned w0 = 0, w1 = 0;
-            if (p <= hi) {
-                const long long slot = (long long)table[p / block_size] * block_size + p % block_size;
-                const KV *s = base + slot * (KH * D) + ch * 4;
-                unsigned short h[4];
-                if constexpr (kcu_same<KV, float>::V) {
-                    const float4 v = __ldg(reinterpret_cast<const float4 *>(s));
-                    h[0] = kcu_fa_h<MT>::of(v.x), h[1] = kcu_fa_h<MT>::of(v.y);
-                    h[2] = kcu_fa_h<MT>::of(v.z), h[3] = kcu_fa_h<MT>::of(v.w);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < 4; e++) h[e] = kcu_fa_cvt<MT, KV>::bits(s[e]);
-                }
-                w0 = h[0] | (unsigned)h[1] << 16, w1 = h[2] | (unsigned)h[3] << 16;
-            }
-            unsigned *o = reinterpret_cast<unsigned *>(dst + r * STRIDE + ch * 4);
-            o[0] = w0, o[1] = w1;
-        }
-    } else {
-        for (int i = tid; i < BN * D; i += NT) {
-            const int r = i / D, e = i % D, p = p0 + r;
-            unsigned short h = 0;
-            if (p <= hi) {
-                const long long slot = (long long)table[p / block_size] * block_size + p % block_size;
-                h = kcu_fa_cvt<MT, KV>::bits(base[slot * (KH * D) + e]);
-            }
-            dst[r * STRIDE + e] = h;
-        }
+    typedef kcu_fa_rows<DP> L;
+    for (int i = threadIdx.x; i < BN * L::CH; i += NT) {
+        const int r = i / L::CH, ch = i % L::CH, p = p0 + r;
+        const bool valid = p <= hi;
+        const long long slot = valid ? (long long)table[p / block_size] * block_size + p % block_size : 0;
+        kcu_fa_chunk<MT, KV, D>(dst + L::at(r, ch), base + slot * (KH * D) + 8 * ch, ch, valid);
     }
 }
+
+/* Dynamic shared memory of kcu_flash_attention<..., DK, DV, HB, TW, MW, BN, ...>, bytes: q's rows
+ * of the block's warps, then two K and two V tiles (kcu_emit_attention.c's flash_smem: the same
+ * sum, for the launch). */
+template <int DK, int DV, int HB, int TW, int MW, int BN> struct kcu_fa_smem_of {
+    enum {
+        DKP = (DK + 15) / 16 * 16,
+        DVP = (DV + 15) / 16 * 16,
+        BYTES = 2 * (HB * TW * 16 * MW * kcu_fa_rows<DKP>::STRIDE +
+                     2 * BN * (kcu_fa_rows<DKP>::STRIDE + kcu_fa_rows<DVP>::STRIDE))
+    };
+};
 
 /*
  * kcu_flash_attention: causal attention of tokens [t0, t0 + BT) (BT = 16 MW TW) for HB q
@@ -253,7 +329,8 @@ static __device__ __forceinline__ void kcu_fa_tile(unsigned short *__restrict__ 
  * the tile's tokens may come from several sequences in any order: the block takes each
  * sequence of its tile in turn (a segment), over the positions its tokens need, masking the
  * others. Shapes: q [T, H, DK], kc [slots, KH, DK], vc [slots, KH, DV], out [T, H, DV]; MT
- * the tensor cores' input type; BN positions a K/V tile.
+ * the tensor cores' input type; BN positions a K/V tile. Needs kcu_fa_smem_of<...>::BYTES of
+ * dynamic shared memory (a GPU traps with less).
  */
 template <typename MT, typename Q, typename KV, typename O, int H, int KH, int DK, int DV, int HB, int TW, int MW,
           int BN, int WINDOW>
@@ -274,26 +351,46 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
         R = 2 * MW,                  /* rows a lane holds: g and g + 8 of each m16 tile */
         DKP = (DK + 15) / 16 * 16,   /* DK padded to the mma's k */
         DVP = (DV + 15) / 16 * 16,   /* DV padded to pairs of 8-column tiles */
-        KS = DKP + 8,                /* row strides in shared memory, elements: 16 bytes of padding put */
-        VS = DVP + 8,                /*   ldmatrix's 8 rows in different banks */
         KC = DKP / 16,               /* k16 slices of q k */
         NB = BN / 8,                 /* 8-position column tiles of the scores */
-        VN = DVP / 8                 /* 8-column tiles of the output */
+        VN = DVP / 8,                /* 8-column tiles of the output */
+        QROWS = NW * WT,             /* q rows in shared memory: warp w's are w WT ..+ WT */
+        SMEM = kcu_fa_smem_of<DK, DV, HB, TW, MW, BN>::BYTES
     };
+    typedef kcu_fa_rows<DKP> KL; /* q and K rows */
+    typedef kcu_fa_rows<DVP> VL; /* V rows */
+    enum { KT = BN * KL::STRIDE, VT = BN * VL::STRIDE }; /* elements a K tile, a V tile */
     static_assert(H % KH == 0 && GROUP % HB == 0 && BN % 16 == 0 && (MW == 1 || MW == 2),
                   "kcu_flash_attention: shapes");
-    __shared__ uint4 ks4[BN * KS / 8], vs4[BN * VS / 8]; /* the K and V tiles, MT bits (uint4: 16-byte aligned) */
-    unsigned short *const ks = reinterpret_cast<unsigned short *>(ks4), *const vs = reinterpret_cast<unsigned short *>(vs4);
+    static_assert(SMEM == 2 * (QROWS * KL::STRIDE + 2 * (KT + VT)) && SMEM % 16 == 0, "kcu_flash_attention: layout");
+#ifdef KILN_EMU_SHIM_H
+    static uint4 dyn[SMEM / 16]; /* blocks run one at a time */
+#else
+    extern __shared__ uint4 kcu_fa_dyn[];
+    uint4 *const dyn = kcu_fa_dyn;
+#endif
+    /* q (MT bits), then K tiles 0 and 1, then V tiles 0 and 1 */
+    unsigned short *const qs = reinterpret_cast<unsigned short *>(dyn), *const ks = qs + QROWS * KL::STRIDE;
+    unsigned short *const vs = ks + 2 * KT;
     __shared__ int rpos[BT], rlo[BT], rseq[BT];        /* each token's position, first position, table (-1: none) */
     __shared__ int rfirst[BT];                         /* 1: the first token of its sequence in the tile */
+    __shared__ int wrange[TW][4];                      /* a segment's positions of token warp tw's rows (below) */
     const float ninf = -__int_as_float(0x7f800000);
-    const float log2e = 1.4426950408889634f;
+    /* exp(x) = exp2(x log2e): the exponentials' factor on the scores (the softcapped ones with a softcap) */
+    const float fac = softcap > 0.0f ? 1.4426950408889634f : scale * 1.4426950408889634f;
     const int tiles = (T + BT - 1) / BT;
     const int t0 = (tiles - 1 - (int)blockIdx.x) * BT; /* the last tokens (the longest rows, in a prompt) first */
     if (t0 < 0) return;                                 /* a grid larger than the step's (not kiln's) */
     const int hb = blockIdx.y, kh = hb * HB / GROUP;
     const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
     const int head = hb * HB + w % HB, tw = w / HB;
+#if defined(__CUDA_ARCH__)
+    if (tid == 0) {
+        unsigned dyn_bytes;
+        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn_bytes));
+        if (dyn_bytes < (unsigned)SMEM) __trap(); /* launched with less than the layout needs */
+    }
+#endif
 
     if (tid < BT) {
         const int t = t0 + tid;
@@ -302,41 +399,22 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
         rlo[tid] = WINDOW > 0 && p - WINDOW + 1 > 0 ? p - WINDOW + 1 : 0;
         rseq[tid] = t < T ? table_off[t] : -1;
     }
-    /* the padding dims are zeros, as q's */
-    if constexpr (DKP > DK)
-        for (int i = tid; i < BN * (DKP - DK); i += NT) ks[i / (DKP - DK) * KS + DK + i % (DKP - DK)] = 0;
-    if constexpr (DVP > DV)
-        for (int i = tid; i < BN * (DVP - DV); i += NT) vs[i / (DVP - DV) * VS + DV + i % (DVP - DV)] = 0;
+    /* q's rows (row r: warp r / WT's token r % WT), zeros past T and DK; lands with the first K tile */
+    for (int i = tid; i < QROWS * KL::CH; i += NT) {
+        const int r = i / KL::CH, ch = i % KL::CH, wr = r / WT;
+        const int t = t0 + (wr / HB) * WT + r % WT, hd = hb * HB + wr % HB;
+        kcu_fa_chunk<MT, Q, DK>(qs + KL::at(r, ch), q + ((long long)(t < T ? t : 0) * H + hd) * DK + 8 * ch, ch, t < T);
+    }
+    kcu_fa_commit();
     __syncthreads();
     if (tid < BT) {
         int f = rseq[tid] >= 0;
         for (int u = 0; u < tid && f; u++) f = rseq[u] != rseq[tid];
         rfirst[tid] = f;
     }
-
-    /* q as A fragments (m16 tile mi: the warp's tokens 16 mi ..; zeros past T and DK) */
-    unsigned qa[MW][KC][4];
-#pragma unroll
-    for (int mi = 0; mi < MW; mi++)
-#pragma unroll
-        for (int kk = 0; kk < KC; kk++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int t = t0 + tw * WT + mi * 16 + g + 8 * (i & 1), d = kk * 16 + 2 * c + 8 * (i >> 1);
-                const Q *row = q + ((long long)t * H + head) * DK;
-                const unsigned lo = t < T && d < DK ? kcu_fa_cvt<MT, Q>::bits(row[d]) : 0u;
-                const unsigned hi = t < T && d + 1 < DK ? kcu_fa_cvt<MT, Q>::bits(row[d + 1]) : 0u;
-                qa[mi][kk][i] = lo | hi << 16;
-            }
     __syncthreads();
-    /* the lane's rows: x = 2 mi + i is token 16 mi + g + 8 i of the warp's */
-    int rp[R], rl[R], rs[R];
-#pragma unroll
-    for (int x = 0; x < R; x++) {
-        const int r = tw * WT + (x / 2) * 16 + g + 8 * (x % 2);
-        rp[x] = rpos[r], rl[x] = rlo[r], rs[x] = rseq[r];
-    }
-    float m[R], l[R];  /* each row's running maximum (log2 units), the lane's part of its sum of exponentials */
+
+    float m[R], l[R];  /* each row's running maximum (of the scores: fac s is its log2 of e^s), the lane's part of its sum of exponentials */
     float o[MW][VN][4]; /* the output accumulators, C layout */
 #pragma unroll
     for (int x = 0; x < R; x++) m[x] = ninf, l[x] = 0.0f;
@@ -346,6 +424,14 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
         for (int j = 0; j < VN; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) o[mi][j][e] = 0.0f;
+    /* the lane's ldmatrix rows (matrices i = lane / 8: rows 8 (i % 2) ..+ 8, chunk 2 kk + i / 2; for
+     * q the A fragment, for K the B fragments of two 8-position tiles, lo k, lo k, hi k, hi k; for
+     * V the same transposed) and chunk offsets */
+    const int lrow = ((lane / 8) % 2) * 8 + lane % 8;
+    int ksw[4], vsw[4];
+    KL::lane_chunks(ksw, lane);
+    VL::lane_chunks(vsw, lane);
+    const int qlane = (w * WT + lrow) * KL::STRIDE; /* offsets from qs, the start of the shared memory */
 
     for (int r0 = 0; r0 < BT; r0++) {
         if (!rfirst[r0]) continue;
@@ -357,114 +443,143 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
         const int *table = tables + seq;
         const int n_tiles = (khi - klo + BN) / BN;
         const KV *kbase = kc + (long long)kh * DK, *vbase = vc + (long long)kh * DV;
-        kcu_fa_tile<MT, KV, KH, DK, KS, BN, NT>(ks, kbase, table, block_size, klo, khi);
+        __syncthreads(); /* every warp is done with the tiles of the previous segment */
+        /* the token rows of warp w's (w / HB: TW of them, shared by the heads): the positions any of them
+         * needs, [wlo, whi]; the positions all of them need, [flo, fhi] (empty when a row is of
+         * another sequence); in shared memory, read a tile, to spare registers */
+        if (tid < TW) {
+            int wlo = khi + 1, whi = -1, flo = 0, fhi = khi;
+            for (int u = tid * WT; u < tid * WT + WT; u++) {
+                if (rseq[u] != seq) {
+                    fhi = -1;
+                    continue;
+                }
+                wlo = rlo[u] < wlo ? rlo[u] : wlo, whi = rpos[u] > whi ? rpos[u] : whi;
+                flo = rlo[u] > flo ? rlo[u] : flo, fhi = rpos[u] < fhi ? rpos[u] : fhi;
+            }
+            wrange[tid][0] = wlo, wrange[tid][1] = whi, wrange[tid][2] = flo, wrange[tid][3] = fhi;
+        }
+        kcu_fa_tile<MT, KV, KH, DK, DKP, BN, NT>(ks, kbase, table, block_size, klo, khi);
+        kcu_fa_tile<MT, KV, KH, DV, DVP, BN, NT>(vs, vbase, table, block_size, klo, khi);
         kcu_fa_commit();
         for (int it = 0; it < n_tiles; it++) {
-            const int p0 = klo + it * BN;
-            kcu_fa_tile<MT, KV, KH, DV, VS, BN, NT>(vs, vbase, table, block_size, p0, khi);
-            kcu_fa_commit();
-            kcu_fa_wait<1>(); /* K */
-            __syncthreads();
-            bool live = false;
+            const int p0 = klo + it * BN, buf = it & 1;
+            kcu_fa_wait<0>();
+            __syncthreads(); /* tile it (and q) landed; every warp is done with tile it - 1, whose buffers come next */
+            if (it + 1 < n_tiles) {
+                /* tile it + 1 in flight while the warps multiply tile it */
+                kcu_fa_tile<MT, KV, KH, DK, DKP, BN, NT>(ks + (1 - buf) * KT, kbase, table, block_size, p0 + BN, khi);
+                kcu_fa_tile<MT, KV, KH, DV, DVP, BN, NT>(vs + (1 - buf) * VT, vbase, table, block_size, p0 + BN, khi);
+                kcu_fa_commit();
+            }
+            if (!kcu_fa_any(wrange[tw][1] >= p0 && wrange[tw][0] <= p0 + BN - 1)) continue; /* no score of the warp's here */
+            const int kt = QROWS * KL::STRIDE + buf * KT + lrow * KL::STRIDE;
+            const int vt = QROWS * KL::STRIDE + 2 * KT + buf * VT + lrow * VL::STRIDE;
+            float s[MW][NB][4];
 #pragma unroll
-            for (int x = 0; x < R; x++) live = live || (rs[x] == seq && rl[x] <= p0 + BN - 1 && rp[x] >= p0);
-            const bool active = kcu_fa_any(live); /* the warp has a score here */
-            unsigned pa[MW][BN / 16][4];          /* the probabilities as A fragments */
-            if (active) {
-                float s[MW][NB][4];
+            for (int mi = 0; mi < MW; mi++)
 #pragma unroll
-                for (int mi = 0; mi < MW; mi++)
+                for (int j = 0; j < NB; j++)
 #pragma unroll
-                    for (int j = 0; j < NB; j++)
+                    for (int e = 0; e < 4; e++) s[mi][j][e] = 0.0f;
+            /* s = q k^T: q's A fragments and K rows as B fragments (two 8-position tiles) by
+             * ldmatrix, each K fragment feeding the MW m16 tiles */
 #pragma unroll
-                        for (int e = 0; e < 4; e++) s[mi][j][e] = 0.0f;
-                /* s = q k^T: K rows as B fragments, two 8-position tiles an ldmatrix, for each m16 tile */
-#pragma unroll
-                for (int kk = 0; kk < KC; kk++)
-#pragma unroll
-                    for (int j = 0; j < NB; j += 2) {
-                        unsigned b[4];
-                        kcu_fa_ldmatrix<false>(b, ks + (j * 8 + (lane / 16) * 8 + lane % 8) * KS + kk * 16 +
-                                                      ((lane / 8) % 2) * 8);
-#pragma unroll
-                        for (int mi = 0; mi < MW; mi++) {
-                            kcu_fa_mma<MT>(s[mi][j], qa[mi][kk], b[0], b[1]);
-                            kcu_fa_mma<MT>(s[mi][j + 1], qa[mi][kk], b[2], b[3]);
-                        }
-                    }
-                /* scale, softcap, mask; in log2 units */
-                float mx[R];
-#pragma unroll
-                for (int x = 0; x < R; x++) mx[x] = ninf;
+            for (int kk = 0; kk < KC; kk++) {
+                unsigned qf[MW][4];
 #pragma unroll
                 for (int mi = 0; mi < MW; mi++)
+                    kcu_fa_ldmatrix<false>(qf[mi], qs, qlane + 16 * mi * KL::STRIDE + KL::chunk(ksw, kk));
 #pragma unroll
-                    for (int j = 0; j < NB; j++)
+                for (int j = 0; j < NB; j += 2) {
+                    unsigned b[4];
+                    kcu_fa_ldmatrix<false>(b, qs, kt + j * 8 * KL::STRIDE + KL::chunk(ksw, kk));
 #pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            const int x = 2 * mi + (e >> 1), p = p0 + j * 8 + 2 * c + (e & 1);
-                            float v = s[mi][j][e] * scale;
-                            if (softcap > 0.0f) v = softcap * tanhf(v / softcap);
-                            v = rs[x] == seq && p >= rl[x] && p <= rp[x] ? v * log2e : ninf;
-                            s[mi][j][e] = v;
-                            mx[x] = fmaxf(mx[x], v);
-                        }
-                /* online softmax: the rows' maxima over their 4 lanes, rescale, exponentials */
-#pragma unroll
-                for (int x = 0; x < R; x++) {
-                    const int mi = x / 2, i = x % 2;
-                    mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 1));
-                    mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 2));
-                    const float mn = fmaxf(m[x], mx[x]), mu = mn == ninf ? 0.0f : mn;
-                    const float alpha = exp2f(m[x] - mu);
-                    m[x] = mn;
-                    l[x] *= alpha;
-#pragma unroll
-                    for (int j = 0; j < VN; j++) o[mi][j][2 * i] *= alpha, o[mi][j][2 * i + 1] *= alpha;
-#pragma unroll
-                    for (int j = 0; j < NB; j++) {
-                        s[mi][j][2 * i] = exp2f(s[mi][j][2 * i] - mu);
-                        s[mi][j][2 * i + 1] = exp2f(s[mi][j][2 * i + 1] - mu);
-                        l[x] += s[mi][j][2 * i] + s[mi][j][2 * i + 1];
+                    for (int mi = 0; mi < MW; mi++) {
+                        kcu_fa_mma<MT>(s[mi][j], qf[mi], b[0], b[2]);
+                        kcu_fa_mma<MT>(s[mi][j + 1], qf[mi], b[1], b[3]);
                     }
                 }
-                /* P in MT: the C fragments of tiles 2kk, 2kk + 1 are the A fragment of k slice kk */
+            }
+            /* scale (softcap: s = softcap tanh(s scale / softcap)), then mask, unless every row
+             * of the warp sees all of [p0, p0 + BN) */
+#pragma unroll
+            for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+                for (int j = 0; j < NB; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (softcap > 0.0f) s[mi][j][e] = softcap * tanhf(s[mi][j][e] * scale / softcap);
+            if (!(wrange[tw][2] <= p0 && wrange[tw][3] >= p0 + BN - 1)) {
+#pragma unroll
+                for (int x = 0; x < R; x++) {
+                    const int mi = x / 2, i = x % 2, row = tw * WT + 16 * mi + g + 8 * i;
+                    const int rq = rseq[row], rl = rlo[row], rp = rpos[row];
+#pragma unroll
+                    for (int j = 0; j < NB; j++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int p = p0 + j * 8 + 2 * c + e;
+                            if (!(rq == seq && p >= rl && p <= rp)) s[mi][j][2 * i + e] = ninf;
+                        }
+                }
+            }
+            /* online softmax: the rows' maxima over their 4 lanes, exponentials, rescale */
+            float alpha[R];
+            bool same = true; /* no row's maximum moved: the accumulators stay */
+#pragma unroll
+            for (int x = 0; x < R; x++) {
+                const int mi = x / 2, i = x % 2;
+                float mx = ninf;
+#pragma unroll
+                for (int j = 0; j < NB; j++) mx = fmaxf(mx, fmaxf(s[mi][j][2 * i], s[mi][j][2 * i + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mn = fmaxf(m[x], mx), mf = (mn == ninf ? 0.0f : mn) * fac;
+                alpha[x] = kcu_fa_exp2(m[x] * fac - mf); /* 1 when the maximum stays, 0 from none */
+                same = same && alpha[x] == 1.0f;
+                m[x] = mn;
+                l[x] *= alpha[x];
+#pragma unroll
+                for (int j = 0; j < NB; j++) {
+                    s[mi][j][2 * i] = kcu_fa_exp2(fmaf(s[mi][j][2 * i], fac, -mf));
+                    s[mi][j][2 * i + 1] = kcu_fa_exp2(fmaf(s[mi][j][2 * i + 1], fac, -mf));
+                    l[x] += s[mi][j][2 * i] + s[mi][j][2 * i + 1];
+                }
+            }
+            if (!kcu_fa_all(same)) /* (o alpha is o when alpha is 1: skipping changes no bit) */
 #pragma unroll
                 for (int mi = 0; mi < MW; mi++)
 #pragma unroll
-                    for (int kk = 0; kk < BN / 16; kk++)
+                    for (int j = 0; j < VN; j++) {
+                        o[mi][j][0] *= alpha[2 * mi], o[mi][j][1] *= alpha[2 * mi];
+                        o[mi][j][2] *= alpha[2 * mi + 1], o[mi][j][3] *= alpha[2 * mi + 1];
+                    }
+            /* P in MT: the C fragments of tiles 2kk, 2kk + 1 are the A fragment of k slice kk */
+            unsigned pa[MW][BN / 16][4];
 #pragma unroll
-                        for (int i = 0; i < 4; i++) {
-                            const float *sv = s[mi][2 * kk + (i >> 1)] + 2 * (i & 1);
-                            pa[mi][kk][i] = kcu_fa_h<MT>::of(sv[0]) | (unsigned)kcu_fa_h<MT>::of(sv[1]) << 16;
-                        }
-            }
-            __syncthreads(); /* every warp is done with the K tile */
-            if (it + 1 < n_tiles) {
-                kcu_fa_tile<MT, KV, KH, DK, KS, BN, NT>(ks, kbase, table, block_size, p0 + BN, khi);
-                kcu_fa_commit();
-                kcu_fa_wait<1>(); /* V */
-            } else {
-                kcu_fa_wait<0>();
-            }
-            __syncthreads();
-            if (active) {
-                /* o += p v: V rows as B fragments (transposed), two 8-column tiles an ldmatrix */
+            for (int mi = 0; mi < MW; mi++)
 #pragma unroll
                 for (int kk = 0; kk < BN / 16; kk++)
 #pragma unroll
-                    for (int j = 0; j < VN; j += 2) {
-                        unsigned b[4];
-                        kcu_fa_ldmatrix<true>(b, vs + (kk * 16 + ((lane / 8) % 2) * 8 + lane % 8) * VS + j * 8 +
-                                                     (lane / 16) * 8);
-#pragma unroll
-                        for (int mi = 0; mi < MW; mi++) {
-                            kcu_fa_mma<MT>(o[mi][j], pa[mi][kk], b[0], b[1]);
-                            kcu_fa_mma<MT>(o[mi][j + 1], pa[mi][kk], b[2], b[3]);
-                        }
+                    for (int i = 0; i < 4; i++) {
+                        const float *sv = s[mi][2 * kk + (i >> 1)] + 2 * (i & 1);
+                        pa[mi][kk][i] = kcu_fa_pack<MT>(sv[0], sv[1]);
                     }
-            }
-            __syncthreads(); /* every warp is done with the V tile */
+            /* o += p v: V rows as B fragments (transposed), two 8-column tiles an ldmatrix, each
+             * feeding the MW m16 tiles */
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+                for (int j = 0; j < VN; j += 2) {
+                    unsigned b[4];
+                    kcu_fa_ldmatrix<true>(b, qs, vt + kk * 16 * VL::STRIDE + VL::chunk(vsw, j / 2));
+#pragma unroll
+                    for (int mi = 0; mi < MW; mi++) {
+                        kcu_fa_mma<MT>(o[mi][j], pa[mi][kk], b[0], b[1]);
+                        kcu_fa_mma<MT>(o[mi][j + 1], pa[mi][kk], b[2], b[3]);
+                    }
+                }
         }
     }
 

@@ -231,6 +231,20 @@ static int open_device(cu_state *s, ks_diag *d)
     return 0;
 }
 
+/* Allow kernel fn (called name) smem bytes of dynamic shared memory (nothing when 0), once: the
+ * attribute stays with the function. */
+static int set_smem(cu_state *s, krt_cu_fn fn, const char *name, int smem, ks_diag *d)
+{
+    if (smem <= 0) return 0;
+    if (!s->api.cuFuncSetAttribute) {
+        ks_error(d, "cuda", "kernel %s needs %d bytes of shared memory, and the driver has no "
+                 "cuFuncSetAttribute (CUDA 12 or later has it)", name, smem);
+        return -1;
+    }
+    krt_cu_result r = s->api.cuFuncSetAttribute(fn, KRT_CU_FUNC_MAX_DYNAMIC_SHARED_BYTES, smem);
+    return r != 0 ? cu_error(s, d, r, "cannot give kernel %s %d bytes of shared memory", name, smem) : 0;
+}
+
 /* The variants' launch slots, and the kernels of those of the loaded arch, each with its dynamic
  * shared memory allowed (once: the attribute stays with the function). */
 static int load_variants(cu_state *s, ks_diag *d)
@@ -256,15 +270,7 @@ static int load_variants(cu_state *s, ks_diag *d)
                 size_t slot = s->vbase[i] + (size_t)j * KRT_CUDA_MAX_LAUNCHES + (size_t)l;
                 krt_cu_result r = s->api.cuModuleGetFunction(&s->vfns[slot], s->module, ln->name);
                 if (r != 0) return cu_error(s, d, r, "damaged engine: kernel %s is not in its %s cubin", ln->name, s->arch);
-                if (ln->smem > 0) {
-                    if (!s->api.cuFuncSetAttribute) {
-                        ks_error(d, "cuda", "kernel %s needs %d bytes of shared memory, and the driver has no "
-                                 "cuFuncSetAttribute (CUDA 12 or later has it)", ln->name, ln->smem);
-                        return -1;
-                    }
-                    r = s->api.cuFuncSetAttribute(s->vfns[slot], KRT_CU_FUNC_MAX_DYNAMIC_SHARED_BYTES, ln->smem);
-                    if (r != 0) return cu_error(s, d, r, "cannot give kernel %s %d bytes of shared memory", ln->name, ln->smem);
-                }
+                if (set_smem(s, s->vfns[slot], ln->name, ln->smem, d) != 0) return -1;
                 s->tm_base[slot] = maps;
                 for (int a = 0; a < ln->n_args; a++) maps += ln->args[a].kind == KRT_CUDA_ARG_TMAP;
             }
@@ -318,6 +324,7 @@ static int load_kernels(cu_state *s, ks_diag *d)
         if (!k->name_large) continue;
         r = s->api.cuModuleGetFunction(&s->fns_large[i], s->module, k->name_large);
         if (r != 0) return cu_error(s, d, r, "damaged engine: kernel %s is not in its %s cubin", k->name_large, s->arch);
+        if (set_smem(s, s->fns_large[i], k->name_large, k->smem_large, d) != 0) return -1;
     }
     if (load_variants(s, d) != 0) return -1;
     /* optional: engines built before the draw kernel existed lack it, and draw on the host */
@@ -950,8 +957,9 @@ static int launch(cu_state *s, int i, int64_t T, const step_ptrs *p, ks_diag *d)
     void *params[KRT_CUDA_MAX_ARGS + 1] = {0};
     fill_params(s, k->args, k->n_args, T, p, 0, slot, params);
     krt_cu_fn fn = k->name_large && T > k->large_above ? s->fns_large[i] : s->fns[i];
+    unsigned smem = k->name_large && T > k->large_above ? (unsigned)k->smem_large : 0u;
     krt_cu_result r = s->api.cuLaunchKernel(fn, (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
-                                            (unsigned)k->block, 1, 1, 0, s->stream, params, NULL);
+                                            (unsigned)k->block, 1, 1, smem, s->stream, params, NULL);
     if (r != 0) return cu_error(s, d, r, "cannot launch %s", k->name);
     return 0;
 }

@@ -128,6 +128,7 @@ void krt_cuda_meta_write(const krt_cuda_meta *meta, ks_buf *out)
                 cJSON *grid = cJSON_AddArrayToObject(jl, "grid");
                 for (int g = 0; g < 3; g++) cJSON_AddItemToArray(grid, int_array(k->grid_large[g], 3));
             }
+            if (k->smem_large > 0) cJSON_AddNumberToObject(jl, "smem", k->smem_large); /* absent: 0, as before */
         }
         put_grid(jk, k->grid);
         put_args(jk, k->args, k->n_args, &arg);
@@ -301,6 +302,11 @@ static int parse_kernel(reader *r, krt_cuda_meta *m, const cJSON *jk, krt_cuda_k
         if (lg) {
             if (parse_grid(r, k, lg, k->grid_large)) return -1;
             k->has_grid_large = 1;
+        }
+        const cJSON *ls = cJSON_GetObjectItemCaseSensitive(jl, "smem");
+        if (ls) {
+            if (get_count(r, ls, "kernel large.smem", (int64_t)1 << 20, &v)) return -1;
+            k->smem_large = (int)v;
         }
     }
     if (parse_grid(r, k, cJSON_GetObjectItemCaseSensitive(jk, "grid"), k->grid)) return -1;

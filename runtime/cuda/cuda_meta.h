@@ -16,7 +16,8 @@
  *     "kernels": [                          launched in this order every step
  *       {"name": "k6_matmul", "node": 6, "block": 256,
  *        "large": {"name": "k6_matmul_large", "above": 8},   optional: the kernel for steps of more tokens
- *                                           (and optionally its own "grid", as "grid" below)
+ *                                           (and optionally its own "grid", as "grid" below, and
+ *                                           "smem", its dynamic shared memory in bytes: 0 when absent)
  *        "grid": [[0, 2, 1], [1, 31, 32], [0, 1, 1]],
  *        "args": ["T", "value:4", "value:5", "value:6"],
  *        "variants": [                      optional, by "above" ascending: launches that replace
@@ -114,6 +115,7 @@ typedef struct krt_cuda_kernel {
     int64_t large_above;                 /* tokens a step above which name_large runs */
     int has_grid_large;                  /* 1: name_large runs on grid_large; 0: on grid */
     int64_t grid_large[3][3];            /* name_large's grid, as grid */
+    int smem_large;                      /* name_large's dynamic shared memory, bytes (0: none; meta "large.smem") */
     uint32_t node;                       /* the graph node it computes */
     int block;                           /* threads per block */
     int64_t grid[3][3];                  /* per grid dim: {t, c, div}: ceil((T*t + c) / div) */

@@ -6,7 +6,8 @@
  * starting at 0), lengths that are not multiples of the tiles, GQA groups of 1, 2, 4 and 8,
  * a sliding window, a softcap, DK != DV, head dims that are not multiples of 16 (nor of 8),
  * bf16 and f16 tensor-core inputs, q/out and cache in f32 or 16 bits, K/V tiles of 16, 32 and
- * 64 positions, one or two m16 tiles a warp. Unwritten cache rows are NaN: a kernel that reads
+ * 64 positions, one or two m16 tiles a warp, head dims of swizzled (64, 128, 256) and padded rows
+ * in shared memory. Unwritten cache rows are NaN: a kernel that reads
  * one shows it.
  *
  * The error of a (token, head) row is max_d |out - exact| / max |v| over the positions it
@@ -23,8 +24,8 @@
  *   cuda_att_check --gpu [CUBIN]    on a real GPU: the same checks, then Llama-3-8B's
  *       attention (32 q heads, 8 kv heads, head_dim 128, bf16, one causal sequence of 512, 2048
  *       and 8192 tokens, block size 16) timed, in ms and TFLOP/s (4 T^2/2 H D FLOPs), with
- *       sampled rows checked: as kiln plans it, with 32-position tiles, and with two m16 tiles a
- *       warp; with an f32 cache at 2048; and today's kernel (kcu_attention_kernel, f32) at 512
+ *       sampled rows checked: as kiln plans it (two m16 tiles a warp), and with one m16 tile a
+ *       warp (64- and 32-position tiles); with an f32 cache at 2048; and today's kernel (kcu_attention_kernel, f32) at 512
  *       and 2048.
  *   cuda_att_check --compile ARCH CUBIN    writes the --gpu kernels' cubin (NVRTC here).
  */
@@ -62,29 +63,40 @@ typedef struct att_case {
     int interleave;       /* 1: the sequences' tokens round robin; 0: one after another */
     int bn;               /* positions a K/V tile; 0: as kcu_emit_attention plans */
     int old;              /* 1: today's kernel (kcu_attention_kernel, f32): timed on the GPU only */
-    int mw;               /* m16 tiles a warp; 0: as kcu_emit_attention plans (1) */
+    int mw;               /* m16 tiles a warp; 0: as kcu_emit_attention plans (2 up to head_dim 128) */
 } att_case;
 
 static const att_case check_cases[] = {
-    /* one prompt, GQA 4, bf16 everywhere */
+    /* one prompt, GQA 4, bf16 everywhere (two m16 tiles a warp, as planned below head_dim 256) */
     {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 0, 0, 16, 1, {100}, {0}, 0, 0, 0, 0},
     /* MHA (group 1: 8 token warps), f16, two prompts, the second after a cached prefix of 23 */
     {E_F16, E_F16, E_F16, 4, 4, 32, 32, 0, 0, 16, 2, {37, 50}, {0, 23}, 0, 0, 0, 0},
-    /* f32 q/out and cache (converted in staging), group 8, DK = 40 (padded to 48), tiles of 32 */
-    {E_BF16, E_F32, E_F32, 16, 2, 40, 40, 0, 0, 16, 1, {77}, {5}, 0, 32, 0, 0},
+    /* f32 q/out and cache (converted in staging), group 8, DK = 40 (padded to 48), tiles of 32, one
+     * m16 tile a warp */
+    {E_BF16, E_F32, E_F32, 16, 2, 40, 40, 0, 0, 16, 1, {77}, {5}, 0, 32, 0, 1},
     /* sliding window and softcap, group 8 of one kv head */
     {E_BF16, E_BF16, E_BF16, 8, 1, 32, 32, 17, 2.0f, 16, 1, {70}, {10}, 0, 0, 0, 0},
     /* DK != DV (DV padded), three sequences interleaved, block size 5, one a single token */
     {E_F16, E_F16, E_F16, 4, 2, 48, 24, 0, 0, 5, 3, {1, 20, 33}, {0, 7, 64}, 1, 0, 0, 0},
-    /* odd dims (36, 20: rows not whole 16-byte chunks), f32 q/out, bf16 cache, group 4, tiles of 16 */
-    {E_BF16, E_F32, E_BF16, 8, 2, 36, 20, 0, 0, 16, 2, {45, 19}, {3, 0}, 1, 16, 0, 0},
-    /* Llama-3-8B's heads: group 4, 128 dims, a window and a prefix, f16 */
+    /* odd dims (36, 20: rows not whole 16-byte chunks), f32 q/out, bf16 cache, group 4, tiles of 16,
+     * one m16 tile a warp */
+    {E_BF16, E_F32, E_BF16, 8, 2, 36, 20, 0, 0, 16, 2, {45, 19}, {3, 0}, 1, 16, 0, 1},
+    /* Llama-3-8B's heads: group 4, 128 dims (swizzled rows), a window and a prefix, f16; as planned
+     * (two m16 tiles a warp, 32-position tiles) */
     {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {70}, {30}, 0, 0, 0, 0},
     /* group 2, f16 inputs on bf16 tensor cores (converted), softcap */
     {E_BF16, E_F16, E_F16, 4, 2, 64, 64, 0, 30.0f, 8, 2, {33, 31}, {0, 100}, 0, 0, 0, 0},
-    /* two m16 tiles a warp: GQA 4 with a prefix and a mixed step; MHA with a window, f32 cache */
+    /* GQA 4 with a prefix and a mixed step; MHA with a window, f32 cache, 64-position tiles */
     {E_BF16, E_BF16, E_BF16, 8, 2, 64, 48, 0, 0, 16, 3, {90, 7, 40}, {0, 3, 17}, 1, 32, 0, 2},
     {E_F16, E_F16, E_F32, 2, 2, 32, 32, 21, 0, 16, 1, {150}, {12}, 0, 64, 0, 2},
+    /* Llama-3-8B's shape as planned, bf16: three sequences interleaved (segments in a tile), a
+     * prefix, block size 16; and the same on one m16 tile a warp */
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 3, {70, 9, 50}, {0, 40, 5}, 1, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {60, 45}, {20, 0}, 1, 0, 0, 1},
+    /* head_dim 256 (one m16 tile a warp, 16-position tiles, as planned), softcap, a window */
+    {E_BF16, E_BF16, E_BF16, 4, 2, 256, 256, 30, 50.0f, 16, 1, {60}, {10}, 0, 0, 0, 0},
+    /* head_dim 128 with a softcap (planned: 16-position tiles), f16 cache on bf16 tensor cores */
+    {E_BF16, E_BF16, E_F16, 8, 2, 128, 128, 0, 20.0f, 16, 1, {50}, {7}, 0, 0, 0, 0},
 };
 
 /* ---- data ------------------------------------------------------------------------------ */
@@ -128,8 +140,19 @@ static double to_mt(etype mt, double v)
 /* ---- the kernels' plan (as kcu_emit_attention.c's plan_flash) ---------------------------- */
 typedef struct att_plan {
     int hb, tw, mw, bn; /* heads a block, warps a head, m16 tiles a warp, positions a tile */
+    int smem;           /* dynamic shared memory, bytes (kcu_fa_smem_of) */
 } att_plan;
 
+static int row_stride(int dp) { return (dp / 8) % 8 == 0 ? dp : dp + 8; }
+
+static int plan_smem(const att_plan *p, int dkp, int dvp)
+{
+    return 2 * (8 * 16 * p->mw * row_stride(dkp) + 2 * p->bn * (row_stride(dkp) + row_stride(dvp)));
+}
+
+/* kcu_emit_attention's plan (mw 2 and bn 64, bn halved, then mw 1, until a lane's accumulators, 16
+ * more with a softcap, are at most 160 and the shared memory at most 96 KiB), or the case's mw and
+ * bn where it sets them */
 static att_plan plan(const att_case *c)
 {
     att_plan p;
@@ -137,11 +160,20 @@ static att_plan plan(const att_case *c)
     p.hb = 1;
     while (p.hb * 2 <= 8 && group % (p.hb * 2) == 0) p.hb *= 2;
     p.tw = 8 / p.hb;
-    p.mw = c->mw ? c->mw : 1;
     int dkp = (c->DK + 15) / 16 * 16, dvp = (c->DV + 15) / 16 * 16;
-    p.bn = 64;
-    while (p.bn > 16 && (long)p.bn * (dkp + dvp + 16) * 2 > 40960) p.bn /= 2;
+    p.mw = 2, p.bn = 64;
+    for (;;) {
+        int over = p.mw * (dvp + p.bn) / 2 + (c->softcap > 0 ? 16 : 0) > 160 || plan_smem(&p, dkp, dvp) > 96 * 1024;
+        if (over && p.bn > 16)
+            p.bn /= 2;
+        else if (over && p.mw == 2)
+            p.mw = 1, p.bn = 64;
+        else
+            break;
+    }
+    if (c->mw) p.mw = c->mw;
     if (c->bn) p.bn = c->bn;
+    p.smem = plan_smem(&p, dkp, dvp);
     return p;
 }
 
@@ -326,16 +358,22 @@ static int launch(runner *r, const att_case *c, int index, const att_data *d)
                       (void *)&d->dtab,
                       &bs,
                       NULL};
-    unsigned gx, gy;
+    unsigned gx, gy, smem = 0;
     if (c->old) {
         gx = (unsigned)T, gy = (unsigned)c->H;
     } else {
         att_plan p = plan(c);
         int bt = 16 * p.mw * p.tw;
-        gx = (unsigned)((T + bt - 1) / bt), gy = (unsigned)(c->H / p.hb);
+        gx = (unsigned)((T + bt - 1) / bt), gy = (unsigned)(c->H / p.hb), smem = (unsigned)p.smem;
+        /* as the backend does for a kernel's large.smem (the attribute stays: setting it again is harmless) */
+        if (!r->api.cuFuncSetAttribute) {
+            fprintf(stderr, "%s needs cuFuncSetAttribute\n", name);
+            return -1;
+        }
+        if (!cu_ok(r, r->api.cuFuncSetAttribute(fn, KRT_CU_FUNC_MAX_DYNAMIC_SHARED_BYTES, p.smem), name)) return -1;
     }
-    return cu_ok(r, r->api.cuLaunchKernel(fn, gx, gy, 1, 256, 1, 1, 0, NULL, params, NULL), "cuLaunchKernel") ? 0
-                                                                                                              : -1;
+    return cu_ok(r, r->api.cuLaunchKernel(fn, gx, gy, 1, 256, 1, 1, smem, NULL, params, NULL), "cuLaunchKernel") ? 0
+                                                                                                                 : -1;
 }
 
 /* The errors of the rows of token t (every head), into worst (as the tensor cores take the
@@ -482,18 +520,18 @@ static double time_case(runner *r, const att_case *c, int index, const att_data 
     return ms;
 }
 
-/* Llama-3-8B's attention: bf16 at 512, 2048, 8192 tokens as kiln plans it (one m16 tile a warp,
- * 64-position tiles), then with 32-position tiles, and two m16 tiles a warp (32 positions; it
- * spills registers); the plan with an f32 cache (converted in staging); today's kernel at 512
- * and 2048 */
+/* Llama-3-8B's attention: bf16 at 512, 2048, 8192 tokens as kiln plans it (two m16 tiles a warp,
+ * 32-position tiles), then with one m16 tile a warp and 64-position tiles (the plan before q moved
+ * to shared memory), and one m16 tile with 32 positions; the plan with an f32 cache (converted in
+ * staging); today's kernel at 512 and 2048 */
 static int bench_cases(att_case *out)
 {
     static const int lens[] = {512, 2048, 8192};
     int n = 0;
     for (int i = 0; i < 3; i++) {
         out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0};
+        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 64, 0, 1};
         out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 32, 0, 1};
-        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 32, 0, 2};
     }
     out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {2048}, {0}, 0, 0, 0, 0};
     for (int i = 0; i < 2; i++)

@@ -809,8 +809,10 @@ static int fork_check(char **argv)
 }
 
 /* kcu_options.flash_prefill: the attention's _large variant is the tensor-core prefill, on its own
- * grid ([ceil(T / 32), H / HB]: the small graph's group of 1 makes 16-token warps, 8 a head, 1
- * head a block), kept through cuda.meta; off, nothing changes. */
+ * grid ([ceil(T / 256), H / HB]: the small graph's group of 1 makes 32-token warps, two m16 tiles
+ * each, 8 a head, 1 head a block) with its dynamic shared memory (q's 256 rows and two K and two V
+ * tiles of 64 positions, rows of head_dim 4 padded to 24 elements: 24576 bytes), kept through
+ * cuda.meta; off, nothing changes. */
 static void test_flash_option(void)
 {
     kir_graph *g = small_graph();
@@ -827,15 +829,16 @@ static void test_flash_option(void)
     krt_cuda_meta_write(&meta, &text);
     mask_names(ks_buf_cstr(&text), &masked);
     CHECK(strstr(ks_buf_cstr(&masked), "{\"name\":\"k_attention_#\",\"node\":10,\"block\":256,\"large\":{\"name\":"
-                                        "\"k_attention_#_large\",\"above\":32,\"grid\":[[1,0,128],[0,2,1],[0,1,1]]},"
+                                        "\"k_attention_#_large\",\"above\":32,\"grid\":[[1,0,256],[0,2,1],[0,1,1]],"
+                                        "\"smem\":24576},"
                                         "\"grid\":[[1,0,1],[0,2,1],[0,1,1]],") != NULL);
-    CHECK(strstr(ks_buf_cstr(&src), "kcu_flash_attention<kcu_bf16, float, float, float, 2, 2, 4, 4, 1, 8, 1, 64, 0>") !=
+    CHECK(strstr(ks_buf_cstr(&src), "kcu_flash_attention<kcu_bf16, float, float, float, 2, 2, 4, 4, 1, 8, 2, 64, 0>") !=
           NULL);
     if (CHECK(krt_cuda_meta_parse(text.data, text.len, "x.engine", &back, &s.d) == 0) && CHECK(back.n_kernels == 6)) {
         const krt_cuda_kernel *k = &back.kernels[5];
         CHECK(krt_cuda_grid_dim(k, 0, 32) == 32 && krt_cuda_grid_dim(k, 1, 32) == 2);   /* today's kernel */
-        CHECK(krt_cuda_grid_dim(k, 0, 33) == 1 && krt_cuda_grid_dim(k, 0, 300) == 3); /* the prefill */
-        CHECK(krt_cuda_grid_dim(k, 1, 300) == 2);
+        CHECK(krt_cuda_grid_dim(k, 0, 33) == 1 && krt_cuda_grid_dim(k, 0, 300) == 2); /* the prefill */
+        CHECK(krt_cuda_grid_dim(k, 1, 300) == 2 && k->smem_large == 24576);
     }
     krt_cuda_meta_free(&back);
     meta.archs = NULL;
