@@ -362,7 +362,10 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, kd_b
     ks_outfile out;
     if (krt_engine_open_output(out_path, &out, d) != 0) return -1;
     kd_target_parts parts = {0};
-    kd_target_opts topts = {.emit_dir = in->emit_source, .on_step = on_target_step, .on_step_ctx = in->progress};
+    kd_target_opts topts = {.emit_dir = in->emit_source,
+                            .on_step = on_target_step,
+                            .on_step_ctx = in->progress,
+                            .stats_out = in->stats ? (in->stats_out ? in->stats_out : stdout) : NULL};
     char *tok = NULL;
     size_t tok_len = 0;
     uint32_t tok_kind = 0;

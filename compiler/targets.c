@@ -42,6 +42,14 @@ static int cuda_build(const kir_graph *g, const char *spec, const kd_target_opts
         cuda_free(p);
         return -1;
     }
+    if (o->stats_out && p->choices.len) {
+        fprintf(o->stats_out, "cuda: the kernels' tiles (kcu_gemm90), one line a distinct kernel:\n");
+        for (const char *line = ks_buf_cstr(&p->choices); *line;) {
+            const char *end = strchr(line, '\n');
+            fprintf(o->stats_out, "  %.*s\n", (int)(end - line), line);
+            line = end + 1;
+        }
+    }
     parts->sections = p->sections;
     parts->n_sections = p->n_sections;
     parts->meta_key = "cuda_archs";

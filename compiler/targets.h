@@ -35,6 +35,7 @@ typedef struct kd_target_opts {
     const char *emit_dir;  /* write the generated source here too, or NULL */
     void (*on_step)(void *ctx, const char *what); /* a slow step begins (NVRTC), or NULL */
     void *on_step_ctx;     /* its context */
+    FILE *stats_out;       /* --stats: the target's per-shape choices (tiles) are printed here, or NULL */
 } kd_target_opts;
 
 typedef struct kd_target {

@@ -66,6 +66,9 @@ typedef struct kcu_options {
                         * in the environment turns it off) */
     int64_t gemm90_above; /* 0: KCU_GEMM90_ABOVE; else the tokens a step above which gemm90 runs
                         * (kcu_build: KILN_CUDA_GEMM90_ABOVE=N, for tests that want short prompts on it) */
+    ks_buf *choices;   /* NULL, or where the per-shape choices go, a line a distinct kernel that has
+                        * variants: "k_matmul_fused_..: %7 matmul, 4096 -> 6144: sm_90a above 64 tokens: ..."
+                        * (kiln build --stats prints them) */
 } kcu_options;
 
 /* The architecture whose cubin holds the gemm90 kernels: a target's sm_90 is compiled for it
@@ -124,6 +127,7 @@ typedef struct kcu_parts {
     const char **archs;            /* the target's architectures, as given */
     int n_archs;                   /* how many */
     ks_buf meta;                   /* the cuda.meta JSON text */
+    ks_buf choices;                /* the generator's per-shape choices (kcu_options.choices) */
     ks_buf *cubins;                /* [n_archs] cubin bytes */
     krt_engine_section *sections;  /* [n_sections]: cuda.meta, then cuda.<arch> per arch */
     size_t n_sections;             /* 1 + n_archs */

@@ -167,6 +167,7 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
      * engines with the tensor-core prefill attention ask for it here. */
     const char *flash = getenv("KILN_CUDA_FLASH_PREFILL");
     opt.flash_prefill = flash && strcmp(flash, "1") == 0;
+    opt.choices = &out->choices;
     int rc = kcu_generate_with(g, &opt, &src, &meta, d);
     /* the runtime's draw kernel rides along in every CUDA engine (runtime/cuda/cuda_draw.h) */
     if (rc == 0) ks_buf_puts(&src, krt_cuda_draw_source);
@@ -207,6 +208,7 @@ void kcu_parts_free(kcu_parts *p)
 {
     for (int i = 0; p->cubins && i < p->n_archs; i++) ks_buf_free(&p->cubins[i]);
     ks_buf_free(&p->meta);
+    ks_buf_free(&p->choices);
     ks_arena_free(&p->arena);
     memset(p, 0, sizeof *p);
 }

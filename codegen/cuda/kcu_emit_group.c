@@ -651,6 +651,22 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
     return 0;
 }
 
+/* The variants' tiles of a new kernel k, one line (kcu_options.choices). */
+static void put_choices(const group *G, const g90_plan *P, const krt_cuda_kernel *k)
+{
+    ks_buf *b = G->x->opt.choices;
+    ks_buf_printf(b, "%s: %%%u matmul, %lld -> %lld:", k->name, k->node, (long long)G->K, (long long)G->N);
+    for (int i = 0; i < P->n; i++) {
+        const kcu_g90_tiles *t = &P->tiles[i];
+        const int stages = kcu_g90_stages(t->bn);
+        ks_buf_printf(b, "%s %s above %lld tokens: %swgmma tiles 128 x %d (%d column tiles of %d box%s, %d stages, %d "
+                         "bytes of shared memory)",
+                      i ? ";" : "", KCU_GEMM90_ARCH, (long long)P->above[i], G->pro >= 0 ? "the norm's kernel, then " : "",
+                      t->bn, t->nt, t->nbox, t->nbox > 1 ? "es" : "", stages, kcu_g90_smem_bytes(t->bn, stages));
+    }
+    ks_buf_puts(b, "\n");
+}
+
 /* ---- the group ------------------------------------------------------------------------- */
 int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside)
 {
@@ -810,8 +826,10 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
     krt_cuda_arg fargs[KRT_CUDA_MAX_ARGS];
     int n_fargs = k->n_args - first_field;
     memcpy(fargs, k->args + first_field, sizeof *fargs * (size_t)n_fargs);
+    const size_t bodies = x->n_bodies;
     kcu_kernel_end(x, k, "_fused");
     int rc = P.n ? add_g90_variants(&G, &P, ki, fargs, n_fargs) : 0;
+    if (rc == 0 && P.n && x->opt.choices && x->n_bodies > bodies) put_choices(&G, &P, &x->meta->kernels[ki]);
     free_g90(&P);
     return rc ? -1 : 1;
 }

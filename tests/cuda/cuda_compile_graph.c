@@ -63,7 +63,8 @@ int main(int argc, char **argv)
     /* as kcu_build: a target with sm_90 compiles it as sm_90a, with the matmuls' gemm90 variants */
     int n_archs = kcu_parse_target(argv[3], &arena, &archs, &d);
     CHECK(n_archs > 0);
-    kcu_options opt = {0};
+    ks_buf choices = {0};
+    kcu_options opt = {.choices = &choices};
     for (int i = 0; i < n_archs; i++)
         if (strcmp(archs[i], "sm_90") == 0) archs[i] = KCU_GEMM90_ARCH, opt.gemm90 = 1;
     if (CHECK(kcu_generate_with(g, &opt, &src, &meta, &d) == 0)) {
@@ -72,23 +73,17 @@ int main(int argc, char **argv)
                argv[4], layers, meta.n_kernels, distinct, src.len);
         CHECK_MSG(distinct <= max_distinct, "%d distinct kernels, more than %d: kernels are not shared across layers",
                   distinct, max_distinct);
-        /* the gemm90 tiles chosen, once a kernel: steps above which each runs, its tile and grid */
-        for (int i = 0; i < meta.n_kernels; i++) {
-            const krt_cuda_kernel *k = &meta.kernels[i];
-            int seen = 0;
-            for (int j = 0; j < i && !seen; j++) seen = strcmp(k->name, meta.kernels[j].name) == 0;
-            for (int j = 0; !seen && j < k->n_variants; j++) {
-                const krt_cuda_variant *v = &k->variants[j];
+        /* the gemm90 tiles chosen, once a kernel (kcu_options.choices, what kiln build --stats prints) */
+        printf("%s", ks_buf_cstr(&choices));
+        for (int i = 0; i < meta.n_kernels; i++)
+            for (int j = 0; j < meta.kernels[i].n_variants; j++) {
+                const krt_cuda_variant *v = &meta.kernels[i].variants[j];
                 const krt_cuda_launch *l = &v->launches[v->n_launches - 1];
-                printf("  %s: T > %lld: %s%s, %lld column tiles, %d bytes of shared memory\n", k->name,
-                       (long long)v->above, v->n_launches > 1 ? "the norm, then " : "", l->name,
-                       (long long)l->grid[1][1], l->smem);
                 /* a token tile is 128 rows: 2048 tokens are 16 tiles, 2049 are 17 */
                 CHECK_MSG(krt_cuda_launch_grid_dim(l, 0, 2048) == 16 && krt_cuda_launch_grid_dim(l, 0, 2049) == 17,
                           "%s: %lld token tiles for 2048 tokens", l->name,
                           (long long)krt_cuda_launch_grid_dim(l, 0, 2048));
             }
-        }
         for (int i = 0; i < n_archs; i++) {
             ks_buf cubin = {0};
             CHECK_MSG(kcu_compile(ks_buf_cstr(&src), "graph.cu", archs[i], &cubin, &d) == 0 && cubin.len > 0,
@@ -98,6 +93,7 @@ int main(int argc, char **argv)
     }
     ks_arena_free(&arena);
     ks_buf_free(&src);
+    ks_buf_free(&choices);
     krt_cuda_meta_free(&meta);
     kd_model_free(&m);
     return check_finish("cuda_compile_graph");

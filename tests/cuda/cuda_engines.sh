@@ -20,8 +20,10 @@ model_args "$model"
 # prompts run it (through its CPU stand-in) on an emulated sm_90 and mma.sync on an emulated sm_80
 gemm90_above=
 [ $precision = fast ] && gemm90_above=8
+# (--stats: the passes' counts and the kernels' tiles, into stats.txt for cuda_fast.sh)
 KILN_CUDA_GEMM90_ABOVE=$gemm90_above \
-"$KILN_BIN" build "${args[@]}" --target "$target" --dtype "$dtype" --precision $precision --emit-source "$out/src" -o "$out/cuda.engine" \
+"$KILN_BIN" build "${args[@]}" --target "$target" --dtype "$dtype" --precision $precision --emit-source "$out/src" \
+  --stats -o "$out/cuda.engine" >"$out/stats.txt" \
   || { echo "FAIL: kiln build --target $target --dtype $dtype --precision $precision"; exit 1; }
 echo "$target" >"$out/target"
 "$KILN_BIN" build "${args[@]}" --dtype "$dtype" --precision $precision -o "$out/cpu.engine" \

@@ -13,6 +13,7 @@
 #  - a 20-token prompt on an emulated sm_80 (the prefill path: mma.sync, half x and weights, one mma
 #    a product) and sm_90 (kcu_gemm90 through its CPU stand-in: tensor maps, split tiles);
 #  - a 3-token prompt (the decode path: T <= 8), then 5 decode steps (the greedy ids);
+# the tiles `kiln build --stats` reports for the gemm90 kernels (the setup test's stats.txt);
 # and kiln verify --target sm_90 --precision fast for the first dtype: the fused CUDA engine's
 # values (half ones copied back as f32) against the unfused reference lowered to the half dtype,
 # within verify's half tolerance.
@@ -57,6 +58,12 @@ for dtype in "$@"; do
   [[ "$stats" =~ ([0-9]+)\ launches\ of\ _g90_\ kernels,\ ([0-9]+)\ tensor ]] && [ "${BASH_REMATCH[1]}" -gt 0 ] \
     && [ "${BASH_REMATCH[2]}" -gt 0 ] && passes=$((passes+1)) \
     || { echo "FAIL: $dtype: no gemm90 launches or tensor maps ($stats)"; failures=$((failures+1)); }
+  # --stats: a line a gemm90 kernel, its tiles above 8 tokens (the first one: 128 wide, 6 stages)
+  tiles=$(grep -c "sm_90a above 8 tokens: .*wgmma tiles 128 x 128 (.* column tiles of .*, 6 stages, 197632 bytes" \
+          "$dir/stats.txt")
+  echo "$dtype: kiln build --stats names the tiles of $tiles gemm90 kernels"
+  [ "$tiles" -gt 0 ] && passes=$((passes+1)) \
+    || { echo "FAIL: $dtype: kiln build --stats shows no gemm90 tiles"; cat "$dir/stats.txt"; failures=$((failures+1)); }
 done
 
 dtype=$1 dir="$engines/$1"
