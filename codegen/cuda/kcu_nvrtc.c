@@ -68,6 +68,19 @@ static int check_supported(int number, const char *arch, ks_diag *d)
     return found ? 0 : -1;
 }
 
+/* NVRTC's options besides -arch. --fmad=false: no contraction into fused
+ * multiply-adds, so every kernel rounds as the reference interpreter does (kcu.h). */
+static const char *const options[] = {"--fmad=false", "--std=c++17"};
+enum { N_OPTIONS = sizeof options / sizeof options[0] };
+
+void kcu_compile_id(const char *arch, ks_buf *id)
+{
+    int major = 0, minor = 0;
+    nvrtcVersion(&major, &minor);
+    ks_buf_printf(id, "nvrtc %d.%d -arch=%s", major, minor, arch);
+    for (int i = 0; i < N_OPTIONS; i++) ks_buf_printf(id, " %s", options[i]);
+}
+
 int kcu_compile(const char *src, const char *src_name, const char *arch, ks_buf *cubin, ks_diag *d)
 {
     int number = arch_number(arch);
@@ -84,10 +97,9 @@ int kcu_compile(const char *src, const char *src_name, const char *arch, ks_buf 
     }
     char arch_opt[32];
     snprintf(arch_opt, sizeof arch_opt, "-arch=%s", arch);
-    /* --fmad=false: no contraction into fused multiply-adds, so every kernel
-     * rounds as the reference interpreter does (kcu.h). */
-    const char *opts[] = {arch_opt, "--fmad=false", "--std=c++17"};
-    r = nvrtcCompileProgram(prog, (int)(sizeof opts / sizeof opts[0]), opts);
+    const char *opts[1 + N_OPTIONS] = {arch_opt};
+    for (int i = 0; i < N_OPTIONS; i++) opts[1 + i] = options[i];
+    r = nvrtcCompileProgram(prog, 1 + N_OPTIONS, opts);
     int rc = 0;
     if (r != NVRTC_SUCCESS) {
         /* the generated source does not compile: kiln's bug, with the log to show it */
