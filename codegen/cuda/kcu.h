@@ -115,8 +115,9 @@ int kcu_nvrtc_version(int *major, int *minor, int *lo_arch, int *hi_arch);
  * unsupported, or a compile error — kiln's bug: the log is reported). */
 int kcu_compile(const char *src, const char *src_name, const char *arch, ks_buf *cubin, ks_diag *d);
 /* What decides a cubin besides its source, as one line appended to id: NVRTC's
- * version, the architecture and kcu_compile's options
- * ("nvrtc 13.0 -arch=sm_90a --fmad=false --std=c++17"). */
+ * version, the architecture, kcu_compile's options and the NVRTC library's file
+ * ("nvrtc 13.0 -arch=sm_90a --fmad=false --std=c++17 (/usr/local/cuda/...: N bytes,
+ * modified T)"). */
 void kcu_compile_id(const char *arch, ks_buf *id);
 
 /* A folder of compiled cubins (kcu_cache.c), keyed by kcu_compile_id and the

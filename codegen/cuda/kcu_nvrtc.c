@@ -1,9 +1,12 @@
 /* kcu_nvrtc.c — compiling the generated source into cubins with NVRTC
  * (built when CMake finds libnvrtc; kcu_no_nvrtc.c stands in otherwise). */
+#define _GNU_SOURCE /* dladdr */
+#include <dlfcn.h>
 #include <nvrtc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "codegen/cuda/kcu.h"
 
@@ -79,6 +82,12 @@ void kcu_compile_id(const char *arch, ks_buf *id)
     nvrtcVersion(&major, &minor);
     ks_buf_printf(id, "nvrtc %d.%d -arch=%s", major, minor, arch);
     for (int i = 0; i < N_OPTIONS; i++) ks_buf_printf(id, " %s", options[i]);
+    /* the library itself: its version names no patch release, whose cubins may differ */
+    Dl_info lib;
+    struct stat st;
+    if (dladdr((void *)nvrtcVersion, &lib) && lib.dli_fname && stat(lib.dli_fname, &st) == 0)
+        ks_buf_printf(id, " (%s: %lld bytes, modified %lld)", lib.dli_fname, (long long)st.st_size,
+                      (long long)st.st_mtime);
 }
 
 int kcu_compile(const char *src, const char *src_name, const char *arch, ks_buf *cubin, ks_diag *d)
