@@ -13,7 +13,7 @@
 #  - the same with --dtype bf16 and --dtype f16: every weight of that dtype, stored at 2 bytes an
 #    element, and the emulated CUDA engine against the interpreter running the same
 #    half-precision engine built for the CPU (same tokens, logits within 1e-5); a cubin for each
-#    architecture its setup test built for (sm_80 and sm_90; sm_90 alone under the sanitizers);
+#    architecture its setup test built for (sm_90 alone: tests/cuda/CMakeLists.txt says why);
 #  - --dtype with an unknown name fails with its message.
 . "$(dirname "$0")/../cli/lib.sh"
 . "$(dirname "$0")/cuda_lib.sh"
