@@ -120,6 +120,20 @@ int kcu_nvrtc_version(int *major, int *minor, int *lo_arch, int *hi_arch);
  * appended to cubin. 0, or -1 after reporting (NVRTC missing, the arch
  * unsupported, or a compile error — kiln's bug: the log is reported). */
 int kcu_compile(const char *src, const char *src_name, const char *arch, ks_buf *cubin, ks_diag *d);
+/* What decides a cubin besides its source, as one line appended to id: NVRTC's
+ * version, the architecture, kcu_compile's options and the NVRTC library's file
+ * ("nvrtc 13.0 -arch=sm_90a --fmad=false --std=c++17 (/usr/local/cuda/...: N bytes,
+ * modified T)"). */
+void kcu_compile_id(const char *arch, ks_buf *id);
+
+/* A folder of compiled cubins (kcu_cache.c), keyed by kcu_compile_id and the
+ * whole source: kcu_build reads a cubin from there when it compiled the same
+ * before, the same bytes. The environment's KILN_CUDA_CACHE names the folder
+ * (the tests set it: they build the same sources several times); unset, there
+ * is none. kcu_cache_get: 1 and the cubin appended, or 0 (a miss); put: stores
+ * it, silently (a cache that cannot be written is no error). */
+int kcu_cache_get(const char *dir, const char *src, const char *arch, ks_buf *cubin);
+void kcu_cache_put(const char *dir, const char *src, const char *arch, const ks_buf *cubin);
 
 /* ---- the engine's CUDA sections --------------------------------------------------- */
 typedef struct kcu_parts {

@@ -1,6 +1,7 @@
 /* kcu_build.c — CUDA targets, and the engine sections of a CUDA build:
  * generate once, compile per architecture (the architectures at once, a
- * thread each), describe the launches. */
+ * thread each; a cubin compiled before read from KILN_CUDA_CACHE's folder),
+ * describe the launches. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -93,6 +94,7 @@ typedef struct arch_job {
     const char *src;      /* the generated source (read by every job) */
     const char *src_name; /* its file name, for messages */
     const char *arch;     /* the architecture, "sm_90" */
+    const char *cache;    /* KILN_CUDA_CACHE's folder (kcu_cache.c), or NULL */
     ks_buf *cubin;        /* where its cubin goes */
     ks_buf log;           /* what the compile reported */
     ks_diag diag;         /* quiet, reporting into log */
@@ -102,7 +104,12 @@ typedef struct arch_job {
 static void *compile_arch(void *p)
 {
     arch_job *j = p;
+    if (j->cache && kcu_cache_get(j->cache, j->src, j->arch, j->cubin)) {
+        j->rc = 0;
+        return NULL;
+    }
     j->rc = kcu_compile(j->src, j->src_name, j->arch, j->cubin, &j->diag);
+    if (j->rc == 0 && j->cache) kcu_cache_put(j->cache, j->src, j->arch, j->cubin);
     return NULL;
 }
 
@@ -113,8 +120,10 @@ static int compile_archs(const char *src, const char *src_name, const char *cons
     arch_job *jobs = ks_xcalloc((size_t)n, sizeof *jobs);
     pthread_t *tid = ks_xcalloc((size_t)n, sizeof *tid);
     int *started = ks_xcalloc((size_t)n, sizeof *started);
+    const char *cache = getenv("KILN_CUDA_CACHE");
+    if (cache && !*cache) cache = NULL;
     for (int i = 0; i < n; i++) {
-        jobs[i] = (arch_job){.src = src, .src_name = src_name, .arch = archs[i], .cubin = &cubins[i]};
+        jobs[i] = (arch_job){.src = src, .src_name = src_name, .arch = archs[i], .cache = cache, .cubin = &cubins[i]};
         jobs[i].diag = (ks_diag){.log = &jobs[i].log, .quiet = 1};
     }
     /* a thread that cannot start leaves its compile to this one */

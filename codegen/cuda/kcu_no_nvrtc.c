@@ -20,3 +20,5 @@ int kcu_compile(const char *src, const char *src_name, const char *arch, ks_buf 
              arch);
     return -1;
 }
+
+void kcu_compile_id(const char *arch, ks_buf *id) { ks_buf_printf(id, "no nvrtc -arch=%s", arch); }

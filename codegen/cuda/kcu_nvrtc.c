@@ -1,9 +1,12 @@
 /* kcu_nvrtc.c — compiling the generated source into cubins with NVRTC
  * (built when CMake finds libnvrtc; kcu_no_nvrtc.c stands in otherwise). */
+#define _GNU_SOURCE /* dladdr */
+#include <dlfcn.h>
 #include <nvrtc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "codegen/cuda/kcu.h"
 
@@ -68,6 +71,25 @@ static int check_supported(int number, const char *arch, ks_diag *d)
     return found ? 0 : -1;
 }
 
+/* NVRTC's options besides -arch. --fmad=false: no contraction into fused
+ * multiply-adds, so every kernel rounds as the reference interpreter does (kcu.h). */
+static const char *const options[] = {"--fmad=false", "--std=c++17"};
+enum { N_OPTIONS = sizeof options / sizeof options[0] };
+
+void kcu_compile_id(const char *arch, ks_buf *id)
+{
+    int major = 0, minor = 0;
+    nvrtcVersion(&major, &minor);
+    ks_buf_printf(id, "nvrtc %d.%d -arch=%s", major, minor, arch);
+    for (int i = 0; i < N_OPTIONS; i++) ks_buf_printf(id, " %s", options[i]);
+    /* the library itself: its version names no patch release, whose cubins may differ */
+    Dl_info lib;
+    struct stat st;
+    if (dladdr((void *)nvrtcVersion, &lib) && lib.dli_fname && stat(lib.dli_fname, &st) == 0)
+        ks_buf_printf(id, " (%s: %lld bytes, modified %lld)", lib.dli_fname, (long long)st.st_size,
+                      (long long)st.st_mtime);
+}
+
 int kcu_compile(const char *src, const char *src_name, const char *arch, ks_buf *cubin, ks_diag *d)
 {
     int number = arch_number(arch);
@@ -84,10 +106,9 @@ int kcu_compile(const char *src, const char *src_name, const char *arch, ks_buf 
     }
     char arch_opt[32];
     snprintf(arch_opt, sizeof arch_opt, "-arch=%s", arch);
-    /* --fmad=false: no contraction into fused multiply-adds, so every kernel
-     * rounds as the reference interpreter does (kcu.h). */
-    const char *opts[] = {arch_opt, "--fmad=false", "--std=c++17"};
-    r = nvrtcCompileProgram(prog, (int)(sizeof opts / sizeof opts[0]), opts);
+    const char *opts[1 + N_OPTIONS] = {arch_opt};
+    for (int i = 0; i < N_OPTIONS; i++) opts[1 + i] = options[i];
+    r = nvrtcCompileProgram(prog, 1 + N_OPTIONS, opts);
     int rc = 0;
     if (r != NVRTC_SUCCESS) {
         /* the generated source does not compile: kiln's bug, with the log to show it */

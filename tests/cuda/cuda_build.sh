@@ -4,7 +4,8 @@
 # cuda_engines_<model>_<dtype> setup tests built (cuda_lib.sh), for the DTYPEs (default f32 bf16 f16;
 # f32 comes first):
 #  - `kiln build --target sm_80,sm_90` holds cuda.meta and an ELF cubin for each architecture;
-#    its weights are f32; a second build is byte-identical to the first;
+#    its weights are f32; a second build is byte-identical to the first (its cubins from the
+#    tests' cubin cache, but for the model whose test sets KILN_BUILD_AGAIN_UNCACHED=1);
 #  - the --emit-source output compiles with nvcc -cubin (when nvcc is found);
 #  - that source compiled for the CPU (g++, emu_shim.h), run through the CUDA backend over
 #    emu_libcuda, generates the interpreter's tokens with its logits within 1e-5, also for forked
@@ -12,7 +13,7 @@
 #  - the same with --dtype bf16 and --dtype f16: every weight of that dtype, stored at 2 bytes an
 #    element, and the emulated CUDA engine against the interpreter running the same
 #    half-precision engine built for the CPU (same tokens, logits within 1e-5); a cubin for each
-#    architecture its setup test built for (sm_80 and sm_90; sm_90 alone under the sanitizers);
+#    architecture its setup test built for (sm_90 alone: tests/cuda/CMakeLists.txt says why);
 #  - --dtype with an unknown name fails with its message.
 . "$(dirname "$0")/../cli/lib.sh"
 . "$(dirname "$0")/cuda_lib.sh"
@@ -45,10 +46,15 @@ emulate() {
     || { echo "FAIL: logits differ from the interpreter's ($dtype weights)"; failures=$((failures+1)); }
 }
 
-# the setup test's f32 engine, built again: the same bytes
+# the setup test's f32 engine, built again: the same bytes (its cubins from the tests' cubin cache,
+# KILN_CUDA_CACHE, when the source is the same; with KILN_BUILD_AGAIN_UNCACHED=1, compiled again by
+# NVRTC: one model's test checks that NVRTC's cubins are reproducible too)
 read -r target <"$engines/f32/target"
 [ "$target" = sm_80,sm_90 ] || { echo "FAIL: the f32 engine is for $target, not sm_80,sm_90"; exit 1; }
-"$KILN_BIN" build "${args[@]}" --target "$target" -o "$work/again.engine" || { echo "FAIL build"; exit 1; }
+cache=${KILN_CUDA_CACHE:-}
+[ "${KILN_BUILD_AGAIN_UNCACHED:-}" = 1 ] && cache=
+KILN_CUDA_CACHE=$cache "$KILN_BIN" build "${args[@]}" --target "$target" -o "$work/again.engine" \
+  || { echo "FAIL build"; exit 1; }
 cmp -s "$engines/f32/cuda.engine" "$work/again.engine" && passes=$((passes+1)) \
   || { echo "FAIL: two builds differ"; failures=$((failures+1)); }
 src=$(ls "$engines"/f32/src/*.cu)

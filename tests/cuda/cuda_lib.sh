@@ -4,8 +4,8 @@
 # cuda_engines_<model>_<dtype> (cuda_engines.sh), which builds into ENGINES/<dtype>/ (ENGINES is
 # the model's folder under the build tree, given to every test that needs them):
 #   cuda.engine  kiln build --target sm_80,sm_90 --dtype <dtype> --precision exact (<dtype>-fast:
-#                --precision fast) (the NVRTC compile; under the
-#                sanitizers bf16 and f16 for sm_90 alone, see CMakeLists.txt)
+#                --precision fast) (the NVRTC compile; the exact bf16 and f16 engines for sm_90
+#                alone, see CMakeLists.txt)
 #   target       the --target it was built for
 #   src/         its --emit-source output
 #   kernels.so   that source compiled for the CPU with g++ (compile_kernels) for emu_libcuda

@@ -4,6 +4,8 @@
  *    and that cuda.meta reads back to the same text;
  *  - damaged cuda.meta, bad targets, the choice of a cubin for a device;
  *  - extra engine sections written and read back, and their name checks;
+ *  - the cubin cache (kcu_cache.c, KILN_CUDA_CACHE): hits, misses, a damaged
+ *    entry, and kcu_build reading from it;
  *  - the backend's errors, pinned: no libcuda; a damaged memory plan (a
  *    value past the arena, a view that the plan puts apart from what it
  *    views), found before the driver is loaded; and, through the CPU
@@ -17,6 +19,7 @@
  *   test_cuda --fork-check ENGINE REFERENCE   forked sequences (copy-on-write of a
  *       shared, half-filled KV block) on ENGINE give REFERENCE's logits within 1e-5
  */
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -608,6 +611,96 @@ static void test_build_archs(void)
     kir_graph_free(g);
 }
 
+/* kcu_cache: a hit gives back the bytes put for the same source and architecture; another
+ * architecture, another source (a prefix of it, say) or a damaged entry is a miss; kcu_build
+ * reads its cubins from KILN_CUDA_CACHE's folder (bytes no NVRTC made, to show they came from
+ * there) and compiles what is not there. */
+static void test_cubin_cache(void)
+{
+    char *dir = work_path("cache");
+    const char *src = "extern \"C\" __global__ void k(float *x) { x[0] = 1; }\n";
+    ks_buf put = {0}, got = {0};
+    ks_buf_put(&put, "cubin\0bytes", 11);
+    CHECK(kcu_cache_get(dir, src, "sm_80", &got) == 0 && got.len == 0); /* no folder yet */
+    kcu_cache_put(dir, src, "sm_80", &put);
+    CHECK(kcu_cache_get(dir, src, "sm_80", &got) == 1 && got.len == put.len && memcmp(got.data, put.data, put.len) == 0);
+    ks_buf_clear(&got);
+    CHECK(kcu_cache_get(dir, src, "sm_90", &got) == 0 && got.len == 0);
+    char shorter[64];
+    snprintf(shorter, sizeof shorter, "%.*s", (int)strlen(src) - 2, src);
+    CHECK(kcu_cache_get(dir, shorter, "sm_80", &got) == 0 && got.len == 0);
+    /* the one entry, cut short: a miss */
+    DIR *dh = opendir(dir);
+    struct dirent *de;
+    int entries = 0;
+    while (dh && (de = readdir(dh))) {
+        if (de->d_name[0] == '.') continue;
+        char *path = ks_path_join(dir, de->d_name);
+        CHECK(truncate(path, 20) == 0);
+        free(path);
+        entries++;
+    }
+    if (dh) closedir(dh);
+    CHECK(entries == 1);
+    CHECK(kcu_cache_get(dir, src, "sm_80", &got) == 0 && got.len == 0);
+
+    if (kcu_have_nvrtc()) {
+        /* the small graph's source as kcu_build compiles it (emitted by a build for sm_10, which
+         * NVRTC refuses before compiling; plain sm_90, without gemm90's variants: the same source
+         * for both), then a build for sm_80,sm_90 with made-up bytes in the cache for both: no
+         * NVRTC compile, and the engine holds the cache's bytes */
+        kir_graph *g = small_graph();
+        sink s;
+        sink_init(&s);
+        kcu_parts p;
+        char *emit = work_path("emit");
+        setenv("KILN_CUDA_GEMM90", "0", 1);
+        CHECK(kcu_build(g, "sm_10", emit, NULL, NULL, &p, &s.d) == -1);
+        char *cu = ks_path_join(emit, "small.cu");
+        char *full = ks_read_file(&s.d, cu, NULL);
+        ks_buf put90 = {0};
+        ks_buf_put(&put90, "sm_90 bytes", 11);
+        if (CHECK(full != NULL)) {
+            kcu_cache_put(dir, full, "sm_80", &put);
+            kcu_cache_put(dir, full, "sm_90", &put90);
+        }
+        sink_free(&s);
+        sink_init(&s);
+        setenv("KILN_CUDA_CACHE", dir, 1);
+        if (CHECK(kcu_build(g, "sm_80,sm_90", NULL, NULL, NULL, &p, &s.d) == 0)) {
+            CHECK_MSG(p.cubins[0].len == put.len && memcmp(p.cubins[0].data, put.data, put.len) == 0,
+                      "sm_80's cubin is not the cache's");
+            CHECK_MSG(p.cubins[1].len == put90.len && memcmp(p.cubins[1].data, put90.data, put90.len) == 0,
+                      "sm_90's cubin is not the cache's");
+            kcu_parts_free(&p);
+        }
+        unsetenv("KILN_CUDA_CACHE");
+        unsetenv("KILN_CUDA_GEMM90");
+        CHECK_STR(sink_text(&s), "");
+        unlink(cu);
+        rmdir(emit);
+        free(cu);
+        free(emit);
+        free(full);
+        ks_buf_free(&put90);
+        sink_free(&s);
+        kir_graph_free(g);
+    }
+    /* empty the folder: what the build stored, and the damaged entry */
+    dh = opendir(dir);
+    while (dh && (de = readdir(dh))) {
+        if (de->d_name[0] == '.') continue;
+        char *path = ks_path_join(dir, de->d_name);
+        unlink(path);
+        free(path);
+    }
+    if (dh) closedir(dh);
+    CHECK(rmdir(dir) == 0);
+    ks_buf_free(&put);
+    ks_buf_free(&got);
+    free(dir);
+}
+
 static void test_backend_errors(void)
 {
     sink s;
@@ -865,6 +958,7 @@ int main(int argc, char **argv)
     test_g90_tiles();
     test_sections();
     test_build_archs();
+    test_cubin_cache();
     test_backend_errors();
     rmdir(work_dir);
     return check_finish("test_cuda");
