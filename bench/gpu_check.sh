@@ -47,6 +47,11 @@
 #         else `python3 bench/prefill_bench.py --chart prefill_bench.json` here) and .log.
 #         PREFILL_BENCH_ARGS adds arguments (e.g. "--lengths 512,2048", or "--tiny" to try the
 #         stage on a machine without a GPU).
+#       profile — `kiln run --profile` of Llama-3-8B's shape with GPU_PROFILE_LAYERS (default 4) layers at
+#         512 and 2048 tokens (about 60 s: the per-kernel times and TFLOP/s, `kiln build --stats`' tiles in
+#         $OUT/profile_build.txt); with GPU_PROFILE_NCU="kernel name regex", Nsight Compute on those kernels
+#         (their first GPU_PROFILE_NCU_COUNT, default 2, launches): $OUT/ncu.txt and, per SASS
+#         instruction, warp-stall samples in $OUT/ncu_sass.csv.gz (not in the default).
 #       kernels — the prefill kernels alone, on cubins compiled here by NVRTC: tests/cuda/cuda_mm_check
 #         --gpu (the mma.sync matmul), cuda_gemm90_check --gpu (the sm_90a wgmma/TMA matmul) with
 #         bench/gemm90_vs_cublas.py (cuBLAS on the same shapes), cuda_att_check --gpu (the
@@ -418,6 +423,38 @@ run() {
       | grep -E '^(kiln|peer|copy|T = |SKIP|FAIL|prefill_bench|device|GPU memory)' >> "$summary"
     echo "prefill_bench exit ${PIPESTATUS[0]}" | tee -a "$summary"
     [ -f "$out/prefill_bench.md" ] && cat "$out/prefill_bench.md" >> "$summary"
+  fi
+  if [[ $stages == *" profile "* ]]; then
+    # the 8B shape with few layers (every layer runs the same kernels): quick per-kernel figures
+    local layers=${GPU_PROFILE_LAYERS:-4} m="/dev/shm/gpu_check_profile"
+    echo "== kiln run --profile: Llama-3-8B's shape, $layers layers, at 512 and 2048 tokens"
+    (cd "$root/bench" && python3 -c "
+import json
+from llama8b_common import make_checkpoint
+cfg = json.load(open('../tests/data/llama3-8b-config.json')); cfg['num_hidden_layers'] = $layers
+make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
+    "$kiln" build "$m" --dtype bf16 --max-tokens 2048 --target sm_90 --stats -o "$m.engine" >"$out/profile_build.txt" 2>&1 \
+      || { echo "FAIL: kiln build of the profile model" | tee -a "$summary"; }
+    local T ids
+    for T in 512 2048; do
+      ids=$(python3 -c "print(','.join(str(i % 1000 + 5) for i in range($T)))")
+      "$kiln" run "$m.engine" --ids "$ids" -n 2 --profile >/dev/null 2>&1 # warm
+      "$kiln" run "$m.engine" --ids "$ids" -n 2 --profile 2>&1 | tee "$out/profile_$T.txt" \
+        | grep -A10 "prefill step ($T tokens; > [0-9]* tokens a step): device" | tee -a "$summary"
+    done
+    # GPU_PROFILE_NCU="regex of kernel names": Nsight Compute on them (their first launches at 2048
+    # tokens): throughput, warp states, and the warp-stall samples per SASS instruction as CSV (where a
+    # kernel waits: bench/RESULTS.md, issue #10 step 4, found the epilogue's serialized loads so)
+    if [ -n "${GPU_PROFILE_NCU:-}" ] && command -v ncu >/dev/null; then
+      timeout 200 ncu --kernel-name "regex:$GPU_PROFILE_NCU" --launch-count "${GPU_PROFILE_NCU_COUNT:-2}" \
+        --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+        --section SourceCounters "$kiln" run "$m.engine" --ids "$ids" -n 1 >"$out/ncu.txt" 2>&1
+      timeout 200 ncu --kernel-name "regex:$GPU_PROFILE_NCU" --launch-count "${GPU_PROFILE_NCU_COUNT:-2}" \
+        --section SourceCounters --page source --print-source sass --csv "$kiln" run "$m.engine" --ids "$ids" -n 1 \
+        >"$out/ncu_sass.csv" 2>/dev/null && gzip -f "$out/ncu_sass.csv"
+      grep -E "^  k_|Duration|Compute \(SM\)|Warp Cycles Per Issued|No Eligible" "$out/ncu.txt" | tee -a "$summary"
+    fi
+    rm -rf "$m" "$m.engine"
   fi
   if [[ $stages == *" kernels "* ]]; then
     echo "== the prefill kernels alone (cubins compiled by NVRTC on the build machine)"
