@@ -139,13 +139,15 @@ class PeerLlama(nn.Module):
                     raise ValueError("peer_llama: attention biases are not implemented")
 
     def prefill(self, ids):
-        """ids [1, T] of an empty sequence -> logits [1, T, vocab] in the model's dtype."""
+        """ids [1, T] of an empty sequence -> the last position's logits [1, 1, vocab] in the model's
+        dtype: what the first generated token needs (as Hugging Face's generate, logits_to_keep=1, and
+        vLLM compute; kiln's engine too when only draws are wanted)."""
         T = ids.shape[1]
         x = F.embedding(ids, self.embed)
         cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)
         for l in self.layers:
             x = l.prefill(x, cos, sin)
-        return F.linear(rms_norm(x, self.norm, self.eps), self.lm_head)
+        return F.linear(rms_norm(x[:, -1:], self.norm, self.eps), self.lm_head)
 
     def decode(self, ids, pos):
         """ids [1, 1] at position pos ([1] int64, below decode_len) -> logits [1, 1, vocab]."""

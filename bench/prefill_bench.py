@@ -37,8 +37,11 @@ Here, without a GPU:
         the chart and the markdown again from a run's JSON (the GPU machine may lack matplotlib)
 
 The ceiling of a prefill is the time its GEMMs and attention take at cuBLAS's and SDPA's measured
-speed (layers x (QKV + out + gate/up + down + attention) + lm_head): nothing else of the step
-counted. The decode floor is the weights' bytes over the measured copy bandwidth.
+speed (layers x (QKV + out + gate/up + down + attention)) plus lm_head on the last position (its
+weights at the measured copy rate): nothing else of the step counted. Both kiln (draws only: its
+head runs on the drawn rows) and the peer (prefill returns the last position's logits) compute the
+logits the first token needs, not every position's. The decode floor is the weights' bytes over
+the measured copy bandwidth. (The lm_head GEMM at T tokens is still measured and shown.)
 """
 import argparse
 import gc

@@ -24,26 +24,37 @@ def by_tokens(entries):
     return {e["tokens"]: e for e in entries}
 
 
+def head_ms(res):
+    """The head on the last position: its weights read once at the measured copy rate (a matrix-vector
+    product is memory-bound), or None."""
+    cfg, c = res["config"], (res.get("ceilings") or {}).get("copy")
+    if not c:
+        return None
+    return 2.0 * cfg["vocab_size"] * cfg["hidden_size"] / (c["tb_per_s"] * 1e12) * 1e3
+
+
 def ceiling_ttft(res):
-    """{T: ms}: the prefill's GEMMs and attention at cuBLAS's and SDPA's best times."""
+    """{T: ms}: the prefill's layer GEMMs and attention at cuBLAS's and SDPA's best times, and the head
+    on the last position (the first token needs only its logits)."""
     c, L = res.get("ceilings") or {}, res["config"]["num_hidden_layers"]
     out = {}
+    head = head_ms(res)
     for s in c.get("sdpa", []):
         T = s["t"]
         gem = [e for e in c.get("gemm", []) if e["t"] == T]
-        if len(gem) < 5:
+        if len(gem) < 5 or head is None:
             continue
         per_layer = sum(e["ms_min"] for e in gem if e["name"] != "lm_head") + s["ms_min"]
-        out[T] = L * per_layer + sum(e["ms_min"] for e in gem if e["name"] == "lm_head")
+        out[T] = L * per_layer + head
     return out
 
 
 def prefill_flops(cfg, T):
-    """The FLOPs of a T-token prefill's GEMMs (every position's logits) and causal attention."""
+    """The FLOPs of a T-token prefill's GEMMs (the last position's logits) and causal attention."""
     H = cfg["num_attention_heads"]
     hd = cfg.get("head_dim", cfg["hidden_size"] // H)
     per_layer = sum(2.0 * T * K * N for _, K, N, layer in gemm_shapes(cfg) if layer) + 4.0 * H * hd * T * (T + 1) / 2
-    return cfg["num_hidden_layers"] * per_layer + sum(2.0 * T * K * N for _, K, N, layer in gemm_shapes(cfg)
+    return cfg["num_hidden_layers"] * per_layer + sum(2.0 * K * N for _, K, N, layer in gemm_shapes(cfg)
                                                       if not layer)
 
 
@@ -134,10 +145,12 @@ def render_markdown(res):
     md += ["", "| prefill, achieved TFLOP/s | kiln | peer | ceiling |", "|---|---:|---:|---:|"]
     for T, k, p, c in flops_rows(res):
         md.append(f"| {T} tokens | {num(k, '{:.3g}')} | {num(p, '{:.3g}')} | {num(c, '{:.3g}')} |")
-    md += ["", "Ceiling of a prefill: layers x (QKV + out + gate/up + down GEMMs + causal attention) + lm_head at "
-           "cuBLAS's and SDPA's best measured times; of decode: the weights' bytes over the measured copy rate. "
-           "Achieved TFLOP/s: the prefill's GEMM FLOPs (logits at every position) and causal attention FLOPs over "
-           "its time to first token."]
+    md += ["", "Ceiling of a prefill: layers x (QKV + out + gate/up + down GEMMs + causal attention) at cuBLAS's "
+           "and SDPA's best measured times, and lm_head on the last position (its weights at the measured copy "
+           "rate); of decode: the weights' bytes over the measured copy rate. Kiln and the peer compute the "
+           "logits of the last position only (since 2026-12-02 step 4; before, both computed every position's). "
+           "Achieved TFLOP/s: the prefill's GEMM FLOPs (the last position's logits) and causal attention FLOPs "
+           "over its time to first token."]
     notes = [e.get("note") for e in res["kiln"]["prefill"] if e.get("note")]
     if notes:
         md.append("kiln: " + "; ".join(f"{e['tokens']} tokens {e['note']}" for e in res["kiln"]["prefill"]

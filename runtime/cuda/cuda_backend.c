@@ -44,6 +44,14 @@
  * activations move when a larger eager step regrows them, and its graphs
  * are then dropped and captured again on demand.
  *
+ * The head on the drawn rows (find_head, launch_head): an eager step that
+ * wants no logits back, only draws from fewer rows than it has (a prompt's
+ * last token), gathers those rows of the head's activation and runs the
+ * head (the final norm and lm_head, the last kernel) on them alone: the
+ * draws read its rows 0 .. n_draw - 1. Steps that copy logits back, graph
+ * steps, tapped steps, and heads that would take a variant at that many
+ * rows (tensor maps over the whole activation) compute every row.
+ *
  * The tap (kiln verify): a tapped step launches eagerly and copies each
  * value back right after the launch that writes it (later values may take
  * its bytes); values that no launch writes (a fused kernel's own) are not
@@ -131,6 +139,7 @@ typedef struct cu_state {
     krt_cu_ptr draw_dev;      /* rows [draw_cap] | records [draw_cap] | keys, masses [draw_cap * vocab] */
     int draw_cap;             /* draws draw_dev holds; 0: not allocated */
     krt_cuda_draw_row *draw_rows; /* [draw_cap] the records, staged on the host */
+    int32_t *draw_iota;       /* [draw_cap] 0, 1, 2, ...: the logits rows of draws after the head on drawn rows */
     /* the tap */
     krt_tap_fn tap;           /* shown every f32 value after a step, or NULL */
     void *tap_ctx;            /* its context */
@@ -138,6 +147,12 @@ typedef struct cu_state {
     size_t *tap_off;          /* [n_nodes] where a shown value lies in tap_buf this step, in floats */
     float *tap_buf;           /* the step's shown values, copied back */
     size_t tap_cap;           /* floats allocated */
+    /* the head on the drawn rows only (find_head) */
+    int head;                 /* the kernel that computes the logits alone from one activation, or -1 */
+    uint32_t head_x;          /* that activation (a row a token) */
+    size_t head_row_bytes;    /* bytes of one of its rows */
+    krt_cu_ptr head_rows;     /* the drawn rows of head_x, gathered: head_rows_cap rows */
+    int head_rows_cap;        /* rows allocated there */
     /* the profile (opts.profile) */
     krt_cu_profile *events;   /* the events around each launch and what they sum to (runtime/cuda/cuda_profile.h);
                                  NULL when not profiling */
@@ -472,6 +487,39 @@ static int check_kernels(cu_state *s, ks_diag *d)
     return 0;
 }
 
+/* The head: the last kernel, when it writes the logits (the graph's output) and reads one
+ * activation besides its weights (Llama's final norm and lm_head, fused). A step that wants
+ * no logits back, only draws from a few rows, runs it on those rows alone (run_step): a
+ * prompt of 2048 tokens needs the logits of its last, not 2048 x vocab of them. -1 when the
+ * engine has no such kernel (then every row's logits are computed, as before). */
+static void find_head(cu_state *s)
+{
+    s->head = -1;
+    if (s->meta.n_kernels == 0) return;
+    const int i = s->meta.n_kernels - 1;
+    const krt_cuda_kernel *k = &s->meta.kernels[i];
+    int writes = 0, reads = 0;
+    uint32_t x = 0;
+    for (int a = 0; a < k->n_args; a++) {
+        const krt_cuda_arg *arg = &k->args[a];
+        if (arg->kind != KRT_CUDA_ARG_VALUE) {
+            if (arg->kind != KRT_CUDA_ARG_T) return; /* positions, the KV cache, ...: not a head */
+            continue;
+        }
+        uint32_t r = s->root[arg->index];
+        if (s->home[r] == HOME_WEIGHT) continue;
+        if (r == s->root[s->meta.output]) writes++;
+        else if (s->home[r] == HOME_ACTS) x = r, reads++;
+        else return;
+    }
+    if (writes != 1 || reads != 1 || s->root[k->node] != s->root[s->meta.output]) return;
+    const kir_node *xn = &s->g->nodes[x];
+    if (xn->ndim < 1 || xn->dims[0] != KIR_DIM_T) return;
+    s->head = i;
+    s->head_x = x;
+    s->head_row_bytes = (size_t)kir_row_elems(xn) * kir_dtype_size(xn->dtype);
+}
+
 static int upload_weights(cu_state *s, ks_diag *d)
 {
     size_t size = 0;
@@ -515,9 +563,9 @@ static int start_profile(cu_state *s, ks_diag *d)
 
 static int record(cu_state *s, int i, ks_diag *d) { return krt_cu_profile_record(s->events, i, d); }
 
-static int collect_profile(cu_state *s, const krt_step *st, int n_draw, ks_diag *d)
+static int collect_profile(cu_state *s, const krt_step *st, int n_draw, int head, ks_diag *d)
 {
-    return krt_cu_profile_collect(s->events, st, n_draw, d);
+    return krt_cu_profile_collect(s->events, st, n_draw, head, d);
 }
 
 static void cuda_profile_report(void *state, double ceiling_tflops, ks_buf *out)
@@ -588,6 +636,7 @@ static int cuda_attach(void *state, krt_kv *kv, ks_diag *d)
         return -1;
     }
     if (check_kernels(s, d) != 0) return -1;
+    find_head(s);
     /* the KV blocks' zeroing went on the stream */
     if ((r = s->api.cuStreamSynchronize(s->stream)) != 0) return cu_error(s, d, r, "cannot clear the KV cache");
     return 0;
@@ -622,7 +671,7 @@ static void cuda_destroy(void *state)
         s->api.cuCtxSetCurrent(s->ctx);
         if (s->stream) s->api.cuStreamSynchronize(s->stream);
         drop_graphs(s);
-        krt_cu_ptr bufs[] = {s->acts, s->step_dev, s->g_step, s->draw_dev, s->weights};
+        krt_cu_ptr bufs[] = {s->acts, s->step_dev, s->g_step, s->draw_dev, s->weights, s->head_rows};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) s->api.cuMemFree(bufs[i]);
         krt_cu_profile_free(s->events);
@@ -647,6 +696,7 @@ static void cuda_destroy(void *state)
     free(s->seq_off);
     free(s->order);
     free(s->draw_rows);
+    free(s->draw_iota);
     free(s->tap_after);
     free(s->tap_off);
     free(s->tap_buf);
@@ -944,6 +994,45 @@ static int launch_variant(cu_state *s, int i, int j, int64_t T, const step_ptrs 
 }
 
 /* Launch kernel i for a step of T tokens on the stream (or into the graph being captured). */
+static int launch(cu_state *s, int i, int64_t T, const step_ptrs *p, ks_diag *d);
+
+/* The head (find_head) on the n rows rows[] of its activation only: gathered into head_rows,
+ * its logits into the output's first n rows. The kernel's plain launch (no variant: n is at
+ * most the variants' threshold), with the activation's pointer replaced. */
+static int launch_head(cu_state *s, int64_t n, const int32_t *rows, const step_ptrs *p, ks_diag *d)
+{
+    const krt_cuda_kernel *k = &s->meta.kernels[s->head];
+    krt_cu_result r;
+    if (n > s->head_rows_cap) {
+        if (s->head_rows) s->api.cuMemFree(s->head_rows);
+        s->head_rows = 0;
+        s->head_rows_cap = 0;
+        if ((r = s->api.cuMemAlloc(&s->head_rows, s->head_row_bytes * (size_t)n)) != 0) {
+            s->head_rows = 0;
+            return cu_error(s, d, r, "cannot allocate %zu bytes for the drawn rows", s->head_row_bytes * (size_t)n);
+        }
+        s->head_rows_cap = (int)n;
+    }
+    krt_cu_ptr x = value_ptr(s, s->head_x, p);
+    for (int64_t j = 0; j < n; j++)
+        if ((r = s->api.cuMemcpyDtoDAsync(s->head_rows + s->head_row_bytes * (size_t)j,
+                                          x + s->head_row_bytes * (size_t)rows[j], s->head_row_bytes, s->stream)) != 0)
+            return cu_error(s, d, r, "cannot gather the drawn rows");
+    int64_t grid[3];
+    const int large = k->name_large && k->has_grid_large && n > k->large_above;
+    int run = grid_dims(k->name, large ? k->grid_large : k->grid, n, grid, d);
+    if (run <= 0) return run;
+    arg_slot slot[KRT_CUDA_MAX_ARGS] = {{0}};
+    void *params[KRT_CUDA_MAX_ARGS + 1] = {0};
+    fill_params(s, k->args, k->n_args, n, p, 0, slot, params);
+    for (int a = 0; a < k->n_args; a++)
+        if (k->args[a].kind == KRT_CUDA_ARG_VALUE && s->root[k->args[a].index] == s->head_x) slot[a].ptr = s->head_rows;
+    r = s->api.cuLaunchKernel(large ? s->fns_large[s->head] : s->fns[s->head], (unsigned)grid[0], (unsigned)grid[1],
+                              (unsigned)grid[2], (unsigned)k->block, 1, 1, large ? (unsigned)k->smem_large : 0u,
+                              s->stream, params, NULL);
+    return r != 0 ? cu_error(s, d, r, "cannot launch %s", k->name) : 0;
+}
+
 static int launch(cu_state *s, int i, int64_t T, const step_ptrs *p, ks_diag *d)
 {
     const krt_cuda_kernel *k = &s->meta.kernels[i];
@@ -1017,6 +1106,10 @@ static int reserve_draws(cu_state *s, int n, ks_diag *d)
     krt_cuda_draw_row *rows = ks_try_realloc(s->draw_rows, sizeof *s->draw_rows * (size_t)cap);
     if (!rows) return ks_error_oom(d, s->e->path, sizeof *s->draw_rows * (size_t)cap, "the draws' records");
     s->draw_rows = rows;
+    int32_t *iota = ks_try_realloc(s->draw_iota, sizeof *s->draw_iota * (size_t)cap);
+    if (!iota) return ks_error_oom(d, s->e->path, sizeof *s->draw_iota * (size_t)cap, "the draws' rows");
+    s->draw_iota = iota;
+    for (int k = 0; k < cap; k++) iota[k] = k;
     if (s->draw_dev) s->api.cuMemFree(s->draw_dev);
     s->draw_dev = 0;
     s->draw_cap = 0;
@@ -1193,6 +1286,11 @@ static int run_step(cu_state *s, const krt_step *st, float *out, int n_draw, con
     }
     /* a tapped step copies values back between launches: no graph */
     int graph = s->opts.graphs && T <= s->opts.graph_max_tokens && !s->tap;
+    /* only draws wanted, from fewer rows than the step has: the head on those rows (find_head),
+     * unless the kernel would take a variant at that many rows (its tensor maps read the whole
+     * activation) */
+    const int head_rows = !graph && !s->tap && !out && n_draw > 0 && n_draw < T && s->head >= 0 &&
+                          !krt_cuda_pick_variant(&s->meta.kernels[s->head], s->arch, n_draw);
     int nk = s->meta.n_kernels, step_ev = 2 * (nk + 1); /* the step's events, when profiling */
     step_ptrs p;
     if (reserve_acts(s, T, d) != 0 || make_tmaps(s, d) != 0 || (n_draw > 0 && reserve_draws(s, n_draw, d) != 0) ||
@@ -1204,20 +1302,30 @@ static int run_step(cu_state *s, const krt_step *st, float *out, int n_draw, con
             return cu_error(s, d, r, "cannot launch the CUDA graph of a %lld-token step", (long long)T);
     } else {
         if (s->tap && layout_tap(s, T, d) != 0) return -1;
-        for (int i = 0; i < nk; i++)
-            if ((s->events && record(s, 2 * i, d) != 0) || launch(s, i, T, &p, d) != 0 ||
-                (s->events && record(s, 2 * i + 1, d) != 0) || (s->tap && copy_tapped(s, i, T, &p, d) != 0))
+        for (int i = 0; i < nk; i++) {
+            if ((s->events && record(s, 2 * i, d) != 0)) return -1;
+            if (i == s->head && head_rows) {
+                if (launch_head(s, n_draw, rows, &p, d) != 0) return -1;
+            } else if (launch(s, i, T, &p, d) != 0) {
                 return -1;
+            }
+            if ((s->events && record(s, 2 * i + 1, d) != 0) || (s->tap && copy_tapped(s, i, T, &p, d) != 0)) return -1;
+        }
     }
     krt_cu_ptr logits = value_ptr(s, s->meta.output, &p);
     size_t out_bytes = sizeof(float) * (size_t)T * (size_t)s->desc->vocab;
     if (out && (r = s->api.cuMemcpyDtoHAsync(out, logits, out_bytes, s->stream)) != 0)
         return cu_error(s, d, r, "cannot copy the logits back");
-    if (n_draw > 0 && queue_draws(s, T, logits, n_draw, rows, draws, d) != 0) return -1;
+    if (n_draw > 0 && head_rows) {
+        /* the head wrote the drawn rows' logits one after another */
+        if (queue_draws(s, n_draw, logits, n_draw, s->draw_iota, draws, d) != 0) return -1;
+    } else if (n_draw > 0 && queue_draws(s, T, logits, n_draw, rows, draws, d) != 0) {
+        return -1;
+    }
     if (s->events && record(s, step_ev + 1, d) != 0) return -1;
     if ((r = s->api.cuStreamSynchronize(s->stream)) != 0)
         return cu_error(s, d, r, "the step failed on the device (%s)", s->device_name);
-    if (s->events && collect_profile(s, st, n_draw, d) != 0) return -1;
+    if (s->events && collect_profile(s, st, n_draw, head_rows ? s->head : -1, d) != 0) return -1;
     for (int k = 0; k < n_draw; k++) {
         draws[k].id = s->draw_rows[k].id;
         draws[k].rng = s->draw_rows[k].rng;

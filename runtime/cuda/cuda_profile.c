@@ -107,15 +107,18 @@ static int elapsed(const krt_cu_profile *p, int a, int b, double *ms, ks_diag *d
     return 0;
 }
 
-int krt_cu_profile_collect(krt_cu_profile *p, const krt_step *st, int n_draw, ks_diag *d)
+int krt_cu_profile_collect(krt_cu_profile *p, const krt_step *st, int n_draw, int head, ks_diag *d)
 {
     int64_t T = st->n_tokens;
     krt_cu_prof_class *c = &p->prof[T > KRT_PROFILE_DECODE_TOKENS];
     int nk = p->meta->n_kernels;
     double ms = 0;
     memset(p->step_flops, 0, sizeof *p->step_flops * (size_t)nk);
-    for (size_t v = 0; v < p->g->n_nodes; v++)
-        if (p->flop_kernel[v] >= 0) p->step_flops[p->flop_kernel[v]] += kir_node_flops(p->g, (kir_val)v, T, st->positions);
+    for (size_t v = 0; v < p->g->n_nodes; v++) {
+        int k = p->flop_kernel[v];
+        if (k >= 0) /* the head on the drawn rows only did their work (its nodes count no positions) */
+            p->step_flops[k] += kir_node_flops(p->g, (kir_val)v, k == head ? n_draw : T, st->positions);
+    }
     for (int i = 0; i < nk; i++) {
         int ran = 1; /* launch() skips a kernel whose grid is empty at this T */
         for (int g = 0; g < 3; g++) ran &= krt_cuda_grid_dim(&p->meta->kernels[i], g, T) > 0;

@@ -133,6 +133,25 @@ expect_same "profile: TFLOP/s and the ceiling's fraction" "consistent" "$checked
 grep -q '^kiln: profile: GFLOP: .*; ceiling: TFLOP/s as a fraction of 0.001 TFLOP/s$' "$work/c.err" \
   && passes=$((passes+1)) || { echo "FAIL: the note on GFLOP and the ceiling:"; cat "$work/c.err"; failures=$((failures+1)); }
 
+# no logits wanted (draws on the device, no graph: --profile): the head (final norm and lm_head)
+# runs on the drawn row alone: its GFLOP in the prefill table is 1/9 of the 9-token run that copies
+# every row's logits back (p.err), every other kernel's the same
+prefill_gflop() { # the prefill table's kernels and their GFLOP
+  awk '/prefill step .*device time/ { t = 1; next } t && /^  k_/ { print $1, $6 } t && /^  \(all/ { exit }' "$1"
+}
+head=$( { prefill_gflop "$work/p.err" | sed 's/^/all /'; prefill_gflop "$work/c.err"; } | awk '
+  $1 == "all" { all[$2] = $3; next }
+  { if (!($1 in all)) bad = bad " " $1
+    else if ($2 != all[$1]) { r = all[$1] / $2; if (r < 8.99 || r > 9.01 || seen++) bad = bad " " $1 } }
+  END { print (seen == 1 && bad == "" ? "the head on one row" : "unexpected:" bad " (" seen + 0 " changed)") }')
+expect_same "profile: the head's GFLOP on the drawn row only" "the head on one row" "$head"
+# and what it draws: the same ids as drawing on the host from every row's logits
+for smp in "--temperature 0" "--temperature 0.9 --seed 5"; do
+  dev=$("$KILN_BIN" run "$cu" --ids $ids -n 4 --no-cuda-graphs $smp 2>/dev/null)
+  host=$("$KILN_BIN" run "$cu" --ids $ids -n 4 --no-cuda-graphs $smp --host-sampling 2>/dev/null)
+  expect_same_output "the head on the drawn rows ($smp): the host's draws" "$host" "$dev"
+done
+
 # draws on the device: the host's, and the CPU engine's greedy ids
 for smp in "--temperature 0" "--temperature 0.8 --top-k 40 --top-p 0.95 --seed 3" "--temperature 1.2 --seed 9"; do
   dev=$("$KILN_BIN" run "$cu" --ids 1,7 -n 8 $smp 2>/dev/null)
