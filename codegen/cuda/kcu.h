@@ -71,6 +71,23 @@ typedef struct kcu_options {
                         * (kiln build --stats prints them) */
 } kcu_options;
 
+/* How the tensor-core prefill attention (kcu_flash_attention, kcu_flash.cuh) splits its work
+ * (codegen/cuda/kcu_emit_attention.c, where its budgets are explained). */
+typedef struct kcu_flash_plan {
+    int hb;   /* q heads of one kv head a block: the largest power of two dividing the group, at most 8 */
+    int tw;   /* warps a head: 8 / hb (8 warps, the kernel's 256 threads) */
+    int mw;   /* m16 tiles (16 tokens) a warp: 2 (each K/V fragment read from shared memory feeds two
+               * mma), 1 where two tiles' accumulators or q would not fit */
+    int bn;   /* positions a K/V tile: 64, halved until the budgets hold */
+    int smem; /* dynamic shared memory, bytes (kcu_flash_smem) */
+} kcu_flash_plan;
+/* The plan for a GQA group of q heads a kv head, head dims dk and dv (at most 256), with or
+ * without a softcap. */
+kcu_flash_plan kcu_plan_flash(int64_t group, int64_t dk, int64_t dv, int softcap);
+/* The dynamic shared memory of plan f's hb, mw and bn at dims dk, dv, bytes (kcu_flash.cuh's
+ * kcu_fa_smem_of). */
+int64_t kcu_flash_smem(const kcu_flash_plan *f, int64_t dk, int64_t dv);
+
 /* The architecture whose cubin holds the gemm90 kernels: a target's sm_90 is compiled for it
  * (wgmma and setmaxnreg are sm_90a's; an sm_90a cubin runs on compute capability 9.0 only). */
 #define KCU_GEMM90_ARCH "sm_90a"

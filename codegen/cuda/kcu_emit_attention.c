@@ -136,7 +136,7 @@ static const char *kv_elem_type(const kcu_gen *x, kir_val v) { return kcu_elem_t
  * ex2.approx.ftz on a GPU (a probability below 2^-126 is 0; the CPU emulator's exp2f keeps it);
  * skipping the rescale when no maximum moved changes no bit (o 1 = o).
  *
- * Cost (head_dim 128, sm_90a, ptxas -O3 --fmad=false): mw 2 with bn 32 (plan_flash's budgets),
+ * Cost (head_dim 128, sm_90a, ptxas -O3 --fmad=false): mw 2 with bn 32 (kcu_plan_flash's budgets),
  * 255 registers, no spills, 96 KiB of dynamic and 1 KiB of static shared memory: one block (8
  * warps) an SM, as before (the registers bound it; sm_80: 248). Before (q in registers, mw 1, bn
  * 64, single K and V tiles, 3 barriers a tile): 252 registers, 35 KiB, measured 352 us a layer
@@ -157,25 +157,10 @@ static const char *kv_elem_type(const kcu_gen *x, kir_val v) { return kcu_elem_t
  * A step of many short sequences (batched decode above ATT_FLASH_T tokens) makes a segment per
  * sequence in a tile: correct, but its products are mostly masked.
  */
-/* How the tensor-core prefill (kcu_flash_attention, kcu_flash.cuh) splits its work. */
-typedef struct flash_plan {
-    int hb;   /* q heads of one kv head a block: the largest power of two dividing the group, at most 8 */
-    int tw;   /* warps a head: 8 / hb (8 warps, the kernel's 256 threads) */
-    int mw;   /* m16 tiles (16 tokens) a warp: 2 (each K/V fragment read from shared memory feeds two
-               * mma), 1 where two tiles' accumulators or q would not fit */
-    int bn;   /* positions a K/V tile: 64, halved until the budgets below hold */
-    int smem; /* dynamic shared memory, bytes (flash_smem) */
-} flash_plan;
-
-/* The budgets of a plan. Registers: a lane's f32 accumulators, output (mw dv / 2) and scores (mw bn /
- * 2), at most 160, a softcap's tanhf counting 16 more (ptxas, sm_90a, head_dim 128: mw 2 with bn 32
- * is 160 and 255 registers without spills; bn 64, 192, spills; with a softcap bn 32 spills 28
- * bytes, bn 16 takes 243 registers). Shared memory: at most 96 KiB, so that the sm_80 cubin also runs on
- * sm_86 and sm_89 (99 KiB a block) with the kernel's 1 KiB of static shared memory. */
 enum { FLASH_ACC_REGS = 160, FLASH_SOFTCAP_REGS = 16, FLASH_SMEM = 96 * 1024 };
 
 /* A lane's accumulator registers under plan f (and a softcap's share), as the budget counts them. */
-static int flash_regs(const flash_plan *f, int64_t dvp, int softcap)
+static int flash_regs(const kcu_flash_plan *f, int64_t dvp, int softcap)
 {
     return (int)(f->mw * (dvp + f->bn) / 2) + (softcap ? FLASH_SOFTCAP_REGS : 0);
 }
@@ -187,15 +172,20 @@ static int64_t flash_row_stride(int64_t dp) { return (dp / 8) % 8 == 0 ? dp : dp
 
 /* The dynamic shared memory of plan f, bytes, as kcu_fa_smem_of (kcu_flash.cuh): q's 16 mw rows of
  * each of the 8 warps, two K tiles and two V tiles of bn rows, 16-bit elements. */
-static int64_t flash_smem(const flash_plan *f, int64_t dkp, int64_t dvp)
+static int64_t flash_smem(const kcu_flash_plan *f, int64_t dkp, int64_t dvp)
 {
     int64_t ks = flash_row_stride(dkp), vs = flash_row_stride(dvp);
     return 2 * ((int64_t)ATT_WARPS * 16 * f->mw * ks + 2 * (int64_t)f->bn * (ks + vs));
 }
 
-static flash_plan plan_flash(int64_t group, int64_t dk, int64_t dv, int softcap)
+int64_t kcu_flash_smem(const kcu_flash_plan *f, int64_t dk, int64_t dv)
 {
-    flash_plan f;
+    return flash_smem(f, (dk + 15) / 16 * 16, (dv + 15) / 16 * 16);
+}
+
+kcu_flash_plan kcu_plan_flash(int64_t group, int64_t dk, int64_t dv, int softcap)
+{
+    kcu_flash_plan f;
     f.hb = pow2_divisor(group, ATT_WARPS);
     f.tw = ATT_WARPS / f.hb;
     int64_t dkp = (dk + 15) / 16 * 16, dvp = (dv + 15) / 16 * 16;
@@ -326,7 +316,7 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     ks_buf_puts(&x->body, ");\n}\n");
     if (flash) {
         /* steps of more than ATT_FLASH_T tokens: tiles of 16 mw tw tokens x hb heads, on their own grid */
-        flash_plan f = plan_flash(heads / kv_heads, dk, dv, softcap > 0.0f);
+        kcu_flash_plan f = kcu_plan_flash(heads / kv_heads, dk, dv, softcap > 0.0f);
         KS_ASSERT(f.hb * f.tw == ATT_WARPS && k->block == 32 * ATT_WARPS);
         kcu_open_large(x, k, ATT_FLASH_T);
         ks_buf_printf(&x->body,

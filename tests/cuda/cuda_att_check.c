@@ -139,43 +139,15 @@ static double to_mt(etype mt, double v)
     return mt == E_BF16 ? ks_bf16_to_f32(ks_f32_to_bf16((float)v)) : ks_f16_to_f32(ks_f32_to_f16((float)v));
 }
 
-/* ---- the kernels' plan (as kcu_emit_attention.c's plan_flash) ---------------------------- */
-typedef struct att_plan {
-    int hb, tw, mw, bn; /* heads a block, warps a head, m16 tiles a warp, positions a tile */
-    int smem;           /* dynamic shared memory, bytes (kcu_fa_smem_of) */
-} att_plan;
+/* ---- the kernels' plan: kcu_emit_attention.c's, or the case's mw and bn where it sets them ---- */
+typedef kcu_flash_plan att_plan;
 
-static int row_stride(int dp) { return (dp / 8) % 8 == 0 ? dp : dp + 8; }
-
-static int plan_smem(const att_plan *p, int dkp, int dvp)
-{
-    return 2 * (8 * 16 * p->mw * row_stride(dkp) + 2 * p->bn * (row_stride(dkp) + row_stride(dvp)));
-}
-
-/* kcu_emit_attention's plan (mw 2 and bn 64, bn halved, then mw 1, until a lane's accumulators, 16
- * more with a softcap, are at most 160 and the shared memory at most 96 KiB), or the case's mw and
- * bn where it sets them */
 static att_plan plan(const att_case *c)
 {
-    att_plan p;
-    int group = c->H / c->KH;
-    p.hb = 1;
-    while (p.hb * 2 <= 8 && group % (p.hb * 2) == 0) p.hb *= 2;
-    p.tw = 8 / p.hb;
-    int dkp = (c->DK + 15) / 16 * 16, dvp = (c->DV + 15) / 16 * 16;
-    p.mw = 2, p.bn = 64;
-    for (;;) {
-        int over = p.mw * (dvp + p.bn) / 2 + (c->softcap > 0 ? 16 : 0) > 160 || plan_smem(&p, dkp, dvp) > 96 * 1024;
-        if (over && p.bn > 16)
-            p.bn /= 2;
-        else if (over && p.mw == 2)
-            p.mw = 1, p.bn = 64;
-        else
-            break;
-    }
+    att_plan p = kcu_plan_flash(c->H / c->KH, c->DK, c->DV, c->softcap > 0);
     if (c->mw) p.mw = c->mw;
     if (c->bn) p.bn = c->bn;
-    p.smem = plan_smem(&p, dkp, dvp);
+    p.smem = (int)kcu_flash_smem(&p, c->DK, c->DV);
     return p;
 }
 
