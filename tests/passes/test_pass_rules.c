@@ -474,20 +474,30 @@ static const char precision_graph[] =
     "%21 : f32[T,2,8] = reshape(%20) {shape=[T,2,8]}\n"
     "%22 : f32[T,2,8] = output(%21) {name=\"logits\"}\n";
 
+/* The graph of text src after lower_precision alone, in bf16 ("fast") when half, else f32; *made:
+ * the values it made half (the pass's count). */
+static kir_graph *lowered(const char *name, const char *src, int half, ks_buf *log, unsigned *made)
+{
+    const char *only[] = {"lower_precision"};
+    kir_graph *g = kt_parse(name, src, log);
+    KS_ASSERT(g);
+    ks_diag d = {.log = log, .quiet = 1};
+    kp_options opt = {.passes = only, .n_passes = 1, .verify = 1, .compute_dtype = half ? KIR_BF16 : KIR_F32};
+    kp_pass_stats *st = NULL;
+    size_t n_st = 0;
+    CHECK(kp_run_pipeline(&g, &opt, &st, &n_st, &d) == 0 && n_st == 1);
+    *made = n_st == 1 ? (unsigned)st[0].fusions : 0u;
+    free(st);
+    return g;
+}
+
 static void test_lower_precision(void)
 {
     ks_buf log = {0}, text = {0};
-    const char *only[] = {"lower_precision"};
     for (int half = 0; half < 2; half++) {
-        kir_graph *g = kt_parse("precision.ir", precision_graph, &log);
-        KS_ASSERT(g);
-        ks_diag d = {.log = &log, .quiet = 1};
-        kp_options opt = {.passes = only, .n_passes = 1, .verify = 1, .compute_dtype = half ? KIR_BF16 : KIR_F32};
-        kp_pass_stats *st = NULL;
-        size_t n_st = 0;
-        CHECK(kp_run_pipeline(&g, &opt, &st, &n_st, &d) == 0);
-        CHECK(n_st == 1 && st[0].fusions == (half ? 7u : 0u)); /* values made half */
-        free(st);
+        unsigned made = 0;
+        kir_graph *g = lowered("precision.ir", precision_graph, half, &log, &made);
+        CHECK(made == (half ? 7u : 0u)); /* values made half */
         text.len = 0;
         kir_print(g, &text);
         if (!half) {
@@ -544,16 +554,9 @@ static void test_half_math(void)
                               "%3 : f32[T,8] = silu(%2)\n"
                               "%4 : f32[T,8] = output(%3) {name=\"logits\"}\n";
     ks_buf log = {0}, text = {0};
-    const char *only[] = {"lower_precision"};
     for (int half = 0; half < 2; half++) {
-        kir_graph *g = kt_parse("half_math.ir", src, &log);
-        KS_ASSERT(g);
-        ks_diag d = {.log = &log, .quiet = 1};
-        kp_options opt = {.passes = only, .n_passes = 1, .verify = 1, .compute_dtype = half ? KIR_BF16 : KIR_F32};
-        kp_pass_stats *st = NULL;
-        size_t n_st = 0;
-        CHECK(kp_run_pipeline(&g, &opt, &st, &n_st, &d) == 0);
-        free(st);
+        unsigned made = 0;
+        kir_graph *g = lowered("half_math.ir", src, half, &log, &made);
         text.len = 0;
         kir_print(g, &text);
         CHECK_TEXT(half ? "fast: silu in float" : "exact: silu in double", ks_buf_cstr(&text),
