@@ -993,15 +993,34 @@ static int launch_variant(cu_state *s, int i, int j, int64_t T, const step_ptrs 
     return 0;
 }
 
-/* Launch kernel i for a step of T tokens on the stream (or into the graph being captured). */
-static int launch(cu_state *s, int i, int64_t T, const step_ptrs *p, ks_diag *d);
+/* Kernel i's own launch (not a variant) for T tokens, with value `swap`'s pointer replaced by
+ * swap_ptr (swap UINT32_MAX: none). */
+static int launch_kernel(cu_state *s, int i, int64_t T, const step_ptrs *p, uint32_t swap, krt_cu_ptr swap_ptr,
+                         ks_diag *d)
+{
+    const krt_cuda_kernel *k = &s->meta.kernels[i];
+    int64_t grid[3];
+    const int64_t(*g3)[3] = k->name_large && k->has_grid_large && T > k->large_above ? k->grid_large : k->grid;
+    int run = grid_dims(k->name, g3, T, grid, d);
+    if (run <= 0) return run;
+    arg_slot slot[KRT_CUDA_MAX_ARGS] = {{0}};
+    void *params[KRT_CUDA_MAX_ARGS + 1] = {0};
+    fill_params(s, k->args, k->n_args, T, p, 0, slot, params);
+    for (int a = 0; a < k->n_args && swap != UINT32_MAX; a++)
+        if (k->args[a].kind == KRT_CUDA_ARG_VALUE && s->root[k->args[a].index] == swap) slot[a].ptr = swap_ptr;
+    krt_cu_fn fn = k->name_large && T > k->large_above ? s->fns_large[i] : s->fns[i];
+    unsigned smem = k->name_large && T > k->large_above ? (unsigned)k->smem_large : 0u;
+    krt_cu_result r = s->api.cuLaunchKernel(fn, (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
+                                            (unsigned)k->block, 1, 1, smem, s->stream, params, NULL);
+    if (r != 0) return cu_error(s, d, r, "cannot launch %s", k->name);
+    return 0;
+}
 
 /* The head (find_head) on the n rows rows[] of its activation only: gathered into head_rows,
  * its logits into the output's first n rows. The kernel's plain launch (no variant: n is at
  * most the variants' threshold), with the activation's pointer replaced. */
 static int launch_head(cu_state *s, int64_t n, const int32_t *rows, const step_ptrs *p, ks_diag *d)
 {
-    const krt_cuda_kernel *k = &s->meta.kernels[s->head];
     krt_cu_result r;
     if (n > s->head_rows_cap) {
         if (s->head_rows) s->api.cuMemFree(s->head_rows);
@@ -1018,39 +1037,16 @@ static int launch_head(cu_state *s, int64_t n, const int32_t *rows, const step_p
         if ((r = s->api.cuMemcpyDtoDAsync(s->head_rows + s->head_row_bytes * (size_t)j,
                                           x + s->head_row_bytes * (size_t)rows[j], s->head_row_bytes, s->stream)) != 0)
             return cu_error(s, d, r, "cannot gather the drawn rows");
-    int64_t grid[3];
-    const int large = k->name_large && k->has_grid_large && n > k->large_above;
-    int run = grid_dims(k->name, large ? k->grid_large : k->grid, n, grid, d);
-    if (run <= 0) return run;
-    arg_slot slot[KRT_CUDA_MAX_ARGS] = {{0}};
-    void *params[KRT_CUDA_MAX_ARGS + 1] = {0};
-    fill_params(s, k->args, k->n_args, n, p, 0, slot, params);
-    for (int a = 0; a < k->n_args; a++)
-        if (k->args[a].kind == KRT_CUDA_ARG_VALUE && s->root[k->args[a].index] == s->head_x) slot[a].ptr = s->head_rows;
-    r = s->api.cuLaunchKernel(large ? s->fns_large[s->head] : s->fns[s->head], (unsigned)grid[0], (unsigned)grid[1],
-                              (unsigned)grid[2], (unsigned)k->block, 1, 1, large ? (unsigned)k->smem_large : 0u,
-                              s->stream, params, NULL);
-    return r != 0 ? cu_error(s, d, r, "cannot launch %s", k->name) : 0;
+    return launch_kernel(s, s->head, n, p, s->head_x, s->head_rows, d);
 }
 
+/* Launch kernel i for a step of T tokens on the stream (or into the graph being captured). */
 static int launch(cu_state *s, int i, int64_t T, const step_ptrs *p, ks_diag *d)
 {
     const krt_cuda_kernel *k = &s->meta.kernels[i];
     const krt_cuda_variant *v = krt_cuda_pick_variant(k, s->arch, T);
     if (v) return launch_variant(s, i, (int)(v - k->variants), T, p, d);
-    int64_t grid[3];
-    const int64_t(*g3)[3] = k->name_large && k->has_grid_large && T > k->large_above ? k->grid_large : k->grid;
-    int run = grid_dims(k->name, g3, T, grid, d);
-    if (run <= 0) return run;
-    arg_slot slot[KRT_CUDA_MAX_ARGS] = {{0}};
-    void *params[KRT_CUDA_MAX_ARGS + 1] = {0};
-    fill_params(s, k->args, k->n_args, T, p, 0, slot, params);
-    krt_cu_fn fn = k->name_large && T > k->large_above ? s->fns_large[i] : s->fns[i];
-    unsigned smem = k->name_large && T > k->large_above ? (unsigned)k->smem_large : 0u;
-    krt_cu_result r = s->api.cuLaunchKernel(fn, (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
-                                            (unsigned)k->block, 1, 1, smem, s->stream, params, NULL);
-    if (r != 0) return cu_error(s, d, r, "cannot launch %s", k->name);
-    return 0;
+    return launch_kernel(s, i, T, p, UINT32_MAX, 0, d);
 }
 
 /* Capture the kernels of a step of T tokens reading the arrays at p into
