@@ -46,7 +46,8 @@ static const char build_help[] =
     "                       model's checkpoint by name; no passes run on it\n"
     "                       but plan_memory, when it carries no plan\n"
     "  --stats              per-pass counts: nodes, kernels, fusions; the memory plan;\n"
-    "                       with a GPU target, the tiles each matmul kernel takes\n"
+    "                       with a GPU target, the tiles each matmul kernel takes;\n"
+    "                       the build's time and peak memory\n"
     "  --max-tokens N       tokens per step the memory plan holds (default: the\n"
     "                       model's context, at most 2048)\n"
     "  --list-passes        name the passes and stop\n"
@@ -130,6 +131,11 @@ int kc_cmd_build(int argc, char **argv)
         fprintf(stderr, "kiln: wrote %s (%s, %s, %s, %d layer%s) in %.2f s\n", out,
                 ks_human_bytes((double)info.bytes, size, sizeof size), info.target, info.dtype, info.layers,
                 info.layers == 1 ? "" : "s", seconds_since(t0));
+        if (in.stats) { /* the checkpoint streams tensor by tensor: about the largest tensor, twice */
+            char peak[32];
+            fprintf(stderr, "kiln: build: %.2f s, peak memory %s\n", seconds_since(t0),
+                    ks_human_bytes((double)ks_peak_memory(), peak, sizeof peak));
+        }
     }
     kd_progress_done(&progress);
     ks_buf_free(&off);

@@ -258,7 +258,10 @@ static int fill_weight(void *ctx, kir_val node, void *dst, size_t nbytes, ks_dia
     fill_ctx *f = ctx;
     const kir_node *n = kir_node_at(f->g, node);
     KS_ASSERT(nbytes == (size_t)kir_elems(n, 1) * kir_dtype_size(n->dtype));
-    return kd_weight_data(f->m, f->g, node, dst, d);
+    int rc = kd_weight_data(f->m, f->g, node, dst, d);
+    /* the checkpoint's pages of this weight: out of the build's memory (streamed, tensor by tensor) */
+    kf_checkpoint_release(f->m->ckpt);
+    return rc;
 }
 
 /* A tokenizer must not make ids the model has no row for: the first id at

@@ -62,6 +62,11 @@ void kf_checkpoint_close(kf_checkpoint *c)
     free(c);
 }
 
+void kf_checkpoint_release(kf_checkpoint *c)
+{
+    for (size_t i = 0; c && i < c->n_maps; i++) ks_mmap_release(&c->maps[i]);
+}
+
 size_t kf_checkpoint_count(const kf_checkpoint *c) { return c->n_tensors; }
 
 const kf_tensor *kf_checkpoint_at(const kf_checkpoint *c, size_t i)

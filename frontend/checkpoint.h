@@ -41,6 +41,9 @@ typedef struct kf_checkpoint kf_checkpoint;
  * Returns NULL after reporting through d. */
 kf_checkpoint *kf_checkpoint_open(ks_diag *d, const char *path);
 void kf_checkpoint_close(kf_checkpoint *c);
+/* Drop the mapped files' pages from the process's memory (ks_mmap_release): a build that has
+ * converted a tensor calls it, so that its memory stays about one tensor, not the checkpoint. */
+void kf_checkpoint_release(kf_checkpoint *c);
 
 size_t kf_checkpoint_count(const kf_checkpoint *c);
 const kf_tensor *kf_checkpoint_at(const kf_checkpoint *c, size_t i);

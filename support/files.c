@@ -1,5 +1,6 @@
 /* files.c — reading, mapping and atomically writing files. */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise (ks_mmap_release) */
 #include "support.h"
 
 #include <errno.h>
@@ -67,6 +68,12 @@ int ks_mmap_open(ks_diag *d, const char *path, ks_mmap *m)
     }
     close(fd);
     return 0;
+}
+
+void ks_mmap_release(const ks_mmap *m)
+{
+    /* a read-only private mapping is never dirty: MADV_DONTNEED only unmaps its pages */
+    if (m->data) madvise((void *)m->data, m->size, MADV_DONTNEED);
 }
 
 void ks_mmap_close(ks_mmap *m)
