@@ -348,7 +348,7 @@ static void on_target_step(void *ctx, const char *what)
 /* krt_engine_write's hook: the weights written so far. */
 static void on_weights(void *ctx, uint64_t done, uint64_t total)
 {
-    kd_progress_update(ctx, total ? (double)done / (double)total : -1);
+    kd_progress_bytes(ctx, (double)done, (double)total);
 }
 
 int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, kd_build_info *info, ks_diag *d)

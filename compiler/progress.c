@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "support/support.h"
+
 static double now(void)
 {
     struct timespec ts;
@@ -12,13 +14,33 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+void kd_progress_line(char *buf, size_t cap, const char *step, double done, double total, double seconds)
+{
+    if (total <= 0) {
+        snprintf(buf, cap, "kiln: %s ...", step);
+        return;
+    }
+    char d[32], t[32], r[32];
+    double rate = seconds > 0 ? done / seconds : 0;
+    ks_human_bytes(done, d, sizeof d);
+    ks_human_bytes(total, t, sizeof t);
+    ks_human_bytes(rate, r, sizeof r);
+    int n = snprintf(buf, cap, "kiln: %s %s of %s (%.0f%%)", step, d, t, done >= total ? 100.0 : 100.0 * done / total);
+    if (n < 0 || (size_t)n >= cap || rate <= 0) return;
+    snprintf(buf + n, cap - (size_t)n, ", %s/s, %.0f s left", r, done >= total ? 0.0 : (total - done) / rate);
+}
+
 /* "\r" + the line + erase to the end of the line (ANSI EL), no newline. */
 static void draw(kd_progress *p, double fraction, double t)
 {
-    if (fraction >= 0)
-        fprintf(p->out, "\rkiln: %s %3.0f%%\033[K", p->step, fraction > 1 ? 100.0 : 100.0 * fraction);
+    char line[256];
+    if (p->total > 0)
+        kd_progress_line(line, sizeof line, p->step, p->done, p->total, t - p->start);
+    else if (fraction >= 0)
+        snprintf(line, sizeof line, "kiln: %s %3.0f%%", p->step, fraction > 1 ? 100.0 : 100.0 * fraction);
     else
-        fprintf(p->out, "\rkiln: %s ...\033[K", p->step);
+        kd_progress_line(line, sizeof line, p->step, 0, 0, 0);
+    fprintf(p->out, "\r%s\033[K", line);
     fflush(p->out);
     p->drawn = t;
     p->shown = 1;
@@ -31,6 +53,7 @@ void kd_progress_step(kd_progress *p, const char *step)
     snprintf(p->step, sizeof p->step, "%s", step);
     p->start = now();
     p->drawn = 0;
+    p->done = p->total = 0;
 }
 
 void kd_progress_show(kd_progress *p)
@@ -45,6 +68,14 @@ void kd_progress_update(kd_progress *p, double fraction)
     double t = now();
     if (t - p->start < 1.0 || (p->drawn > 0 && t - p->drawn < 0.1)) return;
     draw(p, fraction, t);
+}
+
+void kd_progress_bytes(kd_progress *p, double done, double total)
+{
+    if (!p || !p->out) return;
+    p->done = done;
+    p->total = total;
+    kd_progress_update(p, total > 0 ? done / total : -1);
 }
 
 void kd_progress_done(kd_progress *p)
