@@ -952,15 +952,13 @@ static void fill_params(cu_state *s, const krt_cuda_arg *args, int n_args, int64
     }
 }
 
-/* A grid's dims for T tokens, checked against the device's limits; 0 when a dim is empty
- * (nothing to launch), 1 to launch, -1 after reporting. */
-static int grid_dims(const char *name, const int64_t (*g3)[3], int64_t T, int64_t grid[3], ks_diag *d)
+/* A launch's grid for T tokens (krt_cuda_grid_dim), checked against the device's limits; 0 when
+ * a dim is empty (nothing to launch), 1 to launch, -1 after reporting. */
+static int check_grid(const char *name, const int64_t grid[3], int64_t T, ks_diag *d)
 {
     static const int64_t limit[3] = {INT32_MAX, 65535, 65535};
     int run = 1;
     for (int g = 0; g < 3; g++) {
-        const int64_t *t = g3[g];
-        grid[g] = (T * t[0] + t[1] + t[2] - 1) / t[2];
         if (grid[g] > limit[g]) {
             ks_error(d, "cuda", "kernel %s: a step of %lld tokens needs %lld blocks in grid dimension %d (at most %lld)",
                      name, (long long)T, (long long)grid[g], g, (long long)limit[g]);
@@ -978,8 +976,9 @@ static int launch_variant(cu_state *s, int i, int j, int64_t T, const step_ptrs 
     for (int l = 0; l < v->n_launches; l++) {
         const krt_cuda_launch *ln = &v->launches[l];
         size_t slot_at = s->vbase[i] + (size_t)j * KRT_CUDA_MAX_LAUNCHES + (size_t)l;
-        int64_t grid[3];
-        int run = grid_dims(ln->name, ln->grid, T, grid, d);
+        const int64_t grid[3] = {krt_cuda_launch_grid_dim(ln, 0, T), krt_cuda_launch_grid_dim(ln, 1, T),
+                                 krt_cuda_launch_grid_dim(ln, 2, T)};
+        int run = check_grid(ln->name, grid, T, d);
         if (run < 0) return -1;
         if (run == 0) continue;
         arg_slot slot[KRT_CUDA_MAX_ARGS] = {{0}};
@@ -999,9 +998,8 @@ static int launch_kernel(cu_state *s, int i, int64_t T, const step_ptrs *p, uint
                          ks_diag *d)
 {
     const krt_cuda_kernel *k = &s->meta.kernels[i];
-    int64_t grid[3];
-    const int64_t(*g3)[3] = k->name_large && k->has_grid_large && T > k->large_above ? k->grid_large : k->grid;
-    int run = grid_dims(k->name, g3, T, grid, d);
+    const int64_t grid[3] = {krt_cuda_grid_dim(k, 0, T), krt_cuda_grid_dim(k, 1, T), krt_cuda_grid_dim(k, 2, T)};
+    int run = check_grid(k->name, grid, T, d);
     if (run <= 0) return run;
     arg_slot slot[KRT_CUDA_MAX_ARGS] = {{0}};
     void *params[KRT_CUDA_MAX_ARGS + 1] = {0};

@@ -33,17 +33,15 @@ void krt_cuda_arg_format(const krt_cuda_arg *a, ks_buf *b)
         ks_buf_puts(b, arg_names[a->kind].name);
 }
 
+/* {t, c, div}: ceil((T t + c) / div) */
+static int64_t grid_of(const int64_t g[3], int64_t T) { return (T * g[0] + g[1] + g[2] - 1) / g[2]; }
+
 int64_t krt_cuda_grid_dim(const krt_cuda_kernel *k, int i, int64_t T)
 {
-    const int64_t *g = k->name_large && k->has_grid_large && T > k->large_above ? k->grid_large[i] : k->grid[i];
-    return (T * g[0] + g[1] + g[2] - 1) / g[2];
+    return grid_of(k->name_large && k->has_grid_large && T > k->large_above ? k->grid_large[i] : k->grid[i], T);
 }
 
-int64_t krt_cuda_launch_grid_dim(const krt_cuda_launch *l, int i, int64_t T)
-{
-    const int64_t *g = l->grid[i];
-    return (T * g[0] + g[1] + g[2] - 1) / g[2];
-}
+int64_t krt_cuda_launch_grid_dim(const krt_cuda_launch *l, int i, int64_t T) { return grid_of(l->grid[i], T); }
 
 const krt_cuda_variant *krt_cuda_pick_variant(const krt_cuda_kernel *k, const char *arch, int64_t T)
 {
