@@ -1647,7 +1647,7 @@ static __device__ __forceinline__ void kcu_g90_handoff(const Epi &epi, const Pro
             if (r + u * pass < rows) S::apply(epi, m0 + r + u * pass, c0, v0[u], c1, v1[u], in[u]);
     }
 }
-enum { KCU_G90_U = 8 }; /* units a thread fetches before applying */
+enum { KCU_G90_U = 8 }; /* rows a thread fetches before applying any (kcu_g90_handoff) */
 #endif
 
 #if KCU_GEMM90_EMU

@@ -578,7 +578,7 @@ static void test_half_math(void)
                           "%4 : f32[T,8] = output(%3) {name=\"logits\"}\n");
         kir_graph_free(g);
     }
-    /* the two forms differ, and the interpreter's kernels are the formulas */
+    /* the interpreter's kernels are ir/ops.def's two forms: double, and float for half_math */
     const float x = -3.7f;
     CHECK(kir_unary_SILU(x) == (float)((double)x / (1.0 + exp(-(double)x))));
     CHECK(kir_unary_half_SILU(x) == x / (1.0f + expf(-x)));
