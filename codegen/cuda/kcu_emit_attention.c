@@ -329,8 +329,8 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
         ks_buf_puts(&x->body, ", ");
         kcu_put_float(&x->body, softcap);
         ks_buf_puts(&x->body, ");\n}\n");
-        kcu_kernel_grid_large(k, 0, 1, 0, 16 * f.mw * f.tw);
-        kcu_kernel_grid_large(k, 1, 0, heads / f.hb, 1);
+        kcu_kernel_grid_large(k, 0, 0, heads / f.hb, 1);
+        kcu_kernel_grid_large(k, 1, 1, 0, 16 * f.mw * f.tw);
         k->smem_large = f.smem;
     }
     kcu_kernel_end(x, k, "");

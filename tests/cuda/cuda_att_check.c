@@ -358,7 +358,7 @@ static int launch(runner *r, const att_case *c, int index, const att_data *d)
     } else {
         att_plan p = plan(c);
         int bt = 16 * p.mw * p.tw;
-        gx = (unsigned)((T + bt - 1) / bt), gy = (unsigned)(c->H / p.hb), smem = (unsigned)p.smem;
+        gx = (unsigned)(c->H / p.hb), gy = (unsigned)((T + bt - 1) / bt), smem = (unsigned)p.smem; /* as the engine */
         /* as the backend does for a kernel's large.smem (the attribute stays: setting it again is harmless) */
         if (!r->api.cuFuncSetAttribute) {
             fprintf(stderr, "%s needs cuFuncSetAttribute\n", name);

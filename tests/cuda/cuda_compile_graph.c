@@ -11,7 +11,8 @@
  *     k_matmul_fused_..: T > 64: the norm, then k_matmul_fused_.._g90_128, 48 column tiles, ...
  *
  * It times nothing: bench/compile_time measures the same compile by stage.
- * usage: cuda_compile_graph MODEL.kiln CONFIG.json TARGET DTYPE MAX_DISTINCT
+ * usage: cuda_compile_graph MODEL.kiln CONFIG.json TARGET DTYPE MAX_DISTINCT [SOURCE.cu]
+ * (SOURCE.cu: where to write the generated CUDA C, to read it or compile it with nvcc -Xptxas -v)
  * Exit 1 when a check fails, 77 without NVRTC.
  */
 #include <stdio.h>
@@ -36,8 +37,8 @@ static int distinct_kernels(const krt_cuda_meta *m)
 
 int main(int argc, char **argv)
 {
-    if (argc != 6) {
-        fprintf(stderr, "usage: cuda_compile_graph MODEL.kiln CONFIG.json TARGET DTYPE MAX_DISTINCT\n");
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: cuda_compile_graph MODEL.kiln CONFIG.json TARGET DTYPE MAX_DISTINCT [SOURCE.cu]\n");
         return 2;
     }
     if (!kcu_have_nvrtc()) {
@@ -75,6 +76,10 @@ int main(int argc, char **argv)
                   distinct, max_distinct);
         /* the gemm90 tiles chosen, once a kernel (kcu_options.choices, what kiln build --stats prints) */
         printf("%s", ks_buf_cstr(&choices));
+        if (argc == 7) { /* the generated source, to read or to compile with nvcc -Xptxas -v */
+            FILE *f = fopen(argv[6], "wb");
+            CHECK_MSG(f && fwrite(src.data, 1, src.len, f) == src.len && fclose(f) == 0, "writing %s", argv[6]);
+        }
         for (int i = 0; i < meta.n_kernels; i++)
             for (int j = 0; j < meta.kernels[i].n_variants; j++) {
                 const krt_cuda_variant *v = &meta.kernels[i].variants[j];

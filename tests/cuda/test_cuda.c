@@ -922,7 +922,7 @@ static void test_flash_option(void)
     krt_cuda_meta_write(&meta, &text);
     mask_names(ks_buf_cstr(&text), &masked);
     CHECK(strstr(ks_buf_cstr(&masked), "{\"name\":\"k_attention_#\",\"node\":10,\"block\":256,\"large\":{\"name\":"
-                                        "\"k_attention_#_large\",\"above\":32,\"grid\":[[1,0,256],[0,2,1],[0,1,1]],"
+                                        "\"k_attention_#_large\",\"above\":32,\"grid\":[[0,2,1],[1,0,256],[0,1,1]],"
                                         "\"smem\":24576},"
                                         "\"grid\":[[1,0,1],[0,2,1],[0,1,1]],") != NULL);
     CHECK(strstr(ks_buf_cstr(&src), "kcu_flash_attention<kcu_bf16, float, float, float, 2, 2, 4, 4, 1, 8, 2, 64, 0>") !=
@@ -930,8 +930,9 @@ static void test_flash_option(void)
     if (CHECK(krt_cuda_meta_parse(text.data, text.len, "x.engine", &back, &s.d) == 0) && CHECK(back.n_kernels == 6)) {
         const krt_cuda_kernel *k = &back.kernels[5];
         CHECK(krt_cuda_grid_dim(k, 0, 32) == 32 && krt_cuda_grid_dim(k, 1, 32) == 2);   /* today's kernel */
-        CHECK(krt_cuda_grid_dim(k, 0, 33) == 1 && krt_cuda_grid_dim(k, 0, 300) == 2); /* the prefill */
-        CHECK(krt_cuda_grid_dim(k, 1, 300) == 2 && k->smem_large == 24576);
+        /* the prefill: head groups on x, token tiles on y (blocks start x first: longest rows first) */
+        CHECK(krt_cuda_grid_dim(k, 1, 33) == 1 && krt_cuda_grid_dim(k, 1, 300) == 2);
+        CHECK(krt_cuda_grid_dim(k, 0, 300) == 2 && k->smem_large == 24576);
     }
     krt_cuda_meta_free(&back);
     meta.archs = NULL;
