@@ -132,15 +132,29 @@ __device__ __forceinline__ unsigned kcu_fa_smem(const void *p)
 #endif
 }
 
-/* ldmatrix.x4 (.trans when TRANS) of 16-bit elements from shared memory: lane l gives in base + off
- * (elements) the address of row l % 8 of matrix l / 8 (8 consecutive elements, 16-byte aligned); lane
- * (g, c) = (l / 4, l % 4) receives in r[i] elements 2c, 2c + 1 of row g of matrix i, or with
- * TRANS elements g of rows 2c, 2c + 1 (the lower in the low half). */
-template <bool TRANS>
-__device__ __forceinline__ void kcu_fa_ldmatrix(unsigned (&r)[4], const unsigned short *base, const int off)
+/* A shared-memory address that ldmatrix reads: a 32-bit shared-space byte address on a GPU (one
+ * register, and a constant added to it is folded into the instruction), a pointer in the emulator. */
+#if defined(__CUDA_ARCH__)
+typedef unsigned kcu_fa_sptr;
+#else
+typedef const char *kcu_fa_sptr;
+#endif
+__device__ __forceinline__ kcu_fa_sptr kcu_fa_sp(const void *p)
+{
+#if defined(__CUDA_ARCH__)
+    return kcu_fa_smem(p);
+#else
+    return (kcu_fa_sptr)p;
+#endif
+}
+
+/* ldmatrix.x4 (.trans when TRANS) of 16-bit elements from shared memory: lane l gives in a the
+ * address of row l % 8 of matrix l / 8 (8 consecutive elements, 16-byte aligned); lane (g, c) =
+ * (l / 4, l % 4) receives in r[i] elements 2c, 2c + 1 of row g of matrix i, or with TRANS elements
+ * g of rows 2c, 2c + 1 (the lower in the low half). */
+template <bool TRANS> __device__ __forceinline__ void kcu_fa_ldmatrix(unsigned (&r)[4], const kcu_fa_sptr a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned a = kcu_fa_smem(base) + 2u * (unsigned)off; /* 32-bit shared addresses: one register each */
     if (TRANS)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -150,7 +164,7 @@ __device__ __forceinline__ void kcu_fa_ldmatrix(unsigned (&r)[4], const unsigned
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                      : "r"(a));
 #elif defined(KILN_EMU_SHIM_H)
-    const unsigned short *const *rows = kemu_warp_publish(base + off);
+    const unsigned short *const *rows = kemu_warp_publish(reinterpret_cast<const unsigned short *>(a));
     const int lane = threadIdx.x & 31, g = lane / 4, c = lane % 4;
     for (int i = 0; i < 4; i++) {
         unsigned lo, hi;
@@ -247,16 +261,13 @@ template <int DP> struct kcu_fa_rows {
     };
     /* the element offset of chunk ch of row r */
     static __device__ __forceinline__ int at(int r, int ch) { return r * STRIDE + 8 * (SWZ ? ch ^ (r & 7) : ch); }
-    /* A lane's ldmatrix addresses: row r (r % 8 == lane % 8), chunk 2 kk + lane / 16 is at
-     * r STRIDE + sw[kk % 4] + 64 (kk / 4), sw from lane_chunks: the swizzle only permutes the low
-     * 3 bits of the chunk, so four offsets a lane serve every k slice (the rest are immediates,
-     * not registers: computing at() for each would hold dozens of loop-invariant offsets). */
-    static __device__ __forceinline__ void lane_chunks(int (&sw)[4], const int lane)
+    /* A lane's ldmatrix addresses: row r (r % 8 == lane % 8), chunk 2 kk + odd is at element
+     * r STRIDE + lane_chunk(kk % 4, ...) + 64 (kk / 4): the swizzle only permutes the low 3 bits of
+     * the chunk, so four addresses a lane serve every k slice, the rest being constants. */
+    static __device__ __forceinline__ int lane_chunk(const int k4, const int odd, const int lane)
     {
-#pragma unroll
-        for (int k = 0; k < 4; k++) sw[k] = 8 * (SWZ ? (2 * k + lane / 16) ^ (lane & 7) : 2 * k + lane / 16);
+        return 8 * (SWZ ? (2 * k4 + odd) ^ (lane & 7) : 2 * k4 + odd);
     }
-    static __device__ __forceinline__ int chunk(const int (&sw)[4], const int kk) { return sw[kk % 4] + 64 * (kk / 4); }
 };
 
 /* Chunk ch (elements 8 ch ..+ 8) of a row of D elements of type E into dst (16-byte aligned), as
@@ -290,21 +301,37 @@ static __device__ __forceinline__ void kcu_fa_chunk(unsigned short *dst, const E
     }
 }
 
-/* Rows of positions [p0, p0 + BN) of a sequence (slots through table) of one kv head's D
- * elements (base: the cache at the head, row stride KH * D) into dst (BN rows laid out as
- * kcu_fa_rows<DP>, DP = D rounded up to 16), as MT; positions past hi and dims past D are
- * zeros. The block's NT threads share the chunks. */
-template <typename MT, typename KV, int KH, int D, int DP, int BN, int NT>
-static __device__ __forceinline__ void kcu_fa_tile(unsigned short *__restrict__ dst, const KV *__restrict__ base,
-                                                   const int *__restrict__ table, const int block_size, const int p0,
-                                                   const int hi)
+/* The cache slot of position p through a sequence's block table: shifts when the block size is a
+ * power of two (bsh = its log2; kiln's are), else a division (bsh < 0). */
+__device__ __forceinline__ long long kcu_fa_slot(const int *__restrict__ table, const int block_size, const int bsh,
+                                                 const int p)
 {
-    typedef kcu_fa_rows<DP> L;
-    for (int i = threadIdx.x; i < BN * L::CH; i += NT) {
-        const int r = i / L::CH, ch = i % L::CH, p = p0 + r;
+    if (bsh >= 0) return (long long)table[p >> bsh] << bsh | (p & (block_size - 1));
+    return (long long)table[p / block_size] * block_size + p % block_size;
+}
+
+/* Rows of positions [p0, p0 + BN) of a sequence (slots through table) of one kv head: its K rows of DK
+ * elements (kbase: the cache at the head, row stride KH * DK) into kdst and its V rows of DV elements
+ * (vbase, stride KH * DV) into vdst (BN rows laid out as kcu_fa_rows<DKP> and <DVP>), as MT; positions
+ * past hi and dims past DK, DV are zeros. The block's NT threads share the chunks; a thread finds the
+ * slot of a row once for its K and V chunks (measured: the slot's division, computed per chunk and
+ * per tensor, held 16 % of the kernel's stall samples). */
+template <typename MT, typename KV, int KH, int DK, int DKP, int DV, int DVP, int BN, int NT>
+static __device__ __forceinline__ void kcu_fa_kv_tile(unsigned short *__restrict__ kdst,
+                                                      unsigned short *__restrict__ vdst,
+                                                      const KV *__restrict__ kbase, const KV *__restrict__ vbase,
+                                                      const int *__restrict__ table, const int block_size,
+                                                      const int bsh, const int p0, const int hi)
+{
+    typedef kcu_fa_rows<DKP> KL;
+    typedef kcu_fa_rows<DVP> VL;
+    enum { CH = (int)KL::CH > (int)VL::CH ? (int)KL::CH : (int)VL::CH };
+    for (int i = threadIdx.x; i < BN * CH; i += NT) {
+        const int r = i / CH, ch = i % CH, p = p0 + r;
         const bool valid = p <= hi;
-        const long long slot = valid ? (long long)table[p / block_size] * block_size + p % block_size : 0;
-        kcu_fa_chunk<MT, KV, D>(dst + L::at(r, ch), base + slot * (KH * D) + 8 * ch, ch, valid);
+        const long long slot = valid ? kcu_fa_slot(table, block_size, bsh, p) : 0;
+        if (ch < (int)KL::CH) kcu_fa_chunk<MT, KV, DK>(kdst + KL::at(r, ch), kbase + slot * (KH * DK) + 8 * ch, ch, valid);
+        if (ch < (int)VL::CH) kcu_fa_chunk<MT, KV, DV>(vdst + VL::at(r, ch), vbase + slot * (KH * DV) + 8 * ch, ch, valid);
     }
 }
 
@@ -388,6 +415,9 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
     const int hb = blockIdx.x, kh = hb * HB / GROUP;
     const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
     const int head = hb * HB + w % HB, tw = w / HB;
+    int bsh = -1; /* log2 of the block size when a power of two (kcu_fa_slot) */
+    if (block_size > 0 && (block_size & (block_size - 1)) == 0)
+        for (bsh = 0; 1 << bsh < block_size;) bsh++;
 #if defined(__CUDA_ARCH__)
     if (tid == 0) {
         unsigned dyn_bytes;
@@ -428,14 +458,20 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
         for (int j = 0; j < VN; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) o[mi][j][e] = 0.0f;
-    /* the lane's ldmatrix rows (matrices i = lane / 8: rows 8 (i % 2) ..+ 8, chunk 2 kk + i / 2; for
-     * q the A fragment, for K the B fragments of two 8-position tiles, lo k, lo k, hi k, hi k; for
-     * V the same transposed) and chunk offsets */
-    const int lrow = ((lane / 8) % 2) * 8 + lane % 8;
-    int ksw[4], vsw[4];
-    KL::lane_chunks(ksw, lane);
-    VL::lane_chunks(vsw, lane);
-    const int qlane = (w * WT + lrow) * KL::STRIDE; /* offsets from qs, the start of the shared memory */
+    /* The lane's ldmatrix addresses, matrices i = lane / 8. q (the A fragment) and V (transposed,
+     * the B fragments of two 8-column tiles): rows 8 (i % 2) ..+ 8, chunk 2 kk + i / 2. K: rows
+     * 8 (i / 2) ..+ 8, chunk 2 kk + i % 2, so that r[0], r[1] are the B fragment of one 8-position
+     * tile and r[2], r[3] of the next (the mma takes a B fragment in two consecutive registers: in
+     * the other order ptxas moved two registers for every mma). Four addresses each (k slices
+     * kk % 4; the rest are constant offsets, folded into the instructions), K and V at buffer 0. */
+    const int lrow = ((lane / 8) % 2) * 8 + lane % 8, krow = (lane / 16) * 8 + lane % 8;
+    kcu_fa_sptr qa[4], ka[4], va[4];
+#pragma unroll
+    for (int k4 = 0; k4 < 4; k4++) {
+        qa[k4] = kcu_fa_sp(qs) + 2 * ((w * WT + lrow) * KL::STRIDE + KL::lane_chunk(k4, lane / 16, lane));
+        ka[k4] = kcu_fa_sp(ks) + 2 * (krow * KL::STRIDE + KL::lane_chunk(k4, (lane / 8) % 2, lane));
+        va[k4] = kcu_fa_sp(vs) + 2 * (lrow * VL::STRIDE + VL::lane_chunk(k4, lane / 16, lane));
+    }
 
     for (int r0 = 0; r0 < BT; r0++) {
         if (!rfirst[r0]) continue;
@@ -463,8 +499,7 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
             }
             wrange[tid][0] = wlo, wrange[tid][1] = whi, wrange[tid][2] = flo, wrange[tid][3] = fhi;
         }
-        kcu_fa_tile<MT, KV, KH, DK, DKP, BN, NT>(ks, kbase, table, block_size, klo, khi);
-        kcu_fa_tile<MT, KV, KH, DV, DVP, BN, NT>(vs, vbase, table, block_size, klo, khi);
+        kcu_fa_kv_tile<MT, KV, KH, DK, DKP, DV, DVP, BN, NT>(ks, vs, kbase, vbase, table, block_size, bsh, klo, khi);
         kcu_fa_commit();
         for (int it = 0; it < n_tiles; it++) {
             const int p0 = klo + it * BN, buf = it & 1;
@@ -472,13 +507,12 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
             __syncthreads(); /* tile it (and q) landed; every warp is done with tile it - 1, whose buffers come next */
             if (it + 1 < n_tiles) {
                 /* tile it + 1 in flight while the warps multiply tile it */
-                kcu_fa_tile<MT, KV, KH, DK, DKP, BN, NT>(ks + (1 - buf) * KT, kbase, table, block_size, p0 + BN, khi);
-                kcu_fa_tile<MT, KV, KH, DV, DVP, BN, NT>(vs + (1 - buf) * VT, vbase, table, block_size, p0 + BN, khi);
+                kcu_fa_kv_tile<MT, KV, KH, DK, DKP, DV, DVP, BN, NT>(ks + (1 - buf) * KT, vs + (1 - buf) * VT, kbase,
+                                                                     vbase, table, block_size, bsh, p0 + BN, khi);
                 kcu_fa_commit();
             }
             if (!kcu_fa_any(wrange[tw][1] >= p0 && wrange[tw][0] <= p0 + BN - 1)) continue; /* no score of the warp's here */
-            const int kt = QROWS * KL::STRIDE + buf * KT + lrow * KL::STRIDE;
-            const int vt = QROWS * KL::STRIDE + 2 * KT + buf * VT + lrow * VL::STRIDE;
+            const int kb = 2 * buf * KT, vb = 2 * buf * VT; /* this tile's buffers, bytes from buffer 0 */
             float s[MW][NB][4];
 #pragma unroll
             for (int mi = 0; mi < MW; mi++)
@@ -493,15 +527,15 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
                 unsigned qf[MW][4];
 #pragma unroll
                 for (int mi = 0; mi < MW; mi++)
-                    kcu_fa_ldmatrix<false>(qf[mi], qs, qlane + 16 * mi * KL::STRIDE + KL::chunk(ksw, kk));
+                    kcu_fa_ldmatrix<false>(qf[mi], qa[kk % 4] + 2 * (16 * mi * KL::STRIDE + 64 * (kk / 4)));
 #pragma unroll
                 for (int j = 0; j < NB; j += 2) {
                     unsigned b[4];
-                    kcu_fa_ldmatrix<false>(b, qs, kt + j * 8 * KL::STRIDE + KL::chunk(ksw, kk));
+                    kcu_fa_ldmatrix<false>(b, ka[kk % 4] + kb + 2 * (j * 8 * KL::STRIDE + 64 * (kk / 4)));
 #pragma unroll
                     for (int mi = 0; mi < MW; mi++) {
-                        kcu_fa_mma<MT>(s[mi][j], qf[mi], b[0], b[2]);
-                        kcu_fa_mma<MT>(s[mi][j + 1], qf[mi], b[1], b[3]);
+                        kcu_fa_mma<MT>(s[mi][j], qf[mi], b[0], b[1]);
+                        kcu_fa_mma<MT>(s[mi][j + 1], qf[mi], b[2], b[3]);
                     }
                 }
             }
@@ -577,7 +611,7 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
 #pragma unroll
                 for (int j = 0; j < VN; j += 2) {
                     unsigned b[4];
-                    kcu_fa_ldmatrix<true>(b, qs, vt + kk * 16 * VL::STRIDE + VL::chunk(vsw, j / 2));
+                    kcu_fa_ldmatrix<true>(b, va[(j / 2) % 4] + vb + 2 * (kk * 16 * VL::STRIDE + 64 * ((j / 2) / 4)));
 #pragma unroll
                     for (int mi = 0; mi < MW; mi++) {
                         kcu_fa_mma<MT>(o[mi][j], pa[mi][kk], b[0], b[1]);
