@@ -149,11 +149,18 @@ static const char *kv_elem_type(const kcu_gen *x, kir_val v) { return kcu_elem_t
  * softmax takes an fma and an ex2 an element (was a multiply by scale, one by log2e, and exp2f's 4
  * instructions), the mask runs only on edge tiles (was 5 integer ops an element on every tile), p
  * packs two a cvt, one barrier a tile (was 3 a 64-position tile), the rescale is skipped when no
- * maximum moves. Expected (not measured): 250-290 us a layer at T = 2048 (1.25-1.45x SDPA), from
- * the instruction count (about 0.7x) and the fewer barriers; the grid is [32, 8] at T = 2048 (256
- * blocks of 64 tokens x 4 heads, longest first; about 2 waves over 132 SMs). Untried: 2 blocks an
- * SM of 4 warps (the launch shares the decode kernel's 256 threads), ping-pong of softmax and mma
- * between warps (FA3), bn 64 (spills at mw 2).
+ * maximum moves. Expected 250-290 us; measured 345.7 us (ncu: SMs active only 63 % of the kernel's
+ * cycles, and 1160 SASS instructions a warp per 128 mma). Three fixes, each from ncu's per-SASS
+ * samples (H200, Llama-3-8B, T = 2048, in the engine): the grid is [H / hb, tiles] (head groups on
+ * x, which blocks start first: the longest rows of every group lead, where tiles on x let the last
+ * wave hold whole groups of long rows); K and V tiles share a row's slot, found with shifts for a
+ * power-of-two block size (the division per chunk and tensor held 16 % of the samples); ldmatrix
+ * reads per-lane shared addresses with constant offsets and K's fragments in register pairs (the
+ * loop's core 809 -> 616 instructions). Measured after: 177.4 us a layer at 2048 (194 TFLOP/s;
+ * cuda_att_check alone 175 us, 196), 53 us at 512 (42 TFLOP/s: 64 blocks of 16 sequential tiles
+ * on 132 SMs, latency-bound), 2.18 ms at 8192 (252 TFLOP/s); mw 1 (bn 32 or 64) is no faster at
+ * 512 and slower at 2048 and 8192. Untried: splitting a long row's positions between blocks at
+ * short T, 2 blocks an SM of 4 warps, ping-pong of softmax and mma between warps (FA3).
  * A step of many short sequences (batched decode above ATT_FLASH_T tokens) makes a segment per
  * sequence in a tile: correct, but its products are mostly masked.
  */
