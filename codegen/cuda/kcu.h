@@ -66,6 +66,9 @@ typedef struct kcu_options {
                         * in the environment turns it off) */
     int64_t gemm90_above; /* 0: KCU_GEMM90_ABOVE; else the tokens a step above which gemm90 runs
                         * (kcu_build: KILN_CUDA_GEMM90_ABOVE=N, for tests that want short prompts on it) */
+    int64_t smem_optin; /* 0, or the dynamic shared memory a block may opt into on every target
+                        * architecture, bytes (kcu_arch_smem_optin; kcu_build sets it): room for the flash
+                        * attention's deeper K/V ring */
     ks_buf *choices;   /* NULL, or where the per-shape choices go, a line a distinct kernel that has
                         * variants: "k_matmul_fused_..: %7 matmul, 4096 -> 6144: sm_90a above 64 tokens: ..."
                         * (kiln build --stats prints them) */
@@ -79,11 +82,20 @@ typedef struct kcu_flash_plan {
     int mw;   /* m16 tiles (16 tokens) a warp: 2 (each K/V fragment read from shared memory feeds two
                * mma), 1 where two tiles' accumulators or q would not fit */
     int bn;   /* positions a K/V tile: 64, halved until the budgets hold */
+    int ns;   /* K/V tiles in the ring (2-4): as many as the shared memory a block may opt into holds */
     int smem; /* dynamic shared memory, bytes (kcu_flash_smem) */
 } kcu_flash_plan;
 /* The plan for a GQA group of q heads a kv head, head dims dk and dv (at most 256), with or
- * without a softcap. */
-kcu_flash_plan kcu_plan_flash(int64_t group, int64_t dk, int64_t dv, int softcap);
+ * without a softcap, for targets whose blocks may opt into smem_optin bytes of dynamic shared
+ * memory (0: unknown, the two-tile ring that fits every architecture from sm_80). */
+kcu_flash_plan kcu_plan_flash(int64_t group, int64_t dk, int64_t dv, int softcap, int64_t smem_optin);
+/* The dynamic shared memory a block may opt into on architecture sm_NN (e.g. "sm_90a"), bytes:
+ * the CUDA programming guide's table (sm_80, sm_87: 163 KiB; sm_86, sm_89: 99 KiB; sm_90: 227 KiB;
+ * others, and names kiln does not know: 48 KiB). */
+int64_t kcu_arch_smem_optin(const char *arch);
+/* What a target's architectures (kcu_parse_target's) mean for the generator: with gemm90, each
+ * sm_90 becomes KCU_GEMM90_ARCH and opt->gemm90 is set; opt->smem_optin is the least of theirs. */
+void kcu_target_options(const char **archs, int n, int gemm90, kcu_options *opt);
 /* The dynamic shared memory of plan f's hb, mw and bn at dims dk, dv, bytes (kcu_flash.cuh's
  * kcu_fa_smem_of). */
 int64_t kcu_flash_smem(const kcu_flash_plan *f, int64_t dk, int64_t dv);

@@ -149,6 +149,18 @@ static int compile_archs(const char *src, const char *src_name, const char *cons
     return rc;
 }
 
+void kcu_target_options(const char **archs, int n, int gemm90, kcu_options *opt)
+{
+    for (int i = 0; i < n; i++) {
+        if (gemm90 && strcmp(archs[i], "sm_90") == 0) {
+            archs[i] = KCU_GEMM90_ARCH;
+            opt->gemm90 = 1;
+        }
+        int64_t optin = kcu_arch_smem_optin(archs[i]);
+        if (i == 0 || optin < opt->smem_optin) opt->smem_optin = optin;
+    }
+}
+
 /* ---- the build ------------------------------------------------------------------- */
 int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_compile_fn on_compile,
               void *on_compile_ctx, kcu_parts *out, ks_diag *d)
@@ -163,11 +175,7 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
      * and the matmul groups' variants name it as theirs. KILN_CUDA_GEMM90=0 keeps plain sm_90. */
     const char *g90_env = getenv("KILN_CUDA_GEMM90"), *above_env = getenv("KILN_CUDA_GEMM90_ABOVE");
     kcu_options opt = {0};
-    for (int i = 0; i < n; i++)
-        if (strcmp(out->archs[i], "sm_90") == 0 && !(g90_env && strcmp(g90_env, "0") == 0)) {
-            out->archs[i] = KCU_GEMM90_ARCH;
-            opt.gemm90 = 1;
-        }
+    kcu_target_options(out->archs, n, !(g90_env && strcmp(g90_env, "0") == 0), &opt);
     if (above_env && *above_env) opt.gemm90_above = strtoll(above_env, NULL, 10);
 
     krt_cuda_meta meta = {0};

@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Attention: warps a block (at most); the tensor-core prefill (kcu_flash.cuh) runs for steps of
@@ -164,7 +165,7 @@ static const char *kv_elem_type(const kcu_gen *x, kir_val v) { return kcu_elem_t
  * A step of many short sequences (batched decode above ATT_FLASH_T tokens) makes a segment per
  * sequence in a tile: correct, but its products are mostly masked.
  */
-enum { FLASH_ACC_REGS = 160, FLASH_SOFTCAP_REGS = 16, FLASH_SMEM = 96 * 1024 };
+enum { FLASH_ACC_REGS = 160, FLASH_SOFTCAP_REGS = 16, FLASH_SMEM = 96 * 1024, FLASH_STATIC_SMEM = 2 * 1024 };
 
 /* A lane's accumulator registers under plan f (and a softcap's share), as the budget counts them. */
 static int flash_regs(const kcu_flash_plan *f, int64_t dvp, int softcap)
@@ -178,11 +179,21 @@ static int flash_regs(const kcu_flash_plan *f, int64_t dvp, int softcap)
 static int64_t flash_row_stride(int64_t dp) { return (dp / 8) % 8 == 0 ? dp : dp + 8; }
 
 /* The dynamic shared memory of plan f, bytes, as kcu_fa_smem_of (kcu_flash.cuh): q's 16 mw rows of
- * each of the 8 warps, two K tiles and two V tiles of bn rows, 16-bit elements. */
+ * each of the 8 warps, ns K tiles and ns V tiles of bn rows, 16-bit elements. */
 static int64_t flash_smem(const kcu_flash_plan *f, int64_t dkp, int64_t dvp)
 {
     int64_t ks = flash_row_stride(dkp), vs = flash_row_stride(dvp);
-    return 2 * ((int64_t)ATT_WARPS * 16 * f->mw * ks + 2 * (int64_t)f->bn * (ks + vs));
+    return 2 * ((int64_t)ATT_WARPS * 16 * f->mw * ks + (int64_t)f->ns * f->bn * (ks + vs));
+}
+
+int64_t kcu_arch_smem_optin(const char *arch)
+{
+    if (strncmp(arch, "sm_", 3) != 0) return 48 * 1024;
+    int cc = atoi(arch + 3);
+    if (cc == 80 || cc == 87) return 163 * 1024;
+    if (cc == 86 || cc == 89) return 99 * 1024;
+    if (cc == 90) return 227 * 1024;
+    return 48 * 1024;
 }
 
 int64_t kcu_flash_smem(const kcu_flash_plan *f, int64_t dk, int64_t dv)
@@ -190,9 +201,10 @@ int64_t kcu_flash_smem(const kcu_flash_plan *f, int64_t dk, int64_t dv)
     return flash_smem(f, (dk + 15) / 16 * 16, (dv + 15) / 16 * 16);
 }
 
-kcu_flash_plan kcu_plan_flash(int64_t group, int64_t dk, int64_t dv, int softcap)
+kcu_flash_plan kcu_plan_flash(int64_t group, int64_t dk, int64_t dv, int softcap, int64_t smem_optin)
 {
     kcu_flash_plan f;
+    f.ns = 2;
     f.hb = pow2_divisor(group, ATT_WARPS);
     f.tw = ATT_WARPS / f.hb;
     int64_t dkp = (dk + 15) / 16 * 16, dvp = (dv + 15) / 16 * 16;
@@ -209,6 +221,15 @@ kcu_flash_plan kcu_plan_flash(int64_t group, int64_t dk, int64_t dv, int softcap
     }
     /* dk, dv <= 256 (use_flash_prefill): mw 1 with bn 16 fits */
     KS_ASSERT(flash_smem(&f, dkp, dvp) <= FLASH_SMEM && flash_regs(&f, dvp, softcap) <= FLASH_ACC_REGS);
+    /* a deeper ring where every target lets a block have it (the kernel's static shared memory,
+     * about 1 KiB, comes out of the same opt-in) */
+    while (f.ns < 4) {
+        f.ns++;
+        if (flash_smem(&f, dkp, dvp) + FLASH_STATIC_SMEM > smem_optin) {
+            f.ns--;
+            break;
+        }
+    }
     f.smem = (int)flash_smem(&f, dkp, dvp);
     return f;
 }
@@ -323,14 +344,14 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     ks_buf_puts(&x->body, ");\n}\n");
     if (flash) {
         /* steps of more than ATT_FLASH_T tokens: tiles of 16 mw tw tokens x hb heads, on their own grid */
-        kcu_flash_plan f = kcu_plan_flash(heads / kv_heads, dk, dv, softcap > 0.0f);
+        kcu_flash_plan f = kcu_plan_flash(heads / kv_heads, dk, dv, softcap > 0.0f, x->opt.smem_optin);
         KS_ASSERT(f.hb * f.tw == ATT_WARPS && k->block == 32 * ATT_WARPS);
         kcu_open_large(x, k, ATT_FLASH_T);
         ks_buf_printf(&x->body,
-                      "    kcu_flash_attention<%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %lld>(T, q, kc, "
+                      "    kcu_flash_attention<%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %lld>(T, q, kc, "
                       "vc, out,\n        positions, table_off, tables, block_size, ",
                       flash_mma_type(x, v, n->in[0]), kcu_elem_type(qn->dtype), kv_elem_type(x, v), kcu_elem_type(n->dtype),
-                      (long long)heads, (long long)kv_heads, (long long)dk, (long long)dv, f.hb, f.tw, f.mw, f.bn,
+                      (long long)heads, (long long)kv_heads, (long long)dk, (long long)dv, f.hb, f.tw, f.mw, f.bn, f.ns,
                       (long long)window);
         kcu_put_float(&x->body, scale);
         ks_buf_puts(&x->body, ", ");

@@ -335,15 +335,15 @@ static __device__ __forceinline__ void kcu_fa_kv_tile(unsigned short *__restrict
     }
 }
 
-/* Dynamic shared memory of kcu_flash_attention<..., DK, DV, HB, TW, MW, BN, ...>, bytes: q's rows
- * of the block's warps, then two K and two V tiles (kcu_emit_attention.c's flash_smem: the same
+/* Dynamic shared memory of kcu_flash_attention<..., DK, DV, HB, TW, MW, BN, NS, ...>, bytes: q's
+ * rows of the block's warps, then NS K and NS V tiles (kcu_emit_attention.c's flash_smem: the same
  * sum, for the launch). */
-template <int DK, int DV, int HB, int TW, int MW, int BN> struct kcu_fa_smem_of {
+template <int DK, int DV, int HB, int TW, int MW, int BN, int NS> struct kcu_fa_smem_of {
     enum {
         DKP = (DK + 15) / 16 * 16,
         DVP = (DV + 15) / 16 * 16,
         BYTES = 2 * (HB * TW * 16 * MW * kcu_fa_rows<DKP>::STRIDE +
-                     2 * BN * (kcu_fa_rows<DKP>::STRIDE + kcu_fa_rows<DVP>::STRIDE))
+                     NS * BN * (kcu_fa_rows<DKP>::STRIDE + kcu_fa_rows<DVP>::STRIDE))
     };
 };
 
@@ -356,11 +356,13 @@ template <int DK, int DV, int HB, int TW, int MW, int BN> struct kcu_fa_smem_of 
  * the tile's tokens may come from several sequences in any order: the block takes each
  * sequence of its tile in turn (a segment), over the positions its tokens need, masking the
  * others. Shapes: q [T, H, DK], kc [slots, KH, DK], vc [slots, KH, DV], out [T, H, DV]; MT
- * the tensor cores' input type; BN positions a K/V tile. Needs kcu_fa_smem_of<...>::BYTES of
+ * the tensor cores' input type; BN positions a K/V tile; NS tiles in the ring (NS - 1 in flight
+ * while the warps multiply one: the loads wait on the block table, then on L2 or HBM, and at
+ * short T a block's tiles are its whole critical path). Needs kcu_fa_smem_of<...>::BYTES of
  * dynamic shared memory (a GPU traps with less).
  */
 template <typename MT, typename Q, typename KV, typename O, int H, int KH, int DK, int DV, int HB, int TW, int MW,
-          int BN, int WINDOW>
+          int BN, int NS, int WINDOW>
 static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q *__restrict__ q,
                                                            const KV *__restrict__ kc, const KV *__restrict__ vc,
                                                            O *__restrict__ out, const int *__restrict__ positions,
@@ -382,23 +384,23 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
         NB = BN / 8,                 /* 8-position column tiles of the scores */
         VN = DVP / 8,                /* 8-column tiles of the output */
         QROWS = NW * WT,             /* q rows in shared memory: warp w's are w WT ..+ WT */
-        SMEM = kcu_fa_smem_of<DK, DV, HB, TW, MW, BN>::BYTES
+        SMEM = kcu_fa_smem_of<DK, DV, HB, TW, MW, BN, NS>::BYTES
     };
     typedef kcu_fa_rows<DKP> KL; /* q and K rows */
     typedef kcu_fa_rows<DVP> VL; /* V rows */
     enum { KT = BN * KL::STRIDE, VT = BN * VL::STRIDE }; /* elements a K tile, a V tile */
-    static_assert(H % KH == 0 && GROUP % HB == 0 && BN % 16 == 0 && (MW == 1 || MW == 2),
+    static_assert(H % KH == 0 && GROUP % HB == 0 && BN % 16 == 0 && (MW == 1 || MW == 2) && NS >= 2 && NS <= 4,
                   "kcu_flash_attention: shapes");
-    static_assert(SMEM == 2 * (QROWS * KL::STRIDE + 2 * (KT + VT)) && SMEM % 16 == 0, "kcu_flash_attention: layout");
+    static_assert(SMEM == 2 * (QROWS * KL::STRIDE + NS * (KT + VT)) && SMEM % 16 == 0, "kcu_flash_attention: layout");
 #ifdef KILN_EMU_SHIM_H
     static uint4 dyn[SMEM / 16]; /* blocks run one at a time */
 #else
     extern __shared__ uint4 kcu_fa_dyn[];
     uint4 *const dyn = kcu_fa_dyn;
 #endif
-    /* q (MT bits), then K tiles 0 and 1, then V tiles 0 and 1 */
+    /* q (MT bits), then K tiles 0 .. NS - 1, then V tiles 0 .. NS - 1 */
     unsigned short *const qs = reinterpret_cast<unsigned short *>(dyn), *const ks = qs + QROWS * KL::STRIDE;
-    unsigned short *const vs = ks + 2 * KT;
+    unsigned short *const vs = ks + NS * KT;
     __shared__ int rpos[BT], rlo[BT], rseq[BT];        /* each token's position, first position, table (-1: none) */
     __shared__ int rfirst[BT];                         /* 1: the first token of its sequence in the tile */
     __shared__ int wrange[TW][4];                      /* a segment's positions of token warp tw's rows (below) */
@@ -499,16 +501,26 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
             }
             wrange[tid][0] = wlo, wrange[tid][1] = whi, wrange[tid][2] = flo, wrange[tid][3] = fhi;
         }
-        kcu_fa_kv_tile<MT, KV, KH, DK, DKP, DV, DVP, BN, NT>(ks, vs, kbase, vbase, table, block_size, bsh, klo, khi);
-        kcu_fa_commit();
+        /* tiles 0 .. NS - 2 in flight, a commit group each (empty past the last tile: every
+         * iteration below then finds its tile NS - 2 groups behind the newest) */
+#pragma unroll
+        for (int st = 0; st < NS - 1; st++) {
+            if (st < n_tiles)
+                kcu_fa_kv_tile<MT, KV, KH, DK, DKP, DV, DVP, BN, NT>(ks + st * KT, vs + st * VT, kbase, vbase, table,
+                                                                     block_size, bsh, klo + st * BN, khi);
+            kcu_fa_commit();
+        }
         for (int it = 0; it < n_tiles; it++) {
-            const int p0 = klo + it * BN, buf = it & 1;
-            kcu_fa_wait<0>();
+            const int p0 = klo + it * BN, buf = it % NS;
+            kcu_fa_wait<NS - 2>();
             __syncthreads(); /* tile it (and q) landed; every warp is done with tile it - 1, whose buffers come next */
-            if (it + 1 < n_tiles) {
-                /* tile it + 1 in flight while the warps multiply tile it */
-                kcu_fa_kv_tile<MT, KV, KH, DK, DKP, DV, DVP, BN, NT>(ks + (1 - buf) * KT, vs + (1 - buf) * VT, kbase,
-                                                                     vbase, table, block_size, bsh, p0 + BN, khi);
+            {
+                /* tile it + NS - 1 in flight while the warps multiply tile it */
+                const int nx = it + NS - 1;
+                if (nx < n_tiles)
+                    kcu_fa_kv_tile<MT, KV, KH, DK, DKP, DV, DVP, BN, NT>(ks + nx % NS * KT, vs + nx % NS * VT, kbase,
+                                                                         vbase, table, block_size, bsh, klo + nx * BN,
+                                                                         khi);
                 kcu_fa_commit();
             }
             if (!kcu_fa_any(wrange[tw][1] >= p0 && wrange[tw][0] <= p0 + BN - 1)) continue; /* no score of the warp's here */

@@ -144,7 +144,7 @@ typedef kcu_flash_plan att_plan;
 
 static att_plan plan(const att_case *c)
 {
-    att_plan p = kcu_plan_flash(c->H / c->KH, c->DK, c->DV, c->softcap > 0);
+    att_plan p = kcu_plan_flash(c->H / c->KH, c->DK, c->DV, c->softcap > 0, kcu_arch_smem_optin("sm_90"));
     if (c->mw) p.mw = c->mw;
     if (c->bn) p.bn = c->bn;
     p.smem = (int)kcu_flash_smem(&p, c->DK, c->DV);
@@ -175,10 +175,10 @@ static void kernel_source(const att_case *c, int index, ks_buf *src)
     }
     att_plan p = plan(c);
     ks_buf_printf(src,
-                  "    kcu_flash_attention<%s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %d, %d, %d>(T, q, kc, vc, out, "
+                  "    kcu_flash_attention<%s, %s, %s, %s, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d>(T, q, kc, vc, out, "
                   "positions, table_off, tables, block_size, (float)%s, (float)%s);\n}\n",
                   e_name[c->mt], e_name[c->qt], e_name[c->kvt], e_name[c->qt], c->H, c->KH, c->DK, c->DV, p.hb,
-                  p.tw, p.mw, p.bn, c->window, scale, cap);
+                  p.tw, p.mw, p.bn, p.ns, c->window, scale, cap);
 }
 
 /* The first of cases[0..i] whose kernel is case i's (the same template arguments: the

@@ -66,8 +66,7 @@ int main(int argc, char **argv)
     CHECK(n_archs > 0);
     ks_buf choices = {0};
     kcu_options opt = {.choices = &choices};
-    for (int i = 0; i < n_archs; i++)
-        if (strcmp(archs[i], "sm_90") == 0) archs[i] = KCU_GEMM90_ARCH, opt.gemm90 = 1;
+    kcu_target_options(archs, n_archs, 1, &opt);
     if (CHECK(kcu_generate_with(g, &opt, &src, &meta, &d) == 0)) {
         int distinct = distinct_kernels(&meta);
         printf("graph %s (%s weights): %d layers, %d launches, %d distinct kernels, %zu bytes of source\n", g->name,

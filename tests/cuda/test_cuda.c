@@ -925,7 +925,7 @@ static void test_flash_option(void)
                                         "\"k_attention_#_large\",\"above\":32,\"grid\":[[0,2,1],[1,0,256],[0,1,1]],"
                                         "\"smem\":24576},"
                                         "\"grid\":[[1,0,1],[0,2,1],[0,1,1]],") != NULL);
-    CHECK(strstr(ks_buf_cstr(&src), "kcu_flash_attention<kcu_bf16, float, float, float, 2, 2, 4, 4, 1, 8, 2, 64, 0>") !=
+    CHECK(strstr(ks_buf_cstr(&src), "kcu_flash_attention<kcu_bf16, float, float, float, 2, 2, 4, 4, 1, 8, 2, 64, 2, 0>") !=
           NULL);
     if (CHECK(krt_cuda_meta_parse(text.data, text.len, "x.engine", &back, &s.d) == 0) && CHECK(back.n_kernels == 6)) {
         const krt_cuda_kernel *k = &back.kernels[5];
