@@ -112,6 +112,9 @@ template <> __device__ __forceinline__ float kcu_round<kcu_bf16>(float v)
     return __uint_as_float((unsigned)kcu_bf16_bits(v) << 16);
 }
 template <> __device__ __forceinline__ float kcu_round<kcu_f16>(float v) { return kcu_half_bits(kcu_f16_bits(v)); }
+/* The store of a bf16 value v already holds (kcu_round<kcu_bf16>): its high bits, which are what
+ * kcu_put would store (kcu_bf16_bits gives a bf16 value's bits back, NaNs included). */
+__device__ __forceinline__ void kcu_put_held(kcu_bf16 *p, float v) { p->bits = (unsigned short)(kcu_bits(v) >> 16); }
 
 /* kcu_pick<C, A, B>::T: A when C, else B */
 template <bool C, typename A, typename B> struct kcu_pick {
