@@ -26,12 +26,16 @@
  * (kcu_matmul's epilogue interface, kcu_prelude.cuh), in an order given by
  * a short list of strided segments (row(c)), so that each pair reaches the
  * epilogue in one thread, which evaluates the group's nodes on it in
- * registers and stores what leaves the group.
+ * registers and stores what leaves the group. What depends only on the
+ * pair's columns (which nodes they belong to, a rotation's frequency) is
+ * the epilogue's column step, worked out once for all the rows that a
+ * thread hands over (put_epilogue says why).
  *
  * Dtypes (fast precision, passes/lower_precision.c): a group value of a half
  * dtype is rounded to it in registers as soon as it is computed (kcu_round),
  * so that the group's later nodes, its store and its KV rows see what the
- * interpreter sees; f32 values stay as computed. A norm prologue of a half
+ * interpreter sees — or, a bf16 value that only stores read, by its stores,
+ * to the same bits (plan_lazy); f32 values stay as computed. A norm prologue of a half
  * dtype hands the matmul half values (kcu_pro_rms<.., O>), which the
  * tensor cores take as they are.
  *
@@ -271,66 +275,451 @@ static void unary_expr(group *G, kir_val v, const char *in, ks_buf *b)
     }
 }
 
-/* The value of local node loc at the element in slot `slot` ("j" or "1 - j"). */
-static void slot_name(const group *G, int loc, const char *slot, char *out, size_t cap)
+/* ---- the epilogue functor: a column step, then rows ------------------------------------ */
+
+/* Where a question about a pair's columns has the answer yes, over every
+ * pair the epilogue is handed. Slot 0 is a pair's first column (row(2p),
+ * kcu_g90_handoff's n0; the single last column of an odd N), slot 1 its
+ * partner (row(2p + 1), n1; absent for the single column): every caller in
+ * kcu_prelude.cuh hands pairs over so (kcu_emit_g90.c's tiles too). What is
+ * yes for every pair needs no test, what is yes for none no code: gate/up's
+ * silu is on slot 0 only, o's residual add on both slots always. */
+typedef enum slot_is { SLOT_NEVER, SLOT_SOME, SLOT_ALWAYS } slot_is;
+
+/* A question about column c: in [base, base + size) (Q_IN); a rotation's:
+ * rotated, of its columns (Q_ROT); rotated, of all (Q_ROT_ANY); the first
+ * of its rotation pair, of the rotated ones (Q_FIRST). */
+typedef enum q_what { Q_IN, Q_ROT, Q_ROT_ANY, Q_FIRST } q_what;
+typedef struct colq {
+    q_what what;         /* the question */
+    int64_t base, size;  /* the node's columns */
+    int64_t head, rot;   /* a rotation's head dim and rotated dims (0: none) */
+    int pairs;           /* a rotation's style: 1 pairs (d, d + 1), 0 halves (d, d + rot / 2) */
+} colq;
+
+/* The answer for column c (-1: the single column's absent partner); *care: whether it matters there. */
+static int colq_eval(const colq *q, int64_t c, int *care)
 {
-    if (loc == G->mm) snprintf(out, cap, "m[%s]", slot);
-    else snprintf(out, cap, "x%d[%s]", loc, slot);
+    const int in = c >= q->base && c < q->base + q->size;
+    const int64_t d = in && q->head ? (c - q->base) % q->head : 0;
+    const int rot = in && d < q->rot;
+    switch (q->what) {
+    case Q_IN: *care = 1; return in;
+    case Q_ROT: *care = in; return rot;
+    case Q_ROT_ANY: *care = 1; return rot;
+    case Q_FIRST: *care = rot; return q->pairs ? d % 2 == 0 : d < q->rot / 2;
+    }
+    KS_UNREACHABLE();
 }
 
-/* The functor's `in` (what the epilogue reads from memory for a pair: an
- * outside operand's two elements, a rotation's position, a KV write's slot)
- * and fetch(t, n0, n1, r), which reads it (kcu_epi_steps, kcu_prelude.cuh). */
-static void put_fetch(group *G, ks_buf *b)
+/* Where any of questions q[0 .. nq) is yes for slot j, over the pairs where one matters. */
+static slot_is slot_status(const group *G, const colq *q, int nq, int j)
 {
+    int any = 0, all = 1;
+    for (int64_t c = 0; c < G->N; c++) {
+        const int64_t p = G->partner[c];
+        if (p >= 0 && p < c) continue; /* slot 1 of the pair that c's partner opens */
+        int care = 0, yes = 0;
+        for (int i = 0; i < nq; i++) {
+            int ci, a = colq_eval(&q[i], j ? p : c, &ci);
+            care |= ci, yes |= ci && a;
+        }
+        if (!care) continue;
+        any |= yes, all &= yes;
+    }
+    return !any ? SLOT_NEVER : all ? SLOT_ALWAYS : SLOT_SOME;
+}
+
+/* A range of columns (a node's) that the column step tests a pair's columns
+ * against, once for all the nodes that share it. */
+typedef struct crange {
+    int64_t base, size;  /* [base, base + size) */
+    slot_is in[2];       /* where slot j's column is in it */
+    int flag[2];         /* col holds ok<r>_<j>, the test (where in[j] is SLOT_SOME and a store needs it) */
+    int elem[2];         /* col holds e<r>_<j>, the column's element (0 outside: an address to read) */
+} crange;
+
+/* What the functor's text is written from: the ranges, the rotations' angle
+ * sets, and the text of each of its parts as the nodes add to them. */
+typedef struct epi_text {
+    group *G;
+    crange r[GROUP_MAX + 1];  /* the nodes' ranges, the matmul's [0, N) first */
+    int nr;                   /* how many */
+    int set_of[GROUP_MAX];    /* a rotation's angle set: the local index of the set's first rotation */
+    uint8_t lazy[GROUP_MAX];  /* 1: a bf16 value kept unrounded in registers, rounded by its stores (plan_lazy) */
+    ks_buf col, column;       /* col's members; column()'s body after the ranges */
+    ks_buf in, fetch, apply;  /* in's members; fetch()'s and apply()'s bodies */
+} epi_text;
+
+static int range_of(epi_text *E, int64_t base, int64_t size)
+{
+    for (int i = 0; i < E->nr; i++)
+        if (E->r[i].base == base && E->r[i].size == size) return i;
+    KS_ASSERT(E->nr < GROUP_MAX + 1);
+    crange *r = &E->r[E->nr];
+    *r = (crange){.base = base, .size = size};
+    const colq q = {Q_IN, base, size, 0, 0, 0};
+    for (int j = 0; j < 2; j++) r->in[j] = slot_status(E->G, &q, 1, j);
+    return E->nr++;
+}
+
+/* Where slot j of local node loc's columns holds one of its elements. */
+static slot_is node_in(epi_text *E, int loc, int j)
+{
+    const gnode *gn = &E->G->n[loc];
+    return E->r[range_of(E, gn->base, gn->size)].in[j];
+}
+
+/* "if (c.ok<r>_<j>) " when slot j is in range r at some pairs only, "" when at all. */
+static const char *range_guard(epi_text *E, int r, int j, char *buf, size_t cap)
+{
+    KS_ASSERT(E->r[r].in[j] != SLOT_NEVER);
+    if (E->r[r].in[j] == SLOT_ALWAYS) return "";
+    E->r[r].flag[j] = 1;
+    snprintf(buf, cap, "if (c.ok%d_%d) ", r, j);
+    return buf;
+}
+
+/* "c.e<r>_<j>": slot j's element of range r. */
+static const char *range_elem(epi_text *E, int r, int j, char *buf, size_t cap)
+{
+    KS_ASSERT(E->r[r].in[j] != SLOT_NEVER);
+    E->r[r].elem[j] = 1;
+    snprintf(buf, cap, "c.e%d_%d", r, j);
+    return buf;
+}
+
+/* The value of local node loc in slot j: m<j> (the matmul's) or x<loc>_<j>;
+ * a node's element needs its operands' only where they have elements. */
+static const char *value_name(epi_text *E, int loc, int j, char *buf, size_t cap)
+{
+    KS_ASSERT(node_in(E, loc, j) != SLOT_NEVER);
+    if (loc == E->G->mm) snprintf(buf, cap, "m%d", j);
+    else snprintf(buf, cap, "x%d_%d", loc, j);
+    return buf;
+}
+
+/* "n<j> - base" (just n<j> at 0). */
+static void put_minus(ks_buf *b, int j, int64_t base)
+{
+    if (base) ks_buf_printf(b, "n%d - %lld", j, (long long)base);
+    else ks_buf_printf(b, "n%d", j);
+}
+
+/* The rotations' angle sets: rotations of one precision on columns apart
+ * (Llama's q and k) share one angle a row, as a pair is rotated by one of
+ * them at most; set_of names each rotation's set by its first rotation. */
+static void plan_angle_sets(epi_text *E)
+{
+    const group *G = E->G;
     const kir_graph *g = G->x->g;
-    ks_buf members = {0}, reads = {0};
     for (int i = G->mm + 1; i < G->count; i++) {
-        const gnode *gn = &G->n[i];
-        const kir_node *nd = &g->nodes[gn->v];
-        if (gn->r == ROLE_ROPE) {
-            ks_buf_printf(&members, " int pos%d;", i);
-            ks_buf_printf(&reads, "        r.pos%d = pos%d[t];\n", i, i);
-        } else if (gn->r == ROLE_KV_WRITE) {
-            ks_buf_printf(&members, " int slots%d;", i);
-            ks_buf_printf(&reads, "        r.slots%d = slots%d[t];\n", i, i);
-        } else if (gn->r == ROLE_BINARY) {
-            for (int side = 0; side < 2; side++) {
-                if ((side ? gn->b : gn->a) >= 0) continue;
-                const kir_node *on = &g->nodes[nd->in[side]];
-                ks_buf_printf(&members, " float in%d_%d[2];", i, side);
-                /* an element out of the node's columns reads its first (never used): no branch */
-                ks_buf_printf(&reads,
-                              "#pragma unroll\n"
-                              "        for (int j = 0; j < 2; j++) {\n"
-                              "            const int e = (unsigned)(n[j] - %lld) < %lluu ? n[j] - %lld : 0;\n",
-                              (long long)gn->base, (unsigned long long)gn->size, (long long)gn->base);
-                if (on->ndim > 0 && on->dims[0] == KIR_DIM_T)
-                    ks_buf_printf(&reads, "            r.in%d_%d[j] = kcu_f(in%d_%d[t * %lld + e]);\n", i, side, i, side,
-                                  (long long)gn->size);
-                else
-                    ks_buf_printf(&reads, "            r.in%d_%d[j] = kcu_f(in%d_%d[e %% %lld]);\n", i, side, i, side,
-                                  (long long)kir_elems(on, 1));
-                ks_buf_puts(&reads, "        }\n");
-            }
+        E->set_of[i] = -1;
+        if (G->n[i].r != ROLE_ROPE) continue;
+        E->set_of[i] = i;
+        const int64_t half_i = kir_attr_int(g, G->n[i].v, KIR_A_ANY_HALF_MATH);
+        for (int s = G->mm + 1; s < i && E->set_of[i] == i; s++) {
+            if (E->set_of[s] != s || kir_attr_int(g, G->n[s].v, KIR_A_ANY_HALF_MATH) != half_i) continue;
+            int apart = 1;
+            for (int k = s; k < i && apart; k++)
+                if (E->set_of[k] == s)
+                    apart = G->n[k].base + G->n[k].size <= G->n[i].base || G->n[i].base + G->n[i].size <= G->n[k].base;
+            if (apart) E->set_of[i] = s;
         }
     }
-    ks_buf_printf(b,
-                  "    /* what the epilogue reads for a pair besides the sums */\n"
-                  "    struct in {%s };\n"
-                  "    __device__ __forceinline__ void fetch(long long t, int n0, int n1, in &r) const\n"
-                  "    {\n"
-                  "        const int n[2] = {n0, n1};\n"
-                  "        (void)t, (void)n, (void)r;\n%s"
-                  "    }\n",
-                  ks_buf_cstr(&members), ks_buf_cstr(&reads));
-    ks_buf_free(&members);
-    ks_buf_free(&reads);
 }
 
-/* The epilogue functor: row(c), fetch and apply (the two steps of
- * kcu_epi_steps), run(t, n0, v0, n1, v1) = both, called by two and one. Parameters were
- * added in the same order as the fields (param names == field names). */
+/* Which bf16 values stay unrounded: those whose readers all store them as
+ * bf16 (their own store, a KV write into a bf16 cache, a bf16 view that is
+ * unrounded too). kcu_put rounds such a value as kcu_round would have
+ * (rounding a bf16 value again gives its bits back), and does it under the
+ * store's test: a pair of q columns does not round k's rotation. Every
+ * value that a node computes with is rounded as it is computed. (Not f16:
+ * kcu_round<kcu_f16> goes through the GPU's cvt, whose NaNs need not be
+ * the integer rounding's, so a rounded f16 NaN may store other bits than
+ * the value rounded once.) */
+static void plan_lazy(epi_text *E)
+{
+    const group *G = E->G;
+    const kir_graph *g = G->x->g;
+    for (int i = G->count - 1; i >= G->mm; i--) {
+        const gnode *gn = &G->n[i];
+        const kir_dtype dt = g->nodes[gn->v].dtype;
+        int lazy = dt == KIR_BF16 && gn->r != ROLE_KV_WRITE;
+        for (int k = i + 1; k < G->count && lazy; k++) {
+            const gnode *kn = &G->n[k];
+            if (kn->a != i && kn->b != i) continue;
+            if (kn->r == ROLE_KV_WRITE) lazy = kir_kv_dtype(g, kn->v) == KIR_BF16;
+            else lazy = kn->r == ROLE_VIEW && g->nodes[kn->v].dtype == dt && E->lazy[k];
+        }
+        E->lazy[i] = (uint8_t)lazy;
+    }
+}
+
+/* The store of local node loc's value `val` as dtype `to`: kcu_put, which
+ * rounds (a value kept unrounded, or held in another dtype), or a bf16
+ * value held rounded as its bits (kcu_put_held). */
+static void put_value_store(epi_text *E, int loc, kir_dtype to, const char *head, const char *lhs, const char *val)
+{
+    const kir_dtype dt = E->G->x->g->nodes[E->G->n[loc].v].dtype;
+    if (to == KIR_BF16 && dt == KIR_BF16 && !E->lazy[loc])
+        ks_buf_printf(&E->apply, "%skcu_put_held(&%s, %s);\n", head, lhs, val);
+    else
+        kcu_put_store(&E->apply, to, head, lhs, val);
+}
+
+/* Rotation i's question `what` about its columns. */
+static colq rope_q(const group *G, int i, q_what what)
+{
+    const kir_graph *g = G->x->g;
+    const gnode *gn = &G->n[i];
+    return (colq){what, gn->base, gn->size, g->nodes[gn->v].dims[2], kir_attr_int(g, gn->v, KIR_A_ROPE_ROT_DIM),
+                  kir_attr_word(g, gn->v, KIR_A_ROPE_STYLE) == KIR_ROPE_STYLE_PAIRS};
+}
+
+/* The column step of rotation i (locals d, rot, f of each slot it rotates;
+ * col's rot and first where they vary), then of its angle set when i is
+ * the set's last rotation: the frequency, the positions, whether the pair
+ * is rotated at all. */
+static void put_rope_column(epi_text *E, int i)
+{
+    const group *G = E->G;
+    const gnode *gn = &G->n[i];
+    const colq rq = rope_q(G, i, Q_ROT), fq = rope_q(G, i, Q_FIRST);
+    const int64_t half = rq.rot / 2;
+    ks_buf_printf(&E->column, "        /* rope: columns [%lld, %lld), heads of %lld, %lld rotated */\n",
+                  (long long)gn->base, (long long)(gn->base + gn->size), (long long)rq.head, (long long)rq.rot);
+    for (int j = 0; j < 2; j++) {
+        if (node_in(E, i, j) == SLOT_NEVER || slot_status(G, &rq, 1, j) == SLOT_NEVER) continue;
+        ks_buf_printf(&E->column, "        const int d%d_%d = (", i, j);
+        put_minus(&E->column, j, gn->base);
+        ks_buf_printf(&E->column, ") %% %lld;\n        const bool rot%d_%d = (unsigned)(", (long long)rq.head, i, j);
+        put_minus(&E->column, j, gn->base);
+        ks_buf_printf(&E->column, ") < %lluu && d%d_%d < %lld;\n", (unsigned long long)gn->size, i, j, (long long)rq.rot);
+        if (rq.pairs) ks_buf_printf(&E->column, "        const int f%d_%d = d%d_%d / 2;\n", i, j, i, j);
+        else ks_buf_printf(&E->column, "        const int f%d_%d = d%d_%d %% %lld;\n", i, j, i, j, (long long)half);
+        if (slot_status(G, &rq, 1, j) == SLOT_SOME) {
+            ks_buf_printf(&E->col, " bool rot%d_%d;", i, j);
+            ks_buf_printf(&E->column, "        c.rot%d_%d = rot%d_%d;\n", i, j, i, j);
+        }
+        if (slot_status(G, &fq, 1, j) == SLOT_SOME) {
+            ks_buf_printf(&E->col, " bool first%d_%d;", i, j);
+            if (rq.pairs) ks_buf_printf(&E->column, "        c.first%d_%d = (d%d_%d & 1) == 0;\n", i, j, i, j);
+            else ks_buf_printf(&E->column, "        c.first%d_%d = d%d_%d < %lld;\n", i, j, i, j, (long long)half);
+        }
+    }
+    const int s = E->set_of[i];
+    for (int k = i + 1; k < G->count; k++)
+        if (E->set_of[k] == s) return; /* the set's last rotation writes it */
+    /* the set: a pair is a rotation's pair (kcu_emit_group's classify), so both slots have one frequency */
+    colq any[GROUP_MAX];
+    int n_any = 0, members = 0;
+    ks_buf fr = {0}, pp = {0}, on = {0};
+    for (int k = s; k <= i; k++) {
+        if (E->set_of[k] != s) continue;
+        any[n_any++] = rope_q(G, k, Q_ROT_ANY);
+        const colq kq = rope_q(G, k, Q_ROT);
+        ks_buf slots = {0};
+        for (int j = 0; j < 2; j++) {
+            if (node_in(E, k, j) == SLOT_NEVER || slot_status(G, &kq, 1, j) == SLOT_NEVER) continue;
+            ks_buf_printf(&fr, "rot%d_%d ? " NAME_MARK "_inv_freq%d[f%d_%d] : ", k, j, k, k, j);
+            ks_buf_printf(&slots, "%srot%d_%d", slots.len ? " || " : "", k, j);
+            ks_buf_printf(&on, "%srot%d_%d", on.len ? " || " : "", k, j);
+        }
+        if (members++ && slots.len) ks_buf_printf(&pp, "%s ? pos%d : ", ks_buf_cstr(&slots), k);
+        ks_buf_free(&slots);
+    }
+    ks_buf_printf(&E->col, " float fr%d;", s);
+    ks_buf_printf(&E->column, "        c.fr%d = %s0.0f;\n", s, ks_buf_cstr(&fr));
+    if (members > 1) {
+        ks_buf_printf(&E->col, " const int *pp%d;", s);
+        ks_buf_printf(&E->column, "        c.pp%d = %spos%d;\n", s, ks_buf_cstr(&pp), s);
+    }
+    /* a pair's first column is rotated when its partner is */
+    if (slot_status(G, any, n_any, 0) == SLOT_SOME) {
+        ks_buf_printf(&E->col, " bool on%d;", s);
+        ks_buf_printf(&E->column, "        c.on%d = %s;\n", s, on.len ? ks_buf_cstr(&on) : "false");
+    }
+    ks_buf_free(&fr);
+    ks_buf_free(&pp);
+    ks_buf_free(&on);
+}
+
+/* The angle of rotation set s for the row: its position, times the pair's
+ * frequency; its cosine and sine once (under a test when some pairs are
+ * not rotated). */
+static void put_angle(epi_text *E, int s)
+{
+    const group *G = E->G;
+    const kir_graph *g = G->x->g;
+    colq any[GROUP_MAX];
+    int n_any = 0, members = 0;
+    for (int k = s; k < G->count; k++) {
+        if (E->set_of[k] != s) continue;
+        any[n_any++] = rope_q(G, k, Q_ROT_ANY);
+        members++;
+    }
+    const slot_is on = slot_status(G, any, n_any, 0);
+    if (on == SLOT_NEVER) return;
+    ks_buf_printf(&E->in, " int pos%d;", s);
+    ks_buf_printf(&E->fetch, "        r.pos%d = %s%d[t];\n", s, members > 1 ? "c.pp" : "pos", s);
+    ks_buf_printf(&E->apply,
+                  "        /* the rotation's angle for the pair (both of its columns: one frequency), "
+                  "its cosine and sine once */\n"
+                  "        const float angle%d = (float)r.pos%d * c.fr%d;\n"
+                  "        float rc%d = 0.0f, rs%d = 0.0f;\n",
+                  s, s, s, s, s);
+    const char *indent = on == SLOT_SOME ? "            " : "        ";
+    if (on == SLOT_SOME) ks_buf_printf(&E->apply, "        if (c.on%d) {\n", s);
+    if (kir_attr_int(g, G->n[s].v, KIR_A_ANY_HALF_MATH)) /* in float with half_math (fast precision), else double */
+        ks_buf_printf(&E->apply, "%ssincosf(angle%d, &rs%d, &rc%d);\n", indent, s, s, s);
+    else
+        ks_buf_printf(&E->apply,
+                      "%sdouble sd%d, cd%d;\n"
+                      "%ssincos((double)angle%d, &sd%d, &cd%d);\n"
+                      "%src%d = (float)cd%d, rs%d = (float)sd%d;\n",
+                      indent, s, s, indent, s, s, s, indent, s, s, s, s);
+    if (on == SLOT_SOME) ks_buf_puts(&E->apply, "        }\n");
+}
+
+/* Node i's value in slot j (x<i>_<j>; rounded to a half dtype), and its store. */
+static void put_node_slot(epi_text *E, int i, int j)
+{
+    group *G = E->G;
+    const kir_graph *g = G->x->g;
+    const gnode *gn = &G->n[i];
+    const kir_node *nd = &g->nodes[gn->v];
+    char a[32] = "", o[32] = "", bv[32] = "";
+    if (gn->a >= 0) value_name(E, gn->a, j, a, sizeof a);
+    ks_buf *b = &E->apply;
+    ks_buf_printf(b, "        float x%d_%d = ", i, j);
+    switch (gn->r) {
+    case ROLE_VIEW:
+        ks_buf_printf(b, "%s;\n", a);
+        break;
+    case ROLE_UNARY: {
+        ks_buf expr = {0};
+        unary_expr(G, gn->v, a, &expr);
+        ks_buf_printf(b, "%s;\n", ks_buf_cstr(&expr));
+        ks_buf_free(&expr);
+        break;
+    }
+    case ROLE_BINARY: {
+        const char *op = nd->op == KIR_OP_ADD ? "+" : nd->op == KIR_OP_SUB ? "-" : "*";
+        for (int side = 0; side < 2; side++) {
+            const int loc = side ? gn->b : gn->a;
+            if (loc >= 0) {
+                /* an operand from another slice of the columns: the partner's slot */
+                if (side) value_name(E, loc, G->n[loc].base == gn->base ? j : 1 - j, bv, sizeof bv);
+            } else {
+                const kir_node *on = &g->nodes[nd->in[side]];
+                /* a row operand is read with the row; one broadcast over the tokens, in the column step */
+                snprintf(side ? bv : a, sizeof a, "%s.in%d_%d[%d]", on->ndim > 0 && on->dims[0] == KIR_DIM_T ? "r" : "c",
+                         i, side, j);
+            }
+        }
+        ks_buf_printf(b, "%s %s %s;\n", a, op, bv);
+        break;
+    }
+    case ROLE_ROPE: {
+        const colq rq = rope_q(G, i, Q_ROT), fq = rope_q(G, i, Q_FIRST);
+        const slot_is rot = slot_status(G, &rq, 1, j), first = slot_status(G, &fq, 1, j);
+        const int s = E->set_of[i];
+        if (rot != SLOT_NEVER) value_name(E, gn->a, 1 - j, o, sizeof o); /* the rotation's partner */
+        ks_buf rotated = {0};
+        if (first != SLOT_NEVER)
+            ks_buf_printf(&rotated, "%s * rc%d - %s * rs%d", a, s, o, s);
+        if (first == SLOT_SOME) ks_buf_puts(&rotated, " : ");
+        if (first != SLOT_ALWAYS) ks_buf_printf(&rotated, "%s * rc%d + %s * rs%d", a, s, o, s);
+        if (rot == SLOT_NEVER) ks_buf_printf(b, "%s;\n", a);
+        else if (rot == SLOT_ALWAYS && first == SLOT_SOME)
+            ks_buf_printf(b, "c.first%d_%d ? %s;\n", i, j, ks_buf_cstr(&rotated));
+        else if (rot == SLOT_ALWAYS)
+            ks_buf_printf(b, "%s;\n", ks_buf_cstr(&rotated));
+        else if (first == SLOT_SOME)
+            ks_buf_printf(b, "c.rot%d_%d ? (c.first%d_%d ? %s) : %s;\n", i, j, i, j, ks_buf_cstr(&rotated), a);
+        else
+            ks_buf_printf(b, "c.rot%d_%d ? %s : %s;\n", i, j, ks_buf_cstr(&rotated), a);
+        ks_buf_free(&rotated);
+        break;
+    }
+    default:
+        KS_UNREACHABLE();
+    }
+    /* a half value: as stored, for the nodes after it (a view of a value of its dtype holds it already) */
+    const int same = gn->r == ROLE_VIEW && g->nodes[G->n[gn->a].v].dtype == nd->dtype;
+    if (nd->dtype != KIR_F32 && !E->lazy[i] && !same)
+        ks_buf_printf(b, "        x%d_%d = kcu_round<%s>(x%d_%d);\n", i, j, kcu_elem_type(nd->dtype), i, j);
+    if (gn->store) {
+        const int r = range_of(E, gn->base, gn->size);
+        char guard[32], e[32], lhs[96], val[32];
+        snprintf(lhs, sizeof lhs, "out%d[t * %lld + %s]", i, (long long)gn->size, range_elem(E, r, j, e, sizeof e));
+        snprintf(val, sizeof val, "x%d_%d", i, j);
+        ks_buf head = {0};
+        ks_buf_printf(&head, "        %s", range_guard(E, r, j, guard, sizeof guard));
+        put_value_store(E, i, nd->dtype, ks_buf_cstr(&head), lhs, val);
+        ks_buf_free(&head);
+    }
+}
+
+/* A binary node's operands from outside the group: a row's two elements
+ * (in, read with the row), or elements broadcast over the tokens (col,
+ * read once). An element out of the node's columns reads its first (never
+ * used): the address is valid with no branch. */
+static void put_operand_reads(epi_text *E, int i)
+{
+    const group *G = E->G;
+    const kir_graph *g = G->x->g;
+    const gnode *gn = &G->n[i];
+    const kir_node *nd = &g->nodes[gn->v];
+    const int r = range_of(E, gn->base, gn->size);
+    for (int side = 0; side < 2; side++) {
+        if ((side ? gn->b : gn->a) >= 0) continue;
+        const kir_node *on = &g->nodes[nd->in[side]];
+        const int per_row = on->ndim > 0 && on->dims[0] == KIR_DIM_T;
+        ks_buf_printf(per_row ? &E->in : &E->col, " float in%d_%d[2];", i, side);
+        for (int j = 0; j < 2; j++) {
+            if (E->r[r].in[j] == SLOT_NEVER) continue;
+            char e[32];
+            range_elem(E, r, j, e, sizeof e);
+            if (per_row)
+                ks_buf_printf(&E->fetch, "        r.in%d_%d[%d] = kcu_f(in%d_%d[t * %lld + %s]);\n", i, side, j, i, side,
+                              (long long)gn->size, e);
+            else
+                ks_buf_printf(&E->column, "        c.in%d_%d[%d] = kcu_f(in%d_%d[%s %% %lld]);\n", i, side, j, i, side, e,
+                              (long long)kir_elems(on, 1));
+        }
+    }
+}
+
+/* The epilogue functor: row(c); the column step (struct col, column(n0, n1,
+ * c)); the row's reads (struct in, fetch(t, c, r)); the rest (apply(t, v0,
+ * v1, c, r)); run = the three, which two and one call (kcu_epi_steps,
+ * kcu_prelude.cuh). Parameters were added in the same order as the fields
+ * (param names == field names).
+ *
+ * Why a column step: kcu_g90_handoff keeps one pair of columns per thread
+ * for all the rows of its tile, and what depends only on the columns —
+ * which node's range a column falls in, its element, a rotation's
+ * frequency and which half it is, a KV write's range — is worked out there
+ * once. Before, apply did it again each row, with a branch around each
+ * node (`if out of range: continue`): Llama-3-8B's q,k,v group at 2048
+ * tokens ran at 0.49 of cuBLAS, Nsight Compute counting 35.3 M warp
+ * instructions in the epilogue against 14.5 M in the mainloop, about 180 a
+ * pair a row, 10 % branches and 15 % divergence bookkeeping (BSSY/BSYNC).
+ * A row is now loads, arithmetic on values as they are (a slot out of a
+ * node's range computes a value no one reads), selects, and stores under
+ * tests worked out once (ptxas predicates a store, or jumps over it with
+ * the rounding of a value only stored: plan_lazy); each slot's code is
+ * written only where some pair has an element there (slot_status); the
+ * one test in the arithmetic is around a rotation's sincos where some
+ * pairs are not rotated (v's columns). The arithmetic is the per-node
+ * kernels' and the interpreter's, operation by operation, and values are
+ * stored with the bits they had: bitwise the same results as before.
+ * ptxas -v and the SASS of the sm_90a kernels (Llama-3-8B, bf16, fast
+ * precision, tiles of 256): q,k,v 5560 instructions -> 2312 (270 -> 125
+ * branches, 294 -> 136 BSSY/BSYNC), o and down 944 -> 784, gate/up 1488 ->
+ * 920; 168 registers, no spills, before and after. */
 static void put_epilogue(group *G, ks_buf *fields)
 {
     kcu_gen *x = G->x;
@@ -354,144 +743,124 @@ static void put_epilogue(group *G, ks_buf *fields)
     }
     ks_buf_printf(b, "        return %lld; /* the single last column */\n    }\n", (long long)(G->N - 1));
 
-    put_fetch(G, b);
-    /* apply: every node on the pair; slot 1 absent when n1 < 0 */
-    ks_buf_puts(b, "    __device__ __forceinline__ void apply(long long t, int n0, float v0, int n1, float v1, const in &r) "
-                   "const\n"
-                   "    {\n"
-                   "        const int n[2] = {n0, n1};\n");
+    epi_text E = {.G = G};
+    plan_angle_sets(&E);
+    plan_lazy(&E);
+    const int rm = range_of(&E, 0, G->N); /* the matmul's columns: slot 1 absent for the single last column */
     kir_dtype mt = g->nodes[G->n[G->mm].v].dtype;
-    if (mt == KIR_F32)
-        ks_buf_puts(b, "        float m[2] = {v0, v1};\n");
-    else
-        ks_buf_printf(b, "        float m[2] = {kcu_round<%s>(v0), kcu_round<%s>(v1)};\n", kcu_elem_type(mt),
-                      kcu_elem_type(mt));
-    if (G->n[G->mm].store) {
-        char lhs[64];
-        snprintf(lhs, sizeof lhs, "out%d[t * %lld + n[j]]", G->mm, (long long)G->N);
-        ks_buf_puts(b, "        for (int j = 0; j < 2; j++)\n");
-        kcu_put_store(b, mt, "            if (n[j] >= 0) ", lhs, "m[j]");
+    for (int j = 0; j < 2; j++) {
+        if (E.r[rm].in[j] == SLOT_NEVER) continue;
+        if (mt == KIR_F32 || E.lazy[G->mm]) ks_buf_printf(&E.apply, "        const float m%d = v%d;\n", j, j);
+        else ks_buf_printf(&E.apply, "        const float m%d = kcu_round<%s>(v%d);\n", j, kcu_elem_type(mt), j);
+        if (G->n[G->mm].store) {
+            char lhs[64], val[8], guard[32], e[32];
+            snprintf(lhs, sizeof lhs, "out%d[t * %lld + %s]", G->mm, (long long)G->N, range_elem(&E, rm, j, e, sizeof e));
+            snprintf(val, sizeof val, "m%d", j);
+            ks_buf head = {0};
+            ks_buf_printf(&head, "        %s", range_guard(&E, rm, j, guard, sizeof guard));
+            put_value_store(&E, G->mm, mt, ks_buf_cstr(&head), lhs, val);
+            ks_buf_free(&head);
+        }
     }
+    for (int i = G->mm + 1; i < G->count; i++)
+        if (E.set_of[i] == i) put_angle(&E, i);
     for (int i = G->mm + 1; i < G->count; i++) {
         gnode *gn = &G->n[i];
         const kir_node *nd = &g->nodes[gn->v];
-        ks_buf_printf(b, "        /* %s: columns [%lld, %lld) */\n", kir_op_table[nd->op].name, (long long)gn->base,
-                      (long long)(gn->base + gn->size));
         if (gn->r == ROLE_KV_WRITE) {
             const gnode *kg = &G->n[gn->a], *vg = &G->n[gn->b];
+            const int rk = range_of(&E, kg->base, kg->size), rv = range_of(&E, vg->base, vg->size);
             kir_dtype ct = kir_kv_dtype(g, gn->v);
-            char ks[32], vs[32], head[96], lhs[96];
-            slot_name(G, gn->a, "j", ks, sizeof ks);
-            slot_name(G, gn->b, "j", vs, sizeof vs);
-            ks_buf_printf(b,
-                          "#pragma unroll\n"
-                          "        for (int j = 0; j < 2; j++) {\n"
-                          "            const int ek = n[j] - %lld, ev = n[j] - %lld;\n",
-                          (long long)kg->base, (long long)vg->base);
-            snprintf(head, sizeof head, "            if ((unsigned)ek < %lluu) ", (unsigned long long)kg->size);
-            snprintf(lhs, sizeof lhs, "kc%d[(long long)r.slots%d * %lld + ek]", i, i, (long long)kg->size);
-            kcu_put_store(b, ct, head, lhs, ks);
-            snprintf(head, sizeof head, "            if ((unsigned)ev < %lluu) ", (unsigned long long)vg->size);
-            snprintf(lhs, sizeof lhs, "vc%d[(long long)r.slots%d * %lld + ev]", i, i, (long long)vg->size);
-            kcu_put_store(b, ct, head, lhs, vs);
-            ks_buf_puts(b, "        }\n");
+            ks_buf_printf(&E.in, " int slots%d;", i);
+            ks_buf_printf(&E.fetch, "        r.slots%d = slots%d[t];\n", i, i);
+            ks_buf_printf(&E.apply, "        /* kv_write: k columns [%lld, %lld), v columns [%lld, %lld) */\n",
+                          (long long)kg->base, (long long)(kg->base + kg->size), (long long)vg->base,
+                          (long long)(vg->base + vg->size));
+            for (int j = 0; j < 2; j++)
+                for (int kv = 0; kv < 2; kv++) {
+                    const int r = kv ? rv : rk;
+                    if (E.r[r].in[j] == SLOT_NEVER) continue;
+                    char head[64], guard[32], e[32], lhs[96], val[32];
+                    snprintf(head, sizeof head, "        %s", range_guard(&E, r, j, guard, sizeof guard));
+                    snprintf(lhs, sizeof lhs, "%s%d[(long long)r.slots%d * %lld + %s]", kv ? "vc" : "kc", i, i,
+                             (long long)E.r[r].size, range_elem(&E, r, j, e, sizeof e));
+                    value_name(&E, kv ? gn->b : gn->a, j, val, sizeof val);
+                    put_value_store(&E, kv ? gn->b : gn->a, ct, head, lhs, val);
+                }
             continue;
         }
-        if (gn->r == ROLE_ROPE) /* the last angle's cos and sin: a rotation's pair shares them */
-            ks_buf_printf(b, "        float ra%d = __int_as_float(0x7fc00000), rc%d = 0.0f, rs%d = 0.0f;\n", i, i, i);
-        ks_buf_printf(b, "        float x%d[2];\n#pragma unroll\n        for (int j = 0; j < 2; j++) {\n", i);
-        ks_buf_printf(b, "            const int e = n[j] - %lld;\n            x%d[j] = 0.0f;\n", (long long)gn->base, i);
-        ks_buf_printf(b, "            if ((unsigned)e >= %lluu) continue;\n", (unsigned long long)gn->size);
-        char src_a[32] = "", src_b[32] = "", other[32] = "";
-        /* an operand's value at this element: its slot j, or the partner's slot when its base differs */
-        if (gn->a >= 0) slot_name(G, gn->a, "j", src_a, sizeof src_a);
-        if (gn->a >= 0) slot_name(G, gn->a, "1 - j", other, sizeof other);
-        if (gn->b >= 0) slot_name(G, gn->b, G->n[gn->b].base == gn->base ? "j" : "1 - j", src_b, sizeof src_b);
-        switch (gn->r) {
-        case ROLE_VIEW:
-            ks_buf_printf(b, "            x%d[j] = %s;\n", i, src_a);
-            break;
-        case ROLE_UNARY: {
-            ks_buf expr = {0};
-            unary_expr(G, gn->v, src_a, &expr);
-            ks_buf_printf(b, "            x%d[j] = %s;\n", i, ks_buf_cstr(&expr));
-            ks_buf_free(&expr);
-            break;
-        }
-        case ROLE_BINARY: {
-            const char *op = nd->op == KIR_OP_ADD ? "+" : nd->op == KIR_OP_SUB ? "-" : "*";
-            ks_buf ea = {0}, eb = {0};
-            for (int side = 0; side < 2; side++) {
-                int loc = side ? gn->b : gn->a;
-                ks_buf *eo = side ? &eb : &ea;
-                if (loc >= 0) {
-                    ks_buf_puts(eo, side ? src_b : src_a);
-                    continue;
-                }
-                const kir_node *on = &g->nodes[nd->in[side]];
-                (void)on;
-                ks_buf_printf(eo, "r.in%d_%d[j]", i, side);
-            }
-            ks_buf_printf(b, "            x%d[j] = %s %s %s;\n", i, ks_buf_cstr(&ea), op, ks_buf_cstr(&eb));
-            ks_buf_free(&ea);
-            ks_buf_free(&eb);
-            break;
-        }
-        case ROLE_ROPE: {
-            int64_t d = nd->dims[2], rot = kir_attr_int(g, gn->v, KIR_A_ROPE_ROT_DIM), half = rot / 2;
-            ks_buf cs = {0}; /* the angle's cosine and sine: in float with half_math (fast precision), else double */
-            if (kir_attr_int(g, gn->v, KIR_A_ANY_HALF_MATH))
-                ks_buf_printf(&cs, "                    ra%d = angle;\n                    sincosf(angle, &rs%d, &rc%d);\n", i,
-                              i, i);
-            else
-                ks_buf_printf(&cs,
-                              "                    double sd, cd;\n"
-                              "                    sincos((double)angle, &sd, &cd);\n"
-                              "                    ra%d = angle, rc%d = (float)cd, rs%d = (float)sd;\n",
-                              i, i, i);
-            int pairs = kir_attr_word(g, gn->v, KIR_A_ROPE_STYLE) == KIR_ROPE_STYLE_PAIRS;
-            ks_buf_printf(b,
-                          "            const int d = e %% %lld;\n"
-                          "            if (d >= %lld) {\n                x%d[j] = %s;\n"
-                          "            } else {\n",
-                          (long long)d, (long long)rot, i, src_a);
-            if (pairs)
-                ks_buf_puts(b, "                const int f = d / 2, first = (d & 1) == 0;\n");
-            else
-                ks_buf_printf(b, "                const int f = d %% %lld, first = d < %lld;\n", (long long)half,
-                              (long long)half);
-            ks_buf_printf(b,
-                          "                const float angle = (float)r.pos%d * " NAME_MARK "_inv_freq%d[f];\n"
-                          "                if (!(angle == ra%d)) {\n"
-                          "%s"
-                          "                }\n"
-                          "                const float self = %s, other = %s;\n"
-                          "                x%d[j] = first ? self * rc%d - other * rs%d : self * rc%d + other * rs%d;\n"
-                          "            }\n",
-                          i, i, i, ks_buf_cstr(&cs), src_a, other, i, i, i, i, i);
-            ks_buf_free(&cs);
-            break;
-        }
-        default:
-            KS_UNREACHABLE();
-        }
-        if (nd->dtype != KIR_F32) /* a half value: as stored, for the store and the nodes after it */
-            ks_buf_printf(b, "            x%d[j] = kcu_round<%s>(x%d[j]);\n", i, kcu_elem_type(nd->dtype), i);
-        if (gn->store) {
-            char lhs[64], val[16];
-            snprintf(lhs, sizeof lhs, "out%d[t * %lld + e]", i, (long long)gn->size);
-            snprintf(val, sizeof val, "x%d[j]", i);
-            kcu_put_store(b, nd->dtype, "            ", lhs, val);
-        }
-        ks_buf_puts(b, "        }\n");
+        if (gn->r == ROLE_BINARY) put_operand_reads(&E, i);
+        if (gn->r == ROLE_ROPE) put_rope_column(&E, i);
+        ks_buf_printf(&E.apply, "        /* %s: columns [%lld, %lld) */\n", kir_op_table[nd->op].name, (long long)gn->base,
+                      (long long)(gn->base + gn->size));
+        for (int j = 0; j < 2; j++)
+            if (node_in(&E, i, j) != SLOT_NEVER) put_node_slot(&E, i, j);
     }
-    ks_buf_puts(b, "    }\n"
-                   "    __device__ KCU_NOINLINE void run(long long t, int n0, float v0, int n1, float v1) const\n"
-                   "    {\n        in r;\n        fetch(t, n0, n1, r);\n        apply(t, n0, v0, n1, v1, r);\n    }\n"
-                   "    __device__ __forceinline__ void two(long long t, int n0, float v0, int n1, float v1) const\n"
-                   "    {\n        run(t, n0, v0, n1, v1);\n    }\n"
-                   "    __device__ __forceinline__ void one(long long t, int n0, float v0) const\n"
-                   "    {\n        run(t, n0, v0, -1, 0.0f);\n    }\n};\n");
+
+    /* the column step: the ranges' tests and elements, then what the nodes added */
+    ks_buf ranges = {0};
+    for (int r = 0; r < E.nr; r++) {
+        const crange *cr = &E.r[r];
+        for (int j = 0; j < 2; j++) {
+            if (!cr->flag[j] && !cr->elem[j]) continue;
+            ks_buf test = {0};
+            ks_buf_puts(&test, "(unsigned)(");
+            put_minus(&test, j, cr->base);
+            ks_buf_printf(&test, ") < %lluu", (unsigned long long)cr->size);
+            if (cr->flag[j]) {
+                ks_buf_printf(&E.col, " bool ok%d_%d;", r, j);
+                ks_buf_printf(&ranges, "        c.ok%d_%d = %s;\n", r, j, ks_buf_cstr(&test));
+            }
+            if (cr->elem[j]) {
+                ks_buf_printf(&E.col, " int e%d_%d;", r, j);
+                ks_buf_printf(&ranges, "        c.e%d_%d = ", r, j);
+                if (cr->in[j] == SLOT_SOME && cr->flag[j]) ks_buf_printf(&ranges, "c.ok%d_%d ? ", r, j);
+                else if (cr->in[j] == SLOT_SOME) ks_buf_printf(&ranges, "%s ? ", ks_buf_cstr(&test));
+                put_minus(&ranges, j, cr->base);
+                ks_buf_puts(&ranges, cr->in[j] == SLOT_SOME ? " : 0;\n" : ";\n");
+            }
+            ks_buf_free(&test);
+        }
+    }
+    ks_buf_printf(b,
+                  "    /* what the pair's columns decide, worked out once for all the rows a thread hands over */\n"
+                  "    struct col {%s };\n"
+                  "    __device__ __forceinline__ void column(int n0, int n1, col &c) const\n"
+                  "    {\n"
+                  "        (void)n0, (void)n1, (void)c;\n%s%s"
+                  "    }\n"
+                  "    /* what the epilogue reads for a row besides the sums */\n"
+                  "    struct in {%s };\n"
+                  "    __device__ __forceinline__ void fetch(long long t, const col &c, in &r) const\n"
+                  "    {\n"
+                  "        (void)t, (void)c, (void)r;\n%s"
+                  "    }\n"
+                  "    /* the group's nodes on the row's pair (v1: none for the single last column) */\n"
+                  "    __device__ __forceinline__ void apply(long long t, float v0, float v1, const col &c, const in &r) "
+                  "const\n"
+                  "    {\n"
+                  "        (void)t, (void)v0, (void)v1, (void)c, (void)r;\n%s"
+                  "    }\n"
+                  "    __device__ KCU_NOINLINE void run(long long t, int n0, float v0, int n1, float v1) const\n"
+                  "    {\n"
+                  "        col c;\n"
+                  "        column(n0, n1, c);\n"
+                  "        in r;\n"
+                  "        fetch(t, c, r);\n"
+                  "        apply(t, v0, v1, c, r);\n"
+                  "    }\n"
+                  "    __device__ __forceinline__ void two(long long t, int n0, float v0, int n1, float v1) const\n"
+                  "    {\n        run(t, n0, v0, n1, v1);\n    }\n"
+                  "    __device__ __forceinline__ void one(long long t, int n0, float v0) const\n"
+                  "    {\n        run(t, n0, v0, -1, 0.0f);\n    }\n};\n",
+                  ks_buf_cstr(&E.col), ks_buf_cstr(&ranges), ks_buf_cstr(&E.column), ks_buf_cstr(&E.in),
+                  ks_buf_cstr(&E.fetch), ks_buf_cstr(&E.apply));
+    ks_buf_free(&ranges);
+    ks_buf_free(&E.col);
+    ks_buf_free(&E.column);
+    ks_buf_free(&E.in);
+    ks_buf_free(&E.fetch);
+    ks_buf_free(&E.apply);
 }
 
 /* A kernel parameter that the epilogue functor holds as a field of the
@@ -714,8 +1083,10 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
     }
     g90_plan P = {0};
     if (ok) plan_g90(&G, &P);
-    free(G.partner);
-    if (!ok) return 0;
+    if (!ok) {
+        free(G.partner);
+        return 0;
+    }
 
     /* ---- the kernel: matmul grid, parameters, the functor, the body ---- */
     int rows_per_block = MM_THREADS / 32 * MM_GEMV_R; /* kcu_matmul_small: a warp for MM_GEMV_R columns */
@@ -762,6 +1133,7 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
             if (layer < 0 || layer >= INT32_MAX) {
                 ks_buf_free(&fields), ks_buf_free(&inits), ks_buf_free(&tables);
                 free_g90(&P);
+                free(G.partner);
                 return kcu_node_error(x, gn->v, "layer %lld is out of range", (long long)layer);
             }
             static const char *const kinds[3] = {"kc", "vc", "slots"};
@@ -775,7 +1147,8 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
         }
     }
     if (tables.len) ks_buf_put(&x->body, tables.data, tables.len);
-    put_epilogue(&G, &fields);
+    put_epilogue(&G, &fields); /* the last reader of the pairs */
+    free(G.partner);
 
     ks_buf what = {0};
     ks_buf_puts(&what, "fused");

@@ -112,6 +112,9 @@ template <> __device__ __forceinline__ float kcu_round<kcu_bf16>(float v)
     return __uint_as_float((unsigned)kcu_bf16_bits(v) << 16);
 }
 template <> __device__ __forceinline__ float kcu_round<kcu_f16>(float v) { return kcu_half_bits(kcu_f16_bits(v)); }
+/* The store of a bf16 value v already holds (kcu_round<kcu_bf16>): its high bits, which are what
+ * kcu_put would store (kcu_bf16_bits gives a bf16 value's bits back, NaNs included). */
+__device__ __forceinline__ void kcu_put_held(kcu_bf16 *p, float v) { p->bits = (unsigned short)(kcu_bits(v) >> 16); }
 
 /* kcu_pick<C, A, B>::T: A when C, else B */
 template <bool C, typename A, typename B> struct kcu_pick {
@@ -332,37 +335,43 @@ template <int N, typename O = float> struct kcu_epi_store {
     }
 };
 
-/* An epilogue may also come in two steps (the code generator's do): a type
- * `in` holding what it reads from memory for a pair besides the matmul's
- * values, fetch(t, n0, n1, in &) that reads it, and apply(t, n0, v0, n1,
- * v1, const in &) that does the rest (n1 < 0: the single last column). A
- * caller that hands over many pairs (kcu_gemm90) fetches several before
- * applying any, so that their loads are in flight together: the compiler
- * may not move a load above a store through another pointer. kcu_epi_steps
- * gives every epilogue the two steps: its own, or none and two/one. */
+/* An epilogue may also come in steps (the code generator's do): a type
+ * `col` holding what depends only on the pair's columns and column(n0, n1,
+ * col &) that works it out (n1 < 0: the single last column); a type `in`
+ * holding what it reads from memory for a row besides the matmul's values
+ * and fetch(t, const col &, in &) that reads it; and apply(t, v0, v1,
+ * const col &, const in &) that does the rest. A caller that hands over
+ * many rows of one pair (kcu_gemm90) works out the column step once, then
+ * fetches several rows before applying any, so that their loads are in
+ * flight together: the compiler may not move a load above a store through
+ * another pointer. kcu_epi_steps gives every epilogue the steps: its own,
+ * or ones that keep the columns and call two/one. */
 template <class> struct kcu_void_t {
     typedef void type;
 };
 template <class Epi, class = void> struct kcu_epi_steps {
+    struct col {
+        int n0, n1; /* the pair's weight rows (n1 < 0: the single last column) */
+    };
     struct in {};
-    static __device__ __forceinline__ void fetch(const Epi &, long long, int, int, in &) {}
-    static __device__ __forceinline__ void apply(const Epi &epi, long long t, int n0, float v0, int n1, float v1,
+    static __device__ __forceinline__ void column(const Epi &, int n0, int n1, col &c) { c.n0 = n0, c.n1 = n1; }
+    static __device__ __forceinline__ void fetch(const Epi &, long long, const col &, in &) {}
+    static __device__ __forceinline__ void apply(const Epi &epi, long long t, float v0, float v1, const col &c,
                                                  const in &)
     {
-        if (n1 >= 0) epi.two(t, n0, v0, n1, v1);
-        else epi.one(t, n0, v0);
+        if (c.n1 >= 0) epi.two(t, c.n0, v0, c.n1, v1);
+        else epi.one(t, c.n0, v0);
     }
 };
-template <class Epi> struct kcu_epi_steps<Epi, typename kcu_void_t<typename Epi::in>::type> {
+template <class Epi> struct kcu_epi_steps<Epi, typename kcu_void_t<typename Epi::col>::type> {
+    typedef typename Epi::col col;
     typedef typename Epi::in in;
-    static __device__ __forceinline__ void fetch(const Epi &epi, long long t, int n0, int n1, in &r)
-    {
-        epi.fetch(t, n0, n1, r);
-    }
-    static __device__ __forceinline__ void apply(const Epi &epi, long long t, int n0, float v0, int n1, float v1,
+    static __device__ __forceinline__ void column(const Epi &epi, int n0, int n1, col &c) { epi.column(n0, n1, c); }
+    static __device__ __forceinline__ void fetch(const Epi &epi, long long t, const col &c, in &r) { epi.fetch(t, c, r); }
+    static __device__ __forceinline__ void apply(const Epi &epi, long long t, float v0, float v1, const col &c,
                                                  const in &r)
     {
-        epi.apply(t, n0, v0, n1, v1, r);
+        epi.apply(t, v0, v1, c, r);
     }
 };
 
@@ -1603,8 +1612,10 @@ template <int BN> struct kcu_g90_plain {
  * 2p + 1 of a neighbours tile, or p and its partner p + BN / 2 of a split
  * tile. Thread `first` of `step` (step a multiple of BN / 2, or at least
  * it: the threads past the last whole multiple idle) keeps one p, so that
- * its columns, their boxes and the epilogue's column checks are worked out
- * once, and takes rows first / (BN / 2), + step / (BN / 2), ...: a warp's
+ * its columns, their boxes and the epilogue's column step (kcu_epi_steps:
+ * which of the group's nodes the columns are in, their elements, a
+ * rotation's frequency) are worked out once, and takes rows first / (BN /
+ * 2), + step / (BN / 2), ...: a warp's
  * lanes take consecutive columns of a row (coalesced loads and stores). It
  * fetches U rows' inputs before applying any (kcu_epi_steps), with no
  * branch between the loads (ptxas waits for a load at the end of its
@@ -1629,6 +1640,8 @@ static __device__ __forceinline__ void kcu_g90_handoff(const Epi &epi, const Pro
     else if (c + 1 < N) pc = c + 1;
     else if (c >= N) return;
     const int c0 = Tiles::PLAIN ? Epi::row(c) : c, c1 = pc < 0 ? -1 : Tiles::PLAIN ? Epi::row(pc) : pc;
+    typename S::col cc; /* what the columns decide, once for all the rows */
+    S::column(epi, c0, c1, cc);
     const int rows = T - m0 < KCU_G90_BM ? (int)(T - m0) : KCU_G90_BM;
     for (int r = first / UPR; r < rows; r += U * pass) {
         typename S::in in[U];
@@ -1640,11 +1653,11 @@ static __device__ __forceinline__ void kcu_g90_handoff(const Epi &epi, const Pro
             const float sc = pro.scale(m0 + rr);
             v0[u] = tile[rr * LD + n0] * sc;
             v1[u] = tile[rr * LD + n1] * sc; /* (not handed over when pc < 0) */
-            S::fetch(epi, m0 + rr, c0, c1, in[u]);
+            S::fetch(epi, m0 + rr, cc, in[u]);
         }
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (r + u * pass < rows) S::apply(epi, m0 + r + u * pass, c0, v0[u], c1, v1[u], in[u]);
+            if (r + u * pass < rows) S::apply(epi, m0 + r + u * pass, v0[u], v1[u], cc, in[u]);
     }
 }
 enum { KCU_G90_U = 8 }; /* rows a thread fetches before applying any (kcu_g90_handoff) */

@@ -4,8 +4,9 @@
  * tests/data/llama3-8b-config.json, which no checkpoint in the tests has):
  * compiles the description, runs every pass, generates the CUDA source,
  * checks that it holds at most MAX_DISTINCT distinct kernels (layers share
- * theirs), and compiles it with NVRTC for each architecture of TARGET (sm_90 as
- * sm_90a with the matmuls' gemm90 variants, as kcu_build does). Prints
+ * theirs) and that its fused epilogues' rows do no per-column work, and
+ * compiles it with NVRTC for each architecture of TARGET (sm_90 as sm_90a
+ * with the matmuls' gemm90 variants, as kcu_build does). Prints
  *
  *   graph llama (bf16 weights): 32 layers, 578 launches, 19 distinct kernels, 51234 bytes of source
  *     k_matmul_fused_..: T > 64: the norm, then k_matmul_fused_.._g90_128, 48 column tiles, ...
@@ -31,6 +32,34 @@ static int distinct_kernels(const krt_cuda_meta *m)
         int seen = 0;
         for (int j = 0; j < i && !seen; j++) seen = strcmp(m->kernels[i].name, m->kernels[j].name) == 0;
         n += !seen;
+    }
+    return n;
+}
+
+/* Occurrences of needle in [p, end). */
+static int count_in(const char *p, const char *end, const char *needle)
+{
+    int n = 0;
+    for (const char *q = strstr(p, needle); q && q < end; q = strstr(q + 1, needle)) n++;
+    return n;
+}
+
+/* The fused epilogues' rows (kcu_emit_group.c: apply, after the column step): no branch around a
+ * node (`continue`), no rotation frequency read (the column step reads it, once), and one sincos a
+ * row at most for all the rotations of a group (Llama's q and k share it). Returns how many rows
+ * bodies it read. */
+static int check_epilogue_rows(const char *src)
+{
+    int n = 0;
+    for (const char *p = strstr(src, " void apply(long long t, float v0, float v1, const col &c"); p;
+         p = strstr(p + 1, " void apply(long long t, float v0, float v1, const col &c")) {
+        const char *end = strstr(p, " void run(");
+        if (!CHECK_MSG(end != NULL, "an apply without its run")) break;
+        CHECK_MSG(count_in(p, end, "continue;") == 0, "a branch around a node in apply: %.80s", p);
+        CHECK_MSG(count_in(p, end, "_inv_freq") == 0, "a rotation frequency read in apply, each row");
+        CHECK_MSG(count_in(p, end, "sincosf(") + count_in(p, end, "sincos((double)") <= 1,
+                  "more than one sincos a row in an epilogue");
+        n++;
     }
     return n;
 }
@@ -73,6 +102,7 @@ int main(int argc, char **argv)
                argv[4], layers, meta.n_kernels, distinct, src.len);
         CHECK_MSG(distinct <= max_distinct, "%d distinct kernels, more than %d: kernels are not shared across layers",
                   distinct, max_distinct);
+        CHECK_MSG(check_epilogue_rows(ks_buf_cstr(&src)) > 0, "no fused epilogue with a column step");
         /* the gemm90 tiles chosen, once a kernel (kcu_options.choices, what kiln build --stats prints) */
         printf("%s", ks_buf_cstr(&choices));
         if (argc == 7) { /* the generated source, to read or to compile with nvcc -Xptxas -v */
