@@ -132,6 +132,12 @@ void kcu_kernel_grid_large(krt_cuda_kernel *k, int i, int64_t t, int64_t c, int6
     k->grid_large[i][2] = div;
 }
 
+void kcu_matmul_grids(krt_cuda_kernel *k, int64_t N, const kcu_gemv_plan *p)
+{
+    kcu_kernel_grid(k, 0, 0, N, p->cols);
+    if (p->cols != MM_GRID_COLS) kcu_kernel_grid_large(k, 0, 0, N, MM_GRID_COLS);
+}
+
 /* Append a parameter: its C declaration and what the runtime passes. */
 void kcu_add_param(kcu_gen *x, krt_cuda_kernel *k, krt_cuda_arg_kind kind, int64_t index, const char *decl)
 {
