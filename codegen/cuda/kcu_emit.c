@@ -91,6 +91,7 @@ kcu_gemv_plan kcu_plan_gemv(int64_t N)
     kcu_gemv_plan p;
     p.rows = N >= (int64_t)SMS * PER_SM * WARPS * 4 ? 4 : 2;
     p.cols = WARPS * p.rows;
+    p.per_sm = PER_SM;
     return p;
 }
 
@@ -113,7 +114,7 @@ static int emit_matmul(kcu_gen *x, kir_val v)
     ks_buf what = {0};
     ks_buf_printf(&what, "x w^T with %s weights, fp32 sums (%d-element loads; a warp for %d rows when T <= %d)",
                   kir_dtype_name(w->dtype), vec, plan.rows, MM_GEMV_T);
-    kcu_open_body(x, k, ks_buf_cstr(&what));
+    kcu_open_body_min(x, k, ks_buf_cstr(&what), plan.per_sm);
     ks_buf_free(&what);
     for (int large = 0; large < 2; large++) {
         char shape[64];

@@ -100,6 +100,9 @@ void kcu_param_in(kcu_gen *x, krt_cuda_kernel *k, kir_val v, const char *name);
 void kcu_param_out(kcu_gen *x, krt_cuda_kernel *k, kir_val v);
 /* The signature, with a comment saying what the kernel computes. */
 void kcu_open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what);
+/* The same for a kernel compiled to fit min_blocks blocks an SM (__launch_bounds__'s second
+ * argument; 0: none). */
+void kcu_open_body_min(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks);
 /* After the kernel's body: the signature of its variant NAME_large, the
  * kernel launched instead for steps of more than `above` tokens (the body
  * follows, then kcu_kernel_end records both). */

@@ -1105,7 +1105,8 @@ static __device__ __forceinline__ void kcu_matmul_fma(const int T, const X *__re
  * unconditional (a column past N reads row 0, a chunk past K the last, and
  * neither is summed), and the next step's loads are issued before this
  * step's multiply-adds (two register buffers): at T = 1, 4 to 8 kB a warp in
- * flight, 64 to 128 kB an SM at two blocks. The loads skip L1
+ * flight, 64 to 128 kB an SM at two blocks (the kernel is compiled for two:
+ * __launch_bounds__(256, 2), at most 128 registers a thread). The loads skip L1
  * (ld.global.nc.L1::no_allocate): each weight is read once, and L1 keeps the
  * x that every warp of the SM reads. A block issues its first step's loads
  * before anything else, so that HBM is busy while its prologue runs.

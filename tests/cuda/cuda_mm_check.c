@@ -169,11 +169,14 @@ static void kernel_source(const mm_case *c, int index, ks_buf *src)
                  c->xh ? wt : "");
     else
         snprintf(pro, sizeof pro, "kcu_pro_none{}");
+    char bounds[16] = ""; /* __launch_bounds__'s blocks an SM: the decode kernel's as kiln's, or lb2's */
+    if (c->path == PATH_DECODE || c->lb2)
+        snprintf(bounds, sizeof bounds, ", %d", c->path == PATH_DECODE ? kcu_plan_gemv(c->N).per_sm : 2);
     ks_buf_printf(src,
                   "extern \"C\" __global__ void __launch_bounds__(KCU_MM_THREADS%s) mm_%d(int T, const %s "
                   "*__restrict__ x, const %s *__restrict__ w, const %s *__restrict__ g, float *__restrict__ out)\n"
                   "{\n    (void)g;\n",
-                  c->lb2 ? ", 2" : "", index, c->xh ? wt : "float", wt, wt);
+                  bounds, index, c->xh ? wt : "float", wt, wt);
     int grid = (c->N + 15) / 16;
     if (c->path == PATH_DECODE)
         ks_buf_printf(src, "    kcu_matmul_small<%s, %d, %d, %d>(T, x, w, %s, %s);\n}\n", wt, c->K, c->N, c->rows, pro,
