@@ -100,6 +100,18 @@ void kcu_target_options(const char **archs, int n, int gemm90, kcu_options *opt)
  * kcu_fa_smem_of). */
 int64_t kcu_flash_smem(const kcu_flash_plan *f, int64_t dk, int64_t dv);
 
+/* How the decode matmul (kcu_matmul_small, kcu_prelude.cuh: steps of at most 8 tokens) spreads
+ * a weight of N rows over blocks (codegen/cuda/kcu_emit.c, where the rule and the expected times
+ * are explained). The sums do not depend on it: only which warp computes them. */
+typedef struct kcu_gemv_plan {
+    int rows;   /* R: columns (weight rows) a warp: 4 where N gives every SM two blocks of 32, else 2 */
+    int cols;   /* columns a block, 8 R: the kernel's grid is ceil(N / cols) blocks */
+    int per_sm; /* blocks an SM the kernel is compiled for (__launch_bounds__: 2, so 128 registers a
+                 * thread at most; more would spill, visibly, rather than halve the loads in flight) */
+} kcu_gemv_plan;
+/* The plan for N columns. */
+kcu_gemv_plan kcu_plan_gemv(int64_t N);
+
 /* The architecture whose cubin holds the gemm90 kernels: a target's sm_90 is compiled for it
  * (wgmma and setmaxnreg are sm_90a's; an sm_90a cubin runs on compute capability 9.0 only). */
 #define KCU_GEMM90_ARCH "sm_90a"

@@ -69,9 +69,34 @@ static int matmul_vec(int64_t K, kir_dtype t)
     return (size_t)K * es % 16 == 0 ? (int)(16 / es) : 1;
 }
 
+/* The decode matmul's plan (kcu.h). The rule, for the H100's and H200's 132
+ * SMs (any GPU runs any plan; only the speed is tuned for them): R = 4
+ * columns a warp where there are columns for two blocks of 32 on every SM
+ * (half the x loads and conversions a weight: what limits T = 8), else R =
+ * 2 (twice the warps, so that a narrow weight still fills every SM). A block
+ * computes one tile of 8 R columns: its prologue (a norm's statistics and
+ * staged values) is hidden behind its first step's loads and the SM's other
+ * block, and small blocks keep the last wave short (a block covering many
+ * tiles would share one prologue but could leave SMs idle at the end, for a
+ * whole block's time, whenever the blocks do not divide evenly).
+ * The expected times of Llama-3-8B's shapes are at kcu_matmul_small
+ * (kcu_prelude.cuh). */
+kcu_gemv_plan kcu_plan_gemv(int64_t N)
+{
+    enum {
+        SMS = 132,  /* the H100's and H200's SMs */
+        PER_SM = 2, /* decode blocks an SM holds (128 registers a thread at most) */
+        WARPS = MM_THREADS / 32
+    };
+    kcu_gemv_plan p;
+    p.rows = N >= (int64_t)SMS * PER_SM * WARPS * 4 ? 4 : 2;
+    p.cols = WARPS * p.rows;
+    p.per_sm = PER_SM;
+    return p;
+}
+
 /* out[t, c] = dot(x[t, :], w[c, :]): kcu_matmul (kcu_prelude.cuh) at this
- * node's shapes and weight dtype. Its grid is fixed by N: ceil(N / rows per
- * block). */
+ * node's shapes and weight dtype; the decode kernel on its plan's grid. */
 static int emit_matmul(kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v], *w = &x->g->nodes[n->in[1]];
@@ -80,21 +105,25 @@ static int emit_matmul(kcu_gen *x, kir_val v)
         return kcu_node_error(x, v, "a [%lld,%lld] weight is larger than the CUDA matmul indexes", (long long)N,
                           (long long)K);
     int vec = matmul_vec(K, w->dtype);
-    int64_t rows_per_block = (int64_t)(MM_THREADS / 32) * MM_GEMV_R;
+    kcu_gemv_plan plan = kcu_plan_gemv(N);
     krt_cuda_kernel *k = kcu_kernel_new(x, v, MM_THREADS);
-    kcu_kernel_grid(k, 0, 0, N, rows_per_block);
+    kcu_matmul_grids(k, N, &plan);
     kcu_param_in(x, k, n->in[0], "x");
     kcu_param_in(x, k, n->in[1], "w");
     kcu_param_out(x, k, v);
     ks_buf what = {0};
     ks_buf_printf(&what, "x w^T with %s weights, fp32 sums (%d-element loads; a warp for %d rows when T <= %d)",
-                  kir_dtype_name(w->dtype), vec, MM_GEMV_R, MM_GEMV_T);
-    kcu_open_body(x, k, ks_buf_cstr(&what));
+                  kir_dtype_name(w->dtype), vec, plan.rows, MM_GEMV_T);
+    kcu_open_body_min(x, k, ks_buf_cstr(&what), plan.per_sm);
     ks_buf_free(&what);
     for (int large = 0; large < 2; large++) {
+        char shape[64];
+        if (large) snprintf(shape, sizeof shape, "%lld, %lld", (long long)K, (long long)N);
+        else snprintf(shape, sizeof shape, "%lld, %lld, %d", (long long)K, (long long)N, plan.rows);
         if (large) kcu_open_large(x, k, MM_GEMV_T);
-        ks_buf_printf(&x->body, "    kcu_matmul_%s<%s, %lld, %lld>(T, x, w, kcu_pro_none(), kcu_epi_store<%lld%s%s>{out});\n}\n",
-                      large ? "large" : "small", kcu_elem_type(w->dtype), (long long)K, (long long)N, (long long)N,
+        ks_buf_printf(&x->body,
+                      "    kcu_matmul_%s<%s, %s>(T, x, w, kcu_pro_none(), kcu_epi_store<%lld%s%s>{out});\n}\n",
+                      large ? "large" : "small", kcu_elem_type(w->dtype), shape, (long long)N,
                       n->dtype == KIR_F32 ? "" : ", ", n->dtype == KIR_F32 ? "" : kcu_elem_type(n->dtype));
     }
     kcu_kernel_end(x, k, "");

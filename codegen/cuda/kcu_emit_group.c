@@ -1089,9 +1089,9 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
     }
 
     /* ---- the kernel: matmul grid, parameters, the functor, the body ---- */
-    int rows_per_block = MM_THREADS / 32 * MM_GEMV_R; /* kcu_matmul_small: a warp for MM_GEMV_R columns */
+    const kcu_gemv_plan plan = kcu_plan_gemv(G.N); /* kcu_matmul_small's columns a warp */
     krt_cuda_kernel *k = kcu_kernel_new(x, nodes[G.mm], MM_THREADS);
-    kcu_kernel_grid(k, 0, 0, G.N, rows_per_block);
+    kcu_matmul_grids(k, G.N, &plan);
     const kir_node *pn = G.pro >= 0 ? &g->nodes[nodes[G.pro]] : NULL;
     kcu_param_in(x, k, pn ? pn->in[0] : mn->in[0], "x");
     kcu_param_in(x, k, mn->in[1], "w");
@@ -1154,21 +1154,20 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
     ks_buf_puts(&what, "fused");
     for (int i = 0; i < count; i++) ks_buf_printf(&what, " %s", kir_op_table[g->nodes[nodes[i]].op].name);
     ks_buf_printf(&what, "; %s weights, fp32 sums", kir_dtype_name(wn->dtype));
-    kcu_open_body(x, k, ks_buf_cstr(&what));
+    kcu_open_body_min(x, k, ks_buf_cstr(&what), plan.per_sm);
     ks_buf_free(&what);
     const char *wt = kcu_elem_type(wn->dtype);
-    ks_buf call = {0}; /* the matmul's arguments after its name */
+    ks_buf call = {0}; /* the matmul's arguments after its name and shape */
     if (!pn) {
-        ks_buf_printf(&call, "<%s, %lld, %lld>(T, x, w, kcu_pro_none(), epi);\n}\n", wt, (long long)G.K, (long long)G.N);
+        ks_buf_puts(&call, "(T, x, w, kcu_pro_none(), epi);\n}\n");
     } else {
         const char *gt = has_g ? kcu_elem_type(g->nodes[pn->in[1]].dtype) : "float";
         int rms = pn->op == KIR_OP_RMS_NORM;
         /* the norm's values are of its dtype: a half one rounds them as the matmul takes them */
         ks_buf ot = {0};
         if (pn->dtype != KIR_F32) ks_buf_printf(&ot, ", %s", kcu_elem_type(pn->dtype));
-        ks_buf_printf(&call, "<%s, %lld, %lld>(T, x, w, kcu_pro_%s<%lld, %s%s>{%s, %s", wt, (long long)G.K,
-                      (long long)G.N, rms ? "rms" : "ln", (long long)G.K, gt, ks_buf_cstr(&ot), has_g ? "g" : "nullptr",
-                      rms ? "" : (has_b ? "gb, " : "nullptr, "));
+        ks_buf_printf(&call, "(T, x, w, kcu_pro_%s<%lld, %s%s>{%s, %s", rms ? "rms" : "ln", (long long)G.K, gt,
+                      ks_buf_cstr(&ot), has_g ? "g" : "nullptr", rms ? "" : (has_b ? "gb, " : "nullptr, "));
         ks_buf_free(&ot);
         kcu_put_double(&call, kir_attr_float(g, nodes[G.pro], KIR_A_RMS_NORM_EPS));
         ks_buf_puts(&call, "}, epi);\n}\n");
@@ -1176,7 +1175,10 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
     for (int large = 0; large < 2; large++) {
         if (large) kcu_open_large(x, k, MM_GEMV_T);
         ks_buf_printf(&x->body, "    const " NAME_MARK "_epi epi = {%s};\n", ks_buf_cstr(&inits));
-        ks_buf_printf(&x->body, "    kcu_matmul_%s%s", large ? "large" : "small", ks_buf_cstr(&call));
+        ks_buf_printf(&x->body, "    kcu_matmul_%s<%s, %lld, %lld", large ? "large" : "small", wt, (long long)G.K,
+                      (long long)G.N);
+        if (!large) ks_buf_printf(&x->body, ", %d", plan.rows);
+        ks_buf_printf(&x->body, ">%s", ks_buf_cstr(&call));
     }
     ks_buf_free(&call);
     if (P.n) {

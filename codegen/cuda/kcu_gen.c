@@ -132,6 +132,12 @@ void kcu_kernel_grid_large(krt_cuda_kernel *k, int i, int64_t t, int64_t c, int6
     k->grid_large[i][2] = div;
 }
 
+void kcu_matmul_grids(krt_cuda_kernel *k, int64_t N, const kcu_gemv_plan *p)
+{
+    kcu_kernel_grid(k, 0, 0, N, p->cols);
+    if (p->cols != MM_GRID_COLS) kcu_kernel_grid_large(k, 0, 0, N, MM_GRID_COLS);
+}
+
 /* Append a parameter: its C declaration and what the runtime passes. */
 void kcu_add_param(kcu_gen *x, krt_cuda_kernel *k, krt_cuda_arg_kind kind, int64_t index, const char *decl)
 {
@@ -161,16 +167,19 @@ void kcu_param_out(kcu_gen *x, krt_cuda_kernel *k, kir_val v)
 
 /* The kernel's signature and opening brace, with a comment naming what it
  * computes (no node numbers: the text is shared by every node it fits). */
-void kcu_open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what)
+void kcu_open_body_min(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks)
 {
     const kir_node *n = &x->g->nodes[k->node];
     ks_buf type = {0};
     kir_format_type(&type, n);
     ks_buf_printf(&x->body, "\n/* %s: %s -> %s */\n", kir_op_table[n->op].name, what, ks_buf_cstr(&type));
-    ks_buf_printf(&x->body, "extern \"C\" __global__ void __launch_bounds__(%d) " NAME_MARK "(%s)\n{\n", k->block,
-                  ks_buf_cstr(&x->params));
+    ks_buf_printf(&x->body, "extern \"C\" __global__ void __launch_bounds__(%d", k->block);
+    if (min_blocks > 0) ks_buf_printf(&x->body, ", %d", min_blocks);
+    ks_buf_printf(&x->body, ") " NAME_MARK "(%s)\n{\n", ks_buf_cstr(&x->params));
     ks_buf_free(&type);
 }
+
+void kcu_open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what) { kcu_open_body_min(x, k, what, 0); }
 
 /* x->body with every NAME_MARK replaced by name, appended to out. */
 static void put_named(ks_buf *out, const char *text, size_t len, const char *name)

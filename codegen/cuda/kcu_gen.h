@@ -22,9 +22,10 @@
 /* Threads per block of elementwise kernels. */
 enum { EW_THREADS = 256 };
 /* Matmuls (kcu_matmul in kcu_prelude.cuh, whose KCU_MM_THREADS, KCU_GEMV_T
- * and KCU_GEMV_R these repeat): threads per block, the most tokens of the
- * decode path, and rows per warp there. */
-enum { MM_THREADS = 256, MM_GEMV_T = 8, MM_GEMV_R = 2 };
+ * and KCU_MM_GRID_COLS these repeat): threads per block, the most tokens of
+ * the decode path, and columns a block of the prefill path's grid (the
+ * decode path's: kcu_gemv_plan). */
+enum { MM_THREADS = 256, MM_GEMV_T = 8, MM_GRID_COLS = 16 };
 /* Kernels in a graph at most (a named limit for the growing arrays). */
 #define KCU_MAX_KERNELS ((size_t)1 << 24)
 /* What a kernel's text calls itself until its name is known. */
@@ -88,6 +89,9 @@ void kcu_kernel_grid(krt_cuda_kernel *k, int i, int64_t t, int64_t c, int64_t di
 /* Grid dim i of the kernel's _large variant (after kcu_open_large; the
  * other dims: ceil(T * 0 + 1) = 1 unless set), as kcu_kernel_grid. */
 void kcu_kernel_grid_large(krt_cuda_kernel *k, int i, int64_t t, int64_t c, int64_t div);
+/* A matmul kernel's grids for N columns: the decode kernel's by plan p,
+ * the _large one's ceil(N / MM_GRID_COLS) (recorded apart only when they differ). */
+void kcu_matmul_grids(krt_cuda_kernel *k, int64_t N, const kcu_gemv_plan *p);
 /* Append a parameter: its C declaration and what the runtime passes. */
 void kcu_add_param(kcu_gen *x, krt_cuda_kernel *k, krt_cuda_arg_kind kind, int64_t index, const char *decl);
 /* Value v as a read-only parameter called name, of its dtype. */
@@ -96,6 +100,9 @@ void kcu_param_in(kcu_gen *x, krt_cuda_kernel *k, kir_val v, const char *name);
 void kcu_param_out(kcu_gen *x, krt_cuda_kernel *k, kir_val v);
 /* The signature, with a comment saying what the kernel computes. */
 void kcu_open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what);
+/* The same for a kernel compiled to fit min_blocks blocks an SM (__launch_bounds__'s second
+ * argument; 0: none). */
+void kcu_open_body_min(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks);
 /* After the kernel's body: the signature of its variant NAME_large, the
  * kernel launched instead for steps of more than `above` tokens (the body
  * follows, then kcu_kernel_end records both). */

@@ -132,11 +132,17 @@ template <typename A> struct kcu_same<A, A> {
 };
 
 /* ---- 16-byte loads of weights ---------------------------------------------------------- */
-/* kcu_vec<W>: N elements of W in one 16-byte load, as floats. p must be
- * 16-byte aligned. */
+/* kcu_vec<W>: N elements of W in one 16-byte load, as floats: load reads them
+ * (p 16-byte aligned, through the read-only path), unpack converts 16 bytes
+ * already loaded (from any memory). */
 template <typename W> struct kcu_vec;
 template <> struct kcu_vec<float> {
     enum { N = 4 };
+    static __device__ __forceinline__ void unpack(const uint4 &v, float *o)
+    {
+        o[0] = __uint_as_float(v.x), o[1] = __uint_as_float(v.y), o[2] = __uint_as_float(v.z),
+        o[3] = __uint_as_float(v.w);
+    }
     static __device__ __forceinline__ void load(const float *p, float *o)
     {
         const float4 v = __ldg(reinterpret_cast<const float4 *>(p));
@@ -145,9 +151,8 @@ template <> struct kcu_vec<float> {
 };
 template <> struct kcu_vec<kcu_bf16> {
     enum { N = 8 };
-    static __device__ __forceinline__ void load(const kcu_bf16 *p, float *o)
+    static __device__ __forceinline__ void unpack(const uint4 &v, float *o)
     {
-        const uint4 v = __ldg(reinterpret_cast<const uint4 *>(p));
         const unsigned int u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
         for (int j = 0; j < 4; j++) { /* element 2j is the low half (little-endian) */
@@ -155,18 +160,25 @@ template <> struct kcu_vec<kcu_bf16> {
             o[2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
         }
     }
+    static __device__ __forceinline__ void load(const kcu_bf16 *p, float *o)
+    {
+        unpack(__ldg(reinterpret_cast<const uint4 *>(p)), o);
+    }
 };
 template <> struct kcu_vec<kcu_f16> {
     enum { N = 8 };
-    static __device__ __forceinline__ void load(const kcu_f16 *p, float *o)
+    static __device__ __forceinline__ void unpack(const uint4 &v, float *o)
     {
-        const uint4 v = __ldg(reinterpret_cast<const uint4 *>(p));
         const unsigned int u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             o[2 * j] = kcu_half_bits(u[j] & 0xffffu);
             o[2 * j + 1] = kcu_half_bits(u[j] >> 16);
         }
+    }
+    static __device__ __forceinline__ void load(const kcu_f16 *p, float *o)
+    {
+        unpack(__ldg(reinterpret_cast<const uint4 *>(p)), o);
     }
 };
 /* kcu_xload<VEC>: VEC consecutive activations, 16 bytes a load when VEC is a
@@ -210,7 +222,9 @@ template <typename W> struct kcu_chunk<W, 1> {
  * the block before rows r0 .. r0+n-1 of x (n <= KCU_PRO_ROWS) are read, and
  * may compute per-row statistics into shared memory (it synchronizes the
  * block); then pro(v, t, k) turns x[t, k] = v into what the matmul
- * multiplies. kcu_pro_none reads x as it is; kcu_pro_rms and kcu_pro_ln
+ * multiplies, and chunk<VEC>(v, t, k) does the same to VEC consecutive
+ * values from k (k a multiple of VEC: the norm's weights 16 bytes a load
+ * where they can be). kcu_pro_none reads x as it is; kcu_pro_rms and kcu_pro_ln
  * normalize each row first (a norm fused into the matmul that reads it: the
  * normalized rows are never stored). Row statistics are summed in double in
  * a fixed order (lane-strided, then a butterfly of shuffles), as
@@ -224,6 +238,7 @@ struct kcu_pro_none {
     };
     template <typename X> __device__ __forceinline__ void prepare(const X *__restrict__, int, long long, int) {}
     __device__ __forceinline__ float operator()(float v, long long, int) const { return v; }
+    template <int VEC> __device__ __forceinline__ void chunk(float *, long long, int) const {}
 };
 
 __device__ __forceinline__ double kcu_warp_sum(double s)
@@ -286,6 +301,17 @@ template <int K, typename G, typename O = float> struct kcu_pro_rms {
         const float y = v * inv[t - r0];
         return kcu_round<O>(g ? y * kcu_f(g[k]) : y);
     }
+    template <int VEC> __device__ __forceinline__ void chunk(float *v, long long t, int k) const
+    {
+        const float s = inv[t - r0];
+        float gv[VEC];
+        if (g) kcu_xload<VEC>(g + k, gv);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            const float y = v[j] * s;
+            v[j] = kcu_round<O>(g ? y * gv[j] : y);
+        }
+    }
 };
 
 /* layer_norm over K: (x - mean) * inv (* g) (+ b), as a value of dtype O. */
@@ -312,6 +338,20 @@ template <int K, typename G, typename O = float> struct kcu_pro_ln {
         if (g) y *= kcu_f(g[k]);
         if (b) y += kcu_f(b[k]);
         return kcu_round<O>(y);
+    }
+    template <int VEC> __device__ __forceinline__ void chunk(float *v, long long t, int k) const
+    {
+        const float m = mean[t - r0], s = inv[t - r0];
+        float gv[VEC], bv[VEC];
+        if (g) kcu_xload<VEC>(g + k, gv);
+        if (b) kcu_xload<VEC>(b + k, bv);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            float y = (v[j] - m) * s;
+            if (g) y *= gv[j];
+            if (b) y += bv[j];
+            v[j] = kcu_round<O>(y);
+        }
     }
 };
 
@@ -377,30 +417,37 @@ template <class Epi> struct kcu_epi_steps<Epi, typename kcu_void_t<typename Epi:
 
 /* ---- matmul: out[t, n] = sum_k x[t, k] w[n, k] ------------------------------------------
  *
- * One kernel for every T; launched on GRID blocks of KCU_MM_THREADS (a
- * number fixed by the shapes, not by T). Two ways, chosen by T:
+ * Two kernels a matmul, chosen by T (the generated code launches NAME for
+ * steps of at most KCU_GEMV_T tokens and NAME_large for longer ones), each on
+ * blocks of KCU_MM_THREADS and a grid fixed by the shapes, not by T:
  *
- *  T <= KCU_GEMV_T (decode): memory-bound, so each weight is read once, 16
- *  bytes at a time. Each warp computes the two columns 2p, 2p+1 (weight
- *  rows epi.row(2p), epi.row(2p+1)) for all T tokens on its own (no
- *  block-wide step but the prologue's): lane l takes chunks l, l + 32, ...
- *  of VEC weights of each row (sum in chunk order, fused multiply-adds),
- *  then the warp adds its 32 partial sums in a butterfly of shuffles (a
- *  fixed tree that leaves the same total in every lane); lane t hands token
- *  t's pair to the epilogue.
+ *  T <= KCU_GEMV_T (decode, kcu_matmul_small): memory-bound, so each weight
+ *  is read once, 16 bytes at a time, with many loads in flight. Each warp
+ *  computes R columns (weight rows epi.row(c)) for all T tokens; lane l
+ *  takes chunks l, l + 32, ... of VEC weights of each row (sum in chunk
+ *  order, fused multiply-adds), then the warp adds its 32 partial sums in a
+ *  butterfly of shuffles (a fixed tree that leaves the same total in every
+ *  lane), and one lane a (column pair, token) hands it to the epilogue. The
+ *  design and its cost are described at kcu_matmul_small.
  *
- *  T > KCU_GEMV_T (prefill): tiles of 64 tokens x 64 columns, K in steps of
- *  32 staged through shared memory; blocks take tiles blockIdx.x,
- *  blockIdx.x + GRID, ... On sm_80 and later (and in the CPU emulator),
- *  through tensor cores, x split into three bf16 parts and the weights into
- *  one to three so that nothing is lost (kcu_matmul_mma); on older GPUs,
- *  through f32 fused multiply-adds (kcu_matmul_fma).
+ *  T > KCU_GEMV_T (prefill, kcu_matmul_large): tiles of 64 tokens x 64
+ *  columns, K in steps of 32 staged through shared memory; blocks take tiles
+ *  blockIdx.x, blockIdx.x + GRID, ... (GRID: ceil(N / KCU_MM_GRID_COLS)). On
+ *  sm_80 and later (and in the CPU emulator), through tensor cores, x split
+ *  into three bf16 parts and the weights into one to three so that nothing
+ *  is lost (kcu_matmul_mma); on older GPUs, through f32 fused multiply-adds
+ *  (kcu_matmul_fma).
  *
  * Each output is summed in an order fixed by its own position: a token's
  * logits depend on whether its step had more than KCU_GEMV_T tokens, never
- * on timing.
+ * on timing, on the other tokens of the step, or on the decode path's
+ * per-shape choices (R: the order is lane-strided chunks whatever it is).
  */
-enum { KCU_MM_THREADS = 256, KCU_GEMV_T = 8, KCU_GEMV_R = 2 };
+enum {
+    KCU_MM_THREADS = 256,  /* threads a block, both paths */
+    KCU_GEMV_T = 8,        /* the most tokens of the decode path */
+    KCU_MM_GRID_COLS = 16  /* the prefill path's grid: a block for every 16 columns */
+};
 
 /* ---- matmul, prefill on tensor cores (sm_80 and later; emulated on the CPU) ---------------
  *
@@ -1046,83 +1093,307 @@ static __device__ __forceinline__ void kcu_matmul_fma(const int T, const X *__re
     }
 }
 
-/* The matmul (the section's head, above, says how). */
-/* The decode path (T <= KCU_GEMV_T; a longer step is taken KCU_GEMV_T
- * tokens at a time, correct but slow): its own kernel, so that its
- * registers and occupancy are not the tiled path's. */
-template <typename W, int K, int N, class Pro, class Epi, typename X>
-static __device__ __forceinline__ void kcu_matmul_small(const int T, const X *__restrict__ x,
-                                                        const W *__restrict__ w, Pro pro, const Epi &epi)
+/* ---- matmul, decode (T <= KCU_GEMV_T) ------------------------------------------------------
+ *
+ * A matrix-vector product is a stream of weights: each is read once and used
+ * for T multiply-adds, so the kernel can be as fast as HBM delivers weights,
+ * if enough bytes are in flight on every SM (Little's law: 4.2 TB/s times
+ * ~0.8 us of loaded latency is 25 kB on each of the H200's 132 SMs) and
+ * nothing holds the loads back. The kernel this replaces loaded two 16-byte
+ * chunks a lane at a time, each behind a branch (32 bytes a lane in flight),
+ * and with a norm prologue normalized every x element again at every chunk
+ * for every pair of columns (a shared load, a scalar load of the norm's
+ * weight, two multiplies and a software rounding an element a token).
+ *
+ * Layout. A block of 8 warps computes 8 R columns (R = 2 or 4, chosen per
+ * shape by the generator: kcu_plan_gemv); warp w takes columns w R .. w R +
+ * R - 1. Lane l reads chunks l, l + 32, ... of VEC weights (16 bytes) of
+ * each of its R rows, in steps of U chunks a row (R U = KCU_GEMV_LOADS at T
+ * = 1, half that at T > 1, where the accumulators of 8 tokens take the
+ * registers): a step is R U 16-byte loads into a lane's registers, all
+ * unconditional (a column past N reads row 0, a chunk past K the last, and
+ * neither is summed), and the next step's loads are issued before this
+ * step's multiply-adds (two register buffers): at T = 1, 4 to 8 kB a warp in
+ * flight, 64 to 128 kB an SM at two blocks (the kernel is compiled for two:
+ * __launch_bounds__(256, 2), at most 128 registers a thread). The loads skip L1
+ * (ld.global.nc.L1::no_allocate): each weight is read once, and L1 keeps the
+ * x that every warp of the SM reads. A block issues its first step's loads
+ * before anything else, so that HBM is busy while its prologue runs.
+ *
+ * x. Without a prologue, x is read from global memory (L1 after the first
+ * warp) at each chunk. With one (a fused rms_norm or layer_norm), the block
+ * computes the row statistics once (prepare), then all its threads stage
+ * the norm's values, rounded to the norm's dtype as they always were, into
+ * shared memory in that dtype (KCU_GEMV_XS_BYTES: all of K for every token
+ * when it fits, as K = 4096 in bf16 does for T <= 5; else slabs of K of
+ * whole steps, each staged between two barriers when the warps reach it), so
+ * that the inner loop does one 16-byte shared load a chunk a token, as
+ * without a prologue.
+ *
+ * Order. Each output is the same f32 sum as before this design: lane l's
+ * chunks in order, each chunk's VEC products in order (fmaf), then the
+ * butterfly; R, U and the staging change when values are read and which
+ * warp sums them, not what is summed. T = 1 runs its own instance of the
+ * loop (no per-token tests, deeper loads), T = 2 .. 8 one with accumulators
+ * for 8 tokens.
+ *
+ * Expected on an H200 (bf16 weights and x; floor: the weights' bytes at 4.2
+ * TB/s; from the design, before any measurement: `cuda_mm_check --gpu` times
+ * these shapes). T = 1: the weights stream at about 90-95% of the copy rate,
+ * plus about a microsecond a kernel to fill and drain (a block's prologue is
+ * hidden behind its first loads and the SM's other block). T = 8: the
+ * multiply-adds (64 a 16-byte chunk of a row) fill half of an SM's issue
+ * slots, the x loads and conversions a quarter more at R = 4 and two fifths
+ * at R = 2, and the staging of 8 tokens' norm values (in two slabs at K =
+ * 4096) up to a third more for a block of 16 columns: the weights stream at
+ * about 80% (R = 4) and 70% (R = 2).
+ *
+ *   Llama-3-8B (bf16)  K -> N      MB   R   floor     T = 1     T = 8
+ *   q,k,v + rms    4096 -> 6144    50.3  2   12.0 us   13.5 us   17 us
+ *   o              4096 -> 4096    33.6  2    8.0 us    9.5 us   11.5 us
+ *   gate,up + rms  4096 -> 28672  234.9  4   55.9 us   60 us     70 us
+ *   down          14336 -> 4096   117.4  2   28.0 us   30.5 us   40 us
+ *   lm_head + rms  4096 -> 128256 1050.7 4  250 us    265 us    310 us
+ *   a step's matmuls (32 layers and the head): 15.0 GB, 3.57 ms at the floor;
+ *   expected 3.9 ms at T = 1 (the whole step took 8.64 ms before) and 4.7 ms
+ *   at T = 8.
+ * Measured: not yet.
+ */
+enum {
+    KCU_GEMV_LOADS = 8,       /* 16-byte weight loads a lane a step at T = 1 (R U); T > 1: half */
+    KCU_GEMV_XS_BYTES = 40960 /* shared memory for a block's staged x (the prologue's values) */
+};
+
+/* 16 bytes of weights (p 16-byte aligned), loaded to stream: each is read
+ * once, so it is not kept in L1 (the x every warp reads stays there). */
+__device__ __forceinline__ uint4 kcu_ld_stream(const void *p)
 {
+#ifdef __CUDA_ARCH__
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+#else
+    return *reinterpret_cast<const uint4 *>(p);
+#endif
+}
+
+/* kcu_wchunk<W, VEC>: VEC consecutive weights as stored (16 bytes; VEC 1:
+ * one), streamed from memory (load), and as floats (unpack). */
+template <typename W, int VEC> struct kcu_wchunk {
+    typedef uint4 raw;
+    static __device__ __forceinline__ raw load(const W *p) { return kcu_ld_stream(p); }
+    static __device__ __forceinline__ void unpack(const raw &v, float *o) { kcu_vec<W>::unpack(v, o); }
+};
+template <typename W> struct kcu_wchunk<W, 1> {
+    typedef W raw;
+    static __device__ __forceinline__ raw load(const W *p) { return *p; }
+    static __device__ __forceinline__ void unpack(const raw &v, float *o) { o[0] = kcu_f(v); }
+};
+
+/* VEC consecutive elements of dtype E (f32, bf16, f16) from shared memory,
+ * as floats: 16 bytes a load when VEC of them make 16 bytes (p 16-byte
+ * aligned), else one at a time. */
+template <int VEC, typename E> __device__ __forceinline__ void kcu_lds(const E *p, float *o)
+{
+    enum { PER = 16 / (int)sizeof(E) };
+    if constexpr (VEC % PER == 0) {
+#pragma unroll
+        for (int q = 0; q < VEC / PER; q++)
+            kcu_vec<E>::unpack(*reinterpret_cast<const uint4 *>(p + q * PER), o + q * PER);
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; j++) o[j] = kcu_f(p[j]);
+    }
+}
+
+/* The bits of v in dtype E, v being a value of E already (kcu_round's): exact. */
+template <typename E> __device__ __forceinline__ unsigned kcu_held_bits(float v);
+template <> __device__ __forceinline__ unsigned kcu_held_bits<kcu_bf16>(float v) { return kcu_bits(v) >> 16; }
+template <> __device__ __forceinline__ unsigned kcu_held_bits<kcu_f16>(float v) { return kcu_f16_bits(v); }
+template <> __device__ __forceinline__ unsigned kcu_held_bits<float>(float v) { return kcu_bits(v); }
+
+/* VEC values of dtype E (each a value of E already) into shared memory at p,
+ * as kcu_lds reads them back: 16 bytes a store when they make 16 bytes. */
+template <int VEC, typename E> __device__ __forceinline__ void kcu_sts(E *p, const float *v)
+{
+    enum { PER = 16 / (int)sizeof(E) };
+    if constexpr (VEC % PER == 0) {
+#pragma unroll
+        for (int q = 0; q < VEC / PER; q++) {
+            unsigned u[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float *e = v + q * PER;
+                u[i] = sizeof(E) == 4 ? kcu_held_bits<E>(e[i])
+                                      : kcu_held_bits<E>(e[2 * i]) | kcu_held_bits<E>(e[2 * i + 1]) << 16;
+            }
+            *reinterpret_cast<uint4 *>(p + q * PER) = uint4{u[0], u[1], u[2], u[3]};
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; j++) kcu_put(p + j, v[j]);
+    }
+}
+
+/* kcu_matmul_small's shapes for TG tokens of accumulators. */
+template <typename W, int K, int R, int TG, typename XO, bool STAGED> struct kcu_gemv {
     enum {
         B = KCU_MM_THREADS,
-        R = KCU_GEMV_R,
-        GT = KCU_GEMV_T,
         VEC = (K * sizeof(W)) % 16 == 0 ? (int)kcu_vec<W>::N : 1, /* rows 16-byte aligned: vector loads */
         CHUNKS = K / VEC,
-        RPB = B / 32 * R /* columns per block */
+        U = (TG == 1 ? KCU_GEMV_LOADS : KCU_GEMV_LOADS / 2) / R, /* chunks of each row a lane loads a step */
+        STEP = 32 * U,                                             /* chunks of each row a warp takes a step */
+        STEPS = (CHUNKS + STEP - 1) / STEP,                        /* steps a row */
+        RAGGED = CHUNKS % STEP != 0,                               /* the last step has chunks past K */
+        XS = STAGED ? KCU_GEMV_XS_BYTES / (int)sizeof(XO) : 1      /* staged x elements */
     };
-    const int tid = threadIdx.x;
-    const int lane = tid % 32, c0 = blockIdx.x * RPB + tid / 32 * R;
+    static_assert(R == 2 || R == 4, "kcu_matmul_small: 2 or 4 columns a warp");
+    static_assert(U >= 1 && R / 2 * TG <= 32, "kcu_matmul_small: a load a row, a lane a (pair, token)");
+    static_assert(!STAGED || XS / (TG * VEC) >= STEP, "kcu_matmul_small: a slab holds a step of every token");
+    typedef kcu_wchunk<W, VEC> WC;
+    typedef typename WC::raw Raw;
+};
+
+/* Tokens t0 .. t0 + TT - 1 (TT <= TG) of kcu_matmul_small, with accumulators
+ * for TG tokens: 1 (no per-token tests), or KCU_GEMV_T for any TT. xs: the
+ * shared staging buffer when the prologue is staged. */
+template <int TG, typename W, int K, int N, int R, class Pro, class Epi, typename X, typename XO>
+static __device__ __forceinline__ void kcu_gemv_tokens(const int T, const int t0, const int TT, const X *__restrict__ x,
+                                                       const W *__restrict__ w, Pro &pro, const Epi &epi, XO *xs)
+{
+    enum { STAGED = !kcu_same<Pro, kcu_pro_none>::V };
+    typedef kcu_gemv<W, K, R, TG, XO, STAGED> G;
+    typedef typename G::WC WC;
+    typedef typename G::Raw Raw;
+    enum { VEC = G::VEC, CHUNKS = G::CHUNKS, U = G::U, STEP = G::STEP, STEPS = G::STEPS, RAGGED = G::RAGGED };
+    const int tid = threadIdx.x, lane = tid % 32;
+    /* this warp's columns c0 .. c0 + R - 1: their weight rows (-1 past N) */
+    const int c0 = ((int)blockIdx.x * (G::B / 32) + tid / 32) * R;
     int rows[R];
 #pragma unroll
     for (int r = 0; r < R; r++) rows[r] = c0 + r < N ? Epi::row(c0 + r) : -1;
-    for (int t0 = 0; t0 < T; t0 += GT) {
-        const int TT = T - t0 < GT ? T - t0 : GT;
-        pro.prepare(x, T, t0, TT);
-        float acc[R][GT];
+    /* staged: chunks of each token a slab, whole steps; all of K when it fits */
+    const int fit = STAGED ? G::XS / (TT * VEC) / STEP * STEP : STEPS * STEP;
+    const int slab = fit < STEPS * STEP ? fit : STEPS * STEP, slab_steps = slab / STEP;
+    /* step s into buf: every load issued (a column past N reads row 0, a chunk past K the last), none waited for */
+    auto load = [&](int s, Raw(&buf)[R][U]) {
 #pragma unroll
-        for (int r = 0; r < R; r++)
+        for (int u = 0; u < U; u++) {
+            int c = s * STEP + u * 32 + lane;
+            if (RAGGED && c >= CHUNKS) c = CHUNKS - 1;
 #pragma unroll
-            for (int t = 0; t < GT; t++) acc[r][t] = 0.0f;
-#pragma unroll 4
-        for (int c = lane; c < CHUNKS; c += 32) {
-            const int k = c * VEC;
+            for (int r = 0; r < R; r++) buf[r][u] = WC::load(w + (long long)(rows[r] < 0 ? 0 : rows[r]) * K + c * VEC);
+        }
+    };
+    /* the prologue's values of chunks [s0, s0 + slab) of every token into xs, between two barriers */
+    auto stage = [&](int s0) {
+        __syncthreads(); /* every warp is done with the previous slab (and prepare's statistics are in) */
+        const int n = CHUNKS - s0 < slab ? CHUNKS - s0 : slab;
+        for (int t = 0; t < TT; t++)
+            for (int c = tid; c < n; c += G::B) {
+                const long long row = t0 + t;
+                const int k = (s0 + c) * VEC;
+                float v[VEC];
+                kcu_xload<VEC>(x + row * K + k, v);
+                pro.template chunk<VEC>(v, row, k);
+                kcu_sts<VEC>(xs + (t * slab + c) * VEC, v);
+            }
+        __syncthreads();
+    };
+    float acc[R][TG];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < TG; t++) acc[r][t] = 0.0f;
+    /* step s: stage its slab if it starts one, issue the next step's loads, sum this one's */
+    auto step = [&](int s, const Raw(&use)[R][U], Raw(&fill)[R][U]) {
+        int s0 = 0; /* the staged slab's first chunk */
+        if constexpr (STAGED) {
+            if (s % slab_steps == 0) stage(s * STEP);
+            s0 = s / slab_steps * slab;
+        }
+        if (s + 1 < STEPS) load(s + 1, fill);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = s * STEP + u * 32 + lane;
+            if (RAGGED && c >= CHUNKS) continue;
             float wv[R][VEC];
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                if (rows[r] >= 0) {
-                    kcu_chunk<W, VEC>::load(w + (long long)rows[r] * K + k, wv[r]);
-                } else {
+            for (int r = 0; r < R; r++) WC::unpack(use[r][u], wv[r]);
 #pragma unroll
-                    for (int j = 0; j < VEC; j++) wv[r][j] = 0.0f;
-                }
-            }
+            for (int t = 0; t < TG; t++) {
+                if (TG > 1 && t >= TT) break;
+                float xv[VEC];
+                if constexpr (STAGED)
+                    kcu_lds<VEC>(xs + (t * slab + c - s0) * VEC, xv);
+                else
+                    kcu_xload<VEC>(x + (long long)(t0 + t) * K + c * VEC, xv);
 #pragma unroll
-            for (int t = 0; t < GT; t++) {
-                if (t < TT) {
-                    float xv[VEC];
-                    kcu_xload<VEC>(x + (long long)(t0 + t) * K + k, xv);
+                for (int r = 0; r < R; r++)
 #pragma unroll
-                    for (int j = 0; j < VEC; j++) xv[j] = pro(xv[j], t0 + t, k + j);
-#pragma unroll
-                    for (int r = 0; r < R; r++)
-#pragma unroll
-                        for (int j = 0; j < VEC; j++) acc[r][t] = fmaf(xv[j], wv[r][j], acc[r][t]);
-                }
+                    for (int j = 0; j < VEC; j++) acc[r][t] = fmaf(xv[j], wv[r][j], acc[r][t]);
             }
         }
-        /* the warp's 32 partial sums of each (column, token), totalled in every lane */
+    };
+    Raw wa[R][U], wb[R][U];
+    load(0, wa); /* in flight while the prologue runs */
+    if constexpr (STAGED) pro.prepare(x, T, t0, TT);
+#pragma unroll 1
+    for (int s = 0; s < STEPS - 1; s += 2) {
+        step(s, wa, wb);
+        step(s + 1, wb, wa);
+    }
+    if (STEPS % 2) step(STEPS - 1, wa, wb);
+    /* the warp's 32 partial sums of each (column, token), totalled in every lane */
 #pragma unroll
-        for (int r = 0; r < R; r++)
+    for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int t = 0; t < GT; t++) {
-                if (t < TT) {
+        for (int t = 0; t < TG; t++) {
+            if (TG > 1 && t >= TT) break;
 #pragma unroll
-                    for (int m = 16; m > 0; m >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], m);
-                }
-            }
-        /* lane t hands token t's pair to the epilogue (one call site: the epilogue is compiled once) */
-        float v0 = 0.0f, v1 = 0.0f;
-#pragma unroll
-        for (int t = 0; t < GT; t++)
-            if (lane == t) v0 = acc[0][t], v1 = acc[1][t];
-        if (lane < TT) {
-            if (rows[1] >= 0)
-                epi.two(t0 + lane, rows[0], v0, rows[1], v1);
-            else if (rows[0] >= 0)
-                epi.one(t0 + lane, rows[0], v0);
+            for (int sh = 16; sh > 0; sh >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], sh);
         }
+    /* lane p TG + t hands pair p's sums for token t to the epilogue (one call site: the epilogue is
+     * compiled once an instance) */
+    float v0 = 0.0f, v1 = 0.0f;
+    int n0 = -1, n1 = -1;
+#pragma unroll
+    for (int p = 0; p < R / 2; p++)
+#pragma unroll
+        for (int t = 0; t < TG; t++)
+            if (lane == p * TG + t) v0 = acc[2 * p][t], v1 = acc[2 * p + 1][t], n0 = rows[2 * p], n1 = rows[2 * p + 1];
+    const int tq = lane % TG;
+    if (lane < R / 2 * TG && tq < TT) {
+        if (n1 >= 0)
+            epi.two(t0 + tq, n0, v0, n1, v1);
+        else if (n0 >= 0)
+            epi.one(t0 + tq, n0, v0);
+    }
+}
+
+/* The decode path (T <= KCU_GEMV_T; a longer step is taken KCU_GEMV_T
+ * tokens at a time, correct but slow), as described above: R columns a warp,
+ * 8 R a block (its grid: ceil(N / (8 R)) blocks). Its own kernel, so that its
+ * registers and occupancy are not the tiled path's. */
+template <typename W, int K, int N, int R, class Pro, class Epi, typename X>
+static __device__ __forceinline__ void kcu_matmul_small(const int T, const X *__restrict__ x,
+                                                        const W *__restrict__ w, Pro pro, const Epi &epi)
+{
+    typedef typename Pro::template out<X>::T XO; /* what the matmul multiplies: x, or the norm's values */
+    enum { STAGED = !kcu_same<Pro, kcu_pro_none>::V, GT = KCU_GEMV_T };
+    XO *xs = nullptr; /* [TT][slab * VEC]: the prologue's values of the chunks staged */
+    if constexpr (STAGED) {
+        __shared__ uint4 xs_buf[KCU_GEMV_XS_BYTES / 16]; /* 16-byte aligned */
+        xs = reinterpret_cast<XO *>(xs_buf);
+    }
+    for (int t0 = 0; t0 < T; t0 += GT) {
+        const int TT = T - t0 < GT ? T - t0 : GT;
+        if (TT == 1)
+            kcu_gemv_tokens<1, W, K, N, R>(T, t0, TT, x, w, pro, epi, xs);
+        else
+            kcu_gemv_tokens<GT, W, K, N, R>(T, t0, TT, x, w, pro, epi, xs);
     }
 }
 
@@ -1133,7 +1404,7 @@ template <typename W, int K, int N, class Pro, class Epi, typename X>
 static __device__ __forceinline__ void kcu_matmul_large(const int T, const X *__restrict__ x,
                                                         const W *__restrict__ w, Pro pro, const Epi &epi)
 {
-    enum { GRID = (N + KCU_MM_THREADS / 32 * KCU_GEMV_R - 1) / (KCU_MM_THREADS / 32 * KCU_GEMV_R) };
+    enum { GRID = (N + KCU_MM_GRID_COLS - 1) / KCU_MM_GRID_COLS };
     typedef typename Pro::template out<X>::T XO;
 #if KCU_MMA
     if constexpr (kcu_same<XO, float>::V && kcu_mma_w<W>::ON)
@@ -1146,13 +1417,15 @@ static __device__ __forceinline__ void kcu_matmul_large(const int T, const X *__
 }
 
 /* Both paths in one kernel, chosen by T (the generated code launches
- * kcu_matmul_small and kcu_matmul_large as two kernels instead). */
+ * kcu_matmul_small and kcu_matmul_large as two kernels instead, the first on
+ * its own grid); launched on ceil(N / KCU_MM_GRID_COLS) blocks, so the decode
+ * path's R = 2. */
 template <typename W, int K, int N, class Pro, class Epi, typename X>
 static __device__ __forceinline__ void kcu_matmul(const int T, const X *__restrict__ x, const W *__restrict__ w,
                                                   Pro pro, const Epi &epi)
 {
     if (T <= KCU_GEMV_T)
-        kcu_matmul_small<W, K, N>(T, x, w, pro, epi);
+        kcu_matmul_small<W, K, N, 2>(T, x, w, pro, epi);
     else
         kcu_matmul_large<W, K, N>(T, x, w, pro, epi);
 }

@@ -7,7 +7,11 @@
  * prologue (kcu_pro_rms) and an epilogue that permutes the columns. Every
  * output within 1e-6 of the exact sum, relative to sum_k |x_k w_k| (x as
  * three bf16 parts is exact; the tensor cores sum in about f32 precision),
- * and two runs bitwise equal.
+ * and two runs bitwise equal. And the decode path (kcu_matmul_small, T <= 8)
+ * bitwise equal to a model of its order (decode_reference: lane l's chunks
+ * l, l + 32, ... in order, fmaf, the butterfly; the norm's statistics in
+ * double in kcu_row_stats's order): f32 or half x and norm values, 2 and 4
+ * columns a warp, ragged K, slabs of staged x, columns past N.
  *
  *   cuda_mm_check          through the CPU emulator: the kernels compiled by
  *       $KILN_GXX with $KILN_EMU_SHIM and run behind $KILN_EMU_LIB (its mma
@@ -22,7 +26,11 @@
  *       then Llama-3-8B's 128-token prefill matmuls timed on the tensor-core
  *       path against the CUDA-core one (kcu_matmul_fma), two x parts instead
  *       of three, and loads one k block ahead instead of two, with their
- *       errors on sampled outputs, and the 8B model's total.
+ *       errors on sampled outputs, and the 8B model's total; then its decode
+ *       matmuls at T = 1 and 8 (bf16 weights and x, the norm fused where the
+ *       model has it, kcu_plan_gemv's R and the other), in us and as a share
+ *       of the weights' bytes at 4.2 TB/s, the weights rotated through copies
+ *       bigger than L2, and the 8B model's total per token.
  *   cuda_mm_check --compile ARCH CUBIN    writes the --gpu kernels' cubin
  *       (NVRTC here, so that the GPU machine need not compile).
  */
@@ -44,7 +52,8 @@ typedef enum { W_BF16, W_F16, W_F32 } wtype;
 typedef enum {
     PATH_MATMUL, /* kcu_matmul_large: what kiln's prefill kernels call */
     PATH_FMA,    /* kcu_matmul_fma: the CUDA-core tiles */
-    PATH_MMA     /* kcu_matmul_mma in the case's configuration */
+    PATH_MMA,    /* kcu_matmul_mma in the case's configuration */
+    PATH_DECODE  /* kcu_matmul_small, rows columns a warp: checked bitwise against decode_reference */
 } mm_path;
 
 typedef struct mm_case {
@@ -56,6 +65,8 @@ typedef struct mm_case {
     mm_path path; /* which implementation */
     int bk, pf;   /* PATH_MMA: k block (32, 64), blocks loaded ahead (1, 2) */
     int lb2;      /* 1: the kernel declares __launch_bounds__(256, 2) (at most 128 registers) */
+    int rows;     /* PATH_DECODE: columns a warp (kcu_matmul_small's R) */
+    int xh;       /* 1: x, and the norm's values, of the weights' half dtype (fast precision) */
 } mm_case;
 
 static const char *const w_name[] = {"kcu_bf16", "kcu_f16", "float"};
@@ -64,31 +75,43 @@ static const size_t w_size[] = {2, 2, 4};
 
 /* Checked through the emulator and on a GPU. */
 static const mm_case check_cases[] = {
-    {W_BF16, 9, 72, 67, 0, 0, 0, PATH_MATMUL, 0, 0, 0},   /* one partial row tile, K % 32 = 8, N odd */
-    {W_BF16, 64, 256, 128, 1, 1, 0, PATH_MATMUL, 0, 0, 0}, /* a full tile, rms prologue, permuted columns */
-    {W_BF16, 100, 75, 33, 0, 0, 0, PATH_MATMUL, 0, 0, 0}, /* odd K: scalar weight and x loads */
-    {W_BF16, 33, 64, 64, 0, 1, 1, PATH_MATMUL, 0, 0, 0},  /* x not 16-byte aligned */
-    {W_F16, 100, 96, 130, 1, 0, 0, PATH_MATMUL, 0, 0, 0},  /* f16: weights as two bf16 parts */
-    {W_F16, 20, 40, 9, 0, 1, 0, PATH_MATMUL, 0, 0, 0},
-    {W_F32, 70, 64, 31, 1, 0, 0, PATH_MATMUL, 0, 0, 0},   /* f32: weights as three bf16 parts */
+    {W_BF16, 9, 72, 67, 0, 0, 0, PATH_MATMUL, 0, 0, 0, 0, 0},   /* one partial row tile, K % 32 = 8, N odd */
+    {W_BF16, 64, 256, 128, 1, 1, 0, PATH_MATMUL, 0, 0, 0, 0, 0}, /* a full tile, rms prologue, permuted columns */
+    {W_BF16, 100, 75, 33, 0, 0, 0, PATH_MATMUL, 0, 0, 0, 0, 0}, /* odd K: scalar weight and x loads */
+    {W_BF16, 33, 64, 64, 0, 1, 1, PATH_MATMUL, 0, 0, 0, 0, 0},  /* x not 16-byte aligned */
+    {W_F16, 100, 96, 130, 1, 0, 0, PATH_MATMUL, 0, 0, 0, 0, 0},  /* f16: weights as two bf16 parts */
+    {W_F16, 20, 40, 9, 0, 1, 0, PATH_MATMUL, 0, 0, 0, 0, 0},
+    {W_F32, 70, 64, 31, 1, 0, 0, PATH_MATMUL, 0, 0, 0, 0, 0},   /* f32: weights as three bf16 parts */
     /* the tensor-core path's other configurations */
-    {W_BF16, 100, 200, 67, 1, 1, 0, PATH_MMA, 64, 1, 0},
-    {W_BF16, 70, 136, 70, 0, 0, 1, PATH_MMA, 64, 2, 0},
-    {W_F16, 9, 100, 40, 0, 1, 0, PATH_MMA, 32, 2, 0},
-    {W_F32, 65, 96, 65, 1, 1, 0, PATH_MMA, 32, 1, 0},
-    {W_F32, 20, 36, 19, 0, 0, 0, PATH_MATMUL, 0, 0, 0}, /* f32 rows 16-byte aligned, K % 8 = 4 */
-    {W_BF16, 40, 128, 24, 1, 0, 0, PATH_FMA, 0, 0, 0}, /* the CUDA-core path (older GPUs) */
+    {W_BF16, 100, 200, 67, 1, 1, 0, PATH_MMA, 64, 1, 0, 0, 0},
+    {W_BF16, 70, 136, 70, 0, 0, 1, PATH_MMA, 64, 2, 0, 0, 0},
+    {W_F16, 9, 100, 40, 0, 1, 0, PATH_MMA, 32, 2, 0, 0, 0},
+    {W_F32, 65, 96, 65, 1, 1, 0, PATH_MMA, 32, 1, 0, 0, 0},
+    {W_F32, 20, 36, 19, 0, 0, 0, PATH_MATMUL, 0, 0, 0, 0, 0}, /* f32 rows 16-byte aligned, K % 8 = 4 */
+    {W_BF16, 40, 128, 24, 1, 0, 0, PATH_FMA, 0, 0, 0, 0, 0}, /* the CUDA-core path (older GPUs) */
+    /* the decode path: T = 1 and 2 .. 8 are two instances of its loop */
+    {W_BF16, 1, 72, 67, 0, 0, 0, PATH_DECODE, 0, 0, 0, 2, 0},   /* K % 256 != 0: a ragged last step; N odd */
+    {W_BF16, 3, 256, 128, 1, 1, 0, PATH_DECODE, 0, 0, 0, 4, 0}, /* rms (f32 values staged), permuted columns */
+    {W_BF16, 8, 4096, 40, 1, 0, 0, PATH_DECODE, 0, 0, 0, 2, 1}, /* bf16 x: 8 x 4096 staged in two slabs */
+    {W_BF16, 1, 4096, 40, 1, 1, 0, PATH_DECODE, 0, 0, 0, 4, 1}, /* bf16 x, T = 1: all of K staged */
+    {W_BF16, 6, 2048, 33, 1, 0, 0, PATH_DECODE, 0, 0, 0, 2, 0}, /* f32 values: slabs of 3 steps, 4 steps */
+    {W_BF16, 5, 520, 3, 0, 0, 0, PATH_DECODE, 0, 0, 0, 4, 1},   /* N < a warp's columns; ragged */
+    {W_F16, 2, 100, 9, 1, 0, 0, PATH_DECODE, 0, 0, 0, 2, 1},    /* f16; rows not 16-byte aligned: VEC 1 */
+    {W_F16, 7, 1000, 70, 1, 1, 0, PATH_DECODE, 0, 0, 0, 4, 1},
+    {W_F32, 4, 36, 31, 1, 0, 0, PATH_DECODE, 0, 0, 0, 4, 0},    /* f32 weights: 4 a chunk */
+    {W_F32, 1, 35, 17, 0, 1, 0, PATH_DECODE, 0, 0, 0, 2, 0},    /* f32, VEC 1 */
 };
 
-/* Llama-3-8B's matmuls (K, N) for a 128-token prefill, each timed. */
+/* Llama-3-8B's matmuls (K, N), each timed for a 128-token prefill and for decode. */
 typedef struct bench_shape {
     const char *what; /* the layer's matmul */
     int K, N;         /* its shape */
     int per_model;    /* how many the model has */
+    int norm;         /* 1: a norm before it, fused as the decode kernel's prologue */
 } bench_shape;
 static const bench_shape llama8b[] = {
-    {"q,k,v", 4096, 6144, 32}, {"o", 4096, 4096, 32}, {"gate,up", 4096, 28672, 32},
-    {"down", 14336, 4096, 32}, {"lm_head", 4096, 128256, 1},
+    {"q,k,v", 4096, 6144, 32, 1}, {"o", 4096, 4096, 32, 0}, {"gate,up", 4096, 28672, 32, 1},
+    {"down", 14336, 4096, 32, 0}, {"lm_head", 4096, 128256, 1, 1},
 };
 
 /* ---- data ------------------------------------------------------------------------------ */
@@ -142,16 +165,23 @@ static void kernel_source(const mm_case *c, int index, ks_buf *src)
     char epi[64], pro[128];
     snprintf(epi, sizeof epi, "%s<%d>{out}", c->rev ? "mmc_epi_rev" : "kcu_epi_store", c->N);
     if (c->rms)
-        snprintf(pro, sizeof pro, "kcu_pro_rms<%d, %s>{g, 1e-5, nullptr, 0}", c->K, wt);
+        snprintf(pro, sizeof pro, "kcu_pro_rms<%d, %s%s%s>{g, 1e-5, nullptr, 0}", c->K, wt, c->xh ? ", " : "",
+                 c->xh ? wt : "");
     else
         snprintf(pro, sizeof pro, "kcu_pro_none{}");
+    char bounds[16] = ""; /* __launch_bounds__'s blocks an SM: the decode kernel's as kiln's, or lb2's */
+    if (c->path == PATH_DECODE || c->lb2)
+        snprintf(bounds, sizeof bounds, ", %d", c->path == PATH_DECODE ? kcu_plan_gemv(c->N).per_sm : 2);
     ks_buf_printf(src,
-                  "extern \"C\" __global__ void __launch_bounds__(KCU_MM_THREADS%s) mm_%d(int T, const float "
+                  "extern \"C\" __global__ void __launch_bounds__(KCU_MM_THREADS%s) mm_%d(int T, const %s "
                   "*__restrict__ x, const %s *__restrict__ w, const %s *__restrict__ g, float *__restrict__ out)\n"
                   "{\n    (void)g;\n",
-                  c->lb2 ? ", 2" : "", index, wt, wt);
+                  bounds, index, c->xh ? wt : "float", wt, wt);
     int grid = (c->N + 15) / 16;
-    if (c->path == PATH_MATMUL)
+    if (c->path == PATH_DECODE)
+        ks_buf_printf(src, "    kcu_matmul_small<%s, %d, %d, %d>(T, x, w, %s, %s);\n}\n", wt, c->K, c->N, c->rows, pro,
+                      epi);
+    else if (c->path == PATH_MATMUL)
         ks_buf_printf(src, "    kcu_matmul_large<%s, %d, %d>(T, x, w, %s, %s);\n}\n", wt, c->K, c->N, pro, epi);
     else if (c->path == PATH_FMA)
         ks_buf_printf(src, "    auto pro = %s;\n    kcu_matmul_fma<%s, %d, %d, %d>(T, x, w, pro, %s);\n}\n", pro, wt,
@@ -206,7 +236,8 @@ typedef struct mm_data {
     double *xp;              /* [T, K] x after the prologue, exactly (NULL: sampled rows only) */
     double *wv;              /* [N, K] the weights' values (NULL for big shapes: wraw is read) */
     void *wraw;              /* [N, K] the weights as stored */
-    float *xh;               /* [T, K] x as given */
+    float *xh;               /* [T, K] x as given (a half value's, with xh) */
+    float *gf;               /* [K] the norm's weight's values */
 } mm_data;
 
 static double weight_at(const mm_case *c, const mm_data *d, size_t i)
@@ -234,22 +265,40 @@ static void prologue_row(const mm_case *c, const float *xrow, const double *g, d
     for (int k = 0; k < c->K; k++) y[k] = (double)xrow[k] * inv * (c->rms ? g[k] : 1.0);
 }
 
+/* The bits of f in the half dtype of weights w (bf16 or f16), rounded to nearest even; *back: their value. */
+static uint16_t to_half(wtype w, float f, float *back)
+{
+    uint16_t h = w == W_BF16 ? ks_f32_to_bf16(f) : ks_f32_to_f16(f);
+    *back = w == W_BF16 ? ks_bf16_to_f32(h) : ks_f16_to_f32(h);
+    return h;
+}
+
 /* Upload a case's operands (seeded by seed); full: keep the exact weights */
 static int setup(runner *r, const mm_case *c, uint64_t seed, int full, mm_data *d)
 {
     memset(d, 0, sizeof *d);
     size_t nx = (size_t)c->T * c->K + (size_t)c->x_off, nw = (size_t)c->N * c->K, es = w_size[c->w];
+    size_t xs = c->xh ? 2 : 4; /* bytes an x */
     uint64_t s = seed;
     d->xh = malloc(nx * sizeof(float));
     d->wraw = malloc(nw * es);
-    void *graw = malloc((size_t)c->K * es);
+    d->gf = malloc((size_t)c->K * sizeof(float));
+    void *graw = malloc((size_t)c->K * es), *xraw = malloc(nx * xs);
     double *gv = malloc((size_t)c->K * sizeof(double));
     if (full) d->wv = malloc(nw * sizeof(double));
-    if (!d->xh || !d->wraw || !graw || !gv || (full && !d->wv)) {
+    if (!d->xh || !d->wraw || !d->gf || !graw || !xraw || !gv || (full && !d->wv)) {
         fprintf(stderr, "out of host memory\n");
         exit(1);
     }
     fill_x(nx, &s, d->xh, full);
+    for (size_t i = 0; i < nx; i++) {
+        if (c->xh) {
+            uint16_t h = to_half(c->w, d->xh[i], &d->xh[i]);
+            memcpy((char *)xraw + 2 * i, &h, 2);
+        } else {
+            memcpy((char *)xraw + 4 * i, &d->xh[i], 4);
+        }
+    }
     fill_weights(c->w, nw, full ? 0.5 : 0.04, &s, d->wraw, d->wv);
     for (int k = 0; k < c->K; k++) { /* norm weights about 1 */
         float f = (float)(1.0 + 0.25 * rng_unit(&s));
@@ -262,6 +311,7 @@ static int setup(runner *r, const mm_case *c, uint64_t seed, int full, mm_data *
         } else {
             memcpy((char *)graw + 4 * (size_t)k, &f, 4), gv[k] = f;
         }
+        d->gf[k] = (float)gv[k];
     }
     d->xp = malloc((size_t)c->T * c->K * sizeof(double));
     if (!d->xp) {
@@ -270,14 +320,15 @@ static int setup(runner *r, const mm_case *c, uint64_t seed, int full, mm_data *
     }
     for (int t = 0; t < c->T; t++)
         prologue_row(c, d->xh + c->x_off + (size_t)t * c->K, gv, d->xp + (size_t)t * c->K);
-    int ok = cu_ok(r, r->api.cuMemAlloc(&d->x, nx * 4), "cuMemAlloc") &&
+    int ok = cu_ok(r, r->api.cuMemAlloc(&d->x, nx * xs), "cuMemAlloc") &&
              cu_ok(r, r->api.cuMemAlloc(&d->w, nw * es), "cuMemAlloc") &&
              cu_ok(r, r->api.cuMemAlloc(&d->g, (size_t)c->K * es), "cuMemAlloc") &&
              cu_ok(r, r->api.cuMemAlloc(&d->out, (size_t)c->T * c->N * 4), "cuMemAlloc") &&
-             cu_ok(r, r->api.cuMemcpyHtoD(d->x, d->xh, nx * 4), "cuMemcpyHtoD") &&
+             cu_ok(r, r->api.cuMemcpyHtoD(d->x, xraw, nx * xs), "cuMemcpyHtoD") &&
              cu_ok(r, r->api.cuMemcpyHtoD(d->w, d->wraw, nw * es), "cuMemcpyHtoD") &&
              cu_ok(r, r->api.cuMemcpyHtoD(d->g, graw, (size_t)c->K * es), "cuMemcpyHtoD");
     free(graw);
+    free(xraw);
     free(gv);
     return ok ? 0 : -1;
 }
@@ -292,23 +343,28 @@ static void teardown(runner *r, mm_data *d)
     free(d->wv);
     free(d->wraw);
     free(d->xh);
+    free(d->gf);
 }
 
-/* Launch case index on its grid: ceil(N / 16) blocks of 256 threads. */
-static int launch(runner *r, const mm_case *c, int index, const mm_data *d)
+/* Launch case index, its weights at w, on its grid: ceil(N / 16) blocks of 256 threads, or the
+ * decode path's ceil(N / (8 rows)). */
+static int launch_w(runner *r, const mm_case *c, int index, const mm_data *d, krt_cu_ptr w)
 {
     char name[32];
     snprintf(name, sizeof name, "mm_%d", index);
     krt_cu_fn fn;
     if (!cu_ok(r, r->api.cuModuleGetFunction(&fn, r->mod, name), name)) return -1;
-    int T = c->T;
-    krt_cu_ptr x = d->x + 4 * (krt_cu_ptr)c->x_off;
-    void *params[] = {&T, &x, (void *)&d->w, (void *)&d->g, (void *)&d->out, NULL};
-    return cu_ok(r, r->api.cuLaunchKernel(fn, (unsigned)(c->N + 15) / 16, 1, 1, 256, 1, 1, 0, NULL, params, NULL),
+    int T = c->T, cols = c->path == PATH_DECODE ? 8 * c->rows : 16;
+    krt_cu_ptr x = d->x + (c->xh ? 2 : 4) * (krt_cu_ptr)c->x_off;
+    void *params[] = {&T, &x, &w, (void *)&d->g, (void *)&d->out, NULL};
+    return cu_ok(r, r->api.cuLaunchKernel(fn, (unsigned)((c->N + cols - 1) / cols), 1, 1, 256, 1, 1, 0, NULL, params,
+                                          NULL),
                  "cuLaunchKernel")
                ? 0
                : -1;
 }
+
+static int launch(runner *r, const mm_case *c, int index, const mm_data *d) { return launch_w(r, c, index, d, d->w); }
 
 /* Error of out against the exact sums over rows/columns (every one, or a
  * sample): worst |out - exact| / sum_k |x_k w_k|, and the relative L2. */
@@ -343,16 +399,76 @@ static mm_err compare(const mm_case *c, const mm_data *d, const float *out, int 
     return e;
 }
 
-/* Run every check case twice: within 1e-6 (4e-6 for the CUDA-core path),
- * bitwise equal runs. */
+/* The decode path's outputs [T, N] as it sums them (kcu_prelude.cuh's kcu_matmul_small, and the
+ * decode kernel before it): per token, kcu_pro_rms's statistic (lane l sums x_k^2 in double for
+ * k = l, l + 32, ..., a butterfly of the 32 sums; 1 / sqrt(s / K + eps) as f32), the norm's values
+ * (x inv, times g, in f32, rounded to the half dtype with xh); per output, lane l sums its chunks
+ * l, l + 32, ... of VEC elements in order with fmaf from 0, then a butterfly of the 32 sums.
+ * Columns 0, nstep, 2 nstep, ... only. */
+static void decode_reference(const mm_case *c, const mm_data *d, int nstep, float *ref)
+{
+    const int K = c->K, N = c->N, es = (int)w_size[c->w], vec = (K * es) % 16 == 0 ? 16 / es : 1, chunks = K / vec;
+    float *xp = malloc((size_t)K * sizeof(float));
+    if (!xp) {
+        fprintf(stderr, "out of host memory\n");
+        exit(1);
+    }
+    for (int t = 0; t < c->T; t++) {
+        const float *xr = d->xh + c->x_off + (size_t)t * K;
+        float inv = 1.0f;
+        if (c->rms) {
+            double lane[32], next[32];
+            for (int l = 0; l < 32; l++) {
+                lane[l] = 0.0;
+                for (int k = l; k < K; k += 32) lane[l] += (double)xr[k] * (double)xr[k];
+            }
+            for (int m = 16; m > 0; m >>= 1) {
+                for (int l = 0; l < 32; l++) next[l] = lane[l] + lane[l ^ m];
+                memcpy(lane, next, sizeof lane);
+            }
+            inv = (float)(1.0 / sqrt(lane[0] / (double)K + 1e-5));
+        }
+        for (int k = 0; k < K; k++) {
+            float y = xr[k];
+            if (c->rms) {
+                y = y * inv;
+                y = y * d->gf[k];
+                if (c->xh) to_half(c->w, y, &y);
+            }
+            xp[k] = y;
+        }
+        for (int n = 0; n < N; n += nstep) {
+            float lane[32], next[32];
+            for (int l = 0; l < 32; l++) {
+                float acc = 0.0f;
+                for (int ch = l; ch < chunks; ch += 32)
+                    for (int j = 0; j < vec; j++) {
+                        const int k = ch * vec + j;
+                        acc = fmaf(xp[k], (float)weight_at(c, d, (size_t)n * K + k), acc);
+                    }
+                lane[l] = acc;
+            }
+            for (int m = 16; m > 0; m >>= 1) {
+                for (int l = 0; l < 32; l++) next[l] = lane[l] + lane[l ^ m];
+                memcpy(lane, next, sizeof lane);
+            }
+            ref[(size_t)t * N + n] = lane[0];
+        }
+    }
+    free(xp);
+}
+
+/* Run every check case twice: within 1e-6 (4e-6 for the CUDA-core path), or the decode path
+ * bitwise equal to decode_reference; bitwise equal runs. */
 static void run_checks(runner *r, const mm_case *cases, int n)
 {
     for (int i = 0; i < n; i++) {
         const mm_case *c = &cases[i];
         mm_data d;
         char what[128];
-        snprintf(what, sizeof what, "%s T=%d K=%d N=%d%s%s%s", w_short[c->w], c->T, c->K, c->N,
-                 c->rms ? " rms" : "", c->rev ? " reversed" : "", c->x_off ? " x+1" : "");
+        snprintf(what, sizeof what, "%s T=%d K=%d N=%d%s%s%s%s", w_short[c->w], c->T, c->K, c->N,
+                 c->rms ? " rms" : "", c->rev ? " reversed" : "", c->x_off ? " x+1" : "", c->xh ? " half x" : "");
+        if (c->path == PATH_DECODE) snprintf(what + strlen(what), sizeof what - strlen(what), " decode R=%d", c->rows);
         size_t bytes = (size_t)c->T * c->N * 4;
         float *a = malloc(bytes), *b = malloc(bytes);
         if (!a || !b || setup(r, c, 1000 + (uint64_t)i, 1, &d) != 0) {
@@ -363,7 +479,21 @@ static void run_checks(runner *r, const mm_case *cases, int n)
         int ok = r->api.cuMemsetD8(d.out, 0xff, bytes) == 0 && launch(r, c, i, &d) == 0 &&
                  r->api.cuMemcpyDtoH(a, d.out, bytes) == 0 && r->api.cuMemsetD8(d.out, 0xff, bytes) == 0 &&
                  launch(r, c, i, &d) == 0 && r->api.cuMemcpyDtoH(b, d.out, bytes) == 0;
-        if (check_at(ok, __FILE__, __LINE__, "%s: launch", what)) {
+        if (check_at(ok, __FILE__, __LINE__, "%s: launch", what) && c->path == PATH_DECODE) {
+            float *ref = malloc(bytes);
+            if (!ref) {
+                fprintf(stderr, "out of host memory\n");
+                exit(1);
+            }
+            decode_reference(c, &d, 1, ref);
+            size_t differ = 0, n_out = (size_t)c->T * c->N;
+            for (size_t o = 0; o < n_out; o++) differ += memcmp(&a[o], &ref[o], 4) != 0;
+            int same = memcmp(a, b, bytes) == 0;
+            printf("%s %s: %zu of %zu outputs differ from the decode order's sums%s\n",
+                   !differ && same ? "ok  " : "FAIL", what, differ, n_out, same ? "" : ", two runs differ");
+            CHECK_MSG(!differ && same, "%s", what);
+            free(ref);
+        } else if (ok) {
             mm_err e = compare(c, &d, a, 0);
             int same = memcmp(a, b, bytes) == 0;
             /* the CUDA-core path's sequential f32 sums round more often */
@@ -403,32 +533,42 @@ static double time_case(runner *r, const mm_case *c, int index, const mm_data *d
 /* The benchmark's cases: every 8B shape (bf16) through kcu_matmul_large, the same
  * in a kernel limited to 128 registers, the CUDA-core path, and the
  * tensor-core path alone loading two k blocks ahead; gate,up in f16 and f32;
- * T = 512, 2048. */
+ * T = 512, 2048; then every 8B shape through the decode path. */
 static int bench_cases(mm_case *out)
 {
     int n = 0;
     for (size_t s = 0; s < sizeof llama8b / sizeof llama8b[0]; s++) {
         const int K = llama8b[s].K, N = llama8b[s].N;
-        out[n++] = (mm_case){W_BF16, 128, K, N, 0, 0, 0, PATH_MATMUL, 0, 0, 0};
-        out[n++] = (mm_case){W_BF16, 128, K, N, 0, 0, 0, PATH_MATMUL, 0, 0, 1};
-        out[n++] = (mm_case){W_BF16, 128, K, N, 0, 0, 0, PATH_FMA, 0, 0, 0};
-        out[n++] = (mm_case){W_BF16, 128, K, N, 0, 0, 0, PATH_MMA, 64, 2, 0};
+        out[n++] = (mm_case){W_BF16, 128, K, N, 0, 0, 0, PATH_MATMUL, 0, 0, 0, 0, 0};
+        out[n++] = (mm_case){W_BF16, 128, K, N, 0, 0, 0, PATH_MATMUL, 0, 0, 1, 0, 0};
+        out[n++] = (mm_case){W_BF16, 128, K, N, 0, 0, 0, PATH_FMA, 0, 0, 0, 0, 0};
+        out[n++] = (mm_case){W_BF16, 128, K, N, 0, 0, 0, PATH_MMA, 64, 2, 0, 0, 0};
     }
     for (int w = W_F16; w <= W_F32; w++) {
-        out[n++] = (mm_case){(wtype)w, 128, 4096, 28672, 0, 0, 0, PATH_MATMUL, 0, 0, 0};
-        out[n++] = (mm_case){(wtype)w, 128, 4096, 28672, 0, 0, 0, PATH_MATMUL, 0, 0, 1};
-        out[n++] = (mm_case){(wtype)w, 128, 4096, 28672, 0, 0, 0, PATH_FMA, 0, 0, 0};
+        out[n++] = (mm_case){(wtype)w, 128, 4096, 28672, 0, 0, 0, PATH_MATMUL, 0, 0, 0, 0, 0};
+        out[n++] = (mm_case){(wtype)w, 128, 4096, 28672, 0, 0, 0, PATH_MATMUL, 0, 0, 1, 0, 0};
+        out[n++] = (mm_case){(wtype)w, 128, 4096, 28672, 0, 0, 0, PATH_FMA, 0, 0, 0, 0, 0};
     }
-    out[n++] = (mm_case){W_BF16, 512, 4096, 28672, 0, 0, 0, PATH_MATMUL, 0, 0, 1};
-    out[n++] = (mm_case){W_BF16, 2048, 4096, 4096, 0, 0, 0, PATH_MATMUL, 0, 0, 1};
-    out[n++] = (mm_case){W_BF16, 2048, 4096, 4096, 0, 0, 0, PATH_FMA, 0, 0, 0};
+    out[n++] = (mm_case){W_BF16, 512, 4096, 28672, 0, 0, 0, PATH_MATMUL, 0, 0, 1, 0, 0};
+    out[n++] = (mm_case){W_BF16, 2048, 4096, 4096, 0, 0, 0, PATH_MATMUL, 0, 0, 1, 0, 0};
+    out[n++] = (mm_case){W_BF16, 2048, 4096, 4096, 0, 0, 0, PATH_FMA, 0, 0, 0, 0, 0};
+    /* decode: bf16 x (fast precision), T = 1 and 8, kcu_plan_gemv's R first, then the other */
+    for (size_t s = 0; s < sizeof llama8b / sizeof llama8b[0]; s++)
+        for (int T = 1; T <= 8; T += 7) {
+            const bench_shape *b = &llama8b[s];
+            const int R = kcu_plan_gemv(b->N).rows;
+            out[n++] = (mm_case){W_BF16, T, b->K, b->N, b->norm, 0, 0, PATH_DECODE, 0, 0, 0, R, 1};
+            out[n++] = (mm_case){W_BF16, T, b->K, b->N, b->norm, 0, 0, PATH_DECODE, 0, 0, 0, 6 - R, 1};
+        }
     return n;
 }
 
 /* A case's implementation, in words. */
 static void path_name(const mm_case *c, char *buf, size_t n)
 {
-    if (c->path == PATH_MATMUL)
+    if (c->path == PATH_DECODE)
+        snprintf(buf, n, "decode, R %d%s", c->rows, c->rms ? ", rms prologue" : "");
+    else if (c->path == PATH_MATMUL)
         snprintf(buf, n, "kcu_matmul_large%s", c->lb2 ? ", <= 128 registers" : "");
     else if (c->path == PATH_FMA)
         snprintf(buf, n, "CUDA cores (fma)");
@@ -436,8 +576,80 @@ static void path_name(const mm_case *c, char *buf, size_t n)
         snprintf(buf, n, "tensor cores, k %d, %d ahead", c->bk, c->pf);
 }
 
+/* A decode case timed: reps launches, the weights read from copies enough to pass 256 MB (so that
+ * L2, 50 MB, does not hold them between launches: each launch reads its weights from HBM, as a
+ * decode step does); us a launch (the launches queue back to back: the gaps between kernels are
+ * in it, as in a step's stream), or -1. */
+static double time_decode(runner *r, const mm_case *c, int index, const mm_data *d, int reps)
+{
+    enum { MAX_COPIES = 16 };
+    const size_t bytes = (size_t)c->N * c->K * w_size[c->w];
+    int copies = (int)((((size_t)256 << 20) + bytes - 1) / bytes);
+    if (copies > MAX_COPIES) copies = MAX_COPIES;
+    krt_cu_ptr w[MAX_COPIES] = {d->w};
+    int have = 1;
+    while (have < copies && r->api.cuMemAlloc(&w[have], bytes) == 0 && r->api.cuMemsetD8(w[have], 0, bytes) == 0)
+        have++;
+    krt_cu_event e0, e1;
+    double us = -1;
+    if (cu_ok(r, r->api.cuEventCreate(&e0, 0), "cuEventCreate") &&
+        cu_ok(r, r->api.cuEventCreate(&e1, 0), "cuEventCreate")) {
+        int ok = 1;
+        for (int i = 0; i < 2 * have && ok; i++) ok = launch_w(r, c, index, d, w[i % have]) == 0;
+        r->api.cuEventRecord(e0, NULL);
+        for (int i = 0; i < reps && ok; i++) ok = launch_w(r, c, index, d, w[i % have]) == 0;
+        r->api.cuEventRecord(e1, NULL);
+        float f = 0;
+        if (ok && cu_ok(r, r->api.cuStreamSynchronize(NULL), "cuStreamSynchronize") &&
+            cu_ok(r, r->api.cuEventElapsedTime(&f, e0, e1), "cuEventElapsedTime"))
+            us = 1e3 * f / reps;
+        r->api.cuEventDestroy(e0);
+        r->api.cuEventDestroy(e1);
+    }
+    for (int i = 1; i < have; i++) r->api.cuMemFree(w[i]);
+    /* the outputs of the last launch are of copy (reps - 1) % have: run copy 0 again to check them */
+    if (us > 0 && launch(r, c, index, d) != 0) us = -1;
+    return us;
+}
+
+/* The decode cases of the benchmark: time each, check sampled outputs bitwise against
+ * decode_reference, and total the 8B model's decode matmuls at each T with kcu_plan_gemv's R. */
+static void run_decode_bench(runner *r, const mm_case *c, int index, double *model)
+{
+    mm_data d;
+    if (!CHECK(setup(r, c, 11 + (uint64_t)c->K * 31 + (uint64_t)c->N, 0, &d) == 0)) return;
+    const double floor_us = (double)c->N * c->K * w_size[c->w] / 4.2e12 * 1e6; /* the weights at 4.2 TB/s */
+    double us = time_decode(r, c, index, &d, c->N > 100000 ? 20 : 200);
+    size_t bytes = (size_t)c->T * c->N * 4;
+    const int nstep = c->N / 97 + 1;
+    float *out = malloc(bytes), *ref = malloc(bytes);
+    size_t differ = 0, checked = 0;
+    if (out && ref && us > 0 && r->api.cuMemcpyDtoH(out, d.out, bytes) == 0) {
+        decode_reference(c, &d, nstep, ref);
+        for (int t = 0; t < c->T; t++)
+            for (int nn = 0; nn < c->N; nn += nstep, checked++)
+                differ += memcmp(&out[(size_t)t * c->N + nn], &ref[(size_t)t * c->N + nn], 4) != 0;
+    }
+    free(out), free(ref);
+    char name[48];
+    path_name(c, name, sizeof name);
+    const double gbs = us > 0 ? (double)c->N * c->K * w_size[c->w] / (us * 1e-6) / 1e9 : 0;
+    printf("bench %-5s T=%-4d K=%-5d N=%-6d %-32s %8.1f us %6.0f GB/s, %3.0f%% of the floor (%.1f us)%s\n",
+           w_short[c->w], c->T, c->K, c->N, name, us, gbs, us > 0 ? 100.0 * floor_us / us : 0, floor_us,
+           differ ? "  OUTPUTS DIFFER FROM THE DECODE ORDER" : "");
+    CHECK_MSG(us > 0 && checked > 0 && differ == 0, "decode bench case %d: %zu of %zu sampled outputs differ", index,
+              differ, checked);
+    for (size_t s = 0; s < sizeof llama8b / sizeof llama8b[0]; s++)
+        if (c->K == llama8b[s].K && c->N == llama8b[s].N && c->rows == kcu_plan_gemv(c->N).rows) {
+            model[c->T != 1] += us * llama8b[s].per_model;
+            model[2 + (c->T != 1)] += floor_us * llama8b[s].per_model;
+        }
+    teardown(r, &d);
+}
+
 static void run_bench(runner *r, const mm_case *cases, int n, int first)
 {
+    double decode[4] = {0}; /* the 8B model's decode matmuls, us: T = 1, T = 8, their floors */
     enum { MAX_LABELS = 8 };
     char labels[MAX_LABELS][48];
     double model[MAX_LABELS] = {0}; /* the 8B model's matmul time per implementation, ms */
@@ -445,6 +657,10 @@ static void run_bench(runner *r, const mm_case *cases, int n, int first)
     for (int i = 0; i < n; i++) {
         const mm_case *c = &cases[i];
         mm_data d;
+        if (c->path == PATH_DECODE) {
+            run_decode_bench(r, c, first + i, decode);
+            continue;
+        }
         if (!CHECK(setup(r, c, 7 + (uint64_t)c->K * 31 + (uint64_t)c->N, 0, &d) == 0)) continue;
         double ms = time_case(r, c, first + i, &d, c->T >= 512 ? 5 : 10);
         size_t bytes = (size_t)c->T * c->N * 4;
@@ -471,6 +687,11 @@ static void run_bench(runner *r, const mm_case *cases, int n, int first)
     }
     for (int l = 0; l < n_labels; l++)
         printf("bench Llama-3-8B 128-token prefill, matmuls only (bf16 weights), %s: %.1f ms\n", labels[l], model[l]);
+    for (int t = 0; t < 2; t++)
+        if (decode[t] > 0)
+            printf("bench Llama-3-8B decode step, T = %d, matmuls only (bf16 weights and x, kcu_plan_gemv's R): "
+                   "%.3f ms (the weights at 4.2 TB/s: %.3f ms, %.0f%%)\n",
+                   t ? 8 : 1, decode[t] * 1e-3, decode[2 + t] * 1e-3, 100.0 * decode[2 + t] / decode[t]);
 }
 
 /* ---- main ------------------------------------------------------------------------------- */
@@ -505,7 +726,7 @@ static int nvrtc(const char *src, const char *arch, ks_buf *cubin)
     return rc;
 }
 
-enum { MAX_BENCH = 32 };
+enum { MAX_BENCH = 64 };
 
 /* The --gpu kernels: the checks, then the benchmark's; their counts. */
 static void gpu_cases(mm_case *all, int *n_checks, int *n_bench)

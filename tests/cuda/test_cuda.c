@@ -172,9 +172,9 @@ static void test_generate(void)
     ks_buf_printf(&want,
                   "/* matmul: x w^T with f32 weights, fp32 sums (4-element loads; a warp for 2 rows when T <= 8) -> "
                   "f32[T,8] */\n"
-                  "extern \"C\" __global__ void __launch_bounds__(256) %s(int T, const float *__restrict__ x, const "
+                  "extern \"C\" __global__ void __launch_bounds__(256, 2) %s(int T, const float *__restrict__ x, const "
                   "float *__restrict__ w, float *__restrict__ out)\n{\n"
-                  "    kcu_matmul_small<float, 8, 8>(T, x, w, kcu_pro_none(), kcu_epi_store<8>{out});\n}\n",
+                  "    kcu_matmul_small<float, 8, 8, 2>(T, x, w, kcu_pro_none(), kcu_epi_store<8>{out});\n}\n",
                   meta.kernels[2].name);
     CHECK(strstr(ks_buf_cstr(&src), ks_buf_cstr(&want)));
     want.len = 0;
@@ -215,9 +215,9 @@ static void test_generate(void)
         CHECK(count_of(ks_buf_cstr(&src), "__global__") == 6); /* and the two matmuls' _large variants */
         want.len = 0;
         ks_buf_printf(&want,
-                      "void __launch_bounds__(256) %s(int T, const float *__restrict__ x, const kcu_bf16 *__restrict__ "
-                      "w, float *__restrict__ out)\n{\n    kcu_matmul_small<kcu_bf16, 64, 64>(T, x, w, kcu_pro_none(), "
-                      "kcu_epi_store<64>{out});\n}\n",
+                      "void __launch_bounds__(256, 2) %s(int T, const float *__restrict__ x, const kcu_bf16 "
+                      "*__restrict__ w, float *__restrict__ out)\n{\n    kcu_matmul_small<kcu_bf16, 64, 64, 2>(T, x, w, "
+                      "kcu_pro_none(), kcu_epi_store<64>{out});\n}\n",
                       m2.kernels[6].name);
         CHECK(strstr(ks_buf_cstr(&src), ks_buf_cstr(&want)));
     }
