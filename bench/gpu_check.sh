@@ -50,7 +50,8 @@
 #       profile — `kiln run --profile` of Llama-3-8B's shape with GPU_PROFILE_LAYERS (default 4) layers at
 #         512 and 2048 tokens (about 60 s: the per-kernel times and TFLOP/s, `kiln build --stats`' tiles in
 #         $OUT/profile_build.txt); with GPU_PROFILE_NCU="kernel name regex", Nsight Compute on those kernels
-#         (their first GPU_PROFILE_NCU_COUNT, default 2, launches): $OUT/ncu.txt and, per SASS
+#         (their first GPU_PROFILE_NCU_COUNT, default 2, launches); GPU_PROFILE_ALT_ENV="NAME=VALUE ..." builds and
+#         profiles the model a second time with that environment (a kcu_build knob) beside the default: $OUT/ncu.txt and, per SASS
 #         instruction, warp-stall samples in $OUT/ncu_sass.csv.gz (not in the default).
 #       kernels — the prefill kernels alone, on cubins compiled here by NVRTC: tests/cuda/cuda_mm_check
 #         --gpu (the mma.sync matmul), cuda_gemm90_check --gpu (the sm_90a wgmma/TMA matmul) with
@@ -435,12 +436,27 @@ cfg = json.load(open('../tests/data/llama3-8b-config.json')); cfg['num_hidden_la
 make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
     "$kiln" build "$m" --dtype bf16 --max-tokens 2048 --target sm_90 --stats -o "$m.engine" >"$out/profile_build.txt" 2>&1 \
       || { echo "FAIL: kiln build of the profile model" | tee -a "$summary"; }
-    local T ids
+    # GPU_PROFILE_ALT_ENV="NAME=VALUE ...": the same model built again with that environment (a
+    # kcu_build knob, e.g. KILN_CUDA_GEMM90_CTAS=2) and profiled beside the default: profile_alt_T.txt
+    if [ -n "${GPU_PROFILE_ALT_ENV:-}" ]; then
+      # shellcheck disable=SC2086
+      env $GPU_PROFILE_ALT_ENV "$kiln" build "$m" --dtype bf16 --max-tokens 2048 --target sm_90 --stats -o "$m.alt.engine" \
+        >"$out/profile_alt_build.txt" 2>&1 || { echo "FAIL: kiln build of the profile model with $GPU_PROFILE_ALT_ENV" | tee -a "$summary"; }
+    fi
+    local T ids e
     for T in 512 2048; do
       ids=$(python3 -c "print(','.join(str(i % 1000 + 5) for i in range($T)))")
-      "$kiln" run "$m.engine" --ids "$ids" -n 2 --profile >/dev/null 2>&1 # warm
-      "$kiln" run "$m.engine" --ids "$ids" -n 2 --profile 2>&1 | tee "$out/profile_$T.txt" \
-        | grep -A10 "prefill step ($T tokens; > [0-9]* tokens a step): device" | tee -a "$summary"
+      for e in "" alt; do
+        local eng="$m.engine" tag="" 
+        if [ -n "$e" ]; then
+          [ -f "$m.alt.engine" ] || continue
+          eng="$m.alt.engine" tag="_alt"
+          echo "-- with $GPU_PROFILE_ALT_ENV" | tee -a "$summary"
+        fi
+        "$kiln" run "$eng" --ids "$ids" -n 2 --profile >/dev/null 2>&1 # warm
+        "$kiln" run "$eng" --ids "$ids" -n 2 --profile 2>&1 | tee "$out/profile${tag}_$T.txt" \
+          | grep -A10 "prefill step ($T tokens; > [0-9]* tokens a step): device" | tee -a "$summary"
+      done
     done
     # GPU_PROFILE_NCU="regex of kernel names": Nsight Compute on them (their first launches at 2048
     # tokens): throughput, warp states, and the warp-stall samples per SASS instruction as CSV (where a
@@ -454,7 +470,7 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
         >"$out/ncu_sass.csv" 2>/dev/null && gzip -f "$out/ncu_sass.csv"
       grep -E "^  k_|Duration|Compute \(SM\)|Warp Cycles Per Issued|No Eligible" "$out/ncu.txt" | tee -a "$summary"
     fi
-    rm -rf "$m" "$m.engine"
+    rm -rf "$m" "$m.engine" "$m.alt.engine"
   fi
   if [[ $stages == *" kernels "* ]]; then
     echo "== the prefill kernels alone (cubins compiled by NVRTC on the build machine)"

@@ -69,6 +69,9 @@ typedef struct kcu_options {
     int64_t smem_optin; /* 0, or the dynamic shared memory a block may opt into on every target
                         * architecture, bytes (kcu_arch_smem_optin; kcu_build sets it): room for the flash
                         * attention's deeper K/V ring */
+    int gemm90_ctas;   /* 0 or 1: kcu_gemm90's tiles by kcu_g90_pick_bn, one block an SM; 2: every gemm90
+                        * kernel on tiles of 128 columns, two blocks an SM, one's epilogue under the other's
+                        * mainloop (kcu_build: KILN_CUDA_GEMM90_CTAS=2; to measure it against the rule) */
     ks_buf *choices;   /* NULL, or where the per-shape choices go, a line a distinct kernel that has
                         * variants: "k_matmul_fused_..: %7 matmul, 4096 -> 6144: sm_90a above 64 tokens: ..."
                         * (kiln build --stats prints them) */
@@ -133,8 +136,9 @@ int kcu_g90_plan_tiles(const int64_t *partner, int64_t N, int bn, kcu_g90_tiles 
 /* The tile width for a step of T tokens (kcu_prelude.cuh's rule: the widest of 256, 192, 128 that
  * gives at least 119 tiles, else 128), given nt[i], the tiles at width 128, 192, 256 (0: none). */
 int kcu_g90_pick_bn(int64_t T, const int nt[3]);
-/* Pipeline stages for a tile width (about 192 kB of shared memory). */
-int kcu_g90_stages(int bn);
+/* Pipeline stages for a tile width with ctas blocks an SM (1: about 192 kB of shared memory;
+ * 2: what lets two blocks share an SM, kcu_gemm90's CTAS). */
+int kcu_g90_stages(int bn, int ctas);
 /* Dynamic shared memory of a kcu_gemm90 kernel with that tile and stages, in bytes (the
  * prelude's kcu_gemm90_smem: the stages or the epilogue's f32 tile, and 1024 for alignment). */
 int kcu_g90_smem_bytes(int bn, int stages);

@@ -1844,6 +1844,17 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
 
 #if KCU_GEMM90_KERNELS
 enum { KCU_G90_THREADS = 384, KCU_G90_BM = 128, KCU_G90_BK = 64 };
+/* Two blocks an SM (CTAS = 2 below): two consumer warpgroups and one producer warp, no register
+ * redistribution (setmaxnreg hands a block's registers between its warpgroups, and a producer
+ * warpgroup would cost a third of them): 288 threads at up to 112 registers (90 used, no spills),
+ * tiles of 128 x 128 and 3 stages, so that one block's epilogue runs under the other's mainloop.
+ * Measured slower (H200, Llama-3-8B's fused groups in the engine, `KILN_CUDA_GEMM90_CTAS=2`
+ * against the rule's one block an SM): at 2048 tokens gate/up 789 against 700 us, down 354
+ * against 308, o 113 against 107, q,k,v 196 against 198; at 512 every group slower (down 121
+ * against 89); alone (cuda_gemm90_check) 0.73-0.90 of the best one-block tile: the smaller tile's
+ * operand traffic and shallower ring cost more than the overlap gains. Kept as a measured option;
+ * the overlap that pays is within a block (consumers ping-ponging two tiles). */
+enum { KCU_G90_THREADS2 = 288 };
 
 /* the operands: 1 for f16, 0 for bf16 (which wgmma; the tensor maps' data type) */
 template <typename X> struct kcu_g90_f16 {
@@ -1961,7 +1972,8 @@ template <typename X> static inline float kcu_emu_tmap_at(const kcu_emu_tmap *m,
  * (k in order), reading x and w through their maps as TMA would, and hands
  * it to the epilogue as the real kernel does (kcu_g90_handoff). Checks the maps
  * against the kernel: boxes {64, 128} and {64, R}, the operand type. */
-template <typename X, int K, int N, int BN, int STAGES, class Tiles = kcu_g90_plain<BN>, class Pro, class Epi>
+template <typename X, int K, int N, int BN, int STAGES, class Tiles = kcu_g90_plain<BN>, int CTAS = 1, class Pro,
+          class Epi>
 static inline void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &tb, const Pro pro, const Epi &epi)
 {
     enum { R = BN / Tiles::NBOX, DTYPE = kcu_g90_f16<X>::ON ? 6 : 9 };
@@ -2187,7 +2199,8 @@ template <> struct kcu_wg_mma<256> {
  * tensor maps of x and w (kernel parameters, __grid_constant__); pro
  * kcu_g90_none or kcu_g90_rms. Called from a kernel of KCU_G90_THREADS
  * threads with kcu_gemm90_smem(BN, STAGES) bytes of dynamic shared memory. */
-template <typename X, int K, int N, int BN, int STAGES, class Tiles = kcu_g90_plain<BN>, class Pro, class Epi>
+template <typename X, int K, int N, int BN, int STAGES, class Tiles = kcu_g90_plain<BN>, int CTAS = 1, class Pro,
+          class Epi>
 static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &tb, const Pro pro,
                                                   const Epi &epi)
 {
@@ -2208,6 +2221,8 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
     static_assert(BN % 64 == 0 && BN >= 64 && BN <= 256, "BN: 64, 128, 192 or 256");
     static_assert(STAGES >= 2 && kcu_gemm90_smem(BN, STAGES) <= 232448 - 1024, "stages fit in shared memory");
     static_assert(BN % NBOX == 0 && RB % 8 == 0 && RB <= 256, "boxes of whole swizzle atoms");
+    static_assert(CTAS == 1 || (CTAS == 2 && BN <= 128 && 2 * (kcu_gemm90_smem(BN, STAGES) + 1024) <= 233472),
+                  "two blocks an SM: their registers (BN / 2 accumulators a thread, 112 in all) and shared memory");
     extern __shared__ unsigned char kcu_g90_dyn[];
     __shared__ alignas(8) unsigned long long bars[2 * STAGES]; /* full[STAGES], empty[STAGES] */
     const unsigned base = (kcu_g90_smem(kcu_g90_dyn) + 1023u) & ~1023u;
@@ -2215,6 +2230,9 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
     const unsigned full = kcu_g90_smem(bars), empty = full + 8 * STAGES;
     const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
     const int m0 = blockIdx.x * BM;
+    /* one block an SM: warpgroup 0 produces, 1 and 2 consume; two: 0 and 1 consume, warp 8 produces */
+    const bool producer = CTAS == 1 ? wg == 0 : wg == 2;
+    const int cg = CTAS == 1 ? wg - 1 : wg; /* a consumer's warpgroup: tokens 64 cg ..+ 64 of the tile */
     if (tid == 0) {
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&ta)) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&tb)) : "memory");
@@ -2225,9 +2243,9 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    if (wg == 0) {
+    if (producer) {
         /* the producer */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (CTAS == 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (warp == 0) {
             if (lane == 0) {
                 int rows[NBOX]; /* the boxes' first weight rows */
@@ -2245,12 +2263,12 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
             }
         }
     } else {
-        /* a consumer: tokens 64 (wg - 1) .. +63 of the tile */
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        /* a consumer: tokens 64 cg .. +63 of the tile */
+        if (CTAS == 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         float d[R];
 #pragma unroll
         for (int i = 0; i < R; i++) d[i] = 0.0f;
-        const unsigned arow = (unsigned)(wg - 1) * 64 * 128; /* the warpgroup's first x row in a stage */
+        const unsigned arow = (unsigned)cg * 64 * 128; /* the warpgroup's first x row in a stage */
         for (int kt = 0; kt < KT; kt++) {
             const int s = kt % STAGES;
             kcu_mbar_wait(full + 8 * s, (kt / STAGES) & 1);
@@ -2269,7 +2287,7 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
         static_assert(KCU_G90_BM * KCU_G90_LD(BN) * 4 + 1024 <= kcu_gemm90_smem(BN, STAGES), "the tile fits");
         kcu_g90_consumers_sync();
         float *const tile = reinterpret_cast<float *>(kcu_g90_dyn + (base - kcu_g90_smem(kcu_g90_dyn)));
-        const int rt = (wg - 1) * 64 + warp * 16 + lane / 4; /* the thread's first row in the tile */
+        const int rt = cg * 64 + warp * 16 + lane / 4; /* the thread's first row in the tile */
 #pragma unroll
         for (int j = 0; j < BN / 8; j++)
 #pragma unroll
@@ -2277,7 +2295,7 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
                 *reinterpret_cast<float2 *>(tile + (rt + 8 * h) * KCU_G90_LD(BN) + 8 * j + 2 * (lane % 4)) =
                     make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
         kcu_g90_consumers_sync();
-        kcu_g90_handoff<BN, N, Tiles, KCU_G90_U>(epi, pro, T, m0, blockIdx.y, tile, tid - 128, 256);
+        kcu_g90_handoff<BN, N, Tiles, KCU_G90_U>(epi, pro, T, m0, blockIdx.y, tile, cg * 128 + tid % 128, 256);
     }
 }
 #endif /* KCU_GEMM90 */
