@@ -160,8 +160,11 @@ static const char *kv_elem_type(const kcu_gen *x, kir_val v) { return kcu_elem_t
  * loop's core 809 -> 616 instructions). Measured after: 177.4 us a layer at 2048 (194 TFLOP/s;
  * cuda_att_check alone 175 us, 196), 53 us at 512 (42 TFLOP/s: 64 blocks of 16 sequential tiles
  * on 132 SMs, latency-bound), 2.18 ms at 8192 (252 TFLOP/s); mw 1 (bn 32 or 64) is no faster at
- * 512 and slower at 2048 and 8192. Untried: splitting a long row's positions between blocks at
- * short T, 2 blocks an SM of 4 warps, ping-pong of softmax and mma between warps (FA3).
+ * 512 and slower at 2048 and 8192. A ring of 4 K/V tiles (plan.ns, where the targets' opt-in
+ * shared memory holds it) measured 52.8 us at 512, 173 at 2048, 2.13 ms at 8192 (2 tiles: 53.0,
+ * 175, 2.18): the loads were not the wait; each warp's own chain (QK mma, softmax, PV mma) at two
+ * warps a scheduler is. Untried: splitting a long row's positions between blocks at short T, 2
+ * blocks an SM of 4 warps, ping-pong of softmax and mma between warps (FA3).
  * A step of many short sequences (batched decode above ATT_FLASH_T tokens) makes a segment per
  * sequence in a tile: correct, but its products are mostly masked.
  */
