@@ -486,11 +486,15 @@ static void run_checks(runner *r, const mm_case *cases, int n)
                 exit(1);
             }
             decode_reference(c, &d, 1, ref);
-            size_t differ = 0, n_out = (size_t)c->T * c->N;
-            for (size_t o = 0; o < n_out; o++) differ += memcmp(&a[o], &ref[o], 4) != 0;
+            size_t differ = 0, n_out = (size_t)c->T * c->N, first = n_out;
+            for (size_t o = 0; o < n_out; o++)
+                if (memcmp(&a[o], &ref[o], 4) != 0) differ++, first = first < o ? first : o;
             int same = memcmp(a, b, bytes) == 0;
             printf("%s %s: %zu of %zu outputs differ from the decode order's sums%s\n",
                    !differ && same ? "ok  " : "FAIL", what, differ, n_out, same ? "" : ", two runs differ");
+            if (differ) /* where, and by how much: an ulp is an order, more is a wrong value */
+                printf("     first: token %zu, output %zu: %.9g, the model's %.9g (%+.3g)\n", first / (size_t)c->N,
+                       first % (size_t)c->N, (double)a[first], (double)ref[first], (double)a[first] - ref[first]);
             CHECK_MSG(!differ && same, "%s", what);
             free(ref);
         } else if (ok) {
