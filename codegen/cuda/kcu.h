@@ -72,6 +72,9 @@ typedef struct kcu_options {
     int gemm90_ctas;   /* 0 or 1: kcu_gemm90's tiles by kcu_g90_pick_bn, one block an SM; 2: every gemm90
                         * kernel on tiles of 128 columns, two blocks an SM, one's epilogue under the other's
                         * mainloop (kcu_build: KILN_CUDA_GEMM90_CTAS=2; to measure it against the rule) */
+    int gemm90_pairs;  /* 1: every gemm90 kernel on pairs of 128-column tiles a block, one a consumer
+                        * warpgroup, one's epilogue under the other's mainloop (kcu_gemm90_pairs; kcu_build:
+                        * KILN_CUDA_GEMM90_PAIRS=1; to measure it against the rule) */
     ks_buf *choices;   /* NULL, or where the per-shape choices go, a line a distinct kernel that has
                         * variants: "k_matmul_fused_..: %7 matmul, 4096 -> 6144: sm_90a above 64 tokens: ..."
                         * (kiln build --stats prints them) */
@@ -139,6 +142,9 @@ int kcu_g90_pick_bn(int64_t T, const int nt[3]);
 /* Pipeline stages for a tile width with ctas blocks an SM (1: about 192 kB of shared memory;
  * 2: what lets two blocks share an SM, kcu_gemm90's CTAS). */
 int kcu_g90_stages(int bn, int ctas);
+/* kcu_gemm90_pairs: its ring's stages, and its dynamic shared memory (the prelude's kcu_gemm90_pairs_smem) */
+enum { KCU_G90_PAIRS_STAGES = 4 };
+int kcu_g90_pairs_smem_bytes(int stages);
 /* Dynamic shared memory of a kcu_gemm90 kernel with that tile and stages, in bytes (the
  * prelude's kcu_gemm90_smem: the stages or the epilogue's f32 tile, and 1024 for alignment). */
 int kcu_g90_smem_bytes(int bn, int stages);

@@ -179,6 +179,8 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     if (above_env && *above_env) opt.gemm90_above = strtoll(above_env, NULL, 10);
     const char *ctas_env = getenv("KILN_CUDA_GEMM90_CTAS");
     if (ctas_env && strcmp(ctas_env, "2") == 0) opt.gemm90_ctas = 2;
+    const char *pairs_env = getenv("KILN_CUDA_GEMM90_PAIRS");
+    if (pairs_env && strcmp(pairs_env, "1") == 0) opt.gemm90_pairs = 1;
 
     krt_cuda_meta meta = {0};
     ks_buf src = {0}, stem = {0};
