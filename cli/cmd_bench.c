@@ -8,7 +8,7 @@
 
 static const char bench_help[] =
     "usage: kiln bench ENGINE [--prompts N,N,...] [--decode N] [--decode-prompt N]\n"
-    "                  [--reps N] [--warmup N] [--json] [device options]\n"
+    "                  [--batch B,B,...] [--reps N] [--warmup N] [--json] [device options]\n"
     "\n"
     "Time the engine on whatever it runs on (a CUDA engine on the GPU, a CPU\n"
     "engine on the interpreter), through the generation loop `kiln run` uses,\n"
@@ -18,7 +18,10 @@ static const char bench_help[] =
     "    a prompt longer than the engine's largest step (kiln build --max-tokens)\n"
     "    runs in several steps, as kiln run runs it (the steps column says how\n"
     "    many); one longer than the context is skipped, with a note;\n"
-    "  - decode at batch 1: N one-token steps after a short prompt, time per step.\n"
+    "  - decode at batch 1: N one-token steps after a short prompt, time per step;\n"
+    "  - with --batch: B sequences after that prompt each, N steps of one token a\n"
+    "    sequence, time per step (the runtime's multi-sequence step, drawn where\n"
+    "    the logits are).\n"
     "Each runs --warmup times untimed, then --reps times: the median and the\n"
     "fastest run are shown, as a table, or with --json as one JSON object on a\n"
     "line (for scripts: bench/prefill_bench.py reads it).\n"
@@ -27,38 +30,42 @@ static const char bench_help[] =
     "                             (default 128,512,2048,8192)\n"
     "  --decode N                 decode steps to time (default 128; 0: none)\n"
     "  --decode-prompt N          tokens of the prompt before them (default 16)\n"
+    "  --batch LIST               batch sizes of a batched decode, comma-separated, 2 to\n"
+    "                             256, at most 8 (default: none)\n"
     "  --reps N                   timed runs of each measurement, 1 to 1000 (default 5)\n"
     "  --warmup N                 untimed runs first, 0 to 1000 (default 1)\n"
     "  --json                     print the results as JSON instead of a table\n"
     "  --max-context N            positions a sequence may have (default: the engine's)\n"
     "  --no-cuda-graphs           GPU: launch each kernel of each step, no CUDA graphs\n";
 
-/* "128,512" into o->prompts; reports a bad entry. 0, or -1. */
-static int parse_lengths(const char *s, krt_bench_opts *o)
+/* "128,512" (opt's list of integers from lo to hi, at most max, each a `noun`) into out[], *n;
+ * reports a bad entry. 0, or -1. */
+static int parse_list(const char *opt, const char *noun, const char *s, int64_t lo, int64_t hi, int max, int *out,
+                      int *n_out)
 {
-    o->n_prompts = 0;
+    *n_out = 0;
     for (const char *p = s;;) {
         const char *end = strchr(p, ',');
         size_t n = end ? (size_t)(end - p) : strlen(p);
         char item[32];
         if (n == 0) {
-            fprintf(stderr, "kiln bench: error: --prompts: an empty length in '%s'\n", s);
+            fprintf(stderr, "kiln bench: error: %s: an empty %s in '%s'\n", opt, noun, s);
             return -1;
         }
-        if (o->n_prompts == KRT_BENCH_MAX_PROMPTS) {
-            fprintf(stderr, "kiln bench: error: --prompts: more than %d lengths in '%s'\n", KRT_BENCH_MAX_PROMPTS, s);
+        if (*n_out == max) {
+            fprintf(stderr, "kiln bench: error: %s: more than %d %ss in '%s'\n", opt, max, noun, s);
             return -1;
         }
         if (n >= sizeof item) { /* longer than any integer in range */
-            fprintf(stderr, "kiln bench: error: --prompts: '%.*s' is not an integer from 1 to %d\n", (int)n, p,
-                    KRT_MAX_CONTEXT);
+            fprintf(stderr, "kiln bench: error: %s: '%.*s' is not an integer from %lld to %lld\n", opt, (int)n, p,
+                    (long long)lo, (long long)hi);
             return -1;
         }
         memcpy(item, p, n);
         item[n] = 0;
         int64_t v;
-        if (kc_parse_int("bench", "--prompts", item, 1, KRT_MAX_CONTEXT, &v) != 0) return -1;
-        o->prompts[o->n_prompts++] = (int)v;
+        if (kc_parse_int("bench", opt, item, lo, hi, &v) != 0) return -1;
+        out[(*n_out)++] = (int)v;
         if (!end) return 0;
         p = end + 1;
     }
@@ -77,11 +84,12 @@ static int int_opt(const char *opt, const char *s, int64_t lo, int64_t hi, int *
 int kc_cmd_bench(int argc, char **argv)
 {
     const char *prompts = NULL, *decode = NULL, *decode_prompt = NULL, *reps = NULL, *warmup = NULL, *json = NULL,
-               *max_ctx = NULL, *no_graphs = NULL;
+               *max_ctx = NULL, *no_graphs = NULL, *batch = NULL;
     kc_option opts[] = {
         {"--prompts", 1, &prompts, NULL},
         {"--decode", 1, &decode, NULL},
         {"--decode-prompt", 1, &decode_prompt, NULL},
+        {"--batch", 1, &batch, NULL},
         {"--reps", 1, &reps, NULL},
         {"--warmup", 1, &warmup, NULL},
         {"--json", 0, &json, NULL},
@@ -99,11 +107,16 @@ int kc_cmd_bench(int argc, char **argv)
     }
     krt_bench_opts o = krt_bench_defaults();
     krt_session_opts so = {.max_seqs = 1, .no_graphs = no_graphs != NULL};
-    if ((prompts && parse_lengths(prompts, &o) != 0) || int_opt("--decode", decode, 0, KRT_MAX_CONTEXT, &o.decode) ||
+    if ((prompts && parse_list("--prompts", "length", prompts, 1, KRT_MAX_CONTEXT, KRT_BENCH_MAX_PROMPTS, o.prompts,
+                               &o.n_prompts) != 0) ||
+        (batch && parse_list("--batch", "size", batch, 2, KRT_BENCH_MAX_BATCH, KRT_BENCH_MAX_BATCHES, o.batches,
+                             &o.n_batches) != 0) || int_opt("--decode", decode, 0, KRT_MAX_CONTEXT, &o.decode) ||
         int_opt("--decode-prompt", decode_prompt, 1, KRT_MAX_CONTEXT, &o.decode_prompt) ||
         int_opt("--reps", reps, 1, KRT_BENCH_MAX_REPS, &o.reps) || int_opt("--warmup", warmup, 0, 1000, &o.warmup) ||
         int_opt("--max-context", max_ctx, 1, KRT_MAX_CONTEXT, &so.max_context))
         return 2;
+    for (int i = 0; i < o.n_batches; i++) /* a batch's sequences at once */
+        if (o.batches[i] > so.max_seqs) so.max_seqs = o.batches[i];
 
     ks_diag d = {0};
     krt_engine *e = krt_engine_open(pos[0], &d);

@@ -6,8 +6,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/generate.h"
+#include "runtime/text/sampler.h"
 
 krt_bench_opts krt_bench_defaults(void)
 {
@@ -84,7 +86,79 @@ static int check_opts(const krt_bench_opts *o, const char *where, ks_diag *d)
         ks_error(d, where, "benchmark: nothing to measure (no prompt lengths and no decode steps)");
         return -1;
     }
+    if (o->n_batches < 0 || o->n_batches > KRT_BENCH_MAX_BATCHES) {
+        ks_error(d, where, "benchmark: %d batch sizes; from 0 to %d may be given", o->n_batches, KRT_BENCH_MAX_BATCHES);
+        return -1;
+    }
+    if (o->n_batches > 0 && o->decode == 0) {
+        ks_error(d, where, "benchmark: a batched decode needs decode steps (decode is 0)");
+        return -1;
+    }
+    for (int i = 0; i < o->n_batches; i++)
+        if (o->batches[i] < 2 || o->batches[i] > KRT_BENCH_MAX_BATCH) {
+            ks_error(d, where, "benchmark: a batch of %d sequences: from 2 to %d (batch 1 is the decode itself)",
+                     o->batches[i], KRT_BENCH_MAX_BATCH);
+            return -1;
+        }
     return 0;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One batched decode in fresh sequences 0 .. B-1: each prefilled with the n prompt ids (a step
+ * each, its first new token drawn), then `steps` steps of B tokens, one a sequence, drawn
+ * greedily; *step_s the time of a step; the sequences freed. */
+static int one_batch(krt_session *s, int B, const int32_t *ids, int n, int steps, double *step_s, ks_diag *d)
+{
+    const krt_desc *desc = krt_session_desc(s);
+    int32_t *tok = ks_try_malloc(sizeof *tok * (size_t)B * 3), *seq = tok + B, *next = tok + 2 * B;
+    int32_t *pseq = ks_try_malloc(sizeof *pseq * (size_t)n);
+    krt_sampler **smp = ks_try_calloc((size_t)B + 1, sizeof *smp); /* [B] one a sequence; [B]: none (prefill) */
+    int rc = tok && pseq && smp ? 0 : ks_error_oom(d, desc->where, 0, "the batched decode");
+    krt_sampler_config cfg = krt_sampler_defaults();
+    cfg.temperature = 0;
+    int added = 0;
+    for (int b = 0; rc == 0 && b < B; b++)
+        if (!(smp[b] = krt_sampler_new(d, &cfg, (int32_t)desc->vocab))) rc = -1;
+    for (; rc == 0 && added < B; added++) {
+        if (krt_session_seq_add(s, added, d) != 0) {
+            rc = -1;
+            break;
+        }
+        /* the prompt, its last token drawn */
+        krt_sampler **ps = ks_try_calloc((size_t)n, sizeof *ps);
+        if (!ps) {
+            rc = ks_error_oom(d, desc->where, sizeof *ps * (size_t)n, "the batched decode");
+            added++;
+            break;
+        }
+        for (int i = 0; i < n; i++) pseq[i] = added;
+        ps[n - 1] = smp[added];
+        int32_t *nx = ks_try_malloc(sizeof *nx * (size_t)n);
+        krt_step_req req = {.n = n, .tokens = ids, .seq_ids = pseq, .samplers = ps, .next = nx};
+        rc = nx ? krt_session_run(s, &req, d) : ks_error_oom(d, desc->where, 0, "the batched decode");
+        if (rc == 0) next[added] = nx[n - 1];
+        free(nx);
+        free(ps);
+    }
+    double t0 = now_seconds();
+    for (int k = 0; rc == 0 && k < steps; k++) {
+        for (int b = 0; b < B; b++) tok[b] = next[b] < 0 ? 0 : next[b], seq[b] = b;
+        krt_step_req req = {.n = B, .tokens = tok, .seq_ids = seq, .samplers = smp, .next = next};
+        rc = krt_session_run(s, &req, d);
+    }
+    *step_s = (now_seconds() - t0) / (steps > 0 ? steps : 1);
+    for (int b = 0; b < added; b++) krt_session_seq_free(s, b);
+    for (int b = 0; smp && b < B; b++) krt_sampler_free(smp[b]);
+    free(smp);
+    free(pseq);
+    free(tok);
+    return rc;
 }
 
 int krt_bench_run(krt_session *s, const krt_bench_opts *o, krt_bench_result *r, ks_diag *d)
@@ -139,6 +213,16 @@ int krt_bench_run(krt_session *s, const krt_bench_opts *o, krt_bench_result *r, 
         if (k >= o->warmup) t[k - o->warmup] = st.decode_s / o->decode;
     }
     if (rc == 0 && o->decode > 0) r->decode_per_token = summarize(t, o->reps);
+    for (int i = 0; i < o->n_batches && rc == 0; i++) {
+        for (int k = 0; k < o->warmup + o->reps && rc == 0; k++) {
+            double step_s = 0;
+            rc = one_batch(s, o->batches[i], ids, o->decode_prompt, o->decode, &step_s, d);
+            if (k >= o->warmup) t[k - o->warmup] = step_s;
+        }
+        if (rc != 0) break;
+        r->batches[r->n_batches] = o->batches[i];
+        r->batch_step[r->n_batches++] = summarize(t, o->reps);
+    }
     free(ids);
     return rc;
 }
@@ -178,6 +262,11 @@ void krt_bench_table(const krt_bench_result *r, const char *engine, ks_buf *out)
         ks_buf_printf(out, "%-28s %6d %12.3f %12.3f %12.1f\n", what, r->decode, r->decode_per_token.median_ms,
                       r->decode_per_token.min_ms, 1e3 / r->decode_per_token.median_ms);
     }
+    for (int i = 0; i < r->n_batches; i++) {
+        snprintf(what, sizeof what, "decode, batch %d, per step", r->batches[i]);
+        ks_buf_printf(out, "%-28s %6d %12.3f %12.3f %12.1f\n", what, r->decode, r->batch_step[i].median_ms,
+                      r->batch_step[i].min_ms, 1e3 * r->batches[i] / r->batch_step[i].median_ms);
+    }
     int header = 0;
     for (int i = 0; i < r->n_prefill; i++)
         if (prefill_note(r, &r->prefill[i], note, sizeof note)) {
@@ -189,6 +278,9 @@ void krt_bench_table(const krt_bench_result *r, const char *engine, ks_buf *out)
         ks_buf_printf(out, "  decode: %d one-token steps after a prompt of %d tokens; time per step\n", r->decode,
                       r->decode_prompt);
     }
+    if (r->n_batches > 0)
+        ks_buf_printf(out, "  decode, batch B: B sequences, each after a prompt of %d tokens, %d steps of a token each; "
+                      "time per step, tokens/s of all\n", r->decode_prompt, r->decode);
 }
 
 /* Times in JSON to the microsecond (the clock's noise is larger). */
@@ -267,6 +359,25 @@ int krt_bench_json(const krt_bench_result *r, const char *engine, ks_buf *out, k
         ok = add(o, "prefill", pre); /* o owns it now, or it was freed */
         pre = NULL;
         ok = ok && add(o, "decode", decode_json(r));
+    }
+    if (ok) {
+        cJSON *batches = cJSON_CreateArray();
+        ok = batches != NULL;
+        for (int i = 0; ok && i < r->n_batches; i++) {
+            cJSON *b = cJSON_CreateObject();
+            ok = b && add(b, "batch", cJSON_CreateNumber(r->batches[i])) &&
+                 add(b, "steps", cJSON_CreateNumber(r->decode)) &&
+                 add(b, "ms_per_step_median", ms_number(r->batch_step[i].median_ms)) &&
+                 add(b, "ms_per_step_min", ms_number(r->batch_step[i].min_ms)) &&
+                 add(b, "tokens_per_s", rate_number(1e3 * r->batches[i] / r->batch_step[i].median_ms)) &&
+                 cJSON_AddItemToArray(batches, b);
+            if (ok) b = NULL; /* the array owns it */
+            cJSON_Delete(b);
+        }
+        if (ok)
+            ok = add(o, "decode_batch", batches); /* o owns it now, or it was freed */
+        else
+            cJSON_Delete(batches);
     }
     char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);

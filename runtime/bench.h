@@ -25,6 +25,11 @@
  *  - decode: a fresh sequence, a prompt of decode_prompt tokens, then
  *    `decode` one-token steps; the time per token is those steps' time
  *    divided by their number.
+ *  - batched decode (batches): B fresh sequences 0 .. B-1, each prefilled
+ *    with the decode prompt (a step each), then `decode` steps of B tokens,
+ *    one a sequence, each drawn greedily where the logits are
+ *    (krt_session_run with a sampler a token); the time per step is those
+ *    steps' time divided by their number.
  * Each measurement runs `warmup` times untimed (first-use costs: activation
  * memory, CUDA graph capture), then `reps` times; median and min of those.
  *
@@ -39,6 +44,8 @@
 enum {
     KRT_BENCH_MAX_PROMPTS = 16, /* prompt lengths one run measures at most */
     KRT_BENCH_MAX_REPS = 1000,  /* timed runs of one measurement at most */
+    KRT_BENCH_MAX_BATCHES = 8,  /* batch sizes one run measures at most */
+    KRT_BENCH_MAX_BATCH = 256,  /* sequences a batch at most */
 };
 
 typedef struct krt_bench_opts {
@@ -46,6 +53,8 @@ typedef struct krt_bench_opts {
     int n_prompts;                      /* how many (0: no prefill measured) */
     int decode;                         /* decode steps to time at batch 1; 0: none */
     int decode_prompt;                  /* tokens of the prompt before them (at least 1) */
+    int batches[KRT_BENCH_MAX_BATCHES]; /* batch sizes of the batched decode (2 .. KRT_BENCH_MAX_BATCH) */
+    int n_batches;                      /* how many (0: none; needs decode > 0) */
     int warmup;                         /* untimed runs before each measurement */
     int reps;                           /* timed runs of each (1 to KRT_BENCH_MAX_REPS) */
 } krt_bench_opts;
@@ -79,12 +88,17 @@ typedef struct krt_bench_result {
     int decode;               /* decode steps timed per run; 0: none */
     int decode_prompt;        /* the prompt's tokens before them */
     krt_bench_time decode_per_token; /* ms per decode step (per token at batch 1), when decode > 0 */
+    int batches[KRT_BENCH_MAX_BATCHES];            /* the batched decode's sizes, in the order asked */
+    krt_bench_time batch_step[KRT_BENCH_MAX_BATCHES]; /* ms per step of each (a token of every sequence) */
+    int n_batches;                                 /* how many */
 } krt_bench_result;
 
-/* Measure (see the top) in s, which must hold no sequence 0 (the runs use
- * it and free it). Options out of range and a decode that does not fit the
- * context (decode_prompt + decode positions) are errors, reported before
- * anything runs; so is a failed step. 0, or -1 after reporting. */
+/* Measure (see the top) in s, which must hold no sequence 0 .. the largest
+ * batch - 1 (the runs use them and free them) and take that many sequences.
+ * Options out of range and a decode that does not fit the context
+ * (decode_prompt + decode positions) are errors, reported before anything
+ * runs; so is a failed step (a batch the KV cache cannot hold among them).
+ * 0, or -1 after reporting. */
 int krt_bench_run(krt_session *s, const krt_bench_opts *o, krt_bench_result *r, ks_diag *d);
 
 /* The results as a table, with notes for the skipped prompts and the ones
@@ -99,7 +113,9 @@ void krt_bench_table(const krt_bench_result *r, const char *engine, ks_buf *out)
  *    "prefill": [{"tokens": N, "ran": true, "steps": S, "ttft_ms_median": T, "ttft_ms_min": T,
  *                 "tokens_per_s": X, "note": TEXT or null}, ...],
  *    "decode": {"prompt_tokens": P, "tokens": N, "ms_per_token_median": T, "ms_per_token_min": T,
- *               "tokens_per_s": X} or null}
+ *               "tokens_per_s": X} or null,
+ *    "decode_batch": [{"batch": B, "steps": N, "ms_per_step_median": T, "ms_per_step_min": T,
+ *                      "tokens_per_s": X}, ...]}
  *
  * A skipped prompt has "ran": false, "steps": 0 and null times. 0, or -1
  * after reporting out of memory. */

@@ -44,12 +44,24 @@ print({k: (v if k in ("prompt_tokens", "tokens") else kind(v)) for k, v in r["de
 ok = all(p["ttft_ms_min"] <= p["ttft_ms_median"] for p in r["prefill"] if p["ran"])
 print("min <= median:", ok and r["decode"]["ms_per_token_min"] <= r["decode"]["ms_per_token_median"])
 ' <<<"$out")
-expect_same "json shape" "{'kiln_bench': 1, 'engine': 'str', 'device': 'cpu', 'weight_dtype': 'f32', 'vocab': 2048, 'max_context': 512, 'max_step_tokens': 64, 'warmup': 0, 'reps': 3, 'prefill': 'list', 'decode': 'dict'}
+expect_same "json shape" "{'kiln_bench': 1, 'engine': 'str', 'device': 'cpu', 'weight_dtype': 'f32', 'vocab': 2048, 'max_context': 512, 'max_step_tokens': 64, 'warmup': 0, 'reps': 3, 'prefill': 'list', 'decode': 'dict', 'decode_batch': 'list'}
 {'tokens': 8, 'ran': True, 'steps': 1, 'ttft_ms_median': 'num', 'ttft_ms_min': 'num', 'tokens_per_s': 'num', 'note': None}
 {'tokens': 100, 'ran': True, 'steps': 2, 'ttft_ms_median': 'num', 'ttft_ms_min': 'num', 'tokens_per_s': 'num', 'note': \"prefilled in 2 steps of at most 64 tokens (the engine's largest step: kiln build --max-tokens)\"}
 {'tokens': 1000, 'ran': False, 'steps': 0, 'ttft_ms_median': 'null', 'ttft_ms_min': 'null', 'tokens_per_s': 'null', 'note': 'skipped: longer than the context of 512 positions'}
 {'prompt_tokens': 5, 'tokens': 4, 'ms_per_token_median': 'num', 'ms_per_token_min': 'num', 'tokens_per_s': 'num'}
 min <= median: True" "$shape"
+# the batched decode: B sequences a step (the runtime's multi-sequence step), a row each, and its JSON
+out=$("$KILN_BIN" bench "$e" --prompts 8 --decode 3 --decode-prompt 4 --batch 2,5 --reps 1 --warmup 0); rc=$?
+expect_same "batch table" "exit 0
+decode, batch 1, per token        3 T T T
+decode, batch 2, per step         3 T T T
+decode, batch 5, per step         3 T T T
+  decode, batch B: B sequences, each after a prompt of 4 tokens, 3 steps of a token each; time per step, tokens/s of all" \
+  "exit $rc
+$(grep '^ *decode' <<<"$out" | grep -v '^  decode: ' | sed -E "s/ +$num +$num +$num\$/ T T T/")"
+out=$("$KILN_BIN" bench "$e" --prompts 8 --decode 3 --batch 3 --reps 2 --warmup 0 --json)
+expect_same "batch json" "[{'batch': 3, 'steps': 3, 'ms_per_step_median': 'num', 'ms_per_step_min': 'num', 'tokens_per_s': 'num'}]" \
+  "$(python3 -c 'import json,sys; r=json.load(sys.stdin); print([{k: (v if k in ("batch", "steps") else "num") for k, v in b.items()} for b in r["decode_batch"]])' <<<"$out")"
 # no decode: "decode" is null; --max-context shortens the context the notes name
 out=$("$KILN_BIN" bench "$e" --prompts 40 --decode 0 --reps 1 --max-context 32 --json)
 expect_same "json without decode" "None skipped: longer than the context of 32 positions" \
@@ -59,7 +71,7 @@ expect_same "json without decode" "None skipped: longer than the context of 32 p
 out=$("$KILN_BIN" bench --help); rc=$?
 expect_same "help" "exit 0: usage: kiln bench ENGINE [--prompts N,N,...] [--decode N] [--decode-prompt N]" \
   "exit $rc: $(head -1 <<<"$out")"
-for opt in --prompts --decode --decode-prompt --reps --warmup --json --max-context --no-cuda-graphs; do
+for opt in --prompts --decode --decode-prompt --batch --reps --warmup --json --max-context --no-cuda-graphs; do
   grep -q -- "^  $opt " <<<"$out" && passes=$((passes+1)) || { echo "FAIL: help lacks $opt"; failures=$((failures+1)); }
 done
 expect_same "kiln --help lists bench" "  bench    time an engine: time to first token by prompt length, decode per token" \
@@ -68,7 +80,13 @@ expect_same "kiln --help lists bench" "  bench    time an engine: time to first 
 # argument errors: exit 2, the message pinned
 expect_fail no-engine "kiln bench: error: needs an engine (see 'kiln bench --help')" -- "$KILN_BIN" bench
 expect_fail two-engines "kiln bench: error: unexpected argument 'b'" -- "$KILN_BIN" bench "$e" b
-expect_fail unknown "kiln bench: error: unknown option '--batch' (see 'kiln bench --help')" -- "$KILN_BIN" bench "$e" --batch 8
+expect_fail unknown "kiln bench: error: unknown option '--batches' (see 'kiln bench --help')" -- "$KILN_BIN" bench "$e" --batches 8
+expect_fail batch-one "kiln bench: error: --batch: '1' is not an integer from 2 to 256" -- "$KILN_BIN" bench "$e" --batch 1
+expect_fail batch-empty "kiln bench: error: --batch: an empty size in '2,'" -- "$KILN_BIN" bench "$e" --batch 2,
+expect_fail batch-many "kiln bench: error: --batch: more than 8 sizes in '$(seq -s, 2 10)'" -- \
+  "$KILN_BIN" bench "$e" --batch "$(seq -s, 2 10)"
+expect_fail batch-no-decode "$e: error: benchmark: a batched decode needs decode steps (decode is 0)" -- \
+  "$KILN_BIN" bench "$e" --decode 0 --batch 2
 expect_fail empty-length "kiln bench: error: --prompts: an empty length in '8,,16'" -- "$KILN_BIN" bench "$e" --prompts 8,,16
 expect_fail zero-length "kiln bench: error: --prompts: '0' is not an integer from 1 to 16777216" -- \
   "$KILN_BIN" bench "$e" --prompts 8,0
