@@ -408,6 +408,8 @@ def time_peer(run, torch, a, cfg, dev, prefill, decode, mark):
 def kiln_bench(run, a, engine, lengths, decode):
     cmd = [a.kiln, "bench", engine, "--prompts", ",".join(map(str, lengths)), "--decode", str(decode),
            "--decode-prompt", str(a.decode_prompt), "--reps", str(a.reps), "--warmup", str(a.warmup), "--json"]
+    if decode > 0 and getattr(a, "batch", None):  # the batched decode rides with the decode
+        cmd += ["--batch", ",".join(map(str, a.batch))]
     log("run: " + " ".join(cmd))
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, run.left() - 20))
@@ -428,6 +430,9 @@ def kiln_bench(run, a, engine, lengths, decode):
     if r["decode"]:
         k["decode"] = r["decode"]
         log(f"kiln: decode {r['decode']['ms_per_token_median']:.3f} ms/token (min {r['decode']['ms_per_token_min']:.3f})")
+    for b in r.get("decode_batch") or []:
+        k.setdefault("decode_batch", []).append(b)
+        log(f"kiln: decode at batch {b['batch']}: {b['ms_per_step_median']:.3f} ms/step, {b['tokens_per_s']:.0f} tokens/s")
     k["device"] = r["device"]
     log(f"kiln bench: {wall:.1f} s in all (opening the engine included)")
 
@@ -470,7 +475,7 @@ def new_results(a, cfg, config_name, gpu):
             "config_name": config_name, "config": cfg, "seed": a.seed, "budget_s": a.budget, "lengths": a.lengths,
             "reps": a.reps, "warmup": a.warmup, "gpu": gpu, "stage_s": {}, "skipped": [], "errors": [],
             "ceilings": None, "peer": {"prefill": [], "decode": None},
-            "kiln": {"prefill": [], "decode": None, "bench": []}}
+            "kiln": {"prefill": [], "decode": None, "decode_batch": [], "bench": []}}
 
 
 def bench(a):
@@ -578,6 +583,8 @@ def main():
     ap.add_argument("--lengths", default=None, help="prompt lengths (default 128,512,2048,8192; --tiny 16,64,200)")
     ap.add_argument("--decode", type=int, default=None, help="decode steps timed (default 128; --tiny 8)")
     ap.add_argument("--decode-prompt", type=int, default=16, help="tokens before them (default 16)")
+    ap.add_argument("--batch", default="8,32",
+                    help="kiln's batched decode, batch sizes (kiln bench --batch; default 8,32; '' for none)")
     ap.add_argument("--reps", type=int, default=3, help="timed runs of each measurement (default 3)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
     ap.add_argument("--max-tokens", type=int, default=None,
@@ -612,6 +619,10 @@ def main():
         a.lengths = [int(x) for x in (a.lengths or ("16,64,200" if a.tiny else "128,512,2048,8192")).split(",")]
     except ValueError:
         ap.error(f"--lengths: '{a.lengths}' is not a comma-separated list of integers")
+    try:
+        a.batch = [int(x) for x in a.batch.split(",")] if a.batch else []
+    except ValueError:
+        ap.error(f"--batch: '{a.batch}' is not a comma-separated list of integers")
     if any(T < 1 for T in a.lengths) or a.reps < 1 or a.warmup < 0 or a.decode < 0 or a.decode_prompt < 1:
         ap.error("--lengths, --reps and --decode-prompt take integers from 1, --warmup and --decode from 0")
     a.max_tokens = a.max_tokens or max(a.lengths)

@@ -83,6 +83,8 @@ def table_rows(res):
     kd, pd = res["kiln"].get("decode") or {}, res["peer"].get("decode") or {}
     rows.append(("decode, batch 1 (ms/token)", kd.get("ms_per_token_median"), pd.get("ms_per_token_median"),
                  decode_floor(res)))
+    for b in res["kiln"].get("decode_batch") or []:  # kiln only (the peer decodes one sequence); floor: the weights
+        rows.append((f"decode, batch {b['batch']} (ms/step)", b["ms_per_step_median"], None, decode_floor(res)))
     return rows
 
 

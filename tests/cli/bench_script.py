@@ -37,7 +37,7 @@ def main():
         eng = os.path.join(work, "ts.engine")
         subprocess.run([kiln, "build", model, "--max-tokens", "64", "-o", eng], check=True, capture_output=True)
         a = argparse.Namespace(kiln=kiln, decode_prompt=4, reps=2, warmup=0, seed=0, budget=60,
-                               lengths=[8, 100, 1000])
+                               lengths=[8, 100, 1000], batch=[2])
         res = pb.new_results(a, cfg, "tinystories-656k", {"name": "cpu", "driver": "-", "torch": "-", "cuda": "-",
                                                            "transformers": "-"})
         run = pb.Run(work, 60, res)
@@ -53,6 +53,8 @@ def main():
               str(k["prefill"]))
         check("kiln decode read", k["decode"] and k["decode"]["tokens"] == 3 and k["decode"]["prompt_tokens"] == 4
               and k["decode"]["ms_per_token_median"] > 0, str(k["decode"]))
+        check("kiln batched decode read", [(b["batch"], b["steps"]) for b in k["decode_batch"]] == [(2, 3)]
+              and k["decode_batch"][0]["ms_per_step_median"] > 0, str(k["decode_batch"]))
         check("the skipped length said", res["skipped"] == ["kiln prefill 1000: skipped: longer than the context of "
                                                             "512 positions"], str(res["skipped"]))
         check("device", k["device"] == "cpu", k.get("device"))
@@ -62,10 +64,11 @@ def main():
 
         # the report without ceilings or a peer: dashes where nothing was measured
         table = pr.render_table(res)
-        rows = [l for l in table.splitlines() if l.startswith(("time to first token", "decode, batch 1"))]
+        rows = [l for l in table.splitlines() if l.startswith(("time to first token", "decode, batch"))]
         got = [re.sub(r"[0-9]+\.[0-9]+", "N", " ".join(l.split())) for l in rows]
         want = ["time to first token, 8 tokens (ms) N - - - -", "time to first token, 100 tokens (ms) N - - - -",
-                "time to first token, 1000 tokens (ms) - - - - -", "decode, batch 1 (ms/token) N - - - -"]
+                "time to first token, 1000 tokens (ms) - - - - -", "decode, batch 1 (ms/token) N - - - -",
+                "decode, batch 2 (ms/step) N - - - -"]
         check("table rows", got == want, "\n".join(got))
         md = pr.render_markdown(res)
         check("markdown heading", md.startswith("## kiln against the ceilings and a compiled PyTorch peer "
