@@ -437,7 +437,7 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
     "$kiln" build "$m" --dtype bf16 --max-tokens 2048 --target sm_90 --stats -o "$m.engine" >"$out/profile_build.txt" 2>&1 \
       || { echo "FAIL: kiln build of the profile model" | tee -a "$summary"; }
     # GPU_PROFILE_ALT_ENV="NAME=VALUE ...": the same model built again with that environment (a
-    # kcu_build knob, e.g. KILN_CUDA_GEMM90_CTAS=2) and profiled beside the default: profile_alt_T.txt
+    # kcu_build knob, e.g. KILN_CUDA_GEMM90_PAIRS=1) and profiled beside the default: profile_alt_T.txt
     if [ -n "${GPU_PROFILE_ALT_ENV:-}" ]; then
       # shellcheck disable=SC2086
       env $GPU_PROFILE_ALT_ENV "$kiln" build "$m" --dtype bf16 --max-tokens 2048 --target sm_90 --stats -o "$m.alt.engine" \

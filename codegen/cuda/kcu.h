@@ -69,11 +69,8 @@ typedef struct kcu_options {
     int64_t smem_optin; /* 0, or the dynamic shared memory a block may opt into on every target
                         * architecture, bytes (kcu_arch_smem_optin; kcu_build sets it): room for the flash
                         * attention's deeper K/V ring */
-    int gemm90_ctas;   /* 0 or 1: kcu_gemm90's tiles by kcu_g90_pick_bn, one block an SM; 2: every gemm90
-                        * kernel on tiles of 128 columns, two blocks an SM, one's epilogue under the other's
-                        * mainloop (kcu_build: KILN_CUDA_GEMM90_CTAS=2; to measure it against the rule) */
     int gemm90_pairs;  /* 1: every gemm90 kernel on pairs of 128-column tiles a block, one a consumer
-                        * warpgroup, one's epilogue under the other's mainloop (kcu_gemm90_pairs; kcu_build:
+                        * warpgroup, one's epilogue under the other's mainloop (kcu_gemm90_pairs; kcu_target_options:
                         * KILN_CUDA_GEMM90_PAIRS=1; to measure it against the rule) */
     ks_buf *choices;   /* NULL, or where the per-shape choices go, a line a distinct kernel that has
                         * variants: "k_matmul_fused_..: %7 matmul, 4096 -> 6144: sm_90a above 64 tokens: ..."
@@ -100,7 +97,8 @@ kcu_flash_plan kcu_plan_flash(int64_t group, int64_t dk, int64_t dv, int softcap
  * others, and names kiln does not know: 48 KiB). */
 int64_t kcu_arch_smem_optin(const char *arch);
 /* What a target's architectures (kcu_parse_target's) mean for the generator: with gemm90, each
- * sm_90 becomes KCU_GEMM90_ARCH and opt->gemm90 is set; opt->smem_optin is the least of theirs. */
+ * sm_90 becomes KCU_GEMM90_ARCH and opt->gemm90 is set (and opt->gemm90_pairs with
+ * KILN_CUDA_GEMM90_PAIRS=1 in the environment); opt->smem_optin is the least of theirs. */
 void kcu_target_options(const char **archs, int n, int gemm90, kcu_options *opt);
 /* The dynamic shared memory of plan f's hb, mw and bn at dims dk, dv, bytes (kcu_flash.cuh's
  * kcu_fa_smem_of). */
@@ -139,9 +137,8 @@ int kcu_g90_plan_tiles(const int64_t *partner, int64_t N, int bn, kcu_g90_tiles 
 /* The tile width for a step of T tokens (kcu_prelude.cuh's rule: the widest of 256, 192, 128 that
  * gives at least 119 tiles, else 128), given nt[i], the tiles at width 128, 192, 256 (0: none). */
 int kcu_g90_pick_bn(int64_t T, const int nt[3]);
-/* Pipeline stages for a tile width with ctas blocks an SM (1: about 192 kB of shared memory;
- * 2: what lets two blocks share an SM, kcu_gemm90's CTAS). */
-int kcu_g90_stages(int bn, int ctas);
+/* Pipeline stages for a tile width (about 192 kB of shared memory). */
+int kcu_g90_stages(int bn);
 /* kcu_gemm90_pairs: its ring's stages, and its dynamic shared memory (the prelude's kcu_gemm90_pairs_smem) */
 enum { KCU_G90_PAIRS_STAGES = 4 };
 int kcu_g90_pairs_smem_bytes(int stages);

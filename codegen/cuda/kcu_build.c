@@ -159,6 +159,8 @@ void kcu_target_options(const char **archs, int n, int gemm90, kcu_options *opt)
         int64_t optin = kcu_arch_smem_optin(archs[i]);
         if (i == 0 || optin < opt->smem_optin) opt->smem_optin = optin;
     }
+    const char *pairs = getenv("KILN_CUDA_GEMM90_PAIRS"); /* a measurement knob: kcu_options.gemm90_pairs */
+    opt->gemm90_pairs = opt->gemm90 && pairs && strcmp(pairs, "1") == 0;
 }
 
 /* ---- the build ------------------------------------------------------------------- */
@@ -177,10 +179,6 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     kcu_options opt = {0};
     kcu_target_options(out->archs, n, !(g90_env && strcmp(g90_env, "0") == 0), &opt);
     if (above_env && *above_env) opt.gemm90_above = strtoll(above_env, NULL, 10);
-    const char *ctas_env = getenv("KILN_CUDA_GEMM90_CTAS");
-    if (ctas_env && strcmp(ctas_env, "2") == 0) opt.gemm90_ctas = 2;
-    const char *pairs_env = getenv("KILN_CUDA_GEMM90_PAIRS");
-    if (pairs_env && strcmp(pairs_env, "1") == 0) opt.gemm90_pairs = 1;
 
     krt_cuda_meta meta = {0};
     ks_buf src = {0}, stem = {0};

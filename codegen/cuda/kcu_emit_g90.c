@@ -131,11 +131,8 @@ int kcu_g90_pick_bn(int64_t T, const int nt[3])
     return nt[0] > 0 ? 128 : nt[1] > 0 ? 192 : nt[2] > 0 ? 256 : 0;
 }
 
-int kcu_g90_stages(int bn, int ctas)
+int kcu_g90_stages(int bn)
 {
-    if (ctas == 2) /* as many as let two blocks share an SM's 228 KiB (each with 1 KiB the driver keeps) */
-        for (int s = 8; s >= 2; s--)
-            if (2 * (kcu_g90_smem_bytes(bn, s) + 1024 + 1024) <= 233472) return s;
     return bn >= 256 ? 4 : bn >= 192 ? 5 : bn >= 128 ? 6 : 8;
 }
 

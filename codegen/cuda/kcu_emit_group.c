@@ -883,7 +883,6 @@ typedef struct g90_plan {
     int n;                         /* kernels (0: no variant) */
     kcu_g90_tiles tiles[G90_MAX];  /* their tiles */
     int64_t above[G90_MAX];        /* kernel i runs for steps of more than above[i] tokens */
-    int ctas;                      /* blocks an SM (kcu_gemm90's CTAS): 1, or 2 (kcu_options.gemm90_ctas) */
     int pairs;                     /* 1: kcu_gemm90_pairs (kcu_options.gemm90_pairs) */
     kir_val xv;                    /* the value the matmul reads through the x map: the norm's, or its operand */
 } g90_plan;
@@ -910,7 +909,7 @@ static void plan_g90(const group *G, g90_plan *P)
     int last = 0;
     for (int64_t m = (above + 1 + 127) / 128;; m++) {
         int64_t T = m == (above + 1 + 127) / 128 ? above + 1 : (m - 1) * 128 + 1; /* the first step of m token tiles */
-        int bn = x->opt.gemm90_ctas == 2 || x->opt.gemm90_pairs ? (nt[0] ? 128 : 0) : kcu_g90_pick_bn(T, nt);
+        int bn = x->opt.gemm90_pairs ? (nt[0] ? 128 : 0) : kcu_g90_pick_bn(T, nt);
         if (bn == 0) break;
         if (bn != last) {
             int i = bn == 128 ? 0 : bn == 192 ? 1 : 2;
@@ -919,12 +918,11 @@ static void plan_g90(const group *G, g90_plan *P)
             P->above[P->n++] = T - 1;
             last = bn;
         }
-        if (bn == 256 || x->opt.gemm90_ctas == 2 || x->opt.gemm90_pairs || m > 4096 || P->n == G90_MAX) break;
+        if (bn == 256 || x->opt.gemm90_pairs || m > 4096 || P->n == G90_MAX) break;
     }
     for (int i = 0; i < G90_MAX; i++)
         if (nt[i]) free(all[i].table);
-    P->pairs = x->opt.gemm90_pairs && x->opt.gemm90_ctas != 2;
-    P->ctas = x->opt.gemm90_ctas == 2 && !P->pairs ? 2 : 1;
+    P->pairs = x->opt.gemm90_pairs;
 }
 
 static void free_g90(g90_plan *P)
@@ -980,15 +978,14 @@ static void put_g90(group *G, const g90_plan *P, const char *g90_params, const c
             continue;
         }
         ks_buf_printf(b,
-                      "/* the same on sm_90a for steps of more than %lld tokens: wgmma fed by TMA, tiles of 128 x %d%s */\n"
-                      "extern \"C\" __global__ void __launch_bounds__(%s, %d) " NAME_MARK "_g90_%d(%s)\n"
+                      "/* the same on sm_90a for steps of more than %lld tokens: wgmma fed by TMA, tiles of 128 x %d */\n"
+                      "extern \"C\" __global__ void __launch_bounds__(KCU_G90_THREADS, 1) " NAME_MARK "_g90_%d(%s)\n"
                       "{\n"
                       "    const " NAME_MARK "_epi epi = {%s};\n"
-                      "    kcu_gemm90<%s, %lld, %lld, %d, %d, %s, %d>(T, ta, tb, kcu_g90_none(), epi);\n"
+                      "    kcu_gemm90<%s, %lld, %lld, %d, %d, %s>(T, ta, tb, kcu_g90_none(), epi);\n"
                       "}\n",
-                      (long long)P->above[i], t->bn, P->ctas == 2 ? ", two blocks an SM" : "",
-                      P->ctas == 2 ? "KCU_G90_THREADS2" : "KCU_G90_THREADS", P->ctas, t->bn, g90_params, inits, xt,
-                      (long long)G->K, (long long)G->N, t->bn, kcu_g90_stages(t->bn, P->ctas), tiles, P->ctas);
+                      (long long)P->above[i], t->bn, t->bn, g90_params, inits, xt, (long long)G->K, (long long)G->N,
+                      t->bn, kcu_g90_stages(t->bn), tiles);
     }
     ks_buf_puts(b, "#endif\n");
 }
@@ -1024,9 +1021,8 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
         if (G->pro >= 0) v->launches[v->n_launches++] = norm;
         krt_cuda_launch *l = &v->launches[v->n_launches++];
         l->name = ks_arena_printf(&x->meta->arena, "%s_g90_%d", k->name, t->bn);
-        l->block = P->ctas == 2 ? 288 : 384; /* the prelude's KCU_G90_THREADS2, KCU_G90_THREADS */
-        l->smem = P->pairs ? kcu_g90_pairs_smem_bytes(KCU_G90_PAIRS_STAGES)
-                           : kcu_g90_smem_bytes(t->bn, kcu_g90_stages(t->bn, P->ctas));
+        l->block = 384; /* the prelude's KCU_G90_THREADS */
+        l->smem = P->pairs ? kcu_g90_pairs_smem_bytes(KCU_G90_PAIRS_STAGES) : kcu_g90_smem_bytes(t->bn, kcu_g90_stages(t->bn));
         /* ceil(T / 128) token tiles (the prelude's KCU_G90_BM), the column tiles (or their pairs) */
         int64_t grid[3][3] = {{1, 0, 128}, {0, P->pairs ? (t->nt + 1) / 2 : t->nt, 1}, {0, 1, 1}};
         memcpy(l->grid, grid, sizeof grid);
@@ -1046,13 +1042,13 @@ static void put_choices(const group *G, const g90_plan *P, const krt_cuda_kernel
     ks_buf_printf(b, "%s: %%%u matmul, %lld -> %lld:", k->name, k->node, (long long)G->K, (long long)G->N);
     for (int i = 0; i < P->n; i++) {
         const kcu_g90_tiles *t = &P->tiles[i];
-        const int stages = P->pairs ? KCU_G90_PAIRS_STAGES : kcu_g90_stages(t->bn, P->ctas);
+        const int stages = P->pairs ? KCU_G90_PAIRS_STAGES : kcu_g90_stages(t->bn);
         ks_buf_printf(b, "%s %s above %lld tokens: %swgmma tiles 128 x %d (%d column tiles of %d box%s, %d stages, %d "
                          "bytes of shared memory%s)",
                       i ? ";" : "", KCU_GEMM90_ARCH, (long long)P->above[i], G->pro >= 0 ? "the norm's kernel, then " : "",
                       t->bn, t->nt, t->nbox, t->nbox > 1 ? "es" : "", stages,
                       P->pairs ? kcu_g90_pairs_smem_bytes(stages) : kcu_g90_smem_bytes(t->bn, stages),
-                      P->pairs ? ", pairs of tiles a block" : P->ctas == 2 ? ", two blocks an SM" : "");
+                      P->pairs ? ", pairs of tiles a block" : "");
     }
     ks_buf_puts(b, "\n");
 }

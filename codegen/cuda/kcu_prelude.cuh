@@ -1844,17 +1844,6 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
 
 #if KCU_GEMM90_KERNELS
 enum { KCU_G90_THREADS = 384, KCU_G90_BM = 128, KCU_G90_BK = 64 };
-/* Two blocks an SM (CTAS = 2 below): two consumer warpgroups and one producer warp, no register
- * redistribution (setmaxnreg hands a block's registers between its warpgroups, and a producer
- * warpgroup would cost a third of them): 288 threads at up to 112 registers (90 used, no spills),
- * tiles of 128 x 128 and 3 stages, so that one block's epilogue runs under the other's mainloop.
- * Measured slower (H200, Llama-3-8B's fused groups in the engine, `KILN_CUDA_GEMM90_CTAS=2`
- * against the rule's one block an SM): at 2048 tokens gate/up 789 against 700 us, down 354
- * against 308, o 113 against 107, q,k,v 196 against 198; at 512 every group slower (down 121
- * against 89); alone (cuda_gemm90_check) 0.73-0.90 of the best one-block tile: the smaller tile's
- * operand traffic and shallower ring cost more than the overlap gains. Kept as a measured option;
- * the overlap that pays is within a block (consumers ping-ponging two tiles). */
-enum { KCU_G90_THREADS2 = 288 };
 
 /* the operands: 1 for f16, 0 for bf16 (which wgmma; the tensor maps' data type) */
 template <typename X> struct kcu_g90_f16 {
@@ -1971,24 +1960,19 @@ template <typename X> static inline float kcu_emu_tmap_at(const kcu_emu_tmap *m,
     if (k >= (long long)m->dims[0] || row >= (long long)m->dims[1]) return 0.0f;
     return kcu_f(*(const X *)((const char *)m->base + row * m->stride + k * 2));
 }
-/* kcu_gemm90's stand-in: thread 0 of each block computes its tile in f32
- * (k in order), reading x and w through their maps as TMA would, and hands
- * it to the epilogue as the real kernel does (kcu_g90_handoff). Checks the maps
- * against the kernel: boxes {64, 128} and {64, R}, the operand type. */
-template <typename X, int K, int N, int BN, int STAGES, class Tiles = kcu_g90_plain<BN>, int CTAS = 1, class Pro,
-          class Epi>
-static inline void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &tb, const Pro pro, const Epi &epi)
+/* The stand-ins' checks of the maps against the kernel (boxes {64, 128} and {64, R}, the operand type),
+ * then column tile y of token tile x computed in f32 (k in order, reading x and w through their maps as
+ * TMA would) into tile and handed to the epilogue as the real kernels do. */
+template <typename X, int K, int N, int BN, class Tiles, class Pro, class Epi>
+static inline void kcu_emu_g90_tile(const kcu_tmap &ta, const kcu_tmap &tb, const Pro &pro, const Epi &epi, int T,
+                                    int y, float *tile)
 {
     enum { R = BN / Tiles::NBOX, DTYPE = kcu_g90_f16<X>::ON ? 6 : 9 };
-    if (threadIdx.x != 0) return;
     const kcu_emu_tmap *a = ta.m, *w = tb.m;
     if (a->box[0] != KCU_G90_BK || a->box[1] != KCU_G90_BM || w->box[0] != KCU_G90_BK || w->box[1] != R ||
         a->dims[0] != K || w->dims[0] != K || a->dtype != DTYPE || w->dtype != DTYPE)
         __builtin_trap();
-    const int y = blockIdx.y;
     const long long m0 = (long long)blockIdx.x * KCU_G90_BM;
-    float *tile = (float *)calloc((size_t)KCU_G90_BM * KCU_G90_LD(BN), sizeof(float));
-    if (!tile) __builtin_trap();
     for (int r = 0; r < KCU_G90_BM && m0 + r < T; r++)
         for (int n = 0; n < BN; n++) {
             const int b = Tiles::box(y, n / R), row = (b < 0 ? 0 : b) + n % R;
@@ -1997,32 +1981,26 @@ static inline void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &t
             tile[r * KCU_G90_LD(BN) + n] = sum;
         }
     for (int p = 0; p < BN / 2; p++) kcu_g90_handoff<BN, N, Tiles, KCU_G90_U>(epi, pro, T, m0, y, tile, p, BN / 2);
+}
+/* kcu_gemm90's stand-in: thread 0 of each block computes its tile (kcu_emu_g90_tile). */
+template <typename X, int K, int N, int BN, int STAGES, class Tiles = kcu_g90_plain<BN>, class Pro, class Epi>
+static inline void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &tb, const Pro pro, const Epi &epi)
+{
+    if (threadIdx.x != 0) return;
+    float *tile = (float *)calloc((size_t)KCU_G90_BM * KCU_G90_LD(BN), sizeof(float));
+    if (!tile) __builtin_trap();
+    kcu_emu_g90_tile<X, K, N, BN, Tiles>(ta, tb, pro, epi, T, blockIdx.y, tile);
     free(tile);
 }
-/* kcu_gemm90_pairs' stand-in: tiles 2y and 2y + 1 (when < NT) as kcu_gemm90's stand-in takes one */
+/* kcu_gemm90_pairs' stand-in: tiles 2y and 2y + 1 (when < NT) */
 template <typename X, int K, int N, int STAGES, int NT, class Tiles = kcu_g90_plain<128>, class Pro, class Epi>
 static inline void kcu_gemm90_pairs(const int T, const kcu_tmap &ta, const kcu_tmap &tb, const Pro pro, const Epi &epi)
 {
-    enum { BN = 128, R = BN / Tiles::NBOX, DTYPE = kcu_g90_f16<X>::ON ? 6 : 9 };
     if (threadIdx.x != 0) return;
-    const kcu_emu_tmap *a = ta.m, *w = tb.m;
-    if (a->box[0] != KCU_G90_BK || a->box[1] != KCU_G90_BM || w->box[0] != KCU_G90_BK || w->box[1] != R ||
-        a->dims[0] != K || w->dims[0] != K || a->dtype != DTYPE || w->dtype != DTYPE)
-        __builtin_trap();
-    const long long m0 = (long long)blockIdx.x * KCU_G90_BM;
-    float *tile = (float *)calloc((size_t)KCU_G90_BM * KCU_G90_LD(BN), sizeof(float));
+    float *tile = (float *)calloc((size_t)KCU_G90_BM * KCU_G90_LD(128), sizeof(float));
     if (!tile) __builtin_trap();
-    for (int y = 2 * (int)blockIdx.y; y < 2 * (int)blockIdx.y + 2 && y < NT; y++) {
-        for (int r = 0; r < KCU_G90_BM && m0 + r < T; r++)
-            for (int n = 0; n < BN; n++) {
-                const int b = Tiles::box(y, n / R), row = (b < 0 ? 0 : b) + n % R;
-                float sum = 0.0f;
-                for (int k = 0; k < K; k++)
-                    sum = fmaf(kcu_emu_tmap_at<X>(a, k, m0 + r), kcu_emu_tmap_at<X>(w, k, row), sum);
-                tile[r * KCU_G90_LD(BN) + n] = sum;
-            }
-        for (int p = 0; p < BN / 2; p++) kcu_g90_handoff<BN, N, Tiles, KCU_G90_U>(epi, pro, T, m0, y, tile, p, BN / 2);
-    }
+    for (int y = 2 * (int)blockIdx.y; y < 2 * (int)blockIdx.y + 2 && y < NT; y++)
+        kcu_emu_g90_tile<X, K, N, 128, Tiles>(ta, tb, pro, epi, T, y, tile);
     free(tile);
 }
 #endif
@@ -2223,13 +2201,60 @@ template <> struct kcu_wg_mma<256> {
     }
 };
 
+/* A gemm90 block's start: thread 0 prefetches the tensor maps and sets up the ring's barriers, full
+ * (one arrival: the producer's expect, then the bytes) and empty (`releasers` arrivals: the warps
+ * that consume a stage); the block meets after. */
+template <int STAGES>
+static __device__ __forceinline__ void kcu_g90_ring_init(const kcu_tmap &ta, const kcu_tmap &tb, unsigned full,
+                                                         unsigned empty, int releasers)
+{
+    if (threadIdx.x == 0) {
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&ta)) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&tb)) : "memory");
+        for (int s = 0; s < STAGES; s++) {
+            kcu_mbar_init(full + 8 * s, 1);
+            kcu_mbar_init(empty + 8 * s, releasers);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+}
+
+/* The producer's fills g0 .. g0 + KT - 1 of the ring (the one thread that issues them): fill g into
+ * stage g % STAGES once fill g - STAGES is released, the k blocks of x rows m0 .. m0 + 127 (sa: the x
+ * stages) and of column tile y's boxes (sb: the w stages). */
+template <int K, int BN, int STAGES, class Tiles>
+static __device__ __forceinline__ void kcu_g90_produce(const kcu_tmap &ta, const kcu_tmap &tb, unsigned sa,
+                                                       unsigned sb, unsigned full, unsigned empty, int m0, int y,
+                                                       int g0)
+{
+    enum {
+        BK = KCU_G90_BK,
+        KT = (K + BK - 1) / BK,
+        A_BYTES = KCU_G90_BM * BK * 2,
+        B_BYTES = BN * BK * 2,
+        NBOX = Tiles::NBOX,
+        RB = BN / NBOX
+    };
+    int rows[NBOX]; /* the boxes' first weight rows */
+#pragma unroll
+    for (int i = 0; i < NBOX; i++) rows[i] = max(Tiles::box(y, i), 0);
+    for (int kt = 0; kt < KT; kt++) {
+        const int g = g0 + kt, s = g % STAGES;
+        if (g >= STAGES) kcu_mbar_wait(empty + 8 * s, (g / STAGES + 1) & 1);
+        kcu_mbar_expect(full + 8 * s, A_BYTES + B_BYTES);
+        kcu_tma_2d(sa + s * A_BYTES, ta, full + 8 * s, kt * BK, m0);
+#pragma unroll
+        for (int i = 0; i < NBOX; i++) kcu_tma_2d(sb + s * B_BYTES + i * RB * 128, tb, full + 8 * s, kt * BK, rows[i]);
+    }
+}
+
 /* The matmul of the design above on X (kcu_bf16 or kcu_f16) operands: K, N
  * the shape, BN the tile's columns, STAGES the ring's depth; ta, tb the
  * tensor maps of x and w (kernel parameters, __grid_constant__); pro
  * kcu_g90_none or kcu_g90_rms. Called from a kernel of KCU_G90_THREADS
  * threads with kcu_gemm90_smem(BN, STAGES) bytes of dynamic shared memory. */
-template <typename X, int K, int N, int BN, int STAGES, class Tiles = kcu_g90_plain<BN>, int CTAS = 1, class Pro,
-          class Epi>
+template <typename X, int K, int N, int BN, int STAGES, class Tiles = kcu_g90_plain<BN>, class Pro, class Epi>
 static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &tb, const Pro pro,
                                                   const Epi &epi)
 {
@@ -2250,8 +2275,6 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
     static_assert(BN % 64 == 0 && BN >= 64 && BN <= 256, "BN: 64, 128, 192 or 256");
     static_assert(STAGES >= 2 && kcu_gemm90_smem(BN, STAGES) <= 232448 - 1024, "stages fit in shared memory");
     static_assert(BN % NBOX == 0 && RB % 8 == 0 && RB <= 256, "boxes of whole swizzle atoms");
-    static_assert(CTAS == 1 || (CTAS == 2 && BN <= 128 && 2 * (kcu_gemm90_smem(BN, STAGES) + 1024) <= 233472),
-                  "two blocks an SM: their registers (BN / 2 accumulators a thread, 112 in all) and shared memory");
     extern __shared__ unsigned char kcu_g90_dyn[];
     __shared__ alignas(8) unsigned long long bars[2 * STAGES]; /* full[STAGES], empty[STAGES] */
     const unsigned base = (kcu_g90_smem(kcu_g90_dyn) + 1023u) & ~1023u;
@@ -2259,41 +2282,15 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
     const unsigned full = kcu_g90_smem(bars), empty = full + 8 * STAGES;
     const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
     const int m0 = blockIdx.x * BM;
-    /* one block an SM: warpgroup 0 produces, 1 and 2 consume; two: 0 and 1 consume, warp 8 produces */
-    const bool producer = CTAS == 1 ? wg == 0 : wg == 2;
-    const int cg = CTAS == 1 ? wg - 1 : wg; /* a consumer's warpgroup: tokens 64 cg ..+ 64 of the tile */
-    if (tid == 0) {
-        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&ta)) : "memory");
-        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&tb)) : "memory");
-        for (int s = 0; s < STAGES; s++) {
-            kcu_mbar_init(full + 8 * s, 1);
-            kcu_mbar_init(empty + 8 * s, CONSUMER_WARPS);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    if (producer) {
+    const int cg = wg - 1; /* a consumer's warpgroup (1, 2): tokens 64 cg ..+ 64 of the tile */
+    kcu_g90_ring_init<STAGES>(ta, tb, full, empty, CONSUMER_WARPS);
+    if (wg == 0) {
         /* the producer */
-        if (CTAS == 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (warp == 0) {
-            if (lane == 0) {
-                int rows[NBOX]; /* the boxes' first weight rows */
-#pragma unroll
-                for (int i = 0; i < NBOX; i++) rows[i] = max(Tiles::box(blockIdx.y, i), 0);
-                for (int kt = 0; kt < KT; kt++) {
-                    const int s = kt % STAGES;
-                    if (kt >= STAGES) kcu_mbar_wait(empty + 8 * s, (kt / STAGES + 1) & 1);
-                    kcu_mbar_expect(full + 8 * s, STAGE_BYTES);
-                    kcu_tma_2d(sa + s * A_BYTES, ta, full + 8 * s, kt * BK, m0);
-#pragma unroll
-                    for (int i = 0; i < NBOX; i++)
-                        kcu_tma_2d(sb + s * B_BYTES + i * RB * 128, tb, full + 8 * s, kt * BK, rows[i]);
-                }
-            }
-        }
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (warp == 0 && lane == 0) kcu_g90_produce<K, BN, STAGES, Tiles>(ta, tb, sa, sb, full, empty, m0, blockIdx.y, 0);
     } else {
         /* a consumer: tokens 64 cg .. +63 of the tile */
-        if (CTAS == 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         float d[R];
 #pragma unroll
         for (int i = 0; i < R; i++) d[i] = 0.0f;
@@ -2370,34 +2367,12 @@ static __device__ __forceinline__ void kcu_gemm90_pairs(const int T, const kcu_t
     const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
     const int m0 = blockIdx.x * BM, y0 = 2 * blockIdx.y;
     const int tiles = y0 + 1 < NT ? 2 : 1; /* this block's */
-    if (tid == 0) {
-        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&ta)) : "memory");
-        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&tb)) : "memory");
-        for (int s = 0; s < STAGES; s++) {
-            kcu_mbar_init(full + 8 * s, 1);
-            kcu_mbar_init(empty + 8 * s, 4); /* one consumer warpgroup's warps release a stage */
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
+    kcu_g90_ring_init<STAGES>(ta, tb, full, empty, 4); /* one consumer warpgroup's warps release a stage */
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (warp == 0 && lane == 0) {
-            for (int j = 0; j < tiles; j++) {
-                int rows[NBOX];
-#pragma unroll
-                for (int i = 0; i < NBOX; i++) rows[i] = max(Tiles::box(y0 + j, i), 0);
-                for (int kt = 0; kt < KT; kt++) {
-                    const int g = j * KT + kt, s = g % STAGES; /* the ring's g-th fill */
-                    if (g >= STAGES) kcu_mbar_wait(empty + 8 * s, (g / STAGES + 1) & 1);
-                    kcu_mbar_expect(full + 8 * s, STAGE_BYTES);
-                    kcu_tma_2d(sa + s * A_BYTES, ta, full + 8 * s, kt * BK, m0);
-#pragma unroll
-                    for (int i = 0; i < NBOX; i++)
-                        kcu_tma_2d(sb + s * B_BYTES + i * RB * 128, tb, full + 8 * s, kt * BK, rows[i]);
-                }
-            }
-        }
+        if (warp == 0 && lane == 0) /* both tiles' k blocks, in order: the ring's fills 0 .. 2 KT - 1 */
+            for (int j = 0; j < tiles; j++)
+                kcu_g90_produce<K, BN, STAGES, Tiles>(ta, tb, sa, sb, full, empty, m0, y0 + j, j * KT);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const int j = wg - 1; /* this warpgroup's tile: y0 + j */

@@ -96,10 +96,6 @@ int main(int argc, char **argv)
     ks_buf choices = {0};
     kcu_options opt = {.choices = &choices};
     kcu_target_options(archs, n_archs, 1, &opt);
-    const char *ctas = getenv("KILN_CUDA_GEMM90_CTAS"); /* as kcu_build reads it */
-    if (ctas && strcmp(ctas, "2") == 0) opt.gemm90_ctas = 2;
-    const char *pairs = getenv("KILN_CUDA_GEMM90_PAIRS");
-    if (pairs && strcmp(pairs, "1") == 0) opt.gemm90_pairs = 1;
     if (CHECK(kcu_generate_with(g, &opt, &src, &meta, &d) == 0)) {
         int distinct = distinct_kernels(&meta);
         printf("graph %s (%s weights): %d layers, %d launches, %d distinct kernels, %zu bytes of source\n", g->name,

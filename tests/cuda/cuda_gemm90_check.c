@@ -40,20 +40,17 @@ typedef struct g90_case {
     int rows;     /* x's rows in memory (max_tokens: the tensor map's) */
     int T[4], nt; /* the token counts checked (or timed) */
     const char *what; /* the 8B matmul timed, or NULL for a check case */
-    int ctas;     /* blocks an SM (kcu_gemm90's CTAS; 0: 1) */
     int pairs;    /* 1: kcu_gemm90_pairs (bn 128; st its stages) */
 } g90_case;
 
 static const g90_case check_cases[] = {
-    {0, 256, 1000, 128, 6, 0, 0, 0, 2048, {1, 77, 200, 2048}, 4, NULL, 1, 0}, /* N % 128 = 104 */
-    {0, 4136, 333, 256, 4, 1, 1, 0, 256, {1, 77, 200}, 3, NULL, 1, 0},        /* K % 64 = 40, rms, permuted */
-    {1, 512, 520, 192, 5, 1, 0, 0, 2048, {77, 200, 2048}, 3, NULL, 1, 0},     /* f16, rms */
-    {1, 1000, 64, 64, 8, 0, 1, 0, 300, {1, 200, 300}, 3, NULL, 1, 0},         /* f16, K % 64 = 40, T = rows */
-    {0, 128, 200, 256, 2, 0, 0, 0, 77, {77}, 1, NULL, 1, 0},                   /* one partial tile each way */
-    {0, 4136, 333, 128, 3, 1, 1, 0, 256, {1, 77, 200}, 3, NULL, 2, 0},     /* two blocks an SM, rms, permuted */
-    {1, 256, 1000, 128, 3, 0, 0, 0, 2048, {1, 77, 2048}, 3, NULL, 2, 0},   /* two blocks an SM, f16 */
-    {0, 4136, 333, 128, 4, 1, 1, 0, 256, {1, 77, 200}, 3, NULL, 1, 1},  /* pairs (the last one tile), rms, permuted */
-    {1, 256, 1000, 128, 4, 0, 0, 0, 2048, {1, 77, 2048}, 3, NULL, 1, 1}, /* pairs, f16 */
+    {0, 256, 1000, 128, 6, 0, 0, 0, 2048, {1, 77, 200, 2048}, 4, NULL, 0}, /* N % 128 = 104 */
+    {0, 4136, 333, 256, 4, 1, 1, 0, 256, {1, 77, 200}, 3, NULL, 0},        /* K % 64 = 40, rms, permuted */
+    {1, 512, 520, 192, 5, 1, 0, 0, 2048, {77, 200, 2048}, 3, NULL, 0},     /* f16, rms */
+    {1, 1000, 64, 64, 8, 0, 1, 0, 300, {1, 200, 300}, 3, NULL, 0},         /* f16, K % 64 = 40, T = rows */
+    {0, 128, 200, 256, 2, 0, 0, 0, 77, {77}, 1, NULL, 0},                   /* one partial tile each way */
+    {0, 4136, 333, 128, 4, 1, 1, 0, 256, {1, 77, 200}, 3, NULL, 1},  /* pairs (the last one tile), rms, permuted */
+    {1, 256, 1000, 128, 4, 0, 0, 0, 2048, {1, 77, 2048}, 3, NULL, 1}, /* pairs, f16 */
 };
 
 /* Llama-3-8B's matmuls (K, N) and the tile configurations timed. */
@@ -62,9 +59,9 @@ static const struct {
     int K, N;
 } llama8b[] = {{"qkv", 4096, 6144}, {"o", 4096, 4096}, {"gate_up", 4096, 28672}, {"down", 14336, 4096},
                {"lm_head", 4096, 128256}};
-/* BN, STAGES, CTAS, pairs (kcu_gemm90_pairs: its STAGES printed as 100 + stages, to tell it apart) */
-static const int configs[][4] = {{256, 4, 1, 0}, {128, 6, 1, 0}, {192, 5, 1, 0}, {128, 3, 2, 0}, {128, 4, 1, 1}};
-enum { N_SHAPES = 5, N_CONFIGS = 5, N_CHECKS = sizeof check_cases / sizeof check_cases[0], N_RMS = 2,
+/* BN, STAGES, pairs (kcu_gemm90_pairs: its STAGES printed as 100 + stages, to tell it apart) */
+static const int configs[][3] = {{256, 4, 0}, {128, 6, 0}, {192, 5, 0}, {128, 4, 1}};
+enum { N_SHAPES = 5, N_CONFIGS = 4, N_CHECKS = sizeof check_cases / sizeof check_cases[0], N_RMS = 2,
        N_ALL = N_CHECKS + N_SHAPES * N_CONFIGS + N_RMS };
 
 static void all_cases(g90_case *all)
@@ -74,10 +71,10 @@ static void all_cases(g90_case *all)
     for (int s = 0; s < N_SHAPES; s++)
         for (int c = 0; c < N_CONFIGS; c++)
             all[n++] = (g90_case){0, llama8b[s].K, llama8b[s].N, configs[c][0], configs[c][1], 0, 0, 1, 2048,
-                                  {512, 2048}, 2, llama8b[s].what, configs[c][2], configs[c][3]};
+                                  {512, 2048}, 2, llama8b[s].what, configs[c][2]};
     /* the RMS prologue's cost, its pre-pass included: q,k,v with it (g = 1: nothing to fold) */
-    all[n++] = (g90_case){0, 4096, 6144, 256, 4, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms", 1, 0};
-    all[n++] = (g90_case){0, 4096, 6144, 192, 5, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms", 1, 0};
+    all[n++] = (g90_case){0, 4096, 6144, 256, 4, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms", 0};
+    all[n++] = (g90_case){0, 4096, 6144, 192, 5, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms", 0};
 }
 
 static void program_source(const g90_case *cases, int n, ks_buf *src)
@@ -107,23 +104,18 @@ static void program_source(const g90_case *cases, int n, ks_buf *src)
         const g90_case *c = &cases[i];
         const char *epi = c->out16 ? "g90_epi_bf16" : c->rev ? "g90_epi_rev" : "kcu_epi_store";
         const char *xt = c->f16 ? "kcu_f16" : "kcu_bf16";
-        if (c->pairs) {
-            ks_buf_printf(src,
-                          "extern \"C\" __global__ void __launch_bounds__(KCU_G90_THREADS, 1)\n"
-                          "g90_%d(int T, const __grid_constant__ kcu_tmap ta, const __grid_constant__ kcu_tmap tb, "
-                          "%s *__restrict__ out, const float *__restrict__ inv)\n"
-                          "{\n    (void)inv;\n    kcu_gemm90_pairs<%s, %d, %d, %d, %d>(T, ta, tb, %s, %s<%d>{out});\n}\n",
-                          i, c->out16 ? "unsigned short" : "float", xt, c->K, c->N, c->st, (c->N + 127) / 128,
-                          c->rms ? "kcu_g90_rms{inv}" : "kcu_g90_none{}", epi, c->N);
-        } else
+        char call[96]; /* the matmul: kcu_gemm90, or kcu_gemm90_pairs over ceil(N / 128) column tiles */
+        if (c->pairs)
+            snprintf(call, sizeof call, "kcu_gemm90_pairs<%s, %d, %d, %d, %d>", xt, c->K, c->N, c->st, (c->N + 127) / 128);
+        else
+            snprintf(call, sizeof call, "kcu_gemm90<%s, %d, %d, %d, %d>", xt, c->K, c->N, c->bn, c->st);
         ks_buf_printf(src,
-                      "extern \"C\" __global__ void __launch_bounds__(%s, %d)\n"
+                      "extern \"C\" __global__ void __launch_bounds__(KCU_G90_THREADS, 1)\n"
                       "g90_%d(int T, const __grid_constant__ kcu_tmap ta, const __grid_constant__ kcu_tmap tb, "
                       "%s *__restrict__ out, const float *__restrict__ inv)\n"
-                      "{\n    (void)inv;\n    kcu_gemm90<%s, %d, %d, %d, %d, kcu_g90_plain<%d>, %d>(T, ta, tb, %s, %s<%d>{out});\n}\n",
-                      c->ctas == 2 ? "KCU_G90_THREADS2" : "KCU_G90_THREADS", c->ctas == 2 ? 2 : 1, i,
-                      c->out16 ? "unsigned short" : "float", xt, c->K, c->N, c->bn, c->st, c->bn, c->ctas == 2 ? 2 : 1,
-                      c->rms ? "kcu_g90_rms{inv}" : "kcu_g90_none{}", epi, c->N);
+                      "{\n    (void)inv;\n    %s(T, ta, tb, %s, %s<%d>{out});\n}\n",
+                      i, c->out16 ? "unsigned short" : "float", call, c->rms ? "kcu_g90_rms{inv}" : "kcu_g90_none{}", epi,
+                      c->N);
         if (c->rms)
             ks_buf_printf(src,
                           "extern \"C\" __global__ void __launch_bounds__(KCU_G90_INV_ROWS * 32)\n"
@@ -293,8 +285,7 @@ static int launch(runner *r, const g90_case *c, int index, g90_data *d, int T)
     void *params[] = {&T, &d->ta, &d->tb, &d->dout, &d->dinv, NULL};
     return cu_ok(r,
                  r->api.cuLaunchKernel(fn, (unsigned)(T + 127) / 128, (unsigned)((c->N + c->bn - 1) / c->bn + (c->pairs ? 1 : 0)) / (c->pairs ? 2 : 1), 1,
-                                       c->ctas == 2 ? 288 : 384,
-                                       1, 1, (unsigned)smem, NULL, params, NULL),
+                                       384, 1, 1, (unsigned)smem, NULL, params, NULL),
                  "cuLaunchKernel")
                ? 0
                : -1;

@@ -373,8 +373,7 @@ static void test_g90_tiles(void)
     const int lm_head[3] = {1002, 668, 501};
     CHECK(kcu_g90_pick_bn(65, lm_head) == 256);
     const int no256[3] = {48, 32, 0};
-    CHECK(kcu_g90_pick_bn(2048, no256) == 192 && kcu_g90_stages(256, 1) == 4 && kcu_g90_stages(128, 1) == 6);
-    CHECK(kcu_g90_stages(128, 2) == 3); /* two blocks an SM: 2 x (97 + 2 KiB) of 228 KiB */
+    CHECK(kcu_g90_pick_bn(2048, no256) == 192 && kcu_g90_stages(256) == 4 && kcu_g90_stages(128) == 6);
 }
 
 static void expect_target(const char *target, int want_n, const char *want_err)
