@@ -475,6 +475,9 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
   if [[ $stages == *" kernels "* ]]; then
     echo "== the prefill kernels alone (cubins compiled by NVRTC on the build machine)"
     local b="$gpu/bin" c="$gpu/cubin"
+    "$b/cuda_mm_check" --gpu "$c/mm_sm90.cubin" > "$out/mm.log" 2>&1
+    echo "cuda_mm_check --gpu exit $?: $(grep -c '^FAIL' "$out/mm.log") failing cases; $(tail -1 "$out/mm.log")" | tee -a "$summary"
+    grep '^FAIL' "$out/mm.log" | head -5 | tee -a "$summary"
     timeout 240 python3 "$root/bench/gemm90_vs_cublas.py" --kiln "$b/cuda_gemm90_check" --cubin "$c/gemm90_sm90a.cubin" \
       2>&1 | tee "$out/gemm90.log" | tail -30
     echo "gemm90_vs_cublas exit ${PIPESTATUS[0]}" | tee -a "$summary"

@@ -2335,8 +2335,7 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
  * its tile through its own staging (after the ring) while the second multiplies; the second,
  * last, stages in the ring (no load is left). Block (x, y): tokens 128 x .. and column tiles
  * 2y, 2y + 1 of NT (the second idle when 2y + 1 == NT); 384 threads, kcu_gemm90_pairs_smem(STAGES)
- * bytes of dynamic shared memory. NOT YET RUN ON A GPU (written without one; the CPU stand-in runs
- * its interface).
+ * bytes of dynamic shared memory.
  */
 template <typename X, int K, int N, int STAGES, int NT, class Tiles = kcu_g90_plain<128>, class Pro, class Epi>
 static __device__ __forceinline__ void kcu_gemm90_pairs(const int T, const kcu_tmap &ta, const kcu_tmap &tb,
@@ -2380,9 +2379,17 @@ static __device__ __forceinline__ void kcu_gemm90_pairs(const int T, const kcu_t
         float d0[R], d1[R]; /* rows 0 .. 63 and 64 .. 127 */
 #pragma unroll
         for (int i = 0; i < R; i++) d0[i] = 0.0f, d1[i] = 0.0f;
+        /* A stage's `full` barrier tells only its phase's parity: a wait for fill g is right once fill
+         * g - STAGES (the stage's previous phase) has landed. The second consumer's first STAGES fills
+         * follow the first's last ones, so it starts when the first has seen its last fill land (named
+         * barrier 4: the first warpgroup arrives, the second waits). Measured before: without this the
+         * second ran ahead by phases, read stages not yet filled and over-released `empty` (a launch
+         * failure on the H200). */
+        if (j == 1) asm volatile("bar.sync 4, 256;" ::: "memory");
         for (int kt = 0; kt < KT; kt++) {
             const int g = j * KT + kt, s = g % STAGES;
             kcu_mbar_wait(full + 8 * s, (g / STAGES) & 1);
+            if (j == 0 && tiles == 2 && kt == KT - 1) asm volatile("bar.arrive 4, 256;" ::: "memory");
             const unsigned long long da = kcu_wg_desc(sa + s * A_BYTES), db = kcu_wg_desc(sb + s * B_BYTES);
             const unsigned long long da1 = kcu_wg_desc(sa + s * A_BYTES + 64 * 128);
             kcu_wg_fence();
