@@ -92,6 +92,11 @@ typedef struct kcu_flash_plan {
  * without a softcap, for targets whose blocks may opt into smem_optin bytes of dynamic shared
  * memory (0: unknown, the two-tile ring that fits every architecture from sm_80). */
 kcu_flash_plan kcu_plan_flash(int64_t group, int64_t dk, int64_t dv, int softcap, int64_t smem_optin);
+/* The plan for steps that give plan `f` fewer blocks than the GPU has SMs (kcu_fa_few_blocks): one
+ * m16 tile a warp (mw 1: twice f's blocks) with the largest K/V tile the budgets allow; f itself
+ * when f.mw is 1 already. */
+kcu_flash_plan kcu_plan_flash_short(const kcu_flash_plan *f, int64_t group, int64_t dk, int64_t dv, int softcap,
+                                    int64_t smem_optin);
 /* The dynamic shared memory a block may opt into on architecture sm_NN (e.g. "sm_90a"), bytes:
  * the CUDA programming guide's table (sm_80, sm_87: 163 KiB; sm_86, sm_89: 99 KiB; sm_90: 227 KiB;
  * others, and names kiln does not know: 48 KiB). */

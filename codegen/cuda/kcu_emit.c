@@ -378,7 +378,7 @@ static int emit_rope(kcu_gen *x, kir_val v)
         ks_buf_puts(&x->body, "    const int j = e % HALF, i0 = j, i1 = j + HALF;\n");
     ks_buf_printf(&x->body, "    const float angle = (float)pos[i / %lld] * " NAME_MARK "_inv_freq[j];\n", (long long)row);
     if (kir_attr_int(x->g, v, KIR_A_ANY_HALF_MATH)) /* fast precision: in float */
-        ks_buf_puts(&x->body, "    float c, s;\n    sincosf(angle, &s, &c);\n");
+        ks_buf_puts(&x->body, "    float c, s;\n    kcu_sincos_half(angle, &s, &c);\n");
     else
         ks_buf_puts(&x->body, "    const float c = (float)cos((double)angle), s = (float)sin((double)angle);\n");
     ks_buf_printf(&x->body,

@@ -204,14 +204,15 @@ int64_t kcu_flash_smem(const kcu_flash_plan *f, int64_t dk, int64_t dv)
     return flash_smem(f, (dk + 15) / 16 * 16, (dv + 15) / 16 * 16);
 }
 
-kcu_flash_plan kcu_plan_flash(int64_t group, int64_t dk, int64_t dv, int softcap, int64_t smem_optin)
+/* kcu_plan_flash with at most mw_max m16 tiles a warp */
+static kcu_flash_plan plan_flash(int64_t group, int64_t dk, int64_t dv, int softcap, int64_t smem_optin, int mw_max)
 {
     kcu_flash_plan f;
     f.ns = 2;
     f.hb = pow2_divisor(group, ATT_WARPS);
     f.tw = ATT_WARPS / f.hb;
     int64_t dkp = (dk + 15) / 16 * 16, dvp = (dv + 15) / 16 * 16;
-    f.mw = 2;
+    f.mw = mw_max;
     f.bn = 64;
     for (;;) {
         int over = flash_regs(&f, dvp, softcap) > FLASH_ACC_REGS || flash_smem(&f, dkp, dvp) > FLASH_SMEM;
@@ -235,6 +236,17 @@ kcu_flash_plan kcu_plan_flash(int64_t group, int64_t dk, int64_t dv, int softcap
     }
     f.smem = (int)flash_smem(&f, dkp, dvp);
     return f;
+}
+
+kcu_flash_plan kcu_plan_flash(int64_t group, int64_t dk, int64_t dv, int softcap, int64_t smem_optin)
+{
+    return plan_flash(group, dk, dv, softcap, smem_optin, 2);
+}
+
+kcu_flash_plan kcu_plan_flash_short(const kcu_flash_plan *f, int64_t group, int64_t dk, int64_t dv, int softcap,
+                                    int64_t smem_optin)
+{
+    return f->mw == 1 ? *f : plan_flash(group, dk, dv, softcap, smem_optin, 1);
 }
 
 /* The one place that decides whether attention node v gets the tensor-core prefill kernel for
@@ -347,22 +359,34 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     ks_buf_puts(&x->body, ");\n}\n");
     if (flash) {
         /* steps of more than ATT_FLASH_T tokens: tiles of 16 mw tw tokens x hb heads, on their own grid */
-        kcu_flash_plan f = kcu_plan_flash(heads / kv_heads, dk, dv, softcap > 0.0f, x->opt.smem_optin);
-        KS_ASSERT(f.hb * f.tw == ATT_WARPS && k->block == 32 * ATT_WARPS);
+        const int64_t group = heads / kv_heads;
+        kcu_flash_plan f = kcu_plan_flash(group, dk, dv, softcap > 0.0f, x->opt.smem_optin);
+        kcu_flash_plan fs = kcu_plan_flash_short(&f, group, dk, dv, softcap > 0.0f, x->opt.smem_optin);
+        KS_ASSERT(f.hb * f.tw == ATT_WARPS && fs.hb == f.hb && k->block == 32 * ATT_WARPS);
         kcu_open_large(x, k, ATT_FLASH_T);
-        ks_buf_printf(&x->body,
-                      "    kcu_flash_attention<%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %lld>(T, q, kc, "
-                      "vc, out,\n        positions, table_off, tables, block_size, ",
-                      flash_mma_type(x, v, n->in[0]), kcu_elem_type(qn->dtype), kv_elem_type(x, v), kcu_elem_type(n->dtype),
-                      (long long)heads, (long long)kv_heads, (long long)dk, (long long)dv, f.hb, f.tw, f.mw, f.bn, f.ns,
-                      (long long)window);
-        kcu_put_float(&x->body, scale);
-        ks_buf_puts(&x->body, ", ");
-        kcu_put_float(&x->body, softcap);
-        ks_buf_puts(&x->body, ");\n}\n");
-        kcu_kernel_grid_large(k, 0, 0, heads / f.hb, 1);
-        kcu_kernel_grid_large(k, 1, 1, 0, 16 * f.mw * f.tw);
-        k->smem_large = f.smem;
+        /* steps whose blocks under f would leave SMs idle take fs (twice the blocks); the grid is fs's,
+         * whose extra blocks f's steps return from at once */
+        const int two = fs.mw != f.mw;
+        if (two)
+            ks_buf_printf(&x->body, "    if (kcu_fa_few_blocks(T, %d, %lld))\n", 16 * f.mw * f.tw, (long long)(heads / f.hb));
+        for (int i = two ? 0 : 1; i < 2; i++) {
+            const kcu_flash_plan *p = i == 0 ? &fs : &f;
+            if (two && i == 1) ks_buf_puts(&x->body, "    else\n");
+            ks_buf_printf(&x->body,
+                          "    %skcu_flash_attention<%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %lld>(T, q, "
+                          "kc, vc, out,\n        positions, table_off, tables, block_size, ",
+                          two ? "    " : "", flash_mma_type(x, v, n->in[0]), kcu_elem_type(qn->dtype), kv_elem_type(x, v),
+                          kcu_elem_type(n->dtype), (long long)heads, (long long)kv_heads, (long long)dk, (long long)dv, p->hb,
+                          p->tw, p->mw, p->bn, p->ns, (long long)window);
+            kcu_put_float(&x->body, scale);
+            ks_buf_puts(&x->body, ", ");
+            kcu_put_float(&x->body, softcap);
+            ks_buf_puts(&x->body, ");\n");
+        }
+        ks_buf_puts(&x->body, "}\n");
+        kcu_kernel_grid_large(k, 0, 0, heads / fs.hb, 1);
+        kcu_kernel_grid_large(k, 1, 1, 0, 16 * fs.mw * fs.tw);
+        k->smem_large = f.smem > fs.smem ? f.smem : fs.smem;
     }
     kcu_kernel_end(x, k, "");
     return 0;

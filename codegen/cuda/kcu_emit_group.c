@@ -572,7 +572,7 @@ static void put_angle(epi_text *E, int s)
     const char *indent = on == SLOT_SOME ? "            " : "        ";
     if (on == SLOT_SOME) ks_buf_printf(&E->apply, "        if (c.on%d) {\n", s);
     if (kir_attr_int(g, G->n[s].v, KIR_A_ANY_HALF_MATH)) /* in float with half_math (fast precision), else double */
-        ks_buf_printf(&E->apply, "%ssincosf(angle%d, &rs%d, &rc%d);\n", indent, s, s, s);
+        ks_buf_printf(&E->apply, "%skcu_sincos_half(angle%d, &rs%d, &rc%d);\n", indent, s, s, s);
     else
         ks_buf_printf(&E->apply,
                       "%sdouble sd%d, cd%d;\n"

@@ -347,6 +347,20 @@ template <int DK, int DV, int HB, int TW, int MW, int BN, int NS> struct kcu_fa_
     };
 };
 
+/* Whether a step of T tokens in tiles of BT, over `groups` head groups, gives fewer blocks than
+ * the GPU has SMs (%nsmid; the emulator: KEMU_SMS): then a plan of half the tokens a block fills
+ * more of it (kcu_emit_attention.c, kcu_plan_flash_short). */
+__device__ __forceinline__ bool kcu_fa_few_blocks(int T, int BT, long long groups)
+{
+#ifdef KILN_EMU_SHIM_H
+    const unsigned sms = KEMU_SMS;
+#else
+    unsigned sms;
+    asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
+#endif
+    return (long long)((T + BT - 1) / BT) * groups < (long long)sms;
+}
+
 /*
  * kcu_flash_attention: causal attention of tokens [t0, t0 + BT) (BT = 16 MW TW) for HB q
  * heads of one kv head, over the paged cache: block (blockIdx.x, blockIdx.y) of a grid

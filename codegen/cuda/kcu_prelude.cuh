@@ -116,6 +116,24 @@ template <> __device__ __forceinline__ float kcu_round<kcu_f16>(float v) { retur
  * kcu_put would store (kcu_bf16_bits gives a bf16 value's bits back, NaNs included). */
 __device__ __forceinline__ void kcu_put_held(kcu_bf16 *p, float v) { p->bits = (unsigned short)(kcu_bits(v) >> 16); }
 
+/* sin and cos of an f32 angle for half-precision math (fast precision's RoPE, whose values are
+ * rounded to bf16 or f16 next): the angle less the nearest multiple of 2 pi (2 pi in two f32
+ * parts, each product fused: exact to about 2e-7 for |angle| < 2^20), then the SFU's sine and
+ * cosine on [-pi, pi] (absolute error 2^-21.4): about 10 instructions where sincosf's full-range
+ * reduction took about 40 and a slow path (measured: a third of q,k,v's epilogue samples). The
+ * interpreter's cosf, sinf differ by at most about 1e-6. */
+__device__ __forceinline__ void kcu_sincos_half(float angle, float *s, float *c)
+{
+    const float k = rintf(angle * 0.159154943f);
+    float r = fmaf(-k, 6.28318548f, angle); /* f32(2 pi) */
+    r = fmaf(-k, -1.74845553e-7f, r);       /* 2 pi - f32(2 pi) */
+#ifdef __CUDA_ARCH__
+    __sincosf(r, s, c);
+#else
+    *s = sinf(r), *c = cosf(r);
+#endif
+}
+
 /* kcu_pick<C, A, B>::T: A when C, else B */
 template <bool C, typename A, typename B> struct kcu_pick {
     typedef A T;

@@ -26,6 +26,10 @@ void (*kemu_sync_hook)(void);
 unsigned kemu_block_run;
 }
 
+/* The SMs the emulated GPU has (what %nsmid reads on a GPU): few, so that the engines' short test
+ * prompts and longer steps take both of the attention's plans (kcu_fa_few_blocks). */
+#define KEMU_SMS 4u
+
 #define threadIdx kemu_threadIdx
 #define blockIdx kemu_blockIdx
 #define blockDim kemu_blockDim
