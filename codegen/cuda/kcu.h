@@ -139,9 +139,12 @@ typedef struct kcu_g90_tiles {
 } kcu_g90_tiles;
 /* 0 and the tiles, or -1 when the pairs do not fit boxes of whole swizzle atoms (then none). */
 int kcu_g90_plan_tiles(const int64_t *partner, int64_t N, int bn, kcu_g90_tiles *t);
-/* The tile width for a step of T tokens (kcu_prelude.cuh's rule: the widest of 256, 192, 128 that
- * gives at least 119 tiles, else 128), given nt[i], the tiles at width 128, 192, 256 (0: none). */
-int kcu_g90_pick_bn(int64_t T, const int nt[3]);
+/* The tile widths kcu_gemm90 takes, narrowest first. */
+enum { KCU_G90_WIDTHS = 4 };
+extern const int kcu_g90_widths[KCU_G90_WIDTHS]; /* 128, 192, 224, 256 */
+/* The tile width for a step of T tokens, given nt[i], the tiles at width kcu_g90_widths[i] (0:
+ * none): the least waves x width / efficiency over an sm_90 GPU's 132 SMs (kcu_emit_g90.c). */
+int kcu_g90_pick_bn(int64_t T, const int nt[KCU_G90_WIDTHS]);
 /* Pipeline stages for a tile width (about 192 kB of shared memory). */
 int kcu_g90_stages(int bn);
 /* kcu_gemm90_pairs: its ring's stages, and its dynamic shared memory (the prelude's kcu_gemm90_pairs_smem) */

@@ -122,13 +122,30 @@ int kcu_g90_plan_tiles(const int64_t *partner, int64_t N, int bn, kcu_g90_tiles 
     return -1;
 }
 
-int kcu_g90_pick_bn(int64_t T, const int nt[3])
+const int kcu_g90_widths[KCU_G90_WIDTHS] = {128, 192, 224, 256};
+
+/* The tile rule. A step of m token tiles at width w runs m nt(w) blocks, one an SM at a time, in
+ * waves of G90_SMS (the SMs of the sm_90 GPUs kiln targets: H100 SXM, H200, GH200; the engine's
+ * tiles are chosen for them), each wave taking about w / eff(w) (a tile's time at full waves,
+ * relative: measured on the H200, cuda_gemm90_check beside cuBLAS at 2048 tokens, 128 at 0.90 of
+ * 256's TFLOP/s, 192 at 0.92; 224 assumed 0.97, between). The width of least waves x w / eff(w),
+ * the wider on a tie. Measured before (the widest giving at least 119 tiles): gate/up at 512
+ * tokens in 448 tiles of 256, 3.4 waves (4: 85 % of the SMs busy), 0.88 of cuBLAS; 224 gives
+ * 512 tiles, 3.9 waves. */
+enum { G90_SMS = 132 };
+int kcu_g90_pick_bn(int64_t T, const int nt[KCU_G90_WIDTHS])
 {
-    static const int widths[3] = {128, 192, 256};
+    static const double eff[KCU_G90_WIDTHS] = {0.90, 0.92, 0.97, 1.0};
     int64_t m = (T + 127) / 128;
-    for (int i = 2; i >= 0; i--)
-        if (nt[i] > 0 && m * nt[i] >= 119) return widths[i];
-    return nt[0] > 0 ? 128 : nt[1] > 0 ? 192 : nt[2] > 0 ? 256 : 0;
+    int best = 0;
+    double best_cost = 0.0;
+    for (int i = 0; i < KCU_G90_WIDTHS; i++) {
+        if (nt[i] <= 0) continue;
+        int64_t waves = (m * nt[i] + G90_SMS - 1) / G90_SMS;
+        double cost = (double)waves * kcu_g90_widths[i] / eff[i];
+        if (best == 0 || cost <= best_cost) best = kcu_g90_widths[i], best_cost = cost;
+    }
+    return best;
 }
 
 int kcu_g90_stages(int bn)

@@ -875,7 +875,7 @@ static void add_field(kcu_gen *x, krt_cuda_kernel *k, krt_cuda_arg_kind kind, in
 }
 
 /* ---- the sm_90a variant: kcu_gemm90 ------------------------------------------------------ */
-enum { G90_MAX = 3 }; /* tile widths at most: 128, 192, 256 */
+enum { G90_MAX = KCU_G90_WIDTHS }; /* tile widths at most: kcu_g90_widths */
 
 /* The gemm90 kernels of a group: one per tile width that the rule picks
  * for some step above the threshold, each with the step sizes it runs. */
@@ -903,16 +903,17 @@ static void plan_g90(const group *G, g90_plan *P)
     int64_t above = x->opt.gemm90_above > 0 ? x->opt.gemm90_above : KCU_GEMM90_ABOVE;
     kcu_g90_tiles all[G90_MAX];
     int nt[G90_MAX] = {0};
-    static const int widths[G90_MAX] = {128, 192, 256};
     for (int i = 0; i < G90_MAX; i++)
-        if (kcu_g90_plan_tiles(G->partner, G->N, widths[i], &all[i]) == 0) nt[i] = all[i].nt;
+        if (kcu_g90_plan_tiles(G->partner, G->N, kcu_g90_widths[i], &all[i]) == 0) nt[i] = all[i].nt;
     int last = 0;
     for (int64_t m = (above + 1 + 127) / 128;; m++) {
         int64_t T = m == (above + 1 + 127) / 128 ? above + 1 : (m - 1) * 128 + 1; /* the first step of m token tiles */
         int bn = x->opt.gemm90_pairs ? (nt[0] ? 128 : 0) : kcu_g90_pick_bn(T, nt);
         if (bn == 0) break;
+        if (bn < last) bn = last; /* the kernels' ranges follow T up: a width once taken stays (or widens) */
         if (bn != last) {
-            int i = bn == 128 ? 0 : bn == 192 ? 1 : 2;
+            int i = 0;
+            while (kcu_g90_widths[i] != bn) i++;
             P->tiles[P->n] = all[i];
             all[i].table = NULL; /* owned by P now */
             P->above[P->n++] = T - 1;

@@ -1744,7 +1744,7 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
  * absent; the code generator emits kernels that call it only for sm_90a.
  *
  * Layout. A block of 384 threads (three warpgroups) computes a tile of BM =
- * 128 tokens x BN columns (BN 64 .. 256, a multiple of 64): blockIdx.x is
+ * 128 tokens x BN columns (BN 64, 128, 192, 224 or 256): blockIdx.x is
  * the token tile, blockIdx.y the column tile (token tiles vary fastest, so
  * the blocks in flight share a few weight tiles and x stays in L2).
  * K goes in blocks of 64 (128 bytes a row: one 128-byte swizzle atom) through
@@ -2185,6 +2185,35 @@ template <> struct kcu_wg_mma<192> {
                      : "l"(a), "l"(b), "r"(1));
     }
 };
+template <> struct kcu_wg_mma<224> {
+    template <bool F16> static __device__ __forceinline__ void run(float (&d)[112], unsigned long long a, unsigned long long b)
+    {
+        if constexpr (F16)
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %114, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n224k16.f32.f16.f16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+                     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
+                     "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
+                     "%59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, "
+                     "%78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, "
+                     "%97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
+                     "}, %112, %113, p, 1, 1, 0, 0;\n}\n"
+                     : KCU_WG_D32(0), KCU_WG_D32(32), KCU_WG_D32(64), KCU_WG_D8(96), KCU_WG_D8(104)
+                     : "l"(a), "l"(b), "r"(1));
+        else
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %114, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n224k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+                     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
+                     "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
+                     "%59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, "
+                     "%78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, "
+                     "%97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
+                     "}, %112, %113, p, 1, 1, 0, 0;\n}\n"
+                     : KCU_WG_D32(0), KCU_WG_D32(32), KCU_WG_D32(64), KCU_WG_D8(96), KCU_WG_D8(104)
+                     : "l"(a), "l"(b), "r"(1));
+    }
+};
 template <> struct kcu_wg_mma<256> {
     template <bool F16> static __device__ __forceinline__ void run(float (&d)[128], unsigned long long a, unsigned long long b)
     {
@@ -2290,7 +2319,7 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
         F16 = kcu_g90_f16<X>::ON /* f16 operands, else bf16 */
     };
     static_assert(sizeof(X) == 2, "bf16 or f16 operands");
-    static_assert(BN % 64 == 0 && BN >= 64 && BN <= 256, "BN: 64, 128, 192 or 256");
+    static_assert((BN % 64 == 0 || BN == 224) && BN >= 64 && BN <= 256, "BN: 64, 128, 192, 224 or 256");
     static_assert(STAGES >= 2 && kcu_gemm90_smem(BN, STAGES) <= 232448 - 1024, "stages fit in shared memory");
     static_assert(BN % NBOX == 0 && RB % 8 == 0 && RB <= 256, "boxes of whole swizzle atoms");
     extern __shared__ unsigned char kcu_g90_dyn[];

@@ -49,6 +49,8 @@ static const g90_case check_cases[] = {
     {1, 512, 520, 192, 5, 1, 0, 0, 2048, {77, 200, 2048}, 3, NULL, 0},     /* f16, rms */
     {1, 1000, 64, 64, 8, 0, 1, 0, 300, {1, 200, 300}, 3, NULL, 0},         /* f16, K % 64 = 40, T = rows */
     {0, 128, 200, 256, 2, 0, 0, 0, 77, {77}, 1, NULL, 0},                   /* one partial tile each way */
+    {0, 512, 1000, 224, 5, 1, 1, 0, 2048, {1, 77, 200, 2048}, 4, NULL, 0}, /* 224 (m64n224 wgmma), rms, permuted */
+    {1, 256, 448, 224, 3, 0, 0, 0, 300, {77, 300}, 2, NULL, 0},            /* 224, f16 */
     {0, 4136, 333, 128, 4, 1, 1, 0, 256, {1, 77, 200}, 3, NULL, 1},  /* pairs (the last one tile), rms, permuted */
     {1, 256, 1000, 128, 4, 0, 0, 0, 2048, {1, 77, 2048}, 3, NULL, 1}, /* pairs, f16 */
 };
@@ -60,7 +62,7 @@ static const struct {
 } llama8b[] = {{"qkv", 4096, 6144}, {"o", 4096, 4096}, {"gate_up", 4096, 28672}, {"down", 14336, 4096},
                {"lm_head", 4096, 128256}};
 /* BN, STAGES, pairs (kcu_gemm90_pairs: its STAGES printed as 100 + stages, to tell it apart) */
-static const int configs[][3] = {{256, 4, 0}, {128, 6, 0}, {192, 5, 0}, {128, 4, 1}};
+static const int configs[][3] = {{256, 4, 0}, {224, 5, 0}, {128, 6, 0}, {192, 5, 0}};
 enum { N_SHAPES = 5, N_CONFIGS = 4, N_CHECKS = sizeof check_cases / sizeof check_cases[0], N_RMS = 2,
        N_ALL = N_CHECKS + N_SHAPES * N_CONFIGS + N_RMS };
 

@@ -367,13 +367,18 @@ static void test_g90_tiles(void)
     /* heads of 8 rotated by halves: boxes of 4 rows would be needed: no tiles */
     for (int c = 0; c < N; c++) partner[c] = c % 8 < 4 ? c + 4 : c - 4;
     CHECK(kcu_g90_plan_tiles(partner, N, 128, &t) == -1);
-    /* the rule: the widest tile giving at least 119 tiles (Llama-3-8B's q,k,v: 48, 32, 24 tiles) */
-    const int qkv[3] = {48, 32, 24};
+    /* the rule: the least waves (of 132 tiles) x width / efficiency. Llama-3-8B's q,k,v (48, 32, -, 24
+     * tiles): 128 at 65 tokens (1 wave), 192 at 512 (128 tiles: 1 wave), 256 at 2048 (384: 3) */
+    const int qkv[4] = {48, 32, 0, 24};
     CHECK(kcu_g90_pick_bn(65, qkv) == 128 && kcu_g90_pick_bn(512, qkv) == 192 && kcu_g90_pick_bn(2048, qkv) == 256);
-    const int lm_head[3] = {1002, 668, 501};
+    /* gate/up (224, 150, 128, 112 tiles): 224 at 512 (512 tiles, 4 waves, where 256 takes 4 too), 256 at 2048 */
+    const int gate_up[4] = {224, 150, 128, 112};
+    CHECK(kcu_g90_pick_bn(512, gate_up) == 224 && kcu_g90_pick_bn(2048, gate_up) == 256);
+    const int lm_head[4] = {1002, 668, 573, 501};
     CHECK(kcu_g90_pick_bn(65, lm_head) == 256);
-    const int no256[3] = {48, 32, 0};
-    CHECK(kcu_g90_pick_bn(2048, no256) == 192 && kcu_g90_stages(256) == 4 && kcu_g90_stages(128) == 6);
+    const int no256[4] = {48, 32, 0, 0};
+    CHECK(kcu_g90_pick_bn(2048, no256) == 192 && kcu_g90_stages(256) == 4 && kcu_g90_stages(224) == 5 &&
+          kcu_g90_stages(128) == 6);
 }
 
 static void expect_target(const char *target, int want_n, const char *want_err)
@@ -901,11 +906,13 @@ static int fork_check(char **argv)
     return rc;
 }
 
-/* kcu_options.flash_prefill: the attention's _large variant is the tensor-core prefill, on its own
- * grid ([ceil(T / 256), H / HB]: the small graph's group of 1 makes 32-token warps, two m16 tiles
- * each, 8 a head, 1 head a block) with its dynamic shared memory (q's 256 rows and two K and two V
- * tiles of 64 positions, rows of head_dim 4 padded to 24 elements: 24576 bytes), kept through
- * cuda.meta; off, nothing changes. */
+/* kcu_options.flash_prefill: the attention's _large variant is the tensor-core prefill, in two plans:
+ * 32-token warps (two m16 tiles each, 8 a head, 1 head a block: 256 tokens a block) and, for steps
+ * where those would leave SMs idle (kcu_fa_few_blocks), 16-token warps (128 tokens a block), on the
+ * short plan's grid ([ceil(T / 128), H / HB], the long plan's extra blocks return at once) with the
+ * larger dynamic shared memory of the two (the long plan's q rows, 256, and two K and two V tiles of
+ * 64 positions, rows of head_dim 4 padded to 24 elements: 24576 bytes), kept through cuda.meta;
+ * off, nothing changes. */
 static void test_flash_option(void)
 {
     kir_graph *g = small_graph();
@@ -922,16 +929,20 @@ static void test_flash_option(void)
     krt_cuda_meta_write(&meta, &text);
     mask_names(ks_buf_cstr(&text), &masked);
     CHECK(strstr(ks_buf_cstr(&masked), "{\"name\":\"k_attention_#\",\"node\":10,\"block\":256,\"large\":{\"name\":"
-                                        "\"k_attention_#_large\",\"above\":32,\"grid\":[[0,2,1],[1,0,256],[0,1,1]],"
+                                        "\"k_attention_#_large\",\"above\":32,\"grid\":[[0,2,1],[1,0,128],[0,1,1]],"
                                         "\"smem\":24576},"
                                         "\"grid\":[[1,0,1],[0,2,1],[0,1,1]],") != NULL);
-    CHECK(strstr(ks_buf_cstr(&src), "kcu_flash_attention<kcu_bf16, float, float, float, 2, 2, 4, 4, 1, 8, 2, 64, 2, 0>") !=
+    CHECK(strstr(ks_buf_cstr(&src), "if (kcu_fa_few_blocks(T, 256, 2))\n"
+                                    "        kcu_flash_attention<kcu_bf16, float, float, float, 2, 2, 4, 4, 1, 8, 1, 64, 2, 0>") !=
+          NULL);
+    CHECK(strstr(ks_buf_cstr(&src), "    else\n"
+                                    "        kcu_flash_attention<kcu_bf16, float, float, float, 2, 2, 4, 4, 1, 8, 2, 64, 2, 0>") !=
           NULL);
     if (CHECK(krt_cuda_meta_parse(text.data, text.len, "x.engine", &back, &s.d) == 0) && CHECK(back.n_kernels == 6)) {
         const krt_cuda_kernel *k = &back.kernels[5];
         CHECK(krt_cuda_grid_dim(k, 0, 32) == 32 && krt_cuda_grid_dim(k, 1, 32) == 2);   /* today's kernel */
         /* the prefill: head groups on x, token tiles on y (blocks start x first: longest rows first) */
-        CHECK(krt_cuda_grid_dim(k, 1, 33) == 1 && krt_cuda_grid_dim(k, 1, 300) == 2);
+        CHECK(krt_cuda_grid_dim(k, 1, 33) == 1 && krt_cuda_grid_dim(k, 1, 300) == 3);
         CHECK(krt_cuda_grid_dim(k, 0, 300) == 2 && k->smem_large == 24576);
     }
     krt_cuda_meta_free(&back);
