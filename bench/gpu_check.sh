@@ -57,6 +57,8 @@
 #         --gpu (the mma.sync matmul), cuda_gemm90_check --gpu (the sm_90a wgmma/TMA matmul) with
 #         bench/gemm90_vs_cublas.py (cuBLAS on the same shapes), cuda_att_check --gpu (the
 #         tensor-core prefill attention) with torch SDPA at the same lengths (not in the default).
+#       gemm90 — the kernels stage's cuda_gemm90_check and bench/gemm90_vs_cublas.py alone.
+#       LLAMA8B_ARGS adds arguments to llama8b_check.py (e.g. "--dtypes bf16").
 #       Everything goes to $OUT/gpu_check.log; the summary table comes last.
 #       GPU_CHECK_MODELS="a b" limits the golden models to those; GPU_CHECK_DTYPES="f32 bf16" the
 #       dtypes (default "f32 bf16 f16 bf16-fast f16-fast"); GPU_RUNTIME_MODELS the runtime stage's models.
@@ -407,8 +409,9 @@ run() {
     # what is left of the device tool's 600 s, less a margin for the summary
     local left=$(( ${GPU_CHECK_BUDGET:-585} - SECONDS ))
     echo "(llama8b_check gets ${left} s)"
+    # shellcheck disable=SC2086
     PYTHONUNBUFFERED=1 timeout "$left" python3 "$root/bench/llama8b_check.py" \
-      --kiln "$kiln" --config "$root/tests/data/llama3-8b-config.json" --out "$out" 2>&1 \
+      --kiln "$kiln" --config "$root/tests/data/llama3-8b-config.json" --out "$out" ${LLAMA8B_ARGS:-} 2>&1 \
       | grep -v 'it/s\]$' | tee "$out/llama8b.log" | grep -E '^(kiln|HF|floors|llama8b|FAIL|model|GPU|transformers)' \
       >> "$summary"
     echo "llama8b_check exit ${PIPESTATUS[0]}" | tee -a "$summary"
@@ -437,7 +440,7 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
     "$kiln" build "$m" --dtype bf16 --max-tokens 2048 --target sm_90 --stats -o "$m.engine" >"$out/profile_build.txt" 2>&1 \
       || { echo "FAIL: kiln build of the profile model" | tee -a "$summary"; }
     # GPU_PROFILE_ALT_ENV="NAME=VALUE ...": the same model built again with that environment (a
-    # kcu_build knob, e.g. KILN_CUDA_GEMM90_PAIRS=1) and profiled beside the default: profile_alt_T.txt
+    # kcu_build knob, e.g. KILN_CUDA_GEMM90_ABOVE=512) and profiled beside the default: profile_alt_T.txt
     if [ -n "${GPU_PROFILE_ALT_ENV:-}" ]; then
       # shellcheck disable=SC2086
       env $GPU_PROFILE_ALT_ENV "$kiln" build "$m" --dtype bf16 --max-tokens 2048 --target sm_90 --stats -o "$m.alt.engine" \
@@ -472,16 +475,19 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
     fi
     rm -rf "$m" "$m.engine" "$m.alt.engine"
   fi
-  if [[ $stages == *" kernels "* ]]; then
+  if [[ $stages == *" kernels "* || $stages == *" gemm90 "* ]]; then
     echo "== the prefill kernels alone (cubins compiled by NVRTC on the build machine)"
+    local b="$gpu/bin" c="$gpu/cubin"
+    timeout 240 python3 "$root/bench/gemm90_vs_cublas.py" --kiln "$b/cuda_gemm90_check" --cubin "$c/gemm90_sm90a.cubin" \
+      2>&1 | tee "$out/gemm90.log" | tail -30
+    echo "gemm90_vs_cublas exit ${PIPESTATUS[0]}; $(grep 'cuda_gemm90_check: ' "$out/gemm90.log" | tail -1)" | tee -a "$summary"
+    grep -E '^(qkv|o |gate|down|lm_head)' "$out/gemm90.log" >> "$summary"
+  fi
+  if [[ $stages == *" kernels "* ]]; then
     local b="$gpu/bin" c="$gpu/cubin"
     "$b/cuda_mm_check" --gpu "$c/mm_sm90.cubin" > "$out/mm.log" 2>&1
     echo "cuda_mm_check --gpu exit $?: $(grep -c '^FAIL' "$out/mm.log") failing cases; $(tail -1 "$out/mm.log")" | tee -a "$summary"
     grep '^FAIL' "$out/mm.log" | head -5 | tee -a "$summary"
-    timeout 240 python3 "$root/bench/gemm90_vs_cublas.py" --kiln "$b/cuda_gemm90_check" --cubin "$c/gemm90_sm90a.cubin" \
-      2>&1 | tee "$out/gemm90.log" | tail -30
-    echo "gemm90_vs_cublas exit ${PIPESTATUS[0]}" | tee -a "$summary"
-    grep -E '^(q,k,v|o |gate|down|lm_head)' "$out/gemm90.log" >> "$summary"
     "$b/cuda_att_check" --gpu "$c/att_sm90.cubin" 2>&1 | tee "$out/att.log" | tail -40
     echo "cuda_att_check exit ${PIPESTATUS[0]}" | tee -a "$summary"
     grep -E 'ms|TFLOP' "$out/att.log" | tail -20 >> "$summary"

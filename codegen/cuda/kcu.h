@@ -69,9 +69,6 @@ typedef struct kcu_options {
     int64_t smem_optin; /* 0, or the dynamic shared memory a block may opt into on every target
                         * architecture, bytes (kcu_arch_smem_optin; kcu_build sets it): room for the flash
                         * attention's deeper K/V ring */
-    int gemm90_pairs;  /* 1: every gemm90 kernel on pairs of 128-column tiles a block, one a consumer
-                        * warpgroup, one's epilogue under the other's mainloop (kcu_gemm90_pairs; kcu_target_options:
-                        * KILN_CUDA_GEMM90_PAIRS=1; to measure it against the rule) */
     ks_buf *choices;   /* NULL, or where the per-shape choices go, a line a distinct kernel that has
                         * variants: "k_matmul_fused_..: %7 matmul, 4096 -> 6144: sm_90a above 64 tokens: ..."
                         * (kiln build --stats prints them) */
@@ -102,8 +99,7 @@ kcu_flash_plan kcu_plan_flash_short(const kcu_flash_plan *f, int64_t group, int6
  * others, and names kiln does not know: 48 KiB). */
 int64_t kcu_arch_smem_optin(const char *arch);
 /* What a target's architectures (kcu_parse_target's) mean for the generator: with gemm90, each
- * sm_90 becomes KCU_GEMM90_ARCH and opt->gemm90 is set (and opt->gemm90_pairs with
- * KILN_CUDA_GEMM90_PAIRS=1 in the environment); opt->smem_optin is the least of theirs. */
+ * sm_90 becomes KCU_GEMM90_ARCH and opt->gemm90 is set; opt->smem_optin is the least of theirs. */
 void kcu_target_options(const char **archs, int n, int gemm90, kcu_options *opt);
 /* The dynamic shared memory of plan f's hb, mw and bn at dims dk, dv, bytes (kcu_flash.cuh's
  * kcu_fa_smem_of). */
@@ -147,9 +143,6 @@ extern const int kcu_g90_widths[KCU_G90_WIDTHS]; /* 128, 192, 224, 256 */
 int kcu_g90_pick_bn(int64_t T, const int nt[KCU_G90_WIDTHS]);
 /* Pipeline stages for a tile width (about 192 kB of shared memory). */
 int kcu_g90_stages(int bn);
-/* kcu_gemm90_pairs: its ring's stages, and its dynamic shared memory (the prelude's kcu_gemm90_pairs_smem) */
-enum { KCU_G90_PAIRS_STAGES = 4 };
-int kcu_g90_pairs_smem_bytes(int stages);
 /* Dynamic shared memory of a kcu_gemm90 kernel with that tile and stages, in bytes (the
  * prelude's kcu_gemm90_smem: the stages or the epilogue's f32 tile, and 1024 for alignment). */
 int kcu_g90_smem_bytes(int bn, int stages);

@@ -159,8 +159,6 @@ void kcu_target_options(const char **archs, int n, int gemm90, kcu_options *opt)
         int64_t optin = kcu_arch_smem_optin(archs[i]);
         if (i == 0 || optin < opt->smem_optin) opt->smem_optin = optin;
     }
-    const char *pairs = getenv("KILN_CUDA_GEMM90_PAIRS"); /* a measurement knob: kcu_options.gemm90_pairs */
-    opt->gemm90_pairs = opt->gemm90 && pairs && strcmp(pairs, "1") == 0;
 }
 
 /* ---- the build ------------------------------------------------------------------- */

@@ -153,11 +153,6 @@ int kcu_g90_stages(int bn)
     return bn >= 256 ? 4 : bn >= 192 ? 5 : bn >= 128 ? 6 : 8;
 }
 
-int kcu_g90_pairs_smem_bytes(int stages)
-{
-    return stages * 2 * 128 * 128 + 128 * (128 + 8) * 4 + 1024;
-}
-
 int kcu_g90_smem_bytes(int bn, int stages)
 {
     int ring = stages * (128 + bn) * 128, tile = 128 * (bn + 8) * 4;

@@ -883,7 +883,6 @@ typedef struct g90_plan {
     int n;                         /* kernels (0: no variant) */
     kcu_g90_tiles tiles[G90_MAX];  /* their tiles */
     int64_t above[G90_MAX];        /* kernel i runs for steps of more than above[i] tokens */
-    int pairs;                     /* 1: kcu_gemm90_pairs (kcu_options.gemm90_pairs) */
     kir_val xv;                    /* the value the matmul reads through the x map: the norm's, or its operand */
 } g90_plan;
 
@@ -908,7 +907,7 @@ static void plan_g90(const group *G, g90_plan *P)
     int last = 0;
     for (int64_t m = (above + 1 + 127) / 128;; m++) {
         int64_t T = m == (above + 1 + 127) / 128 ? above + 1 : (m - 1) * 128 + 1; /* the first step of m token tiles */
-        int bn = x->opt.gemm90_pairs ? (nt[0] ? 128 : 0) : kcu_g90_pick_bn(T, nt);
+        int bn = kcu_g90_pick_bn(T, nt);
         if (bn == 0) break;
         if (bn < last) bn = last; /* the kernels' ranges follow T up: a width once taken stays (or widens) */
         if (bn != last) {
@@ -919,11 +918,10 @@ static void plan_g90(const group *G, g90_plan *P)
             P->above[P->n++] = T - 1;
             last = bn;
         }
-        if (bn == 256 || x->opt.gemm90_pairs || m > 4096 || P->n == G90_MAX) break;
+        if (bn == 256 || m > 4096 || P->n == G90_MAX) break;
     }
     for (int i = 0; i < G90_MAX; i++)
         if (nt[i]) free(all[i].table);
-    P->pairs = x->opt.gemm90_pairs;
 }
 
 static void free_g90(g90_plan *P)
@@ -964,19 +962,6 @@ static void put_g90(group *G, const g90_plan *P, const char *g90_params, const c
                              "_tile%d[y * %d]; }\n"
                              "};\n",
                           t->bn, t->nbox, t->bn, t->nbox + 1, t->bn, t->nbox + 1);
-        }
-        if (P->pairs) {
-            ks_buf_printf(b,
-                          "/* the same on sm_90a for steps of more than %lld tokens: wgmma fed by TMA, pairs of 128 x 128 "
-                          "tiles a block */\n"
-                          "extern \"C\" __global__ void __launch_bounds__(KCU_G90_THREADS, 1) " NAME_MARK "_g90_%d(%s)\n"
-                          "{\n"
-                          "    const " NAME_MARK "_epi epi = {%s};\n"
-                          "    kcu_gemm90_pairs<%s, %lld, %lld, %d, %d, %s>(T, ta, tb, kcu_g90_none(), epi);\n"
-                          "}\n",
-                          (long long)P->above[i], t->bn, g90_params, inits, xt, (long long)G->K, (long long)G->N,
-                          (int)KCU_G90_PAIRS_STAGES, t->nt, tiles);
-            continue;
         }
         ks_buf_printf(b,
                       "/* the same on sm_90a for steps of more than %lld tokens: wgmma fed by TMA, tiles of 128 x %d */\n"
@@ -1023,9 +1008,9 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
         krt_cuda_launch *l = &v->launches[v->n_launches++];
         l->name = ks_arena_printf(&x->meta->arena, "%s_g90_%d", k->name, t->bn);
         l->block = 384; /* the prelude's KCU_G90_THREADS */
-        l->smem = P->pairs ? kcu_g90_pairs_smem_bytes(KCU_G90_PAIRS_STAGES) : kcu_g90_smem_bytes(t->bn, kcu_g90_stages(t->bn));
-        /* ceil(T / 128) token tiles (the prelude's KCU_G90_BM), the column tiles (or their pairs) */
-        int64_t grid[3][3] = {{1, 0, 128}, {0, P->pairs ? (t->nt + 1) / 2 : t->nt, 1}, {0, 1, 1}};
+        l->smem = kcu_g90_smem_bytes(t->bn, kcu_g90_stages(t->bn));
+        /* ceil(T / 128) token tiles (the prelude's KCU_G90_BM), the column tiles */
+        int64_t grid[3][3] = {{1, 0, 128}, {0, t->nt, 1}, {0, 1, 1}};
         memcpy(l->grid, grid, sizeof grid);
         l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_T, 0, 0};
         l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_TMAP, x->root[P->xv], 128};
@@ -1043,13 +1028,12 @@ static void put_choices(const group *G, const g90_plan *P, const krt_cuda_kernel
     ks_buf_printf(b, "%s: %%%u matmul, %lld -> %lld:", k->name, k->node, (long long)G->K, (long long)G->N);
     for (int i = 0; i < P->n; i++) {
         const kcu_g90_tiles *t = &P->tiles[i];
-        const int stages = P->pairs ? KCU_G90_PAIRS_STAGES : kcu_g90_stages(t->bn);
+        const int stages = kcu_g90_stages(t->bn);
         ks_buf_printf(b, "%s %s above %lld tokens: %swgmma tiles 128 x %d (%d column tiles of %d box%s, %d stages, %d "
-                         "bytes of shared memory%s)",
+                         "bytes of shared memory)",
                       i ? ";" : "", KCU_GEMM90_ARCH, (long long)P->above[i], G->pro >= 0 ? "the norm's kernel, then " : "",
                       t->bn, t->nt, t->nbox, t->nbox > 1 ? "es" : "", stages,
-                      P->pairs ? kcu_g90_pairs_smem_bytes(stages) : kcu_g90_smem_bytes(t->bn, stages),
-                      P->pairs ? ", pairs of tiles a block" : "");
+                      kcu_g90_smem_bytes(t->bn, stages));
     }
     ks_buf_puts(b, "\n");
 }

@@ -1914,9 +1914,6 @@ template <int BN> struct kcu_g90_plain {
  * columns >= N and unused boxes are not handed over; sums are scaled by
  * pro.scale(token). */
 #define KCU_G90_LD(BN) ((BN) + 8) /* floats a row: 8 banks apart, no conflicts on the D layout's stores */
-/* kcu_gemm90_pairs' dynamic shared memory: the ring of 128 x 128 tiles, the first tile's staging, alignment
- * (codegen/cuda/kcu.h: kcu_g90_pairs_smem_bytes on the host) */
-#define kcu_gemm90_pairs_smem(STAGES) ((STAGES) * 2 * 128 * 128 + 128 * KCU_G90_LD(128) * 4 + 1024)
 template <int BN, int N, class Tiles, int U, class Pro, class Epi>
 static __device__ __forceinline__ void kcu_g90_handoff(const Epi &epi, const Pro &pro, int T, long long m0, int y,
                                                        const float *tile, int first, int step)
@@ -2008,17 +2005,6 @@ static inline void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &t
     float *tile = (float *)calloc((size_t)KCU_G90_BM * KCU_G90_LD(BN), sizeof(float));
     if (!tile) __builtin_trap();
     kcu_emu_g90_tile<X, K, N, BN, Tiles>(ta, tb, pro, epi, T, blockIdx.y, tile);
-    free(tile);
-}
-/* kcu_gemm90_pairs' stand-in: tiles 2y and 2y + 1 (when < NT) */
-template <typename X, int K, int N, int STAGES, int NT, class Tiles = kcu_g90_plain<128>, class Pro, class Epi>
-static inline void kcu_gemm90_pairs(const int T, const kcu_tmap &ta, const kcu_tmap &tb, const Pro pro, const Epi &epi)
-{
-    if (threadIdx.x != 0) return;
-    float *tile = (float *)calloc((size_t)KCU_G90_BM * KCU_G90_LD(128), sizeof(float));
-    if (!tile) __builtin_trap();
-    for (int y = 2 * (int)blockIdx.y; y < 2 * (int)blockIdx.y + 2 && y < NT; y++)
-        kcu_emu_g90_tile<X, K, N, 128, Tiles>(ta, tb, pro, epi, T, y, tile);
     free(tile);
 }
 #endif
@@ -2372,109 +2358,4 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
     }
 }
 
-/*
- * kcu_gemm90_pairs: kcu_gemm90 on a pair of column tiles a block, one a consumer warpgroup, so
- * that one tile's epilogue runs under the other's mainloop (the ping-pong of CUTLASS's sm90
- * kernels, without the persistent scheduler). Tiles of 128 x 128: a consumer holds all 128 rows
- * (two m64n128k16 wgmma a k16 slice, 128 accumulators a thread). The producer fills one ring for
- * both tiles in order (tile 2y's k blocks, then tile 2y + 1's), so the second consumer's mainloop
- * starts as the first's ends and the tensor cores serve one at a time; the first consumer hands
- * its tile through its own staging (after the ring) while the second multiplies; the second,
- * last, stages in the ring (no load is left). Block (x, y): tokens 128 x .. and column tiles
- * 2y, 2y + 1 of NT (the second idle when 2y + 1 == NT); 384 threads, kcu_gemm90_pairs_smem(STAGES)
- * bytes of dynamic shared memory.
- */
-template <typename X, int K, int N, int STAGES, int NT, class Tiles = kcu_g90_plain<128>, class Pro, class Epi>
-static __device__ __forceinline__ void kcu_gemm90_pairs(const int T, const kcu_tmap &ta, const kcu_tmap &tb,
-                                                        const Pro pro, const Epi &epi)
-{
-    enum {
-        BN = 128,
-        BM = KCU_G90_BM,
-        BK = KCU_G90_BK,
-        KT = (K + BK - 1) / BK,
-        A_BYTES = BM * BK * 2,
-        B_BYTES = BN * BK * 2,
-        NBOX = Tiles::NBOX,
-        RB = BN / NBOX,
-        STAGE_BYTES = A_BYTES + B_BYTES,
-        R = BN / 2, /* accumulators of 64 rows a thread */
-        F16 = kcu_g90_f16<X>::ON
-    };
-    static_assert(sizeof(X) == 2, "bf16 or f16 operands");
-    static_assert(STAGES * STAGE_BYTES >= BM * KCU_G90_LD(BN) * 4, "the last tile stages in the ring");
-    static_assert(kcu_gemm90_pairs_smem(STAGES) <= 232448 - 1024, "ring and staging fit in shared memory");
-    static_assert(BN % NBOX == 0 && RB % 8 == 0, "boxes of whole swizzle atoms");
-    extern __shared__ unsigned char kcu_g90_dyn[];
-    __shared__ alignas(8) unsigned long long bars[2 * STAGES];
-    const unsigned base = (kcu_g90_smem(kcu_g90_dyn) + 1023u) & ~1023u;
-    const unsigned sa = base, sb = base + STAGES * A_BYTES;
-    const unsigned full = kcu_g90_smem(bars), empty = full + 8 * STAGES;
-    const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
-    const int m0 = blockIdx.x * BM, y0 = 2 * blockIdx.y;
-    const int tiles = y0 + 1 < NT ? 2 : 1; /* this block's */
-    kcu_g90_ring_init<STAGES>(ta, tb, full, empty, 4); /* one consumer warpgroup's warps release a stage */
-    if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (warp == 0 && lane == 0) /* both tiles' k blocks, in order: the ring's fills 0 .. 2 KT - 1 */
-            for (int j = 0; j < tiles; j++)
-                kcu_g90_produce<K, BN, STAGES, Tiles>(ta, tb, sa, sb, full, empty, m0, y0 + j, j * KT);
-    } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        const int j = wg - 1; /* this warpgroup's tile: y0 + j */
-        if (j >= tiles) return;
-        float d0[R], d1[R]; /* rows 0 .. 63 and 64 .. 127 */
-#pragma unroll
-        for (int i = 0; i < R; i++) d0[i] = 0.0f, d1[i] = 0.0f;
-        /* A stage's `full` barrier tells only its phase's parity: a wait for fill g is right once fill
-         * g - STAGES (the stage's previous phase) has landed. The second consumer's first STAGES fills
-         * follow the first's last ones, so it starts when the first has seen its last fill land (named
-         * barrier 4: the first warpgroup arrives, the second waits). Measured before: without this the
-         * second ran ahead by phases, read stages not yet filled and over-released `empty` (a launch
-         * failure on the H200). */
-        if (j == 1) asm volatile("bar.sync 4, 256;" ::: "memory");
-        for (int kt = 0; kt < KT; kt++) {
-            const int g = j * KT + kt, s = g % STAGES;
-            kcu_mbar_wait(full + 8 * s, (g / STAGES) & 1);
-            if (j == 0 && tiles == 2 && kt == KT - 1) asm volatile("bar.arrive 4, 256;" ::: "memory");
-            const unsigned long long da = kcu_wg_desc(sa + s * A_BYTES), db = kcu_wg_desc(sb + s * B_BYTES);
-            const unsigned long long da1 = kcu_wg_desc(sa + s * A_BYTES + 64 * 128);
-            kcu_wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++) {
-                kcu_wg_mma<BN>::template run<F16>(d0, da + 2 * kk, db + 2 * kk);
-                kcu_wg_mma<BN>::template run<F16>(d1, da1 + 2 * kk, db + 2 * kk);
-            }
-            kcu_wg_commit();
-            kcu_wg_wait<1>();
-            kcu_wg_hold(d0);
-            kcu_wg_hold(d1);
-            if (kt > 0 && lane == 0) kcu_mbar_arrive(empty + 8 * ((g - 1) % STAGES));
-        }
-        kcu_wg_wait<0>();
-        kcu_wg_hold(d0);
-        kcu_wg_hold(d1);
-        /* the tile's last stage too: the producer's fills for the next tile wait for it */
-        if (lane == 0) kcu_mbar_arrive(empty + 8 * ((j * KT + KT - 1) % STAGES));
-        /* the first tile through its own staging (the ring still feeds the second), the second through the
-         * ring's (every fill consumed) */
-        const unsigned stage_at = j == 0 && tiles == 2 ? base + STAGES * STAGE_BYTES : base;
-        float *const tile = reinterpret_cast<float *>(kcu_g90_dyn + (stage_at - kcu_g90_smem(kcu_g90_dyn)));
-        const int rt = warp * 16 + lane / 4; /* the thread's first row of each 64 */
-#pragma unroll
-        for (int c = 0; c < BN / 8; c++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                *reinterpret_cast<float2 *>(tile + (rt + 8 * h) * KCU_G90_LD(BN) + 8 * c + 2 * (lane % 4)) =
-                    make_float2(d0[4 * c + 2 * h], d0[4 * c + 2 * h + 1]);
-                *reinterpret_cast<float2 *>(tile + (64 + rt + 8 * h) * KCU_G90_LD(BN) + 8 * c + 2 * (lane % 4)) =
-                    make_float2(d1[4 * c + 2 * h], d1[4 * c + 2 * h + 1]);
-            }
-        if (j == 0) /* the warpgroup's tile is in (named barriers 2 and 3, one a warpgroup) */
-            asm volatile("bar.sync 2, 128;" ::: "memory");
-        else
-            asm volatile("bar.sync 3, 128;" ::: "memory");
-        kcu_g90_handoff<BN, N, Tiles, KCU_G90_U>(epi, pro, T, m0, y0 + j, tile, tid % 128, 128);
-    }
-}
 #endif /* KCU_GEMM90 */

@@ -40,19 +40,16 @@ typedef struct g90_case {
     int rows;     /* x's rows in memory (max_tokens: the tensor map's) */
     int T[4], nt; /* the token counts checked (or timed) */
     const char *what; /* the 8B matmul timed, or NULL for a check case */
-    int pairs;    /* 1: kcu_gemm90_pairs (bn 128; st its stages) */
 } g90_case;
 
 static const g90_case check_cases[] = {
-    {0, 256, 1000, 128, 6, 0, 0, 0, 2048, {1, 77, 200, 2048}, 4, NULL, 0}, /* N % 128 = 104 */
-    {0, 4136, 333, 256, 4, 1, 1, 0, 256, {1, 77, 200}, 3, NULL, 0},        /* K % 64 = 40, rms, permuted */
-    {1, 512, 520, 192, 5, 1, 0, 0, 2048, {77, 200, 2048}, 3, NULL, 0},     /* f16, rms */
-    {1, 1000, 64, 64, 8, 0, 1, 0, 300, {1, 200, 300}, 3, NULL, 0},         /* f16, K % 64 = 40, T = rows */
-    {0, 128, 200, 256, 2, 0, 0, 0, 77, {77}, 1, NULL, 0},                   /* one partial tile each way */
-    {0, 512, 1000, 224, 5, 1, 1, 0, 2048, {1, 77, 200, 2048}, 4, NULL, 0}, /* 224 (m64n224 wgmma), rms, permuted */
-    {1, 256, 448, 224, 3, 0, 0, 0, 300, {77, 300}, 2, NULL, 0},            /* 224, f16 */
-    {0, 4136, 333, 128, 4, 1, 1, 0, 256, {1, 77, 200}, 3, NULL, 1},  /* pairs (the last one tile), rms, permuted */
-    {1, 256, 1000, 128, 4, 0, 0, 0, 2048, {1, 77, 2048}, 3, NULL, 1}, /* pairs, f16 */
+    {0, 256, 1000, 128, 6, 0, 0, 0, 2048, {1, 77, 200, 2048}, 4, NULL}, /* N % 128 = 104 */
+    {0, 4136, 333, 256, 4, 1, 1, 0, 256, {1, 77, 200}, 3, NULL},        /* K % 64 = 40, rms, permuted */
+    {1, 512, 520, 192, 5, 1, 0, 0, 2048, {77, 200, 2048}, 3, NULL},     /* f16, rms */
+    {1, 1000, 64, 64, 8, 0, 1, 0, 300, {1, 200, 300}, 3, NULL},         /* f16, K % 64 = 40, T = rows */
+    {0, 128, 200, 256, 2, 0, 0, 0, 77, {77}, 1, NULL},                   /* one partial tile each way */
+    {0, 512, 1000, 224, 5, 1, 1, 0, 2048, {1, 77, 200, 2048}, 4, NULL}, /* 224 (m64n224 wgmma), rms, permuted */
+    {1, 256, 448, 224, 3, 0, 0, 0, 300, {77, 300}, 2, NULL},            /* 224, f16 */
 };
 
 /* Llama-3-8B's matmuls (K, N) and the tile configurations timed. */
@@ -61,8 +58,8 @@ static const struct {
     int K, N;
 } llama8b[] = {{"qkv", 4096, 6144}, {"o", 4096, 4096}, {"gate_up", 4096, 28672}, {"down", 14336, 4096},
                {"lm_head", 4096, 128256}};
-/* BN, STAGES, pairs (kcu_gemm90_pairs: its STAGES printed as 100 + stages, to tell it apart) */
-static const int configs[][3] = {{256, 4, 0}, {224, 5, 0}, {128, 6, 0}, {192, 5, 0}};
+/* BN, STAGES */
+static const int configs[][2] = {{256, 4}, {224, 5}, {128, 6}, {192, 5}};
 enum { N_SHAPES = 5, N_CONFIGS = 4, N_CHECKS = sizeof check_cases / sizeof check_cases[0], N_RMS = 2,
        N_ALL = N_CHECKS + N_SHAPES * N_CONFIGS + N_RMS };
 
@@ -73,10 +70,10 @@ static void all_cases(g90_case *all)
     for (int s = 0; s < N_SHAPES; s++)
         for (int c = 0; c < N_CONFIGS; c++)
             all[n++] = (g90_case){0, llama8b[s].K, llama8b[s].N, configs[c][0], configs[c][1], 0, 0, 1, 2048,
-                                  {512, 2048}, 2, llama8b[s].what, configs[c][2]};
+                                  {512, 2048}, 2, llama8b[s].what};
     /* the RMS prologue's cost, its pre-pass included: q,k,v with it (g = 1: nothing to fold) */
-    all[n++] = (g90_case){0, 4096, 6144, 256, 4, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms", 0};
-    all[n++] = (g90_case){0, 4096, 6144, 192, 5, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms", 0};
+    all[n++] = (g90_case){0, 4096, 6144, 256, 4, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms"};
+    all[n++] = (g90_case){0, 4096, 6144, 192, 5, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms"};
 }
 
 static void program_source(const g90_case *cases, int n, ks_buf *src)
@@ -106,11 +103,8 @@ static void program_source(const g90_case *cases, int n, ks_buf *src)
         const g90_case *c = &cases[i];
         const char *epi = c->out16 ? "g90_epi_bf16" : c->rev ? "g90_epi_rev" : "kcu_epi_store";
         const char *xt = c->f16 ? "kcu_f16" : "kcu_bf16";
-        char call[96]; /* the matmul: kcu_gemm90, or kcu_gemm90_pairs over ceil(N / 128) column tiles */
-        if (c->pairs)
-            snprintf(call, sizeof call, "kcu_gemm90_pairs<%s, %d, %d, %d, %d>", xt, c->K, c->N, c->st, (c->N + 127) / 128);
-        else
-            snprintf(call, sizeof call, "kcu_gemm90<%s, %d, %d, %d, %d>", xt, c->K, c->N, c->bn, c->st);
+        char call[96];
+        snprintf(call, sizeof call, "kcu_gemm90<%s, %d, %d, %d, %d>", xt, c->K, c->N, c->bn, c->st);
         ks_buf_printf(src,
                       "extern \"C\" __global__ void __launch_bounds__(KCU_G90_THREADS, 1)\n"
                       "g90_%d(int T, const __grid_constant__ kcu_tmap ta, const __grid_constant__ kcu_tmap tb, "
@@ -270,7 +264,7 @@ static int launch(runner *r, const g90_case *c, int index, g90_data *d, int T)
     snprintf(name, sizeof name, "g90_%d", index);
     krt_cu_fn fn;
     if (!cu_ok(r, r->api.cuModuleGetFunction(&fn, r->mod, name), name)) return -1;
-    const int smem = c->pairs ? kcu_g90_pairs_smem_bytes(c->st) : kcu_g90_smem_bytes(c->bn, c->st);
+    const int smem = kcu_g90_smem_bytes(c->bn, c->st);
     if (!cu_ok(r, r->api.cuFuncSetAttribute(fn, KRT_CU_FUNC_MAX_DYNAMIC_SHARED_BYTES, smem), "cuFuncSetAttribute"))
         return -1;
     if (c->rms) { /* the pre-pass: 1 / rms of each row into dinv */
@@ -286,7 +280,7 @@ static int launch(runner *r, const g90_case *c, int index, g90_data *d, int T)
     }
     void *params[] = {&T, &d->ta, &d->tb, &d->dout, &d->dinv, NULL};
     return cu_ok(r,
-                 r->api.cuLaunchKernel(fn, (unsigned)(T + 127) / 128, (unsigned)((c->N + c->bn - 1) / c->bn + (c->pairs ? 1 : 0)) / (c->pairs ? 2 : 1), 1,
+                 r->api.cuLaunchKernel(fn, (unsigned)(T + 127) / 128, (unsigned)(c->N + c->bn - 1) / c->bn, 1,
                                        384, 1, 1, (unsigned)smem, NULL, params, NULL),
                  "cuLaunchKernel")
                ? 0
@@ -433,7 +427,7 @@ static int gpu_main(const char *cubin_path)
                 check_run(&r, c, i, &data, T, c->what != NULL || (long)T * c->N * c->K > 2000000000L);
                 if (!c->what) continue;
                 const double ms = time_run(&r, c, i, &data, T);
-                printf("TIME %s %d %d %d %d %d %.4f %.1f\n", c->what, T, c->K, c->N, c->bn, c->st + (c->pairs ? 100 : 0), ms,
+                printf("TIME %s %d %d %d %d %d %.4f %.1f\n", c->what, T, c->K, c->N, c->bn, c->st, ms,
                        ms > 0 ? 2.0 * T * (double)c->N * c->K / (ms * 1e-3) / 1e12 : 0.0);
             }
         }
