@@ -182,13 +182,13 @@ static int emit_unary(kcu_gen *x, kir_val v)
         int in_double = 0;
         ks_buf expr = {0};
         const int half = (int)kir_attr_int(x->g, v, KIR_A_ANY_HALF_MATH); /* fast precision: the formula's float form */
-        kir_formula_write(n->op, half, "a", &expr, &in_double, &what);
+        kcu_formula_write(n->op, half, "a", &expr, &in_double, &what);
         if (in_double) {
             ks_buf_printf(&body, "    const double a = %s;\n", xi);
             ks_buf_printf(&val, "(float)(%s)", ks_buf_cstr(&expr));
         } else {
             expr.len = 0;
-            kir_formula_write(n->op, half, xi, &expr, NULL, NULL);
+            kcu_formula_write(n->op, half, xi, &expr, NULL, NULL);
             ks_buf_puts(&val, ks_buf_cstr(&expr));
         }
         kcu_put_store(&body, n->dtype, "    ", "out[i]", ks_buf_cstr(&val));

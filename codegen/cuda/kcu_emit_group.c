@@ -263,10 +263,10 @@ static void unary_expr(group *G, kir_val v, const char *in, ks_buf *b)
         int in_double = 0;
         ks_buf operand = {0}, expr = {0};
         const int half = (int)kir_attr_int(g, v, KIR_A_ANY_HALF_MATH); /* fast precision: the formula's float form */
-        kir_formula_write(g->nodes[v].op, half, "", &expr, &in_double, NULL); /* which type it computes in */
+        kcu_formula_write(g->nodes[v].op, half, "", &expr, &in_double, NULL); /* which type it computes in */
         ks_buf_printf(&operand, in_double ? "(double)%s" : "%s", in);
         expr.len = 0;
-        kir_formula_write(g->nodes[v].op, half, ks_buf_cstr(&operand), &expr, NULL, NULL);
+        kcu_formula_write(g->nodes[v].op, half, ks_buf_cstr(&operand), &expr, NULL, NULL);
         ks_buf_printf(b, in_double ? "(float)(%s)" : "(%s)", ks_buf_cstr(&expr));
         ks_buf_free(&operand);
         ks_buf_free(&expr);

@@ -75,6 +75,25 @@ static int is_half(kir_dtype t) { return t == KIR_BF16 || t == KIR_F16; }
 const char *kcu_ld(kir_dtype t) { return is_half(t) ? "kcu_f(" : ""; }
 const char *kcu_ld_end(kir_dtype t) { return is_half(t) ? ")" : ""; }
 
+/* The prelude's device forms of half-math formulas: op, then the function. */
+static const struct {
+    kir_op op;
+    const char *fn;
+} half_forms[] = {{KIR_OP_SILU, "kcu_silu_half"}};
+
+void kcu_formula_write(kir_op op, int half, const char *operand, ks_buf *out, int *in_double, const char **what)
+{
+    for (size_t i = 0; half && i < sizeof half_forms / sizeof half_forms[0]; i++)
+        if (half_forms[i].op == op) {
+            ks_buf text = {0}; /* the formula's type and what it computes */
+            kir_formula_write(op, half, operand, &text, in_double, what);
+            ks_buf_free(&text);
+            ks_buf_printf(out, "%s(%s)", half_forms[i].fn, operand);
+            return;
+        }
+    kir_formula_write(op, half, operand, out, in_double, what);
+}
+
 void kcu_put_store(ks_buf *b, kir_dtype t, const char *indent, const char *lhs, const char *v)
 {
     if (is_half(t))

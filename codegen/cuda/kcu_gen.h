@@ -74,6 +74,10 @@ const char *kcu_elem_type(kir_dtype t);
 const char *kcu_ld(kir_dtype t);
 const char *kcu_ld_end(kir_dtype t);
 void kcu_put_store(ks_buf *b, kir_dtype t, const char *indent, const char *lhs, const char *v);
+/* ir/ops.def's formula of unary op `op` over `operand` (kir_formula_write), except where fast
+ * precision (half != 0) has a device form of its own in the prelude (kcu_silu_half: the SFU's
+ * exp2 and reciprocal; its result is rounded to bf16 or f16 next). */
+void kcu_formula_write(kir_op op, int half, const char *operand, ks_buf *out, int *in_double, const char **what);
 /* The last dim of a node. */
 static inline int64_t kcu_last_dim(const kir_node *n) { return n->dims[n->ndim - 1]; }
 

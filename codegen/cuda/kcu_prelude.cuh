@@ -116,6 +116,20 @@ template <> __device__ __forceinline__ float kcu_round<kcu_f16>(float v) { retur
  * kcu_put would store (kcu_bf16_bits gives a bf16 value's bits back, NaNs included). */
 __device__ __forceinline__ void kcu_put_held(kcu_bf16 *p, float v) { p->bits = (unsigned short)(kcu_bits(v) >> 16); }
 
+/* silu(x) = x / (1 + exp(-x)) for half-precision math (fast precision's SwiGLU, whose value is
+ * rounded to bf16 or f16 next): the SFU's exp2 and reciprocal (relative error about 2^-21)
+ * where expf and the IEEE division took about 18 instructions with a slow-path call (the gate/up
+ * epilogue's largest share, cuobjdump). The interpreter's expf and division differ by a few f32
+ * ulps. Where exp(-x) overflows (x < -88) the reciprocal is 0 and silu -0, as x / inf. */
+__device__ __forceinline__ float kcu_silu_half(float x)
+{
+#ifdef __CUDA_ARCH__
+    return __fdividef(x, 1.0f + __expf(-x));
+#else
+    return x / (1.0f + expf(-x));
+#endif
+}
+
 /* sin and cos of an f32 angle for half-precision math (fast precision's RoPE, whose values are
  * rounded to bf16 or f16 next): the angle less the nearest multiple of 2 pi (2 pi in two f32
  * parts, each product fused: exact to about 2e-7 for |angle| < 2^20), then the SFU's sine and
@@ -1914,6 +1928,30 @@ template <int BN> struct kcu_g90_plain {
  * columns >= N and unused boxes are not handed over; sums are scaled by
  * pro.scale(token). */
 #define KCU_G90_LD(BN) ((BN) + 8) /* floats a row: 8 banks apart, no conflicts on the D layout's stores */
+/* kcu_g90_handoff's rows r0, r0 + pass, ... < rows of its columns n0, n1 (FULL: every row of
+ * every pass of U is in the tile, so no row is tested) */
+template <bool FULL, int U, int LD, class S, class Pro, class Epi>
+static __device__ __forceinline__ void kcu_g90_hand_rows(const Epi &epi, const Pro &pro, const float *tile, long long m0,
+                                                         int rows, int r0, int pass, int n0, int n1,
+                                                         const typename S::col &cc)
+{
+    for (int r = r0; r < rows; r += U * pass) {
+        typename S::in in[U];
+        float v0[U], v1[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            /* past the last row: fetch the last again (not applied), so that no branch parts the loads */
+            const int rr = FULL || r + u * pass < rows ? r + u * pass : rows - 1;
+            const float sc = pro.scale(m0 + rr);
+            v0[u] = tile[rr * LD + n0] * sc;
+            v1[u] = tile[rr * LD + n1] * sc; /* (not handed over when pc < 0) */
+            S::fetch(epi, m0 + rr, cc, in[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (FULL || r + u * pass < rows) S::apply(epi, m0 + r + u * pass, v0[u], v1[u], cc, in[u]);
+    }
+}
 template <int BN, int N, class Tiles, int U, class Pro, class Epi>
 static __device__ __forceinline__ void kcu_g90_handoff(const Epi &epi, const Pro &pro, int T, long long m0, int y,
                                                        const float *tile, int first, int step)
@@ -1934,22 +1972,11 @@ static __device__ __forceinline__ void kcu_g90_handoff(const Epi &epi, const Pro
     typename S::col cc; /* what the columns decide, once for all the rows */
     S::column(epi, c0, c1, cc);
     const int rows = T - m0 < KCU_G90_BM ? (int)(T - m0) : KCU_G90_BM;
-    for (int r = first / UPR; r < rows; r += U * pass) {
-        typename S::in in[U];
-        float v0[U], v1[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            /* past the last row: fetch the last again (not applied), so that no branch parts the loads */
-            const int rr = r + u * pass < rows ? r + u * pass : rows - 1;
-            const float sc = pro.scale(m0 + rr);
-            v0[u] = tile[rr * LD + n0] * sc;
-            v1[u] = tile[rr * LD + n1] * sc; /* (not handed over when pc < 0) */
-            S::fetch(epi, m0 + rr, cc, in[u]);
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (r + u * pass < rows) S::apply(epi, m0 + r + u * pass, v0[u], v1[u], cc, in[u]);
-    }
+    /* a full tile's rows, in passes of U * pass rows that divide it, need no tests */
+    if (rows == KCU_G90_BM && KCU_G90_BM % (U * pass) == 0)
+        kcu_g90_hand_rows<true, U, LD, S>(epi, pro, tile, m0, rows, first / UPR, pass, n0, n1, cc);
+    else
+        kcu_g90_hand_rows<false, U, LD, S>(epi, pro, tile, m0, rows, first / UPR, pass, n0, n1, cc);
 }
 enum { KCU_G90_U = 8 }; /* rows a thread fetches before applying any (kcu_g90_handoff) */
 #endif
