@@ -461,6 +461,10 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
           | grep -A10 "prefill step ($T tokens; > [0-9]* tokens a step): device" | tee -a "$summary"
       done
     done
+    # kiln bench on the same engine: its time to first token beside the profile's (the bench stage's
+    # `kiln bench` of the 32-layer model measured 5 ms above its `kiln run --profile`, step 6)
+    "$kiln" bench "$m.engine" --prompts 512,2048 --decode 0 --reps 10 --warmup 2 2>&1 | tee "$out/profile_bench.txt" \
+      | grep -E 'first token|tokens' | tee -a "$summary"
     # GPU_PROFILE_NCU="regex of kernel names": Nsight Compute on them (their first launches at 2048
     # tokens): throughput, warp states, and the warp-stall samples per SASS instruction as CSV (where a
     # kernel waits: bench/RESULTS.md, issue #10 step 4, found the epilogue's serialized loads so)
