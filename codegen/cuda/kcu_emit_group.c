@@ -349,6 +349,13 @@ typedef struct epi_text {
     uint8_t lazy[GROUP_MAX];  /* 1: a bf16 value kept unrounded in registers, rounded by its stores (plan_lazy) */
     ks_buf col, column;       /* col's members; column()'s body after the ranges */
     ks_buf in, fetch, apply;  /* in's members; fetch()'s and apply()'s bodies */
+    struct pending_store {    /* a slot's stores, written at apply's end (put_stores) */
+        int loc, r;           /* the node whose value it is; the range whose test guards it */
+        kir_dtype to;         /* the dtype stored */
+        char base[16], row[32], val[16]; /* the buffer, the row's index ("t", a KV slot), the value */
+        int64_t stride;       /* elements a row of the buffer */
+    } st[2][GROUP_MAX + 1];
+    int n_st[2];
 } epi_text;
 
 static int range_of(epi_text *E, int64_t base, int64_t size)
@@ -456,16 +463,96 @@ static void plan_lazy(epi_text *E)
     }
 }
 
-/* The store of local node loc's value `val` as dtype `to`: kcu_put, which
- * rounds (a value kept unrounded, or held in another dtype), or a bf16
- * value held rounded as its bits (kcu_put_held). */
-static void put_value_store(epi_text *E, int loc, kir_dtype to, const char *head, const char *lhs, const char *val)
+/* The store of local node loc's value val in slot j as dtype `to`, at row `row` (an index
+ * expression) of buffer `base` of `stride` elements a row, element c.e<r>_<j> of range r: queued
+ * for put_stores. */
+static void queue_store(epi_text *E, int j, int loc, int r, kir_dtype to, const char *base, const char *row,
+                        int64_t stride, const char *val)
 {
-    const kir_dtype dt = E->G->x->g->nodes[E->G->n[loc].v].dtype;
-    if (to == KIR_BF16 && dt == KIR_BF16 && !E->lazy[loc])
-        ks_buf_printf(&E->apply, "%skcu_put_held(&%s, %s);\n", head, lhs, val);
+    KS_ASSERT(E->n_st[j] < GROUP_MAX + 1);
+    struct pending_store *p = &E->st[j][E->n_st[j]++];
+    *p = (struct pending_store){.loc = loc, .r = r, .to = to, .stride = stride};
+    snprintf(p->base, sizeof p->base, "%s", base);
+    snprintf(p->row, sizeof p->row, "%s", row);
+    snprintf(p->val, sizeof p->val, "%s", val);
+    char e[32];
+    range_elem(E, r, j, e, sizeof e);
+}
+
+/* Whether store p writes a bf16 value held rounded as its bits (kcu_put_held), not through kcu_put
+ * (which rounds: a value kept unrounded, or held in another dtype). */
+static int store_held(const epi_text *E, const struct pending_store *p)
+{
+    const kir_dtype dt = E->G->x->g->nodes[E->G->n[p->loc].v].dtype;
+    return p->to == KIR_BF16 && dt == KIR_BF16 && !E->lazy[p->loc];
+}
+
+/* Slot j's stores, at the end of apply. Where a slot has several, each under its own range's test
+ * (Llama's q, k and v: a pair's column is in one of them), the same dtype and way, and at most two
+ * kinds of row, the column step picks the one (its buffer's element, its row's stride and which
+ * row) and a row selects the value and stores once: a store and a test a row where there were
+ * three of each (ptxas jumped over each store: the q,k,v hand-off's branches). Else each store under
+ * its test. */
+static void put_stores(epi_text *E, int j)
+{
+    const int n = E->n_st[j];
+    struct pending_store *st = E->st[j];
+    const char *row2 = NULL; /* the second kind of row */
+    int merge = n >= 2;
+    for (int i = 0; i < n && merge; i++) {
+        merge = E->r[st[i].r].in[j] == SLOT_SOME && st[i].to == st[0].to && store_held(E, &st[i]) == store_held(E, &st[0]);
+        if (merge && strcmp(st[i].row, st[0].row) != 0) {
+            if (!row2) row2 = st[i].row;
+            else merge = strcmp(st[i].row, row2) == 0;
+        }
+    }
+    char guard[32];
+    if (!merge) {
+        for (int i = 0; i < n; i++) {
+            char lhs[128];
+            snprintf(lhs, sizeof lhs, "%s[%s * %lld + c.e%d_%d]", st[i].base, st[i].row, (long long)st[i].stride, st[i].r, j);
+            ks_buf head = {0};
+            ks_buf_printf(&head, "        %s", range_guard(E, st[i].r, j, guard, sizeof guard));
+            if (store_held(E, &st[i]))
+                ks_buf_printf(&E->apply, "%skcu_put_held(&%s, %s);\n", ks_buf_cstr(&head), lhs, st[i].val);
+            else
+                kcu_put_store(&E->apply, st[i].to, ks_buf_cstr(&head), lhs, st[i].val);
+            ks_buf_free(&head);
+        }
+        return;
+    }
+    /* the column step: the element's address (NULL: no store), the row's stride, which row */
+    ks_buf_printf(&E->col, " %s *dp%d; int ds%d;", kcu_elem_type(st[0].to), j, j);
+    if (row2) ks_buf_printf(&E->col, " bool dr%d;", j);
+    ks_buf dp = {0}, ds = {0}, dr = {0}, val = {0};
+    for (int i = 0; i < n; i++) {
+        range_guard(E, st[i].r, j, guard, sizeof guard);
+        ks_buf_printf(&dp, "c.ok%d_%d ? %s + c.e%d_%d : ", st[i].r, j, st[i].base, st[i].r, j);
+        if (i < n - 1) ks_buf_printf(&ds, "c.ok%d_%d ? %lld : ", st[i].r, j, (long long)st[i].stride);
+        else ks_buf_printf(&ds, "%lld", (long long)st[i].stride);
+        if (row2 && strcmp(st[i].row, row2) == 0) ks_buf_printf(&dr, "%sc.ok%d_%d", dr.len ? " || " : "", st[i].r, j);
+        if (i < n - 1) ks_buf_printf(&val, "c.ok%d_%d ? %s : ", st[i].r, j, st[i].val);
+        else ks_buf_puts(&val, st[i].val);
+    }
+    ks_buf_printf(&E->column, "        c.dp%d = %snullptr;\n        c.ds%d = %s;\n", j, ks_buf_cstr(&dp), j, ks_buf_cstr(&ds));
+    if (row2) ks_buf_printf(&E->column, "        c.dr%d = %s;\n", j, ks_buf_cstr(&dr));
+    char row[96];
+    if (row2) snprintf(row, sizeof row, "(c.dr%d ? %s : %s)", j, row2, st[0].row);
+    else snprintf(row, sizeof row, "%s", st[0].row);
+    ks_buf_printf(&E->apply, "        /* slot %d's store: the one its column's node has */\n"
+                             "        const float s%d = %s;\n", j, j, ks_buf_cstr(&val));
+    char lhs[160], head[32], sv[8];
+    snprintf(lhs, sizeof lhs, "c.dp%d[(long long)%s * c.ds%d]", j, row, j);
+    snprintf(head, sizeof head, "        if (c.dp%d) ", j);
+    snprintf(sv, sizeof sv, "s%d", j);
+    if (store_held(E, &st[0]))
+        ks_buf_printf(&E->apply, "%skcu_put_held(&%s, %s);\n", head, lhs, sv);
     else
-        kcu_put_store(&E->apply, to, head, lhs, val);
+        kcu_put_store(&E->apply, st[0].to, head, lhs, sv);
+    ks_buf_free(&dp);
+    ks_buf_free(&ds);
+    ks_buf_free(&dr);
+    ks_buf_free(&val);
 }
 
 /* Rotation i's question `what` about its columns. */
@@ -651,14 +738,10 @@ static void put_node_slot(epi_text *E, int i, int j)
     if (nd->dtype != KIR_F32 && !E->lazy[i] && !same)
         ks_buf_printf(b, "        x%d_%d = kcu_round<%s>(x%d_%d);\n", i, j, kcu_elem_type(nd->dtype), i, j);
     if (gn->store) {
-        const int r = range_of(E, gn->base, gn->size);
-        char guard[32], e[32], lhs[96], val[32];
-        snprintf(lhs, sizeof lhs, "out%d[t * %lld + %s]", i, (long long)gn->size, range_elem(E, r, j, e, sizeof e));
+        char base[16], val[16];
+        snprintf(base, sizeof base, "out%d", i);
         snprintf(val, sizeof val, "x%d_%d", i, j);
-        ks_buf head = {0};
-        ks_buf_printf(&head, "        %s", range_guard(E, r, j, guard, sizeof guard));
-        put_value_store(E, i, nd->dtype, ks_buf_cstr(&head), lhs, val);
-        ks_buf_free(&head);
+        queue_store(E, j, i, range_of(E, gn->base, gn->size), nd->dtype, base, "t", gn->size, val);
     }
 }
 
@@ -753,13 +836,10 @@ static void put_epilogue(group *G, ks_buf *fields)
         if (mt == KIR_F32 || E.lazy[G->mm]) ks_buf_printf(&E.apply, "        const float m%d = v%d;\n", j, j);
         else ks_buf_printf(&E.apply, "        const float m%d = kcu_round<%s>(v%d);\n", j, kcu_elem_type(mt), j);
         if (G->n[G->mm].store) {
-            char lhs[64], val[8], guard[32], e[32];
-            snprintf(lhs, sizeof lhs, "out%d[t * %lld + %s]", G->mm, (long long)G->N, range_elem(&E, rm, j, e, sizeof e));
+            char base[16], val[8];
+            snprintf(base, sizeof base, "out%d", G->mm);
             snprintf(val, sizeof val, "m%d", j);
-            ks_buf head = {0};
-            ks_buf_printf(&head, "        %s", range_guard(&E, rm, j, guard, sizeof guard));
-            put_value_store(&E, G->mm, mt, ks_buf_cstr(&head), lhs, val);
-            ks_buf_free(&head);
+            queue_store(&E, j, G->mm, rm, mt, base, "t", G->N, val);
         }
     }
     for (int i = G->mm + 1; i < G->count; i++)
@@ -780,12 +860,11 @@ static void put_epilogue(group *G, ks_buf *fields)
                 for (int kv = 0; kv < 2; kv++) {
                     const int r = kv ? rv : rk;
                     if (E.r[r].in[j] == SLOT_NEVER) continue;
-                    char head[64], guard[32], e[32], lhs[96], val[32];
-                    snprintf(head, sizeof head, "        %s", range_guard(&E, r, j, guard, sizeof guard));
-                    snprintf(lhs, sizeof lhs, "%s%d[(long long)r.slots%d * %lld + %s]", kv ? "vc" : "kc", i, i,
-                             (long long)E.r[r].size, range_elem(&E, r, j, e, sizeof e));
+                    char base[16], row[32], val[16];
+                    snprintf(base, sizeof base, "%s%d", kv ? "vc" : "kc", i);
+                    snprintf(row, sizeof row, "(long long)r.slots%d", i);
                     value_name(&E, kv ? gn->b : gn->a, j, val, sizeof val);
-                    put_value_store(&E, kv ? gn->b : gn->a, ct, head, lhs, val);
+                    queue_store(&E, j, kv ? gn->b : gn->a, r, ct, base, row, E.r[r].size, val);
                 }
             continue;
         }
@@ -796,6 +875,8 @@ static void put_epilogue(group *G, ks_buf *fields)
         for (int j = 0; j < 2; j++)
             if (node_in(&E, i, j) != SLOT_NEVER) put_node_slot(&E, i, j);
     }
+
+    for (int j = 0; j < 2; j++) put_stores(&E, j);
 
     /* the column step: the ranges' tests and elements, then what the nodes added */
     ks_buf ranges = {0};
