@@ -163,8 +163,13 @@ static const char *kv_elem_type(const kcu_gen *x, kir_val v) { return kcu_elem_t
  * 512 and slower at 2048 and 8192. A ring of 4 K/V tiles (plan.ns, where the targets' opt-in
  * shared memory holds it) measured 52.8 us at 512, 173 at 2048, 2.13 ms at 8192 (2 tiles: 53.0,
  * 175, 2.18): the loads were not the wait; each warp's own chain (QK mma, softmax, PV mma) at two
- * warps a scheduler is. Untried: splitting a long row's positions between blocks at short T, 2
- * blocks an SM of 4 warps, ping-pong of softmax and mma between warps (FA3).
+ * warps a scheduler is. At short T the long plan leaves SMs idle (64 blocks at 512 tokens on 132
+ * SMs): the kernel holds a short plan too (kcu_plan_flash_short: one m16 tile a warp, twice the
+ * blocks), taken when the long plan's blocks are fewer than the GPU's SMs (kcu_fa_few_blocks, at
+ * run time); measured at 512 tokens in the engine 53 -> 38 µs (bench/RESULTS.md, issue #10 step 6;
+ * SDPA 24). Untried: splitting a long row's positions between blocks at short T (the causal
+ * rows' work is 1 to 16 tiles: the last block takes twice the mean), 2 blocks an SM of 4 warps,
+ * ping-pong of softmax and mma between warps (FA3).
  * A step of many short sequences (batched decode above ATT_FLASH_T tokens) makes a segment per
  * sequence in a tile: correct, but its products are mostly masked.
  */

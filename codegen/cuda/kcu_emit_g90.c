@@ -128,14 +128,14 @@ const int kcu_g90_widths[KCU_G90_WIDTHS] = {128, 192, 224, 256};
  * waves of G90_SMS (the SMs of the sm_90 GPUs kiln targets: H100 SXM, H200, GH200; the engine's
  * tiles are chosen for them), each wave taking about w / eff(w) (a tile's time at full waves,
  * relative: measured on the H200, cuda_gemm90_check beside cuBLAS at 2048 tokens, 128 at 0.90 of
- * 256's TFLOP/s, 192 at 0.92; 224 assumed 0.97, between). The width of least waves x w / eff(w),
- * the wider on a tie. Measured before (the widest giving at least 119 tiles): gate/up at 512
- * tokens in 448 tiles of 256, 3.4 waves (4: 85 % of the SMs busy), 0.88 of cuBLAS; 224 gives
- * 512 tiles, 3.9 waves. */
+ * 256's TFLOP/s, 192 at 0.92, 224 at 0.96). The width of least waves x w / eff(w), the wider on a
+ * tie. Measured before (the widest giving at least 119 tiles): gate/up at 512 tokens in 448 tiles
+ * of 256, 3.4 waves (4: 85 % of the SMs busy), 650 TFLOP/s, 0.88 of cuBLAS; after, 512 tiles of
+ * 224 in 3.9 waves, 706 (0.92; bench/RESULTS.md, issue #10 step 6). */
 enum { G90_SMS = 132 };
 int kcu_g90_pick_bn(int64_t T, const int nt[KCU_G90_WIDTHS])
 {
-    static const double eff[KCU_G90_WIDTHS] = {0.90, 0.92, 0.97, 1.0};
+    static const double eff[KCU_G90_WIDTHS] = {0.90, 0.92, 0.96, 1.0};
     int64_t m = (T + 127) / 128;
     int best = 0;
     double best_cost = 0.0;

@@ -1844,14 +1844,18 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
  * an SM from L2/HBM): the tensor cores' rate, less the prologue and
  * epilogue of each tile (no persistence) and the last wave's idle SMs.
  * Measured (H200, cuda_gemm90_check --gpu beside bench/gemm90_vs_cublas.py,
- * same run, bf16 in and out, TFLOP/s, kiln / cuBLAS with the best tile):
- *   q,k,v   T=512 629 / 686 (0.92)   T=2048 706 / 756 (0.93)
- *   o       T=512 608 / 702 (0.87)   T=2048 685 / 756 (0.91)
- *   gate_up T=512 620 / 748 (0.83)   T=2048 722 / 773 (0.93)
- *   down    T=512 700 / 739 (0.95)   T=2048 788 / 794 (0.99)
- *   lm_head T=512 694 / 676 (1.03)   T=2048 739 / 728 (1.02)
+ * same run, bf16 in and out, TFLOP/s, kiln / cuBLAS, the tile rule's tile;
+ * bench/RESULTS.md, issue #10 step 6):
+ *   q,k,v   T=512 656 / 715 (0.92)   T=2048 745 / 785 (0.95)
+ *   o       T=512 648 / 708 (0.92)   T=2048 739 / 762 (0.97)
+ *   gate_up T=512 706 / 771 (0.92)   T=2048 755 / 787 (0.96)
+ *   down    T=512 710 / 721 (0.98)   T=2048 806 / 700 (1.15)
+ *   lm_head T=512 720 / 649 (1.11)   T=2048 764 / 690 (1.11)
+ * Tried and measured slower: two blocks an SM (tiles of 128 x 128, 3 stages),
+ * and pairs of 128 x 128 tiles a block, one a consumer warpgroup (one's
+ * epilogue under the other's mainloop, the mainloops one after the other).
  * Room left: a persistent grid (the epilogue of one tile under the next
- * one's loads), two consumer tiles ping-ponging, TMA multicast in clusters.
+ * one's loads), TMA multicast in clusters.
  */
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KCU_GEMM90 1
