@@ -406,6 +406,19 @@ static const char *value_name(epi_text *E, int loc, int j, char *buf, size_t cap
     return buf;
 }
 
+/* Whether range r's pairs are neighbours at even elements: every pair handed over there is columns
+ * (c, c + 1) with c - base even (partner[c] == c + 1; the epilogue's two() gets a pair's first column
+ * as n0 on every path), and both slots always in it — then slot 1's element is slot 0's plus one and
+ * a pair of half values is one aligned 32-bit word of a row (rows of an even number of elements). */
+static int range_neighbours(const epi_text *E, int r)
+{
+    const crange *cr = &E->r[r];
+    if (cr->in[0] != SLOT_ALWAYS || cr->in[1] != SLOT_ALWAYS || cr->base % 2 || cr->size % 2) return 0;
+    for (int64_t c = cr->base; c < cr->base + cr->size; c += 2)
+        if (E->G->partner[c] != c + 1) return 0;
+    return 1;
+}
+
 /* "n<j> - base" (just n<j> at 0). */
 static void put_minus(ks_buf *b, int j, int64_t base)
 {
@@ -485,6 +498,30 @@ static int store_held(const epi_text *E, const struct pending_store *p)
 {
     const kir_dtype dt = E->G->x->g->nodes[E->G->n[p->loc].v].dtype;
     return p->to == KIR_BF16 && dt == KIR_BF16 && !E->lazy[p->loc];
+}
+
+/* Stores of slot 0 and slot 1 into neighbouring half elements of one row (range_neighbours: the
+ * residual add of o and down) as one 32-bit store (kcu_put2), taken out of the slots' lists: one
+ * store a row where there were two 16-bit ones. */
+static void put_pair_stores(epi_text *E)
+{
+    for (int a = 0; a < E->n_st[0]; a++) {
+        struct pending_store *s0 = &E->st[0][a];
+        if ((s0->to != KIR_BF16 && s0->to != KIR_F16) || !range_neighbours(E, s0->r)) continue;
+        for (int b = 0; b < E->n_st[1]; b++) {
+            struct pending_store *s1 = &E->st[1][b];
+            if (s1->r != s0->r || s1->to != s0->to || strcmp(s1->base, s0->base) || strcmp(s1->row, s0->row) ||
+                s1->stride != s0->stride || store_held(E, s0) != store_held(E, s1))
+                continue;
+            ks_buf_printf(&E->apply, "        %s(&%s[%s * %lld + c.e%d_0], %s, %s);\n",
+                          store_held(E, s0) ? "kcu_put2_held" : "kcu_put2", s0->base, s0->row, (long long)s0->stride,
+                          s0->r, s0->val, s1->val);
+            E->st[0][a] = E->st[0][--E->n_st[0]];
+            E->st[1][b] = E->st[1][--E->n_st[1]];
+            a--;
+            break;
+        }
+    }
 }
 
 /* Slot j's stores, at the end of apply. Where a slot has several, each under its own range's test
@@ -761,6 +798,14 @@ static void put_operand_reads(epi_text *E, int i)
         const kir_node *on = &g->nodes[nd->in[side]];
         const int per_row = on->ndim > 0 && on->dims[0] == KIR_DIM_T;
         ks_buf_printf(per_row ? &E->in : &E->col, " float in%d_%d[2];", i, side);
+        if (per_row && (on->dtype == KIR_BF16 || on->dtype == KIR_F16) && range_neighbours(E, r)) {
+            /* a row's two neighbouring half elements, one 32-bit load (kcu_get2) */
+            char e[32];
+            range_elem(E, r, 0, e, sizeof e);
+            ks_buf_printf(&E->fetch, "        kcu_get2(&in%d_%d[t * %lld + %s], r.in%d_%d);\n", i, side, (long long)gn->size, e,
+                          i, side);
+            continue;
+        }
         for (int j = 0; j < 2; j++) {
             if (E->r[r].in[j] == SLOT_NEVER) continue;
             char e[32];
@@ -876,6 +921,7 @@ static void put_epilogue(group *G, ks_buf *fields)
             if (node_in(&E, i, j) != SLOT_NEVER) put_node_slot(&E, i, j);
     }
 
+    put_pair_stores(&E);
     for (int j = 0; j < 2; j++) put_stores(&E, j);
 
     /* the column step: the ranges' tests and elements, then what the nodes added */

@@ -116,6 +116,32 @@ template <> __device__ __forceinline__ float kcu_round<kcu_f16>(float v) { retur
  * kcu_put would store (kcu_bf16_bits gives a bf16 value's bits back, NaNs included). */
 __device__ __forceinline__ void kcu_put_held(kcu_bf16 *p, float v) { p->bits = (unsigned short)(kcu_bits(v) >> 16); }
 
+/* Two neighbouring half elements p[0], p[1] (p 4-byte aligned) as floats, one 32-bit load; and
+ * kcu_put (kcu_put_held) of two neighbouring values there, one 32-bit store: the fused epilogue's
+ * neighbour pairs (kcu_emit_group.c, range_neighbours). */
+__device__ __forceinline__ void kcu_get2(const kcu_bf16 *p, float *o)
+{
+    const unsigned u = *reinterpret_cast<const unsigned *>(p);
+    o[0] = __uint_as_float(u << 16), o[1] = __uint_as_float(u & 0xffff0000u);
+}
+__device__ __forceinline__ void kcu_get2(const kcu_f16 *p, float *o)
+{
+    const unsigned u = *reinterpret_cast<const unsigned *>(p);
+    o[0] = kcu_half_bits(u & 0xffffu), o[1] = kcu_half_bits(u >> 16);
+}
+__device__ __forceinline__ void kcu_put2(kcu_bf16 *p, float a, float b)
+{
+    *reinterpret_cast<unsigned *>(p) = (unsigned)kcu_bf16_bits(a) | (unsigned)kcu_bf16_bits(b) << 16;
+}
+__device__ __forceinline__ void kcu_put2(kcu_f16 *p, float a, float b)
+{
+    *reinterpret_cast<unsigned *>(p) = (unsigned)kcu_f16_bits(a) | (unsigned)kcu_f16_bits(b) << 16;
+}
+__device__ __forceinline__ void kcu_put2_held(kcu_bf16 *p, float a, float b)
+{
+    *reinterpret_cast<unsigned *>(p) = kcu_bits(a) >> 16 | (kcu_bits(b) & 0xffff0000u);
+}
+
 /* silu(x) = x / (1 + exp(-x)) for half-precision math (fast precision's SwiGLU, whose value is
  * rounded to bf16 or f16 next): the SFU's exp2 and reciprocal (relative error about 2^-21)
  * where expf and the IEEE division took about 18 instructions with a slow-path call (the gate/up
