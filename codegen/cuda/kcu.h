@@ -136,8 +136,8 @@ typedef struct kcu_g90_tiles {
 /* 0 and the tiles, or -1 when the pairs do not fit boxes of whole swizzle atoms (then none). */
 int kcu_g90_plan_tiles(const int64_t *partner, int64_t N, int bn, kcu_g90_tiles *t);
 /* The tile widths kcu_gemm90 takes, narrowest first. */
-enum { KCU_G90_WIDTHS = 4 };
-extern const int kcu_g90_widths[KCU_G90_WIDTHS]; /* 128, 192, 224, 256 */
+enum { KCU_G90_WIDTHS = 5 };
+extern const int kcu_g90_widths[KCU_G90_WIDTHS]; /* 64, 128, 192, 224, 256 */
 /* The tile width for a step of T tokens, given nt[i], the tiles at width kcu_g90_widths[i] (0:
  * none): the least waves x width / efficiency over an sm_90 GPU's 132 SMs (kcu_emit_g90.c). */
 int kcu_g90_pick_bn(int64_t T, const int nt[KCU_G90_WIDTHS]);

@@ -122,7 +122,7 @@ int kcu_g90_plan_tiles(const int64_t *partner, int64_t N, int bn, kcu_g90_tiles 
     return -1;
 }
 
-const int kcu_g90_widths[KCU_G90_WIDTHS] = {128, 192, 224, 256};
+const int kcu_g90_widths[KCU_G90_WIDTHS] = {64, 128, 192, 224, 256};
 
 /* The tile rule. A step of m token tiles at width w runs m nt(w) blocks, one an SM at a time, in
  * waves of G90_SMS (the SMs of the sm_90 GPUs kiln targets: H100 SXM, H200, GH200; the engine's
@@ -131,11 +131,14 @@ const int kcu_g90_widths[KCU_G90_WIDTHS] = {128, 192, 224, 256};
  * 256's TFLOP/s, 192 at 0.92, 224 at 0.96). The width of least waves x w / eff(w), the wider on a
  * tie. Measured before (the widest giving at least 119 tiles): gate/up at 512 tokens in 448 tiles
  * of 256, 3.4 waves (4: 85 % of the SMs busy), 650 TFLOP/s, 0.88 of cuBLAS; after, 512 tiles of
- * 224 in 3.9 waves, 706 (0.92; bench/RESULTS.md, issue #10 step 6). */
+ * 224 in 3.9 waves, 706 (0.92; bench/RESULTS.md, issue #10 step 6). Tiles of 64 (eff 0.55, assumed:
+ * a stage's x tile is twice its w tile, so the SM waits on L2 more) for short steps of narrow
+ * matmuls: o and down at 128 tokens ran 32 tiles of 128 on the 132 SMs (138 and 181 TFLOP/s,
+ * call 3's profile); 64 of 64 is predicted ~1.2x faster. */
 enum { G90_SMS = 132 };
 int kcu_g90_pick_bn(int64_t T, const int nt[KCU_G90_WIDTHS])
 {
-    static const double eff[KCU_G90_WIDTHS] = {0.90, 0.92, 0.96, 1.0};
+    static const double eff[KCU_G90_WIDTHS] = {0.55, 0.90, 0.92, 0.96, 1.0};
     int64_t m = (T + 127) / 128;
     int best = 0;
     double best_cost = 0.0;

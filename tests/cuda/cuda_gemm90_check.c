@@ -59,8 +59,8 @@ static const struct {
 } llama8b[] = {{"qkv", 4096, 6144}, {"o", 4096, 4096}, {"gate_up", 4096, 28672}, {"down", 14336, 4096},
                {"lm_head", 4096, 128256}};
 /* BN, STAGES */
-static const int configs[][2] = {{256, 4}, {224, 5}, {128, 6}, {192, 5}};
-enum { N_SHAPES = 5, N_CONFIGS = 4, N_CHECKS = sizeof check_cases / sizeof check_cases[0], N_RMS = 2,
+static const int configs[][2] = {{256, 4}, {224, 5}, {128, 6}, {192, 5}, {64, 8}};
+enum { N_SHAPES = 5, N_CONFIGS = 5, N_CHECKS = sizeof check_cases / sizeof check_cases[0], N_RMS = 2,
        N_ALL = N_CHECKS + N_SHAPES * N_CONFIGS + N_RMS };
 
 static void all_cases(g90_case *all)

@@ -367,16 +367,20 @@ static void test_g90_tiles(void)
     /* heads of 8 rotated by halves: boxes of 4 rows would be needed: no tiles */
     for (int c = 0; c < N; c++) partner[c] = c % 8 < 4 ? c + 4 : c - 4;
     CHECK(kcu_g90_plan_tiles(partner, N, 128, &t) == -1);
-    /* the rule: the least waves (of 132 tiles) x width / efficiency. Llama-3-8B's q,k,v (48, 32, -, 24
-     * tiles): 128 at 65 tokens (1 wave), 192 at 512 (128 tiles: 1 wave), 256 at 2048 (384: 3) */
-    const int qkv[4] = {48, 32, 0, 24};
-    CHECK(kcu_g90_pick_bn(65, qkv) == 128 && kcu_g90_pick_bn(512, qkv) == 192 && kcu_g90_pick_bn(2048, qkv) == 256);
-    /* gate/up (224, 150, 128, 112 tiles): 224 at 512 (512 tiles, 4 waves, where 256 takes 4 too), 256 at 2048 */
-    const int gate_up[4] = {224, 150, 128, 112};
+    /* the rule: the least waves (of 132 tiles) x width / efficiency. Llama-3-8B's q,k,v (96, 48, 33, -, 24
+     * tiles): 64 at 65 tokens (96 tiles: 1 wave), 192 at 512 (132 tiles: 1 wave), 256 at 2048 (384: 3) */
+    const int qkv[5] = {96, 48, 33, 0, 24};
+    CHECK(kcu_g90_pick_bn(65, qkv) == 64 && kcu_g90_pick_bn(512, qkv) == 192 && kcu_g90_pick_bn(2048, qkv) == 256);
+    /* o (64, 32, 22, 19, 16 tiles): 64 up to 256 tokens (a wave of 128 tiles), 128 at 512 */
+    const int o[5] = {64, 32, 22, 19, 16};
+    CHECK(kcu_g90_pick_bn(128, o) == 64 && kcu_g90_pick_bn(256, o) == 64 && kcu_g90_pick_bn(512, o) == 128 &&
+          kcu_g90_pick_bn(2048, o) == 256);
+    /* gate/up (448, 224, 150, 128, 112 tiles): 224 at 512 (512 tiles, 4 waves, where 256 takes 4 too), 256 at 2048 */
+    const int gate_up[5] = {448, 224, 150, 128, 112};
     CHECK(kcu_g90_pick_bn(512, gate_up) == 224 && kcu_g90_pick_bn(2048, gate_up) == 256);
-    const int lm_head[4] = {1002, 668, 573, 501};
+    const int lm_head[5] = {2004, 1002, 668, 573, 501};
     CHECK(kcu_g90_pick_bn(65, lm_head) == 256);
-    const int no256[4] = {48, 32, 0, 0};
+    const int no256[5] = {0, 48, 32, 0, 0}; /* 192 at 2048: 512 tiles in 4 waves where 128's 768 take 6 */
     CHECK(kcu_g90_pick_bn(2048, no256) == 192 && kcu_g90_stages(256) == 4 && kcu_g90_stages(224) == 5 &&
           kcu_g90_stages(128) == 6);
 }
