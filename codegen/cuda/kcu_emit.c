@@ -259,6 +259,43 @@ int kcu_emit_norm(kcu_gen *x, kir_val v)
                   (long long)d, threads, kcu_elem_type(xt), kcu_elem_type(n->dtype));
     kcu_put_double(&x->body, kir_attr_float(x->g, v, KIR_A_RMS_NORM_EPS));
     ks_buf_puts(&x->body, ";\n");
+    const kir_dtype wt = has_w ? x->g->nodes[n->in[1]].dtype : xt;
+    if (rms && d % 8 == 0 && kcu_is_half(xt) && kcu_is_half(n->dtype) && (!has_w || kcu_is_half(wt))) {
+        /* half rows: 8 elements (16 bytes) a load, read once and kept in registers for the second
+         * pass, 16 bytes a store. The squares in double, each thread's chunks in order, then the
+         * block's fixed tree. (Before: an element a load, x read twice.) */
+        ks_buf_printf(&x->body,
+                      "    enum { NC = (D / 8 + B - 1) / B }; /* 8-element chunks a thread */\n"
+                      "    float v[NC][8];\n"
+                      "    double ss = 0.0;\n"
+                      "#pragma unroll\n"
+                      "    for (int c = 0; c < NC; c++) {\n"
+                      "        const int i = (threadIdx.x + c * B) * 8;\n"
+                      "        if (i >= D) break;\n"
+                      "        kcu_xload<8>(xr + i, v[c]);\n"
+                      "#pragma unroll\n"
+                      "        for (int j = 0; j < 8; j++) ss += (double)v[c][j] * v[c][j];\n"
+                      "    }\n");
+        put_block_sum(&x->body, "ss");
+        ks_buf_printf(&x->body,
+                      "    const double inv = 1.0 / sqrt(ss / (double)D + eps);\n"
+                      "#pragma unroll\n"
+                      "    for (int c = 0; c < NC; c++) {\n"
+                      "        const int i = (threadIdx.x + c * B) * 8;\n"
+                      "        if (i >= D) break;\n"
+                      "%s"
+                      "#pragma unroll\n"
+                      "        for (int j = 0; j < 8; j++) {\n"
+                      "            const float y = (float)(v[c][j] * inv);\n"
+                      "            v[c][j] = kcu_round<%s>(%s);\n"
+                      "        }\n"
+                      "        kcu_sts<8>(orow + i, v[c]);\n"
+                      "    }\n}\n",
+                      has_w ? "        float wv[8];\n        kcu_xload<8>(w + i, wv);\n" : "", kcu_elem_type(n->dtype),
+                      has_w ? "y * wv[j]" : "y");
+        kcu_kernel_end(x, k, "");
+        return 0;
+    }
     if (rms) {
         ks_buf_printf(&x->body, "    double ss = 0.0;\n"
                                 "    for (int i = threadIdx.x; i < D; i += B) ss += (double)%sxr[i]%s * %sxr[i]%s;\n",

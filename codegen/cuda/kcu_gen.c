@@ -71,9 +71,9 @@ const char *kcu_elem_type(kir_dtype t)
     KS_UNREACHABLE();
 }
 
-static int is_half(kir_dtype t) { return t == KIR_BF16 || t == KIR_F16; }
-const char *kcu_ld(kir_dtype t) { return is_half(t) ? "kcu_f(" : ""; }
-const char *kcu_ld_end(kir_dtype t) { return is_half(t) ? ")" : ""; }
+int kcu_is_half(kir_dtype t) { return t == KIR_BF16 || t == KIR_F16; }
+const char *kcu_ld(kir_dtype t) { return kcu_is_half(t) ? "kcu_f(" : ""; }
+const char *kcu_ld_end(kir_dtype t) { return kcu_is_half(t) ? ")" : ""; }
 
 /* The prelude's device forms of half-math formulas: op, then the function. */
 static const struct {
@@ -96,7 +96,7 @@ void kcu_formula_write(kir_op op, int half, const char *operand, ks_buf *out, in
 
 void kcu_put_store(ks_buf *b, kir_dtype t, const char *indent, const char *lhs, const char *v)
 {
-    if (is_half(t))
+    if (kcu_is_half(t))
         ks_buf_printf(b, "%skcu_put(&%s, %s);\n", indent, lhs, v);
     else
         ks_buf_printf(b, "%s%s = %s;\n", indent, lhs, v);

@@ -63,6 +63,8 @@ int kcu_node_error(kcu_gen *x, kir_val v, const char *fmt, ...) KS_PRINTF(3, 4);
 void kcu_put_float(ks_buf *b, float f);
 /* A double as a literal that reads back exactly. */
 void kcu_put_double(ks_buf *b, double v);
+/* 1: t is bf16 or f16 (a half dtype). */
+int kcu_is_half(kir_dtype t);
 /* The device type of elements of dtype t ("float", "kcu_bf16", ...). */
 const char *kcu_elem_type(kir_dtype t);
 /* Reading and writing values in their dtypes: "%s<element>%s" with
