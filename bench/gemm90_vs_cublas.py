@@ -2,7 +2,7 @@
 """gemm90_vs_cublas.py — kiln's sm_90a prefill matmul (kcu_gemm90) beside cuBLAS.
 
 Times torch.matmul(x, w.T) in bf16 (cuBLAS: the ceiling, never part of kiln) on
-Llama-3-8B's prefill matmuls y[T, N] = x[T, K] w[N, K]^T at T = 512 and 2048,
+Llama-3-8B's prefill matmuls y[T, N] = x[T, K] w[N, K]^T at T = 128, 512 and 2048,
 and, with --kiln, runs tests/cuda/cuda_gemm90_check --gpu CUBIN first and reads
 its "TIME shape T K N BN STAGES ms TFLOP/s" lines; prints TFLOP/s per shape
 for both and the ratio (kiln's best tile configuration, and each one).
@@ -19,7 +19,7 @@ import sys
 SHAPES = [("qkv", 4096, 6144), ("o", 4096, 4096), ("gate_up", 4096, 28672),
           ("down", 14336, 4096), ("lm_head", 4096, 128256),
           ("qkv_rms", 4096, 6144)]  # kiln with the RMSNorm prologue; cuBLAS the plain matmul
-TOKENS = [512, 2048]
+TOKENS = [128, 512, 2048]
 
 
 def time_cublas(torch, T, K, N):

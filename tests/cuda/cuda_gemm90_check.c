@@ -12,7 +12,7 @@
  *       multiples of the tile; bf16 and f16; the RMS prologue with its weight
  *       folded into w; an epilogue that permutes the columns; every output of
  *       a token < T written, none past T; six runs bitwise equal), then
- *       Llama-3-8B's prefill matmuls timed at T = 512 and 2048 for each tile
+ *       Llama-3-8B's prefill matmuls timed at T = 128, 512 and 2048 for each tile
  *       configuration, each checked on sampled outputs. Prints a line
  *       "TIME <shape> <T> <K> <N> <BN> <STAGES> <ms> <TFLOP/s>" per timing
  *       (bench/gemm90_vs_cublas.py reads them).
@@ -70,7 +70,7 @@ static void all_cases(g90_case *all)
     for (int s = 0; s < N_SHAPES; s++)
         for (int c = 0; c < N_CONFIGS; c++)
             all[n++] = (g90_case){0, llama8b[s].K, llama8b[s].N, configs[c][0], configs[c][1], 0, 0, 1, 2048,
-                                  {512, 2048}, 2, llama8b[s].what};
+                                  {128, 512, 2048}, 3, llama8b[s].what};
     /* the RMS prologue's cost, its pre-pass included: q,k,v with it (g = 1: nothing to fold) */
     all[n++] = (g90_case){0, 4096, 6144, 256, 4, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms"};
     all[n++] = (g90_case){0, 4096, 6144, 192, 5, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms"};
