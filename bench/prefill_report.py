@@ -153,6 +153,11 @@ def render_markdown(res):
            "logits of the last position only (since 2026-12-02 step 4; before, both computed every position's). "
            "Achieved TFLOP/s: the prefill's GEMM FLOPs (the last position's logits) and causal attention FLOPs "
            "over its time to first token."]
+    after = res["kiln"].get("prefill_after_peer") or []
+    if after:
+        md.append("kiln's time to first token measured again after the peer's runs (its memory given back): "
+                  + ", ".join(f"{e['tokens']} tokens {e['ttft_ms_median']:.2f} ms (min {e['ttft_ms_min']:.2f})"
+                              for e in after) + ".")
     notes = [e.get("note") for e in res["kiln"]["prefill"] if e.get("note")]
     if notes:
         md.append("kiln: " + "; ".join(f"{e['tokens']} tokens {e['note']}" for e in res["kiln"]["prefill"]
