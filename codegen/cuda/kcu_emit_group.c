@@ -524,8 +524,8 @@ static void put_pair_stores(epi_text *E)
     }
 }
 
-/* Slot j's stores, at the end of apply. Where a slot has several, each under its own range's test
- * (Llama's q, k and v: a pair's column is in one of them), the same dtype and way, and at most two
+/* Slot j's stores, at the end of apply. Where a slot has several, each under its own range's test,
+ * the ranges apart (Llama's q, k and v: a pair's column is in one of them), the same dtype and way, and at most two
  * kinds of row, the column step picks the one (its buffer's element, its row's stride and which
  * row) and a row selects the value and stores once: a store and a test a row where there were
  * three of each (ptxas jumped over each store: the q,k,v hand-off's branches). Else each store under
@@ -538,6 +538,10 @@ static void put_stores(epi_text *E, int j)
     int merge = n >= 2;
     for (int i = 0; i < n && merge; i++) {
         merge = E->r[st[i].r].in[j] == SLOT_SOME && st[i].to == st[0].to && store_held(E, &st[i]) == store_held(E, &st[0]);
+        /* one store a column: the stores' ranges apart (two stored nodes on the same columns keep both) */
+        for (int k = 0; k < i && merge; k++)
+            merge = E->r[st[i].r].base + E->r[st[i].r].size <= E->r[st[k].r].base ||
+                    E->r[st[k].r].base + E->r[st[k].r].size <= E->r[st[i].r].base;
         if (merge && strcmp(st[i].row, st[0].row) != 0) {
             if (!row2) row2 = st[i].row;
             else merge = strcmp(st[i].row, row2) == 0;
