@@ -348,9 +348,8 @@ template <int DK, int DV, int HB, int TW, int MW, int BN, int NS> struct kcu_fa_
 };
 
 /* Whether a step of T tokens in tiles of BT, over `groups` head groups, gives fewer blocks than
- * the GPU has SMs (%nsmid: the SM ids' bound, the SMs or a few more; the emulator: KEMU_SMS): then a
- * plan of half the tokens a block fills
- * more of it (kcu_emit_attention.c, kcu_plan_flash_short). */
+ * the GPU has SMs (%nsmid: the SM ids' bound, the SMs or a few more; the emulator: KEMU_SMS): then
+ * a plan of half the tokens a block fills more of it (kcu_emit_attention.c, kcu_plan_flash_short). */
 __device__ __forceinline__ bool kcu_fa_few_blocks(int T, int BT, long long groups)
 {
 #ifdef KILN_EMU_SHIM_H
