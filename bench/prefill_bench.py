@@ -405,9 +405,12 @@ def time_peer(run, torch, a, cfg, dev, prefill, decode, mark):
 
 
 # ---- 4. kiln ----------------------------------------------------------------------------------
-def kiln_bench(run, a, engine, lengths, decode, into="prefill"):
+def kiln_bench(run, a, engine, lengths, decode, into="prefill", extra=()):
+    """kiln bench --json; its times to first token into res["kiln"][into], its decode into "decode" (with
+    into's suffix past "prefill": into "prefill_no_overlap" puts it in "decode_no_overlap")."""
     cmd = [a.kiln, "bench", engine, "--prompts", ",".join(map(str, lengths)), "--decode", str(decode),
-           "--decode-prompt", str(a.decode_prompt), "--reps", str(a.reps), "--warmup", str(a.warmup), "--json"]
+           "--decode-prompt", str(a.decode_prompt), "--reps", str(a.reps), "--warmup", str(a.warmup), "--json",
+           *extra]
     if decode > 0 and getattr(a, "batch", None):  # the batched decode rides with the decode
         cmd += ["--batch", ",".join(map(str, a.batch))]
     log("run: " + " ".join(cmd))
@@ -423,14 +426,15 @@ def kiln_bench(run, a, engine, lengths, decode, into="prefill"):
         if e["ran"]:
             k.setdefault(into, []).append({"tokens": e["tokens"], "ttft_ms_median": e["ttft_ms_median"],
                                  "ttft_ms_min": e["ttft_ms_min"], "steps": e["steps"], "note": e["note"]})
-            log(f"kiln: time to first token{' (again, after the peer)' if into != 'prefill' else ''}, {e['tokens']} "
+            log(f"kiln: time to first token{'' if into == 'prefill' else ' (' + into + ')'}, {e['tokens']} "
                 f"tokens: {e['ttft_ms_median']:.2f} ms "
                 f"(min {e['ttft_ms_min']:.2f}; {e['steps']} step(s))")
         else:
             run.skip(f"kiln prefill {e['tokens']}", e["note"])
     if r["decode"]:
-        k["decode"] = r["decode"]
-        log(f"kiln: decode {r['decode']['ms_per_token_median']:.3f} ms/token (min {r['decode']['ms_per_token_min']:.3f})")
+        k["decode" + into[len("prefill"):]] = r["decode"]
+        log(f"kiln: decode{'' if into == 'prefill' else ' (' + into + ')'} {r['decode']['ms_per_token_median']:.3f} "
+            f"ms/token (min {r['decode']['ms_per_token_min']:.3f})")
     for b in r.get("decode_batch") or []:
         k.setdefault("decode_batch", []).append(b)
         log(f"kiln: decode at batch {b['batch']}: {b['ms_per_step_median']:.3f} ms/step, {b['tokens_per_s']:.0f} tokens/s")
@@ -566,6 +570,10 @@ def bench(a):
         # 2048 tokens: is it the GPU's state?)
         again = [T for T in done if T in (512, 2048)] or done[:1]
         run.do("kiln bench again", 20, kiln_bench, run, a, engine, again, 0, "prefill_after_peer")
+        # and each kernel started only once the one before has ended (--no-kernel-overlap: no
+        # programmatic dependent launch), prefill and decode: what the overlap gains
+        run.do("kiln bench, no kernel overlap", 30, kiln_bench, run, a, engine, again, a.decode,
+               "prefill_no_overlap", ("--no-kernel-overlap",))
     if have_engine and done and a.profile:
         T = max(t for t in done if t <= 2048) if any(t <= 2048 for t in done) else done[0]
         run.do("kiln run --profile", 45, kiln_profile, run, a, engine, T, cfg["vocab_size"])

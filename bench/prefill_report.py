@@ -158,6 +158,14 @@ def render_markdown(res):
         md.append("kiln's time to first token measured again after the peer's runs (its memory given back): "
                   + ", ".join(f"{e['tokens']} tokens {e['ttft_ms_median']:.2f} ms (min {e['ttft_ms_min']:.2f})"
                               for e in after) + ".")
+    plain = res["kiln"].get("prefill_no_overlap") or []
+    if plain:
+        dec = res["kiln"].get("decode_no_overlap")
+        md.append("kiln with `--no-kernel-overlap` (each kernel launched after the one before has ended; the "
+                  "default overlaps them, programmatic dependent launch): "
+                  + ", ".join(f"{e['tokens']} tokens {e['ttft_ms_median']:.2f} ms (min {e['ttft_ms_min']:.2f})"
+                              for e in plain)
+                  + (f", decode {dec['ms_per_token_median']:.3f} ms/token" if dec else "") + ".")
     notes = [e.get("note") for e in res["kiln"]["prefill"] if e.get("note")]
     if notes:
         md.append("kiln: " + "; ".join(f"{e['tokens']} tokens {e['note']}" for e in res["kiln"]["prefill"]

@@ -36,7 +36,9 @@ static const char bench_help[] =
     "  --warmup N                 untimed runs first, 0 to 1000 (default 1)\n"
     "  --json                     print the results as JSON instead of a table\n"
     "  --max-context N            positions a sequence may have (default: the engine's)\n"
-    "  --no-cuda-graphs           GPU: launch each kernel of each step, no CUDA graphs\n";
+    "  --no-cuda-graphs           GPU: launch each kernel of each step, no CUDA graphs\n"
+    "  --no-kernel-overlap        GPU: start each kernel after the one before has ended\n"
+    "                             (no programmatic dependent launch on sm_90)\n";
 
 /* "128,512" (opt's list of integers from lo to hi, at most max, each a `noun`) into out[], *n;
  * reports a bad entry. 0, or -1. */
@@ -84,7 +86,7 @@ static int int_opt(const char *opt, const char *s, int64_t lo, int64_t hi, int *
 int kc_cmd_bench(int argc, char **argv)
 {
     const char *prompts = NULL, *decode = NULL, *decode_prompt = NULL, *reps = NULL, *warmup = NULL, *json = NULL,
-               *max_ctx = NULL, *no_graphs = NULL, *batch = NULL;
+               *max_ctx = NULL, *no_graphs = NULL, *batch = NULL, *no_overlap = NULL;
     kc_option opts[] = {
         {"--prompts", 1, &prompts, NULL},
         {"--decode", 1, &decode, NULL},
@@ -95,6 +97,7 @@ int kc_cmd_bench(int argc, char **argv)
         {"--json", 0, &json, NULL},
         {"--max-context", 1, &max_ctx, NULL},
         {"--no-cuda-graphs", 0, &no_graphs, NULL},
+        {"--no-kernel-overlap", 0, &no_overlap, NULL},
         {NULL, 0, NULL, NULL},
     };
     const char *pos[1];
@@ -106,7 +109,7 @@ int kc_cmd_bench(int argc, char **argv)
         return 2;
     }
     krt_bench_opts o = krt_bench_defaults();
-    krt_session_opts so = {.max_seqs = 1, .no_graphs = no_graphs != NULL};
+    krt_session_opts so = {.max_seqs = 1, .no_graphs = no_graphs != NULL, .no_kernel_overlap = no_overlap != NULL};
     if ((prompts && parse_list("--prompts", "length", prompts, 1, KRT_MAX_CONTEXT, KRT_BENCH_MAX_PROMPTS, o.prompts,
                                &o.n_prompts) != 0) ||
         (batch && parse_list("--batch", "size", batch, 2, KRT_BENCH_MAX_BATCH, KRT_BENCH_MAX_BATCHES, o.batches,

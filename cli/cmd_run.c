@@ -41,6 +41,8 @@ static const char run_help[] =
     "                             full context needs)\n"
     "  --kv-blocks N              KV-cache blocks of 16 positions, instead of --kv-fraction\n"
     "  --no-cuda-graphs           GPU: launch each kernel of each step, no CUDA graphs\n"
+    "  --no-kernel-overlap        GPU: start each kernel after the one before has ended\n"
+    "                             (no programmatic dependent launch on sm_90)\n"
     "  --host-sampling            GPU: copy the logits back and draw on the CPU\n"
     "  --profile                  time each step, prefill and decode steps apart, and on a GPU\n"
     "                             each kernel (no CUDA graphs then), with the operations it did\n"
@@ -172,7 +174,7 @@ int kc_cmd_run(int argc, char **argv)
     const char *ids_arg = NULL, *prompt_arg = NULL, *n_arg = NULL, *temp = NULL, *top_k = NULL, *top_p = NULL,
                *rep = NULL, *seed = NULL, *max_ctx = NULL, *kv_fraction = NULL, *kv_blocks = NULL,
                *no_graphs = NULL, *host_sampling = NULL, *profile = NULL, *ignore_eos = NULL,
-               *ceiling = NULL;
+               *ceiling = NULL, *no_overlap = NULL;
     run_opts o = {.gen = krt_gen_defaults()};
     kc_option opts[] = {
         {"--ids", 1, &ids_arg, NULL},
@@ -190,6 +192,7 @@ int kc_cmd_run(int argc, char **argv)
         {"--kv-fraction", 1, &kv_fraction, NULL},
         {"--kv-blocks", 1, &kv_blocks, NULL},
         {"--no-cuda-graphs", 0, &no_graphs, NULL},
+        {"--no-kernel-overlap", 0, &no_overlap, NULL},
         {"--host-sampling", 0, &host_sampling, NULL},
         {"--profile", 0, &profile, NULL},
         {"--profile-ceiling", 1, &ceiling, NULL},
@@ -243,7 +246,7 @@ int kc_cmd_run(int argc, char **argv)
         if (kc_parse_number("run", "--profile-ceiling", ceiling, 0.001, 1e6, &o.ceiling)) return 2;
     }
     krt_session_opts so = {.no_graphs = no_graphs != NULL, .host_sampling = host_sampling != NULL,
-                           .profile = o.profile};
+                           .profile = o.profile, .no_kernel_overlap = no_overlap != NULL};
     if (max_ctx) {
         if (kc_parse_int("run", "--max-context", max_ctx, 1, INT32_MAX, &k)) return 2;
         so.max_context = (int)k;

@@ -17,6 +17,8 @@ typedef struct krt_backend_opts {
     int graphs;           /* 1: replay captured launch sequences (CUDA graphs) where the backend can */
     int graph_max_tokens; /* steps of at most this many tokens are captured, one graph per size */
     int profile;          /* 1: time every kernel (no graphs) for profile_report */
+    int kernel_overlap;   /* 1: a kernel may start while the one before it ends, where the device and the engine
+                             allow (CUDA: programmatic dependent launch on sm_90 and later) */
 } krt_backend_opts;
 
 /* Profiles count steps of at most this many tokens as decode steps, larger

@@ -149,6 +149,7 @@ krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_
             .graphs = !(o && o->no_graphs),
             .graph_max_tokens = o && o->graph_max_tokens > 0 ? o->graph_max_tokens : KRT_GRAPH_TOKENS_DEFAULT,
             .profile = o && o->profile,
+            .kernel_overlap = !(o && o->no_kernel_overlap),
         };
         s->state = be->open(e, &bo, d);
         if (!s->state) {

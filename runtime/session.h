@@ -45,6 +45,8 @@ typedef struct krt_session_opts {
     int graph_max_tokens; /* steps of at most this many tokens use graphs; 0: the default */
     int host_sampling;    /* 1: draw next tokens on the host even where the backend can on its device */
     int profile;          /* 1: the backend times its kernels (no CUDA graphs) for krt_session_profile */
+    int no_kernel_overlap; /* 1: every kernel starts after the one before it has ended (no programmatic
+                              dependent launch) */
 } krt_session_opts;
 
 typedef struct krt_session krt_session;

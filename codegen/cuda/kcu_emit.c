@@ -581,6 +581,7 @@ int kcu_generate_with(const kir_graph *g, const kcu_options *opt, ks_buf *src, k
         ks_buf_printf(src, banner, g->name ? g->name : "", meta->n_kernels, x.n_bodies);
         ks_buf_puts(src, kcu_prelude);
         ks_buf_put(src, kernels.data, kernels.len);
+        meta->pdl = 1; /* kcu_open_body, kcu_open_large and the gemm90 wrappers open with KCU_PDL_ENTER */
     }
     size_t n_aliases = 0;
     for (size_t v = 0; v < g->n_nodes; v++) n_aliases += x.root[v] != v;

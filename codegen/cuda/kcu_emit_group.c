@@ -1098,6 +1098,7 @@ static void put_g90(group *G, const g90_plan *P, const char *g90_params, const c
                       "/* the same on sm_90a for steps of more than %lld tokens: wgmma fed by TMA, tiles of 128 x %d */\n"
                       "extern \"C\" __global__ void __launch_bounds__(KCU_G90_THREADS, 1) " NAME_MARK "_g90_%d(%s)\n"
                       "{\n"
+                      "    KCU_PDL_ENTER();\n"
                       "    const " NAME_MARK "_epi epi = {%s};\n"
                       "    kcu_gemm90<%s, %lld, %lld, %d, %d, %s>(T, ta, tb, kcu_g90_none(), epi);\n"
                       "}\n",

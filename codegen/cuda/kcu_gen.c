@@ -194,7 +194,7 @@ void kcu_open_body_min(kcu_gen *x, const krt_cuda_kernel *k, const char *what, i
     ks_buf_printf(&x->body, "\n/* %s: %s -> %s */\n", kir_op_table[n->op].name, what, ks_buf_cstr(&type));
     ks_buf_printf(&x->body, "extern \"C\" __global__ void __launch_bounds__(%d", k->block);
     if (min_blocks > 0) ks_buf_printf(&x->body, ", %d", min_blocks);
-    ks_buf_printf(&x->body, ") " NAME_MARK "(%s)\n{\n", ks_buf_cstr(&x->params));
+    ks_buf_printf(&x->body, ") " NAME_MARK "(%s)\n{\n    KCU_PDL_ENTER();\n", ks_buf_cstr(&x->params));
     ks_buf_free(&type);
 }
 
@@ -279,7 +279,8 @@ void kcu_put_rope_table(kcu_gen *x, ks_buf *b, kir_val v, int64_t rot, const cha
 void kcu_open_large(kcu_gen *x, const krt_cuda_kernel *k, int64_t above)
 {
     ks_buf_printf(&x->body, "\n/* the same for steps of more than %lld tokens */\n", (long long)above);
-    ks_buf_printf(&x->body, "extern \"C\" __global__ void __launch_bounds__(%d) " NAME_MARK "_large(%s)\n{\n", k->block,
+    ks_buf_printf(&x->body, "extern \"C\" __global__ void __launch_bounds__(%d) " NAME_MARK "_large(%s)\n{\n    KCU_PDL_ENTER();\n",
+                  k->block,
                   ks_buf_cstr(&x->params));
     x->large = above;
 }

@@ -26,6 +26,20 @@
 #define KCU_NOINLINE __attribute__((noinline))
 #endif
 
+/* Every generated kernel's first statement (kcu_gen.c writes it): on sm_90 and later, wait until
+ * the kernel before it in the stream has finished and its writes are visible
+ * (griddepcontrol.wait), then let the kernel after it start (launch_dependents). The runtime
+ * launches an engine's kernels with programmatic stream serialization (krt_cuda_meta.pdl), so a
+ * kernel's blocks take the SMs its predecessor's last blocks leave idle and are past their launch
+ * when it ends; nothing before the wait touches memory, so the order of every read and write is
+ * the stream's. Launched plainly, the wait returns at once. Elsewhere (sm_80, the CPU emulator) a
+ * no-op. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KCU_PDL_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define KCU_PDL_ENTER() ((void)0)
+#endif
+
 /* ---- element types ----------------------------------------------------------------- */
 struct kcu_bf16 {
     unsigned short bits; /* bfloat16: the high half of an f32 */

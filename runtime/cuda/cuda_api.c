@@ -5,6 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* cuda.h's CUlaunchAttribute and CUlaunchConfig, as the driver reads them (LP64) */
+_Static_assert(sizeof(krt_cu_launch_attr) == 72 && offsetof(krt_cu_launch_attr, u) == 8,
+               "krt_cu_launch_attr must match CUlaunchAttribute");
+_Static_assert(offsetof(krt_cu_launch_config, shared_bytes) == 24 && offsetof(krt_cu_launch_config, stream) == 32 &&
+                   offsetof(krt_cu_launch_config, attrs) == 40 && offsetof(krt_cu_launch_config, n_attrs) == 48,
+               "krt_cu_launch_config must match CUlaunchConfig");
+
 /* Entry points, as exported by libcuda, and where each goes. */
 #define API_ENTRY(field, symbol) {symbol, offsetof(krt_cuda_api, field), 0}
 #define API_OPTIONAL(field, symbol) {symbol, offsetof(krt_cuda_api, field), 1}
@@ -53,6 +60,7 @@ static const struct {
     API_ENTRY(cuGetErrorString, "cuGetErrorString"),
     API_OPTIONAL(cuFuncSetAttribute, "cuFuncSetAttribute"),
     API_OPTIONAL(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled"),
+    API_OPTIONAL(cuLaunchKernelEx, "cuLaunchKernelEx"),
 };
 
 int krt_cuda_api_load(krt_cuda_api *api, ks_diag *d)

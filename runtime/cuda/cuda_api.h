@@ -54,6 +54,26 @@ enum {
     KRT_CU_FUNC_MAX_DYNAMIC_SHARED_BYTES = 8,   /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
 };
 
+/* cuLaunchKernelEx's CUlaunchAttribute (an id, padding to 8 bytes, a 64-byte union of values) and
+ * CUlaunchConfig; the one attribute used here: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+ * whose value (an int, non-zero) lets the kernel start before the one ahead of it in the stream ends
+ * (programmatic dependent launch, sm_90: the kernel waits for it with griddepcontrol.wait). */
+enum { KRT_CU_LAUNCH_ATTR_PROGRAMMATIC_SERIALIZATION = 6 };
+typedef struct krt_cu_launch_attr {
+    int id;
+    char pad[4];
+    union {
+        char bytes[64];
+        int value;
+    } u;
+} krt_cu_launch_attr;
+typedef struct krt_cu_launch_config {
+    unsigned grid[3], block[3], shared_bytes;
+    krt_cu_stream stream;
+    krt_cu_launch_attr *attrs;
+    unsigned n_attrs;
+} krt_cu_launch_config;
+
 /* Flags and modes used here, as cuda.h spells them. */
 enum {
     KRT_CU_STREAM_NON_BLOCKING = 1,        /* CU_STREAM_NON_BLOCKING: no implicit sync with the legacy stream */
@@ -104,8 +124,9 @@ typedef struct krt_cuda_api {
     krt_cu_result (*cuEventDestroy)(krt_cu_event event);
     krt_cu_result (*cuGetErrorName)(krt_cu_result r, const char **name);
     krt_cu_result (*cuGetErrorString)(krt_cu_result r, const char **text);
-    /* optional (NULL when the driver lacks them: CUDA 12.0 and later have both) */
+    /* optional (NULL when the driver lacks them: CUDA 12.0 and later have all three) */
     krt_cu_result (*cuFuncSetAttribute)(krt_cu_fn fn, int attribute, int value);
+    krt_cu_result (*cuLaunchKernelEx)(const krt_cu_launch_config *config, krt_cu_fn fn, void **params, void **extra);
     krt_cu_result (*cuTensorMapEncodeTiled)(krt_cu_tmap *map, int dtype, unsigned rank, void *base,
                                             const uint64_t *dims, const uint64_t *strides, const unsigned *box,
                                             const unsigned *elem_strides, int interleave, int swizzle,

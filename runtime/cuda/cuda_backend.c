@@ -91,6 +91,7 @@ typedef struct cu_state {
     int ctx_held;             /* 1 after cuDevicePrimaryCtxRetain succeeded */
     char device_name[128];    /* as the driver names it */
     char arch[16];            /* the cubin picked, "sm_90" */
+    int pdl;                  /* 1: kernels launched with programmatic stream serialization (launch_fn) */
     krt_cu_mod module;        /* the loaded cubin; NULL until loaded */
     krt_cu_stream stream;     /* every copy and launch goes on it; NULL until created */
     krt_backend_opts opts;    /* graphs on or off, and the largest step captured */
@@ -243,6 +244,9 @@ static int open_device(cu_state *s, ks_diag *d)
         return -1;
     }
     snprintf(s->arch, sizeof s->arch, "%s", s->meta.archs[pick]);
+    /* programmatic dependent launch: kernels that wait for their predecessor (the meta says so), a
+       device (and so a cubin) of sm_90 or later, a driver with cuLaunchKernelEx, not turned off */
+    s->pdl = s->opts.kernel_overlap && s->meta.pdl && major >= 9 && s->api.cuLaunchKernelEx != NULL;
     return 0;
 }
 
@@ -969,6 +973,24 @@ static int check_grid(const char *name, const int64_t grid[3], int64_t T, ks_dia
     return run;
 }
 
+/* Launch one of the engine's kernels on the stream: with programmatic stream serialization where
+ * s->pdl (its blocks may start while the kernel before it ends: every engine kernel first waits for
+ * that one, KCU_PDL_ENTER), else plainly. */
+static krt_cu_result launch_fn(cu_state *s, krt_cu_fn fn, const int64_t grid[3], int block, int smem, void **params)
+{
+    if (!s->pdl)
+        return s->api.cuLaunchKernel(fn, (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2], (unsigned)block, 1,
+                                     1, (unsigned)smem, s->stream, params, NULL);
+    krt_cu_launch_attr attr = {.id = KRT_CU_LAUNCH_ATTR_PROGRAMMATIC_SERIALIZATION, .u.value = 1};
+    krt_cu_launch_config c = {.grid = {(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]},
+                              .block = {(unsigned)block, 1, 1},
+                              .shared_bytes = (unsigned)smem,
+                              .stream = s->stream,
+                              .attrs = &attr,
+                              .n_attrs = 1};
+    return s->api.cuLaunchKernelEx(&c, fn, params, NULL);
+}
+
 /* Variant j of kernel i (the loaded arch's) for a step of T tokens: its launches in order. */
 static int launch_variant(cu_state *s, int i, int j, int64_t T, const step_ptrs *p, ks_diag *d)
 {
@@ -984,9 +1006,7 @@ static int launch_variant(cu_state *s, int i, int j, int64_t T, const step_ptrs 
         arg_slot slot[KRT_CUDA_MAX_ARGS] = {{0}};
         void *params[KRT_CUDA_MAX_ARGS + 1] = {0};
         fill_params(s, ln->args, ln->n_args, T, p, s->tm_base[slot_at], slot, params);
-        krt_cu_result r = s->api.cuLaunchKernel(s->vfns[slot_at], (unsigned)grid[0], (unsigned)grid[1],
-                                                (unsigned)grid[2], (unsigned)ln->block, 1, 1, (unsigned)ln->smem,
-                                                s->stream, params, NULL);
+        krt_cu_result r = launch_fn(s, s->vfns[slot_at], grid, ln->block, ln->smem, params);
         if (r != 0) return cu_error(s, d, r, "cannot launch %s", ln->name);
     }
     return 0;
@@ -1007,9 +1027,8 @@ static int launch_kernel(cu_state *s, int i, int64_t T, const step_ptrs *p, uint
     for (int a = 0; a < k->n_args && swap != UINT32_MAX; a++)
         if (k->args[a].kind == KRT_CUDA_ARG_VALUE && s->root[k->args[a].index] == swap) slot[a].ptr = swap_ptr;
     krt_cu_fn fn = k->name_large && T > k->large_above ? s->fns_large[i] : s->fns[i];
-    unsigned smem = k->name_large && T > k->large_above ? (unsigned)k->smem_large : 0u;
-    krt_cu_result r = s->api.cuLaunchKernel(fn, (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
-                                            (unsigned)k->block, 1, 1, smem, s->stream, params, NULL);
+    int smem = k->name_large && T > k->large_above ? k->smem_large : 0;
+    krt_cu_result r = launch_fn(s, fn, grid, k->block, smem, params);
     if (r != 0) return cu_error(s, d, r, "cannot launch %s", k->name);
     return 0;
 }

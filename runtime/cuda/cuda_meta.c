@@ -105,6 +105,7 @@ void krt_cuda_meta_write(const krt_cuda_meta *meta, ks_buf *out)
     cJSON *archs = cJSON_AddArrayToObject(root, "archs");
     for (int i = 0; i < meta->n_archs; i++) cJSON_AddItemToArray(archs, cJSON_CreateString(meta->archs[i]));
     cJSON_AddNumberToObject(root, "output", meta->output);
+    if (meta->pdl) cJSON_AddBoolToObject(root, "pdl", 1);
     cJSON *aliases = cJSON_AddArrayToObject(root, "aliases");
     for (int i = 0; i < meta->n_aliases; i++) {
         int64_t pair[2] = {meta->aliases[i][0], meta->aliases[i][1]};
@@ -335,6 +336,9 @@ static int parse_root(reader *r, const cJSON *root, krt_cuda_meta *m)
     int64_t v = 0;
     if (get_count(r, cJSON_GetObjectItemCaseSensitive(root, "output"), "output", INT32_MAX, &v)) return -1;
     m->output = (uint32_t)v;
+    const cJSON *pdl = cJSON_GetObjectItemCaseSensitive(root, "pdl");
+    if (pdl && !cJSON_IsBool(pdl)) return bad(r, "pdl is not true or false");
+    m->pdl = cJSON_IsTrue(pdl);
     const cJSON *aliases = cJSON_GetObjectItemCaseSensitive(root, "aliases");
     if (!cJSON_IsArray(aliases)) return bad(r, "no aliases list");
     m->n_aliases = cJSON_GetArraySize(aliases);

@@ -134,6 +134,9 @@ typedef struct krt_cuda_meta {
     int n_aliases;             /* how many */
     krt_cuda_kernel *kernels;  /* in launch order */
     int n_kernels;             /* how many */
+    int pdl;                   /* 1: every kernel's first statement waits for the kernel before it (KCU_PDL_ENTER,
+                                  sm_90 on), so the runtime may launch it to overlap that one's end; 0 (engines
+                                  built before): launched one after the other */
 } krt_cuda_meta;
 
 /* The JSON text of meta (appended to out); deterministic. */

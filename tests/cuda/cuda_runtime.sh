@@ -63,6 +63,22 @@ expect_same "graphs used" "2 graphs captured, 6 graph launches" \
   "$(grep -o '[0-9]* graphs captured, [0-9]* graph launches' "$work/g.err")"
 expect_same "no graphs" "0 graphs captured, 0 graph launches" \
   "$(grep -o '[0-9]* graphs captured, [0-9]* graph launches' "$work/n.err")"
+# kernel overlap (programmatic dependent launch): on the 9.0 device every kernel of the engine
+# (its meta's "pdl") is launched to overlap the one before (here: every launch, the draws being on
+# the host); --no-kernel-overlap launches none so, nor does an sm_80 device (the driver refuses the
+# attribute there); the logits are the same bits
+o=$(KILN_EMU_STATS=1 "$KILN_BIN" run "$cu" --ids $ids -n 6 --logits-out "$work/o.f32" --no-cuda-graphs --host-sampling 2>"$work/o.err")
+expect_same_output "ids with kernel overlap, host sampling" "$a" "$o"
+cmp -s "$work/g.f32" "$work/o.f32" && passes=$((passes+1)) || { echo "FAIL: logits differ with host sampling"; failures=$((failures+1)); }
+expect_same "every launch overlapping the one before" "$(grep -o '^emu_libcuda: [0-9]* kernel launches' "$work/o.err" | cut -d' ' -f2)" \
+  "$(grep -o '[0-9]* launches overlapping' "$work/o.err" | cut -d' ' -f1)"
+"$KILN_BIN" run "$cu" --ids $ids -n 6 --logits-out "$work/no.f32" --no-kernel-overlap >/dev/null 2>&1
+cmp -s "$work/g.f32" "$work/no.f32" && passes=$((passes+1)) || { echo "FAIL: logits differ with --no-kernel-overlap"; failures=$((failures+1)); }
+expect_same "--no-kernel-overlap: no launch overlapping" "0 launches overlapping" \
+  "$(KILN_EMU_STATS=1 "$KILN_BIN" run "$cu" --ids $ids -n 6 --no-kernel-overlap 2>&1 >/dev/null | grep -o '[0-9]* launches overlapping')"
+expect_same "sm_80: no launch overlapping" "0 launches overlapping" \
+  "$(KILN_EMU_CC=8.0 KILN_EMU_STATS=1 "$KILN_BIN" run "$cu" --ids $ids -n 6 2>&1 >/dev/null | grep -o '[0-9]* launches overlapping')"
+
 # the activations: one allocation of the plan's arena, for the prefill and every decode step
 expect_same "the arena allocated once, at the plan's size" "1" \
   "$(grep '^emu_libcuda: allocations' "$work/g.err" | tr ' ' '\n' | grep -c "^$arena\$")"

@@ -303,6 +303,7 @@ static struct {
                           * matmuls (and of attention, on tensor cores, when an engine has them) */
     long g90_launches;   /* launches of kernels named *_g90_*: the sm_90a matmuls' stand-ins */
     long tmaps;          /* tensor maps made */
+    long pdl_launches;   /* launches through cuLaunchKernelEx with programmatic stream serialization */
 } emu_stats;
 
 /* 1 when fn is a kernel whose name holds "_g90_". */
@@ -401,6 +402,39 @@ int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
     return 0;
 }
 
+/* cuLaunchKernelEx's CUlaunchAttribute and CUlaunchConfig (cuda.h) */
+typedef struct emu_launch_attr {
+    int id;
+    char pad[4];
+    union {
+        char bytes[64];
+        int value;
+    } u;
+} emu_launch_attr;
+typedef struct emu_launch_config {
+    unsigned grid[3], block[3], shared;
+    void *stream;
+    emu_launch_attr *attrs;
+    unsigned n_attrs;
+} emu_launch_config;
+
+/* cuLaunchKernel from a launch configuration. The one attribute taken is programmatic stream
+ * serialization (6), and only on a device of compute capability 9.0 or later, as the driver has it;
+ * such launches are counted (run in order, as every launch here). */
+int cuLaunchKernelEx(const emu_launch_config *c, void *fn, void **params, void **extra)
+{
+    if (!c || (c->n_attrs && !c->attrs)) return EMU_INVALID;
+    int pdl = 0, major = 0;
+    for (unsigned i = 0; i < c->n_attrs; i++) {
+        if (c->attrs[i].id != 6 || cuDeviceGetAttribute(&major, 75, 0) != 0 || major < 9) return EMU_INVALID;
+        pdl |= c->attrs[i].u.value != 0;
+    }
+    int r = cuLaunchKernel(fn, c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1], c->block[2], c->shared,
+                           c->stream, params, extra);
+    if (r == 0 && pdl) emu_stats.pdl_launches++;
+    return r;
+}
+
 int cuGetErrorName(int r, const char **s)
 {
     *s = r == EMU_OUT_OF_MEMORY         ? "CUDA_ERROR_OUT_OF_MEMORY"
@@ -448,6 +482,8 @@ static void print_stats(void)
         fprintf(stderr, "emu_libcuda: %ld launches of _large kernels\n", emu_stats.large_launches);
         fprintf(stderr, "emu_libcuda: %ld launches of _g90_ kernels, %ld tensor maps\n", emu_stats.g90_launches,
                 emu_stats.tmaps);
+        fprintf(stderr, "emu_libcuda: %ld launches overlapping the kernel before (programmatic)\n",
+                emu_stats.pdl_launches);
         fprintf(stderr, "emu_libcuda: allocations (bytes):");
         for (size_t i = 0; i < emu_mem.n_sizes; i++) fprintf(stderr, " %zu", emu_mem.sizes[i]);
         fprintf(stderr, "\n");

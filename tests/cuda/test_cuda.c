@@ -66,7 +66,7 @@ static kir_graph *small_graph(void)
 /* The meta of the small graph, each kernel name's hash of its text as #
  * (mask_names): the names change with any change to a kernel's text. */
 static const char small_meta[] =
-    "{\"format\":\"kiln-cuda-2\",\"archs\":[\"sm_80\",\"sm_90\"],\"output\":10,\"aliases\":[[7,6],[11,10],[12,10]],"
+    "{\"format\":\"kiln-cuda-2\",\"archs\":[\"sm_80\",\"sm_90\"],\"output\":10,\"pdl\":true,\"aliases\":[[7,6],[11,10],[12,10]],"
     "\"kernels\":["
     "{\"name\":\"k_embed_#\",\"node\":2,\"block\":256,\"grid\":[[8,0,256],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:0\",\"value:1\",\"value:2\"]},"
@@ -174,6 +174,7 @@ static void test_generate(void)
                   "f32[T,8] */\n"
                   "extern \"C\" __global__ void __launch_bounds__(256, 2) %s(int T, const float *__restrict__ x, const "
                   "float *__restrict__ w, float *__restrict__ out)\n{\n"
+                  "    KCU_PDL_ENTER();\n"
                   "    kcu_matmul_small<float, 8, 8, 2>(T, x, w, kcu_pro_none(), kcu_epi_store<8>{out});\n}\n",
                   meta.kernels[2].name);
     CHECK(strstr(ks_buf_cstr(&src), ks_buf_cstr(&want)));
@@ -188,6 +189,7 @@ static void test_generate(void)
     CHECK(krt_cuda_meta_parse(text.data, text.len, "x.engine", &back, &s.d) == 0);
     krt_cuda_meta_write(&back, &again);
     CHECK_STR(ks_buf_cstr(&again), ks_buf_cstr(&text));
+    CHECK(back.pdl == 1); /* every kernel opens with KCU_PDL_ENTER (engines before it: no "pdl", 0) */
     CHECK(back.n_kernels == 6 && krt_cuda_grid_dim(&back.kernels[2], 0, 5) == 1 &&
           krt_cuda_grid_dim(&back.kernels[2], 0, 33) == 1 && krt_cuda_grid_dim(&back.kernels[0], 0, 33) == 2);
     krt_cuda_meta_free(&back);
@@ -216,7 +218,8 @@ static void test_generate(void)
         want.len = 0;
         ks_buf_printf(&want,
                       "void __launch_bounds__(256, 2) %s(int T, const float *__restrict__ x, const kcu_bf16 "
-                      "*__restrict__ w, float *__restrict__ out)\n{\n    kcu_matmul_small<kcu_bf16, 64, 64, 2>(T, x, w, "
+                      "*__restrict__ w, float *__restrict__ out)\n{\n    KCU_PDL_ENTER();\n"
+                      "    kcu_matmul_small<kcu_bf16, 64, 64, 2>(T, x, w, "
                       "kcu_pro_none(), kcu_epi_store<64>{out});\n}\n",
                       m2.kernels[6].name);
         CHECK(strstr(ks_buf_cstr(&src), ks_buf_cstr(&want)));
@@ -268,6 +271,9 @@ static void test_meta_errors(void)
     expect_meta_error("{\"format\":\"kiln-cuda-1\",\"archs\":[\"sm_90\"],\"output\":1,\"aliases\":[],"
                       "\"kernels\":[{\"name\":\"k\",\"node\":1,\"block\":2000,\"grid\":[],\"args\":[]}]}",
                       "x.engine: error: damaged cuda.meta: kernel block must be an integer in [0, 1025)\n");
+    expect_meta_error("{\"format\":\"kiln-cuda-2\",\"archs\":[\"sm_90\"],\"output\":1,\"pdl\":1,\"aliases\":[],"
+                      "\"kernels\":[]}",
+                      "x.engine: error: damaged cuda.meta: pdl is not true or false\n");
 }
 
 /* A kernel with variants for sm_90a (the gemm90 matmul, after a norm's own kernel above 64 tokens,
