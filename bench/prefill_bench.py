@@ -47,6 +47,7 @@ import argparse
 import gc
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -411,7 +412,7 @@ def kiln_bench(run, a, engine, lengths, decode, into="prefill", extra=()):
     cmd = [a.kiln, "bench", engine, "--prompts", ",".join(map(str, lengths)), "--decode", str(decode),
            "--decode-prompt", str(a.decode_prompt), "--reps", str(a.reps), "--warmup", str(a.warmup), "--json",
            *extra]
-    if decode > 0 and getattr(a, "batch", None):  # the batched decode rides with the decode
+    if decode > 0 and getattr(a, "batch", None) and into == "prefill":  # the batched decode rides with the decode
         cmd += ["--batch", ",".join(map(str, a.batch))]
     log("run: " + " ".join(cmd))
     t0 = time.time()
@@ -440,6 +441,27 @@ def kiln_bench(run, a, engine, lengths, decode, into="prefill", extra=()):
         log(f"kiln: decode at batch {b['batch']}: {b['ms_per_step_median']:.3f} ms/step, {b['tokens_per_s']:.0f} tokens/s")
     k["device"] = r["device"]
     log(f"kiln bench: {wall:.1f} s in all (opening the engine included)")
+
+
+def kiln_first_runs(run, a, engine, T, vocab):
+    """kiln bench --prompts T --warmup 0 --reps 6 (its first run is the process's first prefill) and
+    `kiln run` of the profile's prompt without --profile: res["kiln"]["first_runs"]."""
+    cmd = [a.kiln, "bench", engine, "--prompts", str(T), "--decode", "0", "--reps", "6", "--warmup", "0", "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, run.left() - 10))
+    if p.returncode != 0:
+        raise RuntimeError(f"kiln bench failed (exit {p.returncode}): {p.stderr[-2000:]}")
+    e = json.loads(p.stdout.strip().splitlines()[-1])["prefill"][0]
+    ids = ",".join(str((i * 7919 + 13) % vocab) for i in range(T))
+    q = subprocess.run([a.kiln, "run", engine, "--ids", ids, "-n", "2"], capture_output=True, text=True,
+                       timeout=max(1, run.left() - 10))
+    m = re.search(r"time to first token ([0-9.]+) ms", q.stderr)
+    r = {"tokens": T, "bench_first_ms": e["ttft_ms_first"], "bench_median_ms": e["ttft_ms_median"],
+         "bench_min_ms": e["ttft_ms_min"], "bench_max_ms": e["ttft_ms_max"],
+         "run_ttft_ms": float(m.group(1)) if m else None}
+    run.res["kiln"]["first_runs"] = r
+    log(f"kiln first prefills, {T} tokens: kiln bench (no warm-up, 6 runs) first {r['bench_first_ms']:.2f} ms, "
+        f"median {r['bench_median_ms']:.2f}, min {r['bench_min_ms']:.2f}, max {r['bench_max_ms']:.2f}; "
+        f"kiln run (no --profile) {r['run_ttft_ms']} ms")
 
 
 def kiln_profile(run, a, engine, T, vocab):
@@ -577,6 +599,10 @@ def bench(a):
     if have_engine and done and a.profile:
         T = max(t for t in done if t <= 2048) if any(t <= 2048 for t in done) else done[0]
         run.do("kiln run --profile", 45, kiln_profile, run, a, engine, T, cfg["vocab_size"])
+        # the first prefills of a process against the bench's median (the profile's one prefill ran
+        # ~3.4 ms under kiln bench's at 2048 tokens, 2026-12-02): kiln bench with no warm-up, and
+        # kiln run without --profile
+        run.do("kiln first prefills", 30, kiln_first_runs, run, a, engine, T, cfg["vocab_size"])
     shutil.rmtree(work, ignore_errors=True)
     if engines != work:
         shutil.rmtree(engines, ignore_errors=True)

@@ -166,6 +166,12 @@ def render_markdown(res):
                   + ", ".join(f"{e['tokens']} tokens {e['ttft_ms_median']:.2f} ms (min {e['ttft_ms_min']:.2f})"
                               for e in plain)
                   + (f", decode {dec['ms_per_token_median']:.3f} ms/token" if dec else "") + ".")
+    fr = res["kiln"].get("first_runs")
+    if fr:
+        md.append(f"kiln's first prefills of a process, {fr['tokens']} tokens: `kiln bench` with no warm-up, 6 runs: "
+                  f"the first {fr['bench_first_ms']:.2f} ms, median {fr['bench_median_ms']:.2f}, min "
+                  f"{fr['bench_min_ms']:.2f}, max {fr['bench_max_ms']:.2f}; `kiln run` (one prefill, no --profile): "
+                  f"time to first token {fr['run_ttft_ms']} ms.")
     notes = [e.get("note") for e in res["kiln"]["prefill"] if e.get("note")]
     if notes:
         md.append("kiln: " + "; ".join(f"{e['tokens']} tokens {e['note']}" for e in res["kiln"]["prefill"]

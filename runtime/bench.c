@@ -38,12 +38,14 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median and min of t[0..n), seconds in, milliseconds out; sorts t. */
+/* Median, min, max and first of t[0..n), seconds in, milliseconds out; sorts t. */
 static krt_bench_time summarize(double *t, int n)
 {
+    double first = t[0];
     qsort(t, (size_t)n, sizeof *t, cmp_double);
     double med = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-    return (krt_bench_time){.median_ms = 1e3 * med, .min_ms = 1e3 * t[0]};
+    return (krt_bench_time){.median_ms = 1e3 * med, .min_ms = 1e3 * t[0], .max_ms = 1e3 * t[n - 1],
+                            .first_ms = 1e3 * first};
 }
 
 /* One generation in a fresh sequence 0: n prompt ids, max_new greedy
@@ -314,6 +316,8 @@ static cJSON *prefill_json(const krt_bench_result *r, const krt_bench_prefill *p
              add(o, "steps", cJSON_CreateNumber(p->steps)) &&
              add(o, "ttft_ms_median", p->ran ? ms_number(p->ttft.median_ms) : cJSON_CreateNull()) &&
              add(o, "ttft_ms_min", p->ran ? ms_number(p->ttft.min_ms) : cJSON_CreateNull()) &&
+             add(o, "ttft_ms_max", p->ran ? ms_number(p->ttft.max_ms) : cJSON_CreateNull()) &&
+             add(o, "ttft_ms_first", p->ran ? ms_number(p->ttft.first_ms) : cJSON_CreateNull()) &&
              add(o, "tokens_per_s", p->ran ? rate_number(1e3 * p->tokens / p->ttft.median_ms) : cJSON_CreateNull()) &&
              add(o, "note", nt ? cJSON_CreateString(nt) : cJSON_CreateNull());
     if (!ok) {

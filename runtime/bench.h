@@ -67,6 +67,8 @@ krt_bench_opts krt_bench_defaults(void);
 typedef struct krt_bench_time {
     double median_ms; /* the median (of an even count: the mean of the middle two) */
     double min_ms;    /* the fastest run */
+    double max_ms;    /* the slowest */
+    double first_ms;  /* the first timed run (after the warm-up): with no warm-up, the process's first */
 } krt_bench_time;
 
 typedef struct krt_bench_prefill {
