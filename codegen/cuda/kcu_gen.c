@@ -186,7 +186,7 @@ void kcu_param_out(kcu_gen *x, krt_cuda_kernel *k, kir_val v)
 
 /* The kernel's signature and opening brace, with a comment naming what it
  * computes (no node numbers: the text is shared by every node it fits). */
-void kcu_open_body_min(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks)
+void kcu_open_body_attr(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks, const char *attr)
 {
     const kir_node *n = &x->g->nodes[k->node];
     ks_buf type = {0};
@@ -194,11 +194,17 @@ void kcu_open_body_min(kcu_gen *x, const krt_cuda_kernel *k, const char *what, i
     ks_buf_printf(&x->body, "\n/* %s: %s -> %s */\n", kir_op_table[n->op].name, what, ks_buf_cstr(&type));
     ks_buf_printf(&x->body, "extern \"C\" __global__ void __launch_bounds__(%d", k->block);
     if (min_blocks > 0) ks_buf_printf(&x->body, ", %d", min_blocks);
-    ks_buf_printf(&x->body, ") " NAME_MARK "(%s)\n{\n    KCU_PDL_ENTER();\n", ks_buf_cstr(&x->params));
+    ks_buf_printf(&x->body, ") %s%s" NAME_MARK "(%s)\n{\n    KCU_PDL_ENTER();\n", attr ? attr : "", attr ? " " : "",
+                  ks_buf_cstr(&x->params));
     ks_buf_free(&type);
 }
 
-void kcu_open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what) { kcu_open_body_min(x, k, what, 0); }
+void kcu_open_body_min(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks)
+{
+    kcu_open_body_attr(x, k, what, min_blocks, NULL);
+}
+
+void kcu_open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what) { kcu_open_body_attr(x, k, what, 0, NULL); }
 
 /* x->body with every NAME_MARK replaced by name, appended to out. */
 static void put_named(ks_buf *out, const char *text, size_t len, const char *name)

@@ -109,6 +109,8 @@ void kcu_open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what);
 /* The same for a kernel compiled to fit min_blocks blocks an SM (__launch_bounds__'s second
  * argument; 0: none). */
 void kcu_open_body_min(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks);
+/* The same with attr (e.g. "KCU_CLUSTER_Z(8)", NULL: none) between the launch bounds and the name. */
+void kcu_open_body_attr(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks, const char *attr);
 /* After the kernel's body: the signature of its variant NAME_large, the
  * kernel launched instead for steps of more than `above` tokens (the body
  * follows, then kcu_kernel_end records both). */

@@ -1506,6 +1506,51 @@ static __device__ __forceinline__ void kcu_matmul(const int T, const X *__restri
 /* Everything from here to the end of the file is the attention kernel's; the design, its
  * cost and its determinism are described at kcu_emit_attention. */
 
+/* The blocks of a thread block cluster (sm_90): the decode's attention splits a head's positions
+ * over the S blocks of a cluster (grid z, kcu_emit_attention's ATT_SPLIT), which combine their
+ * states through distributed shared memory. Elsewhere (sm_80, the CPU emulator) there are no
+ * clusters (KCU_CLUSTERS 0): one block (z = 0) takes every position and the others return.
+ * KCU_CLUSTER_Z(S) is the kernel's attribute. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KCU_CLUSTERS 1
+#define KCU_CLUSTER_Z(S) __cluster_dims__(1, 1, S)
+/* every thread of every block of the cluster: their shared-memory writes before it are seen by all
+ * after it */
+__device__ __forceinline__ void kcu_cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+__device__ __forceinline__ unsigned kcu_cluster_rank()
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+/* *p (this block's shared memory) as block `rank` of the cluster holds it */
+__device__ __forceinline__ float kcu_cluster_ld(const float *p, unsigned rank)
+{
+    unsigned a = (unsigned)__cvta_generic_to_shared(p), r;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r));
+    return v;
+}
+__device__ __forceinline__ double kcu_cluster_ld(const double *p, unsigned rank)
+{
+    unsigned a = (unsigned)__cvta_generic_to_shared(p), r;
+    double v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(r));
+    return v;
+}
+#else
+#define KCU_CLUSTERS 0
+#define KCU_CLUSTER_Z(S)
+__device__ __forceinline__ void kcu_cluster_sync() {}
+__device__ __forceinline__ unsigned kcu_cluster_rank() { return 0; }
+template <typename T> __device__ __forceinline__ T kcu_cluster_ld(const T *p, unsigned) { return *p; }
+#endif
+
 /* A barrier for the lanes of one warp. The CPU emulator (tests/cuda/emu_shim.h) has no warps:
  * there it is the block's barrier, so, as a shuffle, every thread of the block must reach it
  * the same number of times. */
@@ -1598,7 +1643,7 @@ static __device__ __forceinline__ void kcu_att_rows(const C *__restrict__ kbase,
  * out [T, H, DV]. P positions a warp step, P * HB <= 32, all powers of two. Q, C, O: the
  * elements of q, of the cache and of out (f32, or a half type: read as f32, out rounded).
  */
-template <int H, int KH, int DK, int DV, int HB, int P, int NW, int WINDOW, typename Q, typename C, typename O>
+template <int H, int KH, int DK, int DV, int HB, int P, int NW, int S, int WINDOW, typename Q, typename C, typename O>
 static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, const C *__restrict__ kc,
                                                      const C *__restrict__ vc, O *__restrict__ out,
                                                      const int *__restrict__ positions,
@@ -1618,15 +1663,22 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
         LP = kcu_log2<P>::V,
         NT = 32 * NW
     };
+    enum { SPLIT = KCU_CLUSTERS ? S : 1, VW = SPLIT * NW, SB = SPLIT > 1 ? HB : 1 }; /* virtual warp z NW + w */
     __shared__ float pbuf[2][NW][NV + HB]; /* a step's probabilities, then its rescaling factors, by step parity */
     __shared__ float mbuf[NW][HB];         /* each warp's running maximum per head */
     __shared__ double lbuf[NW][NV];        /* each warp's sums of exponentials, per score slot */
     __shared__ float abuf[NW][HB][DV];     /* each warp's accumulated outputs */
-    __shared__ double fbuf[NW][HB];        /* each warp's weight in the combination, per head */
+    __shared__ double fbuf[NW][HB];        /* each warp's weight in the block's combination, per head */
     __shared__ double wbuf[NW][HB];        /* each warp's sum of exponentials, weighted so */
+    __shared__ float bmax[HB];             /* the block's maximum per head */
+    __shared__ double bacc[SB][SPLIT > 1 ? DV : 1]; /* split: the block's outputs relative to bmax */
+    __shared__ double bsum[SB];            /* and its sum of exponentials so */
+    __shared__ double gbuf[SB][SPLIT]; /* the first block's weight of each block's state */
     const float ninf = -__int_as_float(0x7f800000);
     const int t = blockIdx.x, h0 = blockIdx.y * HB, kh = h0 / GROUP;
     const int tid = threadIdx.x, w = tid / 32, lane = tid % 32;
+    const unsigned z = kcu_cluster_rank(); /* the block's share of the positions (0 without clusters) */
+    const int vw = (int)z * NW + w;
     const int pos = positions[t];
     const int lo = WINDOW > 0 && pos - WINDOW + 1 > 0 ? pos - WINDOW + 1 : 0;
     const int len = pos - lo + 1;
@@ -1653,13 +1705,14 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
     float m = ninf; /* running maximum of head mh's scores (the same in each of its lanes) */
     double l = 0.0; /* sum of exponentials (expf) of this lane's scores, rescaled as m grows */
 
-    /* warp w takes steps of P positions w, w + NW, ...: the same number of rounds in every warp */
-    const int steps = (len + P - 1) / P, rounds = (steps + NW - 1) / NW;
-    int first = w * P < len ? table[(lo + w * P) / block_size] : 0; /* block of the step's first position */
+    /* (virtual) warp vw takes steps of P positions vw, vw + VW, ...: the same number of rounds in
+     * every warp */
+    const int steps = (len + P - 1) / P, rounds = (steps + VW - 1) / VW;
+    int first = vw * P < len ? table[(lo + vw * P) / block_size] : 0; /* block of the step's first position */
     for (int r = 0; r < rounds; r++) {
-        const int j0 = (r * NW + w) * P, n = len - j0 < P ? len - j0 : P; /* n <= 0: no positions */
+        const int j0 = (r * VW + vw) * P, n = len - j0 < P ? len - j0 : P; /* n <= 0: no positions */
         /* the next step's first block, read a step ahead: its latency overlaps this one */
-        const int next = j0 + NW * P < len ? table[(lo + j0 + NW * P) / block_size] : 0;
+        const int next = j0 + VW * P < len ? table[(lo + j0 + VW * P) / block_size] : 0;
         float kr[P][CK * VK], vr[P][CV * VV];
         kcu_att_rows<KH, DK, DV, P, VK, CK, VV, CV>(kbase, vbase, table, block_size, lo + j0, n, first, lane, kr, vr);
         first = next;
@@ -1723,8 +1776,8 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
                 }
     }
 
-    /* the warps' states combined in warp order, in double: out = sum_w acc_w f_w / sum_w l_w f_w,
-     * f_w = e^(m_w - M), M the largest m_w */
+    /* the block's warps' states combined in warp order, in double: out = sum_w acc_w f_w / sum_w l_w f_w,
+     * f_w = e^(m_w - M), M the largest m_w (split: the block's state, combined with the cluster's below) */
     if (lane % RL == 0) lbuf[w][mk] = l;
     if (lane % RL == 0 && mj == 0) mbuf[w][mh] = m;
 #pragma unroll
@@ -1746,6 +1799,7 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
         const double f = mbuf[v][h] == ninf ? 0.0 : exp((double)(mbuf[v][h] - mx)); /* 0: a warp with no position */
         fbuf[v][h] = f;
         wbuf[v][h] = lw * f;
+        if (v == 0) bmax[h] = mx;
     }
     __syncthreads();
     for (int i = tid; i < HB * DV; i += NT) {
@@ -1755,10 +1809,42 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
             sum += wbuf[v][h];
             o += (double)abuf[v][h][d] * fbuf[v][h];
         }
-        if constexpr (kcu_same<O, float>::V) /* (a plain store: kcu_put here changes the f32 kernel's code) */
+        if constexpr (SPLIT > 1) { /* the block's state, relative to its maximum bmax */
+            bacc[h][d] = o;
+            if (d == 0) bsum[h] = sum;
+        } else if constexpr (kcu_same<O, float>::V) { /* (a plain store: kcu_put here changes the f32 kernel's code) */
             out[((long long)t * H + h0 + h) * DV + d] = (float)(o / sum);
-        else
+        } else {
             kcu_put(out + ((long long)t * H + h0 + h) * DV + d, (float)(o / sum));
+        }
+    }
+    /* the cluster's blocks' states combined in block order by the first, reading the others' through
+     * distributed shared memory: out = sum_b bacc_b g_b / sum_b bsum_b g_b, g_b = e^(bmax_b - M) */
+    if constexpr (SPLIT > 1) {
+        kcu_cluster_sync(); /* every block's state written */
+        if (z == 0) {
+            if (tid < HB * SPLIT) { /* each block's weight, a thread a (head, block) */
+                const int h = tid / SPLIT, b = tid % SPLIT;
+                float mx = ninf;
+                for (int u = 0; u < SPLIT; u++) mx = fmaxf(mx, kcu_cluster_ld(&bmax[h], (unsigned)u));
+                const float mb = kcu_cluster_ld(&bmax[h], (unsigned)b);
+                gbuf[h][b] = mb == ninf ? 0.0 : exp((double)(mb - mx)); /* 0: a block with no position */
+            }
+            __syncthreads();
+            for (int i = tid; i < HB * DV; i += NT) {
+                const int h = i / DV, d = i % DV;
+                double sum = 0.0, o = 0.0;
+                for (int b = 0; b < SPLIT; b++) {
+                    sum += kcu_cluster_ld(&bsum[h], (unsigned)b) * gbuf[h][b];
+                    o += kcu_cluster_ld(&bacc[h][d], (unsigned)b) * gbuf[h][b];
+                }
+                if constexpr (kcu_same<O, float>::V)
+                    out[((long long)t * H + h0 + h) * DV + d] = (float)(o / sum);
+                else
+                    kcu_put(out + ((long long)t * H + h0 + h) * DV + d, (float)(o / sum));
+            }
+        }
+        kcu_cluster_sync(); /* the first block has read the others' shared memory: they may end */
     }
 }
 /* The attention kernel's body: kcu_attention over HBW heads a block (sharing their K and V
@@ -1768,8 +1854,8 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
  * first way. Either way is deterministic; they may round differently, so a token's result can
  * depend on the step's T (as kcu_matmul's). */
 enum { KCU_ATT_WIDE = 128 };
-template <int H, int KH, int DK, int DV, int HBW, int PW, int P1, int NW, int WINDOW, typename Q, typename C,
-          typename O>
+template <int H, int KH, int DK, int DV, int HBW, int PW, int P1, int NW, int S, int WINDOW, typename Q,
+          typename C, typename O>
 static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q *__restrict__ q,
                                                             const C *__restrict__ kc, const C *__restrict__ vc,
                                                             O *__restrict__ out, const int *__restrict__ positions,
@@ -1777,13 +1863,14 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
                                                             const int *__restrict__ tables, const int block_size,
                                                             const float scale, const float softcap)
 {
+    if (!KCU_CLUSTERS && blockIdx.z > 0) return; /* no clusters: block z = 0 takes every position */
     if (HBW > 1 && (long long)T * (H / HBW) >= KCU_ATT_WIDE) {
         if (blockIdx.y < H / HBW)
-            kcu_attention<H, KH, DK, DV, HBW, PW, NW, WINDOW>(q, kc, vc, out, positions, table_off, tables, block_size,
-                                                              scale, softcap);
+            kcu_attention<H, KH, DK, DV, HBW, PW, NW, S, WINDOW>(q, kc, vc, out, positions, table_off, tables,
+                                                                 block_size, scale, softcap);
     } else {
-        kcu_attention<H, KH, DK, DV, 1, P1, NW, WINDOW>(q, kc, vc, out, positions, table_off, tables, block_size, scale,
-                                                        softcap);
+        kcu_attention<H, KH, DK, DV, 1, P1, NW, S, WINDOW>(q, kc, vc, out, positions, table_off, tables, block_size,
+                                                           scale, softcap);
     }
 }
 /* ==== end of attention ================================================================ */

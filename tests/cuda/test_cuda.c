@@ -78,7 +78,7 @@ static const char small_meta[] =
     "\"args\":[\"T\",\"value:6\",\"value:8\",\"value:9\"]},"
     "{\"name\":\"k_attention_kv_write_#\",\"node\":10,\"block\":256,\"grid\":[[16,0,256],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:9\",\"value:6\",\"kv_k:0\",\"kv_v:0\",\"slots\"]},"
-    "{\"name\":\"k_attention_#\",\"node\":10,\"block\":256,\"grid\":[[1,0,1],[0,2,1],[0,1,1]],"
+    "{\"name\":\"k_attention_#\",\"node\":10,\"block\":256,\"grid\":[[1,0,1],[0,2,1],[0,8,1]],"
     "\"args\":[\"T\",\"value:9\",\"kv_k:0\",\"kv_v:0\",\"value:10\",\"positions\",\"table_off\",\"tables\","
     "\"block_size\"]}]}";
 
@@ -941,7 +941,7 @@ static void test_flash_option(void)
     CHECK(strstr(ks_buf_cstr(&masked), "{\"name\":\"k_attention_#\",\"node\":10,\"block\":256,\"large\":{\"name\":"
                                         "\"k_attention_#_large\",\"above\":32,\"grid\":[[0,2,1],[1,0,128],[0,1,1]],"
                                         "\"smem\":24576},"
-                                        "\"grid\":[[1,0,1],[0,2,1],[0,1,1]],") != NULL);
+                                        "\"grid\":[[1,0,1],[0,2,1],[0,8,1]],") != NULL);
     CHECK(strstr(ks_buf_cstr(&src), "if (kcu_fa_few_blocks(T, 256, 2))\n"
                                     "        kcu_flash_attention<kcu_bf16, float, float, float, 2, 2, 4, 4, 1, 8, 1, 64, 2, 0>") !=
           NULL);
