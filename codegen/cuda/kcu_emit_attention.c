@@ -23,8 +23,9 @@ enum { ATT_WARPS = 8, ATT_FLASH_T = 32 };
 /* Blocks a head's positions are split over, one thread block cluster (grid z; kcu_attention,
  * sm_90 and later: each block a share of the positions, their states combined through distributed
  * shared memory; elsewhere block 0 takes all). Decode at long contexts had a block a head walk
- * every position: 32 blocks for Llama-3-8B on 132 SMs, 154 µs a layer at 2049 positions. 8: the
- * portable cluster size. */
+ * every position: 32 blocks for Llama-3-8B on 132 SMs, 154 µs a layer at 2049 positions (38 split).
+ * Split only past KCU_ATT_SPLIT_ROUNDS rounds of a block's warps (kcu_prelude.cuh). 8: the portable
+ * cluster size. */
 enum { ATT_SPLIT = 8 };
 
 /* The kernel that writes a step's K and V rows into layer `layer` of the

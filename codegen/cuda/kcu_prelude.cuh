@@ -1510,7 +1510,10 @@ static __device__ __forceinline__ void kcu_matmul(const int T, const X *__restri
  * over the S blocks of a cluster (grid z, kcu_emit_attention's ATT_SPLIT), which combine their
  * states through distributed shared memory. Elsewhere (sm_80, the CPU emulator) there are no
  * clusters (KCU_CLUSTERS 0): one block (z = 0) takes every position and the others return.
- * KCU_CLUSTER_Z(S) is the kernel's attribute. */
+ * KCU_CLUSTER_Z(S) is the kernel's attribute. A head's positions are split only when one block
+ * would take more than KCU_ATT_SPLIT_ROUNDS rounds of its warps (at 2049 positions the split took
+ * Llama-3-8B's decode attention from 154 to 38 µs a layer; at 16 the cluster's barriers cost ~5). */
+enum { KCU_ATT_SPLIT_ROUNDS = 8 };
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KCU_CLUSTERS 1
 #define KCU_CLUSTER_Z(S) __cluster_dims__(1, 1, S)
@@ -1663,7 +1666,7 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
         LP = kcu_log2<P>::V,
         NT = 32 * NW
     };
-    enum { SPLIT = KCU_CLUSTERS ? S : 1, VW = SPLIT * NW, SB = SPLIT > 1 ? HB : 1 }; /* virtual warp z NW + w */
+    enum { SPLIT = KCU_CLUSTERS ? S : 1, SB = SPLIT > 1 ? HB : 1 }; /* blocks a cluster splits positions over */
     __shared__ float pbuf[2][NW][NV + HB]; /* a step's probabilities, then its rescaling factors, by step parity */
     __shared__ float mbuf[NW][HB];         /* each warp's running maximum per head */
     __shared__ double lbuf[NW][NV];        /* each warp's sums of exponentials, per score slot */
@@ -1677,11 +1680,17 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
     const float ninf = -__int_as_float(0x7f800000);
     const int t = blockIdx.x, h0 = blockIdx.y * HB, kh = h0 / GROUP;
     const int tid = threadIdx.x, w = tid / 32, lane = tid % 32;
-    const unsigned z = kcu_cluster_rank(); /* the block's share of the positions (0 without clusters) */
-    const int vw = (int)z * NW + w;
     const int pos = positions[t];
     const int lo = WINDOW > 0 && pos - WINDOW + 1 > 0 ? pos - WINDOW + 1 : 0;
     const int len = pos - lo + 1;
+    /* the cluster's blocks split the positions when one block would take more than KCU_ATT_SPLIT_ROUNDS
+     * rounds (the same answer in every block of a cluster: one token); else block 0 takes them all, the
+     * others end here and no block waits on the cluster (its barriers and combination cost ~5 µs a
+     * kernel, measured on Llama-3-8B's decode at 16 positions) */
+    const int split = SPLIT > 1 && (len + P - 1) / P > KCU_ATT_SPLIT_ROUNDS * NW ? SPLIT : 1;
+    const unsigned z = kcu_cluster_rank(); /* the block's share of the positions (0 without clusters) */
+    if ((int)z >= split) return;
+    const int vw = (int)z * NW + w, vwn = split * NW; /* this (virtual) warp, and how many */
     const int *table = tables + table_off[t];
     const C *kbase = kc + kh * DK, *vbase = vc + kh * DV;
 
@@ -1705,14 +1714,14 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
     float m = ninf; /* running maximum of head mh's scores (the same in each of its lanes) */
     double l = 0.0; /* sum of exponentials (expf) of this lane's scores, rescaled as m grows */
 
-    /* (virtual) warp vw takes steps of P positions vw, vw + VW, ...: the same number of rounds in
+    /* (virtual) warp vw takes steps of P positions vw, vw + vwn, ...: the same number of rounds in
      * every warp */
-    const int steps = (len + P - 1) / P, rounds = (steps + VW - 1) / VW;
+    const int steps = (len + P - 1) / P, rounds = (steps + vwn - 1) / vwn;
     int first = vw * P < len ? table[(lo + vw * P) / block_size] : 0; /* block of the step's first position */
     for (int r = 0; r < rounds; r++) {
-        const int j0 = (r * VW + vw) * P, n = len - j0 < P ? len - j0 : P; /* n <= 0: no positions */
+        const int j0 = (r * vwn + vw) * P, n = len - j0 < P ? len - j0 : P; /* n <= 0: no positions */
         /* the next step's first block, read a step ahead: its latency overlaps this one */
-        const int next = j0 + VW * P < len ? table[(lo + j0 + VW * P) / block_size] : 0;
+        const int next = j0 + vwn * P < len ? table[(lo + j0 + vwn * P) / block_size] : 0;
         float kr[P][CK * VK], vr[P][CV * VV];
         kcu_att_rows<KH, DK, DV, P, VK, CK, VV, CV>(kbase, vbase, table, block_size, lo + j0, n, first, lane, kr, vr);
         first = next;
@@ -1809,18 +1818,22 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
             sum += wbuf[v][h];
             o += (double)abuf[v][h][d] * fbuf[v][h];
         }
-        if constexpr (SPLIT > 1) { /* the block's state, relative to its maximum bmax */
-            bacc[h][d] = o;
-            if (d == 0) bsum[h] = sum;
-        } else if constexpr (kcu_same<O, float>::V) { /* (a plain store: kcu_put here changes the f32 kernel's code) */
-            out[((long long)t * H + h0 + h) * DV + d] = (float)(o / sum);
-        } else {
-            kcu_put(out + ((long long)t * H + h0 + h) * DV + d, (float)(o / sum));
+        if constexpr (SPLIT > 1) {
+            if (split > 1) { /* the block's state, relative to its maximum bmax */
+                bacc[h][d] = o;
+                if (d == 0) bsum[h] = sum;
+                continue;
+            }
         }
+        if constexpr (kcu_same<O, float>::V) /* (a plain store: kcu_put here changes the f32 kernel's code) */
+            out[((long long)t * H + h0 + h) * DV + d] = (float)(o / sum);
+        else
+            kcu_put(out + ((long long)t * H + h0 + h) * DV + d, (float)(o / sum));
     }
     /* the cluster's blocks' states combined in block order by the first, reading the others' through
      * distributed shared memory: out = sum_b bacc_b g_b / sum_b bsum_b g_b, g_b = e^(bmax_b - M) */
     if constexpr (SPLIT > 1) {
+        if (split == 1) return;
         kcu_cluster_sync(); /* every block's state written */
         if (z == 0) {
             if (tid < HB * SPLIT) { /* each block's weight, a thread a (head, block) */
@@ -1850,8 +1863,8 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
 /* The attention kernel's body: kcu_attention over HBW heads a block (sharing their K and V
  * reads) when that still makes KCU_ATT_WIDE blocks or more (prefill, batched decode), else one
  * head a block (decode of few tokens: H blocks a token, to spread the reads over more of the
- * GPU). Launched on [T, H] blocks of 32 * NW threads; blocks past H / HBW return at once in the
- * first way. Either way is deterministic; they may round differently, so a token's result can
+ * GPU). Launched on [T, H, S] blocks of 32 * NW threads (z: a cluster's blocks, kcu_attention);
+ * blocks past H / HBW return at once in the first way. Either way is deterministic; they may round differently, so a token's result can
  * depend on the step's T (as kcu_matmul's). */
 enum { KCU_ATT_WIDE = 128 };
 template <int H, int KH, int DK, int DV, int HBW, int PW, int P1, int NW, int S, int WINDOW, typename Q,
