@@ -264,6 +264,18 @@ static int fill_weight(void *ctx, kir_val node, void *dst, size_t nbytes, ks_dia
     return rc;
 }
 
+/* Bytes [at, at + nbytes) of a weight the checkpoint stores as it is (kd_weight_part), its pages
+ * given back after each part; 1 for one that comes only whole. */
+static int fill_weight_part(void *ctx, kir_val node, size_t at, void *dst, size_t nbytes, ks_diag *d)
+{
+    fill_ctx *f = ctx;
+    size_t es = kir_dtype_size(kir_node_at(f->g, node)->dtype);
+    KS_ASSERT(at % es == 0 && nbytes % es == 0);
+    int rc = kd_weight_part(f->m, f->g, node, at / es, nbytes / es, dst, d);
+    if (rc == 0) kf_checkpoint_release(f->m->ckpt);
+    return rc;
+}
+
 /* A tokenizer must not make ids the model has no row for: the first id at
  * or past the vocabulary (kir_token_ids) is an error, with its text. */
 static int check_tokenizer_ids(const krt_tok *t, const char *path, const kir_graph *g, ks_diag *d)
@@ -400,6 +412,7 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, kd_b
         .graph = g,
         .meta_json = meta_text,
         .fill = fill_weight,
+        .fill_part = fill_weight_part,
         .fill_ctx = &f,
         .tokenizer = tok,
         .tokenizer_len = tok_len,

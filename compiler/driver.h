@@ -115,6 +115,14 @@ const kf_weight_binding *kd_binding(const kd_model *m, const char *name);
  * out holds kir_elems(node) elements of the node's dtype. */
 int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, void *out, ks_diag *d);
 
+/* Elements [first, first + count) of WEIGHT node `node`'s data, as kd_weight_data would give them,
+ * where the weight is the checkpoint's stored rows as they are (not derived, not transposed):
+ * converted straight from the mapped file, so a large weight streams in parts. Returns 1 (nothing
+ * done) for a weight that comes only whole (derived, transposed, synthetic), 0, or -1 after
+ * reporting. */
+int kd_weight_part(const kd_model *m, const kir_graph *g, kir_val node, size_t first, size_t count, void *out,
+                   ks_diag *d);
+
 /* The weight dtype named by a --dtype value ("f32", "bf16", "f16"); reports
  * another and returns -1. */
 int kd_parse_dtype(const char *name, kir_dtype *out, ks_diag *d);

@@ -358,6 +358,32 @@ static int read_named(const kd_model *m, const char *name, kir_dtype t, void *ou
     return rc;
 }
 
+int kd_weight_part(const kd_model *m, const kir_graph *g, kir_val node, size_t first, size_t count, void *out,
+                   ks_diag *d)
+{
+    const kir_node *n = kir_node_at(g, node);
+    if (kp_weight_is_derived(g, node)) return 1;
+    const char *name = kir_attr_str(g, node, KIR_A_WEIGHT_NAME);
+    const kf_weight_binding *b = kd_binding(m, name);
+    const kf_tensor *tensor = b && m->ckpt ? kf_checkpoint_find(m->ckpt, b->tensor) : NULL;
+    if (!tensor || b->transposed || tensor->ndim < 1 || tensor->shape[0] <= 0) return 1;
+    size_t elems = (size_t)kir_elems(n, 1);
+    size_t row_elems = tensor->nbytes / kir_dtype_size(tensor->dtype) / (size_t)tensor->shape[0];
+    int64_t end = b->row_end < 0 ? tensor->shape[0] : b->row_end;
+    /* the straight case of read_named: rows [row_start, end) contiguous, as many elements as the node */
+    if (b->row_start < 0 || b->row_start > end || end > tensor->shape[0] ||
+        (size_t)(end - b->row_start) * row_elems != elems ||
+        kir_elems(kir_node_at(m->model->graph, b->node), 1) != (int64_t)elems)
+        return 1;
+    if (first > elems || count > elems - first) {
+        ks_error(d, "kiln", "weight '%s': elements [%zu, %zu) asked of %zu", name, first, first + count, elems);
+        return -1;
+    }
+    size_t es = kir_dtype_size(tensor->dtype);
+    convert_rows(tensor->data + ((size_t)b->row_start * row_elems + first) * es, tensor->dtype, count, n->dtype, out);
+    return 0;
+}
+
 int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, void *out, ks_diag *d)
 {
     const kir_node *n = kir_node_at(g, node);

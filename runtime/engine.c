@@ -182,16 +182,38 @@ int krt_engine_write_to(ks_outfile *out, const krt_engine_spec *spec, uint64_t *
                 if (n->op != KIR_OP_WEIGHT) continue;
                 size_t bytes = (size_t)kir_elems(n, 1) * kir_dtype_size(n->dtype);
                 w_pad_to(&w, KRT_WEIGHT_ALIGN);
-                if (bytes > cap) {
-                    free(buf);
-                    buf = ks_xmalloc(bytes);
-                    cap = bytes;
+                /* in parts where fill_part can (the buffer a part), else whole */
+                int whole = 1;
+                for (size_t at = 0; spec->fill_part && at < bytes && !w.out.err; at += KRT_WEIGHT_PART) {
+                    size_t len = bytes - at < KRT_WEIGHT_PART ? bytes - at : KRT_WEIGHT_PART;
+                    if (len > cap) {
+                        free(buf);
+                        buf = ks_xmalloc(len);
+                        cap = len;
+                    }
+                    int r = spec->fill_part(spec->fill_ctx, (kir_val)v, at, buf, len, d);
+                    if (r == 1 && at == 0) break; /* whole only */
+                    KS_ASSERT(r != 1);             /* a weight in parts stays in parts */
+                    if (r != 0) {
+                        rc = -1;
+                        break;
+                    }
+                    w_bytes(&w, buf, len);
+                    whole = 0;
                 }
-                if (spec->fill(spec->fill_ctx, (kir_val)v, buf, bytes, d) != 0) {
-                    rc = -1;
-                    break;
+                if (rc) break;
+                if (whole) {
+                    if (bytes > cap) {
+                        free(buf);
+                        buf = ks_xmalloc(bytes);
+                        cap = bytes;
+                    }
+                    if (spec->fill(spec->fill_ctx, (kir_val)v, buf, bytes, d) != 0) {
+                        rc = -1;
+                        break;
+                    }
+                    w_bytes(&w, buf, bytes);
                 }
-                w_bytes(&w, buf, bytes);
                 if (spec->progress) spec->progress(spec->progress_ctx, w.pos - secs[i].offset, secs[i].size);
             }
             free(buf);

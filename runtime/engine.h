@@ -42,6 +42,8 @@
 #define KRT_ENGINE_MAGIC "KILNENG"  /* 8 bytes with the NUL */
 #define KRT_ENGINE_VERSION 2u       /* bump on any layout change (2: the checksum covers the header) */
 enum { KRT_WEIGHT_ALIGN = 256 };
+/* Bytes of a weight the writer asks fill_part for at once (a multiple of every element size). */
+enum { KRT_WEIGHT_PART = 64 << 20 };
 
 /* An extra named section (a backend's code or tables). */
 typedef struct krt_engine_section {
@@ -52,11 +54,17 @@ typedef struct krt_engine_section {
 
 /* Produces the data of WEIGHT node `node` (nbytes, in the node's dtype) into dst. */
 typedef int (*krt_weight_fill)(void *ctx, kir_val node, void *dst, size_t nbytes, ks_diag *d);
+/* Produces bytes [at, at + nbytes) of WEIGHT node `node`'s data into dst (at and nbytes multiples of
+ * its element size): 0, -1 after reporting, or 1 (nothing done) when the weight comes only whole
+ * (then fill is called for it). */
+typedef int (*krt_weight_fill_part)(void *ctx, kir_val node, size_t at, void *dst, size_t nbytes, ks_diag *d);
 
 typedef struct krt_engine_spec {
     const kir_graph *graph;       /* the graph to store */
     const char *meta_json;        /* metadata object text (target, dtype, source...) */
     krt_weight_fill fill;         /* called once per WEIGHT node, in node order */
+    krt_weight_fill_part fill_part; /* optional: a weight in parts of KRT_WEIGHT_PART bytes where it can, so
+                                       that the writer's memory is a part, not the largest weight */
     void *fill_ctx;               /* passed to fill */
     const void *tokenizer;        /* tokenizer bytes, or NULL */
     size_t tokenizer_len;         /* bytes */
