@@ -1530,20 +1530,22 @@ __device__ __forceinline__ unsigned kcu_cluster_rank()
     return r;
 }
 /* *p (this block's shared memory) as block `rank` of the cluster holds it */
+__device__ __forceinline__ unsigned kcu_cluster_addr(const void *p, unsigned rank)
+{
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"((unsigned)__cvta_generic_to_shared(p)), "r"(rank));
+    return r;
+}
 __device__ __forceinline__ float kcu_cluster_ld(const float *p, unsigned rank)
 {
-    unsigned a = (unsigned)__cvta_generic_to_shared(p), r;
     float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(kcu_cluster_addr(p, rank)));
     return v;
 }
 __device__ __forceinline__ double kcu_cluster_ld(const double *p, unsigned rank)
 {
-    unsigned a = (unsigned)__cvta_generic_to_shared(p), r;
     double v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(r));
+    asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(kcu_cluster_addr(p, rank)));
     return v;
 }
 #else
