@@ -439,6 +439,12 @@ def kiln_bench(run, a, engine, lengths, decode, into="prefill", extra=()):
     for b in r.get("decode_batch") or []:
         k.setdefault("decode_batch", []).append(b)
         log(f"kiln: decode at batch {b['batch']}: {b['ms_per_step_median']:.3f} ms/step, {b['tokens_per_s']:.0f} tokens/s")
+    c = r.get("cold_start")
+    if c and "cold_start" not in k:  # the first bench's: the engine file to its first token
+        k["cold_start"] = c
+        log(f"kiln: cold start {c['total_s']:.2f} s: the engine file read and checked in {c['open_s']:.2f} s "
+            f"({c['read_gb_per_s']:.2f} GB/s), the session (weights uploaded) {c['session_s']:.2f} s, the first "
+            f"{c['prompt_tokens']}-token prompt's first token {c['first_token_ms']:.1f} ms")
     k["device"] = r["device"]
     log(f"kiln bench: {wall:.1f} s in all (opening the engine included)")
 

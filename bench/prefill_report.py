@@ -166,6 +166,12 @@ def render_markdown(res):
                   + ", ".join(f"{e['tokens']} tokens {e['ttft_ms_median']:.2f} ms (min {e['ttft_ms_min']:.2f})"
                               for e in plain)
                   + (f", decode {dec['ms_per_token_median']:.3f} ms/token" if dec else "") + ".")
+    c = res["kiln"].get("cold_start")
+    if c:
+        md.append(f"kiln's cold start: {c['total_s']:.2f} s from the engine file ({c['engine_bytes'] / 1e9:.1f} GB) to "
+                  f"the first token: the file read and checked in {c['open_s']:.2f} s ({c['read_gb_per_s']:.2f} GB/s, "
+                  f"from the page cache or the disk), the session (weights uploaded) {c['session_s']:.2f} s, the "
+                  f"first {c['prompt_tokens']}-token prompt's first token {c['first_token_ms']:.1f} ms.")
     fr = res["kiln"].get("first_runs")
     if fr:
         md.append(f"kiln's first prefills of a process, {fr['tokens']} tokens: `kiln bench` with no warm-up, 6 runs: "

@@ -21,7 +21,10 @@ static const char bench_help[] =
     "  - decode at batch 1: N one-token steps after a short prompt, time per step;\n"
     "  - with --batch: B sequences after that prompt each, N steps of one token a\n"
     "    sequence, time per step (the runtime's multi-sequence step, drawn where\n"
-    "    the logits are).\n"
+    "    the logits are);\n"
+    "  - the cold start: the engine file opened (every byte read for its checksum:\n"
+    "    the file's read rate, from disk or the page cache), the session made (on a\n"
+    "    GPU the weights uploaded), and the first run's first token.\n"
     "Each runs --warmup times untimed, then --reps times: the median and the\n"
     "fastest run are shown, as a table, or with --json as one JSON object on a\n"
     "line (for scripts: bench/prefill_bench.py reads it).\n"
@@ -122,11 +125,18 @@ int kc_cmd_bench(int argc, char **argv)
         if (o.batches[i] > so.max_seqs) so.max_seqs = o.batches[i];
 
     ks_diag d = {0};
+    double t0 = ks_now_seconds();
     krt_engine *e = krt_engine_open(pos[0], &d);
+    double t1 = ks_now_seconds();
     krt_session *s = e ? krt_session_new(e, &so, &d) : NULL;
+    double t2 = ks_now_seconds();
     krt_bench_result r;
     ks_buf out = {0};
     if (s && krt_bench_run(s, &o, &r, &d) == 0) {
+        r.cold.measured = 1; /* the cold start: the file opened, the session made (krt_bench_run: the first token) */
+        r.cold.open_s = t1 - t0;
+        r.cold.engine_bytes = e->map.size;
+        r.cold.session_s = t2 - t1;
         if (json)
             krt_bench_json(&r, pos[0], &out, &d);
         else

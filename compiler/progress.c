@@ -3,16 +3,8 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "support/support.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void kd_progress_line(char *buf, size_t cap, const char *step, double done, double total, double seconds)
 {
@@ -51,7 +43,7 @@ void kd_progress_step(kd_progress *p, const char *step)
     if (!p || !p->out) return;
     kd_progress_done(p);
     snprintf(p->step, sizeof p->step, "%s", step);
-    p->start = now();
+    p->start = ks_now_seconds();
     p->drawn = 0;
     p->done = p->total = 0;
 }
@@ -59,13 +51,13 @@ void kd_progress_step(kd_progress *p, const char *step)
 void kd_progress_show(kd_progress *p)
 {
     if (!p || !p->out) return;
-    draw(p, -1, now());
+    draw(p, -1, ks_now_seconds());
 }
 
 void kd_progress_update(kd_progress *p, double fraction)
 {
     if (!p || !p->out) return;
-    double t = now();
+    double t = ks_now_seconds();
     if (t - p->start < 1.0 || (p->drawn > 0 && t - p->drawn < 0.1)) return;
     draw(p, fraction, t);
 }

@@ -6,7 +6,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "runtime/generate.h"
 #include "runtime/text/sampler.h"
@@ -105,13 +104,6 @@ static int check_opts(const krt_bench_opts *o, const char *where, ks_diag *d)
     return 0;
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* One batched decode in fresh sequences 0 .. B-1: each prefilled with the n prompt ids (a step
  * each, its first new token drawn), then `steps` steps of B tokens, one a sequence, drawn
  * greedily; *step_s the time of a step; the sequences freed. */
@@ -148,13 +140,13 @@ static int one_batch(krt_session *s, int B, const int32_t *ids, int n, int steps
         free(nx);
         free(ps);
     }
-    double t0 = now_seconds();
+    double t0 = ks_now_seconds();
     for (int k = 0; rc == 0 && k < steps; k++) {
         for (int b = 0; b < B; b++) tok[b] = next[b] < 0 ? 0 : next[b], seq[b] = b;
         krt_step_req req = {.n = B, .tokens = tok, .seq_ids = seq, .samplers = smp, .next = next};
         rc = krt_session_run(s, &req, d);
     }
-    *step_s = (now_seconds() - t0) / (steps > 0 ? steps : 1);
+    *step_s = (ks_now_seconds() - t0) / (steps > 0 ? steps : 1);
     for (int b = 0; b < added; b++) krt_session_seq_free(s, b);
     for (int b = 0; smp && b < B; b++) krt_sampler_free(smp[b]);
     free(smp);
@@ -202,6 +194,8 @@ int krt_bench_run(krt_session *s, const krt_bench_opts *o, krt_bench_result *r, 
         for (int k = 0; k < o->warmup + o->reps && rc == 0; k++) {
             rc = one_run(s, ids, p->tokens, 1, &st, d);
             if (k >= o->warmup) t[k - o->warmup] = st.first_token_s;
+            if (rc == 0 && !r->cold.prompt_tokens) /* the session's first run */
+                r->cold.prompt_tokens = p->tokens, r->cold.first_token_ms = 1e3 * st.first_token_s;
         }
         if (rc != 0) break;
         p->ran = 1;
@@ -213,6 +207,8 @@ int krt_bench_run(krt_session *s, const krt_bench_opts *o, krt_bench_result *r, 
            is the time from the first to the last */
         rc = one_run(s, ids, o->decode_prompt, o->decode + 1, &st, d);
         if (k >= o->warmup) t[k - o->warmup] = st.decode_s / o->decode;
+        if (rc == 0 && !r->cold.prompt_tokens)
+            r->cold.prompt_tokens = o->decode_prompt, r->cold.first_token_ms = 1e3 * st.first_token_s;
     }
     if (rc == 0 && o->decode > 0) r->decode_per_token = summarize(t, o->reps);
     for (int i = 0; i < o->n_batches && rc == 0; i++) {
@@ -228,6 +224,9 @@ int krt_bench_run(krt_session *s, const krt_bench_opts *o, krt_bench_result *r, 
     free(ids);
     return rc;
 }
+
+/* The engine file's read rate, GB/s (its bytes over the time to open it; 0 when not timed). */
+static double cold_rate(const krt_bench_cold *c) { return c->open_s > 0 ? 1e-9 * (double)c->engine_bytes / c->open_s : 0; }
 
 /* Why a prompt length was not measured in one step, or NULL. */
 static const char *prefill_note(const krt_bench_result *r, const krt_bench_prefill *p, char *buf, size_t len)
@@ -268,6 +267,16 @@ void krt_bench_table(const krt_bench_result *r, const char *engine, ks_buf *out)
         snprintf(what, sizeof what, "decode, batch %d, per step", r->batches[i]);
         ks_buf_printf(out, "%-28s %6d %12.3f %12.3f %12.1f\n", what, r->decode, r->batch_step[i].median_ms,
                       r->batch_step[i].min_ms, 1e3 * r->batches[i] / r->batch_step[i].median_ms);
+    }
+    const krt_bench_cold *c = &r->cold;
+    if (c->measured && c->prompt_tokens > 0) {
+        char b[32];
+        ks_buf_printf(out, "\ncold start: %.3f s from the engine file to the first token: the file read and checked "
+                           "in %.3f s (%s, %.2f GB/s), the session opened in %.3f s (on a GPU: the weights uploaded), "
+                           "the first %d-token prompt's first token %.3f ms\n",
+                      c->open_s + c->session_s + 1e-3 * c->first_token_ms, c->open_s,
+                      ks_human_bytes((double)c->engine_bytes, b, sizeof b), cold_rate(c), c->session_s,
+                      c->prompt_tokens, c->first_token_ms);
     }
     int header = 0;
     for (int i = 0; i < r->n_prefill; i++)
@@ -327,6 +336,25 @@ static cJSON *prefill_json(const krt_bench_result *r, const krt_bench_prefill *p
     return o;
 }
 
+static cJSON *cold_json(const krt_bench_cold *c)
+{
+    if (!c->measured || c->prompt_tokens == 0) return cJSON_CreateNull();
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    int ok = add(o, "total_s", ms_number(c->open_s + c->session_s + 1e-3 * c->first_token_ms)) &&
+             add(o, "open_s", ms_number(c->open_s)) &&
+             add(o, "engine_bytes", cJSON_CreateNumber((double)c->engine_bytes)) &&
+             add(o, "read_gb_per_s", cJSON_CreateNumber(round(cold_rate(c) * 100) / 100)) &&
+             add(o, "session_s", ms_number(c->session_s)) &&
+             add(o, "prompt_tokens", cJSON_CreateNumber(c->prompt_tokens)) &&
+             add(o, "first_token_ms", ms_number(c->first_token_ms));
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
 static cJSON *decode_json(const krt_bench_result *r)
 {
     if (r->decode == 0) return cJSON_CreateNull();
@@ -362,7 +390,7 @@ int krt_bench_json(const krt_bench_result *r, const char *engine, ks_buf *out, k
     if (ok) {
         ok = add(o, "prefill", pre); /* o owns it now, or it was freed */
         pre = NULL;
-        ok = ok && add(o, "decode", decode_json(r));
+        ok = ok && add(o, "decode", decode_json(r)) && add(o, "cold_start", cold_json(&r->cold));
     }
     if (ok) {
         cJSON *batches = cJSON_CreateArray();

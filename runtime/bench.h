@@ -78,6 +78,18 @@ typedef struct krt_bench_prefill {
     krt_bench_time ttft;  /* time to first token, when ran */
 } krt_bench_prefill;
 
+/* A cold start: the engine file on disk to the first token. The caller times the engine's opening
+ * (krt_engine_open reads every byte of the file for its checksum: the file's read rate) and the
+ * session's creation (the weights to the device); krt_bench_run the first prompt's first run. */
+typedef struct krt_bench_cold {
+    int measured;           /* 1 when the caller set open_s and session_s */
+    double open_s;          /* krt_engine_open: the file read and checked */
+    uint64_t engine_bytes;  /* the file's size */
+    double session_s;       /* krt_session_new */
+    int prompt_tokens;      /* the first run's prompt (0: none ran) */
+    double first_token_ms;  /* its time to first token: the engine's first step */
+} krt_bench_cold;
+
 typedef struct krt_bench_result {
     char device[128];         /* the GPU's name, or "cpu" for an engine the interpreter runs */
     const char *weight_dtype; /* "f32", "bf16", "f16" (static) */
@@ -93,6 +105,7 @@ typedef struct krt_bench_result {
     int batches[KRT_BENCH_MAX_BATCHES];            /* the batched decode's sizes, in the order asked */
     krt_bench_time batch_step[KRT_BENCH_MAX_BATCHES]; /* ms per step of each (a token of every sequence) */
     int n_batches;                                 /* how many */
+    krt_bench_cold cold;                           /* from the file to the first token */
 } krt_bench_result;
 
 /* Measure (see the top) in s, which must hold no sequence 0 .. the largest

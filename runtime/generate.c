@@ -8,14 +8,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 krt_gen_opts krt_gen_defaults(void)
 {
@@ -75,9 +67,9 @@ typedef struct gen {
 /* One step, timed into the stats. */
 static int timed_run(gen *g, const krt_step_req *req, ks_diag *d)
 {
-    double t0 = now_seconds();
+    double t0 = ks_now_seconds();
     int rc = krt_session_run(g->s, req, d);
-    double t = now_seconds() - t0;
+    double t = ks_now_seconds() - t0;
     krt_gen_times *tm = &g->st->times[req->n > KRT_PROFILE_DECODE_TOKENS];
     if (rc == 0) {
         if (tm->steps == 0 || t < tm->min) tm->min = t;
@@ -248,7 +240,7 @@ int krt_generate(krt_session *s, int seq, const krt_tok *tok, const int32_t *pro
     for (int i = 0; i < chunk; i++) g.seq_ids[i] = seq;
 
     int stop = -1, rc = 0;
-    double t0 = now_seconds(), t_first = t0;
+    double t0 = ks_now_seconds(), t_first = t0;
     int32_t token = -1;
     g.st->end = KRT_GEN_MAX_NEW;
     if (prefill(&g, prompt, n_prompt, max_new > 0, &token, d) != 0) {
@@ -259,7 +251,7 @@ int krt_generate(krt_session *s, int seq, const krt_tok *tok, const int32_t *pro
     if (o->echo_prompt && emit_text(&g, 0, &stop)) g.st->end = KRT_GEN_CALLBACK;
     int steps = 0;
     while (g.st->end == KRT_GEN_MAX_NEW && g.st->generated < max_new) {
-        if (g.st->generated == 0) t_first = now_seconds();
+        if (g.st->generated == 0) t_first = ks_now_seconds();
         if (token < 0) {
             ks_error(d, "kiln", "the model's logits are NaN or infinite after %d tokens of sequence %d: no next token",
                      have + n_prompt + steps, seq);
@@ -301,7 +293,7 @@ int krt_generate(krt_session *s, int seq, const krt_tok *tok, const int32_t *pro
             emit_text(&g, 1, &stop);
     }
     if (rc != 0) krt_session_seq_truncate(s, seq, have); /* as it was before the call */
-    double t_end = now_seconds();
+    double t_end = ks_now_seconds();
     g.st->first_token_s = (g.st->generated ? t_first : t_end) - t0;
     g.st->decode_s = g.st->generated ? t_end - t_first : 0;
     gen_free(&g);

@@ -190,6 +190,8 @@ int ks_mmap_open(ks_diag *d, const char *path, ks_mmap *m); /* 0 ok, -1 error re
 void ks_mmap_close(ks_mmap *m);
 /* The process's largest resident set so far, bytes (getrusage; 0 when unknown). */
 uint64_t ks_peak_memory(void);
+/* Seconds on the monotonic clock (from an arbitrary start): for durations. */
+double ks_now_seconds(void);
 /* Drop m's pages from this process's resident memory (they stay in the page cache and come back
  * on the next read): after reading what will not be read again soon. */
 void ks_mmap_release(const ks_mmap *m);

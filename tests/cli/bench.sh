@@ -21,11 +21,13 @@ prefill 100 tokens                2 T T T
 prefill 1000 tokens               -      skipped            -            -
 decode, batch 1, per token        4 T T T
 
+cold start: T s from the engine file to the first token: the file read and checked in T s (T MiB, T GB/s), the session opened in T s (on a GPU: the weights uploaded), the first 8-token prompt's first token T ms
+
 notes:
   prefill 100 tokens: prefilled in 2 steps of at most 64 tokens (the engine's largest step: kiln build --max-tokens)
   prefill 1000 tokens: skipped: longer than the context of 512 positions
   decode: 4 one-token steps after a prompt of 16 tokens; time per step" \
-  "$(sed -E "s/ +$num +$num +$num\$/ T T T/" <<<"$out")"
+  "$(sed -E "s/ +$num +$num +$num\$/ T T T/; /^cold start/ s/$num/T/g" <<<"$out")"
 
 # the JSON: one line, one object, its fields and their types (bench/prefill_bench.py reads them)
 out=$("$KILN_BIN" bench "$e" --prompts 8,100,1000 --decode 4 --decode-prompt 5 --reps 3 --warmup 0 --json); rc=$?
@@ -41,15 +43,19 @@ print(top)
 for p in r["prefill"]:
     print({k: (v if k in ("tokens", "ran", "steps", "note") else kind(v)) for k, v in p.items()})
 print({k: (v if k in ("prompt_tokens", "tokens") else kind(v)) for k, v in r["decode"].items()})
+c = r["cold_start"]
+print({k: (v if k in ("prompt_tokens", "engine_bytes") else kind(v)) for k, v in c.items()},
+      "total:", abs(c["total_s"] - (c["open_s"] + c["session_s"] + c["first_token_ms"] / 1e3)) < 0.0025)
 ok = all(p["ttft_ms_min"] <= p["ttft_ms_median"] <= p["ttft_ms_max"] and p["ttft_ms_min"] <= p["ttft_ms_first"]
          <= p["ttft_ms_max"] for p in r["prefill"] if p["ran"])
 print("min <= median:", ok and r["decode"]["ms_per_token_min"] <= r["decode"]["ms_per_token_median"])
 ' <<<"$out")
-expect_same "json shape" "{'kiln_bench': 1, 'engine': 'str', 'device': 'cpu', 'weight_dtype': 'f32', 'vocab': 2048, 'max_context': 512, 'max_step_tokens': 64, 'warmup': 0, 'reps': 3, 'prefill': 'list', 'decode': 'dict', 'decode_batch': 'list'}
+expect_same "json shape" "{'kiln_bench': 1, 'engine': 'str', 'device': 'cpu', 'weight_dtype': 'f32', 'vocab': 2048, 'max_context': 512, 'max_step_tokens': 64, 'warmup': 0, 'reps': 3, 'prefill': 'list', 'decode': 'dict', 'cold_start': 'dict', 'decode_batch': 'list'}
 {'tokens': 8, 'ran': True, 'steps': 1, 'ttft_ms_median': 'num', 'ttft_ms_min': 'num', 'ttft_ms_max': 'num', 'ttft_ms_first': 'num', 'tokens_per_s': 'num', 'note': None}
 {'tokens': 100, 'ran': True, 'steps': 2, 'ttft_ms_median': 'num', 'ttft_ms_min': 'num', 'ttft_ms_max': 'num', 'ttft_ms_first': 'num', 'tokens_per_s': 'num', 'note': \"prefilled in 2 steps of at most 64 tokens (the engine's largest step: kiln build --max-tokens)\"}
 {'tokens': 1000, 'ran': False, 'steps': 0, 'ttft_ms_median': 'null', 'ttft_ms_min': 'null', 'ttft_ms_max': 'null', 'ttft_ms_first': 'null', 'tokens_per_s': 'null', 'note': 'skipped: longer than the context of 512 positions'}
 {'prompt_tokens': 5, 'tokens': 4, 'ms_per_token_median': 'num', 'ms_per_token_min': 'num', 'tokens_per_s': 'num'}
+{'total_s': 'num', 'open_s': 'num', 'engine_bytes': $(stat -c %s "$e"), 'read_gb_per_s': 'num', 'session_s': 'num', 'prompt_tokens': 8, 'first_token_ms': 'num'} total: True
 min <= median: True" "$shape"
 # the batched decode: B sequences a step (the runtime's multi-sequence step), a row each, and its JSON
 out=$("$KILN_BIN" bench "$e" --prompts 8 --decode 3 --decode-prompt 4 --batch 2,5 --reps 1 --warmup 0); rc=$?
