@@ -109,7 +109,7 @@ int64_t kcu_flash_smem(const kcu_flash_plan *f, int64_t dk, int64_t dv);
  * a weight of N rows over blocks (codegen/cuda/kcu_emit.c, where the rule and the expected times
  * are explained). The sums do not depend on it: only which warp computes them. */
 typedef struct kcu_gemv_plan {
-    int rows;   /* R: columns (weight rows) a warp: 4 where N gives every SM two blocks of 32, else 2 */
+    int rows;   /* R: columns (weight rows) a warp: 4 where N gives every SM 1.25 blocks of 32, else 2 */
     int cols;   /* columns a block, 8 R: the kernel's grid is ceil(N / cols) blocks */
     int per_sm; /* blocks an SM the kernel is compiled for (__launch_bounds__: 2, so 128 registers a
                  * thread at most; more would spill, visibly, rather than halve the loads in flight) */

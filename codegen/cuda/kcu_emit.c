@@ -71,9 +71,12 @@ static int matmul_vec(int64_t K, kir_dtype t)
 
 /* The decode matmul's plan (kcu.h). The rule, for the H100's and H200's 132
  * SMs (any GPU runs any plan; only the speed is tuned for them): R = 4
- * columns a warp where there are columns for two blocks of 32 on every SM
+ * columns a warp where there are columns for 1.25 blocks of 32 on every SM
  * (half the x loads and conversions a weight: what limits T = 8), else R =
- * 2 (twice the warps, so that a narrow weight still fills every SM). A block
+ * 2 (twice the warps, so that a narrow weight still fills every SM). Measured
+ * alone on the H200 at T = 1 (bench/RESULTS.md, issue #10 step 5, call 7):
+ * Llama-3-8B's q,k,v (N 6144, 1.45 blocks of R 4 an SM) 17.9 µs with R 4,
+ * 20.9 with R 2 (the rule before asked for two blocks an SM). A block
  * computes one tile of 8 R columns: its prologue (a norm's statistics and
  * staged values) is hidden behind its first step's loads and the SM's other
  * block, and small blocks keep the last wave short (a block covering many
@@ -89,7 +92,7 @@ kcu_gemv_plan kcu_plan_gemv(int64_t N)
         WARPS = MM_THREADS / 32
     };
     kcu_gemv_plan p;
-    p.rows = N >= (int64_t)SMS * PER_SM * WARPS * 4 ? 4 : 2;
+    p.rows = 4 * N >= (int64_t)5 * SMS * WARPS * 4 ? 4 : 2; /* N / (8 * 4) blocks >= 1.25 SMS */
     p.cols = WARPS * p.rows;
     p.per_sm = PER_SM;
     return p;
