@@ -449,6 +449,30 @@ def kiln_bench(run, a, engine, lengths, decode, into="prefill", extra=()):
     log(f"kiln bench: {wall:.1f} s in all (opening the engine included)")
 
 
+def kiln_decode_at(run, a, engine, context, batches):
+    """kiln bench's decode after `context` prompt tokens, at batch 1 and at each of batches (sequences
+    of that context each; a.decode steps, at most 32; one warm-up and one timed run: a batch of 128
+    prompts of 4096 tokens takes ~15 s to prefill): res["kiln"]["decode_at"] gets one entry."""
+    steps = max(1, min(a.decode, 32))
+    cmd = [a.kiln, "bench", engine, "--prompts", "1", "--decode", str(steps), "--decode-prompt", str(context),
+           "--reps", "1", "--warmup", "1", "--json"]
+    if batches:
+        cmd += ["--batch", ",".join(map(str, batches))]
+    log("run: " + " ".join(cmd))
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, run.left() - 10))
+    if p.returncode != 0:
+        raise RuntimeError(f"kiln bench failed (exit {p.returncode}): {p.stderr[-2000:]}")
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    rows = [{"batch": 1, "ms_per_step_median": r["decode"]["ms_per_token_median"],
+             "tokens_per_s": r["decode"]["tokens_per_s"]}]
+    rows += [{"batch": b["batch"], "ms_per_step_median": b["ms_per_step_median"], "tokens_per_s": b["tokens_per_s"]}
+             for b in r.get("decode_batch") or []]
+    run.res["kiln"].setdefault("decode_at", []).append({"context": context, "steps": steps, "rows": rows})
+    log(f"kiln: decode after {context} tokens: " + ", ".join(
+        f"batch {e['batch']} {e['ms_per_step_median']:.3f} ms/step ({e['tokens_per_s']:.0f} tokens/s)" for e in rows))
+    run.save()
+
+
 def kiln_first_runs(run, a, engine, T, vocab):
     """kiln bench --prompts T --warmup 0 --reps 6 (its first run is the process's first prefill) and
     `kiln run` of the profile's prompt without --profile: res["kiln"]["first_runs"]."""
@@ -602,6 +626,13 @@ def bench(a):
         # programmatic dependent launch), prefill and decode: what the overlap gains
         run.do("kiln bench, no kernel overlap", 30, kiln_bench, run, a, engine, again, a.decode,
                "prefill_no_overlap", ("--no-kernel-overlap",))
+    # decode after long prompts, at batch 1 and larger batches (issue #11's contexts of 512 and 4096)
+    for C, batches in a.decode_at if have_engine else []:
+        if C + max(1, min(a.decode, 32)) > cfg["max_position_embeddings"]:
+            run.skip(f"kiln decode after {C} tokens", "past the model's context")
+            continue
+        need = 15 + 2 * max(batches + [1]) * C / 30000  # two prefills of the batch's prompts at ~30k tokens/s
+        run.do(f"kiln decode after {C} tokens", need, kiln_decode_at, run, a, engine, C, batches)
     if have_engine and done and a.profile:
         T = max(t for t in done if t <= 2048) if any(t <= 2048 for t in done) else done[0]
         run.do("kiln run --profile", 45, kiln_profile, run, a, engine, T, cfg["vocab_size"])
@@ -633,6 +664,9 @@ def main():
     ap.add_argument("--decode-prompt", type=int, default=16, help="tokens before them (default 16)")
     ap.add_argument("--batch", default="8,32",
                     help="kiln's batched decode, batch sizes (kiln bench --batch; default 8,32; '' for none)")
+    ap.add_argument("--decode-at", default="512:8,32/4096:128",
+                    help="kiln's decode after longer prompts: CONTEXT:BATCH,BATCH/... (batch 1 always; default "
+                         "512:8,32/4096:128, issue #11's; --tiny 32:2; '' for none)")
     ap.add_argument("--reps", type=int, default=3, help="timed runs of each measurement (default 3)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
     ap.add_argument("--max-tokens", type=int, default=None,
@@ -669,8 +703,12 @@ def main():
         ap.error(f"--lengths: '{a.lengths}' is not a comma-separated list of integers")
     try:
         a.batch = [int(x) for x in a.batch.split(",")] if a.batch else []
+        if a.tiny and a.decode_at == "512:8,32/4096:128":
+            a.decode_at = "32:2"
+        a.decode_at = [(int(c), [int(b) for b in bs.split(",") if b]) for c, bs in
+                       (e.split(":") if ":" in e else (e, "") for e in a.decode_at.split("/") if e)]
     except ValueError:
-        ap.error(f"--batch: '{a.batch}' is not a comma-separated list of integers")
+        ap.error("--batch takes a comma-separated list of integers, --decode-at CONTEXT:BATCH,BATCH/...")
     if any(T < 1 for T in a.lengths) or a.reps < 1 or a.warmup < 0 or a.decode < 0 or a.decode_prompt < 1:
         ap.error("--lengths, --reps and --decode-prompt take integers from 1, --warmup and --decode from 0")
     a.max_tokens = a.max_tokens or max(a.lengths)

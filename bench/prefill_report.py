@@ -58,6 +58,12 @@ def prefill_flops(cfg, T):
                                                       if not layer)
 
 
+def kv_bytes_per_position(cfg):
+    """K and V bytes a position of a sequence holds over all layers, in bf16 (what a decode step reads)."""
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    return cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * hd * 2
+
+
 def decode_floor(res):
     c = (res.get("ceilings") or {}).get("copy")
     if not c or not res.get("weight_bytes"):
@@ -172,6 +178,21 @@ def render_markdown(res):
                   f"the first token: the file read and checked in {c['open_s']:.2f} s ({c['read_gb_per_s']:.2f} GB/s, "
                   f"from the page cache or the disk), the session (weights uploaded) {c['session_s']:.2f} s, the "
                   f"first {c['prompt_tokens']}-token prompt's first token {c['first_token_ms']:.1f} ms.")
+    da = res["kiln"].get("decode_at") or []
+    if da:
+        cfg, c = res["config"], (res.get("ceilings") or {}).get("copy")
+        kv_pos = kv_bytes_per_position(cfg)
+        md += ["", "kiln's decode after longer prompts (sequences of that context each; floor: the weights and every "
+                   "sequence's K and V read once a step at the measured copy rate):", "",
+               "| context | batch | ms/step | tokens/s | floor ms | kiln / floor |", "|---:|---:|---:|---:|---:|---:|"]
+        for e in da:
+            for row in e["rows"]:
+                floor = None
+                if c and res.get("weight_bytes"):
+                    floor = (res["weight_bytes"] + row["batch"] * e["context"] * kv_pos) / (c["tb_per_s"] * 1e12) * 1e3
+                md.append(f"| {e['context']} | {row['batch']} | {row['ms_per_step_median']:.3f} | "
+                          f"{row['tokens_per_s']:.0f} | {num(floor)} | {ratio(row['ms_per_step_median'], floor)} |")
+        md.append("")
     fr = res["kiln"].get("first_runs")
     if fr:
         md.append(f"kiln's first prefills of a process, {fr['tokens']} tokens: `kiln bench` with no warm-up, 6 runs: "

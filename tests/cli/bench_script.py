@@ -37,12 +37,13 @@ def main():
         eng = os.path.join(work, "ts.engine")
         subprocess.run([kiln, "build", model, "--max-tokens", "64", "-o", eng], check=True, capture_output=True)
         a = argparse.Namespace(kiln=kiln, decode_prompt=4, reps=2, warmup=0, seed=0, budget=60,
-                               lengths=[8, 100, 1000], batch=[2])
+                               lengths=[8, 100, 1000], batch=[2], decode=3)
         res = pb.new_results(a, cfg, "tinystories-656k", {"name": "cpu", "driver": "-", "torch": "-", "cuda": "-",
                                                            "transformers": "-"})
         run = pb.Run(work, 60, res)
         run.do("kiln bench", 1, pb.kiln_bench, run, a, eng, [8, 100], 3)  # as the script's stages call it
         run.do("kiln bench 1000", 1, pb.kiln_bench, run, a, eng, [1000], 0)
+        run.do("kiln decode after 16 tokens", 1, pb.kiln_decode_at, run, a, eng, 16, [2])
         check("no errors", res["errors"] == [], str(res["errors"]))
         k = res["kiln"]
         check("kiln prefill read", [(e["tokens"], e["steps"]) for e in k["prefill"]] == [(8, 1), (100, 2)],
@@ -59,6 +60,10 @@ def main():
                                                             "512 positions"], str(res["skipped"]))
         check("device", k["device"] == "cpu", k.get("device"))
         check("two calls kept", len(k["bench"]) == 2 and k["bench"][0]["result"]["kiln_bench"] == 1)
+        check("decode after a longer prompt read", [(e["context"], e["steps"], [r["batch"] for r in e["rows"]])
+                                                    for e in k.get("decode_at", [])] == [(16, 3, [1, 2])]
+              and all(r["ms_per_step_median"] > 0 for r in k["decode_at"][0]["rows"]), str(k.get("decode_at")))
+        check("the cold start read", k.get("cold_start", {}).get("prompt_tokens") == 8, str(k.get("cold_start")))
         saved = json.load(open(os.path.join(work, "prefill_bench.json")))
         check("the results file is what was measured", saved["kiln"]["prefill"] == k["prefill"])
 
@@ -76,6 +81,7 @@ def main():
         check("markdown table", "| time to first token, 100 tokens (ms) | " in md and "| decode, batch 1 (ms/token) | "
               in md, md)
         check("markdown notes", "100 tokens prefilled in 2 steps" in md and "Skipped: kiln prefill 1000" in md, md)
+        check("markdown: decode after longer prompts", "| 16 | 1 | " in md and "| 16 | 2 | " in md, md)
 
         # --chart: the same report from the JSON, in another folder (no matplotlib needed)
         out = os.path.join(work, "chart")
