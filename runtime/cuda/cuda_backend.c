@@ -1087,6 +1087,19 @@ static int capture(cu_state *s, int64_t T, const step_ptrs *p, ks_diag *d)
     return 0;
 }
 
+/* capture, with the kernel overlap where it is on; a driver that cannot capture overlapping
+ * launches (graphs took programmatic launches from CUDA 12.3) gets them one after the other from
+ * then on, and the capture again (a failure that is not the overlap's is reported by that one). */
+static int capture_step(cu_state *s, int64_t T, const step_ptrs *p, ks_diag *d)
+{
+    if (s->pdl) {
+        ks_diag quiet = {.quiet = 1};
+        if (capture(s, T, p, &quiet) == 0) return 0;
+        s->pdl = 0;
+    }
+    return capture(s, T, p, d);
+}
+
 /* Where the draw kernel's arrays lie in draw_dev, for cap draws: each
  * starts ACT_ALIGN-aligned (the records hold 8-byte fields). */
 typedef struct draw_layout {
@@ -1310,7 +1323,7 @@ static int run_step(cu_state *s, const krt_step *st, float *out, int n_draw, con
         (s->events && record(s, step_ev, d) != 0) || upload_step(s, st, graph, &p, d) != 0)
         return -1;
     if (graph) {
-        if (!s->graphs[T] && capture(s, T, &p, d) != 0) return -1;
+        if (!s->graphs[T] && capture_step(s, T, &p, d) != 0) return -1;
         if ((r = s->api.cuGraphLaunch(s->graphs[T], s->stream)) != 0)
             return cu_error(s, d, r, "cannot launch the CUDA graph of a %lld-token step", (long long)T);
     } else {

@@ -402,6 +402,10 @@ int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
     return 0;
 }
 
+/* 1 when stream is capturing, the capture then spoilt (its end fails, as the driver's does after a
+ * launch it refused); 0 when not capturing (below). */
+static int capture_refuse(void *stream);
+
 /* cuLaunchKernelEx's CUlaunchAttribute and CUlaunchConfig (cuda.h) */
 typedef struct emu_launch_attr {
     int id;
@@ -429,6 +433,9 @@ int cuLaunchKernelEx(const emu_launch_config *c, void *fn, void **params, void *
         if (c->attrs[i].id != 6 || cuDeviceGetAttribute(&major, 75, 0) != 0 || major < 9) return EMU_INVALID;
         pdl |= c->attrs[i].u.value != 0;
     }
+    /* KILN_EMU_NO_PDL_CAPTURE=1: a driver before CUDA 12.3, whose graphs take no programmatic launches */
+    const char *old_driver = getenv("KILN_EMU_NO_PDL_CAPTURE");
+    if (pdl && old_driver && *old_driver == '1' && capture_refuse(c->stream)) return EMU_CAPTURE_UNSUPPORTED;
     int r = cuLaunchKernel(fn, c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1], c->block[2], c->shared,
                            c->stream, params, extra);
     if (r == 0 && pdl) emu_stats.pdl_launches++;
@@ -466,6 +473,7 @@ typedef struct emu_launch {
 typedef struct emu_graph {
     emu_launch *launches; /* in order */
     int n, cap;           /* used, allocated */
+    int broken;           /* a launch was refused while capturing: the capture's end fails */
 } emu_graph;
 
 typedef struct emu_stream {
@@ -494,6 +502,13 @@ static void print_stats(void)
 }
 
 static int capturing(void *stream) { return stream && ((emu_stream *)stream)->capture; }
+
+static int capture_refuse(void *stream)
+{
+    if (!capturing(stream)) return 0;
+    ((emu_stream *)stream)->capture->broken = 1;
+    return 1;
+}
 
 static int capture_launch(void *stream, void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, void **params)
 {
@@ -568,8 +583,14 @@ int cuStreamBeginCapture_v2(void *stream, int mode)
 int cuStreamEndCapture(void *stream, void **graph)
 {
     if (!capturing(stream)) return EMU_ILLEGAL_STATE;
-    *graph = ((emu_stream *)stream)->capture;
+    emu_graph *g = ((emu_stream *)stream)->capture;
     ((emu_stream *)stream)->capture = NULL;
+    if (g->broken) { /* the capture was invalidated: no graph */
+        *graph = NULL;
+        graph_free(g);
+        return EMU_CAPTURE_UNSUPPORTED;
+    }
+    *graph = g;
     emu_stats.captures++;
     return 0;
 }
