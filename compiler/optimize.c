@@ -321,6 +321,19 @@ static void convert_rows(const uint8_t *data, kir_dtype src, size_t n, kir_dtype
 
 /* Read the compiled model's weight `name` as `elems` elements of dtype t into
  * out: from the checkpoint through f32 (synthetic data without one). */
+/* Where binding b's elems elements start in the stored tensor when they are its rows [row_start,
+ * row_end) as stored (not transposed: contiguous, converted straight), else NULL. */
+static const uint8_t *straight_rows(const kf_weight_binding *b, const kf_tensor *tensor, size_t elems)
+{
+    if (b->transposed || tensor->ndim < 1 || tensor->shape[0] <= 0) return NULL;
+    size_t row_elems = tensor->nbytes / kir_dtype_size(tensor->dtype) / (size_t)tensor->shape[0];
+    int64_t end = b->row_end < 0 ? tensor->shape[0] : b->row_end;
+    if (b->row_start < 0 || b->row_start > end || end > tensor->shape[0] ||
+        (size_t)(end - b->row_start) * row_elems != elems)
+        return NULL;
+    return tensor->data + (size_t)b->row_start * row_elems * kir_dtype_size(tensor->dtype);
+}
+
 static int read_named(const kd_model *m, const char *name, kir_dtype t, void *out, size_t elems, ks_diag *d)
 {
     const kf_weight_binding *b = kd_binding(m, name);
@@ -336,16 +349,10 @@ static int read_named(const kd_model *m, const char *name, kir_dtype t, void *ou
     }
     const kf_tensor *tensor = m->ckpt ? kf_checkpoint_find(m->ckpt, b->tensor) : NULL;
     KS_ASSERT(tensor || !m->ckpt);
-    if (tensor && !b->transposed && tensor->ndim >= 1 && tensor->shape[0] > 0) {
-        /* rows [row_start, row_end) of the stored tensor, contiguous: converted straight into out */
-        size_t row_elems = tensor->nbytes / kir_dtype_size(tensor->dtype) / (size_t)tensor->shape[0];
-        int64_t end = b->row_end < 0 ? tensor->shape[0] : b->row_end;
-        if (b->row_start >= 0 && b->row_start <= end && end <= tensor->shape[0] &&
-            (size_t)(end - b->row_start) * row_elems == elems) {
-            convert_rows(tensor->data + (size_t)b->row_start * row_elems * kir_dtype_size(tensor->dtype),
-                         tensor->dtype, elems, t, out);
-            return 0;
-        }
+    const uint8_t *rows = tensor ? straight_rows(b, tensor, elems) : NULL;
+    if (rows) {
+        convert_rows(rows, tensor->dtype, elems, t, out);
+        return 0;
     }
     float *f = t == KIR_F32 ? out : ks_xmalloc(sizeof(float) * (elems ? elems : 1));
     int rc = 0;
@@ -366,21 +373,17 @@ int kd_weight_part(const kd_model *m, const kir_graph *g, kir_val node, size_t f
     const char *name = kir_attr_str(g, node, KIR_A_WEIGHT_NAME);
     const kf_weight_binding *b = kd_binding(m, name);
     const kf_tensor *tensor = b && m->ckpt ? kf_checkpoint_find(m->ckpt, b->tensor) : NULL;
-    if (!tensor || b->transposed || tensor->ndim < 1 || tensor->shape[0] <= 0) return 1;
     size_t elems = (size_t)kir_elems(n, 1);
-    size_t row_elems = tensor->nbytes / kir_dtype_size(tensor->dtype) / (size_t)tensor->shape[0];
-    int64_t end = b->row_end < 0 ? tensor->shape[0] : b->row_end;
-    /* the straight case of read_named: rows [row_start, end) contiguous, as many elements as the node */
-    if (b->row_start < 0 || b->row_start > end || end > tensor->shape[0] ||
-        (size_t)(end - b->row_start) * row_elems != elems ||
-        kir_elems(kir_node_at(m->model->graph, b->node), 1) != (int64_t)elems)
-        return 1;
+    /* read_named's straight case, with the model's element count (read_named checks it first) */
+    const uint8_t *rows = tensor && kir_elems(kir_node_at(m->model->graph, b->node), 1) == (int64_t)elems
+                              ? straight_rows(b, tensor, elems)
+                              : NULL;
+    if (!rows) return 1;
     if (first > elems || count > elems - first) {
         ks_error(d, "kiln", "weight '%s': elements [%zu, %zu) asked of %zu", name, first, first + count, elems);
         return -1;
     }
-    size_t es = kir_dtype_size(tensor->dtype);
-    convert_rows(tensor->data + ((size_t)b->row_start * row_elems + first) * es, tensor->dtype, count, n->dtype, out);
+    convert_rows(rows + first * kir_dtype_size(tensor->dtype), tensor->dtype, count, n->dtype, out);
     return 0;
 }
 
