@@ -391,6 +391,16 @@ static void test_g90_tiles(void)
           kcu_g90_stages(128) == 6);
 }
 
+/* The decode matmul's plan (kcu_plan_gemv): R 4 columns a warp where the columns give every SM 1.25
+ * blocks of 32 — Llama-3-8B's q,k,v (6144), gate/up (28672) and head (128256) —, R 2 below (o and
+ * down: 4096); a block 8 R columns, two blocks an SM. */
+static void test_gemv_plan(void)
+{
+    CHECK(kcu_plan_gemv(6144).rows == 4 && kcu_plan_gemv(28672).rows == 4 && kcu_plan_gemv(128256).rows == 4);
+    CHECK(kcu_plan_gemv(4096).rows == 2 && kcu_plan_gemv(5279).rows == 2 && kcu_plan_gemv(5280).rows == 4);
+    CHECK(kcu_plan_gemv(6144).cols == 32 && kcu_plan_gemv(4096).cols == 16 && kcu_plan_gemv(4096).per_sm == 2);
+}
+
 static void expect_target(const char *target, int want_n, const char *want_err)
 {
     sink s;
@@ -978,6 +988,7 @@ int main(int argc, char **argv)
     test_targets();
     test_variants();
     test_g90_tiles();
+    test_gemv_plan();
     test_sections();
     test_build_archs();
     test_cubin_cache();
