@@ -64,11 +64,17 @@ def kv_bytes_per_position(cfg):
     return cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * hd * 2
 
 
-def decode_floor(res):
+def decode_floor(res, kv_bytes=0):
+    """A decode step's floor, ms: the weights and kv_bytes of K and V read once at the measured copy rate."""
     c = (res.get("ceilings") or {}).get("copy")
     if not c or not res.get("weight_bytes"):
         return None
-    return res["weight_bytes"] / (c["tb_per_s"] * 1e12) * 1e3
+    return (res["weight_bytes"] + kv_bytes) / (c["tb_per_s"] * 1e12) * 1e3
+
+
+def ttft_list(entries):
+    """'512 tokens 12.47 ms (min 12.46), ...' of kiln bench's prefill entries."""
+    return ", ".join(f"{e['tokens']} tokens {e['ttft_ms_median']:.2f} ms (min {e['ttft_ms_min']:.2f})" for e in entries)
 
 
 def ratio(x, y):
@@ -162,15 +168,12 @@ def render_markdown(res):
     after = res["kiln"].get("prefill_after_peer") or []
     if after:
         md.append("kiln's time to first token measured again after the peer's runs (its memory given back): "
-                  + ", ".join(f"{e['tokens']} tokens {e['ttft_ms_median']:.2f} ms (min {e['ttft_ms_min']:.2f})"
-                              for e in after) + ".")
+                  + ttft_list(after) + ".")
     plain = res["kiln"].get("prefill_no_overlap") or []
     if plain:
         dec = res["kiln"].get("decode_no_overlap")
         md.append("kiln with `--no-kernel-overlap` (each kernel launched after the one before has ended; the "
-                  "default overlaps them, programmatic dependent launch): "
-                  + ", ".join(f"{e['tokens']} tokens {e['ttft_ms_median']:.2f} ms (min {e['ttft_ms_min']:.2f})"
-                              for e in plain)
+                  "default overlaps them, programmatic dependent launch): " + ttft_list(plain)
                   + (f", decode {dec['ms_per_token_median']:.3f} ms/token" if dec else "") + ".")
     c = res["kiln"].get("cold_start")
     if c:
@@ -180,16 +183,13 @@ def render_markdown(res):
                   f"first {c['prompt_tokens']}-token prompt's first token {c['first_token_ms']:.1f} ms.")
     da = res["kiln"].get("decode_at") or []
     if da:
-        cfg, c = res["config"], (res.get("ceilings") or {}).get("copy")
-        kv_pos = kv_bytes_per_position(cfg)
+        kv_pos = kv_bytes_per_position(res["config"])
         md += ["", "kiln's decode after longer prompts (sequences of that context each; floor: the weights and every "
                    "sequence's K and V read once a step at the measured copy rate):", "",
                "| context | batch | ms/step | tokens/s | floor ms | kiln / floor |", "|---:|---:|---:|---:|---:|---:|"]
         for e in da:
             for row in e["rows"]:
-                floor = None
-                if c and res.get("weight_bytes"):
-                    floor = (res["weight_bytes"] + row["batch"] * e["context"] * kv_pos) / (c["tb_per_s"] * 1e12) * 1e3
+                floor = decode_floor(res, row["batch"] * e["context"] * kv_pos)
                 md.append(f"| {e['context']} | {row['batch']} | {row['ms_per_step_median']:.3f} | "
                           f"{row['tokens_per_s']:.0f} | {num(floor)} | {ratio(row['ms_per_step_median'], floor)} |")
         md.append("")

@@ -155,6 +155,14 @@ static int one_batch(krt_session *s, int B, const int32_t *ids, int n, int steps
     return rc;
 }
 
+/* The cold start's first token: that of the session's first run (a prompt of n tokens). */
+static void note_first_run(krt_bench_result *r, int n, const krt_gen_stats *st)
+{
+    if (r->cold.prompt_tokens) return;
+    r->cold.prompt_tokens = n;
+    r->cold.first_token_ms = 1e3 * st->first_token_s;
+}
+
 int krt_bench_run(krt_session *s, const krt_bench_opts *o, krt_bench_result *r, ks_diag *d)
 {
     const krt_desc *desc = krt_session_desc(s);
@@ -194,8 +202,7 @@ int krt_bench_run(krt_session *s, const krt_bench_opts *o, krt_bench_result *r, 
         for (int k = 0; k < o->warmup + o->reps && rc == 0; k++) {
             rc = one_run(s, ids, p->tokens, 1, &st, d);
             if (k >= o->warmup) t[k - o->warmup] = st.first_token_s;
-            if (rc == 0 && !r->cold.prompt_tokens) /* the session's first run */
-                r->cold.prompt_tokens = p->tokens, r->cold.first_token_ms = 1e3 * st.first_token_s;
+            if (rc == 0) note_first_run(r, p->tokens, &st);
         }
         if (rc != 0) break;
         p->ran = 1;
@@ -207,8 +214,7 @@ int krt_bench_run(krt_session *s, const krt_bench_opts *o, krt_bench_result *r, 
            is the time from the first to the last */
         rc = one_run(s, ids, o->decode_prompt, o->decode + 1, &st, d);
         if (k >= o->warmup) t[k - o->warmup] = st.decode_s / o->decode;
-        if (rc == 0 && !r->cold.prompt_tokens)
-            r->cold.prompt_tokens = o->decode_prompt, r->cold.first_token_ms = 1e3 * st.first_token_s;
+        if (rc == 0) note_first_run(r, o->decode_prompt, &st);
     }
     if (rc == 0 && o->decode > 0) r->decode_per_token = summarize(t, o->reps);
     for (int i = 0; i < o->n_batches && rc == 0; i++) {

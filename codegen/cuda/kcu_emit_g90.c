@@ -133,8 +133,9 @@ const int kcu_g90_widths[KCU_G90_WIDTHS] = {64, 128, 192, 224, 256};
  * of 256, 3.4 waves (4: 85 % of the SMs busy), 650 TFLOP/s, 0.88 of cuBLAS; after, 512 tiles of
  * 224 in 3.9 waves, 706 (0.92; bench/RESULTS.md, issue #10 step 6). Tiles of 64 (eff 0.55, assumed:
  * a stage's x tile is twice its w tile, so the SM waits on L2 more) for short steps of narrow
- * matmuls: o and down at 128 tokens ran 32 tiles of 128 on the 132 SMs (138 and 181 TFLOP/s,
- * call 3's profile); 64 of 64 is predicted ~1.2x faster. */
+ * matmuls: o and down at 128 tokens ran 32 tiles of 128 on the 132 SMs; alone at 128 tokens
+ * (cuda_gemm90_check, step 7 call 1) o 281 against 177 TFLOP/s with 64 tiles, down 305 against 200,
+ * q,k,v 341 against 250 (cuBLAS: 232, 389, 339). */
 enum { G90_SMS = 132 };
 int kcu_g90_pick_bn(int64_t T, const int nt[KCU_G90_WIDTHS])
 {

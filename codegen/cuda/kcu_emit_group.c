@@ -489,7 +489,7 @@ static void queue_store(epi_text *E, int j, int loc, int r, kir_dtype to, const 
     snprintf(p->row, sizeof p->row, "%s", row);
     snprintf(p->val, sizeof p->val, "%s", val);
     char e[32];
-    range_elem(E, r, j, e, sizeof e);
+    range_elem(E, r, j, e, sizeof e); /* marks c.e<r>_<j> used: every way put_stores writes indexes by it */
 }
 
 /* Whether store p writes a bf16 value held rounded as its bits (kcu_put_held), not through kcu_put
@@ -567,7 +567,7 @@ static void put_stores(epi_text *E, int j)
     if (row2) ks_buf_printf(&E->col, " bool dr%d;", j);
     ks_buf dp = {0}, ds = {0}, dr = {0}, val = {0};
     for (int i = 0; i < n; i++) {
-        range_guard(E, st[i].r, j, guard, sizeof guard);
+        range_guard(E, st[i].r, j, guard, sizeof guard); /* marks c.ok<r>_<j> used: the selects test it */
         ks_buf_printf(&dp, "c.ok%d_%d ? %s + c.e%d_%d : ", st[i].r, j, st[i].base, st[i].r, j);
         if (i < n - 1) ks_buf_printf(&ds, "c.ok%d_%d ? %lld : ", st[i].r, j, (long long)st[i].stride);
         else ks_buf_printf(&ds, "%lld", (long long)st[i].stride);

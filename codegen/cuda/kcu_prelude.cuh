@@ -1675,7 +1675,7 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
     __shared__ float abuf[NW][HB][DV];     /* each warp's accumulated outputs */
     __shared__ double fbuf[NW][HB];        /* each warp's weight in the block's combination, per head */
     __shared__ double wbuf[NW][HB];        /* each warp's sum of exponentials, weighted so */
-    __shared__ float bmax[HB];             /* the block's maximum per head */
+    __shared__ float bmax[SB];             /* split: the block's maximum per head */
     __shared__ double bacc[SB][SPLIT > 1 ? DV : 1]; /* split: the block's outputs relative to bmax */
     __shared__ double bsum[SB];            /* and its sum of exponentials so */
     __shared__ double gbuf[SB][SPLIT]; /* the first block's weight of each block's state */
@@ -1810,7 +1810,7 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
         const double f = mbuf[v][h] == ninf ? 0.0 : exp((double)(mbuf[v][h] - mx)); /* 0: a warp with no position */
         fbuf[v][h] = f;
         wbuf[v][h] = lw * f;
-        if (v == 0) bmax[h] = mx;
+        if (SPLIT > 1 && v == 0) bmax[h] = mx;
     }
     __syncthreads();
     for (int i = tid; i < HB * DV; i += NT) {
