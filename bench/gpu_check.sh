@@ -58,6 +58,7 @@
 #         bench/gemm90_vs_cublas.py (cuBLAS on the same shapes), cuda_att_check --gpu (the
 #         tensor-core prefill attention) with torch SDPA at the same lengths (not in the default).
 #       gemm90 — the kernels stage's cuda_gemm90_check and bench/gemm90_vs_cublas.py alone.
+#       att — the kernels stage's cuda_att_check --gpu alone (kcu_flash_attention and, sm_90a, kcu_flash90).
 #       LLAMA8B_ARGS adds arguments to llama8b_check.py (e.g. "--dtypes bf16").
 #       Everything goes to $OUT/gpu_check.log; the summary table comes last.
 #       GPU_CHECK_MODELS="a b" limits the golden models to those; GPU_CHECK_DTYPES="f32 bf16" the
@@ -492,6 +493,9 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
     "$b/cuda_mm_check" --gpu "$c/mm_sm90.cubin" > "$out/mm.log" 2>&1
     echo "cuda_mm_check --gpu exit $?: $(grep -c '^FAIL' "$out/mm.log") failing cases; $(tail -1 "$out/mm.log")" | tee -a "$summary"
     grep '^FAIL' "$out/mm.log" | head -5 | tee -a "$summary"
+  fi
+  if [[ $stages == *" kernels "* || $stages == *" att "* ]]; then
+    local b="$gpu/bin" c="$gpu/cubin"
     "$b/cuda_att_check" --gpu "$c/att_sm90.cubin" 2>&1 | tee "$out/att.log" | tail -40
     echo "cuda_att_check exit ${PIPESTATUS[0]}" | tee -a "$summary"
     grep -E 'ms|TFLOP' "$out/att.log" | tail -20 >> "$summary"

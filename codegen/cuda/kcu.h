@@ -64,6 +64,9 @@ typedef struct kcu_options {
                         * (KCU_GEMM90_ARCH): kcu_gemm90 (wgmma fed by TMA) for steps of more than
                         * gemm90_above tokens (kcu_build: when the target has sm_90; KILN_CUDA_GEMM90=0
                         * in the environment turns it off) */
+    int no_flash90;    /* 1: the attention kernels' sm_90a cubin keeps kcu_flash_attention (mma.sync) for steps
+                        * of many tokens instead of kcu_flash90 (wgmma) (kcu_build: KILN_CUDA_FLASH90=0 in the
+                        * environment; for comparisons) */
     int64_t gemm90_above; /* 0: KCU_GEMM90_ABOVE; else the tokens a step above which gemm90 runs
                         * (kcu_build: KILN_CUDA_GEMM90_ABOVE=N, for tests that want short prompts on it) */
     int64_t smem_optin; /* 0, or the dynamic shared memory a block may opt into on every target
@@ -94,6 +97,18 @@ kcu_flash_plan kcu_plan_flash(int64_t group, int64_t dk, int64_t dv, int softcap
  * when f.mw is 1 already. */
 kcu_flash_plan kcu_plan_flash_short(const kcu_flash_plan *f, int64_t group, int64_t dk, int64_t dv, int softcap,
                                     int64_t smem_optin);
+/* How the sm_90a prefill attention (kcu_flash90, kcu_flash90.cuh) runs (kcu_emit_attention.c). */
+typedef struct kcu_flash90_plan {
+    int hb;   /* q heads of one kv head a block (kcu_plan_flash's hb): 128 / hb tokens a block */
+    int bn;   /* positions a K/V tile: 128, or 64 where q and two stages would not fit */
+    int ns;   /* stages of K and V tiles: 2 (3 measured slower where they fit) */
+    int smem; /* dynamic shared memory, bytes; 0: no plan (then kcu_flash_attention runs there too) */
+} kcu_flash90_plan;
+/* The plan for a GQA group, head dims dk and dv, for targets whose blocks may opt into smem_optin
+ * bytes of dynamic shared memory (the least of theirs: the other architectures' cubins launch
+ * kcu_flash_attention with the same amount): smem 0 unless dk is a multiple of 64 up to 256, dv 64
+ * or 128, and it fits. */
+kcu_flash90_plan kcu_plan_flash90(int64_t group, int64_t dk, int64_t dv, int64_t smem_optin);
 /* The dynamic shared memory a block may opt into on architecture sm_NN (e.g. "sm_90a"), bytes:
  * the CUDA programming guide's table (sm_80, sm_87: 163 KiB; sm_86, sm_89: 99 KiB; sm_90: 227 KiB;
  * others, and names kiln does not know: 48 KiB). */

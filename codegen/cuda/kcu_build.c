@@ -184,6 +184,8 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
      * engines with the tensor-core prefill attention ask for it here. */
     const char *flash = getenv("KILN_CUDA_FLASH_PREFILL");
     opt.flash_prefill = flash && strcmp(flash, "1") == 0;
+    const char *flash90 = getenv("KILN_CUDA_FLASH90");
+    opt.no_flash90 = flash90 && strcmp(flash90, "0") == 0;
     opt.choices = &out->choices;
     int rc = kcu_generate_with(g, &opt, &src, &meta, d);
     /* the runtime's draw kernel rides along in every CUDA engine (runtime/cuda/cuda_draw.h) */

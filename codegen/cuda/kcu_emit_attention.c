@@ -261,6 +261,59 @@ kcu_flash_plan kcu_plan_flash_short(const kcu_flash_plan *f, int64_t group, int6
     return f->mw == 1 ? *f : plan_flash(group, dk, dv, softcap, smem_optin, 1);
 }
 
+/*
+ * The sm_90a prefill (kcu_flash90, kcu_flash90.cuh): both products of the flash kernel on wgmma, the
+ * sm_90a body of the same `_large` kernel (its other cubins keep kcu_flash_attention), on the short
+ * plan's grid: [H / hb, ceil(T / (128 / hb))], 256 threads, a block 128 (token, head) rows, two
+ * warpgroups of 64 (one wgmma M each). Why: kcu_flash_attention's mma.sync reaches 196 TFLOP/s at
+ * 2048 tokens (Llama-3-8B, H200; torch SDPA, FlashAttention-2, 170), each warp's chain of QK mma,
+ * softmax and PV mma at two warps a scheduler being the bound; wgmma issues a 64 x 128 x 16 product
+ * a warpgroup per instruction, asynchronously, and the two warpgroups, coupled only by the stages'
+ * mbarriers, run one's softmax under the other's products. q, K and V sit in 128-byte-swizzled
+ * panels of 64 elements (wgmma's canonical layouts: q and K K-major, V read N-major through
+ * imm-trans-b), so the cache's 16-bit rows are copied as they lie (cp.async, 16 bytes a thread at a
+ * time). Needs q and the cache in the same 16-bit type (fast precision), dk a multiple of 64 up to
+ * 256 and dv 64 or 128 (the accumulators: bn / 2 + dv / 2 + bn / 4 registers a thread).
+ * Budget: q 128 dk 2 bytes, 2 stages of bn (dk + dv) 2, 1024 for alignment: Llama-3-8B 32 KiB +
+ * 2 x 64 KiB (bn 128) = 161 KiB, within sm_90's opt-in (227 KiB) less the static arrays (5 ints a
+ * token, the barriers) and within every other target's less kcu_flash_attention's FLASH_STATIC_SMEM.
+ * Prediction (before measuring): a tile is 2 x 64 x 128 x 128 x 2 FLOP a warpgroup in 16 wgmma
+ * (about 1100 cycles of the SM's tensor cores for both), the softmax 64 exponentials a thread (the
+ * SM's 16 a cycle: about 1000 cycles a tile for both warpgroups), under the other's products:
+ * 350-450 TFLOP/s at 2048 against 196, attention 174 -> ~90 µs a layer, TTFT at 2048 -2.7 ms.
+ * Measured (H200, cuda_att_check --gpu, Llama-3-8B's heads, bf16; kcu_flash_attention beside it in
+ * the same run: 0.173 ms at 2048, 2.146 at 8192): first 0.227 ms at 2048 (152 TFLOP/s): a thread
+ * read the block table before each 16-byte copy (a dependent load, and a branch between K and V
+ * within a warp); with the rows' slots read first, all at once, and a warp copying K or V alone,
+ * 0.159 ms; with a tile's fence and arrive before the next tile's copies are issued (the arrive's
+ * release is a MEMBAR in the SASS, which may wait for the copies in flight) 0.154 ms at 2048 (223
+ * TFLOP/s, 1.12x faster than kcu_flash_attention), 1.659 ms at 8192 (331 TFLOP/s, 1.29x). Slower:
+ * 3 stages of 128 positions (where only sm_90 is targeted: 225 KiB) 0.157 / 1.741; 4 of 64 0.157 /
+ * 1.769; the warpgroups taking turns to issue their q K^T (FlashAttention-3's ping-pong, named
+ * barriers) 0.167 / 1.882. At 512 tokens (64 blocks of 1-4 tiles) it runs about as fast as
+ * kcu_flash_attention (0.05-0.08 ms, noisy). Short of the prediction by 2x: a warpgroup still waits
+ * for its own q K^T before its softmax and for P V before the next tile (FlashAttention-3 overlaps
+ * them within a warpgroup), and every thread copies as well as computes (no producer warp, no TMA).
+ */
+enum { F90_STATIC_MARGIN = 256 };
+
+static int64_t flash90_smem(int64_t dk, int64_t dv, int bn, int ns)
+{
+    return 128 * dk * 2 + (int64_t)ns * bn * (dk + dv) * 2 + 1024;
+}
+
+kcu_flash90_plan kcu_plan_flash90(int64_t group, int64_t dk, int64_t dv, int64_t smem_optin)
+{
+    kcu_flash90_plan p = {pow2_divisor(group, ATT_WARPS), dk + dv <= 256 ? 128 : 64, 2, 0};
+    if (dk % 64 != 0 || dk > 256 || (dv != 64 && dv != 128)) return p;
+    /* kcu_flash90's static arrays: 5 ints a token, two mbarriers a stage, and a margin */
+    int64_t room = kcu_arch_smem_optin("sm_90") - (20 * (128 / p.hb) + 16 * 4 + F90_STATIC_MARGIN);
+    if (smem_optin - FLASH_STATIC_SMEM < room) room = smem_optin - FLASH_STATIC_SMEM;
+    if (flash90_smem(dk, dv, p.bn, p.ns) > room) return p;
+    p.smem = (int)flash90_smem(dk, dv, p.bn, p.ns);
+    return p;
+}
+
 /* The one place that decides whether attention node v gets the tensor-core prefill kernel for
  * steps of many tokens: in fast precision (bf16/f16 products, f32 softmax statistics; `fast`:
  * the attention's KV cache is half, or kcu_options.flash_prefill forces it), with head dims the kernel keeps
@@ -345,6 +398,8 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     att_plan a = plan_attention(heads / kv_heads, dk, dv);
     /* fast precision (a half KV cache) takes the tensor cores; kcu_options.flash_prefill forces them */
     int flash = use_flash_prefill(x, v, kir_kv_dtype(g, v) != KIR_F32 || x->opt.flash_prefill);
+    int g90 = 0;              /* the sm_90a cubin's prefill is kcu_flash90 */
+    kcu_flash90_plan f9 = {0}; /* its plan */
     krt_cuda_kernel *k = kcu_kernel_new(x, v, flash ? 32 * ATT_WARPS : 32 * a.nw);
     kcu_kernel_grid(k, 0, 1, 0, 1);
     kcu_kernel_grid(k, 1, 0, heads, 1);
@@ -382,6 +437,22 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
         kcu_flash_plan fs = kcu_plan_flash_short(&f, group, dk, dv, softcap > 0.0f, x->opt.smem_optin);
         KS_ASSERT(f.hb * f.tw == ATT_WARPS && fs.hb == f.hb && k->block == 32 * ATT_WARPS);
         kcu_open_large(x, k, ATT_FLASH_T);
+        /* sm_90a: kcu_flash90 where it has a plan, q and the cache of the tensor cores' type */
+        const char *mt = flash_mma_type(x, v, n->in[0]);
+        f9 = kcu_plan_flash90(group, dk, dv, x->opt.smem_optin);
+        g90 = x->opt.gemm90 && !x->opt.no_flash90 && f9.smem > 0 && f9.hb == fs.hb && fs.mw == 1 &&
+                  strcmp(kcu_elem_type(qn->dtype), mt) == 0 && strcmp(kv_elem_type(x, v), mt) == 0;
+        if (g90) {
+            ks_buf_printf(&x->body,
+                          "#if KCU_GEMM90\n    kcu_flash90<%s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %lld>(T, q, kc, vc, "
+                          "out, positions,\n        table_off, tables, block_size, ",
+                          mt, kcu_elem_type(n->dtype), (long long)heads, (long long)kv_heads, (long long)dk,
+                          (long long)dv, f9.hb, f9.bn, f9.ns, (long long)window);
+            kcu_put_float(&x->body, scale);
+            ks_buf_puts(&x->body, ", ");
+            kcu_put_float(&x->body, softcap);
+            ks_buf_puts(&x->body, ");\n#else\n");
+        }
         /* steps whose blocks under f would leave SMs idle take fs (twice the blocks); the grid is fs's,
          * whose extra blocks f's steps return from at once */
         const int two = fs.mw != f.mw;
@@ -401,11 +472,19 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
             kcu_put_float(&x->body, softcap);
             ks_buf_puts(&x->body, ");\n");
         }
+        if (g90) ks_buf_puts(&x->body, "#endif\n");
         ks_buf_puts(&x->body, "}\n");
         kcu_kernel_grid_large(k, 0, 0, heads / fs.hb, 1);
         kcu_kernel_grid_large(k, 1, 1, 0, 16 * fs.mw * fs.tw);
         k->smem_large = f.smem > fs.smem ? f.smem : fs.smem;
+        if (g90 && f9.smem > k->smem_large) k->smem_large = f9.smem;
     }
+    size_t bodies = x->n_bodies;
     kcu_kernel_end(x, k, "");
+    if (g90 && x->opt.choices && x->n_bodies > bodies) /* a new kernel: its sm_90a prefill, one line */
+        ks_buf_printf(x->opt.choices,
+                      "%s: %%%u attention: sm_90a above %d tokens: wgmma flash, %d tokens x %d heads a block, "
+                      "%d-position tiles, %d stages, %d bytes of shared memory\n",
+                      k->name, k->node, ATT_FLASH_T, 128 / f9.hb, f9.hb, f9.bn, f9.ns, f9.smem);
     return 0;
 }

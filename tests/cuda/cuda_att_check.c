@@ -66,39 +66,62 @@ typedef struct att_case {
     int bn;               /* positions a K/V tile; 0: as kcu_emit_attention plans */
     int old;              /* 1: today's kernel (kcu_attention_kernel, f32): timed on the GPU only */
     int mw;               /* m16 tiles a warp; 0: as kcu_emit_attention plans (2 up to head_dim 128) */
+    int g90;              /* 1: kcu_flash90 (sm_90a, wgmma; kcu_flash90.cuh) as kcu_plan_flash90 plans it, bn its
+                           * tile when set (GPU only: the CPU emulator runs no wgmma) */
+    int ns;               /* kcu_flash90's stages; 0: as planned */
 } att_case;
 
 static const att_case check_cases[] = {
     /* one prompt, GQA 4, bf16 everywhere (two m16 tiles a warp, as planned below head_dim 256) */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 0, 0, 16, 1, {100}, {0}, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 0, 0, 16, 1, {100}, {0}, 0, 0, 0, 0, 0, 0},
     /* MHA (group 1: 8 token warps), f16, two prompts, the second after a cached prefix of 23 */
-    {E_F16, E_F16, E_F16, 4, 4, 32, 32, 0, 0, 16, 2, {37, 50}, {0, 23}, 0, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 4, 4, 32, 32, 0, 0, 16, 2, {37, 50}, {0, 23}, 0, 0, 0, 0, 0, 0},
     /* f32 q/out and cache (converted in staging), group 8, DK = 40 (padded to 48), tiles of 32, one
      * m16 tile a warp */
-    {E_BF16, E_F32, E_F32, 16, 2, 40, 40, 0, 0, 16, 1, {77}, {5}, 0, 32, 0, 1},
+    {E_BF16, E_F32, E_F32, 16, 2, 40, 40, 0, 0, 16, 1, {77}, {5}, 0, 32, 0, 1, 0, 0},
     /* sliding window and softcap, group 8 of one kv head */
-    {E_BF16, E_BF16, E_BF16, 8, 1, 32, 32, 17, 2.0f, 16, 1, {70}, {10}, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 1, 32, 32, 17, 2.0f, 16, 1, {70}, {10}, 0, 0, 0, 0, 0, 0},
     /* DK != DV (DV padded), three sequences interleaved, block size 5, one a single token */
-    {E_F16, E_F16, E_F16, 4, 2, 48, 24, 0, 0, 5, 3, {1, 20, 33}, {0, 7, 64}, 1, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 4, 2, 48, 24, 0, 0, 5, 3, {1, 20, 33}, {0, 7, 64}, 1, 0, 0, 0, 0, 0},
     /* odd dims (36, 20: rows not whole 16-byte chunks), f32 q/out, bf16 cache, group 4, tiles of 16,
      * one m16 tile a warp */
-    {E_BF16, E_F32, E_BF16, 8, 2, 36, 20, 0, 0, 16, 2, {45, 19}, {3, 0}, 1, 16, 0, 1},
+    {E_BF16, E_F32, E_BF16, 8, 2, 36, 20, 0, 0, 16, 2, {45, 19}, {3, 0}, 1, 16, 0, 1, 0, 0},
     /* Llama-3-8B's heads: group 4, 128 dims (swizzled rows), a window and a prefix, f16; as planned
      * (two m16 tiles a warp, 32-position tiles) */
-    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {70}, {30}, 0, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {70}, {30}, 0, 0, 0, 0, 0, 0},
     /* group 2, f16 inputs on bf16 tensor cores (converted), softcap */
-    {E_BF16, E_F16, E_F16, 4, 2, 64, 64, 0, 30.0f, 8, 2, {33, 31}, {0, 100}, 0, 0, 0, 0},
+    {E_BF16, E_F16, E_F16, 4, 2, 64, 64, 0, 30.0f, 8, 2, {33, 31}, {0, 100}, 0, 0, 0, 0, 0, 0},
     /* GQA 4 with a prefix and a mixed step; MHA with a window, f32 cache, 64-position tiles */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 48, 0, 0, 16, 3, {90, 7, 40}, {0, 3, 17}, 1, 32, 0, 2},
-    {E_F16, E_F16, E_F32, 2, 2, 32, 32, 21, 0, 16, 1, {150}, {12}, 0, 64, 0, 2},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 48, 0, 0, 16, 3, {90, 7, 40}, {0, 3, 17}, 1, 32, 0, 2, 0, 0},
+    {E_F16, E_F16, E_F32, 2, 2, 32, 32, 21, 0, 16, 1, {150}, {12}, 0, 64, 0, 2, 0, 0},
     /* Llama-3-8B's shape as planned, bf16: three sequences interleaved (segments in a tile), a
      * prefix, block size 16; and the same on one m16 tile a warp */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 3, {70, 9, 50}, {0, 40, 5}, 1, 0, 0, 0},
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {60, 45}, {20, 0}, 1, 0, 0, 1},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 3, {70, 9, 50}, {0, 40, 5}, 1, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {60, 45}, {20, 0}, 1, 0, 0, 1, 0, 0},
     /* head_dim 256 (one m16 tile a warp, 16-position tiles, as planned), softcap, a window */
-    {E_BF16, E_BF16, E_BF16, 4, 2, 256, 256, 30, 50.0f, 16, 1, {60}, {10}, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 4, 2, 256, 256, 30, 50.0f, 16, 1, {60}, {10}, 0, 0, 0, 0, 0, 0},
     /* head_dim 128 with a softcap (planned: 16-position tiles), f16 cache on bf16 tensor cores */
-    {E_BF16, E_BF16, E_F16, 8, 2, 128, 128, 0, 20.0f, 16, 1, {50}, {7}, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_F16, 8, 2, 128, 128, 0, 20.0f, 16, 1, {50}, {7}, 0, 0, 0, 0, 0, 0},
+};
+
+/* kcu_flash90's cases (q and the cache in the tensor cores' type; dims multiples of 64): the sm_90a
+ * program only (--gpu, and NVRTC's compile in CI) */
+static const att_case g90_cases[] = {
+    /* Llama-3-8B's heads (group 4: 32 tokens x 4 heads a block), one prompt */
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 1, {300}, {0}, 0, 0, 0, 0, 1, 0},
+    /* after a cached prefix, a window, f16 */
+    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {170}, {30}, 0, 0, 0, 0, 1, 0},
+    /* three sequences interleaved (a segment each in a block), prefixes, block size 5 (no shifts) */
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 5, 3, {70, 9, 150}, {0, 40, 5}, 1, 0, 0, 0, 1, 0},
+    /* MHA (128 tokens a block), dims 64 (one panel), softcap, two prompts one after the other */
+    {E_BF16, E_BF16, E_BF16, 4, 4, 64, 64, 0, 30.0f, 16, 2, {200, 77}, {0, 13}, 0, 0, 0, 0, 1, 0},
+    /* group 8 (16 tokens x 8 heads a block), f16, DK 256 with DV 128 (64-position tiles as planned) */
+    {E_F16, E_F16, E_F16, 16, 2, 256, 128, 0, 0, 16, 1, {150}, {20}, 0, 0, 0, 0, 1, 0},
+    /* Llama-3-8B's heads, two prompts; and with 3 stages */
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {200, 90}, {0, 17}, 1, 0, 0, 0, 1, 0},
+    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 0, 0, 16, 1, {333}, {0}, 0, 0, 0, 0, 1, 3},
+    /* group 2, 64-position tiles with dims 128, a window shorter than a tile */
+    {E_BF16, E_BF16, E_BF16, 4, 2, 128, 128, 21, 0, 16, 2, {130, 60}, {0, 9}, 1, 64, 0, 0, 1, 0},
 };
 
 /* ---- data ------------------------------------------------------------------------------ */
@@ -151,6 +174,16 @@ static att_plan plan(const att_case *c)
     return p;
 }
 
+/* kcu_flash90's plan: kcu_plan_flash90's, the case's bn where it sets one */
+static kcu_flash90_plan plan90(const att_case *c)
+{
+    kcu_flash90_plan p = kcu_plan_flash90(c->H / c->KH, c->DK, c->DV, kcu_arch_smem_optin("sm_90"));
+    if (c->bn) p.bn = c->bn;
+    if (c->ns) p.ns = c->ns;
+    if (c->bn || c->ns) p.smem = 128 * c->DK * 2 + p.ns * p.bn * (c->DK + c->DV) * 2 + 1024; /* kcu_f90_smem_of */
+    return p;
+}
+
 static double head_scale(const att_case *c) { return 1.0 / sqrt((double)c->DK); }
 
 /* ---- the kernels' source ------------------------------------------------------------------ */
@@ -171,6 +204,14 @@ static void kernel_source(const att_case *c, int index, ks_buf *src)
                       "    kcu_attention_kernel<%d, %d, %d, %d, 4, 2, 8, 8, 1, %d>(T, q, kc, vc, out, positions, "
                       "table_off, tables, block_size, (float)%s, (float)%s);\n}\n",
                       c->H, c->KH, c->DK, c->DV, c->window, scale, cap);
+        return;
+    }
+    if (c->g90) {
+        kcu_flash90_plan p = plan90(c);
+        ks_buf_printf(src,
+                      "#if KCU_GEMM90\n    kcu_flash90<%s, %s, %d, %d, %d, %d, %d, %d, %d, %d>(T, q, kc, vc, out, positions, "
+                      "table_off, tables, block_size, (float)%s, (float)%s);\n#else\n    __trap();\n#endif\n}\n",
+                      e_name[c->mt], e_name[c->qt], c->H, c->KH, c->DK, c->DV, p.hb, p.bn, p.ns, c->window, scale, cap);
         return;
     }
     att_plan p = plan(c);
@@ -357,14 +398,19 @@ static int launch(runner *r, const att_case *c, int index, const att_data *d)
         gx = (unsigned)T, gy = (unsigned)c->H;
     } else {
         att_plan p = plan(c);
-        int bt = 16 * p.mw * p.tw;
-        gx = (unsigned)(c->H / p.hb), gy = (unsigned)((T + bt - 1) / bt), smem = (unsigned)p.smem; /* as the engine */
+        int bt = 16 * p.mw * p.tw, hb = p.hb;
+        smem = (unsigned)p.smem;
+        if (c->g90) { /* 128 (token, head) rows a block */
+            kcu_flash90_plan p9 = plan90(c);
+            bt = 128 / p9.hb, hb = p9.hb, smem = (unsigned)p9.smem;
+        }
+        gx = (unsigned)(c->H / hb), gy = (unsigned)((T + bt - 1) / bt); /* as the engine */
         /* as the backend does for a kernel's large.smem (the attribute stays: setting it again is harmless) */
         if (!r->api.cuFuncSetAttribute) {
             fprintf(stderr, "%s needs cuFuncSetAttribute\n", name);
             return -1;
         }
-        if (!cu_ok(r, r->api.cuFuncSetAttribute(fn, KRT_CU_FUNC_MAX_DYNAMIC_SHARED_BYTES, p.smem), name)) return -1;
+        if (!cu_ok(r, r->api.cuFuncSetAttribute(fn, KRT_CU_FUNC_MAX_DYNAMIC_SHARED_BYTES, (int)smem), name)) return -1;
     }
     return cu_ok(r, r->api.cuLaunchKernel(fn, gx, gy, 1, 256, 1, 1, smem, NULL, params, NULL), "cuLaunchKernel") ? 0
                                                                                                                  : -1;
@@ -438,7 +484,7 @@ static void check_token(const att_case *c, const att_data *d, const void *out, i
 static att_err compare(const att_case *c, const att_data *d, const void *out, int sample)
 {
     att_err e = {0, 0, 0};
-    int step = sample ? d->T / 48 + 1 : 1;
+    int step = sample ? d->T / 12 + 1 : 1; /* the benchmark's: a dozen tokens (a 8192-token row is 2^30 products) */
     for (int t = 0; t < d->T; t += step) check_token(c, d, out, t, &e);
     if (sample) check_token(c, d, out, d->T - 1, &e);
     return e;
@@ -456,13 +502,18 @@ static double tolerance(const att_case *c)
 static void describe(const att_case *c, const att_data *d, char *buf, size_t n)
 {
     att_plan p = plan(c);
+    if (c->g90) { /* as kcu_flash90 tiles it */
+        kcu_flash90_plan p9 = plan90(c);
+        p.mw = 1, p.tw = 8 / p9.hb, p.hb = p9.hb, p.bn = p9.bn;
+    }
     int k = snprintf(buf, n, "%s mma, q/out %s, cache %s, H=%d KH=%d DK=%d DV=%d T=%d (", e_short[c->mt],
                      e_short[c->qt], e_short[c->kvt], c->H, c->KH, c->DK, c->DV, d->T);
     for (int i = 0; i < c->n_seqs && k < (int)n; i++)
         k += snprintf(buf + k, n - (size_t)k, "%s%d@%d", i ? " " : "", c->len[i], c->start[i]);
     if (k < (int)n)
-        snprintf(buf + k, n - (size_t)k, "%s) bs=%d tile %dx%d heads, %d positions%s%s", c->interleave ? " mixed" : "",
-                 c->block_size, 16 * p.mw * p.tw, p.hb, p.bn, c->window ? " window" : "", c->softcap > 0 ? " softcap" : "");
+        snprintf(buf + k, n - (size_t)k, "%s) bs=%d tile %dx%d heads, %d positions%s%s%s", c->interleave ? " mixed" : "",
+                 c->block_size, 16 * p.mw * p.tw, p.hb, p.bn, c->window ? " window" : "", c->softcap > 0 ? " softcap" : "",
+                 c->g90 ? ", wgmma (sm_90a)" : "");
 }
 
 static void run_checks(runner *r, const att_case *cases, int n)
@@ -523,13 +574,18 @@ static int bench_cases(att_case *out)
     static const int lens[] = {512, 2048, 8192};
     int n = 0;
     for (int i = 0; i < 3; i++) {
-        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0};
-        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 64, 0, 1};
-        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 32, 0, 1};
+        /* kcu_flash90: as planned (2 stages of 128 positions); then 3 stages, and 4 of 64 positions */
+        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0, 1, 0};
+        static const int variant[2][2] = {{128, 3}, {64, 4}}; /* bn, ns */
+        for (int v = 0; v < 2; v++)
+            out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0,
+                                  variant[v][0], 0, 0, 1, variant[v][1]};
+        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0, 0, 0};
+        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 32, 0, 1, 0, 0};
     }
-    out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {2048}, {0}, 0, 0, 0, 0};
+    out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {2048}, {0}, 0, 0, 0, 0, 0, 0};
     for (int i = 0; i < 2; i++)
-        out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 1, 0};
+        out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 1, 0, 0, 0};
     return n;
 }
 
@@ -550,6 +606,8 @@ static void run_bench(runner *r, const att_case *cases, int n, int first)
         att_plan p = plan(c);
         if (c->old)
             snprintf(how, sizeof how, "today's kernel (f32, CUDA cores)");
+        else if (c->g90)
+            snprintf(how, sizeof how, "wgmma (sm_90a), %d pos, %d stages", plan90(c).bn, plan90(c).ns);
         else
             snprintf(how, sizeof how, "tensor cores, %s cache, %d/warp, %d pos", e_short[c->kvt], 16 * p.mw, p.bn);
         printf("bench T=%-5d H=%d KH=%d D=%d causal, %-36s %9.3f ms %7.1f TFLOP/s  error %.2e (unrounded %.2e)%s\n",
@@ -590,22 +648,32 @@ static int nvrtc(const char *src, const char *arch, ks_buf *cubin)
     return rc;
 }
 
-enum { N_CHECKS = sizeof check_cases / sizeof check_cases[0], MAX_BENCH = 16 };
+enum {
+    N_CHECKS = sizeof check_cases / sizeof check_cases[0],
+    N_G90 = sizeof g90_cases / sizeof g90_cases[0],
+    MAX_BENCH = 40
+};
 
+/* The --gpu program's cases: the checks, kcu_flash90's checks, then the benchmark's; returns the checks */
 static int gpu_cases(att_case *all, int *n_bench)
 {
     memcpy(all, check_cases, sizeof check_cases);
-    *n_bench = bench_cases(all + N_CHECKS);
-    return N_CHECKS;
+    memcpy(all + N_CHECKS, g90_cases, sizeof g90_cases);
+    *n_bench = bench_cases(all + N_CHECKS + N_G90);
+    return N_CHECKS + N_G90;
 }
+
+/* The architecture the --gpu program is compiled for: a device's sm_90 as sm_90a (kcu_flash90, as
+ * kiln's engines: KCU_GEMM90_ARCH) */
+static const char *program_arch(const char *arch) { return strcmp(arch, "sm_90") == 0 ? KCU_GEMM90_ARCH : arch; }
 
 static int compile_main(const char *arch, const char *path)
 {
-    att_case all[N_CHECKS + MAX_BENCH];
+    att_case all[N_CHECKS + N_G90 + MAX_BENCH];
     int n_bench, n_checks = gpu_cases(all, &n_bench);
     ks_buf src = {0}, cubin = {0};
     program_source(all, n_checks + n_bench, &src);
-    int rc = nvrtc(ks_buf_cstr(&src), arch, &cubin);
+    int rc = nvrtc(ks_buf_cstr(&src), program_arch(arch), &cubin);
     FILE *f = rc == 0 ? fopen(path, "wb") : NULL;
     if (rc == 0 && (!f || fwrite(cubin.data, 1, cubin.len, f) != cubin.len)) rc = -1;
     if (f && fclose(f) != 0) rc = -1;
@@ -616,7 +684,7 @@ static int compile_main(const char *arch, const char *path)
 
 static int gpu_main(const char *cubin_path)
 {
-    att_case all[N_CHECKS + MAX_BENCH];
+    att_case all[N_CHECKS + N_G90 + MAX_BENCH];
     int n_bench, n_checks = gpu_cases(all, &n_bench);
     ks_buf src = {0}, cubin = {0};
     program_source(all, n_checks + n_bench, &src);
@@ -638,7 +706,7 @@ static int gpu_main(const char *cubin_path)
         if (!data) return 1;
         ks_buf_put(&cubin, data, len);
         free(data);
-    } else if (nvrtc(ks_buf_cstr(&src), arch, &cubin) != 0) {
+    } else if (nvrtc(ks_buf_cstr(&src), program_arch(arch), &cubin) != 0) {
         return 1;
     }
     if (open_runner(&r, cubin.data) != 0) return 1;
@@ -660,12 +728,12 @@ static int emu_main(void)
 #else
     if (kcu_have_nvrtc()) {
         /* the --gpu program: its checks and the benchmark's kernels */
-        att_case all[N_CHECKS + MAX_BENCH];
+        att_case all[N_CHECKS + N_G90 + MAX_BENCH];
         int n_bench, n_checks = gpu_cases(all, &n_bench);
         ks_buf gsrc = {0};
         program_source(all, n_checks + n_bench, &gsrc);
         ks_buf cubin = {0};
-        CHECK_MSG(nvrtc(ks_buf_cstr(&gsrc), "sm_90", &cubin) == 0, "NVRTC, sm_90");
+        CHECK_MSG(nvrtc(ks_buf_cstr(&gsrc), program_arch("sm_90"), &cubin) == 0, "NVRTC, sm_90a");
         ks_buf_free(&cubin);
         ks_buf_free(&gsrc);
         ran = 1;
