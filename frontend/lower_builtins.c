@@ -45,10 +45,11 @@ static kf_value emit2(kf_lower *L, kir_op op, kf_loc loc, kir_val a, kir_val b)
     return build(L, op, loc, in, 2, NULL, 0);
 }
 
-static kf_value emit_scale(kf_lower *L, kir_val x, double value, kf_loc loc)
+/* x * value + shift (the shift only when it is not 0: the text form of a plain scale stays) */
+static kf_value emit_scale(kf_lower *L, kir_val x, double value, double shift, kf_loc loc)
 {
-    kir_setting set[] = {KIR_WITH_FLOAT(KIR_A_SCALE_VALUE, value)};
-    return build(L, KIR_OP_SCALE, loc, &x, 1, set, 1);
+    kir_setting set[] = {KIR_WITH_FLOAT(KIR_A_SCALE_VALUE, value), KIR_WITH_FLOAT(KIR_A_SCALE_SHIFT, shift)};
+    return build(L, KIR_OP_SCALE, loc, &x, 1, set, shift != 0.0 ? 2 : 1);
 }
 
 /* The inputs are named for their roles: `tokens`, `positions` (lower.c binds them). */
@@ -66,7 +67,7 @@ static int64_t last_dim(kf_lower *L, kir_val v)
 }
 
 /* ---- operators on tensors ------------------------------------------------------ */
-kf_value kf_tensor_neg(kf_lower *L, kf_value a, kf_loc loc) { return emit_scale(L, a.u.t, -1.0, loc); }
+kf_value kf_tensor_neg(kf_lower *L, kf_value a, kf_loc loc) { return emit_scale(L, a.u.t, -1.0, 0.0, loc); }
 
 kf_value kf_tensor_binary(kf_lower *L, int op, kf_value a, kf_value b, kf_loc loc)
 {
@@ -98,17 +99,23 @@ kf_value kf_tensor_binary(kf_lower *L, int op, kf_value a, kf_value b, kf_loc lo
     if (s.kind != KF_V_INT && s.kind != KF_V_FLOAT)
         return kf_error(L, loc, "'%s' cannot combine a tensor with %s", ot, kf_a_type(s.kind));
     double x = s.kind == KF_V_INT ? (double)s.u.i : s.u.f;
+    if (op == '+' || op == '-') {
+        /* x + c, c + x, x - c: a shift; c - x: -x shifted */
+        if (!isfinite(x)) return kf_error(L, loc, "'%s' adds %g; the number must be finite", ot, x);
+        if (x == 0.0 && !(op == '-' && a.kind != KF_V_TENSOR)) return t; /* x + 0 is x */
+        if (op == '-' && a.kind == KF_V_TENSOR) return emit_scale(L, t.u.t, 1.0, -x, loc);
+        return emit_scale(L, t.u.t, op == '-' ? -1.0 : 1.0, x, loc);
+    }
     if (op == '/' && a.kind == KF_V_TENSOR) {
         if (x == 0) return kf_error(L, loc, "division by zero in '/'");
         x = 1.0 / x;
     } else if (op == '/') {
         return kf_error(L, loc, "'/' cannot divide a number by a tensor");
     } else if (op != '*') {
-        return kf_error(L, loc,
-                        "'%s' between a tensor and a number is not supported (numbers scale tensors with * and /)", ot);
+        return kf_error(L, loc, "'%s' between a tensor and a number is not supported (only + - * /)", ot);
     }
     if (!isfinite(x)) return kf_error(L, loc, "'%s' scales by %g; the factor must be finite", ot, x);
-    return emit_scale(L, t.u.t, x, loc);
+    return emit_scale(L, t.u.t, x, 0.0, loc);
 }
 
 /* ---- the builtin table ----------------------------------------------------------- */
@@ -161,6 +168,7 @@ struct kf_builtin {
 
 static const kf_attr_spec no_attrs[] = {{KIR_A_COUNT, 0}};
 static const kf_attr_spec norm_attrs[] = {{KIR_A_RMS_NORM_EPS, KF_REQUIRED}, {KIR_A_COUNT, 0}};
+static const kf_attr_spec clamp_attrs[] = {{KIR_A_CLAMP_MIN, KF_COMPUTED}, {KIR_A_CLAMP_MAX, KF_COMPUTED}, {KIR_A_COUNT, 0}};
 static const kf_attr_spec rope_attrs[] = {
     {KIR_A_ROPE_THETA, KF_REQUIRED},
     {KIR_A_ROPE_STYLE, KF_FALLBACK},
@@ -198,6 +206,19 @@ static kf_value lower_norm(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf
 {
     kir_setting set[] = {setting_of(b, a, 0)};
     return build(L, b->op, loc, a->t, a->nt, set, 1);
+}
+
+/* clamp(x, min: a, max: b): either bound or both, a <= b */
+static kf_value lower_clamp(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
+{
+    if (!a->given[0] && !a->given[1]) return kf_error(L, loc, "clamp: give min:, max: or both");
+    if (a->given[0] && a->given[1] && a->attr[0].u.f > a->attr[1].u.f)
+        return kf_error(L, a->attr_loc[1], "clamp: max %g is below min %g", a->attr[1].u.f, a->attr[0].u.f);
+    kir_setting set[2];
+    int n = 0;
+    for (int k = 0; k < 2; k++)
+        if (a->given[k]) set[n++] = setting_of(b, a, k);
+    return build(L, b->op, loc, a->t, a->nt, set, n);
 }
 
 static kf_value lower_view(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
@@ -275,6 +296,10 @@ static const kf_builtin builtins[] = {
     {"gelu", "T", no_attrs, lower_simple, KIR_OP_GELU},
     {"gelu_tanh", "T", no_attrs, lower_simple, KIR_OP_GELU_TANH},
     {"relu", "T", no_attrs, lower_simple, KIR_OP_RELU},
+    {"tanh", "T", no_attrs, lower_simple, KIR_OP_TANH},
+    {"exp", "T", no_attrs, lower_simple, KIR_OP_EXP},
+    {"sigmoid", "T", no_attrs, lower_simple, KIR_OP_SIGMOID},
+    {"clamp", "T", clamp_attrs, lower_clamp, KIR_OP_CLAMP},
     {"view", "Ti+", no_attrs, lower_view, KIR_OP_RESHAPE},
     {"slice", "Tii", no_attrs, lower_slice, KIR_OP_SLICE},
     {"concat", "T+", no_attrs, lower_simple, KIR_OP_CONCAT},
@@ -285,7 +310,7 @@ enum { KF_N_BUILTINS = sizeof builtins / sizeof *builtins };
 
 static const char *const builtin_names[KF_N_BUILTINS] = {
     "embed", "linear", "matmul", "rms_norm", "layer_norm", "silu", "gelu",
-    "gelu_tanh", "relu", "view", "slice", "concat", "rope", "attention",
+    "gelu_tanh", "relu", "tanh", "exp", "sigmoid", "clamp", "view", "slice", "concat", "rope", "attention",
 };
 
 void kf_builtin_names(const char *const **names, size_t *n)

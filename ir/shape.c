@@ -170,6 +170,14 @@ static int kir_shape_unary(shape_ctx *c)
     return 0;
 }
 
+/* clamp: a unary op whose bounds are in order (the backends apply min, then max) */
+static int kir_shape_clamp(shape_ctx *c)
+{
+    double lo = kir_attr_float(c->g, c->v, KIR_A_CLAMP_MIN), hi = kir_attr_float(c->g, c->v, KIR_A_CLAMP_MAX);
+    if (lo > hi) return fail(c, "min %g is above max %g", lo, hi);
+    return kir_shape_unary(c);
+}
+
 static int kir_shape_norm(shape_ctx *c)
 {
     const kir_node *x = operand(c, 0);

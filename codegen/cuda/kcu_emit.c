@@ -174,9 +174,8 @@ static int emit_unary(kcu_gen *x, kir_val v)
     char what_buf[128];
     switch (n->op) {
     case KIR_OP_SCALE:
-        what = "x times a constant";
-        ks_buf_printf(&val, "%s * ", xi);
-        kcu_put_float(&val, (float)kir_attr_float(x->g, v, KIR_A_SCALE_VALUE));
+    case KIR_OP_CLAMP:
+        what = kcu_attr_unary_write(x->g, v, xi, &val);
         kcu_put_store(&body, n->dtype, "    ", "out[i]", ks_buf_cstr(&val));
         break;
     default: {
@@ -475,6 +474,7 @@ static int emit_node(kcu_gen *x, kir_val v)
     case KIR_OP_MUL:
         return emit_binary(x, v);
     case KIR_OP_SCALE:
+    case KIR_OP_CLAMP:
 #define KIR_FORMULA(OP, TYPE, what, expr, half) case KIR_OP_##OP: /* the unary ops of ir/ops.def's formulas */
 #include "ir/ops.def"
         return emit_unary(x, v);

@@ -140,6 +140,7 @@ static int classify(group *G, int i)
         gn->r = ROLE_VIEW, gn->base = G->n[a].base, gn->root = G->n[a].root;
         return 0;
     case KIR_OP_SCALE:
+    case KIR_OP_CLAMP:
 #define KIR_FORMULA(OP, TYPE, what, expr, half) case KIR_OP_##OP: /* the unary ops of ir/ops.def's formulas */
 #include "ir/ops.def"
         if (a < 0) return -1;
@@ -255,8 +256,8 @@ static void unary_expr(group *G, kir_val v, const char *in, ks_buf *b)
     const kir_graph *g = G->x->g;
     switch (g->nodes[v].op) {
     case KIR_OP_SCALE:
-        ks_buf_printf(b, "%s * ", in);
-        kcu_put_float(b, (float)kir_attr_float(g, v, KIR_A_SCALE_VALUE));
+    case KIR_OP_CLAMP:
+        kcu_attr_unary_write(g, v, in, b);
         return;
     default: {
         /* ir/ops.def's formula, as the interpreter computes it */

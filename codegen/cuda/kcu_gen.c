@@ -94,6 +94,41 @@ void kcu_formula_write(kir_op op, int half, const char *operand, ks_buf *out, in
     kir_formula_write(op, half, operand, out, in_double, what);
 }
 
+const char *kcu_attr_unary_write(const kir_graph *g, kir_val v, const char *in, ks_buf *out)
+{
+    switch (g->nodes[v].op) {
+    case KIR_OP_SCALE: { /* as the interpreter: the product rounded, then the shift added (no contraction) */
+        float sh = (float)kir_attr_float(g, v, KIR_A_SCALE_SHIFT);
+        ks_buf_printf(out, sh != 0.0f ? "(%s * " : "%s * ", in);
+        kcu_put_float(out, (float)kir_attr_float(g, v, KIR_A_SCALE_VALUE));
+        if (sh != 0.0f) {
+            ks_buf_puts(out, " + ");
+            kcu_put_float(out, sh);
+            ks_buf_puts(out, ")");
+        }
+        return sh != 0.0f ? "x times a constant, plus a constant" : "x times a constant";
+    }
+    case KIR_OP_CLAMP: { /* kcu_clamp_lo/_hi (kcu_prelude.cuh): NaN stays, as the interpreter's comparisons */
+        int lo = kir_attr_has(g, v, KIR_A_CLAMP_MIN), hi = kir_attr_has(g, v, KIR_A_CLAMP_MAX);
+        if (hi) ks_buf_puts(out, "kcu_clamp_hi(");
+        if (lo) ks_buf_puts(out, "kcu_clamp_lo(");
+        ks_buf_puts(out, in);
+        if (lo) {
+            ks_buf_puts(out, ", ");
+            kcu_put_float(out, (float)kir_attr_float(g, v, KIR_A_CLAMP_MIN));
+            ks_buf_puts(out, ")");
+        }
+        if (hi) {
+            ks_buf_puts(out, ", ");
+            kcu_put_float(out, (float)kir_attr_float(g, v, KIR_A_CLAMP_MAX));
+            ks_buf_puts(out, ")");
+        }
+        return "x clamped";
+    }
+    default: return NULL;
+    }
+}
+
 void kcu_put_store(ks_buf *b, kir_dtype t, const char *indent, const char *lhs, const char *v)
 {
     if (kcu_is_half(t))

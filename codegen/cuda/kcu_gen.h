@@ -80,6 +80,10 @@ void kcu_put_store(ks_buf *b, kir_dtype t, const char *indent, const char *lhs, 
  * precision (half != 0) has a device form of its own in the prelude (kcu_silu_half: the SFU's
  * exp2 and reciprocal; its result is rounded to bf16 or f16 next). */
 void kcu_formula_write(kir_op op, int half, const char *operand, ks_buf *out, int *in_double, const char **what);
+/* The unary ops whose arithmetic reads attributes (scale and its shift, clamp's bounds): node v's
+ * expression over the f32 expression `in` into out, as the interpreter computes it; returns what it
+ * computes (for comments), or NULL (nothing written) for the other ops (kcu_formula_write's). */
+const char *kcu_attr_unary_write(const kir_graph *g, kir_val v, const char *in, ks_buf *out);
 /* The last dim of a node. */
 static inline int64_t kcu_last_dim(const kir_node *n) { return n->dims[n->ndim - 1]; }
 

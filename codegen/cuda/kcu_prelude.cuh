@@ -161,6 +161,9 @@ __device__ __forceinline__ void kcu_put2_held(kcu_bf16 *p, float a, float b)
  * where expf and the IEEE division took about 18 instructions with a slow-path call (the gate/up
  * epilogue's largest share, cuobjdump). The interpreter's expf and division differ by a few f32
  * ulps. Where exp(-x) overflows (x < -88) the reciprocal is 0 and silu -0, as x / inf. */
+/* clamp's bounds (ir/ops.def), one side each: NaN stays NaN (no comparison holds), as the interpreter */
+__device__ __forceinline__ float kcu_clamp_lo(float v, float lo) { return v < lo ? lo : v; }
+__device__ __forceinline__ float kcu_clamp_hi(float v, float hi) { return v > hi ? hi : v; }
 __device__ __forceinline__ float kcu_silu_half(float x)
 {
 #ifdef __CUDA_ARCH__

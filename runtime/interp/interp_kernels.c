@@ -315,8 +315,16 @@ static void run_unary(const krt_interp_exec *x, kir_val v)
     int64_t ne = elems_of(x, v);
     switch (n->op) {
     case KIR_OP_SCALE: {
-        float s = (float)kir_attr_float(x->g, v, KIR_A_SCALE_VALUE);
-        for (int64_t i = 0; i < ne; i++) o[i] = a[i] * s;
+        float s = (float)kir_attr_float(x->g, v, KIR_A_SCALE_VALUE), sh = (float)kir_attr_float(x->g, v, KIR_A_SCALE_SHIFT);
+        if (sh != 0.0f)
+            for (int64_t i = 0; i < ne; i++) o[i] = a[i] * s + sh;
+        else
+            for (int64_t i = 0; i < ne; i++) o[i] = a[i] * s;
+        break;
+    }
+    case KIR_OP_CLAMP: { /* NaN stays NaN (no comparison holds), as torch.clamp */
+        float lo = (float)kir_attr_float(x->g, v, KIR_A_CLAMP_MIN), hi = (float)kir_attr_float(x->g, v, KIR_A_CLAMP_MAX);
+        for (int64_t i = 0; i < ne; i++) o[i] = a[i] < lo ? lo : a[i] > hi ? hi : a[i];
         break;
     }
         /* the formulas of ir/ops.def, the ones the code generators write */
@@ -606,6 +614,7 @@ static void run_node(const krt_interp_exec *x, kir_val v)
         run_binary(x, v);
         return;
     case KIR_OP_SCALE:
+    case KIR_OP_CLAMP:
 #define KIR_FORMULA(OP, TYPE, what, expr, half) case KIR_OP_##OP: /* the unary ops of ir/ops.def's formulas */
 #include "ir/ops.def"
         run_unary(x, v);

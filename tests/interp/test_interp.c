@@ -390,6 +390,10 @@ static double ref_unary(kir_op op, double x)
     case KIR_OP_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
     case KIR_OP_GELU_TANH: return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
     case KIR_OP_RELU: return x > 0 ? x : 0;
+    case KIR_OP_TANH: return tanh(x);
+    case KIR_OP_EXP: return exp(x);
+    case KIR_OP_SIGMOID: return 1.0 / (1.0 + exp(-x));
+    case KIR_OP_CLAMP: return x < -1.25 ? -1.25 : x > 2.5 ? 2.5 : x;
     default: KS_UNREACHABLE();
     }
 }
@@ -402,18 +406,27 @@ static void test_unary(void)
     x[1] = -0.0f;
     x[2] = -20.0f;
     x[3] = 20.0f;
-    static const kir_op ops[5] = {KIR_OP_SCALE, KIR_OP_SILU, KIR_OP_GELU, KIR_OP_GELU_TANH, KIR_OP_RELU};
-    for (int o = 0; o < 5; o++) {
+    static const kir_op ops[] = {KIR_OP_SCALE, KIR_OP_SILU, KIR_OP_GELU,    KIR_OP_GELU_TANH, KIR_OP_RELU,
+                                 KIR_OP_TANH,  KIR_OP_EXP,  KIR_OP_SIGMOID, KIR_OP_CLAMP,     KIR_OP_SCALE};
+    enum { N_OPS = sizeof ops / sizeof ops[0] };
+    for (int o = 0; o < N_OPS; o++) {
         tgraph t;
         tg_init(&t, "unary");
         int64_t dims[2] = {KIR_DIM_T, R};
         kir_val xv = tg_activation(&t, T, 2, dims, x);
-        kir_val v = ops[o] == KIR_OP_SCALE ? tb_scale_at(t.g, tg_loc(&t), xv, 0.37) : tg_op1(&t, ops[o], xv);
+        const int shifted = o == N_OPS - 1; /* the last: a scale with a shift, x 0.37 + 1.5 */
+        kir_setting shift[2] = {KIR_WITH_FLOAT(KIR_A_SCALE_VALUE, 0.37), KIR_WITH_FLOAT(KIR_A_SCALE_SHIFT, 1.5)};
+        kir_setting bounds[2] = {KIR_WITH_FLOAT(KIR_A_CLAMP_MIN, -1.25), KIR_WITH_FLOAT(KIR_A_CLAMP_MAX, 2.5)};
+        kir_val v = shifted                     ? tb_build(t.g, KIR_OP_SCALE, tg_loc(&t), &xv, 1, shift, 2)
+                    : ops[o] == KIR_OP_SCALE ? tb_scale_at(t.g, tg_loc(&t), xv, 0.37)
+                    : ops[o] == KIR_OP_CLAMP ? tb_build(t.g, KIR_OP_CLAMP, tg_loc(&t), &xv, 1, bounds, 2)
+                                             : tg_op1(&t, ops[o], xv);
         tg_output(&t, v);
         float out[T * R];
         double want[T * R];
         CHECK(run_plain(&t, T, NULL, NULL, out, NULL) == 0);
-        for (int i = 0; i < T * R; i++) want[i] = ref_unary(ops[o], x[i]);
+        for (int i = 0; i < T * R; i++)
+            want[i] = shifted ? (double)(x[i] * 0.37f + 1.5f) : (double)(float)ref_unary(ops[o], x[i]); /* as stored */
         check_close(kir_op_table[ops[o]].name, out, want, T * R, 2e-6);
         tg_free(&t);
     }

@@ -155,15 +155,23 @@ static void random_step(gen *s)
     int64_t last = x->dims[x->ndim - 1];
     switch (below(r, 12)) {
     case 0: {
-        static const kir_op unary[] = {KIR_OP_SILU, KIR_OP_GELU, KIR_OP_GELU_TANH, KIR_OP_RELU};
-        kir_op op = unary[below(r, 4)];
+        static const kir_op unary[] = {KIR_OP_SILU, KIR_OP_GELU, KIR_OP_GELU_TANH, KIR_OP_RELU, KIR_OP_TANH, KIR_OP_SIGMOID};
+        kir_op op = unary[below(r, 6)];
         add_act(s, tb_op(g, op, pick_loc(s), a, KIR_NONE));
         return;
     }
-    case 1: {
+    case 1: { /* a scale, a shifted scale, or a clamp of one or both sides */
         kir_loc at = pick_loc(s);
-        add_act(s, tb_scale_at(g, at, a, random_finite(r)));
-        return;
+        double lo = random_finite(r), hi = lo + fabs(random_finite(r));
+        if (!isfinite(hi)) hi = lo;
+        kir_setting sh[2] = {KIR_WITH_FLOAT(KIR_A_SCALE_VALUE, random_finite(r)), KIR_WITH_FLOAT(KIR_A_SCALE_SHIFT, lo)};
+        kir_setting cl[2] = {KIR_WITH_FLOAT(KIR_A_CLAMP_MIN, lo), KIR_WITH_FLOAT(KIR_A_CLAMP_MAX, hi)};
+        switch (below(r, 5)) {
+        case 0: add_act(s, tb_build(g, KIR_OP_SCALE, at, &a, 1, sh, 2)); return;
+        case 1: add_act(s, tb_build(g, KIR_OP_CLAMP, at, &a, 1, cl, 2)); return;
+        case 2: add_act(s, tb_build(g, KIR_OP_CLAMP, at, &a, 1, cl + below(r, 2), 1)); return;
+        default: add_act(s, tb_scale_at(g, at, a, random_finite(r))); return;
+        }
     }
     case 2: { /* binary: same shape, or a weight broadcast over leading dims */
         static const kir_op binary[] = {KIR_OP_ADD, KIR_OP_SUB, KIR_OP_MUL};

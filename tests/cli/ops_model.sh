@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The elementwise ops of soft-capping, routing and clipping (tanh, exp, sigmoid, clamp, a tensor
+# plus or minus a number) in a model (tests/data/ops/ops.kiln, its weights made by make_ckpt.py):
+# kiln verify, all passes against none, in exact and in fast precision (bf16), with the values of
+# the unary ops' IR pinned by the round trip; and bad clamps located.
+. "$(dirname "$0")/lib.sh"
+command -v python3 >/dev/null || { echo "skipped: no python3"; exit 77; }
+data="$(dirname "$0")/../data/ops"
+python3 "$data/make_ckpt.py" "$work/ckpt" || { echo "FAIL: make_ckpt.py"; exit 1; }
+for how in "" "--dtype bf16 --precision fast"; do
+  # shellcheck disable=SC2086
+  if out=$("$KILN_BIN" verify "$data/ops.kiln" --weights "$work/ckpt" $how 2>&1) && [[ "$out" == *"OK: within tolerance"* ]]; then
+    passes=$((passes+1))
+  else
+    echo "FAIL verify ${how:-exact}"; echo "$out" | sed 's/^/    /'; failures=$((failures+1))
+  fi
+done
+# the IR: the ops and their attributes, printed and parsed back
+"$KILN_BIN" build "$data/ops.kiln" --weights "$work/ckpt" --dump-ir-after compiled --dump-dir "$work/ir" \
+  -o "$work/m.engine" >/dev/null 2>&1 || { echo "FAIL: kiln build --dump-ir-after compiled"; exit 1; }
+ir=$(cat "$work"/ir/*.ir 2>/dev/null)
+"$KILN_BIN" build "$data/ops.kiln" --from-ir "$work"/ir/*.ir --weights "$work/ckpt" -o "$work/m2.engine" >/dev/null 2>&1 \
+  && passes=$((passes+1)) || { echo "FAIL: the dump does not build back (--from-ir)"; failures=$((failures+1)); }
+for want in "tanh(%" "sigmoid(%" "exp(%" "{min=-3.0, max=3.0}" "{max=0.25}" "{min=0.0}" "{value=1.0, shift=0.5}" "{value=-1.0, shift=1.0}" "{value=1.0, shift=-0.5}"; do
+  [[ "$ir" == *"$want"* ]] && passes=$((passes+1)) || { echo "FAIL: the IR has no '$want'"; failures=$((failures+1)); }
+done
+cat > "$work/bad.kiln" <<'K'
+model bad;
+param max_context = 16;
+param bos_token_id = 1;
+param eos_token_id = 2;
+weight e[64, 32] = "embed.weight";
+forward {
+  x = embed(e, tokens);
+  a = clamp(x);
+  b = clamp(x, min: 2.0, max: 1.0);
+  c = x + (1e308 * 10.0);
+  output logits = a;
+}
+K
+expect_fail bad-clamps "bad.kiln:8:7: error: clamp: give min:, max: or both" -- \
+  "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
+expect_fail bad-clamp-order "bad.kiln:9:26: error: clamp: max 1 is below min 2" -- \
+  "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
+expect_fail bad-shift "bad.kiln:10:9: error: '+' adds inf; the number must be finite" -- \
+  "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
+[ ! -e "$work/bad.engine" ] && passes=$((passes+1)) || { echo "FAIL: a failed build left bad.engine"; failures=$((failures+1)); }
+finish
