@@ -26,7 +26,7 @@ typedef struct kf_weight_binding {
 typedef struct kf_model {
     ks_arena arena;             /* owns bindings and strings: the model's lifetime */
     kir_graph *graph;           /* owned */
-    kf_weight_binding *weights; /* one per WEIGHT node, in node order */
+    kf_weight_binding *weights; /* one per WEIGHT node that is not derived (a norm's offset:), in node order */
     size_t n_weights;           /* number of bindings */
 } kf_model;
 

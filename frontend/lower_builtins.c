@@ -167,7 +167,9 @@ struct kf_builtin {
 };
 
 static const kf_attr_spec no_attrs[] = {{KIR_A_COUNT, 0}};
-static const kf_attr_spec norm_attrs[] = {{KIR_A_RMS_NORM_EPS, KF_REQUIRED}, {KIR_A_COUNT, 0}};
+/* a norm's `offset:` is the derived weight's (lower_norm): its weight is w + offset, as Gemma's (1 + w) */
+static const kf_attr_spec norm_attrs[] = {{KIR_A_RMS_NORM_EPS, KF_REQUIRED}, {KIR_A_WEIGHT_OFFSET, KF_COMPUTED},
+                                          {KIR_A_COUNT, 0}};
 static const kf_attr_spec clamp_attrs[] = {{KIR_A_CLAMP_MIN, KF_COMPUTED}, {KIR_A_CLAMP_MAX, KF_COMPUTED}, {KIR_A_COUNT, 0}};
 static const kf_attr_spec rope_attrs[] = {
     {KIR_A_ROPE_THETA, KF_REQUIRED},
@@ -202,9 +204,28 @@ static kf_value lower_linear(kf_lower *L, const kf_builtin *b, kf_call_args *a, 
     return emit2(L, KIR_OP_ADD, loc, mm.u.t, a->t[2]);
 }
 
+/* A norm; with `offset: c` its weight w is replaced by a weight derived from it, w + c (computed when
+ * the engine is built: derive="offset", passes/derived_weight.h), so that every backend's norm stays
+ * x-normalized times a weight. */
 static kf_value lower_norm(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
 {
     kir_setting set[] = {setting_of(b, a, 0)};
+    if (a->given[1] && a->attr[1].u.f != 0.0) {
+        kir_val w = a->nt > 1 ? a->t[1] : KIR_NONE;
+        const kir_node *wn = w != KIR_NONE ? kir_node_at(L->g, w) : NULL;
+        if (!wn || wn->op != KIR_OP_WEIGHT || kir_attr_has(L->g, w, KIR_A_WEIGHT_DERIVE))
+            return kf_error(L, a->attr_loc[1], "%s: offset: needs the norm's weight, a declared weight (not %s)",
+                            b->name, wn ? "a computed tensor" : "none");
+        const char *src = kir_attr_str(L->g, w, KIR_A_WEIGHT_NAME);
+        char *name = ks_arena_printf(&L->g->arena, "%s%+g", src, a->attr[1].u.f);
+        int64_t rows = wn->dims[0];
+        kir_val d = kir_weight(L->g, name, wn->dtype, wn->ndim, wn->dims, wn->loc);
+        kir_attr_set_word(L->g, d, KIR_A_WEIGHT_DERIVE, KIR_DERIVE_OFFSET);
+        kir_attr_set_str(L->g, d, KIR_A_WEIGHT_SOURCES, src);
+        kir_attr_set_ints(L->g, d, KIR_A_WEIGHT_ROWS, &rows, 1);
+        kir_attr_set_float(L->g, d, KIR_A_WEIGHT_OFFSET, a->attr[1].u.f);
+        a->t[1] = d;
+    }
     return build(L, b->op, loc, a->t, a->nt, set, 1);
 }
 

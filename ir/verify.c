@@ -430,10 +430,14 @@ static void check_derived_weight(kir_verifier *c, kir_val v, const named_weight 
         return;
     }
     if (derive->kind != KIR_ATTR_STR || sources->kind != KIR_ATTR_STR || rows->kind != KIR_ATTR_INTS ||
-        strcmp(derive->u.s, "concat0") != 0)
+        (strcmp(derive->u.s, "concat0") != 0 && strcmp(derive->u.s, "offset") != 0))
         return; /* check_attrs reported it */
     uint32_t count = 1;
     for (const char *p = sources->u.s; *p; p++) count += *p == ',';
+    if (strcmp(derive->u.s, "offset") == 0 && count != 1) {
+        node_error(c, v, "an offset weight derives from one source, not %u", (unsigned)count);
+        return;
+    }
     if (count != rows->u.ints.n) {
         node_error(c, v, "sources names %u weight%s but rows has %u number%s", (unsigned)count, count == 1 ? "" : "s",
                    (unsigned)rows->u.ints.n, rows->u.ints.n == 1 ? "" : "s");

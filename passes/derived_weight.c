@@ -16,10 +16,11 @@ int kp_weight_recipe_of(const kir_graph *g, kir_val w, ks_arena *arena, kp_weigh
     const char *sources = kir_attr_str(g, w, KIR_A_WEIGHT_SOURCES);
     uint32_t n_rows = 0;
     const int64_t *rows = kir_attr_ints(g, w, KIR_A_WEIGHT_ROWS, &n_rows);
-    if (kir_attr_word(g, w, KIR_A_WEIGHT_DERIVE) != KIR_DERIVE_CONCAT0 || !sources || !rows || n->ndim < 1) return -1;
+    kir_word derive = kir_attr_word(g, w, KIR_A_WEIGHT_DERIVE);
+    if ((derive != KIR_DERIVE_CONCAT0 && derive != KIR_DERIVE_OFFSET) || !sources || !rows || n->ndim < 1) return -1;
     size_t count = 1;
     for (const char *p = sources; *p; p++) count += *p == ',';
-    if (count != n_rows) return -1;
+    if (count != n_rows || (derive == KIR_DERIVE_OFFSET && count != 1)) return -1;
     /* bytes of one row of dim 0 */
     size_t row_bytes = kir_dtype_size(n->dtype);
     for (int d = 1; d < n->ndim; d++) row_bytes *= (size_t)n->dims[d];
@@ -49,6 +50,29 @@ void kp_derive_weight(const kir_graph *g, kir_val w, const kp_weight_recipe *r, 
     const kir_node *n = kir_node_at(g, w);
     size_t total = (size_t)kir_elems(n, 1) * kir_dtype_size(n->dtype), at = 0;
     KS_ASSERT(r->n_sources > 0);
+    if (kir_attr_word(g, w, KIR_A_WEIGHT_DERIVE) == KIR_DERIVE_OFFSET) {
+        /* offset: each element plus the offset, in f32, rounded once to the weight's dtype */
+        KS_ASSERT(r->n_sources == 1 && r->bytes[0] == total);
+        const float off = (float)kir_attr_float(g, w, KIR_A_WEIGHT_OFFSET);
+        const size_t ne = (size_t)kir_elems(n, 1);
+        for (size_t i = 0; i < ne; i++) {
+            if (n->dtype == KIR_F32) {
+                float f;
+                memcpy(&f, (const uint8_t *)sources[0] + 4 * i, 4);
+                f += off;
+                memcpy((uint8_t *)out + 4 * i, &f, 4);
+            } else {
+                uint16_t h;
+                memcpy(&h, (const uint8_t *)sources[0] + 2 * i, 2);
+                const int bf = n->dtype == KIR_BF16;
+                KS_ASSERT(bf || n->dtype == KIR_F16);
+                float f = (bf ? ks_bf16_to_f32(h) : ks_f16_to_f32(h)) + off;
+                h = bf ? ks_f32_to_bf16(f) : ks_f32_to_f16(f);
+                memcpy((uint8_t *)out + 2 * i, &h, 2);
+            }
+        }
+        return;
+    }
     /* concat0: row-major data, so the sources' bytes one after another */
     for (size_t i = 0; i < r->n_sources; i++) {
         KS_ASSERT(at + r->bytes[i] <= total);

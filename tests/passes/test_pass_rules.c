@@ -89,7 +89,7 @@ static const verify_case verify_cases[] = {
      "%16 : f32[6,8] = weight() {name=\"x11\", derive=\"concat0\", sources=\"a,b\", rows=4}\n"
      "%17 : f32[T,8] = output(%2) {name=\"logits\"}\n",
      12,
-     "derived.ir: error: node %6 (weight): attribute derive is \"concat1\", not \"concat0\"\n"
+     "derived.ir: error: node %6 (weight): attribute derive is \"concat1\", not \"concat0\" or \"offset\"\n"
      "derived.ir: error: node %16 (weight): attribute rows is an int, not a list of ints\n"
      "derived.ir: error: node %7 (weight): a derived weight needs derive, sources and rows; rows is missing\n"
      "derived.ir: error: node %8 (weight): sources names 3 weights but rows has 2 numbers\n"
@@ -349,6 +349,37 @@ static void test_derived(void)
     CHECK(kp_weight_recipe_of(g, 2, &arena, &r) == 0 && r.n_sources == 0 && !kp_weight_is_derived(g, 2));
     CHECK(kp_weight_is_derived(g, 3) && kp_weight_recipe_of(g, 3, &arena, &r) == -1);
     CHECK(kp_weight_recipe_of(g, 4, &arena, &r) == -1);
+    ks_arena_free(&arena);
+    kir_graph_free(g);
+
+    /* offset: one source plus a number (a norm's offset:), in f32 and rounded once in bf16; two
+     * sources are refused */
+    g = kt_parse("offset.ir",
+                 "kiln-ir 1\n"
+                 "%0 : f32[3] = weight() {name=\"n+1\", derive=\"offset\", sources=\"n\", rows=[3], offset=1.0}\n"
+                 "%1 : bf16[2] = weight() {name=\"m+1\", derive=\"offset\", sources=\"m\", rows=[2], offset=1.0}\n"
+                 "%2 : f32[2] = weight() {name=\"two\", derive=\"offset\", sources=\"a,b\", rows=[1,1], offset=1.0}\n",
+                 &log);
+    KS_ASSERT(g);
+    CHECK(kp_weight_recipe_of(g, 0, &arena, &r) == 0 && r.n_sources == 1 && r.bytes[0] == 12);
+    if (r.n_sources == 1) {
+        float n[3] = {0.25f, -1.0f, 0x1p-30f}, out[3];
+        const void *src[1] = {n};
+        kp_derive_weight(g, 0, &r, src, out);
+        CHECK(out[0] == 1.25f && out[1] == 0.0f && out[2] == 1.0f + 0x1p-30f);
+    }
+    CHECK(kp_weight_recipe_of(g, 1, &arena, &r) == 0 && r.n_sources == 1 && r.bytes[0] == 4);
+    if (r.n_sources == 1) {
+        uint16_t m[2] = {ks_f32_to_bf16(0.5f), ks_f32_to_bf16(0.00390625f)}, out[2];
+        const void *src[1] = {m};
+        kp_derive_weight(g, 1, &r, src, out);
+        CHECK(ks_bf16_to_f32(out[0]) == 1.5f && ks_bf16_to_f32(out[1]) == 1.0f); /* 1 + 2^-8 rounds to even: 1 */
+    }
+    CHECK(kp_weight_recipe_of(g, 2, &arena, &r) == -1);
+    ks_buf v = {0};
+    ks_diag d = {.log = &v, .quiet = 1};
+    CHECK(kir_verify(g, &d, "offset") != 0 && strstr(ks_buf_cstr(&v), "an offset weight derives from one source, not 2"));
+    ks_buf_free(&v);
     ks_arena_free(&arena);
     kir_graph_free(g);
     ks_buf_free(&log);
