@@ -297,8 +297,10 @@ static int run_models(void)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) test_model(&cases[i]);
 
     /* Every shipped description names what it matches, and nothing else.
-     * The fifth embedded file is models/default.json, the default model's config. */
-    CHECK_MSG(kf_builtin_model_count == 5, "%zu builtin models", kf_builtin_model_count);
+     * One embedded file is models/default.json, the default model's config. */
+    CHECK_MSG(kf_builtin_model_count == 6, "%zu builtin models", kf_builtin_model_count);
+    const kf_builtin_model *gemma2 = builtin_for("gemma2"); /* tests/data/gemma2-tiny's goldens run it */
+    CHECK_MSG(gemma2 && strcmp(gemma2->file, "models/gemma2.kiln") == 0, "gemma2 is matched by models/gemma2.kiln");
     const kf_builtin_model *llama = builtin_for("mistral");
     CHECK_MSG(llama && strcmp(llama->file, "models/llama.kiln") == 0, "mistral is a llama");
     CHECK_MSG(builtin_for("bert") == NULL, "nothing matches bert");
