@@ -8,7 +8,8 @@
 #       golden_test, test_cuda and test_session in $KILN_BUILD (default build-gpu/; flex, bison,
 #       cJSON and NVRTC live here) and gathers what the GPU machine needs into $KILN_BUILD/gpu/:
 #       those binaries, the libcjson and libpcre2 they load, and a copy of ../shared/models for
-#       the run (an ignored build folder, not the repository). Carry "build-gpu/gpu" with the call.
+#       the run and the repository's own goldens (tests/data/*: an ignored build folder, not the
+#       repository). Carry "build-gpu/gpu" with the call.
 #
 #   bash bench/gpu_check.sh run       THERE, from the repository root (the device tool's `run`):
 #       builds nothing that needs flex/bison/cJSON; kiln compiles each engine with NVRTC there.
@@ -66,7 +67,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="${KILN_BUILD:-$root/build-gpu}"
-models_all="${GPU_RUNTIME_MODELS:-gpt2-tiny llama-gqa-tiny qwen2-tiny stories260k tinystories-656k}"
+models_all="${GPU_RUNTIME_MODELS:-gpt2-tiny llama-gqa-tiny qwen2-tiny stories260k tinystories-656k gemma2-tiny}"
 gpu="$build/gpu"
 
 prepare() {
@@ -90,6 +91,9 @@ prepare() {
   done
   # the models, without the GGUF copy nothing here reads
   (cd "$shared/models" && find . -type f ! -name '*.gguf' -exec cp --parents {} "$gpu/models/" \;)
+  # and the repository's own (tests/data/*/golden.json: gemma2-tiny), as the tests run them
+  local own
+  for own in "$root"/tests/data/*/golden.json; do cp -r "$(dirname "$own")" "$gpu/models/" || return 1; done
   du -sh "$gpu"
   echo "carry: ${gpu#$root/}    command: bash bench/gpu_check.sh run"
 }
