@@ -298,9 +298,15 @@ static int run_models(void)
 
     /* Every shipped description names what it matches, and nothing else.
      * One embedded file is models/default.json, the default model's config. */
-    CHECK_MSG(kf_builtin_model_count == 6, "%zu builtin models", kf_builtin_model_count);
-    const kf_builtin_model *gemma2 = builtin_for("gemma2"); /* tests/data/gemma2-tiny's goldens run it */
-    CHECK_MSG(gemma2 && strcmp(gemma2->file, "models/gemma2.kiln") == 0, "gemma2 is matched by models/gemma2.kiln");
+    CHECK_MSG(kf_builtin_model_count == 10, "%zu builtin models", kf_builtin_model_count);
+    /* those whose goldens are tests/data's (tests/data/make_goldens.py) */
+    static const char *const own[][2] = {{"gemma", "models/gemma.kiln"}, {"gemma2", "models/gemma2.kiln"},
+                                         {"gemma3_text", "models/gemma3_text.kiln"}, {"qwen3", "models/qwen3.kiln"},
+                                         {"olmo", "models/olmo.kiln"}};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+        const kf_builtin_model *b = builtin_for(own[i][0]);
+        CHECK_MSG(b && strcmp(b->file, own[i][1]) == 0, "%s is matched by %s", own[i][0], own[i][1]);
+    }
     const kf_builtin_model *llama = builtin_for("mistral");
     CHECK_MSG(llama && strcmp(llama->file, "models/llama.kiln") == 0, "mistral is a llama");
     CHECK_MSG(builtin_for("bert") == NULL, "nothing matches bert");
