@@ -38,15 +38,30 @@ MODELS = {
                    dict(num_hidden_layers=2, head_dim=24, rms_norm_eps=1e-6, tie_word_embeddings=False)),
     "olmo-tiny": ("OlmoConfig", "OlmoForCausalLM", 43,
                   dict(num_hidden_layers=2, clip_qkv=1.5, tie_word_embeddings=False)),
+    "olmo2-tiny": ("Olmo2Config", "Olmo2ForCausalLM", 47,
+                   dict(num_hidden_layers=2, rms_norm_eps=1e-6, tie_word_embeddings=False)),
+    "granite-tiny": ("GraniteConfig", "GraniteForCausalLM", 53,
+                     dict(num_hidden_layers=2, rms_norm_eps=1e-6, embedding_multiplier=3.0, attention_multiplier=0.4,
+                          residual_multiplier=0.5, logits_scaling=2.5, tie_word_embeddings=True)),
+    "nemotron-tiny": ("NemotronConfig", "NemotronForCausalLM", 59,
+                      dict(num_hidden_layers=2, head_dim=32, norm_eps=1e-5, tie_word_embeddings=False,
+                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})),
+    "phi-tiny": ("PhiConfig", "PhiForCausalLM", 61,
+                 dict(num_hidden_layers=2, layer_norm_eps=1e-5, qk_layernorm=True, tie_word_embeddings=False,
+                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})),
+    "cohere-tiny": ("CohereConfig", "CohereForCausalLM", 67,
+                    dict(num_hidden_layers=2, layer_norm_eps=1e-5, logit_scale=0.5, tie_word_embeddings=True,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
 }
 
 
 def randomise(model):
-    """Norm weights (and biases) random: a loader that skips them, or Gemma's 1 + w read as w, fails."""
+    """Norm weights (and biases) random: a loader that skips them, or a (1 + w) norm's w read as the weight, fails."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
-                p.copy_(torch.randn_like(p) * 0.4 + (0.0 if "gemma" in type(model).__name__.lower() else 1.0))
+                one_plus = any(a in type(model).__name__.lower() for a in ("gemma", "nemotron"))  # (1 + w) norms
+                p.copy_(torch.randn_like(p) * 0.4 + (0.0 if one_plus or name.endswith("bias") else 1.0))
 
 
 def make(name):
