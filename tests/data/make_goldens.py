@@ -52,6 +52,9 @@ MODELS = {
     "cohere-tiny": ("CohereConfig", "CohereForCausalLM", 67,
                     dict(num_hidden_layers=2, layer_norm_eps=1e-5, logit_scale=0.5, tie_word_embeddings=True,
                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    "phi3-tiny": ("Phi3Config", "Phi3ForCausalLM", 71,
+                  dict(num_hidden_layers=2, rms_norm_eps=1e-5, sliding_window=6, tie_word_embeddings=False,
+                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75})),
 }
 
 
