@@ -335,6 +335,21 @@ static __device__ __forceinline__ void kcu_fa_kv_tile(unsigned short *__restrict
     }
 }
 
+/* Token u (thread u, u < the tile's tokens) of a tile from t0: its position, the first position it
+ * attends to (WINDOW), its block table (-1 past T), into the tile's shared arrays. */
+template <int WINDOW>
+static __device__ __forceinline__ void kcu_fa_token_row(const int u, const int t0, const int T,
+                                                        const int *__restrict__ positions,
+                                                        const int *__restrict__ table_off, int *rpos, int *rlo,
+                                                        int *rseq)
+{
+    const int t = t0 + u;
+    const int p = t < T ? positions[t] : -1;
+    rpos[u] = p;
+    rlo[u] = WINDOW > 0 && p - WINDOW + 1 > 0 ? p - WINDOW + 1 : 0;
+    rseq[u] = t < T ? table_off[t] : -1;
+}
+
 /* Dynamic shared memory of kcu_flash_attention<..., DK, DV, HB, TW, MW, BN, NS, ...>, bytes: q's
  * rows of the block's warps, then NS K and NS V tiles (kcu_emit_attention.c's flash_smem: the same
  * sum, for the launch). */
@@ -442,13 +457,7 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
     }
 #endif
 
-    if (tid < BT) {
-        const int t = t0 + tid;
-        const int p = t < T ? positions[t] : -1;
-        rpos[tid] = p;
-        rlo[tid] = WINDOW > 0 && p - WINDOW + 1 > 0 ? p - WINDOW + 1 : 0;
-        rseq[tid] = t < T ? table_off[t] : -1;
-    }
+    if (tid < BT) kcu_fa_token_row<WINDOW>(tid, t0, T, positions, table_off, rpos, rlo, rseq);
     /* q's rows (row r: warp r / WT's token r % WT), zeros past T and DK; lands with the first K tile */
     for (int i = tid; i < QROWS * KL::CH; i += NT) {
         const int r = i / KL::CH, ch = i % KL::CH, wr = r / WT;

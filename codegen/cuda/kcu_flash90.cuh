@@ -161,13 +161,7 @@ static __device__ __forceinline__ void kcu_flash90(const int T, const MT *__rest
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    if (tid < TB) {
-        const int t = t0 + tid;
-        const int p = t < T ? positions[t] : -1;
-        rpos[tid] = p;
-        rlo[tid] = WINDOW > 0 && p - WINDOW + 1 > 0 ? p - WINDOW + 1 : 0;
-        rseq[tid] = t < T ? table_off[t] : -1;
-    }
+    if (tid < TB) kcu_fa_token_row<WINDOW>(tid, t0, T, positions, table_off, rpos, rlo, rseq);
     /* q's rows (row r: token r / HB, head r % HB), zeros past T; land with tile 0's group */
     for (int i = tid; i < ROWS * KCH; i += 256) {
         const int r = i / KCH, ch = i % KCH, t = t0 + r / HB, hd = hb * HB + r % HB;
