@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (krt_cuda_meta_parse((const char *)data, size, "fuzz.engine", &m, &d) == 0) {
         KS_ASSERT(d.errors == 0);
         for (int i = 0; i < m.n_kernels; i++)
-            for (int g = 0; g < 3; g++) KS_ASSERT(krt_cuda_grid_dim(&m.kernels[i], g, 7) >= 0);
+            for (int g = 0; g < 3; g++) KS_ASSERT(krt_cuda_grid_dim(&m.kernels[i], g, 7, krt_cuda_large(&m.kernels[i], 7, 1)) >= 0);
         krt_cuda_meta_write(&m, &once);
         KS_ASSERT(krt_cuda_meta_parse(once.data, once.len, "fuzz.engine", &again, &d) == 0);
         krt_cuda_meta_write(&again, &twice);

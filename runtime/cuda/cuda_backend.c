@@ -37,7 +37,10 @@
  * (lazily, the first time a step of that size comes) and replayed after
  * that: the exact size, not a padded bucket, so a replay launches exactly the
  * kernels an eager step would, with the same T, and its results are the same
- * bits. Graph steps read their arrays from a fixed buffer (g_step, laid out
+ * bits. Kernels whose variant follows the step's longest sequence
+ * (large_per_seq: attention, a prompt's prefill kernel against a batch of
+ * decode tokens' kernel) make that a second key: the class of the step's
+ * longest run among their thresholds (seq_thr). Graph steps read their arrays from a fixed buffer (g_step, laid out
  * for graph_max_tokens tokens and as many block-table entries as that many
  * full sequences have), and write the activations, whose address is baked
  * into the graphs: the planned arena never moves; an unplanned engine's
@@ -84,6 +87,9 @@ typedef enum value_home {
     HOME_POSITIONS, /* the step's positions */
 } value_home;
 
+/* distinct thresholds of large_per_seq kernels an engine may have (the generator's: one, ATT_FLASH_T) */
+enum { KRT_CUDA_MAX_SEQ_THR = 4 };
+
 typedef struct cu_state {
     krt_cuda_api api;         /* libcuda, loaded */
     krt_cu_device dev;        /* the device (ordinal 0) */
@@ -128,11 +134,15 @@ typedef struct cu_state {
     int32_t *slots;           /* [T] scratch: the KV row each token writes */
     size_t slots_cap;         /* entries allocated */
     int32_t *seq_off;         /* [max_seqs] scratch: a sequence's table offset in this step, -1 unseen */
+    int32_t *seq_count;       /* [max_seqs] scratch: a sequence's tokens in this step (longest_run) */
+    int64_t seq_thr[KRT_CUDA_MAX_SEQ_THR]; /* the large_above of large_per_seq kernels, distinct, ascending */
+    int n_seq_thr;            /* how many: graphs are keyed by T and how many of them a step's longest run passes */
     int64_t *order;           /* scratch [T]: the sequences of a step, in order of first appearance */
     size_t order_cap;         /* capacity of order */
     int kv_failed;            /* a KV block copy failed; reported by the next step */
     /* CUDA graphs */
-    krt_cu_graph_exec *graphs; /* [opts.graph_max_tokens + 1]: the step of T tokens, NULL until captured */
+    krt_cu_graph_exec *graphs; /* [(opts.graph_max_tokens + 1) (n_seq_thr + 1)]: the step of T tokens whose longest
+                                * sequence passes c of seq_thr at T (n_seq_thr + 1) + c, NULL until captured */
     int n_graphs;             /* graphs held now */
     krt_cu_ptr g_step;        /* graph steps' int arrays: 4 * graph_max_tokens + g_tables entries */
     size_t g_tables;          /* block-table entries g_step holds */
@@ -567,9 +577,9 @@ static int start_profile(cu_state *s, ks_diag *d)
 
 static int record(cu_state *s, int i, ks_diag *d) { return krt_cu_profile_record(s->events, i, d); }
 
-static int collect_profile(cu_state *s, const krt_step *st, int n_draw, int head, ks_diag *d)
+static int collect_profile(cu_state *s, const krt_step *st, int64_t run, int n_draw, int head, ks_diag *d)
 {
-    return krt_cu_profile_collect(s->events, st, n_draw, head, d);
+    return krt_cu_profile_collect(s->events, st, run, n_draw, head, d);
 }
 
 static void cuda_profile_report(void *state, double ceiling_tflops, ks_buf *out)
@@ -586,6 +596,57 @@ static void cuda_profile_report(void *state, double ceiling_tflops, ks_buf *out)
 }
 
 /* ---- open and attach ---------------------------------------------------------------------------- */
+/* The thresholds of the large_per_seq kernels, distinct and ascending, into seq_thr; more than
+ * KRT_CUDA_MAX_SEQ_THR of them is a damaged engine. */
+static int seq_thresholds(cu_state *s, ks_diag *d)
+{
+    s->n_seq_thr = 0;
+    for (int i = 0; i < s->meta.n_kernels; i++) {
+        const krt_cuda_kernel *k = &s->meta.kernels[i];
+        if (!k->name_large || !k->large_per_seq) continue;
+        int at = 0;
+        while (at < s->n_seq_thr && s->seq_thr[at] < k->large_above) at++;
+        if (at < s->n_seq_thr && s->seq_thr[at] == k->large_above) continue;
+        if (s->n_seq_thr == KRT_CUDA_MAX_SEQ_THR) {
+            ks_error(d, s->e->path, "damaged: more than %d thresholds of kernels chosen by sequence",
+                     KRT_CUDA_MAX_SEQ_THR);
+            return -1;
+        }
+        memmove(s->seq_thr + at + 1, s->seq_thr + at, sizeof *s->seq_thr * (size_t)(s->n_seq_thr - at));
+        s->seq_thr[at] = k->large_above;
+        s->n_seq_thr++;
+    }
+    return 0;
+}
+
+/* Entries of the graphs' table: a step size and a class of its longest sequence each. */
+static size_t n_graph_keys(const cu_state *s)
+{
+    return ((size_t)s->opts.graph_max_tokens + 1) * (size_t)(s->n_seq_thr + 1);
+}
+
+/* The graph of a step of T tokens whose longest sequence has run of them. */
+static size_t graph_key(const cu_state *s, int64_t T, int64_t run)
+{
+    int c = 0;
+    while (c < s->n_seq_thr && run > s->seq_thr[c]) c++;
+    return (size_t)T * (size_t)(s->n_seq_thr + 1) + (size_t)c;
+}
+
+/* The most tokens one sequence has in step st (the large_per_seq kernels' choice); T when no
+ * kernel asks. */
+static int64_t longest_run(cu_state *s, const krt_step *st)
+{
+    int64_t T = st->n_tokens, run = 0;
+    if (!s->n_seq_thr || !s->seq_count) return T;
+    for (int64_t i = 0; i < T; i++) s->seq_count[st->seq_ids[i]] = 0;
+    for (int64_t i = 0; i < T; i++) {
+        int32_t c = ++s->seq_count[st->seq_ids[i]];
+        if (c > run) run = c;
+    }
+    return run;
+}
+
 static void *cuda_open(const krt_engine *e, const krt_backend_opts *o, ks_diag *d)
 {
     size_t size = 0;
@@ -603,7 +664,8 @@ static void *cuda_open(const krt_engine *e, const krt_backend_opts *o, ks_diag *
     if (s->opts.graph_max_tokens <= 0) s->opts.graphs = 0;
     if (s->opts.profile) s->opts.graphs = 0; /* every launch is timed on its own */
     /* the engine's own consistency first: a damaged one is reported before the driver is touched */
-    if (krt_cuda_meta_parse(text, size, e->path, &s->meta, d) != 0 || place_values(s, d) != 0 ||
+    if (krt_cuda_meta_parse(text, size, e->path, &s->meta, d) != 0 || seq_thresholds(s, d) != 0 ||
+        place_values(s, d) != 0 ||
         krt_cuda_api_load(&s->api, d) != 0 || open_device(s, d) != 0 || load_kernels(s, d) != 0 ||
         upload_weights(s, d) != 0 ||
         (s->desc->plan.planned && alloc_arena(s, d) != 0) || (s->opts.profile && start_profile(s, d) != 0)) {
@@ -614,10 +676,10 @@ static void *cuda_open(const krt_engine *e, const krt_backend_opts *o, ks_diag *
     const krt_plan *plan = &s->desc->plan;
     if (plan->planned && s->opts.graph_max_tokens > plan->max_tokens) s->opts.graph_max_tokens = (int)plan->max_tokens;
     if (s->opts.graphs) {
-        s->graphs = ks_try_calloc((size_t)s->opts.graph_max_tokens + 1, sizeof *s->graphs);
+        size_t n = n_graph_keys(s);
+        s->graphs = ks_try_calloc(n, sizeof *s->graphs);
         if (!s->graphs) {
-            ks_error_oom(d, e->path, ((size_t)s->opts.graph_max_tokens + 1) * sizeof *s->graphs,
-                         "the CUDA graphs' table");
+            ks_error_oom(d, e->path, n * sizeof *s->graphs, "the CUDA graphs' table");
             cuda_destroy(s);
             return NULL;
         }
@@ -634,6 +696,8 @@ static int cuda_attach(void *state, krt_kv *kv, ks_diag *d)
     const krt_kv_config *cfg = krt_kv_config_of(kv);
     s->seq_off = ks_try_calloc((size_t)cfg->max_seqs, sizeof *s->seq_off);
     if (!s->seq_off) return ks_error_oom(d, s->e->path, (size_t)cfg->max_seqs * sizeof *s->seq_off, "the sequences");
+    s->seq_count = ks_try_calloc((size_t)cfg->max_seqs, sizeof *s->seq_count);
+    if (!s->seq_count) return ks_error_oom(d, s->e->path, (size_t)cfg->max_seqs * sizeof *s->seq_count, "the sequences");
     if ((int64_t)cfg->n_blocks * cfg->block_size > INT32_MAX) {
         ks_error(d, "cuda", "a KV cache of %d blocks of %d positions has more rows than the kernels index (2^31)",
                  cfg->n_blocks, cfg->block_size);
@@ -659,7 +723,7 @@ static int cuda_mem_info(void *state, krt_device_mem *m, ks_diag *d)
 
 static void drop_graphs(cu_state *s)
 {
-    for (int t = 0; s->graphs && t <= s->opts.graph_max_tokens; t++)
+    for (size_t t = 0; s->graphs && t < n_graph_keys(s); t++)
         if (s->graphs[t]) {
             s->api.cuGraphExecDestroy(s->graphs[t]);
             s->graphs[t] = NULL;
@@ -698,6 +762,7 @@ static void cuda_destroy(void *state)
     free(s->stage);
     free(s->slots);
     free(s->seq_off);
+    free(s->seq_count);
     free(s->order);
     free(s->draw_rows);
     free(s->draw_iota);
@@ -1012,22 +1077,24 @@ static int launch_variant(cu_state *s, int i, int j, int64_t T, const step_ptrs 
     return 0;
 }
 
-/* Kernel i's own launch (not a variant) for T tokens, with value `swap`'s pointer replaced by
- * swap_ptr (swap UINT32_MAX: none). */
-static int launch_kernel(cu_state *s, int i, int64_t T, const step_ptrs *p, uint32_t swap, krt_cu_ptr swap_ptr,
-                         ks_diag *d)
+/* Kernel i's own launch (not a variant) for T tokens whose longest sequence has run of them, with
+ * value `swap`'s pointer replaced by swap_ptr (swap UINT32_MAX: none). */
+static int launch_kernel(cu_state *s, int i, int64_t T, int64_t run, const step_ptrs *p, uint32_t swap,
+                         krt_cu_ptr swap_ptr, ks_diag *d)
 {
     const krt_cuda_kernel *k = &s->meta.kernels[i];
-    const int64_t grid[3] = {krt_cuda_grid_dim(k, 0, T), krt_cuda_grid_dim(k, 1, T), krt_cuda_grid_dim(k, 2, T)};
-    int run = check_grid(k->name, grid, T, d);
-    if (run <= 0) return run;
+    const int large = krt_cuda_large(k, T, run);
+    const int64_t grid[3] = {krt_cuda_grid_dim(k, 0, T, large), krt_cuda_grid_dim(k, 1, T, large),
+                             krt_cuda_grid_dim(k, 2, T, large)};
+    int go = check_grid(k->name, grid, T, d);
+    if (go <= 0) return go;
     arg_slot slot[KRT_CUDA_MAX_ARGS] = {{0}};
     void *params[KRT_CUDA_MAX_ARGS + 1] = {0};
     fill_params(s, k->args, k->n_args, T, p, 0, slot, params);
     for (int a = 0; a < k->n_args && swap != UINT32_MAX; a++)
         if (k->args[a].kind == KRT_CUDA_ARG_VALUE && s->root[k->args[a].index] == swap) slot[a].ptr = swap_ptr;
-    krt_cu_fn fn = k->name_large && T > k->large_above ? s->fns_large[i] : s->fns[i];
-    int smem = k->name_large && T > k->large_above ? k->smem_large : 0;
+    krt_cu_fn fn = large ? s->fns_large[i] : s->fns[i];
+    int smem = large ? k->smem_large : 0;
     krt_cu_result r = launch_fn(s, fn, grid, k->block, smem, params);
     if (r != 0) return cu_error(s, d, r, "cannot launch %s", k->name);
     return 0;
@@ -1054,26 +1121,27 @@ static int launch_head(cu_state *s, int64_t n, const int32_t *rows, const step_p
         if ((r = s->api.cuMemcpyDtoDAsync(s->head_rows + s->head_row_bytes * (size_t)j,
                                           x + s->head_row_bytes * (size_t)rows[j], s->head_row_bytes, s->stream)) != 0)
             return cu_error(s, d, r, "cannot gather the drawn rows");
-    return launch_kernel(s, s->head, n, p, s->head_x, s->head_rows, d);
+    return launch_kernel(s, s->head, n, n, p, s->head_x, s->head_rows, d);
 }
 
-/* Launch kernel i for a step of T tokens on the stream (or into the graph being captured). */
-static int launch(cu_state *s, int i, int64_t T, const step_ptrs *p, ks_diag *d)
+/* Launch kernel i for a step of T tokens whose longest sequence has run of them on the stream (or
+ * into the graph being captured). */
+static int launch(cu_state *s, int i, int64_t T, int64_t run, const step_ptrs *p, ks_diag *d)
 {
     const krt_cuda_kernel *k = &s->meta.kernels[i];
     const krt_cuda_variant *v = krt_cuda_pick_variant(k, s->arch, T);
     if (v) return launch_variant(s, i, (int)(v - k->variants), T, p, d);
-    return launch_kernel(s, i, T, p, UINT32_MAX, 0, d);
+    return launch_kernel(s, i, T, run, p, UINT32_MAX, 0, d);
 }
 
-/* Capture the kernels of a step of T tokens reading the arrays at p into
- * graphs[T]. On failure the stream is left out of capture mode. */
-static int capture(cu_state *s, int64_t T, const step_ptrs *p, ks_diag *d)
+/* Capture the kernels of a step of T tokens whose longest sequence has run of them, reading the
+ * arrays at p, into its graph (graph_key). On failure the stream is left out of capture mode. */
+static int capture(cu_state *s, int64_t T, int64_t run, const step_ptrs *p, ks_diag *d)
 {
     krt_cu_result r = s->api.cuStreamBeginCapture(s->stream, KRT_CU_CAPTURE_MODE_THREAD_LOCAL);
     if (r != 0) return cu_error(s, d, r, "cannot capture a CUDA graph of a %lld-token step", (long long)T);
     int rc = 0;
-    for (int i = 0; i < s->meta.n_kernels && rc == 0; i++) rc = launch(s, i, T, p, d);
+    for (int i = 0; i < s->meta.n_kernels && rc == 0; i++) rc = launch(s, i, T, run, p, d);
     krt_cu_graph graph = NULL;
     r = s->api.cuStreamEndCapture(s->stream, &graph);
     if (rc == 0 && r != 0) rc = cu_error(s, d, r, "cannot capture a CUDA graph of a %lld-token step", (long long)T);
@@ -1082,7 +1150,7 @@ static int capture(cu_state *s, int64_t T, const step_ptrs *p, ks_diag *d)
         rc = cu_error(s, d, r, "cannot instantiate the CUDA graph of a %lld-token step", (long long)T);
     if (graph) s->api.cuGraphDestroy(graph);
     if (rc) return -1;
-    s->graphs[T] = exec;
+    s->graphs[graph_key(s, T, run)] = exec;
     s->n_graphs++;
     return 0;
 }
@@ -1090,14 +1158,14 @@ static int capture(cu_state *s, int64_t T, const step_ptrs *p, ks_diag *d)
 /* capture, with the kernel overlap where it is on; a driver that cannot capture overlapping
  * launches (graphs took programmatic launches from CUDA 12.3) gets them one after the other from
  * then on, and the capture again (a failure that is not the overlap's is reported by that one). */
-static int capture_step(cu_state *s, int64_t T, const step_ptrs *p, ks_diag *d)
+static int capture_step(cu_state *s, int64_t T, int64_t run, const step_ptrs *p, ks_diag *d)
 {
     if (s->pdl) {
         ks_diag quiet = {.quiet = 1};
-        if (capture(s, T, p, &quiet) == 0) return 0;
+        if (capture(s, T, run, p, &quiet) == 0) return 0;
         s->pdl = 0;
     }
-    return capture(s, T, p, d);
+    return capture(s, T, run, p, d);
 }
 
 /* Where the draw kernel's arrays lie in draw_dev, for cap draws: each
@@ -1306,6 +1374,7 @@ static int run_step(cu_state *s, const krt_step *st, float *out, int n_draw, con
     if (KS_TRY_GROW(s->slots, (size_t)T, s->slots_cap, (size_t)1 << 31) != 0)
         return ks_error_oom(d, s->e->path, (size_t)T * sizeof *s->slots, "a step's KV rows");
     fill_slots(s, st, s->slots);
+    const int64_t run = longest_run(s, st); /* the large_per_seq kernels' choice, and the graph's key */
     if (n_draw > 0 && !s->draw_fn) {
         ks_error(d, s->e->path, "the engine has no draw kernel (built before kiln drew tokens on the GPU): rebuild it");
         return -1;
@@ -1323,8 +1392,9 @@ static int run_step(cu_state *s, const krt_step *st, float *out, int n_draw, con
         (s->events && record(s, step_ev, d) != 0) || upload_step(s, st, graph, &p, d) != 0)
         return -1;
     if (graph) {
-        if (!s->graphs[T] && capture_step(s, T, &p, d) != 0) return -1;
-        if ((r = s->api.cuGraphLaunch(s->graphs[T], s->stream)) != 0)
+        const size_t key = graph_key(s, T, run);
+        if (!s->graphs[key] && capture_step(s, T, run, &p, d) != 0) return -1;
+        if ((r = s->api.cuGraphLaunch(s->graphs[key], s->stream)) != 0)
             return cu_error(s, d, r, "cannot launch the CUDA graph of a %lld-token step", (long long)T);
     } else {
         if (s->tap && layout_tap(s, T, d) != 0) return -1;
@@ -1332,7 +1402,7 @@ static int run_step(cu_state *s, const krt_step *st, float *out, int n_draw, con
             if ((s->events && record(s, 2 * i, d) != 0)) return -1;
             if (i == s->head && head_rows) {
                 if (launch_head(s, n_draw, rows, &p, d) != 0) return -1;
-            } else if (launch(s, i, T, &p, d) != 0) {
+            } else if (launch(s, i, T, run, &p, d) != 0) {
                 return -1;
             }
             if ((s->events && record(s, 2 * i + 1, d) != 0) || (s->tap && copy_tapped(s, i, T, &p, d) != 0)) return -1;
@@ -1351,7 +1421,7 @@ static int run_step(cu_state *s, const krt_step *st, float *out, int n_draw, con
     if (s->events && record(s, step_ev + 1, d) != 0) return -1;
     if ((r = s->api.cuStreamSynchronize(s->stream)) != 0)
         return cu_error(s, d, r, "the step failed on the device (%s)", s->device_name);
-    if (s->events && collect_profile(s, st, n_draw, head_rows ? s->head : -1, d) != 0) return -1;
+    if (s->events && collect_profile(s, st, run, n_draw, head_rows ? s->head : -1, d) != 0) return -1;
     for (int k = 0; k < n_draw; k++) {
         draws[k].id = s->draw_rows[k].id;
         draws[k].rng = s->draw_rows[k].rng;

@@ -36,9 +36,14 @@ void krt_cuda_arg_format(const krt_cuda_arg *a, ks_buf *b)
 /* {t, c, div}: ceil((T t + c) / div) */
 static int64_t grid_of(const int64_t g[3], int64_t T) { return (T * g[0] + g[1] + g[2] - 1) / g[2]; }
 
-int64_t krt_cuda_grid_dim(const krt_cuda_kernel *k, int i, int64_t T)
+int krt_cuda_large(const krt_cuda_kernel *k, int64_t T, int64_t run)
 {
-    return grid_of(k->name_large && k->has_grid_large && T > k->large_above ? k->grid_large[i] : k->grid[i], T);
+    return k->name_large && (k->large_per_seq ? run : T) > k->large_above;
+}
+
+int64_t krt_cuda_grid_dim(const krt_cuda_kernel *k, int i, int64_t T, int large)
+{
+    return grid_of(large && k->has_grid_large ? k->grid_large[i] : k->grid[i], T);
 }
 
 int64_t krt_cuda_launch_grid_dim(const krt_cuda_launch *l, int i, int64_t T) { return grid_of(l->grid[i], T); }
@@ -123,6 +128,7 @@ void krt_cuda_meta_write(const krt_cuda_meta *meta, ks_buf *out)
             cJSON *jl = cJSON_AddObjectToObject(jk, "large");
             cJSON_AddStringToObject(jl, "name", k->name_large);
             cJSON_AddNumberToObject(jl, "above", (double)k->large_above);
+            if (k->large_per_seq) cJSON_AddTrueToObject(jl, "per_seq"); /* absent: by the step's tokens, as before */
             if (k->has_grid_large) {
                 cJSON *grid = cJSON_AddArrayToObject(jl, "grid");
                 for (int g = 0; g < 3; g++) cJSON_AddItemToArray(grid, int_array(k->grid_large[g], 3));
@@ -297,6 +303,9 @@ static int parse_kernel(reader *r, krt_cuda_meta *m, const cJSON *jk, krt_cuda_k
         if (!k->name_large) return nomem(r, m);
         if (get_count(r, cJSON_GetObjectItemCaseSensitive(jl, "above"), "kernel large.above", INT32_MAX, &v)) return -1;
         k->large_above = v;
+        const cJSON *ps = cJSON_GetObjectItemCaseSensitive(jl, "per_seq");
+        if (ps && !cJSON_IsBool(ps)) return bad(r, "kernel %s: large.per_seq must be true or false", k->name);
+        k->large_per_seq = cJSON_IsTrue(ps);
         const cJSON *lg = cJSON_GetObjectItemCaseSensitive(jl, "grid");
         if (lg) {
             if (parse_grid(r, k, lg, k->grid_large)) return -1;

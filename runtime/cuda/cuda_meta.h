@@ -113,6 +113,10 @@ typedef struct krt_cuda_kernel {
     const char *name;                    /* the kernel's function name, e.g. "k6_matmul" */
     const char *name_large;              /* launched instead when T > large_above; NULL: name for every T */
     int64_t large_above;                 /* tokens a step above which name_large runs */
+    int large_per_seq;                   /* 1: name_large runs when one sequence has more than large_above tokens
+                                          * in the step, not when the step has (attention: a prompt takes the
+                                          * prefill kernel, a batch of decode tokens the decode one; meta
+                                          * "large.per_seq") */
     int has_grid_large;                  /* 1: name_large runs on grid_large; 0: on grid */
     int64_t grid_large[3][3];            /* name_large's grid, as grid */
     int smem_large;                      /* name_large's dynamic shared memory, bytes (0: none; meta "large.smem") */
@@ -148,8 +152,11 @@ void krt_cuda_meta_write(const krt_cuda_meta *meta, ks_buf *out);
 int krt_cuda_meta_parse(const char *text, size_t len, const char *what, krt_cuda_meta *meta, ks_diag *d);
 void krt_cuda_meta_free(krt_cuda_meta *meta);
 
-/* Grid dimension i of kernel k for a step of T tokens (of name_large's grid when that runs). */
-int64_t krt_cuda_grid_dim(const krt_cuda_kernel *k, int i, int64_t T);
+/* Whether kernel k runs name_large for a step of T tokens whose longest sequence has run of them. */
+int krt_cuda_large(const krt_cuda_kernel *k, int64_t T, int64_t run);
+
+/* Grid dimension i of kernel k for a step of T tokens (of name_large's grid when large: krt_cuda_large). */
+int64_t krt_cuda_grid_dim(const krt_cuda_kernel *k, int i, int64_t T, int large);
 
 /* Grid dimension i of a launch for a step of T tokens. */
 int64_t krt_cuda_launch_grid_dim(const krt_cuda_launch *l, int i, int64_t T);

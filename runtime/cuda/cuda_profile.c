@@ -107,7 +107,7 @@ static int elapsed(const krt_cu_profile *p, int a, int b, double *ms, ks_diag *d
     return 0;
 }
 
-int krt_cu_profile_collect(krt_cu_profile *p, const krt_step *st, int n_draw, int head, ks_diag *d)
+int krt_cu_profile_collect(krt_cu_profile *p, const krt_step *st, int64_t run, int n_draw, int head, ks_diag *d)
 {
     int64_t T = st->n_tokens;
     krt_cu_prof_class *c = &p->prof[T > KRT_PROFILE_DECODE_TOKENS];
@@ -121,7 +121,8 @@ int krt_cu_profile_collect(krt_cu_profile *p, const krt_step *st, int n_draw, in
     }
     for (int i = 0; i < nk; i++) {
         int ran = 1; /* launch() skips a kernel whose grid is empty at this T */
-        for (int g = 0; g < 3; g++) ran &= krt_cuda_grid_dim(&p->meta->kernels[i], g, T) > 0;
+        const int large = krt_cuda_large(&p->meta->kernels[i], T, run);
+        for (int g = 0; g < 3; g++) ran &= krt_cuda_grid_dim(&p->meta->kernels[i], g, T, large) > 0;
         if (!ran) continue;
         if (elapsed(p, 2 * i, 2 * i + 1, &ms, d) != 0) return -1;
         c->launches[p->name_of[i]]++;

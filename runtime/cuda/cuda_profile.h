@@ -63,9 +63,10 @@ void krt_cu_profile_free(krt_cu_profile *p);
 int krt_cu_profile_record(krt_cu_profile *p, int i, ks_diag *d);
 /* After step st (and n_draw draws) has run and the stream has been waited
  * for: its launches' times and operations and its own time, summed into its
- * kind of step. head: the kernel that ran on the n_draw drawn rows only (its
+ * kind of step. run: the most tokens one sequence had in it (which kernels ran:
+ * krt_cuda_large). head: the kernel that ran on the n_draw drawn rows only (its
  * operations counted for them), or -1. */
-int krt_cu_profile_collect(krt_cu_profile *p, const krt_step *st, int n_draw, int head, ks_diag *d);
+int krt_cu_profile_collect(krt_cu_profile *p, const krt_step *st, int64_t run, int n_draw, int head, ks_diag *d);
 /* The tables: per kind of step that ran, each kernel name's launches, time,
  * operations (GFLOP) and rate (TFLOP/s), and what it computes; with
  * ceiling_tflops > 0 the rate's fraction of it as well (0: no such column). */

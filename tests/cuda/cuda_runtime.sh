@@ -3,7 +3,8 @@
 # for libcuda; the engine's kernels compiled for the CPU with g++, alignment checked): skips
 # (77) without NVRTC or g++.
 #  - tests/session's test_session on the CUDA engine: per-sequence failures, draws on the
-#    device against the CPU sampler, steps with and without CUDA graphs bitwise equal;
+#    device against the CPU sampler, steps with and without CUDA graphs bitwise equal; and on an
+#    engine with the tensor-core prefill attention (a batch of 41 decode tokens on the decode kernel);
 #  - tests/session's test_oom on it: every host allocation of kiln.h's calls failing in turn,
 #    the backend's included, reported as out of memory with nothing changed;
 #  - kiln run: graphs replayed (the stand-in counts them) and the same logits without them;
@@ -36,6 +37,11 @@ extra4=$!
 ( "$KILN_BIN" build "$model" --target sm_90 --passes none --emit-source "$work/src0" -o "$work/cu0.engine" \
     && compile_kernels "$work/src0" "$work/kernels0.so" ) >"$work/extra0.log" 2>&1 &
 extra0=$!
+# and one with the tensor-core prefill attention (the attention kernels' large variant, chosen by the
+# step's longest sequence): test_session's batch of 41 one-token sequences must stay on the decode kernel
+( KILN_CUDA_FLASH_PREFILL=1 "$KILN_BIN" build "$model" --target sm_90 --emit-source "$work/srcf" -o "$work/cuf.engine" \
+    && compile_kernels "$work/srcf" "$work/kernelsf.so" ) >"$work/extraf.log" 2>&1 &
+extraf=$!
 # and one whose logits hold a NaN (the tied embedding/output row of id 100): the engine's own
 # graph, so the same kernels
 mkdir -p "$work/nan"
@@ -51,6 +57,10 @@ weight_bytes=$(awk '$1 == "weights:" { print $4 }' "$work/inspect.txt")
 export KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$engine_dir/kernels.so"
 
 "$KILN_TEST_SESSION" "$cu" && passes=$((passes+1)) || { echo "FAIL: test_session on the CUDA engine"; failures=$((failures+1)); }
+wait $extraf || { echo "FAIL: the flash-prefill engine:"; cat "$work/extraf.log"; exit 1; }
+KILN_EMU_KERNELS="$work/kernelsf.so" "$KILN_TEST_SESSION" "$work/cuf.engine" | grep -E "batch|checks" \
+  && [ "${PIPESTATUS[0]}" -eq 0 ] && passes=$((passes+1)) \
+  || { echo "FAIL: test_session on the flash-prefill CUDA engine"; failures=$((failures+1)); }
 "$KILN_TEST_OOM" "$cu" && passes=$((passes+1)) || { echo "FAIL: test_oom on the CUDA engine"; failures=$((failures+1)); }
 
 # graphs: captured and replayed, and the same bits as launching each kernel

@@ -190,8 +190,8 @@ static void test_generate(void)
     krt_cuda_meta_write(&back, &again);
     CHECK_STR(ks_buf_cstr(&again), ks_buf_cstr(&text));
     CHECK(back.pdl == 1); /* every kernel opens with KCU_PDL_ENTER (engines before it: no "pdl", 0) */
-    CHECK(back.n_kernels == 6 && krt_cuda_grid_dim(&back.kernels[2], 0, 5) == 1 &&
-          krt_cuda_grid_dim(&back.kernels[2], 0, 33) == 1 && krt_cuda_grid_dim(&back.kernels[0], 0, 33) == 2);
+    CHECK(back.n_kernels == 6 && krt_cuda_grid_dim(&back.kernels[2], 0, 5, 0) == 1 &&
+          krt_cuda_grid_dim(&back.kernels[2], 0, 33, 0) == 1 && krt_cuda_grid_dim(&back.kernels[0], 0, 33, 0) == 2);
     krt_cuda_meta_free(&back);
     meta.archs = NULL;
     krt_cuda_meta_free(&meta);
@@ -274,6 +274,10 @@ static void test_meta_errors(void)
     expect_meta_error("{\"format\":\"kiln-cuda-2\",\"archs\":[\"sm_90\"],\"output\":1,\"pdl\":1,\"aliases\":[],"
                       "\"kernels\":[]}",
                       "x.engine: error: damaged cuda.meta: pdl is not true or false\n");
+    expect_meta_error("{\"format\":\"kiln-cuda-2\",\"archs\":[\"sm_90\"],\"output\":1,\"aliases\":[],"
+                      "\"kernels\":[{\"name\":\"k\",\"node\":1,\"block\":32,\"large\":{\"name\":\"k_large\",\"above\":32,"
+                      "\"per_seq\":1},\"grid\":[[0,1,1],[0,1,1],[0,1,1]],\"args\":[\"T\"]}]}",
+                      "x.engine: error: damaged cuda.meta: kernel k: large.per_seq must be true or false\n");
 }
 
 /* A kernel with variants for sm_90a (the gemm90 matmul, after a norm's own kernel above 64 tokens,
@@ -949,7 +953,7 @@ static void test_flash_option(void)
     krt_cuda_meta_write(&meta, &text);
     mask_names(ks_buf_cstr(&text), &masked);
     CHECK(strstr(ks_buf_cstr(&masked), "{\"name\":\"k_attention_#\",\"node\":10,\"block\":256,\"large\":{\"name\":"
-                                        "\"k_attention_#_large\",\"above\":32,\"grid\":[[0,2,1],[1,0,128],[0,1,1]],"
+                                        "\"k_attention_#_large\",\"above\":32,\"per_seq\":true,\"grid\":[[0,2,1],[1,0,128],[0,1,1]],"
                                         "\"smem\":24576},"
                                         "\"grid\":[[1,0,1],[0,2,1],[0,8,1]],") != NULL);
     CHECK(strstr(ks_buf_cstr(&src), "if (kcu_fa_few_blocks(T, 256, 2))\n"
@@ -960,10 +964,15 @@ static void test_flash_option(void)
           NULL);
     if (CHECK(krt_cuda_meta_parse(text.data, text.len, "x.engine", &back, &s.d) == 0) && CHECK(back.n_kernels == 6)) {
         const krt_cuda_kernel *k = &back.kernels[5];
-        CHECK(krt_cuda_grid_dim(k, 0, 32) == 32 && krt_cuda_grid_dim(k, 1, 32) == 2);   /* today's kernel */
+        /* chosen by the step's longest sequence: a prompt of 33 tokens takes the prefill kernel, 33
+         * sequences of one token each (batched decode) the decode one, so a sequence's attention
+         * is computed the same way whatever shares its step */
+        CHECK(k->large_per_seq && krt_cuda_large(k, 33, 33) && !krt_cuda_large(k, 33, 1) && !krt_cuda_large(k, 300, 32));
+        CHECK(krt_cuda_grid_dim(k, 0, 32, 0) == 32 && krt_cuda_grid_dim(k, 1, 32, 0) == 2);   /* today's kernel */
+        CHECK(krt_cuda_grid_dim(k, 0, 300, 0) == 300);
         /* the prefill: head groups on x, token tiles on y (blocks start x first: longest rows first) */
-        CHECK(krt_cuda_grid_dim(k, 1, 33) == 1 && krt_cuda_grid_dim(k, 1, 300) == 3);
-        CHECK(krt_cuda_grid_dim(k, 0, 300) == 2 && k->smem_large == 24576);
+        CHECK(krt_cuda_grid_dim(k, 1, 33, 1) == 1 && krt_cuda_grid_dim(k, 1, 300, 1) == 3);
+        CHECK(krt_cuda_grid_dim(k, 0, 300, 1) == 2 && k->smem_large == 24576);
     }
     krt_cuda_meta_free(&back);
     meta.archs = NULL;

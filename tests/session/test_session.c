@@ -24,7 +24,8 @@
  *  - on a device, graphs: the same steps with and without CUDA graphs give
  *    bitwise equal logits (steps of 1-64 tokens replayed, a larger one eager);
  *  - batch invariance: a sequence decoded alone and among 7 other sequences (31 on the interpreter)
- *    of other lengths and ids gives bitwise equal logits;
+ *    of other lengths and ids gives bitwise equal logits; on a device, among 40 within 1e-4 (steps
+ *    over the prefill attention's threshold, on the decode attention kernel);
  *  - the tap sees the step's values.
  * The last lines summarize the figures (bench/gpu_runtime_check.sh keeps them).
  */
@@ -439,6 +440,21 @@ static void test_batch_invariance(void)
         CHECK(same);
         printf("batch invariance: %d decode steps among %d other sequences %s alone\n", INV_DECODE, sizes[k],
                same ? "bitwise equal to" : "DIFFER from");
+    }
+    if (on_device) {
+        /* among 40 others: 41 one-token steps, over the prefill attention's 32 tokens, stay on the decode
+         * attention kernel (chosen by the step's longest sequence, not its size), replayed from a graph;
+         * the matmuls take the tensor-core path there (another order), so close rather than equal */
+        invariance_run(40, among);
+        double worst = 0, scale = 0;
+        for (size_t i = 0; i < INV_DECODE * (size_t)vocab; i++) {
+            double dv = fabs((double)among[i] - alone[i]);
+            if (dv > worst) worst = dv;
+            if (fabs(alone[i]) > scale) scale = fabs(alone[i]);
+        }
+        CHECK_MSG(worst <= 1e-4 * scale, "among 40 others: max|d| %g of max %g", worst, scale);
+        printf("batch of 41: %d decode steps among 40 other sequences within %.2g of alone (max|d|/max)\n", INV_DECODE,
+               scale > 0 ? worst / scale : 0.0);
     }
     free(alone);
     free(among);
