@@ -507,7 +507,8 @@ static kf_value eval_cond(kf_lower *L, const kf_expr *e)
 }
 
 /* ---- scalar functions ---------------------------------------------------------------- */
-static const char *const scalar_functions[] = {"sqrt", "min", "max", "abs", "int", "float"};
+static const char *const scalar_functions[] = {"sqrt", "min", "max", "abs", "int", "float", "log", "pow", "floor",
+                                               "ceil"};
 
 static kf_value to_int(kf_lower *L, kf_value v, kf_loc loc)
 {
@@ -535,16 +536,16 @@ static int eval_scalar_call(kf_lower *L, const kf_expr *e, kf_value *out)
     while (fn < nfn && strcmp(scalar_functions[fn], name) != 0) fn++;
     if (fn == nfn) return 0;
     size_t n = e->u.call.n;
-    int variadic = strcmp(name, "min") == 0 || strcmp(name, "max") == 0;
+    int variadic = strcmp(name, "min") == 0 || strcmp(name, "max") == 0, pair = strcmp(name, "pow") == 0;
     for (size_t i = 0; i < n; i++) {
         if (e->u.call.args[i].name) {
             *out = kf_error(L, e->u.call.args[i].loc, "%s: takes no named arguments", name);
             return 1;
         }
     }
-    if (variadic ? n < 2 : n != 1) {
-        *out = kf_error(L, e->loc, "%s: expected %s, got %zu", name, variadic ? "at least 2 arguments" : "1 argument",
-                        n);
+    if (variadic ? n < 2 : n != (pair ? 2u : 1u)) {
+        *out = kf_error(L, e->loc, "%s: expected %s, got %zu", name,
+                        variadic ? "at least 2 arguments" : pair ? "2 arguments" : "1 argument", n);
         return 1;
     }
     kf_value v[KIR_MAX_INPUTS];
@@ -577,6 +578,22 @@ static int eval_scalar_call(kf_lower *L, const kf_expr *e, kf_value *out)
             *out = kf_error_value(L, e->loc, v[0], "sqrt: %g is negative", as_double(v[0]));
         else
             *out = kf_float(sqrt(as_double(v[0])));
+    } else if (strcmp(name, "log") == 0) {
+        if (!(as_double(v[0]) > 0))
+            *out = kf_error_value(L, e->loc, v[0], "log: %g is not positive", as_double(v[0]));
+        else
+            *out = kf_float(log(as_double(v[0])));
+    } else if (strcmp(name, "pow") == 0) {
+        double r = pow(as_double(v[0]), as_double(v[1]));
+        *out = isfinite(r) ? kf_float(r)
+                           : kf_error(L, e->loc, "pow: %g to the power %g is not a finite number", as_double(v[0]),
+                                      as_double(v[1]));
+    } else if (strcmp(name, "floor") == 0 || strcmp(name, "ceil") == 0) {
+        /* whole numbers, as ints (a dim or a count computed from a float) */
+        double x = name[0] == 'f' ? floor(as_double(v[0])) : ceil(as_double(v[0]));
+        *out = x >= -9223372036854775808.0 && x < 9223372036854775808.0
+                   ? kf_int((int64_t)x)
+                   : kf_error_value(L, e->loc, v[0], "%s: %g is out of an int's range", name, as_double(v[0]));
     } else if (strcmp(name, "abs") == 0) {
         if (v[0].kind == KF_V_INT)
             *out = v[0].u.i == INT64_MIN ? kf_error(L, e->loc, "integer overflow in abs")
