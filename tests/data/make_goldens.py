@@ -55,6 +55,9 @@ MODELS = {
     "phi3-tiny": ("Phi3Config", "Phi3ForCausalLM", 71,
                   dict(num_hidden_layers=2, rms_norm_eps=1e-5, sliding_window=6, tie_word_embeddings=False,
                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75})),
+    "stablelm-tiny": ("StableLmConfig", "StableLmForCausalLM", 73,
+                      dict(num_hidden_layers=2, layer_norm_eps=1e-5, use_qkv_bias=True, tie_word_embeddings=False,
+                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})),
 }
 
 
