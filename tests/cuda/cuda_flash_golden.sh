@@ -24,7 +24,8 @@ model_args "$model"
 KILN_CUDA_FLASH_PREFILL=1 "$KILN_BIN" build "${args[@]}" --target sm_90 --emit-source "$out/src" \
   -o "$out/cuda.engine" || { echo "FAIL: kiln build --target sm_90 (flash prefill)"; exit 1; }
 grep -q 'kcu_flash_attention<' "$out"/src/*.cu || { echo "FAIL: no kcu_flash_attention in the source"; exit 1; }
-grep -aq '_large","above":32,"grid":' "$out/cuda.engine" || { echo "FAIL: the attention's _large variant has no grid"; exit 1; }
+grep -aq '_large","above":32,"per_seq":true,"grid":' "$out/cuda.engine" \
+  || { echo "FAIL: the attention's _large variant has no grid, or is not chosen by sequence"; exit 1; }
 compile_kernels "$out/src" "$out/kernels.so" || { echo "FAIL: g++ $out/src"; exit 1; }
 KILN_GOLDEN_TOL=$tol KILN_GOLDEN_TARGET=sm_90 KILN_GOLDEN_PREBUILT=1 KILN_CUDA_LIB="$KILN_EMU_LIB" \
   KILN_EMU_KERNELS="$out/kernels.so" "$KILN_GOLDEN_TEST" "$model" "$out/cuda.engine"
