@@ -139,7 +139,7 @@ static const struct {
     kir_word word;     /* what it means */
 } word_aliases[] = {{KIR_SET_ROPE_SCALING, "default", KIR_ROPE_SCALING_NONE}};
 
-enum { KF_MAX_ATTRS = 8, KF_MAX_INTS = KIR_MAX_DIMS - 1 };
+enum { KF_MAX_ATTRS = 12, KF_MAX_INTS = KIR_MAX_DIMS - 1 };
 
 /* A call's arguments after evaluation and checking. */
 typedef struct kf_call_args {
@@ -180,6 +180,10 @@ static const kf_attr_spec rope_attrs[] = {
     {KIR_A_ROPE_LOW_FREQ_FACTOR, KF_FALLBACK},
     {KIR_A_ROPE_HIGH_FREQ_FACTOR, KF_FALLBACK},
     {KIR_A_ROPE_ORIGINAL_MAX_POSITIONS, KF_FALLBACK},
+    {KIR_A_ROPE_BETA_FAST, KF_COMPUTED},        /* yarn's; absent: the schema's, and not written */
+    {KIR_A_ROPE_BETA_SLOW, KF_COMPUTED},
+    {KIR_A_ROPE_TRUNCATE, KF_COMPUTED},
+    {KIR_A_ROPE_ATTENTION_FACTOR, KF_COMPUTED},
     {KIR_A_COUNT, 0},
 };
 static const kf_attr_spec attention_attrs[] = {
@@ -290,9 +294,12 @@ static kf_value lower_rope(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf
         return kf_error_value(L, a->given[6] ? a->attr_loc[6] : loc, a->attr[6],
                               "rope: llama3 scaling needs high_freq_factor (%g) above low_freq_factor (%g)",
                               a->attr[6].u.f, a->attr[5].u.f);
-    kir_setting set[8];
-    for (int k = 0; k < 8; k++) set[k] = setting_of(b, a, k);
-    return build(L, KIR_OP_ROPE, loc, a->t, 2, set, 8);
+    kir_setting set[12];
+    int n = 0;
+    for (int k = 0; k < 8; k++) set[n++] = setting_of(b, a, k);
+    for (int k = 8; k < 12; k++) /* yarn's and the attention factor: written only when given */
+        if (a->given[k]) set[n++] = setting_of(b, a, k);
+    return build(L, KIR_OP_ROPE, loc, a->t, 2, set, n);
 }
 
 static kf_value lower_attention(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)

@@ -65,5 +65,25 @@ void kir_rope_inv_freq(const kir_graph *g, kir_val v, int rot_dim, float *inv_fr
             }
             inv_freq[j] = scaled;
         }
+    } else if (scaling == KIR_ROPE_SCALING_YARN) {
+        /* _compute_yarn_parameters: the correction range in double (Python floats), the ramp and the
+         * blend in float32 (torch), as HF computes them */
+        double beta_fast = kir_attr_float(g, v, KIR_A_ROPE_BETA_FAST), beta_slow = kir_attr_float(g, v, KIR_A_ROPE_BETA_SLOW);
+        double orig = (double)kir_attr_int(g, v, KIR_A_ROPE_ORIGINAL_MAX_POSITIONS), b = (double)base;
+        double lo = (rot_dim * log(orig / (beta_fast * 2 * KIR_PI))) / (2 * log(b));
+        double hi = (rot_dim * log(orig / (beta_slow * 2 * KIR_PI))) / (2 * log(b));
+        if (kir_attr_int(g, v, KIR_A_ROPE_TRUNCATE)) lo = floor(lo), hi = ceil(hi);
+        if (lo < 0) lo = 0;
+        if (hi > rot_dim - 1) hi = rot_dim - 1;
+        if (lo == hi) hi += 0.001; /* as HF: no singularity */
+        for (int j = 0; j < rot_dim / 2; j++) {
+            float e = (float)(2 * j) / (float)rot_dim;
+            float pos_freq = (float)pow((double)base, (double)e);
+            float extrapolation = 1.0f / pos_freq, interpolation = 1.0f / ((float)factor * pos_freq);
+            float ramp = ((float)j - (float)lo) / (float)(hi - lo);
+            ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+            float extra = 1.0f - ramp;
+            inv_freq[j] = interpolation * (1.0f - extra) + extrapolation * extra;
+        }
     }
 }

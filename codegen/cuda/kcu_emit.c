@@ -419,7 +419,8 @@ static int emit_rope(kcu_gen *x, kir_val v)
     if (kir_attr_int(x->g, v, KIR_A_ANY_HALF_MATH)) /* fast precision: in float */
         ks_buf_puts(&x->body, "    float c, s;\n    kcu_sincos_half(angle, &s, &c);\n");
     else
-        ks_buf_puts(&x->body, "    const float c = (float)cos((double)angle), s = (float)sin((double)angle);\n");
+        ks_buf_puts(&x->body, "    float c = (float)cos((double)angle), s = (float)sin((double)angle);\n");
+    kcu_rope_factor(x->g, v, "    ", "c", "s", &x->body);
     ks_buf_printf(&x->body,
                   "    const %s *xr = x + (i - e);\n"
                   "    const float x0 = %sxr[i0]%s, x1 = %sxr[i1]%s;\n",

@@ -708,6 +708,10 @@ static void put_angle(epi_text *E, int s)
                       "%ssincos((double)angle%d, &sd%d, &cd%d);\n"
                       "%src%d = (float)cd%d, rs%d = (float)sd%d;\n",
                       indent, s, s, indent, s, s, s, indent, s, s, s, s);
+    char cn[16], sn[16];
+    snprintf(cn, sizeof cn, "rc%d", s);
+    snprintf(sn, sizeof sn, "rs%d", s);
+    kcu_rope_factor(g, G->n[s].v, indent, cn, sn, &E->apply);
     if (on == SLOT_SOME) ks_buf_puts(&E->apply, "        }\n");
 }
 

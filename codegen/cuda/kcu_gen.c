@@ -94,6 +94,17 @@ void kcu_formula_write(kir_op op, int half, const char *operand, ks_buf *out, in
     kir_formula_write(op, half, operand, out, in_double, what);
 }
 
+void kcu_rope_factor(const kir_graph *g, kir_val v, const char *indent, const char *c, const char *s, ks_buf *out)
+{
+    float af = (float)kir_attr_float(g, v, KIR_A_ROPE_ATTENTION_FACTOR);
+    if (af == 1.0f) return; /* the kernels of a plain rotation stay as they were */
+    ks_buf_printf(out, "%s%s *= ", indent, c);
+    kcu_put_float(out, af);
+    ks_buf_printf(out, ", %s *= ", s);
+    kcu_put_float(out, af);
+    ks_buf_puts(out, ";\n");
+}
+
 const char *kcu_attr_unary_write(const kir_graph *g, kir_val v, const char *in, ks_buf *out)
 {
     switch (g->nodes[v].op) {

@@ -84,6 +84,9 @@ void kcu_formula_write(kir_op op, int half, const char *operand, ks_buf *out, in
  * expression over the f32 expression `in` into out, as the interpreter computes it; returns what it
  * computes (for comments), or NULL (nothing written) for the other ops (kcu_formula_write's). */
 const char *kcu_attr_unary_write(const kir_graph *g, kir_val v, const char *in, ks_buf *out);
+/* ROPE node v's attention factor (yarn's) on a rotation's cosine and sine, the float variables c and
+ * s: `c *= af, s *= af;` as the interpreter scales them; nothing when it is 1. */
+void kcu_rope_factor(const kir_graph *g, kir_val v, const char *indent, const char *c, const char *s, ks_buf *out);
 /* The last dim of a node. */
 static inline int64_t kcu_last_dim(const kir_node *n) { return n->dims[n->ndim - 1]; }
 

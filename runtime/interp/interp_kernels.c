@@ -440,11 +440,14 @@ static void run_rope(const krt_interp_exec *x, kir_val v)
     int half = rp->rot_dim / 2;
     float *cs = x->scratch->rope; /* [2 * half] */
     const int half_math = (int)kir_attr_int(x->g, v, KIR_A_ANY_HALF_MATH);
+    /* yarn's attention factor: cos and sin times it, in float, as HF's rotary embedding scales them */
+    const float af = (float)kir_attr_float(x->g, v, KIR_A_ROPE_ATTENTION_FACTOR);
     for (int64_t t = 0; t < x->n_tokens; t++) {
         for (int j = 0; j < half; j++) {
             float angle = (float)pos[t] * rp->inv_freq[j];
             cs[2 * j] = half_math ? cosf(angle) : (float)cos((double)angle);
             cs[2 * j + 1] = half_math ? sinf(angle) : (float)sin((double)angle);
+            if (af != 1.0f) cs[2 * j] *= af, cs[2 * j + 1] *= af;
         }
         for (int64_t h = 0; h < heads; h++) {
             const float *xr = a + (t * heads + h) * d;
