@@ -28,7 +28,7 @@ run_suite() {
   echo "-- $name: slowest tests"
   # ctest's result lines: "12/72 Test #17: cuda_build_gpt2-tiny ....   Passed   88.69 sec"
   sed -n 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \([^ ]*\) .* \([0-9.]*\) sec$/\2 \1/p' "$dir/ctest.log" \
-    | sort -rn | head -10 | awk '{ printf "   %8.2f s  %s\n", $1, $2 }'
+    | sort -rn | awk 'NR <= 10 { printf "   %8.2f s  %s\n", $1, $2 }' # all read: no SIGPIPE under pipefail
   summary+="$(printf '%-26s %4d s (build %d s, tests %d s)' "$name" $((SECONDS - start)) $((built - start)) \
     $((SECONDS - built)))"$'\n'
   echo "-- $name: $((SECONDS - start)) s"
