@@ -222,12 +222,20 @@ static kf_value lower_norm(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf
                             b->name, wn ? "a computed tensor" : "none");
         const char *src = kir_attr_str(L->g, w, KIR_A_WEIGHT_NAME);
         char *name = ks_arena_printf(&L->g->arena, "%s%+g", src, a->attr[1].u.f);
-        int64_t rows = wn->dims[0];
-        kir_val d = kir_weight(L->g, name, wn->dtype, wn->ndim, wn->dims, wn->loc);
-        kir_attr_set_word(L->g, d, KIR_A_WEIGHT_DERIVE, KIR_DERIVE_OFFSET);
-        kir_attr_set_str(L->g, d, KIR_A_WEIGHT_SOURCES, src);
-        kir_attr_set_ints(L->g, d, KIR_A_WEIGHT_ROWS, &rows, 1);
-        kir_attr_set_float(L->g, d, KIR_A_WEIGHT_OFFSET, a->attr[1].u.f);
+        /* one derived weight for a weight and an offset, however many norms use it (a weight's name is
+         * its own) */
+        kir_val d = KIR_NONE;
+        for (size_t i = 0; i < L->g->n_nodes && d == KIR_NONE; i++)
+            if (L->g->nodes[i].op == KIR_OP_WEIGHT && strcmp(kir_attr_str(L->g, (kir_val)i, KIR_A_WEIGHT_NAME), name) == 0)
+                d = (kir_val)i;
+        if (d == KIR_NONE) {
+            int64_t rows = wn->dims[0];
+            d = kir_weight(L->g, name, wn->dtype, wn->ndim, wn->dims, wn->loc);
+            kir_attr_set_word(L->g, d, KIR_A_WEIGHT_DERIVE, KIR_DERIVE_OFFSET);
+            kir_attr_set_str(L->g, d, KIR_A_WEIGHT_SOURCES, src);
+            kir_attr_set_ints(L->g, d, KIR_A_WEIGHT_ROWS, &rows, 1);
+            kir_attr_set_float(L->g, d, KIR_A_WEIGHT_OFFSET, a->attr[1].u.f);
+        }
         a->t[1] = d;
     }
     return build(L, b->op, loc, a->t, a->nt, set, 1);

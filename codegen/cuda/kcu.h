@@ -109,6 +109,9 @@ typedef struct kcu_flash90_plan {
  * kcu_flash_attention with the same amount): smem 0 unless dk is a multiple of 64 up to 256, dv 64
  * or 128, and it fits. */
 kcu_flash90_plan kcu_plan_flash90(int64_t group, int64_t dk, int64_t dv, int64_t smem_optin);
+/* kcu_flash90's dynamic shared memory at dims dk, dv with ns stages of bn positions, bytes (kcu_flash90.cuh's
+ * kcu_f90_smem_of: q, the stages, 1024 for alignment). */
+int64_t kcu_flash90_smem(int64_t dk, int64_t dv, int bn, int ns);
 /* The dynamic shared memory a block may opt into on architecture sm_NN (e.g. "sm_90a"), bytes:
  * the CUDA programming guide's table (sm_80, sm_87: 163 KiB; sm_86, sm_89: 99 KiB; sm_90: 227 KiB;
  * others, and names kiln does not know: 48 KiB). */

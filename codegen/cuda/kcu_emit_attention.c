@@ -300,7 +300,7 @@ kcu_flash_plan kcu_plan_flash_short(const kcu_flash_plan *f, int64_t group, int6
  */
 enum { F90_STATIC_MARGIN = 256 };
 
-static int64_t flash90_smem(int64_t dk, int64_t dv, int bn, int ns)
+int64_t kcu_flash90_smem(int64_t dk, int64_t dv, int bn, int ns)
 {
     return 128 * dk * 2 + (int64_t)ns * bn * (dk + dv) * 2 + 1024;
 }
@@ -312,8 +312,8 @@ kcu_flash90_plan kcu_plan_flash90(int64_t group, int64_t dk, int64_t dv, int64_t
     /* kcu_flash90's static arrays: 5 ints a token, two mbarriers a stage, and a margin */
     int64_t room = kcu_arch_smem_optin("sm_90") - (20 * (128 / p.hb) + 16 * 4 + F90_STATIC_MARGIN);
     if (smem_optin - FLASH_STATIC_SMEM < room) room = smem_optin - FLASH_STATIC_SMEM;
-    if (flash90_smem(dk, dv, p.bn, p.ns) > room) return p;
-    p.smem = (int)flash90_smem(dk, dv, p.bn, p.ns);
+    if (kcu_flash90_smem(dk, dv, p.bn, p.ns) > room) return p;
+    p.smem = (int)kcu_flash90_smem(dk, dv, p.bn, p.ns);
     return p;
 }
 

@@ -180,7 +180,7 @@ static kcu_flash90_plan plan90(const att_case *c)
     kcu_flash90_plan p = kcu_plan_flash90(c->H / c->KH, c->DK, c->DV, kcu_arch_smem_optin("sm_90"));
     if (c->bn) p.bn = c->bn;
     if (c->ns) p.ns = c->ns;
-    if (c->bn || c->ns) p.smem = 128 * c->DK * 2 + p.ns * p.bn * (c->DK + c->DV) * 2 + 1024; /* kcu_f90_smem_of */
+    if (c->bn || c->ns) p.smem = (int)kcu_flash90_smem(c->DK, c->DV, p.bn, p.ns);
     return p;
 }
 
