@@ -7,8 +7,10 @@
  * a sliding window, a softcap, DK != DV, head dims that are not multiples of 16 (nor of 8),
  * bf16 and f16 tensor-core inputs, q/out and cache in f32 or 16 bits, K/V tiles of 16, 32 and
  * 64 positions, one or two m16 tiles a warp, head dims of swizzled (64, 128, 256) and padded rows
- * in shared memory. Unwritten cache rows are NaN: a kernel that reads
- * one shows it.
+ * in shared memory; and the sm_90a kernel, kcu_flash90 (codegen/cuda/kcu_flash90.cuh: wgmma),
+ * on cases of its own (q and cache in the tensor cores' type, dims multiples of 64, GQA 1 to 8,
+ * windows, a softcap, block size 5, interleaved sequences, 2 and 3 stages, 64- and 128-position
+ * tiles). Unwritten cache rows are NaN: a kernel that reads one shows it.
  *
  * The error of a (token, head) row is max_d |out - exact| / max |v| over the positions it
  * attends to (the output's scale), the exact result computed in double from the operands as
@@ -19,16 +21,18 @@
  *
  *   cuda_att_check          through the CPU emulator (the kernels compiled by $KILN_GXX with
  *       $KILN_EMU_SHIM, run behind $KILN_EMU_LIB: mma, ldmatrix and cp.async emulated lane by
- *       lane in the PTX layouts); and, with NVRTC, the --gpu program compiled for sm_90 (for
- *       sm_90 alone: its code takes the same branches for sm_80, __CUDA_ARCH__ >= 800 holding
- *       for both, so a second compile would only repeat NVRTC's work; CI time). Exits 77 when
- *       it can do neither.
+ *       lane in the PTX layouts; not kcu_flash90: wgmma has no stand-in, and the output says
+ *       so); and, with NVRTC, the --gpu program compiled for sm_90a (kcu_flash90's target; for it
+ *       alone: the other kernels' code takes the same branches for sm_80, __CUDA_ARCH__ >= 800
+ *       holding for both, so a second compile would only repeat NVRTC's work; CI time). Exits 77
+ *       when it can do neither.
  *   cuda_att_check --gpu [CUBIN]    on a real GPU: the same checks, then Llama-3-8B's
  *       attention (32 q heads, 8 kv heads, head_dim 128, bf16, one causal sequence of 512, 2048
  *       and 8192 tokens, block size 16) timed, in ms and TFLOP/s (4 T^2/2 H D FLOPs), with
- *       sampled rows checked: as kiln plans it (two m16 tiles a warp), and with one m16 tile a
- *       warp (64- and 32-position tiles); with an f32 cache at 2048; and today's kernel (kcu_attention_kernel, f32) at 512
- *       and 2048.
+ *       sampled rows checked: kcu_flash90 as planned, with 3 stages and with 4 of 64 positions;
+ *       kcu_flash_attention as kiln plans it (two m16 tiles a warp) and with one m16 tile a warp
+ *       (32-position tiles); with an f32 cache at 2048; and today's kernel (kcu_attention_kernel,
+ *       f32) at 512 and 2048.
  *   cuda_att_check --compile ARCH CUBIN    writes the --gpu kernels' cubin (NVRTC here).
  */
 #define _GNU_SOURCE
@@ -734,6 +738,8 @@ static int emu_main(void)
         program_source(all, n_checks + n_bench, &gsrc);
         ks_buf cubin = {0};
         CHECK_MSG(nvrtc(ks_buf_cstr(&gsrc), program_arch("sm_90"), &cubin) == 0, "NVRTC, sm_90a");
+        printf("compiled, not run here: kcu_flash90's %d check cases and its benchmark kernels (wgmma has no CPU "
+               "stand-in; `--gpu CUBIN` runs them on an sm_90 GPU)\n", (int)N_G90);
         ks_buf_free(&cubin);
         ks_buf_free(&gsrc);
         ran = 1;
