@@ -294,9 +294,13 @@ kcu_flash_plan kcu_plan_flash_short(const kcu_flash_plan *f, int64_t group, int6
  * 3 stages of 128 positions (where only sm_90 is targeted: 225 KiB) 0.157 / 1.741; 4 of 64 0.157 /
  * 1.769; the warpgroups taking turns to issue their q K^T (FlashAttention-3's ping-pong, named
  * barriers) 0.167 / 1.882. At 512 tokens (64 blocks of 1-4 tiles) it runs about as fast as
- * kcu_flash_attention (0.05-0.08 ms, noisy). Short of the prediction by 2x: a warpgroup still waits
- * for its own q K^T before its softmax and for P V before the next tile (FlashAttention-3 overlaps
- * them within a warpgroup), and every thread copies as well as computes (no producer warp, no TMA).
+ * kcu_flash_attention (0.05-0.08 ms, noisy). Short of the prediction by 2x: a warpgroup waits
+ * for its own q K^T before its softmax and for P V before the next tile, and every thread copies as
+ * well as computes (no producer warp, no TMA). FlashAttention-3's intra-warpgroup pipelining (a
+ * tile's P V issued with the next tile's q K^T, under its softmax; 3 stages, refilled an iteration
+ * after their tile; each path waiting for what it issued, else ptxas serializes every wgmma: C7520)
+ * was slower (2026-12-02, same check: 0.169 ms at 2048, 1.915 at 8192; 255 registers with spills)
+ * and is not kept: with two warpgroups a block the other's products already fill the gaps.
  */
 enum { F90_STATIC_MARGIN = 256 };
 
