@@ -185,37 +185,57 @@ static __device__ __forceinline__ void kcu_flash90(const int T, const MT *__rest
     for (int u = 0; u < TB; u++)
         if (seg_hi[u] >= 0) n_tiles += (seg_hi[u] - seg_lo[u] + BN) / BN;
     const MT *const kbase = kc + (long long)kh * DK, *const vbase = vc + (long long)kh * DV;
-    /* tile (walk w's) into stage st: thread tid copies K chunks tid + 256 i (row (tid + 256 i) / KCH) and V
-     * chunks likewise; rows past the segment's last position are zeros. The rows' slots are read first,
-     * all at once (one wait on the block table, not one a chunk), and a warp copies K or V alone. */
+    /* tile (walk w's) into stage st, rows past the segment's last position zeros. Where a row's chunks
+     * divide the block (256 % KCH == 0, KCH == VCH), thread tid copies chunk tid % KCH of the KI
+     * consecutive rows from (tid / KCH) KI, K and V: their slots are one lookup in the block table and
+     * consecutive where the rows lie in one cache block (else a lookup a row). Otherwise thread tid
+     * copies chunks tid + 256 i (row (tid + 256 i) / KCH), the rows' slots read first, all at once. */
     auto load = [&](const kcu_f90_walk<TB, BN> &w, int st) {
         const int *table = tables + rseq[w.u];
         const int p0 = w.klo + w.j * BN;
-        long long ks[KI], vs[VI]; /* the rows' slots (-1: past the segment) */
+        if constexpr (256 % KCH == 0 && KCH == VCH) {
+            const int ch = tid % KCH, r0 = tid / KCH * KI, q0 = p0 + r0;
+            long long sl[KI]; /* the rows' slots (-1: past the segment) */
+            if (bsh >= 0 && q0 <= w.khi && (q0 >> bsh) == ((q0 + KI - 1) >> bsh)) {
+                const long long s0 = kcu_fa_slot(table, block_size, bsh, q0);
 #pragma unroll
-        for (int i = 0; i < KI; i++) {
-            const int p = p0 + (tid + 256 * i) / KCH;
-            ks[i] = p <= w.khi ? kcu_fa_slot(table, block_size, bsh, p) : -1;
-        }
+                for (int i = 0; i < KI; i++) sl[i] = q0 + i <= w.khi ? s0 + i : -1;
+            } else {
 #pragma unroll
-        for (int i = 0; i < VI; i++) {
-            const int p = p0 + (tid + 256 * i) / VCH;
-            if constexpr (KCH == VCH)
-                vs[i] = ks[i];
-            else
+                for (int i = 0; i < KI; i++) sl[i] = q0 + i <= w.khi ? kcu_fa_slot(table, block_size, bsh, q0 + i) : -1;
+            }
+#pragma unroll
+            for (int i = 0; i < KI; i++)
+                kcu_f90_cp16(sk + st * KBYTES + kcu_f90_at<BN>(r0 + i, ch),
+                             kbase + (sl[i] < 0 ? 0 : sl[i]) * (KH * DK) + 8 * ch, sl[i] >= 0);
+#pragma unroll
+            for (int i = 0; i < KI; i++)
+                kcu_f90_cp16(sv + st * VBYTES + kcu_f90_at<BN>(r0 + i, ch),
+                             vbase + (sl[i] < 0 ? 0 : sl[i]) * (KH * DV) + 8 * ch, sl[i] >= 0);
+        } else {
+            long long ks[KI], vs[VI]; /* the rows' slots (-1: past the segment) */
+#pragma unroll
+            for (int i = 0; i < KI; i++) {
+                const int p = p0 + (tid + 256 * i) / KCH;
+                ks[i] = p <= w.khi ? kcu_fa_slot(table, block_size, bsh, p) : -1;
+            }
+#pragma unroll
+            for (int i = 0; i < VI; i++) {
+                const int p = p0 + (tid + 256 * i) / VCH;
                 vs[i] = p <= w.khi ? kcu_fa_slot(table, block_size, bsh, p) : -1;
-        }
+            }
 #pragma unroll
-        for (int i = 0; i < KI; i++) {
-            const int r = (tid + 256 * i) / KCH, ch = (tid + 256 * i) % KCH;
-            kcu_f90_cp16(sk + st * KBYTES + kcu_f90_at<BN>(r, ch), kbase + (ks[i] < 0 ? 0 : ks[i]) * (KH * DK) + 8 * ch,
-                         ks[i] >= 0);
-        }
+            for (int i = 0; i < KI; i++) {
+                const int r = (tid + 256 * i) / KCH, ch = (tid + 256 * i) % KCH;
+                kcu_f90_cp16(sk + st * KBYTES + kcu_f90_at<BN>(r, ch),
+                             kbase + (ks[i] < 0 ? 0 : ks[i]) * (KH * DK) + 8 * ch, ks[i] >= 0);
+            }
 #pragma unroll
-        for (int i = 0; i < VI; i++) {
-            const int r = (tid + 256 * i) / VCH, ch = (tid + 256 * i) % VCH;
-            kcu_f90_cp16(sv + st * VBYTES + kcu_f90_at<BN>(r, ch), vbase + (vs[i] < 0 ? 0 : vs[i]) * (KH * DV) + 8 * ch,
-                         vs[i] >= 0);
+            for (int i = 0; i < VI; i++) {
+                const int r = (tid + 256 * i) / VCH, ch = (tid + 256 * i) % VCH;
+                kcu_f90_cp16(sv + st * VBYTES + kcu_f90_at<BN>(r, ch),
+                             vbase + (vs[i] < 0 ? 0 : vs[i]) * (KH * DV) + 8 * ch, vs[i] >= 0);
+            }
         }
     };
     kcu_f90_walk<TB, BN> pf, cw; /* the next tile to load, the tile to multiply */

@@ -92,12 +92,27 @@ __device__ __forceinline__ unsigned short kcu_bf16_bits(float f)
 {
     unsigned u = kcu_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u); /* quiet NaN */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    /* the same bits for every other f32 (nearest even, subnormals kept, inf from the top), one F2FP
+     * where the integer steps take five: the stores of a fused epilogue are many */
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
     u += 0x7fffu + ((u >> 16) & 1u);
     return (unsigned short)(u >> 16);
+#endif
 }
 __device__ __forceinline__ unsigned short kcu_f16_bits(float f)
 {
     const unsigned u = kcu_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+#if defined(__CUDA_ARCH__)
+    if (a <= 0x7f800000u) { /* not NaN: the same bits as the steps below (nearest even, subnormals, inf) */
+        unsigned short h;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+        return h;
+    }
+#endif
     if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
     if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u); /* rounds to inf */
     if (a < 0x38800000u) { /* subnormal half: a / 2^-24 to nearest even */
