@@ -2143,6 +2143,25 @@ static __device__ __forceinline__ void kcu_g90_handoff(const Epi &epi, const Pro
         kcu_g90_hand_rows<false, U, LD, S>(epi, pro, tile, m0, rows, first / UPR, pass, n0, n1, cc);
 }
 enum { KCU_G90_U = 8 }; /* rows a thread fetches before applying any (kcu_g90_handoff) */
+
+/* The tile block (bx, by) of a grid of gx token tiles by gy column tiles computes: (x, y). Blocks start
+ * in the order of their linear index (bx fastest); taken as they are, the blocks resident at once span
+ * every token tile of a step and two or three column tiles, so that at T = 8192 (64 token tiles) each
+ * k block of x is read from HBM again for every few column tiles (x: 64 MB, past the H200's 50 MB of
+ * L2). Here consecutive blocks sweep the column tiles of a band of KCU_G90_BAND token tiles (Triton's
+ * grouped order): the resident blocks cover about 16 x 8 tiles, x and w read once a band. Up to
+ * KCU_G90_BAND token tiles (T <= 2048) it is the identity. A bijection of the grid: the last band is
+ * as many token tiles as are left. */
+enum { KCU_G90_BAND = 16 };
+struct kcu_g90_at {
+    int x, y;
+};
+__device__ __forceinline__ kcu_g90_at kcu_g90_raster(int bx, int by, int gx, int gy)
+{
+    const int id = by * gx + bx, band = KCU_G90_BAND * gy, b = id / band, x0 = b * KCU_G90_BAND, in = id - b * band;
+    const int rows = gx - x0 < KCU_G90_BAND ? gx - x0 : KCU_G90_BAND;
+    return {x0 + in % rows, in / rows};
+}
 #endif
 
 #if KCU_GEMM90_EMU
@@ -2178,7 +2197,9 @@ static inline void kcu_emu_g90_tile(const kcu_tmap &ta, const kcu_tmap &tb, cons
     if (a->box[0] != KCU_G90_BK || a->box[1] != KCU_G90_BM || w->box[0] != KCU_G90_BK || w->box[1] != R ||
         a->dims[0] != K || w->dims[0] != K || a->dtype != DTYPE || w->dtype != DTYPE)
         __builtin_trap();
-    const long long m0 = (long long)blockIdx.x * KCU_G90_BM;
+    const kcu_g90_at at = kcu_g90_raster(blockIdx.x, y, gridDim.x, gridDim.y);
+    const long long m0 = (long long)at.x * KCU_G90_BM;
+    y = at.y;
     for (int r = 0; r < KCU_G90_BM && m0 + r < T; r++)
         for (int n = 0; n < BN; n++) {
             const int b = Tiles::box(y, n / R), row = (b < 0 ? 0 : b) + n % R;
@@ -2404,13 +2425,14 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
     const unsigned sa = base, sb = base + STAGES * A_BYTES; /* x stages, then w stages */
     const unsigned full = kcu_g90_smem(bars), empty = full + 8 * STAGES;
     const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
-    const int m0 = blockIdx.x * BM;
+    const kcu_g90_at at = kcu_g90_raster(blockIdx.x, blockIdx.y, gridDim.x, gridDim.y);
+    const int m0 = at.x * BM;
     const int cg = wg - 1; /* a consumer's warpgroup (1, 2): tokens 64 cg ..+ 64 of the tile */
     kcu_g90_ring_init<STAGES>(ta, tb, full, empty, CONSUMER_WARPS);
     if (wg == 0) {
         /* the producer */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (warp == 0 && lane == 0) kcu_g90_produce<K, BN, STAGES, Tiles>(ta, tb, sa, sb, full, empty, m0, blockIdx.y, 0);
+        if (warp == 0 && lane == 0) kcu_g90_produce<K, BN, STAGES, Tiles>(ta, tb, sa, sb, full, empty, m0, at.y, 0);
     } else {
         /* a consumer: tokens 64 cg .. +63 of the tile */
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
@@ -2444,7 +2466,7 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
                 *reinterpret_cast<float2 *>(tile + (rt + 8 * h) * KCU_G90_LD(BN) + 8 * j + 2 * (lane % 4)) =
                     make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
         kcu_g90_consumers_sync();
-        kcu_g90_handoff<BN, N, Tiles, KCU_G90_U>(epi, pro, T, m0, blockIdx.y, tile, cg * 128 + tid % 128, 256);
+        kcu_g90_handoff<BN, N, Tiles, KCU_G90_U>(epi, pro, T, m0, at.y, tile, cg * 128 + tid % 128, 256);
     }
 }
 

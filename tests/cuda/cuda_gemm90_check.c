@@ -8,7 +8,7 @@
  *   cuda_gemm90_check --compile CUBIN    writes that cubin (NVRTC here, so
  *       that the GPU machine need not compile).
  *   cuda_gemm90_check --gpu CUBIN        on an sm_90 GPU: the checks against
- *       a double-precision reference (T = 1, 77, 200, 2048; N and K not
+ *       a double-precision reference (T = 1, 77, 200, 2048, 2100, 5000; N and K not
  *       multiples of the tile; bf16 and f16; the RMS prologue with its weight
  *       folded into w; an epilogue that permutes the columns; every output of
  *       a token < T written, none past T; six runs bitwise equal), then
@@ -50,6 +50,8 @@ static const g90_case check_cases[] = {
     {0, 128, 200, 256, 2, 0, 0, 0, 77, {77}, 1, NULL},                   /* one partial tile each way */
     {0, 512, 1000, 224, 5, 1, 1, 0, 2048, {1, 77, 200, 2048}, 4, NULL}, /* 224 (m64n224 wgmma), rms, permuted */
     {1, 256, 448, 224, 3, 0, 0, 0, 300, {77, 300}, 2, NULL},            /* 224, f16 */
+    /* past 16 token tiles: kcu_g90_raster's bands (40 token tiles: 16, 16 and a last band of 8) */
+    {0, 256, 1000, 128, 6, 0, 0, 0, 5000, {2100, 5000}, 2, NULL},
 };
 
 /* Llama-3-8B's matmuls (K, N) and the tile configurations timed. */

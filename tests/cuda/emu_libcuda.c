@@ -69,7 +69,7 @@ typedef void (*kernel24)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint6
 
 static struct {
     void *so;                      /* the kernels, compiled for the CPU */
-    emu_dim3 *tid, *bid, *bdim;    /* their threadIdx, blockIdx, blockDim */
+    emu_dim3 *tid, *bid, *bdim, *gdim; /* their threadIdx, blockIdx, blockDim, gridDim */
     void (**sync_hook)(void);      /* their __syncthreads() */
     unsigned *block_run;           /* their kemu_block_run: a new number for each block run */
     kernel24 fn;                   /* the kernel being run */
@@ -234,9 +234,10 @@ int cuModuleLoadData(void **mod, const void *image)
     emu.tid = dlsym(so, "kemu_threadIdx");
     emu.bid = dlsym(so, "kemu_blockIdx");
     emu.bdim = dlsym(so, "kemu_blockDim");
+    emu.gdim = dlsym(so, "kemu_gridDim");
     emu.sync_hook = dlsym(so, "kemu_sync_hook");
     emu.block_run = dlsym(so, "kemu_block_run");
-    if (!emu.tid || !emu.bid || !emu.bdim || !emu.sync_hook || !emu.block_run) {
+    if (!emu.tid || !emu.bid || !emu.bdim || !emu.gdim || !emu.sync_hook || !emu.block_run) {
         fprintf(stderr, "emu_libcuda: %s was not compiled with emu_shim.h\n", path);
         dlclose(so);
         return EMU_INVALID;
@@ -373,6 +374,7 @@ int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
     memset(emu.args, 0, sizeof emu.args);
     for (int i = 0; i < MAX_PARAMS && params[i]; i++) memcpy(&emu.args[i], params[i], 8);
     *emu.bdim = (emu_dim3){bx, 1, 1};
+    *emu.gdim = (emu_dim3){gx, gy, gz};
     /* A kernel whose block (0,0,0) ran with no barrier has none (kiln's kernels
      * that have barriers reach them in that block; other blocks may end
      * early, e.g. a matmul's blocks with no tile): its threads then run as

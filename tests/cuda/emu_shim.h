@@ -19,7 +19,7 @@ struct kemu_dim3 {
     unsigned x, y, z; /* as CUDA's uint3 */
 };
 /* Set by the emulator before it runs or resumes a thread. */
-kemu_dim3 kemu_threadIdx, kemu_blockIdx, kemu_blockDim;
+kemu_dim3 kemu_threadIdx, kemu_blockIdx, kemu_blockDim, kemu_gridDim;
 /* The emulator's barrier: suspends the calling thread until all of its block arrive. */
 void (*kemu_sync_hook)(void);
 /* Set by the emulator: a new number for each block it runs (the shuffles' call counts restart). */
@@ -33,6 +33,7 @@ unsigned kemu_block_run;
 #define threadIdx kemu_threadIdx
 #define blockIdx kemu_blockIdx
 #define blockDim kemu_blockDim
+#define gridDim kemu_gridDim
 #define __global__
 #define __device__
 #define __shared__ static
