@@ -41,7 +41,13 @@ static const char bench_help[] =
     "  --max-context N            positions a sequence may have (default: the engine's)\n"
     "  --no-cuda-graphs           GPU: launch each kernel of each step, no CUDA graphs\n"
     "  --no-kernel-overlap        GPU: start each kernel after the one before has ended\n"
-    "                             (no programmatic dependent launch on sm_90)\n";
+    "                             (no programmatic dependent launch on sm_90)\n"
+    "  --profile                  GPU: time each kernel of every step (no CUDA graphs) and\n"
+    "                             print kiln run --profile's tables after the results, on\n"
+    "                             stderr: steps of at most 8 tokens apart from longer ones\n"
+    "                             (a batched decode alone: --prompts 1 --decode-prompt 1\n"
+    "                             --decode N --batch B, whose steps of B > 8 tokens are the\n"
+    "                             longer ones)\n";
 
 /* "128,512" (opt's list of integers from lo to hi, at most max, each a `noun`) into out[], *n;
  * reports a bad entry. 0, or -1. */
@@ -89,7 +95,7 @@ static int int_opt(const char *opt, const char *s, int64_t lo, int64_t hi, int *
 int kc_cmd_bench(int argc, char **argv)
 {
     const char *prompts = NULL, *decode = NULL, *decode_prompt = NULL, *reps = NULL, *warmup = NULL, *json = NULL,
-               *max_ctx = NULL, *no_graphs = NULL, *batch = NULL, *no_overlap = NULL;
+               *max_ctx = NULL, *no_graphs = NULL, *batch = NULL, *no_overlap = NULL, *profile = NULL;
     kc_option opts[] = {
         {"--prompts", 1, &prompts, NULL},
         {"--decode", 1, &decode, NULL},
@@ -101,6 +107,7 @@ int kc_cmd_bench(int argc, char **argv)
         {"--max-context", 1, &max_ctx, NULL},
         {"--no-cuda-graphs", 0, &no_graphs, NULL},
         {"--no-kernel-overlap", 0, &no_overlap, NULL},
+        {"--profile", 0, &profile, NULL},
         {NULL, 0, NULL, NULL},
     };
     const char *pos[1];
@@ -112,7 +119,8 @@ int kc_cmd_bench(int argc, char **argv)
         return 2;
     }
     krt_bench_opts o = krt_bench_defaults();
-    krt_session_opts so = {.max_seqs = 1, .no_graphs = no_graphs != NULL, .no_kernel_overlap = no_overlap != NULL};
+    krt_session_opts so = {.max_seqs = 1, .no_graphs = no_graphs != NULL, .no_kernel_overlap = no_overlap != NULL,
+                           .profile = profile != NULL};
     if ((prompts && parse_list("--prompts", "length", prompts, 1, KRT_MAX_CONTEXT, KRT_BENCH_MAX_PROMPTS, o.prompts,
                                &o.n_prompts) != 0) ||
         (batch && parse_list("--batch", "size", batch, 2, KRT_BENCH_MAX_BATCH, KRT_BENCH_MAX_BATCHES, o.batches,
@@ -142,6 +150,15 @@ int kc_cmd_bench(int argc, char **argv)
         else
             krt_bench_table(&r, pos[0], &out);
         if (!d.errors) fputs(ks_buf_cstr(&out), stdout);
+        if (!d.errors && profile) {
+            ks_buf b = {0};
+            if (krt_session_profile(s, 0, &b) == 0)
+                fputs(ks_buf_cstr(&b), stderr);
+            else
+                fprintf(stderr, "kiln bench: profile: kernels are timed on CUDA engines (kiln build --target sm_XX); "
+                                "this one runs on the CPU interpreter\n");
+            ks_buf_free(&b);
+        }
     }
     ks_buf_free(&out);
     krt_session_free(s);

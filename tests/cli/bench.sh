@@ -69,6 +69,12 @@ $(grep '^ *decode' <<<"$out" | grep -v '^  decode: ' | sed -E "s/ +$num +$num +$
 out=$("$KILN_BIN" bench "$e" --prompts 8 --decode 3 --batch 3 --reps 2 --warmup 0 --json)
 expect_same "batch json" "[{'batch': 3, 'steps': 3, 'ms_per_step_median': 'num', 'ms_per_step_min': 'num', 'tokens_per_s': 'num'}]" \
   "$(python3 -c 'import json,sys; r=json.load(sys.stdin); print([{k: (v if k in ("batch", "steps") else "num") for k, v in b.items()} for b in r["decode_batch"]])' <<<"$out")"
+# --profile on a CPU engine: the results as without it, and a line saying kernels are timed on CUDA engines
+out=$("$KILN_BIN" bench "$e" --prompts 8 --decode 2 --reps 1 --warmup 0 --profile 2>"$work/err"); rc=$?
+expect_same "profile on the CPU" "exit 0, 6 lines of results
+kiln bench: profile: kernels are timed on CUDA engines (kiln build --target sm_XX); this one runs on the CPU interpreter" \
+  "exit $rc, $(grep -c '^[a-z]' <<<"$out") lines of results
+$(cat "$work/err")"
 # no decode: "decode" is null; --max-context shortens the context the notes name
 out=$("$KILN_BIN" bench "$e" --prompts 40 --decode 0 --reps 1 --max-context 32 --json)
 expect_same "json without decode" "None skipped: longer than the context of 32 positions" \
@@ -78,7 +84,7 @@ expect_same "json without decode" "None skipped: longer than the context of 32 p
 out=$("$KILN_BIN" bench --help); rc=$?
 expect_same "help" "exit 0: usage: kiln bench ENGINE [--prompts N,N,...] [--decode N] [--decode-prompt N]" \
   "exit $rc: $(head -1 <<<"$out")"
-for opt in --prompts --decode --decode-prompt --batch --reps --warmup --json --max-context --no-cuda-graphs; do
+for opt in --prompts --decode --decode-prompt --batch --reps --warmup --json --max-context --no-cuda-graphs --profile; do
   grep -q -- "^  $opt " <<<"$out" && passes=$((passes+1)) || { echo "FAIL: help lacks $opt"; failures=$((failures+1)); }
 done
 expect_same "kiln --help lists bench" "  bench    time an engine: time to first token by prompt length, decode per token" \

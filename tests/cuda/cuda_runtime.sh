@@ -16,6 +16,7 @@
 #    it; an engine built without a plan (--passes none) runs with a buffer per value; the
 #    arena not fitting the device;
 #  - kiln run --profile: no graphs, every launch timed (the stand-in's count), the same logits,
+#    (and kiln bench --profile of a batched decode: its steps apart from the one-token ones),
 #    a table per kind of step; the operations (GFLOP) of the attention kernel and of all kernels
 #    against the model's dimensions, TFLOP/s, and --profile-ceiling's column (left out without);
 #  - kiln verify --target sm_90: the fused CUDA engine against the unfused interpreter.
@@ -124,6 +125,15 @@ sorted=$(awk '/^  kernel / { t = 1; prev = ""; next } /^  \(all/ { t = 0 } t {
 expect_same "profile: rows by total time" "sorted" "$sorted"
 grep -q '^  krt_draw  *5 .*the next tokens. draws$' "$work/p.err" && grep -q 'matmul \[fuse [0-9]*: ' "$work/p.err" \
   && passes=$((passes+1)) || { echo "FAIL: profile rows:"; cat "$work/p.err"; failures=$((failures+1)); }
+
+# kiln bench --profile of a batched decode alone: its steps of 12 tokens are the only ones over 8
+"$KILN_BIN" bench "$cu" --prompts 1 --decode-prompt 1 --decode 2 --batch 12 --reps 1 --warmup 0 --profile \
+  >/dev/null 2>"$work/bp.err"
+expect_same "bench --profile: the batched steps apart" \
+  "kiln: profile: 2 prefill steps (24 tokens; > 8 tokens a step): device time" \
+  "$(grep -o '^kiln: profile: [0-9]* prefill.* device time' "$work/bp.err")"
+grep -q 'matmul \[fuse [0-9]*: ' "$work/bp.err" && passes=$((passes+1)) \
+  || { echo "FAIL: bench --profile has no kernel rows:"; cat "$work/bp.err"; failures=$((failures+1)); }
 
 # matmuls run their _large kernel in the 9-token prefill step and the small one in decode steps:
 # the stand-in's count of _large launches equals the prefill table's matmul launches
