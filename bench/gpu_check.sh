@@ -49,7 +49,8 @@
 #         PREFILL_BENCH_ARGS adds arguments (e.g. "--lengths 512,2048", or "--tiny" to try the
 #         stage on a machine without a GPU).
 #       profile — `kiln run --profile` of Llama-3-8B's shape with GPU_PROFILE_LAYERS (default 4) layers at
-#         512 and 2048 tokens (about 60 s: the per-kernel times and TFLOP/s, `kiln build --stats`' tiles in
+#         512 and 2048 tokens, and `kiln bench --profile` of a decode of 32 sequences a step
+#         (about 60 s: the per-kernel times and TFLOP/s, `kiln build --stats`' tiles in
 #         $OUT/profile_build.txt); with GPU_PROFILE_NCU="kernel name regex", Nsight Compute on those kernels
 #         (their first GPU_PROFILE_NCU_COUNT, default 2, launches); GPU_PROFILE_ALT_ENV="NAME=VALUE ..." builds and
 #         profiles the model a second time with that environment (a kcu_build knob) beside the default: $OUT/ncu.txt and, per SASS
@@ -470,6 +471,11 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
     # `kiln bench` of the 32-layer model measured 5 ms above its `kiln run --profile`, step 6)
     "$kiln" bench "$m.engine" --prompts 512,2048 --decode 0 --reps 10 --warmup 2 2>&1 | tee "$out/profile_bench.txt" \
       | grep -E 'first token|tokens' | tee -a "$summary"
+    # a batched decode's kernels alone (32 sequences a step; the one-token steps in their own table)
+    "$kiln" bench "$m.engine" --prompts 1 --decode-prompt 1 --decode 16 --batch 32 --reps 1 --warmup 1 --profile \
+      >"$out/profile_batch32.txt" 2>&1
+    grep -A10 "prefill steps (.*> 8 tokens a step): device" "$out/profile_batch32.txt" | sed 's/^/batch 32: /' \
+      | tee -a "$summary"
     # GPU_PROFILE_NCU="regex of kernel names": Nsight Compute on them (their first launches at 2048
     # tokens): throughput, warp states, and the warp-stall samples per SASS instruction as CSV (where a
     # kernel waits: bench/RESULTS.md, issue #10 step 4, found the epilogue's serialized loads so)
