@@ -18,6 +18,32 @@ static const struct {
 
 int kir_has_formula(kir_op op) { return op < KIR_OP_COUNT && formulas[op].text != NULL; }
 
+static const struct {
+    const char *text; /* the expression over `a` and `b` */
+    const char *what; /* what it computes */
+} binaries[KIR_OP_COUNT] = {
+#define KIR_BINARY(OP, what, expr) [KIR_OP_##OP] = {#expr, what},
+#include "ir/ops.def"
+};
+
+int kir_has_binary(kir_op op) { return op < KIR_OP_COUNT && binaries[op].text != NULL; }
+
+void kir_binary_write(kir_op op, const char *a_text, const char *b_text, ks_buf *out, const char **what)
+{
+    KS_ASSERT(kir_has_binary(op));
+    const char *const text = binaries[op].text;
+    for (const char *p = text; *p; p++) {
+        /* `a`, `b` as whole identifiers */
+        int ident_before = p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        int ident_after = isalnum((unsigned char)p[1]) || p[1] == '_';
+        if ((*p == 'a' || *p == 'b') && !ident_before && !ident_after)
+            ks_buf_puts(out, *p == 'a' ? a_text : b_text);
+        else
+            ks_buf_put(out, p, 1);
+    }
+    if (what) *what = binaries[op].what;
+}
+
 void kir_formula_write(kir_op op, int half, const char *operand, ks_buf *out, int *in_double, const char **what)
 {
     KS_ASSERT(kir_has_formula(op));

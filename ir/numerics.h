@@ -36,6 +36,17 @@ void kir_formula_write(kir_op op, int half, const char *operand, ks_buf *out, in
 /* 1 when op has a KIR_FORMULA line. */
 int kir_has_formula(kir_op op);
 
+/* The binary elementwise ops of ir/ops.def's KIR_BINARY lines as C: kir_binary_ADD(a, b) etc. */
+#define KIR_BINARY(OP, what, expr)                                                                                  \
+    static inline float kir_binary_##OP(float a, float b) { return (expr); }
+#include "ir/ops.def"
+/* The same as text for the code generators: the KIR_BINARY of op (which must have one) with each `a`
+ * written as a_text and each `b` as b_text (each may appear more than once: operands without side
+ * effects); *what what it computes. */
+void kir_binary_write(kir_op op, const char *a_text, const char *b_text, ks_buf *out, const char **what);
+/* 1 when op has a KIR_BINARY line. */
+int kir_has_binary(kir_op op);
+
 /* The rotation frequencies of ROPE node v (rot_dim/2 floats into inv_freq,
  * radians per position), from its theta and scaling attributes. Hugging
  * Face computes them in float32 (_compute_default_rope_parameters,

@@ -155,12 +155,12 @@ static int emit_matmul(kcu_gen *x, kir_val v)
     return 0;
 }
 
-/* add/sub/mul: b repeats over a's leading dims when its shape is a suffix of a's. */
+/* add, sub, mul, max, min (ir/ops.def's KIR_BINARY lines): b repeats over a's leading dims when its shape
+ * is a suffix of a's. */
 static int emit_binary(kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v], *a = &x->g->nodes[n->in[0]], *b = &x->g->nodes[n->in[1]];
     int64_t row = kir_row_elems(n);
-    const char *op = n->op == KIR_OP_ADD ? "+" : n->op == KIR_OP_SUB ? "-" : "*";
     krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, row);
     kcu_param_in(x, k, n->in[0], "a");
     kcu_param_in(x, k, n->in[1], "b");
@@ -168,14 +168,15 @@ static int emit_binary(kcu_gen *x, kir_val v)
     int b_has_t = b->ndim > 0 && b->dims[0] == KIR_DIM_T;
     kcu_open_body(x, k, b_has_t ? "elementwise" : "elementwise, b repeated over the leading dims");
     kcu_elementwise_prologue(x, row);
-    char v_[160];
+    ks_buf_printf(&x->body, "    const float va = %sa[i]%s;\n", kcu_ld(a->dtype), kcu_ld_end(a->dtype));
     if (b_has_t)
-        snprintf(v_, sizeof v_, "%sa[i]%s %s %sb[i]%s", kcu_ld(a->dtype), kcu_ld_end(a->dtype), op, kcu_ld(b->dtype),
-                 kcu_ld_end(b->dtype));
+        ks_buf_printf(&x->body, "    const float vb = %sb[i]%s;\n", kcu_ld(b->dtype), kcu_ld_end(b->dtype));
     else
-        snprintf(v_, sizeof v_, "%sa[i]%s %s kcu_f(b[i %% %lld])", kcu_ld(a->dtype), kcu_ld_end(a->dtype), op,
-                 (long long)kir_elems(b, 1));
-    kcu_put_store(&x->body, n->dtype, "    ", "out[i]", v_);
+        ks_buf_printf(&x->body, "    const float vb = kcu_f(b[i %% %lld]);\n", (long long)kir_elems(b, 1));
+    ks_buf e = {0};
+    kir_binary_write(n->op, "va", "vb", &e, NULL); /* ir/ops.def's KIR_BINARY line */
+    kcu_put_store(&x->body, n->dtype, "    ", "out[i]", ks_buf_cstr(&e));
+    ks_buf_free(&e);
     ks_buf_puts(&x->body, "}\n");
     kcu_kernel_end(x, k, "");
     return 0;
@@ -492,9 +493,8 @@ static int emit_node(kcu_gen *x, kir_val v)
         return emit_embed(x, v);
     case KIR_OP_MATMUL:
         return emit_matmul(x, v);
-    case KIR_OP_ADD:
-    case KIR_OP_SUB:
-    case KIR_OP_MUL:
+#define KIR_BINARY(OP, what, expr) case KIR_OP_##OP: /* the binary ops of ir/ops.def */
+#include "ir/ops.def"
         return emit_binary(x, v);
     case KIR_OP_SCALE:
     case KIR_OP_CLAMP:

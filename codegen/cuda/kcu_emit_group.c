@@ -146,9 +146,9 @@ static int classify(group *G, int i)
         if (a < 0) return -1;
         gn->r = ROLE_UNARY, gn->base = G->n[a].base;
         return 0;
-    case KIR_OP_ADD:
-    case KIR_OP_SUB:
-    case KIR_OP_MUL: {
+#define KIR_BINARY(OP, what, expr) case KIR_OP_##OP: /* the binary ops of ir/ops.def */
+#include "ir/ops.def"
+    {
         gn->r = ROLE_BINARY;
         if (a < 0 && b < 0) return -1;
         int in_group = a >= 0 ? a : b;
@@ -738,7 +738,6 @@ static void put_node_slot(epi_text *E, int i, int j)
         break;
     }
     case ROLE_BINARY: {
-        const char *op = nd->op == KIR_OP_ADD ? "+" : nd->op == KIR_OP_SUB ? "-" : "*";
         for (int side = 0; side < 2; side++) {
             const int loc = side ? gn->b : gn->a;
             if (loc >= 0) {
@@ -751,7 +750,8 @@ static void put_node_slot(epi_text *E, int i, int j)
                          i, side, j);
             }
         }
-        ks_buf_printf(b, "%s %s %s;\n", a, op, bv);
+        kir_binary_write(nd->op, a, bv, b, NULL); /* ir/ops.def's KIR_BINARY line */
+        ks_buf_puts(b, ";\n");
         break;
     }
     case ROLE_ROPE: {

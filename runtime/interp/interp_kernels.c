@@ -287,20 +287,17 @@ static void run_embed(const krt_interp_exec *x, kir_val v)
 static void run_binary(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
-    const float *a = x->src[n->in[0]], *b = load_all_f32(x, n->in[1], x->scratch->conv);
+    const float *pa = x->src[n->in[0]], *pb = load_all_f32(x, n->in[1], x->scratch->conv);
     float *o = x->dst[v];
     int64_t na = elems_of(x, n->in[0]), nb = elems_of(x, n->in[1]);
     for (int64_t i = 0; i < na; i += nb) {
         switch (n->op) {
-        case KIR_OP_ADD:
-            for (int64_t j = 0; j < nb; j++) o[i + j] = a[i + j] + b[j];
-            break;
-        case KIR_OP_SUB:
-            for (int64_t j = 0; j < nb; j++) o[i + j] = a[i + j] - b[j];
-            break;
-        case KIR_OP_MUL:
-            for (int64_t j = 0; j < nb; j++) o[i + j] = a[i + j] * b[j];
-            break;
+            /* the arithmetic of ir/ops.def's KIR_BINARY lines */
+#define KIR_BINARY(OP, what, expr)                                                                                  \
+    case KIR_OP_##OP:                                                                                               \
+        for (int64_t j = 0; j < nb; j++) o[i + j] = kir_binary_##OP(pa[i + j], pb[j]);                              \
+        break;
+#include "ir/ops.def"
         default:
             KS_UNREACHABLE();
         }
@@ -569,6 +566,8 @@ void krt_interp_scratch_sizes(const kir_graph *g, size_t *conv, size_t *tile, si
         case KIR_OP_ADD:
         case KIR_OP_SUB:
         case KIR_OP_MUL:
+        case KIR_OP_MAX:
+        case KIR_OP_MIN:
         case KIR_OP_RMS_NORM:
             c = conv_floats(g, optional_operand(n, 1));
             break;
@@ -611,9 +610,8 @@ static void run_node(const krt_interp_exec *x, kir_val v)
     case KIR_OP_MATMUL:
         run_matmul(x, v);
         return;
-    case KIR_OP_ADD:
-    case KIR_OP_SUB:
-    case KIR_OP_MUL:
+#define KIR_BINARY(OP, what, expr) case KIR_OP_##OP: /* the binary ops of ir/ops.def */
+#include "ir/ops.def"
         run_binary(x, v);
         return;
     case KIR_OP_SCALE:

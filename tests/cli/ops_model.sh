@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The elementwise ops of soft-capping, routing and clipping (tanh, exp, sigmoid, clamp, a tensor
-# plus or minus a number) in a model (tests/data/ops/ops.kiln, its weights made by make_ckpt.py):
+# The elementwise ops of soft-capping, routing and clipping (tanh, exp, sigmoid, clamp, maximum,
+# minimum, a tensor plus or minus a number) in a model (tests/data/ops/ops.kiln, its weights made by make_ckpt.py):
 # kiln verify, all passes against none, in exact and in fast precision (bf16), with the values of
-# the unary ops' IR pinned by the round trip; and bad clamps located.
+# the unary ops' IR pinned by the round trip; and bad clamps, maximum and minimum located.
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || { echo "skipped: no python3"; exit 77; }
 data="$(dirname "$0")/../data/ops"
@@ -21,7 +21,7 @@ done
 ir=$(cat "$work"/ir/*.ir 2>/dev/null)
 "$KILN_BIN" build "$data/ops.kiln" --from-ir "$work"/ir/*.ir --weights "$work/ckpt" -o "$work/m2.engine" >/dev/null 2>&1 \
   && passes=$((passes+1)) || { echo "FAIL: the dump does not build back (--from-ir)"; failures=$((failures+1)); }
-for want in "tanh(%" "sigmoid(%" "exp(%" "{min=-3.0, max=3.0}" "{max=0.25}" "{min=0.0}" "{value=1.0, shift=0.5}" "{value=-1.0, shift=1.0}" "{value=1.0, shift=-0.5}"; do
+for want in "tanh(%" "sigmoid(%" "exp(%" "max(%" "min(%" "{min=-3.0, max=3.0}" "{max=0.25}" "{min=0.0}" "{value=1.0, shift=0.5}" "{value=-1.0, shift=1.0}" "{value=1.0, shift=-0.5}"; do
   [[ "$ir" == *"$want"* ]] && passes=$((passes+1)) || { echo "FAIL: the IR has no '$want'"; failures=$((failures+1)); }
 done
 cat > "$work/bad.kiln" <<'K'
@@ -35,6 +35,8 @@ forward {
   a = clamp(x);
   b = clamp(x, min: 2.0, max: 1.0);
   c = x + (1e308 * 10.0);
+  d = maximum(x, 2.0);
+  f = minimum(x, concat(x, x));
   output logits = a;
 }
 K
@@ -43,6 +45,10 @@ expect_fail bad-clamps "bad.kiln:8:7: error: clamp: give min:, max: or both" -- 
 expect_fail bad-clamp-order "bad.kiln:9:26: error: clamp: max 1 is below min 2" -- \
   "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
 expect_fail bad-shift "bad.kiln:10:9: error: '+' adds inf; the number must be finite" -- \
+  "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
+expect_fail bad-maximum "bad.kiln:11:18: error: maximum: argument 2 must be a tensor, not a float" -- \
+  "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
+expect_fail bad-minimum-shapes "bad.kiln:12:7: error: min: shapes do not broadcast: f32[T,32] and f32[T,64]" -- \
   "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
 [ ! -e "$work/bad.engine" ] && passes=$((passes+1)) || { echo "FAIL: a failed build left bad.engine"; failures=$((failures+1)); }
 finish

@@ -344,8 +344,10 @@ static void test_binary(void)
     enum { T = 3 };
     float *a = random_floats(T * 6, 2.0f), *b_act = random_floats(T * 6, 2.0f);
     float *b3 = random_floats(3, 2.0f), *b23 = random_floats(6, 2.0f);
-    static const kir_op ops[3] = {KIR_OP_ADD, KIR_OP_SUB, KIR_OP_MUL};
-    for (int o = 0; o < 3; o++) {
+    /* NaNs in either operand: max and min keep them (torch.maximum, torch.minimum), as the others do */
+    a[4] = NAN, b_act[7] = NAN, b3[1] = NAN, b23[5] = NAN;
+    static const kir_op ops[5] = {KIR_OP_ADD, KIR_OP_SUB, KIR_OP_MUL, KIR_OP_MAX, KIR_OP_MIN};
+    for (int o = 0; o < 5; o++) {
         for (int form = 0; form < 3; form++) {
             tgraph t;
             tg_init(&t, "binary");
@@ -370,8 +372,13 @@ static void test_binary(void)
             CHECK(run_plain(&t, T, NULL, NULL, out, NULL) == 0);
             for (int i = 0; i < T * 6; i++) {
                 float x = a[i], y = b[i % nb];
-                float want = ops[o] == KIR_OP_ADD ? x + y : ops[o] == KIR_OP_SUB ? x - y : x * y;
-                CHECK(out[i] == want);
+                float want = ops[o] == KIR_OP_ADD   ? x + y
+                             : ops[o] == KIR_OP_SUB ? x - y
+                             : ops[o] == KIR_OP_MUL ? x * y
+                             : isnan(x) || isnan(y) ? NAN
+                             : ops[o] == KIR_OP_MAX ? fmaxf(x, y)
+                                                    : fminf(x, y);
+                CHECK(isnan(want) ? isnan(out[i]) : out[i] == want);
             }
             tg_free(&t);
         }

@@ -174,13 +174,13 @@ static void random_step(gen *s)
         }
     }
     case 2: { /* binary: same shape, or a weight broadcast over leading dims */
-        static const kir_op binary[] = {KIR_OP_ADD, KIR_OP_SUB, KIR_OP_MUL};
+        static const kir_op binary[] = {KIR_OP_ADD, KIR_OP_SUB, KIR_OP_MUL, KIR_OP_MAX, KIR_OP_MIN};
         kir_val in[2] = {a, a};
         if (chance(r, 50)) {
             int k = 1 + below(r, x->ndim - 1);
             in[1] = new_weight(s, k, x->dims + x->ndim - k);
         }
-        kir_op op = binary[below(r, 3)];
+        kir_op op = binary[below(r, 5)];
         add_act(s, tb_op(g, op, pick_loc(s), in[0], in[1]));
         return;
     }

@@ -152,11 +152,11 @@ static void random_step(gen *s)
         act(s, node(s, unary[below(s->rng, 6)], a, KIR_NONE));
         return;
     }
-    case 3: { /* residual add, SwiGLU-like mul, sub */
+    case 3: { /* residual add, SwiGLU-like mul, sub, max, min */
         kir_val b = pick_like(s, a);
         if (b == KIR_NONE) return;
-        static const kir_op binary[] = {KIR_OP_ADD, KIR_OP_MUL, KIR_OP_SUB};
-        act(s, node(s, binary[below(s->rng, 3)], a, b));
+        static const kir_op binary[] = {KIR_OP_ADD, KIR_OP_MUL, KIR_OP_SUB, KIR_OP_MAX, KIR_OP_MIN};
+        act(s, node(s, binary[below(s->rng, 5)], a, b));
         return;
     }
     case 4: { /* a norm, sometimes of a fresh residual sum */
