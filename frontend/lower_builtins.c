@@ -338,6 +338,7 @@ static const kf_builtin builtins[] = {
     {"clamp", "T", clamp_attrs, lower_clamp, KIR_OP_CLAMP},
     {"maximum", "TT", no_attrs, lower_simple, KIR_OP_MAX},
     {"minimum", "TT", no_attrs, lower_simple, KIR_OP_MIN},
+    {"softmax", "T", no_attrs, lower_simple, KIR_OP_SOFTMAX},
     {"view", "Ti+", no_attrs, lower_view, KIR_OP_RESHAPE},
     {"slice", "Tii", no_attrs, lower_slice, KIR_OP_SLICE},
     {"concat", "T+", no_attrs, lower_simple, KIR_OP_CONCAT},
@@ -348,8 +349,8 @@ enum { KF_N_BUILTINS = sizeof builtins / sizeof *builtins };
 
 static const char *const builtin_names[KF_N_BUILTINS] = {
     "embed", "linear", "matmul", "rms_norm", "layer_norm", "silu", "gelu",
-    "gelu_tanh", "relu", "tanh", "exp", "sigmoid", "clamp", "maximum", "minimum", "view", "slice", "concat",
-    "rope", "attention",
+    "gelu_tanh", "relu", "tanh", "exp", "sigmoid", "clamp", "maximum", "minimum", "softmax", "view", "slice",
+    "concat", "rope", "attention",
 };
 
 void kf_builtin_names(const char *const **names, size_t *n)

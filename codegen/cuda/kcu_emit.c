@@ -355,6 +355,58 @@ int kcu_emit_norm(kcu_gen *x, kir_val v)
     return 0;
 }
 
+/* softmax over the last dim, as the interpreter computes it: one block per row; the row's maximum in a
+ * fixed tree (ir/ops.def's max: a NaN kept), the sum of e^(x - max) in double (each thread's elements
+ * in order, then the fixed tree of put_block_sum), each value e^(x - max) / sum. */
+static int emit_softmax(kcu_gen *x, kir_val v)
+{
+    const kir_node *n = &x->g->nodes[v];
+    int64_t d = kcu_last_dim(n), rows = kir_row_elems(n) / d;
+    int threads = reduce_threads(d);
+    kir_dtype xt = x->g->nodes[n->in[0]].dtype;
+    const char *l0 = kcu_ld(xt), *l1 = kcu_ld_end(xt);
+    krt_cuda_kernel *k = kcu_kernel_new(x, v, threads);
+    kcu_kernel_grid(k, 0, rows, 0, 1);
+    kcu_param_in(x, k, n->in[0], "x");
+    kcu_param_out(x, k, v);
+    kcu_open_body(x, k, "e^(x - max) / sum over the row, one block per row, the sum in double");
+    ks_buf mx = {0}, tree = {0};
+    kir_binary_write(KIR_OP_MAX, "e", "m", &mx, NULL);
+    kir_binary_write(KIR_OP_MAX, "redm[threadIdx.x + s]", "redm[threadIdx.x]", &tree, NULL);
+    ks_buf_printf(&x->body,
+                  "    enum { D = %lld, B = %d };\n"
+                  "    __shared__ double red[B];\n"
+                  "    __shared__ float redm[B];\n"
+                  "    const %s *xr = x + (long long)blockIdx.x * D;\n"
+                  "    %s *orow = out + (long long)blockIdx.x * D;\n"
+                  "    float m = -__int_as_float(0x7f800000);\n"
+                  "    for (int i = threadIdx.x; i < D; i += B) {\n"
+                  "        const float e = %sxr[i]%s;\n"
+                  "        m = %s;\n"
+                  "    }\n"
+                  "    redm[threadIdx.x] = m;\n"
+                  "    __syncthreads();\n"
+                  "    for (int s = B / 2; s > 0; s >>= 1) {\n"
+                  "        if (threadIdx.x < s) redm[threadIdx.x] = %s;\n"
+                  "        __syncthreads();\n"
+                  "    }\n"
+                  "    m = redm[0];\n"
+                  "    double ss = 0.0;\n"
+                  "    for (int i = threadIdx.x; i < D; i += B) ss += exp((double)%sxr[i]%s - (double)m);\n",
+                  (long long)d, threads, kcu_elem_type(xt), kcu_elem_type(n->dtype), l0, l1, ks_buf_cstr(&mx),
+                  ks_buf_cstr(&tree), l0, l1);
+    ks_buf_free(&mx);
+    ks_buf_free(&tree);
+    put_block_sum(&x->body, "ss");
+    ks_buf_printf(&x->body, "    for (int i = threadIdx.x; i < D; i += B) {\n"
+                            "        const float y = (float)(exp((double)%sxr[i]%s - (double)m) / ss);\n",
+                  l0, l1);
+    kcu_put_store(&x->body, n->dtype, "        ", "orow[i]", "y");
+    ks_buf_puts(&x->body, "    }\n}\n");
+    kcu_kernel_end(x, k, "");
+    return 0;
+}
+
 static int emit_slice(kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v];
@@ -501,6 +553,8 @@ static int emit_node(kcu_gen *x, kir_val v)
 #define KIR_FORMULA(OP, TYPE, what, expr, half) case KIR_OP_##OP: /* the unary ops of ir/ops.def's formulas */
 #include "ir/ops.def"
         return emit_unary(x, v);
+    case KIR_OP_SOFTMAX:
+        return emit_softmax(x, v);
     case KIR_OP_RMS_NORM:
     case KIR_OP_LAYER_NORM:
         return kcu_emit_norm(x, v);

@@ -364,6 +364,24 @@ static void run_rms_norm(const krt_interp_exec *x, kir_val v)
     }
 }
 
+/* softmax over the last dim: the row's maximum (a NaN kept: ir/ops.def's max), then e^(x - max) over
+ * their sum, in double; a row of -inf or with a NaN gives NaNs, as torch.softmax. */
+static void run_softmax(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v);
+    const float *a = x->src[n->in[0]];
+    float *o = x->dst[v];
+    int64_t d = last_dim(n), rows = elems_of(x, v) / d;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *ar = a + r * d;
+        float m = -INFINITY;
+        for (int64_t i = 0; i < d; i++) m = kir_binary_MAX(ar[i], m);
+        double s = 0.0;
+        for (int64_t i = 0; i < d; i++) s += exp((double)ar[i] - (double)m);
+        for (int64_t i = 0; i < d; i++) o[r * d + i] = (float)(exp((double)ar[i] - (double)m) / s);
+    }
+}
+
 /* LayerNorm with the biased variance, as torch.nn.LayerNorm. */
 static void run_layer_norm(const krt_interp_exec *x, kir_val v)
 {
@@ -619,6 +637,9 @@ static void run_node(const krt_interp_exec *x, kir_val v)
 #define KIR_FORMULA(OP, TYPE, what, expr, half) case KIR_OP_##OP: /* the unary ops of ir/ops.def's formulas */
 #include "ir/ops.def"
         run_unary(x, v);
+        return;
+    case KIR_OP_SOFTMAX:
+        run_softmax(x, v);
         return;
     case KIR_OP_RMS_NORM:
         run_rms_norm(x, v);

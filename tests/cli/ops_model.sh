@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The elementwise ops of soft-capping, routing and clipping (tanh, exp, sigmoid, clamp, maximum,
-# minimum, a tensor plus or minus a number) in a model (tests/data/ops/ops.kiln, its weights made by make_ckpt.py):
+# minimum, a tensor plus or minus a number) and a row softmax in a model (tests/data/ops/ops.kiln, its weights made by make_ckpt.py):
 # kiln verify, all passes against none, in exact and in fast precision (bf16), with the values of
 # the unary ops' IR pinned by the round trip; and bad clamps, maximum and minimum located.
 . "$(dirname "$0")/lib.sh"
@@ -21,7 +21,7 @@ done
 ir=$(cat "$work"/ir/*.ir 2>/dev/null)
 "$KILN_BIN" build "$data/ops.kiln" --from-ir "$work"/ir/*.ir --weights "$work/ckpt" -o "$work/m2.engine" >/dev/null 2>&1 \
   && passes=$((passes+1)) || { echo "FAIL: the dump does not build back (--from-ir)"; failures=$((failures+1)); }
-for want in "tanh(%" "sigmoid(%" "exp(%" "max(%" "min(%" "{min=-3.0, max=3.0}" "{max=0.25}" "{min=0.0}" "{value=1.0, shift=0.5}" "{value=-1.0, shift=1.0}" "{value=1.0, shift=-0.5}"; do
+for want in "tanh(%" "sigmoid(%" "exp(%" "max(%" "min(%" "softmax(%" "{min=-3.0, max=3.0}" "{max=0.25}" "{min=0.0}" "{value=1.0, shift=0.5}" "{value=-1.0, shift=1.0}" "{value=1.0, shift=-0.5}"; do
   [[ "$ir" == *"$want"* ]] && passes=$((passes+1)) || { echo "FAIL: the IR has no '$want'"; failures=$((failures+1)); }
 done
 cat > "$work/bad.kiln" <<'K'

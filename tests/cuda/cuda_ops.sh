@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cuda_ops.sh — the elementwise ops of soft-capping, routing and clipping (tanh, exp, sigmoid, clamp,
-# maximum, minimum, a tensor plus or minus a number) on the CUDA backend over emu_libcuda (tests/data/ops/ops.kiln:
+# maximum, minimum, softmax, a tensor plus or minus a number) on the CUDA backend over emu_libcuda (tests/data/ops/ops.kiln:
 # the ops standalone and in matmul epilogues): kiln verify --target sm_90, the CUDA engine's every
 # value against the unfused interpreter, exact (f32) and fast (bf16, the formulas' float forms).
 # Skips (77) without NVRTC or g++.
@@ -27,10 +27,12 @@ for how in "--dtype f32" "--dtype bf16 --precision fast"; do
     && passes=$((passes+1)) || { echo "FAIL: verify --target sm_90 $how (exit $rc)"; echo "$out" | sed 's/^/    /'; failures=$((failures+1)); }
 done
 # the generated kernels hold the ops: clamp's one-sided bounds, the shifted scale, tanh in a matmul epilogue,
-# max alone and min in an epilogue (ir/ops.def's KIR_BINARY: a NaN of either operand kept)
+# max alone and min in an epilogue (ir/ops.def's KIR_BINARY: a NaN of either operand kept), softmax's
+# row maximum
 src=$(cat "$work"/srcdtypef32/*.cu)
 for want in "kcu_clamp_hi(kcu_clamp_lo(" "kcu_clamp_hi(x[i], 0.25f)" "kcu_clamp_lo(x[i], 0.0f)" "(tanh((double)m0))" "exp(a)" \
-  "out[i] = (va != va || va > vb) ? va : vb;" "(m0 != m0 || m0 < r.in1_1[0]) ? m0 : r.in1_1[0]"; do
+  "out[i] = (va != va || va > vb) ? va : vb;" "(m0 != m0 || m0 < r.in1_1[0]) ? m0 : r.in1_1[0]" \
+  "m = (e != e || e > m) ? e : m;"; do
   [[ "$src" == *"$want"* ]] && passes=$((passes+1)) || { echo "FAIL: no '$want' in the generated source"; failures=$((failures+1)); }
 done
 finish

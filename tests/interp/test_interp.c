@@ -440,6 +440,36 @@ static void test_unary(void)
     free(x);
 }
 
+/* softmax over the last dim against double: rows of ordinary values, large ones (e^x overflows without
+ * the maximum taken first), one with a NaN and one of -inf (NaNs, as torch.softmax) */
+static void test_softmax(void)
+{
+    enum { T = 4, R = 9 };
+    float *x = random_floats(T * R, 3.0f);
+    x[R + 2] = 100.0f, x[R + 5] = 95.0f;
+    x[2 * R + 4] = NAN;
+    for (int i = 0; i < R; i++) x[3 * R + i] = -INFINITY;
+    tgraph t;
+    tg_init(&t, "softmax");
+    int64_t dims[2] = {KIR_DIM_T, R};
+    tg_output(&t, tg_op1(&t, KIR_OP_SOFTMAX, tg_activation(&t, T, 2, dims, x)));
+    float out[T * R];
+    CHECK(run_plain(&t, T, NULL, NULL, out, NULL) == 0);
+    double want[2 * R];
+    for (int r = 0; r < 2; r++) {
+        double m = -INFINITY, s = 0.0;
+        for (int i = 0; i < R; i++) m = fmax(m, x[r * R + i]);
+        for (int i = 0; i < R; i++) s += exp((double)x[r * R + i] - m);
+        for (int i = 0; i < R; i++) want[r * R + i] = exp((double)x[r * R + i] - m) / s;
+    }
+    check_close("softmax", out, want, 2 * R, 1e-6);
+    int nans = 0;
+    for (int i = 2 * R; i < T * R; i++) nans += isnan(out[i]) != 0;
+    CHECK(nans == 2 * R);
+    tg_free(&t);
+    free(x);
+}
+
 /* ---- norms ------------------------------------------------------------------------------- */
 static void test_norms(void)
 {
@@ -1146,6 +1176,7 @@ int main(void)
     test_matmul();
     test_binary();
     test_unary();
+    test_softmax();
     test_norms();
     test_half_conversion();
     test_half_weights();

@@ -155,8 +155,9 @@ static void random_step(gen *s)
     int64_t last = x->dims[x->ndim - 1];
     switch (below(r, 12)) {
     case 0: {
-        static const kir_op unary[] = {KIR_OP_SILU, KIR_OP_GELU, KIR_OP_GELU_TANH, KIR_OP_RELU, KIR_OP_TANH, KIR_OP_SIGMOID};
-        kir_op op = unary[below(r, 6)];
+        static const kir_op unary[] = {KIR_OP_SILU, KIR_OP_GELU,    KIR_OP_GELU_TANH, KIR_OP_RELU,
+                                       KIR_OP_TANH, KIR_OP_SIGMOID, KIR_OP_SOFTMAX};
+        kir_op op = unary[below(r, 7)];
         add_act(s, tb_op(g, op, pick_loc(s), a, KIR_NONE));
         return;
     }

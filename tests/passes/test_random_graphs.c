@@ -148,8 +148,9 @@ static void random_step(gen *s)
     case 0:
     case 1: siblings(s); return;
     case 2: {
-        static const kir_op unary[] = {KIR_OP_SILU, KIR_OP_GELU, KIR_OP_GELU_TANH, KIR_OP_RELU, KIR_OP_TANH, KIR_OP_SIGMOID};
-        act(s, node(s, unary[below(s->rng, 6)], a, KIR_NONE));
+        static const kir_op unary[] = {KIR_OP_SILU, KIR_OP_GELU,    KIR_OP_GELU_TANH, KIR_OP_RELU,
+                                       KIR_OP_TANH, KIR_OP_SIGMOID, KIR_OP_SOFTMAX};
+        act(s, node(s, unary[below(s->rng, 7)], a, KIR_NONE));
         return;
     }
     case 3: { /* residual add, SwiGLU-like mul, sub, max, min */
