@@ -164,6 +164,7 @@ struct kf_builtin {
     const kf_attr_spec *attrs; /* attribute specs, ending with {NULL} */
     kf_lower_fn lower;         /* emits the nodes */
     kir_op op;                 /* the op, for the lowerings shared by several builtins */
+    const char *number_hint;   /* what to write instead when a number is given for a tensor; NULL: none */
 };
 
 static const kf_attr_spec no_attrs[] = {{KIR_A_COUNT, 0}};
@@ -323,27 +324,27 @@ static kf_value lower_attention(kf_lower *L, const kf_builtin *b, kf_call_args *
 }
 
 static const kf_builtin builtins[] = {
-    {"embed", "TT", no_attrs, lower_simple, KIR_OP_EMBED},
-    {"linear", "TTt", no_attrs, lower_linear, KIR_OP_MATMUL},
-    {"matmul", "TT", no_attrs, lower_simple, KIR_OP_MATMUL},
-    {"rms_norm", "Tt", norm_attrs, lower_norm, KIR_OP_RMS_NORM},
-    {"layer_norm", "Ttt", norm_attrs, lower_norm, KIR_OP_LAYER_NORM},
-    {"silu", "T", no_attrs, lower_simple, KIR_OP_SILU},
-    {"gelu", "T", no_attrs, lower_simple, KIR_OP_GELU},
-    {"gelu_tanh", "T", no_attrs, lower_simple, KIR_OP_GELU_TANH},
-    {"relu", "T", no_attrs, lower_simple, KIR_OP_RELU},
-    {"tanh", "T", no_attrs, lower_simple, KIR_OP_TANH},
-    {"exp", "T", no_attrs, lower_simple, KIR_OP_EXP},
-    {"sigmoid", "T", no_attrs, lower_simple, KIR_OP_SIGMOID},
-    {"clamp", "T", clamp_attrs, lower_clamp, KIR_OP_CLAMP},
-    {"maximum", "TT", no_attrs, lower_simple, KIR_OP_MAX},
-    {"minimum", "TT", no_attrs, lower_simple, KIR_OP_MIN},
-    {"softmax", "T", no_attrs, lower_simple, KIR_OP_SOFTMAX},
-    {"view", "Ti+", no_attrs, lower_view, KIR_OP_RESHAPE},
-    {"slice", "Tii", no_attrs, lower_slice, KIR_OP_SLICE},
-    {"concat", "T+", no_attrs, lower_simple, KIR_OP_CONCAT},
-    {"rope", "TT", rope_attrs, lower_rope, KIR_OP_ROPE},
-    {"attention", "TTT", attention_attrs, lower_attention, KIR_OP_ATTENTION},
+    {"embed", "TT", no_attrs, lower_simple, KIR_OP_EMBED, NULL},
+    {"linear", "TTt", no_attrs, lower_linear, KIR_OP_MATMUL, NULL},
+    {"matmul", "TT", no_attrs, lower_simple, KIR_OP_MATMUL, NULL},
+    {"rms_norm", "Tt", norm_attrs, lower_norm, KIR_OP_RMS_NORM, NULL},
+    {"layer_norm", "Ttt", norm_attrs, lower_norm, KIR_OP_LAYER_NORM, NULL},
+    {"silu", "T", no_attrs, lower_simple, KIR_OP_SILU, NULL},
+    {"gelu", "T", no_attrs, lower_simple, KIR_OP_GELU, NULL},
+    {"gelu_tanh", "T", no_attrs, lower_simple, KIR_OP_GELU_TANH, NULL},
+    {"relu", "T", no_attrs, lower_simple, KIR_OP_RELU, NULL},
+    {"tanh", "T", no_attrs, lower_simple, KIR_OP_TANH, NULL},
+    {"exp", "T", no_attrs, lower_simple, KIR_OP_EXP, NULL},
+    {"sigmoid", "T", no_attrs, lower_simple, KIR_OP_SIGMOID, NULL},
+    {"clamp", "T", clamp_attrs, lower_clamp, KIR_OP_CLAMP, NULL},
+    {"maximum", "TT", no_attrs, lower_simple, KIR_OP_MAX, "a number bounds a tensor from below with clamp(x, min: c)"},
+    {"minimum", "TT", no_attrs, lower_simple, KIR_OP_MIN, "a number bounds a tensor from above with clamp(x, max: c)"},
+    {"softmax", "T", no_attrs, lower_simple, KIR_OP_SOFTMAX, NULL},
+    {"view", "Ti+", no_attrs, lower_view, KIR_OP_RESHAPE, NULL},
+    {"slice", "Tii", no_attrs, lower_slice, KIR_OP_SLICE, NULL},
+    {"concat", "T+", no_attrs, lower_simple, KIR_OP_CONCAT, NULL},
+    {"rope", "TT", rope_attrs, lower_rope, KIR_OP_ROPE, NULL},
+    {"attention", "TTT", attention_attrs, lower_attention, KIR_OP_ATTENTION, NULL},
 };
 enum { KF_N_BUILTINS = sizeof builtins / sizeof *builtins };
 
@@ -581,7 +582,9 @@ int kf_call_builtin(kf_lower *L, const kf_expr *call, kf_value *out)
             bad = 1;
             continue;
         } else if (v.kind != KF_V_TENSOR) {
-            kf_error(L, arg->value->loc, "%s: argument %d must be a tensor, not %s", b->name, at + 1, kf_a_type(v.kind));
+            const int hint = (v.kind == KF_V_INT || v.kind == KF_V_FLOAT) && b->number_hint;
+            kf_error(L, arg->value->loc, "%s: argument %d must be a tensor, not %s%s%s%s", b->name, at + 1,
+                     kf_a_type(v.kind), hint ? " (" : "", hint ? b->number_hint : "", hint ? ")" : "");
             bad = 1;
             continue;
         } else {

@@ -46,7 +46,7 @@ expect_fail bad-clamp-order "bad.kiln:9:26: error: clamp: max 1 is below min 2" 
   "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
 expect_fail bad-shift "bad.kiln:10:9: error: '+' adds inf; the number must be finite" -- \
   "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
-expect_fail bad-maximum "bad.kiln:11:18: error: maximum: argument 2 must be a tensor, not a float" -- \
+expect_fail bad-maximum "bad.kiln:11:18: error: maximum: argument 2 must be a tensor, not a float (a number bounds a tensor from below with clamp(x, min: c))" -- \
   "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
 expect_fail bad-minimum-shapes "bad.kiln:12:7: error: min: shapes do not broadcast: f32[T,32] and f32[T,64]" -- \
   "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
