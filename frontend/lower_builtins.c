@@ -191,6 +191,7 @@ static const kf_attr_spec attention_attrs[] = {
     {KIR_A_ATTENTION_SCALE, KF_COMPUTED}, /* 1/sqrt(head size) */
     {KIR_A_ATTENTION_WINDOW, KF_FALLBACK},
     {KIR_A_ATTENTION_SOFTCAP, KF_FALLBACK},
+    {KIR_A_ATTENTION_ALIBI, KF_COMPUTED}, /* set when true: the text of other models stays */
     {KIR_A_COUNT, 0},
 };
 
@@ -317,8 +318,9 @@ static kf_value lower_attention(kf_lower *L, const kf_builtin *b, kf_call_args *
     /* Attention calls are numbered in graph order: each owns one layer of
      * the KV cache. */
     kir_setting set[] = {KIR_WITH_INT(KIR_A_ATTENTION_LAYER, L->n_attention), setting_of(b, a, 0), setting_of(b, a, 1),
-                         setting_of(b, a, 2)};
-    kf_value r = build(L, KIR_OP_ATTENTION, loc, a->t, 3, set, 4);
+                         setting_of(b, a, 2), setting_of(b, a, 3)};
+    const int alibi = a->given[3] && a->attr[3].u.i != 0;
+    kf_value r = build(L, KIR_OP_ATTENTION, loc, a->t, 3, set, alibi ? 5 : 4);
     if (r.kind == KF_V_TENSOR) L->n_attention++;
     return r;
 }
@@ -433,6 +435,7 @@ static int check_attr(kf_lower *L, const kf_builtin *b, const kf_attr_spec *spec
         }
         return 0;
     case KIR_ATTR_INT:
+        if (v->kind == KF_V_BOOL && info->rule == KIR_RULE_BOOL) v->kind = KF_V_INT; /* true, false: 1, 0 */
         if (v->kind != KF_V_INT) {
             kf_error_value(L, loc, *v, "%s: attribute '%s' must be an int, not %s", b->name, info->key,
                            kf_not_int(*v));

@@ -60,6 +60,17 @@ void kir_formula_write(kir_op op, int half, const char *operand, ks_buf *out, in
     if (what) *what = formulas[op].what;
 }
 
+float kir_alibi_slope(int64_t n_heads, int64_t h)
+{
+    int64_t p = 1;
+    while (p * 2 <= n_heads) p *= 2;
+    /* torch.pow(float32 base, int32 k): the float base raised in double and rounded (exact for the
+     * powers of two that power-of-two head counts give) */
+    if (h < p) return (float)pow((double)(float)pow(2.0, -pow(2.0, -(log2((double)p) - 3.0))), (double)(h + 1));
+    const float extra = (float)pow(2.0, -pow(2.0, -(log2((double)(2 * p)) - 3.0)));
+    return (float)pow((double)extra, (double)(2 * (h - p) + 1));
+}
+
 void kir_rope_inv_freq(const kir_graph *g, kir_val v, int rot_dim, float *inv_freq)
 {
     /* Every step below is one float32 operation of HF's code, in its order:

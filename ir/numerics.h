@@ -47,6 +47,11 @@ void kir_binary_write(kir_op op, const char *a_text, const char *b_text, ks_buf 
 /* 1 when op has a KIR_BINARY line. */
 int kir_has_binary(kir_op op);
 
+/* ALiBi's slope of head h of n_heads (Press et al. 2022, as transformers' build_alibi_tensor computes it
+ * in float32): for the largest power of two p <= n_heads, heads 0 .. p-1 take base^1 .. base^p with
+ * base = 2^(-8 / p), the heads past p the odd powers of 2^(-4 / p). */
+float kir_alibi_slope(int64_t n_heads, int64_t h);
+
 /* The rotation frequencies of ROPE node v (rot_dim/2 floats into inv_freq,
  * radians per position), from its theta and scaling attributes. Hugging
  * Face computes them in float32 (_compute_default_rope_parameters,

@@ -10,6 +10,7 @@
  * dtypes, all arithmetic in f32.
  */
 #include "codegen/cuda/kcu_gen.h"
+#include "ir/numerics.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -331,8 +332,10 @@ static int use_flash_prefill(const kcu_gen *x, kir_val v, int fast)
     const kir_node *n = &x->g->nodes[v];
     const kir_node *qn = &x->g->nodes[n->in[0]], *kn = &x->g->nodes[n->in[1]], *vn = &x->g->nodes[n->in[2]];
     int64_t dk = qn->dims[2], dv = vn->dims[2];
-    /* both kernels of the node run on one block size: the decode kernel's must be ATT_WARPS warps */
-    return fast && dk <= 256 && dv <= 256 && plan_attention(qn->dims[1] / kn->dims[1], dk, dv).nw == ATT_WARPS;
+    /* both kernels of the node run on one block size: the decode kernel's must be ATT_WARPS warps; the
+     * flash kernels add no ALiBi bias (kcu_attention does, for every step) */
+    return fast && dk <= 256 && dv <= 256 && plan_attention(qn->dims[1] / kn->dims[1], dk, dv).nw == ATT_WARPS &&
+           !kir_attr_int(x->g, v, KIR_A_ATTENTION_ALIBI);
 }
 
 /* The 16-bit type the tensor cores multiply in: q's when it is bf16 or f16, else the cache's,
@@ -408,6 +411,17 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     int g90 = 0;              /* the sm_90a cubin's prefill is kcu_flash90 */
     kcu_flash90_plan f9 = {0}; /* its plan */
     krt_cuda_kernel *k = kcu_kernel_new(x, v, flash ? 32 * ATT_WARPS : 32 * a.nw);
+    const int alibi = kir_attr_int(g, v, KIR_A_ATTENTION_ALIBI) != 0;
+    if (alibi) { /* the heads' slopes, as the interpreter computes them */
+        ks_buf_printf(&x->body, "\n/* ALiBi's slope of each head */\n__device__ const float " NAME_MARK "_alibi[%lld] = {",
+                      (long long)heads);
+        for (int64_t h = 0; h < heads; h++) {
+            ks_buf_puts(&x->body, h % 6 ? " " : "\n    ");
+            kcu_put_float(&x->body, kir_alibi_slope(heads, h));
+            ks_buf_puts(&x->body, ",");
+        }
+        ks_buf_puts(&x->body, "\n};\n");
+    }
     kcu_kernel_grid(k, 0, 1, 0, 1);
     kcu_kernel_grid(k, 1, 0, heads, 1);
     kcu_kernel_grid(k, 2, 0, ATT_SPLIT, 1);
@@ -436,7 +450,7 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     kcu_put_float(&x->body, scale);
     ks_buf_puts(&x->body, ", ");
     kcu_put_float(&x->body, softcap);
-    ks_buf_puts(&x->body, ");\n}\n");
+    ks_buf_puts(&x->body, alibi ? ", " NAME_MARK "_alibi);\n}\n" : ");\n}\n");
     if (flash) {
         /* steps of more than ATT_FLASH_T tokens: tiles of 16 mw tw tokens x hb heads, on their own grid */
         const int64_t group = heads / kv_heads;

@@ -1672,7 +1672,8 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
                                                      const int *__restrict__ positions,
                                                      const int *__restrict__ table_off,
                                                      const int *__restrict__ tables, const int block_size,
-                                                     const float scale, const float softcap)
+                                                     const float scale, const float softcap,
+                                                     const float *__restrict__ alibi = nullptr)
 {
     enum {
         GROUP = H / KH,
@@ -1773,6 +1774,7 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
         for (int st = LNV; st < 5; st++) s[0] += __shfl_xor_sync(0xffffffffu, s[0], 16 >> st);
         float sc = s[0] * scale;
         if (softcap > 0.0f) sc = softcap * (float)tanh((double)(sc / softcap));
+        if (alibi) sc += alibi[h0 + mh] * (float)(lo + j0 + mj); /* ALiBi: the head's slope times the key's position */
         if (mj >= n) sc = ninf;
         /* online softmax: the step's maximum of head mh (over the lanes of its positions) */
         float cm = sc;
@@ -1894,16 +1896,17 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
                                                             O *__restrict__ out, const int *__restrict__ positions,
                                                             const int *__restrict__ table_off,
                                                             const int *__restrict__ tables, const int block_size,
-                                                            const float scale, const float softcap)
+                                                            const float scale, const float softcap,
+                                                            const float *__restrict__ alibi = nullptr)
 {
     if (!KCU_CLUSTERS && blockIdx.z > 0) return; /* no clusters: block z = 0 takes every position */
     if (HBW > 1 && (long long)T * (H / HBW) >= KCU_ATT_WIDE) {
         if (blockIdx.y < H / HBW)
             kcu_attention<H, KH, DK, DV, HBW, PW, NW, S, WINDOW>(q, kc, vc, out, positions, table_off, tables,
-                                                                 block_size, scale, softcap);
+                                                                 block_size, scale, softcap, alibi);
     } else {
         kcu_attention<H, KH, DK, DV, 1, P1, NW, S, WINDOW>(q, kc, vc, out, positions, table_off, tables, block_size,
-                                                           scale, softcap);
+                                                           scale, softcap, alibi);
     }
 }
 /* ==== end of attention ================================================================ */

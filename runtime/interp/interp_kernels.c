@@ -532,6 +532,7 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
     int64_t window = kir_attr_int(x->g, v, KIR_A_ATTENTION_WINDOW);
     float softcap = (float)kir_attr_float(x->g, v, KIR_A_ATTENTION_SOFTCAP);
     float *kc = krt_kv_k(x->kv, layer), *vc = krt_kv_v(x->kv, layer);
+    const int alibi = kir_attr_int(x->g, v, KIR_A_ATTENTION_ALIBI) != 0;
     const krt_step *st = x->step;
 
     /* 1. Every token's K and V go into the cache first, so tokens later in
@@ -551,9 +552,11 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
             const float *qh = q + (t * heads + h) * dk;
             int64_t kh = h / group;
             float m = -INFINITY;
+            const float slope = alibi ? kir_alibi_slope(heads, h) : 0.0f;
             for (int j = 0; j < len; j++) {
                 float s = dot(qh, kc + slots[j] * krow + kh * dk, dk) * scale;
                 if (softcap > 0.0f) s = softcap * (float)tanh((double)(s / softcap));
+                if (alibi) s += slope * (float)(lo + j); /* the key's position */
                 score[j] = s;
                 if (s > m) m = s;
             }

@@ -24,8 +24,8 @@ expect_fail no-config "$work/noconfig: error: no config.json in the checkpoint f
 mkdir -p "$work/badjson"; printf '{\n  "model_type": "llama",\n  oops\n}\n' > "$work/badjson/config.json"
 expect_fail bad-json "$work/badjson/config.json:3:4: error: invalid JSON" -- \
   "$KILN_BIN" build "$work/badjson" -o "$work/x.engine"
-mkdir -p "$work/unknown"; printf '{"model_type": "bloom"}\n' > "$work/unknown/config.json"
-expect_fail unknown-arch "$work/unknown/config.json: error: model_type 'bloom' matches no shipped model description" -- \
+mkdir -p "$work/unknown"; printf '{"model_type": "mamba"}\n' > "$work/unknown/config.json"
+expect_fail unknown-arch "$work/unknown/config.json: error: model_type 'mamba' matches no shipped model description" -- \
   "$KILN_BIN" build "$work/unknown" -o "$work/x.engine"
 # a description without a config: one error with the way to give one, not one per key
 out=$("$KILN_BIN" ir "$KILN_SOURCE/models/llama.kiln" 2>&1); rc=$?

@@ -68,6 +68,9 @@ MODELS = {
                                     tie_word_embeddings=False,
                                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                      "partial_rotary_factor": 0.5})),
+    "bloom-tiny": ("BloomConfig", "BloomForCausalLM", 97,
+                   dict(n_layer=2, hidden_size=72, num_attention_heads=6, layer_norm_epsilon=1e-5,
+                        tie_word_embeddings=True)),  # 6 heads: ALiBi's slopes past the power of two too
     "stablelm-tiny": ("StableLmConfig", "StableLmForCausalLM", 73,
                       dict(num_hidden_layers=2, layer_norm_eps=1e-5, use_qkv_bias=True, tie_word_embeddings=False,
                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})),
