@@ -332,10 +332,8 @@ static int use_flash_prefill(const kcu_gen *x, kir_val v, int fast)
     const kir_node *n = &x->g->nodes[v];
     const kir_node *qn = &x->g->nodes[n->in[0]], *kn = &x->g->nodes[n->in[1]], *vn = &x->g->nodes[n->in[2]];
     int64_t dk = qn->dims[2], dv = vn->dims[2];
-    /* both kernels of the node run on one block size: the decode kernel's must be ATT_WARPS warps; the
-     * flash kernels add no ALiBi bias (kcu_attention does, for every step) */
-    return fast && dk <= 256 && dv <= 256 && plan_attention(qn->dims[1] / kn->dims[1], dk, dv).nw == ATT_WARPS &&
-           !kir_attr_int(x->g, v, KIR_A_ATTENTION_ALIBI);
+    /* both kernels of the node run on one block size: the decode kernel's must be ATT_WARPS warps */
+    return fast && dk <= 256 && dv <= 256 && plan_attention(qn->dims[1] / kn->dims[1], dk, dv).nw == ATT_WARPS;
 }
 
 /* The 16-bit type the tensor cores multiply in: q's when it is bf16 or f16, else the cache's,
@@ -461,7 +459,8 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
         /* sm_90a: kcu_flash90 where it has a plan, q and the cache of the tensor cores' type */
         const char *mt = flash_mma_type(x, v, n->in[0]);
         f9 = kcu_plan_flash90(group, dk, dv, x->opt.smem_optin);
-        g90 = x->opt.gemm90 && !x->opt.no_flash90 && f9.smem > 0 && f9.hb == fs.hb && fs.mw == 1 &&
+        /* (kcu_flash90 adds no ALiBi bias: such a node keeps kcu_flash_attention on sm_90a too) */
+        g90 = x->opt.gemm90 && !x->opt.no_flash90 && !alibi && f9.smem > 0 && f9.hb == fs.hb && fs.mw == 1 &&
                   strcmp(kcu_elem_type(qn->dtype), mt) == 0 && strcmp(kv_elem_type(x, v), mt) == 0;
         if (g90) {
             ks_buf_printf(&x->body,
@@ -491,7 +490,7 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
             kcu_put_float(&x->body, scale);
             ks_buf_puts(&x->body, ", ");
             kcu_put_float(&x->body, softcap);
-            ks_buf_puts(&x->body, ");\n");
+            ks_buf_puts(&x->body, alibi ? ", " NAME_MARK "_alibi);\n" : ");\n");
         }
         if (g90) ks_buf_puts(&x->body, "#endif\n");
         ks_buf_puts(&x->body, "}\n");

@@ -397,7 +397,8 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
                                                            O *__restrict__ out, const int *__restrict__ positions,
                                                            const int *__restrict__ table_off,
                                                            const int *__restrict__ tables, const int block_size,
-                                                           const float scale, const float softcap)
+                                                           const float scale, const float softcap,
+                                                           const float *__restrict__ alibi = nullptr)
 {
 #if KCU_MMA
     enum {
@@ -583,6 +584,17 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
 #pragma unroll
                     for (int e = 0; e < 4; e++)
                         if (softcap > 0.0f) s[mi][j][e] = softcap * tanhf(s[mi][j][e] * scale / softcap);
+            if (alibi) {
+                /* ALiBi: the head's slope times the key's position, in the scores' units (unscaled
+                 * without a softcap: fac scales them) */
+                const float sl = alibi[head] * (softcap > 0.0f ? 1.0f : 1.0f / scale);
+#pragma unroll
+                for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+                    for (int j = 0; j < NB; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) s[mi][j][e] += sl * (float)(p0 + j * 8 + 2 * c + (e & 1));
+            }
             if (!(wrange[tw][2] <= p0 && wrange[tw][3] >= p0 + BN - 1)) {
 #pragma unroll
                 for (int x = 0; x < R; x++) {
