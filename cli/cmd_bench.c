@@ -150,15 +150,7 @@ int kc_cmd_bench(int argc, char **argv)
         else
             krt_bench_table(&r, pos[0], &out);
         if (!d.errors) fputs(ks_buf_cstr(&out), stdout);
-        if (!d.errors && profile) {
-            ks_buf b = {0};
-            if (krt_session_profile(s, 0, &b) == 0)
-                fputs(ks_buf_cstr(&b), stderr);
-            else
-                fprintf(stderr, "kiln bench: profile: kernels are timed on CUDA engines (kiln build --target sm_XX); "
-                                "this one runs on the CPU interpreter\n");
-            ks_buf_free(&b);
-        }
+        if (!d.errors && profile) kc_print_kernel_profile(s, 0, "kiln bench", "");
     }
     ks_buf_free(&out);
     krt_session_free(s);

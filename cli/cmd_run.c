@@ -93,12 +93,17 @@ static void print_profile(const krt_session *s, const krt_gen_stats *st, double 
                 KRT_PROFILE_DECODE_TOKENS, 1e3 * t->total, 1e6 * t->total / (double)t->steps, 1e6 * t->min,
                 1e6 * t->max);
     }
+    kc_print_kernel_profile(s, ceiling, "kiln", ", whose steps are timed above");
+}
+
+void kc_print_kernel_profile(const krt_session *s, double ceiling, const char *who, const char *tail)
+{
     ks_buf b = {0};
     if (krt_session_profile(s, ceiling, &b) == 0)
         fputs(ks_buf_cstr(&b), stderr);
     else
-        fprintf(stderr, "kiln: profile: kernels are timed on CUDA engines (kiln build --target sm_XX); this one runs "
-                        "on the CPU interpreter, whose steps are timed above\n");
+        fprintf(stderr, "%s: profile: kernels are timed on CUDA engines (kiln build --target sm_XX); this one runs "
+                        "on the CPU interpreter%s\n", who, tail);
     ks_buf_free(&b);
 }
 

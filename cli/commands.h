@@ -23,6 +23,12 @@ int kc_cmd_tokenize(int argc, char **argv);
 int kc_cmd_verify(int argc, char **argv);
 int kc_cmd_version(int argc, char **argv);
 
+struct krt_session;
+/* --profile's kernel tables of session s (kiln run, kiln bench) on stderr, each rate as a fraction of
+ * ceiling TFLOP/s (0: none); on the interpreter, which keeps none, `who: profile: kernels are timed on
+ * CUDA engines ...` and `tail` after it. */
+void kc_print_kernel_profile(const struct krt_session *s, double ceiling, const char *who, const char *tail);
+
 /* One option a command accepts. */
 typedef struct kc_option {
     const char *name;    /* "--weights"; a short alias after '|' is allowed: "-o|--output" */

@@ -28,34 +28,33 @@ static const struct {
 
 int kir_has_binary(kir_op op) { return op < KIR_OP_COUNT && binaries[op].text != NULL; }
 
-void kir_binary_write(kir_op op, const char *a_text, const char *b_text, ks_buf *out, const char **what)
+/* text into out with each whole identifier `a` written as a_text and `b` as b_text (b_text NULL: `b`
+ * stays, as in a unary formula); not inside another identifier (exp, tanh) */
+static void write_operands(const char *text, const char *a_text, const char *b_text, ks_buf *out)
 {
-    KS_ASSERT(kir_has_binary(op));
-    const char *const text = binaries[op].text;
     for (const char *p = text; *p; p++) {
-        /* `a`, `b` as whole identifiers */
         int ident_before = p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
         int ident_after = isalnum((unsigned char)p[1]) || p[1] == '_';
-        if ((*p == 'a' || *p == 'b') && !ident_before && !ident_after)
-            ks_buf_puts(out, *p == 'a' ? a_text : b_text);
+        if (!ident_before && !ident_after && *p == 'a')
+            ks_buf_puts(out, a_text);
+        else if (!ident_before && !ident_after && *p == 'b' && b_text)
+            ks_buf_puts(out, b_text);
         else
             ks_buf_put(out, p, 1);
     }
+}
+
+void kir_binary_write(kir_op op, const char *a_text, const char *b_text, ks_buf *out, const char **what)
+{
+    KS_ASSERT(kir_has_binary(op));
+    write_operands(binaries[op].text, a_text, b_text, out);
     if (what) *what = binaries[op].what;
 }
 
 void kir_formula_write(kir_op op, int half, const char *operand, ks_buf *out, int *in_double, const char **what)
 {
     KS_ASSERT(kir_has_formula(op));
-    const char *const text = half ? formulas[op].half : formulas[op].text;
-    for (const char *p = text; *p; p++) {
-        /* `a` as a whole identifier: not inside another (exp, tanh) */
-        int ident_before = p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
-        if (*p == 'a' && !ident_before && !(isalnum((unsigned char)p[1]) || p[1] == '_'))
-            ks_buf_puts(out, operand);
-        else
-            ks_buf_put(out, p, 1);
-    }
+    write_operands(half ? formulas[op].half : formulas[op].text, operand, NULL, out);
     if (in_double) *in_double = !half && formulas[op].in_double;
     if (what) *what = formulas[op].what;
 }

@@ -241,20 +241,27 @@ static int reduce_threads(int64_t d)
     return t;
 }
 
-/* A block-wide sum of the double `var` over the threads, in a fixed tree;
- * every thread sees the total in `var` afterwards. */
-static void put_block_sum(ks_buf *b, const char *var)
+/* A block-wide reduction of `var` over the threads in the shared array `arr` [B], a fixed tree whose
+ * step is arr[t] = combine (an expression over arr[threadIdx.x] and arr[threadIdx.x + s]); every thread
+ * sees the result in `var` afterwards. */
+static void put_block_tree(ks_buf *b, const char *arr, const char *var, const char *combine)
 {
     ks_buf_printf(b,
-                  "    red[threadIdx.x] = %s;\n"
+                  "    %s[threadIdx.x] = %s;\n"
                   "    __syncthreads();\n"
                   "    for (int s = B / 2; s > 0; s >>= 1) {\n"
-                  "        if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];\n"
+                  "        if (threadIdx.x < s) %s[threadIdx.x] = %s;\n"
                   "        __syncthreads();\n"
                   "    }\n"
-                  "    %s = red[0];\n"
+                  "    %s = %s[0];\n"
                   "    __syncthreads();\n",
-                  var, var);
+                  arr, var, arr, combine, var, arr);
+}
+
+/* A block-wide sum of the double `var` in red[B] (put_block_tree) */
+static void put_block_sum(ks_buf *b, const char *var)
+{
+    put_block_tree(b, "red", var, "red[threadIdx.x] + red[threadIdx.x + s]");
 }
 
 /* rms_norm and layer_norm: one block per row of the last dim; sums in double. */
@@ -383,18 +390,13 @@ static int emit_softmax(kcu_gen *x, kir_val v)
                   "    for (int i = threadIdx.x; i < D; i += B) {\n"
                   "        const float e = %sxr[i]%s;\n"
                   "        m = %s;\n"
-                  "    }\n"
-                  "    redm[threadIdx.x] = m;\n"
-                  "    __syncthreads();\n"
-                  "    for (int s = B / 2; s > 0; s >>= 1) {\n"
-                  "        if (threadIdx.x < s) redm[threadIdx.x] = %s;\n"
-                  "        __syncthreads();\n"
-                  "    }\n"
-                  "    m = redm[0];\n"
+                  "    }\n",
+                  (long long)d, threads, kcu_elem_type(xt), kcu_elem_type(n->dtype), l0, l1, ks_buf_cstr(&mx));
+    put_block_tree(&x->body, "redm", "m", ks_buf_cstr(&tree));
+    ks_buf_printf(&x->body,
                   "    double ss = 0.0;\n"
                   "    for (int i = threadIdx.x; i < D; i += B) ss += exp((double)%sxr[i]%s - (double)m);\n",
-                  (long long)d, threads, kcu_elem_type(xt), kcu_elem_type(n->dtype), l0, l1, ks_buf_cstr(&mx),
-                  ks_buf_cstr(&tree), l0, l1);
+                  l0, l1);
     ks_buf_free(&mx);
     ks_buf_free(&tree);
     put_block_sum(&x->body, "ss");

@@ -410,15 +410,13 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     kcu_flash90_plan f9 = {0}; /* its plan */
     krt_cuda_kernel *k = kcu_kernel_new(x, v, flash ? 32 * ATT_WARPS : 32 * a.nw);
     const int alibi = kir_attr_int(g, v, KIR_A_ATTENTION_ALIBI) != 0;
+    /* the kernels' calls end with the heads' ALiBi slopes where the node has them */
+    const char *call_end = alibi ? ", " NAME_MARK "_alibi);\n" : ");\n";
     if (alibi) { /* the heads' slopes, as the interpreter computes them */
-        ks_buf_printf(&x->body, "\n/* ALiBi's slope of each head */\n__device__ const float " NAME_MARK "_alibi[%lld] = {",
-                      (long long)heads);
-        for (int64_t h = 0; h < heads; h++) {
-            ks_buf_puts(&x->body, h % 6 ? " " : "\n    ");
-            kcu_put_float(&x->body, kir_alibi_slope(heads, h));
-            ks_buf_puts(&x->body, ",");
-        }
-        ks_buf_puts(&x->body, "\n};\n");
+        float *slopes = ks_xmalloc(sizeof(float) * (size_t)heads);
+        for (int64_t h = 0; h < heads; h++) slopes[h] = kir_alibi_slope(heads, h);
+        kcu_put_float_table(&x->body, "ALiBi's slope of each head", "alibi", slopes, heads);
+        free(slopes);
     }
     kcu_kernel_grid(k, 0, 1, 0, 1);
     kcu_kernel_grid(k, 1, 0, heads, 1);
@@ -448,7 +446,8 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     kcu_put_float(&x->body, scale);
     ks_buf_puts(&x->body, ", ");
     kcu_put_float(&x->body, softcap);
-    ks_buf_puts(&x->body, alibi ? ", " NAME_MARK "_alibi);\n}\n" : ");\n}\n");
+    ks_buf_puts(&x->body, call_end);
+    ks_buf_puts(&x->body, "}\n");
     if (flash) {
         /* steps of more than ATT_FLASH_T tokens: tiles of 16 mw tw tokens x hb heads, on their own grid */
         const int64_t group = heads / kv_heads;
@@ -490,7 +489,7 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
             kcu_put_float(&x->body, scale);
             ks_buf_puts(&x->body, ", ");
             kcu_put_float(&x->body, softcap);
-            ks_buf_puts(&x->body, alibi ? ", " NAME_MARK "_alibi);\n" : ");\n");
+            ks_buf_puts(&x->body, call_end);
         }
         if (g90) ks_buf_puts(&x->body, "#endif\n");
         ks_buf_puts(&x->body, "}\n");

@@ -311,20 +311,27 @@ void kcu_kernel_end(kcu_gen *x, krt_cuda_kernel *k, const char *suffix)
     x->large = 0;
 }
 
+void kcu_put_float_table(ks_buf *b, const char *comment, const char *name, const float *v, int64_t n)
+{
+    ks_buf_printf(b, "\n/* %s */\n__device__ const float " NAME_MARK "_%s[%lld] = {", comment, name,
+                  (long long)(n > 0 ? n : 1));
+    for (int64_t j = 0; j < n; j++) {
+        ks_buf_puts(b, j % 6 ? " " : "\n    ");
+        kcu_put_float(b, v[j]);
+        ks_buf_puts(b, ",");
+    }
+    ks_buf_puts(b, "\n};\n");
+}
+
 void kcu_put_rope_table(kcu_gen *x, ks_buf *b, kir_val v, int64_t rot, const char *suffix)
 {
     int half = (int)(rot / 2);
     float *inv_freq = ks_xmalloc(sizeof(float) * (size_t)(half ? half : 1));
     kir_rope_inv_freq(x->g, v, (int)rot, inv_freq);
-    ks_buf_printf(b, "\n/* rotation frequencies, radians per position (as the interpreter computes them) */\n"
-                     "__device__ const float " NAME_MARK "_inv_freq%s[%d] = {",
-                  suffix, half);
-    for (int j = 0; j < half; j++) {
-        ks_buf_puts(b, j % 6 ? " " : "\n    ");
-        kcu_put_float(b, inv_freq[j]);
-        ks_buf_puts(b, ",");
-    }
-    ks_buf_puts(b, "\n};\n");
+    char name[48];
+    snprintf(name, sizeof name, "inv_freq%s", suffix);
+    kcu_put_float_table(b, "rotation frequencies, radians per position (as the interpreter computes them)", name,
+                        inv_freq, half);
     free(inv_freq);
 }
 
