@@ -85,6 +85,11 @@ def main():
             print(f"{name:8} {T:5} {K:6} {N:7} | {tf:7.1f} | {best[3]:7.1f} {best[0]:>3}/{best[1]:<3} {best[3] / tf:6.2f} | {each}")
         else:
             print(f"{name:8} {T:5} {K:6} {N:7} | {tf:7.1f} | {'-':>7}")
+        runs = kiln.get((name + "_c2", T), [])  # the same in clusters of two blocks sharing the weight tile
+        if runs:
+            best = max(runs, key=lambda r: r[3])
+            each = "  ".join(f"{bn}/{st}: {t:.0f}" for bn, st, _, t in runs)
+            print(f"{name + '_c2':8} {T:5} {K:6} {N:7} | {tf:7.1f} | {best[3]:7.1f} {best[0]:>3}/{best[1]:<3} {best[3] / tf:6.2f} | {each}")
     print("(TFLOP/s = 2 T N K / time; cuBLAS = torch.matmul bf16, bf16 out; kiln = kcu_gemm90, bf16 out)")
     return rc
 

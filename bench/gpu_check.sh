@@ -55,6 +55,10 @@
 #         (their first GPU_PROFILE_NCU_COUNT, default 2, launches); GPU_PROFILE_ALT_ENV="NAME=VALUE ..." builds and
 #         profiles the model a second time with that environment (a kcu_build knob) beside the default: $OUT/ncu.txt and, per SASS
 #         instruction, warp-stall samples in $OUT/ncu_sass.csv.gz (not in the default).
+#       clocks — why a process's first 2048-token prefill of the 8B shape is faster than the next ones
+#         (bench/RESULTS.md, issue #10 step 9): the 8B shape with GPU_CLOCKS_LAYERS (default 32) layers,
+#         `kiln bench` of 12 prefills of 2048 tokens back to back, while nvidia-smi samples the SM clock,
+#         power and the clock-event reasons every 20 ms: $OUT/clocks.csv, clocks_bench.json.
 #       kernels — the prefill kernels alone, on cubins compiled here by NVRTC: tests/cuda/cuda_mm_check
 #         --gpu (the mma.sync matmul), cuda_gemm90_check --gpu (the sm_90a wgmma/TMA matmul) with
 #         bench/gemm90_vs_cublas.py (cuBLAS on the same shapes), cuda_att_check --gpu (the
@@ -427,11 +431,17 @@ run() {
     # what is left of the device tool's 600 s; the script keeps 15 s of it for the report
     local left=$(( ${GPU_CHECK_BUDGET:-585} - SECONDS ))
     echo "(prefill_bench gets ${left} s)"
+    # the SM clock and power every 100 ms beside it (the H200 caps its power: sustained tensor-core
+    # work runs at 1650-1815 MHz, not 1980; the clocks stage)
+    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active --format=csv -lms 100 \
+      > "$out/bench_clocks.csv" 2>&1 &
+    local bsmi=$!
     # shellcheck disable=SC2086
     PYTHONUNBUFFERED=1 timeout "$left" python3 "$root/bench/prefill_bench.py" --kiln "$kiln" --out "$out" \
       --budget $(( left - 15 )) ${PREFILL_BENCH_ARGS:-} 2>&1 | grep -v 'it/s\]$' | tee "$out/prefill_bench.log" \
       | grep -E '^(kiln|peer|copy|T = |SKIP|FAIL|prefill_bench|device|GPU memory)' >> "$summary"
     echo "prefill_bench exit ${PIPESTATUS[0]}" | tee -a "$summary"
+    kill $bsmi 2>/dev/null; wait $bsmi 2>/dev/null
     [ -f "$out/prefill_bench.md" ] && cat "$out/prefill_bench.md" >> "$summary"
   fi
   if [[ $stages == *" profile "* ]]; then
@@ -489,6 +499,41 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
       grep -E "^  k_|Duration|Compute \(SM\)|Warp Cycles Per Issued|No Eligible" "$out/ncu.txt" | tee -a "$summary"
     fi
     rm -rf "$m" "$m.engine" "$m.alt.engine"
+  fi
+  if [[ $stages == *" clocks "* ]]; then
+    local layers=${GPU_CLOCKS_LAYERS:-32} m="/dev/shm/gpu_check_clocks" smi
+    echo "== clocks: Llama-3-8B's shape, $layers layers, 12 prefills of 2048 tokens back to back"
+    (cd "$root/bench" && python3 -c "
+import json
+from llama8b_common import make_checkpoint
+cfg = json.load(open('../tests/data/llama3-8b-config.json')); cfg['num_hidden_layers'] = $layers
+make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
+    "$kiln" build "$m" --dtype bf16 --max-tokens 2048 --target sm_90 -o "$m.engine" >/dev/null 2>&1 \
+      || echo "FAIL: kiln build of the clocks model" | tee -a "$summary"
+    rm -rf "$m"
+    # the clock-event reasons' field is named clocks_throttle_reasons on older drivers
+    for f in clocks_event_reasons.active clocks_throttle_reasons.active; do
+      nvidia-smi --query-gpu=$f --format=csv,noheader >/dev/null 2>&1 && break
+    done
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$f --format=csv -lms 20 \
+      > "$out/clocks.csv" 2>&1 &
+    smi=$!
+    sleep 1
+    "$kiln" bench "$m.engine" --prompts 2048,2048,2048,2048,2048,2048,2048,2048,2048,2048,2048,2048 --decode 0 \
+      --reps 1 --warmup 0 --json > "$out/clocks_bench.json" 2>"$out/clocks_bench.err"
+    sleep 1
+    kill $smi 2>/dev/null; wait $smi 2>/dev/null
+    python3 -c "
+import json
+r = json.load(open('$out/clocks_bench.json'))
+print('clocks: 2048-token prefills in order (ms):', ' '.join('%.2f' % p['ttft_ms_median'] for p in r['prefill']))
+" 2>&1 | tee -a "$summary"
+    # samples by SM clock and reasons; the power's range
+    awk -F', ' 'NR > 1 { print $2, $6 }' "$out/clocks.csv" | sort | uniq -c | sort -rn | head -12 \
+      | sed 's/^/clocks: samples, SM clock, reasons: /' | tee -a "$summary"
+    awk -F', ' 'NR > 1 { p = $4 + 0; if (p > max) max = p; if (min == "" || p < min) min = p }
+      END { print "clocks: power draw from", min, "to", max, "W" }' "$out/clocks.csv" | tee -a "$summary"
+    rm -f "$m.engine"
   fi
   if [[ $stages == *" kernels "* || $stages == *" gemm90 "* ]]; then
     echo "== the prefill kernels alone (cubins compiled by NVRTC on the build machine)"

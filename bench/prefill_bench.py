@@ -102,7 +102,7 @@ class Run:
             self.skip(name, f"{self.left():.0f} s of the budget left, it needs about {need_s} s")
             return None
         t0 = time.time()
-        log(f"== {name} ({self.left():.0f} s of the budget left)")
+        log(f"== {name} ({self.left():.0f} s of the budget left; {time.strftime('%H:%M:%S')} local time)")
         try:
             return fn(*args)
         except Exception as e:  # a stage's failure is a result: record it, go on with the others

@@ -583,14 +583,9 @@ static void put_stores(epi_text *E, int j)
     else snprintf(row, sizeof row, "%s", st[0].row);
     ks_buf_printf(&E->apply, "        /* slot %d's store: the one its column's node has */\n"
                              "        const float s%d = %s;\n", j, j, ks_buf_cstr(&val));
-    char lhs[160], head[32], sv[8];
-    snprintf(lhs, sizeof lhs, "c.dp%d[(long long)%s * c.ds%d]", j, row, j);
-    snprintf(head, sizeof head, "        if (c.dp%d) ", j);
-    snprintf(sv, sizeof sv, "s%d", j);
-    if (store_held(E, &st[0]))
-        ks_buf_printf(&E->apply, "%skcu_put_held(&%s, %s);\n", head, lhs, sv);
-    else
-        kcu_put_store(&E->apply, st[0].to, head, lhs, sv);
+    /* the store under its test alone (kcu_put_at: predicated, no branch between the rows) */
+    ks_buf_printf(&E->apply, "        %s(c.dp%d, (long long)%s * c.ds%d, s%d);\n",
+                  store_held(E, &st[0]) ? "kcu_put_held_at" : "kcu_put_at", j, row, j, j);
     ks_buf_free(&dp);
     ks_buf_free(&ds);
     ks_buf_free(&dr);
@@ -1065,6 +1060,14 @@ static void free_g90(g90_plan *P)
     for (int i = 0; i < P->n; i++) free(P->tiles[i].table);
 }
 
+/* Blocks a cluster of tile set t's gemm90 kernel: 2 when asked (kcu_options.g90_cluster) and its
+ * boxes split into halves of whole swizzle atoms (each block of the pair loads half of every weight
+ * box into both: the pair's token tiles share their column tile), else 1. */
+static int g90_cluster(const kcu_gen *x, const kcu_g90_tiles *t)
+{
+    return x->opt.g90_cluster && (t->bn / t->nbox) % 16 == 0 ? 2 : 1;
+}
+
 /* The gemm90 kernels' text, appended to the body: each a kernel of
  * KCU_G90_THREADS threads with the x and w tensor maps, then the epilogue's
  * fields (g90_params: their declarations), running kcu_gemm90 with the
@@ -1099,16 +1102,18 @@ static void put_g90(group *G, const g90_plan *P, const char *g90_params, const c
                              "};\n",
                           t->bn, t->nbox, t->bn, t->nbox + 1, t->bn, t->nbox + 1);
         }
+        const int cluster = g90_cluster(G->x, t);
         ks_buf_printf(b,
-                      "/* the same on sm_90a for steps of more than %lld tokens: wgmma fed by TMA, tiles of 128 x %d */\n"
-                      "extern \"C\" __global__ void __launch_bounds__(KCU_G90_THREADS, 1) " NAME_MARK "_g90_%d(%s)\n"
+                      "/* the same on sm_90a for steps of more than %lld tokens: wgmma fed by TMA, tiles of 128 x %d%s */\n"
+                      "extern \"C\" __global__ void __launch_bounds__(KCU_G90_THREADS, 1) %s" NAME_MARK "_g90_%d(%s)\n"
                       "{\n"
                       "    KCU_PDL_ENTER();\n"
                       "    const " NAME_MARK "_epi epi = {%s};\n"
-                      "    kcu_gemm90<%s, %lld, %lld, %d, %d, %s>(T, ta, tb, kcu_g90_none(), epi);\n"
+                      "    kcu_gemm90<%s, %lld, %lld, %d, %d, %s, %d>(T, ta, tb, kcu_g90_none(), epi);\n"
                       "}\n",
-                      (long long)P->above[i], t->bn, t->bn, g90_params, inits, xt, (long long)G->K, (long long)G->N,
-                      t->bn, kcu_g90_stages(t->bn), tiles);
+                      (long long)P->above[i], t->bn, cluster > 1 ? ", in clusters of two sharing the weight tile" : "",
+                      cluster > 1 ? "KCU_G90_CLUSTER2 " : "", t->bn, g90_params, inits, xt, (long long)G->K,
+                      (long long)G->N, t->bn, kcu_g90_stages(t->bn), tiles, cluster);
     }
     ks_buf_puts(b, "#endif\n");
 }
@@ -1146,12 +1151,15 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
         l->name = ks_arena_printf(&x->meta->arena, "%s_g90_%d", k->name, t->bn);
         l->block = 384; /* the prelude's KCU_G90_THREADS */
         l->smem = kcu_g90_smem_bytes(t->bn, kcu_g90_stages(t->bn));
-        /* ceil(T / 128) token tiles (the prelude's KCU_G90_BM), the column tiles */
-        int64_t grid[3][3] = {{1, 0, 128}, {0, t->nt, 1}, {0, 1, 1}};
-        memcpy(l->grid, grid, sizeof grid);
+        /* ceil(T / 128) token tiles (the prelude's KCU_G90_BM) by the column tiles; in clusters of two,
+           (2, ceil(T / 256), column tiles), each block loading half of each weight box (kcu_g90_block_at) */
+        const int cluster = g90_cluster(x, t);
+        int64_t plain[3][3] = {{1, 0, 128}, {0, t->nt, 1}, {0, 1, 1}};
+        int64_t pairs[3][3] = {{0, 2, 1}, {1, 0, 256}, {0, t->nt, 1}};
+        memcpy(l->grid, cluster > 1 ? pairs : plain, sizeof plain);
         l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_T, 0, 0};
         l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_TMAP, x->root[P->xv], 128};
-        l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_TMAP, wv, t->bn / t->nbox};
+        l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_TMAP, wv, t->bn / t->nbox / cluster};
         KS_ASSERT(l->n_args + n_fargs <= KRT_CUDA_MAX_ARGS);
         for (int a = 0; a < n_fargs; a++) l->args[l->n_args++] = fargs[a];
     }
@@ -1167,10 +1175,10 @@ static void put_choices(const group *G, const g90_plan *P, const krt_cuda_kernel
         const kcu_g90_tiles *t = &P->tiles[i];
         const int stages = kcu_g90_stages(t->bn);
         ks_buf_printf(b, "%s %s above %lld tokens: %swgmma tiles 128 x %d (%d column tiles of %d box%s, %d stages, %d "
-                         "bytes of shared memory)",
+                         "bytes of shared memory%s)",
                       i ? ";" : "", KCU_GEMM90_ARCH, (long long)P->above[i], G->pro >= 0 ? "the norm's kernel, then " : "",
-                      t->bn, t->nt, t->nbox, t->nbox > 1 ? "es" : "", stages,
-                      kcu_g90_smem_bytes(t->bn, stages));
+                      t->bn, t->nt, t->nbox, t->nbox > 1 ? "es" : "", stages, kcu_g90_smem_bytes(t->bn, stages),
+                      g90_cluster(G->x, t) > 1 ? ", clusters of two blocks sharing the weight tile" : "");
     }
     ks_buf_puts(b, "\n");
 }

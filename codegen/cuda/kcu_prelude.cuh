@@ -171,6 +171,44 @@ __device__ __forceinline__ void kcu_put2_held(kcu_bf16 *p, float a, float b)
     *reinterpret_cast<unsigned *>(p) = kcu_bits(a) >> 16 | (kcu_bits(b) & 0xffff0000u);
 }
 
+/* kcu_put (kcu_put_held) of v at element i of base where base is not null, else nothing: the
+ * address and the bits worked out either way, the store alone under the test (a predicated
+ * st.global: ptxas had jumped around each whole store, and the branches kept the rows of a
+ * hand-off apart, so that their dependent steps ran one row at a time). The fused epilogue's
+ * merged stores (kcu_emit_group.c, put_stores). */
+__device__ __forceinline__ void kcu_put_bits_at(unsigned short *base, long long i, unsigned short b)
+{
+#ifdef __CUDA_ARCH__
+    asm volatile("{\n.reg .pred p;\n.reg .u64 a;\nsetp.ne.u64 p, %0, 0;\ncvta.to.global.u64 a, %1;\n"
+                 "@p st.global.b16 [a], %2;\n}\n" ::"l"(base),
+                 "l"(reinterpret_cast<unsigned long long>(base) + 2ull * (unsigned long long)i), "h"(b));
+#else
+    if (base) base[i] = b;
+#endif
+}
+__device__ __forceinline__ void kcu_put_at(float *base, long long i, float v)
+{
+#ifdef __CUDA_ARCH__
+    asm volatile("{\n.reg .pred p;\n.reg .u64 a;\nsetp.ne.u64 p, %0, 0;\ncvta.to.global.u64 a, %1;\n"
+                 "@p st.global.f32 [a], %2;\n}\n" ::"l"(base),
+                 "l"(reinterpret_cast<unsigned long long>(base) + 4ull * (unsigned long long)i), "f"(v));
+#else
+    if (base) base[i] = v;
+#endif
+}
+__device__ __forceinline__ void kcu_put_at(kcu_bf16 *base, long long i, float v)
+{
+    kcu_put_bits_at(reinterpret_cast<unsigned short *>(base), i, kcu_bf16_bits(v));
+}
+__device__ __forceinline__ void kcu_put_at(kcu_f16 *base, long long i, float v)
+{
+    kcu_put_bits_at(reinterpret_cast<unsigned short *>(base), i, kcu_f16_bits(v));
+}
+__device__ __forceinline__ void kcu_put_held_at(kcu_bf16 *base, long long i, float v)
+{
+    kcu_put_bits_at(reinterpret_cast<unsigned short *>(base), i, (unsigned short)(kcu_bits(v) >> 16));
+}
+
 /* silu(x) = x / (1 + exp(-x)) for half-precision math (fast precision's SwiGLU, whose value is
  * rounded to bf16 or f16 next): the SFU's exp2 and reciprocal (relative error about 2^-21)
  * where expf and the IEEE division took about 18 instructions with a slow-path call (the gate/up
@@ -2018,7 +2056,18 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
  * and pairs of 128 x 128 tiles a block, one a consumer warpgroup (one's
  * epilogue under the other's mainloop, the mainloops one after the other).
  * Room left: a persistent grid (the epilogue of one tile under the next
- * one's loads), TMA multicast in clusters.
+ * one's loads).
+ *
+ * Clusters (CLUSTER 2, kernels with KCU_G90_CLUSTER2; off unless asked:
+ * kcu_options.g90_cluster): the two blocks of a cluster compute token tiles
+ * 2 j and 2 j + 1 of one column tile (grid 2 x ceil(T / 256) x column
+ * tiles); each producer loads its own x box and half of every weight box
+ * (a tensor map of boxes of R / 2 rows), multicast into both blocks' stage,
+ * whose `full` barrier expects the whole stage; a stage is refilled once the
+ * consumers of both blocks released it (`empty` counts 16 warps, arrivals
+ * through mapa); the blocks meet (barrier.cluster) after setting up their
+ * barriers and before leaving. L2 reads of w halve. Measured (H200, 2026-12-02,
+ * mbarrier arrivals with release.cluster): 0.6 of single blocks at 2048 tokens.
  */
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KCU_GEMM90 1
@@ -2034,6 +2083,13 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
 #define KCU_GEMM90_EMU 0
 #endif
 #define KCU_GEMM90_KERNELS (KCU_GEMM90 || KCU_GEMM90_EMU)
+/* the attribute of a kernel that runs kcu_gemm90 in clusters of two blocks (CLUSTER 2); the
+ * emulator runs each block alone */
+#if KCU_GEMM90
+#define KCU_G90_CLUSTER2 __cluster_dims__(2, 1, 1)
+#else
+#define KCU_G90_CLUSTER2
+#endif
 /* Dynamic shared memory of kcu_gemm90<.., BN, STAGES, ..> in bytes: the
  * stages, or the f32 tile of the epilogue where that is more (two stages),
  * plus 1024 for alignment (codegen/cuda/kcu.h: kcu_g90_smem_bytes on the host). */
@@ -2165,6 +2221,15 @@ __device__ __forceinline__ kcu_g90_at kcu_g90_raster(int bx, int by, int gx, int
     const int rows = gx - x0 < KCU_G90_BAND ? gx - x0 : KCU_G90_BAND;
     return {x0 + in % rows, in / rows};
 }
+/* This block's tile. CLUSTER 1: grid (token tiles, column tiles). CLUSTER 2: grid (2, ceil(T / 256),
+ * column tiles) in clusters of the two blocks along x, token tiles 2 by + bx of column tile bz (the
+ * grid's x even whatever T; the pair's tiles neighbours in the raster's order, whose bands are even:
+ * one column tile, so that they share its weight tile). */
+template <int CLUSTER> __device__ __forceinline__ kcu_g90_at kcu_g90_block_at()
+{
+    if (CLUSTER == 2) return kcu_g90_raster(2 * blockIdx.y + blockIdx.x, blockIdx.z, 2 * gridDim.y, gridDim.z);
+    return kcu_g90_raster(blockIdx.x, blockIdx.y, gridDim.x, gridDim.y);
+}
 #endif
 
 #if KCU_GEMM90_EMU
@@ -2191,16 +2256,17 @@ template <typename X> static inline float kcu_emu_tmap_at(const kcu_emu_tmap *m,
 /* The stand-ins' checks of the maps against the kernel (boxes {64, 128} and {64, R}, the operand type),
  * then column tile y of token tile x computed in f32 (k in order, reading x and w through their maps as
  * TMA would) into tile and handed to the epilogue as the real kernels do. */
-template <typename X, int K, int N, int BN, class Tiles, class Pro, class Epi>
+template <typename X, int K, int N, int BN, class Tiles, int CLUSTER, class Pro, class Epi>
 static inline void kcu_emu_g90_tile(const kcu_tmap &ta, const kcu_tmap &tb, const Pro &pro, const Epi &epi, int T,
-                                    int y, float *tile)
+                                    float *tile)
 {
     enum { R = BN / Tiles::NBOX, DTYPE = kcu_g90_f16<X>::ON ? 6 : 9 };
     const kcu_emu_tmap *a = ta.m, *w = tb.m;
-    if (a->box[0] != KCU_G90_BK || a->box[1] != KCU_G90_BM || w->box[0] != KCU_G90_BK || w->box[1] != R ||
+    if (a->box[0] != KCU_G90_BK || a->box[1] != KCU_G90_BM || w->box[0] != KCU_G90_BK || w->box[1] != R / CLUSTER ||
         a->dims[0] != K || w->dims[0] != K || a->dtype != DTYPE || w->dtype != DTYPE)
         __builtin_trap();
-    const kcu_g90_at at = kcu_g90_raster(blockIdx.x, y, gridDim.x, gridDim.y);
+    const kcu_g90_at at = kcu_g90_block_at<CLUSTER>();
+    int y;
     const long long m0 = (long long)at.x * KCU_G90_BM;
     y = at.y;
     for (int r = 0; r < KCU_G90_BM && m0 + r < T; r++)
@@ -2212,14 +2278,16 @@ static inline void kcu_emu_g90_tile(const kcu_tmap &ta, const kcu_tmap &tb, cons
         }
     for (int p = 0; p < BN / 2; p++) kcu_g90_handoff<BN, N, Tiles, KCU_G90_U>(epi, pro, T, m0, y, tile, p, BN / 2);
 }
-/* kcu_gemm90's stand-in: thread 0 of each block computes its tile (kcu_emu_g90_tile). */
-template <typename X, int K, int N, int BN, int STAGES, class Tiles = kcu_g90_plain<BN>, class Pro, class Epi>
+/* kcu_gemm90's stand-in: thread 0 of each block computes its tile (kcu_emu_g90_tile); a cluster's
+ * blocks each their own (the weight halves they would share are read whole). */
+template <typename X, int K, int N, int BN, int STAGES, class Tiles = kcu_g90_plain<BN>, int CLUSTER = 1, class Pro,
+          class Epi>
 static inline void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &tb, const Pro pro, const Epi &epi)
 {
     if (threadIdx.x != 0) return;
     float *tile = (float *)calloc((size_t)KCU_G90_BM * KCU_G90_LD(BN), sizeof(float));
     if (!tile) __builtin_trap();
-    kcu_emu_g90_tile<X, K, N, BN, Tiles>(ta, tb, pro, epi, T, blockIdx.y, tile);
+    kcu_emu_g90_tile<X, K, N, BN, Tiles, CLUSTER>(ta, tb, pro, epi, T, tile);
     free(tile);
 }
 #endif
@@ -2284,6 +2352,25 @@ __device__ __forceinline__ void kcu_tma_2d(unsigned dst, const kcu_tmap &map, un
 {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
                  ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
+}
+/* the same box into shared dst of every block of the cluster in mask (each its own dst and bar: the
+ * same offsets), completing on each one's bar */
+__device__ __forceinline__ void kcu_tma_2d_multicast(unsigned dst, const kcu_tmap &map, unsigned bar, int c0, int c1,
+                                                     unsigned short mask)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%3, %4}], [%2], %5;"
+                 ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
+                 : "memory");
+}
+/* an arrival on the barrier at offset bar of block `rank` of the cluster (this one's included; the
+ * default release.cta, as CUTLASS's ClusterBarrier::arrive: measured with release.cluster, the
+ * clusters ran at 0.6 of single blocks) */
+__device__ __forceinline__ void kcu_mbar_arrive_cluster(unsigned bar, unsigned rank)
+{
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank)
                  : "memory");
 }
 /* wgmma shared-memory descriptor: K-major rows of 128 bytes, 128-byte
@@ -2351,7 +2438,7 @@ KCU_WG_MMA_N(256, 128, KCU_WG_R0 ", " KCU_WG_R32 ", " KCU_WG_R64 ", " KCU_WG_R96
 /* A gemm90 block's start: thread 0 prefetches the tensor maps and sets up the ring's barriers, full
  * (one arrival: the producer's expect, then the bytes) and empty (`releasers` arrivals: the warps
  * that consume a stage); the block meets after. */
-template <int STAGES>
+template <int STAGES, int CLUSTER>
 static __device__ __forceinline__ void kcu_g90_ring_init(const kcu_tmap &ta, const kcu_tmap &tb, unsigned full,
                                                          unsigned empty, int releasers)
 {
@@ -2364,16 +2451,18 @@ static __device__ __forceinline__ void kcu_g90_ring_init(const kcu_tmap &ta, con
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
+    /* a cluster's blocks write into each other's stages and barriers: all of them set up first */
+    if (CLUSTER > 1) kcu_cluster_sync();
+    else __syncthreads();
 }
 
 /* The producer's fills g0 .. g0 + KT - 1 of the ring (the one thread that issues them): fill g into
  * stage g % STAGES once fill g - STAGES is released, the k blocks of x rows m0 .. m0 + 127 (sa: the x
  * stages) and of column tile y's boxes (sb: the w stages). */
-template <int K, int BN, int STAGES, class Tiles>
+template <int K, int BN, int STAGES, class Tiles, int CLUSTER>
 static __device__ __forceinline__ void kcu_g90_produce(const kcu_tmap &ta, const kcu_tmap &tb, unsigned sa,
                                                        unsigned sb, unsigned full, unsigned empty, int m0, int y,
-                                                       int g0)
+                                                       int g0, int rank)
 {
     enum {
         BK = KCU_G90_BK,
@@ -2392,7 +2481,13 @@ static __device__ __forceinline__ void kcu_g90_produce(const kcu_tmap &ta, const
         kcu_mbar_expect(full + 8 * s, A_BYTES + B_BYTES);
         kcu_tma_2d(sa + s * A_BYTES, ta, full + 8 * s, kt * BK, m0);
 #pragma unroll
-        for (int i = 0; i < NBOX; i++) kcu_tma_2d(sb + s * B_BYTES + i * RB * 128, tb, full + 8 * s, kt * BK, rows[i]);
+        for (int i = 0; i < NBOX; i++) {
+            if (CLUSTER == 2) /* this block's half of each box, into both blocks' stage */
+                kcu_tma_2d_multicast(sb + s * B_BYTES + i * RB * 128 + rank * (RB / 2) * 128, tb, full + 8 * s, kt * BK,
+                                     rows[i] + rank * (RB / 2), (unsigned short)3);
+            else
+                kcu_tma_2d(sb + s * B_BYTES + i * RB * 128, tb, full + 8 * s, kt * BK, rows[i]);
+        }
     }
 }
 
@@ -2401,7 +2496,8 @@ static __device__ __forceinline__ void kcu_g90_produce(const kcu_tmap &ta, const
  * tensor maps of x and w (kernel parameters, __grid_constant__); pro
  * kcu_g90_none or kcu_g90_rms. Called from a kernel of KCU_G90_THREADS
  * threads with kcu_gemm90_smem(BN, STAGES) bytes of dynamic shared memory. */
-template <typename X, int K, int N, int BN, int STAGES, class Tiles = kcu_g90_plain<BN>, class Pro, class Epi>
+template <typename X, int K, int N, int BN, int STAGES, class Tiles = kcu_g90_plain<BN>, int CLUSTER = 1, class Pro,
+          class Epi>
 static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &tb, const Pro pro,
                                                   const Epi &epi)
 {
@@ -2422,20 +2518,24 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
     static_assert((BN % 64 == 0 || BN == 224) && BN >= 64 && BN <= 256, "BN: 64, 128, 192, 224 or 256");
     static_assert(STAGES >= 2 && kcu_gemm90_smem(BN, STAGES) <= 232448 - 1024, "stages fit in shared memory");
     static_assert(BN % NBOX == 0 && RB % 8 == 0 && RB <= 256, "boxes of whole swizzle atoms");
+    static_assert(CLUSTER == 1 || (CLUSTER == 2 && RB % 16 == 0), "a cluster's blocks load half boxes of whole atoms");
     extern __shared__ unsigned char kcu_g90_dyn[];
     __shared__ alignas(8) unsigned long long bars[2 * STAGES]; /* full[STAGES], empty[STAGES] */
     const unsigned base = (kcu_g90_smem(kcu_g90_dyn) + 1023u) & ~1023u;
     const unsigned sa = base, sb = base + STAGES * A_BYTES; /* x stages, then w stages */
     const unsigned full = kcu_g90_smem(bars), empty = full + 8 * STAGES;
     const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32 % 4, lane = tid % 32;
-    const kcu_g90_at at = kcu_g90_raster(blockIdx.x, blockIdx.y, gridDim.x, gridDim.y);
+    const kcu_g90_at at = kcu_g90_block_at<CLUSTER>();
     const int m0 = at.x * BM;
+    const int rank = CLUSTER == 2 ? (int)blockIdx.x : 0; /* in the cluster (its blocks lie along x) */
     const int cg = wg - 1; /* a consumer's warpgroup (1, 2): tokens 64 cg ..+ 64 of the tile */
-    kcu_g90_ring_init<STAGES>(ta, tb, full, empty, CONSUMER_WARPS);
+    /* a stage is refilled once every block it is filled into has released it */
+    kcu_g90_ring_init<STAGES, CLUSTER>(ta, tb, full, empty, CONSUMER_WARPS * CLUSTER);
     if (wg == 0) {
         /* the producer */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (warp == 0 && lane == 0) kcu_g90_produce<K, BN, STAGES, Tiles>(ta, tb, sa, sb, full, empty, m0, at.y, 0);
+        if (warp == 0 && lane == 0)
+            kcu_g90_produce<K, BN, STAGES, Tiles, CLUSTER>(ta, tb, sa, sb, full, empty, m0, at.y, 0, rank);
     } else {
         /* a consumer: tokens 64 cg .. +63 of the tile */
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
@@ -2453,7 +2553,12 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
             kcu_wg_commit();
             kcu_wg_wait<1>(); /* the previous stage's wgmma are done: release it */
             kcu_wg_hold(d);
-            if (kt > 0 && lane == 0) kcu_mbar_arrive(empty + 8 * ((kt - 1) % STAGES));
+            if (kt > 0 && lane == 0) {
+                if (CLUSTER == 2) /* to both producers: each fills half of it */
+                    for (int c = 0; c < 2; c++) kcu_mbar_arrive_cluster(empty + 8 * ((kt - 1) % STAGES), (unsigned)c);
+                else
+                    kcu_mbar_arrive(empty + 8 * ((kt - 1) % STAGES));
+            }
         }
         kcu_wg_wait<0>();
         kcu_wg_hold(d);
@@ -2471,6 +2576,8 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
         kcu_g90_consumers_sync();
         kcu_g90_handoff<BN, N, Tiles, KCU_G90_U>(epi, pro, T, m0, at.y, tile, cg * 128 + tid % 128, 256);
     }
+    /* no block leaves while the other may still arrive on its barriers */
+    if (CLUSTER > 1 && (wg > 0 || (warp == 0 && lane == 0))) kcu_cluster_sync();
 }
 
 #endif /* KCU_GEMM90 */

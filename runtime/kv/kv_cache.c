@@ -328,7 +328,9 @@ void krt_kv_seq_free(krt_kv *kv, int seq)
     if (!krt_kv_seq_exists(kv, seq)) return;
     krt_kv_seq *s = &kv->seqs[seq];
     const int32_t *t = table_of(kv, seq);
-    for (int b = 0; b < s->n_blocks; b++) release_block(kv, t[b]);
+    /* last block first: the stack then hands the blocks out again in the sequence's order, so a
+       sequence that follows a freed one gets the same ascending run of blocks, not the reverse */
+    for (int b = s->n_blocks - 1; b >= 0; b--) release_block(kv, t[b]);
     *s = (krt_kv_seq){0};
 }
 
@@ -355,7 +357,7 @@ int krt_kv_seq_reserve(krt_kv *kv, int seq, int n, const char **why)
 
     if (n <= s->len) {
         /* Shorten: nothing is written, so nothing is copied. */
-        for (int b = need; b < s->n_blocks; b++) release_block(kv, t[b]);
+        for (int b = s->n_blocks - 1; b >= need; b--) release_block(kv, t[b]);
         s->n_blocks = need;
         s->len = n;
         return 0;

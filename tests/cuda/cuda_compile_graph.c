@@ -113,10 +113,13 @@ int main(int argc, char **argv)
             for (int j = 0; j < meta.kernels[i].n_variants; j++) {
                 const krt_cuda_variant *v = &meta.kernels[i].variants[j];
                 const krt_cuda_launch *l = &v->launches[v->n_launches - 1];
-                /* a token tile is 128 rows: 2048 tokens are 16 tiles, 2049 are 17 */
-                CHECK_MSG(krt_cuda_launch_grid_dim(l, 0, 2048) == 16 && krt_cuda_launch_grid_dim(l, 0, 2049) == 17,
-                          "%s: %lld token tiles for 2048 tokens", l->name,
-                          (long long)krt_cuda_launch_grid_dim(l, 0, 2048));
+                /* a token tile is 128 rows: 2048 tokens are 16 tiles, 2049 are 17; in clusters of two
+                   (grid x 2, y the pairs) 18, the last pair's second tile past the tokens */
+                const int pairs = krt_cuda_launch_grid_dim(l, 0, 1) == 2;
+                const int64_t t2048 = pairs ? 2 * krt_cuda_launch_grid_dim(l, 1, 2048) : krt_cuda_launch_grid_dim(l, 0, 2048),
+                              t2049 = pairs ? 2 * krt_cuda_launch_grid_dim(l, 1, 2049) : krt_cuda_launch_grid_dim(l, 0, 2049);
+                CHECK_MSG(t2048 == 16 && t2049 == (pairs ? 18 : 17), "%s: %lld token tiles for 2048 tokens, %lld for 2049",
+                          l->name, (long long)t2048, (long long)t2049);
             }
         for (int i = 0; i < n_archs; i++) {
             ks_buf cubin = {0};

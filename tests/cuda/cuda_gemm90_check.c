@@ -40,18 +40,26 @@ typedef struct g90_case {
     int rows;     /* x's rows in memory (max_tokens: the tensor map's) */
     int T[4], nt; /* the token counts checked (or timed) */
     const char *what; /* the 8B matmul timed, or NULL for a check case */
+    int cluster;  /* 2: in clusters of two blocks sharing the weight tile (grid 2 x ceil(T / 256) x tiles), else 1 */
 } g90_case;
 
 static const g90_case check_cases[] = {
-    {0, 256, 1000, 128, 6, 0, 0, 0, 2048, {1, 77, 200, 2048}, 4, NULL}, /* N % 128 = 104 */
-    {0, 4136, 333, 256, 4, 1, 1, 0, 256, {1, 77, 200}, 3, NULL},        /* K % 64 = 40, rms, permuted */
-    {1, 512, 520, 192, 5, 1, 0, 0, 2048, {77, 200, 2048}, 3, NULL},     /* f16, rms */
-    {1, 1000, 64, 64, 8, 0, 1, 0, 300, {1, 200, 300}, 3, NULL},         /* f16, K % 64 = 40, T = rows */
-    {0, 128, 200, 256, 2, 0, 0, 0, 77, {77}, 1, NULL},                   /* one partial tile each way */
-    {0, 512, 1000, 224, 5, 1, 1, 0, 2048, {1, 77, 200, 2048}, 4, NULL}, /* 224 (m64n224 wgmma), rms, permuted */
-    {1, 256, 448, 224, 3, 0, 0, 0, 300, {77, 300}, 2, NULL},            /* 224, f16 */
+    {0, 256, 1000, 128, 6, 0, 0, 0, 2048, {1, 77, 200, 2048}, 4, NULL, 1}, /* N % 128 = 104 */
+    {0, 4136, 333, 256, 4, 1, 1, 0, 256, {1, 77, 200}, 3, NULL, 1},        /* K % 64 = 40, rms, permuted */
+    {1, 512, 520, 192, 5, 1, 0, 0, 2048, {77, 200, 2048}, 3, NULL, 1},     /* f16, rms */
+    {1, 1000, 64, 64, 8, 0, 1, 0, 300, {1, 200, 300}, 3, NULL, 1},         /* f16, K % 64 = 40, T = rows */
+    {0, 128, 200, 256, 2, 0, 0, 0, 77, {77}, 1, NULL, 1},                   /* one partial tile each way */
+    {0, 512, 1000, 224, 5, 1, 1, 0, 2048, {1, 77, 200, 2048}, 4, NULL, 1}, /* 224 (m64n224 wgmma), rms, permuted */
+    {1, 256, 448, 224, 3, 0, 0, 0, 300, {77, 300}, 2, NULL, 1},            /* 224, f16 */
     /* past 16 token tiles: kcu_g90_raster's bands (40 token tiles: 16, 16 and a last band of 8) */
-    {0, 256, 1000, 128, 6, 0, 0, 0, 5000, {2100, 5000}, 2, NULL},
+    {0, 256, 1000, 128, 6, 0, 0, 0, 5000, {2100, 5000}, 2, NULL, 1},
+    /* clusters of two: an odd count of token tiles (the last pair's second block past T), bands, f16 with
+       rms, 224 columns (half boxes of 112 rows) permuted, a tile of 64 */
+    {0, 256, 1000, 128, 6, 0, 0, 0, 2048, {1, 77, 200, 2048}, 4, NULL, 2},
+    {0, 256, 1000, 256, 4, 0, 0, 0, 5000, {2100, 5000}, 2, NULL, 2},
+    {1, 512, 520, 192, 5, 1, 0, 0, 2048, {77, 200, 2048}, 3, NULL, 2},
+    {0, 512, 1000, 224, 5, 1, 1, 0, 2048, {1, 77, 200, 2048}, 4, NULL, 2},
+    {0, 128, 200, 64, 8, 0, 0, 0, 77, {77}, 1, NULL, 2},
 };
 
 /* Llama-3-8B's matmuls (K, N) and the tile configurations timed. */
@@ -60,22 +68,27 @@ static const struct {
     int K, N;
 } llama8b[] = {{"qkv", 4096, 6144}, {"o", 4096, 4096}, {"gate_up", 4096, 28672}, {"down", 14336, 4096},
                {"lm_head", 4096, 128256}};
-/* BN, STAGES */
+/* BN, STAGES; and those timed in clusters of two as well (reported as "<matmul>_c2") */
 static const int configs[][2] = {{256, 4}, {224, 5}, {128, 6}, {192, 5}, {64, 8}};
-enum { N_SHAPES = 5, N_CONFIGS = 5, N_CHECKS = sizeof check_cases / sizeof check_cases[0], N_RMS = 2,
-       N_ALL = N_CHECKS + N_SHAPES * N_CONFIGS + N_RMS };
+static const char *const clustered[] = {"qkv_c2", "o_c2", "gate_up_c2", "down_c2", "lm_head_c2"};
+enum { N_SHAPES = 5, N_CONFIGS = 5, N_CONFIGS_C2 = 3, N_CHECKS = sizeof check_cases / sizeof check_cases[0], N_RMS = 2,
+       N_ALL = N_CHECKS + N_SHAPES * (N_CONFIGS + N_CONFIGS_C2) + N_RMS };
 
 static void all_cases(g90_case *all)
 {
     memcpy(all, check_cases, sizeof check_cases);
     int n = N_CHECKS;
-    for (int s = 0; s < N_SHAPES; s++)
+    for (int s = 0; s < N_SHAPES; s++) {
         for (int c = 0; c < N_CONFIGS; c++)
             all[n++] = (g90_case){0, llama8b[s].K, llama8b[s].N, configs[c][0], configs[c][1], 0, 0, 1, 2048,
-                                  {128, 512, 2048}, 3, llama8b[s].what};
+                                  {128, 512, 2048}, 3, llama8b[s].what, 1};
+        for (int c = 0; c < N_CONFIGS_C2; c++)
+            all[n++] = (g90_case){0, llama8b[s].K, llama8b[s].N, configs[c][0], configs[c][1], 0, 0, 1, 2048,
+                                  {128, 512, 2048}, 3, clustered[s], 2};
+    }
     /* the RMS prologue's cost, its pre-pass included: q,k,v with it (g = 1: nothing to fold) */
-    all[n++] = (g90_case){0, 4096, 6144, 256, 4, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms"};
-    all[n++] = (g90_case){0, 4096, 6144, 192, 5, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms"};
+    all[n++] = (g90_case){0, 4096, 6144, 256, 4, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms", 1};
+    all[n++] = (g90_case){0, 4096, 6144, 192, 5, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms", 1};
 }
 
 static void program_source(const g90_case *cases, int n, ks_buf *src)
@@ -105,14 +118,16 @@ static void program_source(const g90_case *cases, int n, ks_buf *src)
         const g90_case *c = &cases[i];
         const char *epi = c->out16 ? "g90_epi_bf16" : c->rev ? "g90_epi_rev" : "kcu_epi_store";
         const char *xt = c->f16 ? "kcu_f16" : "kcu_bf16";
-        char call[96];
-        snprintf(call, sizeof call, "kcu_gemm90<%s, %d, %d, %d, %d>", xt, c->K, c->N, c->bn, c->st);
+        char call[128];
+        const int cl = c->cluster == 2 ? 2 : 1;
+        snprintf(call, sizeof call, "kcu_gemm90<%s, %d, %d, %d, %d, kcu_g90_plain<%d>, %d>", xt, c->K, c->N, c->bn, c->st,
+                 c->bn, cl);
         ks_buf_printf(src,
-                      "extern \"C\" __global__ void __launch_bounds__(KCU_G90_THREADS, 1)\n"
+                      "extern \"C\" __global__ void __launch_bounds__(KCU_G90_THREADS, 1)%s\n"
                       "g90_%d(int T, const __grid_constant__ kcu_tmap ta, const __grid_constant__ kcu_tmap tb, "
                       "%s *__restrict__ out, const float *__restrict__ inv)\n"
                       "{\n    (void)inv;\n    %s(T, ta, tb, %s, %s<%d>{out});\n}\n",
-                      i, c->out16 ? "unsigned short" : "float", call, c->rms ? "kcu_g90_rms{inv}" : "kcu_g90_none{}", epi,
+                      cl == 2 ? " KCU_G90_CLUSTER2" : "", i, c->out16 ? "unsigned short" : "float", call, c->rms ? "kcu_g90_rms{inv}" : "kcu_g90_none{}", epi,
                       c->N);
         if (c->rms)
             ks_buf_printf(src,
@@ -242,11 +257,11 @@ static int setup(runner *r, const g90_case *c, uint64_t seed, g90_data *d)
     return ok ? 0 : -1;
 }
 
-/* the tensor maps of case c over d's buffers (x: boxes of 128 rows, w: of BN) */
+/* the tensor maps of case c over d's buffers (x: boxes of 128 rows, w: of BN, of BN / 2 in clusters of two) */
 static int maps(runner *r, const g90_case *c, g90_data *d)
 {
     return tensor_map(r, &d->ta, d->dx, c->f16, c->K, c->rows, 128) &&
-           tensor_map(r, &d->tb, d->dw, c->f16, c->K, c->N, c->bn);
+           tensor_map(r, &d->tb, d->dw, c->f16, c->K, c->N, c->cluster == 2 ? c->bn / 2 : c->bn);
 }
 
 static void teardown(runner *r, g90_data *d)
@@ -282,8 +297,10 @@ static int launch(runner *r, const g90_case *c, int index, g90_data *d, int T)
     }
     void *params[] = {&T, &d->ta, &d->tb, &d->dout, &d->dinv, NULL};
     return cu_ok(r,
-                 r->api.cuLaunchKernel(fn, (unsigned)(T + 127) / 128, (unsigned)(c->N + c->bn - 1) / c->bn, 1,
-                                       384, 1, 1, (unsigned)smem, NULL, params, NULL),
+                 c->cluster == 2 ? r->api.cuLaunchKernel(fn, 2, (unsigned)(T + 255) / 256, (unsigned)(c->N + c->bn - 1) / c->bn,
+                                                         384, 1, 1, (unsigned)smem, NULL, params, NULL)
+                                 : r->api.cuLaunchKernel(fn, (unsigned)(T + 127) / 128, (unsigned)(c->N + c->bn - 1) / c->bn, 1,
+                                                         384, 1, 1, (unsigned)smem, NULL, params, NULL),
                  "cuLaunchKernel")
                ? 0
                : -1;
@@ -315,8 +332,9 @@ static double out_at(const g90_case *c, const void *out, size_t i)
 static void check_run(runner *r, const g90_case *c, int index, g90_data *d, int T, int sample)
 {
     char what[160];
-    snprintf(what, sizeof what, "%s K=%d N=%d BN=%d STAGES=%d T=%d%s%s%s", c->f16 ? "f16" : "bf16", c->K, c->N,
-             c->bn, c->st, T, c->rms ? " rms" : "", c->rev ? " permuted" : "", c->out16 ? " bf16-out" : "");
+    snprintf(what, sizeof what, "%s K=%d N=%d BN=%d STAGES=%d T=%d%s%s%s%s", c->f16 ? "f16" : "bf16", c->K, c->N,
+             c->bn, c->st, T, c->rms ? " rms" : "", c->rev ? " permuted" : "", c->out16 ? " bf16-out" : "",
+             c->cluster == 2 ? " cluster-2" : "");
     unsigned char *a = malloc(d->out_bytes), *b = malloc(d->out_bytes);
     int ok = a && b && r->api.cuMemsetD8(d->dout, 0xff, d->out_bytes) == 0 && launch(r, c, index, d, T) == 0 &&
              cu_ok(r, r->api.cuStreamSynchronize(NULL), "run") &&
