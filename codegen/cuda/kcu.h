@@ -70,7 +70,8 @@ typedef struct kcu_options {
     int g90_cluster;   /* 1: kcu_gemm90 in clusters of two blocks that share the weight tile (each loads half
                         * of it into both: TMA multicast) where its boxes split into whole swizzle atoms; 0:
                         * a block at a time (kcu_build: KILN_CUDA_GEMM90_CLUSTER=2 in the environment; off by
-                        * default: measured at 0.6 of single blocks on the H200, bench/RESULTS.md, #10 step 10) */
+                        * default: on the H200 0.96-1.05 of single blocks at 2048 tokens, worse at 128,
+                        * bench/RESULTS.md, #10 step 10) */
     int64_t gemm90_above; /* 0: KCU_GEMM90_ABOVE; else the tokens a step above which gemm90 runs
                         * (kcu_build: KILN_CUDA_GEMM90_ABOVE=N, for tests that want short prompts on it) */
     int64_t smem_optin; /* 0, or the dynamic shared memory a block may opt into on every target
