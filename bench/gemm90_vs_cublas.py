@@ -2,7 +2,7 @@
 """gemm90_vs_cublas.py — kiln's sm_90a prefill matmul (kcu_gemm90) beside cuBLAS.
 
 Times torch.matmul(x, w.T) in bf16 (cuBLAS: the ceiling, never part of kiln) on
-Llama-3-8B's prefill matmuls y[T, N] = x[T, K] w[N, K]^T at T = 128, 512 and 2048,
+Llama-3-8B's prefill matmuls y[T, N] = x[T, K] w[N, K]^T at T = 128, 256, 512, 1024 and 2048,
 and, with --kiln, runs tests/cuda/cuda_gemm90_check --gpu CUBIN first and reads
 its "TIME shape T K N BN STAGES ms TFLOP/s" lines; prints TFLOP/s per shape
 for both and the ratio (kiln's best tile configuration, and each one).
@@ -19,7 +19,7 @@ import sys
 SHAPES = [("qkv", 4096, 6144), ("o", 4096, 4096), ("gate_up", 4096, 28672),
           ("down", 14336, 4096), ("lm_head", 4096, 128256),
           ("qkv_rms", 4096, 6144)]  # kiln with the RMSNorm prologue; cuBLAS the plain matmul
-TOKENS = [128, 512, 2048]
+TOKENS = [128, 256, 512, 1024, 2048]
 
 
 def time_cublas(torch, T, K, N):
@@ -85,11 +85,13 @@ def main():
             print(f"{name:8} {T:5} {K:6} {N:7} | {tf:7.1f} | {best[3]:7.1f} {best[0]:>3}/{best[1]:<3} {best[3] / tf:6.2f} | {each}")
         else:
             print(f"{name:8} {T:5} {K:6} {N:7} | {tf:7.1f} | {'-':>7}")
-        runs = kiln.get((name + "_c2", T), [])  # the same in clusters of two blocks sharing the weight tile
-        if runs:
-            best = max(runs, key=lambda r: r[3])
-            each = "  ".join(f"{bn}/{st}: {t:.0f}" for bn, st, _, t in runs)
-            print(f"{name + '_c2':8} {T:5} {K:6} {N:7} | {tf:7.1f} | {best[3]:7.1f} {best[0]:>3}/{best[1]:<3} {best[3] / tf:6.2f} | {each}")
+        # the same in clusters of two blocks sharing the weight tile
+        for tail in ("_c2",):
+            runs = kiln.get((name + tail, T), [])
+            if runs:
+                best = max(runs, key=lambda r: r[3])
+                each = "  ".join(f"{bn}/{st}: {t:.0f}" for bn, st, _, t in runs)
+                print(f"{name + tail:8} {T:5} {K:6} {N:7} | {tf:7.1f} | {best[3]:7.1f} {best[0]:>3}/{best[1]:<3} {best[3] / tf:6.2f} | {each}")
     print("(TFLOP/s = 2 T N K / time; cuBLAS = torch.matmul bf16, bf16 out; kiln = kcu_gemm90, bf16 out)")
     return rc
 

@@ -494,6 +494,45 @@ def kiln_first_runs(run, a, engine, T, vocab):
         f"kiln run (no --profile) {r['run_ttft_ms']} ms")
 
 
+def cold_pairs(run, torch, a, dev, engine, prefill, mark, lengths, rounds=3, rest_s=3.0):
+    """Each side's prefill at the GPU's full clock: the H200 holds ~1980 MHz when idle and drops to
+    ~1650 under sustained tensor-core work (its power cap, bench/RESULTS.md #10 step 10), so the
+    medians above compare the two at the capped clock. Here, after rest_s seconds idle each, one
+    peer prefill and one kiln prefill (kiln bench --warmup 0 --reps 1: the process's first)
+    alternate, `rounds` times a length: res["cold"]."""
+    g = torch.Generator().manual_seed(a.seed + 3)
+    out = []
+    for T in lengths:
+        host = torch.randint(0, 1000, (1, T), generator=g)
+        pk, kk = [], []
+        for _ in range(rounds):
+            if run.left() < 20:
+                break
+            time.sleep(rest_s)
+            t0 = time.perf_counter()
+            mark()
+            ids = host.to(dev)
+            with torch.no_grad():
+                int(prefill(ids)[0, -1].argmax())
+            pk.append((time.perf_counter() - t0) * 1e3)
+            time.sleep(rest_s)
+            cmd = [a.kiln, "bench", engine, "--prompts", str(T), "--decode", "0", "--reps", "1", "--warmup", "0",
+                   "--json"]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, run.left() - 10))
+            if p.returncode != 0:
+                raise RuntimeError(f"kiln bench failed (exit {p.returncode}): {p.stderr[-2000:]}")
+            kk.append(json.loads(p.stdout.strip().splitlines()[-1])["prefill"][0]["ttft_ms_first"])
+        if pk and kk:
+            e = {"tokens": T, "peer_ms": pk, "kiln_ms": kk, "peer_median_ms": statistics.median(pk),
+                 "kiln_median_ms": statistics.median(kk)}
+            out.append(e)
+            log(f"cold prefills (after {rest_s:.0f} s idle each), {T} tokens: peer "
+                f"{', '.join(f'{t:.2f}' for t in pk)} ms; kiln {', '.join(f'{t:.2f}' for t in kk)} ms; kiln / peer "
+                f"{e['kiln_median_ms'] / e['peer_median_ms']:.3f}")
+    run.res["cold"] = out
+    run.save()
+
+
 def kiln_profile(run, a, engine, T, vocab):
     ids = ",".join(str((i * 7919 + 13) % vocab) for i in range(T))
     cmd = [a.kiln, "run", engine, "--ids", ids, "-n", "2", "--profile"]
@@ -602,6 +641,10 @@ def bench(a):
                           peer, dev, ids, ref)
     if compiled:
         run.do("peer timing", 20, time_peer, run, torch, a, cfg, dev, *compiled)
+        if have_engine and dev == "cuda":
+            cold = [T for T in fits if T in (512, 2048)]
+            run.do("cold prefills", 20 + 12 * len(cold), cold_pairs, run, torch, a, dev, engine, compiled[0],
+                   compiled[2], cold)
     peer_timed = compiled is not None
     checked = compiled = peer = ids = ref = None  # the GPU's memory back for kiln's profile
     gc.collect()

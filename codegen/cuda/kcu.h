@@ -164,6 +164,8 @@ extern const int kcu_g90_widths[KCU_G90_WIDTHS]; /* 64, 128, 192, 224, 256 */
 /* The tile width for a step of T tokens, given nt[i], the tiles at width kcu_g90_widths[i] (0:
  * none): the least waves x width / efficiency over an sm_90 GPU's 132 SMs (kcu_emit_g90.c). */
 int kcu_g90_pick_bn(int64_t T, const int nt[KCU_G90_WIDTHS]);
+/* The rule's cost of a step of T tokens in nt column tiles of width bn: waves x bn / efficiency. */
+double kcu_g90_cost(int64_t T, int bn, int nt);
 /* Pipeline stages for a tile width (about 192 kB of shared memory). */
 int kcu_g90_stages(int bn);
 /* Dynamic shared memory of a kcu_gemm90 kernel with that tile and stages, in bytes (the

@@ -137,16 +137,23 @@ const int kcu_g90_widths[KCU_G90_WIDTHS] = {64, 128, 192, 224, 256};
  * (cuda_gemm90_check, step 7 call 1) o 281 against 177 TFLOP/s with 64 tiles, down 305 against 200,
  * q,k,v 341 against 250 (cuBLAS: 232, 389, 339). */
 enum { G90_SMS = 132 };
-int kcu_g90_pick_bn(int64_t T, const int nt[KCU_G90_WIDTHS])
+double kcu_g90_cost(int64_t T, int bn, int nt)
 {
     static const double eff[KCU_G90_WIDTHS] = {0.55, 0.90, 0.92, 0.96, 1.0};
-    int64_t m = (T + 127) / 128;
+    int i = 0;
+    while (i < KCU_G90_WIDTHS - 1 && kcu_g90_widths[i] != bn) i++;
+    KS_ASSERT(kcu_g90_widths[i] == bn && nt > 0);
+    int64_t waves = ((T + 127) / 128 * nt + G90_SMS - 1) / G90_SMS;
+    return (double)waves * bn / eff[i];
+}
+
+int kcu_g90_pick_bn(int64_t T, const int nt[KCU_G90_WIDTHS])
+{
     int best = 0;
     double best_cost = 0.0;
     for (int i = 0; i < KCU_G90_WIDTHS; i++) {
         if (nt[i] <= 0) continue;
-        int64_t waves = (m * nt[i] + G90_SMS - 1) / G90_SMS;
-        double cost = (double)waves * kcu_g90_widths[i] / eff[i];
+        double cost = kcu_g90_cost(T, kcu_g90_widths[i], nt[i]);
         if (best == 0 || cost <= best_cost) best = kcu_g90_widths[i], best_cost = cost;
     }
     return best;

@@ -1006,20 +1006,34 @@ static void add_field(kcu_gen *x, krt_cuda_kernel *k, krt_cuda_arg_kind kind, in
 }
 
 /* ---- the sm_90a variant: kcu_gemm90 ------------------------------------------------------ */
-enum { G90_MAX = KCU_G90_WIDTHS }; /* tile widths at most: kcu_g90_widths */
+enum { G90_MAX = KRT_CUDA_MAX_VARIANTS }; /* variants a kernel at most */
 
-/* The gemm90 kernels of a group: one per tile width that the rule picks
- * for some step above the threshold, each with the step sizes it runs. */
+/* The gemm90 kernels of a group: one per tile width the rule picks for
+ * some step above the threshold; the variants, in ascending ranges of
+ * steps, each running one of them (a width may serve several ranges). */
 typedef struct g90_plan {
-    int n;                         /* kernels (0: no variant) */
-    kcu_g90_tiles tiles[G90_MAX];  /* their tiles */
-    int64_t above[G90_MAX];        /* kernel i runs for steps of more than above[i] tokens */
-    kir_val xv;                    /* the value the matmul reads through the x map: the norm's, or its operand */
+    int n;                                  /* variants (0: none) */
+    kcu_g90_tiles tiles[KCU_G90_WIDTHS];    /* each width's tiles (bn 0: the width is not used) */
+    int width[G90_MAX];                     /* variant i runs width kcu_g90_widths[width[i]] */
+    int64_t above[G90_MAX];                 /* for steps of more than above[i] tokens */
+    kir_val xv;                             /* the value the matmul reads through the x map: the norm's, or its operand */
 } g90_plan;
 
 /* Which gemm90 kernels group G gets: half x and weights of one dtype, rows
- * of 16-byte chunks, pairs that fit boxes (kcu_g90_plan_tiles); widths by
- * the rule from the threshold up (the rule's width only grows with T). */
+ * of 16-byte chunks, pairs that fit boxes (kcu_g90_plan_tiles); for each
+ * count of token tiles from the threshold up to G90_SCAN, the rule's width
+ * (kcu_g90_pick_bn). A wider width than the current one starts a new
+ * variant; a narrower one only where the rule's cost drops by G90_BACK (its
+ * efficiencies are shape-blind estimates: only a clear loss of waves is
+ * taken back); past G90_SCAN, the rule's pick for long steps, where waves
+ * are many and the widest tile the most efficient. At most G90_MAX.
+ * Why widths may narrow again: at 1024 tokens Llama-3-8B's q,k,v ran 2
+ * waves of 256-wide tiles at 579 TFLOP/s, the rule's pick from 513 to 768
+ * tokens (one wave) kept by the earlier ascending-only rule, where 192
+ * (2 waves, fuller) ran at 697 (H200, 2026-12-04, bench/RESULTS.md #10
+ * step 11). */
+enum { G90_SCAN = 64, G90_LONG = 1024, G90_MIN_BOX = 32 }; /* token tiles: 8192 tokens; a long step's; rows */
+#define G90_BACK 0.15
 static void plan_g90(const group *G, g90_plan *P)
 {
     const kcu_gen *x = G->x;
@@ -1031,33 +1045,52 @@ static void plan_g90(const group *G, g90_plan *P)
     P->xv = mn->in[0];
     if ((wt != KIR_BF16 && wt != KIR_F16) || g->nodes[P->xv].dtype != wt || G->K % 8 || G->N < 2) return;
     int64_t above = x->opt.gemm90_above > 0 ? x->opt.gemm90_above : KCU_GEMM90_ABOVE;
-    kcu_g90_tiles all[G90_MAX];
-    int nt[G90_MAX] = {0};
-    for (int i = 0; i < G90_MAX; i++)
-        if (kcu_g90_plan_tiles(G->partner, G->N, kcu_g90_widths[i], &all[i]) == 0) nt[i] = all[i].nt;
-    int last = 0;
-    for (int64_t m = (above + 1 + 127) / 128;; m++) {
-        int64_t T = m == (above + 1 + 127) / 128 ? above + 1 : (m - 1) * 128 + 1; /* the first step of m token tiles */
-        int bn = kcu_g90_pick_bn(T, nt);
-        if (bn == 0) break;
-        if (bn < last) bn = last; /* the kernels' ranges follow T up: a width once taken stays (or widens) */
-        if (bn != last) {
-            int i = 0;
-            while (kcu_g90_widths[i] != bn) i++;
-            P->tiles[P->n] = all[i];
-            all[i].table = NULL; /* owned by P now */
-            P->above[P->n++] = T - 1;
-            last = bn;
+    kcu_g90_tiles all[KCU_G90_WIDTHS];
+    int nt[KCU_G90_WIDTHS] = {0};
+    /* widths whose boxes are under G90_MIN_BOX rows are left out (where another fits): many small TMA
+     * boxes a stage load slowly, which the rule does not model (q,k,v at 224 in 14 boxes of 16 rows:
+     * 640 TFLOP/s at 2048 tokens where 192 in 6 boxes of 32 ran 708, H200, #10 step 11) */
+    int any_big = 0;
+    for (int i = 0; i < KCU_G90_WIDTHS; i++)
+        if (kcu_g90_plan_tiles(G->partner, G->N, kcu_g90_widths[i], &all[i]) == 0) {
+            nt[i] = all[i].nt;
+            any_big |= all[i].bn / all[i].nbox >= G90_MIN_BOX;
         }
-        if (bn == 256 || m > 4096 || P->n == G90_MAX) break;
+    for (int i = 0; i < KCU_G90_WIDTHS && any_big; i++)
+        if (nt[i] && all[i].bn / all[i].nbox < G90_MIN_BOX) {
+            free(all[i].table);
+            all[i].table = NULL;
+            nt[i] = 0;
+        }
+    const int64_t m0 = (above + 1 + 127) / 128;
+    int cur = -1;
+    for (int64_t m = m0; m <= G90_SCAN + 1; m++) {
+        const int last = m == G90_SCAN + 1; /* the long steps' variant, from G90_SCAN token tiles on */
+        int64_t T = m == m0 ? above + 1 : (m - 1) * 128 + 1; /* the first step of m token tiles */
+        int bn = kcu_g90_pick_bn(last ? (int64_t)G90_LONG * 128 : T, nt);
+        if (bn == 0) break;
+        int i = 0;
+        while (kcu_g90_widths[i] != bn) i++;
+        if (i == cur) continue;
+        if (!last && cur >= 0 && i < cur &&
+            kcu_g90_cost(T, bn, nt[i]) > (1.0 - G90_BACK) * kcu_g90_cost(T, kcu_g90_widths[cur], nt[cur]))
+            continue;
+        if (P->n == G90_MAX - (last ? 0 : 1)) continue; /* the last slot is the long steps' */
+        if (!P->tiles[i].bn) {
+            P->tiles[i] = all[i];
+            all[i].table = NULL; /* owned by P now */
+        }
+        P->width[P->n] = i;
+        P->above[P->n++] = T - 1;
+        cur = i;
     }
-    for (int i = 0; i < G90_MAX; i++)
+    for (int i = 0; i < KCU_G90_WIDTHS; i++)
         if (nt[i]) free(all[i].table);
 }
 
 static void free_g90(g90_plan *P)
 {
-    for (int i = 0; i < P->n; i++) free(P->tiles[i].table);
+    for (int i = 0; i < KCU_G90_WIDTHS; i++) free(P->tiles[i].table);
 }
 
 /* Blocks a cluster of tile set t's gemm90 kernel: 2 when asked (kcu_options.g90_cluster) and its
@@ -1080,8 +1113,12 @@ static void put_g90(group *G, const g90_plan *P, const char *g90_params, const c
     const kir_graph *g = G->x->g;
     const char *xt = kcu_elem_type(g->nodes[P->xv].dtype);
     ks_buf_puts(b, "\n#if KCU_GEMM90_KERNELS\n");
-    for (int i = 0; i < P->n; i++) {
+    for (int i = 0; i < KCU_G90_WIDTHS; i++) {
         const kcu_g90_tiles *t = &P->tiles[i];
+        if (!t->bn) continue;
+        int64_t first = -1; /* the first step range it runs */
+        for (int j = 0; j < P->n && first < 0; j++)
+            if (P->width[j] == i) first = P->above[j];
         char tiles[64];
         if (t->plain) {
             snprintf(tiles, sizeof tiles, "kcu_g90_plain<%d>", t->bn);
@@ -1111,7 +1148,7 @@ static void put_g90(group *G, const g90_plan *P, const char *g90_params, const c
                       "    const " NAME_MARK "_epi epi = {%s};\n"
                       "    kcu_gemm90<%s, %lld, %lld, %d, %d, %s, %d>(T, ta, tb, kcu_g90_none(), epi);\n"
                       "}\n",
-                      (long long)P->above[i], t->bn, cluster > 1 ? ", in clusters of two sharing the weight tile" : "",
+                      (long long)first, t->bn, cluster > 1 ? ", in clusters of two sharing the weight tile" : "",
                       cluster > 1 ? "KCU_G90_CLUSTER2 " : "", t->bn, g90_params, inits, xt, (long long)G->K,
                       (long long)G->N, t->bn, kcu_g90_stages(t->bn), tiles, cluster);
     }
@@ -1141,7 +1178,7 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
     k->n_variants = P->n;
     const kir_val wv = g->nodes[G->n[G->mm].v].in[1];
     for (int i = 0; i < P->n; i++) {
-        const kcu_g90_tiles *t = &P->tiles[i];
+        const kcu_g90_tiles *t = &P->tiles[P->width[i]];
         krt_cuda_variant *v = &k->variants[i];
         memset(v, 0, sizeof *v);
         v->arch = KCU_GEMM90_ARCH;
@@ -1172,7 +1209,7 @@ static void put_choices(const group *G, const g90_plan *P, const krt_cuda_kernel
     ks_buf *b = G->x->opt.choices;
     ks_buf_printf(b, "%s: %%%u matmul, %lld -> %lld:", k->name, k->node, (long long)G->K, (long long)G->N);
     for (int i = 0; i < P->n; i++) {
-        const kcu_g90_tiles *t = &P->tiles[i];
+        const kcu_g90_tiles *t = &P->tiles[P->width[i]];
         const int stages = kcu_g90_stages(t->bn);
         ks_buf_printf(b, "%s %s above %lld tokens: %swgmma tiles 128 x %d (%d column tiles of %d box%s, %d stages, %d "
                          "bytes of shared memory%s)",

@@ -87,7 +87,7 @@ typedef struct krt_cuda_arg {
     int32_t box;            /* TMAP: rows of a box (8 .. 256); 0 otherwise */
 } krt_cuda_arg;
 
-enum { KRT_CUDA_MAX_ARGS = 24, KRT_CUDA_MAX_LAUNCHES = 4, KRT_CUDA_MAX_VARIANTS = 8 };
+enum { KRT_CUDA_MAX_ARGS = 24, KRT_CUDA_MAX_LAUNCHES = 4, KRT_CUDA_MAX_VARIANTS = 16 };
 
 /* One launch of a variant. */
 typedef struct krt_cuda_launch {

@@ -73,59 +73,60 @@ typedef struct att_case {
     int g90;              /* 1: kcu_flash90 (sm_90a, wgmma; kcu_flash90.cuh) as kcu_plan_flash90 plans it, bn its
                            * tile when set (GPU only: the CPU emulator runs no wgmma) */
     int ns;               /* kcu_flash90's stages; 0: as planned */
+    int occ;              /* kcu_flash90's blocks an SM at least (__launch_bounds__'s second argument); 0: 1 */
 } att_case;
 
 static const att_case check_cases[] = {
     /* one prompt, GQA 4, bf16 everywhere (two m16 tiles a warp, as planned below head_dim 256) */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 0, 0, 16, 1, {100}, {0}, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 0, 0, 16, 1, {100}, {0}, 0, 0, 0, 0, 0, 0, 0},
     /* MHA (group 1: 8 token warps), f16, two prompts, the second after a cached prefix of 23 */
-    {E_F16, E_F16, E_F16, 4, 4, 32, 32, 0, 0, 16, 2, {37, 50}, {0, 23}, 0, 0, 0, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 4, 4, 32, 32, 0, 0, 16, 2, {37, 50}, {0, 23}, 0, 0, 0, 0, 0, 0, 0},
     /* f32 q/out and cache (converted in staging), group 8, DK = 40 (padded to 48), tiles of 32, one
      * m16 tile a warp */
-    {E_BF16, E_F32, E_F32, 16, 2, 40, 40, 0, 0, 16, 1, {77}, {5}, 0, 32, 0, 1, 0, 0},
+    {E_BF16, E_F32, E_F32, 16, 2, 40, 40, 0, 0, 16, 1, {77}, {5}, 0, 32, 0, 1, 0, 0, 0},
     /* sliding window and softcap, group 8 of one kv head */
-    {E_BF16, E_BF16, E_BF16, 8, 1, 32, 32, 17, 2.0f, 16, 1, {70}, {10}, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 1, 32, 32, 17, 2.0f, 16, 1, {70}, {10}, 0, 0, 0, 0, 0, 0, 0},
     /* DK != DV (DV padded), three sequences interleaved, block size 5, one a single token */
-    {E_F16, E_F16, E_F16, 4, 2, 48, 24, 0, 0, 5, 3, {1, 20, 33}, {0, 7, 64}, 1, 0, 0, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 4, 2, 48, 24, 0, 0, 5, 3, {1, 20, 33}, {0, 7, 64}, 1, 0, 0, 0, 0, 0, 0},
     /* odd dims (36, 20: rows not whole 16-byte chunks), f32 q/out, bf16 cache, group 4, tiles of 16,
      * one m16 tile a warp */
-    {E_BF16, E_F32, E_BF16, 8, 2, 36, 20, 0, 0, 16, 2, {45, 19}, {3, 0}, 1, 16, 0, 1, 0, 0},
+    {E_BF16, E_F32, E_BF16, 8, 2, 36, 20, 0, 0, 16, 2, {45, 19}, {3, 0}, 1, 16, 0, 1, 0, 0, 0},
     /* Llama-3-8B's heads: group 4, 128 dims (swizzled rows), a window and a prefix, f16; as planned
      * (two m16 tiles a warp, 32-position tiles) */
-    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {70}, {30}, 0, 0, 0, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {70}, {30}, 0, 0, 0, 0, 0, 0, 0},
     /* group 2, f16 inputs on bf16 tensor cores (converted), softcap */
-    {E_BF16, E_F16, E_F16, 4, 2, 64, 64, 0, 30.0f, 8, 2, {33, 31}, {0, 100}, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_F16, E_F16, 4, 2, 64, 64, 0, 30.0f, 8, 2, {33, 31}, {0, 100}, 0, 0, 0, 0, 0, 0, 0},
     /* GQA 4 with a prefix and a mixed step; MHA with a window, f32 cache, 64-position tiles */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 48, 0, 0, 16, 3, {90, 7, 40}, {0, 3, 17}, 1, 32, 0, 2, 0, 0},
-    {E_F16, E_F16, E_F32, 2, 2, 32, 32, 21, 0, 16, 1, {150}, {12}, 0, 64, 0, 2, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 48, 0, 0, 16, 3, {90, 7, 40}, {0, 3, 17}, 1, 32, 0, 2, 0, 0, 0},
+    {E_F16, E_F16, E_F32, 2, 2, 32, 32, 21, 0, 16, 1, {150}, {12}, 0, 64, 0, 2, 0, 0, 0},
     /* Llama-3-8B's shape as planned, bf16: three sequences interleaved (segments in a tile), a
      * prefix, block size 16; and the same on one m16 tile a warp */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 3, {70, 9, 50}, {0, 40, 5}, 1, 0, 0, 0, 0, 0},
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {60, 45}, {20, 0}, 1, 0, 0, 1, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 3, {70, 9, 50}, {0, 40, 5}, 1, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {60, 45}, {20, 0}, 1, 0, 0, 1, 0, 0, 0},
     /* head_dim 256 (one m16 tile a warp, 16-position tiles, as planned), softcap, a window */
-    {E_BF16, E_BF16, E_BF16, 4, 2, 256, 256, 30, 50.0f, 16, 1, {60}, {10}, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 4, 2, 256, 256, 30, 50.0f, 16, 1, {60}, {10}, 0, 0, 0, 0, 0, 0, 0},
     /* head_dim 128 with a softcap (planned: 16-position tiles), f16 cache on bf16 tensor cores */
-    {E_BF16, E_BF16, E_F16, 8, 2, 128, 128, 0, 20.0f, 16, 1, {50}, {7}, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_F16, 8, 2, 128, 128, 0, 20.0f, 16, 1, {50}, {7}, 0, 0, 0, 0, 0, 0, 0},
 };
 
 /* kcu_flash90's cases (q and the cache in the tensor cores' type; dims multiples of 64): the sm_90a
  * program only (--gpu, and NVRTC's compile in CI) */
 static const att_case g90_cases[] = {
     /* Llama-3-8B's heads (group 4: 32 tokens x 4 heads a block), one prompt */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 1, {300}, {0}, 0, 0, 0, 0, 1, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 1, {300}, {0}, 0, 0, 0, 0, 1, 0, 0},
     /* after a cached prefix, a window, f16 */
-    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {170}, {30}, 0, 0, 0, 0, 1, 0},
+    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {170}, {30}, 0, 0, 0, 0, 1, 0, 0},
     /* three sequences interleaved (a segment each in a block), prefixes, block size 5 (no shifts) */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 5, 3, {70, 9, 150}, {0, 40, 5}, 1, 0, 0, 0, 1, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 5, 3, {70, 9, 150}, {0, 40, 5}, 1, 0, 0, 0, 1, 0, 0},
     /* MHA (128 tokens a block), dims 64 (one panel), softcap, two prompts one after the other */
-    {E_BF16, E_BF16, E_BF16, 4, 4, 64, 64, 0, 30.0f, 16, 2, {200, 77}, {0, 13}, 0, 0, 0, 0, 1, 0},
+    {E_BF16, E_BF16, E_BF16, 4, 4, 64, 64, 0, 30.0f, 16, 2, {200, 77}, {0, 13}, 0, 0, 0, 0, 1, 0, 0},
     /* group 8 (16 tokens x 8 heads a block), f16, DK 256 with DV 128 (64-position tiles as planned) */
-    {E_F16, E_F16, E_F16, 16, 2, 256, 128, 0, 0, 16, 1, {150}, {20}, 0, 0, 0, 0, 1, 0},
+    {E_F16, E_F16, E_F16, 16, 2, 256, 128, 0, 0, 16, 1, {150}, {20}, 0, 0, 0, 0, 1, 0, 0},
     /* Llama-3-8B's heads, two prompts; and with 3 stages */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {200, 90}, {0, 17}, 1, 0, 0, 0, 1, 0},
-    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 0, 0, 16, 1, {333}, {0}, 0, 0, 0, 0, 1, 3},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {200, 90}, {0, 17}, 1, 0, 0, 0, 1, 0, 0},
+    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 0, 0, 16, 1, {333}, {0}, 0, 0, 0, 0, 1, 3, 0},
     /* group 2, 64-position tiles with dims 128, a window shorter than a tile */
-    {E_BF16, E_BF16, E_BF16, 4, 2, 128, 128, 21, 0, 16, 2, {130, 60}, {0, 9}, 1, 64, 0, 0, 1, 0},
+    {E_BF16, E_BF16, E_BF16, 4, 2, 128, 128, 21, 0, 16, 2, {130, 60}, {0, 9}, 1, 64, 0, 0, 1, 0, 0},
 };
 
 /* ---- data ------------------------------------------------------------------------------ */
@@ -195,11 +196,11 @@ static void kernel_source(const att_case *c, int index, ks_buf *src)
 {
     etype qt = c->old ? E_F32 : c->qt, kvt = c->old ? E_F32 : c->kvt;
     ks_buf_printf(src,
-                  "extern \"C\" __global__ void __launch_bounds__(256) att_%d(int T, const %s *__restrict__ q, "
+                  "extern \"C\" __global__ void __launch_bounds__(256, %d) att_%d(int T, const %s *__restrict__ q, "
                   "const %s *__restrict__ kc, const %s *__restrict__ vc, %s *__restrict__ out, const int "
                   "*__restrict__ positions, const int *__restrict__ table_off, const int *__restrict__ tables, int "
                   "block_size)\n{\n",
-                  index, e_name[qt], e_name[kvt], e_name[kvt], e_name[qt]);
+                  c->occ > 1 ? c->occ : 1, index, e_name[qt], e_name[kvt], e_name[kvt], e_name[qt]);
     char scale[32], cap[32];
     snprintf(scale, sizeof scale, "%.9g", (double)(float)head_scale(c));
     snprintf(cap, sizeof cap, "%.9g", (double)c->softcap);
@@ -579,17 +580,19 @@ static int bench_cases(att_case *out)
     int n = 0;
     for (int i = 0; i < 3; i++) {
         /* kcu_flash90: as planned (2 stages of 128 positions); then 3 stages, and 4 of 64 positions */
-        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0, 1, 0};
-        static const int variant[2][2] = {{128, 3}, {64, 4}}; /* bn, ns */
-        for (int v = 0; v < 2; v++)
+        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0, 1, 0, 0};
+        /* bn, ns, blocks an SM (2 of 64 positions in 97 KiB: two blocks an SM, one's softmax under the
+           other's products) */
+        static const int variant[3][3] = {{128, 3, 1}, {64, 4, 1}, {64, 2, 2}};
+        for (int v = 0; v < 3; v++)
             out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0,
-                                  variant[v][0], 0, 0, 1, variant[v][1]};
-        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0, 0, 0};
-        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 32, 0, 1, 0, 0};
+                                  variant[v][0], 0, 0, 1, variant[v][1], variant[v][2]};
+        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0, 0, 0, 0};
+        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 32, 0, 1, 0, 0, 0};
     }
-    out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {2048}, {0}, 0, 0, 0, 0, 0, 0};
+    out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {2048}, {0}, 0, 0, 0, 0, 0, 0, 0};
     for (int i = 0; i < 2; i++)
-        out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 1, 0, 0, 0};
+        out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 1, 0, 0, 0, 0};
     return n;
 }
 
@@ -611,7 +614,8 @@ static void run_bench(runner *r, const att_case *cases, int n, int first)
         if (c->old)
             snprintf(how, sizeof how, "today's kernel (f32, CUDA cores)");
         else if (c->g90)
-            snprintf(how, sizeof how, "wgmma (sm_90a), %d pos, %d stages", plan90(c).bn, plan90(c).ns);
+            snprintf(how, sizeof how, "wgmma (sm_90a), %d pos, %d stages%s", plan90(c).bn, plan90(c).ns,
+                     c->occ > 1 ? ", 2/SM" : "");
         else
             snprintf(how, sizeof how, "tensor cores, %s cache, %d/warp, %d pos", e_short[c->kvt], 16 * p.mw, p.bn);
         printf("bench T=%-5d H=%d KH=%d D=%d causal, %-36s %9.3f ms %7.1f TFLOP/s  error %.2e (unrounded %.2e)%s\n",

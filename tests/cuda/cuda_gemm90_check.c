@@ -38,7 +38,7 @@ typedef struct g90_case {
     int rev;      /* 1: the epilogue's column c is weight row N-1-c (w uploaded permuted) */
     int out16;    /* 1: the epilogue stores bf16 (the timed kernels, as torch's bf16 matmul), 0: f32 */
     int rows;     /* x's rows in memory (max_tokens: the tensor map's) */
-    int T[4], nt; /* the token counts checked (or timed) */
+    int T[6], nt; /* the token counts checked (or timed) */
     const char *what; /* the 8B matmul timed, or NULL for a check case */
     int cluster;  /* 2: in clusters of two blocks sharing the weight tile (grid 2 x ceil(T / 256) x tiles), else 1 */
 } g90_case;
@@ -81,10 +81,10 @@ static void all_cases(g90_case *all)
     for (int s = 0; s < N_SHAPES; s++) {
         for (int c = 0; c < N_CONFIGS; c++)
             all[n++] = (g90_case){0, llama8b[s].K, llama8b[s].N, configs[c][0], configs[c][1], 0, 0, 1, 2048,
-                                  {128, 512, 2048}, 3, llama8b[s].what, 1};
+                                  {128, 256, 512, 1024, 2048}, 5, llama8b[s].what, 1};
         for (int c = 0; c < N_CONFIGS_C2; c++)
             all[n++] = (g90_case){0, llama8b[s].K, llama8b[s].N, configs[c][0], configs[c][1], 0, 0, 1, 2048,
-                                  {128, 512, 2048}, 3, clustered[s], 2};
+                                  {128, 256, 512, 1024, 2048}, 5, clustered[s], 2};
     }
     /* the RMS prologue's cost, its pre-pass included: q,k,v with it (g = 1: nothing to fold) */
     all[n++] = (g90_case){0, 4096, 6144, 256, 4, 1, 0, 1, 2048, {512, 2048}, 2, "qkv_rms", 1};
