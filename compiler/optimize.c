@@ -365,15 +365,13 @@ static int read_named(const kd_model *m, const char *name, kir_dtype t, void *ou
     return rc;
 }
 
-int kd_weight_part(const kd_model *m, const kir_graph *g, kir_val node, size_t first, size_t count, void *out,
-                   ks_diag *d)
+/* Elements [first, first + count) of the model's weight `name` (elems in all) as dtype t, when the
+ * checkpoint stores them as they are (read_named's straight case); 1 when it does not. */
+static int read_named_part(const kd_model *m, const char *name, kir_dtype t, size_t elems, size_t first, size_t count,
+                           void *out, ks_diag *d)
 {
-    const kir_node *n = kir_node_at(g, node);
-    if (kp_weight_is_derived(g, node)) return 1;
-    const char *name = kir_attr_str(g, node, KIR_A_WEIGHT_NAME);
     const kf_weight_binding *b = kd_binding(m, name);
     const kf_tensor *tensor = b && m->ckpt ? kf_checkpoint_find(m->ckpt, b->tensor) : NULL;
-    size_t elems = (size_t)kir_elems(n, 1);
     /* read_named's straight case, with the model's element count (read_named checks it first) */
     const uint8_t *rows = tensor && kir_elems(kir_node_at(m->model->graph, b->node), 1) == (int64_t)elems
                               ? straight_rows(b, tensor, elems)
@@ -383,8 +381,46 @@ int kd_weight_part(const kd_model *m, const kir_graph *g, kir_val node, size_t f
         ks_error(d, "kiln", "weight '%s': elements [%zu, %zu) asked of %zu", name, first, first + count, elems);
         return -1;
     }
-    convert_rows(rows + first * kir_dtype_size(tensor->dtype), tensor->dtype, count, n->dtype, out);
+    convert_rows(rows + first * kir_dtype_size(tensor->dtype), tensor->dtype, count, t, out);
     return 0;
+}
+
+/* A concatenation's part (derive=concat0, and scale: fold_norm_weight's W diag g): each source's
+ * overlap with [first, first + count) read straight, then the scale applied to those elements. */
+static int derived_part(const kd_model *m, const kir_graph *g, kir_val node, size_t first, size_t count, void *out,
+                        ks_diag *d)
+{
+    const kir_node *n = kir_node_at(g, node);
+    if (kir_attr_word(g, node, KIR_A_WEIGHT_DERIVE) != KIR_DERIVE_CONCAT0) return 1;
+    ks_arena scratch = {0};
+    kp_weight_recipe r;
+    int rc = kp_weight_recipe_of(g, node, &scratch, &r);
+    KS_ASSERT(rc == 0); /* the graph verified */
+    const size_t es = kir_dtype_size(n->dtype);
+    size_t at = 0; /* the source's first element in the concatenation */
+    for (size_t i = 0; i < r.n_sources && rc == 0; i++) {
+        const size_t elems = r.bytes[i] / es, lo = first > at ? first : at;
+        const size_t hi = first + count < at + elems ? first + count : at + elems;
+        if (lo < hi) rc = read_named_part(m, r.names[i], n->dtype, elems, lo - at, hi - lo, (uint8_t *)out + (lo - first) * es, d);
+        at += elems;
+    }
+    if (rc == 0 && r.scale) {
+        float *scale = ks_xmalloc(sizeof *scale * r.scale_elems);
+        rc = read_named(m, r.scale, KIR_F32, scale, r.scale_elems, d);
+        if (rc == 0) kp_scale_columns(n->dtype, scale, r.scale_elems, first, count, out);
+        free(scale);
+    }
+    ks_arena_free(&scratch);
+    return rc;
+}
+
+int kd_weight_part(const kd_model *m, const kir_graph *g, kir_val node, size_t first, size_t count, void *out,
+                   ks_diag *d)
+{
+    const kir_node *n = kir_node_at(g, node);
+    if (kp_weight_is_derived(g, node)) return derived_part(m, g, node, first, count, out, d);
+    return read_named_part(m, kir_attr_str(g, node, KIR_A_WEIGHT_NAME), n->dtype, (size_t)kir_elems(n, 1), first, count,
+                           out, d);
 }
 
 int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, void *out, ks_diag *d)
@@ -402,7 +438,13 @@ int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, void *ou
         src[i] = ks_xmalloc(r.bytes[i] ? r.bytes[i] : 1);
         rc = read_named(m, r.names[i], n->dtype, src[i], r.bytes[i] / es, d);
     }
-    if (rc == 0) kp_derive_weight(g, node, &r, (const void *const *)src, out);
+    float *scale = NULL; /* the folded norm's weight, read as f32 */
+    if (rc == 0 && r.scale) {
+        scale = ks_xmalloc(sizeof *scale * r.scale_elems);
+        rc = read_named(m, r.scale, KIR_F32, scale, r.scale_elems, d);
+    }
+    if (rc == 0) kp_derive_weight(g, node, &r, (const void *const *)src, scale, out);
+    free(scale);
     for (size_t i = 0; i < r.n_sources; i++) free(src[i]);
     free(src);
     ks_arena_free(&scratch);
