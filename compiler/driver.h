@@ -116,10 +116,10 @@ const kf_weight_binding *kd_binding(const kd_model *m, const char *name);
 int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, void *out, ks_diag *d);
 
 /* Elements [first, first + count) of WEIGHT node `node`'s data, as kd_weight_data would give them,
- * where the weight is the checkpoint's stored rows as they are (not derived, not transposed):
- * converted straight from the mapped file, so a large weight streams in parts. Returns 1 (nothing
- * done) for a weight that comes only whole (derived, transposed, synthetic), 0, or -1 after
- * reporting. */
+ * where the weight is the checkpoint's stored rows as they are (not transposed), or a concatenation
+ * (derive=concat0) of such weights: converted straight from the mapped file, so a large weight
+ * streams in parts. Returns 1 (nothing done) for a weight that comes only whole (another
+ * derivation, transposed, synthetic), 0, or -1 after reporting. */
 int kd_weight_part(const kd_model *m, const kir_graph *g, kir_val node, size_t first, size_t count, void *out,
                    ks_diag *d);
 

@@ -135,7 +135,6 @@ int kd_check_f16_range(const kd_model *m, const kir_graph *g, ks_diag *d)
         int rc = kp_weight_recipe_of(g, (kir_val)v, &scratch, &r);
         KS_ASSERT(rc == 0); /* the graph verified */
         for (size_t i = 0; i < r.n_sources; i++) add_tensor(tensor_of(m, r.names[i]), &list, &n, &cap);
-        if (r.scale) add_tensor(tensor_of(m, r.scale), &list, &n, &cap);
         ks_arena_free(&scratch);
     }
     int rc = 0;

@@ -385,10 +385,11 @@ static int read_named_part(const kd_model *m, const char *name, kir_dtype t, siz
     return 0;
 }
 
-/* A concatenation's part (derive=concat0, and scale: fold_norm_weight's W diag g): each source's
- * overlap with [first, first + count) read straight, then the scale applied to those elements. */
-static int derived_part(const kd_model *m, const kir_graph *g, kir_val node, size_t first, size_t count, void *out,
-                        ks_diag *d)
+/* A concatenation's part (derive=concat0: fuse_sibling_matmuls' q,k,v and gate/up weights): each
+ * source's overlap with [first, first + count), read straight; 1 when a source is not stored as it is
+ * or the weight derives otherwise (then it comes whole). */
+static int concat_part(const kd_model *m, const kir_graph *g, kir_val node, size_t first, size_t count, void *out,
+                       ks_diag *d)
 {
     const kir_node *n = kir_node_at(g, node);
     if (kir_attr_word(g, node, KIR_A_WEIGHT_DERIVE) != KIR_DERIVE_CONCAT0) return 1;
@@ -401,14 +402,9 @@ static int derived_part(const kd_model *m, const kir_graph *g, kir_val node, siz
     for (size_t i = 0; i < r.n_sources && rc == 0; i++) {
         const size_t elems = r.bytes[i] / es, lo = first > at ? first : at;
         const size_t hi = first + count < at + elems ? first + count : at + elems;
-        if (lo < hi) rc = read_named_part(m, r.names[i], n->dtype, elems, lo - at, hi - lo, (uint8_t *)out + (lo - first) * es, d);
+        if (lo < hi)
+            rc = read_named_part(m, r.names[i], n->dtype, elems, lo - at, hi - lo, (uint8_t *)out + (lo - first) * es, d);
         at += elems;
-    }
-    if (rc == 0 && r.scale) {
-        float *scale = ks_xmalloc(sizeof *scale * r.scale_elems);
-        rc = read_named(m, r.scale, KIR_F32, scale, r.scale_elems, d);
-        if (rc == 0) kp_scale_columns(n->dtype, scale, r.scale_elems, first, count, out);
-        free(scale);
     }
     ks_arena_free(&scratch);
     return rc;
@@ -418,7 +414,7 @@ int kd_weight_part(const kd_model *m, const kir_graph *g, kir_val node, size_t f
                    ks_diag *d)
 {
     const kir_node *n = kir_node_at(g, node);
-    if (kp_weight_is_derived(g, node)) return derived_part(m, g, node, first, count, out, d);
+    if (kp_weight_is_derived(g, node)) return concat_part(m, g, node, first, count, out, d);
     return read_named_part(m, kir_attr_str(g, node, KIR_A_WEIGHT_NAME), n->dtype, (size_t)kir_elems(n, 1), first, count,
                            out, d);
 }
@@ -438,13 +434,7 @@ int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, void *ou
         src[i] = ks_xmalloc(r.bytes[i] ? r.bytes[i] : 1);
         rc = read_named(m, r.names[i], n->dtype, src[i], r.bytes[i] / es, d);
     }
-    float *scale = NULL; /* the folded norm's weight, read as f32 */
-    if (rc == 0 && r.scale) {
-        scale = ks_xmalloc(sizeof *scale * r.scale_elems);
-        rc = read_named(m, r.scale, KIR_F32, scale, r.scale_elems, d);
-    }
-    if (rc == 0) kp_derive_weight(g, node, &r, (const void *const *)src, scale, out);
-    free(scale);
+    if (rc == 0) kp_derive_weight(g, node, &r, (const void *const *)src, out);
     for (size_t i = 0; i < r.n_sources; i++) free(src[i]);
     free(src);
     ks_arena_free(&scratch);

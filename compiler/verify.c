@@ -78,12 +78,7 @@ static kir_val *match_nodes(const kir_graph *ref, const kir_graph *test)
             kv.loc.file = ktt.loc.file; /* file indices differ between graphs; compare names below */
             if (!comparable(m) || !same_key(&kv, &ktt) || !same_file(ref, kr[v].loc.file, test, kt[t].loc.file))
                 continue;
-            /* a norm whose weight fold_norm_weight moved into the matmul reading it has another value by
-               design (x / rms, not x / rms * g): the matmul after it is compared instead */
-            const int folded = n->op == KIR_OP_RMS_NORM && n->nin > 1 && n->in[1] != KIR_NONE &&
-                               (m->nin < 2 || m->in[1] == KIR_NONE);
-            if (!folded && m->ndim == n->ndim && memcmp(m->dims, n->dims, sizeof(int64_t) * n->ndim) == 0)
-                match[v] = (kir_val)t;
+            if (m->ndim == n->ndim && memcmp(m->dims, n->dims, sizeof(int64_t) * n->ndim) == 0) match[v] = (kir_val)t;
             break;
         }
     }

@@ -438,22 +438,6 @@ static void check_derived_weight(kir_verifier *c, kir_val v, const named_weight 
         node_error(c, v, "an offset weight derives from one source, not %u", (unsigned)count);
         return;
     }
-    const kir_attr *scale = kir_get(g, v, "scale");
-    if (scale && (scale->kind != KIR_ATTR_STR || !*scale->u.s || strcmp(derive->u.s, "concat0") != 0 || n->ndim != 2)) {
-        node_error(c, v, "scale names the 1-D weight that each row of a concatenation of [out, in] weights is "
-                         "multiplied by");
-        return;
-    }
-    if (scale) {
-        kir_val sv = find_weight(by_name, n_weights, scale->u.s, strlen(scale->u.s));
-        if (sv != KIR_NONE && c->type_ok[sv]) {
-            const kir_node *s = kir_node_at(g, sv);
-            if (s->ndim != 1 || s->dims[0] != n->dims[1])
-                node_error(c, v, "scale \"%s\" (node %%%u) has %lld elements, not the %lld of a row", scale->u.s,
-                           (unsigned)sv, (long long)(s->ndim == 1 ? s->dims[0] : kir_elems(s, 1)),
-                           (long long)n->dims[1]);
-        }
-    }
     if (count != rows->u.ints.n) {
         node_error(c, v, "sources names %u weight%s but rows has %u number%s", (unsigned)count, count == 1 ? "" : "s",
                    (unsigned)rows->u.ints.n, rows->u.ints.n == 1 ? "" : "s");

@@ -41,18 +41,11 @@ int kp_weight_recipe_of(const kir_graph *g, kir_val w, ks_arena *arena, kp_weigh
         name += len + (end != NULL);
     }
     if (sum != n->dims[0]) return -1;
-    const char *scale = kir_attr_has(g, w, KIR_A_WEIGHT_SCALE) ? kir_attr_str(g, w, KIR_A_WEIGHT_SCALE) : NULL;
-    if (scale) {
-        if (!*scale || derive != KIR_DERIVE_CONCAT0 || n->ndim != 2) return -1;
-        r->scale = ks_arena_strndup(arena, scale, strlen(scale));
-        r->scale_elems = (size_t)n->dims[1];
-    }
     r->n_sources = count;
     return 0;
 }
 
-void kp_derive_weight(const kir_graph *g, kir_val w, const kp_weight_recipe *r, const void *const *sources,
-                      const float *scale, void *out)
+void kp_derive_weight(const kir_graph *g, kir_val w, const kp_weight_recipe *r, const void *const *sources, void *out)
 {
     const kir_node *n = kir_node_at(g, w);
     size_t total = (size_t)kir_elems(n, 1) * kir_dtype_size(n->dtype), at = 0;
@@ -87,30 +80,4 @@ void kp_derive_weight(const kir_graph *g, kir_val w, const kp_weight_recipe *r, 
         at += r->bytes[i];
     }
     KS_ASSERT(at == total);
-    if (!r->scale) return;
-    KS_ASSERT(scale && n->ndim == 2 && (size_t)n->dims[1] == r->scale_elems);
-    kp_scale_columns(n->dtype, scale, r->scale_elems, 0, (size_t)kir_elems(n, 1), out);
-}
-
-void kp_scale_columns(kir_dtype t, const float *scale, size_t cols, size_t first, size_t count, void *data)
-{
-    const size_t es = kir_dtype_size(t);
-    for (size_t e = 0; e < count; e++) {
-        const float s = scale[(first + e) % cols];
-        uint8_t *p = (uint8_t *)data + e * es;
-        if (t == KIR_F32) {
-            float f;
-            memcpy(&f, p, 4);
-            f *= s;
-            memcpy(p, &f, 4);
-        } else {
-            uint16_t h;
-            memcpy(&h, p, 2);
-            const int bf = t == KIR_BF16;
-            KS_ASSERT(bf || t == KIR_F16);
-            const float f = (bf ? ks_bf16_to_f32(h) : ks_f16_to_f32(h)) * s;
-            h = bf ? ks_f32_to_bf16(f) : ks_f32_to_f16(f);
-            memcpy(p, &h, 2);
-        }
-    }
 }

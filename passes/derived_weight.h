@@ -12,11 +12,7 @@
  *            along dim 0 (rows of [out,in] matrices, elements of 1-D biases);
  *   sources  the `name`s of the source weights, comma-separated (they need
  *            not be in the graph any more);
- *   rows     how many rows of dim 0 each source gives;
- *   scale    (optional, concat0 of 2-D [out, in] weights) the name of a 1-D
- *            weight of `in` elements: each row of the concatenation times it,
- *            elementwise, in f32, rounded once to the weight's dtype
- *            (fold_norm_weight: rms_norm(x, g) W^T = rms_norm(x) (W diag g)^T).
+ *   rows     how many rows of dim 0 each source gives.
  *
  * A source has the derived node's dtype and its dims but the first, which
  * is rows[i]. The engine builder and the tests both compute derived data
@@ -25,8 +21,7 @@
  *     kp_weight_recipe r;
  *     if (kp_weight_recipe_of(g, w, &arena, &r) != 0) ...   // malformed (kir_verify says why)
  *     for (size_t i = 0; i < r.n_sources; i++) src[i] = data_of(r.names[i]);  // r.bytes[i] bytes each
- *     // with r.scale: its data as r.scale_elems floats
-    kp_derive_weight(g, w, &r, src, scale, out);           // out: bytes of w
+ *     kp_derive_weight(g, w, &r, src, out);                  // out: bytes of w
  *
  * Prefix: kp_ (passes).
  */
@@ -44,8 +39,6 @@ typedef struct kp_weight_recipe {
     const char **names; /* [n_sources] the sources' weight names, in the arena given */
     int64_t *rows;      /* [n_sources] rows of dim 0 each source gives */
     size_t *bytes;      /* [n_sources] bytes of each source's data, in the weight's dtype */
-    const char *scale;  /* NULL, or the name of the weight each row is multiplied by, elementwise */
-    size_t scale_elems; /* its elements (the weight's dim 1) */
 } kp_weight_recipe;
 
 /* Whether WEIGHT node w is derived (has a `derive` attribute). */
@@ -58,14 +51,7 @@ int kp_weight_is_derived(const kir_graph *g, kir_val w);
 int kp_weight_recipe_of(const kir_graph *g, kir_val w, ks_arena *arena, kp_weight_recipe *r);
 
 /* Write w's data (kir_elems(w, 1) elements of its dtype) into out from the
- * sources' data: sources[i] holds r->bytes[i] bytes; scale, r->scale_elems
- * floats when r->scale names one (else NULL). */
-void kp_derive_weight(const kir_graph *g, kir_val w, const kp_weight_recipe *r, const void *const *sources,
-                      const float *scale, void *out);
-
-/* Elements [first, first + count) of a row-major matrix of `cols` columns, of dtype t, at data:
- * element e times scale[e % cols], in f32, rounded once to t (a scaled recipe's last step; the
- * engine builder applies it to the parts it streams). */
-void kp_scale_columns(kir_dtype t, const float *scale, size_t cols, size_t first, size_t count, void *data);
+ * sources' data: sources[i] holds r->bytes[i] bytes. */
+void kp_derive_weight(const kir_graph *g, kir_val w, const kp_weight_recipe *r, const void *const *sources, void *out);
 
 #endif

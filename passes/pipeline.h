@@ -110,7 +110,6 @@ size_t kp_count_kernels(const kir_graph *g);
 
 /* ---- the passes, each in its own file -------------------------------------------------- */
 int kp_fuse_sibling_matmuls(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d); /* passes/fuse_sibling_matmuls.c */
-int kp_fold_norm_weight(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);     /* passes/fold_norm_weight.c */
 int kp_split_kv_write(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);       /* passes/split_kv_write.c */
 int kp_fuse_epilogues(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);       /* passes/fuse_epilogues.c */
 int kp_fuse_norm_prologue(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);   /* passes/fuse_norm_prologue.c */

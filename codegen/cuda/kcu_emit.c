@@ -265,25 +265,6 @@ static void put_block_sum(ks_buf *b, const char *var)
 }
 
 /* rms_norm and layer_norm: one block per row of the last dim; sums in double. */
-int kcu_emit_rms_inv(kcu_gen *x, kir_val v)
-{
-    const kir_node *n = &x->g->nodes[v];
-    const kir_dtype xt = x->g->nodes[n->in[0]].dtype;
-    const int64_t d = kcu_last_dim(n);
-    KS_ASSERT(n->op == KIR_OP_RMS_NORM && kcu_is_half(xt) && d % 8 == 0);
-    krt_cuda_kernel *k = kcu_kernel_new(x, v, 256); /* the prelude's KCU_G90_INV_ROWS warps */
-    kcu_kernel_grid(k, 0, 1, 0, 8);                 /* ceil(T / 8) blocks: a warp a row */
-    kcu_param_in(x, k, n->in[0], "x");
-    kcu_add_param(x, k, KRT_CUDA_ARG_VALUE, v, "float *__restrict__ inv");
-    kcu_open_body(x, k, "1 / sqrt(mean(x^2) + eps) of each row, for the sm_90a matmul that scales its sums by it");
-    ks_buf_printf(&x->body, "#if KCU_GEMM90_KERNELS\n    kcu_g90_rms_inv<%s, %lld>(T, x, ", kcu_elem_type(xt),
-                  (long long)d);
-    kcu_put_float(&x->body, (float)kir_attr_float(x->g, v, KIR_A_RMS_NORM_EPS));
-    ks_buf_puts(&x->body, ", inv);\n#else\n    (void)T, (void)x, (void)inv;\n#endif\n}\n");
-    kcu_kernel_end(x, k, "_inv");
-    return 0;
-}
-
 int kcu_emit_norm(kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v];

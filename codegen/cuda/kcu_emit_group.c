@@ -637,6 +637,7 @@ static void put_rope_column(epi_text *E, int i)
         if (E->set_of[k] == s) return; /* the set's last rotation writes it */
     /* the set: a pair is a rotation's pair (kcu_emit_group's classify), so both slots have one frequency */
     colq any[GROUP_MAX];
+    memset(any, 0, sizeof any); /* (gcc cannot see that a set has a member) */
     int n_any = 0, members = 0;
     ks_buf fr = {0}, pp = {0}, on = {0};
     for (int k = s; k <= i; k++) {
@@ -1017,10 +1018,7 @@ typedef struct g90_plan {
     kcu_g90_tiles tiles[KCU_G90_WIDTHS];    /* each width's tiles (bn 0: the width is not used) */
     int width[G90_MAX];                     /* variant i runs width kcu_g90_widths[width[i]] */
     int64_t above[G90_MAX];                 /* for steps of more than above[i] tokens */
-    kir_val xv;                             /* the value the x map reads: the norm's, its input (rms), or the operand */
-    int rms;                                /* 1: the prologue norm has no weight (fold_norm_weight moved it into w):
-                                               a pre-pass writes 1 / rms at the norm's place, the sums are scaled by
-                                               it (kcu_g90_rms), x read as it is; 0: the norm's kernel writes its value */
+    kir_val xv;                             /* the value the matmul reads through the x map: the norm's, or its operand */
 } g90_plan;
 
 /* Which gemm90 kernels group G gets: half x and weights of one dtype, rows
@@ -1047,11 +1045,6 @@ static void plan_g90(const group *G, g90_plan *P)
     const kir_node *mn = &g->nodes[G->n[G->mm].v];
     kir_dtype wt = g->nodes[mn->in[1]].dtype;
     P->xv = mn->in[0];
-    if (G->pro >= 0) {
-        const kir_node *pn = &g->nodes[G->n[G->pro].v];
-        P->rms = pn->op == KIR_OP_RMS_NORM && (pn->nin < 2 || pn->in[1] == KIR_NONE);
-        if (P->rms) P->xv = pn->in[0];
-    }
     if ((wt != KIR_BF16 && wt != KIR_F16) || g->nodes[P->xv].dtype != wt || G->K % 8 || G->N < 2) return;
     int64_t above = x->opt.gemm90_above > 0 ? x->opt.gemm90_above : KCU_GEMM90_ABOVE;
     kcu_g90_tiles all[KCU_G90_WIDTHS];
@@ -1150,17 +1143,16 @@ static void put_g90(group *G, const g90_plan *P, const char *g90_params, const c
         }
         const int cluster = g90_cluster(G->x, t);
         ks_buf_printf(b,
-                      "/* the same on sm_90a for steps of more than %lld tokens: wgmma fed by TMA, tiles of 128 x %d%s%s */\n"
+                      "/* the same on sm_90a for steps of more than %lld tokens: wgmma fed by TMA, tiles of 128 x %d%s */\n"
                       "extern \"C\" __global__ void __launch_bounds__(KCU_G90_THREADS, 1) %s" NAME_MARK "_g90_%d(%s)\n"
                       "{\n"
                       "    KCU_PDL_ENTER();\n"
                       "    const " NAME_MARK "_epi epi = {%s};\n"
-                      "    kcu_gemm90<%s, %lld, %lld, %d, %d, %s, %d>(T, ta, tb, %s, epi);\n"
+                      "    kcu_gemm90<%s, %lld, %lld, %d, %d, %s, %d>(T, ta, tb, kcu_g90_none(), epi);\n"
                       "}\n",
                       (long long)first, t->bn, cluster > 1 ? ", in clusters of two sharing the weight tile" : "",
-                      P->rms ? ", the sums times the rows' 1 / rms" : "", cluster > 1 ? "KCU_G90_CLUSTER2 " : "", t->bn,
-                      g90_params, inits, xt, (long long)G->K, (long long)G->N, t->bn, kcu_g90_stages(t->bn), tiles,
-                      cluster, P->rms ? "kcu_g90_rms{inv}" : "kcu_g90_none()");
+                      cluster > 1 ? "KCU_G90_CLUSTER2 " : "", t->bn, g90_params, inits, xt, (long long)G->K,
+                      (long long)G->N, t->bn, kcu_g90_stages(t->bn), tiles, cluster);
     }
     ks_buf_puts(b, "#endif\n");
 }
@@ -1172,10 +1164,9 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
     const kir_graph *g = x->g;
     krt_cuda_launch norm = {0};
     if (G->pro >= 0) {
-        /* the norm writes its value (half, at its planned place) for the x map to read; or, without a
-           weight, the pre-pass writes the rows' 1 / rms there (T floats) for the sums */
+        /* the norm writes its value (half, at its planned place) for the x map to read */
         int before = x->meta->n_kernels;
-        if ((P->rms ? kcu_emit_rms_inv(x, G->n[G->pro].v) : kcu_emit_norm(x, G->n[G->pro].v)) != 0) return -1;
+        if (kcu_emit_norm(x, G->n[G->pro].v) != 0) return -1;
         KS_ASSERT(x->meta->n_kernels == before + 1);
         const krt_cuda_kernel *nk = &x->meta->kernels[--x->meta->n_kernels];
         norm.name = nk->name;
@@ -1208,7 +1199,6 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
         l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_T, 0, 0};
         l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_TMAP, x->root[P->xv], 128};
         l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_TMAP, wv, t->bn / t->nbox / cluster};
-        if (P->rms) l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_VALUE, x->root[G->n[G->pro].v], 0};
         KS_ASSERT(l->n_args + n_fargs <= KRT_CUDA_MAX_ARGS);
         for (int a = 0; a < n_fargs; a++) l->args[l->n_args++] = fargs[a];
     }
@@ -1225,7 +1215,7 @@ static void put_choices(const group *G, const g90_plan *P, const krt_cuda_kernel
         const int stages = kcu_g90_stages(t->bn);
         ks_buf_printf(b, "%s %s above %lld tokens: %swgmma tiles 128 x %d (%d column tiles of %d box%s, %d stages, %d "
                          "bytes of shared memory%s)",
-                      i ? ";" : "", KCU_GEMM90_ARCH, (long long)P->above[i], G->pro < 0 ? "" : P->rms ? "the rows' 1 / rms, then " : "the norm's kernel, then ",
+                      i ? ";" : "", KCU_GEMM90_ARCH, (long long)P->above[i], G->pro >= 0 ? "the norm's kernel, then " : "",
                       t->bn, t->nt, t->nbox, t->nbox > 1 ? "es" : "", stages, kcu_g90_smem_bytes(t->bn, stages),
                       g90_cluster(G->x, t) > 1 ? ", clusters of two blocks sharing the weight tile" : "");
     }
@@ -1381,7 +1371,6 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
         /* the gemm90 kernels' parameters: T, the maps, the epilogue's fields ("    decl;\n" each) */
         ks_buf params = {0};
         ks_buf_puts(&params, "int T, const __grid_constant__ kcu_tmap ta, const __grid_constant__ kcu_tmap tb");
-        if (P.rms) ks_buf_puts(&params, ", const float *__restrict__ inv");
         for (const char *f = ks_buf_cstr(&fields); *f;) {
             const char *end = strchr(f, '\n');
             KS_ASSERT(end && end - f > 5 && end[-1] == ';');

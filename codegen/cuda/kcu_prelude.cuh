@@ -2001,10 +2001,8 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
  * first columns of pairs and the last BN / 2 their partners (RoPE's halves
  * j, j + rot / 2 in each head; SwiGLU's gate c with up c), which wgmma's D
  * layout puts in one thread (columns n and n + BN / 2, BN / 2 % 8 == 0).
- * The generated kernels run the RMS prologue below where the pass
- * fold_norm_weight took the norm's weight into w (fast precision): the
- * pre-pass is kcu_emit_rms_inv's kernel; a norm that keeps its weight gets
- * its own kernel, which writes its (half) value for the x map to read.
+ * The generated kernels run it without the RMS prologue below: a prologue
+ * norm's own kernel writes its (half) value first, which the x map reads.
  *
  * RMSNorm prologue (Pro = kcu_g90_rms). rms_norm(x) w^T = diag(1 / rms(x))
  * x (g * w)^T: the norm's weight g is folded into the weights at build time
@@ -2119,33 +2117,6 @@ struct kcu_g90_rms {
     const float *__restrict__ inv; /* [T] 1 / sqrt(mean_k x[t, k]^2 + eps), from kcu_g90_rms_inv */
     __device__ __forceinline__ float scale(long long t) const { return inv[t]; }
 };
-
-/* The RMS pre-pass: inv[t] = 1 / sqrt(mean_k x[t, k]^2 + eps) for t < T, a
- * warp a row (blocks of KCU_G90_INV_ROWS warps: grid ceil(T / 8)); lane l
- * sums the squares of 8-element chunks l, l + 32, ... in f32 (x rows 16-byte
- * aligned: K % 8 == 0), then a fixed butterfly of shuffles: deterministic. */
-enum { KCU_G90_INV_ROWS = 8 };
-template <typename X, int K>
-static __device__ __forceinline__ void kcu_g90_rms_inv(const int T, const X *__restrict__ x, const float eps,
-                                                       float *__restrict__ inv)
-{
-    static_assert(K % 8 == 0, "rows of 16-byte chunks");
-    const int lane = threadIdx.x % 32;
-    const long long t = (long long)blockIdx.x * KCU_G90_INV_ROWS + threadIdx.x / 32;
-    if (t >= T) return;
-    const X *const row = x + t * K;
-    float ss = 0.0f;
-    for (int c = lane; c < K / 8; c += 32) {
-        float v[8];
-        kcu_vec<X>::load(row + 8 * c, v);
-#pragma unroll
-        for (int j = 0; j < 8; j++) ss = fmaf(v[j], v[j], ss);
-    }
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
-    if (lane == 0) inv[t] = 1.0f / sqrtf(ss / (float)K + eps);
-}
-
 
 /* Which weight rows the B tile of column tile y holds (kcu_gemm90's Tiles):
  * NBOX boxes of R = BN / NBOX rows (R % 8 == 0: whole 1024-byte swizzle
@@ -2326,6 +2297,32 @@ static inline void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &t
 struct alignas(128) kcu_tmap {
     unsigned long long opaque[16];
 };
+
+/* The RMS pre-pass: inv[t] = 1 / sqrt(mean_k x[t, k]^2 + eps) for t < T, a
+ * warp a row (blocks of KCU_G90_INV_ROWS warps: grid ceil(T / 8)); lane l
+ * sums the squares of 8-element chunks l, l + 32, ... in f32 (x rows 16-byte
+ * aligned: K % 8 == 0), then a fixed butterfly of shuffles: deterministic. */
+enum { KCU_G90_INV_ROWS = 8 };
+template <typename X, int K>
+static __device__ __forceinline__ void kcu_g90_rms_inv(const int T, const X *__restrict__ x, const float eps,
+                                                       float *__restrict__ inv)
+{
+    static_assert(K % 8 == 0, "rows of 16-byte chunks");
+    const int lane = threadIdx.x % 32;
+    const long long t = (long long)blockIdx.x * KCU_G90_INV_ROWS + threadIdx.x / 32;
+    if (t >= T) return;
+    const X *const row = x + t * K;
+    float ss = 0.0f;
+    for (int c = lane; c < K / 8; c += 32) {
+        float v[8];
+        kcu_vec<X>::load(row + 8 * c, v);
+#pragma unroll
+        for (int j = 0; j < 8; j++) ss = fmaf(v[j], v[j], ss);
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+    if (lane == 0) inv[t] = 1.0f / sqrtf(ss / (float)K + eps);
+}
 
 __device__ __forceinline__ unsigned kcu_g90_smem(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void kcu_mbar_init(unsigned bar, unsigned count)

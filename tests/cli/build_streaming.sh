@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `kiln build` streams the checkpoint: it reads (mmap), converts and writes the engine one tensor at a
 # time and drops each tensor's mapped pages once written (kf_checkpoint_release), and a tensor the
-# checkpoint stores as it is goes in parts of 64 MiB (kd_weight_part), so its peak memory is neither
+# checkpoint stores as it is goes in parts of 64 MiB (kd_weight_part; a concatenation of such tensors,
+# fuse_sibling_matmuls' q,k,v and gate/up weights, too), so its peak memory is neither
 # the checkpoint nor its largest tensor. A Llama-shaped safetensors checkpoint of ~630 MB (4 layers,
 # embedding and head 256 MiB each: vocabulary 131072), written here, builds for the CPU with --stats'
 # peak memory under 40% of the checkpoint's size (it held the whole checkpoint before: ~1.1x its

@@ -173,14 +173,7 @@ static int derive_weights(const weights *base, const kir_graph *g, weights *w)
             }
             CHECK_MSG(ok, "derived weight %s: a source is missing or of another size",
                       kir_get_str(g, (kir_val)v, "name", ""));
-            const float *scale = NULL; /* the folded norm's weight (f32 data, as every weight here) */
-            if (r.scale) {
-                const kir_node *src = NULL;
-                scale = weight_named(base, r.scale, &src);
-                ok = ok && scale && src && (size_t)kir_elems(src, 1) == r.scale_elems;
-                CHECK_MSG(scale != NULL, "derived weight %s: no scale %s", kir_get_str(g, (kir_val)v, "name", ""), r.scale);
-            }
-            if (ok) kp_derive_weight(g, (kir_val)v, &r, sources, scale, w->data[v]);
+            if (ok) kp_derive_weight(g, (kir_val)v, &r, sources, w->data[v]);
             free(sources);
             derived++;
         }

@@ -264,29 +264,11 @@ static void **fused_weights(const kir_graph *base_g, void **base, const kir_grap
         }
         size_t bytes = (size_t)kir_elems(n, 1) * kir_dtype_size(n->dtype);
         w[v] = malloc(bytes);
-        float *scale = NULL; /* the folded norm's weight, as floats */
-        for (size_t b = 0; r.scale && b < base_g->n_nodes && !scale; b++) {
-            const kir_node *bn = &base_g->nodes[b];
-            if (bn->op != KIR_OP_WEIGHT || strcmp(kir_get_str(base_g, (kir_val)b, "name", ""), r.scale) != 0) continue;
-            CHECK((size_t)kir_elems(bn, 1) == r.scale_elems);
-            scale = malloc(sizeof *scale * r.scale_elems);
-            for (size_t k = 0; k < r.scale_elems; k++) {
-                uint16_t h;
-                if (bn->dtype == KIR_F32) {
-                    memcpy(&scale[k], (const uint8_t *)base[b] + 4 * k, 4);
-                    continue;
-                }
-                memcpy(&h, (const uint8_t *)base[b] + 2 * k, 2);
-                scale[k] = bn->dtype == KIR_BF16 ? ks_bf16_to_f32(h) : ks_f16_to_f32(h);
-            }
-        }
-        CHECK(!r.scale || scale);
-        if (r.n_sources && (!r.scale || scale))
-            kp_derive_weight(g, (kir_val)v, &r, src, scale, w[v]);
+        if (r.n_sources)
+            kp_derive_weight(g, (kir_val)v, &r, src, w[v]);
         else if (src[0])
             memcpy(w[v], src[0], bytes);
         free(src);
-        free(scale);
         ks_arena_free(&arena);
     }
     return w;
