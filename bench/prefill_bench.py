@@ -222,7 +222,7 @@ def sdpa_time(torch, F, q, k, v, dev):
 
 # ---- 2. the model and kiln's build -------------------------------------------------------------
 def start_kiln_build(run, a, ckpt, engine):
-    cmd = [a.kiln, "build", ckpt, "--dtype", "bf16", "--max-tokens", str(a.max_tokens), "-o", engine]
+    cmd = [a.kiln, "build", ckpt, "--dtype", "bf16", "--max-tokens", str(a.max_tokens), "-o", engine, "--stats"]
     if a.target != "cpu":
         cmd += ["--target", a.target]
     cmd += a.kiln_build_args.split()
@@ -247,6 +247,12 @@ def wait_kiln_build(run, build):
     if rc != 0:
         raise RuntimeError(f"kiln build failed (exit {rc}): {text[-2000:]}")
     log(f"kiln build: done after {run.res['kiln']['build_s']} s: {text.strip().splitlines()[-1] if text.strip() else ''}")
+    # --stats' "kiln: build: S s, peak memory N MiB" (issue #11: at most 1.5 GB for the 8B engine)
+    m = re.search(r"^kiln: build: ([0-9.]+) s, peak memory ([0-9.]+) (KiB|MiB|GiB)$", text, re.M)
+    if m:
+        mib = float(m.group(2)) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[m.group(3)]
+        run.res["kiln"]["build_peak_mib"] = round(mib, 1)
+        log(f"kiln build: {m.group(1)} s, peak memory {mib:.0f} MiB")
 
 
 # ---- 3. the peer ------------------------------------------------------------------------------
