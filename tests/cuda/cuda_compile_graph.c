@@ -64,6 +64,27 @@ static int check_epilogue_rows(const char *src)
     return n;
 }
 
+/* The tile width the sm_90a variant of kernel k runs for a step of T tokens (its last launch,
+ * "<name>_g90_<width>"), or 0 when none does. */
+static int g90_width_at(const krt_cuda_kernel *k, int64_t T)
+{
+    const krt_cuda_variant *pick = NULL;
+    for (int j = 0; j < k->n_variants; j++)
+        if (T > k->variants[j].above) pick = &k->variants[j];
+    if (!pick || pick->n_launches < 1) return 0;
+    const char *at = strstr(pick->launches[pick->n_launches - 1].name, "_g90_");
+    return at ? atoi(at + 5) : 0;
+}
+
+/* Llama-3-8B's matmuls (K, N) and the widths the tile rule gives them at 512, 1024 and 2048 tokens:
+ * each the fastest of the five widths measured alone on the H200 (bench/RESULTS.md #10 step 11; q,k,v
+ * at 1024 ran 697 TFLOP/s at 192 against 579 at 256, the width the ascending-only rule kept). */
+static const struct {
+    int64_t K, N;
+    int w512, w1024, w2048;
+} llama8b_widths[] = {{4096, 6144, 192, 192, 256}, {4096, 4096, 128, 256, 256}, {4096, 28672, 224, 256, 256},
+                      {14336, 4096, 128, 256, 256}};
+
 int main(int argc, char **argv)
 {
     if (argc != 6 && argc != 7) {
@@ -121,6 +142,21 @@ int main(int argc, char **argv)
                 CHECK_MSG(t2048 == 16 && t2049 == (pairs ? 18 : 17), "%s: %lld token tiles for 2048 tokens, %lld for 2049",
                           l->name, (long long)t2048, (long long)t2049);
             }
+        for (int i = 0; i < meta.n_kernels; i++) {
+            const kir_node *mn = kir_node_at(g, meta.kernels[i].node);
+            if (mn->op != KIR_OP_MATMUL || !meta.kernels[i].n_variants) continue;
+            const int64_t K = kir_node_at(g, mn->in[1])->dims[1], N = mn->dims[mn->ndim - 1];
+            for (size_t s = 0; s < sizeof llama8b_widths / sizeof llama8b_widths[0]; s++) {
+                if (llama8b_widths[s].K != K || llama8b_widths[s].N != N) continue;
+                const int w[3] = {g90_width_at(&meta.kernels[i], 512), g90_width_at(&meta.kernels[i], 1024),
+                                  g90_width_at(&meta.kernels[i], 2048)};
+                CHECK_MSG(w[0] == llama8b_widths[s].w512 && w[1] == llama8b_widths[s].w1024 &&
+                              w[2] == llama8b_widths[s].w2048,
+                          "%s (%lld -> %lld): tiles %d, %d, %d wide at 512, 1024, 2048 tokens; want %d, %d, %d",
+                          meta.kernels[i].name, (long long)K, (long long)N, w[0], w[1], w[2], llama8b_widths[s].w512,
+                          llama8b_widths[s].w1024, llama8b_widths[s].w2048);
+            }
+        }
         for (int i = 0; i < n_archs; i++) {
             ks_buf cubin = {0};
             CHECK_MSG(kcu_compile(ks_buf_cstr(&src), "graph.cu", archs[i], &cubin, &d) == 0 && cubin.len > 0,
