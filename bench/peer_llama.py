@@ -39,7 +39,7 @@ def rms_norm(x, w, eps):
 
 
 class Layer(nn.Module):
-    def __init__(self, c, dtype, device, max_len):
+    def __init__(self, c, dtype, device, max_len, batch=1):
         super().__init__()
         D, H, KV, hd, Fi = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], \
             c["intermediate_size"]
@@ -48,17 +48,23 @@ class Layer(nn.Module):
         self.wqkv, self.wo = p((H + 2 * KV) * hd, D), p(D, H * hd)
         self.w13, self.w2 = p(2 * Fi, D), p(D, Fi)
         self.attn_norm, self.ffn_norm = p(D), p(D)
-        self.register_buffer("k_cache", torch.zeros(1, KV, max_len, hd, **e))
-        self.register_buffer("v_cache", torch.zeros(1, KV, max_len, hd, **e))
+        self.register_buffer("k_cache", torch.zeros(batch, KV, max_len, hd, **e))
+        self.register_buffer("v_cache", torch.zeros(batch, KV, max_len, hd, **e))
         self.H, self.KV, self.hd, self.Fi, self.eps = H, KV, hd, Fi, c["rms_norm_eps"]
 
+    def caches(self, B):
+        """The K and V caches of sequences 0..B-1 (the whole buffers when B is all of them)."""
+        if B == self.k_cache.shape[0]:
+            return self.k_cache, self.v_cache
+        return self.k_cache[:B], self.v_cache[:B]
+
     def qkv(self, x, cos, sin):
-        """x [1, T, D] (normed) -> q [1, H, T, hd], k and v [1, KV, T, hd], RoPE applied."""
-        T = x.shape[1]
+        """x [B, T, D] (normed) -> q [B, H, T, hd], k and v [B, KV, T, hd], RoPE applied."""
+        B, T = x.shape[0], x.shape[1]
         q, k, v = F.linear(x, self.wqkv).split([self.H * self.hd, self.KV * self.hd, self.KV * self.hd], dim=-1)
-        q = q.view(1, T, self.H, self.hd).transpose(1, 2)
-        k = k.view(1, T, self.KV, self.hd).transpose(1, 2)
-        v = v.view(1, T, self.KV, self.hd).transpose(1, 2)
+        q = q.view(B, T, self.H, self.hd).transpose(1, 2)
+        k = k.view(B, T, self.KV, self.hd).transpose(1, 2)
+        v = v.view(B, T, self.KV, self.hd).transpose(1, 2)
         return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
 
     def mlp(self, x):
@@ -66,38 +72,44 @@ class Layer(nn.Module):
         return x + F.linear(F.silu(g) * u, self.w2)
 
     def prefill(self, x, cos, sin):
-        """Positions 0..T-1 of an empty sequence."""
-        T = x.shape[1]
+        """Positions 0..T-1 of B empty sequences (cache rows 0..B-1)."""
+        B, T = x.shape[0], x.shape[1]
         q, k, v = self.qkv(rms_norm(x, self.attn_norm, self.eps), cos, sin)
         pos = torch.arange(T, device=x.device)  # index_copy_, not a slice assignment: no guards on T's value
-        self.k_cache.index_copy_(2, pos, k)
-        self.v_cache.index_copy_(2, pos, v)
+        kc, vc = self.caches(B)
+        kc.index_copy_(2, pos, k)
+        vc.index_copy_(2, pos, v)
         if SDPA_GQA:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
             g = self.H // self.KV
             y = F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), is_causal=True)
-        x = x + F.linear(y.transpose(1, 2).reshape(1, T, self.H * self.hd), self.wo)
+        x = x + F.linear(y.transpose(1, 2).reshape(B, T, self.H * self.hd), self.wo)
         return self.mlp(x)
 
     def decode(self, x, pos, cos, sin, mask, L):
-        """One token at position pos ([1] int64), attending to cache positions < L where mask."""
+        """One token of each of B sequences (cache rows 0..B-1), all at position pos ([1] int64),
+        attending to cache positions < L where mask."""
+        B = x.shape[0]
         q, k, v = self.qkv(rms_norm(x, self.attn_norm, self.eps), cos, sin)
-        self.k_cache.index_copy_(2, pos, k)
-        self.v_cache.index_copy_(2, pos, v)
+        kc, vc = self.caches(B)
+        kc.index_copy_(2, pos, k)
+        vc.index_copy_(2, pos, v)
         g = self.H // self.KV
-        qg = q.view(1, self.KV, g, self.hd)  # query head h reads KV head h // g, as HF's repeat_kv
-        s = torch.matmul(qg, self.k_cache[:, :, :L].transpose(-1, -2)).float() * self.hd ** -0.5
+        qg = q.view(B, self.KV, g, self.hd)  # query head h reads KV head h // g, as HF's repeat_kv
+        s = torch.matmul(qg, kc[:, :, :L].transpose(-1, -2)).float() * self.hd ** -0.5
         w = torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1).to(x.dtype)
-        y = torch.matmul(w, self.v_cache[:, :, :L])  # [1, KV, g, hd]
-        x = x + F.linear(y.reshape(1, 1, self.H * self.hd), self.wo)
+        y = torch.matmul(w, vc[:, :, :L])  # [B, KV, g, hd]
+        x = x + F.linear(y.reshape(B, 1, self.H * self.hd), self.wo)
         return self.mlp(x)
 
 
 class PeerLlama(nn.Module):
-    """The model; max_len positions of cache, decode over the first decode_len of them."""
+    """The model; max_len positions of cache for each of `batch` sequences, decode over the first
+    decode_len of them (a batch decodes sequences of one length: bench/prefill_bench.py's batched
+    decode times steps of B sequences at one context, as kiln bench --batch does)."""
 
-    def __init__(self, cfg, dtype, device, max_len, decode_len):
+    def __init__(self, cfg, dtype, device, max_len, decode_len, batch=1):
         super().__init__()
         c = dict(cfg)
         c.setdefault("head_dim", c["hidden_size"] // c["num_attention_heads"])
@@ -105,7 +117,7 @@ class PeerLlama(nn.Module):
             raise ValueError("peer_llama: RoPE scaling is not implemented (the bench's configs have none)")
         e = dict(dtype=dtype, device=device)
         self.embed = nn.Parameter(torch.empty(c["vocab_size"], c["hidden_size"], **e), requires_grad=False)
-        self.layers = nn.ModuleList(Layer(c, dtype, device, max_len) for _ in range(c["num_hidden_layers"]))
+        self.layers = nn.ModuleList(Layer(c, dtype, device, max_len, batch) for _ in range(c["num_hidden_layers"]))
         self.norm = nn.Parameter(torch.empty(c["hidden_size"], **e), requires_grad=False)
         self.lm_head = nn.Parameter(torch.empty(c["vocab_size"], c["hidden_size"], **e), requires_grad=False)
         hd = c["head_dim"]
@@ -138,8 +150,17 @@ class PeerLlama(nn.Module):
                 if pre + f"self_attn.{n}_proj.bias" in sd:
                     raise ValueError("peer_llama: attention biases are not implemented")
 
+    @torch.no_grad()
+    def share_weights(self, other):
+        """Take other's weights (the same tensors, no copy): a second cache shape over one model."""
+        for name in ("embed", "norm", "lm_head"):
+            setattr(self, name, getattr(other, name))
+        for mine, theirs in zip(self.layers, other.layers):
+            for name in ("wqkv", "wo", "w13", "w2", "attn_norm", "ffn_norm"):
+                setattr(mine, name, getattr(theirs, name))
+
     def prefill(self, ids):
-        """ids [1, T] of an empty sequence -> the last position's logits [1, 1, vocab] in the model's
+        """ids [B, T] of empty sequences -> the last position's logits [B, 1, vocab] in the model's
         dtype: what the first generated token needs (as Hugging Face's generate, logits_to_keep=1, and
         vLLM compute; kiln's engine too when only draws are wanted)."""
         T = ids.shape[1]
@@ -150,7 +171,7 @@ class PeerLlama(nn.Module):
         return F.linear(rms_norm(x[:, -1:], self.norm, self.eps), self.lm_head)
 
     def decode(self, ids, pos):
-        """ids [1, 1] at position pos ([1] int64, below decode_len) -> logits [1, 1, vocab]."""
+        """ids [B, 1] at position pos ([1] int64, below decode_len) -> logits [B, 1, vocab]."""
         x = F.embedding(ids, self.embed)
         cos, sin = self.cos[pos].to(x.dtype), self.sin[pos].to(x.dtype)
         mask = torch.arange(self.decode_len, device=ids.device) <= pos

@@ -411,6 +411,56 @@ def time_peer(run, torch, a, cfg, dev, prefill, decode, mark):
     log(f"peer: decode {statistics.median(ts):.3f} ms/token (min {min(ts):.3f}) after {a.decode_prompt} tokens")
 
 
+def peer_decode_at(run, torch, a, cfg, dev, peer, mark):
+    """The peer's decode at kiln's decode_at points (issue #11: batch 8 and 32 at a context of 512,
+    128 at 4096): one more PeerLlama over the same weight tensors, with a cache of the largest batch,
+    its decode compiled once (torch.compile, mode="reduce-overhead", dynamic shapes: a CUDA graph a
+    batch size and context), every sequence at the context's position. The cache rows before it are
+    random (what the step reads and computes does not depend on their values; the batch-1 peer was
+    checked against Hugging Face). res["peer"]["decode_at"], as kiln's."""
+    from peer_llama import PeerLlama
+    steps = max(1, min(a.decode, 32))
+    big_b = max([1] + [b for _, bs in a.decode_at for b in bs])
+    big_c = max(c for c, _ in a.decode_at) + steps + 1
+    pb = PeerLlama(cfg, torch.bfloat16, dev, big_c, big_c, batch=big_b)
+    pb.share_weights(peer)
+    g = torch.Generator(device=dev).manual_seed(a.seed + 4)
+    with torch.no_grad():
+        for l in pb.layers:
+            for buf in (l.k_cache, l.v_cache):
+                buf.copy_(torch.randn(buf.shape, generator=g, device=dev, dtype=torch.float32).mul_(0.5))
+    decode = torch.compile(pb.decode, fullgraph=True, dynamic=True, mode="reduce-overhead") if a.compile else pb.decode
+    out = []
+    for C, batches in a.decode_at:
+        rows = []
+        for B in [1] + [b for b in batches if b > 1]:
+            if run.left() < 20:
+                run.skip(f"peer decode at {C}, batch {B}", "out of budget")
+                continue
+            ts = []
+            for k in range(2 + a.reps):  # a compile, a CUDA graph's recording, then the timed runs
+                with torch.no_grad():
+                    tok = torch.randint(0, cfg["vocab_size"], (B, 1), generator=g, device=dev)
+                    pos = torch.tensor([C], device=dev)
+                    sync(torch, dev)
+                    t0 = time.perf_counter()
+                    for _ in range(steps):
+                        mark()
+                        tok = decode(tok, pos)[:, -1].argmax(-1).view(B, 1)
+                        pos += 1
+                    tok.sum().item()
+                ts.append((time.perf_counter() - t0) * 1e3 / steps)
+            ts = ts[-a.reps:]
+            rows.append({"batch": B, "ms_per_step_median": statistics.median(ts), "ms_per_step_min": min(ts),
+                         "tokens_per_s": B * 1e3 / statistics.median(ts)})
+        out.append({"context": C, "steps": steps, "rows": rows})
+        log(f"peer: decode after {C} tokens: " + ", ".join(
+            f"batch {e['batch']} {e['ms_per_step_median']:.3f} ms/step ({e['tokens_per_s']:.0f} tokens/s)" for e in rows))
+        run.res["peer"]["decode_at"] = out
+        run.save()
+    del pb, decode
+
+
 # ---- 4. kiln ----------------------------------------------------------------------------------
 def kiln_bench(run, a, engine, lengths, decode, into="prefill", extra=()):
     """kiln bench --json; its times to first token into res["kiln"][into], its decode into "decode" (with
@@ -647,6 +697,9 @@ def bench(a):
                           peer, dev, ids, ref)
     if compiled:
         run.do("peer timing", 20, time_peer, run, torch, a, cfg, dev, *compiled)
+        if a.decode_at and a.peer_batches:
+            run.do("peer decode at contexts", 150 if dev == "cuda" else 10, peer_decode_at, run, torch, a, cfg, dev,
+                   peer, compiled[2])
         if have_engine and dev == "cuda":
             cold = [T for T in fits if T in (512, 2048)]
             run.do("cold prefills", 20 + 12 * len(cold), cold_pairs, run, torch, a, dev, engine, compiled[0],
@@ -725,6 +778,8 @@ def main():
                     help="torch.compile the peer (default: on cuda yes, on the CPU no)")
     ap.add_argument("--peer-prefill-mode", default="reduce-overhead",
                     help="torch.compile mode of the peer's prefill (default reduce-overhead: CUDA graphs per length)")
+    ap.add_argument("--peer-batches", action=argparse.BooleanOptionalAction, default=True,
+                    help="time the peer's decode at --decode-at's contexts and batches too (default on)")
     ap.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
                     help="kiln run --profile of one prompt at the end (default on)")
     ap.add_argument("--budget", type=float, default=560, help="seconds for the whole run (default 560)")

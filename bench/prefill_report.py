@@ -184,15 +184,31 @@ def render_markdown(res):
     da = res["kiln"].get("decode_at") or []
     if da:
         kv_pos = kv_bytes_per_position(res["config"])
+        # the peer's at the same points (prefill_bench.peer_decode_at), where it ran
+        peer = {(e["context"], r["batch"]): r["ms_per_step_median"] for e in res["peer"].get("decode_at") or []
+                for r in e["rows"]}
         md += ["", "kiln's decode after longer prompts (sequences of that context each; floor: the weights and every "
-                   "sequence's K and V read once a step at the measured copy rate):", "",
-               "| context | batch | ms/step | tokens/s | floor ms | kiln / floor |", "|---:|---:|---:|---:|---:|---:|"]
+                   "sequence's K and V read once a step at the measured copy rate; the peer: its decode compiled "
+                   "with a cache of that batch):", "",
+               "| context | batch | ms/step | tokens/s | peer ms/step | kiln / peer | floor ms | kiln / floor |",
+               "|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for e in da:
             for row in e["rows"]:
                 floor = decode_floor(res, row["batch"] * e["context"] * kv_pos)
+                pm = peer.get((e["context"], row["batch"]))
                 md.append(f"| {e['context']} | {row['batch']} | {row['ms_per_step_median']:.3f} | "
-                          f"{row['tokens_per_s']:.0f} | {num(floor)} | {ratio(row['ms_per_step_median'], floor)} |")
+                          f"{row['tokens_per_s']:.0f} | {num(pm)} | {ratio(row['ms_per_step_median'], pm)} | "
+                          f"{num(floor)} | {ratio(row['ms_per_step_median'], floor)} |")
         md.append("")
+    cold = res.get("cold") or []
+    if cold:
+        md.append("Cold prefills (each side's prefill after 3 s idle, alternating: the GPU at its idle clock, not the "
+                  "power-capped one of the medians above): " + "; ".join(
+                      f"{e['tokens']} tokens kiln {e['kiln_median_ms']:.2f} ms, peer {e['peer_median_ms']:.2f} "
+                      f"({e['kiln_median_ms'] / e['peer_median_ms']:.3f}x)" for e in cold) + ".")
+    if res["kiln"].get("build_peak_mib"):
+        md.append(f"kiln build: {res['kiln'].get('build_s')} s, peak memory {res['kiln']['build_peak_mib']:.0f} MiB "
+                  f"(--stats).")
     fr = res["kiln"].get("first_runs")
     if fr:
         md.append(f"kiln's first prefills of a process, {fr['tokens']} tokens: `kiln bench` with no warm-up, 6 runs: "
