@@ -143,8 +143,14 @@ kcu_gemv_plan kcu_plan_gemv(int64_t N);
 /* The architecture whose cubin holds the gemm90 kernels: a target's sm_90 is compiled for it
  * (wgmma and setmaxnreg are sm_90a's; an sm_90a cubin runs on compute capability 9.0 only). */
 #define KCU_GEMM90_ARCH "sm_90a"
-/* Steps of more tokens than this take kcu_gemm90 by default (below, kcu_matmul_mma's _large). */
-enum { KCU_GEMM90_ABOVE = 64 };
+/* Steps of more tokens than this take kcu_gemm90 by default: every step past the decode kernels'
+ * MM_GEMV_T (kcu_gen.h), so that on sm_90a kcu_matmul_mma's _large runs for none. Why 8 (was 64):
+ * a step of 9-64 tokens (batched decode) is one token tile, where kcu_gemm90 streams the weights
+ * near the copy rate (alone at 128 tokens on the H200: gate/up 66.5 µs, lm_head 269 against floors
+ * of 55.5 and 248; bench/RESULTS.md #10 step 11) and the mma.sync tiles of a 32-token step took
+ * 340 and 1320 µs (step 10's profile). 8 is also what the golden checks have built fast engines
+ * with (KILN_CUDA_GEMM90_ABOVE=8). Measured end to end: not yet (#11, next device call). */
+enum { KCU_GEMM90_ABOVE = 8 };
 
 /* kcu_gemm90's column tiles for a matmul of N columns whose column c is
  * paired with partner[c] (-1: the single last column of an odd N), BN
