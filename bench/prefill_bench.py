@@ -689,6 +689,14 @@ def bench(a):
         run.do("kiln bench", 40, kiln_bench, run, a, engine, first, a.decode)
         if len(fits) > 1:
             run.do(f"kiln bench {fits[-1]}", 40, kiln_bench, run, a, engine, fits[-1:], 0)
+    # decode after long prompts, at batch 1 and larger batches (issue #11's contexts of 512 and 4096), kiln's
+    # before the peer's compile too (the peer's, peer_decode_at, after its timing)
+    for C, batches in a.decode_at if have_engine else []:
+        if C + max(1, min(a.decode, 32)) > cfg["max_position_embeddings"]:
+            run.skip(f"kiln decode after {C} tokens", "past the model's context")
+            continue
+        need = 15 + 2 * max(batches + [1]) * C / 30000  # two prefills of the batch's prompts at ~30k tokens/s
+        run.do(f"kiln decode after {C} tokens", need, kiln_decode_at, run, a, engine, C, batches)
 
     compiled = None
     if checked:
@@ -700,8 +708,8 @@ def bench(a):
         if a.decode_at and a.peer_batches:
             run.do("peer decode at contexts", 150 if dev == "cuda" else 10, peer_decode_at, run, torch, a, cfg, dev,
                    peer, compiled[2])
-        if have_engine and dev == "cuda":
-            cold = [T for T in fits if T in (512, 2048)]
+        cold = [T for T in fits if T in a.cold]
+        if have_engine and dev == "cuda" and cold:
             run.do("cold prefills", 20 + 12 * len(cold), cold_pairs, run, torch, a, dev, engine, compiled[0],
                    compiled[2], cold)
     peer_timed = compiled is not None
@@ -728,13 +736,6 @@ def bench(a):
         # programmatic dependent launch), prefill and decode: what the overlap gains
         run.do("kiln bench, no kernel overlap", 30, kiln_bench, run, a, engine, again, a.decode,
                "prefill_no_overlap", ("--no-kernel-overlap",))
-    # decode after long prompts, at batch 1 and larger batches (issue #11's contexts of 512 and 4096)
-    for C, batches in a.decode_at if have_engine else []:
-        if C + max(1, min(a.decode, 32)) > cfg["max_position_embeddings"]:
-            run.skip(f"kiln decode after {C} tokens", "past the model's context")
-            continue
-        need = 15 + 2 * max(batches + [1]) * C / 30000  # two prefills of the batch's prompts at ~30k tokens/s
-        run.do(f"kiln decode after {C} tokens", need, kiln_decode_at, run, a, engine, C, batches)
     if have_engine and done and a.profile:
         T = max(t for t in done if t <= 2048) if any(t <= 2048 for t in done) else done[0]
         run.do("kiln run --profile", 45, kiln_profile, run, a, engine, T, cfg["vocab_size"])
@@ -778,6 +779,8 @@ def main():
                     help="torch.compile the peer (default: on cuda yes, on the CPU no)")
     ap.add_argument("--peer-prefill-mode", default="reduce-overhead",
                     help="torch.compile mode of the peer's prefill (default reduce-overhead: CUDA graphs per length)")
+    ap.add_argument("--cold", default="2048",
+                    help="lengths of the cold pairs (each side's prefill after 3 s idle; default 2048; '' for none)")
     ap.add_argument("--peer-batches", action=argparse.BooleanOptionalAction, default=True,
                     help="time the peer's decode at --decode-at's contexts and batches too (default on)")
     ap.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
@@ -809,10 +812,11 @@ def main():
         a.batch = [int(x) for x in a.batch.split(",")] if a.batch else []
         if a.tiny and a.decode_at == "512:8,32/4096:128":
             a.decode_at = "32:2"
+        a.cold = [int(x) for x in a.cold.split(",") if x]
         a.decode_at = [(int(c), [int(b) for b in bs.split(",") if b]) for c, bs in
                        (e.split(":") if ":" in e else (e, "") for e in a.decode_at.split("/") if e)]
     except ValueError:
-        ap.error("--batch takes a comma-separated list of integers, --decode-at CONTEXT:BATCH,BATCH/...")
+        ap.error("--batch and --cold take comma-separated lists of integers, --decode-at CONTEXT:BATCH,BATCH/...")
     if any(T < 1 for T in a.lengths) or a.reps < 1 or a.warmup < 0 or a.decode < 0 or a.decode_prompt < 1:
         ap.error("--lengths, --reps and --decode-prompt take integers from 1, --warmup and --decode from 0")
     a.max_tokens = a.max_tokens or max(a.lengths)
