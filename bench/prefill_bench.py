@@ -16,11 +16,16 @@ in one process, within --budget seconds (what does not fit is skipped, and the r
    Hugging Face: in float32 (TF32 off) within 1e-4 relative L2 of Hugging Face float32's logits,
    and in bf16 within twice Hugging Face bf16's own distance from float32 (the last prompt
    position and one decode step); a wrong peer fails the run and is not timed.
-4. kiln, once its build is done: `kiln bench ENGINE --json` (time to first token and decode, the
-   same lengths; the longest in a second call, so that a slow one costs only itself).
+4. kiln, once its build is done (`--stats`: its time and peak memory): `kiln bench ENGINE --json`
+   (time to first token and decode, the same lengths; the longest in a second call, so that a
+   slow one costs only itself), then its decode after --decode-at's contexts at batch 1 and its
+   batches (kiln bench --batch).
 5. the peer torch.compile'd (prefill: dynamic shapes, CUDA graphs per length; decode:
    mode="reduce-overhead"), checked again, and timed as kiln bench times kiln: time to first
-   token (ids to the device, prefill, the argmax on the host) and decode ms/token at batch 1.
+   token (ids to the device, prefill, the argmax on the host) and decode ms/token at batch 1;
+   its decode at --decode-at's contexts and batches (peer_decode_at, --no-peer-batches to skip);
+   and the cold pairs at --cold's lengths (each side's prefill after 3 s idle, alternating: both
+   at the GPU's idle clock, where the medians run at the power-capped one).
 6. `kiln run --profile` of a prompt of 2048 tokens (or the longest below), saved beside the results,
    each kernel's TFLOP/s as a fraction of cuBLAS's best GEMM TFLOP/s at that length (--profile-ceiling).
 7. the report (bench/prefill_report.py): one table with ratios (kiln / peer, kiln / ceiling) on stdout; OUT/prefill_bench.json
