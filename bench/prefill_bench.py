@@ -370,6 +370,16 @@ def compile_peer(run, torch, a, peer, dev, ids, ref):
     return prefill, decode, mark
 
 
+def peer_ttft_ms(torch, dev, prefill, mark, host):
+    """One peer prefill timed as kiln bench times kiln's: ids to the device, prefill, the argmax on the host."""
+    t0 = time.perf_counter()
+    mark()
+    ids = host.to(dev)
+    with torch.no_grad():
+        int(prefill(ids)[0, -1].argmax())
+    return (time.perf_counter() - t0) * 1e3
+
+
 def time_peer(run, torch, a, cfg, dev, prefill, decode, mark):
     """Time to first token at each length, then decode ms/token, as kiln bench measures them."""
     p = run.res["peer"]
@@ -383,12 +393,7 @@ def time_peer(run, torch, a, cfg, dev, prefill, decode, mark):
         host = torch.randint(0, cfg["vocab_size"], (1, T), generator=g)
         ts = []
         for k in range(a.warmup + a.reps + (1 if a.compile else 0)):  # a first call at a new length records
-            t0 = time.perf_counter()
-            mark()
-            ids = host.to(dev)
-            with torch.no_grad():
-                int(prefill(ids)[0, -1].argmax())
-            ts.append((time.perf_counter() - t0) * 1e3)
+            ts.append(peer_ttft_ms(torch, dev, prefill, mark, host))
         ts = ts[-a.reps:]
         p["prefill"].append({"tokens": T, "ttft_ms_median": statistics.median(ts), "ttft_ms_min": min(ts)})
         log(f"peer: time to first token, {T} tokens: {statistics.median(ts):.2f} ms (min {min(ts):.2f})")
@@ -416,6 +421,11 @@ def time_peer(run, torch, a, cfg, dev, prefill, decode, mark):
     log(f"peer: decode {statistics.median(ts):.3f} ms/token (min {min(ts):.3f}) after {a.decode_prompt} tokens")
 
 
+def decode_at_steps(a):
+    """Decode steps timed at each --decode-at point, kiln's and the peer's: --decode, at most 32."""
+    return max(1, min(a.decode, 32))
+
+
 def peer_decode_at(run, torch, a, cfg, dev, peer, mark):
     """The peer's decode at kiln's decode_at points (issue #11: batch 8 and 32 at a context of 512,
     128 at 4096): one more PeerLlama over the same weight tensors, with a cache of the largest batch,
@@ -424,7 +434,7 @@ def peer_decode_at(run, torch, a, cfg, dev, peer, mark):
     random (what the step reads and computes does not depend on their values; the batch-1 peer was
     checked against Hugging Face). res["peer"]["decode_at"], as kiln's."""
     from peer_llama import PeerLlama
-    steps = max(1, min(a.decode, 32))
+    steps = decode_at_steps(a)
     big_b = max([1] + [b for _, bs in a.decode_at for b in bs])
     big_c = max(c for c, _ in a.decode_at) + steps + 1
     pb = PeerLlama(cfg, torch.bfloat16, dev, big_c, big_c, batch=big_b)
@@ -514,7 +524,7 @@ def kiln_decode_at(run, a, engine, context, batches):
     """kiln bench's decode after `context` prompt tokens, at batch 1 and at each of batches (sequences
     of that context each; a.decode steps, at most 32; one warm-up and one timed run: a batch of 128
     prompts of 4096 tokens takes ~15 s to prefill): res["kiln"]["decode_at"] gets one entry."""
-    steps = max(1, min(a.decode, 32))
+    steps = decode_at_steps(a)
     cmd = [a.kiln, "bench", engine, "--prompts", "1", "--decode", str(steps), "--decode-prompt", str(context),
            "--reps", "1", "--warmup", "1", "--json"]
     if batches:
@@ -534,14 +544,21 @@ def kiln_decode_at(run, a, engine, context, batches):
     run.save()
 
 
-def kiln_first_runs(run, a, engine, T, vocab):
-    """kiln bench --prompts T --warmup 0 --reps 6 (its first run is the process's first prefill) and
-    `kiln run` of the profile's prompt without --profile: res["kiln"]["first_runs"]."""
-    cmd = [a.kiln, "bench", engine, "--prompts", str(T), "--decode", "0", "--reps", "6", "--warmup", "0", "--json"]
+def kiln_cold_prefill(run, a, engine, T, reps):
+    """kiln bench --prompts T --warmup 0 --reps reps: its prefill entry (ttft_ms_first is the
+    process's first prefill)."""
+    cmd = [a.kiln, "bench", engine, "--prompts", str(T), "--decode", "0", "--reps", str(reps), "--warmup", "0",
+           "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, run.left() - 10))
     if p.returncode != 0:
         raise RuntimeError(f"kiln bench failed (exit {p.returncode}): {p.stderr[-2000:]}")
-    e = json.loads(p.stdout.strip().splitlines()[-1])["prefill"][0]
+    return json.loads(p.stdout.strip().splitlines()[-1])["prefill"][0]
+
+
+def kiln_first_runs(run, a, engine, T, vocab):
+    """kiln bench --prompts T --warmup 0 --reps 6 (its first run is the process's first prefill) and
+    `kiln run` of the profile's prompt without --profile: res["kiln"]["first_runs"]."""
+    e = kiln_cold_prefill(run, a, engine, T, 6)
     ids = ",".join(str((i * 7919 + 13) % vocab) for i in range(T))
     q = subprocess.run([a.kiln, "run", engine, "--ids", ids, "-n", "2"], capture_output=True, text=True,
                        timeout=max(1, run.left() - 10))
@@ -570,19 +587,9 @@ def cold_pairs(run, torch, a, dev, engine, prefill, mark, lengths, rounds=3, res
             if run.left() < 20:
                 break
             time.sleep(rest_s)
-            t0 = time.perf_counter()
-            mark()
-            ids = host.to(dev)
-            with torch.no_grad():
-                int(prefill(ids)[0, -1].argmax())
-            pk.append((time.perf_counter() - t0) * 1e3)
+            pk.append(peer_ttft_ms(torch, dev, prefill, mark, host))
             time.sleep(rest_s)
-            cmd = [a.kiln, "bench", engine, "--prompts", str(T), "--decode", "0", "--reps", "1", "--warmup", "0",
-                   "--json"]
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1, run.left() - 10))
-            if p.returncode != 0:
-                raise RuntimeError(f"kiln bench failed (exit {p.returncode}): {p.stderr[-2000:]}")
-            kk.append(json.loads(p.stdout.strip().splitlines()[-1])["prefill"][0]["ttft_ms_first"])
+            kk.append(kiln_cold_prefill(run, a, engine, T, 1)["ttft_ms_first"])
         if pk and kk:
             e = {"tokens": T, "peer_ms": pk, "kiln_ms": kk, "peer_median_ms": statistics.median(pk),
                  "kiln_median_ms": statistics.median(kk)}
@@ -697,7 +704,7 @@ def bench(a):
     # decode after long prompts, at batch 1 and larger batches (issue #11's contexts of 512 and 4096), kiln's
     # before the peer's compile too (the peer's, peer_decode_at, after its timing)
     for C, batches in a.decode_at if have_engine else []:
-        if C + max(1, min(a.decode, 32)) > cfg["max_position_embeddings"]:
+        if C + decode_at_steps(a) > cfg["max_position_embeddings"]:
             run.skip(f"kiln decode after {C} tokens", "past the model's context")
             continue
         need = 15 + 2 * max(batches + [1]) * C / 30000  # two prefills of the batch's prompts at ~30k tokens/s

@@ -64,13 +64,11 @@ static int check_epilogue_rows(const char *src)
     return n;
 }
 
-/* The tile width the sm_90a variant of kernel k runs for a step of T tokens (its last launch,
- * "<name>_g90_<width>"), or 0 when none does. */
+/* The tile width the sm_90a variant of kernel k runs for a step of T tokens (the runtime's pick;
+ * its last launch, "<name>_g90_<width>"), or 0 when none does. */
 static int g90_width_at(const krt_cuda_kernel *k, int64_t T)
 {
-    const krt_cuda_variant *pick = NULL;
-    for (int j = 0; j < k->n_variants; j++)
-        if (T > k->variants[j].above) pick = &k->variants[j];
+    const krt_cuda_variant *pick = krt_cuda_pick_variant(k, KCU_GEMM90_ARCH, T);
     if (!pick || pick->n_launches < 1) return 0;
     const char *at = strstr(pick->launches[pick->n_launches - 1].name, "_g90_");
     return at ? atoi(at + 5) : 0;
@@ -142,12 +140,15 @@ int main(int argc, char **argv)
                 CHECK_MSG(t2048 == 16 && t2049 == (pairs ? 18 : 17), "%s: %lld token tiles for 2048 tokens, %lld for 2049",
                           l->name, (long long)t2048, (long long)t2049);
             }
+        enum { N_PINNED = sizeof llama8b_widths / sizeof llama8b_widths[0] };
+        int found[N_PINNED] = {0}; /* launches of each of Llama-3-8B's matmuls (llama8b_widths) */
         for (int i = 0; i < meta.n_kernels; i++) {
             const kir_node *mn = kir_node_at(g, meta.kernels[i].node);
             if (mn->op != KIR_OP_MATMUL || !meta.kernels[i].n_variants) continue;
             const int64_t K = kir_node_at(g, mn->in[1])->dims[1], N = mn->dims[mn->ndim - 1];
-            for (size_t s = 0; s < sizeof llama8b_widths / sizeof llama8b_widths[0]; s++) {
+            for (size_t s = 0; s < N_PINNED; s++) {
                 if (llama8b_widths[s].K != K || llama8b_widths[s].N != N) continue;
+                found[s]++;
                 const int w[3] = {g90_width_at(&meta.kernels[i], 512), g90_width_at(&meta.kernels[i], 1024),
                                   g90_width_at(&meta.kernels[i], 2048)};
                 CHECK_MSG(w[0] == llama8b_widths[s].w512 && w[1] == llama8b_widths[s].w1024 &&
@@ -157,6 +158,10 @@ int main(int argc, char **argv)
                           llama8b_widths[s].w1024, llama8b_widths[s].w2048);
             }
         }
+        /* Llama-3-8B's config pins all four (so that a broken match cannot pass by checking none) */
+        for (int s = 0; s < N_PINNED && strstr(argv[2], "llama3-8b"); s++)
+            CHECK_MSG(found[s] > 0, "no gemm90 matmul %lld -> %lld in Llama-3-8B's graph", (long long)llama8b_widths[s].K,
+                      (long long)llama8b_widths[s].N);
         for (int i = 0; i < n_archs; i++) {
             ks_buf cubin = {0};
             CHECK_MSG(kcu_compile(ks_buf_cstr(&src), "graph.cu", archs[i], &cubin, &d) == 0 && cubin.len > 0,
