@@ -64,6 +64,8 @@
 #         bench/gemm90_vs_cublas.py (cuBLAS on the same shapes), cuda_att_check --gpu (the
 #         tensor-core prefill attention) with torch SDPA at the same lengths (not in the default).
 #       gemm90 — the kernels stage's cuda_gemm90_check and bench/gemm90_vs_cublas.py alone.
+#       mm — the kernels stage's cuda_mm_check --gpu alone (the matmul checks, batch invariance of the
+#         tensor-core decode kernel, and the 8B's decode matmuls timed at T = 1, 8, 32).
 #       att — the kernels stage's cuda_att_check --gpu alone (kcu_flash_attention and, sm_90a, kcu_flash90).
 #       LLAMA8B_ARGS adds arguments to llama8b_check.py (e.g. "--dtypes bf16").
 #       Everything goes to $OUT/gpu_check.log; the summary table comes last.
@@ -543,11 +545,13 @@ print('clocks: 2048-token prefills in order (ms):', ' '.join('%.2f' % p['ttft_ms
     echo "gemm90_vs_cublas exit ${PIPESTATUS[0]}; $(grep 'cuda_gemm90_check: ' "$out/gemm90.log" | tail -1)" | tee -a "$summary"
     grep -E '^(qkv|o |gate|down|lm_head)' "$out/gemm90.log" >> "$summary"
   fi
-  if [[ $stages == *" kernels "* ]]; then
+  if [[ $stages == *" kernels "* || $stages == *" mm "* ]]; then
     local b="$gpu/bin" c="$gpu/cubin"
     "$b/cuda_mm_check" --gpu "$c/mm_sm90.cubin" > "$out/mm.log" 2>&1
     echo "cuda_mm_check --gpu exit $?: $(grep -c '^FAIL' "$out/mm.log") failing cases; $(tail -1 "$out/mm.log")" | tee -a "$summary"
     grep '^FAIL' "$out/mm.log" | head -5 | tee -a "$summary"
+    # the decode matmuls: both kernels at T = 1, 8 (32 on tensor cores), and the 8B step's totals
+    grep -E '^bench .*(decode|T=1 |T=8 |T=32 )' "$out/mm.log" | grep -v 'T=128' >> "$summary"
   fi
   if [[ $stages == *" kernels "* || $stages == *" att "* ]]; then
     local b="$gpu/bin" c="$gpu/cubin"

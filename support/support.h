@@ -188,7 +188,8 @@ typedef struct ks_mmap {
 } ks_mmap;
 int ks_mmap_open(ks_diag *d, const char *path, ks_mmap *m); /* 0 ok, -1 error reported */
 void ks_mmap_close(ks_mmap *m);
-/* The process's largest resident set so far, bytes (getrusage; 0 when unknown). */
+/* The process's largest resident set so far, bytes (/proc/self/status VmHWM, else getrusage: see
+ * peak_memory.c for why not ru_maxrss first; 0 when unknown). */
 uint64_t ks_peak_memory(void);
 /* Seconds on the monotonic clock (from an arbitrary start): for durations. */
 double ks_now_seconds(void);

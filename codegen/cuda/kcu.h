@@ -128,29 +128,37 @@ void kcu_target_options(const char **archs, int n, int gemm90, kcu_options *opt)
  * kcu_fa_smem_of). */
 int64_t kcu_flash_smem(const kcu_flash_plan *f, int64_t dk, int64_t dv);
 
-/* How the decode matmul (kcu_matmul_small, kcu_prelude.cuh: steps of at most 8 tokens) spreads
+/* How the decode matmul (kcu_matmul_small or _tc, kcu_prelude.cuh: steps of at most KCU_DECODE_T tokens) spreads
  * a weight of N rows over blocks (codegen/cuda/kcu_emit.c, where the rule and the expected times
  * are explained). The sums do not depend on it: only which warp computes them. */
 typedef struct kcu_gemv_plan {
-    int rows;   /* R: columns (weight rows) a warp: 4 where N gives every SM 1.25 blocks of 32, else 2 */
-    int cols;   /* columns a block, 8 R: the kernel's grid is ceil(N / cols) blocks */
+    int tc;     /* 1: kcu_matmul_tc (tensor cores: x and weights of one half dtype, K % 8 == 0); 0:
+                 * kcu_matmul_small (CUDA cores; T > MM_GEMV_T in groups of it, the weights read again) */
+    int rows;   /* R: columns (weight rows) a warp: 4 where N gives every SM 1.25 blocks of 32, else 2;
+                 * tc: 16-row tiles a block (RT), 2 where N gives every SM 8 blocks of 16 rows, else 1 */
+    int cols;   /* columns a block, 8 R (tc: 16 RT): the kernel's grid is ceil(N / cols) blocks */
     int per_sm; /* blocks an SM the kernel is compiled for (__launch_bounds__: 2, so 128 registers a
                  * thread at most; more would spill, visibly, rather than halve the loads in flight) */
 } kcu_gemv_plan;
-/* The plan for N columns. */
+/* The plan for N columns (tc: kcu_matmul_tc's). */
 kcu_gemv_plan kcu_plan_gemv(int64_t N);
+kcu_gemv_plan kcu_plan_gemv_tc(int64_t N);
+/* The most tokens a step of the decode kernels (kcu_matmul_tc in fast precision, kcu_matmul_small
+ * otherwise): steps of up to this many take them, larger ones the kernel's _large or kcu_gemm90
+ * (whose variants start above it). Both sum each token's outputs in an order that does not depend
+ * on the step (kcu_prelude.cuh), so a sequence decoded among up to 31 others gets the bits it gets
+ * alone (issue #11's batch invariance; tests/session/test_session.c). */
+enum { KCU_DECODE_T = 32 };
 
 /* The architecture whose cubin holds the gemm90 kernels: a target's sm_90 is compiled for it
  * (wgmma and setmaxnreg are sm_90a's; an sm_90a cubin runs on compute capability 9.0 only). */
 #define KCU_GEMM90_ARCH "sm_90a"
 /* Steps of more tokens than this take kcu_gemm90 by default: every step past the decode kernels'
- * MM_GEMV_T (kcu_gen.h), so that on sm_90a kcu_matmul_mma's _large runs for none. Why 8 (was 64):
- * a step of 9-64 tokens (batched decode) is one token tile, where kcu_gemm90 streams the weights
- * near the copy rate (alone at 128 tokens on the H200: gate/up 66.5 µs, lm_head 269 against floors
- * of 55.5 and 248; bench/RESULTS.md #10 step 11) and the mma.sync tiles of a 32-token step took
- * 340 and 1320 µs (step 10's profile). 8 is also what the golden checks have built fast engines
- * with (KILN_CUDA_GEMM90_ABOVE=8). Measured end to end: not yet (#11, next device call). */
-enum { KCU_GEMM90_ABOVE = 8 };
+ * KCU_DECODE_T (a smaller KILN_CUDA_GEMM90_ABOVE is raised to it), so that on sm_90a kcu_matmul_mma's
+ * _large runs for none. A step of 33-128 tokens is one token tile, where kcu_gemm90 streams the
+ * weights near the copy rate (alone at 128 tokens on the H200: gate/up 66.5 µs, lm_head 269
+ * against floors of 55.5 and 248; bench/RESULTS.md #10 step 11). */
+enum { KCU_GEMM90_ABOVE = KCU_DECODE_T };
 
 /* kcu_gemm90's column tiles for a matmul of N columns whose column c is
  * paired with partner[c] (-1: the single last column of an odd N), BN

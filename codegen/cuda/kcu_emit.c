@@ -9,7 +9,7 @@
  * launch are not ordered); every dimension but T a literal; views that do
  * not move data (reshape, the output, kv_write's pass-through value) get
  * no kernel and share their operand's buffer (meta aliases). Matmuls are
- * two kernels, NAME for steps of at most MM_GEMV_T tokens and NAME_large
+ * two kernels, NAME for steps of at most KCU_DECODE_T tokens and NAME_large
  * for longer ones (meta "large"), so that the decode path keeps its own
  * registers and occupancy. Kernels are shared: a kernel's text is written
  * with a placeholder for its name, and nodes whose texts are equal (same
@@ -114,10 +114,33 @@ kcu_gemv_plan kcu_plan_gemv(int64_t N)
         WARPS = MM_THREADS / 32
     };
     kcu_gemv_plan p;
+    p.tc = 0;
     p.rows = 4 * N >= (int64_t)5 * SMS * WARPS * 4 ? 4 : 2; /* N / (8 * 4) blocks >= 1.25 SMS */
     p.cols = WARPS * p.rows;
     p.per_sm = PER_SM;
     return p;
+}
+
+/* kcu_matmul_tc's plan: 16 RT columns a block, RT = 2 where that still leaves every SM 4 blocks
+ * (N >= 16 x 8 x 132: Llama-3-8B's gate/up and lm_head), so that a block's x chunks feed twice
+ * the weights; else 1 (q,k,v, o, down: 256-384 blocks of 16 columns, every SM busy). Two blocks
+ * an SM (the weight loads of 2 x 8 warps in flight; 128 registers a thread at most). */
+kcu_gemv_plan kcu_plan_gemv_tc(int64_t N)
+{
+    enum { SMS = 132, PER_SM = 2 };
+    kcu_gemv_plan p;
+    p.tc = 1;
+    p.rows = N >= (int64_t)16 * 8 * SMS ? 2 : 1;
+    p.cols = 16 * p.rows;
+    p.per_sm = PER_SM;
+    return p;
+}
+
+/* Whether a matmul of x (dtype xt, or its fused norm's values of dtype ot) and weights of dtype wt
+ * over K takes kcu_matmul_tc: the three of one half dtype, rows of whole 16-byte chunks. */
+int kcu_use_tc(kir_dtype xt, kir_dtype ot, kir_dtype wt, int64_t K)
+{
+    return (wt == KIR_BF16 || wt == KIR_F16) && xt == wt && ot == wt && K % 8 == 0;
 }
 
 /* out[t, c] = dot(x[t, :], w[c, :]): kcu_matmul (kcu_prelude.cuh) at this
@@ -130,25 +153,30 @@ static int emit_matmul(kcu_gen *x, kir_val v)
         return kcu_node_error(x, v, "a [%lld,%lld] weight is larger than the CUDA matmul indexes", (long long)N,
                           (long long)K);
     int vec = matmul_vec(K, w->dtype);
-    kcu_gemv_plan plan = kcu_plan_gemv(N);
+    const kir_dtype xt = x->g->nodes[n->in[0]].dtype;
+    kcu_gemv_plan plan = kcu_use_tc(xt, xt, w->dtype, K) ? kcu_plan_gemv_tc(N) : kcu_plan_gemv(N);
     krt_cuda_kernel *k = kcu_kernel_new(x, v, MM_THREADS);
     kcu_matmul_grids(k, N, &plan);
     kcu_param_in(x, k, n->in[0], "x");
     kcu_param_in(x, k, n->in[1], "w");
     kcu_param_out(x, k, v);
     ks_buf what = {0};
-    ks_buf_printf(&what, "x w^T with %s weights, fp32 sums (%d-element loads; a warp for %d rows when T <= %d)",
-                  kir_dtype_name(w->dtype), vec, plan.rows, MM_GEMV_T);
+    if (plan.tc)
+        ks_buf_printf(&what, "x w^T with %s weights, fp32 sums (tensor cores, %d rows a block, when T <= %d)",
+                      kir_dtype_name(w->dtype), plan.cols, KCU_DECODE_T);
+    else
+        ks_buf_printf(&what, "x w^T with %s weights, fp32 sums (%d-element loads; a warp for %d rows when T <= %d)",
+                      kir_dtype_name(w->dtype), vec, plan.rows, KCU_DECODE_T);
     kcu_open_body_min(x, k, ks_buf_cstr(&what), plan.per_sm);
     ks_buf_free(&what);
     for (int large = 0; large < 2; large++) {
         char shape[64];
         if (large) snprintf(shape, sizeof shape, "%lld, %lld", (long long)K, (long long)N);
         else snprintf(shape, sizeof shape, "%lld, %lld, %d", (long long)K, (long long)N, plan.rows);
-        if (large) kcu_open_large(x, k, MM_GEMV_T);
+        if (large) kcu_open_large(x, k, KCU_DECODE_T);
         ks_buf_printf(&x->body,
                       "    kcu_matmul_%s<%s, %s>(T, x, w, kcu_pro_none(), kcu_epi_store<%lld%s%s>{out});\n}\n",
-                      large ? "large" : "small", kcu_elem_type(w->dtype), shape, (long long)N,
+                      large ? "large" : plan.tc ? "tc" : "small", kcu_elem_type(w->dtype), shape, (long long)N,
                       n->dtype == KIR_F32 ? "" : ", ", n->dtype == KIR_F32 ? "" : kcu_elem_type(n->dtype));
     }
     kcu_kernel_end(x, k, "");

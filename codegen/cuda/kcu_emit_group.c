@@ -1021,6 +1021,18 @@ typedef struct g90_plan {
     kir_val xv;                             /* the value the matmul reads through the x map: the norm's, or its operand */
 } g90_plan;
 
+
+/* Whether the group's decode kernel is kcu_matmul_tc: x, the fused norm's values (if any) and the
+ * weights of one half dtype (kcu_use_tc). */
+static int group_tc(const group *G)
+{
+    const kir_graph *g = G->x->g;
+    const kir_node *mn = &g->nodes[G->n[G->mm].v];
+    const kir_node *pn = G->pro >= 0 ? &g->nodes[G->n[G->pro].v] : NULL;
+    const kir_dtype xt = g->nodes[pn ? pn->in[0] : mn->in[0]].dtype;
+    return kcu_use_tc(xt, pn ? pn->dtype : xt, g->nodes[mn->in[1]].dtype, G->K);
+}
+
 /* Which gemm90 kernels group G gets: half x and weights of one dtype, rows
  * of 16-byte chunks, pairs that fit boxes (kcu_g90_plan_tiles); for each
  * count of token tiles from the threshold up to G90_SCAN, the rule's width
@@ -1047,6 +1059,7 @@ static void plan_g90(const group *G, g90_plan *P)
     P->xv = mn->in[0];
     if ((wt != KIR_BF16 && wt != KIR_F16) || g->nodes[P->xv].dtype != wt || G->K % 8 || G->N < 2) return;
     int64_t above = x->opt.gemm90_above > 0 ? x->opt.gemm90_above : KCU_GEMM90_ABOVE;
+    if (above < KCU_DECODE_T) above = KCU_DECODE_T; /* the decode kernel's steps stay its own */
     kcu_g90_tiles all[KCU_G90_WIDTHS];
     int nt[KCU_G90_WIDTHS] = {0};
     /* widths whose boxes are under G90_MIN_BOX rows are left out (where another fits): many small TMA
@@ -1275,10 +1288,10 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
     }
 
     /* ---- the kernel: matmul grid, parameters, the functor, the body ---- */
-    const kcu_gemv_plan plan = kcu_plan_gemv(G.N); /* kcu_matmul_small's columns a warp */
+    const kir_node *pn = G.pro >= 0 ? &g->nodes[nodes[G.pro]] : NULL;
+    const kcu_gemv_plan plan = group_tc(&G) ? kcu_plan_gemv_tc(G.N) : kcu_plan_gemv(G.N);
     krt_cuda_kernel *k = kcu_kernel_new(x, nodes[G.mm], MM_THREADS);
     kcu_matmul_grids(k, G.N, &plan);
-    const kir_node *pn = G.pro >= 0 ? &g->nodes[nodes[G.pro]] : NULL;
     kcu_param_in(x, k, pn ? pn->in[0] : mn->in[0], "x");
     kcu_param_in(x, k, mn->in[1], "w");
     int has_g = pn && pn->nin > 1 && pn->in[1] != KIR_NONE, has_b = pn && pn->nin > 2 && pn->in[2] != KIR_NONE;
@@ -1359,10 +1372,10 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
         ks_buf_puts(&call, "}, epi);\n}\n");
     }
     for (int large = 0; large < 2; large++) {
-        if (large) kcu_open_large(x, k, MM_GEMV_T);
+        if (large) kcu_open_large(x, k, KCU_DECODE_T);
         ks_buf_printf(&x->body, "    const " NAME_MARK "_epi epi = {%s};\n", ks_buf_cstr(&inits));
-        ks_buf_printf(&x->body, "    kcu_matmul_%s<%s, %lld, %lld", large ? "large" : "small", wt, (long long)G.K,
-                      (long long)G.N);
+        ks_buf_printf(&x->body, "    kcu_matmul_%s<%s, %lld, %lld", large ? "large" : plan.tc ? "tc" : "small", wt,
+                      (long long)G.K, (long long)G.N);
         if (!large) ks_buf_printf(&x->body, ", %d", plan.rows);
         ks_buf_printf(&x->body, ">%s", ks_buf_cstr(&call));
     }

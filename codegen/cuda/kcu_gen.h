@@ -65,6 +65,9 @@ void kcu_put_float(ks_buf *b, float f);
 void kcu_put_double(ks_buf *b, double v);
 /* 1: t is bf16 or f16 (a half dtype). */
 int kcu_is_half(kir_dtype t);
+/* Whether a matmul of x (dtype xt; ot: its fused norm's values, else xt) and weights of dtype wt over
+ * K takes the tensor-core decode kernel (kcu_matmul_tc; kcu_emit.c). */
+int kcu_use_tc(kir_dtype xt, kir_dtype ot, kir_dtype wt, int64_t K);
 /* The device type of elements of dtype t ("float", "kcu_bf16", ...). */
 const char *kcu_elem_type(kir_dtype t);
 /* Reading and writing values in their dtypes: "%s<element>%s" with

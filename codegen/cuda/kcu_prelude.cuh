@@ -1525,6 +1525,206 @@ static __device__ __forceinline__ void kcu_matmul_small(const int T, const X *__
     }
 }
 
+/* ---- matmul, decode on tensor cores (fast precision, T <= kcu.h's KCU_DECODE_T) ---------------
+ *
+ * kcu_matmul_small sums on CUDA cores: at T = 8 its 8 multiply-adds a weight,
+ * with the unpacking and the x loads, make it compute-bound (the 8B's 8-token
+ * step took 3 times the one-token step, bench/RESULTS.md #10 step 11), and a
+ * step of more than 8 tokens took another kernel, another order, so that a
+ * sequence's logits changed with the batch it shared a step with. In fast
+ * precision (x, or the fused norm's values, of the weights' half dtype: every
+ * product exact in f32) this path takes every step of 1 to KCU_DECODE_T tokens (kcu.h),
+ * on the tensor cores, each output summed in an order fixed by the weight's
+ * shape alone: the same bits for a token whatever else its step holds.
+ *
+ * Layout. A block of 8 warps computes BM = 16 RT columns (weight rows
+ * Epi::row(c)) for all the step's tokens; K is cut into chunks of 32, and
+ * warp w takes chunks w CW .. w CW + CW - 1 (CW = ceil(chunks / 8): chunks
+ * past K are zeros). A chunk is two mma.m16n8k16 a 16-row tile and 8-token
+ * tile, the weights as the A operand (rows) and the tokens as B: lane (g, c)
+ * loads 16 bytes of each of its rows g and g + 8 (k = 32 j + 8 c .. + 7) and
+ * 16 bytes of token g of each token tile at the same k, and uses words 0, 1
+ * of each as the first mma's k 2c, 2c+1 and 2c+8, 2c+9, words 2, 3 as the
+ * second's: a relabelling of k, the same for both operands, so the sum is of
+ * the same products. A lane's weight loads are 16 bytes at a time, streamed
+ * past L1, issued a step (U chunks) ahead of their use.
+ *
+ * Order. Per warp and chunk, the two mma from zero, then added to the warp's
+ * f32 sum (kcu_mma_warp: the tensor cores' truncation stays inside 32
+ * products); the 8 warps' sums go through shared memory and are added in warp
+ * order, then the epilogue gets each column pair (kcu_matmul's interface).
+ * Nothing depends on T or on which tile a token sits in: a token tile's mma
+ * reads only its own column of B, and tiles of tokens past the step compute
+ * on a copy of its last token and are dropped. Steps of more tokens than
+ * KCU_DECODE_T's group (32) go group by group, the weights read again.
+ *
+ * The norm prologue (kcu_pro_rms / _ln): the block's tokens' statistics first
+ * (prepare, behind the first step's loads), then each x chunk through
+ * pro.chunk (the norm's values rounded to its half dtype, as everywhere).
+ */
+enum { KCU_TC_GROUP = 32 /* tokens a pass over the weights: 4 tiles of 8 (the generator's KCU_DECODE_T: one pass) */ };
+
+template <typename W, int K, int RT> struct kcu_tc {
+    enum {
+        WARPS = KCU_MM_THREADS / 32,
+        BM = 16 * RT,                 /* columns a block */
+        CH = (K + 31) / 32,           /* chunks of 32 k */
+        CW = (CH + WARPS - 1) / WARPS /* chunks a warp */
+    };
+    static_assert(K % 8 == 0, "kcu_matmul_tc: rows of whole 16-byte chunks");
+};
+
+/* 16 bytes of a half row at k, streamed; zeros from K on (K % 8 == 0: all or none). */
+template <int K, typename H> __device__ __forceinline__ uint4 kcu_tc_ldw(const H *row, int k)
+{
+    return k < K ? kcu_ld_stream(row + k) : uint4{0u, 0u, 0u, 0u};
+}
+/* 16 bytes of x at k (read through L1: every block of the SM reads x); zeros from K on. */
+template <int K, typename H> __device__ __forceinline__ uint4 kcu_tc_ldx(const H *row, int k)
+{
+    return k < K ? *reinterpret_cast<const uint4 *>(row + k) : uint4{0u, 0u, 0u, 0u};
+}
+
+/* Tokens t0 .. t0 + TT - 1 (TT <= 8 NT) of kcu_matmul_tc, NT token tiles, columns c0 .. c0 + 16 RT
+ * - 1; red: the block's shared [8 warps][16 RT][8 NT] partial sums. */
+template <int NT, typename W, int K, int N, int RT, class Pro, class Epi, typename X>
+static __device__ __forceinline__ void kcu_tc_tokens(const int T, const int t0, const int TT, const int c0,
+                                                     const X *__restrict__ x, const W *__restrict__ w, Pro &pro,
+                                                     const Epi &epi, float *red)
+{
+    typedef kcu_tc<W, K, RT> G;
+    enum {
+        STAGED = !kcu_same<Pro, kcu_pro_none>::V,
+        CW = G::CW,
+        BM = G::BM,
+        TP = 8 * NT,                               /* tokens a row of red */
+        U = NT == 1 && RT == 1 ? 2 : 1,            /* chunks a step (128 registers a thread at most) */
+        STEPS = (CW + U - 1) / U
+    };
+    static_assert(RT * NT <= 8, "kcu_matmul_tc: the partial sums fit 32 kB");
+    typedef typename Pro::template out<X>::T XO;
+    static_assert(sizeof(X) == 2 && kcu_same<XO, W>::V, "kcu_matmul_tc: x and the weights of one half dtype");
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
+    const W *wr[RT][2]; /* this lane's weight rows: column c0 + 16 rt + g (+ 8) */
+#pragma unroll
+    for (int rt = 0; rt < RT; rt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int col = c0 + 16 * rt + g + 8 * h;
+            wr[rt][h] = w + (long long)(col < N ? Epi::row(col) : 0) * K;
+        }
+    /* this lane's token of tile n (past the step: its last token) */
+    auto xt = [&](int n) -> long long { return t0 + (8 * n + g < TT ? 8 * n + g : TT - 1); };
+    const int kw = warp * CW * 32 + 8 * c; /* this lane's k in its warp's first chunk */
+    auto load = [&](int s, uint4(&wb)[RT][2][U], uint4(&xb)[NT][U]) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = s * U + u, k = kw + 32 * j;
+            const bool in = j < CW; /* a ragged last step: chunks past the warp's are not its */
+#pragma unroll
+            for (int rt = 0; rt < RT; rt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) wb[rt][h][u] = in ? kcu_tc_ldw<K>(wr[rt][h], k) : uint4{0u, 0u, 0u, 0u};
+#pragma unroll
+            for (int n = 0; n < NT; n++) xb[n][u] = in ? kcu_tc_ldx<K>(x + xt(n) * K, k) : uint4{0u, 0u, 0u, 0u};
+        }
+    };
+    float acc[RT][NT][4], lo[NT][4];
+#pragma unroll
+    for (int rt = 0; rt < RT; rt++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[rt][n][e] = 0.0f;
+    auto step = [&](int s, const uint4(&wb)[RT][2][U], const uint4(&xb)[NT][U]) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = s * U + u, k = kw + 32 * j;
+            if (j >= CW) break; /* uniform: the same for every lane of the block */
+            kcu_mma_frag<NT, 1, 1> f[RT][2];
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                unsigned q[4] = {xb[n][u].x, xb[n][u].y, xb[n][u].z, xb[n][u].w};
+                if constexpr (STAGED) {
+                    if (k < K) {
+                        float v[8];
+                        kcu_vec<X>::unpack(xb[n][u], v);
+                        pro.template chunk<8>(v, xt(n), k);
+#pragma unroll
+                        for (int i = 0; i < 4; i++)
+                            q[i] = kcu_held_bits<XO>(v[2 * i]) | kcu_held_bits<XO>(v[2 * i + 1]) << 16;
+                    }
+                }
+#pragma unroll
+                for (int rt = 0; rt < RT; rt++) {
+                    f[rt][0].b[n][0][0] = q[0], f[rt][0].b[n][0][1] = q[1];
+                    f[rt][1].b[n][0][0] = q[2], f[rt][1].b[n][0][1] = q[3];
+                }
+            }
+#pragma unroll
+            for (int rt = 0; rt < RT; rt++) {
+                const uint4 a0 = wb[rt][0][u], a1 = wb[rt][1][u];
+                f[rt][0].a[0][0] = a0.x, f[rt][0].a[0][1] = a1.x, f[rt][0].a[0][2] = a0.y, f[rt][0].a[0][3] = a1.y;
+                f[rt][1].a[0][0] = a0.z, f[rt][1].a[0][1] = a1.z, f[rt][1].a[0][2] = a0.w, f[rt][1].a[0][3] = a1.w;
+                kcu_mma_warp<NT, 1, 1, 2, W>(acc[rt], lo, f[rt]);
+            }
+        }
+    };
+    uint4 wa[RT][2][U], wb[RT][2][U], xa[NT][U], xb[NT][U];
+    load(0, wa, xa); /* in flight while the prologue runs */
+    if constexpr (STAGED) pro.prepare(x, T, t0, TT);
+#pragma unroll 1
+    for (int s = 0; s < STEPS - 1; s += 2) {
+        load(s + 1, wb, xb);
+        step(s, wa, xa);
+        if (s + 2 < STEPS) load(s + 2, wa, xa);
+        step(s + 1, wb, xb);
+    }
+    if (STEPS % 2) step(STEPS - 1, wa, xa);
+    /* the warps' sums, added in warp order; lane (g, c)'s d[e] is row g + 8 (e / 2), token 2c + e % 2 */
+    __syncthreads(); /* the previous group's sums are read */
+#pragma unroll
+    for (int rt = 0; rt < RT; rt++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                red[(warp * BM + 16 * rt + g + 8 * (e >> 1)) * TP + 8 * n + 2 * c + (e & 1)] = acc[rt][n][e];
+    __syncthreads();
+    for (int i = tid; i < BM / 2 * TT; i += KCU_MM_THREADS) {
+        const int t = i / (BM / 2), p = i % (BM / 2), col = c0 + 2 * p;
+        float v0 = red[(2 * p) * TP + t], v1 = red[(2 * p + 1) * TP + t];
+#pragma unroll
+        for (int ww = 1; ww < G::WARPS; ww++) {
+            v0 += red[(ww * BM + 2 * p) * TP + t];
+            v1 += red[(ww * BM + 2 * p + 1) * TP + t];
+        }
+        if (col + 1 < N)
+            epi.two(t0 + t, Epi::row(col), v0, Epi::row(col + 1), v1);
+        else if (col < N)
+            epi.one(t0 + t, Epi::row(col), v0);
+    }
+}
+
+/* The tensor-core decode path: 16 RT columns a block (its grid: ceil(N / (16 RT)) blocks), as
+ * described above; T = 1 .. 8 on one token tile, the RT row tiles at once; more on four token
+ * tiles, a row tile at a time (RT of them at once would not fit 128 registers), KCU_TC_GROUP
+ * tokens a pass. */
+template <typename W, int K, int N, int RT, class Pro, class Epi, typename X>
+static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__restrict__ x, const W *__restrict__ w,
+                                                     Pro pro, const Epi &epi)
+{
+    __shared__ float red[KCU_MM_THREADS / 32 * 16 * 64]; /* [8 warps][16 RT][8 NT], RT NT <= 8 */
+    const int c0 = (int)blockIdx.x * 16 * RT;
+    for (int t0 = 0; t0 < T; t0 += KCU_TC_GROUP) {
+        const int TT = T - t0 < KCU_TC_GROUP ? T - t0 : KCU_TC_GROUP;
+        if (TT <= 8)
+            kcu_tc_tokens<1, W, K, N, RT>(T, t0, TT, c0, x, w, pro, epi, red);
+        else
+            for (int r = 0; r < RT; r++) kcu_tc_tokens<KCU_TC_GROUP / 8, W, K, N, 1>(T, t0, TT, c0 + 16 * r, x, w, pro, epi, red);
+    }
+}
+
 /* The prefill path (T > KCU_GEMV_T): tensor cores where the weights allow
  * (kcu_matmul_mma: f32 x in three parts; half x, of the weights' type, as it
  * is), else CUDA-core tiles (kcu_matmul_fma). */

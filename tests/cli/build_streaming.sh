@@ -11,7 +11,12 @@
 #  2. Where NVRTC is present: Llama-3-8B's widths (hidden 4096, FFN 14336, 32/8 heads, vocabulary
 #     128256) with 2 layers, ~3 GB, built for sm_90 (the kernels compiled by NVRTC in the process):
 #     peak memory at most 1.5 GB (issue #11's bar for the 32-layer 16 GB build: the layers only add
-#     tensors, which stream), its build time reported.
+#     tensors, which stream), its build time reported. The checkpoint and the engine are on /dev/shm
+#     (tmpfs) where it has room for both, as bench/prefill_bench.py puts them.
+# Case 1 runs twice, case 2 once, started by a process holding 2 GiB resident, as
+# bench/prefill_bench.py starts kiln right after writing the checkpoint: --stats' peak must be kiln's
+# own (Linux's ru_maxrss keeps, across execve, the high water of the process that exec'd: the 8B
+# build reported 16 GB, its Python parent's, where kiln itself held ~300 MB).
 # Not under the sanitizers (their shadow memory and quarantine are not the build's).
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || { echo "skipped: no python3"; exit 77; }
@@ -52,12 +57,24 @@ with open(os.path.join(out, "model.safetensors"), "wb") as f:
 PY
 }
 
-# build_peak DIR ENGINE [ARGS...]: kiln build --stats; sets $line (its build line) and $peak (bytes)
+# big_parent MIB CMD...: CMD run (exec'd) by a python3 that holds MIB MiB resident; CMD's status
+big_parent() {
+  python3 - "$@" <<'PY'
+import subprocess, sys
+held = b"\x01" * (int(sys.argv[1]) << 20)  # resident: every page written
+sys.exit(subprocess.run(sys.argv[2:]).returncode)
+PY
+}
+
+# build_peak DIR ENGINE [ARGS...]: kiln build --stats (started by big_parent $PARENT_MIB when it is set);
+# sets $line (its build line) and $peak (bytes)
 build_peak() {
   local dir=$1 engine=$2
   shift 2
   line= peak=
-  "$KILN_BIN" build "$dir" --dtype bf16 --stats -o "$engine" "$@" >/dev/null 2>"$work/build.err" \
+  local parent=()
+  [ -n "${PARENT_MIB:-}" ] && parent=(big_parent "$PARENT_MIB")
+  "${parent[@]}" "$KILN_BIN" build "$dir" --dtype bf16 --stats -o "$engine" "$@" >/dev/null 2>"$work/build.err" \
     || { echo "FAIL: kiln build $dir $*"; cat "$work/build.err"; failures=$((failures+1)); return 1; }
   line=$(grep '^kiln: build: .* peak memory' "$work/build.err")
   peak=$(sed -n 's/.*peak memory \([0-9.]*\) \(KiB\|MiB\|GiB\)$/\1 \2/p' <<<"$line" \
@@ -67,25 +84,35 @@ build_peak() {
 
 make_ckpt "$work/ckpt" 1024 4096 4 131072 16 4
 size=$(stat -c %s "$work/ckpt/model.safetensors")
-if build_peak "$work/ckpt" "$work/m.engine"; then
-  echo "checkpoint $size bytes; $line"
-  [ -n "$peak" ] && [ "$peak" -lt $((size * 2 / 5)) ] && passes=$((passes+1)) \
-    || { echo "FAIL: peak memory $peak bytes, not under 40% of the checkpoint's $size"; failures=$((failures+1)); }
-  largest=$((131072 * 1024 * 2))
-  [ -n "$peak" ] && [ "$peak" -lt "$largest" ] && passes=$((passes+1)) \
-    || { echo "FAIL: peak memory $peak bytes, not under the largest tensor's $largest"; failures=$((failures+1)); }
-fi
+for PARENT_MIB in "" 2048; do
+  if build_peak "$work/ckpt" "$work/m.engine"; then
+    echo "checkpoint $size bytes${PARENT_MIB:+, started by a process of $PARENT_MIB MiB}; $line"
+    [ -n "$peak" ] && [ "$peak" -lt $((size * 2 / 5)) ] && passes=$((passes+1)) \
+      || { echo "FAIL: peak memory $peak bytes, not under 40% of the checkpoint's $size"; failures=$((failures+1)); }
+    largest=$((131072 * 1024 * 2))
+    [ -n "$peak" ] && [ "$peak" -lt "$largest" ] && passes=$((passes+1)) \
+      || { echo "FAIL: peak memory $peak bytes, not under the largest tensor's $largest"; failures=$((failures+1)); }
+  fi
+done
+PARENT_MIB=
 rm -rf "$work/ckpt" "$work/m.engine"
 
 if "$KILN_BIN" --version 2>&1 | grep -q '^NVRTC: [0-9]'; then
-  make_ckpt "$work/ckpt8b" 4096 14336 2 128256 32 8
-  size=$(stat -c %s "$work/ckpt8b/model.safetensors")
-  if build_peak "$work/ckpt8b" "$work/m8b.engine" --target sm_90; then
-    echo "8B widths, 2 layers, sm_90: checkpoint $size bytes; $line"
+  # on tmpfs where it has room for the checkpoint (~3 GB) and the engine (~3 GB), with 2 GB to spare
+  where=$work
+  shm_free=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 }')
+  if [ -n "$shm_free" ] && [ "$shm_free" -gt $((8 * 1024 * 1024)) ] && shm=$(mktemp -d /dev/shm/kiln-streaming.XXXXXX); then
+    where=$shm
+    trap 'rm -rf "$work" "$shm"' EXIT
+  fi
+  make_ckpt "$where/ckpt8b" 4096 14336 2 128256 32 8
+  size=$(stat -c %s "$where/ckpt8b/model.safetensors")
+  if PARENT_MIB=2048 build_peak "$where/ckpt8b" "$where/m8b.engine" --target sm_90; then
+    echo "8B widths, 2 layers, sm_90, in $where, started by a process of 2048 MiB: checkpoint $size bytes; $line"
     [ -n "$peak" ] && [ "$peak" -le $((1536 * 1048576)) ] && passes=$((passes+1)) \
       || { echo "FAIL: peak memory $peak bytes over 1.5 GiB"; failures=$((failures+1)); }
   fi
-  rm -rf "$work/ckpt8b" "$work/m8b.engine"
+  rm -rf "$where/ckpt8b" "$where/m8b.engine"
 else
   echo "(no NVRTC in this build: the sm_90 case is not run)"
 fi

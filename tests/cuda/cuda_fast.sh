@@ -10,9 +10,10 @@
 # the logits 6e-8 .. 3.5e-3 for bf16 (u = 2^-8 = 3.9e-3) and 1.3e-5 .. 5e-4 for f16 (u = 2^-11 =
 # 4.9e-4), against ~1e-2 (bf16) between fast and exact precision. Checked here: the same greedy
 # ids, and the logits within 2 u of the half dtype (7.8e-3 bf16, 9.8e-4 f16), for
-#  - a 20-token prompt on an emulated sm_80 (the prefill path: mma.sync, half x and weights, one mma
+#  - a 40-token prompt on an emulated sm_80 (the prefill path: mma.sync, half x and weights, one mma
 #    a product) and sm_90 (kcu_gemm90 through its CPU stand-in: tensor maps, split tiles);
-#  - a 3-token prompt (the decode path: T <= 8), then 5 decode steps (the greedy ids);
+#  - a 20- and a 3-token prompt (the decode path, kcu_matmul_tc: steps of up to 32 tokens), then 5
+#    decode steps (the greedy ids);
 # the tiles `kiln build --stats` reports for the gemm90 kernels (the setup test's stats.txt);
 # and kiln verify --target sm_90 --precision fast for the first dtype: the fused CUDA engine's
 # values (half ones copied back as f32) against the unfused reference lowered to the half dtype,
@@ -31,7 +32,7 @@ for dtype in "$@"; do
   have_engine "$dir" || exit 1
   tol=$([ "$dtype" = bf16-fast ] && echo 7.8e-3 || echo 9.8e-4)
   want_prefill=
-  for ids in 1,7,12,31,5,9,40,2,11,3,4,5,6,7,8,9,10,11,12,13 1,7,12; do
+  for ids in 1,7,12,31,5,9,40,2,11,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33 1,7,12,31,5,9,40,2,11,3,4,5,6,7,8,9,10,11,12,13 1,7,12; do
     want=$("$KILN_BIN" run "$dir/cpu.engine" --ids $ids -n 6 --logits-out "$work/cpu.f32" 2>/dev/null)
     [ -z "$want_prefill" ] && want_prefill=$want
     # sm_80 (KILN_EMU_CC=8.0): its cubin, mma.sync for the prefill, no gemm90
@@ -43,10 +44,10 @@ for dtype in "$@"; do
     grep -q "^emu_libcuda: 0 launches of _g90_ kernels, 0 tensor maps" "$work/sm80.err" && passes=$((passes+1)) \
       || { echo "FAIL: $dtype: gemm90 ran on sm_80"; failures=$((failures+1)); }
   done
-  # sm_90 (the emulator's default): the sm_90a cubin; the 20-token prompt's matmuls run as gemm90
-  # kernels (the setup test built fast engines with KILN_CUDA_GEMM90_ABOVE=8) reading tensor maps
-  # (a norm prologue as its own kernel first; RoPE halves and gate/up paired through split tiles)
-  ids=1,7,12,31,5,9,40,2,11,3,4,5,6,7,8,9,10,11,12,13
+  # sm_90 (the emulator's default): the sm_90a cubin; the 40-token prompt's matmuls run as gemm90
+  # kernels (above the decode kernel's 32 tokens) reading tensor maps (a norm prologue as its own
+  # kernel first; RoPE halves and gate/up paired through split tiles)
+  ids=1,7,12,31,5,9,40,2,11,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33
   "$KILN_BIN" run "$dir/cpu.engine" --ids $ids -n 6 --logits-out "$work/cpu.f32" >/dev/null 2>&1
   got=$(KILN_EMU_STATS=1 KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$dir/kernels.so" \
         "$KILN_BIN" run "$dir/cuda.engine" --ids $ids -n 6 --logits-out "$work/cuda.f32" 2>"$work/g90.err")
@@ -58,8 +59,8 @@ for dtype in "$@"; do
   [[ "$stats" =~ ([0-9]+)\ launches\ of\ _g90_\ kernels,\ ([0-9]+)\ tensor ]] && [ "${BASH_REMATCH[1]}" -gt 0 ] \
     && [ "${BASH_REMATCH[2]}" -gt 0 ] && passes=$((passes+1)) \
     || { echo "FAIL: $dtype: no gemm90 launches or tensor maps ($stats)"; failures=$((failures+1)); }
-  # --stats: a line a gemm90 kernel, its tiles above 8 tokens (the first one: 128 wide, 6 stages)
-  tiles=$(grep -c "sm_90a above 8 tokens: .*wgmma tiles 128 x 128 (.* column tiles of .*, 6 stages, 197632 bytes" \
+  # --stats: a line a gemm90 kernel, its tiles above the decode kernel's 32 tokens
+  tiles=$(grep -cE "sm_90a above 32 tokens: .*wgmma tiles 128 x [0-9]+ \(.* column tiles of .*, [0-9]+ stages, [0-9]+ bytes" \
           "$dir/stats.txt")
   echo "$dtype: kiln build --stats names the tiles of $tiles gemm90 kernels"
   [ "$tiles" -gt 0 ] && passes=$((passes+1)) \

@@ -53,7 +53,8 @@ typedef enum {
     PATH_MATMUL, /* kcu_matmul_large: what kiln's prefill kernels call */
     PATH_FMA,    /* kcu_matmul_fma: the CUDA-core tiles */
     PATH_MMA,    /* kcu_matmul_mma in the case's configuration */
-    PATH_DECODE  /* kcu_matmul_small, rows columns a warp: checked bitwise against decode_reference */
+    PATH_DECODE, /* kcu_matmul_small, rows columns a warp: checked bitwise against decode_reference */
+    PATH_TC      /* kcu_matmul_tc, 16 rows columns a block: within 1e-6, and each token bitwise as alone */
 } mm_path;
 
 typedef struct mm_case {
@@ -100,6 +101,12 @@ static const mm_case check_cases[] = {
     {W_F16, 7, 1000, 70, 1, 1, 0, PATH_DECODE, 0, 0, 0, 4, 1},
     {W_F32, 4, 36, 31, 1, 0, 0, PATH_DECODE, 0, 0, 0, 4, 0},    /* f32 weights: 4 a chunk */
     {W_F32, 1, 35, 17, 0, 1, 0, PATH_DECODE, 0, 0, 0, 2, 0},    /* f32, VEC 1 */
+    /* the tensor-core decode path (half x): T = 1 .. 8 one token tile, 9 .. 32 four, then again */
+    {W_BF16, 32, 4096, 40, 1, 0, 0, PATH_TC, 0, 0, 0, 1, 1},  /* four tiles; 16 chunks a warp; rms */
+    {W_BF16, 5, 520, 67, 0, 1, 0, PATH_TC, 0, 0, 0, 2, 1},    /* 17 chunks: a warp's past K; N odd; RT 2 */
+    {W_F16, 40, 256, 33, 1, 1, 0, PATH_TC, 0, 0, 0, 2, 1},    /* two passes (32 + 8), RT 2 a tile at a time */
+    {W_BF16, 9, 64, 16, 0, 0, 0, PATH_TC, 0, 0, 0, 1, 1},     /* 2 chunks: six warps sum nothing */
+    {W_F16, 1, 1000, 70, 1, 0, 0, PATH_TC, 0, 0, 0, 1, 1},    /* T = 1, K % 32 = 8 */
 };
 
 /* Llama-3-8B's matmuls (K, N), each timed for a 128-token prefill and for decode. */
@@ -170,8 +177,11 @@ static void kernel_source(const mm_case *c, int index, ks_buf *src)
     else
         snprintf(pro, sizeof pro, "kcu_pro_none{}");
     char bounds[16] = ""; /* __launch_bounds__'s blocks an SM: the decode kernel's as kiln's, or lb2's */
-    if (c->path == PATH_DECODE || c->lb2)
-        snprintf(bounds, sizeof bounds, ", %d", c->path == PATH_DECODE ? kcu_plan_gemv(c->N).per_sm : 2);
+    if (c->path == PATH_DECODE || c->path == PATH_TC || c->lb2)
+        snprintf(bounds, sizeof bounds, ", %d",
+                 c->path == PATH_DECODE ? kcu_plan_gemv(c->N).per_sm
+                 : c->path == PATH_TC   ? kcu_plan_gemv_tc(c->N).per_sm
+                                        : 2);
     ks_buf_printf(src,
                   "extern \"C\" __global__ void __launch_bounds__(KCU_MM_THREADS%s) mm_%d(int T, const %s "
                   "*__restrict__ x, const %s *__restrict__ w, const %s *__restrict__ g, float *__restrict__ out)\n"
@@ -181,6 +191,8 @@ static void kernel_source(const mm_case *c, int index, ks_buf *src)
     if (c->path == PATH_DECODE)
         ks_buf_printf(src, "    kcu_matmul_small<%s, %d, %d, %d>(T, x, w, %s, %s);\n}\n", wt, c->K, c->N, c->rows, pro,
                       epi);
+    else if (c->path == PATH_TC)
+        ks_buf_printf(src, "    kcu_matmul_tc<%s, %d, %d, %d>(T, x, w, %s, %s);\n}\n", wt, c->K, c->N, c->rows, pro, epi);
     else if (c->path == PATH_MATMUL)
         ks_buf_printf(src, "    kcu_matmul_large<%s, %d, %d>(T, x, w, %s, %s);\n}\n", wt, c->K, c->N, pro, epi);
     else if (c->path == PATH_FMA)
@@ -348,22 +360,28 @@ static void teardown(runner *r, mm_data *d)
     free(d->gf);
 }
 
-/* Launch case index, its weights at w, on its grid: ceil(N / 16) blocks of 256 threads, or the
- * decode path's ceil(N / (8 rows)). */
-static int launch_w(runner *r, const mm_case *c, int index, const mm_data *d, krt_cu_ptr w)
+/* Launch case index, its weights at w, for tokens t0 .. t0 + T - 1 of its x, on its grid:
+ * ceil(N / 16) blocks of 256 threads, the decode path's ceil(N / (8 rows)), the tensor-core
+ * decode path's ceil(N / (16 rows)). */
+static int launch_rows(runner *r, const mm_case *c, int index, const mm_data *d, krt_cu_ptr w, int t0, int T)
 {
     char name[32];
     snprintf(name, sizeof name, "mm_%d", index);
     krt_cu_fn fn;
     if (!cu_ok(r, r->api.cuModuleGetFunction(&fn, r->mod, name), name)) return -1;
-    int T = c->T, cols = c->path == PATH_DECODE ? 8 * c->rows : 16;
-    krt_cu_ptr x = d->x + (c->xh ? 2 : 4) * (krt_cu_ptr)c->x_off;
+    int cols = c->path == PATH_DECODE ? 8 * c->rows : c->path == PATH_TC ? 16 * c->rows : 16;
+    krt_cu_ptr x = d->x + (c->xh ? 2 : 4) * ((krt_cu_ptr)c->x_off + (krt_cu_ptr)t0 * (krt_cu_ptr)c->K);
     void *params[] = {&T, &x, &w, (void *)&d->g, (void *)&d->out, NULL};
     return cu_ok(r, r->api.cuLaunchKernel(fn, (unsigned)((c->N + cols - 1) / cols), 1, 1, 256, 1, 1, 0, NULL, params,
                                           NULL),
                  "cuLaunchKernel")
                ? 0
                : -1;
+}
+
+static int launch_w(runner *r, const mm_case *c, int index, const mm_data *d, krt_cu_ptr w)
+{
+    return launch_rows(r, c, index, d, w, 0, c->T);
 }
 
 static int launch(runner *r, const mm_case *c, int index, const mm_data *d) { return launch_w(r, c, index, d, d->w); }
@@ -407,6 +425,37 @@ static mm_err compare(const mm_case *c, const mm_data *d, const float *out, int 
  * (x inv, times g, in f32, rounded to the half dtype with xh); per output, lane l sums its chunks
  * l, l + 32, ... of VEC elements in order with fmaf from 0, then a butterfly of the 32 sums.
  * Columns 0, nstep, 2 nstep, ... only. */
+/* Token t's x as the decode paths multiply it, into xp[K]: x itself, or kcu_pro_rms's values
+ * (statistic: lane l sums x_k^2 in double for k = l, l + 32, ..., a butterfly of the 32 sums,
+ * 1 / sqrt(s / K + eps) as f32; x inv, times g, in f32, rounded to the half dtype with xh). */
+static void decode_x(const mm_case *c, const mm_data *d, int t, float *xp)
+{
+    const int K = c->K;
+    const float *xr = d->xh + c->x_off + (size_t)t * K;
+    float inv = 1.0f;
+    if (c->rms) {
+        double lane[32], next[32];
+        for (int l = 0; l < 32; l++) {
+            lane[l] = 0.0;
+            for (int k = l; k < K; k += 32) lane[l] += (double)xr[k] * (double)xr[k];
+        }
+        for (int m = 16; m > 0; m >>= 1) {
+            for (int l = 0; l < 32; l++) next[l] = lane[l] + lane[l ^ m];
+            memcpy(lane, next, sizeof lane);
+        }
+        inv = (float)(1.0 / sqrt(lane[0] / (double)K + 1e-5));
+    }
+    for (int k = 0; k < K; k++) {
+        float y = xr[k];
+        if (c->rms) {
+            y = y * inv;
+            y = y * d->gf[k];
+            if (c->xh) to_half(c->w, y, &y);
+        }
+        xp[k] = y;
+    }
+}
+
 static void decode_reference(const mm_case *c, const mm_data *d, int nstep, float *ref)
 {
     const int K = c->K, N = c->N, es = (int)w_size[c->w], vec = (K * es) % 16 == 0 ? 16 / es : 1, chunks = K / vec;
@@ -416,29 +465,7 @@ static void decode_reference(const mm_case *c, const mm_data *d, int nstep, floa
         exit(1);
     }
     for (int t = 0; t < c->T; t++) {
-        const float *xr = d->xh + c->x_off + (size_t)t * K;
-        float inv = 1.0f;
-        if (c->rms) {
-            double lane[32], next[32];
-            for (int l = 0; l < 32; l++) {
-                lane[l] = 0.0;
-                for (int k = l; k < K; k += 32) lane[l] += (double)xr[k] * (double)xr[k];
-            }
-            for (int m = 16; m > 0; m >>= 1) {
-                for (int l = 0; l < 32; l++) next[l] = lane[l] + lane[l ^ m];
-                memcpy(lane, next, sizeof lane);
-            }
-            inv = (float)(1.0 / sqrt(lane[0] / (double)K + 1e-5));
-        }
-        for (int k = 0; k < K; k++) {
-            float y = xr[k];
-            if (c->rms) {
-                y = y * inv;
-                y = y * d->gf[k];
-                if (c->xh) to_half(c->w, y, &y);
-            }
-            xp[k] = y;
-        }
+        decode_x(c, d, t, xp);
         for (int n = 0; n < N; n += nstep) {
             float lane[32], next[32];
             for (int l = 0; l < 32; l++) {
@@ -471,6 +498,7 @@ static void run_checks(runner *r, const mm_case *cases, int n)
         snprintf(what, sizeof what, "%s T=%d K=%d N=%d%s%s%s%s", w_short[c->w], c->T, c->K, c->N,
                  c->rms ? " rms" : "", c->rev ? " reversed" : "", c->x_off ? " x+1" : "", c->xh ? " half x" : "");
         if (c->path == PATH_DECODE) snprintf(what + strlen(what), sizeof what - strlen(what), " decode R=%d", c->rows);
+        if (c->path == PATH_TC) snprintf(what + strlen(what), sizeof what - strlen(what), " tc RT=%d", c->rows);
         size_t bytes = (size_t)c->T * c->N * 4;
         float *a = malloc(bytes), *b = malloc(bytes);
         if (!a || !b || setup(r, c, 1000 + (uint64_t)i, 1, &d) != 0) {
@@ -500,6 +528,18 @@ static void run_checks(runner *r, const mm_case *cases, int n)
             CHECK_MSG(!differ && same, "%s", what);
             free(ref);
         } else if (ok) {
+            if (c->path == PATH_TC) { /* the exact sums of what it multiplies: the norm's values rounded */
+                float *xp = malloc((size_t)c->K * sizeof(float));
+                if (!xp) {
+                    fprintf(stderr, "out of host memory\n");
+                    exit(1);
+                }
+                for (int t = 0; t < c->T; t++) {
+                    decode_x(c, &d, t, xp);
+                    for (int k = 0; k < c->K; k++) d.xp[(size_t)t * c->K + k] = xp[k];
+                }
+                free(xp);
+            }
             mm_err e = compare(c, &d, a, 0);
             int same = memcmp(a, b, bytes) == 0;
             /* the CUDA-core path's sequential f32 sums round more often */
@@ -507,6 +547,17 @@ static void run_checks(runner *r, const mm_case *cases, int n)
             printf("%s %s: worst error %.2e of sum|x w| (relative L2 %.2e)%s%s\n", pass ? "ok  " : "FAIL", what,
                    e.worst, e.l2, e.bad ? ", outputs not finite" : "", same ? "" : ", two runs differ");
             CHECK_MSG(pass, "%s", what);
+            if (c->path == PATH_TC) { /* batch invariance: each token's outputs as in a step of its own */
+                int alone_same = 1;
+                for (int t = 0; t < c->T && alone_same; t++)
+                    alone_same = r->api.cuMemsetD8(d.out, 0xff, bytes) == 0 &&
+                                 launch_rows(r, c, i, &d, d.w, t, 1) == 0 &&
+                                 r->api.cuMemcpyDtoH(b, d.out, (size_t)c->N * 4) == 0 &&
+                                 memcmp(b, a + (size_t)t * c->N, (size_t)c->N * 4) == 0;
+                printf("%s %s: every token's outputs bitwise %s a step of its own\n", alone_same ? "ok  " : "FAIL",
+                       what, alone_same ? "those of" : "NOT those of");
+                CHECK_MSG(alone_same, "%s: batch invariance", what);
+            }
         }
         teardown(r, &d);
         free(a), free(b);
@@ -566,6 +617,12 @@ static int bench_cases(mm_case *out)
             out[n++] = (mm_case){W_BF16, T, b->K, b->N, b->norm, 0, 0, PATH_DECODE, 0, 0, 0, R, 1};
             out[n++] = (mm_case){W_BF16, T, b->K, b->N, b->norm, 0, 0, PATH_DECODE, 0, 0, 0, 6 - R, 1};
         }
+    /* decode on tensor cores (what fast engines run for steps of 1-32 tokens): T = 1, 8, 32 */
+    for (size_t s = 0; s < sizeof llama8b / sizeof llama8b[0]; s++)
+        for (int T = 1; T <= 32; T = T == 1 ? 8 : 32 + T) {
+            const bench_shape *b = &llama8b[s];
+            out[n++] = (mm_case){W_BF16, T, b->K, b->N, b->norm, 0, 0, PATH_TC, 0, 0, 0, kcu_plan_gemv_tc(b->N).rows, 1};
+        }
     return n;
 }
 
@@ -574,6 +631,8 @@ static void path_name(const mm_case *c, char *buf, size_t n)
 {
     if (c->path == PATH_DECODE)
         snprintf(buf, n, "decode, R %d%s", c->rows, c->rms ? ", rms prologue" : "");
+    else if (c->path == PATH_TC)
+        snprintf(buf, n, "decode on tensor cores, RT %d%s", c->rows, c->rms ? ", rms prologue" : "");
     else if (c->path == PATH_MATMUL)
         snprintf(buf, n, "kcu_matmul_large%s", c->lb2 ? ", <= 128 registers" : "");
     else if (c->path == PATH_FMA)
@@ -619,8 +678,10 @@ static double time_decode(runner *r, const mm_case *c, int index, const mm_data 
 }
 
 /* The decode cases of the benchmark: time each, check sampled outputs bitwise against
- * decode_reference, and total the 8B model's decode matmuls at each T with kcu_plan_gemv's R. */
-static void run_decode_bench(runner *r, const mm_case *c, int index, double *model)
+ * decode_reference (kcu_matmul_small) or within 1e-6 of the exact sums (kcu_matmul_tc), and
+ * total the 8B model's decode matmuls at each T with the generator's plan: model[path][T index]
+ * [time, floor] (T index: 1, 8, 32). */
+static void run_decode_bench(runner *r, const mm_case *c, int index, double model[2][3][2])
 {
     mm_data d;
     if (!CHECK(setup(r, c, 11 + (uint64_t)c->K * 31 + (uint64_t)c->N, 0, &d) == 0)) return;
@@ -630,7 +691,16 @@ static void run_decode_bench(runner *r, const mm_case *c, int index, double *mod
     const int nstep = c->N / 97 + 1;
     float *out = malloc(bytes), *ref = malloc(bytes);
     size_t differ = 0, checked = 0;
-    if (out && ref && us > 0 && r->api.cuMemcpyDtoH(out, d.out, bytes) == 0) {
+    if (c->path == PATH_TC && out && us > 0 && r->api.cuMemcpyDtoH(out, d.out, bytes) == 0) {
+        float *xp = malloc((size_t)c->K * sizeof(float));
+        for (int t = 0; xp && t < c->T; t++) {
+            decode_x(c, &d, t, xp);
+            for (int k = 0; k < c->K; k++) d.xp[(size_t)t * c->K + k] = xp[k];
+        }
+        free(xp);
+        const mm_err e = compare(c, &d, out, 1);
+        checked = 1, differ = e.bad || e.worst > 1e-6;
+    } else if (out && ref && us > 0 && r->api.cuMemcpyDtoH(out, d.out, bytes) == 0) {
         decode_reference(c, &d, nstep, ref);
         for (int t = 0; t < c->T; t++)
             for (int nn = 0; nn < c->N; nn += nstep, checked++)
@@ -642,20 +712,22 @@ static void run_decode_bench(runner *r, const mm_case *c, int index, double *mod
     const double gbs = us > 0 ? (double)c->N * c->K * w_size[c->w] / (us * 1e-6) / 1e9 : 0;
     printf("bench %-5s T=%-4d K=%-5d N=%-6d %-32s %8.1f us %6.0f GB/s, %3.0f%% of the floor (%.1f us)%s\n",
            w_short[c->w], c->T, c->K, c->N, name, us, gbs, us > 0 ? 100.0 * floor_us / us : 0, floor_us,
-           differ ? "  OUTPUTS DIFFER FROM THE DECODE ORDER" : "");
+           differ ? (c->path == PATH_TC ? "  OUTPUTS PAST 1e-6" : "  OUTPUTS DIFFER FROM THE DECODE ORDER") : "");
     CHECK_MSG(us > 0 && checked > 0 && differ == 0, "decode bench case %d: %zu of %zu sampled outputs differ", index,
               differ, checked);
+    const int tc = c->path == PATH_TC, ti = c->T == 1 ? 0 : c->T == 8 ? 1 : 2;
     for (size_t s = 0; s < sizeof llama8b / sizeof llama8b[0]; s++)
-        if (c->K == llama8b[s].K && c->N == llama8b[s].N && c->rows == kcu_plan_gemv(c->N).rows) {
-            model[c->T != 1] += us * llama8b[s].per_model;
-            model[2 + (c->T != 1)] += floor_us * llama8b[s].per_model;
+        if (c->K == llama8b[s].K && c->N == llama8b[s].N &&
+            c->rows == (tc ? kcu_plan_gemv_tc(c->N) : kcu_plan_gemv(c->N)).rows) {
+            model[tc][ti][0] += us * llama8b[s].per_model;
+            model[tc][ti][1] += floor_us * llama8b[s].per_model;
         }
     teardown(r, &d);
 }
 
 static void run_bench(runner *r, const mm_case *cases, int n, int first)
 {
-    double decode[4] = {0}; /* the 8B model's decode matmuls, us: T = 1, T = 8, their floors */
+    double decode[2][3][2] = {{{0}}}; /* the 8B model's decode matmuls, us, and their floors (run_decode_bench) */
     enum { MAX_LABELS = 8 };
     char labels[MAX_LABELS][48];
     double model[MAX_LABELS] = {0}; /* the 8B model's matmul time per implementation, ms */
@@ -663,7 +735,7 @@ static void run_bench(runner *r, const mm_case *cases, int n, int first)
     for (int i = 0; i < n; i++) {
         const mm_case *c = &cases[i];
         mm_data d;
-        if (c->path == PATH_DECODE) {
+        if (c->path == PATH_DECODE || c->path == PATH_TC) {
             run_decode_bench(r, c, first + i, decode);
             continue;
         }
@@ -693,11 +765,14 @@ static void run_bench(runner *r, const mm_case *cases, int n, int first)
     }
     for (int l = 0; l < n_labels; l++)
         printf("bench Llama-3-8B 128-token prefill, matmuls only (bf16 weights), %s: %.1f ms\n", labels[l], model[l]);
-    for (int t = 0; t < 2; t++)
-        if (decode[t] > 0)
-            printf("bench Llama-3-8B decode step, T = %d, matmuls only (bf16 weights and x, kcu_plan_gemv's R): "
-                   "%.3f ms (the weights at 4.2 TB/s: %.3f ms, %.0f%%)\n",
-                   t ? 8 : 1, decode[t] * 1e-3, decode[2 + t] * 1e-3, 100.0 * decode[2 + t] / decode[t]);
+    static const int ts[3] = {1, 8, 32};
+    for (int p = 0; p < 2; p++)
+        for (int t = 0; t < 3; t++)
+            if (decode[p][t][0] > 0)
+                printf("bench Llama-3-8B decode step, T = %d, matmuls only (bf16 weights and x, %s): "
+                       "%.3f ms (the weights at 4.2 TB/s: %.3f ms, %.0f%%)\n",
+                       ts[t], p ? "kcu_matmul_tc" : "kcu_matmul_small, kcu_plan_gemv's R", decode[p][t][0] * 1e-3,
+                       decode[p][t][1] * 1e-3, 100.0 * decode[p][t][1] / decode[p][t][0]);
 }
 
 /* ---- main ------------------------------------------------------------------------------- */
@@ -732,7 +807,7 @@ static int nvrtc(const char *src, const char *arch, ks_buf *cubin)
     return rc;
 }
 
-enum { MAX_BENCH = 64 };
+enum { MAX_BENCH = 80 };
 
 /* The --gpu kernels: the checks, then the benchmark's; their counts. */
 static void gpu_cases(mm_case *all, int *n_checks, int *n_bench)

@@ -135,13 +135,18 @@ expect_same "bench --profile: the batched steps apart" \
 grep -q 'matmul \[fuse [0-9]*: ' "$work/bp.err" && passes=$((passes+1)) \
   || { echo "FAIL: bench --profile has no kernel rows:"; cat "$work/bp.err"; failures=$((failures+1)); }
 
-# matmuls run their _large kernel in the 9-token prefill step and the small one in decode steps:
-# the stand-in's count of _large launches equals the prefill table's matmul launches
-large=$(grep -o '[0-9]* launches of _large kernels' "$work/p.err" | cut -d' ' -f1)
+# matmuls run their decode kernel in steps of up to 32 tokens (the 9-token prefill above: no _large
+# launch) and their _large kernel past that: a 40-token prompt's step launches a _large kernel for
+# every matmul of its table but the head's (which runs on the one row drawn from)
+expect_same "no _large kernel for a 9-token step" "0" \
+  "$(grep -o '[0-9]* launches of _large kernels' "$work/p.err" | cut -d' ' -f1)"
+ids40=$(seq -s, 1 40)
+KILN_EMU_STATS=1 "$KILN_BIN" run "$cu" --ids $ids40 -n 1 --profile >/dev/null 2>"$work/p40.err"
+large=$(grep -o '[0-9]* launches of _large kernels' "$work/p40.err" | cut -d' ' -f1)
 mm_prefill=$(awk '/^kiln: profile: [0-9]* prefill step.*device time/ { t = 1; next } /^kiln: profile:/ { t = 0 }
   t { for (i = 6; i < NF; i++) if ($i ~ /^%[0-9]+$/) { if ($(i + 1) == "matmul") n += $2; break } }
-  END { print n + 0 }' "$work/p.err")
-expect_same "matmuls' _large kernels launched for the prefill step only" "$mm_prefill" "$large"
+  END { print n - 1 }' "$work/p40.err")
+expect_same "matmuls' _large kernels launched for the 40-token step" "$mm_prefill" "$large"
 [ "${large:-0}" -gt 0 ] && passes=$((passes+1)) || { echo "FAIL: no _large kernel launched"; failures=$((failures+1)); }
 
 # the operations (ir/flops.h), from the model's dimensions (tinystories-656k: llama, 2 layers, hidden 128,
