@@ -23,12 +23,14 @@
  * loads in the matmuls); activations, sums and the KV cache are f32. Every
  * output element is computed in an order fixed by its position (no atomics,
  * fixed reduction trees): runs are bitwise reproducible. Matmuls have two
- * kernels (kcu_prelude.cuh): a memory-bound one for steps of at most 8
- * tokens (decode), and a tiled one for longer steps (prefill; tensor cores
+ * kernels (kcu_prelude.cuh): a memory-bound one for steps of at most
+ * KCU_DECODE_T tokens (decode: kcu_matmul_tc on tensor cores in fast precision,
+ * kcu_matmul_small on CUDA cores otherwise; a token's sums the same whatever
+ * its step holds), and a tiled one for longer steps (prefill; tensor cores
  * for bf16/f16 weights on sm_80 and later, x split into 16-bit parts), and
  * a fused matmul group with half x and weights (fast precision) a third for
  * the sm_90a cubin (a target's sm_90: kcu_gemm90, wgmma fed by TMA, for
- * steps above KCU_GEMM90_ABOVE tokens, tile widths by step size: cuda.meta
+ * steps past the decode kernels', tile widths by step size: cuda.meta
  * "variants", kcu_emit_group.c and kcu_emit_g90.c); the
  * other kernels keep the reference interpreter's arithmetic where they can
  * (runtime/interp/interp_kernels.c: double for row sums and transcendental functions).
@@ -72,7 +74,14 @@ typedef struct kcu_options {
                         * a block at a time (kcu_build: KILN_CUDA_GEMM90_CLUSTER=2 in the environment; off by
                         * default: on the H200 0.96-1.05 of single blocks at 2048 tokens, worse at 128,
                         * bench/RESULTS.md, #10 step 10) */
-    int64_t gemm90_above; /* 0: KCU_GEMM90_ABOVE; else the tokens a step above which gemm90 runs
+    int batch_variant; /* 1: trade batch invariance for speed where that is faster today: steps of at most
+                        * MM_GEMV_T tokens on kcu_matmul_small (CUDA cores), longer ones on the prefill
+                        * kernels (kcu_gemm90 from MM_GEMV_T + 1 on sm_90a); 0 (the default): steps of up
+                        * to KCU_DECODE_T tokens on the invariant decode kernels (kcu_matmul_tc in fast
+                        * precision). kcu_build: KILN_CUDA_BATCH_VARIANT=1 in the environment. Measured on the
+                        * H200 (bench/RESULTS.md #11 step 1): batch 1 / 8 / 32 of the 8B 4.58 / 12.94 / 6.77
+                        * ms a step with it, 5.77 / 6.93 / 17.44 without. */
+    int64_t gemm90_above; /* 0: the decode kernels' most; else the tokens a step above which gemm90 runs
                         * (kcu_build: KILN_CUDA_GEMM90_ABOVE=N, for tests that want short prompts on it) */
     int64_t smem_optin; /* 0, or the dynamic shared memory a block may opt into on every target
                         * architecture, bytes (kcu_arch_smem_optin; kcu_build sets it): room for the flash
@@ -153,12 +162,11 @@ enum { KCU_DECODE_T = 32 };
 /* The architecture whose cubin holds the gemm90 kernels: a target's sm_90 is compiled for it
  * (wgmma and setmaxnreg are sm_90a's; an sm_90a cubin runs on compute capability 9.0 only). */
 #define KCU_GEMM90_ARCH "sm_90a"
-/* Steps of more tokens than this take kcu_gemm90 by default: every step past the decode kernels'
- * KCU_DECODE_T (a smaller KILN_CUDA_GEMM90_ABOVE is raised to it), so that on sm_90a kcu_matmul_mma's
- * _large runs for none. A step of 33-128 tokens is one token tile, where kcu_gemm90 streams the
- * weights near the copy rate (alone at 128 tokens on the H200: gate/up 66.5 µs, lm_head 269
- * against floors of 55.5 and 248; bench/RESULTS.md #10 step 11). */
-enum { KCU_GEMM90_ABOVE = KCU_DECODE_T };
+/* kcu_gemm90 takes every step past the decode kernels' (kcu_gen.h's kcu_decode_t: KCU_DECODE_T, or
+ * MM_GEMV_T with kcu_options.batch_variant; a smaller KILN_CUDA_GEMM90_ABOVE is raised to it), so
+ * that on sm_90a kcu_matmul_mma's _large runs for none. A step of up to 128 tokens is one token
+ * tile, where kcu_gemm90 streams the weights near the copy rate (alone at 128 tokens on the H200:
+ * gate/up 66.5 µs, lm_head 269 against floors of 55.5 and 248; bench/RESULTS.md #10 step 11). */
 
 /* kcu_gemm90's column tiles for a matmul of N columns whose column c is
  * paired with partner[c] (-1: the single last column of an odd N), BN

@@ -177,6 +177,8 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     kcu_options opt = {0};
     kcu_target_options(out->archs, n, !(g90_env && strcmp(g90_env, "0") == 0), &opt);
     if (above_env && *above_env) opt.gemm90_above = strtoll(above_env, NULL, 10);
+    const char *variant_env = getenv("KILN_CUDA_BATCH_VARIANT");
+    opt.batch_variant = variant_env && strcmp(variant_env, "1") == 0;
     const char *cluster_env = getenv("KILN_CUDA_GEMM90_CLUSTER");
     opt.g90_cluster = cluster_env && strcmp(cluster_env, "2") == 0;
 

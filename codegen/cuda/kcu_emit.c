@@ -121,20 +121,24 @@ kcu_gemv_plan kcu_plan_gemv(int64_t N)
     return p;
 }
 
-/* kcu_matmul_tc's plan: 16 RT columns a block, RT = 2 where that still leaves every SM 4 blocks
- * (N >= 16 x 8 x 132: Llama-3-8B's gate/up and lm_head), so that a block's x chunks feed twice
- * the weights; else 1 (q,k,v, o, down: 256-384 blocks of 16 columns, every SM busy). Two blocks
- * an SM (the weight loads of 2 x 8 warps in flight; 128 registers a thread at most). */
+/* kcu_matmul_tc's plan: 16 columns a block (RT = 1), two blocks an SM (the weight loads of 2 x 8
+ * warps in flight; 128 registers a thread at most). RT = 2 (a block's x chunks feeding twice the
+ * weights) does not fit those registers with two chunks of loads a step ahead: ptxas spills 276
+ * bytes in Llama-3-8B's gate/up and lm_head kernels; with one chunk a step they ran at 51-57 % of
+ * the copy rate at T = 1 and 8 on the H200 (RT 1, two chunks: see bench/RESULTS.md #11 step 1). */
 kcu_gemv_plan kcu_plan_gemv_tc(int64_t N)
 {
-    enum { SMS = 132, PER_SM = 2 };
+    enum { PER_SM = 2 };
     kcu_gemv_plan p;
     p.tc = 1;
-    p.rows = N >= (int64_t)16 * 8 * SMS ? 2 : 1;
+    p.rows = 1;
+    (void)N;
     p.cols = 16 * p.rows;
     p.per_sm = PER_SM;
     return p;
 }
+
+int64_t kcu_decode_t(const kcu_gen *x) { return x->opt.batch_variant ? MM_GEMV_T : KCU_DECODE_T; }
 
 /* Whether a matmul of x (dtype xt, or its fused norm's values of dtype ot) and weights of dtype wt
  * over K takes kcu_matmul_tc: the three of one half dtype, rows of whole 16-byte chunks. */
@@ -154,7 +158,9 @@ static int emit_matmul(kcu_gen *x, kir_val v)
                           (long long)K);
     int vec = matmul_vec(K, w->dtype);
     const kir_dtype xt = x->g->nodes[n->in[0]].dtype;
-    kcu_gemv_plan plan = kcu_use_tc(xt, xt, w->dtype, K) ? kcu_plan_gemv_tc(N) : kcu_plan_gemv(N);
+    kcu_gemv_plan plan =
+        !x->opt.batch_variant && kcu_use_tc(xt, xt, w->dtype, K) ? kcu_plan_gemv_tc(N) : kcu_plan_gemv(N);
+    const int64_t decode_t = kcu_decode_t(x);
     krt_cuda_kernel *k = kcu_kernel_new(x, v, MM_THREADS);
     kcu_matmul_grids(k, N, &plan);
     kcu_param_in(x, k, n->in[0], "x");
@@ -163,17 +169,17 @@ static int emit_matmul(kcu_gen *x, kir_val v)
     ks_buf what = {0};
     if (plan.tc)
         ks_buf_printf(&what, "x w^T with %s weights, fp32 sums (tensor cores, %d rows a block, when T <= %d)",
-                      kir_dtype_name(w->dtype), plan.cols, KCU_DECODE_T);
+                      kir_dtype_name(w->dtype), plan.cols, (int)decode_t);
     else
         ks_buf_printf(&what, "x w^T with %s weights, fp32 sums (%d-element loads; a warp for %d rows when T <= %d)",
-                      kir_dtype_name(w->dtype), vec, plan.rows, KCU_DECODE_T);
+                      kir_dtype_name(w->dtype), vec, plan.rows, (int)decode_t);
     kcu_open_body_min(x, k, ks_buf_cstr(&what), plan.per_sm);
     ks_buf_free(&what);
     for (int large = 0; large < 2; large++) {
         char shape[64];
         if (large) snprintf(shape, sizeof shape, "%lld, %lld", (long long)K, (long long)N);
         else snprintf(shape, sizeof shape, "%lld, %lld, %d", (long long)K, (long long)N, plan.rows);
-        if (large) kcu_open_large(x, k, KCU_DECODE_T);
+        if (large) kcu_open_large(x, k, decode_t);
         ks_buf_printf(&x->body,
                       "    kcu_matmul_%s<%s, %s>(T, x, w, kcu_pro_none(), kcu_epi_store<%lld%s%s>{out});\n}\n",
                       large ? "large" : plan.tc ? "tc" : "small", kcu_elem_type(w->dtype), shape, (long long)N,

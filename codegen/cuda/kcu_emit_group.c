@@ -1030,7 +1030,7 @@ static int group_tc(const group *G)
     const kir_node *mn = &g->nodes[G->n[G->mm].v];
     const kir_node *pn = G->pro >= 0 ? &g->nodes[G->n[G->pro].v] : NULL;
     const kir_dtype xt = g->nodes[pn ? pn->in[0] : mn->in[0]].dtype;
-    return kcu_use_tc(xt, pn ? pn->dtype : xt, g->nodes[mn->in[1]].dtype, G->K);
+    return !G->x->opt.batch_variant && kcu_use_tc(xt, pn ? pn->dtype : xt, g->nodes[mn->in[1]].dtype, G->K);
 }
 
 /* Which gemm90 kernels group G gets: half x and weights of one dtype, rows
@@ -1058,8 +1058,8 @@ static void plan_g90(const group *G, g90_plan *P)
     kir_dtype wt = g->nodes[mn->in[1]].dtype;
     P->xv = mn->in[0];
     if ((wt != KIR_BF16 && wt != KIR_F16) || g->nodes[P->xv].dtype != wt || G->K % 8 || G->N < 2) return;
-    int64_t above = x->opt.gemm90_above > 0 ? x->opt.gemm90_above : KCU_GEMM90_ABOVE;
-    if (above < KCU_DECODE_T) above = KCU_DECODE_T; /* the decode kernel's steps stay its own */
+    int64_t above = x->opt.gemm90_above > 0 ? x->opt.gemm90_above : kcu_decode_t(x);
+    if (above < kcu_decode_t(x)) above = kcu_decode_t(x); /* the decode kernel's steps stay its own */
     kcu_g90_tiles all[KCU_G90_WIDTHS];
     int nt[KCU_G90_WIDTHS] = {0};
     /* widths whose boxes are under G90_MIN_BOX rows are left out (where another fits): many small TMA
@@ -1372,7 +1372,7 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
         ks_buf_puts(&call, "}, epi);\n}\n");
     }
     for (int large = 0; large < 2; large++) {
-        if (large) kcu_open_large(x, k, KCU_DECODE_T);
+        if (large) kcu_open_large(x, k, kcu_decode_t(x));
         ks_buf_printf(&x->body, "    const " NAME_MARK "_epi epi = {%s};\n", ks_buf_cstr(&inits));
         ks_buf_printf(&x->body, "    kcu_matmul_%s<%s, %lld, %lld", large ? "large" : plan.tc ? "tc" : "small", wt,
                       (long long)G.K, (long long)G.N);

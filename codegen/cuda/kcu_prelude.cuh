@@ -439,6 +439,22 @@ template <int K, typename G, typename O = float> struct kcu_pro_rms {
             const float y = v[j] * s;
             v[j] = kcu_round<O>(g ? y * gv[j] : y);
         }
+    }    /* kcu_matmul_tc's form: the weights of k .. k + 7 as 16 raw bytes (G a half dtype, k % 8 == 0:
+     * loaded with x, a step ahead), then chunk of those 8 from them (the same values as chunk<8>) */
+    __device__ __forceinline__ uint4 raw16(int k) const
+    {
+        return g ? *reinterpret_cast<const uint4 *>(g + k) : uint4{0u, 0u, 0u, 0u};
+    }
+    __device__ __forceinline__ void chunk8(float *v, long long t, int, const uint4 &graw) const
+    {
+        const float s = inv[t - r0];
+        float gv[8];
+        if (g) kcu_vec<G>::unpack(graw, gv);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float y = v[j] * s;
+            v[j] = kcu_round<O>(g ? y * gv[j] : y);
+        }
     }
 };
 
@@ -481,6 +497,9 @@ template <int K, typename G, typename O = float> struct kcu_pro_ln {
             v[j] = kcu_round<O>(y);
         }
     }
+    /* kcu_matmul_tc's form (kcu_pro_rms's): nothing loaded ahead, chunk<8> itself */
+    __device__ __forceinline__ uint4 raw16(int) const { return uint4{0u, 0u, 0u, 0u}; }
+    __device__ __forceinline__ void chunk8(float *v, long long t, int k, const uint4 &) const { chunk<8>(v, t, k); }
 };
 
 /* ---- matmul epilogues: where the results go ---------------------------------------------
@@ -1598,7 +1617,7 @@ static __device__ __forceinline__ void kcu_tc_tokens(const int T, const int t0, 
         CW = G::CW,
         BM = G::BM,
         TP = 8 * NT,                               /* tokens a row of red */
-        U = NT == 1 && RT == 1 ? 2 : 1,            /* chunks a step (128 registers a thread at most) */
+        U = NT == 1 ? 2 : 1,                       /* chunks a step (128 registers a thread at most) */
         STEPS = (CW + U - 1) / U
     };
     static_assert(RT * NT <= 8, "kcu_matmul_tc: the partial sums fit 32 kB");
@@ -1616,7 +1635,7 @@ static __device__ __forceinline__ void kcu_tc_tokens(const int T, const int t0, 
     /* this lane's token of tile n (past the step: its last token) */
     auto xt = [&](int n) -> long long { return t0 + (8 * n + g < TT ? 8 * n + g : TT - 1); };
     const int kw = warp * CW * 32 + 8 * c; /* this lane's k in its warp's first chunk */
-    auto load = [&](int s, uint4(&wb)[RT][2][U], uint4(&xb)[NT][U]) {
+    auto load = [&](int s, uint4(&wb)[RT][2][U], uint4(&xb)[NT][U], uint4(&gb)[U]) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int j = s * U + u, k = kw + 32 * j;
@@ -1627,6 +1646,7 @@ static __device__ __forceinline__ void kcu_tc_tokens(const int T, const int t0, 
                 for (int h = 0; h < 2; h++) wb[rt][h][u] = in ? kcu_tc_ldw<K>(wr[rt][h], k) : uint4{0u, 0u, 0u, 0u};
 #pragma unroll
             for (int n = 0; n < NT; n++) xb[n][u] = in ? kcu_tc_ldx<K>(x + xt(n) * K, k) : uint4{0u, 0u, 0u, 0u};
+            if constexpr (STAGED) gb[u] = in ? pro.raw16(k) : uint4{0u, 0u, 0u, 0u}; /* the norm's weights there */
         }
     };
     float acc[RT][NT][4], lo[NT][4];
@@ -1636,7 +1656,7 @@ static __device__ __forceinline__ void kcu_tc_tokens(const int T, const int t0, 
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[rt][n][e] = 0.0f;
-    auto step = [&](int s, const uint4(&wb)[RT][2][U], const uint4(&xb)[NT][U]) {
+    auto step = [&](int s, const uint4(&wb)[RT][2][U], const uint4(&xb)[NT][U], const uint4(&gb)[U]) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int j = s * U + u, k = kw + 32 * j;
@@ -1649,7 +1669,7 @@ static __device__ __forceinline__ void kcu_tc_tokens(const int T, const int t0, 
                     if (k < K) {
                         float v[8];
                         kcu_vec<X>::unpack(xb[n][u], v);
-                        pro.template chunk<8>(v, xt(n), k);
+                        pro.chunk8(v, xt(n), k, gb[u]);
 #pragma unroll
                         for (int i = 0; i < 4; i++)
                             q[i] = kcu_held_bits<XO>(v[2 * i]) | kcu_held_bits<XO>(v[2 * i + 1]) << 16;
@@ -1670,17 +1690,17 @@ static __device__ __forceinline__ void kcu_tc_tokens(const int T, const int t0, 
             }
         }
     };
-    uint4 wa[RT][2][U], wb[RT][2][U], xa[NT][U], xb[NT][U];
-    load(0, wa, xa); /* in flight while the prologue runs */
+    uint4 wa[RT][2][U], wb[RT][2][U], xa[NT][U], xb[NT][U], ga[U], gb[U];
+    load(0, wa, xa, ga); /* in flight while the prologue runs */
     if constexpr (STAGED) pro.prepare(x, T, t0, TT);
 #pragma unroll 1
     for (int s = 0; s < STEPS - 1; s += 2) {
-        load(s + 1, wb, xb);
-        step(s, wa, xa);
-        if (s + 2 < STEPS) load(s + 2, wa, xa);
-        step(s + 1, wb, xb);
+        load(s + 1, wb, xb, gb);
+        step(s, wa, xa, ga);
+        if (s + 2 < STEPS) load(s + 2, wa, xa, ga);
+        step(s + 1, wb, xb, gb);
     }
-    if (STEPS % 2) step(STEPS - 1, wa, xa);
+    if (STEPS % 2) step(STEPS - 1, wa, xa, ga);
     /* the warps' sums, added in warp order; lane (g, c)'s d[e] is row g + 8 (e / 2), token 2c + e % 2 */
     __syncthreads(); /* the previous group's sums are read */
 #pragma unroll

@@ -619,7 +619,7 @@ static int bench_cases(mm_case *out)
         }
     /* decode on tensor cores (what fast engines run for steps of 1-32 tokens): T = 1, 8, 32 */
     for (size_t s = 0; s < sizeof llama8b / sizeof llama8b[0]; s++)
-        for (int T = 1; T <= 32; T = T == 1 ? 8 : 32 + T) {
+        for (int T = 1; T <= 32; T = T == 1 ? 8 : T == 8 ? 32 : 33) {
             const bench_shape *b = &llama8b[s];
             out[n++] = (mm_case){W_BF16, T, b->K, b->N, b->norm, 0, 0, PATH_TC, 0, 0, 0, kcu_plan_gemv_tc(b->N).rows, 1};
         }

@@ -72,7 +72,7 @@ static const char small_meta[] =
     "\"args\":[\"T\",\"value:0\",\"value:1\",\"value:2\"]},"
     "{\"name\":\"k_rms_norm_#\",\"node\":4,\"block\":32,\"grid\":[[1,0,1],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:2\",\"value:3\",\"value:4\"]},"
-    "{\"name\":\"k_matmul_#\",\"node\":6,\"block\":256,\"large\":{\"name\":\"k_matmul_#_large\",\"above\":8},\"grid\":[[0,8,16],[0,1,1],[0,1,1]],"
+    "{\"name\":\"k_matmul_#\",\"node\":6,\"block\":256,\"large\":{\"name\":\"k_matmul_#_large\",\"above\":32},\"grid\":[[0,8,16],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:4\",\"value:5\",\"value:6\"]},"
     "{\"name\":\"k_rope_#\",\"node\":9,\"block\":256,\"grid\":[[8,0,256],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:6\",\"value:8\",\"value:9\"]},"
@@ -170,7 +170,7 @@ static void test_generate(void)
     /* the matmul's signature and the comment above it, as a reader of --emit-source sees them */
     ks_buf want = {0};
     ks_buf_printf(&want,
-                  "/* matmul: x w^T with f32 weights, fp32 sums (4-element loads; a warp for 2 rows when T <= 8) -> "
+                  "/* matmul: x w^T with f32 weights, fp32 sums (4-element loads; a warp for 2 rows when T <= 32) -> "
                   "f32[T,8] */\n"
                   "extern \"C\" __global__ void __launch_bounds__(256, 2) %s(int T, const float *__restrict__ x, const "
                   "float *__restrict__ w, float *__restrict__ out)\n{\n"
