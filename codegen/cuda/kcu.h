@@ -144,14 +144,14 @@ typedef struct kcu_gemv_plan {
     int tc;     /* 1: kcu_matmul_tc (tensor cores: x and weights of one half dtype, K % 8 == 0); 0:
                  * kcu_matmul_small (CUDA cores; T > MM_GEMV_T in groups of it, the weights read again) */
     int rows;   /* R: columns (weight rows) a warp: 4 where N gives every SM 1.25 blocks of 32, else 2;
-                 * tc: 16-row tiles a block (RT), 2 where N gives every SM 8 blocks of 16 rows, else 1 */
-    int cols;   /* columns a block, 8 R (tc: 16 RT): the kernel's grid is ceil(N / cols) blocks */
+                 * tc: J, the tiles of 16 columns a block takes one after another (kcu_emit.c) */
+    int cols;   /* columns a block, 8 R (tc: 16 J): the kernel's grid is ceil(N / cols) blocks */
     int per_sm; /* blocks an SM the kernel is compiled for (__launch_bounds__: 2, so 128 registers a
                  * thread at most; more would spill, visibly, rather than halve the loads in flight) */
 } kcu_gemv_plan;
 /* The plan for N columns (tc: kcu_matmul_tc's). */
 kcu_gemv_plan kcu_plan_gemv(int64_t N);
-kcu_gemv_plan kcu_plan_gemv_tc(int64_t N);
+kcu_gemv_plan kcu_plan_gemv_tc(int64_t N, int norm); /* norm: the matmul has a fused norm prologue */
 /* The most tokens a step of the decode kernels (kcu_matmul_tc in fast precision, kcu_matmul_small
  * otherwise): steps of up to this many take them, larger ones the kernel's _large or kcu_gemm90
  * (whose variants start above it). Both sum each token's outputs in an order that does not depend

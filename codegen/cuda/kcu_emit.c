@@ -121,18 +121,19 @@ kcu_gemv_plan kcu_plan_gemv(int64_t N)
     return p;
 }
 
-/* kcu_matmul_tc's plan: 16 columns a block (RT = 1), two blocks an SM (the weight loads of 2 x 8
- * warps in flight; 128 registers a thread at most). RT = 2 (a block's x chunks feeding twice the
- * weights) does not fit those registers with two chunks of loads a step ahead: ptxas spills 276
- * bytes in Llama-3-8B's gate/up and lm_head kernels; with one chunk a step they ran at 51-57 % of
- * the copy rate at T = 1 and 8 on the H200 (RT 1, two chunks: see bench/RESULTS.md #11 step 1). */
-kcu_gemv_plan kcu_plan_gemv_tc(int64_t N)
+/* kcu_matmul_tc's plan: J tiles of 16 columns a block, one after another, two blocks an SM (the
+ * weight loads of 2 x 8 warps in flight; 128 registers a thread at most). A block prepares its
+ * norm prologue (the statistics, and the norm's values of a short step) once for its J tiles: J =
+ * the tiles over two waves of 2 x 132 blocks where the matmul has a norm (Llama-3-8B's lm_head 15,
+ * gate/up 3, q,k,v 1), else 1. Measured on the H200 with J = 1 (#11 step 1): the fused-norm kernels
+ * lost 3.5 µs a wave of blocks against kcu_matmul_small at T = 1. */
+kcu_gemv_plan kcu_plan_gemv_tc(int64_t N, int norm)
 {
-    enum { PER_SM = 2 };
+    enum { SMS = 132, PER_SM = 2 };
     kcu_gemv_plan p;
     p.tc = 1;
-    p.rows = 1;
-    (void)N;
+    const int64_t tiles = (N + 15) / 16, j = tiles / (2 * PER_SM * SMS);
+    p.rows = norm && j > 1 ? (int)j : 1;
     p.cols = 16 * p.rows;
     p.per_sm = PER_SM;
     return p;
@@ -159,7 +160,7 @@ static int emit_matmul(kcu_gen *x, kir_val v)
     int vec = matmul_vec(K, w->dtype);
     const kir_dtype xt = x->g->nodes[n->in[0]].dtype;
     kcu_gemv_plan plan =
-        !x->opt.batch_variant && kcu_use_tc(xt, xt, w->dtype, K) ? kcu_plan_gemv_tc(N) : kcu_plan_gemv(N);
+        !x->opt.batch_variant && kcu_use_tc(xt, xt, w->dtype, K) ? kcu_plan_gemv_tc(N, 0) : kcu_plan_gemv(N);
     const int64_t decode_t = kcu_decode_t(x);
     krt_cuda_kernel *k = kcu_kernel_new(x, v, MM_THREADS);
     kcu_matmul_grids(k, N, &plan);

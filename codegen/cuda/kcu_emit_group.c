@@ -1289,7 +1289,7 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
 
     /* ---- the kernel: matmul grid, parameters, the functor, the body ---- */
     const kir_node *pn = G.pro >= 0 ? &g->nodes[nodes[G.pro]] : NULL;
-    const kcu_gemv_plan plan = group_tc(&G) ? kcu_plan_gemv_tc(G.N) : kcu_plan_gemv(G.N);
+    const kcu_gemv_plan plan = group_tc(&G) ? kcu_plan_gemv_tc(G.N, G.pro >= 0) : kcu_plan_gemv(G.N);
     krt_cuda_kernel *k = kcu_kernel_new(x, nodes[G.mm], MM_THREADS);
     kcu_matmul_grids(k, G.N, &plan);
     kcu_param_in(x, k, pn ? pn->in[0] : mn->in[0], "x");

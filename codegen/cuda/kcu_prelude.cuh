@@ -439,21 +439,27 @@ template <int K, typename G, typename O = float> struct kcu_pro_rms {
             const float y = v[j] * s;
             v[j] = kcu_round<O>(g ? y * gv[j] : y);
         }
-    }    /* kcu_matmul_tc's form: the weights of k .. k + 7 as 16 raw bytes (G a half dtype, k % 8 == 0:
-     * loaded with x, a step ahead), then chunk of those 8 from them (the same values as chunk<8>) */
+    }
+    /* kcu_matmul_tc's form: the weights of k .. k + 7 as 16 raw bytes, loaded a step ahead with x
+     * (G a half dtype; f32 weights are read in chunk8 itself), then chunk<8>'s values from them */
     __device__ __forceinline__ uint4 raw16(int k) const
     {
-        return g ? *reinterpret_cast<const uint4 *>(g + k) : uint4{0u, 0u, 0u, 0u};
+        if constexpr (sizeof(G) == 2) return g ? *reinterpret_cast<const uint4 *>(g + k) : uint4{0u, 0u, 0u, 0u};
+        return uint4{0u, 0u, 0u, 0u};
     }
-    __device__ __forceinline__ void chunk8(float *v, long long t, int, const uint4 &graw) const
+    __device__ __forceinline__ void chunk8(float *v, long long t, int k, const uint4 &graw) const
     {
-        const float s = inv[t - r0];
-        float gv[8];
-        if (g) kcu_vec<G>::unpack(graw, gv);
+        if constexpr (sizeof(G) != 2) {
+            chunk<8>(v, t, k);
+        } else {
+            const float s = inv[t - r0];
+            float gv[8];
+            if (g) kcu_vec<G>::unpack(graw, gv);
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const float y = v[j] * s;
-            v[j] = kcu_round<O>(g ? y * gv[j] : y);
+            for (int j = 0; j < 8; j++) {
+                const float y = v[j] * s;
+                v[j] = kcu_round<O>(g ? y * gv[j] : y);
+            }
         }
     }
 };
@@ -1556,37 +1562,42 @@ static __device__ __forceinline__ void kcu_matmul_small(const int T, const X *__
  * on the tensor cores, each output summed in an order fixed by the weight's
  * shape alone: the same bits for a token whatever else its step holds.
  *
- * Layout. A block of 8 warps computes BM = 16 RT columns (weight rows
- * Epi::row(c)) for all the step's tokens; K is cut into chunks of 32, and
- * warp w takes chunks w CW .. w CW + CW - 1 (CW = ceil(chunks / 8): chunks
- * past K are zeros). A chunk is two mma.m16n8k16 a 16-row tile and 8-token
- * tile, the weights as the A operand (rows) and the tokens as B: lane (g, c)
- * loads 16 bytes of each of its rows g and g + 8 (k = 32 j + 8 c .. + 7) and
- * 16 bytes of token g of each token tile at the same k, and uses words 0, 1
- * of each as the first mma's k 2c, 2c+1 and 2c+8, 2c+9, words 2, 3 as the
- * second's: a relabelling of k, the same for both operands, so the sum is of
- * the same products. A lane's weight loads are 16 bytes at a time, streamed
- * past L1, issued a step (U chunks) ahead of their use.
+ * Layout. A block of 8 warps computes J tiles of 16 columns (weight rows
+ * Epi::row(c)) one after another, for all the step's tokens; K is cut into
+ * chunks of 32, and warp w takes chunks w CW .. w CW + CW - 1 (CW =
+ * ceil(chunks / 8): chunks past K are zeros). A chunk is two mma.m16n8k16 a
+ * token tile of 8, the weights as the A operand (rows) and the tokens as B:
+ * lane (g, c) loads 16 bytes of each of its rows g and g + 8 (k = 32 j + 8 c
+ * .. + 7) and 16 bytes of token g of each token tile at the same k, and uses
+ * words 0, 1 of each as the first mma's k 2c, 2c+1 and 2c+8, 2c+9, words 2,
+ * 3 as the second's: a relabelling of k, the same for both operands, so the
+ * sum is of the same products. A lane's weight loads are 16 bytes at a time,
+ * streamed past L1, issued a step (U chunks) ahead of their use.
  *
  * Order. Per warp and chunk, the two mma from zero, then added to the warp's
  * f32 sum (kcu_mma_warp: the tensor cores' truncation stays inside 32
  * products); the 8 warps' sums go through shared memory and are added in warp
  * order, then the epilogue gets each column pair (kcu_matmul's interface).
- * Nothing depends on T or on which tile a token sits in: a token tile's mma
+ * Nothing depends on T, J or on which tile a token sits in: a token tile's mma
  * reads only its own column of B, and tiles of tokens past the step compute
  * on a copy of its last token and are dropped. Steps of more tokens than
- * KCU_DECODE_T's group (32) go group by group, the weights read again.
+ * KCU_TC_GROUP go group by group, the weights read again.
  *
- * The norm prologue (kcu_pro_rms / _ln): the block's tokens' statistics first
- * (prepare, behind the first step's loads), then each x chunk through
- * pro.chunk (the norm's values rounded to its half dtype, as everywhere).
+ * The norm prologue (kcu_pro_rms / _ln): the block's tokens' statistics once
+ * a group (prepare), then the norm's values (rounded to its half dtype, as
+ * everywhere: chunk8) either staged once in shared memory by the whole block
+ * when the group's x fits KCU_TC_XS_BYTES (T <= 3 at K = 4096: the one-token
+ * decode), or made chunk by chunk in the loop. J > 1 (the generator's plan:
+ * many tiles) spreads that work over J tiles.
  */
-enum { KCU_TC_GROUP = 32 /* tokens a pass over the weights: 4 tiles of 8 (the generator's KCU_DECODE_T: one pass) */ };
+enum {
+    KCU_TC_GROUP = 32,      /* tokens a pass over the weights: 4 tiles of 8 (the generator's KCU_DECODE_T: one pass) */
+    KCU_TC_XS_BYTES = 24576 /* shared memory for a group's staged norm values */
+};
 
-template <typename W, int K, int RT> struct kcu_tc {
+template <typename W, int K> struct kcu_tc {
     enum {
         WARPS = KCU_MM_THREADS / 32,
-        BM = 16 * RT,                 /* columns a block */
         CH = (K + 31) / 32,           /* chunks of 32 k */
         CW = (CH + WARPS - 1) / WARPS /* chunks a warp */
     };
@@ -1603,96 +1614,106 @@ template <int K, typename H> __device__ __forceinline__ uint4 kcu_tc_ldx(const H
 {
     return k < K ? *reinterpret_cast<const uint4 *>(row + k) : uint4{0u, 0u, 0u, 0u};
 }
-
-/* Tokens t0 .. t0 + TT - 1 (TT <= 8 NT) of kcu_matmul_tc, NT token tiles, columns c0 .. c0 + 16 RT
- * - 1; red: the block's shared [8 warps][16 RT][8 NT] partial sums. */
-template <int NT, typename W, int K, int N, int RT, class Pro, class Epi, typename X>
-static __device__ __forceinline__ void kcu_tc_tokens(const int T, const int t0, const int TT, const int c0,
-                                                     const X *__restrict__ x, const W *__restrict__ w, Pro &pro,
-                                                     const Epi &epi, float *red)
+/* The L2 line of p fetched ahead (its first step's weights, while the block prepares). */
+__device__ __forceinline__ void kcu_prefetch_l2(const void *p)
 {
-    typedef kcu_tc<W, K, RT> G;
+#ifdef __CUDA_ARCH__
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+
+/* Eight values of dtype E (each a value of E already) as four words of pairs, the lower k in the low half. */
+template <typename E> __device__ __forceinline__ uint4 kcu_pack8(const float *v)
+{
+    unsigned q[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) q[i] = kcu_held_bits<E>(v[2 * i]) | kcu_held_bits<E>(v[2 * i + 1]) << 16;
+    return uint4{q[0], q[1], q[2], q[3]};
+}
+
+/* One 16-column tile (columns c0 .. c0 + 15) of tokens t0 .. t0 + TT - 1 (TT <= 8 NT), NT token
+ * tiles; XS: the norm's values of the group from xs ([TT][K / 8] chunks, staged); red: the block's
+ * shared [8 warps][16][8 NT] partial sums. */
+template <int NT, bool XS, typename W, int K, int N, class Pro, class Epi, typename X>
+static __device__ __forceinline__ void kcu_tc_tile(const int t0, const int TT, const int c0, const X *__restrict__ x,
+                                                   const W *__restrict__ w, const Pro &pro, const Epi &epi,
+                                                   float *red, const uint4 *xs)
+{
+    typedef kcu_tc<W, K> G;
     enum {
-        STAGED = !kcu_same<Pro, kcu_pro_none>::V,
+        FUSED = !kcu_same<Pro, kcu_pro_none>::V && !XS, /* the norm applied in the loop */
         CW = G::CW,
-        BM = G::BM,
-        TP = 8 * NT,                               /* tokens a row of red */
-        U = NT == 1 ? 2 : 1,                       /* chunks a step (128 registers a thread at most) */
+        TP = 8 * NT,               /* tokens a row of red */
+        U = XS ? 4 : NT == 1 ? 2 : 1, /* chunks a step (128 registers a thread at most) */
         STEPS = (CW + U - 1) / U
     };
-    static_assert(RT * NT <= 8, "kcu_matmul_tc: the partial sums fit 32 kB");
     typedef typename Pro::template out<X>::T XO;
     static_assert(sizeof(X) == 2 && kcu_same<XO, W>::V, "kcu_matmul_tc: x and the weights of one half dtype");
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
-    const W *wr[RT][2]; /* this lane's weight rows: column c0 + 16 rt + g (+ 8) */
+    const W *wr[2]; /* this lane's weight rows: columns c0 + g, c0 + g + 8 */
 #pragma unroll
-    for (int rt = 0; rt < RT; rt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int col = c0 + 16 * rt + g + 8 * h;
-            wr[rt][h] = w + (long long)(col < N ? Epi::row(col) : 0) * K;
-        }
-    /* this lane's token of tile n (past the step: its last token) */
-    auto xt = [&](int n) -> long long { return t0 + (8 * n + g < TT ? 8 * n + g : TT - 1); };
+    for (int h = 0; h < 2; h++) {
+        const int col = c0 + g + 8 * h;
+        wr[h] = w + (long long)(col < N ? Epi::row(col) : 0) * K;
+    }
+    /* this lane's token of tile n in the group (past the step: its last token) */
+    auto tg = [&](int n) -> int { return 8 * n + g < TT ? 8 * n + g : TT - 1; };
     const int kw = warp * CW * 32 + 8 * c; /* this lane's k in its warp's first chunk */
-    auto load = [&](int s, uint4(&wb)[RT][2][U], uint4(&xb)[NT][U], uint4(&gb)[U]) {
+    auto load = [&](int s, uint4(&wb)[2][U], uint4(&xb)[NT][U], uint4(&gb)[U]) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int j = s * U + u, k = kw + 32 * j;
             const bool in = j < CW; /* a ragged last step: chunks past the warp's are not its */
 #pragma unroll
-            for (int rt = 0; rt < RT; rt++)
+            for (int h = 0; h < 2; h++) wb[h][u] = in ? kcu_tc_ldw<K>(wr[h], k) : uint4{0u, 0u, 0u, 0u};
+            if constexpr (!XS) {
 #pragma unroll
-                for (int h = 0; h < 2; h++) wb[rt][h][u] = in ? kcu_tc_ldw<K>(wr[rt][h], k) : uint4{0u, 0u, 0u, 0u};
-#pragma unroll
-            for (int n = 0; n < NT; n++) xb[n][u] = in ? kcu_tc_ldx<K>(x + xt(n) * K, k) : uint4{0u, 0u, 0u, 0u};
-            if constexpr (STAGED) gb[u] = in ? pro.raw16(k) : uint4{0u, 0u, 0u, 0u}; /* the norm's weights there */
+                for (int n = 0; n < NT; n++)
+                    xb[n][u] = in ? kcu_tc_ldx<K>(x + (long long)(t0 + tg(n)) * K, k) : uint4{0u, 0u, 0u, 0u};
+            }
+            if constexpr (FUSED) gb[u] = in && k < K ? pro.raw16(k) : uint4{0u, 0u, 0u, 0u}; /* the norm's weights */
         }
     };
-    float acc[RT][NT][4], lo[NT][4];
+    float acc[NT][4], lo[NT][4];
 #pragma unroll
-    for (int rt = 0; rt < RT; rt++)
+    for (int n = 0; n < NT; n++)
 #pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[rt][n][e] = 0.0f;
-    auto step = [&](int s, const uint4(&wb)[RT][2][U], const uint4(&xb)[NT][U], const uint4(&gb)[U]) {
+        for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
+    auto step = [&](int s, const uint4(&wb)[2][U], const uint4(&xb)[NT][U], const uint4(&gb)[U]) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int j = s * U + u, k = kw + 32 * j;
             if (j >= CW) break; /* uniform: the same for every lane of the block */
-            kcu_mma_frag<NT, 1, 1> f[RT][2];
+            kcu_mma_frag<NT, 1, 1> f[2];
 #pragma unroll
             for (int n = 0; n < NT; n++) {
-                unsigned q[4] = {xb[n][u].x, xb[n][u].y, xb[n][u].z, xb[n][u].w};
-                if constexpr (STAGED) {
-                    if (k < K) {
-                        float v[8];
-                        kcu_vec<X>::unpack(xb[n][u], v);
-                        pro.chunk8(v, xt(n), k, gb[u]);
-#pragma unroll
-                        for (int i = 0; i < 4; i++)
-                            q[i] = kcu_held_bits<XO>(v[2 * i]) | kcu_held_bits<XO>(v[2 * i + 1]) << 16;
+                uint4 q;
+                if constexpr (XS) {
+                    q = k < K ? xs[tg(n) * (K / 8) + k / 8] : uint4{0u, 0u, 0u, 0u};
+                } else {
+                    q = xb[n][u];
+                    if constexpr (FUSED) {
+                        if (k < K) {
+                            float v[8];
+                            kcu_vec<X>::unpack(q, v);
+                            pro.chunk8(v, t0 + tg(n), k, gb[u]);
+                            q = kcu_pack8<XO>(v);
+                        }
                     }
                 }
-#pragma unroll
-                for (int rt = 0; rt < RT; rt++) {
-                    f[rt][0].b[n][0][0] = q[0], f[rt][0].b[n][0][1] = q[1];
-                    f[rt][1].b[n][0][0] = q[2], f[rt][1].b[n][0][1] = q[3];
-                }
+                f[0].b[n][0][0] = q.x, f[0].b[n][0][1] = q.y;
+                f[1].b[n][0][0] = q.z, f[1].b[n][0][1] = q.w;
             }
-#pragma unroll
-            for (int rt = 0; rt < RT; rt++) {
-                const uint4 a0 = wb[rt][0][u], a1 = wb[rt][1][u];
-                f[rt][0].a[0][0] = a0.x, f[rt][0].a[0][1] = a1.x, f[rt][0].a[0][2] = a0.y, f[rt][0].a[0][3] = a1.y;
-                f[rt][1].a[0][0] = a0.z, f[rt][1].a[0][1] = a1.z, f[rt][1].a[0][2] = a0.w, f[rt][1].a[0][3] = a1.w;
-                kcu_mma_warp<NT, 1, 1, 2, W>(acc[rt], lo, f[rt]);
-            }
+            const uint4 a0 = wb[0][u], a1 = wb[1][u];
+            f[0].a[0][0] = a0.x, f[0].a[0][1] = a1.x, f[0].a[0][2] = a0.y, f[0].a[0][3] = a1.y;
+            f[1].a[0][0] = a0.z, f[1].a[0][1] = a1.z, f[1].a[0][2] = a0.w, f[1].a[0][3] = a1.w;
+            kcu_mma_warp<NT, 1, 1, 2, W>(acc, lo, f);
         }
     };
-    uint4 wa[RT][2][U], wb[RT][2][U], xa[NT][U], xb[NT][U], ga[U], gb[U];
-    load(0, wa, xa, ga); /* in flight while the prologue runs */
-    if constexpr (STAGED) pro.prepare(x, T, t0, TT);
+    uint4 wa[2][U], wb[2][U], xa[NT][U], xb[NT][U], ga[U], gb[U];
+    load(0, wa, xa, ga);
 #pragma unroll 1
     for (int s = 0; s < STEPS - 1; s += 2) {
         load(s + 1, wb, xb, gb);
@@ -1702,22 +1723,19 @@ static __device__ __forceinline__ void kcu_tc_tokens(const int T, const int t0, 
     }
     if (STEPS % 2) step(STEPS - 1, wa, xa, ga);
     /* the warps' sums, added in warp order; lane (g, c)'s d[e] is row g + 8 (e / 2), token 2c + e % 2 */
-    __syncthreads(); /* the previous group's sums are read */
+    __syncthreads(); /* the previous tile's sums are read */
 #pragma unroll
-    for (int rt = 0; rt < RT; rt++)
+    for (int n = 0; n < NT; n++)
 #pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                red[(warp * BM + 16 * rt + g + 8 * (e >> 1)) * TP + 8 * n + 2 * c + (e & 1)] = acc[rt][n][e];
+        for (int e = 0; e < 4; e++) red[(warp * 16 + g + 8 * (e >> 1)) * TP + 8 * n + 2 * c + (e & 1)] = acc[n][e];
     __syncthreads();
-    for (int i = tid; i < BM / 2 * TT; i += KCU_MM_THREADS) {
-        const int t = i / (BM / 2), p = i % (BM / 2), col = c0 + 2 * p;
+    for (int i = tid; i < 8 * TT; i += KCU_MM_THREADS) {
+        const int t = i / 8, p = i % 8, col = c0 + 2 * p;
         float v0 = red[(2 * p) * TP + t], v1 = red[(2 * p + 1) * TP + t];
 #pragma unroll
         for (int ww = 1; ww < G::WARPS; ww++) {
-            v0 += red[(ww * BM + 2 * p) * TP + t];
-            v1 += red[(ww * BM + 2 * p + 1) * TP + t];
+            v0 += red[(ww * 16 + 2 * p) * TP + t];
+            v1 += red[(ww * 16 + 2 * p + 1) * TP + t];
         }
         if (col + 1 < N)
             epi.two(t0 + t, Epi::row(col), v0, Epi::row(col + 1), v1);
@@ -1726,22 +1744,50 @@ static __device__ __forceinline__ void kcu_tc_tokens(const int T, const int t0, 
     }
 }
 
-/* The tensor-core decode path: 16 RT columns a block (its grid: ceil(N / (16 RT)) blocks), as
- * described above; T = 1 .. 8 on one token tile, the RT row tiles at once; more on four token
- * tiles, a row tile at a time (RT of them at once would not fit 128 registers), KCU_TC_GROUP
- * tokens a pass. */
-template <typename W, int K, int N, int RT, class Pro, class Epi, typename X>
+/* The tensor-core decode path: J tiles of 16 columns a block, one after another (its grid:
+ * ceil(N / (16 J)) blocks), as described above; T = 1 .. 8 on one token tile, more on four,
+ * KCU_TC_GROUP tokens a pass. */
+template <typename W, int K, int N, int J, class Pro, class Epi, typename X>
 static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__restrict__ x, const W *__restrict__ w,
                                                      Pro pro, const Epi &epi)
 {
-    __shared__ float red[KCU_MM_THREADS / 32 * 16 * 64]; /* [8 warps][16 RT][8 NT], RT NT <= 8 */
-    const int c0 = (int)blockIdx.x * 16 * RT;
+    typedef typename Pro::template out<X>::T XO;
+    enum { STAGED = !kcu_same<Pro, kcu_pro_none>::V, TILES = (N + 15) / 16, KC = K / 8 };
+    __shared__ float red[KCU_MM_THREADS / 32 * 16 * KCU_TC_GROUP]; /* [8 warps][16][8 NT] */
+    __shared__ uint4 xs[STAGED ? KCU_TC_XS_BYTES / 16 : 1];        /* [TT][K / 8] the norm's values */
+    const int tile0 = (int)blockIdx.x * J;
     for (int t0 = 0; t0 < T; t0 += KCU_TC_GROUP) {
         const int TT = T - t0 < KCU_TC_GROUP ? T - t0 : KCU_TC_GROUP;
-        if (TT <= 8)
-            kcu_tc_tokens<1, W, K, N, RT>(T, t0, TT, c0, x, w, pro, epi, red);
-        else
-            for (int r = 0; r < RT; r++) kcu_tc_tokens<KCU_TC_GROUP / 8, W, K, N, 1>(T, t0, TT, c0 + 16 * r, x, w, pro, epi, red);
+        bool staged = false;
+        if constexpr (STAGED) {
+            /* the first tile's first weights on their way to L2 while the statistics are summed */
+            const int col = tile0 * 16 + (int)threadIdx.x % 16;
+            if (tile0 < TILES && col < N && (int)threadIdx.x < 16 * 8)
+                kcu_prefetch_l2(w + (long long)Epi::row(col) * K + (threadIdx.x / 16) * (K / 8));
+            pro.prepare(x, T, t0, TT);
+            staged = TT * K * (int)sizeof(XO) <= KCU_TC_XS_BYTES;
+            if (staged) { /* the group's norm values, a 16-byte chunk a thread at a time */
+                __syncthreads(); /* the previous group's are read */
+                for (int i = threadIdx.x; i < TT * KC; i += KCU_MM_THREADS) {
+                    const int t = i / KC, k = 8 * (i % KC);
+                    float v[8];
+                    kcu_vec<X>::unpack(*reinterpret_cast<const uint4 *>(x + (long long)(t0 + t) * K + k), v);
+                    pro.chunk8(v, t0 + t, k, pro.raw16(k));
+                    xs[i] = kcu_pack8<XO>(v);
+                }
+                __syncthreads();
+            }
+        }
+        for (int j = 0; j < J; j++) {
+            const int tile = tile0 + j;
+            if (tile >= TILES) break; /* uniform */
+            if (TT > 8)
+                kcu_tc_tile<KCU_TC_GROUP / 8, false, W, K, N>(t0, TT, tile * 16, x, w, pro, epi, red, xs);
+            else if (staged)
+                kcu_tc_tile<1, true, W, K, N>(t0, TT, tile * 16, x, w, pro, epi, red, xs);
+            else
+                kcu_tc_tile<1, false, W, K, N>(t0, TT, tile * 16, x, w, pro, epi, red, xs);
+        }
     }
 }
 

@@ -54,7 +54,7 @@ typedef enum {
     PATH_FMA,    /* kcu_matmul_fma: the CUDA-core tiles */
     PATH_MMA,    /* kcu_matmul_mma in the case's configuration */
     PATH_DECODE, /* kcu_matmul_small, rows columns a warp: checked bitwise against decode_reference */
-    PATH_TC      /* kcu_matmul_tc, 16 rows columns a block: within 1e-6, and each token bitwise as alone */
+    PATH_TC      /* kcu_matmul_tc, rows tiles of 16 columns a block: within 1e-6, each token bitwise as alone */
 } mm_path;
 
 typedef struct mm_case {
@@ -102,11 +102,13 @@ static const mm_case check_cases[] = {
     {W_F32, 4, 36, 31, 1, 0, 0, PATH_DECODE, 0, 0, 0, 4, 0},    /* f32 weights: 4 a chunk */
     {W_F32, 1, 35, 17, 0, 1, 0, PATH_DECODE, 0, 0, 0, 2, 0},    /* f32, VEC 1 */
     /* the tensor-core decode path (half x): T = 1 .. 8 one token tile, 9 .. 32 four, then again */
-    {W_BF16, 32, 4096, 40, 1, 0, 0, PATH_TC, 0, 0, 0, 1, 1},  /* four tiles; 16 chunks a warp; rms */
-    {W_BF16, 5, 520, 67, 0, 1, 0, PATH_TC, 0, 0, 0, 2, 1},    /* 17 chunks: a warp's past K; N odd; RT 2 */
-    {W_F16, 40, 256, 33, 1, 1, 0, PATH_TC, 0, 0, 0, 2, 1},    /* two passes (32 + 8), RT 2 a tile at a time */
+    {W_BF16, 32, 4096, 40, 1, 0, 0, PATH_TC, 0, 0, 0, 1, 1},  /* four tiles; 16 chunks a warp; rms in the loop */
+    {W_BF16, 5, 520, 67, 0, 1, 0, PATH_TC, 0, 0, 0, 2, 1},    /* 17 chunks: a warp's past K; N odd; J 2 */
+    {W_F16, 40, 256, 33, 1, 1, 0, PATH_TC, 0, 0, 0, 2, 1},    /* two passes (32 + 8); rms staged for the 8 */
     {W_BF16, 9, 64, 16, 0, 0, 0, PATH_TC, 0, 0, 0, 1, 1},     /* 2 chunks: six warps sum nothing */
-    {W_F16, 1, 1000, 70, 1, 0, 0, PATH_TC, 0, 0, 0, 1, 1},    /* T = 1, K % 32 = 8 */
+    {W_F16, 1, 1000, 70, 1, 0, 0, PATH_TC, 0, 0, 0, 3, 1},    /* T = 1, K % 32 = 8, rms staged; J 3 past N */
+    {W_BF16, 3, 4096, 50, 1, 1, 0, PATH_TC, 0, 0, 0, 2, 1},   /* rms staged (3 x 4096 fit), J 2 */
+    {W_BF16, 4, 4096, 33, 1, 0, 0, PATH_TC, 0, 0, 0, 1, 1},   /* rms in the loop (4 x 4096 do not fit) */
 };
 
 /* Llama-3-8B's matmuls (K, N), each timed for a 128-token prefill and for decode. */
@@ -180,7 +182,7 @@ static void kernel_source(const mm_case *c, int index, ks_buf *src)
     if (c->path == PATH_DECODE || c->path == PATH_TC || c->lb2)
         snprintf(bounds, sizeof bounds, ", %d",
                  c->path == PATH_DECODE ? kcu_plan_gemv(c->N).per_sm
-                 : c->path == PATH_TC   ? kcu_plan_gemv_tc(c->N).per_sm
+                 : c->path == PATH_TC   ? kcu_plan_gemv_tc(c->N, c->rms).per_sm
                                         : 2);
     ks_buf_printf(src,
                   "extern \"C\" __global__ void __launch_bounds__(KCU_MM_THREADS%s) mm_%d(int T, const %s "
@@ -498,7 +500,7 @@ static void run_checks(runner *r, const mm_case *cases, int n)
         snprintf(what, sizeof what, "%s T=%d K=%d N=%d%s%s%s%s", w_short[c->w], c->T, c->K, c->N,
                  c->rms ? " rms" : "", c->rev ? " reversed" : "", c->x_off ? " x+1" : "", c->xh ? " half x" : "");
         if (c->path == PATH_DECODE) snprintf(what + strlen(what), sizeof what - strlen(what), " decode R=%d", c->rows);
-        if (c->path == PATH_TC) snprintf(what + strlen(what), sizeof what - strlen(what), " tc RT=%d", c->rows);
+        if (c->path == PATH_TC) snprintf(what + strlen(what), sizeof what - strlen(what), " tc J=%d", c->rows);
         size_t bytes = (size_t)c->T * c->N * 4;
         float *a = malloc(bytes), *b = malloc(bytes);
         if (!a || !b || setup(r, c, 1000 + (uint64_t)i, 1, &d) != 0) {
@@ -621,7 +623,7 @@ static int bench_cases(mm_case *out)
     for (size_t s = 0; s < sizeof llama8b / sizeof llama8b[0]; s++)
         for (int T = 1; T <= 32; T = T == 1 ? 8 : T == 8 ? 32 : 33) {
             const bench_shape *b = &llama8b[s];
-            out[n++] = (mm_case){W_BF16, T, b->K, b->N, b->norm, 0, 0, PATH_TC, 0, 0, 0, kcu_plan_gemv_tc(b->N).rows, 1};
+            out[n++] = (mm_case){W_BF16, T, b->K, b->N, b->norm, 0, 0, PATH_TC, 0, 0, 0, kcu_plan_gemv_tc(b->N, b->norm).rows, 1};
         }
     return n;
 }
@@ -632,7 +634,7 @@ static void path_name(const mm_case *c, char *buf, size_t n)
     if (c->path == PATH_DECODE)
         snprintf(buf, n, "decode, R %d%s", c->rows, c->rms ? ", rms prologue" : "");
     else if (c->path == PATH_TC)
-        snprintf(buf, n, "decode on tensor cores, RT %d%s", c->rows, c->rms ? ", rms prologue" : "");
+        snprintf(buf, n, "decode on tensor cores, J %d%s", c->rows, c->rms ? ", rms prologue" : "");
     else if (c->path == PATH_MATMUL)
         snprintf(buf, n, "kcu_matmul_large%s", c->lb2 ? ", <= 128 registers" : "");
     else if (c->path == PATH_FMA)
@@ -718,7 +720,7 @@ static void run_decode_bench(runner *r, const mm_case *c, int index, double mode
     const int tc = c->path == PATH_TC, ti = c->T == 1 ? 0 : c->T == 8 ? 1 : 2;
     for (size_t s = 0; s < sizeof llama8b / sizeof llama8b[0]; s++)
         if (c->K == llama8b[s].K && c->N == llama8b[s].N &&
-            c->rows == (tc ? kcu_plan_gemv_tc(c->N) : kcu_plan_gemv(c->N)).rows) {
+            c->rows == (tc ? kcu_plan_gemv_tc(c->N, c->rms) : kcu_plan_gemv(c->N)).rows) {
             model[tc][ti][0] += us * llama8b[s].per_model;
             model[tc][ti][1] += floor_us * llama8b[s].per_model;
         }
