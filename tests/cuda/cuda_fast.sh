@@ -74,6 +74,18 @@ for dtype in "$@"; do
 done
 
 dtype=$1 dir="$engines/$1"
+# the decode matmuls: kcu_matmul_tc for steps of up to 32 tokens by default (batch-invariant); with
+# KILN_CUDA_BATCH_VARIANT=1 the per-T kernels (kcu_matmul_small up to 8 tokens, gemm90 above)
+tc=$(cat "$dir"/src/*.cu | grep -cE "kcu_matmul_tc<(kcu_|float)")
+small=$(cat "$dir"/src/*.cu | grep -cE "kcu_matmul_small<(kcu_|float)")
+expect_same "decode matmuls on kcu_matmul_tc by default ($tc)" "0" "$small"
+[ "$tc" -gt 0 ] && passes=$((passes+1)) || { echo "FAIL: no kcu_matmul_tc in the fast engine"; failures=$((failures+1)); }
+KILN_CUDA_BATCH_VARIANT=1 "$KILN_BIN" build "${args[@]}" --target sm_90 --dtype ${dtype%-fast} --precision fast \
+  --emit-source "$work/variant" --stats -o "$work/variant.engine" >"$work/variant.log" 2>&1 \
+  || { echo "FAIL: the batch-variant build"; cat "$work/variant.log"; failures=$((failures+1)); }
+expect_same "KILN_CUDA_BATCH_VARIANT=1: no kcu_matmul_tc" "0" "$(cat "$work"/variant/*.cu | grep -cE "kcu_matmul_tc<(kcu_|float)")"
+grep -q "sm_90a above 8 tokens" "$work/variant.log" && passes=$((passes+1)) \
+  || { echo "FAIL: KILN_CUDA_BATCH_VARIANT=1: gemm90 not above 8 tokens"; failures=$((failures+1)); }
 # (KILN_CUDA_GEMM90_ABOVE as the setup test built the kernels, so that verify's engine names them alike)
 out=$(KILN_CUDA_GEMM90_ABOVE=8 KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$dir/kernels.so" \
       "$KILN_BIN" verify "$model" --target sm_90 --dtype ${dtype%-fast} --precision fast --tokens 12 --steps 2); rc=$?
