@@ -50,7 +50,8 @@
 #         stage on a machine without a GPU).
 #       profile — `kiln run --profile` of Llama-3-8B's shape with GPU_PROFILE_LAYERS (default 4) layers at
 #         512 and 2048 tokens, and `kiln bench --profile` of a decode of 32 sequences a step
-#         (about 60 s: the per-kernel times and TFLOP/s, `kiln build --stats`' tiles in
+#         and test_session on that engine (the 8B shape's batch invariance)
+#         (about 90 s: the per-kernel times and TFLOP/s, `kiln build --stats`' tiles in
 #         $OUT/profile_build.txt); with GPU_PROFILE_NCU="kernel name regex", Nsight Compute on those kernels
 #         (their first GPU_PROFILE_NCU_COUNT, default 2, launches); GPU_PROFILE_ALT_ENV="NAME=VALUE ..." builds and
 #         profiles the model a second time with that environment (a kcu_build knob) beside the default: $OUT/ncu.txt and, per SASS
@@ -488,6 +489,11 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
       >"$out/profile_batch32.txt" 2>&1
     grep -A10 "prefill steps (.*> 8 tokens a step): device" "$out/profile_batch32.txt" | sed 's/^/batch 32: /' \
       | tee -a "$summary"
+    # the 8B shape's batch invariance (#11): test_session on this engine — a sequence decoded alone, among
+    # 7 and among 31 others, bitwise (and its other checks: failures, draws, graphs)
+    timeout 180 "$gpu/bin/test_session" "$m.engine" >"$out/profile_session.txt" 2>&1
+    echo "8B-shaped ($layers layers) test_session exit $?: $(grep -E '^session:' "$out/profile_session.txt")" | tee -a "$summary"
+    grep -E '^batch' "$out/profile_session.txt" | sed 's/^/  8B: /' | tee -a "$summary"
     # GPU_PROFILE_NCU="regex of kernel names": Nsight Compute on them (their first launches at 2048
     # tokens): throughput, warp states, and the warp-stall samples per SASS instruction as CSV (where a
     # kernel waits: bench/RESULTS.md, issue #10 step 4, found the epilogue's serialized loads so)

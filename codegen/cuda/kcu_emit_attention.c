@@ -439,10 +439,10 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
                        "head's positions split over the blocks of a cluster",
                        0, cluster);
     ks_buf_printf(&x->body,
-                  "    kcu_attention_kernel<%lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %lld>(T, q, kc, vc, out, "
+                  "    kcu_attention_kernel<%lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %lld, %lld>(T, q, kc, vc, out, "
                   "positions,\n        table_off, tables, block_size, ",
                   (long long)heads, (long long)kv_heads, (long long)dk, (long long)dv, a.hbw, a.pw, a.p1, a.nw,
-                  ATT_SPLIT, (long long)window);
+                  ATT_SPLIT, (long long)window, (long long)kcu_decode_t(x));
     kcu_put_float(&x->body, scale);
     ks_buf_puts(&x->body, ", ");
     kcu_put_float(&x->body, softcap);

@@ -2187,13 +2187,17 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
     }
 }
 /* The attention kernel's body: kcu_attention over HBW heads a block (sharing their K and V
- * reads) when that still makes KCU_ATT_WIDE blocks or more (prefill, batched decode), else one
- * head a block (decode of few tokens: H blocks a token, to spread the reads over more of the
- * GPU). Launched on [T, H, S] blocks of 32 * NW threads (z: a cluster's blocks, kcu_attention);
- * blocks past H / HBW return at once in the first way. Either way is deterministic; they may round differently, so a token's result can
- * depend on the step's T (as kcu_matmul's). */
+ * reads) when that still makes KCU_ATT_WIDE blocks or more and the step has more than WIDE_T
+ * tokens (prefill, large batched decode), else one head a block (decode of few tokens: H blocks a
+ * token, to spread the reads over more of the GPU). Launched on [T, H, S] blocks of 32 * NW threads
+ * (z: a cluster's blocks, kcu_attention); blocks past H / HBW return at once in the first way.
+ * Either way is deterministic, but they round differently (the score sums' trees differ with the
+ * heads a warp step holds), so a token's result depends on which way its step took: WIDE_T is the
+ * generator's decode range (kcu.h's KCU_DECODE_T), within which a token's attention is the same
+ * whatever else the step holds (measured before WIDE_T: an f32 engine's sequence among 31 others
+ * differed from alone by 3e-7, bench/RESULTS.md #11 step 1). */
 enum { KCU_ATT_WIDE = 128 };
-template <int H, int KH, int DK, int DV, int HBW, int PW, int P1, int NW, int S, int WINDOW, typename Q,
+template <int H, int KH, int DK, int DV, int HBW, int PW, int P1, int NW, int S, int WINDOW, int WIDE_T, typename Q,
           typename C, typename O>
 static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q *__restrict__ q,
                                                             const C *__restrict__ kc, const C *__restrict__ vc,
@@ -2204,7 +2208,7 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
                                                             const float *__restrict__ alibi = nullptr)
 {
     if (!KCU_CLUSTERS && blockIdx.z > 0) return; /* no clusters: block z = 0 takes every position */
-    if (HBW > 1 && (long long)T * (H / HBW) >= KCU_ATT_WIDE) {
+    if (HBW > 1 && T > WIDE_T && (long long)T * (H / HBW) >= KCU_ATT_WIDE) {
         if (blockIdx.y < H / HBW)
             kcu_attention<H, KH, DK, DV, HBW, PW, NW, S, WINDOW>(q, kc, vc, out, positions, table_off, tables,
                                                                  block_size, scale, softcap, alibi);

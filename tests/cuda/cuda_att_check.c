@@ -206,7 +206,7 @@ static void kernel_source(const att_case *c, int index, ks_buf *src)
     snprintf(cap, sizeof cap, "%.9g", (double)c->softcap);
     if (c->old) { /* Llama-3-8B's shape: kcu_emit_attention's plan for it */
         ks_buf_printf(src,
-                      "    kcu_attention_kernel<%d, %d, %d, %d, 4, 2, 8, 8, 1, %d>(T, q, kc, vc, out, positions, "
+                      "    kcu_attention_kernel<%d, %d, %d, %d, 4, 2, 8, 8, 1, %d, 0>(T, q, kc, vc, out, positions, "
                       "table_off, tables, block_size, (float)%s, (float)%s);\n}\n",
                       c->H, c->KH, c->DK, c->DV, c->window, scale, cap);
         return;
