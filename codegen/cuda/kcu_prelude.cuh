@@ -1589,10 +1589,22 @@ static __device__ __forceinline__ void kcu_matmul_small(const int T, const X *__
  * when the group's x fits KCU_TC_XS_BYTES (T <= 3 at K = 4096: the one-token
  * decode), or made chunk by chunk in the loop. J > 1 (the generator's plan:
  * many tiles) spreads that work over J tiles.
+ *
+ * Steps of 9-32 tokens with a norm (kcu_tc_wide): a tile at a time, every
+ * tile would read and normalize the step's x again (32 tokens' x through L2,
+ * 8 times the weights' bytes at K = 4096, measured 248 µs for the 8B's gate/up
+ * where its weights take 56). Instead a block takes 8 tiles at once, a warp
+ * each, and walks the 8 K slices in order: the whole block stages slice s's
+ * norm values once (32 kB at K = 4096), each warp sums its tile's slice s
+ * exactly as warp s of a tile does, and adds it to a running sum — slice 0's
+ * sum, then + slice 1's, ...: the warp-order total of the tile path, the same
+ * bits. Blocks past the 8-tile groups return.
  */
 enum {
-    KCU_TC_GROUP = 32,      /* tokens a pass over the weights: 4 tiles of 8 (the generator's KCU_DECODE_T: one pass) */
-    KCU_TC_XS_BYTES = 24576 /* shared memory for a group's staged norm values */
+    KCU_TC_GROUP = 32,       /* tokens a pass over the weights: 4 tiles of 8 (the generator's KCU_DECODE_T: one pass) */
+    KCU_TC_RED_BYTES = 16384, /* shared memory for the 8 warps' sums of a tile: [8][16][KCU_TC_GROUP] f32 */
+    KCU_TC_XS_BYTES = 24576,  /* shared memory for a group's staged norm values */
+    KCU_TC_SMEM = KCU_TC_RED_BYTES + KCU_TC_XS_BYTES /* both, one buffer (kcu_tc_wide's slab takes all of it) */
 };
 
 template <typename W, int K> struct kcu_tc {
@@ -1676,7 +1688,7 @@ static __device__ __forceinline__ void kcu_tc_tile(const int t0, const int TT, c
             if constexpr (FUSED) gb[u] = in && k < K ? pro.raw16(k) : uint4{0u, 0u, 0u, 0u}; /* the norm's weights */
         }
     };
-    float acc[NT][4], lo[NT][4];
+    float acc[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; n++)
 #pragma unroll
@@ -1709,7 +1721,7 @@ static __device__ __forceinline__ void kcu_tc_tile(const int t0, const int TT, c
             const uint4 a0 = wb[0][u], a1 = wb[1][u];
             f[0].a[0][0] = a0.x, f[0].a[0][1] = a1.x, f[0].a[0][2] = a0.y, f[0].a[0][3] = a1.y;
             f[1].a[0][0] = a0.z, f[1].a[0][1] = a1.z, f[1].a[0][2] = a0.w, f[1].a[0][3] = a1.w;
-            kcu_mma_warp<NT, 1, 1, 2, W>(acc, lo, f);
+            kcu_mma_warp<NT, 1, 1, 2, W>(acc, acc, f); /* one part each: no second sum */
         }
     };
     uint4 wa[2][U], wb[2][U], xa[NT][U], xb[NT][U], ga[U], gb[U];
@@ -1744,6 +1756,118 @@ static __device__ __forceinline__ void kcu_tc_tile(const int t0, const int TT, c
     }
 }
 
+/* Tokens t0 .. t0 + TT - 1 (8 < TT <= 32) of the 8 tiles from column c0 (a warp each), the K slices
+ * in order, each slice's norm values staged in slab ([TT][CW * 4] chunks; kcu_tc_wide above). */
+template <typename W, int K, int N, class Pro, class Epi, typename X>
+static __device__ __forceinline__ void kcu_tc_wide(const int t0, const int TT, const int c0, const X *__restrict__ x,
+                                                   const W *__restrict__ w, const Pro &pro, const Epi &epi, uint4 *slab)
+{
+    typedef kcu_tc<W, K> G;
+    typedef typename Pro::template out<X>::T XO;
+    enum {
+        NT = KCU_TC_GROUP / 8,
+        CW = G::CW,
+        Q = CW * 4,                     /* 16-byte chunks of a token's slice */
+        U = 1,                          /* chunks a step (128 registers a thread at most) */
+        SS = (CW + U - 1) / U,          /* steps a slice */
+        STEPS = G::WARPS * SS
+    };
+    static_assert(KCU_TC_GROUP * Q * 16 <= KCU_TC_SMEM, "kcu_tc_wide: a slice's norm values fit the buffer");
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
+    const int col0 = c0 + 16 * warp; /* this warp's tile */
+    const W *wr[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int col = col0 + g + 8 * h;
+        wr[h] = w + (long long)(col < N ? Epi::row(col) : 0) * K;
+    }
+    /* global step gs: slice gs / SS, its step gs % SS; a lane's k of chunk j of slice s: s CW 32 + 32 j + 8 c */
+    auto load = [&](int gs, uint4(&wb)[2][U]) {
+        const int sl = gs / SS, ls = gs % SS;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = ls * U + u, k = sl * CW * 32 + 32 * j + 8 * c;
+            const bool in = j < CW;
+#pragma unroll
+            for (int h = 0; h < 2; h++) wb[h][u] = in ? kcu_tc_ldw<K>(wr[h], k) : uint4{0u, 0u, 0u, 0u};
+        }
+    };
+    float acc[NT][4], run[NT][4];
+    auto step = [&](int gs, const uint4(&wb)[2][U]) {
+        const int sl = gs / SS, ls = gs % SS;
+        if (ls == 0) { /* slice sl's norm values, by the whole block */
+            __syncthreads(); /* the previous slice's are read */
+            for (int i = tid; i < TT * Q; i += KCU_MM_THREADS) {
+                const int t = i / Q, k = sl * CW * 32 + 8 * (i % Q);
+                uint4 q = uint4{0u, 0u, 0u, 0u};
+                if (k < K) {
+                    float v[8];
+                    kcu_vec<X>::unpack(*reinterpret_cast<const uint4 *>(x + (long long)(t0 + t) * K + k), v);
+                    pro.chunk8(v, t0 + t, k, pro.raw16(k));
+                    q = kcu_pack8<XO>(v);
+                }
+                slab[i] = q;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = ls * U + u;
+            if (j >= CW) break; /* uniform */
+            kcu_mma_frag<NT, 1, 1> f[2];
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                const int tn = 8 * n + g < TT ? 8 * n + g : TT - 1;
+                const uint4 q = slab[tn * Q + 4 * j + c];
+                f[0].b[n][0][0] = q.x, f[0].b[n][0][1] = q.y;
+                f[1].b[n][0][0] = q.z, f[1].b[n][0][1] = q.w;
+            }
+            const uint4 a0 = wb[0][u], a1 = wb[1][u];
+            f[0].a[0][0] = a0.x, f[0].a[0][1] = a1.x, f[0].a[0][2] = a0.y, f[0].a[0][3] = a1.y;
+            f[1].a[0][0] = a0.z, f[1].a[0][1] = a1.z, f[1].a[0][2] = a0.w, f[1].a[0][3] = a1.w;
+            kcu_mma_warp<NT, 1, 1, 2, W>(acc, acc, f); /* one part each: no second sum */
+        }
+        if (ls == SS - 1) /* the slice's sum into the running total, in slice order */
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) run[n][e] = sl == 0 ? acc[n][e] : run[n][e] + acc[n][e];
+    };
+    uint4 wa[2][U], wb[2][U];
+    load(0, wa);
+#pragma unroll 1
+    for (int gs = 0; gs < STEPS - 1; gs += 2) {
+        load(gs + 1, wb);
+        step(gs, wa);
+        if (gs + 2 < STEPS) load(gs + 2, wa);
+        step(gs + 1, wb);
+    }
+    if (STEPS % 2) step(STEPS - 1, wa);
+    /* the epilogue: lane (g, c)'s d[e] is row g + 8 (e / 2), token 8 n + 2 c + e % 2; the warp's sums go
+     * through shared memory (the slab's room: [8 warps][16][KCU_TC_GROUP] f32) so that a lane gets a
+     * column pair (one call site of the epilogue, as kcu_tc_tile's) */
+    float *sums = reinterpret_cast<float *>(slab) + warp * 16 * KCU_TC_GROUP;
+    __syncthreads(); /* every warp is done with the last slice */
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) sums[(g + 8 * (e >> 1)) * KCU_TC_GROUP + 8 * n + 2 * c + (e & 1)] = run[n][e];
+    __syncthreads();
+    for (int i = lane; i < 8 * TT; i += 32) {
+        const int t = i / 8, p = i % 8, col = col0 + 2 * p;
+        const float v0 = sums[(2 * p) * KCU_TC_GROUP + t], v1 = sums[(2 * p + 1) * KCU_TC_GROUP + t];
+        if (col + 1 < N)
+            epi.two(t0 + t, Epi::row(col), v0, Epi::row(col + 1), v1);
+        else if (col < N)
+            epi.one(t0 + t, Epi::row(col), v0);
+    }
+    __syncthreads(); /* the sums are read: the next group of tiles may stage */
+}
+
 /* The tensor-core decode path: J tiles of 16 columns a block, one after another (its grid:
  * ceil(N / (16 J)) blocks), as described above; T = 1 .. 8 on one token tile, more on four,
  * KCU_TC_GROUP tokens a pass. */
@@ -1753,11 +1877,22 @@ static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__res
 {
     typedef typename Pro::template out<X>::T XO;
     enum { STAGED = !kcu_same<Pro, kcu_pro_none>::V, TILES = (N + 15) / 16, KC = K / 8 };
-    __shared__ float red[KCU_MM_THREADS / 32 * 16 * KCU_TC_GROUP]; /* [8 warps][16][8 NT] */
-    __shared__ uint4 xs[STAGED ? KCU_TC_XS_BYTES / 16 : 1];        /* [TT][K / 8] the norm's values */
+    enum { WIDE = STAGED && KCU_TC_GROUP * kcu_tc<W, K>::CW * 64 <= KCU_TC_SMEM }; /* kcu_tc_wide for 9-32 tokens */
+    __shared__ uint4 smem[KCU_TC_SMEM / 16];
+    float *red = reinterpret_cast<float *>(smem);             /* [8 warps][16][8 NT] */
+    uint4 *xs = smem + KCU_TC_RED_BYTES / 16;                 /* [TT][K / 8] the norm's values */
     const int tile0 = (int)blockIdx.x * J;
     for (int t0 = 0; t0 < T; t0 += KCU_TC_GROUP) {
         const int TT = T - t0 < KCU_TC_GROUP ? T - t0 : KCU_TC_GROUP;
+        if constexpr (WIDE) {
+            if (TT > 8) { /* groups of 8 tiles over the grid, whatever J: blocks past them return */
+                pro.prepare(x, T, t0, TT);
+                for (int b = (int)blockIdx.x; b < (TILES + 7) / 8; b += (int)gridDim.x)
+                    kcu_tc_wide<W, K, N>(t0, TT, b * 128, x, w, pro, epi, smem);
+                __syncthreads(); /* the slab is read: the next group may stage */
+                continue;
+            }
+        }
         bool staged = false;
         if constexpr (STAGED) {
             /* the first tile's first weights on their way to L2 while the statistics are summed */

@@ -109,6 +109,10 @@ static const mm_case check_cases[] = {
     {W_F16, 1, 1000, 70, 1, 0, 0, PATH_TC, 0, 0, 0, 3, 1},    /* T = 1, K % 32 = 8, rms staged; J 3 past N */
     {W_BF16, 3, 4096, 50, 1, 1, 0, PATH_TC, 0, 0, 0, 2, 1},   /* rms staged (3 x 4096 fit), J 2 */
     {W_BF16, 4, 4096, 33, 1, 0, 0, PATH_TC, 0, 0, 0, 1, 1},   /* rms in the loop (4 x 4096 do not fit) */
+    /* 9-32 tokens with a norm: kcu_tc_wide, 8 tiles a block over the K slices in order */
+    {W_BF16, 20, 512, 300, 1, 1, 0, PATH_TC, 0, 0, 0, 3, 1},  /* 19 tiles: 3 groups of 8 on 7 blocks */
+    {W_F16, 10, 128, 4100, 1, 0, 0, PATH_TC, 0, 0, 0, 16, 1}, /* 257 tiles: 33 groups on 17 blocks, two each */
+    {W_BF16, 17, 72, 24, 1, 0, 0, PATH_TC, 0, 0, 0, 1, 1},    /* 3 chunks: slices past K; 2 tiles of 8 warps */
 };
 
 /* Llama-3-8B's matmuls (K, N), each timed for a 128-token prefill and for decode. */
