@@ -1645,6 +1645,33 @@ template <typename E> __device__ __forceinline__ uint4 kcu_pack8(const float *v)
     return uint4{q[0], q[1], q[2], q[3]};
 }
 
+/* One chunk of a 16-row tile: the two mma of k 32 j .. + 31 into acc (NT token tiles), from lane (g,
+ * c)'s 16 bytes of rows g and g + 8 (a0, a1) and of each token tile's token g (xq[n]), the words
+ * relabelled as described above. */
+template <int NT, typename W>
+__device__ __forceinline__ void kcu_tc_chunk(float (&acc)[NT][4], const uint4 (&xq)[NT], const uint4 &a0, const uint4 &a1)
+{
+    kcu_mma_frag<NT, 1, 1> f[2];
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        f[0].b[n][0][0] = xq[n].x, f[0].b[n][0][1] = xq[n].y;
+        f[1].b[n][0][0] = xq[n].z, f[1].b[n][0][1] = xq[n].w;
+    }
+    f[0].a[0][0] = a0.x, f[0].a[0][1] = a1.x, f[0].a[0][2] = a0.y, f[0].a[0][3] = a1.y;
+    f[1].a[0][0] = a0.z, f[1].a[0][1] = a1.z, f[1].a[0][2] = a0.w, f[1].a[0][3] = a1.w;
+    kcu_mma_warp<NT, 1, 1, 2, W>(acc, acc, f); /* one part each: no second sum */
+}
+
+/* Column pair col, col + 1 (col + 1 past N: col alone) of token t0 + t to the epilogue. */
+template <int N, class Epi>
+__device__ __forceinline__ void kcu_tc_hand(const Epi &epi, long long t, int col, float v0, float v1)
+{
+    if (col + 1 < N)
+        epi.two(t, Epi::row(col), v0, Epi::row(col + 1), v1);
+    else if (col < N)
+        epi.one(t, Epi::row(col), v0);
+}
+
 /* One 16-column tile (columns c0 .. c0 + 15) of tokens t0 .. t0 + TT - 1 (TT <= 8 NT), NT token
  * tiles; XS: the norm's values of the group from xs ([TT][K / 8] chunks, staged); red: the block's
  * shared [8 warps][16][8 NT] partial sums. */
@@ -1698,7 +1725,7 @@ static __device__ __forceinline__ void kcu_tc_tile(const int t0, const int TT, c
         for (int u = 0; u < U; u++) {
             const int j = s * U + u, k = kw + 32 * j;
             if (j >= CW) break; /* uniform: the same for every lane of the block */
-            kcu_mma_frag<NT, 1, 1> f[2];
+            uint4 xq[NT];
 #pragma unroll
             for (int n = 0; n < NT; n++) {
                 uint4 q;
@@ -1715,13 +1742,9 @@ static __device__ __forceinline__ void kcu_tc_tile(const int t0, const int TT, c
                         }
                     }
                 }
-                f[0].b[n][0][0] = q.x, f[0].b[n][0][1] = q.y;
-                f[1].b[n][0][0] = q.z, f[1].b[n][0][1] = q.w;
+                xq[n] = q;
             }
-            const uint4 a0 = wb[0][u], a1 = wb[1][u];
-            f[0].a[0][0] = a0.x, f[0].a[0][1] = a1.x, f[0].a[0][2] = a0.y, f[0].a[0][3] = a1.y;
-            f[1].a[0][0] = a0.z, f[1].a[0][1] = a1.z, f[1].a[0][2] = a0.w, f[1].a[0][3] = a1.w;
-            kcu_mma_warp<NT, 1, 1, 2, W>(acc, acc, f); /* one part each: no second sum */
+            kcu_tc_chunk<NT, W>(acc, xq, wb[0][u], wb[1][u]);
         }
     };
     uint4 wa[2][U], wb[2][U], xa[NT][U], xb[NT][U], ga[U], gb[U];
@@ -1749,10 +1772,7 @@ static __device__ __forceinline__ void kcu_tc_tile(const int t0, const int TT, c
             v0 += red[(ww * 16 + 2 * p) * TP + t];
             v1 += red[(ww * 16 + 2 * p + 1) * TP + t];
         }
-        if (col + 1 < N)
-            epi.two(t0 + t, Epi::row(col), v0, Epi::row(col + 1), v1);
-        else if (col < N)
-            epi.one(t0 + t, Epi::row(col), v0);
+        kcu_tc_hand<N>(epi, t0 + t, col, v0, v1);
     }
 }
 
@@ -1818,18 +1838,10 @@ static __device__ __forceinline__ void kcu_tc_wide(const int t0, const int TT, c
         for (int u = 0; u < U; u++) {
             const int j = ls * U + u;
             if (j >= CW) break; /* uniform */
-            kcu_mma_frag<NT, 1, 1> f[2];
+            uint4 xq[NT];
 #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                const int tn = 8 * n + g < TT ? 8 * n + g : TT - 1;
-                const uint4 q = slab[tn * Q + 4 * j + c];
-                f[0].b[n][0][0] = q.x, f[0].b[n][0][1] = q.y;
-                f[1].b[n][0][0] = q.z, f[1].b[n][0][1] = q.w;
-            }
-            const uint4 a0 = wb[0][u], a1 = wb[1][u];
-            f[0].a[0][0] = a0.x, f[0].a[0][1] = a1.x, f[0].a[0][2] = a0.y, f[0].a[0][3] = a1.y;
-            f[1].a[0][0] = a0.z, f[1].a[0][1] = a1.z, f[1].a[0][2] = a0.w, f[1].a[0][3] = a1.w;
-            kcu_mma_warp<NT, 1, 1, 2, W>(acc, acc, f); /* one part each: no second sum */
+            for (int n = 0; n < NT; n++) xq[n] = slab[(8 * n + g < TT ? 8 * n + g : TT - 1) * Q + 4 * j + c];
+            kcu_tc_chunk<NT, W>(acc, xq, wb[0][u], wb[1][u]);
         }
         if (ls == SS - 1) /* the slice's sum into the running total, in slice order */
 #pragma unroll
@@ -1859,11 +1871,7 @@ static __device__ __forceinline__ void kcu_tc_wide(const int t0, const int TT, c
     __syncthreads();
     for (int i = lane; i < 8 * TT; i += 32) {
         const int t = i / 8, p = i % 8, col = col0 + 2 * p;
-        const float v0 = sums[(2 * p) * KCU_TC_GROUP + t], v1 = sums[(2 * p + 1) * KCU_TC_GROUP + t];
-        if (col + 1 < N)
-            epi.two(t0 + t, Epi::row(col), v0, Epi::row(col + 1), v1);
-        else if (col < N)
-            epi.one(t0 + t, Epi::row(col), v0);
+        kcu_tc_hand<N>(epi, t0 + t, col, sums[(2 * p) * KCU_TC_GROUP + t], sums[(2 * p + 1) * KCU_TC_GROUP + t]);
     }
     __syncthreads(); /* the sums are read: the next group of tiles may stage */
 }
