@@ -142,10 +142,11 @@ kcu_gemv_plan kcu_plan_gemv_tc(int64_t N, int norm)
 int64_t kcu_decode_t(const kcu_gen *x) { return x->opt.batch_variant ? MM_GEMV_T : KCU_DECODE_T; }
 
 /* Whether a matmul of x (dtype xt, or its fused norm's values of dtype ot) and weights of dtype wt
- * over K takes kcu_matmul_tc: the three of one half dtype, rows of whole 16-byte chunks. */
-int kcu_use_tc(kir_dtype xt, kir_dtype ot, kir_dtype wt, int64_t K)
+ * over K takes kcu_matmul_tc: the three of one half dtype, rows of whole 16-byte chunks, and no
+ * kcu_options.batch_variant. */
+int kcu_use_tc(const kcu_gen *x, kir_dtype xt, kir_dtype ot, kir_dtype wt, int64_t K)
 {
-    return (wt == KIR_BF16 || wt == KIR_F16) && xt == wt && ot == wt && K % 8 == 0;
+    return !x->opt.batch_variant && (wt == KIR_BF16 || wt == KIR_F16) && xt == wt && ot == wt && K % 8 == 0;
 }
 
 /* out[t, c] = dot(x[t, :], w[c, :]): kcu_matmul (kcu_prelude.cuh) at this
@@ -160,7 +161,7 @@ static int emit_matmul(kcu_gen *x, kir_val v)
     int vec = matmul_vec(K, w->dtype);
     const kir_dtype xt = x->g->nodes[n->in[0]].dtype;
     kcu_gemv_plan plan =
-        !x->opt.batch_variant && kcu_use_tc(xt, xt, w->dtype, K) ? kcu_plan_gemv_tc(N, 0) : kcu_plan_gemv(N);
+        kcu_use_tc(x, xt, xt, w->dtype, K) ? kcu_plan_gemv_tc(N, 0) : kcu_plan_gemv(N);
     const int64_t decode_t = kcu_decode_t(x);
     krt_cuda_kernel *k = kcu_kernel_new(x, v, MM_THREADS);
     kcu_matmul_grids(k, N, &plan);

@@ -1030,7 +1030,7 @@ static int group_tc(const group *G)
     const kir_node *mn = &g->nodes[G->n[G->mm].v];
     const kir_node *pn = G->pro >= 0 ? &g->nodes[G->n[G->pro].v] : NULL;
     const kir_dtype xt = g->nodes[pn ? pn->in[0] : mn->in[0]].dtype;
-    return !G->x->opt.batch_variant && kcu_use_tc(xt, pn ? pn->dtype : xt, g->nodes[mn->in[1]].dtype, G->K);
+    return kcu_use_tc(G->x, xt, pn ? pn->dtype : xt, g->nodes[mn->in[1]].dtype, G->K);
 }
 
 /* Which gemm90 kernels group G gets: half x and weights of one dtype, rows

@@ -67,7 +67,7 @@ void kcu_put_double(ks_buf *b, double v);
 int kcu_is_half(kir_dtype t);
 /* Whether a matmul of x (dtype xt; ot: its fused norm's values, else xt) and weights of dtype wt over
  * K takes the tensor-core decode kernel (kcu_matmul_tc; kcu_emit.c). */
-int kcu_use_tc(kir_dtype xt, kir_dtype ot, kir_dtype wt, int64_t K);
+int kcu_use_tc(const kcu_gen *x, kir_dtype xt, kir_dtype ot, kir_dtype wt, int64_t K);
 /* The most tokens a step of the matmuls' decode kernels: KCU_DECODE_T, or MM_GEMV_T with
  * kcu_options.batch_variant. */
 int64_t kcu_decode_t(const kcu_gen *x);
