@@ -500,9 +500,9 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
     if [ -n "${GPU_PROFILE_NCU:-}" ] && command -v ncu >/dev/null; then
       timeout 200 ncu --kernel-name "regex:$GPU_PROFILE_NCU" --launch-count "${GPU_PROFILE_NCU_COUNT:-2}" \
         --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
-        --section SourceCounters "$kiln" run "$m.engine" --ids "$ids" -n 1 >"$out/ncu.txt" 2>&1
+        --section SourceCounters "$kiln" run "$m.engine" --ids "$ids" -n 2 >"$out/ncu.txt" 2>&1
       timeout 200 ncu --kernel-name "regex:$GPU_PROFILE_NCU" --launch-count "${GPU_PROFILE_NCU_COUNT:-2}" \
-        --section SourceCounters --page source --print-source sass --csv "$kiln" run "$m.engine" --ids "$ids" -n 1 \
+        --section SourceCounters --page source --print-source sass --csv "$kiln" run "$m.engine" --ids "$ids" -n 2 \
         >"$out/ncu_sass.csv" 2>/dev/null && gzip -f "$out/ncu_sass.csv"
       grep -E "^  k_|Duration|Compute \(SM\)|Warp Cycles Per Issued|No Eligible" "$out/ncu.txt" | tee -a "$summary"
     fi

@@ -25,8 +25,8 @@
  *    bitwise equal logits (steps of 1-64 tokens replayed, a larger one eager);
  *  - batch invariance: a sequence decoded alone and among 7 and 31 other sequences of other
  *    lengths and ids gives bitwise equal logits (steps of up to 32 tokens: the decode kernels);
- *    on a device, among 40 within 1e-4 (steps past the decode kernels' 32 tokens and the prefill
- *    attention's threshold, on the decode attention kernel);
+ *    on a device, among 40 within 1e-4, or four half ulps in fast precision (steps past the decode
+ *    kernels' 32 tokens and the prefill attention's threshold, on the decode attention kernel);
  *  - the tap sees the step's values.
  * The last lines summarize the figures (bench/gpu_runtime_check.sh keeps them).
  */
@@ -452,7 +452,10 @@ static void test_batch_invariance(void)
     if (on_device) {
         /* among 40 others: 41 one-token steps, over the prefill attention's 32 tokens, stay on the decode
          * attention kernel (chosen by the step's longest sequence, not its size), replayed from a graph;
-         * the matmuls take the prefill kernels there (another order), so close rather than equal */
+         * the matmuls take the prefill kernels there (another order), so close rather than equal: within
+         * 1e-4 of the largest logit where the values between kernels are f32, within four half ulps where
+         * they are bf16 or f16 (fast precision: another order flips a rounding of a value now and then) */
+        const double tol = engine->desc.kv_dtype == KIR_BF16 ? 4.0 / 256 : engine->desc.kv_dtype == KIR_F16 ? 4.0 / 2048 : 1e-4;
         invariance_run(40, among);
         double worst = 0, scale = 0;
         for (size_t i = 0; i < INV_DECODE * (size_t)vocab; i++) {
@@ -460,7 +463,7 @@ static void test_batch_invariance(void)
             if (dv > worst) worst = dv;
             if (fabs(alone[i]) > scale) scale = fabs(alone[i]);
         }
-        CHECK_MSG(worst <= 1e-4 * scale, "among 40 others: max|d| %g of max %g", worst, scale);
+        CHECK_MSG(worst <= tol * scale, "among 40 others: max|d| %g of max %g (limit %g of it)", worst, scale, tol);
         printf("batch of 41: %d decode steps among 40 other sequences within %.2g of alone (max|d|/max)\n", INV_DECODE,
                scale > 0 ? worst / scale : 0.0);
     }
