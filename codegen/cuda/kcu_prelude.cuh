@@ -392,13 +392,11 @@ __device__ __forceinline__ void kcu_row_stats(const X *__restrict__ x, int T, lo
         double m = 0.0;
         if (LN) {
             if (live)
-#pragma unroll 8
                 for (int k = lane; k < K; k += 32) m += kcu_f(xr[k]);
             m = kcu_warp_sum(m) / (double)K;
         }
         double s = 0.0;
-        if (live) /* (eight loads in flight a lane: their order of use is the same) */
-#pragma unroll 8
+        if (live)
             for (int k = lane; k < K; k += 32) s += ((double)kcu_f(xr[k]) - m) * ((double)kcu_f(xr[k]) - m);
         s = kcu_warp_sum(s);
         if (live && lane == 0) {
@@ -425,14 +423,6 @@ template <int K, typename G, typename O = float> struct kcu_pro_rms {
         inv = s_inv;
         r0 = first;
         kcu_row_stats<K, false>(x, T, first, n, eps, s_inv, s_inv);
-    }
-    /* the same from rows already at hand (kcu_matmul_tc's staged x in shared memory): rows[0] is row first */
-    template <typename X> __device__ __forceinline__ void prepare_rows(const X *rows, long long first, int n)
-    {
-        __shared__ float s_inv[KCU_PRO_ROWS];
-        inv = s_inv;
-        r0 = first;
-        kcu_row_stats<K, false>(rows, n, 0, n, eps, s_inv, s_inv);
     }
     __device__ __forceinline__ float operator()(float v, long long t, int k) const
     {
@@ -491,14 +481,6 @@ template <int K, typename G, typename O = float> struct kcu_pro_ln {
         inv = s_inv;
         r0 = first;
         kcu_row_stats<K, true>(x, T, first, n, eps, s_mean, s_inv);
-    }
-    template <typename X> __device__ __forceinline__ void prepare_rows(const X *rows, long long first, int n)
-    {
-        __shared__ float s_mean[KCU_PRO_ROWS], s_inv[KCU_PRO_ROWS];
-        mean = s_mean;
-        inv = s_inv;
-        r0 = first;
-        kcu_row_stats<K, true>(rows, n, 0, n, eps, s_mean, s_inv);
     }
     __device__ __forceinline__ float operator()(float v, long long t, int k) const
     {
@@ -1619,16 +1601,10 @@ static __device__ __forceinline__ void kcu_matmul_small(const int T, const X *__
  * bits. Blocks past the 8-tile groups return.
  */
 enum {
-    KCU_TC_GROUP = 32, /* tokens a pass over the weights: 4 tiles of 8 (the generator's KCU_DECODE_T: one pass) */
-    KCU_TC_SMEM = 46 * 1024, /* the block's shared buffer (with the prologue's statistics, under the 48 kB of static
-                                shared memory): the 8 warps' sums of a tile, [8][16][8 NT] f32 (16 kB at NT = 4),
-                                and for one token tile (4 kB of sums) the group's staged x after them; kcu_tc_wide's
-                                slab takes all of it */
-    KCU_TC_XS_AT = 4096,                          /* where the staged x starts */
-    KCU_TC_XS_BYTES = KCU_TC_SMEM - KCU_TC_XS_AT, /* T <= 5 at K = 4096, T = 1 at K = 14336 */
-    KCU_TC_WIDE_BLOCKS = 132 /* kcu_tc_wide's least groups of 8 tiles: a block for each SM of an H100 or H200
-                                (fewer, as the 8B's q,k,v at 48, keep too few bytes in flight: 114 µs at T = 32
-                                against 72 a tile at a time, #11 step 2) */
+    KCU_TC_GROUP = 32,       /* tokens a pass over the weights: 4 tiles of 8 (the generator's KCU_DECODE_T: one pass) */
+    KCU_TC_RED_BYTES = 16384, /* shared memory for the 8 warps' sums of a tile: [8][16][KCU_TC_GROUP] f32 */
+    KCU_TC_XS_BYTES = 24576,  /* shared memory for a group's staged norm values */
+    KCU_TC_SMEM = KCU_TC_RED_BYTES + KCU_TC_XS_BYTES /* both, one buffer (kcu_tc_wide's slab takes all of it) */
 };
 
 template <typename W, int K> struct kcu_tc {
@@ -1696,65 +1672,47 @@ __device__ __forceinline__ void kcu_tc_hand(const Epi &epi, long long t, int col
         epi.one(t, Epi::row(col), v0);
 }
 
-/* The block's tiles tile0 .. tile0 + nt - 1 (columns 16 tile .. + 15) for tokens t0 .. t0 + TT - 1
- * (TT <= 8 NT), NT token tiles, as one stream of weight loads: each tile's steps of U chunks in turn,
- * every step's loads issued two steps ahead of its use, so that the next tile's first loads are in
- * flight through a tile's epilogue. The first two steps' weights are loaded before anything else:
- * before KCU_PDL_ENTER where enter (the kernel's first group; the weights are no kernel's output, so
- * they stream in while the kernel before this one ends) and before the prologue — the norm's
- * statistics and, XS, the group's x staged in xs ([TT][K / 8] chunks: one read of x, the statistics
- * from shared memory, then the norm's values in place), else x (and the norm's weights) loaded with
- * the weights and normalized in the loop. red: the block's shared [8 warps][16][8 NT] partial sums. */
+/* One 16-column tile (columns c0 .. c0 + 15) of tokens t0 .. t0 + TT - 1 (TT <= 8 NT), NT token
+ * tiles; XS: the norm's values of the group from xs ([TT][K / 8] chunks, staged); red: the block's
+ * shared [8 warps][16][8 NT] partial sums. */
 template <int NT, bool XS, typename W, int K, int N, class Pro, class Epi, typename X>
-static __device__ __forceinline__ void kcu_tc_tiles(const int T, const int t0, const int TT, const int tile0,
-                                                    const int nt, const bool enter, const X *__restrict__ x,
-                                                    const W *__restrict__ w, Pro &pro, const Epi &epi, float *red,
-                                                    uint4 *xs)
+static __device__ __forceinline__ void kcu_tc_tile(const int t0, const int TT, const int c0, const X *__restrict__ x,
+                                                   const W *__restrict__ w, const Pro &pro, const Epi &epi,
+                                                   float *red, const uint4 *xs)
 {
     typedef kcu_tc<W, K> G;
     enum {
-        NORM = !kcu_same<Pro, kcu_pro_none>::V,
-        FUSED = NORM && !XS, /* the norm applied in the loop */
+        FUSED = !kcu_same<Pro, kcu_pro_none>::V && !XS, /* the norm applied in the loop */
         CW = G::CW,
-        KC = K / 8,                    /* 16-byte chunks of a row of x */
-        TP = 8 * NT,                   /* tokens a row of red */
+        TP = 8 * NT,               /* tokens a row of red */
         U = XS ? 4 : NT == 1 ? 2 : 1, /* chunks a step (128 registers a thread at most) */
-        STEPS = (CW + U - 1) / U       /* steps a tile */
+        STEPS = (CW + U - 1) / U
     };
     typedef typename Pro::template out<X>::T XO;
     static_assert(sizeof(X) == 2 && kcu_same<XO, W>::V, "kcu_matmul_tc: x and the weights of one half dtype");
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
+    const W *wr[2]; /* this lane's weight rows: columns c0 + g, c0 + g + 8 */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int col = c0 + g + 8 * h;
+        wr[h] = w + (long long)(col < N ? Epi::row(col) : 0) * K;
+    }
     /* this lane's token of tile n in the group (past the step: its last token) */
     auto tg = [&](int n) -> int { return 8 * n + g < TT ? 8 * n + g : TT - 1; };
     const int kw = warp * CW * 32 + 8 * c; /* this lane's k in its warp's first chunk */
-    const int S = nt * STEPS;              /* the block's steps, its tiles' one after another */
-    /* step gs's weights: rows g, g + 8 of tile tile0 + gs / STEPS, its chunks U (gs % STEPS) .. */
-    auto load_w = [&](int gs, uint4(&wb)[2][U]) {
-        const int s = gs % STEPS, c0 = (tile0 + gs / STEPS) * 16;
+    auto load = [&](int s, uint4(&wb)[2][U], uint4(&xb)[NT][U], uint4(&gb)[U]) {
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int col = c0 + g + 8 * h;
-            const W *row = w + (long long)(col < N ? Epi::row(col) : 0) * K;
+        for (int u = 0; u < U; u++) {
+            const int j = s * U + u, k = kw + 32 * j;
+            const bool in = j < CW; /* a ragged last step: chunks past the warp's are not its */
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int j = s * U + u; /* a ragged last step: chunks past the warp's are not its */
-                wb[h][u] = j < CW ? kcu_tc_ldw<K>(row, kw + 32 * j) : uint4{0u, 0u, 0u, 0u};
-            }
-        }
-    };
-    /* and its x (and the norm's weights), where they are not staged */
-    auto load_x = [&](int gs, uint4(&xb)[NT][U], uint4(&gb)[U]) {
-        if constexpr (!XS) {
-            const int s = gs % STEPS;
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int j = s * U + u, k = kw + 32 * j;
-                const bool in = j < CW;
+            for (int h = 0; h < 2; h++) wb[h][u] = in ? kcu_tc_ldw<K>(wr[h], k) : uint4{0u, 0u, 0u, 0u};
+            if constexpr (!XS) {
 #pragma unroll
                 for (int n = 0; n < NT; n++)
                     xb[n][u] = in ? kcu_tc_ldx<K>(x + (long long)(t0 + tg(n)) * K, k) : uint4{0u, 0u, 0u, 0u};
-                if constexpr (FUSED) gb[u] = in && k < K ? pro.raw16(k) : uint4{0u, 0u, 0u, 0u};
             }
+            if constexpr (FUSED) gb[u] = in && k < K ? pro.raw16(k) : uint4{0u, 0u, 0u, 0u}; /* the norm's weights */
         }
     };
     float acc[NT][4];
@@ -1762,30 +1720,7 @@ static __device__ __forceinline__ void kcu_tc_tiles(const int T, const int t0, c
     for (int n = 0; n < NT; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
-    /* tile's sums: the warps' added in warp order; lane (g, c)'s d[e] is row g + 8 (e / 2), token 2c + e % 2 */
-    auto finish = [&](int tile) {
-        __syncthreads(); /* the previous tile's sums are read */
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                red[(warp * 16 + g + 8 * (e >> 1)) * TP + 8 * n + 2 * c + (e & 1)] = acc[n][e];
-                acc[n][e] = 0.0f;
-            }
-        __syncthreads();
-        for (int i = tid; i < 8 * TT; i += KCU_MM_THREADS) {
-            const int t = i / 8, p = i % 8, col = tile * 16 + 2 * p;
-            float v0 = red[(2 * p) * TP + t], v1 = red[(2 * p + 1) * TP + t];
-#pragma unroll
-            for (int ww = 1; ww < G::WARPS; ww++) {
-                v0 += red[(ww * 16 + 2 * p) * TP + t];
-                v1 += red[(ww * 16 + 2 * p + 1) * TP + t];
-            }
-            kcu_tc_hand<N>(epi, t0 + t, col, v0, v1);
-        }
-    };
-    auto step = [&](int gs, const uint4(&wb)[2][U], const uint4(&xb)[NT][U], const uint4(&gb)[U]) {
-        const int s = gs % STEPS;
+    auto step = [&](int s, const uint4(&wb)[2][U], const uint4(&xb)[NT][U], const uint4(&gb)[U]) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int j = s * U + u, k = kw + 32 * j;
@@ -1795,7 +1730,7 @@ static __device__ __forceinline__ void kcu_tc_tiles(const int T, const int t0, c
             for (int n = 0; n < NT; n++) {
                 uint4 q;
                 if constexpr (XS) {
-                    q = k < K ? xs[tg(n) * KC + k / 8] : uint4{0u, 0u, 0u, 0u};
+                    q = k < K ? xs[tg(n) * (K / 8) + k / 8] : uint4{0u, 0u, 0u, 0u};
                 } else {
                     q = xb[n][u];
                     if constexpr (FUSED) {
@@ -1811,50 +1746,33 @@ static __device__ __forceinline__ void kcu_tc_tiles(const int T, const int t0, c
             }
             kcu_tc_chunk<NT, W>(acc, xq, wb[0][u], wb[1][u]);
         }
-        if (s == STEPS - 1) finish(tile0 + gs / STEPS);
     };
     uint4 wa[2][U], wb[2][U], xa[NT][U], xb[NT][U], ga[U], gb[U];
-    load_w(0, wa);
-    if (S > 1) load_w(1, wb);
-    if (enter) KCU_PDL_ENTER(); /* from here on, the kernel before this one has ended */
-    if constexpr (XS) {
-        __syncthreads(); /* the previous group's are read */
-        for (int i0 = 0; i0 < TT * KC; i0 += 4 * KCU_MM_THREADS) { /* four chunks a thread in flight */
-            uint4 q[4];
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int i = i0 + r * KCU_MM_THREADS + tid;
-                if (i < TT * KC) q[r] = *reinterpret_cast<const uint4 *>(x + (long long)(t0 + i / KC) * K + 8 * (i % KC));
-            }
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                if (i0 + r * KCU_MM_THREADS + tid < TT * KC) xs[i0 + r * KCU_MM_THREADS + tid] = q[r];
-        }
-        __syncthreads();
-        if constexpr (NORM) { /* the statistics from the staged rows, then their norm values in place */
-            pro.prepare_rows(reinterpret_cast<const X *>(xs), t0, TT);
-            for (int i = tid; i < TT * KC; i += KCU_MM_THREADS) {
-                const int t = i / KC, k = 8 * (i % KC);
-                float v[8];
-                kcu_vec<X>::unpack(xs[i], v);
-                pro.chunk8(v, t0 + t, k, pro.raw16(k));
-                xs[i] = kcu_pack8<XO>(v);
-            }
-            __syncthreads();
-        }
-    } else {
-        pro.prepare(x, T, t0, TT);
-    }
-    load_x(0, xa, ga);
-    if (S > 1) load_x(1, xb, gb);
+    load(0, wa, xa, ga);
 #pragma unroll 1
-    for (int s = 0; s < S; s += 2) {
+    for (int s = 0; s < STEPS - 1; s += 2) {
+        load(s + 1, wb, xb, gb);
         step(s, wa, xa, ga);
-        if (s + 2 < S) load_w(s + 2, wa), load_x(s + 2, xa, ga);
-        if (s + 1 < S) {
-            step(s + 1, wb, xb, gb);
-            if (s + 3 < S) load_w(s + 3, wb), load_x(s + 3, xb, gb);
+        if (s + 2 < STEPS) load(s + 2, wa, xa, ga);
+        step(s + 1, wb, xb, gb);
+    }
+    if (STEPS % 2) step(STEPS - 1, wa, xa, ga);
+    /* the warps' sums, added in warp order; lane (g, c)'s d[e] is row g + 8 (e / 2), token 2c + e % 2 */
+    __syncthreads(); /* the previous tile's sums are read */
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) red[(warp * 16 + g + 8 * (e >> 1)) * TP + 8 * n + 2 * c + (e & 1)] = acc[n][e];
+    __syncthreads();
+    for (int i = tid; i < 8 * TT; i += KCU_MM_THREADS) {
+        const int t = i / 8, p = i % 8, col = c0 + 2 * p;
+        float v0 = red[(2 * p) * TP + t], v1 = red[(2 * p + 1) * TP + t];
+#pragma unroll
+        for (int ww = 1; ww < G::WARPS; ww++) {
+            v0 += red[(ww * 16 + 2 * p) * TP + t];
+            v1 += red[(ww * 16 + 2 * p + 1) * TP + t];
         }
+        kcu_tc_hand<N>(epi, t0 + t, col, v0, v1);
     }
 }
 
@@ -1958,32 +1876,24 @@ static __device__ __forceinline__ void kcu_tc_wide(const int t0, const int TT, c
     __syncthreads(); /* the sums are read: the next group of tiles may stage */
 }
 
-/* The tensor-core decode path: J tiles of 16 columns a block, one stream of loads (its grid:
- * ceil(N / (16 J)) blocks), as described above; T = 1 .. 8 on one token tile (x staged when the
- * group's fits KCU_TC_XS_BYTES), more on four, KCU_TC_GROUP tokens a pass. The generated kernel
- * leaves KCU_PDL_ENTER to this path: the first weights are loaded before it. */
+/* The tensor-core decode path: J tiles of 16 columns a block, one after another (its grid:
+ * ceil(N / (16 J)) blocks), as described above; T = 1 .. 8 on one token tile, more on four,
+ * KCU_TC_GROUP tokens a pass. */
 template <typename W, int K, int N, int J, class Pro, class Epi, typename X>
 static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__restrict__ x, const W *__restrict__ w,
                                                      Pro pro, const Epi &epi)
 {
-    enum { NORM = !kcu_same<Pro, kcu_pro_none>::V, TILES = (N + 15) / 16 };
-    /* kcu_tc_wide for 9-32 tokens with a norm, where its groups of 8 tiles still give every SM a block */
-    enum {
-        WIDE = NORM && KCU_TC_GROUP * kcu_tc<W, K>::CW * 64 <= KCU_TC_SMEM && (TILES + 7) / 8 >= KCU_TC_WIDE_BLOCKS
-    };
+    typedef typename Pro::template out<X>::T XO;
+    enum { STAGED = !kcu_same<Pro, kcu_pro_none>::V, TILES = (N + 15) / 16, KC = K / 8 };
+    enum { WIDE = STAGED && KCU_TC_GROUP * kcu_tc<W, K>::CW * 64 <= KCU_TC_SMEM }; /* kcu_tc_wide for 9-32 tokens */
     __shared__ uint4 smem[KCU_TC_SMEM / 16];
-    float *red = reinterpret_cast<float *>(smem); /* [8 warps][16][8 NT] */
-    uint4 *xs = smem + KCU_TC_XS_AT / 16;         /* [TT][K / 8] the group's x or norm values (one token tile) */
-    const int tile0 = (int)blockIdx.x * J, nt = TILES - tile0 < J ? TILES - tile0 : J;
-    bool enter = true; /* KCU_PDL_ENTER is ahead */
+    float *red = reinterpret_cast<float *>(smem);             /* [8 warps][16][8 NT] */
+    uint4 *xs = smem + KCU_TC_RED_BYTES / 16;                 /* [TT][K / 8] the norm's values */
+    const int tile0 = (int)blockIdx.x * J;
     for (int t0 = 0; t0 < T; t0 += KCU_TC_GROUP) {
         const int TT = T - t0 < KCU_TC_GROUP ? T - t0 : KCU_TC_GROUP;
         if constexpr (WIDE) {
             if (TT > 8) { /* groups of 8 tiles over the grid, whatever J: blocks past them return */
-                if (enter) {
-                    KCU_PDL_ENTER();
-                    enter = false;
-                }
                 pro.prepare(x, T, t0, TT);
                 for (int b = (int)blockIdx.x; b < (TILES + 7) / 8; b += (int)gridDim.x)
                     kcu_tc_wide<W, K, N>(t0, TT, b * 128, x, w, pro, epi, smem);
@@ -1991,15 +1901,37 @@ static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__res
                 continue;
             }
         }
-        if (TT > 8)
-            kcu_tc_tiles<KCU_TC_GROUP / 8, false, W, K, N>(T, t0, TT, tile0, nt, enter, x, w, pro, epi, red, xs);
-        else if (TT * K * 2 <= KCU_TC_XS_BYTES)
-            kcu_tc_tiles<1, true, W, K, N>(T, t0, TT, tile0, nt, enter, x, w, pro, epi, red, xs);
-        else
-            kcu_tc_tiles<1, false, W, K, N>(T, t0, TT, tile0, nt, enter, x, w, pro, epi, red, xs);
-        enter = false;
+        bool staged = false;
+        if constexpr (STAGED) {
+            /* the first tile's first weights on their way to L2 while the statistics are summed */
+            const int col = tile0 * 16 + (int)threadIdx.x % 16;
+            if (tile0 < TILES && col < N && (int)threadIdx.x < 16 * 8)
+                kcu_prefetch_l2(w + (long long)Epi::row(col) * K + (threadIdx.x / 16) * (K / 8));
+            pro.prepare(x, T, t0, TT);
+            staged = TT * K * (int)sizeof(XO) <= KCU_TC_XS_BYTES;
+            if (staged) { /* the group's norm values, a 16-byte chunk a thread at a time */
+                __syncthreads(); /* the previous group's are read */
+                for (int i = threadIdx.x; i < TT * KC; i += KCU_MM_THREADS) {
+                    const int t = i / KC, k = 8 * (i % KC);
+                    float v[8];
+                    kcu_vec<X>::unpack(*reinterpret_cast<const uint4 *>(x + (long long)(t0 + t) * K + k), v);
+                    pro.chunk8(v, t0 + t, k, pro.raw16(k));
+                    xs[i] = kcu_pack8<XO>(v);
+                }
+                __syncthreads();
+            }
+        }
+        for (int j = 0; j < J; j++) {
+            const int tile = tile0 + j;
+            if (tile >= TILES) break; /* uniform */
+            if (TT > 8)
+                kcu_tc_tile<KCU_TC_GROUP / 8, false, W, K, N>(t0, TT, tile * 16, x, w, pro, epi, red, xs);
+            else if (staged)
+                kcu_tc_tile<1, true, W, K, N>(t0, TT, tile * 16, x, w, pro, epi, red, xs);
+            else
+                kcu_tc_tile<1, false, W, K, N>(t0, TT, tile * 16, x, w, pro, epi, red, xs);
+        }
     }
-    if (enter) KCU_PDL_ENTER();
 }
 
 /* The prefill path (T > KCU_GEMV_T): tensor cores where the weights allow
