@@ -1604,7 +1604,10 @@ enum {
     KCU_TC_GROUP = 32,       /* tokens a pass over the weights: 4 tiles of 8 (the generator's KCU_DECODE_T: one pass) */
     KCU_TC_RED_BYTES = 16384, /* shared memory for the 8 warps' sums of a tile: [8][16][KCU_TC_GROUP] f32 */
     KCU_TC_XS_BYTES = 24576,  /* shared memory for a group's staged norm values */
-    KCU_TC_SMEM = KCU_TC_RED_BYTES + KCU_TC_XS_BYTES /* both, one buffer (kcu_tc_wide's slab takes all of it) */
+    KCU_TC_SMEM = KCU_TC_RED_BYTES + KCU_TC_XS_BYTES, /* both, one buffer (kcu_tc_wide's slab takes all of it) */
+    KCU_TC_WIDE_BLOCKS = 132 /* kcu_tc_wide's least groups of 8 tiles: a block for each SM of an H100 or H200
+                                (fewer, as the 8B's q,k,v at 48, keep too few bytes in flight: 114 µs at T = 32
+                                against 72 a tile at a time, #11 step 2) */
 };
 
 template <typename W, int K> struct kcu_tc {
@@ -1885,7 +1888,10 @@ static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__res
 {
     typedef typename Pro::template out<X>::T XO;
     enum { STAGED = !kcu_same<Pro, kcu_pro_none>::V, TILES = (N + 15) / 16, KC = K / 8 };
-    enum { WIDE = STAGED && KCU_TC_GROUP * kcu_tc<W, K>::CW * 64 <= KCU_TC_SMEM }; /* kcu_tc_wide for 9-32 tokens */
+    /* kcu_tc_wide for 9-32 tokens, where its groups of 8 tiles still give every SM a block */
+    enum {
+        WIDE = STAGED && KCU_TC_GROUP * kcu_tc<W, K>::CW * 64 <= KCU_TC_SMEM && (TILES + 7) / 8 >= KCU_TC_WIDE_BLOCKS
+    };
     __shared__ uint4 smem[KCU_TC_SMEM / 16];
     float *red = reinterpret_cast<float *>(smem);             /* [8 warps][16][8 NT] */
     uint4 *xs = smem + KCU_TC_RED_BYTES / 16;                 /* [TT][K / 8] the norm's values */
