@@ -68,6 +68,8 @@
 #       mm — the kernels stage's cuda_mm_check --gpu alone (the matmul checks, batch invariance of the
 #         tensor-core decode kernel, and the 8B's decode matmuls timed at T = 1, 8, 32).
 #       att — the kernels stage's cuda_att_check --gpu alone (kcu_flash_attention and, sm_90a, kcu_flash90).
+#       probe — bench/gemv_probe.cu (compiled there by nvcc): the batch-1 matrix-vector designs (weights in
+#         flight in registers, a cp.async ring, bulk copies) at the 8B shapes against the copy rate.
 #       LLAMA8B_ARGS adds arguments to llama8b_check.py (e.g. "--dtypes bf16").
 #       Everything goes to $OUT/gpu_check.log; the summary table comes last.
 #       GPU_CHECK_MODELS="a b" limits the golden models to those; GPU_CHECK_DTYPES="f32 bf16" the
@@ -558,6 +560,17 @@ print('clocks: 2048-token prefills in order (ms):', ' '.join('%.2f' % p['ttft_ms
     grep '^FAIL' "$out/mm.log" | head -5 | tee -a "$summary"
     # the decode matmuls: both kernels at T = 1, 8 (32 on tensor cores), and the 8B step's totals
     grep -E '^bench .*(decode|T=1 |T=8 |T=32 )' "$out/mm.log" | grep -v 'T=128' >> "$summary"
+  fi
+  if [[ $stages == *" probe "* ]]; then
+    echo "== bench/gemv_probe.cu: batch-1 matrix-vector designs at the 8B shapes (nvcc here)"
+    if nvcc -O3 -arch=sm_90a -std=c++17 -o "$out/gemv_probe" "$root/bench/gemv_probe.cu" >"$out/probe.log" 2>&1; then
+      "$out/gemv_probe" >>"$out/probe.log" 2>&1
+      echo "gemv_probe exit $?" | tee -a "$summary"
+    else
+      echo "gemv_probe: nvcc failed" | tee -a "$summary"
+    fi
+    rm -f "$out/gemv_probe"
+    cat "$out/probe.log" >> "$summary"
   fi
   if [[ $stages == *" kernels "* || $stages == *" att "* ]]; then
     local b="$gpu/bin" c="$gpu/cubin"

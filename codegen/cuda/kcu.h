@@ -148,10 +148,15 @@ typedef struct kcu_gemv_plan {
     int cols;   /* columns a block, 8 R (tc: 16 J): the kernel's grid is ceil(N / cols) blocks */
     int per_sm; /* blocks an SM the kernel is compiled for (__launch_bounds__: 2, so 128 registers a
                  * thread at most; more would spill, visibly, rather than halve the loads in flight) */
+    int ring;   /* tc: the weights' ring, bytes of dynamic shared memory (kcu_matmul_tc's RING, the
+                 * kernel's "smem"); 0 elsewhere */
 } kcu_gemv_plan;
 /* The plan for N columns (tc: kcu_matmul_tc's). */
 kcu_gemv_plan kcu_plan_gemv(int64_t N);
-kcu_gemv_plan kcu_plan_gemv_tc(int64_t N, int norm); /* norm: the matmul has a fused norm prologue */
+/* norm: the matmul has a fused norm prologue; smem_optin: kcu_options' (the ring's room) */
+kcu_gemv_plan kcu_plan_gemv_tc(int64_t N, int norm, int64_t smem_optin);
+/* The least smem_optin that kcu_matmul_tc runs with (its static shared memory and a ring of two steps). */
+enum { KCU_TC_MIN_OPTIN = (40 + 1 + 32) * 1024 };
 /* The most tokens a step of the decode kernels (kcu_matmul_tc in fast precision, kcu_matmul_small
  * otherwise): steps of up to this many take them, larger ones the kernel's _large or kcu_gemm90
  * (whose variants start above it). Both sum each token's outputs in an order that does not depend

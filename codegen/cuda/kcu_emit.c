@@ -118,35 +118,46 @@ kcu_gemv_plan kcu_plan_gemv(int64_t N)
     p.rows = 4 * N >= (int64_t)5 * SMS * WARPS * 4 ? 4 : 2; /* N / (8 * 4) blocks >= 1.25 SMS */
     p.cols = WARPS * p.rows;
     p.per_sm = PER_SM;
+    p.ring = 0;
     return p;
 }
 
-/* kcu_matmul_tc's plan: J tiles of 16 columns a block, one after another, two blocks an SM (the
- * weight loads of 2 x 8 warps in flight; 128 registers a thread at most). A block prepares its
- * norm prologue (the statistics, and the norm's values of a short step) once for its J tiles: J =
- * the tiles over two waves of 2 x 132 blocks where the matmul has a norm (Llama-3-8B's lm_head 15,
- * gate/up 3, q,k,v 1), else 1. Measured on the H200 with J = 1 (#11 step 1): the fused-norm kernels
- * lost 3.5 µs a wave of blocks against kcu_matmul_small at T = 1. */
-kcu_gemv_plan kcu_plan_gemv_tc(int64_t N, int norm)
+/* kcu_matmul_tc's plan: J tiles of 16 columns a block, one stream of weight steps through a ring of
+ * shared memory filled by cp.async (the bytes in flight cost no registers), PER_SM blocks an SM over
+ * one wave: J = ceil(tiles / (PER_SM SMS)), so that a block's prologue (the norm's statistics and
+ * staged values) comes once, behind its first copies, and no SM waits on a second wave (Llama-3-8B
+ * at PER_SM 1: q,k,v J 3, gate/up 14, down and o 2, lm_head 61). The ring takes what the targets'
+ * least opt-in shared memory leaves beside the kernel's static 40 kB, up to RING_CAP, in steps of
+ * 16 kB (a step of two chunks of a lane's two rows: 256 threads x 64 bytes). RING_CAP: what an
+ * sm_80's 163 kB leave too, so that sm_80 and sm_90 engines hold the same kernels (seven steps: six
+ * in flight, 96 kB an SM). The probe that chose this: bench/gemv_probe.cu (bench/RESULTS.md, #11
+ * step 3). */
+kcu_gemv_plan kcu_plan_gemv_tc(int64_t N, int norm, int64_t smem_optin)
 {
-    enum { SMS = 132, PER_SM = 2 };
+    (void)norm;
+    enum { SMS = 132, PER_SM = 1, STATIC = 40 * 1024, RESERVED = 1024, STEP = 16 * 1024, RING_CAP = 112 * 1024 };
     kcu_gemv_plan p;
     p.tc = 1;
-    const int64_t tiles = (N + 15) / 16, j = tiles / (2 * PER_SM * SMS);
-    p.rows = norm && j > 1 ? (int)j : 1;
+    const int64_t tiles = (N + 15) / 16;
+    p.rows = (int)((tiles + PER_SM * SMS - 1) / (PER_SM * SMS));
     p.cols = 16 * p.rows;
     p.per_sm = PER_SM;
+    int64_t room = (smem_optin + RESERVED) / PER_SM - RESERVED - STATIC;
+    if (room > RING_CAP) room = RING_CAP;
+    p.ring = (int)(room / STEP * STEP);
+    KS_ASSERT(p.ring >= 2 * STEP); /* kcu_use_tc: smem_optin >= KCU_TC_MIN_OPTIN */
     return p;
 }
 
 int64_t kcu_decode_t(const kcu_gen *x) { return x->opt.batch_variant ? MM_GEMV_T : KCU_DECODE_T; }
 
 /* Whether a matmul of x (dtype xt, or its fused norm's values of dtype ot) and weights of dtype wt
- * over K takes kcu_matmul_tc: the three of one half dtype, rows of whole 16-byte chunks, and no
- * kcu_options.batch_variant. */
+ * over K takes kcu_matmul_tc: the three of one half dtype, rows of whole 16-byte chunks, every
+ * target's blocks able to opt into the shared memory of its ring, and no kcu_options.batch_variant. */
 int kcu_use_tc(const kcu_gen *x, kir_dtype xt, kir_dtype ot, kir_dtype wt, int64_t K)
 {
-    return !x->opt.batch_variant && (wt == KIR_BF16 || wt == KIR_F16) && xt == wt && ot == wt && K % 8 == 0;
+    return !x->opt.batch_variant && (wt == KIR_BF16 || wt == KIR_F16) && xt == wt && ot == wt && K % 8 == 0 &&
+           x->opt.smem_optin >= KCU_TC_MIN_OPTIN;
 }
 
 /* out[t, c] = dot(x[t, :], w[c, :]): kcu_matmul (kcu_prelude.cuh) at this
@@ -161,10 +172,11 @@ static int emit_matmul(kcu_gen *x, kir_val v)
     int vec = matmul_vec(K, w->dtype);
     const kir_dtype xt = x->g->nodes[n->in[0]].dtype;
     kcu_gemv_plan plan =
-        kcu_use_tc(x, xt, xt, w->dtype, K) ? kcu_plan_gemv_tc(N, 0) : kcu_plan_gemv(N);
+        kcu_use_tc(x, xt, xt, w->dtype, K) ? kcu_plan_gemv_tc(N, 0, x->opt.smem_optin) : kcu_plan_gemv(N);
     const int64_t decode_t = kcu_decode_t(x);
     krt_cuda_kernel *k = kcu_kernel_new(x, v, MM_THREADS);
     kcu_matmul_grids(k, N, &plan);
+    k->smem = plan.ring;
     kcu_param_in(x, k, n->in[0], "x");
     kcu_param_in(x, k, n->in[1], "w");
     kcu_param_out(x, k, v);
@@ -180,6 +192,7 @@ static int emit_matmul(kcu_gen *x, kir_val v)
     for (int large = 0; large < 2; large++) {
         char shape[64];
         if (large) snprintf(shape, sizeof shape, "%lld, %lld", (long long)K, (long long)N);
+        else if (plan.tc) snprintf(shape, sizeof shape, "%lld, %lld, %d, %d", (long long)K, (long long)N, plan.rows, plan.ring);
         else snprintf(shape, sizeof shape, "%lld, %lld, %d", (long long)K, (long long)N, plan.rows);
         if (large) kcu_open_large(x, k, decode_t);
         ks_buf_printf(&x->body,

@@ -1289,9 +1289,11 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
 
     /* ---- the kernel: matmul grid, parameters, the functor, the body ---- */
     const kir_node *pn = G.pro >= 0 ? &g->nodes[nodes[G.pro]] : NULL;
-    const kcu_gemv_plan plan = group_tc(&G) ? kcu_plan_gemv_tc(G.N, G.pro >= 0) : kcu_plan_gemv(G.N);
+    const kcu_gemv_plan plan =
+        group_tc(&G) ? kcu_plan_gemv_tc(G.N, G.pro >= 0, x->opt.smem_optin) : kcu_plan_gemv(G.N);
     krt_cuda_kernel *k = kcu_kernel_new(x, nodes[G.mm], MM_THREADS);
     kcu_matmul_grids(k, G.N, &plan);
+    k->smem = plan.ring;
     kcu_param_in(x, k, pn ? pn->in[0] : mn->in[0], "x");
     kcu_param_in(x, k, mn->in[1], "w");
     int has_g = pn && pn->nin > 1 && pn->in[1] != KIR_NONE, has_b = pn && pn->nin > 2 && pn->in[2] != KIR_NONE;
@@ -1377,6 +1379,7 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
         ks_buf_printf(&x->body, "    kcu_matmul_%s<%s, %lld, %lld", large ? "large" : plan.tc ? "tc" : "small", wt,
                       (long long)G.K, (long long)G.N);
         if (!large) ks_buf_printf(&x->body, ", %d", plan.rows);
+        if (!large && plan.tc) ks_buf_printf(&x->body, ", %d", plan.ring);
         ks_buf_printf(&x->body, ">%s", ks_buf_cstr(&call));
     }
     ks_buf_free(&call);

@@ -1571,8 +1571,10 @@ static __device__ __forceinline__ void kcu_matmul_small(const int T, const X *__
  * .. + 7) and 16 bytes of token g of each token tile at the same k, and uses
  * words 0, 1 of each as the first mma's k 2c, 2c+1 and 2c+8, 2c+9, words 2,
  * 3 as the second's: a relabelling of k, the same for both operands, so the
- * sum is of the same products. A lane's weight loads are 16 bytes at a time,
- * streamed past L1, issued a step (U chunks) ahead of their use.
+ * sum is of the same products. A lane's weight chunks come by cp.async (16
+ * bytes, past L1) into its own slots of a ring in dynamic shared memory
+ * (RING bytes, kcu_tc_tiles), many steps ahead of their use: the bytes in
+ * flight cost no registers, and the block's J tiles are one stream.
  *
  * Order. Per warp and chunk, the two mma from zero, then added to the warp's
  * f32 sum (kcu_mma_warp: the tensor cores' truncation stays inside 32
@@ -1675,47 +1677,98 @@ __device__ __forceinline__ void kcu_tc_hand(const Epi &epi, long long t, int col
         epi.one(t, Epi::row(col), v0);
 }
 
-/* One 16-column tile (columns c0 .. c0 + 15) of tokens t0 .. t0 + TT - 1 (TT <= 8 NT), NT token
- * tiles; XS: the norm's values of the group from xs ([TT][K / 8] chunks, staged); red: the block's
- * shared [8 warps][16][8 NT] partial sums. */
-template <int NT, bool XS, typename W, int K, int N, class Pro, class Epi, typename X>
-static __device__ __forceinline__ void kcu_tc_tile(const int t0, const int TT, const int c0, const X *__restrict__ x,
-                                                   const W *__restrict__ w, const Pro &pro, const Epi &epi,
-                                                   float *red, const uint4 *xs)
+/* cp.async: 16 bytes from global memory at p to this thread's shared s, past L1 (the weights, read
+ * once), in flight without a register; kcu_cp_commit closes this thread's group of them, and
+ * kcu_cp_wait<N> returns when at most its last N groups are in flight (the others' bytes are in its
+ * shared memory, for it to read). The emulator copies at once. */
+__device__ __forceinline__ void kcu_cp16(uint4 *s, const void *p)
+{
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(s)), "l"(p)
+                 : "memory");
+#else
+    *s = *reinterpret_cast<const uint4 *>(p);
+#endif
+}
+__device__ __forceinline__ void kcu_cp_commit()
+{
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void kcu_cp_wait()
+{
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+/* The block's tiles tile0 .. tile0 + nt - 1 (columns 16 tile .. + 15) for tokens t0 .. t0 + TT - 1
+ * (TT <= 8 NT), NT token tiles, as one stream of weight steps (U chunks of each of a lane's two rows)
+ * through ring, RING bytes of shared memory: D steps of slots, [D][U][2 rows][KCU_MM_THREADS] 16-byte
+ * chunks, each thread's its own (it reads only what it copied: no barrier), step gs's copies issued
+ * D - 1 steps ahead of its use, so the next tile's are in flight through a tile's epilogue. The
+ * first D - 1 steps' copies are issued before prep() (the norm's statistics and staged values), which
+ * runs then. XS: the norm's values of the group from xs ([TT][K / 8] chunks, staged), else x (and the
+ * norm's weights) a step ahead in registers and normalized in the loop. red: the block's shared
+ * [8 warps][16][8 NT] partial sums. */
+template <int NT, bool XS, int RING, typename W, int K, int N, class Pro, class Epi, typename X, class Prep>
+static __device__ __forceinline__ void kcu_tc_tiles(const int t0, const int TT, const int tile0, const int nt,
+                                                    const X *__restrict__ x, const W *__restrict__ w,
+                                                    const Pro &pro, const Epi &epi, float *red, const uint4 *xs,
+                                                    uint4 *ring, const Prep &prep)
 {
     typedef kcu_tc<W, K> G;
     enum {
         FUSED = !kcu_same<Pro, kcu_pro_none>::V && !XS, /* the norm applied in the loop */
         CW = G::CW,
-        TP = 8 * NT,               /* tokens a row of red */
-        U = XS ? 4 : NT == 1 ? 2 : 1, /* chunks a step (128 registers a thread at most) */
-        STEPS = (CW + U - 1) / U
+        TP = 8 * NT,                               /* tokens a row of red */
+        U = NT == 1 ? 2 : 1,                       /* chunks a step */
+        STEPS = (CW + U - 1) / U,                  /* steps a tile */
+        SLOT = 2 * U * KCU_MM_THREADS,             /* a step's chunks in the ring */
+        D = RING / 16 / SLOT                       /* steps the ring holds */
     };
+    static_assert(D >= 2, "kcu_matmul_tc: a ring of two steps at least");
     typedef typename Pro::template out<X>::T XO;
-    static_assert(sizeof(X) == 2 && kcu_same<XO, W>::V, "kcu_matmul_tc: x and the weights of one half dtype");
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
-    const W *wr[2]; /* this lane's weight rows: columns c0 + g, c0 + g + 8 */
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int col = c0 + g + 8 * h;
-        wr[h] = w + (long long)(col < N ? Epi::row(col) : 0) * K;
-    }
     /* this lane's token of tile n in the group (past the step: its last token) */
     auto tg = [&](int n) -> int { return 8 * n + g < TT ? 8 * n + g : TT - 1; };
     const int kw = warp * CW * 32 + 8 * c; /* this lane's k in its warp's first chunk */
-    auto load = [&](int s, uint4(&wb)[2][U], uint4(&xb)[NT][U], uint4(&gb)[U]) {
+    const int S = nt * STEPS;              /* the block's steps */
+    /* step gs's copies into its slots (zeros for chunks past the warp's or past K), one group */
+    auto issue = [&](int gs) {
+        if (gs < S) {
+            const int s = gs % STEPS, c0 = (tile0 + gs / STEPS) * 16;
+            uint4 *slot = ring + (gs % D) * SLOT + tid;
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int j = s * U + u, k = kw + 32 * j;
-            const bool in = j < CW; /* a ragged last step: chunks past the warp's are not its */
+            for (int h = 0; h < 2; h++) {
+                const int col = c0 + g + 8 * h;
+                const W *row = w + (long long)(col < N ? Epi::row(col) : 0) * K;
 #pragma unroll
-            for (int h = 0; h < 2; h++) wb[h][u] = in ? kcu_tc_ldw<K>(wr[h], k) : uint4{0u, 0u, 0u, 0u};
-            if constexpr (!XS) {
+                for (int u = 0; u < U; u++) {
+                    const int j = s * U + u, k = kw + 32 * j;
+                    uint4 *d = slot + (2 * u + h) * KCU_MM_THREADS;
+                    if (j < CW && k < K)
+                        kcu_cp16(d, row + k);
+                    else
+                        *d = uint4{0u, 0u, 0u, 0u};
+                }
+            }
+        }
+        kcu_cp_commit(); /* past the end an empty group: the count stays D - 1 ahead */
+    };
+    auto load_x = [&](int gs, uint4(&xb)[NT][U], uint4(&gb)[U]) {
+        if constexpr (!XS) {
+            const int s = gs % STEPS;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int j = s * U + u, k = kw + 32 * j;
+                const bool in = j < CW;
 #pragma unroll
                 for (int n = 0; n < NT; n++)
                     xb[n][u] = in ? kcu_tc_ldx<K>(x + (long long)(t0 + tg(n)) * K, k) : uint4{0u, 0u, 0u, 0u};
+                if constexpr (FUSED) gb[u] = in && k < K ? pro.raw16(k) : uint4{0u, 0u, 0u, 0u};
             }
-            if constexpr (FUSED) gb[u] = in && k < K ? pro.raw16(k) : uint4{0u, 0u, 0u, 0u}; /* the norm's weights */
         }
     };
     float acc[NT][4];
@@ -1723,7 +1776,33 @@ static __device__ __forceinline__ void kcu_tc_tile(const int t0, const int TT, c
     for (int n = 0; n < NT; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
-    auto step = [&](int s, const uint4(&wb)[2][U], const uint4(&xb)[NT][U], const uint4(&gb)[U]) {
+    /* the tile's sums: the warps' added in warp order; lane (g, c)'s d[e] is row g + 8 (e / 2), token 2c + e % 2 */
+    auto finish = [&](int tile) {
+        __syncthreads(); /* the previous tile's sums are read */
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                red[(warp * 16 + g + 8 * (e >> 1)) * TP + 8 * n + 2 * c + (e & 1)] = acc[n][e];
+                acc[n][e] = 0.0f;
+            }
+        __syncthreads();
+        for (int i = tid; i < 8 * TT; i += KCU_MM_THREADS) {
+            const int t = i / 8, p = i % 8, col = tile * 16 + 2 * p;
+            float v0 = red[(2 * p) * TP + t], v1 = red[(2 * p + 1) * TP + t];
+#pragma unroll
+            for (int ww = 1; ww < G::WARPS; ww++) {
+                v0 += red[(ww * 16 + 2 * p) * TP + t];
+                v1 += red[(ww * 16 + 2 * p + 1) * TP + t];
+            }
+            kcu_tc_hand<N>(epi, t0 + t, col, v0, v1);
+        }
+    };
+    auto step = [&](int gs, const uint4(&xb)[NT][U], const uint4(&gb)[U]) {
+        kcu_cp_wait<D - 2>(); /* step gs's copies are in */
+        issue(gs + D - 1);    /* into the slots step gs - 1 read */
+        const int s = gs % STEPS;
+        const uint4 *slot = ring + (gs % D) * SLOT + tid;
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int j = s * U + u, k = kw + 32 * j;
@@ -1747,36 +1826,25 @@ static __device__ __forceinline__ void kcu_tc_tile(const int t0, const int TT, c
                 }
                 xq[n] = q;
             }
-            kcu_tc_chunk<NT, W>(acc, xq, wb[0][u], wb[1][u]);
+            kcu_tc_chunk<NT, W>(acc, xq, slot[(2 * u) * KCU_MM_THREADS], slot[(2 * u + 1) * KCU_MM_THREADS]);
         }
+        if (s == STEPS - 1) finish(tile0 + gs / STEPS);
     };
-    uint4 wa[2][U], wb[2][U], xa[NT][U], xb[NT][U], ga[U], gb[U];
-    load(0, wa, xa, ga);
+#pragma unroll
+    for (int i = 0; i < D - 1; i++) issue(i);
+    prep();
+    uint4 xa[NT][U], xb[NT][U], ga[U], gb[U];
+    load_x(0, xa, ga);
 #pragma unroll 1
-    for (int s = 0; s < STEPS - 1; s += 2) {
-        load(s + 1, wb, xb, gb);
-        step(s, wa, xa, ga);
-        if (s + 2 < STEPS) load(s + 2, wa, xa, ga);
-        step(s + 1, wb, xb, gb);
-    }
-    if (STEPS % 2) step(STEPS - 1, wa, xa, ga);
-    /* the warps' sums, added in warp order; lane (g, c)'s d[e] is row g + 8 (e / 2), token 2c + e % 2 */
-    __syncthreads(); /* the previous tile's sums are read */
-#pragma unroll
-    for (int n = 0; n < NT; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) red[(warp * 16 + g + 8 * (e >> 1)) * TP + 8 * n + 2 * c + (e & 1)] = acc[n][e];
-    __syncthreads();
-    for (int i = tid; i < 8 * TT; i += KCU_MM_THREADS) {
-        const int t = i / 8, p = i % 8, col = c0 + 2 * p;
-        float v0 = red[(2 * p) * TP + t], v1 = red[(2 * p + 1) * TP + t];
-#pragma unroll
-        for (int ww = 1; ww < G::WARPS; ww++) {
-            v0 += red[(ww * 16 + 2 * p) * TP + t];
-            v1 += red[(ww * 16 + 2 * p + 1) * TP + t];
+    for (int gs = 0; gs < S; gs += 2) {
+        if (gs + 1 < S) load_x(gs + 1, xb, gb);
+        step(gs, xa, ga);
+        if (gs + 1 < S) {
+            if (gs + 2 < S) load_x(gs + 2, xa, ga);
+            step(gs + 1, xb, gb);
         }
-        kcu_tc_hand<N>(epi, t0 + t, col, v0, v1);
     }
+    kcu_cp_wait<0>(); /* the empty groups past the end: nothing of this thread's in flight */
 }
 
 /* Tokens t0 .. t0 + TT - 1 (8 < TT <= 32) of the 8 tiles from column c0 (a warp each), the K slices
@@ -1882,7 +1950,7 @@ static __device__ __forceinline__ void kcu_tc_wide(const int t0, const int TT, c
 /* The tensor-core decode path: J tiles of 16 columns a block, one after another (its grid:
  * ceil(N / (16 J)) blocks), as described above; T = 1 .. 8 on one token tile, more on four,
  * KCU_TC_GROUP tokens a pass. */
-template <typename W, int K, int N, int J, class Pro, class Epi, typename X>
+template <typename W, int K, int N, int J, int RING, class Pro, class Epi, typename X>
 static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__restrict__ x, const W *__restrict__ w,
                                                      Pro pro, const Epi &epi)
 {
@@ -1895,6 +1963,12 @@ static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__res
     __shared__ uint4 smem[KCU_TC_SMEM / 16];
     float *red = reinterpret_cast<float *>(smem);             /* [8 warps][16][8 NT] */
     uint4 *xs = smem + KCU_TC_RED_BYTES / 16;                 /* [TT][K / 8] the norm's values */
+#ifdef KILN_EMU_SHIM_H
+    static uint4 ring[RING / 16]; /* blocks run one at a time */
+#else
+    extern __shared__ uint4 kcu_tc_ring[]; /* the kernel's dynamic shared memory: RING bytes */
+    uint4 *const ring = kcu_tc_ring;
+#endif
     const int tile0 = (int)blockIdx.x * J;
     for (int t0 = 0; t0 < T; t0 += KCU_TC_GROUP) {
         const int TT = T - t0 < KCU_TC_GROUP ? T - t0 : KCU_TC_GROUP;
@@ -1907,36 +1981,32 @@ static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__res
                 continue;
             }
         }
-        bool staged = false;
-        if constexpr (STAGED) {
-            /* the first tile's first weights on their way to L2 while the statistics are summed */
-            const int col = tile0 * 16 + (int)threadIdx.x % 16;
-            if (tile0 < TILES && col < N && (int)threadIdx.x < 16 * 8)
-                kcu_prefetch_l2(w + (long long)Epi::row(col) * K + (threadIdx.x / 16) * (K / 8));
-            pro.prepare(x, T, t0, TT);
-            staged = TT * K * (int)sizeof(XO) <= KCU_TC_XS_BYTES;
-            if (staged) { /* the group's norm values, a 16-byte chunk a thread at a time */
-                __syncthreads(); /* the previous group's are read */
-                for (int i = threadIdx.x; i < TT * KC; i += KCU_MM_THREADS) {
-                    const int t = i / KC, k = 8 * (i % KC);
-                    float v[8];
-                    kcu_vec<X>::unpack(*reinterpret_cast<const uint4 *>(x + (long long)(t0 + t) * K + k), v);
-                    pro.chunk8(v, t0 + t, k, pro.raw16(k));
-                    xs[i] = kcu_pack8<XO>(v);
+        const int nt = TILES - tile0 < J ? TILES - tile0 : J; /* this block's tiles */
+        if (nt <= 0) continue;                                /* uniform */
+        const bool staged = STAGED && TT * K * (int)sizeof(XO) <= KCU_TC_XS_BYTES;
+        /* the norm's statistics, and its values staged where they fit: while the first weights come */
+        auto prep = [&]() {
+            if constexpr (STAGED) {
+                pro.prepare(x, T, t0, TT);
+                if (staged) { /* the group's norm values, a 16-byte chunk a thread at a time */
+                    __syncthreads(); /* the previous group's are read */
+                    for (int i = threadIdx.x; i < TT * KC; i += KCU_MM_THREADS) {
+                        const int t = i / KC, k = 8 * (i % KC);
+                        float v[8];
+                        kcu_vec<X>::unpack(*reinterpret_cast<const uint4 *>(x + (long long)(t0 + t) * K + k), v);
+                        pro.chunk8(v, t0 + t, k, pro.raw16(k));
+                        xs[i] = kcu_pack8<XO>(v);
+                    }
+                    __syncthreads();
                 }
-                __syncthreads();
             }
-        }
-        for (int j = 0; j < J; j++) {
-            const int tile = tile0 + j;
-            if (tile >= TILES) break; /* uniform */
-            if (TT > 8)
-                kcu_tc_tile<KCU_TC_GROUP / 8, false, W, K, N>(t0, TT, tile * 16, x, w, pro, epi, red, xs);
-            else if (staged)
-                kcu_tc_tile<1, true, W, K, N>(t0, TT, tile * 16, x, w, pro, epi, red, xs);
-            else
-                kcu_tc_tile<1, false, W, K, N>(t0, TT, tile * 16, x, w, pro, epi, red, xs);
-        }
+        };
+        if (TT > 8)
+            kcu_tc_tiles<KCU_TC_GROUP / 8, false, RING, W, K, N>(t0, TT, tile0, nt, x, w, pro, epi, red, xs, ring, prep);
+        else if (staged)
+            kcu_tc_tiles<1, true, RING, W, K, N>(t0, TT, tile0, nt, x, w, pro, epi, red, xs, ring, prep);
+        else
+            kcu_tc_tiles<1, false, RING, W, K, N>(t0, TT, tile0, nt, x, w, pro, epi, red, xs, ring, prep);
     }
 }
 
@@ -1983,8 +2053,9 @@ static __device__ __forceinline__ void kcu_matmul(const int T, const X *__restri
  * clusters (KCU_CLUSTERS 0): one block (z = 0) takes every position and the others return.
  * KCU_CLUSTER_Z(S) is the kernel's attribute. A head's positions are split only when one block
  * would take more than KCU_ATT_SPLIT_ROUNDS rounds of its warps (at 2049 positions the split took
- * Llama-3-8B's decode attention from 154 to 38 µs a layer; at 16 the cluster's barriers cost ~5). */
-enum { KCU_ATT_SPLIT_ROUNDS = 8 };
+ * Llama-3-8B's decode attention from 154 to 38 µs a layer; at 16 the cluster's barriers cost ~5;
+ * at 512 positions, 8 rounds of ~2.2 µs unsplit: 17.6 µs a layer, #11 step 3). */
+enum { KCU_ATT_SPLIT_ROUNDS = 2 };
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KCU_CLUSTERS 1
 #define KCU_CLUSTER_Z(S) __cluster_dims__(1, 1, S)

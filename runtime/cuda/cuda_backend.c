@@ -350,6 +350,7 @@ static int load_kernels(cu_state *s, ks_diag *d)
         const krt_cuda_kernel *k = &s->meta.kernels[i];
         r = s->api.cuModuleGetFunction(&s->fns[i], s->module, k->name);
         if (r != 0) return cu_error(s, d, r, "damaged engine: kernel %s is not in its %s cubin", k->name, s->arch);
+        if (set_smem(s, s->fns[i], k->name, k->smem, d) != 0) return -1;
         if (!k->name_large) continue;
         r = s->api.cuModuleGetFunction(&s->fns_large[i], s->module, k->name_large);
         if (r != 0) return cu_error(s, d, r, "damaged engine: kernel %s is not in its %s cubin", k->name_large, s->arch);
@@ -1094,7 +1095,7 @@ static int launch_kernel(cu_state *s, int i, int64_t T, int64_t run, const step_
     for (int a = 0; a < k->n_args && swap != UINT32_MAX; a++)
         if (k->args[a].kind == KRT_CUDA_ARG_VALUE && s->root[k->args[a].index] == swap) slot[a].ptr = swap_ptr;
     krt_cu_fn fn = large ? s->fns_large[i] : s->fns[i];
-    int smem = large ? k->smem_large : 0;
+    int smem = large ? k->smem_large : k->smem;
     krt_cu_result r = launch_fn(s, fn, grid, k->block, smem, params);
     if (r != 0) return cu_error(s, d, r, "cannot launch %s", k->name);
     return 0;

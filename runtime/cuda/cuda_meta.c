@@ -124,6 +124,7 @@ void krt_cuda_meta_write(const krt_cuda_meta *meta, ks_buf *out)
         cJSON_AddStringToObject(jk, "name", k->name);
         cJSON_AddNumberToObject(jk, "node", k->node);
         cJSON_AddNumberToObject(jk, "block", k->block);
+        if (k->smem > 0) cJSON_AddNumberToObject(jk, "smem", k->smem); /* absent: 0, as before */
         if (k->name_large) {
             cJSON *jl = cJSON_AddObjectToObject(jk, "large");
             cJSON_AddStringToObject(jl, "name", k->name_large);
@@ -294,6 +295,11 @@ static int parse_kernel(reader *r, krt_cuda_meta *m, const cJSON *jk, krt_cuda_k
     if (get_count(r, cJSON_GetObjectItemCaseSensitive(jk, "block"), "kernel block", 1025, &v)) return -1;
     if (v == 0) return bad(r, "kernel %s has an empty block", k->name);
     k->block = (int)v;
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(jk, "smem");
+    if (js) {
+        if (get_count(r, js, "kernel smem", (int64_t)1 << 20, &v)) return -1;
+        k->smem = (int)v;
+    }
     const cJSON *jl = cJSON_GetObjectItemCaseSensitive(jk, "large");
     if (jl) {
         const cJSON *ln = cJSON_GetObjectItemCaseSensitive(jl, "name");

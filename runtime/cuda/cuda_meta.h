@@ -14,7 +14,8 @@
  *     "output": 67,                         value whose buffer holds the logits
  *     "aliases": [[7, 6], [67, 66]],        [value, value whose buffer it shares]
  *     "kernels": [                          launched in this order every step
- *       {"name": "k6_matmul", "node": 6, "block": 256,
+ *       {"name": "k6_matmul", "node": 6, "block": 256, "smem": 98304,   "smem" optional (0 when absent):
+ *                                           its dynamic shared memory in bytes
  *        "large": {"name": "k6_matmul_large", "above": 8},   optional: the kernel for steps of more tokens
  *                                           (and optionally its own "grid", as "grid" below, and
  *                                           "smem", its dynamic shared memory in bytes: 0 when absent)
@@ -122,6 +123,7 @@ typedef struct krt_cuda_kernel {
     int smem_large;                      /* name_large's dynamic shared memory, bytes (0: none; meta "large.smem") */
     uint32_t node;                       /* the graph node it computes */
     int block;                           /* threads per block */
+    int smem;                            /* name's dynamic shared memory, bytes (0: none; meta "smem") */
     int64_t grid[3][3];                  /* per grid dim: {t, c, div}: ceil((T*t + c) / div) */
     int n_args;                          /* parameters */
     krt_cuda_arg args[KRT_CUDA_MAX_ARGS]; /* in parameter order */

@@ -172,6 +172,11 @@ static void fill_x(size_t n, uint64_t *s, float *x, int wide, int emax)
 }
 
 /* ---- the kernels' source ------------------------------------------------------------------ */
+/* The tensor-core decode path's plan, as an engine for sm_90 alone gets it (the ring's size: the
+ * kernels' dynamic shared memory). */
+enum { TC_OPTIN = 227 * 1024 };
+static kcu_gemv_plan tc_plan(const mm_case *c) { return kcu_plan_gemv_tc(c->N, c->rms, TC_OPTIN); }
+
 static void kernel_source(const mm_case *c, int index, ks_buf *src)
 {
     const char *wt = w_name[c->w];
@@ -186,7 +191,7 @@ static void kernel_source(const mm_case *c, int index, ks_buf *src)
     if (c->path == PATH_DECODE || c->path == PATH_TC || c->lb2)
         snprintf(bounds, sizeof bounds, ", %d",
                  c->path == PATH_DECODE ? kcu_plan_gemv(c->N).per_sm
-                 : c->path == PATH_TC   ? kcu_plan_gemv_tc(c->N, c->rms).per_sm
+                 : c->path == PATH_TC   ? tc_plan(c).per_sm
                                         : 2);
     ks_buf_printf(src,
                   "extern \"C\" __global__ void __launch_bounds__(KCU_MM_THREADS%s) mm_%d(int T, const %s "
@@ -198,7 +203,8 @@ static void kernel_source(const mm_case *c, int index, ks_buf *src)
         ks_buf_printf(src, "    kcu_matmul_small<%s, %d, %d, %d>(T, x, w, %s, %s);\n}\n", wt, c->K, c->N, c->rows, pro,
                       epi);
     else if (c->path == PATH_TC)
-        ks_buf_printf(src, "    kcu_matmul_tc<%s, %d, %d, %d>(T, x, w, %s, %s);\n}\n", wt, c->K, c->N, c->rows, pro, epi);
+        ks_buf_printf(src, "    kcu_matmul_tc<%s, %d, %d, %d, %d>(T, x, w, %s, %s);\n}\n", wt, c->K, c->N, c->rows,
+                      tc_plan(c).ring, pro, epi);
     else if (c->path == PATH_MATMUL)
         ks_buf_printf(src, "    kcu_matmul_large<%s, %d, %d>(T, x, w, %s, %s);\n}\n", wt, c->K, c->N, pro, epi);
     else if (c->path == PATH_FMA)
@@ -378,7 +384,9 @@ static int launch_rows(runner *r, const mm_case *c, int index, const mm_data *d,
     int cols = c->path == PATH_DECODE ? 8 * c->rows : c->path == PATH_TC ? 16 * c->rows : 16;
     krt_cu_ptr x = d->x + (c->xh ? 2 : 4) * ((krt_cu_ptr)c->x_off + (krt_cu_ptr)t0 * (krt_cu_ptr)c->K);
     void *params[] = {&T, &x, &w, (void *)&d->g, (void *)&d->out, NULL};
-    return cu_ok(r, r->api.cuLaunchKernel(fn, (unsigned)((c->N + cols - 1) / cols), 1, 1, 256, 1, 1, 0, NULL, params,
+    const int smem = c->path == PATH_TC ? tc_plan(c).ring : 0; /* set for the function each launch: cheap */
+    if (smem && !cu_ok(r, r->api.cuFuncSetAttribute(fn, KRT_CU_FUNC_MAX_DYNAMIC_SHARED_BYTES, smem), name)) return -1;
+    return cu_ok(r, r->api.cuLaunchKernel(fn, (unsigned)((c->N + cols - 1) / cols), 1, 1, 256, 1, 1, smem, NULL, params,
                                           NULL),
                  "cuLaunchKernel")
                ? 0
@@ -627,7 +635,7 @@ static int bench_cases(mm_case *out)
     for (size_t s = 0; s < sizeof llama8b / sizeof llama8b[0]; s++)
         for (int T = 1; T <= 32; T = T == 1 ? 8 : T == 8 ? 32 : 33) {
             const bench_shape *b = &llama8b[s];
-            out[n++] = (mm_case){W_BF16, T, b->K, b->N, b->norm, 0, 0, PATH_TC, 0, 0, 0, kcu_plan_gemv_tc(b->N, b->norm).rows, 1};
+            out[n++] = (mm_case){W_BF16, T, b->K, b->N, b->norm, 0, 0, PATH_TC, 0, 0, 0, kcu_plan_gemv_tc(b->N, b->norm, TC_OPTIN).rows, 1};
         }
     return n;
 }
@@ -724,7 +732,7 @@ static void run_decode_bench(runner *r, const mm_case *c, int index, double mode
     const int tc = c->path == PATH_TC, ti = c->T == 1 ? 0 : c->T == 8 ? 1 : 2;
     for (size_t s = 0; s < sizeof llama8b / sizeof llama8b[0]; s++)
         if (c->K == llama8b[s].K && c->N == llama8b[s].N &&
-            c->rows == (tc ? kcu_plan_gemv_tc(c->N, c->rms) : kcu_plan_gemv(c->N)).rows) {
+            c->rows == (tc ? tc_plan(c) : kcu_plan_gemv(c->N)).rows) {
             model[tc][ti][0] += us * llama8b[s].per_model;
             model[tc][ti][1] += floor_us * llama8b[s].per_model;
         }
