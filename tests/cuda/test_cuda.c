@@ -984,6 +984,36 @@ static void test_flash_option(void)
     kir_graph_free(g);
 }
 
+/* kcu_matmul_tc's plan: one wave of one block an SM (Llama-3-8B's J), and its ring of shared memory
+ * (what the targets' least opt-in leaves beside the static 40 kB, up to 112 kB: sm_80 and sm_90 alike),
+ * kept through cuda.meta as the kernel's "smem". */
+static void test_tc_plan(void)
+{
+    const int64_t sm90 = kcu_arch_smem_optin("sm_90"), sm80 = kcu_arch_smem_optin("sm_80");
+    const int64_t sm89 = kcu_arch_smem_optin("sm_89");
+    kcu_gemv_plan p = kcu_plan_gemv_tc(6144, 1, sm90);
+    CHECK(p.tc == 1 && p.rows == 3 && p.cols == 48 && p.per_sm == 1 && p.ring == 112 * 1024);
+    CHECK(kcu_plan_gemv_tc(28672, 1, sm90).rows == 14 && kcu_plan_gemv_tc(4096, 0, sm90).rows == 2);
+    CHECK(kcu_plan_gemv_tc(128256, 1, sm90).rows == 61 && kcu_plan_gemv_tc(16, 0, sm90).rows == 1);
+    CHECK(kcu_plan_gemv_tc(6144, 1, sm80).ring == 112 * 1024 && kcu_plan_gemv_tc(6144, 1, sm89).ring == 48 * 1024);
+    CHECK(kcu_plan_gemv(4096).ring == 0 && sm89 >= KCU_TC_MIN_OPTIN && kcu_arch_smem_optin("sm_75") < KCU_TC_MIN_OPTIN);
+    krt_cuda_meta meta = {0}, back = {0};
+    krt_cuda_kernel k = {.name = "k_mm", .node = 3, .block = 256, .smem = p.ring};
+    k.grid[0][1] = 6144, k.grid[0][2] = p.cols, k.grid[1][1] = k.grid[1][2] = k.grid[2][1] = k.grid[2][2] = 1;
+    const char *archs[1] = {"sm_90"};
+    meta.archs = archs, meta.n_archs = 1, meta.kernels = &k, meta.n_kernels = 1;
+    ks_buf text = {0};
+    krt_cuda_meta_write(&meta, &text);
+    CHECK(strstr(ks_buf_cstr(&text), "{\"name\":\"k_mm\",\"node\":3,\"block\":256,\"smem\":114688,") != NULL);
+    sink s;
+    sink_init(&s);
+    if (CHECK(krt_cuda_meta_parse(text.data, text.len, "x.engine", &back, &s.d) == 0) && CHECK(back.n_kernels == 1))
+        CHECK(back.kernels[0].smem == 114688 && back.kernels[0].smem_large == 0);
+    krt_cuda_meta_free(&back);
+    ks_buf_free(&text);
+    ks_buf_free(&s.log);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--fork-check") == 0) return fork_check(argv);
@@ -993,6 +1023,7 @@ int main(int argc, char **argv)
     if (!mkdtemp(work_dir)) return 1;
     test_generate();
     test_flash_option();
+    test_tc_plan();
     test_meta_errors();
     test_targets();
     test_variants();
