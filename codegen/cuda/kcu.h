@@ -86,6 +86,9 @@ typedef struct kcu_options {
     int64_t smem_optin; /* 0, or the dynamic shared memory a block may opt into on every target
                         * architecture, bytes (kcu_arch_smem_optin; kcu_build sets it): room for the flash
                         * attention's deeper K/V ring */
+    int tc_per_sm;     /* 0: kcu_matmul_tc's plan's blocks an SM; else these (kcu_build: KILN_CUDA_TC_PER_SM=N,
+                        * for comparisons) */
+    int tc_ring_kb;    /* 0: kcu_matmul_tc's plan's ring; else at most this many kB (KILN_CUDA_TC_RING=N) */
     ks_buf *choices;   /* NULL, or where the per-shape choices go, a line a distinct kernel that has
                         * variants: "k_matmul_fused_..: %7 matmul, 4096 -> 6144: sm_90a above 64 tokens: ..."
                         * (kiln build --stats prints them) */
@@ -153,8 +156,10 @@ typedef struct kcu_gemv_plan {
 } kcu_gemv_plan;
 /* The plan for N columns (tc: kcu_matmul_tc's). */
 kcu_gemv_plan kcu_plan_gemv(int64_t N);
-/* norm: the matmul has a fused norm prologue; smem_optin: kcu_options' (the ring's room) */
-kcu_gemv_plan kcu_plan_gemv_tc(int64_t N, int norm, int64_t smem_optin);
+/* norm: the matmul has a fused norm prologue; opt: the targets' smem_optin (the ring's room), tc_per_sm and
+ * tc_ring_kb */
+struct kcu_options;
+kcu_gemv_plan kcu_plan_gemv_tc(int64_t N, int norm, const struct kcu_options *opt);
 /* The least smem_optin that kcu_matmul_tc runs with (its static shared memory and a ring of two steps). */
 enum { KCU_TC_MIN_OPTIN = (40 + 1 + 32) * 1024 };
 /* The most tokens a step of the decode kernels (kcu_matmul_tc in fast precision, kcu_matmul_small

@@ -181,6 +181,9 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     opt.batch_variant = variant_env && strcmp(variant_env, "1") == 0;
     const char *cluster_env = getenv("KILN_CUDA_GEMM90_CLUSTER");
     opt.g90_cluster = cluster_env && strcmp(cluster_env, "2") == 0;
+    const char *tc_per_sm = getenv("KILN_CUDA_TC_PER_SM"), *tc_ring = getenv("KILN_CUDA_TC_RING");
+    if (tc_per_sm && *tc_per_sm) opt.tc_per_sm = atoi(tc_per_sm) > 0 && atoi(tc_per_sm) <= 4 ? atoi(tc_per_sm) : 0;
+    if (tc_ring && *tc_ring) opt.tc_ring_kb = atoi(tc_ring) >= 32 && atoi(tc_ring) <= 224 ? atoi(tc_ring) : 0;
 
     krt_cuda_meta meta = {0};
     ks_buf src = {0}, stem = {0};

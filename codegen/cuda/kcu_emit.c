@@ -132,18 +132,20 @@ kcu_gemv_plan kcu_plan_gemv(int64_t N)
  * sm_80's 163 kB leave too, so that sm_80 and sm_90 engines hold the same kernels (seven steps: six
  * in flight, 96 kB an SM). The probe that chose this: bench/gemv_probe.cu (bench/RESULTS.md, #11
  * step 3). */
-kcu_gemv_plan kcu_plan_gemv_tc(int64_t N, int norm, int64_t smem_optin)
+kcu_gemv_plan kcu_plan_gemv_tc(int64_t N, int norm, const kcu_options *opt)
 {
     (void)norm;
     enum { SMS = 132, PER_SM = 1, STATIC = 40 * 1024, RESERVED = 1024, STEP = 16 * 1024, RING_CAP = 112 * 1024 };
     kcu_gemv_plan p;
     p.tc = 1;
     const int64_t tiles = (N + 15) / 16;
-    p.rows = (int)((tiles + PER_SM * SMS - 1) / (PER_SM * SMS));
+    const int per_sm = opt->tc_per_sm > 0 ? opt->tc_per_sm : PER_SM;
+    p.rows = (int)((tiles + per_sm * SMS - 1) / (per_sm * SMS));
     p.cols = 16 * p.rows;
-    p.per_sm = PER_SM;
-    int64_t room = (smem_optin + RESERVED) / PER_SM - RESERVED - STATIC;
-    if (room > RING_CAP) room = RING_CAP;
+    p.per_sm = per_sm;
+    int64_t room = (opt->smem_optin + RESERVED) / per_sm - RESERVED - STATIC;
+    const int64_t cap = opt->tc_ring_kb > 0 ? (int64_t)opt->tc_ring_kb * 1024 : RING_CAP;
+    if (room > cap) room = cap;
     p.ring = (int)(room / STEP * STEP);
     KS_ASSERT(p.ring >= 2 * STEP); /* kcu_use_tc: smem_optin >= KCU_TC_MIN_OPTIN */
     return p;
@@ -172,7 +174,7 @@ static int emit_matmul(kcu_gen *x, kir_val v)
     int vec = matmul_vec(K, w->dtype);
     const kir_dtype xt = x->g->nodes[n->in[0]].dtype;
     kcu_gemv_plan plan =
-        kcu_use_tc(x, xt, xt, w->dtype, K) ? kcu_plan_gemv_tc(N, 0, x->opt.smem_optin) : kcu_plan_gemv(N);
+        kcu_use_tc(x, xt, xt, w->dtype, K) ? kcu_plan_gemv_tc(N, 0, &x->opt) : kcu_plan_gemv(N);
     const int64_t decode_t = kcu_decode_t(x);
     krt_cuda_kernel *k = kcu_kernel_new(x, v, MM_THREADS);
     kcu_matmul_grids(k, N, &plan);

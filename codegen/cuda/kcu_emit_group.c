@@ -1290,7 +1290,7 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
     /* ---- the kernel: matmul grid, parameters, the functor, the body ---- */
     const kir_node *pn = G.pro >= 0 ? &g->nodes[nodes[G.pro]] : NULL;
     const kcu_gemv_plan plan =
-        group_tc(&G) ? kcu_plan_gemv_tc(G.N, G.pro >= 0, x->opt.smem_optin) : kcu_plan_gemv(G.N);
+        group_tc(&G) ? kcu_plan_gemv_tc(G.N, G.pro >= 0, &x->opt) : kcu_plan_gemv(G.N);
     krt_cuda_kernel *k = kcu_kernel_new(x, nodes[G.mm], MM_THREADS);
     kcu_matmul_grids(k, G.N, &plan);
     k->smem = plan.ring;

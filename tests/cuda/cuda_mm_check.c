@@ -175,7 +175,11 @@ static void fill_x(size_t n, uint64_t *s, float *x, int wide, int emax)
 /* The tensor-core decode path's plan, as an engine for sm_90 alone gets it (the ring's size: the
  * kernels' dynamic shared memory). */
 enum { TC_OPTIN = 227 * 1024 };
-static kcu_gemv_plan tc_plan(const mm_case *c) { return kcu_plan_gemv_tc(c->N, c->rms, TC_OPTIN); }
+static kcu_gemv_plan tc_plan(const mm_case *c)
+{
+    const kcu_options o = {.smem_optin = TC_OPTIN};
+    return kcu_plan_gemv_tc(c->N, c->rms, &o);
+}
 
 static void kernel_source(const mm_case *c, int index, ks_buf *src)
 {
@@ -635,7 +639,7 @@ static int bench_cases(mm_case *out)
     for (size_t s = 0; s < sizeof llama8b / sizeof llama8b[0]; s++)
         for (int T = 1; T <= 32; T = T == 1 ? 8 : T == 8 ? 32 : 33) {
             const bench_shape *b = &llama8b[s];
-            out[n++] = (mm_case){W_BF16, T, b->K, b->N, b->norm, 0, 0, PATH_TC, 0, 0, 0, kcu_plan_gemv_tc(b->N, b->norm, TC_OPTIN).rows, 1};
+            out[n++] = (mm_case){W_BF16, T, b->K, b->N, b->norm, 0, 0, PATH_TC, 0, 0, 0, tc_plan(&(mm_case){.N = b->N, .rms = b->norm}).rows, 1};
         }
     return n;
 }

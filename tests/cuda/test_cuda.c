@@ -989,14 +989,16 @@ static void test_flash_option(void)
  * kept through cuda.meta as the kernel's "smem". */
 static void test_tc_plan(void)
 {
-    const int64_t sm90 = kcu_arch_smem_optin("sm_90"), sm80 = kcu_arch_smem_optin("sm_80");
-    const int64_t sm89 = kcu_arch_smem_optin("sm_89");
-    kcu_gemv_plan p = kcu_plan_gemv_tc(6144, 1, sm90);
+    const kcu_options sm90 = {.smem_optin = kcu_arch_smem_optin("sm_90")}, sm80 = {.smem_optin = kcu_arch_smem_optin("sm_80")};
+    const kcu_options sm89 = {.smem_optin = kcu_arch_smem_optin("sm_89")}, two = {.smem_optin = sm90.smem_optin, .tc_per_sm = 2};
+    kcu_gemv_plan p = kcu_plan_gemv_tc(6144, 1, &sm90);
     CHECK(p.tc == 1 && p.rows == 3 && p.cols == 48 && p.per_sm == 1 && p.ring == 112 * 1024);
-    CHECK(kcu_plan_gemv_tc(28672, 1, sm90).rows == 14 && kcu_plan_gemv_tc(4096, 0, sm90).rows == 2);
-    CHECK(kcu_plan_gemv_tc(128256, 1, sm90).rows == 61 && kcu_plan_gemv_tc(16, 0, sm90).rows == 1);
-    CHECK(kcu_plan_gemv_tc(6144, 1, sm80).ring == 112 * 1024 && kcu_plan_gemv_tc(6144, 1, sm89).ring == 48 * 1024);
-    CHECK(kcu_plan_gemv(4096).ring == 0 && sm89 >= KCU_TC_MIN_OPTIN && kcu_arch_smem_optin("sm_75") < KCU_TC_MIN_OPTIN);
+    CHECK(kcu_plan_gemv_tc(28672, 1, &sm90).rows == 14 && kcu_plan_gemv_tc(4096, 0, &sm90).rows == 2);
+    CHECK(kcu_plan_gemv_tc(128256, 1, &sm90).rows == 61 && kcu_plan_gemv_tc(16, 0, &sm90).rows == 1);
+    CHECK(kcu_plan_gemv_tc(6144, 1, &sm80).ring == 112 * 1024 && kcu_plan_gemv_tc(6144, 1, &sm89).ring == 48 * 1024);
+    CHECK(kcu_plan_gemv(4096).ring == 0 && sm89.smem_optin >= KCU_TC_MIN_OPTIN && kcu_arch_smem_optin("sm_75") < KCU_TC_MIN_OPTIN);
+    const kcu_gemv_plan p2 = kcu_plan_gemv_tc(6144, 1, &two); /* KILN_CUDA_TC_PER_SM=2 */
+    CHECK(p2.per_sm == 2 && p2.rows == 2 && p2.ring == 64 * 1024);
     krt_cuda_meta meta = {0}, back = {0};
     krt_cuda_kernel k = {.name = "k_mm", .node = 3, .block = 256, .smem = p.ring};
     k.grid[0][1] = 6144, k.grid[0][2] = p.cols, k.grid[1][1] = k.grid[1][2] = k.grid[2][1] = k.grid[2][2] = 1;
