@@ -1970,10 +1970,13 @@ static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__res
     uint4 *const ring = kcu_tc_ring;
 #endif
     const int tile0 = (int)blockIdx.x * J;
+    bool enter = true; /* KCU_PDL_ENTER is ahead (the generated kernel leaves it to this path) */
     for (int t0 = 0; t0 < T; t0 += KCU_TC_GROUP) {
         const int TT = T - t0 < KCU_TC_GROUP ? T - t0 : KCU_TC_GROUP;
         if constexpr (WIDE) {
             if (TT > 8) { /* groups of 8 tiles over the grid, whatever J: blocks past them return */
+                if (enter) KCU_PDL_ENTER();
+                enter = false;
                 pro.prepare(x, T, t0, TT);
                 for (int b = (int)blockIdx.x; b < (TILES + 7) / 8; b += (int)gridDim.x)
                     kcu_tc_wide<W, K, N>(t0, TT, b * 128, x, w, pro, epi, smem);
@@ -1982,10 +1985,14 @@ static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__res
             }
         }
         const int nt = TILES - tile0 < J ? TILES - tile0 : J; /* this block's tiles */
-        if (nt <= 0) continue;                                /* uniform */
+        if (nt <= 0) break;                                   /* uniform */
         const bool staged = STAGED && TT * K * (int)sizeof(XO) <= KCU_TC_XS_BYTES;
-        /* the norm's statistics, and its values staged where they fit: while the first weights come */
+        /* from here on the kernel before this one has ended (the first weights, which are no kernel's
+         * output, are on their way before); the norm's statistics, and its values staged where they
+         * fit, while they come */
         auto prep = [&]() {
+            if (enter) KCU_PDL_ENTER();
+            enter = false;
             if constexpr (STAGED) {
                 pro.prepare(x, T, t0, TT);
                 if (staged) { /* the group's norm values, a 16-byte chunk a thread at a time */
@@ -2008,6 +2015,7 @@ static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__res
         else
             kcu_tc_tiles<1, false, RING, W, K, N>(t0, TT, tile0, nt, x, w, pro, epi, red, xs, ring, prep);
     }
+    if (enter) KCU_PDL_ENTER(); /* a block without tiles */
 }
 
 /* The prefill path (T > KCU_GEMV_T): tensor cores where the weights allow
