@@ -1848,10 +1848,12 @@ static __device__ __forceinline__ void kcu_tc_tiles(const int t0, const int TT, 
 }
 
 /* Tokens t0 .. t0 + TT - 1 (8 < TT <= 32) of the 8 tiles from column c0 (a warp each), the K slices
- * in order, each slice's norm values staged in slab ([TT][CW * 4] chunks; kcu_tc_wide above). */
-template <typename W, int K, int N, class Pro, class Epi, typename X>
+ * in order, each slice's norm values staged in slab ([TT][CW * 4] chunks; kcu_tc_wide above); the
+ * weights through ring as kcu_tc_tiles' (RING bytes, each thread's own slots, D - 1 steps ahead). */
+template <int RING, typename W, int K, int N, class Pro, class Epi, typename X>
 static __device__ __forceinline__ void kcu_tc_wide(const int t0, const int TT, const int c0, const X *__restrict__ x,
-                                                   const W *__restrict__ w, const Pro &pro, const Epi &epi, uint4 *slab)
+                                                   const W *__restrict__ w, const Pro &pro, const Epi &epi, uint4 *slab,
+                                                   uint4 *ring)
 {
     typedef kcu_tc<W, K> G;
     typedef typename Pro::template out<X>::T XO;
@@ -1859,11 +1861,14 @@ static __device__ __forceinline__ void kcu_tc_wide(const int t0, const int TT, c
         NT = KCU_TC_GROUP / 8,
         CW = G::CW,
         Q = CW * 4,                     /* 16-byte chunks of a token's slice */
-        U = 1,                          /* chunks a step (128 registers a thread at most) */
+        U = 1,                          /* chunks a step */
         SS = (CW + U - 1) / U,          /* steps a slice */
-        STEPS = G::WARPS * SS
+        STEPS = G::WARPS * SS,
+        SLOT = 2 * U * KCU_MM_THREADS,  /* a step's chunks in the ring */
+        D = RING / 16 / SLOT            /* steps the ring holds */
     };
     static_assert(KCU_TC_GROUP * Q * 16 <= KCU_TC_SMEM, "kcu_tc_wide: a slice's norm values fit the buffer");
+    static_assert(D >= 2, "kcu_tc_wide: a ring of two steps at least");
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
     const int col0 = c0 + 16 * warp; /* this warp's tile */
     const W *wr[2];
@@ -1872,20 +1877,33 @@ static __device__ __forceinline__ void kcu_tc_wide(const int t0, const int TT, c
         const int col = col0 + g + 8 * h;
         wr[h] = w + (long long)(col < N ? Epi::row(col) : 0) * K;
     }
-    /* global step gs: slice gs / SS, its step gs % SS; a lane's k of chunk j of slice s: s CW 32 + 32 j + 8 c */
-    auto load = [&](int gs, uint4(&wb)[2][U]) {
-        const int sl = gs / SS, ls = gs % SS;
+    /* global step gs: slice gs / SS, its step gs % SS; a lane's k of chunk j of slice s: s CW 32 + 32 j + 8 c;
+     * its copies into its slots, one group (past the end an empty one) */
+    auto issue = [&](int gs) {
+        if (gs < STEPS) {
+            const int sl = gs / SS, ls = gs % SS;
+            uint4 *slot = ring + (gs % D) * SLOT + tid;
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int j = ls * U + u, k = sl * CW * 32 + 32 * j + 8 * c;
-            const bool in = j < CW;
+            for (int u = 0; u < U; u++) {
+                const int j = ls * U + u, k = sl * CW * 32 + 32 * j + 8 * c;
 #pragma unroll
-            for (int h = 0; h < 2; h++) wb[h][u] = in ? kcu_tc_ldw<K>(wr[h], k) : uint4{0u, 0u, 0u, 0u};
+                for (int h = 0; h < 2; h++) {
+                    uint4 *d = slot + (2 * u + h) * KCU_MM_THREADS;
+                    if (j < CW && k < K)
+                        kcu_cp16(d, wr[h] + k);
+                    else
+                        *d = uint4{0u, 0u, 0u, 0u};
+                }
+            }
         }
+        kcu_cp_commit();
     };
     float acc[NT][4], run[NT][4];
-    auto step = [&](int gs, const uint4(&wb)[2][U]) {
+    auto step = [&](int gs) {
         const int sl = gs / SS, ls = gs % SS;
+        kcu_cp_wait<D - 2>(); /* step gs's copies are in */
+        issue(gs + D - 1);    /* into the slots step gs - 1 read */
+        const uint4 *slot = ring + (gs % D) * SLOT + tid;
         if (ls == 0) { /* slice sl's norm values, by the whole block */
             __syncthreads(); /* the previous slice's are read */
             for (int i = tid; i < TT * Q; i += KCU_MM_THREADS) {
@@ -1912,7 +1930,7 @@ static __device__ __forceinline__ void kcu_tc_wide(const int t0, const int TT, c
             uint4 xq[NT];
 #pragma unroll
             for (int n = 0; n < NT; n++) xq[n] = slab[(8 * n + g < TT ? 8 * n + g : TT - 1) * Q + 4 * j + c];
-            kcu_tc_chunk<NT, W>(acc, xq, wb[0][u], wb[1][u]);
+            kcu_tc_chunk<NT, W>(acc, xq, slot[(2 * u) * KCU_MM_THREADS], slot[(2 * u + 1) * KCU_MM_THREADS]);
         }
         if (ls == SS - 1) /* the slice's sum into the running total, in slice order */
 #pragma unroll
@@ -1920,16 +1938,11 @@ static __device__ __forceinline__ void kcu_tc_wide(const int t0, const int TT, c
 #pragma unroll
                 for (int e = 0; e < 4; e++) run[n][e] = sl == 0 ? acc[n][e] : run[n][e] + acc[n][e];
     };
-    uint4 wa[2][U], wb[2][U];
-    load(0, wa);
+#pragma unroll
+    for (int i = 0; i < D - 1; i++) issue(i);
 #pragma unroll 1
-    for (int gs = 0; gs < STEPS - 1; gs += 2) {
-        load(gs + 1, wb);
-        step(gs, wa);
-        if (gs + 2 < STEPS) load(gs + 2, wa);
-        step(gs + 1, wb);
-    }
-    if (STEPS % 2) step(STEPS - 1, wa);
+    for (int gs = 0; gs < STEPS; gs++) step(gs);
+    kcu_cp_wait<0>(); /* the empty groups past the end */
     /* the epilogue: lane (g, c)'s d[e] is row g + 8 (e / 2), token 8 n + 2 c + e % 2; the warp's sums go
      * through shared memory (the slab's room: [8 warps][16][KCU_TC_GROUP] f32) so that a lane gets a
      * column pair (one call site of the epilogue, as kcu_tc_tile's) */
@@ -1979,7 +1992,7 @@ static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__res
                 enter = false;
                 pro.prepare(x, T, t0, TT);
                 for (int b = (int)blockIdx.x; b < (TILES + 7) / 8; b += (int)gridDim.x)
-                    kcu_tc_wide<W, K, N>(t0, TT, b * 128, x, w, pro, epi, smem);
+                    kcu_tc_wide<RING, W, K, N>(t0, TT, b * 128, x, w, pro, epi, smem, ring);
                 __syncthreads(); /* the slab is read: the next group may stage */
                 continue;
             }

@@ -109,10 +109,14 @@ static const mm_case check_cases[] = {
     {W_F16, 1, 1000, 70, 1, 0, 0, PATH_TC, 0, 0, 0, 3, 1},    /* T = 1, K % 32 = 8, rms staged; J 3 past N */
     {W_BF16, 3, 4096, 50, 1, 1, 0, PATH_TC, 0, 0, 0, 2, 1},   /* rms staged (3 x 4096 fit), J 2 */
     {W_BF16, 4, 4096, 33, 1, 0, 0, PATH_TC, 0, 0, 0, 1, 1},   /* rms in the loop (4 x 4096 do not fit) */
-    /* 9-32 tokens with a norm: kcu_tc_wide, 8 tiles a block over the K slices in order */
-    {W_BF16, 20, 512, 300, 1, 1, 0, PATH_TC, 0, 0, 0, 3, 1},  /* 19 tiles: 3 groups of 8 on 7 blocks */
-    {W_F16, 10, 128, 4100, 1, 0, 0, PATH_TC, 0, 0, 0, 16, 1}, /* 257 tiles: 33 groups on 17 blocks, two each */
-    {W_BF16, 17, 72, 24, 1, 0, 0, PATH_TC, 0, 0, 0, 1, 1},    /* 3 chunks: slices past K; 2 tiles of 8 warps */
+    /* 9-32 tokens with a norm and fewer than KCU_TC_WIDE_BLOCKS groups of 8 tiles: a tile at a time */
+    {W_BF16, 20, 512, 300, 1, 1, 0, PATH_TC, 0, 0, 0, 3, 1},  /* 19 tiles on 7 blocks */
+    {W_F16, 10, 128, 4100, 1, 0, 0, PATH_TC, 0, 0, 0, 16, 1}, /* 257 tiles on 17 blocks */
+    {W_BF16, 17, 72, 24, 1, 0, 0, PATH_TC, 0, 0, 0, 1, 1},    /* 3 chunks: warps past K */
+    /* ... and with as many groups: kcu_tc_wide, 8 tiles a block over the K slices in order, the weights
+     * through the ring (their steps: one chunk of a lane's two rows) */
+    {W_BF16, 20, 128, 16900, 1, 1, 0, PATH_TC, 0, 0, 0, 8, 1}, /* 1057 tiles: 133 groups on 133 blocks */
+    {W_F16, 32, 264, 16900, 1, 0, 0, PATH_TC, 0, 0, 0, 9, 1},  /* 9 chunks: slices past K; 118 blocks, some two groups */
 };
 
 /* Llama-3-8B's matmuls (K, N), each timed for a 128-token prefill and for decode. */
