@@ -69,6 +69,9 @@ typedef struct kcu_options {
     int no_flash90;    /* 1: the attention kernels' sm_90a cubin keeps kcu_flash_attention (mma.sync) for steps
                         * of many tokens instead of kcu_flash90 (wgmma) (kcu_build: KILN_CUDA_FLASH90=0 in the
                         * environment; for comparisons) */
+    int no_flash_decode; /* 1: fast precision's decode steps keep kcu_attention_kernel (CUDA cores, a q head a
+                        * block) instead of kcu_flash_decode (tensor cores, a kv head's group a block)
+                        * (kcu_build: KILN_CUDA_FLASH_DECODE=0 in the environment; for comparisons) */
     int g90_cluster;   /* 1: kcu_gemm90 in clusters of two blocks that share the weight tile (each loads half
                         * of it into both: TMA multicast) where its boxes split into whole swizzle atoms; 0:
                         * a block at a time (kcu_build: KILN_CUDA_GEMM90_CLUSTER=2 in the environment; off by
@@ -129,6 +132,16 @@ kcu_flash90_plan kcu_plan_flash90(int64_t group, int64_t dk, int64_t dv, int64_t
 /* kcu_flash90's dynamic shared memory at dims dk, dv with ns stages of bn positions, bytes (kcu_flash90.cuh's
  * kcu_f90_smem_of: q, the stages, 1024 for alignment). */
 int64_t kcu_flash90_smem(int64_t dk, int64_t dv, int bn, int ns);
+/* How the decode attention on tensor cores (kcu_flash_decode, kcu_flash_decode.cuh) runs
+ * (kcu_emit_attention.c): 8 warps, chunks of 16 positions, each warp a ring of ns chunks. */
+typedef struct kcu_flash_decode_plan {
+    int ns;   /* K/V chunks in a warp's ring (2-4): as many as the targets' opt-in shared memory holds */
+    int smem; /* dynamic shared memory, bytes; 0: no plan (kcu_attention_kernel decodes) */
+} kcu_flash_decode_plan;
+/* The plan for a GQA group (at most 16 q heads a kv head), head dims dk and dv (multiples of 16, at
+ * most 256), for targets whose blocks may opt into smem_optin bytes: smem 0 where two chunks a warp
+ * do not fit. */
+kcu_flash_decode_plan kcu_plan_flash_decode(int64_t group, int64_t dk, int64_t dv, int64_t smem_optin);
 /* The dynamic shared memory a block may opt into on architecture sm_NN (e.g. "sm_90a"), bytes:
  * the CUDA programming guide's table (sm_80, sm_87: 163 KiB; sm_86, sm_89: 99 KiB; sm_90: 227 KiB;
  * others, and names kiln does not know: 48 KiB). */

@@ -322,6 +322,58 @@ kcu_flash90_plan kcu_plan_flash90(int64_t group, int64_t dk, int64_t dv, int64_t
     return p;
 }
 
+/*
+ * The decode attention on tensor cores (kcu_flash_decode, kcu_flash_decode.cuh): flash-decoding
+ * (Dao et al., "Flash-Decoding for long-context inference", 2023) over kiln's paged cache, the
+ * decode body of the attention kernel in fast precision, on a grid [T, KH, ATT_SPLIT] of 8 warps.
+ *
+ * Why: kcu_attention_kernel decodes a q head a block on CUDA cores, so a GQA group's heads each
+ * read their kv head's K and V rows (Llama-3-8B: 4 times the cache's bytes into the SMs; L2 serves
+ * some), and it takes P = 8 positions a warp step with a shuffle tree and a shared-memory exchange
+ * a step: measured on the H200, 40 us a layer at 2048 positions for one sequence (the rows: 8 MiB,
+ * 2 us at the copy rate) and 69.2 ms a step for 128 sequences at 4096 positions (weights and cache
+ * 85 GB: 20 ms at the copy rate). Here a block holds the whole group as the rows of one m16 tile
+ * (GROUP <= 16; rows past it are zeros: Llama-3-8B uses 4 of 16, the tensor cores having ~10x the
+ * rate the bytes need) and reads every K and V row once. Each warp copies chunks of 16 positions
+ * (K and V: 8 KiB at head_dim 128) into its own ring of ns chunks with cp.async (16 bytes a lane,
+ * the chunk's slots found once a row and shared by a shuffle; ns - 1 chunks in flight while it
+ * multiplies one: 8 warps x 8-16 KiB in flight an SM), then 16 mma for q k^T, the online softmax
+ * of kcu_flash_attention on two 8-position tiles, and 16 mma for p v (head_dim 128). A warp's own
+ * ring needs no block barrier in the loop; the warps' states meet once at the end (shared memory,
+ * warp order, double), and the cluster's blocks' (split: sm_90, a decode step, more than
+ * KCU_ATT_SPLIT_ROUNDS rounds of 8 warps) in block order, as kcu_attention's.
+ *
+ * Numerics: q, k, v and p in MT (bf16 or f16), f32 products and statistics; deterministic, and a
+ * token's result is a function of its own length and of whether its step is a decode step (T <=
+ * the decode range: then split by length, else never), not of the other tokens of the step: batch
+ * invariant within the decode range, as the matmuls' decode kernels.
+ *
+ * Budget: 2 ns 8 16 (dkp + dvp) bytes of dynamic shared memory (Llama-3-8B: 128 KiB at ns 2, 192
+ * at 3), plus the split's static arrays; no plan (kcu_attention_kernel decodes) where two chunks a
+ * warp do not fit the targets' opt-in (sm_86/89's 99 KiB at head_dim 128) or the group is wider
+ * than 16.
+ */
+enum { FD_BN = 16, FD_STATIC_MARGIN = 1024 };
+
+static int64_t flash_decode_smem(int64_t dk, int64_t dv, int ns)
+{
+    int64_t dkp = (dk + 15) / 16 * 16, dvp = (dv + 15) / 16 * 16;
+    return 2 * (int64_t)ATT_WARPS * ns * FD_BN * (flash_row_stride(dkp) + flash_row_stride(dvp));
+}
+
+kcu_flash_decode_plan kcu_plan_flash_decode(int64_t group, int64_t dk, int64_t dv, int64_t smem_optin)
+{
+    kcu_flash_decode_plan p = {0, 0};
+    if (group < 1 || group > 16 || dk % 16 != 0 || dv % 16 != 0 || dk > 256 || dv > 256) return p;
+    /* the split's static arrays: a maximum, a sum and dv outputs (double) a row, a weight a block */
+    int64_t stat = group * (4 + 8 + 8 * dv + 8 * ATT_SPLIT) + FD_STATIC_MARGIN;
+    for (int ns = 2; ns <= 3 && flash_decode_smem(dk, dv, ns) + stat <= smem_optin; ns++)
+        p.ns = ns, p.smem = (int)flash_decode_smem(dk, dv, ns);
+    /* the warps' states at the end reuse the ring: a maximum, a sum and dv outputs a row (floats) */
+    if ((int64_t)ATT_WARPS * group * (dv + 2) * 4 > p.smem) p.ns = 0, p.smem = 0;
+    return p;
+}
+
 /* The one place that decides whether attention node v gets the tensor-core prefill kernel for
  * steps of many tokens: in fast precision (bf16/f16 products, f32 softmax statistics; `fast`:
  * the attention's KV cache is half, or kcu_options.flash_prefill forces it), with head dims the kernel keeps
@@ -418,8 +470,11 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
         kcu_put_float_table(&x->body, "ALiBi's slope of each head", "alibi", slopes, heads);
         free(slopes);
     }
+    /* fast precision's decode (a half cache) on tensor cores, a kv head's group a block, where it has a plan */
+    kcu_flash_decode_plan fd = {0, 0};
+    if (flash && kir_kv_dtype(g, v) != KIR_F32 && !x->opt.no_flash_decode) fd = kcu_plan_flash_decode(heads / kv_heads, dk, dv, x->opt.smem_optin);
     kcu_kernel_grid(k, 0, 1, 0, 1);
-    kcu_kernel_grid(k, 1, 0, heads, 1);
+    kcu_kernel_grid(k, 1, 0, fd.smem > 0 ? kv_heads : heads, 1);
     kcu_kernel_grid(k, 2, 0, ATT_SPLIT, 1);
     kcu_param_in(x, k, n->in[0], "q");
     char decl[64];
@@ -438,11 +493,21 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
                        "causal attention over a layer of the paged KV cache (kc, vc), online softmax; on sm_90 a "
                        "head's positions split over the blocks of a cluster",
                        0, cluster);
-    ks_buf_printf(&x->body,
-                  "    kcu_attention_kernel<%lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %lld, %lld>(T, q, kc, vc, out, "
-                  "positions,\n        table_off, tables, block_size, ",
-                  (long long)heads, (long long)kv_heads, (long long)dk, (long long)dv, a.hbw, a.pw, a.p1, a.nw,
-                  ATT_SPLIT, (long long)window, (long long)kcu_decode_t(x));
+    if (fd.smem > 0) {
+        ks_buf_printf(&x->body,
+                      "    kcu_flash_decode<%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %lld, %lld>(T, q, kc, vc, "
+                      "out,\n        positions, table_off, tables, block_size, ",
+                      flash_mma_type(x, v, n->in[0]), kcu_elem_type(qn->dtype), kv_elem_type(x, v),
+                      kcu_elem_type(n->dtype), (long long)heads, (long long)kv_heads, (long long)dk, (long long)dv,
+                      ATT_WARPS, FD_BN, fd.ns, ATT_SPLIT, (long long)window, (long long)kcu_decode_t(x));
+        k->smem = fd.smem;
+    } else {
+        ks_buf_printf(&x->body,
+                      "    kcu_attention_kernel<%lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %lld, %lld>(T, q, kc, vc, out, "
+                      "positions,\n        table_off, tables, block_size, ",
+                      (long long)heads, (long long)kv_heads, (long long)dk, (long long)dv, a.hbw, a.pw, a.p1, a.nw,
+                      ATT_SPLIT, (long long)window, (long long)kcu_decode_t(x));
+    }
     kcu_put_float(&x->body, scale);
     ks_buf_puts(&x->body, ", ");
     kcu_put_float(&x->body, softcap);

@@ -54,7 +54,7 @@ static const char *const e_name[] = {"float", "kcu_bf16", "kcu_f16"};
 static const char *const e_short[] = {"f32", "bf16", "f16"};
 static const size_t e_size[] = {4, 2, 2};
 
-enum { MAX_SEQS = 4 };
+enum { MAX_SEQS = 128 };
 
 typedef struct att_case {
     etype mt;             /* the tensor cores' inputs: E_BF16 or E_F16 */
@@ -74,59 +74,81 @@ typedef struct att_case {
                            * tile when set (GPU only: the CPU emulator runs no wgmma) */
     int ns;               /* kcu_flash90's stages; 0: as planned */
     int occ;              /* kcu_flash90's blocks an SM at least (__launch_bounds__'s second argument); 0: 1 */
+    int dec;              /* 1: the decode kernel, kcu_flash_decode (kcu_flash_decode.cuh) as kcu_plan_flash_decode
+                           * plans it: a block a (token, kv head), on sm_90 long contexts split over a cluster of
+                           * DEC_SPLIT blocks in steps of at most DEC_WIDE_T tokens */
 } att_case;
+
+enum { DEC_SPLIT = 8, DEC_WIDE_T = 32 };
 
 static const att_case check_cases[] = {
     /* one prompt, GQA 4, bf16 everywhere (two m16 tiles a warp, as planned below head_dim 256) */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 0, 0, 16, 1, {100}, {0}, 0, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 0, 0, 16, 1, {100}, {0}, 0, 0, 0, 0, 0, 0, 0, 0},
     /* MHA (group 1: 8 token warps), f16, two prompts, the second after a cached prefix of 23 */
-    {E_F16, E_F16, E_F16, 4, 4, 32, 32, 0, 0, 16, 2, {37, 50}, {0, 23}, 0, 0, 0, 0, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 4, 4, 32, 32, 0, 0, 16, 2, {37, 50}, {0, 23}, 0, 0, 0, 0, 0, 0, 0, 0},
     /* f32 q/out and cache (converted in staging), group 8, DK = 40 (padded to 48), tiles of 32, one
      * m16 tile a warp */
-    {E_BF16, E_F32, E_F32, 16, 2, 40, 40, 0, 0, 16, 1, {77}, {5}, 0, 32, 0, 1, 0, 0, 0},
+    {E_BF16, E_F32, E_F32, 16, 2, 40, 40, 0, 0, 16, 1, {77}, {5}, 0, 32, 0, 1, 0, 0, 0, 0},
     /* sliding window and softcap, group 8 of one kv head */
-    {E_BF16, E_BF16, E_BF16, 8, 1, 32, 32, 17, 2.0f, 16, 1, {70}, {10}, 0, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 1, 32, 32, 17, 2.0f, 16, 1, {70}, {10}, 0, 0, 0, 0, 0, 0, 0, 0},
     /* DK != DV (DV padded), three sequences interleaved, block size 5, one a single token */
-    {E_F16, E_F16, E_F16, 4, 2, 48, 24, 0, 0, 5, 3, {1, 20, 33}, {0, 7, 64}, 1, 0, 0, 0, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 4, 2, 48, 24, 0, 0, 5, 3, {1, 20, 33}, {0, 7, 64}, 1, 0, 0, 0, 0, 0, 0, 0},
     /* odd dims (36, 20: rows not whole 16-byte chunks), f32 q/out, bf16 cache, group 4, tiles of 16,
      * one m16 tile a warp */
-    {E_BF16, E_F32, E_BF16, 8, 2, 36, 20, 0, 0, 16, 2, {45, 19}, {3, 0}, 1, 16, 0, 1, 0, 0, 0},
+    {E_BF16, E_F32, E_BF16, 8, 2, 36, 20, 0, 0, 16, 2, {45, 19}, {3, 0}, 1, 16, 0, 1, 0, 0, 0, 0},
     /* Llama-3-8B's heads: group 4, 128 dims (swizzled rows), a window and a prefix, f16; as planned
      * (two m16 tiles a warp, 32-position tiles) */
-    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {70}, {30}, 0, 0, 0, 0, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {70}, {30}, 0, 0, 0, 0, 0, 0, 0, 0},
     /* group 2, f16 inputs on bf16 tensor cores (converted), softcap */
-    {E_BF16, E_F16, E_F16, 4, 2, 64, 64, 0, 30.0f, 8, 2, {33, 31}, {0, 100}, 0, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_F16, E_F16, 4, 2, 64, 64, 0, 30.0f, 8, 2, {33, 31}, {0, 100}, 0, 0, 0, 0, 0, 0, 0, 0},
     /* GQA 4 with a prefix and a mixed step; MHA with a window, f32 cache, 64-position tiles */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 48, 0, 0, 16, 3, {90, 7, 40}, {0, 3, 17}, 1, 32, 0, 2, 0, 0, 0},
-    {E_F16, E_F16, E_F32, 2, 2, 32, 32, 21, 0, 16, 1, {150}, {12}, 0, 64, 0, 2, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 48, 0, 0, 16, 3, {90, 7, 40}, {0, 3, 17}, 1, 32, 0, 2, 0, 0, 0, 0},
+    {E_F16, E_F16, E_F32, 2, 2, 32, 32, 21, 0, 16, 1, {150}, {12}, 0, 64, 0, 2, 0, 0, 0, 0},
     /* Llama-3-8B's shape as planned, bf16: three sequences interleaved (segments in a tile), a
      * prefix, block size 16; and the same on one m16 tile a warp */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 3, {70, 9, 50}, {0, 40, 5}, 1, 0, 0, 0, 0, 0, 0},
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {60, 45}, {20, 0}, 1, 0, 0, 1, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 3, {70, 9, 50}, {0, 40, 5}, 1, 0, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {60, 45}, {20, 0}, 1, 0, 0, 1, 0, 0, 0, 0},
     /* head_dim 256 (one m16 tile a warp, 16-position tiles, as planned), softcap, a window */
-    {E_BF16, E_BF16, E_BF16, 4, 2, 256, 256, 30, 50.0f, 16, 1, {60}, {10}, 0, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 4, 2, 256, 256, 30, 50.0f, 16, 1, {60}, {10}, 0, 0, 0, 0, 0, 0, 0, 0},
     /* head_dim 128 with a softcap (planned: 16-position tiles), f16 cache on bf16 tensor cores */
-    {E_BF16, E_BF16, E_F16, 8, 2, 128, 128, 0, 20.0f, 16, 1, {50}, {7}, 0, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_F16, 8, 2, 128, 128, 0, 20.0f, 16, 1, {50}, {7}, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 
 /* kcu_flash90's cases (q and the cache in the tensor cores' type; dims multiples of 64): the sm_90a
  * program only (--gpu, and NVRTC's compile in CI) */
 static const att_case g90_cases[] = {
     /* Llama-3-8B's heads (group 4: 32 tokens x 4 heads a block), one prompt */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 1, {300}, {0}, 0, 0, 0, 0, 1, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 1, {300}, {0}, 0, 0, 0, 0, 1, 0, 0, 0},
     /* after a cached prefix, a window, f16 */
-    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {170}, {30}, 0, 0, 0, 0, 1, 0, 0},
+    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {170}, {30}, 0, 0, 0, 0, 1, 0, 0, 0},
     /* three sequences interleaved (a segment each in a block), prefixes, block size 5 (no shifts) */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 5, 3, {70, 9, 150}, {0, 40, 5}, 1, 0, 0, 0, 1, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 5, 3, {70, 9, 150}, {0, 40, 5}, 1, 0, 0, 0, 1, 0, 0, 0},
     /* MHA (128 tokens a block), dims 64 (one panel), softcap, two prompts one after the other */
-    {E_BF16, E_BF16, E_BF16, 4, 4, 64, 64, 0, 30.0f, 16, 2, {200, 77}, {0, 13}, 0, 0, 0, 0, 1, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 4, 4, 64, 64, 0, 30.0f, 16, 2, {200, 77}, {0, 13}, 0, 0, 0, 0, 1, 0, 0, 0},
     /* group 8 (16 tokens x 8 heads a block), f16, DK 256 with DV 128 (64-position tiles as planned) */
-    {E_F16, E_F16, E_F16, 16, 2, 256, 128, 0, 0, 16, 1, {150}, {20}, 0, 0, 0, 0, 1, 0, 0},
+    {E_F16, E_F16, E_F16, 16, 2, 256, 128, 0, 0, 16, 1, {150}, {20}, 0, 0, 0, 0, 1, 0, 0, 0},
     /* Llama-3-8B's heads, two prompts; and with 3 stages */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {200, 90}, {0, 17}, 1, 0, 0, 0, 1, 0, 0},
-    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 0, 0, 16, 1, {333}, {0}, 0, 0, 0, 0, 1, 3, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {200, 90}, {0, 17}, 1, 0, 0, 0, 1, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 0, 0, 16, 1, {333}, {0}, 0, 0, 0, 0, 1, 3, 0, 0},
     /* group 2, 64-position tiles with dims 128, a window shorter than a tile */
-    {E_BF16, E_BF16, E_BF16, 4, 2, 128, 128, 21, 0, 16, 2, {130, 60}, {0, 9}, 1, 64, 0, 0, 1, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 4, 2, 128, 128, 21, 0, 16, 2, {130, 60}, {0, 9}, 1, 64, 0, 0, 1, 0, 0, 0},
+};
+
+/* kcu_flash_decode's cases (mma.sync: the emulator runs them; the split over a cluster only on sm_90) */
+static const att_case dec_cases[] = {
+    /* Llama-3-8B's heads (group 4), four decode tokens of ragged contexts, bf16 */
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 4, {1, 1, 1, 1}, {0, 17, 100, 299}, 1, 0, 0, 0, 0, 0, 0, 1},
+    /* f16, a window, a softcap, block size 5; a 12-token prompt beside two decode tokens */
+    {E_F16, E_F16, E_F16, 8, 2, 64, 64, 40, 30.0f, 5, 3, {1, 12, 1}, {90, 0, 33}, 1, 0, 0, 0, 0, 0, 0, 1},
+    /* group 8, DK != DV, f32 q/out and an f32 cache (converted on the way); MHA with group 1, dims 32 */
+    {E_BF16, E_F32, E_F32, 16, 2, 48, 32, 0, 0, 16, 2, {1, 1}, {63, 64}, 1, 0, 0, 0, 0, 0, 0, 1},
+    {E_BF16, E_BF16, E_BF16, 4, 4, 32, 32, 0, 0, 16, 2, {1, 1}, {15, 16}, 1, 0, 0, 0, 0, 0, 0, 1},
+    /* group 16 (every row of the m16 tile), two tokens of one sequence */
+    {E_BF16, E_BF16, E_BF16, 16, 1, 128, 128, 0, 0, 16, 1, {2}, {40}, 0, 0, 0, 0, 0, 0, 0, 1},
+    /* long contexts: split over the cluster on sm_90 (a decode step); and a step past the decode
+     * range (40 tokens: no split) */
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 3, {1, 1, 1}, {700, 257, 1500}, 1, 0, 0, 0, 0, 0, 0, 1},
+    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 0, 0, 16, 2, {39, 1}, {500, 900}, 1, 0, 0, 0, 0, 0, 0, 1},
 };
 
 /* ---- data ------------------------------------------------------------------------------ */
@@ -196,11 +218,12 @@ static void kernel_source(const att_case *c, int index, ks_buf *src)
 {
     etype qt = c->old ? E_F32 : c->qt, kvt = c->old ? E_F32 : c->kvt;
     ks_buf_printf(src,
-                  "extern \"C\" __global__ void __launch_bounds__(256, %d) att_%d(int T, const %s *__restrict__ q, "
+                  "extern \"C\" __global__ void __launch_bounds__(256, %d) %s att_%d(int T, const %s *__restrict__ q, "
                   "const %s *__restrict__ kc, const %s *__restrict__ vc, %s *__restrict__ out, const int "
                   "*__restrict__ positions, const int *__restrict__ table_off, const int *__restrict__ tables, int "
                   "block_size)\n{\n",
-                  c->occ > 1 ? c->occ : 1, index, e_name[qt], e_name[kvt], e_name[kvt], e_name[qt]);
+                  c->occ > 1 ? c->occ : 1, c->dec ? "KCU_CLUSTER_Z(8)" : "", index, e_name[qt], e_name[kvt],
+                  e_name[kvt], e_name[qt]);
     char scale[32], cap[32];
     snprintf(scale, sizeof scale, "%.9g", (double)(float)head_scale(c));
     snprintf(cap, sizeof cap, "%.9g", (double)c->softcap);
@@ -209,6 +232,22 @@ static void kernel_source(const att_case *c, int index, ks_buf *src)
                       "    kcu_attention_kernel<%d, %d, %d, %d, 4, 2, 8, 8, 1, %d, 0>(T, q, kc, vc, out, positions, "
                       "table_off, tables, block_size, (float)%s, (float)%s);\n}\n",
                       c->H, c->KH, c->DK, c->DV, c->window, scale, cap);
+        return;
+    }
+    if (c->dec == 2) { /* the CUDA-core decode kernel of a half cache, as the engine planned it before kcu_flash_decode */
+        ks_buf_printf(src,
+                      "    kcu_attention_kernel<%d, %d, %d, %d, 4, 2, 8, 8, %d, %d, %d>(T, q, kc, vc, out, positions, "
+                      "table_off, tables, block_size, (float)%s, (float)%s);\n}\n",
+                      c->H, c->KH, c->DK, c->DV, DEC_SPLIT, c->window, DEC_WIDE_T, scale, cap);
+        return;
+    }
+    if (c->dec) {
+        kcu_flash_decode_plan p = kcu_plan_flash_decode(c->H / c->KH, c->DK, c->DV, kcu_arch_smem_optin("sm_90"));
+        ks_buf_printf(src,
+                      "    kcu_flash_decode<%s, %s, %s, %s, %d, %d, %d, %d, 8, 16, %d, %d, %d, %d>(T, q, kc, vc, out, "
+                      "positions, table_off, tables, block_size, (float)%s, (float)%s);\n}\n",
+                      e_name[c->mt], e_name[c->qt], e_name[c->kvt], e_name[c->qt], c->H, c->KH, c->DK, c->DV, p.ns,
+                      DEC_SPLIT, c->window, DEC_WIDE_T, scale, cap);
         return;
     }
     if (c->g90) {
@@ -398,9 +437,17 @@ static int launch(runner *r, const att_case *c, int index, const att_data *d)
                       (void *)&d->dtab,
                       &bs,
                       NULL};
-    unsigned gx, gy, smem = 0;
+    unsigned gx, gy, gz = 1, smem = 0;
     if (c->old) {
         gx = (unsigned)T, gy = (unsigned)c->H;
+    } else if (c->dec) { /* a block a (token, kv head) (the CUDA-core kernel: a q head), a cluster's split on z */
+        gx = (unsigned)T, gy = (unsigned)(c->dec == 2 ? c->H : c->KH), gz = DEC_SPLIT;
+        smem = (unsigned)kcu_plan_flash_decode(c->H / c->KH, c->DK, c->DV, kcu_arch_smem_optin("sm_90")).smem;
+        if (!r->api.cuFuncSetAttribute) {
+            fprintf(stderr, "%s needs cuFuncSetAttribute\n", name);
+            return -1;
+        }
+        if (!cu_ok(r, r->api.cuFuncSetAttribute(fn, KRT_CU_FUNC_MAX_DYNAMIC_SHARED_BYTES, (int)smem), name)) return -1;
     } else {
         att_plan p = plan(c);
         int bt = 16 * p.mw * p.tw, hb = p.hb;
@@ -417,8 +464,9 @@ static int launch(runner *r, const att_case *c, int index, const att_data *d)
         }
         if (!cu_ok(r, r->api.cuFuncSetAttribute(fn, KRT_CU_FUNC_MAX_DYNAMIC_SHARED_BYTES, (int)smem), name)) return -1;
     }
-    return cu_ok(r, r->api.cuLaunchKernel(fn, gx, gy, 1, 256, 1, 1, smem, NULL, params, NULL), "cuLaunchKernel") ? 0
-                                                                                                                 : -1;
+    return cu_ok(r, r->api.cuLaunchKernel(fn, gx, gy, gz, 256, 1, 1, smem, NULL, params, NULL), "cuLaunchKernel")
+               ? 0
+               : -1;
 }
 
 /* The errors of the rows of token t (every head), into worst (as the tensor cores take the
@@ -511,6 +559,8 @@ static void describe(const att_case *c, const att_data *d, char *buf, size_t n)
         kcu_flash90_plan p9 = plan90(c);
         p.mw = 1, p.tw = 8 / p9.hb, p.hb = p9.hb, p.bn = p9.bn;
     }
+    if (c->dec) /* kcu_flash_decode: a token x the group a block, 16-position chunks */
+        p.mw = 1, p.tw = 1, p.hb = c->H / c->KH, p.bn = 16;
     int k = snprintf(buf, n, "%s mma, q/out %s, cache %s, H=%d KH=%d DK=%d DV=%d T=%d (", e_short[c->mt],
                      e_short[c->qt], e_short[c->kvt], c->H, c->KH, c->DK, c->DV, d->T);
     for (int i = 0; i < c->n_seqs && k < (int)n; i++)
@@ -518,7 +568,7 @@ static void describe(const att_case *c, const att_data *d, char *buf, size_t n)
     if (k < (int)n)
         snprintf(buf + k, n - (size_t)k, "%s) bs=%d tile %dx%d heads, %d positions%s%s%s", c->interleave ? " mixed" : "",
                  c->block_size, 16 * p.mw * p.tw, p.hb, p.bn, c->window ? " window" : "", c->softcap > 0 ? " softcap" : "",
-                 c->g90 ? ", wgmma (sm_90a)" : "");
+                 c->g90 ? ", wgmma (sm_90a)" : c->dec ? ", decode" : "");
 }
 
 static void run_checks(runner *r, const att_case *cases, int n)
@@ -580,19 +630,28 @@ static int bench_cases(att_case *out)
     int n = 0;
     for (int i = 0; i < 3; i++) {
         /* kcu_flash90: as planned (2 stages of 128 positions); then 3 stages, and 4 of 64 positions */
-        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0, 1, 0, 0};
+        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0, 1, 0, 0, 0};
         /* bn, ns, blocks an SM (2 of 64 positions in 97 KiB: two blocks an SM, one's softmax under the
            other's products) */
         static const int variant[3][3] = {{128, 3, 1}, {64, 4, 1}, {64, 2, 2}};
         for (int v = 0; v < 3; v++)
             out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0,
-                                  variant[v][0], 0, 0, 1, variant[v][1], variant[v][2]};
-        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0, 0, 0, 0};
-        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 32, 0, 1, 0, 0, 0};
+                                  variant[v][0], 0, 0, 1, variant[v][1], variant[v][2], 0};
+        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0, 0, 0, 0, 0};
+        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 32, 0, 1, 0, 0, 0, 0};
     }
-    out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {2048}, {0}, 0, 0, 0, 0, 0, 0, 0};
+    out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {2048}, {0}, 0, 0, 0, 0, 0, 0, 0, 0};
     for (int i = 0; i < 2; i++)
-        out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 1, 0, 0, 0, 0};
+        out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 1, 0, 0, 0, 0, 0};
+    /* decode: one token of each of `seqs` sequences at a context of ctx positions, kcu_flash_decode
+     * (dec 1) and the CUDA-core kernel it replaces (dec 2), bf16 cache */
+    static const int dec_shape[][2] = {{1, 512}, {1, 2048}, {1, 8192}, {8, 512}, {32, 512}, {32, 4096}, {128, 4096}};
+    for (int i = 0; i < (int)(sizeof dec_shape / sizeof dec_shape[0]); i++)
+        for (int dec = 1; dec <= 2; dec++) {
+            att_case c = {E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, dec_shape[i][0], {0}, {0}, 1, 0, 0, 0, 0, 0, 0, dec};
+            for (int s = 0; s < c.n_seqs; s++) c.len[s] = 1, c.start[s] = dec_shape[i][1] - 1 - 3 * s;
+            out[n++] = c;
+        }
     return n;
 }
 
@@ -608,6 +667,16 @@ static void run_bench(runner *r, const att_case *cases, int n, int first)
         att_err e = {0, 0, 0};
         if (out && r->api.cuMemcpyDtoH(out, d.dout, bytes) == 0) e = compare(c, &d, out, 1);
         free(out);
+        if (c->dec) { /* the K and V rows read, against the copy rate */
+            double kv = 0;
+            for (int t = 0; t < d.T; t++) kv += (double)(d.pos[t] + 1) * c->KH * (c->DK + c->DV) * e_size[c->kvt];
+            printf("bench decode %3d tokens at %5d positions, %-34s %9.4f ms %7.1f GB/s of K/V  error %.2e%s\n", d.T,
+                   d.pos[0] + 1, c->dec == 1 ? "kcu_flash_decode (tensor cores)" : "kcu_attention_kernel (CUDA cores)",
+                   ms, ms > 0 ? kv / (ms * 1e-3) / 1e9 : 0.0, e.worst, e.bad ? " NOT FINITE" : "");
+            CHECK_MSG(!e.bad && e.worst <= tolerance(c) + (c->dec == 2 ? 4e-3 : 0.0), "bench case %d: error %.2e", i, e.worst);
+            teardown(r, &d);
+            continue;
+        }
         double flops = 4.0 * (double)d.T * d.T / 2 * c->H * c->DK;
         char how[64];
         att_plan p = plan(c);
@@ -657,15 +726,24 @@ static int nvrtc(const char *src, const char *arch, ks_buf *cubin)
 }
 
 enum {
-    N_CHECKS = sizeof check_cases / sizeof check_cases[0],
+    N_FLASH = sizeof check_cases / sizeof check_cases[0],
+    N_DEC = sizeof dec_cases / sizeof dec_cases[0],
+    N_CHECKS = N_FLASH + N_DEC, /* the emulator's: the mma.sync kernels' */
     N_G90 = sizeof g90_cases / sizeof g90_cases[0],
     MAX_BENCH = 40
 };
 
-/* The --gpu program's cases: the checks, kcu_flash90's checks, then the benchmark's; returns the checks */
-static int gpu_cases(att_case *all, int *n_bench)
+/* The emulator's cases: kcu_flash_attention's checks, then kcu_flash_decode's */
+static void emu_cases(att_case *all)
 {
     memcpy(all, check_cases, sizeof check_cases);
+    memcpy(all + N_FLASH, dec_cases, sizeof dec_cases);
+}
+
+/* The --gpu program's cases: the emulator's, kcu_flash90's checks, then the benchmark's; returns the checks */
+static int gpu_cases(att_case *all, int *n_bench)
+{
+    emu_cases(all);
     memcpy(all + N_CHECKS, g90_cases, sizeof g90_cases);
     *n_bench = bench_cases(all + N_CHECKS + N_G90);
     return N_CHECKS + N_G90;
@@ -730,7 +808,9 @@ static int emu_main(void)
 {
     int ran = 0;
     ks_buf src = {0};
-    program_source(check_cases, N_CHECKS, &src);
+    static att_case emu_all[N_CHECKS];
+    emu_cases(emu_all);
+    program_source(emu_all, N_CHECKS, &src);
 #if defined(__SANITIZE_ADDRESS__)
     printf("a sanitizer build: the plain build compiles this source with NVRTC\n");
 #else
@@ -764,8 +844,8 @@ static int emu_main(void)
         if (CHECK_MSG(system(ks_buf_cstr(&cmd)) == 0, "g++ could not compile the kernels")) {
             setenv("KILN_EMU_KERNELS", so, 1);
             setenv("KILN_CUDA_LIB", emu, 1);
-            runner r = {.cases = check_cases};
-            if (CHECK(open_runner(&r, NULL) == 0)) run_checks(&r, check_cases, N_CHECKS);
+            runner r = {.cases = emu_all};
+            if (CHECK(open_runner(&r, NULL) == 0)) run_checks(&r, emu_all, N_CHECKS);
             close_runner(&r);
             ran = 1;
         }
