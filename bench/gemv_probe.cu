@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(256, MINB) gemv_ring(const __nv_bfloat16 *w, c
     extern __shared__ uint4 sm[];
     uint4 *xs = sm;
     float *red = reinterpret_cast<float *>(sm + K / 8);
-    uint4 *ring = sm + K / 8 + 128 / 4 + 64; /* after red's 8 x 16 floats, 1 kB apart */
+    uint4 *ring = sm + K / 8 + 64; /* 1 kB after xs (red's 8 x 16 floats, 512 B, within): the host's K / 8 * 16 + 1024 */
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
     const int t0 = blockIdx.x * J, nt = tiles - t0 < J ? tiles - t0 : J;
     if (nt <= 0) return;

@@ -68,6 +68,12 @@
 #       mm — the kernels stage's cuda_mm_check --gpu alone (the matmul checks, batch invariance of the
 #         tensor-core decode kernel, and the 8B's decode matmuls timed at T = 1, 8, 32).
 #       att — the kernels stage's cuda_att_check --gpu alone (kcu_flash_attention and, sm_90a, kcu_flash90).
+#       variants — where a fast-precision engine diverges: for each GPU_CHECK_MODELS model (default
+#         llama-gqa-tiny tinystories-656k gpt2-tiny) and each build variant of GPU_VARIANTS ("name:ENV=V,ENV=V
+#         ..."; default the kcu_build knobs that switch one kernel family off), a bf16-fast engine run
+#         with kernel overlap, without it and without graphs, each against the CPU interpreter's
+#         logits; kiln verify --precision fast (the first fused value past its tolerance); and
+#         compute-sanitizer memcheck, racecheck and synccheck on the default engine.
 #       probe — bench/gemv_probe.cu (compiled there by nvcc): the batch-1 matrix-vector designs (weights in
 #         flight in registers, a cp.async ring, bulk copies) at the 8B shapes against the copy rate.
 #       LLAMA8B_ARGS adds arguments to llama8b_check.py (e.g. "--dtypes bf16").
@@ -184,6 +190,57 @@ model_args() {
 }
 
 rate_of() { grep -o '[0-9.]* tokens/s' "$1" | awk '{print $1}'; }
+
+# variant_checks SUMMARY: the variants stage (see the top)
+variant_checks() {
+  local summary="$1" work m v name envs how res rc
+  local kiln="$gpu/bin/kiln" tcuda="$gpu/bin/test_cuda" models="$gpu/models"
+  work=$(mktemp -d)
+  local ids=1,7,12,31,5,9,40,2,11,19,23,3,8,15,42,6
+  local variants=${GPU_VARIANTS:-"default: batch_variant:KILN_CUDA_BATCH_VARIANT=1 ring32:KILN_CUDA_TC_RING=32 no_gemm90:KILN_CUDA_GEMM90=0 tc16:KILN_CUDA_GEMM90_ABOVE=32 flash_decode:KILN_CUDA_FLASH_DECODE=1"}
+  # every engine first, side by side (NVRTC takes one core an engine)
+  local pids=()
+  for m in ${GPU_CHECK_MODELS:-llama-gqa-tiny tinystories-656k gpt2-tiny}; do
+    "$kiln" build "$models/$m" --dtype bf16 --precision fast -o "$work/$m.cpu.engine" >/dev/null 2>&1 &
+    pids+=($!)
+    for v in $variants; do
+      name=${v%%:*}; envs=${v#*:}; envs=${envs//,/ }
+      # shellcheck disable=SC2086
+      env KILN_CUDA_GEMM90_ABOVE=8 $envs "$kiln" build "$models/$m" --target sm_90 --dtype bf16 --precision fast \
+        -o "$work/$m.$name.engine" >"$work/$m.$name.build" 2>&1 &
+      pids+=($!)
+    done
+  done
+  wait "${pids[@]}"
+  for m in ${GPU_CHECK_MODELS:-llama-gqa-tiny tinystories-656k gpt2-tiny}; do
+    local dir="$models/$m"
+    "$kiln" run "$work/$m.cpu.engine" --ids $ids -n 48 --logits-out "$work/$m.cpu.f32" >/dev/null 2>&1
+    for v in $variants; do
+      name=${v%%:*}
+      [ -f "$work/$m.$name.engine" ] || { echo "variant FAIL build $m $name: $(tail -2 "$work/$m.$name.build")" | tee -a "$summary"; continue; }
+      for how in "" --no-kernel-overlap --no-cuda-graphs; do
+        "$kiln" run "$work/$m.$name.engine" --ids $ids -n 48 $how --logits-out "$work/g.f32" >/dev/null 2>"$work/run.err"; rc=$?
+        res=$("$tcuda" --compare "$work/g.f32" "$work/$m.cpu.f32" 7.8e-3 2>&1 | tail -1)
+        printf 'variant %-15s %-14s %-20s exit %d: %s\n' "$m" "$name" "${how:-overlap,graphs}" $rc "$res" | tee -a "$summary"
+      done
+    done
+    # shellcheck disable=SC2046
+    timeout 120 "$kiln" verify "$dir" --target sm_90 --dtype bf16 --precision fast --tokens 5 --steps 4 >"$work/verify.txt" 2>&1
+    echo "variant $m verify --precision fast --tokens 5: exit $?: $(grep -iE 'diverg|first|logits:' "$work/verify.txt" | head -4 | tr '\n' ' ')" | tee -a "$summary"
+    tail -30 "$work/verify.txt"
+  done
+  local san="" tool cand m0=${GPU_CHECK_MODELS:-llama-gqa-tiny}; m0=${m0%% *}
+  for cand in compute-sanitizer /usr/local/cuda/bin/compute-sanitizer; do command -v "$cand" >/dev/null && { san=$cand; break; }; done
+  if [ -n "$san" ] && [ -f "$work/$m0.default.engine" ]; then
+    for tool in memcheck racecheck synccheck; do
+      timeout 150 "$san" --tool $tool --error-exitcode 3 "$kiln" run "$work/$m0.default.engine" --ids $ids -n 4 \
+        > "$work/san.$tool.txt" 2>&1; rc=$?
+      head -40 "$work/san.$tool.txt"
+      echo "variant $m0 bf16-fast compute-sanitizer $tool: exit $rc; $(grep -o '[A-Z]* SUMMARY: .*' "$work/san.$tool.txt" | tr '\n' ' ')" | tee -a "$summary"
+    done
+  fi
+  rm -rf "$work"
+}
 
 # runtime_checks SUMMARY: the runtime on the GPU — for every model: test_session on its CUDA
 # engine (per-sequence failures, draws on the GPU against the CPU sampler, a 512-draw
@@ -419,6 +476,9 @@ run() {
     echo "runtime checks done: $((SECONDS - t_start)) s" | tee -a "$summary"
   fi
 
+  if [[ $stages == *" variants "* ]]; then
+    variant_checks "$summary"
+  fi
   if [[ $stages == *" llama8b "* ]]; then
     echo "== Llama-3-8B-shaped model, random weights: kiln f32 and bf16 against Hugging Face"
     # what is left of the device tool's 600 s, less a margin for the summary
