@@ -431,10 +431,12 @@ run() {
   local san=""
   for cand in compute-sanitizer /usr/local/cuda/bin/compute-sanitizer; do command -v "$cand" >/dev/null && { san=$cand; break; }; done
   if [ -n "$san" ]; then
-    # memcheck and racecheck, f32 and bf16 weights, side by side
+    # memcheck and racecheck, f32, bf16 and bf16-fast engines, side by side
     local tool dt spids=()
-    for dt in f32 bf16; do
-      "$kiln" build "$ts" --target sm_90 --dtype $dt -o "$work/san.$dt.engine" >/dev/null
+    # bf16-fast: kcu_matmul_tc's cp.async ring and the tensor-core kernels, which f32 and bf16 exact never take
+    for dt in f32 bf16 bf16-fast; do
+      local sdt=${dt%-fast} sprec=exact; [ "$sdt" != "$dt" ] && sprec=fast
+      "$kiln" build "$ts" --target sm_90 --dtype $sdt --precision $sprec -o "$work/san.$dt.engine" >/dev/null
       for tool in memcheck racecheck; do
         (timeout 150 "$san" --tool $tool --error-exitcode 3 "$kiln" run "$work/san.$dt.engine" \
            --ids 1,7,12,31,5,9,40,2,11,19,23,3 -n 3 > "$work/san.$tool.$dt.txt" 2>&1
@@ -443,7 +445,7 @@ run() {
       done
     done
     wait "${spids[@]}"
-    for dt in f32 bf16; do
+    for dt in f32 bf16 bf16-fast; do
       for tool in memcheck racecheck; do
         echo "== compute-sanitizer --tool $tool (tinystories-656k, $dt, 12-token prompt, 3 new)"
         tail -5 "$work/san.$tool.$dt.txt"
