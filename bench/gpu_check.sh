@@ -191,16 +191,23 @@ model_args() {
 
 rate_of() { grep -o '[0-9.]* tokens/s' "$1" | awk '{print $1}'; }
 
+# The path of compute-sanitizer, or nothing.
+sanitizer() {
+  local cand
+  for cand in compute-sanitizer /usr/local/cuda/bin/compute-sanitizer; do command -v "$cand" >/dev/null && { echo "$cand"; return; }; done
+}
+
 # variant_checks SUMMARY: the variants stage (see the top)
 variant_checks() {
   local summary="$1" work m v name envs how res rc
   local kiln="$gpu/bin/kiln" tcuda="$gpu/bin/test_cuda" models="$gpu/models"
   work=$(mktemp -d)
   local ids=1,7,12,31,5,9,40,2,11,19,23,3,8,15,42,6
+  local vmodels=${GPU_CHECK_MODELS:-llama-gqa-tiny tinystories-656k gpt2-tiny}
   local variants=${GPU_VARIANTS:-"default: batch_variant:KILN_CUDA_BATCH_VARIANT=1 ring32:KILN_CUDA_TC_RING=32 no_gemm90:KILN_CUDA_GEMM90=0 tc16:KILN_CUDA_GEMM90_ABOVE=32 flash_decode:KILN_CUDA_FLASH_DECODE=1"}
   # every engine first, side by side (NVRTC takes one core an engine)
   local pids=()
-  for m in ${GPU_CHECK_MODELS:-llama-gqa-tiny tinystories-656k gpt2-tiny}; do
+  for m in $vmodels; do
     "$kiln" build "$models/$m" --dtype bf16 --precision fast -o "$work/$m.cpu.engine" >/dev/null 2>&1 &
     pids+=($!)
     for v in $variants; do
@@ -212,7 +219,7 @@ variant_checks() {
     done
   done
   wait "${pids[@]}"
-  for m in ${GPU_CHECK_MODELS:-llama-gqa-tiny tinystories-656k gpt2-tiny}; do
+  for m in $vmodels; do
     local dir="$models/$m"
     "$kiln" run "$work/$m.cpu.engine" --ids $ids -n 48 --logits-out "$work/$m.cpu.f32" >/dev/null 2>&1
     for v in $variants; do
@@ -224,13 +231,12 @@ variant_checks() {
         printf 'variant %-15s %-14s %-20s exit %d: %s\n' "$m" "$name" "${how:-overlap,graphs}" $rc "$res" | tee -a "$summary"
       done
     done
-    # shellcheck disable=SC2046
     timeout 120 "$kiln" verify "$dir" --target sm_90 --dtype bf16 --precision fast --tokens 5 --steps 4 >"$work/verify.txt" 2>&1
     echo "variant $m verify --precision fast --tokens 5: exit $?: $(grep -iE 'diverg|first|logits:' "$work/verify.txt" | head -4 | tr '\n' ' ')" | tee -a "$summary"
     tail -30 "$work/verify.txt"
   done
-  local san="" tool cand m0=${GPU_CHECK_MODELS:-llama-gqa-tiny}; m0=${m0%% *}
-  for cand in compute-sanitizer /usr/local/cuda/bin/compute-sanitizer; do command -v "$cand" >/dev/null && { san=$cand; break; }; done
+  local san tool m0=${vmodels%% *}
+  san=$(sanitizer)
   if [ -n "$san" ] && [ -f "$work/$m0.default.engine" ]; then
     for tool in memcheck racecheck synccheck; do
       timeout 150 "$san" --tool $tool --error-exitcode 3 "$kiln" run "$work/$m0.default.engine" --ids $ids -n 4 \
@@ -331,8 +337,8 @@ runtime_checks() {
   tail -3 "$work/oom.txt"
   echo "test_oom (tinystories-656k, CUDA engine): exit $rc; $(tail -1 "$work/oom.txt")" >> "$summary"
 
-  local san=""
-  for cand in compute-sanitizer /usr/local/cuda/bin/compute-sanitizer; do command -v "$cand" >/dev/null && { san=$cand; break; }; done
+  local san
+  san=$(sanitizer)
   if [ -n "$san" ]; then
     local tool
     for tool in memcheck racecheck; do
@@ -428,8 +434,8 @@ run() {
   "$kiln" build "$ts" --target sm_90 -o "$work/ts.engine" >/dev/null
   "$kiln" run "$work/ts.engine" --ids "$long" -n 200 2>&1 >/dev/null | sed 's/^/tinystories f32: /' | tee -a "$summary"
 
-  local san=""
-  for cand in compute-sanitizer /usr/local/cuda/bin/compute-sanitizer; do command -v "$cand" >/dev/null && { san=$cand; break; }; done
+  local san
+  san=$(sanitizer)
   if [ -n "$san" ]; then
     # memcheck and racecheck, f32, bf16 and bf16-fast engines, side by side
     local tool dt spids=()
