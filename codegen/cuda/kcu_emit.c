@@ -189,10 +189,7 @@ static int emit_matmul(kcu_gen *x, kir_val v)
     else
         ks_buf_printf(&what, "x w^T with %s weights, fp32 sums (%d-element loads; a warp for %d rows when T <= %d)",
                       kir_dtype_name(w->dtype), vec, plan.rows, (int)decode_t);
-    if (plan.tc)
-        kcu_open_body_late(x, k, ks_buf_cstr(&what), plan.per_sm); /* kcu_matmul_tc enters after its first loads */
-    else
-        kcu_open_body_min(x, k, ks_buf_cstr(&what), plan.per_sm);
+    kcu_open_body_min(x, k, ks_buf_cstr(&what), plan.per_sm);
     ks_buf_free(&what);
     for (int large = 0; large < 2; large++) {
         char shape[64];

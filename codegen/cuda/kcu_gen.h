@@ -127,9 +127,6 @@ void kcu_open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what);
 void kcu_open_body_min(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks);
 /* The same with attr (e.g. "KCU_CLUSTER_Z(8)", NULL: none) between the launch bounds and the name. */
 void kcu_open_body_attr(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks, const char *attr);
-/* kcu_open_body_min without the opening KCU_PDL_ENTER: the body's template enters itself, after
- * loads that read no kernel's output (kcu_matmul_tc: its first weights), before anything else. */
-void kcu_open_body_late(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks);
 /* After the kernel's body: the signature of its variant NAME_large, the
  * kernel launched instead for steps of more than `above` tokens (the body
  * follows, then kcu_kernel_end records both). */

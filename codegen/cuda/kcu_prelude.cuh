@@ -32,8 +32,12 @@
  * launches an engine's kernels with programmatic stream serialization (krt_cuda_meta.pdl), so a
  * kernel's blocks take the SMs its predecessor's last blocks leave idle and are past their launch
  * when it ends; nothing before the wait touches memory, so the order of every read and write is
- * the stream's. Launched plainly, the wait returns at once. Elsewhere (sm_80, the CPU emulator) a
- * no-op. */
+ * the stream's. Not even loads of weights, which no kernel writes: kcu_matmul_tc once issued its
+ * ring's first cp.async copies of them before the wait, and its engines' fast logits came out
+ * wrong on the H100 and the H200 with the kernels overlapping (max|d|/max|ref| 0.4-1.5 against the
+ * interpreter, 1e-7 without the overlap, with the copies after the wait, or with no kernel letting
+ * the next start early: gpu_check's variants stage, bench/RESULTS.md #11, 2026-12-06).
+ * Launched plainly, the wait returns at once. Elsewhere (sm_80, the CPU emulator) a no-op. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KCU_PDL_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
 #else
@@ -1983,13 +1987,10 @@ static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__res
     uint4 *const ring = kcu_tc_ring;
 #endif
     const int tile0 = (int)blockIdx.x * J;
-    bool enter = true; /* KCU_PDL_ENTER is ahead (the generated kernel leaves it to this path) */
     for (int t0 = 0; t0 < T; t0 += KCU_TC_GROUP) {
         const int TT = T - t0 < KCU_TC_GROUP ? T - t0 : KCU_TC_GROUP;
         if constexpr (WIDE) {
             if (TT > 8) { /* groups of 8 tiles over the grid, whatever J: blocks past them return */
-                if (enter) KCU_PDL_ENTER();
-                enter = false;
                 pro.prepare(x, T, t0, TT);
                 for (int b = (int)blockIdx.x; b < (TILES + 7) / 8; b += (int)gridDim.x)
                     kcu_tc_wide<RING, W, K, N>(t0, TT, b * 128, x, w, pro, epi, smem, ring);
@@ -2000,12 +2001,8 @@ static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__res
         const int nt = TILES - tile0 < J ? TILES - tile0 : J; /* this block's tiles */
         if (nt <= 0) break;                                   /* uniform */
         const bool staged = STAGED && TT * K * (int)sizeof(XO) <= KCU_TC_XS_BYTES;
-        /* from here on the kernel before this one has ended (the first weights, which are no kernel's
-         * output, are on their way before); the norm's statistics, and its values staged where they
-         * fit, while they come */
+        /* the norm's statistics, and its values staged where they fit, while the first weights come */
         auto prep = [&]() {
-            if (enter) KCU_PDL_ENTER();
-            enter = false;
             if constexpr (STAGED) {
                 pro.prepare(x, T, t0, TT);
                 if (staged) { /* the group's norm values, a 16-byte chunk a thread at a time */
@@ -2028,7 +2025,6 @@ static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__res
         else
             kcu_tc_tiles<1, false, RING, W, K, N>(t0, TT, tile0, nt, x, w, pro, epi, red, xs, ring, prep);
     }
-    if (enter) KCU_PDL_ENTER(); /* a block without tiles */
 }
 
 /* The prefill path (T > KCU_GEMV_T): tensor cores where the weights allow
