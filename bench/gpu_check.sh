@@ -204,7 +204,7 @@ variant_checks() {
   work=$(mktemp -d)
   local ids=1,7,12,31,5,9,40,2,11,19,23,3,8,15,42,6
   local vmodels=${GPU_CHECK_MODELS:-llama-gqa-tiny tinystories-656k gpt2-tiny}
-  local variants=${GPU_VARIANTS:-"default: batch_variant:KILN_CUDA_BATCH_VARIANT=1 ring32:KILN_CUDA_TC_RING=32 no_gemm90:KILN_CUDA_GEMM90=0 tc16:KILN_CUDA_GEMM90_ABOVE=32 flash_decode:KILN_CUDA_FLASH_DECODE=1"}
+  local variants=${GPU_VARIANTS:-"default: batch_variant:KILN_CUDA_BATCH_VARIANT=1 ring32:KILN_CUDA_TC_RING=32 no_gemm90:KILN_CUDA_GEMM90=0 tc16:KILN_CUDA_GEMM90_ABOVE=32 no_flash_decode:KILN_CUDA_FLASH_DECODE=0"}
   # every engine first, side by side (NVRTC takes one core an engine)
   local pids=()
   for m in $vmodels; do

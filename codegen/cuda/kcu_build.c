@@ -194,7 +194,7 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     const char *flash90 = getenv("KILN_CUDA_FLASH90");
     opt.no_flash90 = flash90 && strcmp(flash90, "0") == 0;
     const char *flash_decode = getenv("KILN_CUDA_FLASH_DECODE");
-    opt.flash_decode = flash_decode && strcmp(flash_decode, "1") == 0;
+    opt.no_flash_decode = flash_decode && strcmp(flash_decode, "0") == 0;
     opt.choices = &out->choices;
     int rc = kcu_generate_with(g, &opt, &src, &meta, d);
     /* the runtime's draw kernel rides along in every CUDA engine (runtime/cuda/cuda_draw.h) */

@@ -472,7 +472,7 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     }
     /* fast precision's decode (a half cache) on tensor cores, a kv head's group a block, where it has a plan */
     kcu_flash_decode_plan fd = {0, 0};
-    if (flash && kir_kv_dtype(g, v) != KIR_F32 && x->opt.flash_decode) fd = kcu_plan_flash_decode(heads / kv_heads, dk, dv, x->opt.smem_optin);
+    if (flash && kir_kv_dtype(g, v) != KIR_F32 && !x->opt.no_flash_decode) fd = kcu_plan_flash_decode(heads / kv_heads, dk, dv, x->opt.smem_optin);
     kcu_kernel_grid(k, 0, 1, 0, 1);
     kcu_kernel_grid(k, 1, 0, fd.smem > 0 ? kv_heads : heads, 1);
     kcu_kernel_grid(k, 2, 0, ATT_SPLIT, 1);
