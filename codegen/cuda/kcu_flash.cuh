@@ -79,6 +79,24 @@ __device__ __forceinline__ float kcu_fa_exp2(float x)
 #endif
 }
 
+/* The online softmax's step for one row of an m16 fragment, whose columns the 4 lanes of a quad hold:
+ * mx, this lane's maximum of the row's new scores, becomes the quad's; m, the row's running maximum,
+ * grows to it and l, its running sum, is rescaled. Returns alpha, the old state's factor (1 when the
+ * maximum stays, 0 from none), and sets mf, the new maximum in log2 units (0 for a row with no score
+ * yet) that the step's exponentials subtract (kcu_flash_attention, kcu_flash90, kcu_flash_decode). */
+__device__ __forceinline__ float kcu_fa_rescale(float &m, float &l, float mx, const float fac, float &mf)
+{
+    const float ninf = -__int_as_float(0x7f800000);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mn = fmaxf(m, mx);
+    mf = (mn == ninf ? 0.0f : mn) * fac;
+    const float alpha = kcu_fa_exp2(m * fac - mf);
+    m = mn;
+    l *= alpha;
+    return alpha;
+}
+
 /* ---- warp instructions -------------------------------------------------------------- */
 /* d += a b, one m16n8k16 tile, MT inputs, f32 accumulators; fragments as kcu_mma_frag
  * (kcu_prelude.cuh) lays them out: a[0..3] the A fragment, b0 and b1 the B fragment. */
@@ -618,13 +636,9 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
                 float mx = ninf;
 #pragma unroll
                 for (int j = 0; j < NB; j++) mx = fmaxf(mx, fmaxf(s[mi][j][2 * i], s[mi][j][2 * i + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float mn = fmaxf(m[x], mx), mf = (mn == ninf ? 0.0f : mn) * fac;
-                alpha[x] = kcu_fa_exp2(m[x] * fac - mf); /* 1 when the maximum stays, 0 from none */
+                float mf;
+                alpha[x] = kcu_fa_rescale(m[x], l[x], mx, fac, mf);
                 same = same && alpha[x] == 1.0f;
-                m[x] = mn;
-                l[x] *= alpha[x];
 #pragma unroll
                 for (int j = 0; j < NB; j++) {
                     s[mi][j][2 * i] = kcu_fa_exp2(fmaf(s[mi][j][2 * i], fac, -mf));

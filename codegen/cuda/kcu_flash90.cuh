@@ -331,13 +331,9 @@ static __device__ __forceinline__ void kcu_flash90(const int T, const MT *__rest
                 float mx = ninf;
 #pragma unroll
                 for (int j = 0; j < NB; j++) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float mn = fmaxf(m[h], mx), mf = (mn == ninf ? 0.0f : mn) * fac;
-                alpha[h] = kcu_fa_exp2(m[h] * fac - mf);
+                float mf;
+                alpha[h] = kcu_fa_rescale(m[h], l[h], mx, fac, mf);
                 same = same && alpha[h] == 1.0f;
-                m[h] = mn;
-                l[h] *= alpha[h];
 #pragma unroll
                 for (int j = 0; j < NB; j++)
 #pragma unroll

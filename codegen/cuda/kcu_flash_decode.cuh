@@ -223,14 +223,10 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
         bool same = true;
 #pragma unroll
         for (int x = 0; x < 2; x++) {
-            float mx = fmaxf(fmaxf(s[0][2 * x], s[0][2 * x + 1]), fmaxf(s[1][2 * x], s[1][2 * x + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float mn = fmaxf(m[x], mx), mf = (mn == ninf ? 0.0f : mn) * fac;
-            alpha[x] = kcu_fa_exp2(m[x] * fac - mf);
+            const float mx = fmaxf(fmaxf(s[0][2 * x], s[0][2 * x + 1]), fmaxf(s[1][2 * x], s[1][2 * x + 1]));
+            float mf;
+            alpha[x] = kcu_fa_rescale(m[x], l[x], mx, fac, mf);
             same = same && alpha[x] == 1.0f;
-            m[x] = mn;
-            l[x] *= alpha[x];
 #pragma unroll
             for (int j = 0; j < 2; j++) {
                 s[j][2 * x] = kcu_fa_exp2(fmaf(s[j][2 * x], fac, -mf));
@@ -298,29 +294,13 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
         }
         kcu_fa_store(out + ((long long)t * H + h0 + row) * DV + d, (float)(acc / sum));
     }
+    /* the cluster's blocks' states combined in block order by the first: g_b = 2^(bmax_b - M) (bmax in
+     * log2 units) */
     if constexpr (SPLIT > 1) {
         if (split == 1) return;
-        kcu_cluster_sync(); /* every block's state written */
-        if (z == 0) {
-            if (tid < GROUP * SPLIT) { /* each block's weight, a thread a (row, block) */
-                const int row = tid / SPLIT, b = tid % SPLIT;
-                float mx = ninf;
-                for (int u = 0; u < SPLIT; u++) mx = fmaxf(mx, kcu_cluster_ld(&bmax[row], (unsigned)u));
-                const float mb = kcu_cluster_ld(&bmax[row], (unsigned)b);
-                gbuf[row][b] = mb == ninf ? 0.0 : exp2((double)mb - (double)mx);
-            }
-            __syncthreads();
-            for (int i = tid; i < GROUP * DV; i += NT) {
-                const int row = i / DV, d = i % DV;
-                double sum = 0.0, acc = 0.0;
-                for (int b = 0; b < SPLIT; b++) {
-                    sum += kcu_cluster_ld(&bsum[row], (unsigned)b) * gbuf[row][b];
-                    acc += kcu_cluster_ld(&bacc[row][d], (unsigned)b) * gbuf[row][b];
-                }
-                kcu_fa_store(out + ((long long)t * H + h0 + row) * DV + d, (float)(acc / sum));
-            }
-        }
-        kcu_cluster_sync(); /* the first block has read the others' shared memory: they may end */
+        kcu_cluster_combine<GROUP, DV, SPLIT, NT>(
+            z, bmax, bsum, bacc, gbuf, [](float mb, float mx) { return exp2((double)mb - (double)mx); },
+            [&](int row, int d, float v) { kcu_fa_store(out + ((long long)t * H + h0 + row) * DV + d, v); });
     }
 #else
     (void)T, (void)q, (void)kc, (void)vc, (void)out, (void)positions, (void)table_off, (void)tables;

@@ -2115,6 +2115,43 @@ __device__ __forceinline__ unsigned kcu_cluster_rank() { return 0; }
 template <typename T> __device__ __forceinline__ T kcu_cluster_ld(const T *p, unsigned) { return *p; }
 #endif
 
+/* A split decode attention's ending: the cluster's SPLIT blocks' states combined by its first (rank z
+ * 0), in block order, reading the others' through distributed shared memory. Each block has written,
+ * for each of its ROWS rows (q heads), bmax (its maximum score), bsum (its sum of exponentials
+ * relative to bmax) and bacc (its DV outputs so); out(row, d) = sum_b bacc_b g_b / sum_b bsum_b g_b
+ * with g_b = weight(bmax_b, M), M the largest bmax_b, and 0 for a block with no position (bmax -inf);
+ * put(row, d, value) stores it. Every thread of every block of the cluster calls it (its barriers);
+ * the blocks end only after the first has read them. */
+template <int ROWS, int DV, int SPLIT, int NT, class Weight, class Put>
+__device__ __forceinline__ void kcu_cluster_combine(const unsigned z, const float (&bmax)[ROWS], const double (&bsum)[ROWS],
+                                                    const double (&bacc)[ROWS][DV], double (&gbuf)[ROWS][SPLIT],
+                                                    const Weight &weight, const Put &put)
+{
+    const float ninf = -__int_as_float(0x7f800000);
+    const int tid = threadIdx.x;
+    kcu_cluster_sync(); /* every block's state written */
+    if (z == 0) {
+        if (tid < ROWS * SPLIT) { /* each block's weight, a thread a (row, block) */
+            const int row = tid / SPLIT, b = tid % SPLIT;
+            float mx = ninf;
+            for (int u = 0; u < SPLIT; u++) mx = fmaxf(mx, kcu_cluster_ld(&bmax[row], (unsigned)u));
+            const float mb = kcu_cluster_ld(&bmax[row], (unsigned)b);
+            gbuf[row][b] = mb == ninf ? 0.0 : weight(mb, mx);
+        }
+        __syncthreads();
+        for (int i = tid; i < ROWS * DV; i += NT) {
+            const int row = i / DV, d = i % DV;
+            double sum = 0.0, acc = 0.0;
+            for (int b = 0; b < SPLIT; b++) {
+                sum += kcu_cluster_ld(&bsum[row], (unsigned)b) * gbuf[row][b];
+                acc += kcu_cluster_ld(&bacc[row][d], (unsigned)b) * gbuf[row][b];
+            }
+            put(row, d, (float)(acc / sum));
+        }
+    }
+    kcu_cluster_sync(); /* the first block has read the others' shared memory: they may end */
+}
+
 /* A barrier for the lanes of one warp. The CPU emulator (tests/cuda/emu_shim.h) has no warps:
  * there it is the block's barrier, so, as a shuffle, every thread of the block must reach it
  * the same number of times. */
@@ -2393,34 +2430,17 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
         else
             kcu_put(out + ((long long)t * H + h0 + h) * DV + d, (float)(o / sum));
     }
-    /* the cluster's blocks' states combined in block order by the first, reading the others' through
-     * distributed shared memory: out = sum_b bacc_b g_b / sum_b bsum_b g_b, g_b = e^(bmax_b - M) */
+    /* the cluster's blocks' states combined in block order by the first: g_b = e^(bmax_b - M) */
     if constexpr (SPLIT > 1) {
         if (split == 1) return;
-        kcu_cluster_sync(); /* every block's state written */
-        if (z == 0) {
-            if (tid < HB * SPLIT) { /* each block's weight, a thread a (head, block) */
-                const int h = tid / SPLIT, b = tid % SPLIT;
-                float mx = ninf;
-                for (int u = 0; u < SPLIT; u++) mx = fmaxf(mx, kcu_cluster_ld(&bmax[h], (unsigned)u));
-                const float mb = kcu_cluster_ld(&bmax[h], (unsigned)b);
-                gbuf[h][b] = mb == ninf ? 0.0 : exp((double)(mb - mx)); /* 0: a block with no position */
-            }
-            __syncthreads();
-            for (int i = tid; i < HB * DV; i += NT) {
-                const int h = i / DV, d = i % DV;
-                double sum = 0.0, o = 0.0;
-                for (int b = 0; b < SPLIT; b++) {
-                    sum += kcu_cluster_ld(&bsum[h], (unsigned)b) * gbuf[h][b];
-                    o += kcu_cluster_ld(&bacc[h][d], (unsigned)b) * gbuf[h][b];
-                }
+        kcu_cluster_combine<HB, DV, SPLIT, NT>(
+            z, bmax, bsum, bacc, gbuf, [](float mb, float mx) { return exp((double)(mb - mx)); },
+            [&](int h, int d, float v) {
                 if constexpr (kcu_same<O, float>::V)
-                    out[((long long)t * H + h0 + h) * DV + d] = (float)(o / sum);
+                    out[((long long)t * H + h0 + h) * DV + d] = v;
                 else
-                    kcu_put(out + ((long long)t * H + h0 + h) * DV + d, (float)(o / sum));
-            }
-        }
-        kcu_cluster_sync(); /* the first block has read the others' shared memory: they may end */
+                    kcu_put(out + ((long long)t * H + h0 + h) * DV + d, v);
+            });
     }
 }
 /* The attention kernel's body: kcu_attention over HBW heads a block (sharing their K and V

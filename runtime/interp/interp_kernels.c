@@ -534,6 +534,12 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
     float *kc = krt_kv_k(x->kv, layer), *vc = krt_kv_v(x->kv, layer);
     const int alibi = kir_attr_int(x->g, v, KIR_A_ATTENTION_ALIBI) != 0;
     const krt_step *st = x->step;
+    /* a half cache (fast precision): the GPU's attention kernels multiply p and v on tensor cores, p
+     * (relative to the row's maximum so far) rounded to the cache's dtype and the sum of the unrounded
+     * ones dividing after (kcu_flash_attention, kcu_flash90, kcu_flash_decode); the same here, relative
+     * to the row's maximum, which the GPU's running maximum mostly is from the first positions on */
+    const kir_dtype kvt = kir_kv_dtype(x->g, v);
+    const int half = kvt != KIR_F32;
 
     /* 1. Every token's K and V go into the cache first, so tokens later in
      *    the step see the earlier ones of their sequence; with write_kv=0 a
@@ -567,6 +573,15 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
             }
             float *oh = o + (t * heads + h) * dv;
             memset(oh, 0, sizeof(float) * (size_t)dv);
+            if (half) { /* p v on half operands: the exponentials rounded, the sum of the unrounded ones after */
+                round_to(kvt, score, (size_t)len);
+                for (int j = 0; j < len; j++) {
+                    const float *vj = vc + slots[j] * vrow + kh * dv;
+                    for (int64_t i = 0; i < dv; i++) oh[i] += score[j] * vj[i];
+                }
+                for (int64_t i = 0; i < dv; i++) oh[i] = (float)(oh[i] / sum);
+                continue;
+            }
             for (int j = 0; j < len; j++) {
                 float p = (float)(score[j] / sum);
                 const float *vj = vc + slots[j] * vrow + kh * dv;
