@@ -12,6 +12,7 @@
  *     assert expr, "message";                      KF_ITEM_ASSERT
  *     ignore "tensor", ...;                        KF_ITEM_IGNORE
  *     forward { statements }                       KF_ITEM_FORWARD
+ *     fn NAME(a, b) { statements; return expr; }   KF_ITEM_FN
  *
  * Every node lives in the parse's arena (ks_arena) and is freed with it; the
  * tree holds no other memory. Locations are 1-based line and column (bytes)
@@ -30,7 +31,7 @@
 
 /* Deepest expression tree the parser accepts: evaluation recurses over it,
  * so an input of a million nested operators must not reach the C stack. */
-enum { KF_MAX_EXPR_DEPTH = 200, KF_MAX_BLOCK_DEPTH = 64 };
+enum { KF_MAX_EXPR_DEPTH = 200, KF_MAX_BLOCK_DEPTH = 64, KF_MAX_CALL_DEPTH = 32 /* user functions (lower_fn.c) */ };
 
 typedef struct kf_loc {
     int line; /* 1-based line */
@@ -141,6 +142,7 @@ typedef enum kf_stmt_kind {
     KF_STMT_OUTPUT, /* output name = value; */
     KF_STMT_FOR,    /* for name in lo .. hi { body } */
     KF_STMT_IF,     /* if cond { body } else { orelse } */
+    KF_STMT_RETURN, /* return value; (a function's last statement) */
 } kf_stmt_kind;
 
 struct kf_stmt {
@@ -148,7 +150,7 @@ struct kf_stmt {
     kf_loc loc;        /* the statement's first token */
     const char *name;  /* ASSIGN/OUTPUT: the name; FOR: the loop variable */
     kf_loc name_loc;   /* where name is written */
-    kf_expr *value;    /* ASSIGN/OUTPUT: the value; IF: the condition */
+    kf_expr *value;    /* ASSIGN/OUTPUT/RETURN: the value; IF: the condition */
     kf_expr *lo, *hi;  /* FOR: the range lo .. hi (hi excluded) */
     kf_block body;     /* FOR: the body; IF: the then branch */
     kf_block orelse;   /* IF: the else branch (an `else if` is one IF in it) */
@@ -173,17 +175,19 @@ typedef enum kf_item_kind {
     KF_ITEM_ASSERT,  /* assert expr, "message"; */
     KF_ITEM_IGNORE,  /* ignore "h.{i}.attn.bias", ...; checkpoint tensors the model does not read, on purpose */
     KF_ITEM_FORWARD, /* forward { ... } */
+    KF_ITEM_FN,      /* fn NAME(params) { ... return expr; }: expanded where it is called */
 } kf_item_kind;
 
 typedef struct kf_item {
     kf_item_kind kind;     /* which fields below are used */
     kf_loc loc;            /* the item's first token */
-    const char *name;      /* MODEL, PARAM, WEIGHT: the name */
+    const char *name;      /* MODEL, PARAM, WEIGHT, FN: the name */
     kf_loc name_loc;       /* where name is written */
     kf_expr *value;        /* PARAM: the value; ASSERT: the condition; WEIGHT: the `if` condition or NULL */
-    const char **strings;  /* MATCHES: the model_type values; IGNORE: tensor names ({i}: any layer) */
-    kf_loc *string_locs;   /* MATCHES, IGNORE: where each is written */
-    size_t n_strings;      /* MATCHES, IGNORE: how many */
+    const char **strings;  /* MATCHES: the model_type values; IGNORE: tensor names ({i}: any layer); FN: the
+                              parameters' names */
+    kf_loc *string_locs;   /* MATCHES, IGNORE, FN: where each is written */
+    size_t n_strings;      /* MATCHES, IGNORE, FN: how many */
     const char *message;   /* ASSERT: the message */
     kf_expr **dims;        /* WEIGHT: declared shape */
     size_t n_dims;         /* WEIGHT: number of dims */
@@ -191,7 +195,7 @@ typedef struct kf_item {
     size_t n_srcs;         /* WEIGHT: number of alternatives */
     int is_layer;          /* WEIGHT: one tensor per layer ({i} in the template) */
     int is_optional;       /* WEIGHT: absent from the checkpoint -> none */
-    kf_block body;         /* FORWARD: the statements */
+    kf_block body;         /* FORWARD, FN: the statements */
 } kf_item;
 
 typedef struct kf_file {

@@ -213,10 +213,16 @@ static unsigned name_hash(const char *s)
     return (unsigned)(h % KF_SCOPE_BUCKETS);
 }
 
+/* b can be named here: not a variable of a caller (lower_fn.c) */
+static int in_sight(const kf_lower *L, const kf_binding *b)
+{
+    return (b->kind != KF_BIND_VAR && b->kind != KF_BIND_LOOP) || b->frame == L->frame;
+}
+
 kf_binding *kf_lookup(kf_lower *L, const char *name)
 {
     for (kf_binding *b = L->scope[name_hash(name)]; b; b = b->next)
-        if (strcmp(b->name, name) == 0) return b;
+        if (strcmp(b->name, name) == 0 && in_sight(L, b)) return b;
     return NULL;
 }
 
@@ -228,6 +234,7 @@ kf_binding *kf_bind(kf_lower *L, const char *name, kf_bind_kind kind, kf_loc loc
     b->name = name;
     b->kind = kind;
     b->loc = loc;
+    b->frame = L->frame;
     b->next = L->scope[h];
     L->scope[h] = b;
     return b;
@@ -240,7 +247,7 @@ void kf_unbind(kf_lower *L, kf_binding *b)
     *p = b->next;
 }
 
-static const char *kind_name(kf_bind_kind k)
+const char *kf_kind_name(kf_bind_kind k)
 {
     switch (k) {
     case KF_BIND_PARAM: return "param";
@@ -248,6 +255,7 @@ static const char *kind_name(kf_bind_kind k)
     case KF_BIND_INPUT: return "input";
     case KF_BIND_VAR: return "variable";
     case KF_BIND_LOOP: return "loop variable";
+    case KF_BIND_FN: return "function";
     }
     KS_UNREACHABLE();
 }
@@ -294,11 +302,17 @@ const char *kf_suggest_name(kf_lower *L, const char *name)
 {
     size_t n = 0;
     for (size_t h = 0; h < KF_SCOPE_BUCKETS; h++)
-        for (kf_binding *b = L->scope[h]; b; b = b->next) n++;
+        for (kf_binding *b = L->scope[h]; b; b = b->next) {
+            if (L->frame > 0 && !in_sight(L, b) && strcmp(b->name, name) == 0)
+                return " (a function sees its parameters and its own variables, not its caller's: pass it as an "
+                       "argument)";
+            n++;
+        }
     const char **cands = ks_arena_alloc(&L->scratch, (n ? n : 1) * sizeof *cands);
     n = 0;
     for (size_t h = 0; h < KF_SCOPE_BUCKETS; h++)
-        for (kf_binding *b = L->scope[h]; b; b = b->next) cands[n++] = b->name;
+        for (kf_binding *b = L->scope[h]; b; b = b->next)
+            if (in_sight(L, b)) cands[n++] = b->name;
     return kf_suggest(L, name, cands, n);
 }
 
@@ -374,15 +388,13 @@ static void lower_assert(kf_lower *L, const kf_item *it)
 }
 
 /* ---- phase 3: the forward block --------------------------------------------------- */
-static void exec_block(kf_lower *L, const kf_block *b);
-
 static void exec_assign(kf_lower *L, const kf_stmt *s)
 {
     kf_value v = kf_eval(L, s->value);
     kf_binding *b = kf_lookup(L, s->name);
     if (b && b->kind != KF_BIND_VAR) {
         kf_error(L, s->name_loc, "cannot assign to %s '%s'; forward variables need their own names",
-                 kind_name(b->kind), s->name);
+                 kf_kind_name(b->kind), s->name);
         return;
     }
     if (!b) b = kf_bind(L, s->name, KF_BIND_VAR, s->name_loc);
@@ -402,13 +414,13 @@ static void exec_for(kf_lower *L, const kf_stmt *s)
     }
     kf_binding *b = kf_lookup(L, s->name);
     if (b) {
-        kf_error(L, s->name_loc, "loop variable '%s' would hide the %s '%s'", s->name, kind_name(b->kind), s->name);
+        kf_error(L, s->name_loc, "loop variable '%s' would hide the %s '%s'", s->name, kf_kind_name(b->kind), s->name);
         return;
     }
     b = kf_bind(L, s->name, KF_BIND_LOOP, s->name_loc);
     for (int64_t i = lo; i < hi && !L->stop; i++) {
         b->value = kf_int(i);
-        exec_block(L, &s->body);
+        kf_exec_block(L, &s->body);
     }
     kf_unbind(L, b);
 }
@@ -420,6 +432,9 @@ static void exec_stmt(kf_lower *L, const kf_stmt *s)
     case KF_STMT_ASSIGN: exec_assign(L, s); return;
     case KF_STMT_OUTPUT: kf_emit_output(L, s->name, kf_eval(L, s->value), s->name_loc); return;
     case KF_STMT_FOR: exec_for(L, s); return;
+    case KF_STMT_RETURN: /* a function's last one is its value (lower_fn.c); elsewhere: */
+        kf_error(L, s->loc, "'return' outside a function: the forward block's results are its outputs");
+        return;
     case KF_STMT_IF:
         /* an `else if` chain is walked in a loop, not by recursion: the parser
          * does not bound its length, and the C stack must not depend on it */
@@ -427,11 +442,11 @@ static void exec_stmt(kf_lower *L, const kf_stmt *s)
             int c;
             if (kf_eval_bool(L, s->value, "an if condition", &c) != 0) return;
             if (c) {
-                exec_block(L, &s->body);
+                kf_exec_block(L, &s->body);
                 return;
             }
             if (s->orelse.n != 1 || s->orelse.v[0]->kind != KF_STMT_IF) {
-                exec_block(L, &s->orelse);
+                kf_exec_block(L, &s->orelse);
                 return;
             }
             s = s->orelse.v[0];
@@ -441,7 +456,7 @@ static void exec_stmt(kf_lower *L, const kf_stmt *s)
     KS_UNREACHABLE();
 }
 
-static void exec_block(kf_lower *L, const kf_block *b)
+void kf_exec_block(kf_lower *L, const kf_block *b)
 {
     for (size_t i = 0; i < b->n && !L->stop; i++) exec_stmt(L, b->v[i]);
 }
@@ -463,7 +478,7 @@ static void declare_names(kf_lower *L, const kf_file *f, kf_binding **bound)
             continue;
         }
         if (old) {
-            kf_error(L, it->name_loc, "'%s' is already declared as a %s at line %d", it->name, kind_name(old->kind),
+            kf_error(L, it->name_loc, "'%s' is already declared as a %s at line %d", it->name, kf_kind_name(old->kind),
                      old->loc.line);
             continue;
         }
@@ -475,6 +490,9 @@ static void declare_names(kf_lower *L, const kf_file *f, kf_binding **bound)
             bound[i]->weight->decl = it;
         }
     }
+    /* then the functions, whose parameters must not hide those names */
+    for (size_t i = 0; i < f->n_items; i++)
+        if (f->items[i]->kind == KF_ITEM_FN) kf_declare_fn(L, f->items[i]);
 }
 
 /* The file's model line and forward block; a second one is an error. */
@@ -598,7 +616,7 @@ kf_model *kf_compile(const ks_source *kiln, const kf_json_doc *config, const kf_
     kf_check_ignores(L, f);
     if (forward && !unconfigured) {
         L->in_forward = 1;
-        exec_block(L, &forward->body);
+        kf_exec_block(L, &forward->body);
         report_unconfigured(L, no_config_hint); /* keys read by weights or the forward block */
     }
     /* What the file as a whole lacks is worth saying once the rest is right. */

@@ -126,6 +126,7 @@ typedef enum kf_bind_kind {
     KF_BIND_INPUT,  /* tokens or positions: created on first use in forward */
     KF_BIND_VAR,    /* a forward variable: value */
     KF_BIND_LOOP,   /* a loop variable: value (an int) */
+    KF_BIND_FN,     /* a function (fn NAME(...) { ... }): fn */
 } kf_bind_kind;
 
 /* The config values an evaluation read (directly, or through the params
@@ -144,6 +145,11 @@ typedef struct kf_binding {
     int defined;             /* PARAM: evaluated already (else declared further down) */
     kf_weight *weight;       /* WEIGHT */
     kf_loc loc;              /* where it is declared */
+    int frame;               /* VAR, LOOP: the call depth that bound it (0: forward; n: the nth nested call of
+                                a function), seen only at that depth */
+    const kf_item *fn;       /* FN: the declaration */
+    int fn_bad;              /* FN: its declaration is wrong (reported): calls of it are errors already */
+    int fn_active;           /* FN: being expanded (a call of it now is recursion) */
     struct kf_binding *next; /* next in its hash bucket */
 } kf_binding;
 
@@ -170,6 +176,7 @@ typedef struct kf_lower {
     kf_binding *scope[KF_SCOPE_BUCKETS]; /* every name, hashed */
     kf_reported *reported[KF_SCOPE_BUCKETS]; /* errors reported, hashed */
     int in_forward;             /* phase 3: tensors and inputs exist */
+    int frame;                  /* functions being expanded, nested (lower_fn.c): 0 outside any */
     int64_t n_layers;           /* the `layers` param; -1 when there is none, KF_LAYERS_BAD when it is wrong
                                    (reported) */
     int n_attention;            /* ATTENTION nodes emitted: the next one's `layer` */
@@ -250,6 +257,21 @@ kf_value kf_weight_value(kf_lower *L, kf_weight *w, int64_t layer, kf_loc loc);
 void kf_check_unused(kf_lower *L, const kf_file *f, kf_binding *const *bound);
 /* The tensor names of the `ignore` items: {i} is their only placeholder. */
 void kf_check_ignores(kf_lower *L, const kf_file *f);
+
+/* lower.c: what a binding's kind is called in messages ("param", "function", ...) */
+const char *kf_kind_name(kf_bind_kind k);
+/* lower.c: the statements of b, in order */
+void kf_exec_block(kf_lower *L, const kf_block *b);
+
+/* lower_fn.c: user functions, expanded where they are called. kf_declare_fn checks a declaration
+ * (its parameters' names, one `return` as its last statement, no `output`) and binds its name;
+ * kf_call_fn expands a call of the function b names: the arguments evaluated where the call is, the
+ * body's statements run with only the parameters (and the params, weights, functions and inputs)
+ * in sight, its `return` value the call's. */
+void kf_declare_fn(kf_lower *L, const kf_item *it);
+kf_value kf_call_fn(kf_lower *L, const kf_expr *call, kf_binding *b);
+/* lower_eval.c: 1 when name is a scalar function (sqrt, log, pow, ...) */
+int kf_is_scalar_function(const char *name);
 
 /* lower_builtins.c */
 kf_value kf_tensor_binary(kf_lower *L, int op, kf_value a, kf_value b, kf_loc loc);

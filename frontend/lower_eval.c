@@ -198,6 +198,8 @@ static kf_value eval_name(kf_lower *L, const kf_expr *e)
     case KF_BIND_VAR:
     case KF_BIND_LOOP:
         return b->value;
+    case KF_BIND_FN:
+        return kf_error(L, e->loc, "'%s' is a function (line %d): call it, as %s(...)", name, b->loc.line, name);
     }
     KS_UNREACHABLE();
 }
@@ -510,6 +512,13 @@ static kf_value eval_cond(kf_lower *L, const kf_expr *e)
 static const char *const scalar_functions[] = {"sqrt", "min", "max", "abs", "int", "float", "log", "pow", "floor",
                                                "ceil"};
 
+int kf_is_scalar_function(const char *name)
+{
+    for (size_t i = 0; i < sizeof scalar_functions / sizeof *scalar_functions; i++)
+        if (strcmp(scalar_functions[i], name) == 0) return 1;
+    return 0;
+}
+
 static kf_value to_int(kf_lower *L, kf_value v, kf_loc loc)
 {
     switch (v.kind) {
@@ -624,16 +633,25 @@ static kf_value eval_call(kf_lower *L, const kf_expr *e)
     if (eval_scalar_call(L, e, &out)) return out;
     if (kf_call_builtin(L, e, &out)) return out;
     const char *name = e->u.call.name;
+    kf_binding *fn = kf_lookup(L, name);
+    if (fn && fn->kind == KF_BIND_FN) return kf_call_fn(L, e, fn);
     if (kf_reported_at(L, e->loc)) return kf_err_value();
-    /* Suggest among every function name. */
+    /* Suggest among every function name: the builtins, the scalar functions, the file's own. */
     const char *const *bn;
-    size_t nb;
+    size_t nb, nf = 0;
     kf_builtin_names(&bn, &nb);
     size_t ns = sizeof scalar_functions / sizeof *scalar_functions;
-    const char **all = ks_arena_alloc(&L->scratch, (nb + ns) * sizeof *all);
+    for (size_t h = 0; h < KF_SCOPE_BUCKETS; h++)
+        for (const kf_binding *b = L->scope[h]; b; b = b->next) nf += b->kind == KF_BIND_FN;
+    const char **all = ks_arena_alloc(&L->scratch, (nb + ns + nf) * sizeof *all);
     memcpy(all, bn, nb * sizeof *all);
     memcpy(all + nb, scalar_functions, ns * sizeof *all);
-    return kf_error(L, e->loc, "unknown builtin '%s'%s", name, kf_suggest(L, name, all, nb + ns));
+    size_t n = nb + ns;
+    for (size_t h = 0; h < KF_SCOPE_BUCKETS; h++)
+        for (const kf_binding *b = L->scope[h]; b; b = b->next)
+            if (b->kind == KF_BIND_FN) all[n++] = b->name;
+    if (fn) return kf_error(L, e->loc, "'%s' is a %s, not a function", name, kf_kind_name(fn->kind));
+    return kf_error(L, e->loc, "unknown function '%s'%s", name, kf_suggest(L, name, all, n));
 }
 
 static kf_value eval_raw(kf_lower *L, const kf_expr *e)

@@ -95,18 +95,24 @@ typedef struct kf_str_item {
 } kf_str_item;
 
 /* `matches` and `ignore`: an item holding a list of strings. */
-static kf_item *strings_item(kf_parser *p, kf_item_kind kind, kf_vec *strings, kf_loc loc)
+/* The names in `strings` (kf_str_item) into it->strings and it->string_locs. */
+static void strings_into(kf_parser *p, kf_item *it, kf_vec *strings)
 {
-    kf_item *it = item_new(p, kind, loc);
     size_t n;
     kf_str_item **v = (kf_str_item **)kf_vec_finish(strings, p->arena, &n);
-    it->strings = ks_arena_alloc(p->arena, n * sizeof *it->strings);
-    it->string_locs = ks_arena_alloc(p->arena, n * sizeof *it->string_locs);
+    it->strings = ks_arena_alloc(p->arena, (n ? n : 1) * sizeof *it->strings);
+    it->string_locs = ks_arena_alloc(p->arena, (n ? n : 1) * sizeof *it->string_locs);
     for (size_t i = 0; i < n; i++) {
         it->strings[i] = v[i]->s;
         it->string_locs[i] = v[i]->loc;
     }
     it->n_strings = n;
+}
+
+static kf_item *strings_item(kf_parser *p, kf_item_kind kind, kf_vec *strings, kf_loc loc)
+{
+    kf_item *it = item_new(p, kind, loc);
+    strings_into(p, it, strings);
     return it;
 }
 }
@@ -138,7 +144,7 @@ static kf_item *strings_item(kf_parser *p, kf_item_kind kind, kf_vec *strings, k
 %token MODEL "model" MATCHES "matches" PARAM "param" WEIGHT "weight" LAYER "layer"
 %token OPTIONAL "optional" FORWARD "forward" FOR "for" IN "in" IF "if" ELSE "else"
 %token OUTPUT "output" CONFIG "config" TRUE "true" FALSE "false" NONE "none" ASSERT "assert"
-%token IGNORE "ignore" GENERATION "generation"
+%token IGNORE "ignore" GENERATION "generation" FN "fn" RETURN "return"
 %token DOTDOT ".." COALESCE "??" EQ "==" NE "!=" LE "<=" GE ">=" AND "&&" OR "||"
 
 %right '?' ':'
@@ -151,7 +157,7 @@ static kf_item *strings_item(kf_parser *p, kf_item_kind kind, kf_vec *strings, k
 %precedence UNARY
 
 %type <it> item weight_decl
-%type <vec> items strings block stmts exprs args config_path sources
+%type <vec> items strings block stmts exprs args config_path sources idents fn_params
 %type <e> expr primary opt_cond
 %type <st> stmt if_stmt
 %type <chain> if_chain
@@ -194,6 +200,13 @@ item:
       $$ = item_new(p, KF_ITEM_FORWARD, LOC(@1));
       $$->body = block_of(p, $2);
   }
+| "fn" IDENT '(' fn_params ')' block {
+      $$ = item_new(p, KF_ITEM_FN, LOC(@1));
+      $$->name = $2;
+      $$->name_loc = LOC(@2);
+      strings_into(p, $$, $4);
+      $$->body = block_of(p, $6);
+  }
 | error ';' { $$ = NULL; }
 | error '}' { $$ = NULL; }
 ;
@@ -207,6 +220,28 @@ strings:
       kf_vec_push($$, s);
   }
 | strings ',' STRING {
+      $$ = $1;
+      kf_str_item *s = ks_arena_alloc(p->arena, sizeof *s);
+      s->s = $3;
+      s->loc = LOC(@3);
+      kf_vec_push($$, s);
+  }
+;
+
+fn_params:
+  %empty  { $$ = kf_vec_new(); }
+| idents
+;
+
+idents:
+  IDENT {
+      $$ = kf_vec_new();
+      kf_str_item *s = ks_arena_alloc(p->arena, sizeof *s);
+      s->s = $1;
+      s->loc = LOC(@1);
+      kf_vec_push($$, s);
+  }
+| idents ',' IDENT {
       $$ = $1;
       kf_str_item *s = ks_arena_alloc(p->arena, sizeof *s);
       s->s = $3;
@@ -282,6 +317,10 @@ stmt:
       $$->lo = $4;
       $$->hi = $6;
       $$->body = block_of(p, $7);
+  }
+| "return" expr ';' {
+      $$ = stmt_new(p, KF_STMT_RETURN, LOC(@1));
+      $$->value = $2;
   }
 | if_stmt
 | error ';' { $$ = NULL; }
