@@ -490,9 +490,13 @@ static void declare_names(kf_lower *L, const kf_file *f, kf_binding **bound)
             bound[i]->weight->decl = it;
         }
     }
-    /* then the functions, whose parameters must not hide those names */
+    /* then the functions, whose parameters must not hide those names nor another function's */
     for (size_t i = 0; i < f->n_items; i++)
         if (f->items[i]->kind == KF_ITEM_FN) kf_declare_fn(L, f->items[i]);
+    for (size_t i = 0; i < f->n_items; i++) {
+        kf_binding *b = f->items[i]->kind == KF_ITEM_FN ? kf_lookup(L, f->items[i]->name) : NULL;
+        if (b && b->kind == KF_BIND_FN && b->fn == f->items[i]) kf_check_fn_params(L, b);
+    }
 }
 
 /* The file's model line and forward block; a second one is an error. */

@@ -264,11 +264,13 @@ const char *kf_kind_name(kf_bind_kind k);
 void kf_exec_block(kf_lower *L, const kf_block *b);
 
 /* lower_fn.c: user functions, expanded where they are called. kf_declare_fn checks a declaration
- * (its parameters' names, one `return` as its last statement, no `output`) and binds its name;
+ * (one `return` as its last statement, no `output`) and binds its name; kf_check_fn_params, once
+ * every function is declared, that its parameters hide no name of the file and are distinct;
  * kf_call_fn expands a call of the function b names: the arguments evaluated where the call is, the
  * body's statements run with only the parameters (and the params, weights, functions and inputs)
  * in sight, its `return` value the call's. */
 void kf_declare_fn(kf_lower *L, const kf_item *it);
+void kf_check_fn_params(kf_lower *L, kf_binding *b);
 kf_value kf_call_fn(kf_lower *L, const kf_expr *call, kf_binding *b);
 /* lower_eval.c: 1 when name is a scalar function (sqrt, log, pow, ...) */
 int kf_is_scalar_function(const char *name);

@@ -58,10 +58,20 @@ void kf_declare_fn(kf_lower *L, const kf_item *it)
     }
     kf_binding *b = kf_bind(L, it->name, KF_BIND_FN, it->name_loc);
     b->fn = it;
+    if (it->body.n == 0 || it->body.v[it->body.n - 1]->kind != KF_STMT_RETURN) {
+        kf_error(L, it->name_loc, "function '%s' must end with 'return VALUE;'", it->name);
+        b->fn_bad = 1;
+    }
+    b->fn_bad |= check_body(L, it, &it->body, 1);
+}
+
+void kf_check_fn_params(kf_lower *L, kf_binding *b)
+{
+    const kf_item *it = b->fn;
     for (size_t i = 0; i < it->n_strings; i++) {
         const char *p = it->strings[i];
         kf_binding *g = kf_lookup(L, p);
-        if (g && g->kind != KF_BIND_FN) {
+        if (g) {
             kf_error(L, it->string_locs[i], "parameter '%s' would hide the %s '%s'", p, kf_kind_name(g->kind), p);
             b->fn_bad = 1;
         }
@@ -71,11 +81,6 @@ void kf_declare_fn(kf_lower *L, const kf_item *it)
                 b->fn_bad = 1;
             }
     }
-    if (it->body.n == 0 || it->body.v[it->body.n - 1]->kind != KF_STMT_RETURN) {
-        kf_error(L, it->name_loc, "function '%s' must end with 'return VALUE;'", it->name);
-        b->fn_bad = 1;
-    }
-    b->fn_bad |= check_body(L, it, &it->body, 1);
 }
 
 /* The argument of the call for parameter i: the positional one in its place, or the one named so;

@@ -232,7 +232,7 @@ void kcu_param_out(kcu_gen *x, krt_cuda_kernel *k, kir_val v)
 
 /* The kernel's signature and opening brace, with a comment naming what it
  * computes (no node numbers: the text is shared by every node it fits). */
-static void open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks, const char *attr)
+void kcu_open_body_attr(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks, const char *attr)
 {
     const kir_node *n = &x->g->nodes[k->node];
     ks_buf type = {0};
@@ -243,11 +243,6 @@ static void open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what, in
     ks_buf_printf(&x->body, ") %s%s" NAME_MARK "(%s)\n{\n    KCU_PDL_ENTER();\n", attr ? attr : "", attr ? " " : "",
                   ks_buf_cstr(&x->params));
     ks_buf_free(&type);
-}
-
-void kcu_open_body_attr(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks, const char *attr)
-{
-    open_body(x, k, what, min_blocks, attr);
 }
 
 void kcu_open_body_min(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks)

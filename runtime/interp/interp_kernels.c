@@ -573,20 +573,16 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
             }
             float *oh = o + (t * heads + h) * dv;
             memset(oh, 0, sizeof(float) * (size_t)dv);
-            if (half) { /* p v on half operands: the exponentials rounded, the sum of the unrounded ones after */
-                round_to(kvt, score, (size_t)len);
-                for (int j = 0; j < len; j++) {
-                    const float *vj = vc + slots[j] * vrow + kh * dv;
-                    for (int64_t i = 0; i < dv; i++) oh[i] += score[j] * vj[i];
-                }
-                for (int64_t i = 0; i < dv; i++) oh[i] = (float)(oh[i] / sum);
-                continue;
-            }
+            /* a half cache: p v on half operands, the exponentials rounded and the sum of the unrounded
+             * ones dividing after; else p normalized first, in f32 */
+            if (half) round_to(kvt, score, (size_t)len);
             for (int j = 0; j < len; j++) {
-                float p = (float)(score[j] / sum);
+                float p = half ? score[j] : (float)(score[j] / sum);
                 const float *vj = vc + slots[j] * vrow + kh * dv;
                 for (int64_t i = 0; i < dv; i++) oh[i] += p * vj[i];
             }
+            if (half)
+                for (int64_t i = 0; i < dv; i++) oh[i] = (float)(oh[i] / sum);
         }
     }
 }

@@ -380,11 +380,9 @@ static void teardown(runner *r, mm_data *d)
     free(d->gf);
 }
 
-/* Launch case index, its weights at w, for tokens t0 .. t0 + T - 1 of its x, on its grid:
- * ceil(N / 16) blocks of 256 threads, the decode path's ceil(N / (8 rows)), the tensor-core
- * decode path's ceil(N / (16 rows)). */
 /* A case's kernel, grid and dynamic shared memory, looked up (and the attribute set) once: the
- * decode benchmark's launches are then only launches. */
+ * decode benchmark's launches are then only launches. The grid: ceil(N / 16) blocks of 256 threads,
+ * the decode path's ceil(N / (8 rows)), the tensor-core decode path's ceil(N / (16 rows)). */
 typedef struct mm_launch {
     krt_cu_fn fn;
     unsigned grid;
@@ -415,6 +413,7 @@ static int launch_prepared(runner *r, const mm_case *c, const mm_launch *L, cons
                : -1;
 }
 
+/* Launch case index, its weights at w, for tokens t0 .. t0 + T - 1 of its x, on its grid. */
 static int launch_rows(runner *r, const mm_case *c, int index, const mm_data *d, krt_cu_ptr w, int t0, int T)
 {
     mm_launch L;
