@@ -104,9 +104,9 @@ static int check_opts(const krt_bench_opts *o, const char *where, ks_diag *d)
     return 0;
 }
 
-/* One batched decode in fresh sequences 0 .. B-1: each prefilled with the n prompt ids (a step
- * each, its first new token drawn), then `steps` steps of B tokens, one a sequence, drawn
- * greedily; *step_s the time of a step; the sequences freed. */
+/* One batched decode in fresh sequences 0 .. B-1: each prefilled with the n prompt ids (in steps
+ * of at most the engine's largest, its first new token drawn), then `steps` steps of B tokens, one
+ * a sequence, drawn greedily; *step_s the time of a step; the sequences freed. */
 static int one_batch(krt_session *s, int B, const int32_t *ids, int n, int steps, double *step_s, ks_diag *d)
 {
     const krt_desc *desc = krt_session_desc(s);
@@ -124,19 +124,27 @@ static int one_batch(krt_session *s, int B, const int32_t *ids, int n, int steps
             rc = -1;
             break;
         }
-        /* the prompt, its last token drawn */
-        krt_sampler **ps = ks_try_calloc((size_t)n, sizeof *ps);
-        if (!ps) {
-            rc = ks_error_oom(d, desc->where, sizeof *ps * (size_t)n, "the batched decode");
+        /* the prompt in steps of at most the engine's largest (as kiln run runs a long one), its last
+           token drawn */
+        int chunk = (int)(desc->plan.max_tokens < n ? desc->plan.max_tokens : n);
+        krt_sampler **ps = ks_try_calloc((size_t)chunk, sizeof *ps);
+        int32_t *nx = ks_try_malloc(sizeof *nx * (size_t)chunk);
+        if (!ps || !nx) {
+            rc = ks_error_oom(d, desc->where, (sizeof *ps + sizeof *nx) * (size_t)chunk, "the batched decode");
             added++;
+            free(ps);
+            free(nx);
             break;
         }
         for (int i = 0; i < n; i++) pseq[i] = added;
-        ps[n - 1] = smp[added];
-        int32_t *nx = ks_try_malloc(sizeof *nx * (size_t)n);
-        krt_step_req req = {.n = n, .tokens = ids, .seq_ids = pseq, .samplers = ps, .next = nx};
-        rc = nx ? krt_session_run(s, &req, d) : ks_error_oom(d, desc->where, 0, "the batched decode");
-        if (rc == 0) next[added] = nx[n - 1];
+        for (int at = 0; rc == 0 && at < n; at += chunk) {
+            int m = n - at < chunk ? n - at : chunk;
+            ps[m - 1] = at + m == n ? smp[added] : NULL;
+            krt_step_req req = {.n = m, .tokens = ids + at, .seq_ids = pseq, .samplers = ps, .next = nx};
+            rc = krt_session_run(s, &req, d);
+            ps[m - 1] = NULL;
+            if (rc == 0 && at + m == n) next[added] = nx[m - 1];
+        }
         free(nx);
         free(ps);
     }

@@ -69,6 +69,11 @@ $(grep '^ *decode' <<<"$out" | grep -v '^  decode: ' | sed -E "s/ +$num +$num +$
 out=$("$KILN_BIN" bench "$e" --prompts 8 --decode 3 --batch 3 --reps 2 --warmup 0 --json)
 expect_same "batch json" "[{'batch': 3, 'steps': 3, 'ms_per_step_median': 'num', 'ms_per_step_min': 'num', 'tokens_per_s': 'num'}]" \
   "$(python3 -c 'import json,sys; r=json.load(sys.stdin); print([{k: (v if k in ("batch", "steps") else "num") for k, v in b.items()} for b in r["decode_batch"]])' <<<"$out")"
+# a batched decode whose prompts are longer than the engine's largest step (64): each prefilled in steps
+out=$("$KILN_BIN" bench "$e" --prompts 8 --decode 2 --decode-prompt 100 --batch 2 --reps 1 --warmup 0 2>&1); rc=$?
+expect_same "batch after a long prompt" "exit 0
+decode, batch 2, per step         2 T T T" "exit $rc
+$(grep '^decode, batch 2' <<<"$out" | sed -E "s/ +$num +$num +$num\$/ T T T/")"
 # --profile on a CPU engine: the results as without it, and a line saying kernels are timed on CUDA engines
 out=$("$KILN_BIN" bench "$e" --prompts 8 --decode 2 --reps 1 --warmup 0 --profile 2>"$work/err"); rc=$?
 expect_same "profile on the CPU" "exit 0, 6 lines of results
