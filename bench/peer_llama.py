@@ -53,9 +53,8 @@ class Layer(nn.Module):
         self.H, self.KV, self.hd, self.Fi, self.eps = H, KV, hd, Fi, c["rms_norm_eps"]
 
     def caches(self, B):
-        """The K and V caches of sequences 0..B-1 (the whole buffers when B is all of them)."""
-        if B == self.k_cache.shape[0]:
-            return self.k_cache, self.v_cache
+        """The K and V caches of sequences 0..B-1 (a slice even when B is all of them: no guard on B's
+        value, so one compile with B dynamic serves every batch size)."""
         return self.k_cache[:B], self.v_cache[:B]
 
     def qkv(self, x, cos, sin):

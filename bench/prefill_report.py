@@ -187,9 +187,11 @@ def render_markdown(res):
         # the peer's at the same points (prefill_bench.peer_decode_at), where it ran
         peer = {(e["context"], r["batch"]): r["ms_per_step_median"] for e in res["peer"].get("decode_at") or []
                 for r in e["rows"]}
+        static = {(e["context"], r["batch"]) for e in res["peer"].get("decode_at") or [] for r in e["rows"]
+                  if r.get("note") == "static"}
         md += ["", "kiln's decode after longer prompts (sequences of that context each; floor: the weights and every "
                    "sequence's K and V read once a step at the measured copy rate; the peer: its decode compiled "
-                   "with a cache of that batch):", "",
+                   "with a cache of that batch, batch 1 marked static: its static decode's figure, after a short prompt):", "",
                "| context | batch | ms/step | tokens/s | peer ms/step | kiln / peer | floor ms | kiln / floor |",
                "|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for e in da:
@@ -197,7 +199,7 @@ def render_markdown(res):
                 floor = decode_floor(res, row["batch"] * e["context"] * kv_pos)
                 pm = peer.get((e["context"], row["batch"]))
                 md.append(f"| {e['context']} | {row['batch']} | {row['ms_per_step_median']:.3f} | "
-                          f"{row['tokens_per_s']:.0f} | {num(pm)} | {ratio(row['ms_per_step_median'], pm)} | "
+                          f"{row['tokens_per_s']:.0f} | {num(pm)}{' (static)' if (e['context'], row['batch']) in static else ''} | {ratio(row['ms_per_step_median'], pm)} | "
                           f"{num(floor)} | {ratio(row['ms_per_step_median'], floor)} |")
         md.append("")
     cold = res.get("cold") or []
