@@ -101,14 +101,6 @@ static int report(const kf_tensor *t, const f16_loss *s, ks_diag *d)
     return 0;
 }
 
-/* The checkpoint tensor behind weight `name`, or NULL (synthetic weights,
- * no checkpoint). */
-static const kf_tensor *tensor_of(const kd_model *m, const char *name)
-{
-    const kf_weight_binding *b = m->ckpt ? kd_binding(m, name) : NULL;
-    return b ? kf_checkpoint_find(m->ckpt, b->tensor) : NULL;
-}
-
 /* Add t to the list of tensors to scan, unless it is there or holds f16 already. */
 static void add_tensor(const kf_tensor *t, const kf_tensor ***list, size_t *n, size_t *cap)
 {
@@ -119,6 +111,15 @@ static void add_tensor(const kf_tensor *t, const kf_tensor ***list, size_t *n, s
     (*list)[(*n)++] = t;
 }
 
+/* Add the checkpoint tensors behind weight `name` (one, or one an expert; none for synthetic weights). */
+static void add_tensors_of(const kd_model *m, const char *name, const kf_tensor ***list, size_t *n, size_t *cap)
+{
+    const kf_weight_binding *b = m->ckpt ? kd_binding(m, name) : NULL;
+    if (!b) return;
+    if (!b->n_parts) add_tensor(kf_checkpoint_find(m->ckpt, b->tensor), list, n, cap);
+    for (int64_t p = 0; p < b->n_parts; p++) add_tensor(kf_checkpoint_find(m->ckpt, b->parts[p]), list, n, cap);
+}
+
 int kd_check_f16_range(const kd_model *m, const kir_graph *g, ks_diag *d)
 {
     const kf_tensor **list = NULL;
@@ -127,14 +128,14 @@ int kd_check_f16_range(const kd_model *m, const kir_graph *g, ks_diag *d)
         const kir_node *node = &g->nodes[v];
         if (node->op != KIR_OP_WEIGHT || node->dtype != KIR_F16) continue;
         if (!kp_weight_is_derived(g, (kir_val)v)) {
-            add_tensor(tensor_of(m, kir_attr_str(g, (kir_val)v, KIR_A_WEIGHT_NAME)), &list, &n, &cap);
+            add_tensors_of(m, kir_attr_str(g, (kir_val)v, KIR_A_WEIGHT_NAME), &list, &n, &cap);
             continue;
         }
         ks_arena scratch = {0};
         kp_weight_recipe r;
         int rc = kp_weight_recipe_of(g, (kir_val)v, &scratch, &r);
         KS_ASSERT(rc == 0); /* the graph verified */
-        for (size_t i = 0; i < r.n_sources; i++) add_tensor(tensor_of(m, r.names[i]), &list, &n, &cap);
+        for (size_t i = 0; i < r.n_sources; i++) add_tensors_of(m, r.names[i], &list, &n, &cap);
         ks_arena_free(&scratch);
     }
     int rc = 0;

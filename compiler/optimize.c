@@ -334,6 +334,22 @@ static const uint8_t *straight_rows(const kf_weight_binding *b, const kf_tensor 
     return tensor->data + (size_t)b->row_start * row_elems * kir_dtype_size(tensor->dtype);
 }
 
+/* elems elements of checkpoint tensor `tensor` read as binding b says (transposed, rows) as dtype t into out. */
+static int read_tensor(const kf_weight_binding *b, const kf_tensor *tensor, kir_dtype t, void *out, size_t elems,
+                       ks_diag *d)
+{
+    const uint8_t *rows = straight_rows(b, tensor, elems);
+    if (rows) {
+        convert_rows(rows, tensor->dtype, elems, t, out);
+        return 0;
+    }
+    float *f = t == KIR_F32 ? out : ks_xmalloc(sizeof(float) * (elems ? elems : 1));
+    int rc = kf_tensor_read_f32(d, tensor, b->transposed, b->row_start, b->row_end, f);
+    if (rc == 0) store_as(t, f, elems, out);
+    if (f != out) free(f);
+    return rc;
+}
+
 static int read_named(const kd_model *m, const char *name, kir_dtype t, void *out, size_t elems, ks_diag *d)
 {
     const kf_weight_binding *b = kd_binding(m, name);
@@ -347,21 +363,22 @@ static int read_named(const kd_model *m, const char *name, kir_dtype t, void *ou
                  (long long)kir_elems(n, 1), elems);
         return -1;
     }
-    const kf_tensor *tensor = m->ckpt ? kf_checkpoint_find(m->ckpt, b->tensor) : NULL;
-    KS_ASSERT(tensor || !m->ckpt);
-    const uint8_t *rows = tensor ? straight_rows(b, tensor, elems) : NULL;
-    if (rows) {
-        convert_rows(rows, tensor->dtype, elems, t, out);
+    if (!m->ckpt) { /* synthetic data, the whole weight at once */
+        float *f = t == KIR_F32 ? out : ks_xmalloc(sizeof(float) * (elems ? elems : 1));
+        kd_synthetic_weight(name, f, n->ndim, n->dims);
+        store_as(t, f, elems, out);
+        if (f != out) free(f);
         return 0;
     }
-    float *f = t == KIR_F32 ? out : ks_xmalloc(sizeof(float) * (elems ? elems : 1));
+    /* one tensor, or (an {e} template) one an expert, each its share of dim 0 */
+    int64_t n_parts = b->n_parts ? b->n_parts : 1;
+    size_t part = elems / (size_t)n_parts, es = kir_dtype_size(t);
     int rc = 0;
-    if (!tensor)
-        kd_synthetic_weight(name, f, n->ndim, n->dims);
-    else
-        rc = kf_tensor_read_f32(d, tensor, b->transposed, b->row_start, b->row_end, f);
-    if (rc == 0) store_as(t, f, elems, out);
-    if (f != out) free(f);
+    for (int64_t p = 0; p < n_parts && rc == 0; p++) {
+        const kf_tensor *tensor = kf_checkpoint_find(m->ckpt, b->n_parts ? b->parts[p] : b->tensor);
+        KS_ASSERT(tensor);
+        rc = read_tensor(b, tensor, t, (uint8_t *)out + (size_t)p * part * es, part, d);
+    }
     return rc;
 }
 
@@ -371,8 +388,8 @@ static int read_named_part(const kd_model *m, const char *name, kir_dtype t, siz
                            void *out, ks_diag *d)
 {
     const kf_weight_binding *b = kd_binding(m, name);
-    const kf_tensor *tensor = b && m->ckpt ? kf_checkpoint_find(m->ckpt, b->tensor) : NULL;
-    /* read_named's straight case, with the model's element count (read_named checks it first) */
+    const kf_tensor *tensor = b && !b->n_parts && m->ckpt ? kf_checkpoint_find(m->ckpt, b->tensor) : NULL;
+    /* read_named's straight case (a weight of experts' tensors comes whole), with the model's element count (read_named checks it first) */
     const uint8_t *rows = tensor && kir_elems(kir_node_at(m->model->graph, b->node), 1) == (int64_t)elems
                               ? straight_rows(b, tensor, elems)
                               : NULL;

@@ -21,6 +21,10 @@ typedef struct kf_weight_binding {
     int transposed;             /* stored [in,out] (GPT-2 Conv1D): read transposed */
     int64_t row_start;          /* rows [row_start,row_end) of dim 0 after transposition */
     int64_t row_end;            /* -1: all rows */
+    const char *const *parts;   /* {e} templates: [n_parts] tensors, one an expert, stacked along dim 0, each read
+                                   as above (transposed, rows) as the weight's dims after the first; tensor is
+                                   parts[0] */
+    int64_t n_parts;            /* 0: the one tensor */
 } kf_weight_binding;
 
 typedef struct kf_model {

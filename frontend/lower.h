@@ -107,6 +107,8 @@ typedef struct kf_weight_inst {
     int transposed;     /* read transposed (.T) */
     int64_t row_start;  /* first row of dim 0 after .T */
     int64_t row_end;    /* end row; -1: all rows */
+    const char **parts; /* {e}: [n_parts] each expert's tensor, stacked along dim 0 (tensor is parts[0]) */
+    int64_t n_parts;    /* 0: one tensor */
     kir_val node;       /* its WEIGHT node once used; KIR_NONE before */
 } kf_weight_inst;
 

@@ -92,7 +92,8 @@ kf_value kf_tensor_binary(kf_lower *L, int op, kf_value a, kf_value b, kf_loc lo
         case '+': return emit2(L, KIR_OP_ADD, loc, a.u.t, b.u.t);
         case '-': return emit2(L, KIR_OP_SUB, loc, a.u.t, b.u.t);
         case '*': return emit2(L, KIR_OP_MUL, loc, a.u.t, b.u.t);
-        default: return kf_error(L, loc, "'%s' between two tensors is not supported (only + - *)", ot);
+        case '/': return emit2(L, KIR_OP_DIV, loc, a.u.t, b.u.t);
+        default: return kf_error(L, loc, "'%s' between two tensors is not supported (only + - * /)", ot);
         }
     }
     kf_value t = a.kind == KF_V_TENSOR ? a : b, s = a.kind == KF_V_TENSOR ? b : a;
@@ -171,6 +172,7 @@ static const kf_attr_spec no_attrs[] = {{KIR_A_COUNT, 0}};
 /* a norm's `offset:` is the derived weight's (lower_norm): its weight is w + offset, as Gemma's (1 + w) */
 static const kf_attr_spec norm_attrs[] = {{KIR_A_RMS_NORM_EPS, KF_REQUIRED}, {KIR_A_WEIGHT_OFFSET, KF_COMPUTED},
                                           {KIR_A_COUNT, 0}};
+static const kf_attr_spec topk_attrs[] = {{KIR_A_TOPK_K, KF_REQUIRED}, {KIR_A_COUNT, 0}};
 static const kf_attr_spec clamp_attrs[] = {{KIR_A_CLAMP_MIN, KF_COMPUTED}, {KIR_A_CLAMP_MAX, KF_COMPUTED}, {KIR_A_COUNT, 0}};
 static const kf_attr_spec rope_attrs[] = {
     {KIR_A_ROPE_THETA, KF_REQUIRED},
@@ -240,6 +242,13 @@ static kf_value lower_norm(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf
         }
         a->t[1] = d;
     }
+    return build(L, b->op, loc, a->t, a->nt, set, 1);
+}
+
+/* topk(x, k: n): its one attribute */
+static kf_value lower_topk(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
+{
+    kir_setting set[] = {setting_of(b, a, 0)};
     return build(L, b->op, loc, a->t, a->nt, set, 1);
 }
 
@@ -342,6 +351,11 @@ static const kf_builtin builtins[] = {
     {"maximum", "TT", no_attrs, lower_simple, KIR_OP_MAX, "a number bounds a tensor from below with clamp(x, min: c)"},
     {"minimum", "TT", no_attrs, lower_simple, KIR_OP_MIN, "a number bounds a tensor from above with clamp(x, max: c)"},
     {"softmax", "T", no_attrs, lower_simple, KIR_OP_SOFTMAX, NULL},
+    {"sum", "T", no_attrs, lower_simple, KIR_OP_SUM, NULL},
+    {"topk", "T", topk_attrs, lower_topk, KIR_OP_TOPK, NULL},
+    {"gather", "TT", no_attrs, lower_simple, KIR_OP_GATHER, NULL},
+    {"expert_matmul", "TTTt", no_attrs, lower_simple, KIR_OP_EXPERT_MATMUL, NULL},
+    {"expert_sum", "TT", no_attrs, lower_simple, KIR_OP_EXPERT_SUM, NULL},
     {"view", "Ti+", no_attrs, lower_view, KIR_OP_RESHAPE, NULL},
     {"slice", "Tii", no_attrs, lower_slice, KIR_OP_SLICE, NULL},
     {"concat", "T+", no_attrs, lower_simple, KIR_OP_CONCAT, NULL},
@@ -352,7 +366,8 @@ enum { KF_N_BUILTINS = sizeof builtins / sizeof *builtins };
 
 static const char *const builtin_names[KF_N_BUILTINS] = {
     "embed", "linear", "matmul", "rms_norm", "layer_norm", "silu", "gelu",
-    "gelu_tanh", "relu", "tanh", "exp", "sigmoid", "clamp", "maximum", "minimum", "softmax", "view", "slice",
+    "gelu_tanh", "relu", "tanh", "exp", "sigmoid", "clamp", "maximum", "minimum", "softmax", "sum", "topk", "gather",
+    "expert_matmul", "expert_sum", "view", "slice",
     "concat", "rope", "attention",
 };
 

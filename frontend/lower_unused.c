@@ -92,6 +92,14 @@ static const char *group_of(kf_lower *L, const char *name)
     return r;
 }
 
+/* Whether any instance of w stacks experts' tensors ({e}). */
+static int has_expert_parts(const kf_weight *w)
+{
+    for (int64_t l = 0; l < w->n_inst; l++)
+        if (w->inst[l].n_parts) return 1;
+    return 0;
+}
+
 /* How many groups the warning lists before "and N more". */
 enum { KF_UNUSED_SHOWN = 8 };
 
@@ -107,7 +115,7 @@ void kf_check_unused(kf_lower *L, const kf_file *f, kf_binding *const *bound)
         if (it->kind != KF_ITEM_WEIGHT || !bound[i]) continue;
         const kf_weight *w = bound[i]->weight;
         if (!w->ok) return; /* reported: the rest would be noise */
-        n_used += (size_t)w->n_inst;
+        n_used += (size_t)w->n_inst * (size_t)(has_expert_parts(w) ? w->dims[0] : 1);
         if (it->is_layer) n_templates += it->n_srcs;
     }
     ks_hmap used; /* the tensor names the weights read (support's map, in the scratch arena) */
@@ -121,8 +129,12 @@ void kf_check_unused(kf_lower *L, const kf_file *f, kf_binding *const *bound)
             for (size_t k = 0; k < it->n_strings; k++) ignore[n_ignore++] = it->strings[k];
         if (it->kind != KF_ITEM_WEIGHT || !bound[i]) continue;
         const kf_weight *w = bound[i]->weight;
-        for (int64_t l = 0; l < w->n_inst; l++)
-            if (w->inst[l].present) ks_hmap_put_str(&used, w->inst[l].tensor, strlen(w->inst[l].tensor), NULL);
+        for (int64_t l = 0; l < w->n_inst; l++) {
+            const kf_weight_inst *in = &w->inst[l];
+            if (in->present) ks_hmap_put_str(&used, in->tensor, strlen(in->tensor), NULL);
+            for (int64_t e = 0; in->present && e < in->n_parts; e++)
+                ks_hmap_put_str(&used, in->parts[e], strlen(in->parts[e]), NULL);
+        }
         if (it->is_layer)
             for (size_t k = 0; k < it->n_srcs; k++) templates[n_templates++] = it->srcs[k]->tensor;
     }

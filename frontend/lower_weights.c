@@ -10,6 +10,11 @@
  * index); `.T` reads a 2-D tensor transposed, `[lo : hi]` keeps rows lo..hi
  * of dim 0 after the transposition. The first alternative present in the
  * checkpoint wins; it must then have the declared shape once read that way.
+ * A template with {e} stacks one tensor per expert: the weight's dim 0 is
+ * the expert index e, and expert e's tensor (each read the same way) has the
+ * rest of the declared shape (Mixtral's experts.{e}.w1.weight into
+ * [experts, ffn, hidden]); the alternative is present when expert 0's
+ * tensor is, and then every expert's must be.
  * No alternative present is an error, or none for an `optional` weight; a
  * false `if` condition makes the weight none without looking. Without a
  * checkpoint, every non-optional weight is taken from its first alternative
@@ -23,8 +28,11 @@
 
 #include <string.h>
 
-/* Check the {placeholders} of a template: only {i}, and only in a layer
- * weight, which must use it. */
+/* Whether template t has the expert placeholder {e}. */
+static int has_expert(const char *t) { return strstr(t, "{e}") != NULL; }
+
+/* Check the {placeholders} of a template: {i}, only in a layer weight, which
+ * must use it; {e}, in a weight of two dims or more. */
 static int check_template(kf_lower *L, const kf_item *it, const kf_weight_src *src)
 {
     const char *t = src->tensor;
@@ -47,10 +55,19 @@ static int check_template(kf_lower *L, const kf_item *it, const kf_weight_src *s
             return -1;
         }
         int len = (int)(close - (t + i)) + 1;
-        if (len != 3 || t[i + 1] != 'i') {
-            kf_error(L, at, "weight '%s': unknown placeholder '%.*s' (only {i}, the layer index, exists)", it->name, len,
-                     t + i);
+        if (len != 3 || (t[i + 1] != 'i' && t[i + 1] != 'e')) {
+            kf_error(L, at, "weight '%s': unknown placeholder '%.*s' ({i}, the layer index, and {e}, the expert index, "
+                     "exist)", it->name, len, t + i);
             return -1;
+        }
+        if (t[i + 1] == 'e') {
+            if (it->n_dims < 2) {
+                kf_error(L, at, "weight '%s': placeholder {e} stacks a tensor per expert along dim 0, so the weight "
+                         "needs two dims or more (declared with %zu)", it->name, it->n_dims);
+                return -1;
+            }
+            i += 2;
+            continue;
         }
         if (!it->is_layer) {
             kf_error(L, at, "weight '%s': placeholder {i} in a weight that is not a layer weight (declare it 'layer weight')",
@@ -68,12 +85,12 @@ static int check_template(kf_lower *L, const kf_item *it, const kf_weight_src *s
     return 0;
 }
 
-static const char *expand(kf_lower *L, const char *t, int64_t layer)
+static const char *expand(kf_lower *L, const char *t, int64_t layer, int64_t expert)
 {
     ks_buf b = {0};
     for (const char *p = t; *p; p++) {
-        if (p[0] == '{' && p[1] == 'i' && p[2] == '}') {
-            ks_buf_printf(&b, "%lld", (long long)layer);
+        if (p[0] == '{' && (p[1] == 'i' || p[1] == 'e') && p[2] == '}') {
+            ks_buf_printf(&b, "%lld", (long long)(p[1] == 'i' ? layer : expert));
             p += 2;
         } else {
             ks_buf_put(&b, p, 1);
@@ -109,7 +126,7 @@ static const char *dims_text(kf_lower *L, int ndim, const int64_t *dims)
 
 /* Check the tensor t found for source s of weight instance `name`; fill
  * the instance. The message, if any, goes to msg. */
-static int check_tensor(kf_lower *L, const kf_weight *w, const char *name, const kf_weight_src *s,
+static int check_tensor(kf_lower *L, int want_ndim, const int64_t *want, const char *name, const kf_weight_src *s,
                         const int64_t *rows, const kf_tensor *t, ks_buf *msg)
 {
     if (t->dtype != KIR_F32 && t->dtype != KIR_F16 && t->dtype != KIR_BF16) {
@@ -143,10 +160,10 @@ static int check_tensor(kf_lower *L, const kf_weight *w, const char *name, const
         }
         shape[0] = rows[1] - rows[0];
     }
-    int same = ndim == w->ndim;
-    for (int k = 0; same && k < ndim; k++) same = shape[k] == w->dims[k];
+    int same = ndim == want_ndim;
+    for (int k = 0; same && k < ndim; k++) same = shape[k] == want[k];
     if (!same) {
-        const char *declared = dims_text(L, w->ndim, w->dims);
+        const char *declared = dims_text(L, want_ndim, want);
         if (!s->transposed && !s->row_lo)
             ks_buf_printf(msg, "weight '%s': tensor '%s' has shape %s; expected %s", name, t->name,
                           dims_text(L, ndim, t->shape), declared);
@@ -178,6 +195,31 @@ static void fail(kf_failure *f, kf_loc loc, ks_buf *msg)
     msg->len = 0;
 }
 
+/* The tensors of experts 1.. of instance `layer` from source s (expert 0's, t0, found): each present
+ * and of the declared shape without dim 0; inst->parts gets all of their names. 0, or -1 with msg. */
+static int resolve_experts(kf_lower *L, kf_weight *w, int64_t layer, const kf_weight_src *s, const int64_t *rows,
+                           const kf_tensor *t0, kf_weight_inst *inst, ks_buf *msg)
+{
+    int64_t n = w->dims[0];
+    const char **parts = ks_arena_alloc(&L->scratch, (size_t)n * sizeof *parts);
+    for (int64_t e = 0; e < n; e++) {
+        const kf_tensor *t = e == 0 ? t0 : NULL;
+        const char *nm = expand(L, s->tensor, layer, e);
+        if (L->ckpt && !t && !(t = kf_checkpoint_find(L->ckpt, nm))) {
+            ks_buf_printf(msg, "weight '%s': expert %lld's tensor '%s' is not in the checkpoint (expert 0's is; the "
+                          "declared dim 0 says %lld experts)", inst_name(L, w, layer), (long long)e, nm, (long long)n);
+            return -1;
+        }
+        if (t && check_tensor(L, w->ndim - 1, w->dims + 1, ks_arena_printf(&L->scratch, "%s expert %lld",
+                              inst_name(L, w, layer), (long long)e), s, rows, t, msg) != 0)
+            return -1;
+        parts[e] = t ? t->name : nm;
+    }
+    inst->parts = parts;
+    inst->n_parts = n;
+    return 0;
+}
+
 /* Resolve instance `layer` of w against the checkpoint. */
 static void resolve(kf_lower *L, kf_weight *w, int64_t layer, int64_t (*rows)[2], kf_failure *f)
 {
@@ -185,12 +227,14 @@ static void resolve(kf_lower *L, kf_weight *w, int64_t layer, int64_t (*rows)[2]
     kf_weight_inst *inst = &w->inst[layer];
     inst->node = KIR_NONE;
     inst->present = 0;
+    inst->parts = NULL;
+    inst->n_parts = 0;
     size_t chosen = 0;
     const kf_tensor *t = NULL;
     const char *names[16];
     size_t n = it->n_srcs;
     for (size_t k = 0; k < n; k++) {
-        const char *nm = expand(L, it->srcs[k]->tensor, layer);
+        const char *nm = expand(L, it->srcs[k]->tensor, layer, 0);
         if (k < 16) names[k] = nm;
         if (L->ckpt && !t && (t = kf_checkpoint_find(L->ckpt, nm)) != NULL) chosen = k;
     }
@@ -212,18 +256,30 @@ static void resolve(kf_lower *L, kf_weight *w, int64_t layer, int64_t (*rows)[2]
         fail(f, it->name_loc, &msg);
         ks_buf_free(&msg);
         return;
-    } else {
+    } else if (!has_expert(it->srcs[chosen]->tensor)) {
         ks_buf msg = {0};
-        if (check_tensor(L, w, inst_name(L, w, layer), it->srcs[chosen], rows[chosen], t, &msg) != 0) {
+        if (check_tensor(L, w->ndim, w->dims, inst_name(L, w, layer), it->srcs[chosen], rows[chosen], t, &msg) != 0) {
             fail(f, it->srcs[chosen]->loc, &msg);
             ks_buf_free(&msg);
             return;
         }
         ks_buf_free(&msg);
         inst->present = 1;
+    } else {
+        inst->present = 1;
     }
     const kf_weight_src *s = it->srcs[chosen];
-    inst->tensor = L->ckpt ? t->name : (chosen < 16 ? names[chosen] : expand(L, s->tensor, layer));
+    if (has_expert(s->tensor)) {
+        ks_buf msg = {0};
+        if (resolve_experts(L, w, layer, s, rows[chosen], t, inst, &msg) != 0) {
+            inst->present = 0;
+            fail(f, s->loc, &msg);
+            ks_buf_free(&msg);
+            return;
+        }
+        ks_buf_free(&msg);
+    }
+    inst->tensor = inst->n_parts ? inst->parts[0] : L->ckpt ? t->name : (chosen < 16 ? names[chosen] : expand(L, s->tensor, layer, 0));
     inst->transposed = s->transposed;
     inst->row_start = s->row_lo ? rows[chosen][0] : 0;
     inst->row_end = s->row_lo ? rows[chosen][1] : -1;
@@ -303,6 +359,8 @@ void kf_declare_weight(kf_lower *L, kf_weight *w)
     /* Every layer tries every alternative: bound the names a hostile file
      * can make kiln build and look up. */
     L->lookups += w->n_inst * (int64_t)it->n_srcs;
+    for (size_t k = 0; k < it->n_srcs; k++)
+        if (has_expert(it->srcs[k]->tensor)) L->lookups += w->n_inst * (w->ndim ? w->dims[0] : 0);
     if (L->lookups > KF_MAX_LOOKUPS) {
         if (!L->stop)
             kf_error(L, it->loc, "too many weight tensors to look up (more than %d names for all layers)", KF_MAX_LOOKUPS);
@@ -345,6 +403,13 @@ kf_value kf_weight_value(kf_lower *L, kf_weight *w, int64_t layer, kf_loc loc)
         b->transposed = inst->transposed;
         b->row_start = inst->row_start;
         b->row_end = inst->row_end;
+        b->n_parts = inst->n_parts;
+        b->parts = NULL;
+        if (inst->n_parts) {
+            const char **parts = ks_arena_alloc(&m->arena, (size_t)inst->n_parts * sizeof *parts);
+            for (int64_t e = 0; e < inst->n_parts; e++) parts[e] = ks_arena_strdup(&m->arena, inst->parts[e]);
+            b->parts = parts;
+        }
     }
     return kf_tval(inst->node);
 }

@@ -358,6 +358,13 @@ const char *kir_graph_name(const kir_graph *g, const char *fallback);
 void kir_format_type(ks_buf *b, const kir_node *n);
 void kir_format_dims(ks_buf *b, int ndim, const int64_t *dims);
 
+/* How a binary op's second operand b repeats over its first a (ir/ops.def's
+ * conventions): SUFFIX, b's shape is a suffix of a's (a bias, a weight over
+ * the leading dims; equal shapes too); ROW, b has a's dims but a last dim of
+ * 1 (one value a row: a row's sum dividing it); NONE, neither (an error). */
+typedef enum kir_broadcast { KIR_BROADCAST_NONE, KIR_BROADCAST_SUFFIX, KIR_BROADCAST_ROW } kir_broadcast;
+kir_broadcast kir_binary_broadcast(const kir_node *a, const kir_node *b);
+
 /* Elements in one token's slice of a value (product of its non-T dims), and
  * the number of elements for a given token count. */
 int64_t kir_row_elems(const kir_node *n);

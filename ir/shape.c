@@ -142,15 +142,23 @@ static int kir_shape_matmul(shape_ctx *c)
     return rc;
 }
 
+kir_broadcast kir_binary_broadcast(const kir_node *a, const kir_node *b)
+{
+    int suffix = b->ndim <= a->ndim;
+    for (int i = 0; suffix && i < b->ndim; i++) suffix = b->dims[b->ndim - 1 - i] == a->dims[a->ndim - 1 - i];
+    if (suffix) return KIR_BROADCAST_SUFFIX;
+    int row = b->ndim == a->ndim && a->ndim >= 2 && b->dims[b->ndim - 1] == 1;
+    for (int i = 0; row && i < a->ndim - 1; i++) row = b->dims[i] == a->dims[i];
+    return row ? KIR_BROADCAST_ROW : KIR_BROADCAST_NONE;
+}
+
 static int kir_shape_binary(shape_ctx *c)
 {
     const kir_node *a = operand(c, 0), *b = operand(c, 1);
     if (!a || !b) return fail(c, "needs two operands");
     if (want_activation(c, a, "first operand")) return -1;
     ks_buf s1 = KS_BUF_TRY, s2 = KS_BUF_TRY;
-    int ok = is_float(b->dtype) && b->ndim <= a->ndim;
-    for (int i = 0; ok && i < b->ndim; i++)
-        ok = b->dims[b->ndim - 1 - i] == a->dims[a->ndim - 1 - i];
+    int ok = is_float(b->dtype) && kir_binary_broadcast(a, b) != KIR_BROADCAST_NONE;
     int rc = 0;
     if (!ok)
         rc = fail(c, "shapes do not broadcast: %s and %s", type_str(&s1, a), type_str(&s2, b));
@@ -158,6 +166,138 @@ static int kir_shape_binary(shape_ctx *c)
         same_as(c, a);
     ks_buf_free(&s1);
     ks_buf_free(&s2);
+    return rc;
+}
+
+/* An i32 [T,k] operand of indices: a topk's over rows of at most `bound` values (what they index has
+ * `bound` entries: every index is in range, whatever the values ranked). */
+static int want_indices(shape_ctx *c, const kir_node *idx, int64_t bound, const char *what)
+{
+    ks_buf b = KS_BUF_TRY;
+    int rc = 0;
+    if (idx->dtype != KIR_I32 || idx->ndim != 2 || idx->dims[0] != KIR_DIM_T || idx->dims[1] < 1)
+        rc = fail(c, "%s must be i32[T,k] indices (topk's), got %s", what, type_str(&b, idx));
+    else if (idx->op != KIR_OP_TOPK || idx->nin < 1 || idx->in[0] == KIR_NONE)
+        rc = fail(c, "%s must be a topk's", what);
+    else {
+        const kir_node *ranked = &c->g->nodes[idx->in[0]];
+        int64_t width = ranked->ndim ? ranked->dims[ranked->ndim - 1] : 0;
+        if (width > bound)
+            rc = fail(c, "%s rank %lld values a row, but index only %lld", what, (long long)width, (long long)bound);
+    }
+    ks_buf_free(&b);
+    return rc;
+}
+
+/* sum: the last dim summed, kept as 1 */
+static int kir_shape_row_sum(shape_ctx *c)
+{
+    const kir_node *x = operand(c, 0);
+    if (!x) return fail(c, "needs an operand");
+    if (want_activation(c, x, "operand")) return -1;
+    if (x->ndim < 2) return fail(c, "operand needs a dim after T");
+    same_as(c, x);
+    c->dims[c->ndim - 1] = 1;
+    return 0;
+}
+
+/* topk: x[T,N] -> i32[T,k], k <= N */
+static int kir_shape_topk(shape_ctx *c)
+{
+    const kir_node *x = operand(c, 0);
+    if (!x) return fail(c, "needs an operand");
+    if (want_activation(c, x, "operand")) return -1;
+    ks_buf b = KS_BUF_TRY;
+    int64_t k = kir_attr_int(c->g, c->v, KIR_A_TOPK_K);
+    int rc = 0;
+    if (x->ndim != 2)
+        rc = fail(c, "operand must be [T,N], got %s", type_str(&b, x));
+    else if (k < 1 || k > x->dims[1])
+        rc = fail(c, "k = %lld must be from 1 to the %lld values of a row of %s", (long long)k, (long long)x->dims[1],
+                  type_str(&b, x));
+    else {
+        c->dtype = KIR_I32;
+        c->ndim = 2;
+        c->dims[0] = KIR_DIM_T;
+        c->dims[1] = k;
+    }
+    ks_buf_free(&b);
+    return rc;
+}
+
+/* gather: (x[T,N], idx i32[T,k]) -> [T,k] */
+static int kir_shape_gather(shape_ctx *c)
+{
+    const kir_node *x = operand(c, 0), *idx = operand(c, 1);
+    if (!x || !idx) return fail(c, "needs values and indices");
+    if (want_activation(c, x, "values")) return -1;
+    if (x->ndim != 2) {
+        ks_buf b = KS_BUF_TRY;
+        fail(c, "values must be [T,N], got %s", type_str(&b, x));
+        ks_buf_free(&b);
+        return -1;
+    }
+    if (want_indices(c, idx, x->dims[1], "indices")) return -1;
+    same_as(c, x);
+    c->dims[1] = idx->dims[1];
+    return 0;
+}
+
+/* expert_matmul: (x[T,K] or [T,k,K], w[E,N,K], idx i32[T,k], b[E,N]?) -> [T,k,N] */
+static int kir_shape_expert_matmul(shape_ctx *c)
+{
+    const kir_node *x = operand(c, 0), *w = operand(c, 1), *idx = operand(c, 2), *bias = operand(c, 3);
+    if (!x || !w || !idx) return fail(c, "needs an input, expert weights and indices");
+    if (want_activation(c, x, "input")) return -1;
+    ks_buf b = KS_BUF_TRY, b2 = KS_BUF_TRY;
+    int64_t k = idx->dims[1];
+    int rc = 0;
+    if (w->ndim != 3 || !is_float(w->dtype) || w->dims[0] == KIR_DIM_T)
+        rc = fail(c, "expert weights must be a [E,N,K] float weight, got %s", type_str(&b, w));
+    else if (want_indices(c, idx, w->dims[0], "indices"))
+        rc = -1;
+    else if (!(x->ndim == 2 || (x->ndim == 3 && x->dims[1] == k)))
+        rc = fail(c, "input must be [T,K] or [T,%lld,K] (a row for each of the %lld experts chosen), got %s",
+                  (long long)k, (long long)k, type_str(&b, x));
+    else if (x->dims[x->ndim - 1] != w->dims[2])
+        rc = fail(c, "inner dimensions differ: %s x %s", type_str(&b, x), type_str(&b2, w));
+    else if (bias && (bias->ndim != 2 || bias->dims[0] != w->dims[0] || bias->dims[1] != w->dims[1] ||
+                      !is_float(bias->dtype)))
+        rc = fail(c, "bias must be [%lld,%lld] (a row for each expert), got %s", (long long)w->dims[0],
+                  (long long)w->dims[1], type_str(&b, bias));
+    else {
+        c->dtype = activation_dtype(c);
+        c->ndim = 3;
+        c->dims[0] = KIR_DIM_T;
+        c->dims[1] = k;
+        c->dims[2] = w->dims[1];
+    }
+    ks_buf_free(&b);
+    ks_buf_free(&b2);
+    return rc;
+}
+
+/* expert_sum: (y[T,k,N], g[T,k]) -> [T,N] */
+static int kir_shape_expert_sum(shape_ctx *c)
+{
+    const kir_node *y = operand(c, 0), *g = operand(c, 1);
+    if (!y || !g) return fail(c, "needs values and their weights");
+    if (want_activation(c, y, "values") || want_activation(c, g, "weights")) return -1;
+    ks_buf b = KS_BUF_TRY, b2 = KS_BUF_TRY;
+    int rc = 0;
+    if (y->ndim != 3)
+        rc = fail(c, "values must be [T,k,N], got %s", type_str(&b, y));
+    else if (g->ndim != 2 || g->dims[1] != y->dims[1])
+        rc = fail(c, "weights must be [T,%lld] (one for each row of %s), got %s", (long long)y->dims[1],
+                  type_str(&b, y), type_str(&b2, g));
+    else {
+        c->dtype = activation_dtype(c);
+        c->ndim = 2;
+        c->dims[0] = KIR_DIM_T;
+        c->dims[1] = y->dims[2];
+    }
+    ks_buf_free(&b);
+    ks_buf_free(&b2);
     return rc;
 }
 

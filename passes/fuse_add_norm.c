@@ -25,6 +25,9 @@ static kir_val add_of(const kir_graph *g, kir_val v)
     if (kir_op_table[n->op].fusion != KIR_FUSE_NORM || kp_group_of(g, v) >= 0) return KIR_NONE;
     kir_val a = n->in[0];
     if (a == KIR_NONE || kir_node_at(g, a)->op != KIR_OP_ADD || kp_group_of(g, a) >= 0) return KIR_NONE;
+    const kir_node *an = kir_node_at(g, a);
+    if (kir_binary_broadcast(kir_node_at(g, an->in[0]), kir_node_at(g, an->in[1])) != KIR_BROADCAST_SUFFIX)
+        return KIR_NONE; /* the fused kernel adds a residual of the row's shape */
     for (kir_val w = a + 1; w < v; w++)
         if (kp_group_of(g, w) >= 0) return KIR_NONE;
     return a;

@@ -48,7 +48,7 @@ static kir_val grow(const kir_graph *g, kir_val a, uint8_t *member, uint8_t *dep
             if (member[in]) uses_member = 1;
             else if (dep[in]) uses_dependent = 1;
         }
-        if (kp_op_joins_epilogue(n->op) && uses_member && !uses_dependent) {
+        if (kp_node_joins_epilogue(g, v) && uses_member && !uses_dependent) {
             member[v] = dep[v] = 1;
             last = v;
         } else {

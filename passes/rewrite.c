@@ -1,5 +1,6 @@
 /* rewrite.c — rebuilding graphs, uses and fusion groups for the passes (passes/rewrite.h). */
 #include "passes/rewrite.h"
+#include "ir/numerics.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -206,10 +207,14 @@ size_t kp_group_renumber(kir_graph *g)
     return groups;
 }
 
-int kp_op_joins_epilogue(kir_op op)
+int kp_node_joins_epilogue(const kir_graph *g, kir_val v)
 {
-    kir_fusion_class fc = kir_op_table[op].fusion;
-    return fc == KIR_FUSE_ELEMWISE || fc == KIR_FUSE_VIEW || op == KIR_OP_KV_WRITE;
+    const kir_node *n = kir_node_at(g, v);
+    kir_fusion_class fc = kir_op_table[n->op].fusion;
+    if (kir_has_binary(n->op) && n->nin == 2 &&
+        kir_binary_broadcast(kir_node_at(g, n->in[0]), kir_node_at(g, n->in[1])) != KIR_BROADCAST_SUFFIX)
+        return 0; /* a row's value along the row: the epilogues repeat b over leading dims only */
+    return fc == KIR_FUSE_ELEMWISE || fc == KIR_FUSE_VIEW || n->op == KIR_OP_KV_WRITE;
 }
 
 int kp_is_compute(const kir_graph *g, kir_val v)

@@ -93,9 +93,10 @@ int64_t kp_group_next_id(const kir_graph *g);
  * groups of one node (a kernel of one op is no fusion). Requires contiguous
  * groups. Returns the number of groups. */
 size_t kp_group_renumber(kir_graph *g);
-/* Whether op may join a group other than as its anchor: elementwise ops,
- * views, kv_write. */
-int kp_op_joins_epilogue(kir_op op);
+/* Whether node v may join a group other than as its anchor: elementwise ops
+ * (a binary one whose second operand repeats over leading dims, not along
+ * the row), views, kv_write. */
+int kp_node_joins_epilogue(const kir_graph *g, kir_val v);
 /* Whether v is computed by a kernel of its own when it is in no group
  * (everything but inputs, weights, the output and reshapes, which are
  * free views). */

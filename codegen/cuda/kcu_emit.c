@@ -217,10 +217,15 @@ static int emit_binary(kcu_gen *x, kir_val v)
     kcu_param_in(x, k, n->in[1], "b");
     kcu_param_out(x, k, v);
     int b_has_t = b->ndim > 0 && b->dims[0] == KIR_DIM_T;
-    kcu_open_body(x, k, b_has_t ? "elementwise" : "elementwise, b repeated over the leading dims");
+    int by_row = kir_binary_broadcast(a, b) == KIR_BROADCAST_ROW;
+    kcu_open_body(x, k, by_row ? "elementwise, b's one value a row repeated along it"
+                        : b_has_t ? "elementwise" : "elementwise, b repeated over the leading dims");
     kcu_elementwise_prologue(x, row);
     ks_buf_printf(&x->body, "    const float va = %sa[i]%s;\n", kcu_ld(a->dtype), kcu_ld_end(a->dtype));
-    if (b_has_t)
+    if (by_row)
+        ks_buf_printf(&x->body, "    const float vb = %sb[i / %lld]%s;\n", kcu_ld(b->dtype),
+                      (long long)a->dims[a->ndim - 1], kcu_ld_end(b->dtype));
+    else if (b_has_t)
         ks_buf_printf(&x->body, "    const float vb = %sb[i]%s;\n", kcu_ld(b->dtype), kcu_ld_end(b->dtype));
     else
         ks_buf_printf(&x->body, "    const float vb = kcu_f(b[i %% %lld]);\n", (long long)kir_elems(b, 1));
@@ -608,6 +613,12 @@ static int emit_node(kcu_gen *x, kir_val v)
         return emit_unary(x, v);
     case KIR_OP_SOFTMAX:
         return emit_softmax(x, v);
+    case KIR_OP_SUM:
+    case KIR_OP_TOPK:
+    case KIR_OP_GATHER:
+    case KIR_OP_EXPERT_MATMUL:
+    case KIR_OP_EXPERT_SUM: /* the interpreter's only, until the grouped kernels (issue #12) */
+        return kcu_node_error(x, v, "no CUDA kernel yet (build this model for the CPU: --target cpu)");
     case KIR_OP_RMS_NORM:
     case KIR_OP_LAYER_NORM:
         return kcu_emit_norm(x, v);

@@ -163,8 +163,10 @@ static int prepare_node(krt_interp *it, kir_val v, const void *const *weights, k
     case KIR_OP_ATTENTION:
     case KIR_OP_KV_WRITE:
         return prepare_kv_node(it, v, d);
+    case KIR_OP_TOPK:
+        return 0; /* i32 indices, in its float-sized places */
     default:
-        /* i32 values come from the step's inputs only */
+        /* i32 values come from the step's inputs and topk only */
         if (n->dtype == KIR_I32) return node_error(d, g, v, "the interpreter has no i32 %s", kir_op_table[n->op].name);
         return 0;
     }

@@ -283,19 +283,25 @@ static void run_embed(const krt_interp_exec *x, kir_val v)
 
 /* ---- elementwise ------------------------------------------------------------------ */
 /* The second operand's shape is a suffix of the first's: it repeats over the
- * first's leading dims. */
+ * first's leading dims; or (KIR_BROADCAST_ROW) it holds one value a row of
+ * the first, which repeats along the row. */
 static void run_binary(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
     const float *pa = x->src[n->in[0]], *pb = load_all_f32(x, n->in[1], x->scratch->conv);
     float *o = x->dst[v];
     int64_t na = elems_of(x, n->in[0]), nb = elems_of(x, n->in[1]);
-    for (int64_t i = 0; i < na; i += nb) {
+    const int row = kir_binary_broadcast(node_of(x, n->in[0]), node_of(x, n->in[1])) == KIR_BROADCAST_ROW;
+    const int64_t d = row ? last_dim(node_of(x, n->in[0])) : nb;
+    for (int64_t i = 0; i < na; i += d) {
         switch (n->op) {
             /* the arithmetic of ir/ops.def's KIR_BINARY lines */
 #define KIR_BINARY(OP, what, expr)                                                                                  \
     case KIR_OP_##OP:                                                                                               \
-        for (int64_t j = 0; j < nb; j++) o[i + j] = kir_binary_##OP(pa[i + j], pb[j]);                              \
+        if (row)                                                                                                    \
+            for (int64_t j = 0; j < d; j++) o[i + j] = kir_binary_##OP(pa[i + j], pb[i / d]);                       \
+        else                                                                                                        \
+            for (int64_t j = 0; j < nb; j++) o[i + j] = kir_binary_##OP(pa[i + j], pb[j]);                          \
         break;
 #include "ir/ops.def"
         default:
@@ -379,6 +385,103 @@ static void run_softmax(const krt_interp_exec *x, kir_val v)
         double s = 0.0;
         for (int64_t i = 0; i < d; i++) s += exp((double)ar[i] - (double)m);
         for (int64_t i = 0; i < d; i++) o[r * d + i] = (float)(exp((double)ar[i] - (double)m) / s);
+    }
+}
+
+/* ---- routing: sums, top-k, gathers and the experts' matmuls ------------------------------- */
+/* The sum of each row over the last dim, in order, in double, rounded once. */
+static void run_sum(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v), *a = node_of(x, n->in[0]);
+    const float *pa = x->src[n->in[0]];
+    int64_t d = last_dim(a), rows = elems_of(x, v);
+    for (int64_t r = 0; r < rows; r++) {
+        double s = 0.0;
+        for (int64_t i = 0; i < d; i++) s += pa[r * d + i];
+        x->dst[v][r] = (float)s;
+    }
+}
+
+/* 1 when a (at index i) ranks above b (at index j): the larger, a NaN above every number (as
+ * torch.topk), equal values by the lower index. */
+static int ranks_above(float a, int64_t i, float b, int64_t j)
+{
+    if (a != a || b != b) return a != a && (b == b || i < j);
+    return a > b || (a == b && i < j);
+}
+
+/* The indices of each row's k largest values, largest first (ranks_above's order): k passes of a
+ * selection, each taking the best value not yet taken (k is a few experts). */
+static void run_topk(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v), *a = node_of(x, n->in[0]);
+    const float *pa = x->src[n->in[0]];
+    int32_t *o = (int32_t *)x->dst[v];
+    int64_t d = last_dim(a), k = last_dim(n);
+    for (int64_t t = 0; t < x->n_tokens; t++) {
+        const float *row = pa + t * d;
+        int32_t *ot = o + t * k;
+        for (int64_t j = 0; j < k; j++) {
+            int64_t best = -1;
+            for (int64_t i = 0; i < d; i++) {
+                int taken = 0;
+                for (int64_t q = 0; q < j && !taken; q++) taken = ot[q] == i;
+                if (!taken && (best < 0 || ranks_above(row[i], i, row[best], best))) best = i;
+            }
+            ot[j] = (int32_t)best;
+        }
+    }
+}
+
+/* out[t,j] = x[t, idx[t,j]] (the indices are a topk's over a row no wider than x's: ir/shape.c). */
+static void run_gather(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v), *a = node_of(x, n->in[0]);
+    const float *pa = x->src[n->in[0]];
+    const int32_t *idx = (const int32_t *)x->src[n->in[1]];
+    int64_t d = last_dim(a), k = last_dim(n);
+    for (int64_t t = 0; t < x->n_tokens; t++)
+        for (int64_t j = 0; j < k; j++) x->dst[v][t * k + j] = pa[t * d + idx[t * k + j]];
+}
+
+/* out[t,j,:] = w[e] x_t (+ b[e]) with e = idx[t,j], where x_t is x's row t (x[T,K]: each chosen expert
+ * takes the token's row) or row (t,j) (x[T,k,K]); each element one dot product in the matmul's order. */
+static void run_expert_matmul(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v), *in = node_of(x, n->in[0]), *w = node_of(x, n->in[1]);
+    const float *px = x->src[n->in[0]];
+    const int32_t *idx = (const int32_t *)x->src[n->in[2]];
+    kir_val bv = optional_operand(n, 3);
+    const void *wd = data_of(x, n->in[1]), *bd = bv != KIR_NONE ? data_of(x, bv) : NULL;
+    kir_dtype bt = bv != KIR_NONE ? stored_dtype(node_of(x, bv)) : KIR_F32;
+    int64_t k = n->dims[1], cols = w->dims[1], depth = w->dims[2];
+    size_t row_bytes = kir_dtype_size(w->dtype) * (size_t)depth;
+    for (int64_t t = 0; t < x->n_tokens; t++)
+        for (int64_t j = 0; j < k; j++) {
+            int64_t e = idx[t * k + j];
+            const float *xr = px + (in->ndim == 3 ? t * k + j : t) * depth;
+            const char *we = (const char *)wd + (size_t)e * (size_t)cols * row_bytes;
+            float *o = x->dst[v] + (t * k + j) * cols;
+            for (int64_t c = 0; c < cols; c++) {
+                o[c] = dot_weight(xr, we + (size_t)c * row_bytes, depth, w->dtype);
+                if (bd) o[c] += elem_f32(bd, e * cols + c, bt);
+            }
+        }
+}
+
+/* out[t,:] = the sum over j of g[t,j] y[t,j,:], j in order, in float. */
+static void run_expert_sum(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v), *y = node_of(x, n->in[0]);
+    const float *py = x->src[n->in[0]], *pg = x->src[n->in[1]];
+    int64_t k = y->dims[1], cols = y->dims[2];
+    for (int64_t t = 0; t < x->n_tokens; t++) {
+        float *o = x->dst[v] + t * cols;
+        for (int64_t c = 0; c < cols; c++) {
+            float s = 0.0f;
+            for (int64_t j = 0; j < k; j++) s += pg[t * k + j] * py[(t * k + j) * cols + c];
+            o[c] = s;
+        }
     }
 }
 
@@ -600,6 +703,7 @@ void krt_interp_scratch_sizes(const kir_graph *g, size_t *conv, size_t *tile, si
         case KIR_OP_MUL:
         case KIR_OP_MAX:
         case KIR_OP_MIN:
+        case KIR_OP_DIV:
         case KIR_OP_RMS_NORM:
             c = conv_floats(g, optional_operand(n, 1));
             break;
@@ -654,6 +758,21 @@ static void run_node(const krt_interp_exec *x, kir_val v)
         return;
     case KIR_OP_SOFTMAX:
         run_softmax(x, v);
+        return;
+    case KIR_OP_SUM:
+        run_sum(x, v);
+        return;
+    case KIR_OP_TOPK:
+        run_topk(x, v);
+        return;
+    case KIR_OP_GATHER:
+        run_gather(x, v);
+        return;
+    case KIR_OP_EXPERT_MATMUL:
+        run_expert_matmul(x, v);
+        return;
+    case KIR_OP_EXPERT_SUM:
+        run_expert_sum(x, v);
         return;
     case KIR_OP_RMS_NORM:
         run_rms_norm(x, v);

@@ -1,0 +1,29 @@
+#!/usr/bin/env python3
+"""make_ckpt.py OUT_DIR — random f32 weights for tests/data/moe/moe.kiln (config.json and
+model.safetensors; no numpy: struct), deterministic (seed 11)."""
+import json, os, random, struct, sys
+
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+D, V, E, F = 16, 32, 4, 8
+json.dump({"hidden_size": D, "vocab_size": V, "num_experts": E, "ffn": F}, open(os.path.join(out, "config.json"), "w"))
+rng = random.Random(11)
+tensors = {"embed.weight": ([V, D], 1.0), "router.weight": ([E, D], 1.0), "experts.gate.weight": ([E, F, D], 0.4),
+           "experts.gate.bias": ([E, F], 0.3), "experts.up.weight": ([E, F, D], 0.4),
+           "experts.down.weight": ([E, D, F], 0.4), "head.weight": ([V, D], 0.4)}
+hdr, blobs, off = {}, [], 0
+for name, (shape, scale) in tensors.items():
+    n = 1
+    for s in shape:
+        n *= s
+    vals = [rng.uniform(-scale, scale) for _ in range(n)]
+    blob = struct.pack("<%df" % n, *vals)
+    hdr[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(blob)]}
+    blobs.append(blob)
+    off += len(blob)
+h = json.dumps(hdr).encode()
+h += b" " * ((8 - len(h) % 8) % 8)
+with open(os.path.join(out, "model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    for b in blobs:
+        f.write(b)
