@@ -22,6 +22,17 @@ print("rows %d, within 1e-6: %s" % (len(want) // 32, worst < 1e-6))
 PY
 )
 expect_same "logits against numpy" "rows 4, within 1e-6: True" "$got"
+# the Hub's layout, a tensor an expert, stacked by {e}: the same engine's logits; a missing expert located
+python3 "$data/make_ckpt.py" "$work/split" --per-expert || { echo "FAIL: make_ckpt.py --per-expert"; exit 1; }
+sed -e 's/"experts\.\([a-z]*\)\.\(weight\|bias\)"/"experts.{e}.\1.\2"/' "$data/moe.kiln" > "$work/split.kiln"
+grep -q '"experts.{e}.gate.bias"' "$work/split.kiln" || { echo "FAIL: split.kiln has no {e} template"; exit 1; }
+"$KILN_BIN" build "$work/split.kiln" --weights "$work/split" -o "$work/split.engine" >/dev/null 2>&1 \
+  && "$KILN_BIN" run "$work/split.engine" --ids 3,5,7,9 -n 1 --logits-out "$work/split.logits" >/dev/null 2>&1 \
+  && cmp -s "$work/logits" "$work/split.logits" && passes=$((passes+1)) \
+  || { echo "FAIL: the per-expert checkpoint through {e} does not give the same logits"; failures=$((failures+1)); }
+sed -e 's/^param experts = config.num_experts;/param experts = config.num_experts + 1;/' "$work/split.kiln" > "$work/five.kiln"
+expect_fail missing-expert "five.kiln:16:39: error: weight 'wg': expert 4's tensor 'experts.4.gate.weight' is not in the checkpoint (expert 0's is; the declared dim 0 says 5 experts)" -- \
+  "$KILN_BIN" build "$work/five.kiln" --weights "$work/split" -o "$work/five.engine"
 for how in "" "--dtype bf16 --precision fast"; do
   # shellcheck disable=SC2086
   if out=$("$KILN_BIN" verify "$data/moe.kiln" --weights "$work/ckpt" $how 2>&1) && [[ "$out" == *"OK: within tolerance"* ]]; then

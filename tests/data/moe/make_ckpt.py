@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""make_ckpt.py OUT_DIR — random f32 weights for tests/data/moe/moe.kiln (config.json and
-model.safetensors; no numpy: struct), deterministic (seed 11)."""
+"""make_ckpt.py OUT_DIR [--per-expert] — random f32 weights for tests/data/moe/moe.kiln (config.json and
+model.safetensors; no numpy: struct), deterministic (seed 11). With --per-expert the same values with
+each expert's weights a tensor of its own (experts.E.gate.weight ...: the Hub's layout, read through
+{e} templates)."""
 import json, os, random, struct, sys
 
 out = sys.argv[1]
@@ -21,6 +23,21 @@ for name, (shape, scale) in tensors.items():
     hdr[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(blob)]}
     blobs.append(blob)
     off += len(blob)
+if "--per-expert" in sys.argv[2:]:
+    hdr2, blobs2, off = {}, [], 0
+    for (name, v), blob in zip(hdr.items(), blobs):
+        shape = v["shape"]
+        if not name.startswith("experts."):
+            parts = [(name, shape, blob)]
+        else:
+            step = len(blob) // shape[0]
+            parts = [(name.replace("experts.", "experts.%d." % e), shape[1:], blob[e * step:(e + 1) * step])
+                     for e in range(shape[0])]
+        for n2, s2, b2 in parts:
+            hdr2[n2] = {"dtype": "F32", "shape": s2, "data_offsets": [off, off + len(b2)]}
+            blobs2.append(b2)
+            off += len(b2)
+    hdr, blobs = hdr2, blobs2
 h = json.dumps(hdr).encode()
 h += b" " * ((8 - len(h) % 8) % 8)
 with open(os.path.join(out, "model.safetensors"), "wb") as f:
