@@ -617,8 +617,8 @@ static int emit_node(kcu_gen *x, kir_val v)
     case KIR_OP_TOPK:
     case KIR_OP_GATHER:
     case KIR_OP_EXPERT_MATMUL:
-    case KIR_OP_EXPERT_SUM: /* the interpreter's only, until the grouped kernels (issue #12) */
-        return kcu_node_error(x, v, "no CUDA kernel yet (build this model for the CPU: --target cpu)");
+    case KIR_OP_EXPERT_SUM:
+        return kcu_emit_moe(x, v);
     case KIR_OP_RMS_NORM:
     case KIR_OP_LAYER_NORM:
         return kcu_emit_norm(x, v);

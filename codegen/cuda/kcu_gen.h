@@ -143,6 +143,8 @@ void kcu_elementwise_prologue(kcu_gen *x, int64_t row);
 /* kcu_emit.c: the kernel of norm node v alone (rms_norm, layer_norm; also the first launch of a
  * fused group's gemm90 variant, which reads the norm's value back through a tensor map). */
 int kcu_emit_norm(kcu_gen *x, kir_val v);
+/* kcu_emit_moe.c: the kernel of a routing node (sum, topk, gather, expert_matmul, expert_sum) alone. */
+int kcu_emit_moe(kcu_gen *x, kir_val v);
 /* kcu_emit_attention.c: the kernel writing K and V rows (values kv, vv) of a
  * step into layer `layer` of the cache, for node v; and attention. */
 void kcu_emit_kv_write_kernel(kcu_gen *x, kir_val v, const char *suffix, kir_val kv, kir_val vv, int64_t layer);

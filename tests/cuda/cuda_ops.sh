@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cuda_ops.sh — the elementwise ops of soft-capping, routing and clipping (tanh, exp, sigmoid, clamp,
 # maximum, minimum, softmax, a tensor plus or minus a number) on the CUDA backend over emu_libcuda (tests/data/ops/ops.kiln:
-# the ops standalone and in matmul epilogues): kiln verify --target sm_90, the CUDA engine's every
+# the ops standalone and in matmul epilogues), and a mixture of experts' routing ops (tests/data/moe/moe.kiln:
+# sum, topk, gather, div by a row, expert_matmul, expert_sum): kiln verify --target sm_90, the CUDA engine's every
 # value against the unfused interpreter, exact (f32) and fast (bf16, the formulas' float forms).
 # Skips (77) without NVRTC or g++.
 . "$(dirname "$0")/../cli/lib.sh"
@@ -10,26 +11,28 @@
 if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ] || [ -z "${KILN_GXX:-}" ]; then
   echo "skipped: needs NVRTC and g++"; exit 77
 fi
-data="$(dirname "$0")/../data/ops"
-python3 "$data/make_ckpt.py" "$work/ckpt" || { echo "FAIL: make_ckpt.py"; exit 1; }
+for m in ops moe; do
+data="$(dirname "$0")/../data/$m"
+python3 "$data/make_ckpt.py" "$work/ckpt$m" || { echo "FAIL: $m/make_ckpt.py"; exit 1; }
 for how in "--dtype f32" "--dtype bf16 --precision fast"; do
-  tag=${how//[^a-z0-9]/}
+  tag=${how//[^a-z0-9]/}$m
   # the kernels verify's engine runs: the same build, its source compiled for the CPU
   # shellcheck disable=SC2086
-  "$KILN_BIN" build "$data/ops.kiln" --weights "$work/ckpt" --target sm_90 $how --emit-source "$work/src$tag" \
+  "$KILN_BIN" build "$data/$m.kiln" --weights "$work/ckpt$m" --target sm_90 $how --emit-source "$work/src$tag" \
     -o "$work/$tag.engine" >"$work/$tag.log" 2>&1 && compile_kernels "$work/src$tag" "$work/$tag.so" \
-    || { echo "FAIL: build ($how)"; cat "$work/$tag.log"; failures=$((failures+1)); continue; }
+    || { echo "FAIL: build $m ($how)"; cat "$work/$tag.log"; failures=$((failures+1)); continue; }
   # shellcheck disable=SC2086
   out=$(KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$work/$tag.so" \
-        "$KILN_BIN" verify "$data/ops.kiln" --weights "$work/ckpt" --target sm_90 $how 2>&1); rc=$?
-  echo "$how: $(grep -E 'logits:' <<<"$out")"
+        "$KILN_BIN" verify "$data/$m.kiln" --weights "$work/ckpt$m" --target sm_90 $how 2>&1); rc=$?
+  echo "$m $how: $(grep -E 'logits:' <<<"$out")"
   [ $rc -eq 0 ] && [[ "$out" == *"on the cuda backend"* ]] && [[ "$out" == *"OK: within tolerance"* ]] \
-    && passes=$((passes+1)) || { echo "FAIL: verify --target sm_90 $how (exit $rc)"; echo "$out" | sed 's/^/    /'; failures=$((failures+1)); }
+    && passes=$((passes+1)) || { echo "FAIL: verify $m --target sm_90 $how (exit $rc)"; echo "$out" | sed 's/^/    /'; failures=$((failures+1)); }
+done
 done
 # the generated kernels hold the ops: clamp's one-sided bounds, the shifted scale, tanh in a matmul epilogue,
 # max alone and min in an epilogue (ir/ops.def's KIR_BINARY: a NaN of either operand kept), softmax's
 # row maximum
-src=$(cat "$work"/srcdtypef32/*.cu)
+src=$(cat "$work"/srcdtypef32ops/*.cu)
 for want in "kcu_clamp_hi(kcu_clamp_lo(" "kcu_clamp_hi(x[i], 0.25f)" "kcu_clamp_lo(x[i], 0.0f)" "(tanh((double)m0))" "exp(a)" \
   "out[i] = (va != va || va > vb) ? va : vb;" "(m0 != m0 || m0 < r.in1_1[0]) ? m0 : r.in1_1[0]" \
   "m = (e != e || e > m) ? e : m;"; do

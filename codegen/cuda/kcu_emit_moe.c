@@ -1,0 +1,160 @@
+/*
+ * kcu_emit_moe.c — the kernels of a mixture of experts' routing ops (ir/ops.def: sum, topk, gather,
+ * expert_matmul, expert_sum), each standalone and computed as the interpreter computes it
+ * (runtime/interp/interp_kernels.c), so that an engine's logits match the reference's to a few ulps.
+ *
+ * These are the correct first kernels, one thread an output element, not the fast ones: a grouped
+ * matmul that takes the tokens routed to each expert, reads each chosen expert's weights once and
+ * fuses the SwiGLU and the weighted sum is the next step (issue #12). An expert_matmul thread reads
+ * its expert's row of w whole, so a decode step reads only the chosen experts' weights, but each row
+ * once per token that chose it.
+ */
+#include "codegen/cuda/kcu_gen.h"
+
+/* sum over the last dim: one thread a row, in order, in double, rounded once (the interpreter's). */
+static int emit_sum(kcu_gen *x, kir_val v)
+{
+    const kir_node *n = &x->g->nodes[v], *a = &x->g->nodes[n->in[0]];
+    int64_t rows = kir_row_elems(n), d = kcu_last_dim(a);
+    krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, rows);
+    kcu_param_in(x, k, n->in[0], "x");
+    kcu_param_out(x, k, v);
+    kcu_open_body(x, k, "the sum of each row over the last dim, in order, in double");
+    kcu_elementwise_prologue(x, rows);
+    ks_buf_printf(&x->body,
+                  "    double s = 0.0;\n"
+                  "    for (int j = 0; j < %lld; j++) s += (double)%sx[i * %lldLL + j]%s;\n",
+                  (long long)d, kcu_ld(a->dtype), (long long)d, kcu_ld_end(a->dtype));
+    kcu_put_store(&x->body, n->dtype, "    ", "out[i]", "(float)s");
+    ks_buf_puts(&x->body, "}\n");
+    kcu_kernel_end(x, k, "");
+    return 0;
+}
+
+/* topk: one thread a token, k passes of a selection (a NaN above every number, equal values by the
+ * lower index: the interpreter's ranks_above). */
+static int emit_topk(kcu_gen *x, kir_val v)
+{
+    const kir_node *n = &x->g->nodes[v], *a = &x->g->nodes[n->in[0]];
+    int64_t d = kcu_last_dim(a), kk = kcu_last_dim(n);
+    krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, 1);
+    kcu_param_in(x, k, n->in[0], "x");
+    kcu_param_out(x, k, v);
+    kcu_open_body(x, k, "the indices of the k largest of each row, largest first (NaN first, ties to the lower index)");
+    kcu_elementwise_prologue(x, 1);
+    ks_buf_printf(&x->body,
+                  "    enum { D = %lld, K = %lld };\n"
+                  "    for (int j = 0; j < K; j++) {\n"
+                  "        int best = -1;\n"
+                  "        float bv = 0.0f;\n"
+                  "        for (int c = 0; c < D; c++) {\n"
+                  "            int taken = 0;\n"
+                  "            for (int q = 0; q < j; q++) taken |= out[i * K + q] == c;\n"
+                  "            if (taken) continue;\n"
+                  "            const float e = %sx[i * D + c]%s;\n"
+                  "            const int above = best < 0 || ((e != e || bv != bv) ? (e != e && bv == bv) : e > bv);\n"
+                  "            if (above) best = c, bv = e;\n"
+                  "        }\n"
+                  "        out[i * K + j] = best;\n"
+                  "    }\n"
+                  "}\n",
+                  (long long)d, (long long)kk, kcu_ld(a->dtype), kcu_ld_end(a->dtype));
+    kcu_kernel_end(x, k, "");
+    return 0;
+}
+
+/* gather: out[t,j] = x[t, idx[t,j]], one thread an element. */
+static int emit_gather(kcu_gen *x, kir_val v)
+{
+    const kir_node *n = &x->g->nodes[v], *a = &x->g->nodes[n->in[0]];
+    int64_t d = kcu_last_dim(a), kk = kcu_last_dim(n);
+    krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, kk);
+    kcu_param_in(x, k, n->in[0], "x");
+    kcu_param_in(x, k, n->in[1], "idx");
+    kcu_param_out(x, k, v);
+    kcu_open_body(x, k, "x[t, idx[t, j]]");
+    kcu_elementwise_prologue(x, kk);
+    ks_buf e = {0};
+    ks_buf_printf(&e, "%sx[(i / %lld) * %lldLL + idx[i]]%s", kcu_ld(a->dtype), (long long)kk, (long long)d,
+                  kcu_ld_end(a->dtype));
+    kcu_put_store(&x->body, n->dtype, "    ", "out[i]", ks_buf_cstr(&e));
+    ks_buf_free(&e);
+    ks_buf_puts(&x->body, "}\n");
+    kcu_kernel_end(x, k, "");
+    return 0;
+}
+
+/* expert_matmul: one thread an output element (t, j, c): the chosen expert's row c against the token's
+ * row, in eight partial sums added in the interpreter's fixed tree, then the expert's bias. */
+static int emit_expert_matmul(kcu_gen *x, kir_val v)
+{
+    const kir_node *n = &x->g->nodes[v], *in = &x->g->nodes[n->in[0]], *w = &x->g->nodes[n->in[1]];
+    int has_b = n->nin > 3 && n->in[3] != KIR_NONE;
+    int64_t kk = n->dims[1], cols = w->dims[1], depth = w->dims[2];
+    krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, kk * cols);
+    kcu_param_in(x, k, n->in[0], "x");
+    kcu_param_in(x, k, n->in[1], "w");
+    kcu_param_in(x, k, n->in[2], "idx");
+    if (has_b) kcu_param_in(x, k, n->in[3], "bias");
+    kcu_param_out(x, k, v);
+    kcu_open_body(x, k, "each token's row through its chosen experts: w[idx[t,j]] x (+ bias), one thread an output");
+    kcu_elementwise_prologue(x, kk * cols);
+    const kir_dtype bt = has_b ? x->g->nodes[n->in[3]].dtype : KIR_F32;
+    ks_buf_printf(&x->body,
+                  "    enum { K = %lld, N = %lld, D = %lld };\n"
+                  "    const long long tj = i / N, c = i %% N;\n"
+                  "    const int e = idx[tj];\n"
+                  "    const long long xrow = %s;\n"
+                  "    const long long wrow = ((long long)e * N + c) * D;\n"
+                  "    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};\n"
+                  "    int q = 0;\n"
+                  "    for (; q + 8 <= D; q += 8)\n"
+                  "        for (int l = 0; l < 8; l++) acc[l] += %sx[xrow + q + l]%s * %sw[wrow + q + l]%s;\n"
+                  "    for (int l = 0; q < D; q++, l++) acc[l] += %sx[xrow + q]%s * %sw[wrow + q]%s;\n"
+                  "    float y = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));\n",
+                  (long long)kk, (long long)cols, (long long)depth,
+                  in->ndim == 3 ? "tj * D" : "(tj / K) * D", kcu_ld(in->dtype), kcu_ld_end(in->dtype), kcu_ld(w->dtype),
+                  kcu_ld_end(w->dtype), kcu_ld(in->dtype), kcu_ld_end(in->dtype), kcu_ld(w->dtype), kcu_ld_end(w->dtype));
+    if (has_b)
+        ks_buf_printf(&x->body, "    y += %sbias[(long long)e * N + c]%s;\n", kcu_ld(bt), kcu_ld_end(bt));
+    kcu_put_store(&x->body, n->dtype, "    ", "out[i]", "y");
+    ks_buf_puts(&x->body, "}\n");
+    kcu_kernel_end(x, k, "");
+    return 0;
+}
+
+/* expert_sum: out[t,c] = the sum over j of g[t,j] y[t,j,c], j in order, one thread an element. */
+static int emit_expert_sum(kcu_gen *x, kir_val v)
+{
+    const kir_node *n = &x->g->nodes[v], *y = &x->g->nodes[n->in[0]], *g = &x->g->nodes[n->in[1]];
+    int64_t kk = y->dims[1], cols = y->dims[2];
+    krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, cols);
+    kcu_param_in(x, k, n->in[0], "y");
+    kcu_param_in(x, k, n->in[1], "g");
+    kcu_param_out(x, k, v);
+    kcu_open_body(x, k, "the chosen experts' rows weighted by g and added, in order");
+    kcu_elementwise_prologue(x, cols);
+    ks_buf_printf(&x->body,
+                  "    enum { K = %lld, N = %lld };\n"
+                  "    const long long t = i / N, c = i %% N;\n"
+                  "    float s = 0.0f;\n"
+                  "    for (int j = 0; j < K; j++) s += %sg[t * K + j]%s * %sy[(t * K + j) * N + c]%s;\n",
+                  (long long)kk, (long long)cols, kcu_ld(g->dtype), kcu_ld_end(g->dtype), kcu_ld(y->dtype),
+                  kcu_ld_end(y->dtype));
+    kcu_put_store(&x->body, n->dtype, "    ", "out[i]", "s");
+    ks_buf_puts(&x->body, "}\n");
+    kcu_kernel_end(x, k, "");
+    return 0;
+}
+
+int kcu_emit_moe(kcu_gen *x, kir_val v)
+{
+    switch (x->g->nodes[v].op) {
+    case KIR_OP_SUM: return emit_sum(x, v);
+    case KIR_OP_TOPK: return emit_topk(x, v);
+    case KIR_OP_GATHER: return emit_gather(x, v);
+    case KIR_OP_EXPERT_MATMUL: return emit_expert_matmul(x, v);
+    case KIR_OP_EXPERT_SUM: return emit_expert_sum(x, v);
+    default: KS_UNREACHABLE();
+    }
+}
