@@ -457,7 +457,20 @@ def peer_decode_at(run, torch, a, cfg, dev, peer, mark):
         if not multi:
             out.append({"context": C, "steps": steps, "rows": rows})
             continue
-        big_b, length = multi[-1], C + steps + 1
+        length = C + steps + 1
+        # the cache a batch needs (K and V of every layer, bf16) against the GPU's free memory, less a tenth for
+        # the step's activations and logits: a batch that does not fit is skipped, not run out of memory
+        hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+        per_seq = cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * hd * 2 * length
+        free = torch.cuda.mem_get_info()[0] if dev == "cuda" else float("inf")
+        for B in [b for b in multi if b * per_seq > 0.9 * free]:
+            run.skip(f"peer decode at {C}, batch {B}", f"its cache of {B * per_seq / 1e9:.1f} GB does not fit in "
+                     f"0.9 of the {free / 1e9:.1f} GB free on the GPU")
+            multi.remove(B)
+        if not multi:
+            out.append({"context": C, "steps": steps, "rows": rows})
+            continue
+        big_b = multi[-1]
         pb = PeerLlama(cfg, torch.bfloat16, dev, length, length, batch=big_b)
         pb.share_weights(peer)
         with torch.no_grad():
@@ -531,6 +544,9 @@ def kiln_bench(run, a, engine, lengths, decode, into="prefill", extra=()):
         log(f"kiln: decode{'' if into == 'prefill' else ' (' + into + ')'} {r['decode']['ms_per_token_median']:.3f} "
             f"ms/token (min {r['decode']['ms_per_token_min']:.3f})")
     for b in r.get("decode_batch") or []:
+        if not b.get("ran", True):  # its sequences outgrow the KV cache on this GPU: kiln bench's note says so
+            run.skip(f"kiln decode at batch {b['batch']}", b["note"])
+            continue
         k.setdefault("decode_batch", []).append(b)
         log(f"kiln: decode at batch {b['batch']}: {b['ms_per_step_median']:.3f} ms/step, {b['tokens_per_s']:.0f} tokens/s")
     c = r.get("cold_start")
@@ -559,8 +575,12 @@ def kiln_decode_at(run, a, engine, context, batches):
     r = json.loads(p.stdout.strip().splitlines()[-1])
     rows = [{"batch": 1, "ms_per_step_median": r["decode"]["ms_per_token_median"],
              "tokens_per_s": r["decode"]["tokens_per_s"]}]
-    rows += [{"batch": b["batch"], "ms_per_step_median": b["ms_per_step_median"], "tokens_per_s": b["tokens_per_s"]}
-             for b in r.get("decode_batch") or []]
+    for b in r.get("decode_batch") or []:
+        if b.get("ran", True):
+            rows.append({"batch": b["batch"], "ms_per_step_median": b["ms_per_step_median"],
+                         "tokens_per_s": b["tokens_per_s"]})
+        else:  # its sequences outgrow the KV cache on this GPU
+            run.skip(f"kiln decode after {context} tokens, batch {b['batch']}", b["note"])
     run.res["kiln"].setdefault("decode_at", []).append({"context": context, "steps": steps, "rows": rows})
     log(f"kiln: decode after {context} tokens: " + ", ".join(
         f"batch {e['batch']} {e['ms_per_step_median']:.3f} ms/step ({e['tokens_per_s']:.0f} tokens/s)" for e in rows))

@@ -39,6 +39,10 @@ static const char bench_help[] =
     "  --warmup N                 untimed runs first, 0 to 1000 (default 1)\n"
     "  --json                     print the results as JSON instead of a table\n"
     "  --max-context N            positions a sequence may have (default: the engine's)\n"
+    "  --kv-blocks N              KV-cache blocks of 16 positions (default: enough for the\n"
+    "                             largest batch's full sequences, as far as 0.9 of the\n"
+    "                             device's free memory goes); a batch whose sequences need\n"
+    "                             more is skipped, with a note\n"
     "  --no-cuda-graphs           GPU: launch each kernel of each step, no CUDA graphs\n"
     "  --no-kernel-overlap        GPU: start each kernel after the one before has ended\n"
     "                             (no programmatic dependent launch on sm_90)\n"
@@ -95,7 +99,8 @@ static int int_opt(const char *opt, const char *s, int64_t lo, int64_t hi, int *
 int kc_cmd_bench(int argc, char **argv)
 {
     const char *prompts = NULL, *decode = NULL, *decode_prompt = NULL, *reps = NULL, *warmup = NULL, *json = NULL,
-               *max_ctx = NULL, *no_graphs = NULL, *batch = NULL, *no_overlap = NULL, *profile = NULL;
+               *max_ctx = NULL, *no_graphs = NULL, *batch = NULL, *no_overlap = NULL, *profile = NULL,
+               *kv_blocks = NULL;
     kc_option opts[] = {
         {"--prompts", 1, &prompts, NULL},
         {"--decode", 1, &decode, NULL},
@@ -105,6 +110,7 @@ int kc_cmd_bench(int argc, char **argv)
         {"--warmup", 1, &warmup, NULL},
         {"--json", 0, &json, NULL},
         {"--max-context", 1, &max_ctx, NULL},
+        {"--kv-blocks", 1, &kv_blocks, NULL},
         {"--no-cuda-graphs", 0, &no_graphs, NULL},
         {"--no-kernel-overlap", 0, &no_overlap, NULL},
         {"--profile", 0, &profile, NULL},
@@ -127,7 +133,8 @@ int kc_cmd_bench(int argc, char **argv)
                              &o.n_batches) != 0) || int_opt("--decode", decode, 0, KRT_MAX_CONTEXT, &o.decode) ||
         int_opt("--decode-prompt", decode_prompt, 1, KRT_MAX_CONTEXT, &o.decode_prompt) ||
         int_opt("--reps", reps, 1, KRT_BENCH_MAX_REPS, &o.reps) || int_opt("--warmup", warmup, 0, 1000, &o.warmup) ||
-        int_opt("--max-context", max_ctx, 1, KRT_MAX_CONTEXT, &so.max_context))
+        int_opt("--max-context", max_ctx, 1, KRT_MAX_CONTEXT, &so.max_context) ||
+        int_opt("--kv-blocks", kv_blocks, 1, INT32_MAX, &so.n_blocks))
         return 2;
     for (int i = 0; i < o.n_batches; i++) /* a batch's sequences at once */
         if (o.batches[i] > so.max_seqs) so.max_seqs = o.batches[i];

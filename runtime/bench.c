@@ -187,6 +187,9 @@ int krt_bench_run(krt_session *s, const krt_bench_opts *o, krt_bench_result *r, 
     r->reps = o->reps;
     r->decode = o->decode;
     r->decode_prompt = o->decode_prompt;
+    r->kv_blocks = kv->n_blocks;
+    r->kv_block_size = kv->block_size;
+    r->kv_bytes = kv->bytes;
     /* the decode's prompt, its first token and its steps: decode_prompt + decode positions */
     if (o->decode > 0 && (int64_t)o->decode_prompt + o->decode > ctx) {
         ks_error(d, desc->where, "benchmark: a decode of %d steps after %d prompt tokens needs %lld positions; the "
@@ -226,13 +229,21 @@ int krt_bench_run(krt_session *s, const krt_bench_opts *o, krt_bench_result *r, 
     }
     if (rc == 0 && o->decode > 0) r->decode_per_token = summarize(t, o->reps);
     for (int i = 0; i < o->n_batches && rc == 0; i++) {
+        /* each sequence holds its prompt and a position a step */
+        int64_t per_seq = ((int64_t)o->decode_prompt + o->decode + kv->block_size - 1) / kv->block_size;
+        r->batches[r->n_batches] = o->batches[i];
+        r->batch_blocks[r->n_batches] = per_seq * o->batches[i];
+        if (r->batch_blocks[r->n_batches] > kv->n_blocks) { /* skipped: krt_bench_table's note says why */
+            r->n_batches++;
+            continue;
+        }
         for (int k = 0; k < o->warmup + o->reps && rc == 0; k++) {
             double step_s = 0;
             rc = one_batch(s, o->batches[i], ids, o->decode_prompt, o->decode, &step_s, d);
             if (k >= o->warmup) t[k - o->warmup] = step_s;
         }
         if (rc != 0) break;
-        r->batches[r->n_batches] = o->batches[i];
+        r->batch_ran[r->n_batches] = 1;
         r->batch_step[r->n_batches++] = summarize(t, o->reps);
     }
     free(ids);
@@ -255,6 +266,19 @@ static const char *prefill_note(const krt_bench_result *r, const krt_bench_prefi
     return buf;
 }
 
+/* Why batch i was not measured, or NULL. */
+static const char *batch_note(const krt_bench_result *r, int i, char *buf, size_t len)
+{
+    if (r->batch_ran[i]) return NULL;
+    char need[32], have[32];
+    double block = r->kv_blocks > 0 ? (double)r->kv_bytes / r->kv_blocks : 0;
+    snprintf(buf, len, "skipped: %d sequences of %d positions need %lld KV-cache blocks of %d (%s); the session's "
+             "cache holds %d (%s)", r->batches[i], r->decode_prompt + r->decode, (long long)r->batch_blocks[i],
+             r->kv_block_size, ks_human_bytes(block * (double)r->batch_blocks[i], need, sizeof need), r->kv_blocks,
+             ks_human_bytes((double)r->kv_bytes, have, sizeof have));
+    return buf;
+}
+
 void krt_bench_table(const krt_bench_result *r, const char *engine, ks_buf *out)
 {
     ks_buf_printf(out, "kiln bench: %s on %s (%s weights, context %d, steps of at most %lld tokens)\n", engine,
@@ -262,7 +286,7 @@ void krt_bench_table(const krt_bench_result *r, const char *engine, ks_buf *out)
     ks_buf_printf(out, "%d warm-up and %d timed run%s of each; times from the prompt to the first new token "
                   "(greedy)\n\n", r->warmup, r->reps, r->reps == 1 ? "" : "s");
     ks_buf_printf(out, "%-28s %6s %12s %12s %12s\n", "measurement", "steps", "median ms", "min ms", "tokens/s");
-    char what[64], note[160];
+    char what[64], note[256];
     for (int i = 0; i < r->n_prefill; i++) {
         const krt_bench_prefill *p = &r->prefill[i];
         snprintf(what, sizeof what, "prefill %d tokens", p->tokens);
@@ -279,8 +303,11 @@ void krt_bench_table(const krt_bench_result *r, const char *engine, ks_buf *out)
     }
     for (int i = 0; i < r->n_batches; i++) {
         snprintf(what, sizeof what, "decode, batch %d, per step", r->batches[i]);
-        ks_buf_printf(out, "%-28s %6d %12.3f %12.3f %12.1f\n", what, r->decode, r->batch_step[i].median_ms,
-                      r->batch_step[i].min_ms, 1e3 * r->batches[i] / r->batch_step[i].median_ms);
+        if (r->batch_ran[i])
+            ks_buf_printf(out, "%-28s %6d %12.3f %12.3f %12.1f\n", what, r->decode, r->batch_step[i].median_ms,
+                          r->batch_step[i].min_ms, 1e3 * r->batches[i] / r->batch_step[i].median_ms);
+        else
+            ks_buf_printf(out, "%-28s %6s %12s %12s %12s\n", what, "-", "skipped", "-", "-");
     }
     const krt_bench_cold *c = &r->cold;
     if (c->measured && c->prompt_tokens > 0) {
@@ -306,6 +333,8 @@ void krt_bench_table(const krt_bench_result *r, const char *engine, ks_buf *out)
     if (r->n_batches > 0)
         ks_buf_printf(out, "  decode, batch B: B sequences, each after a prompt of %d tokens, %d steps of a token each; "
                       "time per step, tokens/s of all\n", r->decode_prompt, r->decode);
+    for (int i = 0; i < r->n_batches; i++)
+        if (batch_note(r, i, note, sizeof note)) ks_buf_printf(out, "  decode, batch %d: %s\n", r->batches[i], note);
 }
 
 /* Times in JSON to the microsecond (the clock's noise is larger). */
@@ -411,11 +440,16 @@ int krt_bench_json(const krt_bench_result *r, const char *engine, ks_buf *out, k
         ok = batches != NULL;
         for (int i = 0; ok && i < r->n_batches; i++) {
             cJSON *b = cJSON_CreateObject();
-            ok = b && add(b, "batch", cJSON_CreateNumber(r->batches[i])) &&
+            int ran = r->batch_ran[i];
+            char note[256];
+            const char *why = batch_note(r, i, note, sizeof note);
+            ok = b && add(b, "batch", cJSON_CreateNumber(r->batches[i])) && add(b, "ran", cJSON_CreateBool(ran)) &&
                  add(b, "steps", cJSON_CreateNumber(r->decode)) &&
-                 add(b, "ms_per_step_median", ms_number(r->batch_step[i].median_ms)) &&
-                 add(b, "ms_per_step_min", ms_number(r->batch_step[i].min_ms)) &&
-                 add(b, "tokens_per_s", rate_number(1e3 * r->batches[i] / r->batch_step[i].median_ms)) &&
+                 add(b, "ms_per_step_median", ran ? ms_number(r->batch_step[i].median_ms) : cJSON_CreateNull()) &&
+                 add(b, "ms_per_step_min", ran ? ms_number(r->batch_step[i].min_ms) : cJSON_CreateNull()) &&
+                 add(b, "tokens_per_s",
+                     ran ? rate_number(1e3 * r->batches[i] / r->batch_step[i].median_ms) : cJSON_CreateNull()) &&
+                 add(b, "note", why ? cJSON_CreateString(why) : cJSON_CreateNull()) &&
                  cJSON_AddItemToArray(batches, b);
             if (ok) b = NULL; /* the array owns it */
             cJSON_Delete(b);

@@ -104,7 +104,11 @@ typedef struct krt_bench_result {
     krt_bench_time decode_per_token; /* ms per decode step (per token at batch 1), when decode > 0 */
     int batches[KRT_BENCH_MAX_BATCHES];            /* the batched decode's sizes, in the order asked */
     krt_bench_time batch_step[KRT_BENCH_MAX_BATCHES]; /* ms per step of each (a token of every sequence) */
+    int batch_ran[KRT_BENCH_MAX_BATCHES];          /* 1: measured; 0: skipped, its sequences outgrow the cache */
+    int64_t batch_blocks[KRT_BENCH_MAX_BATCHES];   /* the KV-cache blocks each batch's sequences need */
     int n_batches;                                 /* how many */
+    int kv_blocks, kv_block_size;                  /* the session's KV cache: blocks, positions a block */
+    size_t kv_bytes;                               /* its bytes */
     krt_bench_cold cold;                           /* from the file to the first token */
 } krt_bench_result;
 
@@ -112,8 +116,10 @@ typedef struct krt_bench_result {
  * batch - 1 (the runs use them and free them) and take that many sequences.
  * Options out of range and a decode that does not fit the context
  * (decode_prompt + decode positions) are errors, reported before anything
- * runs; so is a failed step (a batch the KV cache cannot hold among them).
- * 0, or -1 after reporting. */
+ * runs; so is a failed step. A batch whose sequences (decode_prompt +
+ * decode positions each) need more KV-cache blocks than the session's cache
+ * holds is skipped, not run, and noted: on a smaller GPU the others are
+ * still measured. 0, or -1 after reporting. */
 int krt_bench_run(krt_session *s, const krt_bench_opts *o, krt_bench_result *r, ks_diag *d);
 
 /* The results as a table, with notes for the skipped prompts and the ones
@@ -129,10 +135,11 @@ void krt_bench_table(const krt_bench_result *r, const char *engine, ks_buf *out)
  *                 "tokens_per_s": X, "note": TEXT or null}, ...],
  *    "decode": {"prompt_tokens": P, "tokens": N, "ms_per_token_median": T, "ms_per_token_min": T,
  *               "tokens_per_s": X} or null,
- *    "decode_batch": [{"batch": B, "steps": N, "ms_per_step_median": T, "ms_per_step_min": T,
- *                      "tokens_per_s": X}, ...]}
+ *    "decode_batch": [{"batch": B, "ran": true, "steps": N, "ms_per_step_median": T, "ms_per_step_min": T,
+ *                      "tokens_per_s": X, "note": TEXT or null}, ...]}
  *
- * A skipped prompt has "ran": false, "steps": 0 and null times. 0, or -1
+ * A skipped prompt has "ran": false, "steps": 0 and null times; a skipped
+ * batch "ran": false, null times and a note saying what it needs. 0, or -1
  * after reporting out of memory. */
 int krt_bench_json(const krt_bench_result *r, const char *engine, ks_buf *out, ks_diag *d);
 

@@ -67,8 +67,20 @@ decode, batch 5, per step         3 T T T
   "exit $rc
 $(grep '^ *decode' <<<"$out" | grep -v '^  decode: ' | sed -E "s/ +$num +$num +$num\$/ T T T/")"
 out=$("$KILN_BIN" bench "$e" --prompts 8 --decode 3 --batch 3 --reps 2 --warmup 0 --json)
-expect_same "batch json" "[{'batch': 3, 'steps': 3, 'ms_per_step_median': 'num', 'ms_per_step_min': 'num', 'tokens_per_s': 'num'}]" \
-  "$(python3 -c 'import json,sys; r=json.load(sys.stdin); print([{k: (v if k in ("batch", "steps") else "num") for k, v in b.items()} for b in r["decode_batch"]])' <<<"$out")"
+expect_same "batch json" "[{'batch': 3, 'ran': True, 'steps': 3, 'ms_per_step_median': 'num', 'ms_per_step_min': 'num', 'tokens_per_s': 'num', 'note': None}]" \
+  "$(python3 -c 'import json,sys; r=json.load(sys.stdin); print([{k: (v if k in ("batch", "ran", "steps", "note") else "num") for k, v in b.items()} for b in r["decode_batch"]])' <<<"$out")"
+# a batch whose sequences outgrow the KV cache (9 blocks of 16: batch 2 of 33 positions takes 6, batch 5
+# would take 15) is skipped with a note, the others measured, exit 0 (a smaller GPU still measures the rest)
+out=$("$KILN_BIN" bench "$e" --prompts 8 --decode 3 --decode-prompt 30 --batch 5,2 --reps 1 --warmup 0 --kv-blocks 9); rc=$?
+expect_same "batch over the cache" "exit 0
+decode, batch 5, per step         -      skipped            -            -
+decode, batch 2, per step         3 T T T
+  decode, batch 5: skipped: 5 sequences of 33 positions need 15 KV-cache blocks of 16 (240.0 KiB); the session's cache holds 9 (144.0 KiB)" \
+  "exit $rc
+$(grep -E '^decode, batch [25]|^  decode, batch 5' <<<"$out" | sed -E "s/ +$num +$num +$num\$/ T T T/")"
+out=$("$KILN_BIN" bench "$e" --prompts 8 --decode 3 --decode-prompt 30 --batch 5 --reps 1 --warmup 0 --kv-blocks 9 --json)
+expect_same "batch over the cache, json" "False None None" \
+  "$(python3 -c 'import json,sys; b=json.load(sys.stdin)["decode_batch"][0]; print(b["ran"], b["ms_per_step_median"], b["tokens_per_s"])' <<<"$out")"
 # a batched decode whose prompts are longer than the engine's largest step (64): each prefilled in steps
 out=$("$KILN_BIN" bench "$e" --prompts 8 --decode 2 --decode-prompt 100 --batch 2 --reps 1 --warmup 0 2>&1); rc=$?
 expect_same "batch after a long prompt" "exit 0
@@ -89,7 +101,7 @@ expect_same "json without decode" "None skipped: longer than the context of 32 p
 out=$("$KILN_BIN" bench --help); rc=$?
 expect_same "help" "exit 0: usage: kiln bench ENGINE [--prompts N,N,...] [--decode N] [--decode-prompt N]" \
   "exit $rc: $(head -1 <<<"$out")"
-for opt in --prompts --decode --decode-prompt --batch --reps --warmup --json --max-context --no-cuda-graphs --profile; do
+for opt in --prompts --decode --decode-prompt --batch --reps --warmup --json --max-context --kv-blocks --no-cuda-graphs --profile; do
   grep -q -- "^  $opt " <<<"$out" && passes=$((passes+1)) || { echo "FAIL: help lacks $opt"; failures=$((failures+1)); }
 done
 expect_same "kiln --help lists bench" "  bench    time an engine: time to first token by prompt length, decode per token" \
@@ -99,6 +111,8 @@ expect_same "kiln --help lists bench" "  bench    time an engine: time to first 
 expect_fail no-engine "kiln bench: error: needs an engine (see 'kiln bench --help')" -- "$KILN_BIN" bench
 expect_fail two-engines "kiln bench: error: unexpected argument 'b'" -- "$KILN_BIN" bench "$e" b
 expect_fail unknown "kiln bench: error: unknown option '--batches' (see 'kiln bench --help')" -- "$KILN_BIN" bench "$e" --batches 8
+expect_fail kv-blocks-zero "kiln bench: error: --kv-blocks: '0' is not an integer from 1 to 2147483647" -- \
+  "$KILN_BIN" bench "$e" --kv-blocks 0
 expect_fail batch-one "kiln bench: error: --batch: '1' is not an integer from 2 to 256" -- "$KILN_BIN" bench "$e" --batch 1
 expect_fail batch-empty "kiln bench: error: --batch: an empty size in '2,'" -- "$KILN_BIN" bench "$e" --batch 2,
 expect_fail batch-many "kiln bench: error: --batch: more than 8 sizes in '$(seq -s, 2 10)'" -- \
