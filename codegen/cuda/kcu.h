@@ -75,6 +75,9 @@ typedef struct kcu_options {
                         * for comparisons: on the H100 kcu_flash_decode took 0.0108 / 0.0128 / 0.025 ms for one
                         * token at 512 / 2048 / 8192 positions against 0.0176 / 0.0385 / 0.170, 0.97 ms for 128
                         * tokens at 4096 against 3.53, bench/RESULTS.md #11 step 5) */
+    int fd_rounds;     /* 0: kcu_flash_decode's rounds of its warps a block before the cluster's blocks share a
+                        * token's positions (KCU_FD_ROUNDS, kcu_prelude.cuh); else these (kcu_build:
+                        * KILN_CUDA_FD_ROUNDS=N in the environment, for comparisons) */
     int g90_cluster;   /* 1: kcu_gemm90 in clusters of two blocks that share the weight tile (each loads half
                         * of it into both: TMA multicast) where its boxes split into whole swizzle atoms; 0:
                         * a block at a time (kcu_build: KILN_CUDA_GEMM90_CLUSTER=2 in the environment; off by

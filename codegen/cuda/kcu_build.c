@@ -195,6 +195,9 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     opt.no_flash90 = flash90 && strcmp(flash90, "0") == 0;
     const char *flash_decode = getenv("KILN_CUDA_FLASH_DECODE");
     opt.no_flash_decode = flash_decode && strcmp(flash_decode, "0") == 0;
+    const char *fd_rounds = getenv("KILN_CUDA_FD_ROUNDS");
+    opt.fd_rounds = fd_rounds ? atoi(fd_rounds) : 0;
+    if (opt.fd_rounds < 0 || opt.fd_rounds > 64) opt.fd_rounds = 0;
     opt.choices = &out->choices;
     int rc = kcu_generate_with(g, &opt, &src, &meta, d);
     /* the runtime's draw kernel rides along in every CUDA engine (runtime/cuda/cuda_draw.h) */

@@ -341,7 +341,12 @@ kcu_flash90_plan kcu_plan_flash90(int64_t group, int64_t dk, int64_t dv, int64_t
  * of kcu_flash_attention on two 8-position tiles, and 16 mma for p v (head_dim 128). A warp's own
  * ring needs no block barrier in the loop; the warps' states meet once at the end (shared memory,
  * warp order, double), and the cluster's blocks' (split: sm_90, a decode step, more than
- * KCU_ATT_SPLIT_ROUNDS rounds of 8 warps) in block order, as kcu_attention's.
+ * KCU_FD_ROUNDS rounds of 8 warps: as many blocks as take the chunks in that many rounds, at most
+ * ATT_SPLIT) in block order, as kcu_attention's. Why as many and not all: a block of 8 warps and a
+ * 192 KiB ring is alone on its SM, and its fixed costs (q, the block table, the ring's first
+ * copies, the combination) are ~10 us; split over all 8 blocks, 32 sequences of 512 positions made
+ * 2048 blocks of a chunk a warp, 16 waves (166 us a layer on the H100, against 20 us of K and V at
+ * the copy rate, #11 step 6).
  *
  * Numerics: q, k, v and p in MT (bf16 or f16), f32 products and statistics; deterministic, and a
  * token's result is a function of its own length and of whether its step is a decode step (T <=
@@ -495,11 +500,12 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
                        0, cluster);
     if (fd.smem > 0) {
         ks_buf_printf(&x->body,
-                      "    kcu_flash_decode<%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %lld, %lld>(T, q, kc, vc, "
-                      "out,\n        positions, table_off, tables, block_size, ",
+                      "    kcu_flash_decode<%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %lld, %lld",
                       flash_mma_type(x, v, n->in[0]), kcu_elem_type(qn->dtype), kv_elem_type(x, v),
                       kcu_elem_type(n->dtype), (long long)heads, (long long)kv_heads, (long long)dk, (long long)dv,
                       ATT_WARPS, FD_BN, fd.ns, ATT_SPLIT, (long long)window, (long long)kcu_decode_t(x));
+        if (x->opt.fd_rounds > 0) ks_buf_printf(&x->body, ", %d", x->opt.fd_rounds);
+        ks_buf_puts(&x->body, ">(T, q, kc, vc, out,\n        positions, table_off, tables, block_size, ");
         k->smem = fd.smem;
     } else {
         ks_buf_printf(&x->body,

@@ -67,10 +67,13 @@ static __device__ __forceinline__ void kcu_fd_rows(unsigned short *__restrict__ 
  * blockIdx.y (rows 0 .. GROUP - 1 of one m16 tile; the others zero), over positions [lo, pos] of
  * its sequence, on a grid [T, KH, S] of NW warps (z: a cluster's blocks on sm_90; elsewhere
  * block z = 0 takes every position and the others return). The positions go in chunks of BN
- * (16) to the (virtual) warps round robin, chunk c to warp c % (split NW): split is S when the
- * step is a decode step (T <= WIDE_T) and one block would take more than KCU_ATT_SPLIT_ROUNDS
- * rounds, else 1 — a function of the token's length and of whether T <= WIDE_T alone, so that a
- * token's result does not depend on what else its step holds. Each warp copies its chunks into its
+ * (16) to the (virtual) warps round robin, chunk c to warp c % (split NW): in a decode step (T <=
+ * WIDE_T) split is the fewest of the cluster's S blocks that take the chunks in at most R rounds of
+ * their warps (1 up to R NW chunks, S past (S - 1) R NW), else 1 — a function of the token's length
+ * and of whether T <= WIDE_T alone, so that a token's result does not depend on what else its step
+ * holds. Blocks past split end at once (an exited block counts as arrived at the cluster's
+ * barriers, and no block reads their shared memory): a step of many sequences of a few hundred
+ * positions fills the GPU with a few working blocks a sequence, not S blocks of a chunk each. Each warp copies its chunks into its
  * own ring of NS K and V tiles (cp.async, NS - 1 in flight while it multiplies one), forms
  * s = q k^T (q's A fragments in registers, K rows as B fragments by ldmatrix), an online softmax
  * per row in f32 (exponentials in base 2, as kcu_flash_attention), and o += p v (p rounded to MT:
@@ -79,7 +82,7 @@ static __device__ __forceinline__ void kcu_fd_rows(unsigned short *__restrict__ 
  * first, through distributed shared memory. Shapes as kcu_attention; MT the tensor cores' type.
  */
 template <typename MT, typename Q, typename KV, typename O, int H, int KH, int DK, int DV, int NW, int BN, int NS,
-          int S, int WINDOW, int WIDE_T>
+          int S, int WINDOW, int WIDE_T, int R = KCU_FD_ROUNDS>
 static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__restrict__ q, const KV *__restrict__ kc,
                                                         const KV *__restrict__ vc, O *__restrict__ out,
                                                         const int *__restrict__ positions,
@@ -130,7 +133,9 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
     const int pos = positions[t];
     const int lo = WINDOW > 0 && pos - WINDOW + 1 > 0 ? pos - WINDOW + 1 : 0;
     const int chunks = (pos - lo + BN) / BN;
-    const int split = SPLIT > 1 && T <= WIDE_T && chunks > KCU_ATT_SPLIT_ROUNDS * NW ? SPLIT : 1;
+    static_assert(R >= 1, "kcu_flash_decode: at least a round a warp");
+    const int need = (chunks + R * NW - 1) / (R * NW); /* blocks for at most R rounds each */
+    const int split = SPLIT > 1 && T <= WIDE_T ? (need < SPLIT ? need : SPLIT) : 1;
     const unsigned z = kcu_cluster_rank();
     if ((int)z >= split) return;
     const int vw = (int)z * NW + w, vwn = split * NW;
@@ -299,7 +304,7 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
     if constexpr (SPLIT > 1) {
         if (split == 1) return;
         kcu_cluster_combine<GROUP, DV, SPLIT, NT>(
-            z, bmax, bsum, bacc, gbuf, [](float mb, float mx) { return exp2((double)mb - (double)mx); },
+            z, split, bmax, bsum, bacc, gbuf, [](float mb, float mx) { return exp2((double)mb - (double)mx); },
             [&](int row, int d, float v) { kcu_fa_store(out + ((long long)t * H + h0 + row) * DV + d, v); });
     }
 #else

@@ -2073,6 +2073,12 @@ static __device__ __forceinline__ void kcu_matmul(const int T, const X *__restri
  * Llama-3-8B's decode attention from 154 to 38 µs a layer; at 16 the cluster's barriers cost ~5;
  * at 512 positions, 8 rounds of ~2.2 µs unsplit: 17.6 µs a layer, #11 step 3). */
 enum { KCU_ATT_SPLIT_ROUNDS = 2 };
+/* kcu_flash_decode's rounds of its warps a block takes before the cluster's blocks share a token's
+ * positions (its template parameter R; kcu_emit_attention may give another): at 4, a token of 512
+ * positions (33 chunks of 16) takes 2 blocks, of 2048 5, of 4096 and more 8 (kcu_flash_decode.cuh) */
+#ifndef KCU_FD_ROUNDS
+#define KCU_FD_ROUNDS 4
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KCU_CLUSTERS 1
 #define KCU_CLUSTER_Z(S) __cluster_dims__(1, 1, S)
@@ -2115,15 +2121,17 @@ __device__ __forceinline__ unsigned kcu_cluster_rank() { return 0; }
 template <typename T> __device__ __forceinline__ T kcu_cluster_ld(const T *p, unsigned) { return *p; }
 #endif
 
-/* A split decode attention's ending: the cluster's SPLIT blocks' states combined by its first (rank z
- * 0), in block order, reading the others' through distributed shared memory. Each block has written,
+/* A split decode attention's ending: the states of the cluster's first n blocks (n <= SPLIT; the others
+ * have ended) combined by its first (rank z 0), in block order, reading the others' through distributed
+ * shared memory. Each of those blocks has written,
  * for each of its ROWS rows (q heads), bmax (its maximum score), bsum (its sum of exponentials
  * relative to bmax) and bacc (its DV outputs so); out(row, d) = sum_b bacc_b g_b / sum_b bsum_b g_b
  * with g_b = weight(bmax_b, M), M the largest bmax_b, and 0 for a block with no position (bmax -inf);
  * put(row, d, value) stores it. Every thread of every block of the cluster calls it (its barriers);
  * the blocks end only after the first has read them. */
 template <int ROWS, int DV, int SPLIT, int NT, class Weight, class Put>
-__device__ __forceinline__ void kcu_cluster_combine(const unsigned z, const float (&bmax)[ROWS], const double (&bsum)[ROWS],
+__device__ __forceinline__ void kcu_cluster_combine(const unsigned z, const int n, const float (&bmax)[ROWS],
+                                                    const double (&bsum)[ROWS],
                                                     const double (&bacc)[ROWS][DV], double (&gbuf)[ROWS][SPLIT],
                                                     const Weight &weight, const Put &put)
 {
@@ -2131,10 +2139,10 @@ __device__ __forceinline__ void kcu_cluster_combine(const unsigned z, const floa
     const int tid = threadIdx.x;
     kcu_cluster_sync(); /* every block's state written */
     if (z == 0) {
-        if (tid < ROWS * SPLIT) { /* each block's weight, a thread a (row, block) */
+        if (tid < ROWS * SPLIT && tid % SPLIT < n) { /* each block's weight, a thread a (row, block) */
             const int row = tid / SPLIT, b = tid % SPLIT;
             float mx = ninf;
-            for (int u = 0; u < SPLIT; u++) mx = fmaxf(mx, kcu_cluster_ld(&bmax[row], (unsigned)u));
+            for (int u = 0; u < n; u++) mx = fmaxf(mx, kcu_cluster_ld(&bmax[row], (unsigned)u));
             const float mb = kcu_cluster_ld(&bmax[row], (unsigned)b);
             gbuf[row][b] = mb == ninf ? 0.0 : weight(mb, mx);
         }
@@ -2142,7 +2150,7 @@ __device__ __forceinline__ void kcu_cluster_combine(const unsigned z, const floa
         for (int i = tid; i < ROWS * DV; i += NT) {
             const int row = i / DV, d = i % DV;
             double sum = 0.0, acc = 0.0;
-            for (int b = 0; b < SPLIT; b++) {
+            for (int b = 0; b < n; b++) {
                 sum += kcu_cluster_ld(&bsum[row], (unsigned)b) * gbuf[row][b];
                 acc += kcu_cluster_ld(&bacc[row][d], (unsigned)b) * gbuf[row][b];
             }
@@ -2434,7 +2442,7 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
     if constexpr (SPLIT > 1) {
         if (split == 1) return;
         kcu_cluster_combine<HB, DV, SPLIT, NT>(
-            z, bmax, bsum, bacc, gbuf, [](float mb, float mx) { return exp((double)(mb - mx)); },
+            z, split, bmax, bsum, bacc, gbuf, [](float mb, float mx) { return exp((double)(mb - mx)); },
             [&](int h, int d, float v) {
                 if constexpr (kcu_same<O, float>::V)
                     out[((long long)t * H + h0 + h) * DV + d] = v;
