@@ -329,7 +329,9 @@ static kf_value lower_attention(kf_lower *L, const kf_builtin *b, kf_call_args *
     kir_setting set[] = {KIR_WITH_INT(KIR_A_ATTENTION_LAYER, L->n_attention), setting_of(b, a, 0), setting_of(b, a, 1),
                          setting_of(b, a, 2), setting_of(b, a, 3)};
     const int alibi = a->given[3] && a->attr[3].u.i != 0;
-    kf_value r = build(L, KIR_OP_ATTENTION, loc, a->t, 3, set, alibi ? 5 : 4);
+    /* attention(q, k, v, sinks): sinks, a weight of a logit a head, optional */
+    const int nt = a->nt > 3 && a->t[3] != KIR_NONE ? 4 : 3;
+    kf_value r = build(L, KIR_OP_ATTENTION, loc, a->t, nt, set, alibi ? 5 : 4);
     if (r.kind == KF_V_TENSOR) L->n_attention++;
     return r;
 }
@@ -360,7 +362,7 @@ static const kf_builtin builtins[] = {
     {"slice", "Tii", no_attrs, lower_slice, KIR_OP_SLICE, NULL},
     {"concat", "T+", no_attrs, lower_simple, KIR_OP_CONCAT, NULL},
     {"rope", "TT", rope_attrs, lower_rope, KIR_OP_ROPE, NULL},
-    {"attention", "TTT", attention_attrs, lower_attention, KIR_OP_ATTENTION, NULL},
+    {"attention", "TTTt", attention_attrs, lower_attention, KIR_OP_ATTENTION, NULL},
 };
 enum { KF_N_BUILTINS = sizeof builtins / sizeof *builtins };
 

@@ -452,6 +452,10 @@ static int kir_shape_attention(shape_ctx *c)
     else if (q->dims[2] != k->dims[2] || k->dims[1] != v->dims[1] || q->dims[1] % k->dims[1] != 0)
         rc = fail(c, "q %s, k %s and v %s do not fit (head dims of q and k equal, heads of q a multiple of k's)",
                   type_str(&s1, q), type_str(&s2, k), type_str(&s3, v));
+    else if (c->n->nin > 3 && operand(c, 3) &&
+             (operand(c, 3)->ndim != 1 || operand(c, 3)->dims[0] != q->dims[1] || !is_float(operand(c, 3)->dtype) ||
+              operand(c, 3)->dims[0] == KIR_DIM_T))
+        rc = fail(c, "sinks %s must be [heads] of q %s: a logit a head", type_str(&s1, operand(c, 3)), type_str(&s2, q));
     else {
         c->dtype = activation_dtype(c);
         c->ndim = 3;

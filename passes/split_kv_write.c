@@ -2,10 +2,10 @@
  * split_kv_write.c — attention's KV-cache write becomes a node of its own.
  *
  * Requires: a verified graph.
- * Guarantees: each attention(q, k, v) that writes the cache (write_kv
- *   absent or 1) becomes
- *       %w = kv_write(k, v) {layer=L}          right after k and v are both defined
- *       attention(q, %w, v) {…, write_kv=0}    where it was
+ * Guarantees: each attention(q, k, v[, sinks]) that writes the cache
+ *   (write_kv absent or 1) becomes
+ *       %w = kv_write(k, v) {layer=L}                 right after k and v are both defined
+ *       attention(q, %w, v[, sinks]) {…, write_kv=0}  where it was
  *   both at the attention's location. kv_write's value is k, so the
  *   attention depends on the write; the step computes the same values and
  *   writes the same cache rows, before the attention reads them. Placed
@@ -51,9 +51,11 @@ int kp_split_kv_write(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, 
         for (kir_val v = 0; v < n; v++) {
             if (writes_kv(g, v)) {
                 const kir_node *att = kir_node_at(g, v);
-                kir_val in[3] = {rw.map[att->in[0]], write[v], rw.map[att->in[2]]}; /* q, the kv_write, v */
+                /* q, the kv_write, v, and the sinks where it has them */
+                kir_val in[4] = {rw.map[att->in[0]], write[v], rw.map[att->in[2]],
+                                 att->nin > 3 ? rw.map[att->in[3]] : KIR_NONE};
                 kir_setting read_only = KIR_WITH_INT(KIR_A_ATTENTION_WRITE_KV, 0);
-                kp_rw_rebuild(&rw, v, in, 3, &read_only, 1);
+                kp_rw_rebuild(&rw, v, in, att->nin > 3 ? 4 : 3, &read_only, 1);
             } else {
                 kp_rw_copy(&rw, v);
             }

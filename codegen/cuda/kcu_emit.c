@@ -637,11 +637,12 @@ static int emit_node(kcu_gen *x, kir_val v)
 }
 
 /* 1 when node u's kernel reads operand i (attention reads K and V from the
- * cache, not from its operands, once kv_write was split from it). */
+ * cache, not from its operands, once kv_write was split from it; it reads q
+ * and its sinks). */
 static int reads_operand(const kir_graph *g, kir_val u, int i)
 {
     const kir_node *n = &g->nodes[u];
-    if (n->op == KIR_OP_ATTENTION && i > 0) return kir_attr_int(g, u, KIR_A_ATTENTION_WRITE_KV) != 0;
+    if (n->op == KIR_OP_ATTENTION && (i == 1 || i == 2)) return kir_attr_int(g, u, KIR_A_ATTENTION_WRITE_KV) != 0;
     return 1;
 }
 

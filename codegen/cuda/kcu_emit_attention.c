@@ -468,7 +468,10 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     krt_cuda_kernel *k = kcu_kernel_new(x, v, flash ? 32 * ATT_WARPS : 32 * a.nw);
     const int alibi = kir_attr_int(g, v, KIR_A_ATTENTION_ALIBI) != 0;
     /* the kernels' calls end with the heads' ALiBi slopes where the node has them */
-    const char *call_end = alibi ? ", " NAME_MARK "_alibi);\n" : ");\n";
+    /* and with the heads' sinks (a weight: a logit a head in every row's softmax) where it has them */
+    const int has_sinks = n->nin > 3 && n->in[3] != KIR_NONE;
+    const char *call_end = alibi ? (has_sinks ? ", " NAME_MARK "_alibi, sinks);\n" : ", " NAME_MARK "_alibi);\n")
+                                 : (has_sinks ? ", nullptr, sinks);\n" : ");\n");
     if (alibi) { /* the heads' slopes, as the interpreter computes them */
         float *slopes = ks_xmalloc(sizeof(float) * (size_t)heads);
         for (int64_t h = 0; h < heads; h++) slopes[h] = kir_alibi_slope(heads, h);
@@ -492,6 +495,7 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     kcu_add_param(x, k, KRT_CUDA_ARG_TABLE_OFF, 0, "const int *__restrict__ table_off");
     kcu_add_param(x, k, KRT_CUDA_ARG_TABLES, 0, "const int *__restrict__ tables");
     kcu_add_param(x, k, KRT_CUDA_ARG_BLOCK_SIZE, 0, "int block_size");
+    if (has_sinks) kcu_param_in(x, k, n->in[3], "sinks");
     char cluster[32];
     snprintf(cluster, sizeof cluster, "KCU_CLUSTER_Z(%d)", ATT_SPLIT);
     kcu_open_body_attr(x, k,
@@ -529,8 +533,9 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
         /* sm_90a: kcu_flash90 where it has a plan, q and the cache of the tensor cores' type */
         const char *mt = flash_mma_type(x, v, n->in[0]);
         f9 = kcu_plan_flash90(group, dk, dv, x->opt.smem_optin);
-        /* (kcu_flash90 adds no ALiBi bias: such a node keeps kcu_flash_attention on sm_90a too) */
-        g90 = x->opt.gemm90 && !x->opt.no_flash90 && !alibi && f9.smem > 0 && f9.hb == fs.hb && fs.mw == 1 &&
+        /* (kcu_flash90 adds no ALiBi bias and holds no sinks: such a node keeps kcu_flash_attention on sm_90a
+         * too) */
+        g90 = x->opt.gemm90 && !x->opt.no_flash90 && !alibi && !has_sinks && f9.smem > 0 && f9.hb == fs.hb && fs.mw == 1 &&
                   strcmp(kcu_elem_type(qn->dtype), mt) == 0 && strcmp(kv_elem_type(x, v), mt) == 0;
         if (g90) {
             ks_buf_printf(&x->body,

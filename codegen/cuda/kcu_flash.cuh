@@ -409,14 +409,15 @@ __device__ __forceinline__ bool kcu_fa_few_blocks(int T, int BT, long long group
  * dynamic shared memory (a GPU traps with less).
  */
 template <typename MT, typename Q, typename KV, typename O, int H, int KH, int DK, int DV, int HB, int TW, int MW,
-          int BN, int NS, int WINDOW>
+          int BN, int NS, int WINDOW, typename SK = float>
 static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q *__restrict__ q,
                                                            const KV *__restrict__ kc, const KV *__restrict__ vc,
                                                            O *__restrict__ out, const int *__restrict__ positions,
                                                            const int *__restrict__ table_off,
                                                            const int *__restrict__ tables, const int block_size,
                                                            const float scale, const float softcap,
-                                                           const float *__restrict__ alibi = nullptr)
+                                                           const float *__restrict__ alibi = nullptr,
+                                                           const SK *__restrict__ sinks = nullptr)
 {
 #if KCU_MMA
     enum {
@@ -690,7 +691,13 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
         l[x] += __shfl_xor_sync(0xffffffffu, l[x], 2);
         const int t = t0 + tw * WT + mi * 16 + g + 8 * i;
         if (t >= T) continue;
-        const float inv = l[x] > 0.0f ? 1.0f / l[x] : 0.0f;
+        float inv = l[x] > 0.0f ? 1.0f / l[x] : 0.0f;
+        if (sinks) { /* the sink among the row's scores: o 2^(m - M) / (l 2^(m - M) + 2^(sink - M)), log2 units */
+            const float ninf = -__int_as_float(0x7f800000);
+            const float mf = m[x] == ninf ? ninf : m[x] * fac, sk = kcu_f(sinks[head]) * 1.4426950408889634f;
+            const float mm = fmaxf(mf, sk), a = mf == ninf ? 0.0f : exp2f(mf - mm);
+            inv = a / (l[x] * a + exp2f(sk - mm));
+        }
         O *row = out + ((long long)t * H + head) * DV;
 #pragma unroll
         for (int j = 0; j < VN; j++) {
@@ -701,7 +708,7 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
     }
 #else
     (void)T, (void)q, (void)kc, (void)vc, (void)out, (void)positions, (void)table_off, (void)tables;
-    (void)block_size, (void)scale, (void)softcap;
+    (void)block_size, (void)scale, (void)softcap, (void)alibi, (void)sinks;
     __trap(); /* before sm_80: kcu_emit_attention does not launch it there */
 #endif
 }

@@ -82,14 +82,15 @@ static __device__ __forceinline__ void kcu_fd_rows(unsigned short *__restrict__ 
  * first, through distributed shared memory. Shapes as kcu_attention; MT the tensor cores' type.
  */
 template <typename MT, typename Q, typename KV, typename O, int H, int KH, int DK, int DV, int NW, int BN, int NS,
-          int S, int WINDOW, int WIDE_T, int R = KCU_FD_ROUNDS>
+          int S, int WINDOW, int WIDE_T, int R = KCU_FD_ROUNDS, typename SK = float>
 static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__restrict__ q, const KV *__restrict__ kc,
                                                         const KV *__restrict__ vc, O *__restrict__ out,
                                                         const int *__restrict__ positions,
                                                         const int *__restrict__ table_off,
                                                         const int *__restrict__ tables, const int block_size,
                                                         const float scale, const float softcap,
-                                                        const float *__restrict__ alibi = nullptr)
+                                                        const float *__restrict__ alibi = nullptr,
+                                                        const SK *__restrict__ sinks = nullptr)
 {
 #if KCU_MMA
     typedef kcu_fd_smem_of<DK, DV, NW, BN, NS> L;
@@ -297,6 +298,8 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
                 continue;
             }
         }
+        if (sinks) /* the sink's 2^(sink log2 e - M), in the scores' log2 units */
+            sum += exp2((double)kcu_f(sinks[h0 + row]) * 1.4426950408889634 - (double)mx);
         kcu_fa_store(out + ((long long)t * H + h0 + row) * DV + d, (float)(acc / sum));
     }
     /* the cluster's blocks' states combined in block order by the first: g_b = 2^(bmax_b - M) (bmax in
@@ -305,11 +308,12 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
         if (split == 1) return;
         kcu_cluster_combine<GROUP, DV, SPLIT, NT>(
             z, split, bmax, bsum, bacc, gbuf, [](float mb, float mx) { return exp2((double)mb - (double)mx); },
-            [&](int row, int d, float v) { kcu_fa_store(out + ((long long)t * H + h0 + row) * DV + d, v); });
+            [&](int row, int d, float v) { kcu_fa_store(out + ((long long)t * H + h0 + row) * DV + d, v); },
+            [&](int row) { return sinks ? kcu_f(sinks[h0 + row]) * 1.4426950408889634f : ninf; });
     }
 #else
     (void)T, (void)q, (void)kc, (void)vc, (void)out, (void)positions, (void)table_off, (void)tables;
-    (void)block_size, (void)scale, (void)softcap, (void)alibi;
+    (void)block_size, (void)scale, (void)softcap, (void)alibi, (void)sinks;
     __trap(); /* before sm_80: kcu_emit_attention does not launch it there */
 #endif
 }

@@ -2123,20 +2123,22 @@ template <typename T> __device__ __forceinline__ T kcu_cluster_ld(const T *p, un
 
 /* A split decode attention's ending: the states of the cluster's first n blocks (n <= SPLIT; the others
  * have ended) combined by its first (rank z 0), in block order, reading the others' through distributed
- * shared memory. Each of those blocks has written,
+ * shared memory, and sink(row), a logit in bmax's units (-inf: none) that the sum holds with no
+ * value (attention sinks: weight(sink, M) added to the denominator). Each of those blocks has written,
  * for each of its ROWS rows (q heads), bmax (its maximum score), bsum (its sum of exponentials
  * relative to bmax) and bacc (its DV outputs so); out(row, d) = sum_b bacc_b g_b / sum_b bsum_b g_b
  * with g_b = weight(bmax_b, M), M the largest bmax_b, and 0 for a block with no position (bmax -inf);
  * put(row, d, value) stores it. Every thread of every block of the cluster calls it (its barriers);
  * the blocks end only after the first has read them. */
-template <int ROWS, int DV, int SPLIT, int NT, class Weight, class Put>
+template <int ROWS, int DV, int SPLIT, int NT, class Weight, class Put, class Sink>
 __device__ __forceinline__ void kcu_cluster_combine(const unsigned z, const int n, const float (&bmax)[ROWS],
                                                     const double (&bsum)[ROWS],
                                                     const double (&bacc)[ROWS][DV], double (&gbuf)[ROWS][SPLIT],
-                                                    const Weight &weight, const Put &put)
+                                                    const Weight &weight, const Put &put, const Sink &sink)
 {
     const float ninf = -__int_as_float(0x7f800000);
     const int tid = threadIdx.x;
+    __shared__ double sbuf[ROWS]; /* the sink's weight of each row */
     kcu_cluster_sync(); /* every block's state written */
     if (z == 0) {
         if (tid < ROWS * SPLIT && tid % SPLIT < n) { /* each block's weight, a thread a (row, block) */
@@ -2145,6 +2147,10 @@ __device__ __forceinline__ void kcu_cluster_combine(const unsigned z, const int 
             for (int u = 0; u < n; u++) mx = fmaxf(mx, kcu_cluster_ld(&bmax[row], (unsigned)u));
             const float mb = kcu_cluster_ld(&bmax[row], (unsigned)b);
             gbuf[row][b] = mb == ninf ? 0.0 : weight(mb, mx);
+            if (b == 0) {
+                const float sk = sink(row);
+                sbuf[row] = sk == ninf ? 0.0 : weight(sk, mx);
+            }
         }
         __syncthreads();
         for (int i = tid; i < ROWS * DV; i += NT) {
@@ -2154,6 +2160,7 @@ __device__ __forceinline__ void kcu_cluster_combine(const unsigned z, const int 
                 sum += kcu_cluster_ld(&bsum[row], (unsigned)b) * gbuf[row][b];
                 acc += kcu_cluster_ld(&bacc[row][d], (unsigned)b) * gbuf[row][b];
             }
+            sum += sbuf[row];
             put(row, d, (float)(acc / sum));
         }
     }
@@ -2252,14 +2259,16 @@ static __device__ __forceinline__ void kcu_att_rows(const C *__restrict__ kbase,
  * out [T, H, DV]. P positions a warp step, P * HB <= 32, all powers of two. Q, C, O: the
  * elements of q, of the cache and of out (f32, or a half type: read as f32, out rounded).
  */
-template <int H, int KH, int DK, int DV, int HB, int P, int NW, int S, int WINDOW, typename Q, typename C, typename O>
+template <int H, int KH, int DK, int DV, int HB, int P, int NW, int S, int WINDOW, typename Q, typename C, typename O,
+          typename SK = float>
 static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, const C *__restrict__ kc,
                                                      const C *__restrict__ vc, O *__restrict__ out,
                                                      const int *__restrict__ positions,
                                                      const int *__restrict__ table_off,
                                                      const int *__restrict__ tables, const int block_size,
                                                      const float scale, const float softcap,
-                                                     const float *__restrict__ alibi = nullptr)
+                                                     const float *__restrict__ alibi = nullptr,
+                                                     const SK *__restrict__ sinks = nullptr)
 {
     enum {
         GROUP = H / KH,
@@ -2280,6 +2289,7 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
     __shared__ float abuf[NW][HB][DV];     /* each warp's accumulated outputs */
     __shared__ double fbuf[NW][HB];        /* each warp's weight in the block's combination, per head */
     __shared__ double wbuf[NW][HB];        /* each warp's sum of exponentials, weighted so */
+    __shared__ double snk[HB];             /* each head's sink, e^(sink - M) (0: none, or split) */
     __shared__ float bmax[SB];             /* split: the block's maximum per head */
     __shared__ double bacc[SB][SPLIT > 1 ? DV : 1]; /* split: the block's outputs relative to bmax */
     __shared__ double bsum[SB];            /* and its sum of exponentials so */
@@ -2417,6 +2427,8 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
         fbuf[v][h] = f;
         wbuf[v][h] = lw * f;
         if (SPLIT > 1 && v == 0) bmax[h] = mx;
+        /* the sink's e^(sink - M), in the unsplit sum only (split: the cluster's combination adds it) */
+        if (v == 0) snk[h] = sinks && (SPLIT == 1 || split == 1) ? exp((double)kcu_f(sinks[h0 + h]) - (double)mx) : 0.0;
     }
     __syncthreads();
     for (int i = tid; i < HB * DV; i += NT) {
@@ -2433,6 +2445,7 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
                 continue;
             }
         }
+        sum += snk[h];
         if constexpr (kcu_same<O, float>::V) /* (a plain store: kcu_put here changes the f32 kernel's code) */
             out[((long long)t * H + h0 + h) * DV + d] = (float)(o / sum);
         else
@@ -2448,7 +2461,8 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
                     out[((long long)t * H + h0 + h) * DV + d] = v;
                 else
                     kcu_put(out + ((long long)t * H + h0 + h) * DV + d, v);
-            });
+            },
+            [&](int h) { return sinks ? kcu_f(sinks[h0 + h]) : ninf; });
     }
 }
 /* The attention kernel's body: kcu_attention over HBW heads a block (sharing their K and V
@@ -2463,23 +2477,24 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
  * differed from alone by 3e-7, bench/RESULTS.md #11 step 1). */
 enum { KCU_ATT_WIDE = 128 };
 template <int H, int KH, int DK, int DV, int HBW, int PW, int P1, int NW, int S, int WINDOW, int WIDE_T, typename Q,
-          typename C, typename O>
+          typename C, typename O, typename SK = float>
 static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q *__restrict__ q,
                                                             const C *__restrict__ kc, const C *__restrict__ vc,
                                                             O *__restrict__ out, const int *__restrict__ positions,
                                                             const int *__restrict__ table_off,
                                                             const int *__restrict__ tables, const int block_size,
                                                             const float scale, const float softcap,
-                                                            const float *__restrict__ alibi = nullptr)
+                                                            const float *__restrict__ alibi = nullptr,
+                                                            const SK *__restrict__ sinks = nullptr)
 {
     if (!KCU_CLUSTERS && blockIdx.z > 0) return; /* no clusters: block z = 0 takes every position */
     if (HBW > 1 && T > WIDE_T && (long long)T * (H / HBW) >= KCU_ATT_WIDE) {
         if (blockIdx.y < H / HBW)
             kcu_attention<H, KH, DK, DV, HBW, PW, NW, S, WINDOW>(q, kc, vc, out, positions, table_off, tables,
-                                                                 block_size, scale, softcap, alibi);
+                                                                 block_size, scale, softcap, alibi, sinks);
     } else {
         kcu_attention<H, KH, DK, DV, 1, P1, NW, S, WINDOW>(q, kc, vc, out, positions, table_off, tables, block_size,
-                                                           scale, softcap, alibi);
+                                                           scale, softcap, alibi, sinks);
     }
 }
 /* ==== end of attention ================================================================ */

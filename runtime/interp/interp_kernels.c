@@ -636,6 +636,9 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
     float softcap = (float)kir_attr_float(x->g, v, KIR_A_ATTENTION_SOFTCAP);
     float *kc = krt_kv_k(x->kv, layer), *vc = krt_kv_v(x->kv, layer);
     const int alibi = kir_attr_int(x->g, v, KIR_A_ATTENTION_ALIBI) != 0;
+    /* sinks: a logit a head that every row's softmax holds besides its positions', with no value (gpt-oss;
+     * transformers puts it among the scores, the maximum over both) */
+    const float *sinks = load_all_f32(x, optional_operand(n, 3), x->scratch->conv);
     const krt_step *st = x->step;
     /* a half cache (fast precision): the GPU's attention kernels multiply p and v on tensor cores, p
      * (relative to the row's maximum so far) rounded to the cache's dtype and the sum of the unrounded
@@ -669,11 +672,13 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
                 score[j] = s;
                 if (s > m) m = s;
             }
+            if (sinks && sinks[h] > m) m = sinks[h];
             double sum = 0.0;
             for (int j = 0; j < len; j++) {
                 score[j] = (float)exp((double)(score[j] - m));
                 sum += score[j];
             }
+            if (sinks) sum += (float)exp((double)(sinks[h] - m));
             float *oh = o + (t * heads + h) * dv;
             memset(oh, 0, sizeof(float) * (size_t)dv);
             /* a half cache: p v on half operands, the exponentials rounded and the sum of the unrounded
@@ -709,6 +714,9 @@ void krt_interp_scratch_sizes(const kir_graph *g, size_t *conv, size_t *tile, si
             break;
         case KIR_OP_LAYER_NORM:
             c = conv_floats(g, optional_operand(n, 1)) + conv_floats(g, optional_operand(n, 2));
+            break;
+        case KIR_OP_ATTENTION: /* its sinks */
+            c = conv_floats(g, optional_operand(n, 3));
             break;
         case KIR_OP_MATMUL:
             if (g->nodes[n->in[1]].dtype != KIR_F32 && tile_floats(g->nodes[n->in[1]].dims[1]) > *tile)

@@ -2,7 +2,8 @@
 # cuda_ops.sh — the elementwise ops of soft-capping, routing and clipping (tanh, exp, sigmoid, clamp,
 # maximum, minimum, softmax, a tensor plus or minus a number) on the CUDA backend over emu_libcuda (tests/data/ops/ops.kiln:
 # the ops standalone and in matmul epilogues), and a mixture of experts' routing ops (tests/data/moe/moe.kiln:
-# sum, topk, gather, div by a row, expert_matmul, expert_sum): kiln verify --target sm_90, the CUDA engine's every
+# sum, topk, gather, div by a row, expert_matmul, expert_sum), and attention sinks (tests/data/sinks/sinks.kiln: the
+# CUDA-core kernel in f32, kcu_flash_attention and kcu_flash_decode in bf16 fast): kiln verify --target sm_90, the CUDA engine's every
 # value against the unfused interpreter, exact (f32) and fast (bf16, the formulas' float forms).
 # Skips (77) without NVRTC or g++.
 . "$(dirname "$0")/../cli/lib.sh"
@@ -11,7 +12,7 @@
 if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ] || [ -z "${KILN_GXX:-}" ]; then
   echo "skipped: needs NVRTC and g++"; exit 77
 fi
-for m in ops moe; do
+for m in ops moe sinks; do
 data="$(dirname "$0")/../data/$m"
 python3 "$data/make_ckpt.py" "$work/ckpt$m" || { echo "FAIL: $m/make_ckpt.py"; exit 1; }
 for how in "--dtype f32" "--dtype bf16 --precision fast"; do
