@@ -162,9 +162,12 @@ struct kf_stmt {
 typedef struct kf_weight_src {
     const char *tensor; /* the name or template, decoded */
     kf_loc loc;         /* the string literal */
-    int transposed;     /* `.T`: stored [in, out], read as [out, in] */
-    kf_expr *row_lo;    /* `[lo : hi]`: rows of dim 0 after .T; NULL: all */
+    int transposed;     /* `.T`: its last two dims swapped (stored [in, out], read as [out, in]; of a 3-D
+                           [experts, in, out]: each expert's) */
+    int row_dim;        /* the dim row_lo.. select from, after .T: 0 (`[lo : hi]`) or 1 (`[:, lo : hi]`) */
+    kf_expr *row_lo;    /* `[lo : hi]`: rows of dim row_dim after .T; NULL: all */
     kf_expr *row_hi;    /* end of the rows (excluded); NULL when row_lo is */
+    kf_expr *row_step;  /* `[lo : hi : step]`: every step-th row from lo; NULL: 1 */
 } kf_weight_src;
 
 typedef enum kf_item_kind {

@@ -84,8 +84,58 @@ const char *kf_checkpoint_path(const kf_checkpoint *c) { return c->path; }
 /* Square tiles for the transposed copy: both sides stay in cache. */
 enum { TILE = 32 };
 
+/* kf_tensor_read_f32 with every row_step-th row. */
+static int read_rows(ks_diag *d, const kf_tensor *t, int transposed, int64_t row_start, int64_t row_end,
+                     int64_t row_step, float *out);
+
 int kf_tensor_read_f32(ks_diag *d, const kf_tensor *t, int transposed, int64_t row_start,
                        int64_t row_end, float *out)
+{
+    return read_rows(d, t, transposed, row_start, row_end, 1, out);
+}
+
+int kf_tensor_read_view(ks_diag *d, const kf_tensor *t, const kf_tensor_view *v, float *out)
+{
+    if (v->row_step < 1) {
+        ks_error(d, t->file, "tensor '%s': a row step of %lld", t->name, (long long)v->row_step);
+        return -1;
+    }
+    /* each index of dim 0 on its own: a 3-D tensor transposed, or rows of dim 1 */
+    if ((t->ndim == 3 && v->transposed) || v->row_dim == 1) {
+        if (t->ndim != 2 && t->ndim != 3) {
+            ks_error(d, t->file, "tensor '%s': rows of dim 1 need 2 or 3 dims, it has %d", t->name, t->ndim);
+            return -1;
+        }
+        if (t->ndim == 2 && v->transposed) {
+            ks_error(d, t->file, "tensor '%s': .T and rows of dim 1 of a 2-D tensor", t->name);
+            return -1;
+        }
+        kf_tensor sub = *t;
+        sub.ndim = t->ndim - 1;
+        for (int i = 0; i < sub.ndim; i++) sub.shape[i] = t->shape[i + 1];
+        sub.nbytes = t->nbytes / (size_t)(t->shape[0] > 0 ? t->shape[0] : 1);
+        /* the rows a part gives: dim 0 of the part after .T */
+        int64_t rows = sub.ndim == 0 ? 1 : v->transposed && sub.ndim == 2 ? sub.shape[1] : sub.shape[0];
+        int64_t lo = v->row_dim == 1 ? v->row_start : 0, hi = v->row_dim == 1 ? v->row_end : -1;
+        int64_t step = v->row_dim == 1 ? v->row_step : 1, end = hi < 0 ? rows : hi;
+        size_t part = 1;
+        for (int i = 0; i < sub.ndim; i++) part *= (size_t)sub.shape[i];
+        if (end > lo && rows > 0) part = part / (size_t)rows * (size_t)((end - lo + step - 1) / step);
+        if (v->row_dim == 0 && v->row_end >= 0 && (v->row_start != 0 || v->row_end != t->shape[0] || v->row_step != 1)) {
+            ks_error(d, t->file, "tensor '%s': rows of dim 0 and .T of a 3-D tensor together", t->name);
+            return -1;
+        }
+        for (int64_t e = 0; e < t->shape[0]; e++) {
+            sub.data = t->data + (size_t)e * sub.nbytes;
+            if (read_rows(d, &sub, v->transposed, lo, hi, step, out + (size_t)e * part) != 0) return -1;
+        }
+        return 0;
+    }
+    return read_rows(d, t, v->transposed, v->row_start, v->row_end, v->row_step, out);
+}
+
+static int read_rows(ks_diag *d, const kf_tensor *t, int transposed, int64_t row_start, int64_t row_end,
+                     int64_t row_step, float *out)
 {
     if (t->dtype != KIR_F32 && t->dtype != KIR_F16 && t->dtype != KIR_BF16) {
         ks_error(d, t->file, "tensor '%s': dtype %d cannot be read as f32", t->name, (int)t->dtype);
@@ -122,14 +172,19 @@ int kf_tensor_read_f32(ks_diag *d, const kf_tensor *t, int transposed, int64_t r
     size_t es = kir_dtype_size(t->dtype);
     if (!transposed) {
         size_t row_elems = rows ? elems / (size_t)rows : 0;
-        size_t first = (size_t)row_start * row_elems, n = (size_t)(row_end - row_start) * row_elems;
-        if (n) ks_decode_f32(t->data + first * es, kind, n, out); /* n is 0 for a [5, 0] tensor */
+        if (row_step == 1) {
+            size_t first = (size_t)row_start * row_elems, n = (size_t)(row_end - row_start) * row_elems;
+            if (n) ks_decode_f32(t->data + first * es, kind, n, out); /* n is 0 for a [5, 0] tensor */
+            return 0;
+        }
+        for (int64_t r = row_start, k = 0; r < row_end; r += row_step, k++)
+            if (row_elems) ks_decode_f32(t->data + (size_t)r * row_elems * es, kind, row_elems, out + (size_t)k * row_elems);
         return 0;
     }
-    /* Stored [a, b]; result [b, a] restricted to rows [row_start, row_end):
-     * out[(j - row_start) * a + i] = stored[i * b + j]. */
+    /* Stored [a, b]; result [b, a] restricted to rows row_start, + row_step, ... below row_end:
+     * out[(j - row_start) / row_step * a + i] = stored[i * b + j]. */
     size_t a = (size_t)t->shape[0], b = (size_t)t->shape[1];
-    size_t j0 = (size_t)row_start, j1 = (size_t)row_end;
+    size_t j0 = (size_t)row_start, j1 = (size_t)row_end, js = (size_t)row_step;
     float row[TILE]; /* stored[i * b + jj .. i * b + je) */
     for (size_t ii = 0; ii < a; ii += TILE) {
         size_t ie = ii + TILE < a ? ii + TILE : a;
@@ -137,7 +192,8 @@ int kf_tensor_read_f32(ks_diag *d, const kf_tensor *t, int transposed, int64_t r
             size_t je = jj + TILE < j1 ? jj + TILE : j1;
             for (size_t i = ii; i < ie; i++) {
                 ks_decode_f32(t->data + (i * b + jj) * es, kind, je - jj, row);
-                for (size_t j = jj; j < je; j++) out[(j - j0) * a + i] = row[j - jj];
+                for (size_t j = jj; j < je; j++)
+                    if ((j - j0) % js == 0) out[(j - j0) / js * a + i] = row[j - jj];
             }
         }
     }

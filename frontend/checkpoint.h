@@ -84,4 +84,18 @@ kf_checkpoint *kf_checkpoint_open_llama2c(ks_diag *d, const char *path, cJSON **
 int kf_tensor_read_f32(ks_diag *d, const kf_tensor *t, int transposed, int64_t row_start,
                        int64_t row_end, float *out);
 
+/* How a weight reads its tensor (a .kiln source's `.T` and rows): the last two dims swapped when
+ * transposed (a 2-D tensor, or each [a,b] of a 3-D one); then rows [row_start, row_end) of dim
+ * row_dim (row_end < 0: all), every row_step-th (1: each); row_dim 1 takes them from each index of
+ * dim 0 (a 2-D or 3-D tensor). */
+typedef struct kf_tensor_view {
+    int transposed;
+    int row_dim;
+    int64_t row_start, row_end, row_step;
+} kf_tensor_view;
+
+/* Read the tensor as float32 into out as v says; out holds the result's elements. Returns 0, or -1
+ * with an error through d. */
+int kf_tensor_read_view(ks_diag *d, const kf_tensor *t, const kf_tensor_view *v, float *out);
+
 #endif

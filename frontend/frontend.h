@@ -18,9 +18,11 @@
 typedef struct kf_weight_binding {
     kir_val node;               /* the WEIGHT node in the graph */
     const char *tensor;         /* checkpoint tensor name chosen (first alternative present) */
-    int transposed;             /* stored [in,out] (GPT-2 Conv1D): read transposed */
-    int64_t row_start;          /* rows [row_start,row_end) of dim 0 after transposition */
+    int transposed;             /* stored [in,out] (GPT-2 Conv1D): read transposed (3-D: each [in,out] of dim 0) */
+    int row_dim;                /* 0: rows of dim 0; 1: of dim 1, for each index of dim 0 */
+    int64_t row_start;          /* rows [row_start,row_end) of dim row_dim after transposition */
     int64_t row_end;            /* -1: all rows */
+    int64_t row_step;           /* every row_step-th of them (1: each) */
     const char *const *parts;   /* {e} templates: [n_parts] tensors, one an expert, stacked along dim 0, each read
                                    as above (transposed, rows) as the weight's dims after the first; tensor is
                                    parts[0] */

@@ -105,8 +105,10 @@ typedef struct kf_weight_inst {
     int present;        /* 0: none (optional and absent, or `if` false) */
     const char *tensor; /* checkpoint tensor chosen, in the model's arena */
     int transposed;     /* read transposed (.T) */
-    int64_t row_start;  /* first row of dim 0 after .T */
+    int row_dim;        /* the dim of the rows: 0, or 1 (each index of dim 0's) */
+    int64_t row_start;  /* first row of dim row_dim after .T */
     int64_t row_end;    /* end row; -1: all rows */
+    int64_t row_step;   /* every row_step-th row (1: each) */
     const char **parts; /* {e}: [n_parts] each expert's tensor, stacked along dim 0 (tensor is parts[0]) */
     int64_t n_parts;    /* 0: one tensor */
     kir_val node;       /* its WEIGHT node once used; KIR_NONE before */

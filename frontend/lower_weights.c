@@ -7,8 +7,12 @@
  *
  * The declared shape is what the graph sees. An alternative names a
  * checkpoint tensor (in a layer weight a template whose {i} is the layer
- * index); `.T` reads a 2-D tensor transposed, `[lo : hi]` keeps rows lo..hi
- * of dim 0 after the transposition. The first alternative present in the
+ * index); `.T` swaps a tensor's last two dims (a 2-D tensor read transposed;
+ * a 3-D [experts, in, out], gpt-oss's, each expert's matrix), `[lo : hi]`
+ * keeps rows lo..hi of dim 0 after the transposition, `[lo : hi : step]`
+ * every step-th of them, and `[:, lo : hi]` (`: step`) rows of dim 1 for each
+ * index of dim 0 (gpt-oss's gate and up, interleaved: `[:, 0 : 2 * ffn : 2]`
+ * and `[:, 1 : 2 * ffn : 2]`). The first alternative present in the
  * checkpoint wins; it must then have the declared shape once read that way.
  * A template with {e} stacks one tensor per expert: the weight's dim 0 is
  * the expert index e, and expert e's tensor (each read the same way) has the
@@ -107,13 +111,18 @@ static const char *inst_name(kf_lower *L, const kf_weight *w, int64_t layer)
     return ks_arena_printf(&L->scratch, "%s[%lld]", w->decl->name, (long long)layer);
 }
 
-/* How a source reads its tensor, for messages: ".T[0:128]". */
+/* How a source reads its tensor, for messages: ".T[0:128]", "[:, 1:64:2]". */
 static const char *read_desc(kf_lower *L, const kf_weight_src *s, const int64_t *rows)
 {
     if (!s->row_lo) return s->transposed ? ".T" : "";
-    return ks_arena_printf(&L->scratch, "%s[%lld:%lld]", s->transposed ? ".T" : "", (long long)rows[0],
-                           (long long)rows[1]);
+    char step[32] = "";
+    if (rows[2] != 1) snprintf(step, sizeof step, ":%lld", (long long)rows[2]);
+    return ks_arena_printf(&L->scratch, "%s[%s%lld:%lld%s]", s->transposed ? ".T" : "", s->row_dim ? ":, " : "",
+                           (long long)rows[0], (long long)rows[1], step);
 }
+
+/* Rows lo, lo + step, ... below hi: how many. */
+static int64_t rows_taken(const int64_t *rows) { return (rows[1] - rows[0] + rows[2] - 1) / rows[2]; }
 
 static const char *dims_text(kf_lower *L, int ndim, const int64_t *dims)
 {
@@ -143,22 +152,28 @@ static int check_tensor(kf_lower *L, int want_ndim, const int64_t *want, const c
     }
     memcpy(shape, t->shape, (size_t)ndim * sizeof *shape);
     if (s->transposed) {
-        if (ndim != 2) {
-            ks_buf_printf(msg, "weight '%s': .T needs a 2-D tensor, but tensor '%s' has shape %s", name, t->name,
-                          dims_text(L, ndim, t->shape));
+        if (ndim != 2 && ndim != 3) {
+            ks_buf_printf(msg, "weight '%s': .T needs a 2-D or 3-D tensor, but tensor '%s' has shape %s", name,
+                          t->name, dims_text(L, ndim, t->shape));
             return -1;
         }
-        shape[0] = t->shape[1];
-        shape[1] = t->shape[0];
+        shape[ndim - 2] = t->shape[ndim - 1];
+        shape[ndim - 1] = t->shape[ndim - 2];
     }
     if (s->row_lo) {
-        if (ndim < 1 || rows[1] > shape[0]) {
-            ks_buf_printf(msg, "weight '%s': rows [%lld:%lld] are out of range: tensor '%s' has %lld rows%s", name,
-                          (long long)rows[0], (long long)rows[1], t->name, ndim < 1 ? 0LL : (long long)shape[0],
-                          s->transposed ? " after .T" : "");
+        const int dim = s->row_dim;
+        if (ndim < dim + 1 || (dim == 1 && ndim > 3)) {
+            ks_buf_printf(msg, "weight '%s': %s needs a tensor of %s dims, but tensor '%s' has shape %s", name,
+                          read_desc(L, s, rows), dim ? "2 or 3" : "1 or more", t->name, dims_text(L, ndim, t->shape));
             return -1;
         }
-        shape[0] = rows[1] - rows[0];
+        if (rows[1] > shape[dim]) {
+            ks_buf_printf(msg, "weight '%s': rows [%lld:%lld] are out of range: tensor '%s' has %lld rows%s%s", name,
+                          (long long)rows[0], (long long)rows[1], t->name, (long long)shape[dim],
+                          dim ? " in dim 1" : "", s->transposed ? " after .T" : "");
+            return -1;
+        }
+        shape[dim] = rows_taken(rows);
     }
     int same = ndim == want_ndim;
     for (int k = 0; same && k < ndim; k++) same = shape[k] == want[k];
@@ -221,7 +236,7 @@ static int resolve_experts(kf_lower *L, kf_weight *w, int64_t layer, const kf_we
 }
 
 /* Resolve instance `layer` of w against the checkpoint. */
-static void resolve(kf_lower *L, kf_weight *w, int64_t layer, int64_t (*rows)[2], kf_failure *f)
+static void resolve(kf_lower *L, kf_weight *w, int64_t layer, int64_t (*rows)[3], kf_failure *f)
 {
     const kf_item *it = w->decl;
     kf_weight_inst *inst = &w->inst[layer];
@@ -281,8 +296,10 @@ static void resolve(kf_lower *L, kf_weight *w, int64_t layer, int64_t (*rows)[2]
     }
     inst->tensor = inst->n_parts ? inst->parts[0] : L->ckpt ? t->name : (chosen < 16 ? names[chosen] : expand(L, s->tensor, layer, 0));
     inst->transposed = s->transposed;
+    inst->row_dim = s->row_lo ? s->row_dim : 0;
     inst->row_start = s->row_lo ? rows[chosen][0] : 0;
     inst->row_end = s->row_lo ? rows[chosen][1] : -1;
+    inst->row_step = s->row_lo ? rows[chosen][2] : 1;
 }
 
 void kf_declare_weight(kf_lower *L, kf_weight *w)
@@ -323,24 +340,32 @@ void kf_declare_weight(kf_lower *L, kf_weight *w)
     }
     int enabled = 1;
     if (it->value && kf_eval_bool(L, it->value, "the condition of a weight", &enabled) != 0) bad = 1;
-    int64_t(*rows)[2] = ks_arena_alloc(&L->scratch, it->n_srcs * sizeof *rows);
+    int64_t(*rows)[3] = ks_arena_alloc(&L->scratch, it->n_srcs * sizeof *rows);
     for (size_t k = 0; k < it->n_srcs; k++) {
         const kf_weight_src *s = it->srcs[k];
         if (check_template(L, it, s) != 0) bad = 1;
+        rows[k][2] = 1;
         if (!s->row_lo) continue;
         if (kf_eval_int(L, s->row_lo, "a row bound", &rows[k][0]) != 0 ||
-            kf_eval_int(L, s->row_hi, "a row bound", &rows[k][1]) != 0) {
+            kf_eval_int(L, s->row_hi, "a row bound", &rows[k][1]) != 0 ||
+            (s->row_step && kf_eval_int(L, s->row_step, "a row step", &rows[k][2]) != 0)) {
             bad = 1;
             continue;
         }
-        if (rows[k][0] < 0 || rows[k][1] <= rows[k][0]) {
+        /* the declared dim the rows make: dim 0, or dim 1 (of an expert's tensor under {e}: the dims after
+           the first) */
+        const int ddim = s->row_dim + (has_expert(s->tensor) ? 1 : 0);
+        if (rows[k][2] < 1) {
+            kf_error(L, s->row_step->loc, "weight '%s': a row step of %lld; it must be at least 1", it->name,
+                     (long long)rows[k][2]);
+            bad = 1;
+        } else if (rows[k][0] < 0 || rows[k][1] <= rows[k][0]) {
             kf_error(L, s->row_lo->loc, "weight '%s': rows [%lld:%lld] are empty or negative", it->name,
                      (long long)rows[k][0], (long long)rows[k][1]);
             bad = 1;
-        } else if (w->ndim > 0 && !bad && rows[k][1] - rows[k][0] != w->dims[0]) {
-            kf_error(L, s->row_lo->loc, "weight '%s': rows [%lld:%lld] are %lld rows, but the declared shape has %lld",
-                     it->name, (long long)rows[k][0], (long long)rows[k][1], (long long)(rows[k][1] - rows[k][0]),
-                     (long long)w->dims[0]);
+        } else if (w->ndim > ddim && !bad && rows_taken(rows[k]) != w->dims[ddim]) {
+            kf_error(L, s->row_lo->loc, "weight '%s': rows %s are %lld rows, but the declared shape has %lld in dim %d",
+                     it->name, read_desc(L, s, rows[k]), (long long)rows_taken(rows[k]), (long long)w->dims[ddim], ddim);
             bad = 1;
         }
     }
@@ -401,8 +426,10 @@ kf_value kf_weight_value(kf_lower *L, kf_weight *w, int64_t layer, kf_loc loc)
         b->node = inst->node;
         b->tensor = ks_arena_strdup(&m->arena, inst->tensor);
         b->transposed = inst->transposed;
+        b->row_dim = inst->row_dim;
         b->row_start = inst->row_start;
         b->row_end = inst->row_end;
+        b->row_step = inst->row_step;
         b->n_parts = inst->n_parts;
         b->parts = NULL;
         if (inst->n_parts) {

@@ -67,15 +67,17 @@ static kf_block block_of(kf_parser *p, kf_vec *v)
     return b;
 }
 
-static kf_weight_src *source_new(kf_parser *p, const char *tensor, kf_loc loc, int transposed,
-                                 kf_expr *lo, kf_expr *hi)
+static kf_weight_src *source_new(kf_parser *p, const char *tensor, kf_loc loc, int transposed, int dim,
+                                 kf_expr *lo, kf_expr *hi, kf_expr *step)
 {
     kf_weight_src *s = ks_arena_alloc(p->arena, sizeof *s);
     s->tensor = tensor;
     s->loc = loc;
     s->transposed = transposed;
+    s->row_dim = dim;
     s->row_lo = lo;
     s->row_hi = hi;
+    s->row_step = step;
     return s;
 }
 
@@ -276,10 +278,22 @@ sources:
 ;
 
 source:
-  STRING                                   { $$ = source_new(p, $1, LOC(@1), 0, NULL, NULL); }
-| STRING '.' IDENT                         { $$ = source_new(p, $1, LOC(@1), check_transpose(p, $3, @3), NULL, NULL); }
-| STRING '[' expr ':' expr ']'             { $$ = source_new(p, $1, LOC(@1), 0, $3, $5); }
-| STRING '.' IDENT '[' expr ':' expr ']'   { $$ = source_new(p, $1, LOC(@1), check_transpose(p, $3, @3), $5, $7); }
+  STRING                                   { $$ = source_new(p, $1, LOC(@1), 0, 0, NULL, NULL, NULL); }
+| STRING '.' IDENT                         { $$ = source_new(p, $1, LOC(@1), check_transpose(p, $3, @3), 0, NULL, NULL, NULL); }
+| STRING '[' expr ':' expr ']'             { $$ = source_new(p, $1, LOC(@1), 0, 0, $3, $5, NULL); }
+| STRING '.' IDENT '[' expr ':' expr ']'   { $$ = source_new(p, $1, LOC(@1), check_transpose(p, $3, @3), 0, $5, $7, NULL); }
+| STRING '[' expr ':' expr ':' expr ']'    { $$ = source_new(p, $1, LOC(@1), 0, 0, $3, $5, $7); }
+| STRING '.' IDENT '[' expr ':' expr ':' expr ']' {
+      $$ = source_new(p, $1, LOC(@1), check_transpose(p, $3, @3), 0, $5, $7, $9);
+  }
+| STRING '[' ':' ',' expr ':' expr ']'     { $$ = source_new(p, $1, LOC(@1), 0, 1, $5, $7, NULL); }
+| STRING '.' IDENT '[' ':' ',' expr ':' expr ']' {
+      $$ = source_new(p, $1, LOC(@1), check_transpose(p, $3, @3), 1, $7, $9, NULL);
+  }
+| STRING '[' ':' ',' expr ':' expr ':' expr ']' { $$ = source_new(p, $1, LOC(@1), 0, 1, $5, $7, $9); }
+| STRING '.' IDENT '[' ':' ',' expr ':' expr ':' expr ']' {
+      $$ = source_new(p, $1, LOC(@1), check_transpose(p, $3, @3), 1, $7, $9, $11);
+  }
 ;
 
 opt_cond:

@@ -128,11 +128,11 @@ static void check_common(const char *what, const kf_model *m, const kf_checkpoin
         if (!t) continue;
         int64_t shape[KIR_MAX_DIMS];
         memcpy(shape, t->shape, sizeof shape);
-        if (b->transposed) {
-            shape[0] = t->shape[1];
-            shape[1] = t->shape[0];
+        if (b->transposed && t->ndim >= 2) { /* the last two dims swapped */
+            shape[t->ndim - 2] = t->shape[t->ndim - 1];
+            shape[t->ndim - 1] = t->shape[t->ndim - 2];
         }
-        if (b->row_end >= 0) shape[0] = b->row_end - b->row_start;
+        if (b->row_end >= 0) shape[b->row_dim] = (b->row_end - b->row_start + b->row_step - 1) / b->row_step;
         int same = t->ndim == n->ndim;
         for (int k = 0; same && k < n->ndim; k++) same = shape[k] == n->dims[k];
         CHECK_MSG(same, "%s: %s read as bound has the WEIGHT's shape", what, b->tensor);
