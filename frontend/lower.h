@@ -281,6 +281,7 @@ int kf_is_scalar_function(const char *name);
 
 /* lower_builtins.c */
 kf_value kf_tensor_binary(kf_lower *L, int op, kf_value a, kf_value b, kf_loc loc);
+kf_value kf_tensor_compare(kf_lower *L, int op, kf_value a, kf_value b, kf_loc loc);
 kf_value kf_tensor_neg(kf_lower *L, kf_value a, kf_loc loc);
 /* A call of a tensor builtin; returns 0 when `name` is not one. */
 int kf_call_builtin(kf_lower *L, const kf_expr *call, kf_value *out);

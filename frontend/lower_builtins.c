@@ -119,6 +119,19 @@ kf_value kf_tensor_binary(kf_lower *L, int op, kf_value a, kf_value b, kf_loc lo
     return emit_scale(L, t.u.t, x, 0.0, loc);
 }
 
+/* a >= b, a > b between tensors: a mask of 1 and 0 (ge, gt); a <= b and a < b the same with the
+ * operands swapped (the IR broadcasts its second operand) */
+kf_value kf_tensor_compare(kf_lower *L, int op, kf_value a, kf_value b, kf_loc loc)
+{
+    switch (op) {
+    case KF_OP_GE: return emit2(L, KIR_OP_GE, loc, a.u.t, b.u.t);
+    case '>': return emit2(L, KIR_OP_GT, loc, a.u.t, b.u.t);
+    case KF_OP_LE: return emit2(L, KIR_OP_GE, loc, b.u.t, a.u.t);
+    case '<': return emit2(L, KIR_OP_GT, loc, b.u.t, a.u.t);
+    default: return kf_error(L, loc, "'%s' between two tensors is not supported", kf_op_text(op));
+    }
+}
+
 /* ---- the builtin table ----------------------------------------------------------- */
 /* What a call may leave out. */
 typedef enum kf_attr_need {

@@ -423,6 +423,7 @@ static kf_value compare(kf_lower *L, int op, kf_value a, kf_value b, kf_loc loc)
         }
         return kf_bool(r);
     }
+    if (!eq_op && a.kind == KF_V_TENSOR && b.kind == KF_V_TENSOR) return kf_tensor_compare(L, op, a, b, loc);
     if (!eq_op)
         return kf_error_value(L, loc, is_number(a) ? b : a, "'%s' compares numbers, not %s and %s", kf_op_text(op),
                               kf_a_type(a.kind), kf_a_type(b.kind));

@@ -709,6 +709,8 @@ void krt_interp_scratch_sizes(const kir_graph *g, size_t *conv, size_t *tile, si
         case KIR_OP_MAX:
         case KIR_OP_MIN:
         case KIR_OP_DIV:
+        case KIR_OP_GE:
+        case KIR_OP_GT:
         case KIR_OP_RMS_NORM:
             c = conv_floats(g, optional_operand(n, 1));
             break;

@@ -21,7 +21,7 @@ done
 ir=$(cat "$work"/ir/*.ir 2>/dev/null)
 "$KILN_BIN" build "$data/ops.kiln" --from-ir "$work"/ir/*.ir --weights "$work/ckpt" -o "$work/m2.engine" >/dev/null 2>&1 \
   && passes=$((passes+1)) || { echo "FAIL: the dump does not build back (--from-ir)"; failures=$((failures+1)); }
-for want in "tanh(%" "sigmoid(%" "exp(%" "max(%" "min(%" "softmax(%" "{min=-3.0, max=3.0}" "{max=0.25}" "{min=0.0}" "{value=1.0, shift=0.5}" "{value=-1.0, shift=1.0}" "{value=1.0, shift=-0.5}"; do
+for want in "tanh(%" "sigmoid(%" "exp(%" "max(%" "min(%" "softmax(%" "= ge(%2, %" "= gt(%2, %" "{min=-3.0, max=3.0}" "{max=0.25}" "{min=0.0}" "{value=1.0, shift=0.5}" "{value=-1.0, shift=1.0}" "{value=1.0, shift=-0.5}"; do
   [[ "$ir" == *"$want"* ]] && passes=$((passes+1)) || { echo "FAIL: the IR has no '$want'"; failures=$((failures+1)); }
 done
 cat > "$work/bad.kiln" <<'K'
@@ -37,6 +37,8 @@ forward {
   c = x + (1e308 * 10.0);
   d = maximum(x, 2.0);
   f = minimum(x, concat(x, x));
+  g = x >= 0.5;
+  h = x <= concat(x, x);
   output logits = a;
 }
 K
@@ -49,6 +51,10 @@ expect_fail bad-shift "bad.kiln:10:9: error: '+' adds inf; the number must be fi
 expect_fail bad-maximum "bad.kiln:11:18: error: maximum: argument 2 must be a tensor, not a float (a number bounds a tensor from below with clamp(x, min: c))" -- \
   "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
 expect_fail bad-minimum-shapes "bad.kiln:12:7: error: min: shapes do not broadcast: f32[T,32] and f32[T,64]" -- \
+  "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
+expect_fail bad-compare-number "bad.kiln:13:9: error: '>=' compares numbers, not a tensor and a float" -- \
+  "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
+expect_fail bad-compare-shapes "bad.kiln:14:9: error: ge: shapes do not broadcast: f32[T,64] and f32[T,32]" -- \
   "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
 [ ! -e "$work/bad.engine" ] && passes=$((passes+1)) || { echo "FAIL: a failed build left bad.engine"; failures=$((failures+1)); }
 finish
