@@ -367,6 +367,8 @@ static const kf_builtin builtins[] = {
     {"minimum", "TT", no_attrs, lower_simple, KIR_OP_MIN, "a number bounds a tensor from above with clamp(x, max: c)"},
     {"softmax", "T", no_attrs, lower_simple, KIR_OP_SOFTMAX, NULL},
     {"sum", "T", no_attrs, lower_simple, KIR_OP_SUM, NULL},
+    {"amax", "T", no_attrs, lower_simple, KIR_OP_AMAX, NULL},
+    {"amin", "T", no_attrs, lower_simple, KIR_OP_AMIN, NULL},
     {"topk", "T", topk_attrs, lower_topk, KIR_OP_TOPK, NULL},
     {"gather", "TT", no_attrs, lower_simple, KIR_OP_GATHER, NULL},
     {"expert_matmul", "TTTt", no_attrs, lower_simple, KIR_OP_EXPERT_MATMUL, NULL},
@@ -381,7 +383,8 @@ enum { KF_N_BUILTINS = sizeof builtins / sizeof *builtins };
 
 static const char *const builtin_names[KF_N_BUILTINS] = {
     "embed", "linear", "matmul", "rms_norm", "layer_norm", "silu", "gelu",
-    "gelu_tanh", "relu", "tanh", "exp", "sigmoid", "clamp", "maximum", "minimum", "softmax", "sum", "topk", "gather",
+    "gelu_tanh", "relu", "tanh", "exp", "sigmoid", "clamp", "maximum", "minimum", "softmax", "sum", "amax", "amin",
+    "topk", "gather",
     "expert_matmul", "expert_sum", "view", "slice",
     "concat", "rope", "attention",
 };

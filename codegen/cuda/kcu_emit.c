@@ -614,6 +614,8 @@ static int emit_node(kcu_gen *x, kir_val v)
     case KIR_OP_SOFTMAX:
         return emit_softmax(x, v);
     case KIR_OP_SUM:
+    case KIR_OP_AMAX:
+    case KIR_OP_AMIN:
     case KIR_OP_TOPK:
     case KIR_OP_GATHER:
     case KIR_OP_EXPERT_MATMUL:

@@ -10,6 +10,7 @@
  * once per token that chose it.
  */
 #include "codegen/cuda/kcu_gen.h"
+#include "ir/numerics.h"
 
 /* sum over the last dim: one thread a row, in order, in double, rounded once (the interpreter's). */
 static int emit_sum(kcu_gen *x, kir_val v)
@@ -26,6 +27,35 @@ static int emit_sum(kcu_gen *x, kir_val v)
                   "    for (int j = 0; j < %lld; j++) s += (double)%sx[i * %lldLL + j]%s;\n",
                   (long long)d, kcu_ld(a->dtype), (long long)d, kcu_ld_end(a->dtype));
     kcu_put_store(&x->body, n->dtype, "    ", "out[i]", "(float)s");
+    ks_buf_puts(&x->body, "}\n");
+    kcu_kernel_end(x, k, "");
+    return 0;
+}
+
+/* amax, amin: each row's largest or smallest over the last dim, in order, a NaN kept (the interpreter's
+ * run_extreme: max's and min's rule, kir_binary_write) */
+static int emit_extreme(kcu_gen *x, kir_val v)
+{
+    const kir_node *n = &x->g->nodes[v], *a = &x->g->nodes[n->in[0]];
+    int64_t rows = kir_row_elems(n), d = kcu_last_dim(a);
+    krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, rows);
+    kcu_param_in(x, k, n->in[0], "x");
+    kcu_param_out(x, k, v);
+    const int largest = n->op == KIR_OP_AMAX;
+    kcu_open_body(x, k, largest ? "the largest of each row over the last dim (a NaN kept)"
+                                : "the smallest of each row over the last dim (a NaN kept)");
+    kcu_elementwise_prologue(x, rows);
+    ks_buf_printf(&x->body, "    float m = %sx[i * %lldLL]%s;\n", kcu_ld(a->dtype), (long long)d, kcu_ld_end(a->dtype));
+    ks_buf_printf(&x->body,
+                  "    for (int j = 1; j < %lld; j++) {\n"
+                  "        const float e = %sx[i * %lldLL + j]%s;\n"
+                  "        m = ",
+                  (long long)d, kcu_ld(a->dtype), (long long)d, kcu_ld_end(a->dtype));
+    ks_buf expr = {0};
+    kir_binary_write(largest ? KIR_OP_MAX : KIR_OP_MIN, "m", "e", &expr, NULL);
+    ks_buf_printf(&x->body, "%s;\n    }\n", ks_buf_cstr(&expr));
+    ks_buf_free(&expr);
+    kcu_put_store(&x->body, n->dtype, "    ", "out[i]", "m");
     ks_buf_puts(&x->body, "}\n");
     kcu_kernel_end(x, k, "");
     return 0;
@@ -151,6 +181,8 @@ int kcu_emit_moe(kcu_gen *x, kir_val v)
 {
     switch (x->g->nodes[v].op) {
     case KIR_OP_SUM: return emit_sum(x, v);
+    case KIR_OP_AMAX:
+    case KIR_OP_AMIN: return emit_extreme(x, v);
     case KIR_OP_TOPK: return emit_topk(x, v);
     case KIR_OP_GATHER: return emit_gather(x, v);
     case KIR_OP_EXPERT_MATMUL: return emit_expert_matmul(x, v);

@@ -402,6 +402,24 @@ static void run_sum(const krt_interp_exec *x, kir_val v)
     }
 }
 
+/* amax, amin: each row's largest or smallest over the last dim, in order, with max's and min's
+ * rule (ir/ops.def's KIR_BINARY: a NaN of either kept). */
+static void run_extreme(const krt_interp_exec *x, kir_val v)
+{
+    const kir_node *n = node_of(x, v), *a = node_of(x, n->in[0]);
+    const float *pa = x->src[n->in[0]];
+    int64_t d = last_dim(a), rows = elems_of(x, v);
+    const int largest = n->op == KIR_OP_AMAX;
+    for (int64_t r = 0; r < rows; r++) {
+        float m = pa[r * d];
+        for (int64_t i = 1; i < d; i++) {
+            const float e = pa[r * d + i];
+            m = largest ? ((m != m || m > e) ? m : e) : ((m != m || m < e) ? m : e);
+        }
+        x->dst[v][r] = m;
+    }
+}
+
 /* 1 when a (at index i) ranks above b (at index j): the larger, a NaN above every number (as
  * torch.topk), equal values by the lower index. */
 static int ranks_above(float a, int64_t i, float b, int64_t j)
@@ -771,6 +789,10 @@ static void run_node(const krt_interp_exec *x, kir_val v)
         return;
     case KIR_OP_SUM:
         run_sum(x, v);
+        return;
+    case KIR_OP_AMAX:
+    case KIR_OP_AMIN:
+        run_extreme(x, v);
         return;
     case KIR_OP_TOPK:
         run_topk(x, v);
