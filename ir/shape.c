@@ -396,15 +396,23 @@ static int kir_shape_concat(shape_ctx *c)
     if (want_activation(c, first, "operand")) return -1;
     if (first->ndim < 2) return fail(c, "operands need a dim after T");
     same_as(c, first);
+    /* the dims between T and the last: each operand's is the result's or 1 (repeated: MLA's one rotary
+       key for every head) */
+    for (int i = 1; i < c->n->nin; i++) {
+        const kir_node *x = operand(c, i);
+        if (!x || x->ndim != first->ndim) continue; /* reported below */
+        for (int d = 1; d + 1 < x->ndim; d++)
+            if (x->dims[d] > c->dims[d]) c->dims[d] = x->dims[d];
+    }
     int64_t last = 0;
     for (int i = 0; i < c->n->nin; i++) {
         const kir_node *x = operand(c, i);
         if (!x) return fail(c, "operand %d missing", i + 1);
-        int ok = x->ndim == first->ndim && is_float(x->dtype);
-        for (int d = 0; ok && d + 1 < x->ndim; d++) ok = x->dims[d] == first->dims[d];
+        int ok = x->ndim == first->ndim && is_float(x->dtype) && x->dims[0] == first->dims[0];
+        for (int d = 1; ok && d + 1 < x->ndim; d++) ok = x->dims[d] == c->dims[d] || x->dims[d] == 1;
         if (!ok) {
             ks_buf s1 = KS_BUF_TRY, s2 = KS_BUF_TRY;
-            fail(c, "operands differ in more than the last dim: %s and %s", type_str(&s1, first),
+            fail(c, "operands differ in more than the last dim (a dim of 1 repeats): %s and %s", type_str(&s1, first),
                  type_str(&s2, x));
             ks_buf_free(&s1);
             ks_buf_free(&s2);

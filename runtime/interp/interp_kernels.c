@@ -548,14 +548,30 @@ static void run_slice(const krt_interp_exec *x, kir_val v)
     for (int64_t r = 0; r < rows; r++) memcpy(x->dst[v] + r * d, a + r * d_in + start, sizeof(float) * (size_t)d);
 }
 
+/* Row r of concat node n (every dim but the last, row-major) as a row of operand a, whose dims of 1
+ * between T and the last repeat. */
+static int64_t concat_row(const kir_node *n, const kir_node *a, int64_t r)
+{
+    int64_t src = 0, scale = 1;
+    for (int d = n->ndim - 2; d >= 1; d--) {
+        int64_t j = r % n->dims[d];
+        r /= n->dims[d];
+        if (a->dims[d] != 1) src += j * scale;
+        scale *= a->dims[d];
+    }
+    return src + r * scale; /* r is the token now */
+}
+
 static void run_concat(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v);
     int64_t d = last_dim(n), rows = elems_of(x, v) / d, at = 0;
     for (int i = 0; i < n->nin; i++) {
-        int64_t di = last_dim(node_of(x, n->in[i]));
+        const kir_node *an = node_of(x, n->in[i]);
+        int64_t di = last_dim(an);
         const float *a = x->src[n->in[i]];
-        for (int64_t r = 0; r < rows; r++) memcpy(x->dst[v] + r * d + at, a + r * di, sizeof(float) * (size_t)di);
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(x->dst[v] + r * d + at, a + concat_row(n, an, r) * di, sizeof(float) * (size_t)di);
         at += di;
     }
 }
