@@ -176,8 +176,9 @@ static double rel_error(const float *a, const float *b, size_t n, double *max_ab
 {
     double md = 0, mr = 0;
     for (size_t i = 0; i < n; i++) {
+        if (isinf(a[i]) && a[i] == b[i]) continue; /* the same infinity (a masked score): no difference, no scale */
         double dd = fabs((double)a[i] - (double)b[i]);
-        if (!(dd <= md)) md = dd; /* NaN wins */
+        if (!(dd <= md)) md = dd; /* NaN wins; an infinity against a number too */
         if (fabs((double)a[i]) > mr) mr = fabs((double)a[i]);
     }
     if (max_abs) *max_abs = md;

@@ -186,6 +186,7 @@ static const kf_attr_spec no_attrs[] = {{KIR_A_COUNT, 0}};
 static const kf_attr_spec norm_attrs[] = {{KIR_A_RMS_NORM_EPS, KF_REQUIRED}, {KIR_A_WEIGHT_OFFSET, KF_COMPUTED},
                                           {KIR_A_COUNT, 0}};
 static const kf_attr_spec topk_attrs[] = {{KIR_A_TOPK_K, KF_REQUIRED}, {KIR_A_COUNT, 0}};
+static const kf_attr_spec masked_fill_attrs[] = {{KIR_A_MASKED_FILL_VALUE, KF_REQUIRED}, {KIR_A_COUNT, 0}};
 static const kf_attr_spec clamp_attrs[] = {{KIR_A_CLAMP_MIN, KF_COMPUTED}, {KIR_A_CLAMP_MAX, KF_COMPUTED}, {KIR_A_COUNT, 0}};
 static const kf_attr_spec rope_attrs[] = {
     {KIR_A_ROPE_THETA, KF_REQUIRED},
@@ -278,6 +279,13 @@ static kf_value lower_clamp(kf_lower *L, const kf_builtin *b, kf_call_args *a, k
     return build(L, b->op, loc, a->t, a->nt, set, n);
 }
 
+/* masked_fill(x, mask, value: v): v where mask is not 0 (a mask of ge/gt), else x */
+static kf_value lower_masked_fill(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
+{
+    kir_setting set[] = {setting_of(b, a, 0)};
+    return build(L, b->op, loc, a->t, a->nt, set, 1);
+}
+
 static kf_value lower_view(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
 {
     int64_t shape[KIR_MAX_DIMS];
@@ -368,6 +376,7 @@ static const kf_builtin builtins[] = {
     {"softmax", "T", no_attrs, lower_simple, KIR_OP_SOFTMAX, NULL},
     {"sum", "T", no_attrs, lower_simple, KIR_OP_SUM, NULL},
     {"amax", "T", no_attrs, lower_simple, KIR_OP_AMAX, NULL},
+    {"masked_fill", "TT", masked_fill_attrs, lower_masked_fill, KIR_OP_MASKED_FILL, NULL},
     {"amin", "T", no_attrs, lower_simple, KIR_OP_AMIN, NULL},
     {"topk", "T", topk_attrs, lower_topk, KIR_OP_TOPK, NULL},
     {"gather", "TT", no_attrs, lower_simple, KIR_OP_GATHER, NULL},
@@ -383,8 +392,8 @@ enum { KF_N_BUILTINS = sizeof builtins / sizeof *builtins };
 
 static const char *const builtin_names[KF_N_BUILTINS] = {
     "embed", "linear", "matmul", "rms_norm", "layer_norm", "silu", "gelu",
-    "gelu_tanh", "relu", "tanh", "exp", "sigmoid", "clamp", "maximum", "minimum", "softmax", "sum", "amax", "amin",
-    "topk", "gather",
+    "gelu_tanh", "relu", "tanh", "exp", "sigmoid", "clamp", "maximum", "minimum", "softmax", "sum", "amax",
+    "masked_fill", "amin", "topk", "gather",
     "expert_matmul", "expert_sum", "view", "slice",
     "concat", "rope", "attention",
 };
@@ -458,7 +467,7 @@ static int check_attr(kf_lower *L, const kf_builtin *b, const kf_attr_spec *spec
                            kf_a_type(v->kind));
             return -1;
         }
-        if (!isfinite(v->u.f)) {
+        if (!isfinite(v->u.f) && !(info->rule == KIR_RULE_ANY && !isnan(v->u.f))) { /* ANY: inf allowed */
             kf_error_value(L, loc, *v, "%s: attribute '%s' must be finite", b->name, info->key);
             return -1;
         }

@@ -177,6 +177,7 @@ static kf_value eval_name(kf_lower *L, const kf_expr *e)
 {
     const char *name = e->u.name;
     kf_binding *b = kf_lookup(L, name);
+    if (!b && strcmp(name, "inf") == 0) return kf_float(INFINITY); /* a name of the language unless declared */
     if (!b) return unknown_name(L, e);
     switch (b->kind) {
     case KF_BIND_PARAM:

@@ -230,7 +230,13 @@ static int emit_binary(kcu_gen *x, kir_val v)
     else
         ks_buf_printf(&x->body, "    const float vb = kcu_f(b[i %% %lld]);\n", (long long)kir_elems(b, 1));
     ks_buf e = {0};
-    kir_binary_write(n->op, "va", "vb", &e, NULL); /* ir/ops.def's KIR_BINARY line */
+    if (n->op == KIR_OP_MASKED_FILL) { /* the attribute's value where the mask is not 0 */
+        ks_buf_puts(&e, "vb != 0.0f ? ");
+        kcu_put_float(&e, (float)kir_attr_float(x->g, v, KIR_A_MASKED_FILL_VALUE));
+        ks_buf_puts(&e, " : va");
+    } else {
+        kir_binary_write(n->op, "va", "vb", &e, NULL); /* ir/ops.def's KIR_BINARY line */
+    }
     kcu_put_store(&x->body, n->dtype, "    ", "out[i]", ks_buf_cstr(&e));
     ks_buf_free(&e);
     ks_buf_puts(&x->body, "}\n");
@@ -624,6 +630,7 @@ static int emit_node(kcu_gen *x, kir_val v)
         return emit_matmul(x, v);
 #define KIR_BINARY(OP, what, expr) case KIR_OP_##OP: /* the binary ops of ir/ops.def */
 #include "ir/ops.def"
+    case KIR_OP_MASKED_FILL:
         return emit_binary(x, v);
     case KIR_OP_SCALE:
     case KIR_OP_CLAMP:

@@ -304,6 +304,14 @@ static void run_binary(const krt_interp_exec *x, kir_val v)
             for (int64_t j = 0; j < nb; j++) o[i + j] = kir_binary_##OP(pa[i + j], pb[j]);                          \
         break;
 #include "ir/ops.def"
+        case KIR_OP_MASKED_FILL: { /* value where the mask is not 0 */
+            const float fill = (float)kir_attr_float(x->g, v, KIR_A_MASKED_FILL_VALUE);
+            if (row)
+                for (int64_t j = 0; j < d; j++) o[i + j] = pb[i / d] != 0.0f ? fill : pa[i + j];
+            else
+                for (int64_t j = 0; j < nb; j++) o[i + j] = pb[j] != 0.0f ? fill : pa[i + j];
+            break;
+        }
         default:
             KS_UNREACHABLE();
         }
@@ -743,6 +751,7 @@ void krt_interp_scratch_sizes(const kir_graph *g, size_t *conv, size_t *tile, si
         case KIR_OP_MAX:
         case KIR_OP_MIN:
         case KIR_OP_DIV:
+        case KIR_OP_MASKED_FILL:
         case KIR_OP_GE:
         case KIR_OP_GT:
         case KIR_OP_RMS_NORM:
@@ -792,6 +801,7 @@ static void run_node(const krt_interp_exec *x, kir_val v)
         return;
 #define KIR_BINARY(OP, what, expr) case KIR_OP_##OP: /* the binary ops of ir/ops.def */
 #include "ir/ops.def"
+    case KIR_OP_MASKED_FILL:
         run_binary(x, v);
         return;
     case KIR_OP_SCALE:

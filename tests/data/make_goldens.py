@@ -26,6 +26,9 @@ COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_attentio
               attn_implementation="eager")
 MOE = dict(experts_implementation="eager")  # the reference per-expert loop, float64 on the CPU
 ROUTE_GAP = 1e-3  # the least margin of a top-k routing choice, relative to the row's largest |score|
+# wider where a half engine's routing would otherwise flip: DeepSeek-V3's sigmoid scores sit close together,
+# and bf16 weights moved a choice of deepseek_v3-tiny's at 1e-3 (0.73 of the golden in one row)
+ROUTE_GAPS = {"deepseek_v3-tiny": 1e-2}
 # name: (config class, model class, seed, config keys over COMMON)
 MODELS = {
     "gemma2-tiny": ("Gemma2Config", "Gemma2ForCausalLM", 23,
@@ -218,9 +221,9 @@ def make(name):
             hist = torch.bincount(torch.cat([c for _, c in v[:ncase[n]]]).flatten(), minlength=mod.num_experts)
             print("  %-28s %s" % (n, hist.tolist()))
             unused += [n] if (hist == 0).any() else []
-        if gap >= ROUTE_GAP and not unused:
+        if gap >= ROUTE_GAPS.get(name, ROUTE_GAP) and not unused:
             break
-        print("%s seed %d rejected (%s)" % (name, seed, "gap below %g" % ROUTE_GAP if gap < ROUTE_GAP else
+        print("%s seed %d rejected (%s)" % (name, seed, "gap below %g" % ROUTE_GAPS.get(name, ROUTE_GAP) if gap < ROUTE_GAPS.get(name, ROUTE_GAP) else
                                             "an expert unused"))
     else:
         sys.exit("%s: no seed routes clear of ties" % name)

@@ -298,7 +298,7 @@ static int run_models(void)
 
     /* Every shipped description names what it matches, and nothing else.
      * One embedded file is models/default.json, the default model's config. */
-    CHECK_MSG(kf_builtin_model_count == 23, "%zu builtin models", kf_builtin_model_count);
+    CHECK_MSG(kf_builtin_model_count == 24, "%zu builtin models", kf_builtin_model_count);
     /* those whose goldens are tests/data's (tests/data/make_goldens.py) */
     static const char *const own[][2] = {{"gemma", "models/gemma.kiln"}, {"gemma2", "models/gemma2.kiln"},
                                          {"gemma3_text", "models/gemma3_text.kiln"}, {"qwen3", "models/qwen3.kiln"},
@@ -308,7 +308,8 @@ static int run_models(void)
                                          {"phi3", "models/phi3.kiln"}, {"stablelm", "models/stablelm.kiln"},
                                          {"gpt_neox", "models/gpt_neox.kiln"}, {"bloom", "models/bloom.kiln"},
                                          {"mixtral", "models/mixtral.kiln"}, {"qwen3_moe", "models/qwen3_moe.kiln"},
-                                         {"qwen2_moe", "models/qwen2_moe.kiln"}, {"gpt_oss", "models/gpt_oss.kiln"}};
+                                         {"qwen2_moe", "models/qwen2_moe.kiln"}, {"gpt_oss", "models/gpt_oss.kiln"},
+                                         {"deepseek_v3", "models/deepseek_v3.kiln"}};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
         const kf_builtin_model *b = builtin_for(own[i][0]);
         CHECK_MSG(b && strcmp(b->file, own[i][1]) == 0, "%s is matched by %s", own[i][0], own[i][1]);
