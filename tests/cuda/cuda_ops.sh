@@ -39,4 +39,22 @@ for want in "kcu_clamp_hi(kcu_clamp_lo(" "kcu_clamp_hi(x[i], 0.25f)" "kcu_clamp_
   "m = (e != e || e > m) ? e : m;"; do
   [[ "$src" == *"$want"* ]] && passes=$((passes+1)) || { echo "FAIL: no '$want' in the generated source"; failures=$((failures+1)); }
 done
+# the repository's models that hold those ops (gpt-oss: sinks, the clamped SwiGLU, stacked experts; DeepSeek-V3:
+# latent attention's repeated rotary key, group routing with amin, masks and masked_fill): every value of the
+# emulated CUDA engine against the interpreter's
+for m in gpt_oss-tiny deepseek_v3-tiny; do
+  dir="$(dirname "$0")/../data/$m"
+  for how in "--dtype f32" "--dtype bf16 --precision fast"; do
+    tag=${how//[^a-z0-9]/}$m
+    # shellcheck disable=SC2086
+    "$KILN_BIN" build "$dir" --target sm_90 $how --emit-source "$work/src$tag" -o "$work/$tag.engine" >"$work/$tag.log" 2>&1 \
+      && compile_kernels "$work/src$tag" "$work/$tag.so" \
+      || { echo "FAIL: build $m ($how)"; cat "$work/$tag.log"; failures=$((failures+1)); continue; }
+    # shellcheck disable=SC2086
+    out=$(KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$work/$tag.so" "$KILN_BIN" verify "$dir" --target sm_90 $how 2>&1); rc=$?
+    echo "$m $how: $(grep -E 'logits:' <<<"$out")"
+    [ $rc -eq 0 ] && [[ "$out" == *"on the cuda backend"* ]] && [[ "$out" == *"OK: within tolerance"* ]] \
+      && passes=$((passes+1)) || { echo "FAIL: verify $m --target sm_90 $how (exit $rc)"; echo "$out" | sed 's/^/    /'; failures=$((failures+1)); }
+  done
+done
 finish
