@@ -39,6 +39,9 @@ forward {
   f = minimum(x, concat(x, x));
   g = x >= 0.5;
   h = x <= concat(x, x);
+  i = masked_fill(x, x);
+  j = masked_fill(x, concat(x, x), value: -inf);
+  k = masked_fill(x, x, value: 0.0 / 0.0);
   output logits = a;
 }
 K
@@ -55,6 +58,12 @@ expect_fail bad-minimum-shapes "bad.kiln:12:7: error: min: shapes do not broadca
 expect_fail bad-compare-number "bad.kiln:13:9: error: '>=' compares numbers, not a tensor and a float" -- \
   "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
 expect_fail bad-compare-shapes "bad.kiln:14:9: error: ge: shapes do not broadcast: f32[T,64] and f32[T,32]" -- \
+  "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
+expect_fail bad-masked-fill-value "bad.kiln:15:7: error: masked_fill: missing attribute 'value'" -- \
+  "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
+expect_fail bad-masked-fill-shapes "bad.kiln:16:7: error: masked_fill: shapes do not broadcast: f32[T,32] and f32[T,64]" -- \
+  "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
+expect_fail bad-masked-fill-nan "bad.kiln:17:36: error: division by zero in '/'" -- \
   "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
 [ ! -e "$work/bad.engine" ] && passes=$((passes+1)) || { echo "FAIL: a failed build left bad.engine"; failures=$((failures+1)); }
 finish
