@@ -603,7 +603,7 @@ static void test_op_classes(void)
         if (kir_op_is_view((kir_op)op)) ks_buf_printf(&views, " %s", kir_op_table[op].name);
     }
     printf("in place:%s\nviews:%s\n", ks_buf_cstr(&in_place), ks_buf_cstr(&views));
-    CHECK_STR(ks_buf_cstr(&in_place), " add sub mul max min div scale silu gelu gelu_tanh relu tanh exp sigmoid clamp");
+    CHECK_STR(ks_buf_cstr(&in_place), " add sub mul max min div ge gt scale silu gelu gelu_tanh relu tanh exp sigmoid clamp");
     CHECK_STR(ks_buf_cstr(&views), " reshape kv_write output");
     ks_buf_free(&in_place);
     ks_buf_free(&views);
