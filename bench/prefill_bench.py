@@ -62,7 +62,7 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from prefill_report import gemm_shapes, report  # noqa: E402
+from prefill_report import gemm_shapes, kv_bytes_per_position, report  # noqa: E402
 CONFIG_8B = os.path.join(HERE, "..", "tests", "data", "llama3-8b-config.json")
 TINY_CONFIG = {  # a Llama small enough for the CPU: GQA, untied, no RoPE scaling
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu", "hidden_size": 64,
@@ -460,8 +460,7 @@ def peer_decode_at(run, torch, a, cfg, dev, peer, mark):
         length = C + steps + 1
         # the cache a batch needs (K and V of every layer, bf16) against the GPU's free memory, less a tenth for
         # the step's activations and logits: a batch that does not fit is skipped, not run out of memory
-        hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-        per_seq = cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * hd * 2 * length
+        per_seq = kv_bytes_per_position(cfg) * length
         free = torch.cuda.mem_get_info()[0] if dev == "cuda" else float("inf")
         for B in [b for b in multi if b * per_seq > 0.9 * free]:
             run.skip(f"peer decode at {C}, batch {B}", f"its cache of {B * per_seq / 1e9:.1f} GB does not fit in "

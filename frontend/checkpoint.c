@@ -110,24 +110,26 @@ int kf_tensor_read_view(ks_diag *d, const kf_tensor *t, const kf_tensor_view *v,
             ks_error(d, t->file, "tensor '%s': .T and rows of dim 1 of a 2-D tensor", t->name);
             return -1;
         }
-        kf_tensor sub = *t;
+        kf_tensor sub = *t; /* the part at one index of dim 0 */
         sub.ndim = t->ndim - 1;
         for (int i = 0; i < sub.ndim; i++) sub.shape[i] = t->shape[i + 1];
         sub.nbytes = t->nbytes / (size_t)(t->shape[0] > 0 ? t->shape[0] : 1);
-        /* the rows a part gives: dim 0 of the part after .T */
-        int64_t rows = sub.ndim == 0 ? 1 : v->transposed && sub.ndim == 2 ? sub.shape[1] : sub.shape[0];
-        int64_t lo = v->row_dim == 1 ? v->row_start : 0, hi = v->row_dim == 1 ? v->row_end : -1;
-        int64_t step = v->row_dim == 1 ? v->row_step : 1, end = hi < 0 ? rows : hi;
-        size_t part = 1;
-        for (int i = 0; i < sub.ndim; i++) part *= (size_t)sub.shape[i];
-        if (end > lo && rows > 0) part = part / (size_t)rows * (size_t)((end - lo + step - 1) / step);
-        if (v->row_dim == 0 && v->row_end >= 0 && (v->row_start != 0 || v->row_end != t->shape[0] || v->row_step != 1)) {
-            ks_error(d, t->file, "tensor '%s': rows of dim 0 and .T of a 3-D tensor together", t->name);
+        /* rows of dim 0 pick the parts; rows of dim 1, each part's rows (read_rows checks them) */
+        int64_t e0 = 0, e1 = t->shape[0], es = 1, lo = 0, hi = -1, step = 1;
+        if (v->row_dim == 0 && v->row_end >= 0) e0 = v->row_start, e1 = v->row_end, es = v->row_step;
+        if (v->row_dim == 1) lo = v->row_start, hi = v->row_end, step = v->row_step;
+        if (e0 < 0 || e0 > e1 || e1 > t->shape[0]) {
+            ks_error(d, t->file, "tensor '%s': rows [%lld, %lld) are not within its %lld rows", t->name,
+                     (long long)e0, (long long)e1, (long long)t->shape[0]);
             return -1;
         }
-        for (int64_t e = 0; e < t->shape[0]; e++) {
+        /* a part's elements as read: its rows after .T, of which every step-th from lo below hi */
+        int64_t rows = v->transposed ? sub.shape[1] : sub.shape[0], end = hi < 0 ? rows : hi;
+        size_t part = sub.nbytes / kir_dtype_size(t->dtype);
+        if (rows > 0) part = part / (size_t)rows * (size_t)(end > lo ? (end - lo + step - 1) / step : 0);
+        for (int64_t e = e0, k = 0; e < e1; e += es, k++) {
             sub.data = t->data + (size_t)e * sub.nbytes;
-            if (read_rows(d, &sub, v->transposed, lo, hi, step, out + (size_t)e * part) != 0) return -1;
+            if (read_rows(d, &sub, v->transposed, lo, hi, step, out + (size_t)k * part) != 0) return -1;
         }
         return 0;
     }

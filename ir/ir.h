@@ -365,6 +365,9 @@ void kir_format_dims(ks_buf *b, int ndim, const int64_t *dims);
 typedef enum kir_broadcast { KIR_BROADCAST_NONE, KIR_BROADCAST_SUFFIX, KIR_BROADCAST_ROW } kir_broadcast;
 kir_broadcast kir_binary_broadcast(const kir_node *a, const kir_node *b);
 
+/* Whether operand a of concat node n repeats a dim of 1 between T and the last (n's is larger). */
+int kir_concat_repeats(const kir_node *n, const kir_node *a);
+
 /* Elements in one token's slice of a value (product of its non-T dims), and
  * the number of elements for a given token count. */
 int64_t kir_row_elems(const kir_node *n);

@@ -152,6 +152,13 @@ kir_broadcast kir_binary_broadcast(const kir_node *a, const kir_node *b)
     return row ? KIR_BROADCAST_ROW : KIR_BROADCAST_NONE;
 }
 
+int kir_concat_repeats(const kir_node *n, const kir_node *a)
+{
+    for (int d = 1; d + 1 < n->ndim; d++)
+        if (a->dims[d] != n->dims[d]) return 1;
+    return 0;
+}
+
 static int kir_shape_binary(shape_ctx *c)
 {
     const kir_node *a = operand(c, 0), *b = operand(c, 1);
@@ -449,6 +456,7 @@ static int kir_shape_rope(shape_ctx *c)
 static int kir_shape_attention(shape_ctx *c)
 {
     const kir_node *q = operand(c, 0), *k = operand(c, 1), *v = operand(c, 2);
+    const kir_node *sinks = c->n->nin > 3 ? operand(c, 3) : NULL;
     if (!q || !k || !v) return fail(c, "needs q, k and v");
     ks_buf s1 = KS_BUF_TRY, s2 = KS_BUF_TRY, s3 = KS_BUF_TRY;
     int rc = 0;
@@ -460,10 +468,8 @@ static int kir_shape_attention(shape_ctx *c)
     else if (q->dims[2] != k->dims[2] || k->dims[1] != v->dims[1] || q->dims[1] % k->dims[1] != 0)
         rc = fail(c, "q %s, k %s and v %s do not fit (head dims of q and k equal, heads of q a multiple of k's)",
                   type_str(&s1, q), type_str(&s2, k), type_str(&s3, v));
-    else if (c->n->nin > 3 && operand(c, 3) &&
-             (operand(c, 3)->ndim != 1 || operand(c, 3)->dims[0] != q->dims[1] || !is_float(operand(c, 3)->dtype) ||
-              operand(c, 3)->dims[0] == KIR_DIM_T))
-        rc = fail(c, "sinks %s must be [heads] of q %s: a logit a head", type_str(&s1, operand(c, 3)), type_str(&s2, q));
+    else if (sinks && (sinks->ndim != 1 || sinks->dims[0] != q->dims[1] || !is_float(sinks->dtype)))
+        rc = fail(c, "sinks %s must be [heads] of q %s: a logit a head", type_str(&s1, sinks), type_str(&s2, q));
     else {
         c->dtype = activation_dtype(c);
         c->ndim = 3;

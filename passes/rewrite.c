@@ -216,8 +216,7 @@ int kp_node_joins_epilogue(const kir_graph *g, kir_val v)
         return 0; /* a row's value along the row: the epilogues repeat b over leading dims only */
     if (n->op == KIR_OP_CONCAT)
         for (int i = 0; i < n->nin; i++)
-            for (int d = 1; d + 1 < n->ndim; d++)
-                if (kir_node_at(g, n->in[i])->dims[d] != n->dims[d]) return 0; /* a repeated operand: its own kernel */
+            if (kir_concat_repeats(n, kir_node_at(g, n->in[i]))) return 0; /* a repeated operand: its own kernel */
     return fc == KIR_FUSE_ELEMWISE || fc == KIR_FUSE_VIEW || n->op == KIR_OP_KV_WRITE;
 }
 

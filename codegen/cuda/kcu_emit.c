@@ -509,9 +509,7 @@ static int emit_concat(kcu_gen *x, kir_val v)
        concat_row), computed before the chain of ifs */
     for (int i = 0; i < n->nin; i++) {
         const kir_node *an = &x->g->nodes[n->in[i]];
-        int repeats = 0;
-        for (int d2 = 1; d2 + 1 < n->ndim; d2++) repeats |= an->dims[d2] != n->dims[d2];
-        if (!repeats) continue;
+        if (!kir_concat_repeats(n, an)) continue;
         ks_buf_printf(&x->body, "    long long r%d = 0;\n    {\n        long long q = r, s = 1;\n", i);
         for (int d2 = n->ndim - 2; d2 >= 1; d2--) {
             if (an->dims[d2] != 1) ks_buf_printf(&x->body, "        r%d += q %% %lldLL * s;\n", i, (long long)n->dims[d2]);
@@ -525,10 +523,8 @@ static int emit_concat(kcu_gen *x, kir_val v)
         const kir_node *an = &x->g->nodes[n->in[i]];
         int64_t di = kcu_last_dim(an);
         kir_dtype xt = an->dtype;
-        int repeats = 0;
-        for (int d2 = 1; d2 + 1 < n->ndim; d2++) repeats |= an->dims[d2] != n->dims[d2];
         char head[64], v_[160], src_row[16] = "r";
-        if (repeats) snprintf(src_row, sizeof src_row, "r%d", i);
+        if (kir_concat_repeats(n, an)) snprintf(src_row, sizeof src_row, "r%d", i);
         snprintf(head, sizeof head, "    %sif (c < %lld) ", i ? "else " : "", (long long)(at + di));
         snprintf(v_, sizeof v_, "%sx%d[%s * %lld + c - %lld]%s", kcu_ld(xt), i, src_row, (long long)di, (long long)at,
                  kcu_ld_end(xt));

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """make_ckpt.py OUT_DIR — random f32 weights for tests/data/ops/ops.kiln (config.json and
-model.safetensors; no numpy: struct), deterministic (seed 7)."""
-import json, os, random, struct, sys
+model.safetensors, through ../f32_safetensors.py), deterministic (seed 7)."""
+import json, os, random, sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from f32_safetensors import save  # noqa: E402
 
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
@@ -10,17 +13,7 @@ json.dump({"hidden_size": D, "vocab_size": V}, open(os.path.join(out, "config.js
 rng = random.Random(7)
 tensors = {"embed.weight": ([V, D], 1.5), "w1.weight": ([D, D], 0.3), "w2.weight": ([D, D], 0.3),
            "norm.weight": ([D], 1.0), "head.weight": ([V, D], 0.4)}
-hdr, blobs, off = {}, [], 0
-for name, (shape, scale) in tensors.items():
-    n = shape[0] * (shape[1] if len(shape) > 1 else 1)
-    vals = [rng.uniform(-scale, scale) + (1.0 if name == "norm.weight" else 0.0) for _ in range(n)]
-    blob = struct.pack("<%df" % n, *vals)
-    hdr[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(blob)]}
-    blobs.append(blob)
-    off += len(blob)
-h = json.dumps(hdr).encode()
-h += b" " * ((8 - len(h) % 8) % 8)
-with open(os.path.join(out, "model.safetensors"), "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h)
-    for b in blobs:
-        f.write(b)
+save(os.path.join(out, "model.safetensors"),
+     [(name, shape, [rng.uniform(-scale, scale) + (1.0 if name == "norm.weight" else 0.0)
+                     for _ in range(shape[0] * (shape[1] if len(shape) > 1 else 1))])
+      for name, (shape, scale) in tensors.items()])

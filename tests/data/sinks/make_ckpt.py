@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """make_ckpt.py OUT_DIR — random f32 weights for tests/data/sinks/sinks.kiln (config.json and
-model.safetensors; no numpy: struct), deterministic (seed 13). The sinks are large enough to matter:
+model.safetensors, through ../f32_safetensors.py), deterministic (seed 13). The sinks are large enough to matter:
 uniform in [-1, 3], where the scores are of order 1."""
-import json, os, random, struct, sys
+import json, os, random, sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from f32_safetensors import save  # noqa: E402
 
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
@@ -16,19 +19,8 @@ for i in range(2):
     tensors.update({"layers.%d.q.weight" % i: ([H * HD, D], 0.25, 0.0), "layers.%d.k.weight" % i: ([KH * HD, D], 0.25, 0.0),
                     "layers.%d.v.weight" % i: ([KH * HD, D], 0.3, 0.0), "layers.%d.o.weight" % i: ([D, H * HD], 0.2, 0.0),
                     "layers.%d.sinks" % i: ([H], 2.0, 1.0)})
-hdr, blobs, off = {}, [], 0
+items = []
 for name, (shape, scale, shift) in tensors.items():
-    n = 1
-    for s in shape:
-        n *= s
-    vals = [shift + rng.uniform(-scale, scale) for _ in range(n)]
-    blob = struct.pack("<%df" % n, *vals)
-    hdr[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(blob)]}
-    blobs.append(blob)
-    off += len(blob)
-h = json.dumps(hdr).encode()
-h += b" " * ((8 - len(h) % 8) % 8)
-with open(os.path.join(out, "model.safetensors"), "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h)
-    for b in blobs:
-        f.write(b)
+    n = shape[0] * (shape[1] if len(shape) > 1 else 1)
+    items.append((name, shape, [shift + rng.uniform(-scale, scale) for _ in range(n)]))
+save(os.path.join(out, "model.safetensors"), items)
