@@ -583,6 +583,39 @@ static void test_bad_index(ct_run *r)
                       "\"../good.safetensors\" is not a file name in the index's folder\n");
 }
 
+/* kf_tensor_read_view over a stacked [3 experts, 4, 5] f32 tensor, v[e][i][j] = 100 e + 10 i + j: a 3-D .T
+ * (each expert's matrix) with rows of dim 0 (experts 1 and 2), rows of dim 1 with a step, both with .T (gpt-oss's
+ * interleaved gate and up), against the elements they must be; and a step of 0 refused. */
+static void test_views(ct_run *r)
+{
+    float v[3][4][5], out[60];
+    for (int e = 0; e < 3; e++)
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 5; j++) v[e][i][j] = (float)(100 * e + 10 * i + j);
+    kf_tensor t = {"stacked", KIR_F32, 3, {3, 4, 5}, (const uint8_t *)v, sizeof v, "view-test"};
+    size_t wrong = 0;
+    kf_tensor_view tr_experts = {1, 0, 1, 3, 1}; /* .T[1 : 3]: [2, 5, 4] */
+    CHECK(kf_tensor_read_view(&r->out.d, &t, &tr_experts, out) == 0);
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 5; j++)
+            for (int i = 0; i < 4; i++) wrong += out[(k * 5 + j) * 4 + i] != v[1 + k][i][j];
+    kf_tensor_view odd_rows = {0, 1, 1, 4, 2}; /* [:, 1 : 4 : 2]: [3, 2, 5] */
+    CHECK(kf_tensor_read_view(&r->out.d, &t, &odd_rows, out) == 0);
+    for (int e = 0; e < 3; e++)
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < 5; j++) wrong += out[(e * 2 + k) * 5 + j] != v[e][1 + 2 * k][j];
+    kf_tensor_view tr_even = {1, 1, 0, 5, 2}; /* .T[:, 0 : 5 : 2]: [3, 3, 4] */
+    CHECK(kf_tensor_read_view(&r->out.d, &t, &tr_even, out) == 0);
+    for (int e = 0; e < 3; e++)
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < 4; i++) wrong += out[(e * 3 + k) * 4 + i] != v[e][i][2 * k];
+    CHECK_MSG(wrong == 0, "%zu elements of the views wrong", wrong);
+    kf_tensor_view no_step = {0, 1, 0, 4, 0};
+    sink_clear(&r->out);
+    CHECK(kf_tensor_read_view(&r->out.d, &t, &no_step, out) == -1 && r->out.d.errors == 1);
+    CT_EXPECT_LOG(r, "view-test", "view-test: error: tensor 'stacked': a row step of 0\n");
+}
+
 int main(void)
 {
     ct_run r;
@@ -594,6 +627,7 @@ int main(void)
     test_bad_prefix(&r);
     test_bad_headers(&r);
     test_bad_index(&r);
+    test_views(&r);
     ct_cleanup(&r);
     return check_finish("test_safetensors");
 }
