@@ -42,6 +42,9 @@ forward {
   i = masked_fill(x, x);
   j = masked_fill(x, concat(x, x), value: -inf);
   k = masked_fill(x, x, value: 0.0 / 0.0);
+  l = amax(e);
+  m = amin(x, x);
+  n = concat(view(x, 4, 8), view(x, 2, 16));
   output logits = a;
 }
 K
@@ -64,6 +67,12 @@ expect_fail bad-masked-fill-value "bad.kiln:15:7: error: masked_fill: missing at
 expect_fail bad-masked-fill-shapes "bad.kiln:16:7: error: masked_fill: shapes do not broadcast: f32[T,32] and f32[T,64]" -- \
   "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
 expect_fail bad-masked-fill-nan "bad.kiln:17:36: error: division by zero in '/'" -- \
+  "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
+expect_fail bad-amax-weight "bad.kiln:18:7: error: amax: operand must be a float tensor with T as its first dim, got f32[64,32]" -- \
+  "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
+expect_fail bad-amin-args "bad.kiln:19:7: error: amin: expected 1 argument, got 2" -- \
+  "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
+expect_fail bad-concat-repeat "bad.kiln:20:7: error: concat: operands differ in more than the last dim (a dim of 1 repeats): f32[T,4,8] and f32[T,2,16]" -- \
   "$KILN_BIN" build "$work/bad.kiln" --weights "$work/ckpt" -o "$work/bad.engine"
 [ ! -e "$work/bad.engine" ] && passes=$((passes+1)) || { echo "FAIL: a failed build left bad.engine"; failures=$((failures+1)); }
 finish
