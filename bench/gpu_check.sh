@@ -53,9 +53,12 @@
 #         and test_session on that engine (the 8B shape's batch invariance)
 #         (about 90 s: the per-kernel times and TFLOP/s, `kiln build --stats`' tiles in
 #         $OUT/profile_build.txt); with GPU_PROFILE_NCU="kernel name regex", Nsight Compute on those kernels
-#         (their first GPU_PROFILE_NCU_COUNT, default 2, launches); GPU_PROFILE_ALT_ENV="NAME=VALUE ..." builds and
+#         (their first GPU_PROFILE_NCU_COUNT, default 2, launches; GPU_PROFILE_NCU_ON=batch32: in a decode of
+#         32 sequences a step, not a prefill); GPU_PROFILE_ALT_ENV="NAME=VALUE ..." builds and
 #         profiles the model a second time with that environment (a kcu_build knob) beside the default: $OUT/ncu.txt and, per SASS
-#         instruction, warp-stall samples in $OUT/ncu_sass.csv.gz (not in the default).
+#         instruction, warp-stall samples in $OUT/ncu_sass.csv.gz (not in the default). With
+#         GPU_CHECK_ALT_REV=REV given to prepare (that revision's kiln, built here as bin/kiln-alt), the
+#         model is built by both and every profile runs on both engines: a change's before and after.
 #       clocks — why a process's first 2048-token prefill of the 8B shape is faster than the next ones
 #         (bench/RESULTS.md, issue #10 step 9): the 8B shape with GPU_CLOCKS_LAYERS (default 32) layers,
 #         `kiln bench` of 12 prefills of 2048 tokens back to back, while nvidia-smi samples the SM clock,
@@ -105,6 +108,17 @@ prepare() {
     path=$(ldd "$build/cli/kiln" | awk -v l="$lib" '$1 == l { print $3 }')
     [ -n "$path" ] && cp -L "$path" "$gpu/lib/"
   done
+  # GPU_CHECK_ALT_REV=REV: that revision's kiln too (bin/kiln-alt), so that the profile stage builds the
+  # model with it as well and profiles both engines in one call (a change's before and after)
+  if [ -n "${GPU_CHECK_ALT_REV:-}" ]; then
+    local wt="$build/alt-src"
+    rm -rf "$wt" && git -C "$root" worktree prune && git -C "$root" worktree add -f --detach "$wt" "$GPU_CHECK_ALT_REV" \
+      >/dev/null || return 1
+    cmake -S "$wt" -B "$build/alt-build" -G Ninja >/dev/null && cmake --build "$build/alt-build" --target kiln >/dev/null \
+      || return 1
+    cp "$build/alt-build/cli/kiln" "$gpu/bin/kiln-alt"
+    git -C "$root" worktree remove --force "$wt"
+  fi
   # the models, without the GGUF copy nothing here reads
   (cd "$shared/models" && find . -type f ! -name '*.gguf' -exec cp --parents {} "$gpu/models/" \;)
   # the repository's own (tests/data/*/golden.json) travel with the work tree: run links them in
@@ -532,10 +546,16 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
       || { echo "FAIL: kiln build of the profile model" | tee -a "$summary"; }
     # GPU_PROFILE_ALT_ENV="NAME=VALUE ...": the same model built again with that environment (a
     # kcu_build knob, e.g. KILN_CUDA_GEMM90_ABOVE=512) and profiled beside the default: profile_alt_T.txt
-    if [ -n "${GPU_PROFILE_ALT_ENV:-}" ]; then
+    # or, with bin/kiln-alt (prepare's GPU_CHECK_ALT_REV), built by that revision's kiln
+    local alt_kiln="$kiln" alt_what="${GPU_PROFILE_ALT_ENV:-}"
+    if [ -z "$alt_what" ] && [ -x "$gpu/bin/kiln-alt" ]; then
+      alt_kiln="$gpu/bin/kiln-alt" alt_what="kiln-alt (GPU_CHECK_ALT_REV)"
+    fi
+    if [ -n "$alt_what" ]; then
       # shellcheck disable=SC2086
-      env $GPU_PROFILE_ALT_ENV "$kiln" build "$m" --dtype bf16 --max-tokens 2048 --target sm_90 --stats -o "$m.alt.engine" \
-        >"$out/profile_alt_build.txt" 2>&1 || { echo "FAIL: kiln build of the profile model with $GPU_PROFILE_ALT_ENV" | tee -a "$summary"; }
+      env ${GPU_PROFILE_ALT_ENV:-} "$alt_kiln" build "$m" --dtype bf16 --max-tokens 2048 --target sm_90 --stats \
+        -o "$m.alt.engine" >"$out/profile_alt_build.txt" 2>&1 \
+        || { echo "FAIL: kiln build of the profile model with $alt_what" | tee -a "$summary"; }
     fi
     local T ids e
     for T in 512 2048; do
@@ -545,7 +565,7 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
         if [ -n "$e" ]; then
           [ -f "$m.alt.engine" ] || continue
           eng="$m.alt.engine" tag="_alt"
-          echo "-- with $GPU_PROFILE_ALT_ENV" | tee -a "$summary"
+          echo "-- with $alt_what" | tee -a "$summary"
         fi
         "$kiln" run "$eng" --ids "$ids" -n 2 --profile >/dev/null 2>&1 # warm
         "$kiln" run "$eng" --ids "$ids" -n 2 --profile 2>&1 | tee "$out/profile${tag}_$T.txt" \
@@ -556,11 +576,28 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
     # `kiln bench` of the 32-layer model measured 5 ms above its `kiln run --profile`, step 6)
     "$kiln" bench "$m.engine" --prompts 512,2048 --decode 0 --reps 10 --warmup 2 2>&1 | tee "$out/profile_bench.txt" \
       | grep -E 'first token|tokens' | tee -a "$summary"
-    # a batched decode's kernels alone (32 sequences a step; the one-token steps in their own table)
-    "$kiln" bench "$m.engine" --prompts 1 --decode-prompt 1 --decode 16 --batch 32 --reps 1 --warmup 1 --profile \
-      >"$out/profile_batch32.txt" 2>&1
-    grep -A10 "prefill steps (.*> 8 tokens a step): device" "$out/profile_batch32.txt" | sed 's/^/batch 32: /' \
-      | tee -a "$summary"
+    # a batched decode's kernels alone (32 sequences a step; the one-token steps in their own table), and
+    # batch 1 and 8 after 512 positions (the decode table: steps of at most 8 tokens); the alt engine's too
+    local b
+    for e in "" alt; do
+      local eng="$m.engine" tag=""
+      if [ -n "$e" ]; then
+        [ -f "$m.alt.engine" ] || continue
+        eng="$m.alt.engine" tag="alt "
+      fi
+      "$kiln" bench "$eng" --prompts 1 --decode-prompt 1 --decode 16 --batch 32 --reps 1 --warmup 1 --profile \
+        >"$out/profile_${tag:+alt_}batch32.txt" 2>&1
+      grep -A10 "prefill steps (.*> 8 tokens a step): device" "$out/profile_${tag:+alt_}batch32.txt" \
+        | sed "s/^/${tag}batch 32: /" | tee -a "$summary"
+      for b in 1 8; do
+        local bo=(--batch "$b")
+        [ "$b" = 1 ] && bo=()
+        "$kiln" bench "$eng" --prompts 1 --decode-prompt 512 --decode 16 "${bo[@]}" --reps 1 --warmup 1 --profile \
+          >"$out/profile_${tag:+alt_}batch$b.txt" 2>&1
+        grep -A12 "decode steps (.*<= 8 tokens a step): device" "$out/profile_${tag:+alt_}batch$b.txt" \
+          | sed "s/^/${tag}batch $b: /" | tee -a "$summary"
+      done
+    done
     # the 8B shape's batch invariance (#11): test_session on this engine — a sequence decoded alone, among
     # 7 and among 31 others, bitwise (and its other checks: failures, draws, graphs)
     timeout 180 "$gpu/bin/test_session" "$m.engine" >"$out/profile_session.txt" 2>&1
@@ -570,11 +607,15 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
     # tokens): throughput, warp states, and the warp-stall samples per SASS instruction as CSV (where a
     # kernel waits: bench/RESULTS.md, issue #10 step 4, found the epilogue's serialized loads so)
     if [ -n "${GPU_PROFILE_NCU:-}" ] && command -v ncu >/dev/null; then
+      # GPU_PROFILE_NCU_ON=batch32: the kernels of a 32-sequence decode step instead of a prefill's
+      local ncmd=("$kiln" run "$m.engine" --ids "$ids" -n 2)
+      [ "${GPU_PROFILE_NCU_ON:-}" = batch32 ] && ncmd=("$kiln" bench "$m.engine" --prompts 1 --decode-prompt 1 \
+        --decode 2 --batch 32 --reps 1 --warmup 0 --no-cuda-graphs)
       timeout 200 ncu --kernel-name "regex:$GPU_PROFILE_NCU" --launch-count "${GPU_PROFILE_NCU_COUNT:-2}" \
         --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
-        --section SourceCounters "$kiln" run "$m.engine" --ids "$ids" -n 2 >"$out/ncu.txt" 2>&1
+        --section MemoryWorkloadAnalysis --section SourceCounters "${ncmd[@]}" >"$out/ncu.txt" 2>&1
       timeout 200 ncu --kernel-name "regex:$GPU_PROFILE_NCU" --launch-count "${GPU_PROFILE_NCU_COUNT:-2}" \
-        --section SourceCounters --page source --print-source sass --csv "$kiln" run "$m.engine" --ids "$ids" -n 2 \
+        --section SourceCounters --page source --print-source sass --csv "${ncmd[@]}" \
         >"$out/ncu_sass.csv" 2>/dev/null && gzip -f "$out/ncu_sass.csv"
       grep -E "^  k_|Duration|Compute \(SM\)|Warp Cycles Per Issued|No Eligible" "$out/ncu.txt" | tee -a "$summary"
     fi

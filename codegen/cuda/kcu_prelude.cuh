@@ -359,8 +359,8 @@ template <typename W> struct kcu_chunk<W, 1> {
  * where they can be). kcu_pro_none reads x as it is; kcu_pro_rms and kcu_pro_ln
  * normalize each row first (a norm fused into the matmul that reads it: the
  * normalized rows are never stored). Row statistics are summed in double in
- * a fixed order (lane-strided, then a butterfly of shuffles), as
- * runtime/interp/interp_kernels.c sums them.
+ * a fixed order (each lane its strided 16-byte chunks, then a butterfly of
+ * shuffles: kcu_row_stats), the same whichever decode path takes the row.
  */
 enum { KCU_PRO_ROWS = 64, KCU_PRO_WARPS = 8 };
 
@@ -380,9 +380,58 @@ __device__ __forceinline__ double kcu_warp_sum(double s)
     return s;
 }
 
+/* Lane lane's sum, in double, of f(v) over the elements v of row xr [K] in its chunks c = lane,
+ * lane + 32, ... of V elements each (V: 16 bytes of X when K holds whole 16-byte chunks, else 1), a
+ * chunk's elements in order. The loads go first, KCU_STATS_BATCH chunks at a time (16 bytes each
+ * where the row is 16-byte aligned, else element by element: the same sum), then their sums: one
+ * round trip to L2 for a row of 4096 halves, where a chain of 2-byte loads took ~20 (#11 step 8). */
+enum { KCU_STATS_BATCH = 16 };
+template <int K, typename X, class F>
+__device__ __forceinline__ double kcu_lane_sum(const X *__restrict__ xr, int lane, F f)
+{
+    enum { E = sizeof(X), V = (K * E) % 16 == 0 ? 16 / E : 1, C = K / V, B = KCU_STATS_BATCH };
+    double s = 0.0;
+    if (V > 1 && (reinterpret_cast<unsigned long long>(xr) & 15) != 0) { /* uniform: the row's alignment */
+        for (int c = lane; c < C; c += 32)
+#pragma unroll
+            for (int j = 0; j < V; j++) s += f(kcu_f(xr[(long long)c * V + j]));
+        return s;
+    }
+#pragma unroll 1
+    for (int c0 = 0; c0 < C; c0 += 32 * B) {
+        uint4 raw[V > 1 ? B : 1];
+        float one[V > 1 ? 1 : B];
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            const int c = c0 + lane + 32 * b;
+            if (c < C) {
+                if constexpr (V > 1)
+                    raw[b] = *reinterpret_cast<const uint4 *>(xr + (long long)c * V);
+                else
+                    one[b] = kcu_f(xr[c]);
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            if (c0 + lane + 32 * b < C) {
+                if constexpr (V > 1) {
+                    float v[V];
+                    kcu_vec<X>::unpack(raw[b], v);
+#pragma unroll
+                    for (int j = 0; j < V; j++) s += f(v[j]);
+                } else {
+                    s += f(one[b]);
+                }
+            }
+        }
+    }
+    return s;
+}
+
 /* Per-row mean (LN only) and 1 / sqrt(var + eps) of rows r0 .. r0+n-1 of x
  * [*, K] into mean[], inv[]: warp w takes rows w, w + KCU_PRO_WARPS, ...
- * (blocks have at least KCU_PRO_WARPS warps). */
+ * (blocks have at least KCU_PRO_WARPS warps); each lane sums its chunks
+ * (kcu_lane_sum), then a butterfly of shuffles adds the 32 sums. */
 template <int K, bool LN, typename X>
 __device__ __forceinline__ void kcu_row_stats(const X *__restrict__ x, int T, long long r0, int n, double eps,
                                               float *mean, float *inv)
@@ -391,17 +440,19 @@ __device__ __forceinline__ void kcu_row_stats(const X *__restrict__ x, int T, lo
     __syncthreads(); /* the previous rows' statistics are no longer read */
     for (int i = 0; i < n; i += KCU_PRO_WARPS) {
         const int r = i + warp;
-        const bool live = warp < KCU_PRO_WARPS && r < n && r0 + r < T;
+        const bool live = warp < KCU_PRO_WARPS && r < n && r0 + r < T; /* uniform in the warp */
         const X *xr = x + (r0 + r) * (long long)K;
         double m = 0.0;
         if (LN) {
-            if (live)
-                for (int k = lane; k < K; k += 32) m += kcu_f(xr[k]);
+            if (live) m = kcu_lane_sum<K>(xr, lane, [](float v) { return (double)v; });
             m = kcu_warp_sum(m) / (double)K;
         }
         double s = 0.0;
         if (live)
-            for (int k = lane; k < K; k += 32) s += ((double)kcu_f(xr[k]) - m) * ((double)kcu_f(xr[k]) - m);
+            s = kcu_lane_sum<K>(xr, lane, [m](float v) {
+                const double d = (double)v - m;
+                return d * d;
+            });
         s = kcu_warp_sum(s);
         if (live && lane == 0) {
             mean[r] = (float)m;
@@ -1654,6 +1705,44 @@ template <typename E> __device__ __forceinline__ uint4 kcu_pack8(const float *v)
     return uint4{q[0], q[1], q[2], q[3]};
 }
 
+/* The norm's values of tokens t0 .. t0 + TT - 1 at k = kbase .. kbase + 8 Q - 1 (zeros from K on),
+ * 16-byte chunks of dtype XO, chunk q of token t into dst[t QP + q], by the block's threads: the loads
+ * of x and of the norm's weights KCU_STAGE_BATCH chunks a thread at a time, then their values (one
+ * round trip to L2 a batch where a load, its values and its store one after another took one a chunk).
+ * The caller synchronizes the block before (dst is read) and after. */
+enum { KCU_STAGE_BATCH = 8 };
+template <int K, int Q, int QP, typename XO, typename X, class Pro>
+__device__ __forceinline__ void kcu_tc_stage(const X *__restrict__ x, const Pro &pro, int t0, int TT, int kbase, uint4 *dst)
+{
+    const int n = TT * Q;
+#pragma unroll 1
+    for (int i0 = 0; i0 < n; i0 += KCU_STAGE_BATCH * KCU_MM_THREADS) {
+        uint4 xr[KCU_STAGE_BATCH], gr[KCU_STAGE_BATCH];
+#pragma unroll
+        for (int b = 0; b < KCU_STAGE_BATCH; b++) {
+            const int i = i0 + (int)threadIdx.x + b * KCU_MM_THREADS, k = kbase + 8 * (i % Q);
+            if (i < n && k < K) {
+                xr[b] = *reinterpret_cast<const uint4 *>(x + (long long)(t0 + i / Q) * K + k);
+                gr[b] = pro.raw16(k);
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < KCU_STAGE_BATCH; b++) {
+            const int i = i0 + (int)threadIdx.x + b * KCU_MM_THREADS, k = kbase + 8 * (i % Q);
+            if (i < n) {
+                uint4 q = uint4{0u, 0u, 0u, 0u};
+                if (k < K) {
+                    float v[8];
+                    kcu_vec<X>::unpack(xr[b], v);
+                    pro.chunk8(v, t0 + i / Q, k, gr[b]);
+                    q = kcu_pack8<XO>(v);
+                }
+                dst[(i / Q) * QP + i % Q] = q;
+            }
+        }
+    }
+}
+
 /* One chunk of a 16-row tile: the two mma of k 32 j .. + 31 into acc (NT token tiles), from lane (g,
  * c)'s 16 bytes of rows g and g + 8 (a0, a1) and of each token tile's token g (xq[n]), the words
  * relabelled as described above. */
@@ -1865,13 +1954,16 @@ static __device__ __forceinline__ void kcu_tc_wide(const int t0, const int TT, c
         NT = KCU_TC_GROUP / 8,
         CW = G::CW,
         Q = CW * 4,                     /* 16-byte chunks of a token's slice */
+        QP = Q | 1,                     /* a token's row of the slab: odd, so that the 8 tokens a warp reads
+                                           at once fall on different banks (at 16 bytes x an even Q, all 8 on
+                                           the same four: twice the shared-memory wavefronts) */
         U = 1,                          /* chunks a step */
         SS = (CW + U - 1) / U,          /* steps a slice */
         STEPS = G::WARPS * SS,
         SLOT = 2 * U * KCU_MM_THREADS,  /* a step's chunks in the ring */
         D = RING / 16 / SLOT            /* steps the ring holds */
     };
-    static_assert(KCU_TC_GROUP * Q * 16 <= KCU_TC_SMEM, "kcu_tc_wide: a slice's norm values fit the buffer");
+    static_assert(KCU_TC_GROUP * QP * 16 <= KCU_TC_SMEM, "kcu_tc_wide: a slice's norm values fit the buffer");
     static_assert(D >= 2, "kcu_tc_wide: a ring of two steps at least");
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
     const int col0 = c0 + 16 * warp; /* this warp's tile */
@@ -1910,17 +2002,7 @@ static __device__ __forceinline__ void kcu_tc_wide(const int t0, const int TT, c
         const uint4 *slot = ring + (gs % D) * SLOT + tid;
         if (ls == 0) { /* slice sl's norm values, by the whole block */
             __syncthreads(); /* the previous slice's are read */
-            for (int i = tid; i < TT * Q; i += KCU_MM_THREADS) {
-                const int t = i / Q, k = sl * CW * 32 + 8 * (i % Q);
-                uint4 q = uint4{0u, 0u, 0u, 0u};
-                if (k < K) {
-                    float v[8];
-                    kcu_vec<X>::unpack(*reinterpret_cast<const uint4 *>(x + (long long)(t0 + t) * K + k), v);
-                    pro.chunk8(v, t0 + t, k, pro.raw16(k));
-                    q = kcu_pack8<XO>(v);
-                }
-                slab[i] = q;
-            }
+            kcu_tc_stage<K, Q, QP, XO>(x, pro, t0, TT, sl * CW * 32, slab);
             __syncthreads();
 #pragma unroll
             for (int n = 0; n < NT; n++)
@@ -1933,7 +2015,7 @@ static __device__ __forceinline__ void kcu_tc_wide(const int t0, const int TT, c
             if (j >= CW) break; /* uniform */
             uint4 xq[NT];
 #pragma unroll
-            for (int n = 0; n < NT; n++) xq[n] = slab[(8 * n + g < TT ? 8 * n + g : TT - 1) * Q + 4 * j + c];
+            for (int n = 0; n < NT; n++) xq[n] = slab[(8 * n + g < TT ? 8 * n + g : TT - 1) * QP + 4 * j + c];
             kcu_tc_chunk<NT, W>(acc, xq, slot[(2 * u) * KCU_MM_THREADS], slot[(2 * u + 1) * KCU_MM_THREADS]);
         }
         if (ls == SS - 1) /* the slice's sum into the running total, in slice order */
@@ -1975,7 +2057,8 @@ static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__res
     enum { STAGED = !kcu_same<Pro, kcu_pro_none>::V, TILES = (N + 15) / 16, KC = K / 8 };
     /* kcu_tc_wide for 9-32 tokens, where its groups of 8 tiles still give every SM a block */
     enum {
-        WIDE = STAGED && KCU_TC_GROUP * kcu_tc<W, K>::CW * 64 <= KCU_TC_SMEM && (TILES + 7) / 8 >= KCU_TC_WIDE_BLOCKS
+        WIDE = STAGED && KCU_TC_GROUP * (kcu_tc<W, K>::CW * 4 | 1) * 16 <= KCU_TC_SMEM &&
+               (TILES + 7) / 8 >= KCU_TC_WIDE_BLOCKS
     };
     __shared__ uint4 smem[KCU_TC_SMEM / 16];
     float *red = reinterpret_cast<float *>(smem);             /* [8 warps][16][8 NT] */
@@ -2005,15 +2088,9 @@ static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__res
         auto prep = [&]() {
             if constexpr (STAGED) {
                 pro.prepare(x, T, t0, TT);
-                if (staged) { /* the group's norm values, a 16-byte chunk a thread at a time */
+                if (staged) { /* the group's norm values */
                     __syncthreads(); /* the previous group's are read */
-                    for (int i = threadIdx.x; i < TT * KC; i += KCU_MM_THREADS) {
-                        const int t = i / KC, k = 8 * (i % KC);
-                        float v[8];
-                        kcu_vec<X>::unpack(*reinterpret_cast<const uint4 *>(x + (long long)(t0 + t) * K + k), v);
-                        pro.chunk8(v, t0 + t, k, pro.raw16(k));
-                        xs[i] = kcu_pack8<XO>(v);
-                    }
+                    kcu_tc_stage<K, KC, KC, XO>(x, pro, t0, TT, 0, xs);
                     __syncthreads();
                 }
             }

@@ -459,13 +459,14 @@ static mm_err compare(const mm_case *c, const mm_data *d, const float *out, int 
 }
 
 /* The decode path's outputs [T, N] as it sums them (kcu_prelude.cuh's kcu_matmul_small, and the
- * decode kernel before it): per token, kcu_pro_rms's statistic (lane l sums x_k^2 in double for
- * k = l, l + 32, ..., a butterfly of the 32 sums; 1 / sqrt(s / K + eps) as f32), the norm's values
+ * decode kernel before it): per token, kcu_pro_rms's statistic (decode_x: lane l sums x_k^2 in
+ * double over its chunks, a butterfly of the 32 sums; 1 / sqrt(s / K + eps) as f32), the norm's values
  * (x inv, times g, in f32, rounded to the half dtype with xh); per output, lane l sums its chunks
  * l, l + 32, ... of VEC elements in order with fmaf from 0, then a butterfly of the 32 sums.
  * Columns 0, nstep, 2 nstep, ... only. */
 /* Token t's x as the decode paths multiply it, into xp[K]: x itself, or kcu_pro_rms's values
- * (statistic: lane l sums x_k^2 in double for k = l, l + 32, ..., a butterfly of the 32 sums,
+ * (statistic: lane l sums x_k^2 in double over its chunks c = l, l + 32, ... of 16 bytes of x
+ * (single elements where K is not a whole number of them), a butterfly of the 32 sums,
  * 1 / sqrt(s / K + eps) as f32; x inv, times g, in f32, rounded to the half dtype with xh). */
 static void decode_x(const mm_case *c, const mm_data *d, int t, float *xp)
 {
@@ -473,10 +474,13 @@ static void decode_x(const mm_case *c, const mm_data *d, int t, float *xp)
     const float *xr = d->xh + c->x_off + (size_t)t * K;
     float inv = 1.0f;
     if (c->rms) {
+        /* lane l: its chunks c = l, l + 32, ... of v elements (16 bytes of x where K holds whole ones) */
+        const int es = c->xh ? 2 : 4, v = (K * es) % 16 == 0 ? 16 / es : 1;
         double lane[32], next[32];
         for (int l = 0; l < 32; l++) {
             lane[l] = 0.0;
-            for (int k = l; k < K; k += 32) lane[l] += (double)xr[k] * (double)xr[k];
+            for (int ch = l; ch < K / v; ch += 32)
+                for (int j = 0; j < v; j++) lane[l] += (double)xr[ch * v + j] * (double)xr[ch * v + j];
         }
         for (int m = 16; m > 0; m >>= 1) {
             for (int l = 0; l < 32; l++) next[l] = lane[l] + lane[l ^ m];
