@@ -97,6 +97,8 @@ typedef struct kcu_options {
                         * attention's deeper K/V ring */
     int tc_per_sm;     /* 0: kcu_matmul_tc's plan's blocks an SM; else these (kcu_build: KILN_CUDA_TC_PER_SM=N,
                         * for comparisons) */
+    int tc_xahead;     /* 0: kcu_matmul_tc's sets of x in registers, KCU_TC_XAHEAD; else these
+                        * (KILN_CUDA_TC_XAHEAD=N, 1 to 8, for comparisons) */
     int tc_ring_kb;    /* 0: kcu_matmul_tc's plan's ring; else at most this many kB (KILN_CUDA_TC_RING=N) */
     ks_buf *choices;   /* NULL, or where the per-shape choices go, a line a distinct kernel that has
                         * variants: "k_matmul_fused_..: %7 matmul, 4096 -> 6144: sm_90a above 64 tokens: ..."

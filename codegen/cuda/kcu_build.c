@@ -183,6 +183,8 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     opt.g90_cluster = cluster_env && strcmp(cluster_env, "2") == 0;
     const char *tc_per_sm = getenv("KILN_CUDA_TC_PER_SM"), *tc_ring = getenv("KILN_CUDA_TC_RING");
     if (tc_per_sm && *tc_per_sm) opt.tc_per_sm = atoi(tc_per_sm) > 0 && atoi(tc_per_sm) <= 4 ? atoi(tc_per_sm) : 0;
+    const char *tc_xahead = getenv("KILN_CUDA_TC_XAHEAD");
+    if (tc_xahead && *tc_xahead) opt.tc_xahead = atoi(tc_xahead) >= 1 && atoi(tc_xahead) <= 8 ? atoi(tc_xahead) : 0;
     if (tc_ring && *tc_ring) opt.tc_ring_kb = atoi(tc_ring) >= 32 && atoi(tc_ring) <= 224 ? atoi(tc_ring) : 0;
 
     krt_cuda_meta meta = {0};

@@ -1380,6 +1380,7 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
                       (long long)G.K, (long long)G.N);
         if (!large) ks_buf_printf(&x->body, ", %d", plan.rows);
         if (!large && plan.tc) ks_buf_printf(&x->body, ", %d", plan.ring);
+        if (!large && plan.tc && x->opt.tc_xahead > 0) ks_buf_printf(&x->body, ", %d", x->opt.tc_xahead);
         ks_buf_printf(&x->body, ">%s", ks_buf_cstr(&call));
     }
     ks_buf_free(&call);

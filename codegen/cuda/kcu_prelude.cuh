@@ -1805,7 +1805,7 @@ template <int N> __device__ __forceinline__ void kcu_cp_wait()
  * runs then. XS: the norm's values of the group from xs ([TT][K / 8] chunks, staged), else x (and the
  * norm's weights) a step ahead in registers and normalized in the loop. red: the block's shared
  * [8 warps][16][8 NT] partial sums. */
-template <int NT, bool XS, int RING, typename W, int K, int N, class Pro, class Epi, typename X, class Prep>
+template <int NT, bool XS, int RING, int XA, typename W, int K, int N, class Pro, class Epi, typename X, class Prep>
 static __device__ __forceinline__ void kcu_tc_tiles(const int t0, const int TT, const int tile0, const int nt,
                                                     const X *__restrict__ x, const W *__restrict__ w,
                                                     const Pro &pro, const Epi &epi, float *red, const uint4 *xs,
@@ -1926,15 +1926,21 @@ static __device__ __forceinline__ void kcu_tc_tiles(const int t0, const int TT, 
 #pragma unroll
     for (int i = 0; i < D - 1; i++) issue(i);
     prep();
-    uint4 xa[NT][U], xb[NT][U], ga[U], gb[U];
-    load_x(0, xa, ga);
+    /* x (and the norm's weights) XA - 1 steps ahead in registers: XA sets, the loop unrolled by XA so
+     * that each set keeps its registers (x comes from L2, ~600 cycles away, and a step takes ~100) */
+    enum { XD = XS ? 1 : XA };
+    uint4 xr[XD][NT][U], gr[XD][U];
+#pragma unroll
+    for (int i = 0; i < XD - 1; i++)
+        if (i < S) load_x(i, xr[i], gr[i]);
 #pragma unroll 1
-    for (int gs = 0; gs < S; gs += 2) {
-        if (gs + 1 < S) load_x(gs + 1, xb, gb);
-        step(gs, xa, ga);
-        if (gs + 1 < S) {
-            if (gs + 2 < S) load_x(gs + 2, xa, ga);
-            step(gs + 1, xb, gb);
+    for (int gs = 0; gs < S; gs += XD) {
+#pragma unroll
+        for (int u = 0; u < XD; u++) {
+            if (gs + u < S) {
+                if (gs + u + XD - 1 < S) load_x(gs + u + XD - 1, xr[(u + XD - 1) % XD], gr[(u + XD - 1) % XD]);
+                step(gs + u, xr[u], gr[u]);
+            }
         }
     }
     kcu_cp_wait<0>(); /* the empty groups past the end: nothing of this thread's in flight */
@@ -2049,7 +2055,10 @@ static __device__ __forceinline__ void kcu_tc_wide(const int t0, const int TT, c
 /* The tensor-core decode path: J tiles of 16 columns a block, one after another (its grid:
  * ceil(N / (16 J)) blocks), as described above; T = 1 .. 8 on one token tile, more on four,
  * KCU_TC_GROUP tokens a pass. */
-template <typename W, int K, int N, int J, int RING, class Pro, class Epi, typename X>
+#ifndef KCU_TC_XAHEAD
+#define KCU_TC_XAHEAD 4 /* kcu_tc_tiles' sets of x in registers: XA - 1 steps ahead */
+#endif
+template <typename W, int K, int N, int J, int RING, int XA = KCU_TC_XAHEAD, class Pro, class Epi, typename X>
 static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__restrict__ x, const W *__restrict__ w,
                                                      Pro pro, const Epi &epi)
 {
@@ -2096,11 +2105,11 @@ static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__res
             }
         };
         if (TT > 8)
-            kcu_tc_tiles<KCU_TC_GROUP / 8, false, RING, W, K, N>(t0, TT, tile0, nt, x, w, pro, epi, red, xs, ring, prep);
+            kcu_tc_tiles<KCU_TC_GROUP / 8, false, RING, XA, W, K, N>(t0, TT, tile0, nt, x, w, pro, epi, red, xs, ring, prep);
         else if (staged)
-            kcu_tc_tiles<1, true, RING, W, K, N>(t0, TT, tile0, nt, x, w, pro, epi, red, xs, ring, prep);
+            kcu_tc_tiles<1, true, RING, XA, W, K, N>(t0, TT, tile0, nt, x, w, pro, epi, red, xs, ring, prep);
         else
-            kcu_tc_tiles<1, false, RING, W, K, N>(t0, TT, tile0, nt, x, w, pro, epi, red, xs, ring, prep);
+            kcu_tc_tiles<1, false, RING, XA, W, K, N>(t0, TT, tile0, nt, x, w, pro, epi, red, xs, ring, prep);
     }
 }
 
