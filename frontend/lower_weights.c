@@ -312,8 +312,12 @@ void kf_declare_weight(kf_lower *L, kf_weight *w)
         return;
     }
     w->ndim = (int)it->n_dims;
+    /* the condition first: a weight it leaves out is absent, and its dims and rows need not make sense
+       (deepseek_v3's q_a_proj of q_lora_rank 0) */
+    int enabled = 1;
+    if (it->value && kf_eval_bool(L, it->value, "the condition of a weight", &enabled) != 0) bad = 1;
     int64_t elems = 1;
-    for (size_t k = 0; k < it->n_dims; k++) {
+    for (size_t k = 0; enabled && k < it->n_dims; k++) {
         kf_value dv;
         if (kf_eval_int_value(L, it->dims[k], "a weight dimension", &dv) != 0) {
             bad = 1;
@@ -338,10 +342,8 @@ void kf_declare_weight(kf_lower *L, kf_weight *w)
             elems = 1;
         }
     }
-    int enabled = 1;
-    if (it->value && kf_eval_bool(L, it->value, "the condition of a weight", &enabled) != 0) bad = 1;
     int64_t(*rows)[3] = ks_arena_alloc(&L->scratch, it->n_srcs * sizeof *rows);
-    for (size_t k = 0; k < it->n_srcs; k++) {
+    for (size_t k = 0; enabled && k < it->n_srcs; k++) {
         const kf_weight_src *s = it->srcs[k];
         if (check_template(L, it, s) != 0) bad = 1;
         rows[k][2] = 1;
@@ -396,6 +398,7 @@ void kf_declare_weight(kf_lower *L, kf_weight *w)
     kf_failure f = {{0}, {0, 0}, 0};
     for (int64_t l = 0; l < w->n_inst; l++) {
         w->inst[l].node = KIR_NONE;
+        w->inst[l].present = 0;
         if (enabled) resolve(L, w, l, rows, &f);
     }
     if (f.msg.len) {

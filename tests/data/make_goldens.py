@@ -28,7 +28,7 @@ MOE = dict(experts_implementation="eager")  # the reference per-expert loop, flo
 ROUTE_GAP = 1e-3  # the least margin of a top-k routing choice, relative to the row's largest |score|
 # wider where a half engine's routing would otherwise flip: DeepSeek-V3's sigmoid scores sit close together,
 # and bf16 weights moved a choice of deepseek_v3-tiny's at 1e-3 (0.73 of the golden in one row)
-ROUTE_GAPS = {"deepseek_v3-tiny": 1e-2}
+ROUTE_GAPS = {"deepseek_v3-tiny": 1e-2, "deepseek_v3-yarn-tiny": 1e-2}
 # name: (config class, model class, seed, config keys over COMMON)
 MODELS = {
     "gemma2-tiny": ("Gemma2Config", "Gemma2ForCausalLM", 23,
@@ -108,6 +108,18 @@ MODELS = {
                               n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True, q_lora_rank=32,
                               kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12,
                               num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False)),
+    # YaRN with mscale and mscale_all_dim apart (cos and sin times their ratio, the softmax's scale times the
+    # second's square), an original context shorter than the 40-token case; one MoE layer
+    "deepseek_v3-yarn-tiny": ("DeepseekV3Config", "DeepseekV3ForCausalLM", 127,
+                              dict(MOE, num_hidden_layers=2, first_k_dense_replace=1, n_routed_experts=4,
+                                   num_experts_per_tok=2, n_group=2, topk_group=1, moe_intermediate_size=24,
+                                   n_shared_experts=1, routed_scaling_factor=1.5, norm_topk_prob=True,
+                                   q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                                   v_head_dim=12, num_attention_heads=4, num_key_value_heads=4,
+                                   rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                    "original_max_position_embeddings": 32, "mscale": 0.8,
+                                                    "mscale_all_dim": 0.5, "beta_fast": 16.0, "beta_slow": 1.0},
+                                   rope_interleave=False, tie_word_embeddings=False)),
 }
 
 
