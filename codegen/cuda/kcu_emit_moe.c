@@ -1,13 +1,14 @@
 /*
  * kcu_emit_moe.c — the kernels of a mixture of experts' routing ops (ir/ops.def: sum, topk, gather,
- * expert_matmul, expert_sum), each standalone and computed as the interpreter computes it
- * (runtime/interp/interp_kernels.c), so that an engine's logits match the reference's to a few ulps.
+ * expert_matmul, expert_sum), each standalone; all but expert_matmul's dot products (32 lanes' sums,
+ * then a butterfly) computed as the interpreter computes them (runtime/interp/interp_kernels.c), so
+ * that an engine's logits match the reference's to a few ulps.
  *
- * These are the correct first kernels, one thread an output element, not the fast ones: a grouped
- * matmul that takes the tokens routed to each expert, reads each chosen expert's weights once and
- * fuses the SwiGLU and the weighted sum is the next step (issue #12). An expert_matmul thread reads
- * its expert's row of w whole, so a decode step reads only the chosen experts' weights, but each row
- * once per token that chose it.
+ * The routing ops are one thread an output element. expert_matmul is a warp an output row (coalesced
+ * 16-byte loads of the chosen expert's row): a decode step reads only the chosen experts' weights,
+ * each row once per token that chose it. A grouped matmul that takes the tokens routed to each expert,
+ * reads each chosen expert's weights once for all of them (prefill, large batches) and fuses the
+ * SwiGLU and the weighted sum is the next step (issue #12).
  */
 #include "codegen/cuda/kcu_gen.h"
 #include "ir/numerics.h"
@@ -114,41 +115,59 @@ static int emit_gather(kcu_gen *x, kir_val v)
     return 0;
 }
 
-/* expert_matmul: one thread an output element (t, j, c): the chosen expert's row c against the token's
- * row, in eight partial sums added in the interpreter's fixed tree, then the expert's bias. */
+/* expert_matmul: a warp an output row (t, j, c), 8 warps a block: the lanes read the chosen expert's
+ * row c and the token's row in 16-byte chunks (lane l: chunks l, l + 32, ..., each chunk's elements in
+ * order, f32), a butterfly of shuffles adds the 32 sums, then the expert's bias. The loads of a warp are
+ * one contiguous stretch of the row: a decode step reads each chosen expert's rows at the copy rate's
+ * pace (a thread a row, as before, made every load of a warp touch 32 rows 4 kB apart). The order is
+ * the row's alone: the same whatever else the step holds (batch invariant). */
 static int emit_expert_matmul(kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v], *in = &x->g->nodes[n->in[0]], *w = &x->g->nodes[n->in[1]];
     int has_b = n->nin > 3 && n->in[3] != KIR_NONE;
     int64_t kk = n->dims[1], cols = w->dims[1], depth = w->dims[2];
-    krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, kk * cols);
+    enum { WARPS = EW_THREADS / 32 };
+    krt_cuda_kernel *k = kcu_kernel_new(x, v, EW_THREADS);
+    kcu_kernel_grid(k, 0, kk * cols, 0, WARPS);
     kcu_param_in(x, k, n->in[0], "x");
     kcu_param_in(x, k, n->in[1], "w");
     kcu_param_in(x, k, n->in[2], "idx");
     if (has_b) kcu_param_in(x, k, n->in[3], "bias");
     kcu_param_out(x, k, v);
-    kcu_open_body(x, k, "each token's row through its chosen experts: w[idx[t,j]] x (+ bias), one thread an output");
-    kcu_elementwise_prologue(x, kk * cols);
+    kcu_open_body(x, k, "each token's row through its chosen experts: w[idx[t,j]] x (+ bias), a warp an output row");
     const kir_dtype bt = has_b ? x->g->nodes[n->in[3]].dtype : KIR_F32;
+    /* 16 bytes of the weights a chunk where every row holds whole ones, else one element */
+    const int vec = depth % (w->dtype == KIR_F32 ? 4 : 8) == 0 ? (w->dtype == KIR_F32 ? 4 : 8) : 1;
     ks_buf_printf(&x->body,
-                  "    enum { K = %lld, N = %lld, D = %lld };\n"
-                  "    const long long tj = i / N, c = i %% N;\n"
-                  "    const int e = idx[tj];\n"
-                  "    const long long xrow = %s;\n"
-                  "    const long long wrow = ((long long)e * N + c) * D;\n"
-                  "    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};\n"
-                  "    int q = 0;\n"
-                  "    for (; q + 8 <= D; q += 8)\n"
-                  "        for (int l = 0; l < 8; l++) acc[l] += %sx[xrow + q + l]%s * %sw[wrow + q + l]%s;\n"
-                  "    for (int l = 0; q < D; q++, l++) acc[l] += %sx[xrow + q]%s * %sw[wrow + q]%s;\n"
-                  "    float y = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));\n",
-                  (long long)kk, (long long)cols, (long long)depth,
-                  in->ndim == 3 ? "tj * D" : "(tj / K) * D", kcu_ld(in->dtype), kcu_ld_end(in->dtype), kcu_ld(w->dtype),
-                  kcu_ld_end(w->dtype), kcu_ld(in->dtype), kcu_ld_end(in->dtype), kcu_ld(w->dtype), kcu_ld_end(w->dtype));
+                  "    enum { K = %lld, N = %lld, D = %lld, V = %d, C = D / V };\n"
+                  "    const long long rows = (long long)T * K * N;\n"
+                  "    const long long r0 = (long long)blockIdx.x * %d + threadIdx.x / 32;\n"
+                  "    const bool live = r0 < rows; /* the same in every lane: no early return before the shuffles */\n"
+                  "    const long long r = live ? r0 : rows - 1, tj = r / N, c = r %% N;\n"
+                  "    const int lane = threadIdx.x %% 32, e = idx[tj];\n"
+                  "    const %s *xr = x + %s;\n"
+                  "    const %s *wr = w + ((long long)e * N + c) * D;\n"
+                  "    const bool xal = (reinterpret_cast<unsigned long long>(xr) & 15) == 0; /* x's rows 16-byte aligned */\n"
+                  "    float acc = 0.0f;\n"
+                  "    for (int q = lane; q < C; q += 32) {\n"
+                  "        float xv[V], wv[V];\n"
+                  "        if (xal)\n"
+                  "            kcu_xload<V>(xr + (long long)q * V, xv);\n"
+                  "        else\n"
+                  "            for (int l = 0; l < V; l++) xv[l] = kcu_f(xr[(long long)q * V + l]);\n"
+                  "        kcu_chunk<%s, V>::load(wr + (long long)q * V, wv);\n"
+                  "#pragma unroll\n"
+                  "        for (int l = 0; l < V; l++) acc = fmaf(xv[l], wv[l], acc);\n"
+                  "    }\n"
+                  "    for (int m = 16; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);\n"
+                  "    float y = acc;\n",
+                  (long long)kk, (long long)cols, (long long)depth, vec, WARPS, kcu_elem_type(in->dtype),
+                  in->ndim == 3 ? "tj * D" : "(tj / K) * D", kcu_elem_type(w->dtype), kcu_elem_type(w->dtype));
     if (has_b)
         ks_buf_printf(&x->body, "    y += %sbias[(long long)e * N + c]%s;\n", kcu_ld(bt), kcu_ld_end(bt));
-    kcu_put_store(&x->body, n->dtype, "    ", "out[i]", "y");
-    ks_buf_puts(&x->body, "}\n");
+    ks_buf_puts(&x->body, "    if (live && lane == 0) {\n");
+    kcu_put_store(&x->body, n->dtype, "        ", "out[r]", "y");
+    ks_buf_puts(&x->body, "    }\n}\n");
     kcu_kernel_end(x, k, "");
     return 0;
 }
