@@ -374,8 +374,10 @@ kcu_flash_decode_plan kcu_plan_flash_decode(int64_t group, int64_t dk, int64_t d
     int64_t stat = group * (4 + 8 + 8 * dv + 8 * ATT_SPLIT) + FD_STATIC_MARGIN;
     for (int ns = 2; ns <= 3 && flash_decode_smem(dk, dv, ns) + stat <= smem_optin; ns++)
         p.ns = ns, p.smem = (int)flash_decode_smem(dk, dv, ns);
-    /* the warps' states at the end reuse the ring: a maximum, a sum and dv outputs a row (floats) */
-    if ((int64_t)ATT_WARPS * group * (dv + 2) * 4 > p.smem) p.ns = 0, p.smem = 0;
+    /* the warps' states at the end reuse the ring: a maximum, a sum and dv outputs a row (floats), a
+       weight a row (double), and the rows' maxima */
+    if ((int64_t)ATT_WARPS * group * (dv + 2) * 4 + (int64_t)ATT_WARPS * group * 8 + group * 4 > p.smem)
+        p.ns = 0, p.smem = 0;
     return p;
 }
 

@@ -108,7 +108,8 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
     typedef kcu_fa_rows<DKP> KL;
     typedef kcu_fa_rows<DVP> VL;
     static_assert(H % KH == 0 && GROUP <= 16 && BN == 16 && NS >= 2 && NS <= 4, "kcu_flash_decode: shapes");
-    static_assert(NW * GROUP * (DV + 2) * 4 <= (int)L::BYTES, "kcu_flash_decode: the warps' states fit the ring");
+    static_assert(NW * GROUP * (DV + 2) * 4 + NW * GROUP * 8 + GROUP * 4 <= (int)L::BYTES,
+                  "kcu_flash_decode: the warps' states and weights fit the ring");
 #ifdef KILN_EMU_SHIM_H
     static uint4 dyn[L::BYTES / 16]; /* blocks run one at a time */
 #else
@@ -279,15 +280,28 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
                 if (d < DV) wo[(w * GROUP + row) * DV + d] = o[j][2 * x + e];
             }
     }
+    /* each row's maximum over the warps, then each (warp, row)'s weight 2^(m - M) once (0: a warp with
+     * no position), not once an output (a double exp2 each: ~1 us a block at GROUP x DV = 512) */
+    double *const wf = reinterpret_cast<double *>(wo + NW * GROUP * DV); /* [NW][GROUP] */
+    float *const wmx = reinterpret_cast<float *>(wf + NW * GROUP);      /* [GROUP] */
+    __syncthreads();
+    if (tid < GROUP) {
+        float mx = ninf;
+        for (int v = 0; v < NW; v++) mx = fmaxf(mx, wm[v * GROUP + tid]);
+        wmx[tid] = mx;
+    }
+    __syncthreads();
+    if (tid < NW * GROUP) {
+        const float mv = wm[tid];
+        wf[tid] = mv == ninf ? 0.0 : exp2((double)mv - (double)wmx[tid % GROUP]);
+    }
     __syncthreads();
     for (int i = tid; i < GROUP * DV; i += NT) {
         const int row = i / DV, d = i % DV;
-        float mx = ninf;
-        for (int v = 0; v < NW; v++) mx = fmaxf(mx, wm[v * GROUP + row]);
+        const float mx = wmx[row];
         double sum = 0.0, acc = 0.0;
         for (int v = 0; v < NW; v++) {
-            const float mv = wm[v * GROUP + row];
-            const double f = mv == ninf ? 0.0 : exp2((double)mv - (double)mx); /* 0: a warp with no position */
+            const double f = wf[v * GROUP + row];
             sum += (double)wl[v * GROUP + row] * f;
             acc += (double)wo[(v * GROUP + row) * DV + d] * f;
         }
