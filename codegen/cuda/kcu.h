@@ -75,6 +75,8 @@ typedef struct kcu_options {
                         * for comparisons: on the H100 kcu_flash_decode took 0.0108 / 0.0128 / 0.025 ms for one
                         * token at 512 / 2048 / 8192 positions against 0.0176 / 0.0385 / 0.170, 0.97 ms for 128
                         * tokens at 4096 against 3.53, bench/RESULTS.md #11 step 5) */
+    int fd_vrounds;    /* 0: kcu_flash_decode's rounds a virtual block, KCU_FD_VROUNDS; else these
+                        * (KILN_CUDA_FD_VROUNDS=N, for comparisons) */
     int fd_rounds;     /* 0: kcu_flash_decode's rounds of its warps a block before the cluster's blocks share a
                         * token's positions (KCU_FD_ROUNDS, kcu_prelude.cuh); else these (kcu_build:
                         * KILN_CUDA_FD_ROUNDS=N in the environment, for comparisons) */
@@ -145,6 +147,7 @@ int64_t kcu_flash90_smem(int64_t dk, int64_t dv, int bn, int ns);
 typedef struct kcu_flash_decode_plan {
     int ns;   /* K/V chunks in a warp's ring (2-4): as many as the targets' opt-in shared memory holds */
     int smem; /* dynamic shared memory, bytes; 0: no plan (kcu_attention_kernel decodes) */
+    int slots; /* virtual blocks' states a block keeps (kcu_flash_decode's SLOTS, 1-4) */
 } kcu_flash_decode_plan;
 /* The plan for a GQA group (at most 16 q heads a kv head), head dims dk and dv (multiples of 16, at
  * most 256), for targets whose blocks may opt into smem_optin bytes: smem 0 where two chunks a warp

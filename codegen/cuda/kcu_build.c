@@ -200,6 +200,9 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     const char *fd_rounds = getenv("KILN_CUDA_FD_ROUNDS");
     opt.fd_rounds = fd_rounds ? atoi(fd_rounds) : 0;
     if (opt.fd_rounds < 0 || opt.fd_rounds > 64) opt.fd_rounds = 0;
+    const char *fd_vrounds = getenv("KILN_CUDA_FD_VROUNDS");
+    opt.fd_vrounds = fd_vrounds ? atoi(fd_vrounds) : 0;
+    if (opt.fd_vrounds < 0 || opt.fd_vrounds > 64) opt.fd_vrounds = 0;
     opt.choices = &out->choices;
     int rc = kcu_generate_with(g, &opt, &src, &meta, d);
     /* the runtime's draw kernel rides along in every CUDA engine (runtime/cuda/cuda_draw.h) */

@@ -358,7 +358,7 @@ kcu_flash90_plan kcu_plan_flash90(int64_t group, int64_t dk, int64_t dv, int64_t
  * warp do not fit the targets' opt-in (sm_86/89's 99 KiB at head_dim 128) or the group is wider
  * than 16.
  */
-enum { FD_BN = 16, FD_STATIC_MARGIN = 1024 };
+enum { FD_BN = 16, FD_STATIC_MARGIN = 1024, FD_SLOTS = 4 };
 
 static int64_t flash_decode_smem(int64_t dk, int64_t dv, int ns)
 {
@@ -368,10 +368,14 @@ static int64_t flash_decode_smem(int64_t dk, int64_t dv, int ns)
 
 kcu_flash_decode_plan kcu_plan_flash_decode(int64_t group, int64_t dk, int64_t dv, int64_t smem_optin)
 {
-    kcu_flash_decode_plan p = {0, 0};
+    kcu_flash_decode_plan p = {0, 0, 0};
     if (group < 1 || group > 16 || dk % 16 != 0 || dv % 16 != 0 || dk > 256 || dv > 256) return p;
     /* the split's static arrays: a maximum, a sum and dv outputs (double) a row, a weight a block */
-    int64_t stat = group * (4 + 8 + 8 * dv + 8 * ATT_SPLIT) + FD_STATIC_MARGIN;
+    /* the virtual blocks' states a block keeps (kcu_flash_decode's SLOTS): up to 4, within 32 kB */
+    p.slots = (int)(32768 / (group * dv * 8));
+    if (p.slots > FD_SLOTS) p.slots = FD_SLOTS;
+    if (p.slots < 1) return p;
+    int64_t stat = group * (4 + 8 + 8 * dv) * p.slots + group * 8 * ATT_SPLIT + FD_STATIC_MARGIN;
     for (int ns = 2; ns <= 3 && flash_decode_smem(dk, dv, ns) + stat <= smem_optin; ns++)
         p.ns = ns, p.smem = (int)flash_decode_smem(dk, dv, ns);
     /* the warps' states at the end reuse the ring: a maximum, a sum and dv outputs a row (floats), a
@@ -481,7 +485,7 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
         free(slopes);
     }
     /* fast precision's decode (a half cache) on tensor cores, a kv head's group a block, where it has a plan */
-    kcu_flash_decode_plan fd = {0, 0};
+    kcu_flash_decode_plan fd = {0, 0, 0};
     if (flash && kir_kv_dtype(g, v) != KIR_F32 && !x->opt.no_flash_decode) fd = kcu_plan_flash_decode(heads / kv_heads, dk, dv, x->opt.smem_optin);
     kcu_kernel_grid(k, 0, 1, 0, 1);
     kcu_kernel_grid(k, 1, 0, fd.smem > 0 ? kv_heads : heads, 1);
@@ -506,11 +510,17 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
                        0, cluster);
     if (fd.smem > 0) {
         ks_buf_printf(&x->body,
-                      "    kcu_flash_decode<%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %lld, %lld",
+                      "    kcu_flash_decode<%s, %s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %lld, %lld",
                       flash_mma_type(x, v, n->in[0]), kcu_elem_type(qn->dtype), kv_elem_type(x, v),
                       kcu_elem_type(n->dtype), (long long)heads, (long long)kv_heads, (long long)dk, (long long)dv,
-                      ATT_WARPS, FD_BN, fd.ns, ATT_SPLIT, (long long)window, (long long)kcu_decode_t(x));
-        if (x->opt.fd_rounds > 0) ks_buf_printf(&x->body, ", %d", x->opt.fd_rounds);
+                      ATT_WARPS, FD_BN, fd.ns, fd.slots, ATT_SPLIT, (long long)window, (long long)kcu_decode_t(x));
+        if (x->opt.fd_rounds > 0 || x->opt.fd_vrounds > 0) {
+            if (x->opt.fd_rounds > 0)
+                ks_buf_printf(&x->body, ", %d", x->opt.fd_rounds);
+            else
+                ks_buf_puts(&x->body, ", KCU_FD_ROUNDS");
+            if (x->opt.fd_vrounds > 0) ks_buf_printf(&x->body, ", %d", x->opt.fd_vrounds);
+        }
         ks_buf_puts(&x->body, ">(T, q, kc, vc, out,\n        positions, table_off, tables, block_size, ");
         k->smem = fd.smem;
     } else {

@@ -62,6 +62,51 @@ static __device__ __forceinline__ void kcu_fd_rows(unsigned short *__restrict__ 
     }
 }
 
+/* A split decode token's ending (kcu_cluster_combine's, over virtual blocks): the states of virtual
+ * blocks 0 .. n - 1, block v's in slot v / P of the cluster's block v % P (P blocks: through
+ * distributed shared memory where P > 1, the block's own shared memory where P is 1), combined in
+ * v's order by block 0: out(row, d) = sum_v bacc_v g_v / (sum_v bsum_v g_v + the sink's weight),
+ * g_v = weight(bmax_v, M), M the largest bmax_v (0 for a virtual block with no position). The same
+ * states in the same order whatever P: a token's result does not depend on how many blocks walked
+ * its virtual blocks. Every thread of every block of the cluster that has not ended calls it. */
+template <int ROWS, int DV, int SPLIT, int SLOTS, int NT, class Weight, class Put, class Sink>
+__device__ __forceinline__ void kcu_fd_combine(const unsigned z, const int n, const int P,
+                                               const float (&bmax)[SLOTS][ROWS], const double (&bsum)[SLOTS][ROWS],
+                                               const double (&bacc)[SLOTS][ROWS][DV], double (&gbuf)[ROWS][SPLIT],
+                                               const Weight &weight, const Put &put, const Sink &sink)
+{
+    const float ninf = -__int_as_float(0x7f800000);
+    const int tid = threadIdx.x;
+    __shared__ double sbuf[ROWS]; /* the sink's weight of each row */
+    __syncthreads();
+    if (P > 1) kcu_cluster_sync(); /* every block's states written */
+    if (z == 0) {
+        if (tid < ROWS * SPLIT && tid % SPLIT < n) { /* each virtual block's weight, a thread a (row, block) */
+            const int row = tid / SPLIT, b = tid % SPLIT;
+            float mx = ninf;
+            for (int u = 0; u < n; u++) mx = fmaxf(mx, kcu_cluster_ld(&bmax[u / P][row], (unsigned)(u % P)));
+            const float mb = kcu_cluster_ld(&bmax[b / P][row], (unsigned)(b % P));
+            gbuf[row][b] = mb == ninf ? 0.0 : weight(mb, mx);
+            if (b == 0) {
+                const float sk = sink(row);
+                sbuf[row] = sk == ninf ? 0.0 : weight(sk, mx);
+            }
+        }
+        __syncthreads();
+        for (int i = tid; i < ROWS * DV; i += NT) {
+            const int row = i / DV, d = i % DV;
+            double sum = 0.0, acc = 0.0;
+            for (int b = 0; b < n; b++) {
+                sum += kcu_cluster_ld(&bsum[b / P][row], (unsigned)(b % P)) * gbuf[row][b];
+                acc += kcu_cluster_ld(&bacc[b / P][row][d], (unsigned)(b % P)) * gbuf[row][b];
+            }
+            sum += sbuf[row];
+            put(row, d, (float)(acc / sum));
+        }
+    }
+    if (P > 1) kcu_cluster_sync(); /* the first block has read the others' shared memory: they may end */
+}
+
 /*
  * kcu_flash_decode: attention of token blockIdx.x for the GROUP = H / KH q heads of kv head
  * blockIdx.y (rows 0 .. GROUP - 1 of one m16 tile; the others zero), over positions [lo, pos] of
@@ -82,7 +127,8 @@ static __device__ __forceinline__ void kcu_fd_rows(unsigned short *__restrict__ 
  * first, through distributed shared memory. Shapes as kcu_attention; MT the tensor cores' type.
  */
 template <typename MT, typename Q, typename KV, typename O, int H, int KH, int DK, int DV, int NW, int BN, int NS,
-          int S, int WINDOW, int WIDE_T, int R = KCU_FD_ROUNDS, typename SK = float>
+          int SLOTS, int S, int WINDOW, int WIDE_T, int R = KCU_FD_ROUNDS, int RV = KCU_FD_VROUNDS,
+          typename SK = float>
 static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__restrict__ q, const KV *__restrict__ kc,
                                                         const KV *__restrict__ vc, O *__restrict__ out,
                                                         const int *__restrict__ positions,
@@ -104,7 +150,8 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
         KT = L::KT,
         VT = L::VT
     };
-    enum { SPLIT = KCU_CLUSTERS ? S : 1, SG = SPLIT > 1 ? GROUP : 1 };
+    /* the virtual blocks a token's positions may split into (walked by one block where there are no clusters) */
+    enum { SPLIT = KCU_CLUSTERS ? S : (S < SLOTS ? S : SLOTS), SG = SPLIT > 1 ? GROUP : 1 };
     typedef kcu_fa_rows<DKP> KL;
     typedef kcu_fa_rows<DVP> VL;
     static_assert(H % KH == 0 && GROUP <= 16 && BN == 16 && NS >= 2 && NS <= 4, "kcu_flash_decode: shapes");
@@ -116,10 +163,11 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
     extern __shared__ uint4 kcu_fa_dyn[];
     uint4 *const dyn = kcu_fa_dyn;
 #endif
-    __shared__ float bmax[SG];                      /* split: the block's maximum per row (times fac) */
-    __shared__ double bsum[SG];                     /* and its sum of exponentials relative to it */
-    __shared__ double bacc[SG][SPLIT > 1 ? DV : 1]; /* and its outputs so */
-    __shared__ double gbuf[SG][SPLIT];              /* the first block's weight of each block's state */
+    static_assert(SLOTS >= 1 && SLOTS * SG * (SPLIT > 1 ? DV : 1) * 8 <= 32768, "kcu_flash_decode: the slots' states");
+    __shared__ float bmax[SLOTS][SG];                      /* split: a virtual block's maximum per row (times fac) */
+    __shared__ double bsum[SLOTS][SG];                     /* and its sum of exponentials relative to it */
+    __shared__ double bacc[SLOTS][SG][SPLIT > 1 ? DV : 1]; /* and its outputs so */
+    __shared__ double gbuf[SG][SPLIT];                     /* the first block's weight of each virtual block's state */
     const float ninf = -__int_as_float(0x7f800000);
     const float fac = softcap > 0.0f ? 1.4426950408889634f : scale * 1.4426950408889634f;
     const int t = blockIdx.x, kh = blockIdx.y, h0 = kh * GROUP;
@@ -136,11 +184,21 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
     const int lo = WINDOW > 0 && pos - WINDOW + 1 > 0 ? pos - WINDOW + 1 : 0;
     const int chunks = (pos - lo + BN) / BN;
     static_assert(R >= 1, "kcu_flash_decode: at least a round a warp");
-    const int need = (chunks + R * NW - 1) / (R * NW); /* blocks for at most R rounds each */
-    const int split = SPLIT > 1 && T <= WIDE_T ? (need < SPLIT ? need : SPLIT) : 1;
+    /* the token's virtual blocks: as many as take its chunks in RV rounds of their warps (a function of
+     * its length alone); the cluster's blocks that walk them: all where the step's blocks make at most
+     * KCU_FD_WAVE, else as many as take the chunks in R rounds, and enough that each walks at most SLOTS */
+    static_assert(RV >= 1, "kcu_flash_decode: at least a round a virtual block");
+    const int vneed = (chunks + RV * NW - 1) / (RV * NW);
+    const int vsplit = SPLIT > 1 && T <= WIDE_T ? (vneed < SPLIT ? vneed : SPLIT) : 1;
+    int P = 1;
+    if (KCU_CLUSTERS && vsplit > 1) {
+        const int need = (chunks + R * NW - 1) / (R * NW); /* blocks for at most R rounds each */
+        P = (long long)T * KH * vsplit <= KCU_FD_WAVE ? vsplit : need < vsplit ? need : vsplit;
+        if (P * SLOTS < vsplit) P = (vsplit + SLOTS - 1) / SLOTS;
+    }
     const unsigned z = kcu_cluster_rank();
-    if ((int)z >= split) return;
-    const int vw = (int)z * NW + w, vwn = split * NW;
+    if ((int)z >= P) return;
+    const int vwn = vsplit * NW;
     const int rounds = (chunks + vwn - 1) / vwn; /* the same in every warp of the block */
     const int *table = tables + table_off[t];
     const KV *kbase = kc + (long long)kh * DK, *vbase = vc + (long long)kh * DV;
@@ -149,15 +207,6 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
         for (bsh = 0; 1 << bsh < block_size;) bsh++;
     unsigned short *const ks = reinterpret_cast<unsigned short *>(dyn) + w * L::WARP, *const vs = ks + NS * KT;
 
-    /* the first chunks in flight, a commit group each (empty past the warp's last) */
-#pragma unroll
-    for (int st = 0; st < NS - 1; st++) {
-        const int p0 = lo + (st * vwn + vw) * BN;
-        if (st < rounds && kcu_fa_any(p0 <= pos))
-            kcu_fd_rows<MT, KV, KH, DK, DKP, DV, DVP, BN>(ks + st * KT, vs + st * VT, kbase, vbase, table, block_size,
-                                                          bsh, p0, pos, lane);
-        kcu_fa_commit();
-    }
     /* q's A fragments: row g (head h0 + g), g + 8; dims 16 kk + 2c, + 1 and + 8 */
     unsigned qf[KC][4];
 #pragma unroll
@@ -175,12 +224,6 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
 #pragma unroll
         for (int x = 0; x < 2; x++)
             sl[x] = g + 8 * x < GROUP ? alibi[h0 + g + 8 * x] * (softcap > 0.0f ? 1.0f : 1.0f / scale) : 0.0f;
-    float m[2] = {ninf, ninf}, l[2] = {0.0f, 0.0f}; /* rows g, g + 8: running maximum, the lane's part of the sum */
-    float o[VN][4];
-#pragma unroll
-    for (int j = 0; j < VN; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) o[j][e] = 0.0f;
     /* ldmatrix addresses (kcu_flash_attention's): K rows 8 (i / 2) ..+ 8, chunk 2 kk + i % 2; V
      * (transposed) rows 8 (i % 2) ..+ 8, chunk 2 j + i / 2; at buffer 0 */
     const int lrow = ((lane / 8) % 2) * 8 + lane % 8, krow = (lane / 16) * 8 + lane % 8;
@@ -191,6 +234,25 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
         va[k4] = kcu_fa_sp(vs) + 2 * (lrow * VL::STRIDE + VL::lane_chunk(k4, lane / 16, lane));
     }
 
+    /* the block's virtual blocks z, z + P, ..., each into its slot: its warps' chunks, their states
+     * combined in warp order */
+    for (int vb = (int)z, slot = 0; vb < vsplit; vb += P, slot++) {
+    const int vw = vb * NW + w;
+    /* the first chunks in flight, a commit group each (empty past the warp's last) */
+#pragma unroll
+    for (int st = 0; st < NS - 1; st++) {
+        const int p0 = lo + (st * vwn + vw) * BN;
+        if (st < rounds && kcu_fa_any(p0 <= pos))
+            kcu_fd_rows<MT, KV, KH, DK, DKP, DV, DVP, BN>(ks + st * KT, vs + st * VT, kbase, vbase, table, block_size,
+                                                          bsh, p0, pos, lane);
+        kcu_fa_commit();
+    }
+    float m[2] = {ninf, ninf}, l[2] = {0.0f, 0.0f}; /* rows g, g + 8: running maximum, the lane's part of the sum */
+    float o[VN][4];
+#pragma unroll
+    for (int j = 0; j < VN; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[j][e] = 0.0f;
     for (int it = 0; it < rounds; it++) {
         const int p0 = lo + (it * vwn + vw) * BN, buf = it % NS;
         kcu_fa_wait<NS - 2>();
@@ -306,9 +368,9 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
             acc += (double)wo[(v * GROUP + row) * DV + d] * f;
         }
         if constexpr (SPLIT > 1) {
-            if (split > 1) { /* the block's state, relative to its maximum */
-                bacc[row][d] = acc;
-                if (d == 0) bsum[row] = sum, bmax[row] = mx;
+            if (vsplit > 1) { /* the virtual block's state, relative to its maximum */
+                bacc[slot][row][d] = acc;
+                if (d == 0) bsum[slot][row] = sum, bmax[slot][row] = mx;
                 continue;
             }
         }
@@ -316,12 +378,14 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
             sum += exp2((double)kcu_f(sinks[h0 + row]) * 1.4426950408889634 - (double)mx);
         kcu_fa_store(out + ((long long)t * H + h0 + row) * DV + d, (float)(acc / sum));
     }
-    /* the cluster's blocks' states combined in block order by the first: g_b = 2^(bmax_b - M) (bmax in
-     * log2 units) */
+    __syncthreads(); /* the ring's memory read: the next virtual block's copies may land in it */
+    }
+    /* the virtual blocks' states combined in their order by the first block: g_v = 2^(bmax_v - M) (bmax
+     * in log2 units); state v in block v % P, slot v / P */
     if constexpr (SPLIT > 1) {
-        if (split == 1) return;
-        kcu_cluster_combine<GROUP, DV, SPLIT, NT>(
-            z, split, bmax, bsum, bacc, gbuf, [](float mb, float mx) { return exp2((double)mb - (double)mx); },
+        if (vsplit == 1) return;
+        kcu_fd_combine<GROUP, DV, SPLIT, SLOTS, NT>(
+            z, vsplit, P, bmax, bsum, bacc, gbuf, [](float mb, float mx) { return exp2((double)mb - (double)mx); },
             [&](int row, int d, float v) { kcu_fa_store(out + ((long long)t * H + h0 + row) * DV + d, v); },
             [&](int row) { return sinks ? kcu_f(sinks[h0 + row]) * 1.4426950408889634f : ninf; });
     }

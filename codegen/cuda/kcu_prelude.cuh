@@ -2160,10 +2160,21 @@ static __device__ __forceinline__ void kcu_matmul(const int T, const X *__restri
  * at 512 positions, 8 rounds of ~2.2 µs unsplit: 17.6 µs a layer, #11 step 3). */
 enum { KCU_ATT_SPLIT_ROUNDS = 2 };
 /* kcu_flash_decode's rounds of its warps a block takes before the cluster's blocks share a token's
- * positions (its template parameter R; kcu_emit_attention may give another): at 4, a token of 512
- * positions (33 chunks of 16) takes 2 blocks, of 2048 5, of 4096 and more 8 (kcu_flash_decode.cuh) */
+ * positions in a step of many blocks (its template parameter R; kcu_emit_attention may give another):
+ * at 4, a token of 512 positions (33 chunks of 16) takes 2 blocks, of 2048 5, of 4096 and more 8; the
+ * token's virtual blocks, which fix its arithmetic, take KCU_FD_VROUNDS rounds each (kcu_flash_decode.cuh) */
 #ifndef KCU_FD_ROUNDS
 #define KCU_FD_ROUNDS 4
+#endif
+/* kcu_flash_decode's rounds of its warps a virtual block takes (its RV: a token's split, by its length
+ * alone). At R, a token has as many virtual blocks as the cluster's blocks that take it in a step of many
+ * (each walks one: the split of #11 step 7); fewer rounds give a token alone more blocks, walked one
+ * after another by fewer blocks in a step of many (KILN_CUDA_FD_VROUNDS=2 to try; not yet measured) */
+#ifndef KCU_FD_VROUNDS
+#define KCU_FD_VROUNDS KCU_FD_ROUNDS
+#endif
+#ifndef KCU_FD_WAVE
+#define KCU_FD_WAVE 264 /* kcu_flash_decode: a step's blocks up to which every virtual block gets its own */
 #endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KCU_CLUSTERS 1

@@ -79,6 +79,7 @@ typedef struct att_case {
                            * DEC_SPLIT blocks in steps of at most DEC_WIDE_T tokens */
     int fdr;              /* kcu_flash_decode's rounds a block before the split (its R); 0: KCU_FD_ROUNDS */
     int sinks;            /* 1: a sink logit a head (sink_of), as gpt-oss's attention holds */
+    int fdv;              /* kcu_flash_decode's rounds a virtual block (its RV); 0: as R */
 } att_case;
 
 /* Head h's sink in the cases with sinks: 3 to 6, above most scores (of order 1), so that it takes a
@@ -86,82 +87,89 @@ typedef struct att_case {
 static float sink_of(int h) { return (float)(0.75 * (h % 5) + 3.0); }
 
 enum { DEC_SPLIT = 8, DEC_WIDE_T = 32, FD_ROUNDS_DEFAULT = 4 /* kcu_prelude.cuh's KCU_FD_ROUNDS */ };
+static int fd_r(const struct att_case *c) { return c->fdr > 0 ? c->fdr : FD_ROUNDS_DEFAULT; }
 
 static const att_case check_cases[] = {
     /* one prompt, GQA 4, bf16 everywhere (two m16 tiles a warp, as planned below head_dim 256) */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 0, 0, 16, 1, {100}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 0, 0, 16, 1, {100}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* MHA (group 1: 8 token warps), f16, two prompts, the second after a cached prefix of 23 */
-    {E_F16, E_F16, E_F16, 4, 4, 32, 32, 0, 0, 16, 2, {37, 50}, {0, 23}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 4, 4, 32, 32, 0, 0, 16, 2, {37, 50}, {0, 23}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* f32 q/out and cache (converted in staging), group 8, DK = 40 (padded to 48), tiles of 32, one
      * m16 tile a warp */
-    {E_BF16, E_F32, E_F32, 16, 2, 40, 40, 0, 0, 16, 1, {77}, {5}, 0, 32, 0, 1, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_F32, E_F32, 16, 2, 40, 40, 0, 0, 16, 1, {77}, {5}, 0, 32, 0, 1, 0, 0, 0, 0, 0, 0, 0},
     /* sliding window and softcap, group 8 of one kv head */
-    {E_BF16, E_BF16, E_BF16, 8, 1, 32, 32, 17, 2.0f, 16, 1, {70}, {10}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 1, 32, 32, 17, 2.0f, 16, 1, {70}, {10}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* DK != DV (DV padded), three sequences interleaved, block size 5, one a single token */
-    {E_F16, E_F16, E_F16, 4, 2, 48, 24, 0, 0, 5, 3, {1, 20, 33}, {0, 7, 64}, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 4, 2, 48, 24, 0, 0, 5, 3, {1, 20, 33}, {0, 7, 64}, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* odd dims (36, 20: rows not whole 16-byte chunks), f32 q/out, bf16 cache, group 4, tiles of 16,
      * one m16 tile a warp */
-    {E_BF16, E_F32, E_BF16, 8, 2, 36, 20, 0, 0, 16, 2, {45, 19}, {3, 0}, 1, 16, 0, 1, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_F32, E_BF16, 8, 2, 36, 20, 0, 0, 16, 2, {45, 19}, {3, 0}, 1, 16, 0, 1, 0, 0, 0, 0, 0, 0, 0},
     /* Llama-3-8B's heads: group 4, 128 dims (swizzled rows), a window and a prefix, f16; as planned
      * (two m16 tiles a warp, 32-position tiles) */
-    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {70}, {30}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {70}, {30}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* group 2, f16 inputs on bf16 tensor cores (converted), softcap */
-    {E_BF16, E_F16, E_F16, 4, 2, 64, 64, 0, 30.0f, 8, 2, {33, 31}, {0, 100}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_F16, E_F16, 4, 2, 64, 64, 0, 30.0f, 8, 2, {33, 31}, {0, 100}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* GQA 4 with a prefix and a mixed step; MHA with a window, f32 cache, 64-position tiles */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 48, 0, 0, 16, 3, {90, 7, 40}, {0, 3, 17}, 1, 32, 0, 2, 0, 0, 0, 0, 0, 0},
-    {E_F16, E_F16, E_F32, 2, 2, 32, 32, 21, 0, 16, 1, {150}, {12}, 0, 64, 0, 2, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 48, 0, 0, 16, 3, {90, 7, 40}, {0, 3, 17}, 1, 32, 0, 2, 0, 0, 0, 0, 0, 0, 0},
+    {E_F16, E_F16, E_F32, 2, 2, 32, 32, 21, 0, 16, 1, {150}, {12}, 0, 64, 0, 2, 0, 0, 0, 0, 0, 0, 0},
     /* Llama-3-8B's shape as planned, bf16: three sequences interleaved (segments in a tile), a
      * prefix, block size 16; and the same on one m16 tile a warp */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 3, {70, 9, 50}, {0, 40, 5}, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {60, 45}, {20, 0}, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 3, {70, 9, 50}, {0, 40, 5}, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {60, 45}, {20, 0}, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
     /* head_dim 256 (one m16 tile a warp, 16-position tiles, as planned), softcap, a window */
-    {E_BF16, E_BF16, E_BF16, 4, 2, 256, 256, 30, 50.0f, 16, 1, {60}, {10}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 4, 2, 256, 256, 30, 50.0f, 16, 1, {60}, {10}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* head_dim 128 with a softcap (planned: 16-position tiles), f16 cache on bf16 tensor cores */
-    {E_BF16, E_BF16, E_F16, 8, 2, 128, 128, 0, 20.0f, 16, 1, {50}, {7}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},    /* sinks (gpt-oss): two prompts, a window */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 20, 0, 16, 2, {70, 45}, {0, 12}, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {E_BF16, E_BF16, E_F16, 8, 2, 128, 128, 0, 20.0f, 16, 1, {50}, {7}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* sinks (gpt-oss): two prompts, a window */
+    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 20, 0, 16, 2, {70, 45}, {0, 12}, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0},
 };
 
 /* kcu_flash90's cases (q and the cache in the tensor cores' type; dims multiples of 64): the sm_90a
  * program only (--gpu, and NVRTC's compile in CI) */
 static const att_case g90_cases[] = {
     /* Llama-3-8B's heads (group 4: 32 tokens x 4 heads a block), one prompt */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 1, {300}, {0}, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 1, {300}, {0}, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
     /* after a cached prefix, a window, f16 */
-    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {170}, {30}, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 40, 0, 16, 1, {170}, {30}, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
     /* three sequences interleaved (a segment each in a block), prefixes, block size 5 (no shifts) */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 5, 3, {70, 9, 150}, {0, 40, 5}, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 5, 3, {70, 9, 150}, {0, 40, 5}, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
     /* MHA (128 tokens a block), dims 64 (one panel), softcap, two prompts one after the other */
-    {E_BF16, E_BF16, E_BF16, 4, 4, 64, 64, 0, 30.0f, 16, 2, {200, 77}, {0, 13}, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 4, 4, 64, 64, 0, 30.0f, 16, 2, {200, 77}, {0, 13}, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
     /* group 8 (16 tokens x 8 heads a block), f16, DK 256 with DV 128 (64-position tiles as planned) */
-    {E_F16, E_F16, E_F16, 16, 2, 256, 128, 0, 0, 16, 1, {150}, {20}, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 16, 2, 256, 128, 0, 0, 16, 1, {150}, {20}, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
     /* Llama-3-8B's heads, two prompts; and with 3 stages */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {200, 90}, {0, 17}, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0},
-    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 0, 0, 16, 1, {333}, {0}, 0, 0, 0, 0, 1, 3, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 2, {200, 90}, {0, 17}, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 0, 0, 16, 1, {333}, {0}, 0, 0, 0, 0, 1, 3, 0, 0, 0, 0, 0},
     /* group 2, 64-position tiles with dims 128, a window shorter than a tile */
-    {E_BF16, E_BF16, E_BF16, 4, 2, 128, 128, 21, 0, 16, 2, {130, 60}, {0, 9}, 1, 64, 0, 0, 1, 0, 0, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 4, 2, 128, 128, 21, 0, 16, 2, {130, 60}, {0, 9}, 1, 64, 0, 0, 1, 0, 0, 0, 0, 0, 0},
 };
 
 /* kcu_flash_decode's cases (mma.sync: the emulator runs them; the split over a cluster only on sm_90) */
 static const att_case dec_cases[] = {
     /* Llama-3-8B's heads (group 4), four decode tokens of ragged contexts, bf16 */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 4, {1, 1, 1, 1}, {0, 17, 100, 299}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 4, {1, 1, 1, 1}, {0, 17, 100, 299}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0},
     /* f16, a window, a softcap, block size 5; a 12-token prompt beside two decode tokens */
-    {E_F16, E_F16, E_F16, 8, 2, 64, 64, 40, 30.0f, 5, 3, {1, 12, 1}, {90, 0, 33}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0},
+    {E_F16, E_F16, E_F16, 8, 2, 64, 64, 40, 30.0f, 5, 3, {1, 12, 1}, {90, 0, 33}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0},
     /* group 8, DK != DV, f32 q/out and an f32 cache (converted on the way); MHA with group 1, dims 32 */
-    {E_BF16, E_F32, E_F32, 16, 2, 48, 32, 0, 0, 16, 2, {1, 1}, {63, 64}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0},
-    {E_BF16, E_BF16, E_BF16, 4, 4, 32, 32, 0, 0, 16, 2, {1, 1}, {15, 16}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0},
+    {E_BF16, E_F32, E_F32, 16, 2, 48, 32, 0, 0, 16, 2, {1, 1}, {63, 64}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 4, 4, 32, 32, 0, 0, 16, 2, {1, 1}, {15, 16}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0},
     /* group 16 (every row of the m16 tile), two tokens of one sequence */
-    {E_BF16, E_BF16, E_BF16, 16, 1, 128, 128, 0, 0, 16, 1, {2}, {40}, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 16, 1, 128, 128, 0, 0, 16, 1, {2}, {40}, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0},
     /* long contexts: split over the cluster on sm_90 (a decode step); and a step past the decode
      * range (40 tokens: no split) */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 3, {1, 1, 1}, {700, 257, 1500}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0},
-    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 0, 0, 16, 2, {39, 1}, {500, 900}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 3, {1, 1, 1}, {700, 257, 1500}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0},
+    {E_F16, E_F16, E_F16, 8, 2, 128, 128, 0, 0, 16, 2, {39, 1}, {500, 900}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0},
     /* splits of 8, 4, 3 and 2 blocks (313, 129, 69 and 33 chunks at 4 rounds of 8 warps) in one step */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 4, {1, 1, 1, 1}, {5000, 2040, 1100, 520}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 4, {1, 1, 1, 1}, {5000, 2040, 1100, 520}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0},
+    /* virtual blocks of 2 rounds (RV 2): 8, 8, 5 and 3 of them, each block of a token alone in the step's
+     * few blocks walking its own; where a step has many (and in the emulator, one block a token), a block
+     * walks several one after another; with sinks and a window too */
+    {E_BF16, E_BF16, E_BF16, 8, 2, 128, 128, 0, 0, 16, 4, {1, 1, 1, 1}, {5000, 2040, 1100, 520}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 2},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 300, 0, 16, 3, {1, 1, 1}, {5000, 1100, 40}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 1, 2},
     /* sinks (gpt-oss): decode tokens split 8, 3 and 1 ways, a window in f16; the CUDA-core kernel's too */
-    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 0, 0, 16, 3, {1, 1, 1}, {5000, 1100, 40}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 1},
-    {E_F16, E_F16, E_F16, 8, 2, 64, 64, 128, 0, 16, 2, {1, 1}, {3000, 90}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 1},
-    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 0, 0, 16, 2, {1, 1}, {3000, 90}, 1, 0, 0, 0, 0, 0, 0, 2, 0, 1},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 0, 0, 16, 3, {1, 1, 1}, {5000, 1100, 40}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0},
+    {E_F16, E_F16, E_F16, 8, 2, 64, 64, 128, 0, 16, 2, {1, 1}, {3000, 90}, 1, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0},
+    {E_BF16, E_BF16, E_BF16, 8, 2, 64, 64, 0, 0, 16, 2, {1, 1}, {3000, 90}, 1, 0, 0, 0, 0, 0, 0, 2, 0, 1, 0},
 };
 
 /* ---- data ------------------------------------------------------------------------------ */
@@ -264,10 +272,11 @@ static void kernel_source(const att_case *c, int index, ks_buf *src)
     if (c->dec) {
         kcu_flash_decode_plan p = kcu_plan_flash_decode(c->H / c->KH, c->DK, c->DV, kcu_arch_smem_optin("sm_90"));
         ks_buf_printf(src,
-                      "    kcu_flash_decode<%s, %s, %s, %s, %d, %d, %d, %d, 8, 16, %d, %d, %d, %d, %d>(T, q, kc, vc, "
-                      "out, positions, table_off, tables, block_size, (float)%s, (float)%s%s);\n}\n",
+                      "    kcu_flash_decode<%s, %s, %s, %s, %d, %d, %d, %d, 8, 16, %d, %d, %d, %d, %d, %d, %d>(T, q, kc, "
+                      "vc, out, positions, table_off, tables, block_size, (float)%s, (float)%s%s);\n}\n",
                       e_name[c->mt], e_name[c->qt], e_name[c->kvt], e_name[c->qt], c->H, c->KH, c->DK, c->DV, p.ns,
-                      DEC_SPLIT, c->window, DEC_WIDE_T, c->fdr > 0 ? c->fdr : FD_ROUNDS_DEFAULT, scale, cap, sinks_arg);
+                      p.slots, DEC_SPLIT, c->window, DEC_WIDE_T, fd_r(c), c->fdv > 0 ? c->fdv : fd_r(c), scale, cap,
+                      sinks_arg);
         return;
     }
     if (c->g90) {
@@ -682,29 +691,30 @@ static int bench_cases(att_case *out)
     int n = 0;
     for (int i = 0; i < 3; i++) {
         /* kcu_flash90: as planned (2 stages of 128 positions); then 3 stages, and 4 of 64 positions */
-        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0};
+        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0};
         /* bn, ns, blocks an SM (2 of 64 positions in 97 KiB: two blocks an SM, one's softmax under the
            other's products) */
         static const int variant[3][3] = {{128, 3, 1}, {64, 4, 1}, {64, 2, 2}};
         for (int v = 0; v < 3; v++)
             out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0,
-                                  variant[v][0], 0, 0, 1, variant[v][1], variant[v][2], 0, 0, 0};
-        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 32, 0, 1, 0, 0, 0, 0, 0, 0};
+                                  variant[v][0], 0, 0, 1, variant[v][1], variant[v][2], 0, 0, 0, 0};
+        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        out[n++] = (att_case){E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 32, 0, 1, 0, 0, 0, 0, 0, 0, 0};
     }
-    out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {2048}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {2048}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     for (int i = 0; i < 2; i++)
-        out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0};
+        out[n++] = (att_case){E_BF16, E_F32, E_F32, 32, 8, 128, 128, 0, 0, 16, 1, {lens[i]}, {0}, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0};
     /* decode: one token of each of `seqs` sequences at a context of ctx positions, kcu_flash_decode
      * (dec 1) and the CUDA-core kernel it replaces (dec 2), bf16 cache */
     static const int dec_shape[][2] = {{1, 512}, {1, 2048}, {1, 8192}, {8, 512}, {32, 512}, {32, 4096}, {128, 4096}};
-    /* kcu_flash_decode as planned, then with a split after 2 and after 8 rounds (the rule's knob) */
-    static const int rounds[] = {0, 2, 8};
+    /* kcu_flash_decode as planned (R 4, a virtual block a block), then with virtual blocks of 2 rounds
+     * (walked by fewer blocks in a step of many), then with a split after 8 rounds (the rule's knobs) */
+    static const int rounds[][2] = {{0, 0}, {0, 2}, {8, 0}};
     for (int i = 0; i < (int)(sizeof dec_shape / sizeof dec_shape[0]); i++)
         for (int v = 0; v < 4; v++) {
             const int dec = v < 3 ? 1 : 2;
             att_case c = {E_BF16, E_BF16, E_BF16, 32, 8, 128, 128, 0, 0, 16, dec_shape[i][0], {0}, {0}, 1, 0, 0, 0, 0, 0, 0, dec,
-                          v < 3 ? rounds[v] : 0, 0};
+                          v < 3 ? rounds[v][0] : 0, 0, v < 3 ? rounds[v][1] : 0};
             for (int s = 0; s < c.n_seqs; s++) c.len[s] = 1, c.start[s] = dec_shape[i][1] - 1 - 3 * s;
             out[n++] = c;
         }
@@ -728,7 +738,8 @@ static void run_bench(runner *r, const att_case *cases, int n, int first)
             for (int t = 0; t < d.T; t++) kv += (double)(d.pos[t] + 1) * c->KH * (c->DK + c->DV) * e_size[c->kvt];
             char how[64];
             if (c->dec == 1)
-                snprintf(how, sizeof how, "kcu_flash_decode (tensor cores), R %d", c->fdr > 0 ? c->fdr : FD_ROUNDS_DEFAULT);
+                snprintf(how, sizeof how, "kcu_flash_decode (tensor cores), R %d RV %d", fd_r(c),
+                         c->fdv > 0 ? c->fdv : fd_r(c));
             else
                 snprintf(how, sizeof how, "kcu_attention_kernel (CUDA cores)");
             printf("bench decode %3d tokens at %5d positions, %-38s %9.4f ms %7.1f GB/s of K/V  error %.2e%s\n", d.T,
