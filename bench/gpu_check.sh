@@ -122,8 +122,10 @@ prepare() {
     cp "$build/alt-build/cli/kiln" "$gpu/bin/kiln-alt"
     git -C "$root" worktree remove --force "$wt"
   fi
-  # the models, without the GGUF copy nothing here reads
-  (cd "$shared/models" && find . -type f ! -name '*.gguf' -exec cp --parents {} "$gpu/models/" \;)
+  # the models, without the GGUF copy nothing here reads (GPU_CHECK_NO_MODELS=1: none, for the stages that
+  # make their own — mm, att, profile, bench, moe — when the carry's 64 MiB would not hold them beside kiln-alt)
+  [ "${GPU_CHECK_NO_MODELS:-0}" = 1 ] \
+    || (cd "$shared/models" && find . -type f ! -name '*.gguf' -exec cp --parents {} "$gpu/models/" \;)
   # the repository's own (tests/data/*/golden.json) travel with the work tree: run links them in
   du -sh "$gpu"
   echo "carry: ${gpu#$root/}    command: bash bench/gpu_check.sh run"
