@@ -28,15 +28,17 @@ def rel_l2(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def make_checkpoint(cfg, ckpt, dev, seed):
-    """The model in bf16 on dev, weights drawn with a fixed seed (every matrix N(0, 0.02), norm
-    weights 1), saved to ckpt with save_pretrained (bf16 safetensors). Returns (model, parameters)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-    config = LlamaConfig(**cfg)
+def make_checkpoint(cfg, ckpt, dev, seed, arch=("LlamaConfig", "LlamaForCausalLM"), shard=None):
+    """The model (transformers' arch: config and model class names) in bf16 on dev, weights drawn with a
+    fixed seed (every matrix N(0, 0.02), norm weights 1), saved to ckpt with save_pretrained (bf16
+    safetensors, shards of at most `shard`, e.g. "4GB"). Returns (model, parameters)."""
+    import transformers
+    config_cls, model_cls = getattr(transformers, arch[0]), getattr(transformers, arch[1])
+    config = config_cls(**cfg)
     t0 = time.time()
     torch.set_default_dtype(torch.bfloat16)
     with torch.device(dev):
-        model = LlamaForCausalLM(config)
+        model = model_cls(config)
     torch.set_default_dtype(torch.float32)
     gen = torch.Generator(device=dev).manual_seed(seed)
     with torch.no_grad():
@@ -48,7 +50,7 @@ def make_checkpoint(cfg, ckpt, dev, seed):
     if dev == "cuda":
         torch.cuda.synchronize()
     t1 = time.time()
-    model.save_pretrained(ckpt, safe_serialization=True)
+    model.save_pretrained(ckpt, safe_serialization=True, **({"max_shard_size": shard} if shard else {}))
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e9:.3f} B parameters, made in {t1 - t0:.1f} s, saved (bf16) in {time.time() - t1:.1f} s")
     return model.eval(), n_params

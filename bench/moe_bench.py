@@ -21,6 +21,9 @@ Writes DIR/moe_bench.json and prints a table (bench/RESULTS.md's form).
 """
 import argparse, json, os, shutil, subprocess, sys, time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama8b_common import make_checkpoint  # noqa: E402
+
 QWEN3_30B_A3B = dict(hidden_size=2048, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
                      num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, intermediate_size=6144,
                      vocab_size=151936, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
@@ -65,31 +68,6 @@ def copy_rate(torch, dev):
     return 2 * n / best
 
 
-def make_checkpoint(torch, cfg, layers, ckpt, dev, seed=0):
-    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
-    config = Qwen3MoeConfig(**cfg, num_hidden_layers=layers)
-    t0 = time.time()
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device(dev):
-        model = Qwen3MoeForCausalLM(config)
-    torch.set_default_dtype(torch.float32)
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    with torch.no_grad():
-        for _, p in sorted(model.named_parameters()):
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.02, generator=gen)
-            else:
-                p.fill_(1.0)
-    t1 = time.time()
-    model.save_pretrained(ckpt, safe_serialization=True, max_shard_size="4GB")
-    n = sum(p.numel() for p in model.parameters())
-    log(f"model: {n / 1e9:.2f} B parameters, made in {t1 - t0:.1f} s, saved in {time.time() - t1:.1f} s")
-    del model
-    if dev == "cuda":
-        torch.cuda.empty_cache()
-    return n
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kiln", required=True)
@@ -112,7 +90,11 @@ def main():
     rate = copy_rate(torch, dev)
     res["copy_bytes_per_s"] = rate
     log(f"copy: {rate / 1e12:.2f} TB/s ({res['device']})")
-    res["parameters"] = make_checkpoint(torch, cfg, layers, ckpt, dev)
+    model, res["parameters"] = make_checkpoint(dict(cfg, num_hidden_layers=layers), ckpt, dev, 0,
+                                               ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"), "4GB")
+    del model
+    if dev == "cuda":
+        torch.cuda.empty_cache()
     target = ["--target", "sm_90"] if dev == "cuda" else []
     t0 = time.time()
     p = subprocess.run([a.kiln, "build", ckpt, "--dtype", "bf16", "--precision", "fast", "--stats", *target,

@@ -62,51 +62,6 @@ static __device__ __forceinline__ void kcu_fd_rows(unsigned short *__restrict__ 
     }
 }
 
-/* A split decode token's ending (kcu_cluster_combine's, over virtual blocks): the states of virtual
- * blocks 0 .. n - 1, block v's in slot v / P of the cluster's block v % P (P blocks: through
- * distributed shared memory where P > 1, the block's own shared memory where P is 1), combined in
- * v's order by block 0: out(row, d) = sum_v bacc_v g_v / (sum_v bsum_v g_v + the sink's weight),
- * g_v = weight(bmax_v, M), M the largest bmax_v (0 for a virtual block with no position). The same
- * states in the same order whatever P: a token's result does not depend on how many blocks walked
- * its virtual blocks. Every thread of every block of the cluster that has not ended calls it. */
-template <int ROWS, int DV, int SPLIT, int SLOTS, int NT, class Weight, class Put, class Sink>
-__device__ __forceinline__ void kcu_fd_combine(const unsigned z, const int n, const int P,
-                                               const float (&bmax)[SLOTS][ROWS], const double (&bsum)[SLOTS][ROWS],
-                                               const double (&bacc)[SLOTS][ROWS][DV], double (&gbuf)[ROWS][SPLIT],
-                                               const Weight &weight, const Put &put, const Sink &sink)
-{
-    const float ninf = -__int_as_float(0x7f800000);
-    const int tid = threadIdx.x;
-    __shared__ double sbuf[ROWS]; /* the sink's weight of each row */
-    __syncthreads();
-    if (P > 1) kcu_cluster_sync(); /* every block's states written */
-    if (z == 0) {
-        if (tid < ROWS * SPLIT && tid % SPLIT < n) { /* each virtual block's weight, a thread a (row, block) */
-            const int row = tid / SPLIT, b = tid % SPLIT;
-            float mx = ninf;
-            for (int u = 0; u < n; u++) mx = fmaxf(mx, kcu_cluster_ld(&bmax[u / P][row], (unsigned)(u % P)));
-            const float mb = kcu_cluster_ld(&bmax[b / P][row], (unsigned)(b % P));
-            gbuf[row][b] = mb == ninf ? 0.0 : weight(mb, mx);
-            if (b == 0) {
-                const float sk = sink(row);
-                sbuf[row] = sk == ninf ? 0.0 : weight(sk, mx);
-            }
-        }
-        __syncthreads();
-        for (int i = tid; i < ROWS * DV; i += NT) {
-            const int row = i / DV, d = i % DV;
-            double sum = 0.0, acc = 0.0;
-            for (int b = 0; b < n; b++) {
-                sum += kcu_cluster_ld(&bsum[b / P][row], (unsigned)(b % P)) * gbuf[row][b];
-                acc += kcu_cluster_ld(&bacc[b / P][row][d], (unsigned)(b % P)) * gbuf[row][b];
-            }
-            sum += sbuf[row];
-            put(row, d, (float)(acc / sum));
-        }
-    }
-    if (P > 1) kcu_cluster_sync(); /* the first block has read the others' shared memory: they may end */
-}
-
 /*
  * kcu_flash_decode: attention of token blockIdx.x for the GROUP = H / KH q heads of kv head
  * blockIdx.y (rows 0 .. GROUP - 1 of one m16 tile; the others zero), over positions [lo, pos] of
@@ -384,7 +339,7 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
      * in log2 units); state v in block v % P, slot v / P */
     if constexpr (SPLIT > 1) {
         if (vsplit == 1) return;
-        kcu_fd_combine<GROUP, DV, SPLIT, SLOTS, NT>(
+        kcu_cluster_combine<GROUP, DV, SPLIT, SLOTS, NT>(
             z, vsplit, P, bmax, bsum, bacc, gbuf, [](float mb, float mx) { return exp2((double)mb - (double)mx); },
             [&](int row, int d, float v) { kcu_fa_store(out + ((long long)t * H + h0 + row) * DV + d, v); },
             [&](int row) { return sinks ? kcu_f(sinks[h0 + row]) * 1.4426950408889634f : ninf; });

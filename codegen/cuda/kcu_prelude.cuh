@@ -2218,31 +2218,33 @@ __device__ __forceinline__ unsigned kcu_cluster_rank() { return 0; }
 template <typename T> __device__ __forceinline__ T kcu_cluster_ld(const T *p, unsigned) { return *p; }
 #endif
 
-/* A split decode attention's ending: the states of the cluster's first n blocks (n <= SPLIT; the others
- * have ended) combined by its first (rank z 0), in block order, reading the others' through distributed
- * shared memory, and sink(row), a logit in bmax's units (-inf: none) that the sum holds with no
- * value (attention sinks: weight(sink, M) added to the denominator). Each of those blocks has written,
- * for each of its ROWS rows (q heads), bmax (its maximum score), bsum (its sum of exponentials
- * relative to bmax) and bacc (its DV outputs so); out(row, d) = sum_b bacc_b g_b / sum_b bsum_b g_b
- * with g_b = weight(bmax_b, M), M the largest bmax_b, and 0 for a block with no position (bmax -inf);
- * put(row, d, value) stores it. Every thread of every block of the cluster calls it (its barriers);
- * the blocks end only after the first has read them. */
-template <int ROWS, int DV, int SPLIT, int NT, class Weight, class Put, class Sink>
-__device__ __forceinline__ void kcu_cluster_combine(const unsigned z, const int n, const float (&bmax)[ROWS],
-                                                    const double (&bsum)[ROWS],
-                                                    const double (&bacc)[ROWS][DV], double (&gbuf)[ROWS][SPLIT],
-                                                    const Weight &weight, const Put &put, const Sink &sink)
+/* A split decode attention's ending: the states of (virtual) blocks 0 .. n - 1 — each block's ROWS
+ * rows (q heads): bmax (its maximum score), bsum (its sum of exponentials relative to bmax) and bacc
+ * (its DV outputs so) — block v's in slot v / P of the cluster's block v % P (P blocks: through
+ * distributed shared memory where P > 1, the block's own shared memory where P is 1; kcu_attention:
+ * one slot, P = n), combined in v's order by block 0: out(row, d) = sum_v bacc_v g_v / (sum_v bsum_v
+ * g_v + sink's), g_v = weight(bmax_v, M), M the largest bmax_v, 0 for a block with no position;
+ * sink(row) is a logit in bmax's units (-inf: none) that the sum holds with no value (attention
+ * sinks); put(row, d, value) stores. The same states in the same order whatever P: a token's result
+ * does not depend on how many blocks walked its virtual blocks. Every thread of every block of the
+ * cluster that has not ended calls it; the blocks end only after the first has read them. */
+template <int ROWS, int DV, int SPLIT, int SLOTS, int NT, class Weight, class Put, class Sink>
+__device__ __forceinline__ void kcu_cluster_combine(const unsigned z, const int n, const int P,
+                                               const float (&bmax)[SLOTS][ROWS], const double (&bsum)[SLOTS][ROWS],
+                                               const double (&bacc)[SLOTS][ROWS][DV], double (&gbuf)[ROWS][SPLIT],
+                                               const Weight &weight, const Put &put, const Sink &sink)
 {
     const float ninf = -__int_as_float(0x7f800000);
     const int tid = threadIdx.x;
     __shared__ double sbuf[ROWS]; /* the sink's weight of each row */
-    kcu_cluster_sync(); /* every block's state written */
+    __syncthreads();
+    if (P > 1) kcu_cluster_sync(); /* every block's states written */
     if (z == 0) {
-        if (tid < ROWS * SPLIT && tid % SPLIT < n) { /* each block's weight, a thread a (row, block) */
+        if (tid < ROWS * SPLIT && tid % SPLIT < n) { /* each virtual block's weight, a thread a (row, block) */
             const int row = tid / SPLIT, b = tid % SPLIT;
             float mx = ninf;
-            for (int u = 0; u < n; u++) mx = fmaxf(mx, kcu_cluster_ld(&bmax[row], (unsigned)u));
-            const float mb = kcu_cluster_ld(&bmax[row], (unsigned)b);
+            for (int u = 0; u < n; u++) mx = fmaxf(mx, kcu_cluster_ld(&bmax[u / P][row], (unsigned)(u % P)));
+            const float mb = kcu_cluster_ld(&bmax[b / P][row], (unsigned)(b % P));
             gbuf[row][b] = mb == ninf ? 0.0 : weight(mb, mx);
             if (b == 0) {
                 const float sk = sink(row);
@@ -2254,14 +2256,14 @@ __device__ __forceinline__ void kcu_cluster_combine(const unsigned z, const int 
             const int row = i / DV, d = i % DV;
             double sum = 0.0, acc = 0.0;
             for (int b = 0; b < n; b++) {
-                sum += kcu_cluster_ld(&bsum[row], (unsigned)b) * gbuf[row][b];
-                acc += kcu_cluster_ld(&bacc[row][d], (unsigned)b) * gbuf[row][b];
+                sum += kcu_cluster_ld(&bsum[b / P][row], (unsigned)(b % P)) * gbuf[row][b];
+                acc += kcu_cluster_ld(&bacc[b / P][row][d], (unsigned)(b % P)) * gbuf[row][b];
             }
             sum += sbuf[row];
             put(row, d, (float)(acc / sum));
         }
     }
-    kcu_cluster_sync(); /* the first block has read the others' shared memory: they may end */
+    if (P > 1) kcu_cluster_sync(); /* the first block has read the others' shared memory: they may end */
 }
 
 /* A barrier for the lanes of one warp. The CPU emulator (tests/cuda/emu_shim.h) has no warps:
@@ -2387,9 +2389,9 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
     __shared__ double fbuf[NW][HB];        /* each warp's weight in the block's combination, per head */
     __shared__ double wbuf[NW][HB];        /* each warp's sum of exponentials, weighted so */
     __shared__ double snk[HB];             /* each head's sink, e^(sink - M) (0: none, or split) */
-    __shared__ float bmax[SB];             /* split: the block's maximum per head */
-    __shared__ double bacc[SB][SPLIT > 1 ? DV : 1]; /* split: the block's outputs relative to bmax */
-    __shared__ double bsum[SB];            /* and its sum of exponentials so */
+    __shared__ float bmax[1][SB];             /* split: the block's maximum per head */
+    __shared__ double bacc[1][SB][SPLIT > 1 ? DV : 1]; /* split: the block's outputs relative to bmax */
+    __shared__ double bsum[1][SB];            /* and its sum of exponentials so */
     __shared__ double gbuf[SB][SPLIT]; /* the first block's weight of each block's state */
     const float ninf = -__int_as_float(0x7f800000);
     const int t = blockIdx.x, h0 = blockIdx.y * HB, kh = h0 / GROUP;
@@ -2523,7 +2525,7 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
         const double f = mbuf[v][h] == ninf ? 0.0 : exp((double)(mbuf[v][h] - mx)); /* 0: a warp with no position */
         fbuf[v][h] = f;
         wbuf[v][h] = lw * f;
-        if (SPLIT > 1 && v == 0) bmax[h] = mx;
+        if (SPLIT > 1 && v == 0) bmax[0][h] = mx;
         /* the sink's e^(sink - M), in the unsplit sum only (split: the cluster's combination adds it) */
         if (v == 0) snk[h] = sinks && (SPLIT == 1 || split == 1) ? exp((double)kcu_f(sinks[h0 + h]) - (double)mx) : 0.0;
     }
@@ -2537,8 +2539,8 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
         }
         if constexpr (SPLIT > 1) {
             if (split > 1) { /* the block's state, relative to its maximum bmax */
-                bacc[h][d] = o;
-                if (d == 0) bsum[h] = sum;
+                bacc[0][h][d] = o;
+                if (d == 0) bsum[0][h] = sum;
                 continue;
             }
         }
@@ -2551,8 +2553,8 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
     /* the cluster's blocks' states combined in block order by the first: g_b = e^(bmax_b - M) */
     if constexpr (SPLIT > 1) {
         if (split == 1) return;
-        kcu_cluster_combine<HB, DV, SPLIT, NT>(
-            z, split, bmax, bsum, bacc, gbuf, [](float mb, float mx) { return exp((double)(mb - mx)); },
+        kcu_cluster_combine<HB, DV, SPLIT, 1, NT>(
+            z, split, split, bmax, bsum, bacc, gbuf, [](float mb, float mx) { return exp((double)(mb - mx)); },
             [&](int h, int d, float v) {
                 if constexpr (kcu_same<O, float>::V)
                     out[((long long)t * H + h0 + h) * DV + d] = v;
