@@ -67,19 +67,22 @@ static __device__ __forceinline__ void kcu_fd_rows(unsigned short *__restrict__ 
  * blockIdx.y (rows 0 .. GROUP - 1 of one m16 tile; the others zero), over positions [lo, pos] of
  * its sequence, on a grid [T, KH, S] of NW warps (z: a cluster's blocks on sm_90; elsewhere
  * block z = 0 takes every position and the others return). The positions go in chunks of BN
- * (16) to the (virtual) warps round robin, chunk c to warp c % (split NW): in a decode step (T <=
- * WIDE_T) split is the fewest of the cluster's S blocks that take the chunks in at most R rounds of
- * their warps (1 up to R NW chunks, S past (S - 1) R NW), else 1 — a function of the token's length
- * and of whether T <= WIDE_T alone, so that a token's result does not depend on what else its step
- * holds. Blocks past split end at once (an exited block counts as arrived at the cluster's
- * barriers, and no block reads their shared memory): a step of many sequences of a few hundred
- * positions fills the GPU with a few working blocks a sequence, not S blocks of a chunk each. Each warp copies its chunks into its
+ * (16) to the virtual warps round robin, chunk c to warp c % (vsplit NW): in a decode step (T <=
+ * WIDE_T) vsplit, the token's virtual blocks, is the fewest (at most S; at most SLOTS without
+ * clusters) that take the chunks in at most RV rounds of their warps, else 1 — a function of the
+ * token's length and of whether T <= WIDE_T alone, so that a token's result does not depend on
+ * what else its step holds. P of the cluster's blocks walk them (block z: virtual blocks z, z + P,
+ * ..., each state kept in a slot): every virtual block its own block where the step's blocks
+ * stay within KCU_FD_WAVE, else as many as take the chunks in R rounds (at least vsplit / SLOTS),
+ * so that a step of many sequences of a few hundred positions fills the GPU with a few working
+ * blocks a sequence, not S blocks of a chunk each; blocks past P end at once (an exited block
+ * counts as arrived at the cluster's barriers, and no block reads their shared memory). Each warp copies its chunks into its
  * own ring of NS K and V tiles (cp.async, NS - 1 in flight while it multiplies one), forms
  * s = q k^T (q's A fragments in registers, K rows as B fragments by ldmatrix), an online softmax
  * per row in f32 (exponentials in base 2, as kcu_flash_attention), and o += p v (p rounded to MT:
- * the C fragments are the A fragment; V by ldmatrix.trans). At the end the warps' states are
- * combined in warp order in double, then (split) the cluster's blocks' in block order by the
- * first, through distributed shared memory. Shapes as kcu_attention; MT the tensor cores' type.
+ * the C fragments are the A fragment; V by ldmatrix.trans). At the end of a virtual block its
+ * warps' states are combined in warp order in double, then (split) the virtual blocks' in their
+ * order by the first block, through distributed shared memory (kcu_cluster_combine). Shapes as kcu_attention; MT the tensor cores' type.
  */
 template <typename MT, typename Q, typename KV, typename O, int H, int KH, int DK, int DV, int NW, int BN, int NS,
           int SLOTS, int S, int WINDOW, int WIDE_T, int R = KCU_FD_ROUNDS, int RV = KCU_FD_VROUNDS,
