@@ -44,6 +44,10 @@ int kc_cmd_inspect(int argc, char **argv)
             printf("  %-24s [", p->name);
             for (uint32_t k = 0; k < p->ints.n; k++) printf("%s%lld", k ? ", " : "", (long long)p->ints.v[k]);
             printf("]\n");
+        } else if (p->kind == KIR_ATTR_FLOATS) {
+            printf("  %-24s [", p->name);
+            for (uint32_t k = 0; k < p->floats.n; k++) printf("%s%g", k ? ", " : "", p->floats.v[k]);
+            printf("]\n");
         } else {
             printf("  %-24s \"%s\"\n", p->name, p->s);
         }

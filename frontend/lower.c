@@ -339,9 +339,10 @@ static void lower_param(kf_lower *L, const kf_item *it, kf_binding *b)
         break;
     case KF_V_STR: kir_param_str(L->g, it->name, v.u.s); break;
     case KF_V_INTS: kir_param_ints(L->g, it->name, v.u.ints.v, (uint32_t)v.u.ints.n); break;
+    case KF_V_FLOATS: kir_param_floats(L->g, it->name, v.u.floats.v, (uint32_t)v.u.floats.n); break;
     case KF_V_ERROR: break;
     default:
-        v = kf_error_value(L, at, v, "param '%s' must be an int, float, string, bool or list of ints, not %s",
+        v = kf_error_value(L, at, v, "param '%s' must be an int, float, string, bool or list of numbers, not %s",
                            it->name, kf_a_type(v.kind));
         break;
     }
@@ -469,6 +470,7 @@ static void declare_names(kf_lower *L, const kf_file *f, kf_binding **bound)
 {
     kf_bind(L, kir_word_table[KIR_ROLE_TOKENS].text, KF_BIND_INPUT, (kf_loc){0, 0}); /* the inputs are named for their roles */
     kf_bind(L, kir_word_table[KIR_ROLE_POSITIONS].text, KF_BIND_INPUT, (kf_loc){0, 0});
+    kf_bind(L, kir_word_table[KIR_ROLE_SEQ_LENGTHS].text, KF_BIND_INPUT, (kf_loc){0, 0});
     for (size_t i = 0; i < f->n_items; i++) {
         const kf_item *it = f->items[i];
         if (it->kind != KF_ITEM_PARAM && it->kind != KF_ITEM_WEIGHT) continue;

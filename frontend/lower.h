@@ -60,6 +60,7 @@ typedef enum kf_vkind {
     KF_V_STR,    /* u.s, in the scratch arena */
     KF_V_BOOL,   /* u.i: 0 or 1 */
     KF_V_INTS,   /* u.ints: a list of ints (a JSON array of integers, as eos_token_id may be) */
+    KF_V_FLOATS, /* u.floats: a list of numbers (a JSON array with a non-integer: LongRoPE's factors) */
     KF_V_TENSOR, /* u.t: an IR value */
 } kf_vkind;
 
@@ -96,6 +97,10 @@ typedef struct kf_value {
             const int64_t *v;     /* in the scratch arena */
             size_t n;             /* how many; may be 0 */
         } ints;                   /* KF_V_INTS */
+        struct {
+            const double *v;      /* in the scratch arena */
+            size_t n;             /* how many; at least 1 (an empty array is a list of ints) */
+        } floats;                 /* KF_V_FLOATS */
     } u;
 } kf_value;
 

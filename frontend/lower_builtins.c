@@ -153,7 +153,7 @@ static const struct {
     kir_word word;     /* what it means */
 } word_aliases[] = {{KIR_SET_ROPE_SCALING, "default", KIR_ROPE_SCALING_NONE}};
 
-enum { KF_MAX_ATTRS = 12, KF_MAX_INTS = KIR_MAX_DIMS - 1 };
+enum { KF_MAX_ATTRS = 14, KF_MAX_INTS = KIR_MAX_DIMS - 1 };
 
 /* A call's arguments after evaluation and checking. */
 typedef struct kf_call_args {
@@ -201,6 +201,8 @@ static const kf_attr_spec rope_attrs[] = {
     {KIR_A_ROPE_BETA_SLOW, KF_COMPUTED},
     {KIR_A_ROPE_TRUNCATE, KF_COMPUTED},
     {KIR_A_ROPE_ATTENTION_FACTOR, KF_COMPUTED},
+    {KIR_A_ROPE_SHORT_FACTOR, KF_COMPUTED},     /* longrope's; absent: none, and not written */
+    {KIR_A_ROPE_LONG_FACTOR, KF_COMPUTED},
     {KIR_A_COUNT, 0},
 };
 static const kf_attr_spec attention_attrs[] = {
@@ -334,12 +336,33 @@ static kf_value lower_rope(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf
         return kf_error_value(L, a->given[6] ? a->attr_loc[6] : loc, a->attr[6],
                               "rope: llama3 scaling needs high_freq_factor (%g) above low_freq_factor (%g)",
                               a->attr[6].u.f, a->attr[5].u.f);
-    kir_setting set[12];
+    /* longrope and dynamic scaling read each token's sequence length: the third argument, the input
+     * seq_lengths (the others take none) */
+    const char *scaling = a->attr[3].u.s;
+    const int by_length = strcmp(scaling, "longrope") == 0 || strcmp(scaling, "dynamic") == 0;
+    if (by_length && (a->nt < 3 || a->t[2] == KIR_NONE))
+        return kf_error(L, loc, "rope: %s scaling needs each token's sequence length: rope(x, positions, seq_lengths, ...)",
+                        scaling);
+    if (!by_length && a->nt > 2 && a->t[2] != KIR_NONE)
+        return kf_error(L, a->t_loc[2], "rope: a third argument (seq_lengths) is for longrope and dynamic scaling only (this one's "
+                        "scaling is %s)",
+                        scaling);
+    for (int k = 12; k < 14; k++) {
+        int64_t want = strcmp(scaling, "longrope") == 0 ? rot / 2 : 0;
+        size_t got = a->given[k] ? a->attr[k].u.floats.n : 0;
+        if ((int64_t)got != want)
+            return kf_error_value(L, a->given[k] ? a->attr_loc[k] : loc, a->attr[k],
+                                  want ? "rope: longrope scaling needs %s of rot_dim/2 = %lld numbers, got %zu"
+                                       : "rope: %s is longrope's (of rot_dim/2 = %lld numbers), not for this scaling "
+                                         "(%zu given)",
+                                  kir_attr_table[rope_attrs[k].id].key, (long long)(rot / 2), got);
+    }
+    kir_setting set[14];
     int n = 0;
     for (int k = 0; k < 8; k++) set[n++] = setting_of(b, a, k);
-    for (int k = 8; k < 12; k++) /* yarn's and the attention factor: written only when given */
+    for (int k = 8; k < 14; k++) /* yarn's, the attention factor and longrope's: written only when given */
         if (a->given[k]) set[n++] = setting_of(b, a, k);
-    return build(L, KIR_OP_ROPE, loc, a->t, 2, set, n);
+    return build(L, KIR_OP_ROPE, loc, a->t, by_length ? 3 : 2, set, n);
 }
 
 static kf_value lower_attention(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
@@ -385,7 +408,7 @@ static const kf_builtin builtins[] = {
     {"view", "Ti+", no_attrs, lower_view, KIR_OP_RESHAPE, NULL},
     {"slice", "Tii", no_attrs, lower_slice, KIR_OP_SLICE, NULL},
     {"concat", "T+", no_attrs, lower_simple, KIR_OP_CONCAT, NULL},
-    {"rope", "TT", rope_attrs, lower_rope, KIR_OP_ROPE, NULL},
+    {"rope", "TTt", rope_attrs, lower_rope, KIR_OP_ROPE, NULL},
     {"attention", "TTTt", attention_attrs, lower_attention, KIR_OP_ATTENTION, NULL},
 };
 enum { KF_N_BUILTINS = sizeof builtins / sizeof *builtins };
@@ -507,6 +530,27 @@ static int check_attr(kf_lower *L, const kf_builtin *b, const kf_attr_spec *spec
             return -1;
         }
         return 0;
+    case KIR_ATTR_FLOATS:
+        if (v->kind == KF_V_INTS) { /* a list of integers, read as numbers (the value stays the config value) */
+            double *f = ks_arena_alloc(&L->scratch, (v->u.ints.n ? v->u.ints.n : 1) * sizeof *f);
+            size_t n = v->u.ints.n;
+            for (size_t i = 0; i < n; i++) f[i] = (double)v->u.ints.v[i];
+            v->kind = KF_V_FLOATS;
+            v->u.floats.v = f;
+            v->u.floats.n = n;
+        }
+        if (v->kind != KF_V_FLOATS) {
+            kf_error_value(L, loc, *v, "%s: attribute '%s' must be a list of numbers, not %s", b->name, info->key,
+                           kf_a_type(v->kind));
+            return -1;
+        }
+        for (size_t i = 0; i < v->u.floats.n; i++)
+            if (!isfinite(v->u.floats.v[i]) || !kir_rule_holds(info->rule, v->u.floats.v[i])) {
+                kf_error_value(L, loc, *v, "%s: attribute '%s' holds %g at [%zu]; it %s", b->name, info->key,
+                               v->u.floats.v[i], i, rule ? rule : "must be finite");
+                return -1;
+            }
+        return 0;
     }
     KS_UNREACHABLE(); /* the builtins take no STR or INTS attributes */
 }
@@ -519,6 +563,7 @@ static kf_value fallback_of(const kf_attr_spec *spec)
     case KIR_ATTR_INT: return kf_int((int64_t)info->fallback);
     case KIR_ATTR_FLOAT: return kf_float(info->fallback);
     case KIR_ATTR_WORD: return kf_str(kir_word_table[(int)info->fallback].text);
+    case KIR_ATTR_FLOATS: return (kf_value){.kind = KF_V_FLOATS}; /* none */
     }
     KS_UNREACHABLE();
 }
@@ -531,6 +576,7 @@ static kir_setting setting_of(const kf_builtin *b, const kf_call_args *a, int k)
     case KIR_ATTR_INT: return KIR_WITH_INT(id, v->u.i);
     case KIR_ATTR_FLOAT: return KIR_WITH_FLOAT(id, v->u.f);
     case KIR_ATTR_WORD: return KIR_WITH_WORD(id, kir_word_lookup(kir_attr_table[id].set, v->u.s));
+    case KIR_ATTR_FLOATS: return KIR_WITH_FLOATS(id, v->u.floats.v, (uint32_t)v->u.floats.n);
     }
     KS_UNREACHABLE();
 }

@@ -41,6 +41,7 @@ const char *kf_type_name(kf_vkind k)
     case KF_V_STR: return "string";
     case KF_V_BOOL: return "bool";
     case KF_V_INTS: return "list of ints";
+    case KF_V_FLOATS: return "list of floats";
     case KF_V_TENSOR: return "tensor";
     }
     KS_UNREACHABLE();
@@ -57,6 +58,7 @@ const char *kf_a_type(kf_vkind k)
     case KF_V_STR: return "a string";
     case KF_V_BOOL: return "a bool";
     case KF_V_INTS: return "a list of ints";
+    case KF_V_FLOATS: return "a list of floats";
     case KF_V_TENSOR: return "a tensor";
     }
     KS_UNREACHABLE();
@@ -245,32 +247,40 @@ static const char *json_kind(const cJSON *j)
     return "null";
 }
 
-/* A JSON array of integers is a list of ints; any other array is an error
- * at the first element that is not an integer. */
-static kf_value json_int_list(kf_lower *L, const cJSON *j, const kf_origin *o, kf_loc loc)
+/* A JSON array of integers is a list of ints, one of numbers with a
+ * non-integer among them a list of floats; any other array is an error at
+ * the first element that is not a number. */
+static kf_value json_number_list(kf_lower *L, const cJSON *j, const kf_origin *o, kf_loc loc)
 {
     size_t n = (size_t)cJSON_GetArraySize(j), i = 0;
     kf_value bad = {.kind = KF_V_ERROR, .origin = o};
     if (n > KF_MAX_LIST)
-        return kf_error_value(L, loc, bad, "'%s' holds %zu values; a list holds at most %zu ints", o->path, n,
+        return kf_error_value(L, loc, bad, "'%s' holds %zu values; a list holds at most %zu numbers", o->path, n,
                               KF_MAX_LIST);
     int64_t *v = ks_arena_alloc(&L->scratch, (n ? n : 1) * sizeof *v);
+    double *f = ks_arena_alloc(&L->scratch, (n ? n : 1) * sizeof *f);
+    int floats = 0;
     for (const cJSON *x = j->child; x; x = x->next, i++) {
-        kf_value item = cJSON_IsNumber(x) ? json_number(x->valuedouble) : kf_err_value();
-        if (item.kind != KF_V_INT) {
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble)) {
             bad.origin = kf_origin_element(L, o, (int64_t)i);
-            const char *what =
-                cJSON_IsNumber(x) ? "a number that is not an integer (or too large for one)" : json_kind(x);
             return kf_error_value(L, loc, bad,
-                                  "'%s' is %s: only an array of integers is read whole (a list of ints); read other "
-                                  "arrays by index",
-                                  bad.origin->path, what);
+                                  "'%s' is %s: only an array of numbers is read whole (a list of ints or floats); "
+                                  "read other arrays by index",
+                                  bad.origin->path, cJSON_IsNumber(x) ? "not a finite number" : json_kind(x));
         }
-        v[i] = item.u.i;
+        kf_value item = json_number(x->valuedouble);
+        if (item.kind == KF_V_INT) v[i] = item.u.i;
+        floats |= item.kind != KF_V_INT;
+        f[i] = x->valuedouble;
     }
-    kf_value r = {.kind = KF_V_INTS, .origin = o};
-    r.u.ints.v = v;
-    r.u.ints.n = n;
+    kf_value r = {.kind = floats ? KF_V_FLOATS : KF_V_INTS, .origin = o};
+    if (floats) {
+        r.u.floats.v = f;
+        r.u.floats.n = n;
+    } else {
+        r.u.ints.v = v;
+        r.u.ints.n = n;
+    }
     return r;
 }
 
@@ -338,7 +348,7 @@ static kf_value eval_config(kf_lower *L, const kf_expr *e)
     } else if (cJSON_IsString(j) && j->valuestring) {
         v = kf_str(ks_arena_strdup(&L->scratch, j->valuestring));
     } else if (cJSON_IsArray(j)) {
-        return json_int_list(L, j, o, e->loc);
+        return json_number_list(L, j, o, e->loc);
     } else {
         v = (kf_value){.kind = KF_V_ERROR, .origin = o};
         return kf_error_value(L, e->loc, v, "'%s' in %s is %s; expected a number, a string, a bool or a list of ints",

@@ -24,6 +24,7 @@ const kir_word_info kir_word_table[KIR_WORD_COUNT] = {
 #define KIR_KIND_FLOAT KIR_ATTR_FLOAT
 #define KIR_KIND_STR KIR_ATTR_STR
 #define KIR_KIND_INTS KIR_ATTR_INTS
+#define KIR_KIND_FLOATS KIR_ATTR_FLOATS
 #define KIR_KIND_WORD KIR_ATTR_WORD
 #define KIR_PRESENCE_REQ 1
 #define KIR_PRESENCE_OPT 0
@@ -147,6 +148,14 @@ const int64_t *kir_attr_ints(const kir_graph *g, kir_val v, kir_attr_id a, uint3
     return ok ? x->u.ints.v : NULL;
 }
 
+const double *kir_attr_floats(const kir_graph *g, kir_val v, kir_attr_id a, uint32_t *n)
+{
+    const kir_attr *x = attr_of(g, v, &a, KIR_ATTR_FLOATS);
+    int ok = x && x->kind == KIR_ATTR_FLOATS;
+    *n = ok ? x->u.floats.n : 0;
+    return ok ? x->u.floats.v : NULL;
+}
+
 int kir_attr_has(const kir_graph *g, kir_val v, kir_attr_id a)
 {
     KS_ASSERT(a < KIR_A_COUNT && v < g->n_nodes);
@@ -184,6 +193,12 @@ void kir_attr_set_ints(kir_graph *g, kir_val v, kir_attr_id a, const int64_t *va
     kir_set_ints(g, v, kir_attr_table[a].key, values, n);
 }
 
+void kir_attr_set_floats(kir_graph *g, kir_val v, kir_attr_id a, const double *values, uint32_t n)
+{
+    (void)attr_of(g, v, &a, KIR_ATTR_FLOATS);
+    kir_set_floats(g, v, kir_attr_table[a].key, values, n);
+}
+
 /* ---- building a node -------------------------------------------------------------- */
 kir_val kir_build(kir_graph *g, kir_op op, kir_loc loc, const kir_val *in, int n_in, const kir_setting *set, int n_set,
                   ks_buf *err)
@@ -198,6 +213,7 @@ kir_val kir_build(kir_graph *g, kir_op op, kir_loc loc, const kir_val *in, int n
         case KIR_ATTR_FLOAT: kir_attr_set_float(g, v, x->id, x->f); break;
         case KIR_ATTR_STR: kir_attr_set_str(g, v, x->id, x->s); break;
         case KIR_ATTR_INTS: kir_attr_set_ints(g, v, x->id, x->ints, x->n); break;
+        case KIR_ATTR_FLOATS: kir_attr_set_floats(g, v, x->id, x->floats, x->n); break;
         case KIR_ATTR_WORD: kir_attr_set_word(g, v, x->id, x->w); break;
         default: KS_UNREACHABLE();
         }

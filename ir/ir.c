@@ -98,6 +98,11 @@ static void copy_attr(kir_graph *dst, kir_attr *out, const kir_attr *a)
         memcpy(v, a->u.ints.v, sizeof *v * a->u.ints.n);
         out->u.ints.v = v;
     }
+    if (a->kind == KIR_ATTR_FLOATS) {
+        double *v = ks_arena_alloc(&dst->arena, sizeof *v * (a->u.floats.n ? a->u.floats.n : 1));
+        memcpy(v, a->u.floats.v, sizeof *v * a->u.floats.n);
+        out->u.floats.v = v;
+    }
 }
 
 kir_graph *kir_graph_clone(const kir_graph *g)
@@ -116,6 +121,11 @@ kir_graph *kir_graph_clone(const kir_graph *g)
             int64_t *v = ks_arena_alloc(&c->arena, (p.ints.n ? p.ints.n : 1) * sizeof *v);
             if (p.ints.n) memcpy(v, p.ints.v, p.ints.n * sizeof *v);
             p.ints.v = v;
+        }
+        if (p.kind == KIR_ATTR_FLOATS) {
+            double *v = ks_arena_alloc(&c->arena, (p.floats.n ? p.floats.n : 1) * sizeof *v);
+            if (p.floats.n) memcpy(v, p.floats.v, p.floats.n * sizeof *v);
+            p.floats.v = v;
         }
         c->params[c->n_params++] = p;
     }
@@ -259,6 +269,17 @@ void kir_set_ints(kir_graph *g, kir_val v, const char *key, const int64_t *value
     a->u.ints.n = n;
 }
 
+void kir_set_floats(kir_graph *g, kir_val v, const char *key, const double *values, uint32_t n)
+{
+    double *copy = graph_alloc_ok(g, ks_arena_alloc(&g->arena, sizeof *copy * (n ? n : 1)));
+    kir_attr *a = copy ? attr_slot(g, v, key) : NULL;
+    if (!a) return;
+    if (n) memcpy(copy, values, sizeof *copy * n);
+    a->kind = KIR_ATTR_FLOATS;
+    a->u.floats.v = copy;
+    a->u.floats.n = n;
+}
+
 const kir_attr *kir_get(const kir_graph *g, kir_val v, const char *key)
 {
     const kir_node *n = &g->nodes[v];
@@ -338,6 +359,17 @@ void kir_param_ints(kir_graph *g, const char *name, const int64_t *v, uint32_t n
     p->kind = KIR_ATTR_INTS;
     p->ints.v = copy;
     p->ints.n = n;
+}
+
+void kir_param_floats(kir_graph *g, const char *name, const double *v, uint32_t n)
+{
+    double *copy = graph_alloc_ok(g, ks_arena_alloc(&g->arena, (n ? n : 1) * sizeof *copy));
+    kir_param *p = copy ? param_slot(g, name) : NULL;
+    if (!p) return;
+    if (n) memcpy(copy, v, n * sizeof *copy);
+    p->kind = KIR_ATTR_FLOATS;
+    p->floats.v = copy;
+    p->floats.n = n;
 }
 
 const kir_param *kir_param_find(const kir_graph *g, const char *name)

@@ -109,6 +109,7 @@ typedef enum kir_attr_kind {
     KIR_ATTR_FLOAT,  /* f: a double */
     KIR_ATTR_STR,    /* s: a string (a WORD attribute is stored as its word's text) */
     KIR_ATTR_INTS,   /* ints: a list of integers (dims may be KIR_DIM_T) */
+    KIR_ATTR_FLOATS, /* floats: a list of doubles (LongRoPE's per-frequency factors) */
 } kir_attr_kind;
 
 typedef struct kir_attr {
@@ -122,6 +123,10 @@ typedef struct kir_attr {
             const int64_t *v; /* KIR_ATTR_INTS, in the graph's arena */
             uint32_t n;       /* number of integers */
         } ints;
+        struct {
+            const double *v;  /* KIR_ATTR_FLOATS, in the graph's arena */
+            uint32_t n;       /* number of floats */
+        } floats;
     } u;
 } kir_attr;
 
@@ -161,7 +166,7 @@ typedef enum kir_attr_id {
 } kir_attr_id;
 
 /* The kind an attribute has in the schema: the storage kinds, and WORD. */
-enum { KIR_ATTR_WORD = KIR_ATTR_INTS + 1 };
+enum { KIR_ATTR_WORD = KIR_ATTR_FLOATS + 1 };
 
 typedef struct kir_attr_info {
     kir_op op;             /* the op that has it, or KIR_OP_ANY */
@@ -209,7 +214,7 @@ typedef struct kir_node {
  * eos_token_id = [128001, 128008, 128009]. */
 typedef struct kir_param {
     const char *name;      /* in the graph's arena */
-    kir_attr_kind kind;    /* INT, FLOAT, STR (booleans are INT 0/1) or INTS */
+    kir_attr_kind kind;    /* INT, FLOAT, STR (booleans are INT 0/1), INTS or FLOATS */
     int64_t i;             /* KIR_ATTR_INT */
     double f;              /* KIR_ATTR_FLOAT */
     const char *s;         /* KIR_ATTR_STR */
@@ -217,6 +222,10 @@ typedef struct kir_param {
         const int64_t *v;  /* KIR_ATTR_INTS: the integers, in the graph's arena */
         uint32_t n;        /* how many (0 for an empty list) */
     } ints;
+    struct {
+        const double *v;   /* KIR_ATTR_FLOATS: the numbers, in the graph's arena */
+        uint32_t n;        /* how many (0 for an empty list) */
+    } floats;
 } kir_param;
 
 typedef struct kir_graph {
@@ -265,6 +274,7 @@ void kir_set_int(kir_graph *g, kir_val v, const char *key, int64_t value);
 void kir_set_float(kir_graph *g, kir_val v, const char *key, double value);
 void kir_set_str(kir_graph *g, kir_val v, const char *key, const char *value);
 void kir_set_ints(kir_graph *g, kir_val v, const char *key, const int64_t *values, uint32_t n);
+void kir_set_floats(kir_graph *g, kir_val v, const char *key, const double *values, uint32_t n);
 const kir_attr *kir_get(const kir_graph *g, kir_val v, const char *key);
 int64_t kir_get_int(const kir_graph *g, kir_val v, const char *key, int64_t dflt);
 double kir_get_float(const kir_graph *g, kir_val v, const char *key, double dflt); /* INT attrs convert */
@@ -279,6 +289,7 @@ double kir_attr_float(const kir_graph *g, kir_val v, kir_attr_id a);   /* FLOAT 
 kir_word kir_attr_word(const kir_graph *g, kir_val v, kir_attr_id a);  /* WORD */
 const char *kir_attr_str(const kir_graph *g, kir_val v, kir_attr_id a); /* STR; NULL when absent */
 const int64_t *kir_attr_ints(const kir_graph *g, kir_val v, kir_attr_id a, uint32_t *n); /* INTS; NULL when absent */
+const double *kir_attr_floats(const kir_graph *g, kir_val v, kir_attr_id a, uint32_t *n); /* FLOATS; NULL when absent */
 int kir_attr_has(const kir_graph *g, kir_val v, kir_attr_id a);        /* 1 when present */
 /* The dtype an ATTENTION or KV_WRITE node stores K/V rows as (kv_dtype),
  * and the kv_dtype word of a float dtype. */
@@ -289,6 +300,7 @@ void kir_attr_set_float(kir_graph *g, kir_val v, kir_attr_id a, double value);
 void kir_attr_set_word(kir_graph *g, kir_val v, kir_attr_id a, kir_word w);
 void kir_attr_set_str(kir_graph *g, kir_val v, kir_attr_id a, const char *value);
 void kir_attr_set_ints(kir_graph *g, kir_val v, kir_attr_id a, const int64_t *values, uint32_t n);
+void kir_attr_set_floats(kir_graph *g, kir_val v, kir_attr_id a, const double *values, uint32_t n);
 
 /* One attribute of a node kir_build makes: its schema id, and its value in
  * the member its kind uses. KIR_WITH_INT(id, x) etc. write one. */
@@ -299,13 +311,15 @@ typedef struct kir_setting {
     kir_word w;            /* WORD */
     const char *s;         /* STR */
     const int64_t *ints;   /* INTS: the values */
-    uint32_t n;            /* INTS: how many */
+    const double *floats;  /* FLOATS: the values */
+    uint32_t n;            /* INTS, FLOATS: how many */
 } kir_setting;
 #define KIR_WITH_INT(a, x) ((kir_setting){.id = (a), .i = (x)})
 #define KIR_WITH_FLOAT(a, x) ((kir_setting){.id = (a), .f = (x)})
 #define KIR_WITH_WORD(a, x) ((kir_setting){.id = (a), .w = (x)})
 #define KIR_WITH_STR(a, x) ((kir_setting){.id = (a), .s = (x)})
 #define KIR_WITH_INTS(a, v, count) ((kir_setting){.id = (a), .ints = (v), .n = (count)})
+#define KIR_WITH_FLOATS(a, v, count) ((kir_setting){.id = (a), .floats = (v), .n = (count)})
 
 /* Append a node of op at loc with operands in[0..n_in) (trailing KIR_NONE
  * operands dropped: a norm without its weight is (x), not (x, none)) and
@@ -320,6 +334,7 @@ void kir_param_int(kir_graph *g, const char *name, int64_t v);
 void kir_param_float(kir_graph *g, const char *name, double v);
 void kir_param_str(kir_graph *g, const char *name, const char *v);
 void kir_param_ints(kir_graph *g, const char *name, const int64_t *v, uint32_t n);
+void kir_param_floats(kir_graph *g, const char *name, const double *v, uint32_t n);
 const kir_param *kir_param_find(const kir_graph *g, const char *name);
 
 /* Shape inference: run the op's shape rule over its operands and attributes

@@ -70,7 +70,14 @@ float kir_alibi_slope(int64_t n_heads, int64_t h)
     return (float)pow((double)extra, (double)(2 * (h - p) + 1));
 }
 
-void kir_rope_inv_freq(const kir_graph *g, kir_val v, int rot_dim, float *inv_freq)
+int kir_rope_by_length(const kir_graph *g, kir_val v, int64_t *short_up_to)
+{
+    kir_word scaling = kir_attr_word(g, v, KIR_A_ROPE_SCALING);
+    *short_up_to = kir_attr_int(g, v, KIR_A_ROPE_ORIGINAL_MAX_POSITIONS);
+    return scaling == KIR_ROPE_SCALING_LONGROPE || scaling == KIR_ROPE_SCALING_DYNAMIC;
+}
+
+void kir_rope_inv_freq(const kir_graph *g, kir_val v, int rot_dim, int64_t seq_len, float *inv_freq)
 {
     /* Every step below is one float32 operation of HF's code, in its order:
      *   inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim))
@@ -79,12 +86,31 @@ void kir_rope_inv_freq(const kir_graph *g, kir_val v, int rot_dim, float *inv_fr
     float base = (float)kir_attr_float(g, v, KIR_A_ROPE_THETA);
     kir_word scaling = kir_attr_word(g, v, KIR_A_ROPE_SCALING);
     double factor = kir_attr_float(g, v, KIR_A_ROPE_FACTOR);
+    const int64_t orig_max = kir_attr_int(g, v, KIR_A_ROPE_ORIGINAL_MAX_POSITIONS);
+    if (scaling == KIR_ROPE_SCALING_DYNAMIC && seq_len > orig_max) {
+        /* _compute_dynamic_ntk_parameters with seq_len a tensor (dynamic_rope_update): in float32,
+         *   base * ((factor * seq_len / max_position_embeddings) - (factor - 1)) ** (dim / (dim - 2)) */
+        float grow = (float)seq_len * (float)factor / (float)orig_max - (float)(factor - 1.0);
+        float scaled = (float)pow((double)grow, (double)(float)((double)rot_dim / (double)(rot_dim - 2)));
+        base = (float)kir_attr_float(g, v, KIR_A_ROPE_THETA) * scaled;
+    }
     for (int j = 0; j < rot_dim / 2; j++) {
         float e = (float)(2 * j) / (float)rot_dim;
         float p = (float)pow((double)base, (double)e);
         inv_freq[j] = 1.0f / p;
     }
-    if (scaling == KIR_ROPE_SCALING_LINEAR) {
+    if (scaling == KIR_ROPE_SCALING_LONGROPE) {
+        /* _compute_longrope_parameters: 1.0 / (ext_factors * base ** (arange(0, dim, 2) / dim)), the long
+         * factors for a sequence past original_max_position_embeddings, in float32 */
+        uint32_t n = 0;
+        const double *ext = kir_attr_floats(g, v, seq_len > orig_max ? KIR_A_ROPE_LONG_FACTOR : KIR_A_ROPE_SHORT_FACTOR, &n);
+        KS_ASSERT(n == (uint32_t)(rot_dim / 2)); /* the shape rule */
+        for (int j = 0; j < rot_dim / 2; j++) {
+            float e = (float)(2 * j) / (float)rot_dim;
+            float p = (float)pow((double)base, (double)e);
+            inv_freq[j] = 1.0f / ((float)ext[j] * p);
+        }
+    } else if (scaling == KIR_ROPE_SCALING_LINEAR) {
         for (int j = 0; j < rot_dim / 2; j++) inv_freq[j] = inv_freq[j] / (float)factor;
     } else if (scaling == KIR_ROPE_SCALING_LLAMA3) {
         double low = kir_attr_float(g, v, KIR_A_ROPE_LOW_FREQ_FACTOR);

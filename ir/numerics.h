@@ -53,10 +53,16 @@ int kir_has_binary(kir_op op);
 float kir_alibi_slope(int64_t n_heads, int64_t h);
 
 /* The rotation frequencies of ROPE node v (rot_dim/2 floats into inv_freq,
- * radians per position), from its theta and scaling attributes. Hugging
- * Face computes them in float32 (_compute_default_rope_parameters,
- * _compute_llama3_parameters); this follows its operations one by one so
- * that the angles match. */
-void kir_rope_inv_freq(const kir_graph *g, kir_val v, int rot_dim, float *inv_freq);
+ * radians per position), from its theta and scaling attributes, for a
+ * token whose sequence is seq_len long through the step (longrope and
+ * dynamic scaling read it: kir_rope_by_length; the others ignore it).
+ * Hugging Face computes them in float32 (_compute_default_rope_parameters,
+ * _compute_llama3_parameters, ...); this follows its operations one by one
+ * so that the angles match. */
+void kir_rope_inv_freq(const kir_graph *g, kir_val v, int rot_dim, int64_t seq_len, float *inv_freq);
+/* 1 when ROPE node v's frequencies depend on its token's sequence length
+ * (longrope, dynamic: its third operand), and the longest length at which
+ * they are those of a sequence of length 1 (original_max_positions). */
+int kir_rope_by_length(const kir_graph *g, kir_val v, int64_t *short_up_to);
 
 #endif

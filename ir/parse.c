@@ -106,7 +106,8 @@ typedef struct kir_pending_attr {
     double f;            /* KIR_ATTR_FLOAT */
     const char *s;       /* KIR_ATTR_STR, scratch arena */
     const int64_t *v;    /* KIR_ATTR_INTS, scratch arena */
-    uint32_t n;          /* KIR_ATTR_INTS count */
+    const double *fv;    /* KIR_ATTR_FLOATS, scratch arena */
+    uint32_t n;          /* KIR_ATTR_INTS, KIR_ATTR_FLOATS count */
 } kir_pending_attr;
 
 typedef struct kir_parser {
@@ -131,6 +132,8 @@ typedef struct kir_parser {
     size_t cap_attrs;          /* capacity of attrs */
     int64_t *ints;             /* the list being read */
     size_t cap_ints;           /* capacity of ints */
+    double *floats;            /* a list's items as floats, while it is read */
+    size_t cap_floats;         /* capacity of floats */
 } kir_parser;
 
 /* ---- errors ------------------------------------------------------------------ */
@@ -553,20 +556,35 @@ static int parse_dim(kir_parser *p, int64_t *out)
 }
 
 /* '[' item {',' item} ']' into a list in the scratch arena: items are dims
- * (integers or T) for an attribute, plain integers for a param (dims 0). */
+ * (integers or T) for an attribute, plain integers for a param (dims 0); a
+ * list with a float in it (a number with a point or an exponent, inf, nan)
+ * is a list of floats, its integers read as floats. */
 static int parse_list(kir_parser *p, kir_pending_attr *a, int dims)
 {
     KS_ASSERT(tok_punct(&p->tok, '['));
     lex(p);
     size_t n = 0;
+    int floats = 0, dim_t = 0;
     if (!tok_punct(&p->tok, ']')) {
         for (;;) {
-            if (KS_TRY_GROW(p->ints, n + 1, p->cap_ints, (size_t)1 << 24) != 0) return nomem(p, 0);
-            if (dims) {
-                if (parse_dim(p, &p->ints[n])) return expected(p, "an integer or T in the list");
+            if (KS_TRY_GROW(p->ints, n + 1, p->cap_ints, (size_t)1 << 24) != 0 ||
+                KS_TRY_GROW(p->floats, n + 1, p->cap_floats, (size_t)1 << 24) != 0)
+                return nomem(p, 0);
+            if (p->tok.kind == TOK_FLOAT || tok_is(&p->tok, "inf") || tok_is(&p->tok, "nan")) {
+                if (dim_t) return expected(p, "an integer or T in the list of dims");
+                kir_pending_attr item = {0};
+                (void)parse_scalar(p, &item);
+                floats = 1;
+                p->floats[n] = item.f;
+            } else if (dims) {
+                if (parse_dim(p, &p->ints[n])) return expected(p, "a number or T in the list");
+                if (p->ints[n] == KIR_DIM_T && floats) return expected(p, "a number in the list of floats");
+                dim_t |= p->ints[n] == KIR_DIM_T;
+                p->floats[n] = (double)p->ints[n];
             } else {
-                if (p->tok.kind != TOK_INT) return expected(p, "an integer in the list");
+                if (p->tok.kind != TOK_INT) return expected(p, "a number in the list");
                 p->ints[n] = p->tok.i;
+                p->floats[n] = (double)p->tok.i;
                 lex(p);
             }
             n++;
@@ -575,6 +593,15 @@ static int parse_list(kir_parser *p, kir_pending_attr *a, int dims)
         }
     }
     lex(p);
+    if (floats) {
+        double *v = ks_arena_alloc(&p->scratch, (n ? n : 1) * sizeof *v);
+        if (!v) return nomem(p, p->scratch.failed);
+        memcpy(v, p->floats, n * sizeof *v);
+        a->kind = KIR_ATTR_FLOATS;
+        a->fv = v;
+        a->n = (uint32_t)n;
+        return 0;
+    }
     int64_t *v = ks_arena_alloc(&p->scratch, (n ? n : 1) * sizeof *v);
     if (!v) return nomem(p, p->scratch.failed);
     if (n) memcpy(v, p->ints, n * sizeof *v);
@@ -623,7 +650,7 @@ static int parse_param(kir_parser *p)
     if (tok_punct(&p->tok, '[')) {
         if (parse_list(p, &value, 0)) return -1;
     } else if (parse_scalar(p, &value)) {
-        return expected(p, "a param value (a number, a string or a list of integers)");
+        return expected(p, "a param value (a number, a string or a list of numbers)");
     }
     if (expect_end(p, "the param")) return -1;
     kir_name_def *prev = name_find(&p->params, name, strlen(name));
@@ -642,6 +669,7 @@ static int parse_param(kir_parser *p)
     case KIR_ATTR_FLOAT: kir_param_float(p->g, name, value.f); break;
     case KIR_ATTR_STR: kir_param_str(p->g, name, value.s); break;
     case KIR_ATTR_INTS: kir_param_ints(p->g, name, value.v, value.n); break;
+    case KIR_ATTR_FLOATS: kir_param_floats(p->g, name, value.fv, value.n); break;
     }
     return p->g->oom ? nomem(p, p->g->arena.failed) : 0;
 }
@@ -820,6 +848,7 @@ static kir_val commit_node(kir_parser *p, const kir_pending_node *n)
         case KIR_ATTR_FLOAT: kir_set_float(p->g, v, a->key, a->f); break;
         case KIR_ATTR_STR: kir_set_str(p->g, v, a->key, a->s); break;
         case KIR_ATTR_INTS: kir_set_ints(p->g, v, a->key, a->v, a->n); break;
+        case KIR_ATTR_FLOATS: kir_set_floats(p->g, v, a->key, a->fv, a->n); break;
         }
     }
     if (p->g->oom) nomem(p, p->g->arena.failed);
@@ -932,6 +961,7 @@ kir_graph *kir_parse(const ks_source *src, ks_diag *d)
     ks_hmap_free(&p.params);
     free(p.attrs);
     free(p.ints);
+    free(p.floats);
     ks_buf_free(&p.sbuf);
     ks_arena_free(&p.scratch);
     return g;

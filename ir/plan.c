@@ -117,6 +117,7 @@ static const char *kind_word(kir_attr_kind k)
     case KIR_ATTR_FLOAT: return "a float";
     case KIR_ATTR_STR: return "a string";
     case KIR_ATTR_INTS: return "a list";
+    case KIR_ATTR_FLOATS: return "a list of floats";
     }
     return "of an unknown kind";
 }

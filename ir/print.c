@@ -176,6 +176,14 @@ static void print_attr_value(ks_buf *b, const kir_attr *a)
         }
         ks_buf_put(b, "]", 1);
         return;
+    case KIR_ATTR_FLOATS:
+        ks_buf_put(b, "[", 1);
+        for (uint32_t i = 0; i < a->u.floats.n; i++) {
+            if (i) ks_buf_put(b, ",", 1);
+            print_double(b, a->u.floats.v[i]);
+        }
+        ks_buf_put(b, "]", 1);
+        return;
     }
     KS_UNREACHABLE();
 }
@@ -192,6 +200,14 @@ static void print_param(ks_buf *b, const kir_param *p)
     case KIR_ATTR_INTS: /* plain integers: unlike an attribute's dims, -1 is not T here */
         ks_buf_put(b, "[", 1);
         for (uint32_t i = 0; i < p->ints.n; i++) ks_buf_printf(b, "%s%lld", i ? ", " : "", (long long)p->ints.v[i]);
+        ks_buf_put(b, "]", 1);
+        break;
+    case KIR_ATTR_FLOATS:
+        ks_buf_put(b, "[", 1);
+        for (uint32_t i = 0; i < p->floats.n; i++) {
+            if (i) ks_buf_puts(b, ", ");
+            print_double(b, p->floats.v[i]);
+        }
         ks_buf_put(b, "]", 1);
         break;
     }

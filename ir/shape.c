@@ -444,8 +444,30 @@ static int kir_shape_rope(shape_ctx *c)
         rc = fail(c, "positions must be i32[T], got %s", type_str(&b, pos));
     else {
         int64_t rot = kir_attr_int(c->g, c->v, KIR_A_ROPE_ROT_DIM);
+        kir_word scaling = kir_attr_word(c->g, c->v, KIR_A_ROPE_SCALING);
+        /* longrope's and dynamic's frequencies follow each token's sequence length in the step */
+        const int by_length = scaling == KIR_ROPE_SCALING_LONGROPE || scaling == KIR_ROPE_SCALING_DYNAMIC;
+        const kir_node *len = c->n->nin > 2 ? operand(c, 2) : NULL;
+        uint32_t n_short = 0, n_long = 0;
+        (void)kir_attr_floats(c->g, c->v, KIR_A_ROPE_SHORT_FACTOR, &n_short);
+        (void)kir_attr_floats(c->g, c->v, KIR_A_ROPE_LONG_FACTOR, &n_long);
         if (rot <= 0 || rot > x->dims[2] || rot % 2)
             rc = fail(c, "rot_dim %lld must be even and within head_dim %lld", (long long)rot, (long long)x->dims[2]);
+        else if (by_length && !len)
+            rc = fail(c, "%s scaling needs each token's sequence length (a third operand, seq_lengths)",
+                      kir_word_table[scaling].text);
+        else if (!by_length && c->n->nin > 2)
+            rc = fail(c, "a third operand (seq_lengths) is read by longrope and dynamic scaling only, not %s",
+                      kir_word_table[scaling].text);
+        else if (len && (len->dtype != KIR_I32 || len->ndim != 1 || len->dims[0] != KIR_DIM_T))
+            rc = fail(c, "seq_lengths must be i32[T], got %s", type_str(&b, len));
+        else if (scaling == KIR_ROPE_SCALING_LONGROPE && (n_short != rot / 2 || n_long != rot / 2))
+            rc = fail(c, "longrope needs short_factor and long_factor of rot_dim/2 = %lld numbers each, got %u and %u",
+                      (long long)(rot / 2), n_short, n_long);
+        else if (scaling != KIR_ROPE_SCALING_LONGROPE && (n_short || n_long))
+            rc = fail(c, "short_factor and long_factor belong to longrope scaling, not %s", kir_word_table[scaling].text);
+        else if (scaling == KIR_ROPE_SCALING_DYNAMIC && rot < 4)
+            rc = fail(c, "dynamic scaling needs rot_dim of at least 4 (its base grows by rot_dim / (rot_dim - 2))");
         else
             same_as(c, x);
     }

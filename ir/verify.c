@@ -74,6 +74,7 @@ static const char *kind_name(int k)
     case KIR_ATTR_FLOAT: return "a float";
     case KIR_ATTR_STR: return "a string";
     case KIR_ATTR_INTS: return "a list of ints";
+    case KIR_ATTR_FLOATS: return "a list of floats";
     case KIR_ATTR_WORD: return "a string";
     }
     return "an unknown kind";
@@ -213,6 +214,11 @@ static int check_attr(kir_verifier *c, kir_val v, kir_attr_id id)
             return -1;
         }
     }
+    for (uint32_t i = 0; a->kind == KIR_ATTR_FLOATS && i < a->u.floats.n; i++)
+        if (!kir_rule_holds(info->rule, a->u.floats.v[i])) {
+            node_error(c, v, "attribute %s[%u] is %g; it %s", info->key, i, a->u.floats.v[i], kir_rule_text(info->rule));
+            return -1;
+        }
     return 0;
 }
 

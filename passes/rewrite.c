@@ -23,6 +23,7 @@ void kp_rw_begin(kp_rewriter *rw, const kir_graph *old)
         case KIR_ATTR_FLOAT: kir_param_float(rw->g, p->name, p->f); break;
         case KIR_ATTR_STR: kir_param_str(rw->g, p->name, p->s); break;
         case KIR_ATTR_INTS: kir_param_ints(rw->g, p->name, p->ints.v, p->ints.n); break;
+        case KIR_ATTR_FLOATS: kir_param_floats(rw->g, p->name, p->floats.v, p->floats.n); break;
         }
     }
     rw->map = ks_xmalloc(sizeof *rw->map * (old->n_nodes ? old->n_nodes : 1));
@@ -37,6 +38,7 @@ static void copy_attr(kir_graph *g, kir_val v, const kir_attr *a)
     case KIR_ATTR_FLOAT: kir_set_float(g, v, a->key, a->u.f); return;
     case KIR_ATTR_STR: kir_set_str(g, v, a->key, a->u.s); return;
     case KIR_ATTR_INTS: kir_set_ints(g, v, a->key, a->u.ints.v, a->u.ints.n); return;
+    case KIR_ATTR_FLOATS: kir_set_floats(g, v, a->key, a->u.floats.v, a->u.floats.n); return;
     }
     KS_UNREACHABLE();
 }
@@ -217,6 +219,8 @@ int kp_node_joins_epilogue(const kir_graph *g, kir_val v)
     if (n->op == KIR_OP_CONCAT)
         for (int i = 0; i < n->nin; i++)
             if (kir_concat_repeats(n, kir_node_at(g, n->in[i]))) return 0; /* a repeated operand: its own kernel */
+    if (n->op == KIR_OP_ROPE && n->nin > 2)
+        return 0; /* longrope, dynamic: frequencies by each token's sequence length, its own kernel */
     return fc == KIR_FUSE_ELEMWISE || fc == KIR_FUSE_VIEW || n->op == KIR_OP_KV_WRITE;
 }
 

@@ -81,15 +81,18 @@ static int describe_kv(krt_desc *desc, const char *what, ks_diag *d)
 static int describe_io(krt_desc *desc, const char *what, ks_diag *d)
 {
     const kir_graph *g = desc->graph;
-    desc->tokens = desc->positions = desc->output = KIR_NONE;
+    desc->tokens = desc->positions = desc->seq_lengths = desc->output = KIR_NONE;
     for (size_t v = 0; v < g->n_nodes; v++) {
         const kir_node *n = &g->nodes[v];
         if (n->op == KIR_OP_INPUT) {
             /* kir_verify: a role each, each role once */
-            if (kir_attr_word(g, (kir_val)v, KIR_A_INPUT_ROLE) == KIR_ROLE_TOKENS)
+            kir_word role = kir_attr_word(g, (kir_val)v, KIR_A_INPUT_ROLE);
+            if (role == KIR_ROLE_TOKENS)
                 desc->tokens = (kir_val)v;
-            else
+            else if (role == KIR_ROLE_POSITIONS)
                 desc->positions = (kir_val)v;
+            else
+                desc->seq_lengths = (kir_val)v;
         } else if (n->op == KIR_OP_OUTPUT) {
             desc->output = (kir_val)v;
         }

@@ -49,6 +49,7 @@ typedef struct krt_desc {
                                 the description): what a backend's out-of-memory messages name */
     kir_val tokens;          /* the INPUT of token ids, or KIR_NONE */
     kir_val positions;       /* the INPUT of positions, or KIR_NONE */
+    kir_val seq_lengths;     /* the INPUT of sequence lengths (longrope, dynamic RoPE), or KIR_NONE */
     kir_val output;          /* the OUTPUT: logits */
     int64_t vocab;           /* elements per output row: logits per token */
     int64_t n_token_ids;     /* token ids are below this: the rows of the table the token ids index */

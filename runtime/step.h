@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "ir/ir.h"
+#include "runtime/kv/kv_cache.h"
 
 typedef struct krt_step {
     int n_tokens;             /* tokens in this step */
@@ -27,6 +28,18 @@ typedef struct krt_step {
     const int32_t *positions; /* [n_tokens] positions in their sequences */
     const int32_t *seq_ids;   /* [n_tokens] sequence of each token */
 } krt_step;
+
+/* The input seq_lengths of a step (longrope and dynamic RoPE read it): each
+ * token's sequence's length through the step, which is its length in the KV
+ * cache: the session reserves a step's positions, each sequence's counted on
+ * from its length, before a backend runs it (so, as Hugging Face's
+ * max(position_ids) + 1 over a forward of one sequence). Without a cache (a
+ * graph without attention), a token's position + 1. */
+static inline void krt_step_seq_lengths(const krt_step *st, const krt_kv *kv, int32_t *out)
+{
+    for (int i = 0; i < st->n_tokens; i++)
+        out[i] = kv ? (int32_t)krt_kv_seq_len(kv, st->seq_ids[i]) : st->positions[i] + 1;
+}
 
 /* A tap sees every float value of a step as it is computed: node v's data,
  * [n_tokens, row elems]. For `kiln verify`, which compares a fused graph's

@@ -548,10 +548,16 @@ static int emit_rope(kcu_gen *x, kir_val v)
     kir_dtype xt = g->nodes[n->in[0]].dtype;
     const char *l0 = kcu_ld(xt), *l1 = kcu_ld_end(xt);
     krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, row);
-    kcu_put_rope_table(x, &x->body, v, rot, "");
+    /* longrope, dynamic: past short_up_to, a token's frequencies follow its sequence's length */
+    int64_t short_up_to = 0;
+    const int by_length = kir_rope_by_length(g, v, &short_up_to);
+    const kir_word scaling = kir_attr_word(g, v, KIR_A_ROPE_SCALING);
+    kcu_put_rope_table(x, &x->body, v, rot, 1, "");
+    if (scaling == KIR_ROPE_SCALING_LONGROPE) kcu_put_rope_table(x, &x->body, v, rot, short_up_to + 1, "_long");
 
     kcu_param_in(x, k, n->in[0], "x");
     kcu_param_in(x, k, n->in[1], "pos");
+    if (by_length) kcu_param_in(x, k, n->in[2], "seq_len");
     kcu_param_out(x, k, v);
     kcu_open_body(x, k, pairs ? "rotate pairs (2j, 2j+1) by pos * inv_freq[j]" : "rotate (j, j + rot/2) by pos * inv_freq[j]");
     kcu_elementwise_prologue(x, row);
@@ -569,7 +575,37 @@ static int emit_rope(kcu_gen *x, kir_val v)
         ks_buf_puts(&x->body, "    const int j = e / 2, i0 = 2 * j, i1 = 2 * j + 1;\n");
     else
         ks_buf_puts(&x->body, "    const int j = e % HALF, i0 = j, i1 = j + HALF;\n");
-    ks_buf_printf(&x->body, "    const float angle = (float)pos[i / %lld] * " NAME_MARK "_inv_freq[j];\n", (long long)row);
+    if (!by_length) {
+        ks_buf_printf(&x->body, "    const float angle = (float)pos[i / %lld] * " NAME_MARK "_inv_freq[j];\n", (long long)row);
+    } else {
+        ks_buf_printf(&x->body,
+                      "    const int len = seq_len[i / %lld];\n"
+                      "    float f = " NAME_MARK "_inv_freq[j];\n"
+                      "    if (len > %lld) {\n",
+                      (long long)row, (long long)short_up_to);
+        if (scaling == KIR_ROPE_SCALING_LONGROPE) {
+            ks_buf_puts(&x->body, "        f = " NAME_MARK "_inv_freq_long[j]; /* the long factors */\n");
+        } else { /* dynamic: kir_rope_inv_freq's float operations, the powers in double rounded once */
+            const double factor = kir_attr_float(g, v, KIR_A_ROPE_FACTOR);
+            ks_buf_puts(&x->body, "        /* the base grown with the sequence (dynamic NTK) */\n"
+                                  "        const float grow = (float)len * ");
+            kcu_put_float(&x->body, (float)factor);
+            ks_buf_puts(&x->body, " / ");
+            kcu_put_float(&x->body, (float)short_up_to);
+            ks_buf_puts(&x->body, " - ");
+            kcu_put_float(&x->body, (float)(factor - 1.0));
+            ks_buf_puts(&x->body, ";\n        const float base = ");
+            kcu_put_float(&x->body, (float)kir_attr_float(g, v, KIR_A_ROPE_THETA));
+            ks_buf_puts(&x->body, " * (float)pow((double)grow, (double)");
+            kcu_put_float(&x->body, (float)((double)rot / (double)(rot - 2)));
+            ks_buf_printf(&x->body, ");\n"
+                                    "        f = 1.0f / (float)pow((double)base, (double)((float)(2 * j) / %d.0f));\n",
+                          (int)rot);
+        }
+        ks_buf_printf(&x->body, "    }\n"
+                                "    const float angle = (float)pos[i / %lld] * f;\n",
+                      (long long)row);
+    }
     if (kir_attr_int(x->g, v, KIR_A_ANY_HALF_MATH)) /* fast precision: in float */
         ks_buf_puts(&x->body, "    float c, s;\n    kcu_sincos_half(angle, &s, &c);\n");
     else

@@ -1327,7 +1327,7 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
             add_field(x, k, KRT_CUDA_ARG_VALUE, nd->in[1], decl, name, &fields, &inits);
             char suffix[16];
             snprintf(suffix, sizeof suffix, "%d", i);
-            kcu_put_rope_table(x, &tables, gn->v, kir_attr_int(g, gn->v, KIR_A_ROPE_ROT_DIM), suffix);
+            kcu_put_rope_table(x, &tables, gn->v, kir_attr_int(g, gn->v, KIR_A_ROPE_ROT_DIM), 1, suffix);
         }
         if (gn->r == ROLE_KV_WRITE) {
             int64_t layer = kir_attr_int(g, gn->v, KIR_A_ATTENTION_LAYER);

@@ -323,11 +323,11 @@ void kcu_put_float_table(ks_buf *b, const char *comment, const char *name, const
     ks_buf_puts(b, "\n};\n");
 }
 
-void kcu_put_rope_table(kcu_gen *x, ks_buf *b, kir_val v, int64_t rot, const char *suffix)
+void kcu_put_rope_table(kcu_gen *x, ks_buf *b, kir_val v, int64_t rot, int64_t seq_len, const char *suffix)
 {
     int half = (int)(rot / 2);
     float *inv_freq = ks_xmalloc(sizeof(float) * (size_t)(half ? half : 1));
-    kir_rope_inv_freq(x->g, v, (int)rot, inv_freq);
+    kir_rope_inv_freq(x->g, v, (int)rot, seq_len, inv_freq);
     char name[48];
     snprintf(name, sizeof name, "inv_freq%s", suffix);
     kcu_put_float_table(b, "rotation frequencies, radians per position (as the interpreter computes them)", name,

@@ -96,9 +96,11 @@ void kcu_rope_factor(const kir_graph *g, kir_val v, const char *indent, const ch
 /* The last dim of a node. */
 static inline int64_t kcu_last_dim(const kir_node *n) { return n->dims[n->ndim - 1]; }
 
-/* The rotation frequencies of rope node v (rot of its dims rotated) as a
- * device table NAME_MARK_inv_freq<suffix>, appended to b. */
-void kcu_put_rope_table(kcu_gen *x, ks_buf *b, kir_val v, int64_t rot, const char *suffix);
+/* The rotation frequencies of rope node v (rot of its dims rotated) for a
+ * sequence seq_len long (kir_rope_inv_freq: 1 for a rotation whose
+ * frequencies do not follow the length) as a device table
+ * NAME_MARK_inv_freq<suffix>, appended to b. */
+void kcu_put_rope_table(kcu_gen *x, ks_buf *b, kir_val v, int64_t rot, int64_t seq_len, const char *suffix);
 /* `__device__ const float NAME_<name>[n] = {...}` into b, after a comment: a kernel's table of floats
  * (NAME_MARK's prefix: the kernel's name), written before its signature. */
 void kcu_put_float_table(ks_buf *b, const char *comment, const char *name, const float *v, int64_t n);

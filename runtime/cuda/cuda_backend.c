@@ -85,6 +85,7 @@ typedef enum value_home {
     HOME_WEIGHT,    /* the weights upload */
     HOME_TOKENS,    /* the step's token ids */
     HOME_POSITIONS, /* the step's positions */
+    HOME_SEQ_LENGTHS, /* the step's sequence lengths (krt_step_seq_lengths) */
 } value_home;
 
 /* distinct thresholds of large_per_seq kernels an engine may have (the generator's: one, ATT_FLASH_T) */
@@ -144,7 +145,7 @@ typedef struct cu_state {
     krt_cu_graph_exec *graphs; /* [(opts.graph_max_tokens + 1) (n_seq_thr + 1)]: the step of T tokens whose longest
                                 * sequence passes c of seq_thr at T (n_seq_thr + 1) + c, NULL until captured */
     int n_graphs;             /* graphs held now */
-    krt_cu_ptr g_step;        /* graph steps' int arrays: 4 * graph_max_tokens + g_tables entries */
+    krt_cu_ptr g_step;        /* graph steps' int arrays: 5 * graph_max_tokens + g_tables entries */
     size_t g_tables;          /* block-table entries g_step holds */
     /* draws on the device */
     krt_cu_ptr draw_dev;      /* rows [draw_cap] | records [draw_cap] | keys, masses [draw_cap * vocab] */
@@ -444,7 +445,9 @@ static int place_values(cu_state *s, ks_diag *d)
         if (nd->op == KIR_OP_WEIGHT)
             s->home[v] = HOME_WEIGHT;
         else if (nd->op == KIR_OP_INPUT)
-            s->home[v] = (kir_val)v == s->desc->tokens ? HOME_TOKENS : HOME_POSITIONS;
+            s->home[v] = (kir_val)v == s->desc->tokens      ? HOME_TOKENS
+                         : (kir_val)v == s->desc->positions ? HOME_POSITIONS
+                                                            : HOME_SEQ_LENGTHS;
         else
             s->home[v] = HOME_ACTS;
     }
@@ -813,15 +816,15 @@ static void fill_slots(cu_state *s, const krt_step *st, int32_t *slots)
 
 /* Device addresses of the step's arrays. */
 typedef struct step_ptrs {
-    krt_cu_ptr tokens, positions, slots, table_off, tables; /* int32 arrays */
+    krt_cu_ptr tokens, positions, slots, table_off, seq_lengths, tables; /* int32 arrays */
 } step_ptrs;
 
 /* The arrays' places in a buffer at base laid out for `stride` tokens:
- * tokens | positions | slots | table_off, stride entries each, then the tables. */
+ * tokens | positions | slots | table_off | seq_lengths, stride entries each, then the tables. */
 static step_ptrs layout(krt_cu_ptr base, size_t stride)
 {
     size_t w = sizeof(int32_t) * stride;
-    return (step_ptrs){base, base + w, base + 2 * w, base + 3 * w, base + 4 * w};
+    return (step_ptrs){base, base + w, base + 2 * w, base + 3 * w, base + 4 * w, base + 5 * w};
 }
 
 /* Block-table entries a graph step may need: graph_max_tokens sequences of
@@ -856,7 +859,7 @@ static int upload_step(cu_state *s, const krt_step *st, int graph, step_ptrs *p,
             n_tables += (size_t)nb;
         }
     }
-    size_t total = 4 * stride + n_tables;
+    size_t total = 5 * stride + n_tables;
     if (KS_TRY_GROW(s->stage, total, s->stage_cap, (size_t)1 << 31) != 0)
         return ks_error_oom(d, s->e->path, total * sizeof *s->stage, "a step's arrays");
     int32_t *h = s->stage;
@@ -864,10 +867,11 @@ static int upload_step(cu_state *s, const krt_step *st, int graph, step_ptrs *p,
     memcpy(h + stride, st->positions, sizeof *h * T);
     memcpy(h + 2 * stride, s->slots, sizeof *h * T);
     for (size_t i = 0; i < T; i++) h[3 * stride + i] = s->has_kv ? s->seq_off[st->seq_ids[i]] : 0;
+    if (s->desc->seq_lengths != KIR_NONE) krt_step_seq_lengths(st, s->has_kv ? s->kv : NULL, h + 4 * stride);
     for (size_t i = 0; i < n_seqs; i++) {
         int seq = (int)s->order[i], nb = 0;
         const int32_t *table = krt_kv_block_table(s->kv, seq, &nb);
-        memcpy(h + 4 * stride + s->seq_off[seq], table, sizeof *h * (size_t)nb);
+        memcpy(h + 5 * stride + s->seq_off[seq], table, sizeof *h * (size_t)nb);
     }
     size_t bytes = sizeof *h * total;
     krt_cu_result r;
@@ -875,7 +879,7 @@ static int upload_step(cu_state *s, const krt_step *st, int graph, step_ptrs *p,
     if (graph) {
         if (!s->g_step) {
             s->g_tables = graph_tables(s);
-            size_t cap = sizeof *h * (4 * stride + s->g_tables);
+            size_t cap = sizeof *h * (5 * stride + s->g_tables);
             if ((r = s->api.cuMemAlloc(&s->g_step, cap)) != 0) {
                 s->g_step = 0;
                 return cu_error(s, d, r, "cannot allocate %zu bytes for graph steps' arrays", cap);
@@ -914,6 +918,8 @@ static krt_cu_ptr value_ptr(const cu_state *s, uint32_t v, const step_ptrs *p)
         return p->tokens;
     case HOME_POSITIONS:
         return p->positions;
+    case HOME_SEQ_LENGTHS:
+        return p->seq_lengths;
     case HOME_ACTS:
         KS_ASSERT(s->act_off[r] != NO_BUFFER);
         return s->acts + s->act_off[r];
@@ -947,7 +953,8 @@ static int make_tmaps(cu_state *s, ks_diag *d)
                     int weight = s->home[r] == HOME_WEIGHT;
                     int64_t K = !n->ndim ? 0 : weight ? n->dims[n->ndim - 1] : kir_row_elems(n);
                     int dt = n->dtype == KIR_BF16 ? KRT_CU_TMAP_BFLOAT16 : n->dtype == KIR_F16 ? KRT_CU_TMAP_FLOAT16 : -1;
-                    if (dt < 0 || K <= 0 || (K * 2) % 16 || s->home[r] == HOME_TOKENS || s->home[r] == HOME_POSITIONS)
+                    if (dt < 0 || K <= 0 || (K * 2) % 16 || s->home[r] == HOME_TOKENS || s->home[r] == HOME_POSITIONS ||
+                        s->home[r] == HOME_SEQ_LENGTHS)
                         return meta_error(s, d, "kernel %s reads value %%%lld through a tensor map, which needs "
                                           "bf16 or f16 rows of a multiple of 8 elements", v->launches[l].name,
                                           (long long)arg->index);

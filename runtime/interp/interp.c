@@ -57,6 +57,7 @@ struct krt_interp {
     const float **src;         /* [n_nodes] per step: data of each float value */
     float **dst;               /* [n_nodes] per step: where each computed value goes */
     const int32_t **ints;      /* [n_nodes] per step: data of each i32 value */
+    int32_t *seq_lengths;      /* [max_tokens] the step's input seq_lengths, when the graph has it */
     krt_tap_fn tap;            /* called after each computed value, or NULL */
     void *tap_ctx;             /* passed to tap */
 };
@@ -115,7 +116,8 @@ static int prepare_rope(krt_interp *it, kir_val v, ks_diag *d)
     rp->inv_freq = ks_try_calloc((size_t)(rot / 2), sizeof(float));
     if (!rp->inv_freq)
         return ks_error_oom(d, it->desc->where, sizeof(float) * (size_t)(rot / 2), "rotation frequencies");
-    kir_rope_inv_freq(g, v, rp->rot_dim, rp->inv_freq);
+    kir_rope_inv_freq(g, v, rp->rot_dim, 1, rp->inv_freq); /* a short sequence's (longrope, dynamic) */
+    rp->by_length = kir_rope_by_length(g, v, &rp->short_up_to);
     return 0;
 }
 
@@ -157,7 +159,7 @@ static int prepare_node(krt_interp *it, kir_val v, const void *const *weights, k
     case KIR_OP_WEIGHT:
         return prepare_weight(it, v, weights ? weights[v] : NULL, d);
     case KIR_OP_INPUT:
-        return 0; /* tokens or positions: desc has them */
+        return 0; /* tokens, positions or seq_lengths: desc has them */
     case KIR_OP_ROPE:
         return prepare_rope(it, v, d);
     case KIR_OP_ATTENTION:
@@ -196,8 +198,12 @@ krt_interp *krt_interp_new(const krt_desc *desc, const void *const *weights, krt
     it->src = ks_try_calloc(nn, sizeof *it->src);
     it->dst = ks_try_calloc(nn, sizeof *it->dst);
     it->ints = ks_try_calloc(nn, sizeof *it->ints);
-    if (!it->weights || !it->owned || !it->rope || !it->places || !it->src || !it->dst || !it->ints) {
-        ks_error_oom(d, desc->where, nn * (6 * sizeof(void *) + sizeof *it->rope), "the interpreter's tables");
+    size_t n_lengths = desc->seq_lengths != KIR_NONE ? (size_t)desc->plan.max_tokens : 0;
+    it->seq_lengths = n_lengths ? ks_try_calloc(n_lengths, sizeof *it->seq_lengths) : NULL;
+    if (!it->weights || !it->owned || !it->rope || !it->places || !it->src || !it->dst || !it->ints ||
+        (n_lengths && !it->seq_lengths)) {
+        ks_error_oom(d, desc->where, nn * (6 * sizeof(void *) + sizeof *it->rope) + n_lengths * sizeof(int32_t),
+                     "the interpreter's tables");
         krt_interp_free(it);
         return NULL;
     }
@@ -247,6 +253,7 @@ void krt_interp_free(krt_interp *it)
     free(it->src);
     free(it->dst);
     free(it->ints);
+    free(it->seq_lengths);
     free(it);
 }
 
@@ -331,7 +338,10 @@ static int bind_values(krt_interp *it, const krt_step *step, float *out, ks_diag
         it->dst[v] = NULL;
         it->ints[v] = NULL;
         if (n->op == KIR_OP_INPUT) {
-            it->ints[v] = (kir_val)v == it->desc->tokens ? step->tokens : step->positions;
+            if ((kir_val)v == it->desc->seq_lengths) krt_step_seq_lengths(step, it->kv, it->seq_lengths);
+            it->ints[v] = (kir_val)v == it->desc->tokens      ? step->tokens
+                          : (kir_val)v == it->desc->positions ? step->positions
+                                                              : it->seq_lengths;
         } else if (n->op != KIR_OP_WEIGHT) { /* the kernels read weights from it->weights */
             it->dst[v] = n->op == KIR_OP_OUTPUT ? out : it->arena + it->places[v];
             it->src[v] = it->dst[v];

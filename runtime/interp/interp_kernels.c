@@ -598,13 +598,21 @@ static void run_rope(const krt_interp_exec *x, kir_val v)
     float *o = x->dst[v];
     int64_t heads = n->dims[1], d = n->dims[2];
     int half = rp->rot_dim / 2;
-    float *cs = x->scratch->rope; /* [2 * half] */
+    float *cs = x->scratch->rope, *freq_at = cs + 2 * half; /* [2 * half], [half] */
     const int half_math = (int)kir_attr_int(x->g, v, KIR_A_ANY_HALF_MATH);
     /* yarn's attention factor: cos and sin times it, in float, as HF's rotary embedding scales them */
     const float af = (float)kir_attr_float(x->g, v, KIR_A_ROPE_ATTENTION_FACTOR);
+    const int32_t *len = rp->by_length ? x->ints[n->in[2]] : NULL;
+    int32_t freq_len = 0; /* the sequence length freq_at holds the frequencies of; 0: none */
     for (int64_t t = 0; t < x->n_tokens; t++) {
+        const float *inv_freq = rp->inv_freq;
+        if (len && len[t] > rp->short_up_to) { /* longrope's long factors, dynamic's grown base */
+            if (len[t] != freq_len) kir_rope_inv_freq(x->g, v, rp->rot_dim, len[t], freq_at);
+            freq_len = len[t];
+            inv_freq = freq_at;
+        }
         for (int j = 0; j < half; j++) {
-            float angle = (float)pos[t] * rp->inv_freq[j];
+            float angle = (float)pos[t] * inv_freq[j];
             cs[2 * j] = half_math ? cosf(angle) : (float)cos((double)angle);
             cs[2 * j + 1] = half_math ? sinf(angle) : (float)sin((double)angle);
             if (af != 1.0f) cs[2 * j] *= af, cs[2 * j + 1] *= af;
@@ -767,10 +775,11 @@ void krt_interp_scratch_sizes(const kir_graph *g, size_t *conv, size_t *tile, si
             if (g->nodes[n->in[1]].dtype != KIR_F32 && tile_floats(g->nodes[n->in[1]].dims[1]) > *tile)
                 *tile = tile_floats(g->nodes[n->in[1]].dims[1]);
             break;
-        case KIR_OP_ROPE:
-            if ((size_t)kir_attr_int(g, (kir_val)i, KIR_A_ROPE_ROT_DIM) > *rope)
-                *rope = (size_t)kir_attr_int(g, (kir_val)i, KIR_A_ROPE_ROT_DIM);
+        case KIR_OP_ROPE: { /* cos and sin, and the frequencies of a longer sequence: rot_dim * 3/2 */
+            size_t r = (size_t)kir_attr_int(g, (kir_val)i, KIR_A_ROPE_ROT_DIM);
+            if (r + r / 2 > *rope) *rope = r + r / 2;
             break;
+        }
         default:
             break;
         }

@@ -23,6 +23,8 @@ typedef struct krt_interp_rope {
     float *inv_freq; /* [rot_dim/2] rotation frequencies, radians per position, as HF computes them */
     int rot_dim;     /* leading elements of each head that rotate; the rest pass through */
     int pairs;       /* 1: rotate (2j, 2j+1) (llama2.c); 0: (j, j+rot_dim/2) (HF rotate_half) */
+    int by_length;   /* 1: longrope, dynamic: past short_up_to, a token's frequencies follow its seq_lengths */
+    int64_t short_up_to; /* the longest sequence that inv_freq serves (by_length) */
 } krt_interp_rope;
 
 /* Where kernels put what they compute on the way: allocated before the step. */
@@ -30,7 +32,7 @@ typedef struct krt_interp_scratch {
     float *conv;      /* [conv] f16/bf16 weights read whole (a bias, a norm's weight), as float32 */
     float *tiles;     /* [threads * tile] one tile of a matmul's f16/bf16 weight as float32, per thread */
     size_t tile;      /* floats of one thread's tile */
-    float *rope;      /* [rope] one position's cos and sin of each rotation */
+    float *rope;      /* [rope] one position's cos and sin of each rotation, then its frequencies (by_length) */
     int64_t *slots;   /* [positions] attention: the cache rows of a token's positions */
     float *score;     /* [positions] attention: their scores, then weights */
 } krt_interp_scratch;

@@ -36,23 +36,23 @@ variant ctx0 "$ts" 's/"max_position_embeddings": 512/"max_position_embeddings": 
 expect_build_fails ctx0 "$work/ctx0" "$work/ctx0/config.json:13:30: error: param 'max_context' is 0; it must be from 1 to 2147483647 (the positions a sequence holds)
     \"max_position_embeddings\": 0,
                                ^
-models/llama.kiln:21:22: note: 'max_position_embeddings' is used here
-  param max_context  = config.max_position_embeddings;
-                       ^"
+models/llama.kiln:33:48: note: 'max_position_embeddings' is used here
+                                               : config.max_position_embeddings;
+                                                 ^"
 variant ctx_neg "$ts" 's/"max_position_embeddings": 512/"max_position_embeddings": -5/'
 expect_build_fails ctx_neg "$work/ctx_neg" "$work/ctx_neg/config.json:13:30: error: param 'max_context' is -5; it must be from 1 to 2147483647 (the positions a sequence holds)
     \"max_position_embeddings\": -5,
                                ^
-models/llama.kiln:21:22: note: 'max_position_embeddings' is used here
-  param max_context  = config.max_position_embeddings;
-                       ^"
+models/llama.kiln:33:48: note: 'max_position_embeddings' is used here
+                                               : config.max_position_embeddings;
+                                                 ^"
 variant ctx_huge "$ts" 's/"max_position_embeddings": 512/"max_position_embeddings": 1e12/'
 expect_build_fails ctx_huge "$work/ctx_huge" "$work/ctx_huge/config.json:13:30: error: param 'max_context' is 1000000000000; it must be from 1 to 2147483647 (the positions a sequence holds)
     \"max_position_embeddings\": 1e12,
                                ^
-models/llama.kiln:21:22: note: 'max_position_embeddings' is used here
-  param max_context  = config.max_position_embeddings;
-                       ^"
+models/llama.kiln:33:48: note: 'max_position_embeddings' is used here
+                                               : config.max_position_embeddings;
+                                                 ^"
 variant gpt2_ctx "$models/gpt2-tiny" 's/"n_positions": 256/"n_positions": 0/'
 expect_build_fails gpt2_ctx "$work/gpt2_ctx" "$work/gpt2_ctx/config.json:19:18: error: param 'max_context' is 0; it must be from 1 to 2147483647 (the positions a sequence holds)
     \"n_positions\": 0,
@@ -66,7 +66,7 @@ variant eps "$ts" 's/"rms_norm_eps": 1e-06/"rms_norm_eps": -1/'
 expect_build_fails eps "$work/eps" "$work/eps/config.json:20:19: error: rms_norm: attribute 'eps' is -1; it must be positive
     \"rms_norm_eps\": -1,
                     ^
-models/llama.kiln:68:40: note: 'rms_norm_eps' is used here
+models/llama.kiln:70:40: note: 'rms_norm_eps' is used here
       h = rms_norm(x, attn_norm[i], eps: eps);
                                          ^"
 variant ln_eps "$models/gpt2-tiny" 's/"layer_norm_epsilon": 1e-05/"layer_norm_epsilon": -1e-05/'
@@ -144,7 +144,7 @@ sed 's/"eos_token_id": 2/"eos_token_id": 2048/' "$ts/generation_config.json" > "
 expect_build_fails eos_range "$work/eos_range" "$work/eos_range/generation_config.json:4:19: error: param 'eos_token_id' is 2048, outside the vocabulary (2048 ids)
     \"eos_token_id\": 2048,
                     ^
-models/llama.kiln:24:22: note: 'eos_token_id' is used here
+models/llama.kiln:36:22: note: 'eos_token_id' is used here
   param eos_token_id = generation.eos_token_id ?? config.eos_token_id ?? -1;
                        ^"
 
@@ -186,14 +186,14 @@ variant huge_int "$ts" 's/"vocab_size": 2048/"vocab_size": 18446744073709551616/
 expect_build_fails huge_int "$work/huge_int" "$work/huge_int/config.json:27:17: error: a weight dimension must be an int, not a whole number too large to read exactly (2^53 or more)
     \"vocab_size\": 18446744073709551616
                   ^
-models/llama.kiln:41:14: note: 'vocab_size' is used here
+models/llama.kiln:43:14: note: 'vocab_size' is used here
   weight embed[vocab, hidden]   = \"model.embed_tokens.weight\" | \"lm_head.weight\";
                ^"
 variant rope_str "$ts" 's/"rope_scaling": null/"rope_scaling": "linear"/'
 expect_build_fails rope_str "$work/rope_str" "$work/rope_str/config.json:21:19: error: 'rope_scaling' in $work/rope_str/config.json is a string, not an object: the description reads its key 'rope_type'
     \"rope_scaling\": \"linear\",
                     ^
-models/llama.kiln:28:55: note: 'rope_scaling' is used here
+models/llama.kiln:22:55: note: 'rope_scaling' is used here
   param rope_type = config.rope_parameters.rope_type ?? config.rope_scaling.rope_type
                                                         ^"
 mkdir -p "$work/not_object"

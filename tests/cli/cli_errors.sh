@@ -29,10 +29,10 @@ expect_fail unknown-arch "$work/unknown/config.json: error: model_type 'mamba' m
   "$KILN_BIN" build "$work/unknown" -o "$work/x.engine"
 # a description without a config: one error with the way to give one, not one per key
 out=$("$KILN_BIN" ir "$KILN_SOURCE/models/llama.kiln" 2>&1); rc=$?
-expect_same "kiln ir without a config" "exit 1: $KILN_SOURCE/models/llama.kiln: error: the description reads config.json keys (config.hidden_size, config.num_hidden_layers, config.num_attention_heads, and 3 more) but no config was given; pass --config FILE or --weights CHECKPOINT_DIR" "exit $rc: $out"
+expect_same "kiln ir without a config" "exit 1: $KILN_SOURCE/models/llama.kiln: error: the description reads config.json keys (config.hidden_size, config.num_hidden_layers, config.num_attention_heads, and 5 more) but no config was given; pass --config FILE or --weights CHECKPOINT_DIR" "exit $rc: $out"
 mkdir -p "$work/weights-only" && cp "$ts/model.safetensors" "$work/weights-only/"
 out=$("$KILN_BIN" ir "$KILN_SOURCE/models/llama.kiln" --weights "$work/weights-only" 2>&1); rc=$?
-expect_same "kiln ir with weights but no config" "exit 1: $KILN_SOURCE/models/llama.kiln: error: the description reads config.json keys (config.hidden_size, config.num_hidden_layers, config.num_attention_heads, and 3 more) but no config was given; $work/weights-only has no config.json: pass --config FILE" "exit $rc: $out"
+expect_same "kiln ir with weights but no config" "exit 1: $KILN_SOURCE/models/llama.kiln: error: the description reads config.json keys (config.hidden_size, config.num_hidden_layers, config.num_attention_heads, and 5 more) but no config was given; $work/weights-only has no config.json: pass --config FILE" "exit $rc: $out"
 # a config that is given but lacks keys: one message per key, at its place
 echo '{"hidden_size": 64}' > "$work/partial.json"
 out=$("$KILN_BIN" ir "$KILN_SOURCE/models/llama.kiln" --config "$work/partial.json" 2>&1 | head -2)

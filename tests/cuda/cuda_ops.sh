@@ -42,20 +42,33 @@ done
 # the repository's models that hold those ops (gpt-oss: sinks, the clamped SwiGLU, stacked experts; DeepSeek-V3:
 # latent attention's repeated rotary key, group routing with amin, masks and masked_fill): every value of the
 # emulated CUDA engine against the interpreter's (deepseek_v3-yarn-tiny adds no kernel: its YaRN RoPE is
-# qwen3-yarn-tiny's and nemotron-tiny's, emulated in cuda_engines; CI's time)
-for m in gpt_oss-tiny deepseek_v3-tiny; do
+# qwen3-yarn-tiny's and nemotron-tiny's, emulated in cuda_engines; CI's time); and the rotations whose
+# frequencies follow each token's sequence length (a rope kernel of its own): phi3-longrope-tiny (LongRoPE's
+# short and long factors) and llama-dynamic-tiny (dynamic NTK's base, grown in the kernel), in f32, with a
+# 30-token prompt beside a 15-token one in a step (past and within the 16 positions of their original
+# context), whose decode steps then cross it
+for m in gpt_oss-tiny deepseek_v3-tiny phi3-longrope-tiny llama-dynamic-tiny; do
   dir="$(dirname "$0")/../data/$m"
-  for how in "--dtype f32" "--dtype bf16 --precision fast"; do
+  hows=("--dtype f32" "--dtype bf16 --precision fast") steps=""
+  case $m in phi3-longrope-tiny|llama-dynamic-tiny) hows=("--dtype f32") steps="--tokens 30";; esac
+  for how in "${hows[@]}"; do
     tag=${how//[^a-z0-9]/}$m
     # shellcheck disable=SC2086
     "$KILN_BIN" build "$dir" --target sm_90 $how --emit-source "$work/src$tag" -o "$work/$tag.engine" >"$work/$tag.log" 2>&1 \
       && compile_kernels "$work/src$tag" "$work/$tag.so" \
       || { echo "FAIL: build $m ($how)"; cat "$work/$tag.log"; failures=$((failures+1)); continue; }
     # shellcheck disable=SC2086
-    out=$(KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$work/$tag.so" "$KILN_BIN" verify "$dir" --target sm_90 $how 2>&1); rc=$?
+    out=$(KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$work/$tag.so" "$KILN_BIN" verify "$dir" --target sm_90 $how $steps 2>&1); rc=$?
     echo "$m $how: $(grep -E 'logits:' <<<"$out")"
     [ $rc -eq 0 ] && [[ "$out" == *"on the cuda backend"* ]] && [[ "$out" == *"OK: within tolerance"* ]] \
       && passes=$((passes+1)) || { echo "FAIL: verify $m --target sm_90 $how (exit $rc)"; echo "$out" | sed 's/^/    /'; failures=$((failures+1)); }
   done
+done
+# the rotations by length are kernels of their own, reading each token's sequence length: LongRoPE's two tables,
+# dynamic NTK's base computed there
+for want in "phi3-longrope-tiny:_inv_freq_long[j]; /* the long factors */" "llama-dynamic-tiny:const float grow = (float)len * 8.0f / 16.0f - 7.0f;"; do
+  src=$(cat "$work/srcdtypef32${want%%:*}"/*.cu)
+  [[ "$src" == *"const int len = seq_len[i / "* && "$src" == *"${want#*:}"* ]] && passes=$((passes+1)) \
+    || { echo "FAIL: no '${want#*:}' (and seq_len) in ${want%%:*}'s generated source"; failures=$((failures+1)); }
 done
 finish

@@ -68,6 +68,20 @@ MODELS = {
     "phi3-tiny": ("Phi3Config", "Phi3ForCausalLM", 71,
                   dict(num_hidden_layers=2, rms_norm_eps=1e-5, sliding_window=6, tie_word_embeddings=False,
                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75})),
+    # LongRoPE: original_max_position_embeddings 16 below the 40-token case (the long factors) and the greedy
+    # run (its decode steps pass 16: the cached keys keep the short factors' rotation, as generate() has them)
+    "phi3-longrope-tiny": ("Phi3Config", "Phi3ForCausalLM", 101,
+                           dict(num_hidden_layers=2, rms_norm_eps=1e-5, sliding_window=None, tie_word_embeddings=False,
+                                max_position_embeddings=128, original_max_position_embeddings=16,
+                                rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                                 "partial_rotary_factor": 0.75, "original_max_position_embeddings": 16,
+                                                 "short_factor": [1.0, 1.15, 1.4, 1.9, 2.6, 3.3],
+                                                 "long_factor": [1.0, 1.6, 2.9, 5.2, 9.5, 17.0]})),
+    # dynamic NTK: max_position_embeddings 16, the base grown for the 40-token case and the greedy run's later steps
+    "llama-dynamic-tiny": ("LlamaConfig", "LlamaForCausalLM", 103,
+                           dict(num_hidden_layers=2, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                                max_position_embeddings=16,
+                                rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 8.0})),
     "gpt_neox-tiny": ("GPTNeoXConfig", "GPTNeoXForCausalLM", 83,
                       dict(num_hidden_layers=2, num_key_value_heads=4, layer_norm_eps=1e-5, use_parallel_residual=True,
                            tie_word_embeddings=False,
@@ -214,11 +228,20 @@ def make(name):
                                         "shape": list(logits[-1].shape)})
             ncase = {n: len(v) for n, v in log.items()}
             seq, margin = list(cases[1][:5]), float("inf")
+            # a KV cache where the rotation follows the sequence's length (longrope, dynamic): generate()'s
+            # decode, each step's new token alone; else the whole sequence again (the same numbers)
+            cached = (keys.get("rope_parameters") or {}).get("rope_type") in ("longrope", "dynamic")
+            past, new = None, list(seq)
             for _ in range(24):
-                last = ref(torch.tensor([seq])).logits[0, -1]
+                if cached:
+                    step = ref(torch.tensor([new]), past_key_values=past, use_cache=True)
+                    past, last = step.past_key_values, step.logits[0, -1]
+                else:
+                    last = ref(torch.tensor([seq])).logits[0, -1]
                 top2 = last.topk(2)[0]
                 margin = min(margin, float((top2[0] - top2[1]) / last.abs().max()))
                 seq.append(int(last.argmax()))
+                new = [seq[-1]]
             golden["greedy"].append({"prompt_ids": cases[1][:5], "new_ids": seq[5:]})
         for h in hooks:
             h.remove()

@@ -694,7 +694,7 @@ static void test_rope_scaling(void)
     tg_output(&t, r);
 
     float inv[8];
-    kir_rope_inv_freq(t.g, r, 16, inv);
+    kir_rope_inv_freq(t.g, r, 16, 1, inv);
     CHECK(memcmp(inv, pin_llama3, sizeof inv) == 0);
     for (int j = 0; j < 8; j++)
         if (inv[j] != pin_llama3[j]) fprintf(stderr, "llama3 inv_freq[%d]: %.9g, pinned %.9g\n", j, inv[j], pin_llama3[j]);
@@ -708,7 +708,7 @@ static void test_rope_scaling(void)
     }
     kir_attr_set_word(t.g, r, KIR_A_ROPE_SCALING, KIR_ROPE_SCALING_LINEAR);
     kir_attr_set_float(t.g, r, KIR_A_ROPE_FACTOR, 4.0);
-    kir_rope_inv_freq(t.g, r, 16, inv);
+    kir_rope_inv_freq(t.g, r, 16, 1, inv);
     CHECK(memcmp(inv, pin_linear4, sizeof inv) == 0);
     tg_free(&t);
 }

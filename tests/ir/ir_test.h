@@ -49,6 +49,11 @@ static inline int kt_attr_equal(const kir_attr *a, const kir_attr *b)
         for (uint32_t i = 0; i < a->u.ints.n; i++)
             if (a->u.ints.v[i] != b->u.ints.v[i]) return 0;
         return 1;
+    case KIR_ATTR_FLOATS:
+        if (a->u.floats.n != b->u.floats.n) return 0;
+        for (uint32_t i = 0; i < a->u.floats.n; i++)
+            if (!kt_double_same(a->u.floats.v[i], b->u.floats.v[i])) return 0;
+        return 1;
     }
     return 0;
 }
@@ -82,6 +87,10 @@ static inline int kt_graph_equal(const kir_graph *a, const kir_graph *b)
         if (same && p->kind == KIR_ATTR_STR) same = strcmp(p->s, q->s) == 0;
         if (same && p->kind == KIR_ATTR_INTS)
             same = p->ints.n == q->ints.n && (p->ints.n == 0 || memcmp(p->ints.v, q->ints.v, p->ints.n * sizeof *p->ints.v) == 0);
+        if (same && p->kind == KIR_ATTR_FLOATS) {
+            same = p->floats.n == q->floats.n;
+            for (uint32_t k = 0; same && k < p->floats.n; k++) same = kt_double_same(p->floats.v[k], q->floats.v[k]);
+        }
         if (!same) {
             fprintf(stderr, "param %zu differs (%s vs %s)\n", i, p->name, q->name);
             return 0;

@@ -174,7 +174,7 @@ static const parse_case cases[] = {
      "lex.ir:13:9: error: expected '=' after the param name, found '1'\n"
      "  param j 1\n"
      "          ^\n"
-     "lex.ir:14:15: error: expected an integer in the list, found 'T'\n"
+     "lex.ir:14:15: error: expected a number in the list, found 'T'\n"
      "  param k = [1, T]\n"
      "                ^\n"},
 
@@ -238,7 +238,7 @@ static const parse_case cases[] = {
      "nodes.ir:14:28: error: expected '=' after the attribute name 'a', found '2'\n"
      "  %12 : f32[T] = silu(%0) {a 2}\n"
      "                             ^\n"
-     "nodes.ir:15:31: error: expected an integer or T in the list, found ','\n"
+     "nodes.ir:15:31: error: expected a number or T in the list, found ','\n"
      "  %13 : f32[T] = silu(%0) {a=[1,,2]}\n"
      "                                ^\n"
      "nodes.ir:16:31: error: expected ',' or ']' in the list, found '2'\n"

@@ -299,7 +299,7 @@ static kir_graph *random_graph(rng *r)
     int n_params = below(r, 6);
     for (int i = 0; i < n_params; i++) {
         random_name(r, buf);
-        switch (below(r, 4)) {
+        switch (below(r, 5)) {
         case 0: kir_param_int(g, buf, (int64_t)next_u64(r)); break;
         case 1: kir_param_float(g, buf, random_double(r)); break;
         case 2: {
@@ -307,6 +307,13 @@ static kir_graph *random_graph(rng *r)
             uint32_t n = (uint32_t)below(r, 5);
             for (uint32_t k = 0; k < n; k++) ids[k] = (int64_t)next_u64(r);
             kir_param_ints(g, buf, ids, n);
+            break;
+        }
+        case 3: { /* a list of floats has one at least: "[]" reads back as a list of ints */
+            double fs[4];
+            uint32_t n = 1 + (uint32_t)below(r, 4);
+            for (uint32_t k = 0; k < n; k++) fs[k] = random_double(r);
+            kir_param_floats(g, buf, fs, n);
             break;
         }
         default: {

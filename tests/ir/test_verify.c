@@ -53,7 +53,7 @@ static const verify_case cases[] = {
      "%6 : f32[T,8] = rms_norm(%2, _)\n"
      "%7 : f32[T,8] = rms_norm(%2) {eps=1}\n"
      "%8 : f32[T,2,4] = reshape(%2) {shape=[T,2,4]}\n"
-     "%9 : f32[T,2,4] = rope(%8, %0) {theta=10000.0, style=\"interleaved\", rot_dim=4, scaling=\"longrope\", "
+     "%9 : f32[T,2,4] = rope(%8, %0) {theta=10000.0, style=\"interleaved\", rot_dim=4, scaling=\"ntk\", "
      "factor=1.0, low_freq_factor=1.0, high_freq_factor=4.0}\n"
      "%10 : f32[T,2,4] = attention(%8, %8, %8) {layer=0, scale=0.5, window=0, softcap=0.0}\n"
      "%11 : f32[T,2,4] = attention(%8, %8, %8) {layer=0, scale=0.5, window=0, softcap=0.0}\n"
@@ -74,7 +74,7 @@ static const verify_case cases[] = {
      "structure.ir: error: node %6 (rms_norm): missing attribute eps (a float)\n"
      "structure.ir: error: node %7 (rms_norm): attribute eps is an int, not a float\n"
      "structure.ir: error: node %9 (rope): attribute style is \"interleaved\", not \"halves\" or \"pairs\"\n"
-     "structure.ir: error: node %9 (rope): attribute scaling is \"longrope\", not \"none\", \"linear\", \"llama3\" or \"yarn\"\n"
+     "structure.ir: error: node %9 (rope): attribute scaling is \"ntk\", not \"none\", \"linear\", \"llama3\", \"yarn\", \"longrope\" or \"dynamic\"\n"
      "structure.ir: error: node %9 (rope): missing attribute original_max_positions (an int)\n"
      "structure.ir: error: node %16 (scale): attribute value is a string, not a float\n"
      "structure.ir: error: node %17 (slice): missing attribute start (an int)\n"
@@ -104,7 +104,7 @@ static const verify_case cases[] = {
      "%9 : f32[T,8] = reshape(%8) {shape=[T,8]}\n"
      "%10 : f32[T,8] = output(%9) {name=\"logits\"}\n",
      8,
-     "values.ir: error: node %1 (input): attribute name is \"segments\", not \"tokens\" or \"positions\"\n"
+     "values.ir: error: node %1 (input): attribute name is \"segments\", not \"tokens\", \"positions\" or \"seq_lengths\"\n"
      "values.ir: error: node %4 (rms_norm): attribute eps is -1; it must be positive\n"
      "values.ir: error: node %5 (layer_norm): attribute eps is 0; it must be positive\n"
      "values.ir: error: node %7 (rope): attribute original_max_positions is 0; it must be positive\n"
