@@ -887,7 +887,7 @@ static void put_epilogue(group *G, ks_buf *fields)
         if (mt == KIR_F32 || E.lazy[G->mm]) ks_buf_printf(&E.apply, "        const float m%d = v%d;\n", j, j);
         else ks_buf_printf(&E.apply, "        const float m%d = kcu_round<%s>(v%d);\n", j, kcu_elem_type(mt), j);
         if (G->n[G->mm].store) {
-            char base[16], val[8];
+            char base[16], val[16];
             snprintf(base, sizeof base, "out%d", G->mm);
             snprintf(val, sizeof val, "m%d", j);
             queue_store(&E, j, G->mm, rm, mt, base, "t", G->N, val);

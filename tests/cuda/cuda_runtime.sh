@@ -59,7 +59,7 @@ export KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$engine_dir/kernels.so"
 
 "$KILN_TEST_SESSION" "$cu" && passes=$((passes+1)) || { echo "FAIL: test_session on the CUDA engine"; failures=$((failures+1)); }
 wait $extraf || { echo "FAIL: the flash-prefill engine:"; cat "$work/extraf.log"; exit 1; }
-KILN_EMU_KERNELS="$work/kernelsf.so" "$KILN_TEST_SESSION" "$work/cuf.engine" | grep -E "batch|checks" \
+KILN_EMU_KERNELS="$work/kernelsf.so" "$KILN_TEST_SESSION" "$work/cuf.engine" --batch-of-41 | grep -E "batch|checks" \
   && [ "${PIPESTATUS[0]}" -eq 0 ] && passes=$((passes+1)) \
   || { echo "FAIL: test_session on the flash-prefill CUDA engine"; failures=$((failures+1)); }
 "$KILN_TEST_OOM" "$cu" && passes=$((passes+1)) || { echo "FAIL: test_oom on the CUDA engine"; failures=$((failures+1)); }
