@@ -577,8 +577,8 @@ static int parse_list(kir_parser *p, kir_pending_attr *a, int dims)
                 floats = 1;
                 p->floats[n] = item.f;
             } else if (dims) {
+                if (floats && tok_is(&p->tok, "T")) return expected(p, "a number in the list of floats");
                 if (parse_dim(p, &p->ints[n])) return expected(p, "a number or T in the list");
-                if (p->ints[n] == KIR_DIM_T && floats) return expected(p, "a number in the list of floats");
                 dim_t |= p->ints[n] == KIR_DIM_T;
                 p->floats[n] = (double)p->ints[n];
             } else {

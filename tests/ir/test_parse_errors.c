@@ -201,7 +201,8 @@ static const parse_case cases[] = {
      "%18 : f32[T] = silu(%0) @\"x.kiln\":-1:2\n"
      "%19 : f32[T] = silu(%0) @\"x.kiln\":1:c\n"
      "silu(%0)\n"
-     "%20 : f32[T] = silu(%0)(\n",
+     "%20 : f32[T] = silu(%0)(\n"
+     "%21 : f32[T] = silu(%0) {a=[1.5,T]}\n",
      "nodes.ir:3:4: error: expected ':' after %1, found 'i32'\n"
      "  %1 i32[T] = input()\n"
      "     ^\n"
@@ -264,7 +265,10 @@ static const parse_case cases[] = {
      "  ^\n"
      "nodes.ir:23:24: error: expected end of line after the node, found '('\n"
      "  %20 : f32[T] = silu(%0)(\n"
-     "                         ^\n"},
+     "                         ^\n"
+     "nodes.ir:24:33: error: expected a number in the list of floats, found 'T'\n"
+     "  %21 : f32[T] = silu(%0) {a=[1.5,T]}\n"
+     "                                  ^\n"},
 };
 
 /* Past 50 errors the parser stops with one last message. */
