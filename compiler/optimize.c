@@ -325,7 +325,7 @@ static void convert_rows(const uint8_t *data, kir_dtype src, size_t n, kir_dtype
  * row_end) as stored (not transposed: contiguous, converted straight), else NULL. */
 static const uint8_t *straight_rows(const kf_weight_binding *b, const kf_tensor *tensor, size_t elems)
 {
-    if (b->transposed || b->row_dim != 0 || b->row_step != 1 || tensor->ndim < 1 || tensor->shape[0] <= 0)
+    if (b->transposed || b->row_dim != 0 || b->row_step != 1 || b->groups || tensor->ndim < 1 || tensor->shape[0] <= 0)
         return NULL;
     size_t row_elems = tensor->nbytes / kir_dtype_size(tensor->dtype) / (size_t)tensor->shape[0];
     int64_t end = b->row_end < 0 ? tensor->shape[0] : b->row_end;
@@ -345,7 +345,8 @@ static int read_tensor(const kf_weight_binding *b, const kf_tensor *tensor, kir_
         return 0;
     }
     float *f = t == KIR_F32 ? out : ks_xmalloc(sizeof(float) * (elems ? elems : 1));
-    kf_tensor_view view = {b->transposed, b->row_dim, b->row_start, b->row_end, b->row_step};
+    kf_tensor_view view = {b->transposed, b->row_dim, b->row_start, b->row_end, b->row_step, b->groups,
+                           b->transposed_after};
     int rc = kf_tensor_read_view(d, tensor, &view, f);
     if (rc == 0) store_as(t, f, elems, out);
     if (f != out) free(f);

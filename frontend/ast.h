@@ -168,6 +168,7 @@ typedef struct kf_weight_src {
     kf_expr *row_lo;    /* `[lo : hi]`: rows of dim row_dim after .T; NULL: all */
     kf_expr *row_hi;    /* end of the rows (excluded); NULL when row_lo is */
     kf_expr *row_step;  /* `[lo : hi : step]`: every step-th row from lo; NULL: 1 */
+    int transposed_after; /* `[:, lo : hi].T`: the rows of dim 1 first, then each index's matrix transposed */
 } kf_weight_src;
 
 typedef enum kf_item_kind {

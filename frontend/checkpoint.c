@@ -100,6 +100,19 @@ int kf_tensor_read_view(ks_diag *d, const kf_tensor *t, const kf_tensor_view *v,
         ks_error(d, t->file, "tensor '%s': a row step of %lld", t->name, (long long)v->row_step);
         return -1;
     }
+    kf_tensor grouped; /* a 2-D [A, C] as [groups, A / groups, C] */
+    if (v->groups > 0) {
+        if (t->ndim != 2 || t->shape[0] % v->groups != 0) {
+            ks_error(d, t->file, "tensor '%s': cannot be read as %lld groups of its rows", t->name, (long long)v->groups);
+            return -1;
+        }
+        grouped = *t;
+        grouped.ndim = 3;
+        grouped.shape[0] = v->groups;
+        grouped.shape[1] = t->shape[0] / v->groups;
+        grouped.shape[2] = t->shape[1];
+        t = &grouped;
+    }
     /* each index of dim 0 on its own: a 3-D tensor transposed, or rows of dim 1 */
     if ((t->ndim == 3 && v->transposed) || v->row_dim == 1) {
         if (t->ndim != 2 && t->ndim != 3) {
@@ -127,10 +140,20 @@ int kf_tensor_read_view(ks_diag *d, const kf_tensor *t, const kf_tensor_view *v,
         int64_t rows = v->transposed ? sub.shape[1] : sub.shape[0], end = hi < 0 ? rows : hi;
         size_t part = sub.nbytes / kir_dtype_size(t->dtype);
         if (rows > 0) part = part / (size_t)rows * (size_t)(end > lo ? (end - lo + step - 1) / step : 0);
+        /* transposed_after: a part's rows [n, cols] read, then written [cols, n] */
+        int64_t n_rows = end > lo ? (end - lo + step - 1) / step : 0, cols = n_rows ? (int64_t)part / n_rows : 0;
+        float *tmp = v->transposed_after && part ? ks_xmalloc(sizeof(float) * part) : NULL;
         for (int64_t e = e0, k = 0; e < e1; e += es, k++) {
             sub.data = t->data + (size_t)e * sub.nbytes;
-            if (read_rows(d, &sub, v->transposed, lo, hi, step, out + (size_t)k * part) != 0) return -1;
+            float *o = out + (size_t)k * part;
+            if (read_rows(d, &sub, v->transposed, lo, hi, step, tmp ? tmp : o) != 0) {
+                free(tmp);
+                return -1;
+            }
+            for (int64_t r = 0; tmp && r < n_rows; r++)
+                for (int64_t c = 0; c < cols; c++) o[c * n_rows + r] = tmp[r * cols + c];
         }
+        free(tmp);
         return 0;
     }
     return read_rows(d, t, v->transposed, v->row_start, v->row_end, v->row_step, out);

@@ -92,6 +92,8 @@ typedef struct kf_tensor_view {
     int transposed;
     int row_dim;
     int64_t row_start, row_end, row_step;
+    int64_t groups;       /* > 0: a 2-D [A, C] read as the 3-D [groups, A / groups, C] first */
+    int transposed_after; /* row_dim 1: each index's rows, then that matrix transposed */
 } kf_tensor_view;
 
 /* Read the tensor as float32 into out as v says; out holds the result's elements. Returns 0, or -1

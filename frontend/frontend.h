@@ -23,6 +23,8 @@ typedef struct kf_weight_binding {
     int64_t row_start;          /* rows [row_start,row_end) of dim row_dim after transposition */
     int64_t row_end;            /* -1: all rows */
     int64_t row_step;           /* every row_step-th of them (1: each) */
+    int64_t groups;             /* > 0: a 2-D tensor [A, C] read as [groups, A / groups, C] (rows of dim 1 each) */
+    int transposed_after;       /* each index's rows of dim 1, then transposed (`[:, lo : hi].T`) */
     const char *const *parts;   /* {e} templates: [n_parts] tensors, one an expert, stacked along dim 0, each read
                                    as above (transposed, rows) as the weight's dims after the first; tensor is
                                    parts[0] */

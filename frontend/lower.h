@@ -114,6 +114,8 @@ typedef struct kf_weight_inst {
     int64_t row_start;  /* first row of dim row_dim after .T */
     int64_t row_end;    /* end row; -1: all rows */
     int64_t row_step;   /* every row_step-th row (1: each) */
+    int64_t groups;     /* > 0: a 2-D tensor's dim 0 read as [groups, rows / groups] (a 3-D weight's rows of dim 1) */
+    int transposed_after; /* `[:, lo : hi].T`: each index's rows, then transposed */
     const char **parts; /* {e}: [n_parts] each expert's tensor, stacked along dim 0 (tensor is parts[0]) */
     int64_t n_parts;    /* 0: one tensor */
     kir_val node;       /* its WEIGHT node once used; KIR_NONE before */

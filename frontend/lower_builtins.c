@@ -365,6 +365,15 @@ static kf_value lower_rope(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf
     return build(L, KIR_OP_ROPE, loc, a->t, by_length ? 3 : 2, set, n);
 }
 
+/* expert_matmul(x, w, idx, b): each token's rows through the experts idx chooses; expert_matmul(x, w):
+ * row j of each token through matrix j (x [T,E,K]: a weight a head, MLA's absorbed projections) */
+static kf_value lower_expert_matmul(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
+{
+    if (a->nt > 3 && a->t[3] != KIR_NONE && (a->nt < 3 || a->t[2] == KIR_NONE))
+        return kf_error(L, a->t_loc[3], "expert_matmul: a bias needs the indices (expert_matmul(x, w, idx, b))");
+    return build(L, b->op, loc, a->t, a->nt, NULL, 0);
+}
+
 static kf_value lower_attention(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
 {
     if (!a->given[0]) a->attr[0] = kf_float(1.0 / sqrt((double)last_dim(L, a->t[0]))); /* scale */
@@ -403,7 +412,7 @@ static const kf_builtin builtins[] = {
     {"amin", "T", no_attrs, lower_simple, KIR_OP_AMIN, NULL},
     {"topk", "T", topk_attrs, lower_topk, KIR_OP_TOPK, NULL},
     {"gather", "TT", no_attrs, lower_simple, KIR_OP_GATHER, NULL},
-    {"expert_matmul", "TTTt", no_attrs, lower_simple, KIR_OP_EXPERT_MATMUL, NULL},
+    {"expert_matmul", "TTtt", no_attrs, lower_expert_matmul, KIR_OP_EXPERT_MATMUL, NULL},
     {"expert_sum", "TT", no_attrs, lower_simple, KIR_OP_EXPERT_SUM, NULL},
     {"view", "Ti+", no_attrs, lower_view, KIR_OP_RESHAPE, NULL},
     {"slice", "Tii", no_attrs, lower_slice, KIR_OP_SLICE, NULL},

@@ -111,14 +111,23 @@ static const char *inst_name(kf_lower *L, const kf_weight *w, int64_t layer)
     return ks_arena_printf(&L->scratch, "%s[%lld]", w->decl->name, (long long)layer);
 }
 
-/* How a source reads its tensor, for messages: ".T[0:128]", "[:, 1:64:2]". */
+/* How a source reads its tensor, for messages: ".T[0:128]", "[:, 1:64:2]", "[:, 0:16].T". */
 static const char *read_desc(kf_lower *L, const kf_weight_src *s, const int64_t *rows)
 {
     if (!s->row_lo) return s->transposed ? ".T" : "";
     char step[32] = "";
     if (rows[2] != 1) snprintf(step, sizeof step, ":%lld", (long long)rows[2]);
-    return ks_arena_printf(&L->scratch, "%s[%s%lld:%lld%s]", s->transposed ? ".T" : "", s->row_dim ? ":, " : "",
-                           (long long)rows[0], (long long)rows[1], step);
+    return ks_arena_printf(&L->scratch, "%s[%s%lld:%lld%s]%s", s->transposed ? ".T" : "", s->row_dim ? ":, " : "",
+                           (long long)rows[0], (long long)rows[1], step, s->transposed_after ? ".T" : "");
+}
+
+/* A 3-D weight's rows of dim 1 from a 2-D tensor [A, C]: the tensor read as [d0, A / d0, C], d0 the
+ * declared dim 0 (DeepSeek's kv_b_proj [heads * (nope + v), rank] as [heads, nope + v, rank]); the
+ * groups, or 0 when the tensor is read as it is. */
+static int64_t grouping(int want_ndim, const int64_t *want, const kf_weight_src *s, const kf_tensor *t)
+{
+    if (!t || !s->row_lo || s->row_dim != 1 || has_expert(s->tensor) || t->ndim != 2 || want_ndim != 3) return 0;
+    return want[0];
 }
 
 /* Rows lo, lo + step, ... below hi: how many. */
@@ -151,20 +160,33 @@ static int check_tensor(kf_lower *L, int want_ndim, const int64_t *want, const c
         return -1;
     }
     memcpy(shape, t->shape, (size_t)ndim * sizeof *shape);
+    const int64_t groups = grouping(want_ndim, want, s, t);
+    if (groups) {
+        if (t->shape[0] % groups != 0) {
+            ks_buf_printf(msg, "weight '%s': tensor '%s' has shape %s: its %lld rows are not %lld groups of rows", name,
+                          t->name, dims_text(L, t->ndim, t->shape), (long long)t->shape[0], (long long)groups);
+            return -1;
+        }
+        ndim = 3;
+        shape[0] = groups;
+        shape[1] = t->shape[0] / groups;
+        shape[2] = t->shape[1];
+    }
     if (s->transposed) {
         if (ndim != 2 && ndim != 3) {
             ks_buf_printf(msg, "weight '%s': .T needs a 2-D or 3-D tensor, but tensor '%s' has shape %s", name,
-                          t->name, dims_text(L, ndim, t->shape));
+                          t->name, dims_text(L, t->ndim, t->shape));
             return -1;
         }
-        shape[ndim - 2] = t->shape[ndim - 1];
-        shape[ndim - 1] = t->shape[ndim - 2];
+        int64_t r = shape[ndim - 2];
+        shape[ndim - 2] = shape[ndim - 1];
+        shape[ndim - 1] = r;
     }
     if (s->row_lo) {
         const int dim = s->row_dim;
         if (ndim < dim + 1 || (dim == 1 && ndim > 3)) {
             ks_buf_printf(msg, "weight '%s': %s needs a tensor of %s dims, but tensor '%s' has shape %s", name,
-                          read_desc(L, s, rows), dim ? "2 or 3" : "1 or more", t->name, dims_text(L, ndim, t->shape));
+                          read_desc(L, s, rows), dim ? "2 or 3" : "1 or more", t->name, dims_text(L, t->ndim, t->shape));
             return -1;
         }
         if (rows[1] > shape[dim]) {
@@ -174,6 +196,17 @@ static int check_tensor(kf_lower *L, int want_ndim, const int64_t *want, const c
             return -1;
         }
         shape[dim] = rows_taken(rows);
+        if (s->transposed_after && ndim != 3) {
+            ks_buf_printf(msg, "weight '%s': %s transposes each index's rows: it needs a 3-D tensor (or a 2-D one "
+                               "read as a 3-D weight's groups of rows), but tensor '%s' has shape %s", name,
+                          read_desc(L, s, rows), t->name, dims_text(L, t->ndim, t->shape));
+            return -1;
+        }
+        if (s->transposed_after) {
+            int64_t r = shape[ndim - 2];
+            shape[ndim - 2] = shape[ndim - 1];
+            shape[ndim - 1] = r;
+        }
     }
     int same = ndim == want_ndim;
     for (int k = 0; same && k < ndim; k++) same = shape[k] == want[k];
@@ -181,10 +214,10 @@ static int check_tensor(kf_lower *L, int want_ndim, const int64_t *want, const c
         const char *declared = dims_text(L, want_ndim, want);
         if (!s->transposed && !s->row_lo)
             ks_buf_printf(msg, "weight '%s': tensor '%s' has shape %s; expected %s", name, t->name,
-                          dims_text(L, ndim, t->shape), declared);
+                          dims_text(L, t->ndim, t->shape), declared);
         else
             ks_buf_printf(msg, "weight '%s': tensor '%s' has shape %s, read as %s it is %s; expected %s", name,
-                          t->name, dims_text(L, ndim, t->shape), read_desc(L, s, rows), dims_text(L, ndim, shape),
+                          t->name, dims_text(L, t->ndim, t->shape), read_desc(L, s, rows), dims_text(L, ndim, shape),
                           declared);
         return -1;
     }
@@ -300,6 +333,8 @@ static void resolve(kf_lower *L, kf_weight *w, int64_t layer, int64_t (*rows)[3]
     inst->row_start = s->row_lo ? rows[chosen][0] : 0;
     inst->row_end = s->row_lo ? rows[chosen][1] : -1;
     inst->row_step = s->row_lo ? rows[chosen][2] : 1;
+    inst->groups = grouping(w->ndim, w->dims, s, t);
+    inst->transposed_after = s->transposed_after;
 }
 
 void kf_declare_weight(kf_lower *L, kf_weight *w)
@@ -356,7 +391,7 @@ void kf_declare_weight(kf_lower *L, kf_weight *w)
         }
         /* the declared dim the rows make: dim 0, or dim 1 (of an expert's tensor under {e}: the dims after
            the first) */
-        const int ddim = s->row_dim + (has_expert(s->tensor) ? 1 : 0);
+        const int ddim = s->row_dim + (has_expert(s->tensor) ? 1 : 0) + (s->transposed_after ? 1 : 0);
         if (rows[k][2] < 1) {
             kf_error(L, s->row_step->loc, "weight '%s': a row step of %lld; it must be at least 1", it->name,
                      (long long)rows[k][2]);
@@ -433,6 +468,8 @@ kf_value kf_weight_value(kf_lower *L, kf_weight *w, int64_t layer, kf_loc loc)
         b->row_start = inst->row_start;
         b->row_end = inst->row_end;
         b->row_step = inst->row_step;
+        b->groups = inst->groups;
+        b->transposed_after = inst->transposed_after;
         b->n_parts = inst->n_parts;
         b->parts = NULL;
         if (inst->n_parts) {

@@ -78,6 +78,7 @@ static kf_weight_src *source_new(kf_parser *p, const char *tensor, kf_loc loc, i
     s->row_lo = lo;
     s->row_hi = hi;
     s->row_step = step;
+    s->transposed_after = 0;
     return s;
 }
 
@@ -287,6 +288,10 @@ source:
       $$ = source_new(p, $1, LOC(@1), check_transpose(p, $3, @3), 0, $5, $7, $9);
   }
 | STRING '[' ':' ',' expr ':' expr ']'     { $$ = source_new(p, $1, LOC(@1), 0, 1, $5, $7, NULL); }
+| STRING '[' ':' ',' expr ':' expr ']' '.' IDENT {
+      $$ = source_new(p, $1, LOC(@1), 0, 1, $5, $7, NULL);
+      $$->transposed_after = check_transpose(p, $10, @10);
+  }
 | STRING '.' IDENT '[' ':' ',' expr ':' expr ']' {
       $$ = source_new(p, $1, LOC(@1), check_transpose(p, $3, @3), 1, $7, $9, NULL);
   }

@@ -250,19 +250,24 @@ static int kir_shape_gather(shape_ctx *c)
     return 0;
 }
 
-/* expert_matmul: (x[T,K] or [T,k,K], w[E,N,K], idx i32[T,k], b[E,N]?) -> [T,k,N] */
+/* expert_matmul: (x[T,K] or [T,k,K], w[E,N,K], idx i32[T,k], b[E,N]?) -> [T,k,N]; without indices
+ * (x[T,E,K], w[E,N,K]) -> [T,E,N], row j through matrix j (MLA's per-head projections) */
 static int kir_shape_expert_matmul(shape_ctx *c)
 {
     const kir_node *x = operand(c, 0), *w = operand(c, 1), *idx = operand(c, 2), *bias = operand(c, 3);
-    if (!x || !w || !idx) return fail(c, "needs an input, expert weights and indices");
+    if (!x || !w) return fail(c, "needs an input and expert weights");
+    if (!idx && c->n->nin > 2) return fail(c, "a bias needs the indices (without them, a matrix a row of x)");
     if (want_activation(c, x, "input")) return -1;
     ks_buf b = KS_BUF_TRY, b2 = KS_BUF_TRY;
-    int64_t k = idx->dims[1];
+    int64_t k = idx ? idx->dims[1] : x->ndim == 3 ? x->dims[1] : 0;
     int rc = 0;
     if (w->ndim != 3 || !is_float(w->dtype) || w->dims[0] == KIR_DIM_T)
         rc = fail(c, "expert weights must be a [E,N,K] float weight, got %s", type_str(&b, w));
-    else if (want_indices(c, idx, w->dims[0], "indices"))
+    else if (idx && want_indices(c, idx, w->dims[0], "indices"))
         rc = -1;
+    else if (!idx && !(x->ndim == 3 && x->dims[1] == w->dims[0]))
+        rc = fail(c, "without indices the input must be [T,%lld,K] (a row for each of the %lld matrices), got %s",
+                  (long long)w->dims[0], (long long)w->dims[0], type_str(&b, x));
     else if (!(x->ndim == 2 || (x->ndim == 3 && x->dims[1] == k)))
         rc = fail(c, "input must be [T,K] or [T,%lld,K] (a row for each of the %lld experts chosen), got %s",
                   (long long)k, (long long)k, type_str(&b, x));

@@ -131,7 +131,8 @@ static int emit_expert_matmul(kcu_gen *x, kir_val v)
     kcu_kernel_grid(k, 0, kk * cols, 0, WARPS);
     kcu_param_in(x, k, n->in[0], "x");
     kcu_param_in(x, k, n->in[1], "w");
-    kcu_param_in(x, k, n->in[2], "idx");
+    const int has_idx = n->nin > 2; /* without: row j through matrix j */
+    if (has_idx) kcu_param_in(x, k, n->in[2], "idx");
     if (has_b) kcu_param_in(x, k, n->in[3], "bias");
     kcu_param_out(x, k, v);
     kcu_open_body(x, k, "each token's row through its chosen experts: w[idx[t,j]] x (+ bias), a warp an output row");
@@ -144,7 +145,7 @@ static int emit_expert_matmul(kcu_gen *x, kir_val v)
                   "    const long long r0 = (long long)blockIdx.x * %d + threadIdx.x / 32;\n"
                   "    const bool live = r0 < rows; /* the same in every lane: no early return before the shuffles */\n"
                   "    const long long r = live ? r0 : rows - 1, tj = r / N, c = r %% N;\n"
-                  "    const int lane = threadIdx.x %% 32, e = idx[tj];\n"
+                  "    const int lane = threadIdx.x %% 32, e = %s;\n"
                   "    const %s *xr = x + %s;\n"
                   "    const %s *wr = w + ((long long)e * N + c) * D;\n"
                   "    const bool xal = (reinterpret_cast<unsigned long long>(xr) & 15) == 0; /* x's rows 16-byte aligned */\n"
@@ -161,7 +162,8 @@ static int emit_expert_matmul(kcu_gen *x, kir_val v)
                   "    }\n"
                   "    for (int m = 16; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);\n"
                   "    float y = acc;\n",
-                  (long long)kk, (long long)cols, (long long)depth, vec, WARPS, kcu_elem_type(in->dtype),
+                  (long long)kk, (long long)cols, (long long)depth, vec, WARPS, has_idx ? "idx[tj]" : "(int)(tj % K)",
+                  kcu_elem_type(in->dtype),
                   in->ndim == 3 ? "tj * D" : "(tj / K) * D", kcu_elem_type(w->dtype), kcu_elem_type(w->dtype));
     if (has_b)
         ks_buf_printf(&x->body, "    y += %sbias[(long long)e * N + c]%s;\n", kcu_ld(bt), kcu_ld_end(bt));

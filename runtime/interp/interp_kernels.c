@@ -470,13 +470,14 @@ static void run_gather(const krt_interp_exec *x, kir_val v)
         for (int64_t j = 0; j < k; j++) x->dst[v][t * k + j] = pa[t * d + idx[t * k + j]];
 }
 
-/* out[t,j,:] = w[e] x_t (+ b[e]) with e = idx[t,j], where x_t is x's row t (x[T,K]: each chosen expert
- * takes the token's row) or row (t,j) (x[T,k,K]); each element one dot product in the matmul's order. */
+/* out[t,j,:] = w[e] x_t (+ b[e]) with e = idx[t,j] (without idx, j), where x_t is x's row t (x[T,K]:
+ * each chosen expert takes the token's row) or row (t,j) (x[T,k,K]); each element one dot product in the
+ * matmul's order. */
 static void run_expert_matmul(const krt_interp_exec *x, kir_val v)
 {
     const kir_node *n = node_of(x, v), *in = node_of(x, n->in[0]), *w = node_of(x, n->in[1]);
     const float *px = x->src[n->in[0]];
-    const int32_t *idx = (const int32_t *)x->src[n->in[2]];
+    const int32_t *idx = n->nin > 2 ? (const int32_t *)x->src[n->in[2]] : NULL; /* none: row j, matrix j */
     kir_val bv = optional_operand(n, 3);
     const void *wd = data_of(x, n->in[1]), *bd = bv != KIR_NONE ? data_of(x, bv) : NULL;
     kir_dtype bt = bv != KIR_NONE ? stored_dtype(node_of(x, bv)) : KIR_F32;
@@ -484,7 +485,7 @@ static void run_expert_matmul(const krt_interp_exec *x, kir_val v)
     size_t row_bytes = kir_dtype_size(w->dtype) * (size_t)depth;
     for (int64_t t = 0; t < x->n_tokens; t++)
         for (int64_t j = 0; j < k; j++) {
-            int64_t e = idx[t * k + j];
+            int64_t e = idx ? idx[t * k + j] : j;
             const float *xr = px + (in->ndim == 3 ? t * k + j : t) * depth;
             const char *we = (const char *)wd + (size_t)e * (size_t)cols * row_bytes;
             float *o = x->dst[v] + (t * k + j) * cols;

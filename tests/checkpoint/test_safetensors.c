@@ -583,7 +583,7 @@ static void test_bad_index(ct_run *r)
                       "\"../good.safetensors\" is not a file name in the index's folder\n");
 }
 
-/* kf_tensor_read_view over a stacked [3 experts, 4, 5] f32 tensor, v[e][i][j] = 100 e + 10 i + j: a 3-D .T
+/* kf_tensor_read_view over a stacked [3 experts, 4, 5] f32 tensor (and the same bytes as a 2-D [12, 5] read in groups), v[e][i][j] = 100 e + 10 i + j: a 3-D .T
  * (each expert's matrix) with rows of dim 0 (experts 1 and 2), rows of dim 1 with a step, both with .T (gpt-oss's
  * interleaved gate and up), against the elements they must be; and a step of 0 refused. */
 static void test_views(ct_run *r)
@@ -594,23 +594,45 @@ static void test_views(ct_run *r)
             for (int j = 0; j < 5; j++) v[e][i][j] = (float)(100 * e + 10 * i + j);
     kf_tensor t = {"stacked", KIR_F32, 3, {3, 4, 5}, (const uint8_t *)v, sizeof v, "view-test"};
     size_t wrong = 0;
-    kf_tensor_view tr_experts = {1, 0, 1, 3, 1}; /* .T[1 : 3]: [2, 5, 4] */
+    kf_tensor_view tr_experts = {1, 0, 1, 3, 1, 0, 0}; /* .T[1 : 3]: [2, 5, 4] */
     CHECK(kf_tensor_read_view(&r->out.d, &t, &tr_experts, out) == 0);
     for (int k = 0; k < 2; k++)
         for (int j = 0; j < 5; j++)
             for (int i = 0; i < 4; i++) wrong += out[(k * 5 + j) * 4 + i] != v[1 + k][i][j];
-    kf_tensor_view odd_rows = {0, 1, 1, 4, 2}; /* [:, 1 : 4 : 2]: [3, 2, 5] */
+    kf_tensor_view odd_rows = {0, 1, 1, 4, 2, 0, 0}; /* [:, 1 : 4 : 2]: [3, 2, 5] */
     CHECK(kf_tensor_read_view(&r->out.d, &t, &odd_rows, out) == 0);
     for (int e = 0; e < 3; e++)
         for (int k = 0; k < 2; k++)
             for (int j = 0; j < 5; j++) wrong += out[(e * 2 + k) * 5 + j] != v[e][1 + 2 * k][j];
-    kf_tensor_view tr_even = {1, 1, 0, 5, 2}; /* .T[:, 0 : 5 : 2]: [3, 3, 4] */
+    kf_tensor_view tr_even = {1, 1, 0, 5, 2, 0, 0}; /* .T[:, 0 : 5 : 2]: [3, 3, 4] */
     CHECK(kf_tensor_read_view(&r->out.d, &t, &tr_even, out) == 0);
     for (int e = 0; e < 3; e++)
         for (int k = 0; k < 3; k++)
             for (int i = 0; i < 4; i++) wrong += out[(e * 3 + k) * 4 + i] != v[e][i][2 * k];
+    /* rows of dim 1, then each expert's matrix transposed ([:, 1 : 3].T: [3, 5, 2]) */
+    kf_tensor_view rows_tr = {0, 1, 1, 3, 1, 0, 1};
+    CHECK(kf_tensor_read_view(&r->out.d, &t, &rows_tr, out) == 0);
+    for (int e = 0; e < 3; e++)
+        for (int j = 0; j < 5; j++)
+            for (int k = 0; k < 2; k++) wrong += out[(e * 5 + j) * 2 + k] != v[e][1 + k][j];
+    /* the same tensor stored 2-D [12, 5] (DeepSeek's kv_b_proj), read as 3 groups of 4 rows: [:, 0 : 2].T
+     * ([3, 5, 2]) and [:, 2 : 4] ([3, 2, 5]) */
+    kf_tensor flat = {"flat", KIR_F32, 2, {12, 5}, (const uint8_t *)v, sizeof v, "view-test"};
+    kf_tensor_view key = {0, 1, 0, 2, 1, 3, 1}, value = {0, 1, 2, 4, 1, 3, 0};
+    CHECK(kf_tensor_read_view(&r->out.d, &flat, &key, out) == 0);
+    for (int e = 0; e < 3; e++)
+        for (int j = 0; j < 5; j++)
+            for (int k = 0; k < 2; k++) wrong += out[(e * 5 + j) * 2 + k] != v[e][k][j];
+    CHECK(kf_tensor_read_view(&r->out.d, &flat, &value, out) == 0);
+    for (int e = 0; e < 3; e++)
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < 5; j++) wrong += out[(e * 2 + k) * 5 + j] != v[e][2 + k][j];
     CHECK_MSG(wrong == 0, "%zu elements of the views wrong", wrong);
-    kf_tensor_view no_step = {0, 1, 0, 4, 0};
+    kf_tensor_view bad_groups = {0, 1, 0, 2, 1, 5, 0};
+    sink_clear(&r->out);
+    CHECK(kf_tensor_read_view(&r->out.d, &flat, &bad_groups, out) == -1 && r->out.d.errors == 1);
+    CT_EXPECT_LOG(r, "view-test", "view-test: error: tensor 'flat': cannot be read as 5 groups of its rows\n");
+    kf_tensor_view no_step = {0, 1, 0, 4, 0, 0, 0};
     sink_clear(&r->out);
     CHECK(kf_tensor_read_view(&r->out.d, &t, &no_step, out) == -1 && r->out.d.errors == 1);
     CT_EXPECT_LOG(r, "view-test", "view-test: error: tensor 'stacked': a row step of 0\n");
