@@ -374,6 +374,17 @@ static kf_value lower_expert_matmul(kf_lower *L, const kf_builtin *b, kf_call_ar
     return build(L, b->op, loc, a->t, a->nt, NULL, 0);
 }
 
+/* float32(x): x, which fast precision leaves in float32, with what is computed from such values alone
+ * (DeepSeek's router, which Hugging Face computes in float32 whatever the model's dtype) */
+static kf_value lower_float32(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
+{
+    const kir_node *n = kir_node_at(L->g, a->t[0]);
+    if (n->op == KIR_OP_WEIGHT || n->op == KIR_OP_INPUT || n->op == KIR_OP_RESHAPE || n->dtype != KIR_F32)
+        return kf_error(L, a->t_loc[0], "%s: needs a computed float value (not a weight, an input or a view)", b->name);
+    kir_attr_set_int(L->g, a->t[0], KIR_A_ANY_KEEP_F32, 1);
+    return kf_tval(a->t[0]);
+}
+
 static kf_value lower_attention(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf_loc loc)
 {
     if (!a->given[0]) a->attr[0] = kf_float(1.0 / sqrt((double)last_dim(L, a->t[0]))); /* scale */
@@ -419,6 +430,7 @@ static const kf_builtin builtins[] = {
     {"concat", "T+", no_attrs, lower_simple, KIR_OP_CONCAT, NULL},
     {"rope", "TTt", rope_attrs, lower_rope, KIR_OP_ROPE, NULL},
     {"attention", "TTTt", attention_attrs, lower_attention, KIR_OP_ATTENTION, NULL},
+    {"float32", "T", no_attrs, lower_float32, KIR_OP_COUNT, NULL},
 };
 enum { KF_N_BUILTINS = sizeof builtins / sizeof *builtins };
 
@@ -427,7 +439,7 @@ static const char *const builtin_names[KF_N_BUILTINS] = {
     "gelu_tanh", "relu", "tanh", "exp", "sigmoid", "clamp", "maximum", "minimum", "softmax", "sum", "amax",
     "masked_fill", "amin", "topk", "gather",
     "expert_matmul", "expert_sum", "view", "slice",
-    "concat", "rope", "attention",
+    "concat", "rope", "attention", "float32",
 };
 
 void kf_builtin_names(const char *const **names, size_t *n)

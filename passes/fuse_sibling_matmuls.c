@@ -8,6 +8,7 @@
  *       %w = weight() {name="W_0+W_1+…", derive="concat0", sources="W_0,W_1,…", rows=[N_0,N_1,…]}
  *       %m = matmul(x, %w)                  where the first sibling was, at its location
  *       slice(%m) {start=…, end=…}          one per sibling, where it was, at its location
+ *                                           (keep_f32 when the sibling had it)
  *   When the only use of every sibling is a bias add(matmul_i, b_i), with b_i
  *   plain 1-D WEIGHT nodes of one dtype, the biases merge too: a derived
  *   bias %b and add(%m, %b) at the first sibling, and the slices replace the
@@ -222,6 +223,8 @@ static void emit_slice(sibling_pass *p, kp_rewriter *rw, size_t i, kir_val v)
         KIR_WITH_INT(KIR_A_SLICE_END, p->slice_start[i] + kir_node_at(p->g, p->members[i])->dims[1]),
     };
     rw->map[v] = kp_rw_build(rw, KIR_OP_SLICE, kir_node_at(p->g, v)->loc, &s->fused, 1, set, 2);
+    if (kir_attr_int(p->g, v, KIR_A_ANY_KEEP_F32)) /* float32(matmul): the slice is the value kept */
+        kir_attr_set_int(rw->g, rw->map[v], KIR_A_ANY_KEEP_F32, 1);
 }
 
 int kp_fuse_sibling_matmuls(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_diag *d)

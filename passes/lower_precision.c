@@ -11,7 +11,10 @@
  *     computed outside any group, or a value of a group that a node outside
  *     the group reads (directly or through a view: reshape, kv_write);
  *   - except the values the graph's output reads (through views): the
- *     logits stay f32;
+ *     logits stay f32; and a value marked keep_f32 (the language's
+ *     float32(x)) with every value computed from such values alone
+ *     (weights and i32 indices aside): DeepSeek's router, as Hugging Face
+ *     computes it;
  *   - a norm that a matmul of its group reads as x (a norm fused as the
  *     matmul's prologue) gets that dtype too: the matmul multiplies x and
  *     the weights in their half dtype, on the tensor cores as they are
@@ -77,13 +80,33 @@ int kp_lower_precision(kir_graph **gp, const kp_options *opt, kp_pass_stats *st,
                 prologue[v] = 1;
         }
     }
+    /* float32(x) (keep_f32): x, and a value computed from such values alone (their views, i32 indices
+       aside), stay f32: in schedule order, operands first */
+    uint8_t *pinned = ks_xcalloc(n ? n : 1, 1);
+    for (size_t v = 0; v < n; v++) {
+        const kir_node *node = &g->nodes[v];
+        if (kir_attr_int(g, (kir_val)v, KIR_A_ANY_KEEP_F32)) {
+            pinned[v] = 1;
+        } else if (node->op != KIR_OP_WEIGHT && node->op != KIR_OP_INPUT) {
+            int floats = 0, kept = 0;
+            for (int k = 0; k < node->nin; k++) {
+                kir_val in = node->in[k];
+                if (in == KIR_NONE || g->nodes[in].op == KIR_OP_WEIGHT || g->nodes[in].dtype == KIR_I32) continue;
+                floats++;
+                kept += pinned[in];
+            }
+            pinned[v] = floats && kept == floats;
+        }
+        keep_f32[v] |= pinned[v];
+    }
     for (size_t v = 0; v < n; v++) {
         kir_node *node = &g->nodes[v];
         if (computes(node) && (stored[v] || prologue[v]) && !keep_f32[v]) {
             node->dtype = half;
             st->fusions++;
         }
-        if (kir_has_formula(node->op) || node->op == KIR_OP_ROPE) kir_attr_set_int(g, (kir_val)v, KIR_A_ANY_HALF_MATH, 1);
+        if ((kir_has_formula(node->op) || node->op == KIR_OP_ROPE) && !pinned[v]) /* float32's: the f32 form */
+            kir_attr_set_int(g, (kir_val)v, KIR_A_ANY_HALF_MATH, 1);
         if (node->op == KIR_OP_ATTENTION || node->op == KIR_OP_KV_WRITE)
             kir_attr_set_word(g, (kir_val)v, node->op == KIR_OP_ATTENTION ? KIR_A_ATTENTION_KV_DTYPE : KIR_A_KV_WRITE_KV_DTYPE,
                               kir_kv_dtype_word(half));
@@ -96,6 +119,7 @@ int kp_lower_precision(kir_graph **gp, const kp_options *opt, kp_pass_stats *st,
     }
     free(stored);
     free(keep_f32);
+    free(pinned);
     free(prologue);
     kp_uses_free(&uses);
     return 0;

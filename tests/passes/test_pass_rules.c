@@ -618,6 +618,54 @@ static void test_half_math(void)
     ks_buf_free(&text);
 }
 
+/* lower_precision: float32(x) (keep_f32) keeps x, and what is computed from such values alone (a
+ * sigmoid of it, a sum with another kept value, a gather by i32 indices), f32 and in their f32 forms
+ * (no half_math); a value that also reads a half one (the add of the embedding) goes half. */
+static void test_keep_f32(void)
+{
+    static const char src[] = "kiln-ir 1\n"
+                              "%0 : i32[T] = input() {name=\"tokens\"}\n"
+                              "%1 : f32[16,8] = weight() {name=\"embed\"}\n"
+                              "%2 : f32[T,8] = embed(%1, %0)\n"
+                              "%3 : f32[8,8] = weight() {name=\"router\"}\n"
+                              "%4 : f32[T,8] = matmul(%2, %3) {keep_f32=1}\n"
+                              "%5 : f32[T,8] = sigmoid(%4)\n"
+                              "%6 : f32[T,8] = add(%5, %4)\n"
+                              "%7 : i32[T,2] = topk(%6) {k=2}\n"
+                              "%8 : f32[T,2] = gather(%6, %7)\n"
+                              "%9 : f32[T,8] = add(%2, %6)\n"
+                              "%10 : f32[T,8] = mul(%9, %9)\n"
+                              "%11 : f32[T,2] = scale(%8) {value=2.0}\n"
+                              "%12 : f32[T,10] = concat(%10, %11)\n"
+                              "%13 : f32[T,10] = output(%12) {name=\"logits\"}\n";
+    ks_buf log = {0}, text = {0};
+    unsigned made = 0;
+    kir_graph *g = lowered("keep_f32.ir", src, 1, &log, &made);
+    kir_print(g, &text);
+    CHECK_TEXT("fast: the router's values f32", ks_buf_cstr(&text),
+               "kiln-ir 1\n"
+               "graph \"\"\n"
+               "\n"
+               "%0  : i32[T] = input() {name=\"tokens\"}\n"
+               "%1  : f32[16,8] = weight() {name=\"embed\"}\n"
+               "%2  : bf16[T,8] = embed(%1, %0)\n"
+               "%3  : f32[8,8] = weight() {name=\"router\"}\n"
+               "%4  : f32[T,8] = matmul(%2, %3) {keep_f32=1}\n"
+               "%5  : f32[T,8] = sigmoid(%4)\n"
+               "%6  : f32[T,8] = add(%5, %4)\n"
+               "%7  : i32[T,2] = topk(%6) {k=2}\n"
+               "%8  : f32[T,2] = gather(%6, %7)\n"
+               "%9  : bf16[T,8] = add(%2, %6)\n"
+               "%10 : bf16[T,8] = mul(%9, %9)\n"
+               "%11 : f32[T,2] = scale(%8) {value=2.0}\n"
+               "%12 : f32[T,10] = concat(%10, %11)\n"
+               "%13 : f32[T,10] = output(%12) {name=\"logits\"}\n");
+    kir_graph_free(g);
+    CHECK_TEXT("no messages", ks_buf_cstr(&log), "");
+    ks_buf_free(&log);
+    ks_buf_free(&text);
+}
+
 int main(void)
 {
     test_verifier();
@@ -626,5 +674,6 @@ int main(void)
     test_interp_split();
     test_lower_precision();
     test_half_math();
+    test_keep_f32();
     return check_finish("test_pass_rules");
 }
