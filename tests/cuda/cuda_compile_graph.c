@@ -86,7 +86,7 @@ static const struct {
 int main(int argc, char **argv)
 {
     if (argc != 6 && argc != 7) {
-        fprintf(stderr, "usage: cuda_compile_graph MODEL.kiln CONFIG.json TARGET DTYPE MAX_DISTINCT [SOURCE.cu]\n");
+        fprintf(stderr, "usage: cuda_compile_graph MODEL.kiln|CHECKPOINT_DIR CONFIG.json TARGET DTYPE MAX_DISTINCT [SOURCE.cu]\n");
         return 2;
     }
     if (!kcu_have_nvrtc()) {
@@ -97,7 +97,9 @@ int main(int argc, char **argv)
     ks_diag d = {0};
     kd_inputs in = {.input = argv[1], .config = argv[2], .dtype = argv[4]};
     kd_model m;
-    if (!CHECK(kd_model_load(&in, 0, &m, &d) == 0 && kd_optimize(&in, &m, &d) == 0)) {
+    /* a checkpoint folder: its tensors' shapes (the headers: nothing of the data is read), which say which
+     * optional weights are present (a model with optional weights: DeepSeek-V3's shape from a sparse file) */
+    if (!CHECK(kd_model_load(&in, ks_is_dir(argv[1]), &m, &d) == 0 && kd_optimize(&in, &m, &d) == 0)) {
         kd_model_free(&m);
         return check_finish("cuda_compile_graph");
     }
