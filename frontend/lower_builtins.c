@@ -339,7 +339,7 @@ static kf_value lower_rope(kf_lower *L, const kf_builtin *b, kf_call_args *a, kf
     /* longrope and dynamic scaling read each token's sequence length: the third argument, the input
      * seq_lengths (the others take none) */
     const char *scaling = a->attr[3].u.s;
-    const int by_length = strcmp(scaling, "longrope") == 0 || strcmp(scaling, "dynamic") == 0;
+    const int by_length = kir_rope_scaling_by_length(kir_word_lookup(KIR_SET_ROPE_SCALING, scaling));
     if (by_length && (a->nt < 3 || a->t[2] == KIR_NONE))
         return kf_error(L, loc, "rope: %s scaling needs each token's sequence length: rope(x, positions, seq_lengths, ...)",
                         scaling);

@@ -44,6 +44,11 @@ kir_word kir_word_lookup(kir_set set, const char *text)
     return KIR_WORD_COUNT;
 }
 
+int kir_rope_scaling_by_length(kir_word scaling)
+{
+    return scaling == KIR_ROPE_SCALING_LONGROPE || scaling == KIR_ROPE_SCALING_DYNAMIC;
+}
+
 kir_attr_id kir_attr_lookup(kir_op op, const char *key)
 {
     for (int a = 0; a < KIR_A_COUNT; a++)

@@ -189,6 +189,9 @@ extern const char *const kir_set_names[KIR_SET_COUNT]; /* what each set names: "
 
 /* The word of set `set` written `text`, or KIR_WORD_COUNT. */
 kir_word kir_word_lookup(kir_set set, const char *text);
+/* 1 for the rope scalings whose frequencies follow each token's sequence length (longrope, dynamic:
+ * the rope reads seq_lengths); the one list of them */
+int kir_rope_scaling_by_length(kir_word scaling);
 /* The attribute `key` of op (or of any op), or KIR_A_COUNT. */
 kir_attr_id kir_attr_lookup(kir_op op, const char *key);
 /* "must be positive" etc.: what a rule asks, for messages; NULL for ANY. */

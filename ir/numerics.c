@@ -72,9 +72,8 @@ float kir_alibi_slope(int64_t n_heads, int64_t h)
 
 int kir_rope_by_length(const kir_graph *g, kir_val v, int64_t *short_up_to)
 {
-    kir_word scaling = kir_attr_word(g, v, KIR_A_ROPE_SCALING);
     *short_up_to = kir_attr_int(g, v, KIR_A_ROPE_ORIGINAL_MAX_POSITIONS);
-    return scaling == KIR_ROPE_SCALING_LONGROPE || scaling == KIR_ROPE_SCALING_DYNAMIC;
+    return kir_rope_scaling_by_length(kir_attr_word(g, v, KIR_A_ROPE_SCALING));
 }
 
 void kir_rope_inv_freq(const kir_graph *g, kir_val v, int rot_dim, int64_t seq_len, float *inv_freq)
@@ -92,30 +91,27 @@ void kir_rope_inv_freq(const kir_graph *g, kir_val v, int rot_dim, int64_t seq_l
          *   base * ((factor * seq_len / max_position_embeddings) - (factor - 1)) ** (dim / (dim - 2)) */
         float grow = (float)seq_len * (float)factor / (float)orig_max - (float)(factor - 1.0);
         float scaled = (float)pow((double)grow, (double)(float)((double)rot_dim / (double)(rot_dim - 2)));
-        base = (float)kir_attr_float(g, v, KIR_A_ROPE_THETA) * scaled;
+        base = base * scaled;
     }
+    /* longrope (_compute_longrope_parameters): 1.0 / (ext_factors * base ** (arange(0, dim, 2) / dim)),
+     * the long factors for a sequence past original_max_position_embeddings, in float32 (the others:
+     * a factor of 1, the same bits) */
+    uint32_t n_ext = 0;
+    const double *ext = scaling != KIR_ROPE_SCALING_LONGROPE ? NULL
+                        : kir_attr_floats(g, v, seq_len > orig_max ? KIR_A_ROPE_LONG_FACTOR : KIR_A_ROPE_SHORT_FACTOR,
+                                          &n_ext);
+    KS_ASSERT(!ext || n_ext == (uint32_t)(rot_dim / 2)); /* the shape rule */
     for (int j = 0; j < rot_dim / 2; j++) {
         float e = (float)(2 * j) / (float)rot_dim;
         float p = (float)pow((double)base, (double)e);
-        inv_freq[j] = 1.0f / p;
+        inv_freq[j] = 1.0f / ((ext ? (float)ext[j] : 1.0f) * p);
     }
-    if (scaling == KIR_ROPE_SCALING_LONGROPE) {
-        /* _compute_longrope_parameters: 1.0 / (ext_factors * base ** (arange(0, dim, 2) / dim)), the long
-         * factors for a sequence past original_max_position_embeddings, in float32 */
-        uint32_t n = 0;
-        const double *ext = kir_attr_floats(g, v, seq_len > orig_max ? KIR_A_ROPE_LONG_FACTOR : KIR_A_ROPE_SHORT_FACTOR, &n);
-        KS_ASSERT(n == (uint32_t)(rot_dim / 2)); /* the shape rule */
-        for (int j = 0; j < rot_dim / 2; j++) {
-            float e = (float)(2 * j) / (float)rot_dim;
-            float p = (float)pow((double)base, (double)e);
-            inv_freq[j] = 1.0f / ((float)ext[j] * p);
-        }
-    } else if (scaling == KIR_ROPE_SCALING_LINEAR) {
+    if (scaling == KIR_ROPE_SCALING_LINEAR) {
         for (int j = 0; j < rot_dim / 2; j++) inv_freq[j] = inv_freq[j] / (float)factor;
     } else if (scaling == KIR_ROPE_SCALING_LLAMA3) {
         double low = kir_attr_float(g, v, KIR_A_ROPE_LOW_FREQ_FACTOR);
         double high = kir_attr_float(g, v, KIR_A_ROPE_HIGH_FREQ_FACTOR);
-        double orig = (double)kir_attr_int(g, v, KIR_A_ROPE_ORIGINAL_MAX_POSITIONS);
+        double orig = (double)orig_max;
         float low_wavelen = (float)(orig / low), high_wavelen = (float)(orig / high);
         for (int j = 0; j < rot_dim / 2; j++) {
             float inv = inv_freq[j];
@@ -131,7 +127,7 @@ void kir_rope_inv_freq(const kir_graph *g, kir_val v, int rot_dim, int64_t seq_l
         /* _compute_yarn_parameters: the correction range in double (Python floats), the ramp and the
          * blend in float32 (torch), as HF computes them */
         double beta_fast = kir_attr_float(g, v, KIR_A_ROPE_BETA_FAST), beta_slow = kir_attr_float(g, v, KIR_A_ROPE_BETA_SLOW);
-        double orig = (double)kir_attr_int(g, v, KIR_A_ROPE_ORIGINAL_MAX_POSITIONS), b = (double)base;
+        double orig = (double)orig_max, b = (double)base;
         double lo = (rot_dim * log(orig / (beta_fast * 2 * KIR_PI))) / (2 * log(b));
         double hi = (rot_dim * log(orig / (beta_slow * 2 * KIR_PI))) / (2 * log(b));
         if (kir_attr_int(g, v, KIR_A_ROPE_TRUNCATE)) lo = floor(lo), hi = ceil(hi);

@@ -162,6 +162,17 @@ static void print_dim(ks_buf *b, int64_t d)
         ks_buf_printf(b, "%lld", (long long)d);
 }
 
+/* "[x,y]" (an attribute's, sep ",") or "[x, y]" (a param's, sep ", "): a list of floats, each read back exactly */
+static void print_floats(ks_buf *b, const double *v, uint32_t n, const char *sep)
+{
+    ks_buf_put(b, "[", 1);
+    for (uint32_t i = 0; i < n; i++) {
+        if (i) ks_buf_puts(b, sep);
+        print_double(b, v[i]);
+    }
+    ks_buf_put(b, "]", 1);
+}
+
 static void print_attr_value(ks_buf *b, const kir_attr *a)
 {
     switch (a->kind) {
@@ -176,14 +187,7 @@ static void print_attr_value(ks_buf *b, const kir_attr *a)
         }
         ks_buf_put(b, "]", 1);
         return;
-    case KIR_ATTR_FLOATS:
-        ks_buf_put(b, "[", 1);
-        for (uint32_t i = 0; i < a->u.floats.n; i++) {
-            if (i) ks_buf_put(b, ",", 1);
-            print_double(b, a->u.floats.v[i]);
-        }
-        ks_buf_put(b, "]", 1);
-        return;
+    case KIR_ATTR_FLOATS: print_floats(b, a->u.floats.v, a->u.floats.n, ","); return;
     }
     KS_UNREACHABLE();
 }
@@ -202,14 +206,7 @@ static void print_param(ks_buf *b, const kir_param *p)
         for (uint32_t i = 0; i < p->ints.n; i++) ks_buf_printf(b, "%s%lld", i ? ", " : "", (long long)p->ints.v[i]);
         ks_buf_put(b, "]", 1);
         break;
-    case KIR_ATTR_FLOATS:
-        ks_buf_put(b, "[", 1);
-        for (uint32_t i = 0; i < p->floats.n; i++) {
-            if (i) ks_buf_puts(b, ", ");
-            print_double(b, p->floats.v[i]);
-        }
-        ks_buf_put(b, "]", 1);
-        break;
+    case KIR_ATTR_FLOATS: print_floats(b, p->floats.v, p->floats.n, ", "); break;
     }
     ks_buf_put(b, "\n", 1);
 }

@@ -451,7 +451,7 @@ static int kir_shape_rope(shape_ctx *c)
         int64_t rot = kir_attr_int(c->g, c->v, KIR_A_ROPE_ROT_DIM);
         kir_word scaling = kir_attr_word(c->g, c->v, KIR_A_ROPE_SCALING);
         /* longrope's and dynamic's frequencies follow each token's sequence length in the step */
-        const int by_length = scaling == KIR_ROPE_SCALING_LONGROPE || scaling == KIR_ROPE_SCALING_DYNAMIC;
+        const int by_length = kir_rope_scaling_by_length(scaling);
         const kir_node *len = c->n->nin > 2 ? operand(c, 2) : NULL;
         uint32_t n_short = 0, n_long = 0;
         (void)kir_attr_floats(c->g, c->v, KIR_A_ROPE_SHORT_FACTOR, &n_short);
