@@ -1206,8 +1206,8 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
         /* ceil(T / 128) token tiles (the prelude's KCU_G90_BM) by the column tiles; in clusters of two,
            (2, ceil(T / 256), column tiles), each block loading half of each weight box (kcu_g90_block_at) */
         const int cluster = g90_cluster(x, t);
-        int64_t plain[3][3] = {{1, 0, 128}, {0, t->nt, 1}, {0, 1, 1}};
-        int64_t pairs[3][3] = {{0, 2, 1}, {1, 0, 256}, {0, t->nt, 1}};
+        int64_t plain[3][4] = {{1, 0, 128, 0}, {0, t->nt, 1, 0}, {0, 1, 1, 0}};
+        int64_t pairs[3][4] = {{0, 2, 1, 0}, {1, 0, 256, 0}, {0, t->nt, 1, 0}};
         memcpy(l->grid, cluster > 1 ? pairs : plain, sizeof plain);
         l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_T, 0, 0};
         l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_TMAP, x->root[P->xv], 128};

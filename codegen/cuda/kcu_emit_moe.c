@@ -4,11 +4,15 @@
  * then a butterfly) computed as the interpreter computes them (runtime/interp/interp_kernels.c), so
  * that an engine's logits match the reference's to a few ulps.
  *
- * The routing ops are one thread an output element. expert_matmul is a warp an output row (coalesced
- * 16-byte loads of the chosen expert's row): a decode step reads only the chosen experts' weights,
- * each row once per token that chose it. A grouped matmul that takes the tokens routed to each expert,
- * reads each chosen expert's weights once for all of them (prefill, large batches) and fuses the
- * SwiGLU and the weighted sum is the next step (issue #12).
+ * The routing ops are one thread an output element. expert_matmul in fast precision (x and weights of
+ * one half dtype) is the grouped matmul, kcu_moe_matmul (kcu_prelude.cuh): a block an expert the step
+ * chose and 64 of its weight rows, over the rows routed to it, on tensor cores, so that each chosen
+ * expert's weights are read once for all the tokens that chose it (16 routed rows a tile in a decode
+ * step, 64 in a prompt's), every row summed in one order whatever the step (batch invariant); a gate
+ * and up merged into one weight (passes/fuse_sibling_matmuls.c) with their SwiGLU in its group
+ * (passes/fuse_epilogues.c) become one such kernel, kcu_moe_swiglu. Elsewhere (f32) expert_matmul is a
+ * warp an output row (coalesced 16-byte loads of the chosen expert's row), each row read once per token
+ * that chose it. Not yet: the weighted sum into the down projection's kernel.
  */
 #include "codegen/cuda/kcu_gen.h"
 #include "ir/numerics.h"
@@ -121,8 +125,65 @@ static int emit_gather(kcu_gen *x, kir_val v)
  * one contiguous stretch of the row: a decode step reads each chosen expert's rows at the copy rate's
  * pace (a thread a row, as before, made every load of a warp touch 32 rows 4 kB apart). The order is
  * the row's alone: the same whatever else the step holds (batch invariant). */
+/* Whether expert_matmul node v takes the grouped matmul: routed by idx, x and weights of one half
+ * dtype, rows of whole 16-byte chunks, and a target whose blocks can opt into the large kernel's shared
+ * memory. */
+int kcu_moe_grouped(const kcu_gen *x, kir_val v)
+{
+    const kir_node *n = &x->g->nodes[v], *in = &x->g->nodes[n->in[0]], *w = &x->g->nodes[n->in[1]];
+    return n->nin > 2 && n->in[2] != KIR_NONE && kcu_is_half(w->dtype) && in->dtype == w->dtype &&
+           kcu_is_half(n->dtype) && w->dims[2] % 8 == 0 && w->dims[1] < INT32_MAX / 64 &&
+           x->opt.smem_optin >= kcu_moe_smem(MOE_BT_LARGE) + w->dims[0] + 1024;
+}
+
+/* The grouped matmul's kernels (kcu_moe_matmul) for node v, whose results go to the epilogue `epi`
+ * (a kcu_moe_* functor's type and initializer, over the kernel's parameters), `cols` outputs a tile
+ * of the weight's rows. The caller has added the parameters: x, w, idx, then the epilogue's. */
+void kcu_moe_grouped_kernels(kcu_gen *x, krt_cuda_kernel *k, kir_val mm, const char *what, const char *epi,
+                             int64_t tiles)
+{
+    const kir_node *n = &x->g->nodes[mm], *in = &x->g->nodes[n->in[0]], *w = &x->g->nodes[n->in[1]];
+    const int64_t experts = w->dims[0], rows = w->dims[1], depth = w->dims[2], kk = n->dims[1];
+    kcu_kernel_grid(k, 0, 0, tiles, 1);
+    kcu_kernel_grid(k, 1, kk, 0, 1);
+    kcu_kernel_grid_cap(k, 1, experts); /* a block an expert the step chose: min(T k, experts) */
+    k->smem = kcu_moe_smem(MOE_BT_DECODE);
+    k->smem_large = kcu_moe_smem(MOE_BT_LARGE);
+    kcu_open_body(x, k, what);
+    for (int large = 0; large < 2; large++) {
+        if (large) kcu_open_large(x, k, kcu_decode_t(x));
+        ks_buf_printf(&x->body, "    kcu_moe_matmul<%s, %lld, %lld, %lld, %lld, %d, %s>(T, x, w, idx, %s);\n}\n",
+                      kcu_elem_type(w->dtype), (long long)depth, (long long)rows, (long long)experts, (long long)kk,
+                      large ? MOE_BT_LARGE : MOE_BT_DECODE, in->ndim == 3 ? "true" : "false", epi);
+    }
+}
+
+/* expert_matmul in fast precision: the grouped matmul, its results stored (plus the expert's bias). */
+static int emit_expert_matmul_grouped(kcu_gen *x, kir_val v)
+{
+    const kir_node *n = &x->g->nodes[v], *w = &x->g->nodes[n->in[1]];
+    const int has_b = n->nin > 3 && n->in[3] != KIR_NONE;
+    const int64_t rows = w->dims[1];
+    krt_cuda_kernel *k = kcu_kernel_new(x, v, MM_THREADS);
+    kcu_param_in(x, k, n->in[0], "x");
+    kcu_param_in(x, k, n->in[1], "w");
+    kcu_param_in(x, k, n->in[2], "idx");
+    if (has_b) kcu_param_in(x, k, n->in[3], "bias");
+    kcu_param_out(x, k, v);
+    ks_buf epi = {0};
+    ks_buf_printf(&epi, "kcu_moe_store<%lld, %s, %s", (long long)rows, kcu_elem_type(n->dtype), has_b ? "true" : "false");
+    if (has_b) ks_buf_printf(&epi, ", %s>{out, bias}", kcu_elem_type(x->g->nodes[n->in[3]].dtype));
+    else ks_buf_puts(&epi, ">{out, nullptr}");
+    kcu_moe_grouped_kernels(x, k, v, "each routed row through its expert, grouped by expert (tensor cores)",
+                            ks_buf_cstr(&epi), (rows + MOE_BW - 1) / MOE_BW);
+    ks_buf_free(&epi);
+    kcu_kernel_end(x, k, "");
+    return 0;
+}
+
 static int emit_expert_matmul(kcu_gen *x, kir_val v)
 {
+    if (kcu_moe_grouped(x, v)) return emit_expert_matmul_grouped(x, v);
     const kir_node *n = &x->g->nodes[v], *in = &x->g->nodes[n->in[0]], *w = &x->g->nodes[n->in[1]];
     int has_b = n->nin > 3 && n->in[3] != KIR_NONE;
     int64_t kk = n->dims[1], cols = w->dims[1], depth = w->dims[2];

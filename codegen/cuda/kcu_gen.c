@@ -171,7 +171,7 @@ krt_cuda_kernel *kcu_kernel_new(kcu_gen *x, kir_val v, int block)
     memset(k, 0, sizeof *k);
     k->node = v;
     k->block = block;
-    for (int i = 0; i < 3; i++) k->grid[i][0] = 0, k->grid[i][1] = 1, k->grid[i][2] = 1;
+    for (int i = 0; i < 3; i++) k->grid[i][0] = 0, k->grid[i][1] = 1, k->grid[i][2] = 1, k->grid[i][3] = 0;
     x->params.len = 0;
     x->body.len = 0;
     ks_buf_puts(&x->params, "int T");
@@ -190,11 +190,18 @@ void kcu_kernel_grid(krt_cuda_kernel *k, int i, int64_t t, int64_t c, int64_t di
 void kcu_kernel_grid_large(krt_cuda_kernel *k, int i, int64_t t, int64_t c, int64_t div)
 {
     if (!k->has_grid_large)
-        for (int g = 0; g < 3; g++) k->grid_large[g][0] = 0, k->grid_large[g][1] = 1, k->grid_large[g][2] = 1;
+        for (int g = 0; g < 3; g++)
+            k->grid_large[g][0] = 0, k->grid_large[g][1] = 1, k->grid_large[g][2] = 1, k->grid_large[g][3] = 0;
     k->has_grid_large = 1;
     k->grid_large[i][0] = t;
     k->grid_large[i][1] = c;
     k->grid_large[i][2] = div;
+}
+
+void kcu_kernel_grid_cap(krt_cuda_kernel *k, int i, int64_t cap)
+{
+    k->grid[i][3] = cap;
+    if (k->has_grid_large) k->grid_large[i][3] = cap;
 }
 
 void kcu_matmul_grids(krt_cuda_kernel *k, int64_t N, const kcu_gemv_plan *p)

@@ -26,6 +26,12 @@ enum { EW_THREADS = 256 };
  * the decode path, and columns a block of the prefill path's grid (the
  * decode path's: kcu_gemv_plan). */
 enum { MM_THREADS = 256, MM_GEMV_T = 8, MM_GRID_COLS = 16 };
+/* The grouped matmul of a mixture of experts (kcu_moe_matmul in kcu_prelude.cuh, whose KCU_MOE_BW,
+ * KCU_MOE_BK and KCU_MOE_STAGES these repeat): weight rows a tile, k a stage, stages; routed rows a
+ * tile of its decode kernel (steps of up to kcu_decode_t tokens) and of its _large one. */
+enum { MOE_BW = 64, MOE_BK = 64, MOE_STAGES = 4, MOE_BT_DECODE = 16, MOE_BT_LARGE = 64 };
+/* The dynamic shared memory of a grouped matmul with bt routed rows a tile, bytes. */
+static inline int kcu_moe_smem(int bt) { return MOE_STAGES * (MOE_BW + bt) * MOE_BK * 2; }
 /* Kernels in a graph at most (a named limit for the growing arrays). */
 #define KCU_MAX_KERNELS ((size_t)1 << 24)
 /* What a kernel's text calls itself until its name is known. */
@@ -113,6 +119,8 @@ void kcu_kernel_grid(krt_cuda_kernel *k, int i, int64_t t, int64_t c, int64_t di
 /* Grid dim i of the kernel's _large variant (after kcu_open_large; the
  * other dims: ceil(T * 0 + 1) = 1 unless set), as kcu_kernel_grid. */
 void kcu_kernel_grid_large(krt_cuda_kernel *k, int i, int64_t t, int64_t c, int64_t div);
+/* Grid dim i, of both variants: at most cap blocks (after kcu_kernel_grid and kcu_kernel_grid_large). */
+void kcu_kernel_grid_cap(krt_cuda_kernel *k, int i, int64_t cap);
 /* A matmul kernel's grids for N columns: the decode kernel's by plan p,
  * the _large one's ceil(N / MM_GRID_COLS) (recorded apart only when they differ). */
 void kcu_matmul_grids(krt_cuda_kernel *k, int64_t N, const kcu_gemv_plan *p);
@@ -147,6 +155,13 @@ void kcu_elementwise_prologue(kcu_gen *x, int64_t row);
 int kcu_emit_norm(kcu_gen *x, kir_val v);
 /* kcu_emit_moe.c: the kernel of a routing node (sum, topk, gather, expert_matmul, expert_sum) alone. */
 int kcu_emit_moe(kcu_gen *x, kir_val v);
+/* kcu_emit_moe.c: whether expert_matmul node v takes the grouped matmul (kcu_moe_matmul); and its two
+ * kernels into k (grid, shared memory, signature, bodies; the caller added the parameters x, w, idx
+ * and the epilogue's, and ends the kernel), the epilogue epi a kcu_moe_* functor's initializer, tiles the
+ * grid's weight-row tiles. */
+int kcu_moe_grouped(const kcu_gen *x, kir_val v);
+void kcu_moe_grouped_kernels(kcu_gen *x, krt_cuda_kernel *k, kir_val mm, const char *what, const char *epi,
+                             int64_t tiles);
 /* kcu_emit_attention.c: the kernel writing K and V rows (values kv, vv) of a
  * step into layer `layer` of the cache, for node v; and attention. */
 void kcu_emit_kv_write_kernel(kcu_gen *x, kir_val v, const char *suffix, kir_val kv, kir_val vv, int64_t layer);

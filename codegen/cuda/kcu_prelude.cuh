@@ -2146,6 +2146,270 @@ static __device__ __forceinline__ void kcu_matmul(const int T, const X *__restri
         kcu_matmul_large<W, K, N>(T, x, w, pro, epi);
 }
 
+/* ==== mixture of experts: the grouped matmul (codegen/cuda/kcu_emit_moe.c) ================
+ *
+ * expert_matmul in fast precision (x and the experts' weights of one half dtype, K % 8 == 0):
+ * out[r, n] = sum_k x[row(r), k] w[idx[r], n, k] for each routed row r = t KK + j (token t's j-th
+ * choice; row(r) = t, or r where x holds a row per choice: XR). A block takes one expert and
+ * KCU_MOE_BW of its weight rows (Epi::wrow), finds the step's rows routed to that expert, in order,
+ * BT at a time (kcu_moe_collect), and streams those weight rows once for each BT of them: a decode
+ * step reads each chosen expert's weights once, however many of its tokens chose it, and a prompt
+ * once per BT of its rows — where a warp a routed row (the f32 kernel) reads them once a row.
+ *
+ * Grid: x the weight-row tiles, y min(T KK, E) (cuda_meta.h's capped grid dim): block y takes the
+ * y-th of the experts the step chose, in expert order; when T KK >= E, expert y (a block whose expert
+ * nobody chose returns after one look at idx).
+ *
+ * Arithmetic: kcu_matmul_tc's (kcu_tc_chunk): the weights as the mma's A (16 rows a warp), the routed
+ * rows as B (8 a tile), k in chunks of 32, each chunk's two mma from zero, then added to the f32 sum in
+ * k order. A routed row's outputs depend on its x row and its expert alone — not on T, on BT (the
+ * decode kernel's 16, the prompt's 64), on which rows share its tile or on the step's other tokens:
+ * batch invariant, whichever kernel runs the step.
+ *
+ * Pipeline: k blocks of KCU_MOE_BK by cp.async into a ring of KCU_MOE_STAGES stages of dynamic shared
+ * memory, [stage][KCU_MOE_BW + BT rows][8 chunks of 16 bytes], chunk q of row i at q ^ 4 (i & 1): the
+ * 8 lanes of a quarter warp read rows g and g + 1 at chunks c (or c + 4), 32 distinct banks. The
+ * weights' copies of the next KCU_MOE_STAGES - 1 blocks are in flight while one is multiplied.
+ */
+enum { KCU_MOE_BW = 64, KCU_MOE_BK = 64, KCU_MOE_STAGES = 4, KCU_MOE_SCAN = 8 };
+
+/* Rows r of from .. n - 1 with idx[r] == e, in order: the first (at most BT) into rows; returns how
+ * many (the same in every thread) and *next, where the search goes on (past the last row taken, or n).
+ * Each thread looks at KCU_MOE_SCAN consecutive rows a round; a warp's ballots place them. Every thread
+ * of the block calls it; sh: [10] ints of shared memory. */
+template <int BT>
+__device__ __forceinline__ int kcu_moe_collect(const int *__restrict__ idx, const int n, const int e, const int from,
+                                               int *rows, int *sh, int *next)
+{
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const unsigned below_mask = (1u << lane) - 1u;
+    int found = 0;
+    for (int base = from; base < n; base += KCU_MM_THREADS * KCU_MOE_SCAN) {
+        const int r0 = base + tid * KCU_MOE_SCAN;
+        unsigned f = 0; /* bit i: row r0 + i is routed to e */
+#pragma unroll
+        for (int i = 0; i < KCU_MOE_SCAN; i++) f |= (unsigned)(r0 + i < n && idx[r0 + i] == e) << i;
+        int below = 0, total = 0;
+#pragma unroll
+        for (int i = 0; i < KCU_MOE_SCAN; i++) {
+            const unsigned b = __ballot_sync(0xffffffffu, (f >> i) & 1u);
+            below += __popc(b & below_mask);
+            total += __popc(b);
+        }
+        if (lane == 0) sh[warp] = total;
+        __syncthreads();
+        int at = found, all = 0;
+        for (int w = 0; w < KCU_MM_THREADS / 32; w++) at += w < warp ? sh[w] : 0, all += sh[w];
+        at += below;
+#pragma unroll
+        for (int i = 0; i < KCU_MOE_SCAN; i++)
+            if ((f >> i) & 1u) {
+                if (at < BT) rows[at] = r0 + i;
+                if (at == BT - 1) sh[8] = r0 + i + 1;
+                at++;
+            }
+        __syncthreads(); /* sh read, rows and sh[8] written */
+        found += all;
+        if (found >= BT) {
+            *next = sh[8];
+            return BT;
+        }
+    }
+    *next = n;
+    return found;
+}
+
+/* The expert of block y (see above): y when T KK >= E, else the y-th of the experts chosen, in
+ * order, or -1 past them. Every thread of the block calls it; seen: [E] bytes, sh: [10] ints of shared
+ * memory. */
+template <int E>
+__device__ __forceinline__ int kcu_moe_expert(const int *__restrict__ idx, const int n, const int y,
+                                              unsigned char *seen, int *sh)
+{
+    if (n >= E) return y;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    for (int e = tid; e < E; e += KCU_MM_THREADS) seen[e] = 0;
+    if (tid == 0) sh[9] = -1;
+    __syncthreads();
+    for (int r = tid; r < n; r += KCU_MM_THREADS) {
+        const unsigned e = (unsigned)idx[r];
+        if (e < (unsigned)E) seen[e] = 1;
+    }
+    __syncthreads();
+    int count = 0;
+    for (int base = 0; base < E; base += KCU_MM_THREADS) {
+        const bool s = base + tid < E && seen[base + tid];
+        const unsigned b = __ballot_sync(0xffffffffu, s);
+        if (lane == 0) sh[warp] = __popc(b);
+        __syncthreads();
+        int at = count, all = 0;
+        for (int w = 0; w < KCU_MM_THREADS / 32; w++) at += w < warp ? sh[w] : 0, all += sh[w];
+        if (s && at + __popc(b & ((1u << lane) - 1u)) == y) sh[9] = base + tid;
+        __syncthreads();
+        count += all;
+        if (count > y) break;
+    }
+    return sh[9];
+}
+
+/* What a grouped matmul's results become. Epi::wrow(tile, i): the weight row (of the expert's N) that
+ * row i of the block's tile `tile` multiplies (-1: past the end); put(r, e, tile, i, v0, v1): routed
+ * row r's results of tile rows i and i + 8 (i % 16 < 8), expert e. kcu_moe_store stores them (plus the
+ * expert's bias where B); kcu_moe_swiglu takes a weight of 2F rows, F gate rows then F up rows, tile
+ * row i and i + 8 a gate and its up, and stores silu(gate) up as the unfused graph computes it in fast
+ * precision (each of gate, up and silu(gate) rounded to O, as they were stored): F outputs. */
+template <int N, typename O, bool B, typename BT_ = O> struct kcu_moe_store {
+    enum { COLS = KCU_MOE_BW }; /* outputs a tile */
+    O *__restrict__ out;        /* [T KK, N] */
+    const BT_ *__restrict__ bias; /* [E, N] where B */
+    static __device__ __forceinline__ int wrow(int tile, int i)
+    {
+        const int n = tile * KCU_MOE_BW + i;
+        return n < N ? n : -1;
+    }
+    __device__ __forceinline__ void put(long long r, int e, int tile, int i, float v0, float v1) const
+    {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int n = wrow(tile, i + 8 * h);
+            if (n < 0) continue;
+            float v = h ? v1 : v0;
+            if constexpr (B) v += kcu_f(bias[(long long)e * N + n]);
+            kcu_put(out + r * N + n, v);
+        }
+    }
+};
+template <int F, typename O> struct kcu_moe_swiglu {
+    enum { COLS = KCU_MOE_BW / 2 };
+    O *__restrict__ out; /* [T KK, F] */
+    static __device__ __forceinline__ int col(int tile, int i) { return tile * COLS + i / 16 * 8 + i % 8; }
+    static __device__ __forceinline__ int wrow(int tile, int i)
+    {
+        const int c = col(tile, i);
+        return c < F ? c + (i / 8 % 2) * F : -1;
+    }
+    __device__ __forceinline__ void put(long long r, int, int tile, int i, float gate, float up) const
+    {
+        const int c = col(tile, i);
+        if (c >= F) return;
+        const float s = kcu_round<O>(kcu_silu_half(kcu_round<O>(gate)));
+        kcu_put(out + r * F + c, s * kcu_round<O>(up));
+    }
+};
+
+/* The grouped matmul: N weight rows an expert (Epi::wrow's), E experts, KK choices a token, BT routed
+ * rows a tile (16: the decode kernel; 64: the prompt's); 8 warps, warp w the weight rows 16 (w % 4)
+ * .. + 15 and routed rows BT / 2 (w / 4) .. + BT / 2 - 1 of the tile. */
+template <typename W, int K, int N, int E, int KK, int BT, bool XR, class Epi>
+static __device__ __forceinline__ void kcu_moe_matmul(const int T, const W *__restrict__ x, const W *__restrict__ w,
+                                                      const int *__restrict__ idx, const Epi &epi)
+{
+    enum {
+        NT = BT / 16,                                  /* token tiles of 8 a warp */
+        KB = (K + KCU_MOE_BK - 1) / KCU_MOE_BK,        /* k blocks */
+        STAGE = (KCU_MOE_BW + BT) * KCU_MOE_BK / 8,    /* 16-byte chunks a stage */
+        TC = (BT * 8 + KCU_MM_THREADS - 1) / KCU_MM_THREADS /* a thread's row chunks a stage */
+    };
+    static_assert(K % 8 == 0 && BT % 16 == 0 && KCU_MOE_BW * 8 == 2 * KCU_MM_THREADS, "kcu_moe_matmul's tiles");
+    __shared__ int rows[BT];
+    __shared__ int sh[10];
+    __shared__ unsigned char seen[E];
+#ifdef KILN_EMU_SHIM_H
+    static uint4 ring[KCU_MOE_STAGES * STAGE]; /* blocks run one at a time */
+#else
+    extern __shared__ uint4 kcu_moe_ring[]; /* the kernel's dynamic shared memory */
+    uint4 *const ring = kcu_moe_ring;
+#endif
+    const int n = T * KK;
+    const int e = kcu_moe_expert<E>(idx, n, (int)blockIdx.y, seen, sh);
+    if (e < 0) return; /* the same in every thread */
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
+    const int tile = (int)blockIdx.x, wa = warp % 4 * 16 + g, wt = warp / 4 * (BT / 2);
+    /* this thread's weight chunks: tid and tid + 256 of the tile's [64 rows][8] */
+    const W *wsrc[2];
+    bool wlive[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int ch = tid + h * KCU_MM_THREADS, row = Epi::wrow(tile, ch / 8);
+        wlive[h] = row >= 0;
+        wsrc[h] = w + ((long long)e * N + (row >= 0 ? row : 0)) * K + ch % 8 * 8;
+    }
+    for (int from = 0;;) {
+        int next;
+        const int cnt = kcu_moe_collect<BT>(idx, n, e, from, rows, sh, &next);
+        if (cnt == 0) break;
+        const W *xsrc[TC];
+        bool xlive[TC];
+#pragma unroll
+        for (int h = 0; h < TC; h++) {
+            const int ch = tid + h * KCU_MM_THREADS, m = ch / 8;
+            xlive[h] = ch < BT * 8 && m < cnt;
+            const long long xr = xlive[h] ? (XR ? rows[m] : rows[m] / KK) : 0;
+            xsrc[h] = x + xr * K + ch % 8 * 8;
+        }
+        /* k block kb's weights and rows into its stage (zeros past N, cnt and K) */
+        auto issue = [&](int kb) {
+            uint4 *const st = ring + kb % KCU_MOE_STAGES * STAGE;
+            const int k0 = kb * KCU_MOE_BK;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int ch = tid + h * KCU_MM_THREADS, i = ch / 8, q = ch % 8;
+                uint4 *const d = st + i * 8 + (q ^ (i & 1) * 4);
+                if (wlive[h] && k0 + q * 8 < K) kcu_cp16(d, wsrc[h] + k0);
+                else *d = uint4{0u, 0u, 0u, 0u};
+            }
+#pragma unroll
+            for (int h = 0; h < TC; h++) {
+                const int ch = tid + h * KCU_MM_THREADS, m = ch / 8, q = ch % 8;
+                if (ch >= BT * 8) continue;
+                uint4 *const d = st + (KCU_MOE_BW + m) * 8 + (q ^ (m & 1) * 4);
+                if (xlive[h] && k0 + q * 8 < K) kcu_cp16(d, xsrc[h] + k0);
+                else *d = uint4{0u, 0u, 0u, 0u};
+            }
+        };
+        float acc[NT][4];
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[t][i] = 0.0f;
+#pragma unroll
+        for (int s = 0; s < KCU_MOE_STAGES - 1; s++) {
+            if (s < KB) issue(s);
+            kcu_cp_commit();
+        }
+        for (int kb = 0; kb < KB; kb++) {
+            kcu_cp_wait<KCU_MOE_STAGES - 2>();
+            __syncthreads(); /* block kb is in every thread's view; block kb - 1's stage is read */
+            if (kb + KCU_MOE_STAGES - 1 < KB) issue(kb + KCU_MOE_STAGES - 1);
+            kcu_cp_commit();
+            const uint4 *const st = ring + kb % KCU_MOE_STAGES * STAGE;
+#pragma unroll
+            for (int h = 0; h < KCU_MOE_BK / 32; h++) {
+                const int q = 4 * h + c;
+                const uint4 a0 = st[wa * 8 + (q ^ (wa & 1) * 4)], a1 = st[(wa + 8) * 8 + (q ^ (wa & 1) * 4)];
+                uint4 xq[NT];
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    const int m = wt + 8 * t + g;
+                    xq[t] = st[(KCU_MOE_BW + m) * 8 + (q ^ (m & 1) * 4)];
+                }
+                kcu_tc_chunk<NT, W>(acc, xq, a0, a1);
+            }
+        }
+        kcu_cp_wait<0>();
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int m = wt + 8 * t + 2 * c + h;
+                if (m < cnt) epi.put(rows[m], e, tile, wa, acc[t][h], acc[t][2 + h]);
+            }
+        __syncthreads(); /* rows and the ring are read: the next rows may come */
+        if (next >= n) break;
+        from = next;
+    }
+}
+
 /* ==== attention over the paged KV cache (codegen/cuda/kcu_emit_attention.c) ============== */
 /* Everything from here to the end of the file is the attention kernel's; the design, its
  * cost and its determinism are described at kcu_emit_attention. */

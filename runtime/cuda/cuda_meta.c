@@ -33,8 +33,12 @@ void krt_cuda_arg_format(const krt_cuda_arg *a, ks_buf *b)
         ks_buf_puts(b, arg_names[a->kind].name);
 }
 
-/* {t, c, div}: ceil((T t + c) / div) */
-static int64_t grid_of(const int64_t g[3], int64_t T) { return (T * g[0] + g[1] + g[2] - 1) / g[2]; }
+/* {t, c, div, cap}: ceil((T t + c) / div), at most cap when cap > 0 */
+static int64_t grid_of(const int64_t g[4], int64_t T)
+{
+    const int64_t n = (T * g[0] + g[1] + g[2] - 1) / g[2];
+    return g[3] > 0 && n > g[3] ? g[3] : n;
+}
 
 int krt_cuda_large(const krt_cuda_kernel *k, int64_t T, int64_t run)
 {
@@ -64,10 +68,11 @@ static cJSON *int_array(const int64_t *v, int n)
     return a;
 }
 
-static void put_grid(cJSON *obj, const int64_t (*grid)[3])
+/* a dim without a cap as the three numbers it always was */
+static void put_grid(cJSON *obj, const int64_t (*grid)[4])
 {
     cJSON *a = cJSON_AddArrayToObject(obj, "grid");
-    for (int g = 0; g < 3; g++) cJSON_AddItemToArray(a, int_array(grid[g], 3));
+    for (int g = 0; g < 3; g++) cJSON_AddItemToArray(a, int_array(grid[g], grid[g][3] > 0 ? 4 : 3));
 }
 
 static void put_args(cJSON *obj, const krt_cuda_arg *args, int n, ks_buf *arg)
@@ -130,10 +135,7 @@ void krt_cuda_meta_write(const krt_cuda_meta *meta, ks_buf *out)
             cJSON_AddStringToObject(jl, "name", k->name_large);
             cJSON_AddNumberToObject(jl, "above", (double)k->large_above);
             if (k->large_per_seq) cJSON_AddTrueToObject(jl, "per_seq"); /* absent: by the step's tokens, as before */
-            if (k->has_grid_large) {
-                cJSON *grid = cJSON_AddArrayToObject(jl, "grid");
-                for (int g = 0; g < 3; g++) cJSON_AddItemToArray(grid, int_array(k->grid_large[g], 3));
-            }
+            if (k->has_grid_large) put_grid(jl, k->grid_large);
             if (k->smem_large > 0) cJSON_AddNumberToObject(jl, "smem", k->smem_large); /* absent: 0, as before */
         }
         put_grid(jk, k->grid);
@@ -213,15 +215,16 @@ static int nomem(reader *r, krt_cuda_meta *m)
     return ks_error_oom(r->d, r->what, m->arena.failed, "the engine's cuda.meta");
 }
 
-/* A grid: 3 dims of [t, c, div]. */
-static int parse_grid(reader *r, const krt_cuda_kernel *k, const cJSON *grid, int64_t (*out)[3])
+/* A grid: 3 dims of [t, c, div] or [t, c, div, cap]. */
+static int parse_grid(reader *r, const krt_cuda_kernel *k, const cJSON *grid, int64_t (*out)[4])
 {
     if (!cJSON_IsArray(grid) || cJSON_GetArraySize(grid) != 3) return bad(r, "kernel %s: grid needs 3 dims", k->name);
     for (int g = 0; g < 3; g++) {
         const cJSON *dim = cJSON_GetArrayItem(grid, g);
-        if (!cJSON_IsArray(dim) || cJSON_GetArraySize(dim) != 3)
-            return bad(r, "kernel %s: a grid dim needs [t, c, div]", k->name);
-        for (int i = 0; i < 3; i++)
+        const int terms = cJSON_IsArray(dim) ? cJSON_GetArraySize(dim) : 0;
+        if (terms != 3 && terms != 4) return bad(r, "kernel %s: a grid dim needs [t, c, div] or [t, c, div, cap]", k->name);
+        out[g][3] = 0;
+        for (int i = 0; i < terms; i++)
             if (get_count(r, cJSON_GetArrayItem(dim, i), "a grid term", (int64_t)1 << 31, &out[g][i])) return -1;
         if (out[g][2] == 0) return bad(r, "kernel %s: a grid divisor is 0", k->name);
     }

@@ -36,7 +36,8 @@
  * function's MAX_DYNAMIC_SHARED_SIZE_BYTES to it once, at open).
  *
  * A grid dimension [t, c, div] is ceil((T * t + c) / div) blocks, T being the
- * tokens of the step; "block" is threads per block (x only). Arguments, in
+ * tokens of the step; [t, c, div, cap] is that, at most cap (a mixture of experts' grouped
+ * matmul: a block for each expert its step's tokens chose, min(T k, experts)); "block" is threads per block (x only). Arguments, in
  * the kernel's parameter order:
  *   "T"            int: tokens in the step
  *   "value:N"      pointer: the device buffer of value N (a weight, an input,
@@ -95,7 +96,7 @@ typedef struct krt_cuda_launch {
     const char *name;                    /* the kernel's function name */
     int block;                           /* threads per block */
     int smem;                            /* dynamic shared memory, bytes */
-    int64_t grid[3][3];                  /* as krt_cuda_kernel's grid */
+    int64_t grid[3][4];                  /* as krt_cuda_kernel's grid */
     int n_args;                          /* parameters */
     krt_cuda_arg args[KRT_CUDA_MAX_ARGS]; /* in parameter order */
 } krt_cuda_launch;
@@ -119,12 +120,13 @@ typedef struct krt_cuda_kernel {
                                           * prefill kernel, a batch of decode tokens the decode one; meta
                                           * "large.per_seq") */
     int has_grid_large;                  /* 1: name_large runs on grid_large; 0: on grid */
-    int64_t grid_large[3][3];            /* name_large's grid, as grid */
+    int64_t grid_large[3][4];            /* name_large's grid, as grid */
     int smem_large;                      /* name_large's dynamic shared memory, bytes (0: none; meta "large.smem") */
     uint32_t node;                       /* the graph node it computes */
     int block;                           /* threads per block */
     int smem;                            /* name's dynamic shared memory, bytes (0: none; meta "smem") */
-    int64_t grid[3][3];                  /* per grid dim: {t, c, div}: ceil((T*t + c) / div) */
+    int64_t grid[3][4];                  /* per grid dim: {t, c, div, cap}: ceil((T*t + c) / div), at most cap
+                                          * when cap > 0 */
     int n_args;                          /* parameters */
     krt_cuda_arg args[KRT_CUDA_MAX_ARGS]; /* in parameter order */
     krt_cuda_variant *variants;          /* by above ascending; NULL when none */

@@ -91,5 +91,14 @@ template <typename V> static inline const V *kemu_warp_publish(const V &v)
 }
 static inline float __shfl_xor_sync(unsigned mask, float v, int m) { return (void)mask, kemu_shfl_xor(v, m); }
 static inline double __shfl_xor_sync(unsigned mask, double v, int m) { return (void)mask, kemu_shfl_xor(v, m); }
+/* A vote (kcu_moe_collect's): the warp's predicates, lane i's in bit i; called as a shuffle. */
+static inline unsigned __ballot_sync(unsigned mask, int pred)
+{
+    const int *const l = kemu_warp_publish((int)(pred != 0));
+    unsigned b = 0;
+    for (unsigned i = 0; i < 32; i++) b |= (unsigned)(l[i] != 0) << i;
+    return b & mask;
+}
+static inline int __popc(unsigned v) { return __builtin_popcount(v); }
 
 #endif
