@@ -19,7 +19,7 @@
  *    layer that a kv_write earlier in the schedule wrote, and takes that
  *    kv_write and its v as its k and v; a layer a kv_write writes is not
  *    written again by an attention with write_kv=1 (check_kv_writes);
- *  - a derived weight (derive="concat0") names its sources and the rows
+ *  - a derived weight (derive="concat0", or "concat1" along dim 1) names its sources and the rows
  *    each gives, and those add up to its first dim; a source still in the
  *    graph has the shape its rows say (check_derived);
  *  - `fuse` groups are legal kernels: contiguous in the schedule, ops with
@@ -436,8 +436,9 @@ static void check_derived_weight(kir_verifier *c, kir_val v, const named_weight 
         return;
     }
     if (derive->kind != KIR_ATTR_STR || sources->kind != KIR_ATTR_STR || rows->kind != KIR_ATTR_INTS ||
-        (strcmp(derive->u.s, "concat0") != 0 && strcmp(derive->u.s, "offset") != 0))
+        (strcmp(derive->u.s, "concat0") != 0 && strcmp(derive->u.s, "concat1") != 0 && strcmp(derive->u.s, "offset") != 0))
         return; /* check_attrs reported it */
+    const int along = strcmp(derive->u.s, "concat1") == 0; /* the dim the sources' rows make up */
     uint32_t count = 1;
     for (const char *p = sources->u.s; *p; p++) count += *p == ',';
     if (strcmp(derive->u.s, "offset") == 0 && count != 1) {
@@ -458,10 +459,11 @@ static void check_derived_weight(kir_verifier *c, kir_val v, const named_weight 
         }
         sum += r;
     }
-    if (n->ndim < 1 || sum != n->dims[0]) {
+    if (n->ndim < along + 1 || sum != n->dims[along]) {
         ks_buf t = KS_BUF_TRY;
         kir_format_type(&t, n);
-        node_error(c, v, "rows add up to %lld, but the weight is %s", (long long)sum, ks_buf_cstr(&t));
+        node_error(c, v, "rows add up to %lld, but the weight is %s%s", (long long)sum, ks_buf_cstr(&t),
+                   along ? " (concat1: rows along dim 1)" : "");
         ks_buf_free(&t);
         return;
     }
@@ -477,14 +479,15 @@ static void check_derived_weight(kir_verifier *c, kir_val v, const named_weight 
         if (src != KIR_NONE && c->type_ok[src]) {
             /* a source still in the graph gives rows[i] rows of the same row type */
             const kir_node *s = kir_node_at(g, src);
-            int fits = s->dtype == n->dtype && s->ndim == n->ndim && s->dims[0] == rows->u.ints.v[i];
-            for (int d = 1; fits && d < n->ndim; d++) fits = s->dims[d] == n->dims[d];
+            int fits = s->dtype == n->dtype && s->ndim == n->ndim && s->dims[along] == rows->u.ints.v[i];
+            for (int d = 0; fits && d < n->ndim; d++) fits = d == along || s->dims[d] == n->dims[d];
             if (!fits) {
                 ks_buf ts = KS_BUF_TRY, tn = KS_BUF_TRY;
                 kir_format_type(&ts, s);
                 kir_format_type(&tn, n);
-                node_error(c, v, "source \"%.*s\" (node %%%u) is %s, not %lld rows of %s", (int)len, name,
-                           (unsigned)src, ks_buf_cstr(&ts), (long long)rows->u.ints.v[i], ks_buf_cstr(&tn));
+                node_error(c, v, "source \"%.*s\" (node %%%u) is %s, not %lld rows%s of %s", (int)len, name,
+                           (unsigned)src, ks_buf_cstr(&ts), (long long)rows->u.ints.v[i], along ? " along dim 1" : "",
+                           ks_buf_cstr(&tn));
                 ks_buf_free(&ts);
                 ks_buf_free(&tn);
             }

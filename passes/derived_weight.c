@@ -17,13 +17,18 @@ int kp_weight_recipe_of(const kir_graph *g, kir_val w, ks_arena *arena, kp_weigh
     uint32_t n_rows = 0;
     const int64_t *rows = kir_attr_ints(g, w, KIR_A_WEIGHT_ROWS, &n_rows);
     kir_word derive = kir_attr_word(g, w, KIR_A_WEIGHT_DERIVE);
-    if ((derive != KIR_DERIVE_CONCAT0 && derive != KIR_DERIVE_OFFSET) || !sources || !rows || n->ndim < 1) return -1;
+    /* along: the dim the sources' rows make up (concat1: 1, the stacked experts' rows) */
+    const int along = derive == KIR_DERIVE_CONCAT1;
+    if ((derive != KIR_DERIVE_CONCAT0 && derive != KIR_DERIVE_CONCAT1 && derive != KIR_DERIVE_OFFSET) || !sources ||
+        !rows || n->ndim < along + 1)
+        return -1;
     size_t count = 1;
     for (const char *p = sources; *p; p++) count += *p == ',';
     if (count != n_rows || (derive == KIR_DERIVE_OFFSET && count != 1)) return -1;
-    /* bytes of one row of dim 0 */
+    /* bytes of one row of dim `along`, times the rows of the dims before it (concat1: each expert's) */
     size_t row_bytes = kir_dtype_size(n->dtype);
-    for (int d = 1; d < n->ndim; d++) row_bytes *= (size_t)n->dims[d];
+    for (int d = 0; d < n->ndim; d++)
+        if (d != along) row_bytes *= (size_t)n->dims[d];
     r->names = ks_arena_alloc(arena, sizeof *r->names * count);
     r->rows = ks_arena_alloc(arena, sizeof *r->rows * count);
     r->bytes = ks_arena_alloc(arena, sizeof *r->bytes * count);
@@ -33,14 +38,14 @@ int kp_weight_recipe_of(const kir_graph *g, kir_val w, ks_arena *arena, kp_weigh
         const char *end = strchr(name, ',');
         size_t len = end ? (size_t)(end - name) : strlen(name);
         int64_t rw = rows[i];
-        if (len == 0 || rw <= 0 || rw > n->dims[0] - sum) return -1;
+        if (len == 0 || rw <= 0 || rw > n->dims[along] - sum) return -1;
         r->names[i] = ks_arena_strndup(arena, name, len);
         r->rows[i] = rw;
         r->bytes[i] = (size_t)rw * row_bytes;
         sum += rw;
         name += len + (end != NULL);
     }
-    if (sum != n->dims[0]) return -1;
+    if (sum != n->dims[along]) return -1;
     r->n_sources = count;
     return 0;
 }
@@ -71,6 +76,19 @@ void kp_derive_weight(const kir_graph *g, kir_val w, const kp_weight_recipe *r, 
                 memcpy((uint8_t *)out + 2 * i, &h, 2);
             }
         }
+        return;
+    }
+    if (kir_attr_word(g, w, KIR_A_WEIGHT_DERIVE) == KIR_DERIVE_CONCAT1) {
+        /* concat1: for each index of dim 0, each source's slab of rows[i] rows of dims 2.. */
+        const size_t outer = (size_t)n->dims[0];
+        for (size_t o = 0; o < outer; o++)
+            for (size_t i = 0; i < r->n_sources; i++) {
+                const size_t slab = r->bytes[i] / outer;
+                KS_ASSERT(at + slab <= total);
+                memcpy((uint8_t *)out + at, (const uint8_t *)sources[i] + o * slab, slab);
+                at += slab;
+            }
+        KS_ASSERT(at == total);
         return;
     }
     /* concat0: row-major data, so the sources' bytes one after another */

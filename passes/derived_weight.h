@@ -10,12 +10,15 @@
  *
  *   derive   how the data derives: "concat0", the sources one after another
  *            along dim 0 (rows of [out,in] matrices, elements of 1-D biases);
+ *            "concat1", along dim 1: for each index of dim 0, each source's
+ *            rows of it in turn (stacked experts [E,N,K]: expert e's gate
+ *            rows, then its up rows);
  *   sources  the `name`s of the source weights, comma-separated (they need
  *            not be in the graph any more);
- *   rows     how many rows of dim 0 each source gives.
+ *   rows     how many rows of dim 0 (concat1: of dim 1) each source gives.
  *
- * A source has the derived node's dtype and its dims but the first, which
- * is rows[i]. The engine builder and the tests both compute derived data
+ * A source has the derived node's dtype and its dims but the first (concat1:
+ * the second), which is rows[i]. The engine builder and the tests both compute derived data
  * with kp_derive_weight, one implementation:
  *
  *     kp_weight_recipe r;
@@ -37,7 +40,7 @@
 typedef struct kp_weight_recipe {
     size_t n_sources;   /* 0: not a derived weight */
     const char **names; /* [n_sources] the sources' weight names, in the arena given */
-    int64_t *rows;      /* [n_sources] rows of dim 0 each source gives */
+    int64_t *rows;      /* [n_sources] rows of dim 0 (concat1: dim 1) each source gives */
     size_t *bytes;      /* [n_sources] bytes of each source's data, in the weight's dtype */
 } kp_weight_recipe;
 

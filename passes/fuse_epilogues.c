@@ -2,7 +2,8 @@
  * fuse_epilogues.c — a matmul and the cheap nodes after it become one kernel.
  *
  * Requires: a verified graph.
- * Guarantees: starting at each matmul in no group (the anchor), a group
+ * Guarantees: starting at each matmul in no group (the anchor; also a routed
+ *   expert_matmul, whose epilogue a mixture of experts' SwiGLU is), a group
  *   grows over the nodes that follow it in the schedule: an elementwise op
  *   (a bias or residual add, silu, gelu, a SwiGLU mul of two group values,
  *   scale, rope…), a view (slice, reshape, concat) or a kv_write joins when
@@ -23,12 +24,20 @@
 #include "passes/pipeline.h"
 #include "passes/rewrite.h"
 
-/* Ops where a group stops growing: each starts a kernel of its own. */
-static int stops_growth(kir_op op)
+/* Whether node v anchors a group: a matmul, or an expert_matmul routed by an index. */
+static int anchors(const kir_graph *g, kir_val v)
 {
+    const kir_node *n = kir_node_at(g, v);
+    return n->op == KIR_OP_MATMUL || (n->op == KIR_OP_EXPERT_MATMUL && n->nin >= 3 && n->in[2] != KIR_NONE);
+}
+
+/* Nodes where a group stops growing: each starts a kernel of its own. */
+static int stops_growth(const kir_graph *g, kir_val v)
+{
+    kir_op op = kir_node_at(g, v)->op;
     kir_fusion_class fc = kir_op_table[op].fusion;
     return fc == KIR_FUSE_MATMUL || fc == KIR_FUSE_NORM || op == KIR_OP_ATTENTION || op == KIR_OP_EMBED ||
-           op == KIR_OP_OUTPUT;
+           op == KIR_OP_OUTPUT || anchors(g, v);
 }
 
 /* Grow the group of anchor a: mark its members (member[], indexed by
@@ -40,7 +49,7 @@ static kir_val grow(const kir_graph *g, kir_val a, uint8_t *member, uint8_t *dep
     member[a] = dep[a] = 1;
     for (v = a + 1; v < g->n_nodes; v++) {
         const kir_node *n = kir_node_at(g, v);
-        if (stops_growth(n->op) || kp_group_of(g, v) >= 0) break;
+        if (stops_growth(g, v) || kp_group_of(g, v) >= 0) break;
         int uses_member = 0, uses_dependent = 0;
         for (int i = 0; i < n->nin; i++) {
             kir_val in = n->in[i];
@@ -71,8 +80,7 @@ int kp_fuse_epilogues(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, 
     size_t n_order = 0;
     for (kir_val v = 0; v < n; v++) gid[v] = -1;
     for (kir_val v = 0; v < n;) {
-        const kir_node *node = kir_node_at(g, v);
-        if (node->op != KIR_OP_MATMUL || kp_group_of(g, v) >= 0) {
+        if (!anchors(g, v) || kp_group_of(g, v) >= 0) {
             order[n_order++] = v++;
             continue;
         }

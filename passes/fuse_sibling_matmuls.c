@@ -16,6 +16,12 @@
  *   are the usual case. Every value the graph computed before is computed
  *   by the new one (rows of w concatenated are columns of x w^T
  *   concatenated), so consumers see the same numbers.
+ *   Routed experts the same way: two or more expert_matmul(x, W_i, idx) of
+ *   one x and one idx, without biases, whose W_i are plain WEIGHT nodes [E, N_i, K]
+ *   of one dtype, become one over a weight derived with "concat1" (expert e's
+ *   rows of W_0, then of W_1, …: [E, N_0 + N_1 + …, K]) and slices of the last
+ *   dim (a mixture of experts' gate and up: passes/fuse_epilogues.c then joins
+ *   their SwiGLU to it).
  * Does not: drop the weights it replaced (eliminate_dead_nodes does), merge
  *   matmuls whose weight is a computed value or of another dtype, or merge
  *   biases when only some siblings have one (those adds stay, after their
@@ -87,6 +93,22 @@ static int candidate(const kir_graph *g, kir_val m, kir_val x)
     return n->op == KIR_OP_MATMUL && n->in[0] == x && kp_group_of(g, m) < 0 && plain_weight(g, n->in[1], 2);
 }
 
+/* A routed expert_matmul without bias that may merge with siblings reading x. */
+static int expert_candidate(const kir_graph *g, kir_val m, kir_val x)
+{
+    const kir_node *n = kir_node_at(g, m);
+    return n->op == KIR_OP_EXPERT_MATMUL && n->in[0] == x && n->nin >= 3 && n->in[2] != KIR_NONE &&
+           (n->nin < 4 || n->in[3] == KIR_NONE) && kp_group_of(g, m) < 0 && plain_weight(g, n->in[1], 3);
+}
+
+/* Whether expert_matmuls a and b may merge: one idx, weights of one dtype, experts and depth. */
+static int expert_siblings(const kir_graph *g, kir_val a, kir_val b)
+{
+    const kir_node *na = kir_node_at(g, a), *nb = kir_node_at(g, b);
+    const kir_node *wa = kir_node_at(g, na->in[1]), *wb = kir_node_at(g, nb->in[1]);
+    return na->in[2] == nb->in[2] && wa->dtype == wb->dtype && wa->dims[0] == wb->dims[0] && wa->dims[2] == wb->dims[2];
+}
+
 /* Record the set of `count` matmuls at members[first..]. */
 static void add_set(sibling_pass *p, size_t first, size_t count)
 {
@@ -101,8 +123,9 @@ static void add_set(sibling_pass *p, size_t first, size_t count)
         p->member_of[m] = (uint32_t)i;
         p->set_of[i] = (uint32_t)p->n_sets;
         p->slice_start[i] = at;
-        at += kir_node_at(g, m)->dims[1];
-        kir_val a = bias_add_of(p, m);
+        const kir_node *mn = kir_node_at(g, m);
+        at += mn->dims[mn->ndim - 1];
+        kir_val a = mn->op == KIR_OP_MATMUL ? bias_add_of(p, m) : KIR_NONE; /* experts: no bias merging */
         if (a == KIR_NONE) {
             s->biased = 0;
             continue;
@@ -144,6 +167,24 @@ static void find_sets(sibling_pass *p)
             else
                 p->n_members = first;
         }
+        /* routed experts: each first candidate with its siblings (one idx, dtype and shape) */
+        for (uint32_t u = p->uses.start[x]; u < p->uses.start[x + 1]; u++) {
+            kir_val m = p->uses.user[u];
+            if (!expert_candidate(g, m, x) || p->role[m] != ROLE_KEEP) continue;
+            size_t first = p->n_members;
+            p->members[p->n_members++] = m;
+            for (uint32_t o = u + 1; o < p->uses.start[x + 1]; o++) {
+                kir_val s = p->uses.user[o];
+                int listed = 0; /* a user listed twice */
+                for (size_t i = first; i < p->n_members; i++) listed |= p->members[i] == s;
+                if (!listed && expert_candidate(g, s, x) && p->role[s] == ROLE_KEEP && expert_siblings(g, m, s))
+                    p->members[p->n_members++] = s;
+            }
+            if (p->n_members - first >= 2)
+                add_set(p, first, p->n_members - first);
+            else
+                p->n_members = first;
+        }
     }
 }
 
@@ -177,7 +218,7 @@ static kir_val emit_concat_weight(sibling_pass *p, kp_rewriter *rw, const siblin
         const char *wname = kir_attr_str(g, w, KIR_A_WEIGHT_NAME);
         ks_buf_printf(&name, "%s%s", i ? "+" : "", wname);
         ks_buf_printf(&sources, "%s%s", i ? "," : "", wname);
-        rows[i] = kir_node_at(g, w)->dims[0];
+        rows[i] = kir_node_at(g, w)->dims[kir_node_at(g, w)->ndim == 3];
         total += rows[i];
     }
     /* a name no weight has: the concatenation, with #2, #3… if it were taken */
@@ -187,9 +228,11 @@ static kir_val emit_concat_weight(sibling_pass *p, kp_rewriter *rw, const siblin
         ks_buf_printf(&name, "#%d", k);
     }
     const kir_node *fw = kir_node_at(g, first_w);
-    int64_t dims[2] = {total, fw->ndim == 2 ? fw->dims[1] : 0};
+    const int experts = fw->ndim == 3; /* [E, N_i, K]: along dim 1 */
+    int64_t dims[3] = {total, fw->ndim == 2 ? fw->dims[1] : 0, 0};
+    if (experts) dims[0] = fw->dims[0], dims[1] = total, dims[2] = fw->dims[2];
     kir_val w = kir_weight(rw->g, ks_buf_cstr(&name), fw->dtype, fw->ndim, dims, fw->loc);
-    kir_attr_set_word(rw->g, w, KIR_A_WEIGHT_DERIVE, KIR_DERIVE_CONCAT0);
+    kir_attr_set_word(rw->g, w, KIR_A_WEIGHT_DERIVE, experts ? KIR_DERIVE_CONCAT1 : KIR_DERIVE_CONCAT0);
     kir_attr_set_str(rw->g, w, KIR_A_WEIGHT_SOURCES, ks_buf_cstr(&sources));
     kir_attr_set_ints(rw->g, w, KIR_A_WEIGHT_ROWS, rows, (uint32_t)s->count);
     ks_buf_free(&name);
@@ -206,8 +249,15 @@ static void emit_fused(sibling_pass *p, kp_rewriter *rw, sibling_set *s)
     const kir_node *fm = kir_node_at(g, first);
     kir_val w = emit_concat_weight(p, rw, s, 1);
     KS_ASSERT(rw->map[fm->in[0]] != KIR_NONE);
-    kir_val mm_in[2] = {rw->map[fm->in[0]], w};
-    kir_val m = kp_rw_build(rw, KIR_OP_MATMUL, fm->loc, mm_in, 2, NULL, 0);
+    kir_val m;
+    if (fm->op == KIR_OP_EXPERT_MATMUL) {
+        KS_ASSERT(rw->map[fm->in[2]] != KIR_NONE);
+        kir_val mm_in[3] = {rw->map[fm->in[0]], w, rw->map[fm->in[2]]};
+        m = kp_rw_build(rw, KIR_OP_EXPERT_MATMUL, fm->loc, mm_in, 3, NULL, 0);
+    } else {
+        kir_val mm_in[2] = {rw->map[fm->in[0]], w};
+        m = kp_rw_build(rw, KIR_OP_MATMUL, fm->loc, mm_in, 2, NULL, 0);
+    }
     s->fused = m;
     if (!s->biased) return;
     kir_val add_in[2] = {m, emit_concat_weight(p, rw, s, 2)};
@@ -218,9 +268,10 @@ static void emit_fused(sibling_pass *p, kp_rewriter *rw, sibling_set *s)
 static void emit_slice(sibling_pass *p, kp_rewriter *rw, size_t i, kir_val v)
 {
     const sibling_set *s = &p->sets[p->set_of[i]];
+    const kir_node *mn = kir_node_at(p->g, p->members[i]);
     kir_setting set[2] = {
         KIR_WITH_INT(KIR_A_SLICE_START, p->slice_start[i]),
-        KIR_WITH_INT(KIR_A_SLICE_END, p->slice_start[i] + kir_node_at(p->g, p->members[i])->dims[1]),
+        KIR_WITH_INT(KIR_A_SLICE_END, p->slice_start[i] + mn->dims[mn->ndim - 1]),
     };
     rw->map[v] = kp_rw_build(rw, KIR_OP_SLICE, kir_node_at(p->g, v)->loc, &s->fused, 1, set, 2);
     if (kir_attr_int(p->g, v, KIR_A_ANY_KEEP_F32)) /* float32(matmul): the slice is the value kept */

@@ -749,7 +749,9 @@ static int emit_nodes(kcu_gen *x)
         /* a group with members after the span is not consecutive: node by node */
         int consecutive = 1;
         for (size_t u = end; u < n && consecutive; u++) consecutive = fuse[u] != fuse[v];
-        if (consecutive) done = kcu_emit_group(x, members, count, outside);
+        if (consecutive)
+            done = g->nodes[members[0]].op == KIR_OP_EXPERT_MATMUL ? kcu_emit_moe_group(x, members, count, outside)
+                                                                   : kcu_emit_group(x, members, count, outside);
         if (done < 0) rc = -1;
         if (done != 0) {
             for (size_t u = v; u < end && rc == 0; u++)

@@ -128,13 +128,15 @@ static int emit_gather(kcu_gen *x, kir_val v)
 /* Whether expert_matmul node v takes the grouped matmul: routed by idx, x and weights of one half
  * dtype, rows of whole 16-byte chunks, and a target whose blocks can opt into the large kernel's shared
  * memory. */
-int kcu_moe_grouped(const kcu_gen *x, kir_val v)
+static int kcu_moe_grouped_inputs(const kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v], *in = &x->g->nodes[n->in[0]], *w = &x->g->nodes[n->in[1]];
     return n->nin > 2 && n->in[2] != KIR_NONE && kcu_is_half(w->dtype) && in->dtype == w->dtype &&
-           kcu_is_half(n->dtype) && w->dims[2] % 8 == 0 && w->dims[1] < INT32_MAX / 64 &&
+           w->dims[2] % 8 == 0 && w->dims[1] < INT32_MAX / 64 &&
            x->opt.smem_optin >= kcu_moe_smem(MOE_BT_LARGE) + w->dims[0] + 1024;
 }
+
+int kcu_moe_grouped(const kcu_gen *x, kir_val v) { return kcu_moe_grouped_inputs(x, v) && kcu_is_half(x->g->nodes[v].dtype); }
 
 /* The grouped matmul's kernels (kcu_moe_matmul) for node v, whose results go to the epilogue `epi`
  * (a kcu_moe_* functor's type and initializer, over the kernel's parameters), `cols` outputs a tile
@@ -257,6 +259,51 @@ static int emit_expert_sum(kcu_gen *x, kir_val v)
     ks_buf_puts(&x->body, "}\n");
     kcu_kernel_end(x, k, "");
     return 0;
+}
+
+/* A group anchored at a routed expert_matmul (passes/fuse_epilogues.c): one grouped matmul when it is
+ * a SwiGLU over a gate and up merged along the experts' rows (fuse_sibling_matmuls' concat1):
+ *     m = expert_matmul(x, w[E, 2F, K], idx); a = slice(m, 0, F); b = slice(m, F, 2F);
+ *     out = mul(silu(a), b)   (either order), out the only value read outside,
+ * silu in its half form (fast precision), x and w of one half dtype. Else 0: node by node. */
+int kcu_emit_moe_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside)
+{
+    const kir_graph *g = x->g;
+    const kir_val mm = nodes[0];
+    if (count != 5 || g->nodes[mm].op != KIR_OP_EXPERT_MATMUL || !kcu_moe_grouped_inputs(x, mm)) return 0;
+    const int64_t rows = g->nodes[g->nodes[mm].in[1]].dims[1], half = rows / 2;
+    kir_val lo = KIR_NONE, hi = KIR_NONE, act = KIR_NONE, prod = KIR_NONE;
+    for (int i = 1; i < count; i++) {
+        const kir_val v = nodes[i];
+        const kir_node *n = &g->nodes[v];
+        if (n->op == KIR_OP_SLICE && n->in[0] == mm) {
+            const int64_t s = kir_attr_int(g, v, KIR_A_SLICE_START), e = kir_attr_int(g, v, KIR_A_SLICE_END);
+            if (s == 0 && e == half) lo = v;
+            else if (s == half && e == rows) hi = v;
+        } else if (n->op == KIR_OP_SILU && kir_attr_int(g, v, KIR_A_ANY_HALF_MATH)) {
+            act = v;
+        } else if (n->op == KIR_OP_MUL) {
+            prod = v;
+        }
+    }
+    if (rows % 2 || lo == KIR_NONE || hi == KIR_NONE || act == KIR_NONE || prod == KIR_NONE) return 0;
+    const kir_node *a = &g->nodes[act], *p = &g->nodes[prod];
+    if (a->in[0] != lo || !((p->in[0] == act && p->in[1] == hi) || (p->in[0] == hi && p->in[1] == act))) return 0;
+    for (int i = 0; i < count; i++)
+        if (read_outside[nodes[i]] != (nodes[i] == prod)) return 0;
+    krt_cuda_kernel *k = kcu_kernel_new(x, mm, MM_THREADS);
+    const kir_node *n = &g->nodes[mm];
+    kcu_param_in(x, k, n->in[0], "x");
+    kcu_param_in(x, k, n->in[1], "w");
+    kcu_param_in(x, k, n->in[2], "idx");
+    kcu_param_out(x, k, prod);
+    ks_buf epi = {0};
+    ks_buf_printf(&epi, "kcu_moe_swiglu<%lld, %s>{out}", (long long)half, kcu_elem_type(p->dtype));
+    kcu_moe_grouped_kernels(x, k, mm, "silu(gate) up of each routed row's expert (gate and up one weight), grouped by "
+                            "expert (tensor cores)", ks_buf_cstr(&epi), (half + MOE_BW / 2 - 1) / (MOE_BW / 2));
+    ks_buf_free(&epi);
+    kcu_kernel_end(x, k, "swiglu");
+    return 1;
 }
 
 int kcu_emit_moe(kcu_gen *x, kir_val v)

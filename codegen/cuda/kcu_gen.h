@@ -160,6 +160,10 @@ int kcu_emit_moe(kcu_gen *x, kir_val v);
  * and the epilogue's, and ends the kernel), the epilogue epi a kcu_moe_* functor's initializer, tiles the
  * grid's weight-row tiles. */
 int kcu_moe_grouped(const kcu_gen *x, kir_val v);
+/* kcu_emit_moe.c: one grouped matmul for a fusion group anchored at a routed expert_matmul (nodes[0])
+ * when it is a SwiGLU over a merged gate and up (kcu_moe_swiglu); 0 (nothing written: node by node)
+ * otherwise. kcu_emit_group's contract. */
+int kcu_emit_moe_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside);
 void kcu_moe_grouped_kernels(kcu_gen *x, krt_cuda_kernel *k, kir_val mm, const char *what, const char *epi,
                              int64_t tiles);
 /* kcu_emit_attention.c: the kernel writing K and V rows (values kv, vv) of a

@@ -2255,9 +2255,11 @@ __device__ __forceinline__ int kcu_moe_expert(const int *__restrict__ idx, const
 /* What a grouped matmul's results become. Epi::wrow(tile, i): the weight row (of the expert's N) that
  * row i of the block's tile `tile` multiplies (-1: past the end); put(r, e, tile, i, v0, v1): routed
  * row r's results of tile rows i and i + 8 (i % 16 < 8), expert e. kcu_moe_store stores them (plus the
- * expert's bias where B); kcu_moe_swiglu takes a weight of 2F rows, F gate rows then F up rows, tile
- * row i and i + 8 a gate and its up, and stores silu(gate) up as the unfused graph computes it in fast
- * precision (each of gate, up and silu(gate) rounded to O, as they were stored): F outputs. */
+ * expert's bias where B); kcu_moe_swiglu takes a weight of 2F rows, F gate rows then F up rows (a
+ * concat1 weight, passes/fuse_sibling_matmuls.c), tile row i and i + 8 a gate and its up, and stores
+ * silu(gate) up: F outputs, the group's values in f32 (passes/lower_precision.c: a group's values
+ * that nothing outside reads are not rounded), silu's half form (half_math), the product rounded to O
+ * as it is stored. */
 template <int N, typename O, bool B, typename BT_ = O> struct kcu_moe_store {
     enum { COLS = KCU_MOE_BW }; /* outputs a tile */
     O *__restrict__ out;        /* [T KK, N] */
@@ -2292,8 +2294,7 @@ template <int F, typename O> struct kcu_moe_swiglu {
     {
         const int c = col(tile, i);
         if (c >= F) return;
-        const float s = kcu_round<O>(kcu_silu_half(kcu_round<O>(gate)));
-        kcu_put(out + r * F + c, s * kcu_round<O>(up));
+        kcu_put(out + r * F + c, kcu_silu_half(gate) * up);
     }
 };
 

@@ -76,7 +76,7 @@ static const verify_case verify_cases[] = {
      "%3  : f32[4,8] = weight() {name=\"a\"}\n"
      "%4  : f32[2,8] = weight() {name=\"b\"}\n"
      "%5  : f32[6,8] = weight() {name=\"a+b\", derive=\"concat0\", sources=\"a,b\", rows=[4,2]}\n"
-     "%6  : f32[6,8] = weight() {name=\"x1\", derive=\"concat1\", sources=\"a,b\", rows=[4,2]}\n"
+     "%6  : f32[6,8] = weight() {name=\"x1\", derive=\"concat2\", sources=\"a,b\", rows=[4,2]}\n"
      "%7  : f32[6,8] = weight() {name=\"x2\", derive=\"concat0\", sources=\"a,b\"}\n"
      "%8  : f32[6,8] = weight() {name=\"x3\", derive=\"concat0\", sources=\"a,b,c\", rows=[4,2]}\n"
      "%9  : f32[7,8] = weight() {name=\"x4\", derive=\"concat0\", sources=\"a,b\", rows=[4,2]}\n"
@@ -89,7 +89,7 @@ static const verify_case verify_cases[] = {
      "%16 : f32[6,8] = weight() {name=\"x11\", derive=\"concat0\", sources=\"a,b\", rows=4}\n"
      "%17 : f32[T,8] = output(%2) {name=\"logits\"}\n",
      12,
-     "derived.ir: error: node %6 (weight): attribute derive is \"concat1\", not \"concat0\" or \"offset\"\n"
+     "derived.ir: error: node %6 (weight): attribute derive is \"concat2\", not \"concat0\", \"concat1\" or \"offset\"\n"
      "derived.ir: error: node %16 (weight): attribute rows is an int, not a list of ints\n"
      "derived.ir: error: node %7 (weight): a derived weight needs derive, sources and rows; rows is missing\n"
      "derived.ir: error: node %8 (weight): sources names 3 weights but rows has 2 numbers\n"
@@ -351,6 +351,46 @@ static void test_derived(void)
     CHECK(kp_weight_recipe_of(g, 4, &arena, &r) == -1);
     ks_arena_free(&arena);
     kir_graph_free(g);
+
+    /* concat1: stacked experts' rows along dim 1, expert by expert (a gate [2,1,2] and an up [2,2,2]
+     * into [2,3,2]: expert 0's gate row, its two up rows, then expert 1's); rows that do not add up to
+     * dim 1, and a source of another expert count, refused */
+    g = kt_parse("concat1.ir",
+                 "kiln-ir 1\n"
+                 "%0 : f32[2,1,2] = weight() {name=\"g\"}\n"
+                 "%1 : f32[2,2,2] = weight() {name=\"u\"}\n"
+                 "%2 : f32[2,3,2] = weight() {name=\"g+u\", derive=\"concat1\", sources=\"g,u\", rows=[1,2]}\n",
+                 &log);
+    KS_ASSERT(g);
+    CHECK(kp_weight_recipe_of(g, 2, &arena, &r) == 0 && r.n_sources == 2);
+    if (r.n_sources == 2) {
+        CHECK(r.rows[0] == 1 && r.rows[1] == 2 && r.bytes[0] == 16 && r.bytes[1] == 32);
+        float gw[4] = {1, 2, 7, 8}, uw[8] = {3, 4, 5, 6, 9, 10, 11, 12}, out[12];
+        const void *src[2] = {gw, uw};
+        kp_derive_weight(g, 2, &r, src, out);
+        for (int i = 0; i < 12; i++) CHECK(out[i] == (float)(i + 1));
+    }
+    ks_arena_free(&arena);
+    kir_graph_free(g);
+    {
+        ks_buf v = {0};
+        ks_diag d = {.log = &v, .quiet = 1};
+        g = kt_parse("concat1bad.ir",
+                     "kiln-ir 1\n"
+                     "%0 : f32[3,1,2] = weight() {name=\"g\"}\n"
+                     "%1 : f32[2,2,2] = weight() {name=\"u\"}\n"
+                     "%2 : f32[2,3,2] = weight() {name=\"x\", derive=\"concat1\", sources=\"g,u\", rows=[1,2]}\n"
+                     "%3 : f32[2,4,2] = weight() {name=\"y\", derive=\"concat1\", sources=\"u,u\", rows=[2,1]}\n",
+                     &log);
+        KS_ASSERT(g);
+        CHECK(kp_weight_recipe_of(g, 3, &arena, &r) == -1);
+        CHECK(kir_verify(g, &d, "concat1") != 0);
+        CHECK(strstr(ks_buf_cstr(&v), "node %2 (weight): source \"g\" (node %0) is f32[3,1,2], not 1 rows along dim 1 of f32[2,3,2]") != NULL);
+        CHECK(strstr(ks_buf_cstr(&v), "node %3 (weight): rows add up to 3, but the weight is f32[2,4,2] (concat1: rows along dim 1)") != NULL);
+        ks_buf_free(&v);
+        ks_arena_free(&arena);
+        kir_graph_free(g);
+    }
 
     /* offset: one source plus a number (a norm's offset:), in f32 and rounded once in bf16; two
      * sources are refused */

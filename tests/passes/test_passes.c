@@ -480,6 +480,100 @@ static const pass_case cases[] = {
      "%36 : f32[T,16] = matmul(%35, %34) {fuse=4}\n"
      "%37 : f32[T,16] = output(%36) {name=\"logits\"}\n",
      0},
+
+    /* Routed experts: the gate and up of one x and one idx merge along the experts' rows (concat1) and
+     * slices of the last dim; one of another weight dtype, and one with a bias, stay. */
+    {"experts.ir", "fuse_sibling_matmuls",
+     HEAD
+     "%0  : i32[T] = input() {name=\"tokens\"}\n"
+     "%1  : f32[16,8] = weight() {name=\"embed\"}\n"
+     "%2  : f32[T,8] = embed(%1, %0)\n"
+     "%3  : f32[4,8] = weight() {name=\"router\"}\n"
+     "%4  : f32[T,4] = matmul(%2, %3)\n"
+     "%5  : i32[T,2] = topk(%4) {k=2}\n"
+     "%6  : f32[T,2] = gather(%4, %5)\n"
+     "%7  : f32[4,6,8] = weight() {name=\"wg\"} @\"m.kiln\":3:1\n"
+     "%8  : f32[T,2,6] = expert_matmul(%2, %7, %5) @\"m.kiln\":10:5\n"
+     "%9  : f32[4,6,8] = weight() {name=\"wu\"} @\"m.kiln\":4:1\n"
+     "%10 : f32[T,2,6] = expert_matmul(%2, %9, %5) @\"m.kiln\":10:30\n"
+     "%11 : f16[4,6,8] = weight() {name=\"wh\"}\n"
+     "%12 : f32[T,2,6] = expert_matmul(%2, %11, %5)\n"
+     "%13 : f32[4,6] = weight() {name=\"bg\"}\n"
+     "%14 : f32[T,2,6] = expert_matmul(%2, %7, %5, %13)\n"
+     "%15 : f32[T,2,6] = silu(%8) @\"m.kiln\":10:1\n"
+     "%16 : f32[T,2,6] = mul(%15, %10) @\"m.kiln\":10:28\n"
+     "%17 : f32[T,2,6] = add(%16, %14)\n"
+     "%18 : f32[T,2,6] = add(%17, %12)\n"
+     "%19 : f32[T,6] = expert_sum(%18, %6)\n"
+     "%20 : f32[T,6] = output(%19) {name=\"logits\"}\n",
+     HEAD
+     "%0  : i32[T] = input() {name=\"tokens\"}\n"
+     "%1  : f32[16,8] = weight() {name=\"embed\"}\n"
+     "%2  : f32[T,8] = embed(%1, %0)\n"
+     "%3  : f32[4,8] = weight() {name=\"router\"}\n"
+     "%4  : f32[T,4] = matmul(%2, %3)\n"
+     "%5  : i32[T,2] = topk(%4) {k=2}\n"
+     "%6  : f32[T,2] = gather(%4, %5)\n"
+     "%7  : f32[4,6,8] = weight() {name=\"wg\"} @\"m.kiln\":3:1\n"
+     "%8  : f32[4,12,8] = weight() {name=\"wg+wu\", derive=\"concat1\", sources=\"wg,wu\", rows=[6,6]} @\"m.kiln\":3:1\n"
+     "%9  : f32[T,2,12] = expert_matmul(%2, %8, %5) @\"m.kiln\":10:5\n"
+     "%10 : f32[T,2,6] = slice(%9) {start=0, end=6} @\"m.kiln\":10:5\n"
+     "%11 : f32[4,6,8] = weight() {name=\"wu\"} @\"m.kiln\":4:1\n"
+     "%12 : f32[T,2,6] = slice(%9) {start=6, end=12} @\"m.kiln\":10:30\n"
+     "%13 : f16[4,6,8] = weight() {name=\"wh\"}\n"
+     "%14 : f32[T,2,6] = expert_matmul(%2, %13, %5)\n"
+     "%15 : f32[4,6] = weight() {name=\"bg\"}\n"
+     "%16 : f32[T,2,6] = expert_matmul(%2, %7, %5, %15)\n"
+     "%17 : f32[T,2,6] = silu(%10) @\"m.kiln\":10:1\n"
+     "%18 : f32[T,2,6] = mul(%17, %12) @\"m.kiln\":10:28\n"
+     "%19 : f32[T,2,6] = add(%18, %16)\n"
+     "%20 : f32[T,2,6] = add(%19, %14)\n"
+     "%21 : f32[T,6] = expert_sum(%20, %6)\n"
+     "%22 : f32[T,6] = output(%21) {name=\"logits\"}\n",
+     1},
+
+    /* A merged gate and up: the SwiGLU joins the routed expert_matmul's group; the down projection's
+     * weighted sum (not elementwise) does not. */
+    {"experts_epilogue.ir", "fuse_epilogues",
+     HEAD
+     "%0  : i32[T] = input() {name=\"tokens\"}\n"
+     "%1  : f32[16,8] = weight() {name=\"embed\"}\n"
+     "%2  : f32[T,8] = embed(%1, %0)\n"
+     "%3  : f32[4,8] = weight() {name=\"router\"}\n"
+     "%4  : f32[T,4] = matmul(%2, %3)\n"
+     "%5  : i32[T,2] = topk(%4) {k=2}\n"
+     "%6  : f32[T,2] = gather(%4, %5)\n"
+     "%7  : f32[4,12,8] = weight() {name=\"wg+wu\", derive=\"concat1\", sources=\"wg,wu\", rows=[6,6]}\n"
+     "%8  : f32[T,2,12] = expert_matmul(%2, %7, %5)\n"
+     "%9  : f32[T,2,6] = slice(%8) {start=0, end=6}\n"
+     "%10 : f32[T,2,6] = slice(%8) {start=6, end=12}\n"
+     "%11 : f32[T,2,6] = silu(%9)\n"
+     "%12 : f32[T,2,6] = mul(%11, %10)\n"
+     "%13 : f32[4,8,6] = weight() {name=\"wd\"}\n"
+     "%14 : f32[T,2,8] = expert_matmul(%12, %13, %5)\n"
+     "%15 : f32[T,8] = expert_sum(%14, %6)\n"
+     "%16 : f32[T,8] = add(%2, %15)\n"
+     "%17 : f32[T,8] = output(%16) {name=\"logits\"}\n",
+     HEAD
+     "%0  : i32[T] = input() {name=\"tokens\"}\n"
+     "%1  : f32[16,8] = weight() {name=\"embed\"}\n"
+     "%2  : f32[T,8] = embed(%1, %0)\n"
+     "%3  : f32[4,8] = weight() {name=\"router\"}\n"
+     "%4  : f32[T,4] = matmul(%2, %3)\n"
+     "%5  : i32[T,2] = topk(%4) {k=2}\n"
+     "%6  : f32[T,2] = gather(%4, %5)\n"
+     "%7  : f32[4,12,8] = weight() {name=\"wg+wu\", derive=\"concat1\", sources=\"wg,wu\", rows=[6,6]}\n"
+     "%8  : f32[T,2,12] = expert_matmul(%2, %7, %5) {fuse=0}\n"
+     "%9  : f32[T,2,6] = slice(%8) {start=0, end=6, fuse=0}\n"
+     "%10 : f32[T,2,6] = slice(%8) {start=6, end=12, fuse=0}\n"
+     "%11 : f32[T,2,6] = silu(%9) {fuse=0}\n"
+     "%12 : f32[T,2,6] = mul(%11, %10) {fuse=0}\n"
+     "%13 : f32[4,8,6] = weight() {name=\"wd\"}\n"
+     "%14 : f32[T,2,8] = expert_matmul(%12, %13, %5)\n"
+     "%15 : f32[T,8] = expert_sum(%14, %6)\n"
+     "%16 : f32[T,8] = add(%2, %15)\n"
+     "%17 : f32[T,8] = output(%16) {name=\"logits\"}\n",
+     1},
 };
 
 static void run_case(const pass_case *c)
