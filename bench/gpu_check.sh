@@ -79,7 +79,8 @@
 #         compute-sanitizer memcheck, racecheck and synccheck on the default engine.
 #       moe — bench/moe_bench.py (issue #12): a Qwen3-30B-A3B-shaped mixture of experts (GPU_MOE_LAYERS,
 #         default 24, of its 48 layers; random bf16, ~31 GB) built and decoded at batch 1 and 32 against
-#         the bytes a step must read over the copy rate measured in the run; $OUT/moe_bench.json.
+#         the bytes a step must read over the copy rate measured in the run; $OUT/moe_bench.json, and
+#         `kiln bench --profile` of both decodes ($OUT/moe_profile_b1.txt, _b32.txt).
 #       probe — bench/gemv_probe.cu (compiled there by nvcc): the batch-1 matrix-vector designs (weights in
 #         flight in registers, a cp.async ring, bulk copies) at the 8B shapes against the copy rate.
 #       LLAMA8B_ARGS adds arguments to llama8b_check.py (e.g. "--dtypes bf16").
@@ -542,9 +543,13 @@ run() {
     # issue #12: a Qwen3-30B-A3B-shaped MoE (24 layers, random bf16) decoded against its bytes floor
     echo "== bench/moe_bench.py: Qwen3-30B-A3B's shape, ${GPU_MOE_LAYERS:-24} layers"
     PYTHONUNBUFFERED=1 timeout $(( ${GPU_CHECK_BUDGET:-585} - SECONDS )) python3 "$root/bench/moe_bench.py" \
-      --kiln "$kiln" --layers "${GPU_MOE_LAYERS:-24}" --out "$out" 2>&1 | grep -v 'it/s\]$' | tee "$out/moe_bench.log" \
+      --kiln "$kiln" --layers "${GPU_MOE_LAYERS:-24}" --out "$out" --profile 2>&1 | grep -v 'it/s\]$' | tee "$out/moe_bench.log" \
       | grep -E '^(\||copy|model|kiln|floor|FAIL)' >> "$summary"
     echo "moe_bench exit ${PIPESTATUS[0]}" | tee -a "$summary"
+    # where a step's time goes: the profiles' kernel tables (decode steps)
+    for f in "$out"/moe_profile_b*.txt; do
+      [ -f "$f" ] && { echo "== $(basename "$f")"; grep -A24 "decode steps" "$f" | head -30; } | tee -a "$summary"
+    done
   fi
   if [[ $stages == *" profile "* ]]; then
     # the 8B shape with few layers (every layer runs the same kernels): quick per-kernel figures

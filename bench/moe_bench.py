@@ -14,7 +14,7 @@ its router, its 8 active experts' gate, up and down rows, its norms; the embeddi
 norm and the head — over the device-to-device copy rate measured in the same run (bytes read +
 written per second, best of 10 copies of 2 GiB). The bar (issue #12): batch 1 within 1.5x of it.
 
-    python3 bench/moe_bench.py --kiln build-gpu/gpu/bin/kiln [--layers 24] [--batch 32] [--out DIR]
+    python3 bench/moe_bench.py --kiln build-gpu/gpu/bin/kiln [--layers 24] [--batch 32] [--out DIR] [--profile]
     python3 bench/moe_bench.py --kiln ... --tiny      (2 layers, 8 experts, hidden 256: the script alone,
                                                       on a machine without a GPU: the CPU engine)
 Writes DIR/moe_bench.json and prints a table (bench/RESULTS.md's form).
@@ -77,6 +77,8 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--work", default=None, help="checkpoint and engine folder (default /dev/shm/moe_bench)")
     ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="also `kiln bench --profile` of batch 1 and 32 decodes: OUT/moe_profile_b1.txt, _b32.txt")
     a = ap.parse_args()
     import torch
     dev = "cuda" if torch.cuda.is_available() and not a.tiny else "cpu"
@@ -112,6 +114,14 @@ def main():
         sys.exit(1)
     kb = json.loads(p.stdout.strip().splitlines()[-1])
     res["kiln_bench"] = kb
+    os.makedirs(a.out, exist_ok=True)
+    if a.profile:  # each kernel's time (no graphs): where a step's time goes
+        for b in ("1", a.batch.split(",")[-1]):
+            p = subprocess.run([a.kiln, "bench", engine, "--prompts", "16", "--decode-prompt", "16", "--decode", "16",
+                                *(["--batch", b] if b != "1" else []), "--reps", "1", "--warmup", "1", "--profile"],
+                               capture_output=True, text=True)
+            open(os.path.join(a.out, f"moe_profile_b{b}.txt"), "w").write(p.stdout + p.stderr)
+            log(f"kiln bench --profile (batch {b}): exit {p.returncode}, {a.out}/moe_profile_b{b}.txt")
     total, parts = step_bytes(cfg, layers)
     floor_ms = total / rate * 1e3
     res["floor"] = {"bytes": total, "parts": parts, "ms": floor_ms}

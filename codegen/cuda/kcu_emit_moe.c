@@ -66,12 +66,67 @@ static int emit_extreme(kcu_gen *x, kir_val v)
     return 0;
 }
 
+/* topk over rows of at most TOPK_WARP_D: a warp a token (8 tokens a block), lane l holding the row's
+ * elements l, l + 32, ...; k rounds, each the warp's best of what no round took (each lane its own, then
+ * a butterfly of shuffles), by one total order — a NaN above every number, then the larger, then the
+ * lower index — the interpreter's ranks_above, so the same indices in the same order. A thread a token
+ * (below) walked a row of 128 experts k times in series: tens of µs at batch 1. */
+enum { TOPK_WARP_D = 2048 };
+static int emit_topk_warp(kcu_gen *x, kir_val v)
+{
+    const kir_node *n = &x->g->nodes[v], *a = &x->g->nodes[n->in[0]];
+    const int64_t d = kcu_last_dim(a), kk = kcu_last_dim(n);
+    enum { WARPS = EW_THREADS / 32 };
+    krt_cuda_kernel *k = kcu_kernel_new(x, v, EW_THREADS);
+    kcu_kernel_grid(k, 0, 1, 0, WARPS);
+    kcu_param_in(x, k, n->in[0], "x");
+    kcu_param_out(x, k, v);
+    kcu_open_body(x, k, "the indices of the k largest of each row, largest first (NaN first, ties to the lower "
+                        "index), a warp a row");
+    ks_buf_printf(&x->body,
+                  "    enum { D = %lld, K = %lld, L = (D + 31) / 32 };\n"
+                  "    const long long i0 = (long long)blockIdx.x * %d + threadIdx.x / 32;\n"
+                  "    const bool live = i0 < T; /* the same in every lane: no return before the shuffles */\n"
+                  "    const long long i = live ? i0 : T - 1;\n"
+                  "    const int lane = threadIdx.x %% 32;\n"
+                  "    float e[L];\n"
+                  "    unsigned long long taken = 0; /* bit q: element lane + 32 q was taken */\n"
+                  "#pragma unroll\n"
+                  "    for (int q = 0; q < L; q++) e[q] = lane + 32 * q < D ? %sx[i * D + lane + 32 * q]%s : 0.0f;\n"
+                  "    /* a above b: a NaN above a number, then the larger, then the lower index */\n"
+                  "    auto above = [](float av, int ai, float bv, int bi) {\n"
+                  "        if (av != av || bv != bv) return av != av && (bv == bv || ai < bi);\n"
+                  "        return av > bv || (av == bv && ai < bi);\n"
+                  "    };\n"
+                  "    for (int j = 0; j < K; j++) {\n"
+                  "        float bv = 0.0f;\n"
+                  "        int bi = -1;\n"
+                  "#pragma unroll\n"
+                  "        for (int q = 0; q < L; q++) {\n"
+                  "            const int c = lane + 32 * q;\n"
+                  "            if (c < D && !((taken >> q) & 1ull) && (bi < 0 || above(e[q], c, bv, bi))) bv = e[q], bi = c;\n"
+                  "        }\n"
+                  "        for (int m = 16; m > 0; m >>= 1) {\n"
+                  "            const float ov = __shfl_xor_sync(0xffffffffu, bv, m);\n"
+                  "            const int oi = __shfl_xor_sync(0xffffffffu, bi, m);\n"
+                  "            if (oi >= 0 && (bi < 0 || above(ov, oi, bv, bi))) bv = ov, bi = oi;\n"
+                  "        }\n"
+                  "        if (bi >= 0 && bi %% 32 == lane) taken |= 1ull << (bi / 32);\n"
+                  "        if (live && lane == 0) out[i * K + j] = bi;\n"
+                  "    }\n"
+                  "}\n",
+                  (long long)d, (long long)kk, WARPS, kcu_ld(a->dtype), kcu_ld_end(a->dtype));
+    kcu_kernel_end(x, k, "warp");
+    return 0;
+}
+
 /* topk: one thread a token, k passes of a selection (a NaN above every number, equal values by the
  * lower index: the interpreter's ranks_above). */
 static int emit_topk(kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v], *a = &x->g->nodes[n->in[0]];
     int64_t d = kcu_last_dim(a), kk = kcu_last_dim(n);
+    if (d <= TOPK_WARP_D) return emit_topk_warp(x, v);
     krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, 1);
     kcu_param_in(x, k, n->in[0], "x");
     kcu_param_out(x, k, v);

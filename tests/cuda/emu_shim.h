@@ -91,6 +91,7 @@ template <typename V> static inline const V *kemu_warp_publish(const V &v)
 }
 static inline float __shfl_xor_sync(unsigned mask, float v, int m) { return (void)mask, kemu_shfl_xor(v, m); }
 static inline double __shfl_xor_sync(unsigned mask, double v, int m) { return (void)mask, kemu_shfl_xor(v, m); }
+static inline int __shfl_xor_sync(unsigned mask, int v, int m) { return (void)mask, kemu_shfl_xor(v, m); }
 /* A vote (kcu_moe_collect's): the warp's predicates, lane i's in bit i; called as a shuffle. */
 static inline unsigned __ballot_sync(unsigned mask, int pred)
 {
