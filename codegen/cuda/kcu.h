@@ -99,6 +99,9 @@ typedef struct kcu_options {
                         * attention's deeper K/V ring */
     int tc_per_sm;     /* 0: kcu_matmul_tc's plan's blocks an SM; else these (kcu_build: KILN_CUDA_TC_PER_SM=N,
                         * for comparisons) */
+    int stats_batch;   /* 0: the norm statistics' chunks a lane loads before summing them, KCU_STATS_BATCH;
+                        * else these (KILN_CUDA_STATS_BATCH=N, 1 to 16, for comparisons: the order of the
+                        * sums is the same) */
     int tc_xahead;     /* 0: kcu_matmul_tc's sets of x in registers, KCU_TC_XAHEAD; else these
                         * (KILN_CUDA_TC_XAHEAD=N, 1 to 8, for comparisons) */
     int tc_ring_kb;    /* 0: kcu_matmul_tc's plan's ring; else at most this many kB (KILN_CUDA_TC_RING=N) */

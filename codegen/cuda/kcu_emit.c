@@ -786,6 +786,7 @@ int kcu_generate_with(const kir_graph *g, const kcu_options *opt, ks_buf *src, k
     int rc = emit_nodes(&x);
     if (rc == 0) {
         ks_buf_printf(src, banner, g->name ? g->name : "", meta->n_kernels, x.n_bodies);
+        if (x.opt.stats_batch > 0) ks_buf_printf(src, "#define KCU_STATS_BATCH %d\n", x.opt.stats_batch);
         ks_buf_puts(src, kcu_prelude);
         ks_buf_put(src, kernels.data, kernels.len);
         meta->pdl = 1; /* kcu_open_body, kcu_open_large and the gemm90 wrappers open with KCU_PDL_ENTER */

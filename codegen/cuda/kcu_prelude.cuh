@@ -385,7 +385,9 @@ __device__ __forceinline__ double kcu_warp_sum(double s)
  * chunk's elements in order. The loads go first, KCU_STATS_BATCH chunks at a time (16 bytes each
  * where the row is 16-byte aligned, else element by element: the same sum), then their sums: one
  * round trip to L2 for a row of 4096 halves, where a chain of 2-byte loads took ~20 (#11 step 8). */
-enum { KCU_STATS_BATCH = 16 };
+#ifndef KCU_STATS_BATCH
+#define KCU_STATS_BATCH 16 /* the generator defines another with kcu_options.stats_batch (KILN_CUDA_STATS_BATCH) */
+#endif
 template <int K, typename X, class F>
 __device__ __forceinline__ double kcu_lane_sum(const X *__restrict__ xr, int lane, F f)
 {
