@@ -48,16 +48,26 @@ done
 # 30-token prompt beside a 15-token one in a step (past and within the 16 positions of their original
 # context), whose decode steps then cross it
 # (KILN_OPS_MODELS, when set, names the models instead: empty under the sanitizers, tests/cuda/CMakeLists.txt)
-ops_models=" ${KILN_OPS_MODELS-gpt_oss-tiny deepseek_v3-tiny phi3-longrope-tiny llama-dynamic-tiny} "
+# qwen3_moe-tiny in fast precision: the grouped matmul (kcu_moe_matmul) with the gate, up and SwiGLU as one
+# kernel (kcu_moe_swiglu) and the down projection alone, a prompt of more than 32 tokens on its _large
+# kernel; then tests/session's test_session on that engine: a sequence decoded among 7 and 31 others
+# bitwise equal to alone (the grouped matmul's rows depend on nothing else in the step)
+ops_models=" ${KILN_OPS_MODELS-gpt_oss-tiny deepseek_v3-tiny phi3-longrope-tiny llama-dynamic-tiny qwen3_moe-tiny} "
 for m in $ops_models; do
   dir="$(dirname "$0")/../data/$m"
   hows=("--dtype f32" "--dtype bf16 --precision fast") steps=""
   case $m in phi3-longrope-tiny|llama-dynamic-tiny) hows=("--dtype f32") steps="--tokens 30";; esac
+  [ $m = qwen3_moe-tiny ] && hows=("--dtype bf16 --precision fast")
   # DeepSeek-V3's routing (sigmoid scores of random weights, groups masked by `>`) meets near-ties at bf16's
   # resolution in many random prompts: fused and unfused round in different places, and a group or an
   # expert flips (4 of seeds 1-8 on the CPU alone, kiln verify --dtype bf16 --precision fast); seed 5's
   # prompts route clear of them on both backends
   [ $m = deepseek_v3-tiny ] && steps="--seed 5"
+  # gpt_oss-tiny's router (4 experts, random weights, its logits stored in bf16) ties or nearly ties in most
+  # random prompts: kiln verify --dtype bf16 --precision fast on the CPU alone diverges at 10 of seeds 1-14 (the
+  # fused graph's one rounding of matmul + bias against the unfused graph's two flips an expert); seed 9's
+  # prompts route clear on both backends (seed 1's, clear on the CPU, flip after the grouped down projection)
+  [ $m = gpt_oss-tiny ] && steps="--seed 9"
   for how in "${hows[@]}"; do
     tag=${how//[^a-z0-9]/}$m
     # shellcheck disable=SC2086
@@ -71,6 +81,19 @@ for m in $ops_models; do
       && passes=$((passes+1)) || { echo "FAIL: verify $m --target sm_90 $how (exit $rc)"; echo "$out" | sed 's/^/    /'; failures=$((failures+1)); }
   done
 done
+if [[ "$ops_models" == *" qwen3_moe-tiny "* ]]; then
+  src=$(cat "$work"/srcdtypebf16precisionfastqwen3_moe-tiny/*.cu)
+  for want in "kcu_moe_matmul<kcu_bf16, 64, 64, 6, 2, 16, false>(T, x, w, idx, kcu_moe_swiglu<32, kcu_bf16>{out})" \
+    "kcu_moe_matmul<kcu_bf16, 64, 64, 6, 2, 64, false>(T, x, w, idx, kcu_moe_swiglu<32, kcu_bf16>{out})" \
+    "kcu_moe_matmul<kcu_bf16, 32, 64, 6, 2, 16, true>(T, x, w, idx, kcu_moe_store<64, kcu_bf16, false>{out, nullptr})" \
+    "a warp a row"; do
+    [[ "$src" == *"$want"* ]] && passes=$((passes+1)) || { echo "FAIL: no '$want' in qwen3_moe-tiny's fast source"; failures=$((failures+1)); }
+  done
+  tag=dtypebf16precisionfastqwen3_moe-tiny
+  out=$(KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$work/$tag.so" "$KILN_TEST_SESSION" "$work/$tag.engine" 2>&1); rc=$?
+  echo "$out" | grep -E "batch|session"
+  [ $rc -eq 0 ] && passes=$((passes+1)) || { echo "FAIL: test_session on qwen3_moe-tiny's fast engine (exit $rc)"; echo "$out" | tail -20; failures=$((failures+1)); }
+fi
 # the rotations by length are kernels of their own, reading each token's sequence length: LongRoPE's two tables,
 # dynamic NTK's base computed there
 for want in "phi3-longrope-tiny:_inv_freq_long[j]; /* the long factors */" "llama-dynamic-tiny:const float grow = (float)len * 8.0f / 16.0f - 7.0f;"; do
