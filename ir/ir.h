@@ -47,6 +47,7 @@ typedef enum kir_fusion_class {
     KIR_FUSE_ELEMWISE,  /* elementwise: may become an epilogue of its producer */
     KIR_FUSE_NORM,      /* a row reduction: may absorb a preceding residual add */
     KIR_FUSE_VIEW,      /* reshape/slice/concat: may disappear into consumers */
+    KIR_FUSE_ROW,       /* softmax/sum/topk/gather: along a token's row; a group of them (passes/fuse_rows.c) */
     KIR_FUSE_ATTENTION, /* attention: scale, mask, softmax and PV stay one op */
 } kir_fusion_class;
 

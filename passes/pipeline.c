@@ -14,6 +14,8 @@
  *    replaced for it to drop, and it renumbers the groups;
  *  - precision once the groups are final: what a group keeps in registers
  *    stays f32, what it stores becomes half;
+ *  - the rows of a token's routing after precision: their group keeps the
+ *    dtypes (a rounding that moves changes which experts are chosen);
  *  - the memory plan last: it places the values of the graph as it is.
  */
 #include "passes/pipeline.h"
@@ -38,6 +40,8 @@ const kp_pass kp_passes[] = {
      kp_eliminate_dead_nodes},
     {"lower_precision", "values stored between kernels become f16/bf16 (fast precision); registers stay f32",
      kp_lower_precision},
+    {"fuse_rows", "a token's routing (softmax, topk, gather, sum, elementwise ops) becomes one kernel; dtypes kept",
+     kp_fuse_rows},
     {"plan_memory", "every activation of a step at a fixed offset in one arena (mem.offset); last",
      kp_plan_memory_pass},
 };

@@ -749,8 +749,14 @@ static int emit_nodes(kcu_gen *x)
         /* a group with members after the span is not consecutive: node by node */
         int consecutive = 1;
         for (size_t u = end; u < n && consecutive; u++) consecutive = fuse[u] != fuse[v];
+        int rows = 1; /* passes/fuse_rows.c's group: row ops and elementwise ones, no matmul, norm or attention */
+        for (int i = 0; i < count; i++) {
+            const kir_fusion_class fc = kir_op_table[g->nodes[members[i]].op].fusion;
+            rows &= fc == KIR_FUSE_ROW || fc == KIR_FUSE_ELEMWISE;
+        }
         if (consecutive)
             done = g->nodes[members[0]].op == KIR_OP_EXPERT_MATMUL ? kcu_emit_moe_group(x, members, count, outside)
+                   : rows                                          ? kcu_emit_row_group(x, members, count, outside)
                                                                    : kcu_emit_group(x, members, count, outside);
         if (done < 0) rc = -1;
         if (done != 0) {

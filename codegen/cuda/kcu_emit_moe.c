@@ -17,6 +17,8 @@
 #include "codegen/cuda/kcu_gen.h"
 #include "ir/numerics.h"
 
+#include <stdlib.h>
+
 /* sum over the last dim: one thread a row, in order, in double, rounded once (the interpreter's). */
 static int emit_sum(kcu_gen *x, kir_val v)
 {
@@ -373,4 +375,268 @@ int kcu_emit_moe(kcu_gen *x, kir_val v)
     case KIR_OP_EXPERT_SUM: return emit_expert_sum(x, v);
     default: KS_UNREACHABLE();
     }
+}
+
+/* ---- a token's routing as one kernel (passes/fuse_rows.c's groups) ------------------------------ */
+
+/* The rows a row group holds in shared memory, f32 and i32 elements a warp at most. */
+enum { ROWS_MAX_FLOATS = 1536, ROWS_MAX_INTS = 256 };
+
+/* Where a member's row lives in the warp's shared rows. */
+typedef struct row_slot {
+    int is_int;  /* 1: in ri (topk's indices), else rf */
+    int64_t off; /* first element */
+} row_slot;
+
+typedef struct row_group {
+    const kir_val *nodes;
+    int count;
+    row_slot *slot;       /* [count] */
+    kir_val *outside;     /* operands from outside the group, in first-use order */
+    int n_outside;
+} row_group;
+
+/* The member index of value v, or -1. */
+static int row_member(const row_group *r, kir_val v)
+{
+    for (int i = 0; i < r->count; i++)
+        if (r->nodes[i] == v) return i;
+    return -1;
+}
+
+/* Element `c` (a C expression) of operand value v as f32 (ints: as int), into out: the warp's shared
+ * row of a member, or the outside value's row t (a [T, 1] value: its one element). */
+static void row_operand(const kcu_gen *x, const row_group *r, kir_val v, const char *c, ks_buf *out)
+{
+    const int m = row_member(r, v);
+    const kir_node *n = &x->g->nodes[v];
+    if (m >= 0) {
+        ks_buf_printf(out, "%s[%lld + (%s)]", r->slot[m].is_int ? "ri[warp]" : "rf[warp]", (long long)r->slot[m].off, c);
+        return;
+    }
+    int o = 0;
+    while (r->outside[o] != v) o++;
+    if (n->dims[1] == 1)
+        ks_buf_printf(out, "%sa%d[t]%s", kcu_ld(n->dtype), o, kcu_ld_end(n->dtype));
+    else
+        ks_buf_printf(out, "%sa%d[t * %lldLL + (%s)]%s", kcu_ld(n->dtype), o, (long long)n->dims[1], c,
+                      kcu_ld_end(n->dtype));
+}
+
+/* Whether member node v is one the row kernel computes. */
+static int row_supported(const kcu_gen *x, kir_val v)
+{
+    const kir_node *n = &x->g->nodes[v];
+    switch (n->op) {
+    case KIR_OP_SOFTMAX:
+    case KIR_OP_TOPK:
+    case KIR_OP_GATHER:
+    case KIR_OP_SUM:
+    case KIR_OP_SCALE:
+    case KIR_OP_CLAMP: return 1;
+    default: return kir_has_formula(n->op) || (kir_has_binary(n->op) && n->op != KIR_OP_MASKED_FILL && n->nin == 2);
+    }
+}
+
+/* The statement storing member i's element c, value `val` (f32): rounded to its dtype into its shared
+ * row, and into its buffer o<i> when read outside. */
+static void row_store(const kcu_gen *x, const row_group *r, int i, const uint8_t *read_outside, const char *c,
+                      const char *val, ks_buf *b)
+{
+    const kir_node *n = &x->g->nodes[r->nodes[i]];
+    ks_buf_printf(b, "            const float y = %s;\n", val);
+    ks_buf_printf(b, "            rf[warp][%lld + (%s)] = kcu_round<%s>(y);\n", (long long)r->slot[i].off, c,
+                  kcu_elem_type(n->dtype));
+    if (read_outside[r->nodes[i]]) {
+        ks_buf lhs = {0};
+        ks_buf_printf(&lhs, "o%d[t * %lldLL + (%s)]", i, (long long)n->dims[1], c);
+        ks_buf_puts(b, "            if (live) ");
+        kcu_put_store(b, n->dtype, "", ks_buf_cstr(&lhs), "y");
+        ks_buf_free(&lhs);
+    }
+}
+
+int kcu_emit_row_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside)
+{
+    const kir_graph *g = x->g;
+    row_group r = {.nodes = nodes, .count = count};
+    r.slot = ks_xcalloc((size_t)count, sizeof *r.slot);
+    r.outside = ks_xcalloc((size_t)count * KIR_MAX_INPUTS + 1, sizeof *r.outside);
+    int64_t floats = 0, ints = 0;
+    int ok = 1;
+    for (int i = 0; i < count && ok; i++) {
+        const kir_node *n = &g->nodes[nodes[i]];
+        ok = row_supported(x, nodes[i]) && n->ndim == 2 && (n->dtype == KIR_I32) == (n->op == KIR_OP_TOPK);
+        r.slot[i].is_int = n->dtype == KIR_I32;
+        r.slot[i].off = r.slot[i].is_int ? ints : floats;
+        *(r.slot[i].is_int ? &ints : &floats) += n->dims[1];
+        for (int k = 0; k < n->nin && ok; k++) {
+            const kir_val a = n->in[k];
+            if (a == KIR_NONE || row_member(&r, a) >= 0) continue;
+            int seen = 0;
+            for (int o = 0; o < r.n_outside; o++) seen |= r.outside[o] == a;
+            if (!seen) r.outside[r.n_outside++] = a;
+        }
+    }
+    if (!ok || floats > ROWS_MAX_FLOATS || ints > ROWS_MAX_INTS || r.n_outside + count + 1 > KRT_CUDA_MAX_ARGS) {
+        free(r.slot);
+        free(r.outside);
+        return 0;
+    }
+    enum { WARPS = EW_THREADS / 32 };
+    krt_cuda_kernel *k = kcu_kernel_new(x, nodes[0], EW_THREADS);
+    kcu_kernel_grid(k, 0, 1, 0, WARPS);
+    for (int o = 0; o < r.n_outside; o++) {
+        char name[16];
+        snprintf(name, sizeof name, "a%d", o);
+        kcu_param_in(x, k, r.outside[o], name);
+    }
+    for (int i = 0; i < count; i++) {
+        if (!read_outside[nodes[i]]) continue;
+        ks_buf decl = {0};
+        ks_buf_printf(&decl, "%s *__restrict__ o%d", kcu_elem_type(g->nodes[nodes[i]].dtype), i);
+        kcu_add_param(x, k, KRT_CUDA_ARG_VALUE, nodes[i], ks_buf_cstr(&decl));
+        ks_buf_free(&decl);
+    }
+    kcu_open_body(x, k, "a token's row ops as one kernel (a warp a token), each value rounded to its dtype as stored");
+    ks_buf *b = &x->body;
+    ks_buf_printf(b,
+                  "    __shared__ float rf[%d][%lld];\n"
+                  "    __shared__ int ri[%d][%lld];\n"
+                  "    const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;\n"
+                  "    const long long t0 = (long long)blockIdx.x * %d + warp;\n"
+                  "    const bool live = t0 < T; /* the same in the warp: no return before its shuffles */\n"
+                  "    const long long t = live ? t0 : T - 1;\n",
+                  WARPS, (long long)(floats ? floats : 1), WARPS, (long long)(ints ? ints : 1), WARPS);
+    for (int i = 0; i < count; i++) {
+        const kir_val v = nodes[i];
+        const kir_node *n = &g->nodes[v];
+        const int64_t width = n->dims[1];
+        ks_buf a = {0}, bb = {0}, e = {0};
+        row_operand(x, &r, n->in[0], "c", &a);
+        ks_buf_printf(b, "    { /* %s */\n", kir_op_table[n->op].name);
+        switch (n->op) {
+        case KIR_OP_SOFTMAX: { /* e^(x - max) / sum, the max by max's rule, the sum in double (the kernel's) */
+            ks_buf mx = {0};
+            kir_binary_write(KIR_OP_MAX, "ev", "m", &mx, NULL);
+            ks_buf mo = {0};
+            kir_binary_write(KIR_OP_MAX, "m", "om", &mo, NULL);
+            ks_buf_printf(b,
+                          "        float m = -__int_as_float(0x7f800000);\n"
+                          "        for (int c = lane; c < %lld; c += 32) { const float ev = %s; m = %s; }\n"
+                          "        for (int s = 16; s > 0; s >>= 1) { const float om = __shfl_xor_sync(0xffffffffu, m, s); m = %s; }\n"
+                          "        double ss = 0.0;\n"
+                          "        for (int c = lane; c < %lld; c += 32) ss += exp((double)%s - (double)m);\n"
+                          "        ss = kcu_warp_sum(ss);\n"
+                          "        for (int c = lane; c < %lld; c += 32) {\n",
+                          (long long)width, ks_buf_cstr(&a), ks_buf_cstr(&mx), ks_buf_cstr(&mo), (long long)width,
+                          ks_buf_cstr(&a), (long long)width);
+            ks_buf_printf(&e, "(float)(exp((double)%s - (double)m) / ss)", ks_buf_cstr(&a));
+            row_store(x, &r, i, read_outside, "c", ks_buf_cstr(&e), b);
+            ks_buf_puts(b, "        }\n");
+            ks_buf_free(&mx);
+            ks_buf_free(&mo);
+            break;
+        }
+        case KIR_OP_TOPK: { /* the warp topk's rounds (emit_topk_warp's order) */
+            const int64_t d = g->nodes[n->in[0]].dims[1];
+            ks_buf_printf(b,
+                          "        enum { D = %lld, K = %lld, L = (D + 31) / 32 };\n"
+                          "        float e[L];\n"
+                          "        unsigned long long taken = 0;\n"
+                          "#pragma unroll\n"
+                          "        for (int q = 0; q < L; q++) { const int c = lane + 32 * q; e[q] = c < D ? %s : 0.0f; }\n"
+                          "        auto above = [](float av, int ai, float bv, int bi) {\n"
+                          "            if (av != av || bv != bv) return av != av && (bv == bv || ai < bi);\n"
+                          "            return av > bv || (av == bv && ai < bi);\n"
+                          "        };\n"
+                          "        for (int j = 0; j < K; j++) {\n"
+                          "            float bv = 0.0f;\n"
+                          "            int bi = -1;\n"
+                          "#pragma unroll\n"
+                          "            for (int q = 0; q < L; q++) {\n"
+                          "                const int c = lane + 32 * q;\n"
+                          "                if (c < D && !((taken >> q) & 1ull) && (bi < 0 || above(e[q], c, bv, bi))) bv = e[q], bi = c;\n"
+                          "            }\n"
+                          "            for (int s = 16; s > 0; s >>= 1) {\n"
+                          "                const float ov = __shfl_xor_sync(0xffffffffu, bv, s);\n"
+                          "                const int oi = __shfl_xor_sync(0xffffffffu, bi, s);\n"
+                          "                if (oi >= 0 && (bi < 0 || above(ov, oi, bv, bi))) bv = ov, bi = oi;\n"
+                          "            }\n"
+                          "            if (bi >= 0 && bi %% 32 == lane) taken |= 1ull << (bi / 32);\n"
+                          "            if (lane == 0) {\n"
+                          "                ri[warp][%lld + j] = bi;\n",
+                          (long long)d, (long long)width, ks_buf_cstr(&a), (long long)r.slot[i].off);
+            if (read_outside[v]) ks_buf_printf(b, "                if (live) o%d[t * K + j] = bi;\n", i);
+            ks_buf_puts(b, "            }\n        }\n");
+            break;
+        }
+        case KIR_OP_GATHER: {
+            ks_buf idx = {0};
+            row_operand(x, &r, n->in[1], "j", &idx);
+            const kir_val iv = n->in[1];
+            if (row_member(&r, iv) < 0) { /* an outside i32 row: as it is, not through kcu_ld */
+                int o = 0;
+                while (r.outside[o] != iv) o++;
+                idx.len = 0;
+                ks_buf_printf(&idx, "a%d[t * %lldLL + j]", o, (long long)g->nodes[iv].dims[1]);
+            }
+            ks_buf_printf(b, "        for (int j = lane; j < %lld; j += 32) {\n            const int c = %s;\n",
+                          (long long)width, ks_buf_cstr(&idx));
+            row_store(x, &r, i, read_outside, "j", ks_buf_cstr(&a), b);
+            ks_buf_puts(b, "        }\n");
+            ks_buf_free(&idx);
+            break;
+        }
+        case KIR_OP_SUM: { /* one lane, in order, in double (emit_sum's) */
+            const int64_t d = g->nodes[n->in[0]].dims[1];
+            ks_buf_printf(b,
+                          "        if (lane == 0) {\n"
+                          "            double s = 0.0;\n"
+                          "            for (int c = 0; c < %lld; c++) s += (double)%s;\n"
+                          "            const int c = 0;\n",
+                          (long long)d, ks_buf_cstr(&a));
+            row_store(x, &r, i, read_outside, "c", "(float)s", b);
+            ks_buf_puts(b, "        }\n");
+            break;
+        }
+        default: { /* elementwise: a unary formula or attribute op, or a binary op ([T, 1] repeated) */
+            ks_buf_printf(b, "        for (int c = lane; c < %lld; c += 32) {\n", (long long)width);
+            if (kir_has_binary(n->op)) {
+                const kir_node *bn = &g->nodes[n->in[1]];
+                row_operand(x, &r, n->in[1], bn->dims[1] == 1 ? "0" : "c", &bb);
+                ks_buf_printf(b, "            const float va = %s, vb = %s;\n", ks_buf_cstr(&a), ks_buf_cstr(&bb));
+                kir_binary_write(n->op, "va", "vb", &e, NULL);
+            } else if (n->op == KIR_OP_SCALE || n->op == KIR_OP_CLAMP) {
+                ks_buf_printf(b, "            const float va = %s;\n", ks_buf_cstr(&a));
+                kcu_attr_unary_write(g, v, "va", &e);
+            } else {
+                int in_double = 0;
+                const int half = (int)kir_attr_int(g, v, KIR_A_ANY_HALF_MATH);
+                ks_buf f = {0};
+                kcu_formula_write(n->op, half, "a", &f, &in_double, NULL);
+                if (in_double) {
+                    ks_buf_printf(b, "            const double a = %s;\n", ks_buf_cstr(&a));
+                    ks_buf_printf(&e, "(float)(%s)", ks_buf_cstr(&f));
+                } else {
+                    ks_buf_printf(b, "            const float va = %s;\n", ks_buf_cstr(&a));
+                    kcu_formula_write(n->op, half, "va", &e, NULL, NULL);
+                }
+                ks_buf_free(&f);
+            }
+            row_store(x, &r, i, read_outside, "c", ks_buf_cstr(&e), b);
+            ks_buf_puts(b, "        }\n");
+            break;
+        }
+        }
+        ks_buf_puts(b, "    }\n    kcu_syncwarp();\n");
+        ks_buf_free(&a);
+        ks_buf_free(&bb);
+        ks_buf_free(&e);
+    }
+    ks_buf_puts(b, "}\n");
+    kcu_kernel_end(x, k, "rows");
+    free(r.slot);
+    free(r.outside);
+    return 1;
 }

@@ -164,6 +164,10 @@ int kcu_moe_grouped(const kcu_gen *x, kir_val v);
  * when it is a SwiGLU over a merged gate and up (kcu_moe_swiglu); 0 (nothing written: node by node)
  * otherwise. kcu_emit_group's contract. */
 int kcu_emit_moe_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside);
+/* kcu_emit_moe.c: one kernel, a warp a token, for a group of row ops (passes/fuse_rows.c: softmax, topk,
+ * gather, sum, elementwise) computing each value as its node's kernel would, rounded to its dtype;
+ * 0 (nothing written) when a member is not one it computes. kcu_emit_group's contract. */
+int kcu_emit_row_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside);
 void kcu_moe_grouped_kernels(kcu_gen *x, krt_cuda_kernel *k, kir_val mm, const char *what, const char *epi,
                              int64_t tiles);
 /* kcu_emit_attention.c: the kernel writing K and V rows (values kv, vv) of a

@@ -574,6 +574,45 @@ static const pass_case cases[] = {
      "%16 : f32[T,8] = add(%2, %15)\n"
      "%17 : f32[T,8] = output(%16) {name=\"logits\"}\n",
      1},
+
+    /* A router's row ops after its matmul (softmax, topk, gather, sum, div) become one group, their dtypes
+     * as they were; a lone softmax (one node) and a row op past KP_ROW_MAX (2048 wide) stay alone. */
+    {"rows.ir", "fuse_rows",
+     HEAD
+     "%0  : i32[T] = input() {name=\"tokens\"}\n"
+     "%1  : f32[16,8] = weight() {name=\"embed\"}\n"
+     "%2  : bf16[T,8] = embed(%1, %0)\n"
+     "%3  : f32[4,8] = weight() {name=\"router\"}\n"
+     "%4  : bf16[T,4] = matmul(%2, %3)\n"
+     "%5  : bf16[T,4] = softmax(%4)\n"
+     "%6  : i32[T,2] = topk(%5) {k=2}\n"
+     "%7  : bf16[T,2] = gather(%5, %6)\n"
+     "%8  : bf16[T,1] = sum(%7)\n"
+     "%9  : bf16[T,2] = div(%7, %8)\n"
+     "%10 : f32[2048,8] = weight() {name=\"wide\"}\n"
+     "%11 : f32[T,2048] = matmul(%2, %10)\n"
+     "%12 : f32[T,2048] = softmax(%11)\n"
+     "%13 : f32[T,1] = sum(%12)\n"
+     "%14 : f32[T,2] = mul(%9, %13)\n"
+     "%15 : f32[T,2] = output(%14) {name=\"logits\"}\n",
+     HEAD
+     "%0  : i32[T] = input() {name=\"tokens\"}\n"
+     "%1  : f32[16,8] = weight() {name=\"embed\"}\n"
+     "%2  : bf16[T,8] = embed(%1, %0)\n"
+     "%3  : f32[4,8] = weight() {name=\"router\"}\n"
+     "%4  : bf16[T,4] = matmul(%2, %3)\n"
+     "%5  : bf16[T,4] = softmax(%4) {fuse=0}\n"
+     "%6  : i32[T,2] = topk(%5) {k=2, fuse=0}\n"
+     "%7  : bf16[T,2] = gather(%5, %6) {fuse=0}\n"
+     "%8  : bf16[T,1] = sum(%7) {fuse=0}\n"
+     "%9  : bf16[T,2] = div(%7, %8) {fuse=0}\n"
+     "%10 : f32[2048,8] = weight() {name=\"wide\"}\n"
+     "%11 : f32[T,2048] = matmul(%2, %10)\n"
+     "%12 : f32[T,2048] = softmax(%11)\n"
+     "%13 : f32[T,1] = sum(%12)\n"
+     "%14 : f32[T,2] = mul(%9, %13)\n"
+     "%15 : f32[T,2] = output(%14) {name=\"logits\"}\n",
+     1},
 };
 
 static void run_case(const pass_case *c)
