@@ -518,12 +518,12 @@ int kcu_emit_row_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_
         switch (n->op) {
         case KIR_OP_SOFTMAX: { /* e^(x - max) / sum, the max by max's rule, the sum in double (the kernel's) */
             ks_buf mx = {0};
-            kir_binary_write(KIR_OP_MAX, "ev", "m", &mx, NULL);
+            kir_binary_write(KIR_OP_MAX, "e", "m", &mx, NULL);
             ks_buf mo = {0};
             kir_binary_write(KIR_OP_MAX, "m", "om", &mo, NULL);
             ks_buf_printf(b,
                           "        float m = -__int_as_float(0x7f800000);\n"
-                          "        for (int c = lane; c < %lld; c += 32) { const float ev = %s; m = %s; }\n"
+                          "        for (int c = lane; c < %lld; c += 32) { const float e = %s; m = %s; }\n"
                           "        for (int s = 16; s > 0; s >>= 1) { const float om = __shfl_xor_sync(0xffffffffu, m, s); m = %s; }\n"
                           "        double ss = 0.0;\n"
                           "        for (int c = lane; c < %lld; c += 32) ss += exp((double)%s - (double)m);\n"

@@ -31,11 +31,11 @@ for how in "--dtype f32" "--dtype bf16 --precision fast"; do
 done
 done
 # the generated kernels hold the ops: clamp's one-sided bounds, the shifted scale, tanh in a matmul epilogue,
-# max alone and min in an epilogue (ir/ops.def's KIR_BINARY: a NaN of either operand kept), softmax's
+# max (in a row group or alone) and min in an epilogue (ir/ops.def's KIR_BINARY: a NaN of either operand kept), softmax's
 # row maximum
 src=$(cat "$work"/srcdtypef32ops/*.cu)
 for want in "kcu_clamp_hi(kcu_clamp_lo(" "kcu_clamp_hi(x[i], 0.25f)" "kcu_clamp_lo(x[i], 0.0f)" "(tanh((double)m0))" "exp(a)" \
-  "out[i] = (va != va || va > vb) ? va : vb;" "(m0 != m0 || m0 < r.in1_1[0]) ? m0 : r.in1_1[0]" \
+  "= (va != va || va > vb) ? va : vb;" "(m0 != m0 || m0 < r.in1_1[0]) ? m0 : r.in1_1[0]" \
   "m = (e != e || e > m) ? e : m;"; do
   [[ "$src" == *"$want"* ]] && passes=$((passes+1)) || { echo "FAIL: no '$want' in the generated source"; failures=$((failures+1)); }
 done
