@@ -9,7 +9,9 @@
  *   scale, rope…), a view (slice, reshape, concat) or a kv_write joins when
  *   it uses a group value and each of its other operands was defined before
  *   the anchor or does not depend on the group. Growth stops at the next
- *   matmul, attention, norm, embed or output, or at a node of another group.
+ *   matmul, attention, embed or output, or at a node of another group; a
+ *   norm is passed over (Qwen3's norms over each head of q and k come between
+ *   q's slice and k's and v's, which join: one kernel stores all three).
  *   Nodes passed over that do not join move out of the way, keeping their
  *   order: those that do not depend on the group before the anchor, those
  *   that do after the group, so that the group is contiguous. A group of
@@ -36,8 +38,8 @@ static int stops_growth(const kir_graph *g, kir_val v)
 {
     kir_op op = kir_node_at(g, v)->op;
     kir_fusion_class fc = kir_op_table[op].fusion;
-    return fc == KIR_FUSE_MATMUL || fc == KIR_FUSE_NORM || op == KIR_OP_ATTENTION || op == KIR_OP_EMBED ||
-           op == KIR_OP_OUTPUT || anchors(g, v);
+    return fc == KIR_FUSE_MATMUL || op == KIR_OP_ATTENTION || op == KIR_OP_EMBED || op == KIR_OP_OUTPUT ||
+           anchors(g, v);
 }
 
 /* Grow the group of anchor a: mark its members (member[], indexed by

@@ -383,10 +383,12 @@ __device__ __forceinline__ double kcu_warp_sum(double s)
 /* Lane lane's sum, in double, of f(v) over the elements v of row xr [K] in its chunks c = lane,
  * lane + 32, ... of V elements each (V: 16 bytes of X when K holds whole 16-byte chunks, else 1), a
  * chunk's elements in order. The loads go first, KCU_STATS_BATCH chunks at a time (16 bytes each
- * where the row is 16-byte aligned, else element by element: the same sum), then their sums: one
- * round trip to L2 for a row of 4096 halves, where a chain of 2-byte loads took ~20 (#11 step 8). */
+ * where the row is 16-byte aligned, else element by element: the same sum), then their sums: four
+ * round trips to L2 for a row of 4096 halves (#11 steps 8 and 9: one, 16 chunks a lane, was slower). */
 #ifndef KCU_STATS_BATCH
-#define KCU_STATS_BATCH 16 /* the generator defines another with kcu_options.stats_batch (KILN_CUDA_STATS_BATCH) */
+#define KCU_STATS_BATCH 4 /* the generator defines another with kcu_options.stats_batch (KILN_CUDA_STATS_BATCH); 16
+                             (one round trip a row) took q,k,v at T = 1 from 31.9 to 38.0 µs on an H100 (64
+                             registers of loads in a kernel bounded to 128: bench/RESULTS.md, #11 step 9) */
 #endif
 template <int K, typename X, class F>
 __device__ __forceinline__ double kcu_lane_sum(const X *__restrict__ xr, int lane, F f)
@@ -2058,7 +2060,8 @@ static __device__ __forceinline__ void kcu_tc_wide(const int t0, const int TT, c
  * ceil(N / (16 J)) blocks), as described above; T = 1 .. 8 on one token tile, more on four,
  * KCU_TC_GROUP tokens a pass. */
 #ifndef KCU_TC_XAHEAD
-#define KCU_TC_XAHEAD 4 /* kcu_tc_tiles' sets of x in registers: XA - 1 steps ahead */
+#define KCU_TC_XAHEAD 2 /* kcu_tc_tiles' sets of x in registers: XA - 1 steps ahead (4 took q,k,v and o at T = 32
+                           from 89.5 and 79.6 to 108.3 and 89.6 µs on an H100: #11 step 9) */
 #endif
 template <typename W, int K, int N, int J, int RING, int XA = KCU_TC_XAHEAD, class Pro, class Epi, typename X>
 static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__restrict__ x, const W *__restrict__ w,
