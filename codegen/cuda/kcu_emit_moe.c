@@ -190,6 +190,7 @@ static int kcu_moe_grouped_inputs(const kcu_gen *x, kir_val v)
     const kir_node *n = &x->g->nodes[v], *in = &x->g->nodes[n->in[0]], *w = &x->g->nodes[n->in[1]];
     return n->nin > 2 && n->in[2] != KIR_NONE && kcu_is_half(w->dtype) && in->dtype == w->dtype &&
            w->dims[2] % 8 == 0 && w->dims[1] < INT32_MAX / 64 &&
+           x->opt.smem_optin >= kcu_moe_smem(MOE_BT_DECODE) + w->dims[0] + 1024 &&
            x->opt.smem_optin >= kcu_moe_smem(MOE_BT_LARGE) + w->dims[0] + 1024;
 }
 

@@ -27,11 +27,12 @@ enum { EW_THREADS = 256 };
  * decode path's: kcu_gemv_plan). */
 enum { MM_THREADS = 256, MM_GEMV_T = 8, MM_GRID_COLS = 16 };
 /* The grouped matmul of a mixture of experts (kcu_moe_matmul in kcu_prelude.cuh, whose KCU_MOE_BW,
- * KCU_MOE_BK and KCU_MOE_STAGES these repeat): weight rows a tile, k a stage, stages; routed rows a
+ * KCU_MOE_BK and kcu_moe_pipe's stages these repeat): weight rows a tile, k a stage; routed rows a
  * tile of its decode kernel (steps of up to kcu_decode_t tokens) and of its _large one. */
-enum { MOE_BW = 64, MOE_BK = 64, MOE_STAGES = 4, MOE_BT_DECODE = 16, MOE_BT_LARGE = 64 };
-/* The dynamic shared memory of a grouped matmul with bt routed rows a tile, bytes. */
-static inline int kcu_moe_smem(int bt) { return MOE_STAGES * (MOE_BW + bt) * MOE_BK * 2; }
+enum { MOE_BW = 64, MOE_BK = 64, MOE_BT_DECODE = 16, MOE_BT_LARGE = 64 };
+/* The dynamic shared memory of a grouped matmul with bt routed rows a tile, bytes: its ring's stages
+ * (kcu_moe_pipe: 8 for a decode step's 16 rows, 4 for a prompt's 64) of weights and rows. */
+static inline int kcu_moe_smem(int bt) { return (bt <= 16 ? 8 : 4) * (MOE_BW + bt) * MOE_BK * 2; }
 /* Kernels in a graph at most (a named limit for the growing arrays). */
 #define KCU_MAX_KERNELS ((size_t)1 << 24)
 /* What a kernel's text calls itself until its name is known. */

@@ -2171,12 +2171,17 @@ static __device__ __forceinline__ void kcu_matmul(const int T, const X *__restri
  * decode kernel's 16, the prompt's 64), on which rows share its tile or on the step's other tokens:
  * batch invariant, whichever kernel runs the step.
  *
- * Pipeline: k blocks of KCU_MOE_BK by cp.async into a ring of KCU_MOE_STAGES stages of dynamic shared
+ * Pipeline: k blocks of KCU_MOE_BK by cp.async into a ring of kcu_moe_pipe<BT>::STAGES stages of dynamic shared
  * memory, [stage][KCU_MOE_BW + BT rows][8 chunks of 16 bytes], chunk q of row i at q ^ 4 (i & 1): the
  * 8 lanes of a quarter warp read rows g and g + 1 at chunks c (or c + 4), 32 distinct banks. The
- * weights' copies of the next KCU_MOE_STAGES - 1 blocks are in flight while one is multiplied.
+ * weights' copies of the next STAGES - 1 blocks are in flight while one is multiplied: 8 stages in a decode
+ * step (the step's bytes in flight come from few blocks: 8 experts x 24 weight tiles at batch 1), 4 in a
+ * prompt's (more blocks an SM).
  */
-enum { KCU_MOE_BW = 64, KCU_MOE_BK = 64, KCU_MOE_STAGES = 4, KCU_MOE_SCAN = 8 };
+enum { KCU_MOE_BW = 64, KCU_MOE_BK = 64, KCU_MOE_SCAN = 8 };
+template <int BT> struct kcu_moe_pipe {
+    enum { STAGES = BT <= 16 ? 8 : 4 };
+};
 
 /* Rows r of from .. n - 1 with idx[r] == e, in order: the first (at most BT) into rows; returns how
  * many (the same in every thread) and *next, where the search goes on (past the last row taken, or n).
@@ -2321,7 +2326,7 @@ static __device__ __forceinline__ void kcu_moe_matmul(const int T, const W *__re
     __shared__ int sh[10];
     __shared__ unsigned char seen[E];
 #ifdef KILN_EMU_SHIM_H
-    static uint4 ring[KCU_MOE_STAGES * STAGE]; /* blocks run one at a time */
+    static uint4 ring[kcu_moe_pipe<BT>::STAGES * STAGE]; /* blocks run one at a time */
 #else
     extern __shared__ uint4 kcu_moe_ring[]; /* the kernel's dynamic shared memory */
     uint4 *const ring = kcu_moe_ring;
@@ -2355,7 +2360,7 @@ static __device__ __forceinline__ void kcu_moe_matmul(const int T, const W *__re
         }
         /* k block kb's weights and rows into its stage (zeros past N, cnt and K) */
         auto issue = [&](int kb) {
-            uint4 *const st = ring + kb % KCU_MOE_STAGES * STAGE;
+            uint4 *const st = ring + kb % kcu_moe_pipe<BT>::STAGES * STAGE;
             const int k0 = kb * KCU_MOE_BK;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -2379,16 +2384,16 @@ static __device__ __forceinline__ void kcu_moe_matmul(const int T, const W *__re
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[t][i] = 0.0f;
 #pragma unroll
-        for (int s = 0; s < KCU_MOE_STAGES - 1; s++) {
+        for (int s = 0; s < kcu_moe_pipe<BT>::STAGES - 1; s++) {
             if (s < KB) issue(s);
             kcu_cp_commit();
         }
         for (int kb = 0; kb < KB; kb++) {
-            kcu_cp_wait<KCU_MOE_STAGES - 2>();
+            kcu_cp_wait<kcu_moe_pipe<BT>::STAGES - 2>();
             __syncthreads(); /* block kb is in every thread's view; block kb - 1's stage is read */
-            if (kb + KCU_MOE_STAGES - 1 < KB) issue(kb + KCU_MOE_STAGES - 1);
+            if (kb + kcu_moe_pipe<BT>::STAGES - 1 < KB) issue(kb + kcu_moe_pipe<BT>::STAGES - 1);
             kcu_cp_commit();
-            const uint4 *const st = ring + kb % KCU_MOE_STAGES * STAGE;
+            const uint4 *const st = ring + kb % kcu_moe_pipe<BT>::STAGES * STAGE;
 #pragma unroll
             for (int h = 0; h < KCU_MOE_BK / 32; h++) {
                 const int q = 4 * h + c;
