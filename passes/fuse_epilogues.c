@@ -3,7 +3,8 @@
  *
  * Requires: a verified graph.
  * Guarantees: starting at each matmul in no group (the anchor; also a routed
- *   expert_matmul, whose epilogue a mixture of experts' SwiGLU is), a group
+ *   expert_matmul, whose epilogue a mixture of experts' SwiGLU is, and
+ *   expert_sum, whose epilogue is the residual add), a group
  *   grows over the nodes that follow it in the schedule: an elementwise op
  *   (a bias or residual add, silu, gelu, a SwiGLU mul of two group values,
  *   scale, rope…), a view (slice, reshape, concat) or a kv_write joins when
@@ -26,11 +27,13 @@
 #include "passes/pipeline.h"
 #include "passes/rewrite.h"
 
-/* Whether node v anchors a group: a matmul, or an expert_matmul routed by an index. */
+/* Whether node v anchors a group: a matmul, an expert_matmul routed by an index, or expert_sum (the
+ * experts' weighted sum, whose epilogue is the residual add). */
 static int anchors(const kir_graph *g, kir_val v)
 {
     const kir_node *n = kir_node_at(g, v);
-    return n->op == KIR_OP_MATMUL || (n->op == KIR_OP_EXPERT_MATMUL && n->nin >= 3 && n->in[2] != KIR_NONE);
+    return n->op == KIR_OP_MATMUL || (n->op == KIR_OP_EXPERT_MATMUL && n->nin >= 3 && n->in[2] != KIR_NONE) ||
+           n->op == KIR_OP_EXPERT_SUM;
 }
 
 /* Nodes where a group stops growing: each starts a kernel of its own. */

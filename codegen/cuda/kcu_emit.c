@@ -755,7 +755,8 @@ static int emit_nodes(kcu_gen *x)
             rows &= fc == KIR_FUSE_ROW || fc == KIR_FUSE_ELEMWISE;
         }
         if (consecutive)
-            done = g->nodes[members[0]].op == KIR_OP_EXPERT_MATMUL ? kcu_emit_moe_group(x, members, count, outside)
+            done = g->nodes[members[0]].op == KIR_OP_EXPERT_MATMUL || g->nodes[members[0]].op == KIR_OP_EXPERT_SUM
+                       ? kcu_emit_moe_group(x, members, count, outside)
                    : rows                                          ? kcu_emit_row_group(x, members, count, outside)
                                                                    : kcu_emit_group(x, members, count, outside);
         if (done < 0) rc = -1;

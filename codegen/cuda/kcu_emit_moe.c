@@ -12,7 +12,8 @@
  * and up merged into one weight (passes/fuse_sibling_matmuls.c) with their SwiGLU in its group
  * (passes/fuse_epilogues.c) become one such kernel, kcu_moe_swiglu. Elsewhere (f32) expert_matmul is a
  * warp an output row (coalesced 16-byte loads of the chosen expert's row), each row read once per token
- * that chose it. Not yet: the weighted sum into the down projection's kernel.
+ * that chose it. expert_sum and the residual add after it are one kernel (its group). Not yet: the
+ * weighted sum inside the down projection's kernel.
  */
 #include "codegen/cuda/kcu_gen.h"
 #include "ir/numerics.h"
@@ -324,7 +325,7 @@ static int emit_expert_sum(kcu_gen *x, kir_val v)
  *     m = expert_matmul(x, w[E, 2F, K], idx); a = slice(m, 0, F); b = slice(m, F, 2F);
  *     out = mul(silu(a), b)   (either order), out the only value read outside,
  * silu in its half form (fast precision), x and w of one half dtype. Else 0: node by node. */
-int kcu_emit_moe_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside)
+static int emit_expert_matmul_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside)
 {
     const kir_graph *g = x->g;
     const kir_val mm = nodes[0];
@@ -362,6 +363,49 @@ int kcu_emit_moe_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_
     ks_buf_free(&epi);
     kcu_kernel_end(x, k, "swiglu");
     return 1;
+}
+
+/* A group anchored at expert_sum (passes/fuse_epilogues.c): one kernel when it is the residual add,
+ *     s = expert_sum(y, g); out = add(r, s) or add(s, r), r from outside, of out's shape,
+ * out the only value read outside: out[t,c] = r[t,c] + (the sum over j of g[t,j] y[t,j,c], j in order,
+ * in f32, as emit_expert_sum sums it), rounded once. Else 0: node by node. */
+static int emit_expert_sum_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside)
+{
+    const kir_graph *g = x->g;
+    const kir_val es = nodes[0], add = count == 2 ? nodes[1] : KIR_NONE;
+    if (add == KIR_NONE || g->nodes[add].op != KIR_OP_ADD || read_outside[es] || !read_outside[add]) return 0;
+    const kir_node *a = &g->nodes[add];
+    const kir_val r = a->in[0] == es ? a->in[1] : a->in[0];
+    if ((a->in[0] != es && a->in[1] != es) || r == es || g->nodes[r].ndim != 2 || g->nodes[r].dims[1] != a->dims[1])
+        return 0;
+    const kir_node *n = &g->nodes[es], *y = &g->nodes[n->in[0]], *gw = &g->nodes[n->in[1]], *rn = &g->nodes[r];
+    const int64_t kk = y->dims[1], cols = y->dims[2];
+    krt_cuda_kernel *k = kcu_elementwise_kernel(x, es, cols);
+    kcu_param_in(x, k, n->in[0], "y");
+    kcu_param_in(x, k, n->in[1], "g");
+    kcu_param_in(x, k, r, "res");
+    kcu_param_out(x, k, add);
+    kcu_open_body(x, k, "the residual plus the chosen experts' rows weighted by g and added, in order");
+    kcu_elementwise_prologue(x, cols);
+    ks_buf_printf(&x->body,
+                  "    enum { K = %lld, N = %lld };\n"
+                  "    const long long t = i / N, c = i %% N;\n"
+                  "    float s = 0.0f;\n"
+                  "    for (int j = 0; j < K; j++) s += %sg[t * K + j]%s * %sy[(t * K + j) * N + c]%s;\n"
+                  "    const float v = %s;\n",
+                  (long long)kk, (long long)cols, kcu_ld(gw->dtype), kcu_ld_end(gw->dtype), kcu_ld(y->dtype),
+                  kcu_ld_end(y->dtype), a->in[0] == es ? "s + kcu_f(res[i])" : "kcu_f(res[i]) + s");
+    (void)rn;
+    kcu_put_store(&x->body, a->dtype, "    ", "out[i]", "v");
+    ks_buf_puts(&x->body, "}\n");
+    kcu_kernel_end(x, k, "residual");
+    return 1;
+}
+
+int kcu_emit_moe_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside)
+{
+    return x->g->nodes[nodes[0]].op == KIR_OP_EXPERT_SUM ? emit_expert_sum_group(x, nodes, count, read_outside)
+                                                         : emit_expert_matmul_group(x, nodes, count, read_outside);
 }
 
 int kcu_emit_moe(kcu_gen *x, kir_val v)

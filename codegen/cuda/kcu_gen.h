@@ -161,9 +161,9 @@ int kcu_emit_moe(kcu_gen *x, kir_val v);
  * and the epilogue's, and ends the kernel), the epilogue epi a kcu_moe_* functor's initializer, tiles the
  * grid's weight-row tiles. */
 int kcu_moe_grouped(const kcu_gen *x, kir_val v);
-/* kcu_emit_moe.c: one grouped matmul for a fusion group anchored at a routed expert_matmul (nodes[0])
- * when it is a SwiGLU over a merged gate and up (kcu_moe_swiglu); 0 (nothing written: node by node)
- * otherwise. kcu_emit_group's contract. */
+/* kcu_emit_moe.c: one kernel for a fusion group anchored at a routed expert_matmul (nodes[0]): a grouped
+ * matmul when it is a SwiGLU over a merged gate and up (kcu_moe_swiglu); or at expert_sum: the weighted
+ * sum and the residual add; 0 (nothing written: node by node) otherwise. kcu_emit_group's contract. */
 int kcu_emit_moe_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside);
 /* kcu_emit_moe.c: one kernel, a warp a token, for a group of row ops (passes/fuse_rows.c: softmax, topk,
  * gather, sum, elementwise) computing each value as its node's kernel would, rounded to its dtype;

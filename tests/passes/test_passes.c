@@ -533,7 +533,7 @@ static const pass_case cases[] = {
      1},
 
     /* A merged gate and up: the SwiGLU joins the routed expert_matmul's group; the down projection's
-     * weighted sum (not elementwise) does not. */
+     * weighted sum (not elementwise) does not: it anchors a group of its own with the residual add. */
     {"experts_epilogue.ir", "fuse_epilogues",
      HEAD
      "%0  : i32[T] = input() {name=\"tokens\"}\n"
@@ -570,10 +570,10 @@ static const pass_case cases[] = {
      "%12 : f32[T,2,6] = mul(%11, %10) {fuse=0}\n"
      "%13 : f32[4,8,6] = weight() {name=\"wd\"}\n"
      "%14 : f32[T,2,8] = expert_matmul(%12, %13, %5)\n"
-     "%15 : f32[T,8] = expert_sum(%14, %6)\n"
-     "%16 : f32[T,8] = add(%2, %15)\n"
+     "%15 : f32[T,8] = expert_sum(%14, %6) {fuse=1}\n"
+     "%16 : f32[T,8] = add(%2, %15) {fuse=1}\n"
      "%17 : f32[T,8] = output(%16) {name=\"logits\"}\n",
-     1},
+     2},
 
     /* A router's row ops after its matmul (softmax, topk, gather, sum, div) become one group, their dtypes
      * as they were; a lone softmax (one node) and a row op past KP_ROW_MAX (2048 wide) stay alone. */
