@@ -280,6 +280,35 @@ static void test_meta_errors(void)
                       "x.engine: error: damaged cuda.meta: kernel k: large.per_seq must be true or false\n");
 }
 
+/* A grid dim with a cap (a mixture of experts' grouped matmul: min(T k, experts) blocks): written back as
+ * it was read (three numbers where there is no cap), its blocks capped; a dim of five numbers refused. */
+static void test_grid_cap(void)
+{
+    static const char capped[] =
+        "{\"format\":\"kiln-cuda-2\",\"archs\":[\"sm_90\"],\"output\":1,\"aliases\":[],\"kernels\":["
+        "{\"name\":\"k\",\"node\":1,\"block\":256,\"grid\":[[0,12,1],[8,0,1,128],[0,1,1]],\"args\":[\"T\"]}]}";
+    sink s;
+    sink_init(&s);
+    krt_cuda_meta m;
+    CHECK(krt_cuda_meta_parse(capped, strlen(capped), "x.engine", &m, &s.d) == 0);
+    if (m.n_kernels == 1) {
+        CHECK(krt_cuda_grid_dim(&m.kernels[0], 1, 1, 0) == 8);     /* 1 token, 8 choices: 8 blocks */
+        CHECK(krt_cuda_grid_dim(&m.kernels[0], 1, 16, 0) == 128);  /* 128: the cap reached */
+        CHECK(krt_cuda_grid_dim(&m.kernels[0], 1, 32, 0) == 128);  /* 256 capped at 128 */
+        CHECK(krt_cuda_grid_dim(&m.kernels[0], 0, 32, 0) == 12);   /* no cap */
+        ks_buf again = {0};
+        krt_cuda_meta_write(&m, &again);
+        CHECK(strstr(ks_buf_cstr(&again), "\"grid\":[[0,12,1],[8,0,1,128],[0,1,1]]") != NULL);
+        ks_buf_free(&again);
+    }
+    krt_cuda_meta_free(&m);
+    ks_buf_free(&s.log);
+    expect_meta_error("{\"format\":\"kiln-cuda-2\",\"archs\":[\"sm_90\"],\"output\":1,\"aliases\":[],"
+                      "\"kernels\":[{\"name\":\"k\",\"node\":1,\"block\":32,\"grid\":[[0,1,1],[8,0,1,128,1],[0,1,1]],"
+                      "\"args\":[\"T\"]}]}",
+                      "x.engine: error: damaged cuda.meta: kernel k: a grid dim needs [t, c, div] or [t, c, div, cap]\n");
+}
+
 /* A kernel with variants for sm_90a (the gemm90 matmul, after a norm's own kernel above 64 tokens,
  * a wider tile above 4096): written, read back, written again to the same text; which runs when. */
 static const char variant_meta[] =
@@ -1027,6 +1056,7 @@ int main(int argc, char **argv)
     test_flash_option();
     test_tc_plan();
     test_meta_errors();
+    test_grid_cap();
     test_targets();
     test_variants();
     test_g90_tiles();
