@@ -14,8 +14,9 @@
  *    replaced for it to drop, and it renumbers the groups;
  *  - precision once the groups are final: what a group keeps in registers
  *    stays f32, what it stores becomes half;
- *  - the rows of a token's routing after precision: their group keeps the
- *    dtypes (a rounding that moves changes which experts are chosen);
+ *  - the rows of a token's routing, and a head's norm with its rotation,
+ *    after precision: their groups keep the dtypes (a rounding that moves
+ *    can change which experts a mixture of experts chooses);
  *  - the memory plan last: it places the values of the graph as it is.
  */
 #include "passes/pipeline.h"
@@ -42,6 +43,8 @@ const kp_pass kp_passes[] = {
      kp_lower_precision},
     {"fuse_rows", "a token's routing (softmax, topk, gather, sum, elementwise ops) becomes one kernel; dtypes kept",
      kp_fuse_rows},
+    {"fuse_norm_rope", "a norm over each head and the rotation of its value become one kernel; dtypes kept",
+     kp_fuse_norm_rope},
     {"plan_memory", "every activation of a step at a fixed offset in one arena (mem.offset); last",
      kp_plan_memory_pass},
 };

@@ -621,6 +621,79 @@ static int emit_rope(kcu_gen *x, kir_val v)
     return 0;
 }
 
+/* passes/fuse_norm_rope.c's group {rms_norm, rope}: a block a (token, head) row; the norm as
+ * kcu_emit_norm computes it (the squares in double, the block's fixed tree; its value rounded to its
+ * dtype: f32 where nothing outside reads it), staged in shared memory, then each element rotated as
+ * emit_rope rotates it. 0 (nothing written) for another group. */
+static int emit_norm_rope(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside)
+{
+    const kir_graph *g = x->g;
+    if (count != 2) return 0;
+    const kir_val nv = nodes[0], rv = nodes[1];
+    const kir_node *n = &g->nodes[nv], *r = &g->nodes[rv];
+    if (n->op != KIR_OP_RMS_NORM || r->op != KIR_OP_ROPE || r->nin != 2 || r->in[0] != nv || read_outside[nv] ||
+        n->ndim != 3)
+        return 0;
+    int64_t short_up_to = 0;
+    if (kir_rope_by_length(g, rv, &short_up_to)) return 0;
+    const int64_t heads = r->dims[1], d = r->dims[2], rot = kir_attr_int(g, rv, KIR_A_ROPE_ROT_DIM);
+    const int half = (int)(rot / 2), pairs = kir_attr_word(g, rv, KIR_A_ROPE_STYLE) == KIR_ROPE_STYLE_PAIRS;
+    const int threads = reduce_threads(d);
+    const int has_w = n->nin > 1 && n->in[1] != KIR_NONE;
+    const kir_dtype xt = g->nodes[n->in[0]].dtype;
+    krt_cuda_kernel *k = kcu_kernel_new(x, rv, threads);
+    kcu_kernel_grid(k, 0, heads, 0, 1);
+    kcu_put_rope_table(x, &x->body, rv, rot, 1, "");
+    kcu_param_in(x, k, n->in[0], "x");
+    if (has_w) kcu_param_in(x, k, n->in[1], "w");
+    kcu_param_in(x, k, r->in[1], "pos");
+    kcu_param_out(x, k, rv);
+    kcu_open_body(x, k, pairs ? "each head's rms_norm, then its pairs (2j, 2j+1) rotated by pos * inv_freq[j]"
+                              : "each head's rms_norm, then (j, j + rot/2) rotated by pos * inv_freq[j]");
+    ks_buf_printf(&x->body,
+                  "    enum { D = %lld, B = %d, ROT = %lld, HALF = %d };\n"
+                  "    __shared__ double red[B];\n"
+                  "    __shared__ float ys[D];\n"
+                  "    const long long row = blockIdx.x, t = row / %lld;\n"
+                  "    const %s *xr = x + row * D;\n"
+                  "    %s *orow = out + row * D;\n"
+                  "    const double eps = ",
+                  (long long)d, threads, (long long)rot, half, (long long)heads, kcu_elem_type(xt),
+                  kcu_elem_type(r->dtype));
+    kcu_put_double(&x->body, kir_attr_float(g, nv, KIR_A_RMS_NORM_EPS));
+    ks_buf_printf(&x->body,
+                  ";\n"
+                  "    double ss = 0.0;\n"
+                  "    for (int i = threadIdx.x; i < D; i += B) ss += (double)%sxr[i]%s * %sxr[i]%s;\n",
+                  kcu_ld(xt), kcu_ld_end(xt), kcu_ld(xt), kcu_ld_end(xt));
+    put_block_sum(&x->body, "ss");
+    ks_buf_printf(&x->body,
+                  "    const double inv = 1.0 / sqrt(ss / (double)D + eps);\n"
+                  "    for (int i = threadIdx.x; i < D; i += B) {\n"
+                  "        const float y = (float)(%sxr[i]%s * inv);\n"
+                  "        ys[i] = kcu_round<%s>(%s);\n"
+                  "    }\n"
+                  "    __syncthreads();\n"
+                  "    for (int e = threadIdx.x; e < D; e += B) {\n"
+                  "        if (e >= ROT) {\n",
+                  kcu_ld(xt), kcu_ld_end(xt), kcu_elem_type(n->dtype), has_w ? "y * kcu_f(w[i])" : "y");
+    kcu_put_store(&x->body, r->dtype, "            ", "orow[e]", "ys[e]");
+    ks_buf_puts(&x->body, "            continue;\n        }\n");
+    ks_buf_puts(&x->body, pairs ? "        const int j = e / 2, i0 = 2 * j, i1 = 2 * j + 1;\n"
+                                : "        const int j = e % HALF, i0 = j, i1 = j + HALF;\n");
+    ks_buf_puts(&x->body, "        const float angle = (float)pos[t] * " NAME_MARK "_inv_freq[j];\n");
+    if (kir_attr_int(g, rv, KIR_A_ANY_HALF_MATH))
+        ks_buf_puts(&x->body, "        float c, s;\n        kcu_sincos_half(angle, &s, &c);\n");
+    else
+        ks_buf_puts(&x->body, "        float c = (float)cos((double)angle), s = (float)sin((double)angle);\n");
+    kcu_rope_factor(g, rv, "        ", "c", "s", &x->body);
+    ks_buf_puts(&x->body, "        const float x0 = ys[i0], x1 = ys[i1];\n");
+    kcu_put_store(&x->body, r->dtype, "        ", "orow[e]", "e == i0 ? x0 * c - x1 * s : x1 * c + x0 * s");
+    ks_buf_puts(&x->body, "    }\n}\n");
+    kcu_kernel_end(x, k, "norm");
+    return 1;
+}
+
 /* The kernel that writes a step's K and V rows into layer `layer` of the
  * cache (its kv_k/kv_v arguments), at each token's slot; k and v are
  * values kv and vv. */
@@ -754,7 +827,11 @@ static int emit_nodes(kcu_gen *x)
             const kir_fusion_class fc = kir_op_table[g->nodes[members[i]].op].fusion;
             rows &= fc == KIR_FUSE_ROW || fc == KIR_FUSE_ELEMWISE;
         }
-        if (consecutive)
+        const int norm_rope = count == 2 && g->nodes[members[0]].op == KIR_OP_RMS_NORM &&
+                              g->nodes[members[1]].op == KIR_OP_ROPE;
+        if (consecutive && norm_rope)
+            done = emit_norm_rope(x, members, count, outside);
+        else if (consecutive)
             done = g->nodes[members[0]].op == KIR_OP_EXPERT_MATMUL || g->nodes[members[0]].op == KIR_OP_EXPERT_SUM
                        ? kcu_emit_moe_group(x, members, count, outside)
                    : rows                                          ? kcu_emit_row_group(x, members, count, outside)

@@ -50,7 +50,8 @@ done
 # (KILN_OPS_MODELS, when set, names the models instead: empty under the sanitizers, tests/cuda/CMakeLists.txt)
 # qwen3_moe-tiny in fast precision: the grouped matmul (kcu_moe_matmul) with the gate, up and SwiGLU as one
 # kernel (kcu_moe_swiglu) and the down projection alone, a prompt of more than 32 tokens on its _large
-# kernel, the router's row ops one kernel (passes/fuse_rows.c), expert_sum with the residual add one kernel;
+# kernel, the router's row ops one kernel (passes/fuse_rows.c), expert_sum with the residual add one kernel,
+# each head's q and k norm with its rotation one kernel (passes/fuse_norm_rope.c);
 # then tests/session's test_session on that engine: a sequence decoded among 7 and 31 others
 # bitwise equal to alone (the grouped matmul's rows depend on nothing else in the step)
 ops_models=" ${KILN_OPS_MODELS-gpt_oss-tiny deepseek_v3-tiny phi3-longrope-tiny llama-dynamic-tiny qwen3_moe-tiny} "
@@ -87,7 +88,8 @@ if [[ "$ops_models" == *" qwen3_moe-tiny "* ]]; then
   for want in "kcu_moe_matmul<kcu_bf16, 64, 64, 6, 2, 16, false>(T, x, w, idx, kcu_moe_swiglu<32, kcu_bf16>{out})" \
     "kcu_moe_matmul<kcu_bf16, 64, 64, 6, 2, 64, false>(T, x, w, idx, kcu_moe_swiglu<32, kcu_bf16>{out})" \
     "kcu_moe_matmul<kcu_bf16, 32, 64, 6, 2, 16, true>(T, x, w, idx, kcu_moe_store<64, kcu_bf16, false>{out, nullptr})" \
-    "a warp a row" "the residual plus the chosen experts' rows weighted by g" "a token's row ops as one kernel"; do
+    "a warp a row" "the residual plus the chosen experts' rows weighted by g" "a token's row ops as one kernel" \
+    "each head's rms_norm, then (j, j + rot/2) rotated by pos * inv_freq[j]"; do
     [[ "$src" == *"$want"* ]] && passes=$((passes+1)) || { echo "FAIL: no '$want' in qwen3_moe-tiny's fast source"; failures=$((failures+1)); }
   done
   tag=dtypebf16precisionfastqwen3_moe-tiny

@@ -613,6 +613,39 @@ static const pass_case cases[] = {
      "%14 : f32[T,2] = mul(%9, %13)\n"
      "%15 : f32[T,2] = output(%14) {name=\"logits\"}\n",
      1},
+
+    /* A norm over each head whose one use is its rotation: one group, the rope moved after its norm and
+     * the positions input before it; a norm also read elsewhere stays alone. */
+    {"norm_rope.ir", "fuse_norm_rope",
+     HEAD
+     "%0  : i32[T] = input() {name=\"tokens\"}\n"
+     "%1  : f32[16,8] = weight() {name=\"embed\"}\n"
+     "%2  : f32[T,8] = embed(%1, %0)\n"
+     "%3  : f32[T,2,4] = reshape(%2) {shape=[T,2,4]}\n"
+     "%4  : f32[4] = weight() {name=\"qn\"}\n"
+     "%5  : bf16[T,2,4] = rms_norm(%3, %4) {eps=1e-06}\n"
+     "%6  : bf16[T,2,4] = rms_norm(%3, %4) {eps=1e-06}\n"
+     "%7  : i32[T] = input() {name=\"positions\"}\n"
+     "%8  : bf16[T,2,4] = rope(%5, %7) {theta=10000.0, style=\"halves\", rot_dim=4, scaling=\"none\", factor=1.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_positions=8}\n"
+     "%9  : bf16[T,2,4] = rope(%6, %7) {theta=10000.0, style=\"halves\", rot_dim=4, scaling=\"none\", factor=1.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_positions=8}\n"
+     "%10 : bf16[T,2,4] = add(%9, %6)\n"
+     "%11 : bf16[T,2,4] = add(%8, %10)\n"
+     "%12 : bf16[T,2,4] = output(%11) {name=\"logits\"}\n",
+     HEAD
+     "%0  : i32[T] = input() {name=\"tokens\"}\n"
+     "%1  : f32[16,8] = weight() {name=\"embed\"}\n"
+     "%2  : f32[T,8] = embed(%1, %0)\n"
+     "%3  : f32[T,2,4] = reshape(%2) {shape=[T,2,4]}\n"
+     "%4  : f32[4] = weight() {name=\"qn\"}\n"
+     "%5  : i32[T] = input() {name=\"positions\"}\n"
+     "%6  : bf16[T,2,4] = rms_norm(%3, %4) {eps=1e-06, fuse=0}\n"
+     "%7  : bf16[T,2,4] = rope(%6, %5) {theta=10000.0, style=\"halves\", rot_dim=4, scaling=\"none\", factor=1.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_positions=8, fuse=0}\n"
+     "%8  : bf16[T,2,4] = rms_norm(%3, %4) {eps=1e-06}\n"
+     "%9  : bf16[T,2,4] = rope(%8, %5) {theta=10000.0, style=\"halves\", rot_dim=4, scaling=\"none\", factor=1.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_positions=8}\n"
+     "%10 : bf16[T,2,4] = add(%9, %8)\n"
+     "%11 : bf16[T,2,4] = add(%7, %10)\n"
+     "%12 : bf16[T,2,4] = output(%11) {name=\"logits\"}\n",
+     1},
 };
 
 static void run_case(const pass_case *c)
