@@ -75,6 +75,43 @@ static int emit_extreme(kcu_gen *x, kir_val v)
  * lower index — the interpreter's ranks_above, so the same indices in the same order. A thread a token
  * (below) walked a row of 128 experts k times in series: tens of µs at batch 1. */
 enum { TOPK_WARP_D = 2048 };
+
+/* The warp's k rounds over a row of d elements, element c's f32 value the expression elem (of c);
+ * after each round, lane 0 runs `put` (j: the round, bi: the index chosen), after indent. */
+static void put_warp_topk(ks_buf *b, const char *indent, int64_t d, int64_t kk, const char *elem, const char *put)
+{
+    ks_buf_printf(b,
+                  "%1$senum { D = %2$lld, K = %3$lld, L = (D + 31) / 32 };\n"
+                  "%1$sfloat e[L];\n"
+                  "%1$sunsigned long long taken = 0; /* bit q: element lane + 32 q was taken */\n"
+                  "#pragma unroll\n"
+                  "%1$sfor (int q = 0; q < L; q++) { const int c = lane + 32 * q; e[q] = c < D ? %4$s : 0.0f; }\n"
+                  "%1$s/* a above b: a NaN above a number, then the larger, then the lower index */\n"
+                  "%1$sauto above = [](float av, int ai, float bv, int bi) {\n"
+                  "%1$s    if (av != av || bv != bv) return av != av && (bv == bv || ai < bi);\n"
+                  "%1$s    return av > bv || (av == bv && ai < bi);\n"
+                  "%1$s};\n"
+                  "%1$sfor (int j = 0; j < K; j++) {\n"
+                  "%1$s    float bv = 0.0f;\n"
+                  "%1$s    int bi = -1;\n"
+                  "#pragma unroll\n"
+                  "%1$s    for (int q = 0; q < L; q++) {\n"
+                  "%1$s        const int c = lane + 32 * q;\n"
+                  "%1$s        if (c < D && !((taken >> q) & 1ull) && (bi < 0 || above(e[q], c, bv, bi))) bv = e[q], bi = c;\n"
+                  "%1$s    }\n"
+                  "%1$s    for (int m = 16; m > 0; m >>= 1) {\n"
+                  "%1$s        const float ov = __shfl_xor_sync(0xffffffffu, bv, m);\n"
+                  "%1$s        const int oi = __shfl_xor_sync(0xffffffffu, bi, m);\n"
+                  "%1$s        if (oi >= 0 && (bi < 0 || above(ov, oi, bv, bi))) bv = ov, bi = oi;\n"
+                  "%1$s    }\n"
+                  "%1$s    if (bi >= 0 && bi %% 32 == lane) taken |= 1ull << (bi / 32);\n"
+                  "%1$s    if (lane == 0) {\n"
+                  "%5$s"
+                  "%1$s    }\n"
+                  "%1$s}\n",
+                  indent, (long long)d, (long long)kk, elem, put);
+}
+
 static int emit_topk_warp(kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v], *a = &x->g->nodes[n->in[0]];
@@ -87,38 +124,16 @@ static int emit_topk_warp(kcu_gen *x, kir_val v)
     kcu_open_body(x, k, "the indices of the k largest of each row, largest first (NaN first, ties to the lower "
                         "index), a warp a row");
     ks_buf_printf(&x->body,
-                  "    enum { D = %lld, K = %lld, L = (D + 31) / 32 };\n"
                   "    const long long i0 = (long long)blockIdx.x * %d + threadIdx.x / 32;\n"
                   "    const bool live = i0 < T; /* the same in every lane: no return before the shuffles */\n"
                   "    const long long i = live ? i0 : T - 1;\n"
-                  "    const int lane = threadIdx.x %% 32;\n"
-                  "    float e[L];\n"
-                  "    unsigned long long taken = 0; /* bit q: element lane + 32 q was taken */\n"
-                  "#pragma unroll\n"
-                  "    for (int q = 0; q < L; q++) e[q] = lane + 32 * q < D ? %sx[i * D + lane + 32 * q]%s : 0.0f;\n"
-                  "    /* a above b: a NaN above a number, then the larger, then the lower index */\n"
-                  "    auto above = [](float av, int ai, float bv, int bi) {\n"
-                  "        if (av != av || bv != bv) return av != av && (bv == bv || ai < bi);\n"
-                  "        return av > bv || (av == bv && ai < bi);\n"
-                  "    };\n"
-                  "    for (int j = 0; j < K; j++) {\n"
-                  "        float bv = 0.0f;\n"
-                  "        int bi = -1;\n"
-                  "#pragma unroll\n"
-                  "        for (int q = 0; q < L; q++) {\n"
-                  "            const int c = lane + 32 * q;\n"
-                  "            if (c < D && !((taken >> q) & 1ull) && (bi < 0 || above(e[q], c, bv, bi))) bv = e[q], bi = c;\n"
-                  "        }\n"
-                  "        for (int m = 16; m > 0; m >>= 1) {\n"
-                  "            const float ov = __shfl_xor_sync(0xffffffffu, bv, m);\n"
-                  "            const int oi = __shfl_xor_sync(0xffffffffu, bi, m);\n"
-                  "            if (oi >= 0 && (bi < 0 || above(ov, oi, bv, bi))) bv = ov, bi = oi;\n"
-                  "        }\n"
-                  "        if (bi >= 0 && bi %% 32 == lane) taken |= 1ull << (bi / 32);\n"
-                  "        if (live && lane == 0) out[i * K + j] = bi;\n"
-                  "    }\n"
-                  "}\n",
-                  (long long)d, (long long)kk, WARPS, kcu_ld(a->dtype), kcu_ld_end(a->dtype));
+                  "    const int lane = threadIdx.x %% 32;\n",
+                  WARPS);
+    ks_buf elem = {0};
+    ks_buf_printf(&elem, "%sx[i * D + c]%s", kcu_ld(a->dtype), kcu_ld_end(a->dtype));
+    put_warp_topk(&x->body, "    ", d, kk, ks_buf_cstr(&elem), "            if (live) out[i * K + j] = bi;\n");
+    ks_buf_free(&elem);
+    ks_buf_puts(&x->body, "}\n");
     kcu_kernel_end(x, k, "warp");
     return 0;
 }
@@ -583,37 +598,12 @@ int kcu_emit_row_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_
             ks_buf_free(&mo);
             break;
         }
-        case KIR_OP_TOPK: { /* the warp topk's rounds (emit_topk_warp's order) */
-            const int64_t d = g->nodes[n->in[0]].dims[1];
-            ks_buf_printf(b,
-                          "        enum { D = %lld, K = %lld, L = (D + 31) / 32 };\n"
-                          "        float e[L];\n"
-                          "        unsigned long long taken = 0;\n"
-                          "#pragma unroll\n"
-                          "        for (int q = 0; q < L; q++) { const int c = lane + 32 * q; e[q] = c < D ? %s : 0.0f; }\n"
-                          "        auto above = [](float av, int ai, float bv, int bi) {\n"
-                          "            if (av != av || bv != bv) return av != av && (bv == bv || ai < bi);\n"
-                          "            return av > bv || (av == bv && ai < bi);\n"
-                          "        };\n"
-                          "        for (int j = 0; j < K; j++) {\n"
-                          "            float bv = 0.0f;\n"
-                          "            int bi = -1;\n"
-                          "#pragma unroll\n"
-                          "            for (int q = 0; q < L; q++) {\n"
-                          "                const int c = lane + 32 * q;\n"
-                          "                if (c < D && !((taken >> q) & 1ull) && (bi < 0 || above(e[q], c, bv, bi))) bv = e[q], bi = c;\n"
-                          "            }\n"
-                          "            for (int s = 16; s > 0; s >>= 1) {\n"
-                          "                const float ov = __shfl_xor_sync(0xffffffffu, bv, s);\n"
-                          "                const int oi = __shfl_xor_sync(0xffffffffu, bi, s);\n"
-                          "                if (oi >= 0 && (bi < 0 || above(ov, oi, bv, bi))) bv = ov, bi = oi;\n"
-                          "            }\n"
-                          "            if (bi >= 0 && bi %% 32 == lane) taken |= 1ull << (bi / 32);\n"
-                          "            if (lane == 0) {\n"
-                          "                ri[warp][%lld + j] = bi;\n",
-                          (long long)d, (long long)width, ks_buf_cstr(&a), (long long)r.slot[i].off);
-            if (read_outside[v]) ks_buf_printf(b, "                if (live) o%d[t * K + j] = bi;\n", i);
-            ks_buf_puts(b, "            }\n        }\n");
+        case KIR_OP_TOPK: { /* the warp topk's rounds (put_warp_topk: emit_topk_warp's order) */
+            ks_buf put = {0};
+            ks_buf_printf(&put, "                ri[warp][%lld + j] = bi;\n", (long long)r.slot[i].off);
+            if (read_outside[v]) ks_buf_printf(&put, "                if (live) o%d[t * K + j] = bi;\n", i);
+            put_warp_topk(b, "        ", g->nodes[n->in[0]].dims[1], width, ks_buf_cstr(&a), ks_buf_cstr(&put));
+            ks_buf_free(&put);
             break;
         }
         case KIR_OP_GATHER: {
