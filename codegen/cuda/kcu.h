@@ -99,6 +99,9 @@ typedef struct kcu_options {
                         * attention's deeper K/V ring */
     int tc_per_sm;     /* 0: kcu_matmul_tc's plan's blocks an SM; else these (kcu_build: KILN_CUDA_TC_PER_SM=N,
                         * for comparisons) */
+    int moe_bt_large;  /* 0: the grouped MoE matmul's routed rows a tile in prompts, MOE_BT_LARGE (64); else
+                        * these (KILN_CUDA_MOE_BT_LARGE=16 or 32: tests/cuda/cuda_ops.sh makes a short prompt's
+                        * experts take more than one tile) */
     int stats_batch;   /* 0: the norm statistics' chunks a lane loads before summing them, KCU_STATS_BATCH;
                         * else these (KILN_CUDA_STATS_BATCH=N, 1 to 16, for comparisons: the order of the
                         * sums is the same) */

@@ -185,6 +185,8 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     if (tc_per_sm && *tc_per_sm) opt.tc_per_sm = atoi(tc_per_sm) > 0 && atoi(tc_per_sm) <= 4 ? atoi(tc_per_sm) : 0;
     const char *tc_xahead = getenv("KILN_CUDA_TC_XAHEAD");
     if (tc_xahead && *tc_xahead) opt.tc_xahead = atoi(tc_xahead) >= 1 && atoi(tc_xahead) <= 8 ? atoi(tc_xahead) : 0;
+    const char *moe_bt = getenv("KILN_CUDA_MOE_BT_LARGE");
+    if (moe_bt && (strcmp(moe_bt, "16") == 0 || strcmp(moe_bt, "32") == 0)) opt.moe_bt_large = atoi(moe_bt);
     const char *stats_batch = getenv("KILN_CUDA_STATS_BATCH");
     if (stats_batch && *stats_batch)
         opt.stats_batch = atoi(stats_batch) >= 1 && atoi(stats_batch) <= 16 ? atoi(stats_batch) : 0;

@@ -223,14 +223,15 @@ void kcu_moe_grouped_kernels(kcu_gen *x, krt_cuda_kernel *k, kir_val mm, const c
     kcu_kernel_grid(k, 0, 0, tiles, 1);
     kcu_kernel_grid(k, 1, kk, 0, 1);
     kcu_kernel_grid_cap(k, 1, experts); /* a block an expert the step chose: min(T k, experts) */
+    const int bt_large = x->opt.moe_bt_large ? x->opt.moe_bt_large : MOE_BT_LARGE;
     k->smem = kcu_moe_smem(MOE_BT_DECODE);
-    k->smem_large = kcu_moe_smem(MOE_BT_LARGE);
+    k->smem_large = kcu_moe_smem(bt_large);
     kcu_open_body(x, k, what);
     for (int large = 0; large < 2; large++) {
         if (large) kcu_open_large(x, k, kcu_decode_t(x));
         ks_buf_printf(&x->body, "    kcu_moe_matmul<%s, %lld, %lld, %lld, %lld, %d, %s>(T, x, w, idx, %s);\n}\n",
                       kcu_elem_type(w->dtype), (long long)depth, (long long)rows, (long long)experts, (long long)kk,
-                      large ? MOE_BT_LARGE : MOE_BT_DECODE, in->ndim == 3 ? "true" : "false", epi);
+                      large ? bt_large : MOE_BT_DECODE, in->ndim == 3 ? "true" : "false", epi);
     }
 }
 

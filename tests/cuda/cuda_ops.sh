@@ -30,6 +30,20 @@ for how in "--dtype f32" "--dtype bf16 --precision fast"; do
     && passes=$((passes+1)) || { echo "FAIL: verify $m --target sm_90 $how (exit $rc)"; echo "$out" | sed 's/^/    /'; failures=$((failures+1)); }
 done
 done
+# the grouped MoE matmul's prompt kernel with tiles of 16 routed rows (KILN_CUDA_MOE_BT_LARGE): moe.kiln's 36-token
+# step routes more than 16 rows to an expert (72 choices over 4 experts), which its blocks take a tile at a time
+# (kcu_moe_collect's search goes on where the last tile stopped)
+data="$(dirname "$0")/../data/moe"
+KILN_CUDA_MOE_BT_LARGE=16 "$KILN_BIN" build "$data/moe.kiln" --weights "$work/ckptmoe" --target sm_90 --dtype bf16 \
+  --precision fast --emit-source "$work/srcbt16" -o "$work/bt16.engine" >"$work/bt16.log" 2>&1 \
+  && compile_kernels "$work/srcbt16" "$work/bt16.so" || { echo "FAIL: build moe with tiles of 16"; cat "$work/bt16.log"; failures=$((failures+1)); }
+[ "$(grep -c 'kcu_moe_matmul<kcu_bf16, 8, 16, 4, 2, 16, true>' "$work"/srcbt16/*.cu)" = 2 ] && passes=$((passes+1)) \
+  || { echo "FAIL: moe's grouped kernels do not take tiles of 16 with KILN_CUDA_MOE_BT_LARGE=16"; failures=$((failures+1)); }
+out=$(KILN_CUDA_MOE_BT_LARGE=16 KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$work/bt16.so" \
+      "$KILN_BIN" verify "$data/moe.kiln" --weights "$work/ckptmoe" --target sm_90 --dtype bf16 --precision fast 2>&1); rc=$?
+echo "moe, tiles of 16: $(grep -E 'logits:' <<<"$out")"
+[ $rc -eq 0 ] && [[ "$out" == *"OK: within tolerance"* ]] && passes=$((passes+1)) \
+  || { echo "FAIL: verify moe with tiles of 16 (exit $rc)"; echo "$out" | sed 's/^/    /'; failures=$((failures+1)); }
 # the generated kernels hold the ops: clamp's one-sided bounds, the shifted scale, tanh in a matmul epilogue,
 # max (in a row group or alone) and min in an epilogue (ir/ops.def's KIR_BINARY: a NaN of either operand kept), softmax's
 # row maximum
