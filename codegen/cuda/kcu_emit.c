@@ -326,6 +326,17 @@ static void put_block_sum(ks_buf *b, const char *var)
     put_block_tree(b, "red", var, "red[threadIdx.x] + red[threadIdx.x + s]");
 }
 
+/* An RMS norm's statistic over the block's row xr [D] of dtype xt: the squares in double, each thread's
+ * elements in order, then the block's fixed tree (put_block_sum); `inv` = 1 / sqrt(mean + eps). */
+static void put_rms_inv(ks_buf *b, kir_dtype xt)
+{
+    ks_buf_printf(b, "    double ss = 0.0;\n"
+                     "    for (int i = threadIdx.x; i < D; i += B) ss += (double)%sxr[i]%s * %sxr[i]%s;\n",
+                  kcu_ld(xt), kcu_ld_end(xt), kcu_ld(xt), kcu_ld_end(xt));
+    put_block_sum(b, "ss");
+    ks_buf_puts(b, "    const double inv = 1.0 / sqrt(ss / (double)D + eps);\n");
+}
+
 /* rms_norm and layer_norm: one block per row of the last dim; sums in double. */
 int kcu_emit_norm(kcu_gen *x, kir_val v)
 {
@@ -391,12 +402,8 @@ int kcu_emit_norm(kcu_gen *x, kir_val v)
         return 0;
     }
     if (rms) {
-        ks_buf_printf(&x->body, "    double ss = 0.0;\n"
-                                "    for (int i = threadIdx.x; i < D; i += B) ss += (double)%sxr[i]%s * %sxr[i]%s;\n",
-                      l0, l1, l0, l1);
-        put_block_sum(&x->body, "ss");
+        put_rms_inv(&x->body, xt);
         ks_buf_printf(&x->body,
-                      "    const double inv = 1.0 / sqrt(ss / (double)D + eps);\n"
                       "    for (int i = threadIdx.x; i < D; i += B) {\n"
                       "        const float y = (float)(%sxr[i]%s * inv);\n",
                       l0, l1);
@@ -661,14 +668,9 @@ static int emit_norm_rope(kcu_gen *x, const kir_val *nodes, int count, const uin
                   (long long)d, threads, (long long)rot, half, (long long)heads, kcu_elem_type(xt),
                   kcu_elem_type(r->dtype));
     kcu_put_double(&x->body, kir_attr_float(g, nv, KIR_A_RMS_NORM_EPS));
+    ks_buf_puts(&x->body, ";\n");
+    put_rms_inv(&x->body, xt);
     ks_buf_printf(&x->body,
-                  ";\n"
-                  "    double ss = 0.0;\n"
-                  "    for (int i = threadIdx.x; i < D; i += B) ss += (double)%sxr[i]%s * %sxr[i]%s;\n",
-                  kcu_ld(xt), kcu_ld_end(xt), kcu_ld(xt), kcu_ld_end(xt));
-    put_block_sum(&x->body, "ss");
-    ks_buf_printf(&x->body,
-                  "    const double inv = 1.0 / sqrt(ss / (double)D + eps);\n"
                   "    for (int i = threadIdx.x; i < D; i += B) {\n"
                   "        const float y = (float)(%sxr[i]%s * inv);\n"
                   "        ys[i] = kcu_round<%s>(%s);\n"

@@ -312,16 +312,20 @@ static int emit_expert_matmul(kcu_gen *x, kir_val v)
     return 0;
 }
 
-/* expert_sum: out[t,c] = the sum over j of g[t,j] y[t,j,c], j in order, one thread an element. */
-static int emit_expert_sum(kcu_gen *x, kir_val v)
+/* expert_sum node es: out[t,c] = the sum over j of g[t,j] y[t,j,c], j in order in f32, one thread an
+ * element; with res (not KIR_NONE), the residual add of its group too: value `outv` = res + the sum (the
+ * sum first where sum_first), rounded once. */
+static void put_expert_sum(kcu_gen *x, kir_val es, kir_val res, int sum_first, kir_val outv)
 {
-    const kir_node *n = &x->g->nodes[v], *y = &x->g->nodes[n->in[0]], *g = &x->g->nodes[n->in[1]];
-    int64_t kk = y->dims[1], cols = y->dims[2];
-    krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, cols);
+    const kir_node *n = &x->g->nodes[es], *y = &x->g->nodes[n->in[0]], *g = &x->g->nodes[n->in[1]];
+    const int64_t kk = y->dims[1], cols = y->dims[2];
+    krt_cuda_kernel *k = kcu_elementwise_kernel(x, es, cols);
     kcu_param_in(x, k, n->in[0], "y");
     kcu_param_in(x, k, n->in[1], "g");
-    kcu_param_out(x, k, v);
-    kcu_open_body(x, k, "the chosen experts' rows weighted by g and added, in order");
+    if (res != KIR_NONE) kcu_param_in(x, k, res, "res");
+    kcu_param_out(x, k, outv);
+    kcu_open_body(x, k, res != KIR_NONE ? "the residual plus the chosen experts' rows weighted by g and added, in order"
+                                        : "the chosen experts' rows weighted by g and added, in order");
     kcu_elementwise_prologue(x, cols);
     ks_buf_printf(&x->body,
                   "    enum { K = %lld, N = %lld };\n"
@@ -330,9 +334,15 @@ static int emit_expert_sum(kcu_gen *x, kir_val v)
                   "    for (int j = 0; j < K; j++) s += %sg[t * K + j]%s * %sy[(t * K + j) * N + c]%s;\n",
                   (long long)kk, (long long)cols, kcu_ld(g->dtype), kcu_ld_end(g->dtype), kcu_ld(y->dtype),
                   kcu_ld_end(y->dtype));
-    kcu_put_store(&x->body, n->dtype, "    ", "out[i]", "s");
+    const char *v = res == KIR_NONE ? "s" : sum_first ? "s + kcu_f(res[i])" : "kcu_f(res[i]) + s";
+    kcu_put_store(&x->body, x->g->nodes[outv].dtype, "    ", "out[i]", v);
     ks_buf_puts(&x->body, "}\n");
-    kcu_kernel_end(x, k, "");
+    kcu_kernel_end(x, k, res != KIR_NONE ? "residual" : "");
+}
+
+static int emit_expert_sum(kcu_gen *x, kir_val v)
+{
+    put_expert_sum(x, v, KIR_NONE, 0, v);
     return 0;
 }
 
@@ -383,8 +393,7 @@ static int emit_expert_matmul_group(kcu_gen *x, const kir_val *nodes, int count,
 
 /* A group anchored at expert_sum (passes/fuse_epilogues.c): one kernel when it is the residual add,
  *     s = expert_sum(y, g); out = add(r, s) or add(s, r), r from outside, of out's shape,
- * out the only value read outside: out[t,c] = r[t,c] + (the sum over j of g[t,j] y[t,j,c], j in order,
- * in f32, as emit_expert_sum sums it), rounded once. Else 0: node by node. */
+ * out the only value read outside (put_expert_sum). Else 0: node by node. */
 static int emit_expert_sum_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside)
 {
     const kir_graph *g = x->g;
@@ -394,27 +403,7 @@ static int emit_expert_sum_group(kcu_gen *x, const kir_val *nodes, int count, co
     const kir_val r = a->in[0] == es ? a->in[1] : a->in[0];
     if ((a->in[0] != es && a->in[1] != es) || r == es || g->nodes[r].ndim != 2 || g->nodes[r].dims[1] != a->dims[1])
         return 0;
-    const kir_node *n = &g->nodes[es], *y = &g->nodes[n->in[0]], *gw = &g->nodes[n->in[1]], *rn = &g->nodes[r];
-    const int64_t kk = y->dims[1], cols = y->dims[2];
-    krt_cuda_kernel *k = kcu_elementwise_kernel(x, es, cols);
-    kcu_param_in(x, k, n->in[0], "y");
-    kcu_param_in(x, k, n->in[1], "g");
-    kcu_param_in(x, k, r, "res");
-    kcu_param_out(x, k, add);
-    kcu_open_body(x, k, "the residual plus the chosen experts' rows weighted by g and added, in order");
-    kcu_elementwise_prologue(x, cols);
-    ks_buf_printf(&x->body,
-                  "    enum { K = %lld, N = %lld };\n"
-                  "    const long long t = i / N, c = i %% N;\n"
-                  "    float s = 0.0f;\n"
-                  "    for (int j = 0; j < K; j++) s += %sg[t * K + j]%s * %sy[(t * K + j) * N + c]%s;\n"
-                  "    const float v = %s;\n",
-                  (long long)kk, (long long)cols, kcu_ld(gw->dtype), kcu_ld_end(gw->dtype), kcu_ld(y->dtype),
-                  kcu_ld_end(y->dtype), a->in[0] == es ? "s + kcu_f(res[i])" : "kcu_f(res[i]) + s");
-    (void)rn;
-    kcu_put_store(&x->body, a->dtype, "    ", "out[i]", "v");
-    ks_buf_puts(&x->body, "}\n");
-    kcu_kernel_end(x, k, "residual");
+    put_expert_sum(x, es, r, a->in[0] == es, add);
     return 1;
 }
 
