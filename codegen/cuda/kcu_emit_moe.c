@@ -192,30 +192,24 @@ static int emit_gather(kcu_gen *x, kir_val v)
     return 0;
 }
 
-/* expert_matmul: a warp an output row (t, j, c), 8 warps a block: the lanes read the chosen expert's
- * row c and the token's row in 16-byte chunks (lane l: chunks l, l + 32, ..., each chunk's elements in
- * order, f32), a butterfly of shuffles adds the 32 sums, then the expert's bias. The loads of a warp are
- * one contiguous stretch of the row: a decode step reads each chosen expert's rows at the copy rate's
- * pace (a thread a row, as before, made every load of a warp touch 32 rows 4 kB apart). The order is
- * the row's alone: the same whatever else the step holds (batch invariant). */
 /* Whether expert_matmul node v takes the grouped matmul: routed by idx, x and weights of one half
- * dtype, rows of whole 16-byte chunks, and a target whose blocks can opt into the large kernel's shared
- * memory. */
-static int kcu_moe_grouped_inputs(const kcu_gen *x, kir_val v)
+ * dtype, rows of whole 16-byte chunks, and a target whose blocks can opt into the kernels' shared memory
+ * (the decode kernel's 8-stage ring is the larger: kcu_moe_smem). */
+static int moe_grouped_inputs(const kcu_gen *x, kir_val v)
 {
     const kir_node *n = &x->g->nodes[v], *in = &x->g->nodes[n->in[0]], *w = &x->g->nodes[n->in[1]];
     return n->nin > 2 && n->in[2] != KIR_NONE && kcu_is_half(w->dtype) && in->dtype == w->dtype &&
            w->dims[2] % 8 == 0 && w->dims[1] < INT32_MAX / 64 &&
-           x->opt.smem_optin >= kcu_moe_smem(MOE_BT_DECODE) + w->dims[0] + 1024 &&
-           x->opt.smem_optin >= kcu_moe_smem(MOE_BT_LARGE) + w->dims[0] + 1024;
+           x->opt.smem_optin >= kcu_moe_smem(MOE_BT_DECODE) + w->dims[0] + 1024;
 }
 
-int kcu_moe_grouped(const kcu_gen *x, kir_val v) { return kcu_moe_grouped_inputs(x, v) && kcu_is_half(x->g->nodes[v].dtype); }
+/* ... and the grouped matmul stores its results itself: of a half dtype (a group's f32 value goes node by node). */
+static int moe_grouped(const kcu_gen *x, kir_val v) { return moe_grouped_inputs(x, v) && kcu_is_half(x->g->nodes[v].dtype); }
 
 /* The grouped matmul's kernels (kcu_moe_matmul) for node v, whose results go to the epilogue `epi`
  * (a kcu_moe_* functor's type and initializer, over the kernel's parameters), `cols` outputs a tile
  * of the weight's rows. The caller has added the parameters: x, w, idx, then the epilogue's. */
-void kcu_moe_grouped_kernels(kcu_gen *x, krt_cuda_kernel *k, kir_val mm, const char *what, const char *epi,
+static void moe_grouped_kernels(kcu_gen *x, krt_cuda_kernel *k, kir_val mm, const char *what, const char *epi,
                              int64_t tiles)
 {
     const kir_node *n = &x->g->nodes[mm], *in = &x->g->nodes[n->in[0]], *w = &x->g->nodes[n->in[1]];
@@ -251,16 +245,22 @@ static int emit_expert_matmul_grouped(kcu_gen *x, kir_val v)
     ks_buf_printf(&epi, "kcu_moe_store<%lld, %s, %s", (long long)rows, kcu_elem_type(n->dtype), has_b ? "true" : "false");
     if (has_b) ks_buf_printf(&epi, ", %s>{out, bias}", kcu_elem_type(x->g->nodes[n->in[3]].dtype));
     else ks_buf_puts(&epi, ">{out, nullptr}");
-    kcu_moe_grouped_kernels(x, k, v, "each routed row through its expert, grouped by expert (tensor cores)",
+    moe_grouped_kernels(x, k, v, "each routed row through its expert, grouped by expert (tensor cores)",
                             ks_buf_cstr(&epi), (rows + MOE_BW - 1) / MOE_BW);
     ks_buf_free(&epi);
     kcu_kernel_end(x, k, "");
     return 0;
 }
 
+/* expert_matmul: a warp an output row (t, j, c), 8 warps a block: the lanes read the chosen expert's
+ * row c and the token's row in 16-byte chunks (lane l: chunks l, l + 32, ..., each chunk's elements in
+ * order, f32), a butterfly of shuffles adds the 32 sums, then the expert's bias. The loads of a warp are
+ * one contiguous stretch of the row: a decode step reads each chosen expert's rows at the copy rate's
+ * pace (a thread a row, as before, made every load of a warp touch 32 rows 4 kB apart). The order is
+ * the row's alone: the same whatever else the step holds (batch invariant). */
 static int emit_expert_matmul(kcu_gen *x, kir_val v)
 {
-    if (kcu_moe_grouped(x, v)) return emit_expert_matmul_grouped(x, v);
+    if (moe_grouped(x, v)) return emit_expert_matmul_grouped(x, v);
     const kir_node *n = &x->g->nodes[v], *in = &x->g->nodes[n->in[0]], *w = &x->g->nodes[n->in[1]];
     int has_b = n->nin > 3 && n->in[3] != KIR_NONE;
     int64_t kk = n->dims[1], cols = w->dims[1], depth = w->dims[2];
@@ -355,7 +355,7 @@ static int emit_expert_matmul_group(kcu_gen *x, const kir_val *nodes, int count,
 {
     const kir_graph *g = x->g;
     const kir_val mm = nodes[0];
-    if (count != 5 || g->nodes[mm].op != KIR_OP_EXPERT_MATMUL || !kcu_moe_grouped_inputs(x, mm)) return 0;
+    if (count != 5 || g->nodes[mm].op != KIR_OP_EXPERT_MATMUL || !moe_grouped_inputs(x, mm)) return 0;
     const int64_t rows = g->nodes[g->nodes[mm].in[1]].dims[1], half = rows / 2;
     kir_val lo = KIR_NONE, hi = KIR_NONE, act = KIR_NONE, prod = KIR_NONE;
     for (int i = 1; i < count; i++) {
@@ -384,7 +384,7 @@ static int emit_expert_matmul_group(kcu_gen *x, const kir_val *nodes, int count,
     kcu_param_out(x, k, prod);
     ks_buf epi = {0};
     ks_buf_printf(&epi, "kcu_moe_swiglu<%lld, %s>{out}", (long long)half, kcu_elem_type(p->dtype));
-    kcu_moe_grouped_kernels(x, k, mm, "silu(gate) up of each routed row's expert (gate and up one weight), grouped by "
+    moe_grouped_kernels(x, k, mm, "silu(gate) up of each routed row's expert (gate and up one weight), grouped by "
                             "expert (tensor cores)", ks_buf_cstr(&epi), (half + MOE_BW / 2 - 1) / (MOE_BW / 2));
     ks_buf_free(&epi);
     kcu_kernel_end(x, k, "swiglu");

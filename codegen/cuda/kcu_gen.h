@@ -156,11 +156,6 @@ void kcu_elementwise_prologue(kcu_gen *x, int64_t row);
 int kcu_emit_norm(kcu_gen *x, kir_val v);
 /* kcu_emit_moe.c: the kernel of a routing node (sum, topk, gather, expert_matmul, expert_sum) alone. */
 int kcu_emit_moe(kcu_gen *x, kir_val v);
-/* kcu_emit_moe.c: whether expert_matmul node v takes the grouped matmul (kcu_moe_matmul); and its two
- * kernels into k (grid, shared memory, signature, bodies; the caller added the parameters x, w, idx
- * and the epilogue's, and ends the kernel), the epilogue epi a kcu_moe_* functor's initializer, tiles the
- * grid's weight-row tiles. */
-int kcu_moe_grouped(const kcu_gen *x, kir_val v);
 /* kcu_emit_moe.c: one kernel for a fusion group anchored at a routed expert_matmul (nodes[0]): a grouped
  * matmul when it is a SwiGLU over a merged gate and up (kcu_moe_swiglu); or at expert_sum: the weighted
  * sum and the residual add; 0 (nothing written: node by node) otherwise. kcu_emit_group's contract. */
@@ -169,8 +164,6 @@ int kcu_emit_moe_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_
  * gather, sum, elementwise) computing each value as its node's kernel would, rounded to its dtype;
  * 0 (nothing written) when a member is not one it computes. kcu_emit_group's contract. */
 int kcu_emit_row_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside);
-void kcu_moe_grouped_kernels(kcu_gen *x, krt_cuda_kernel *k, kir_val mm, const char *what, const char *epi,
-                             int64_t tiles);
 /* kcu_emit_attention.c: the kernel writing K and V rows (values kv, vv) of a
  * step into layer `layer` of the cache, for node v; and attention. */
 void kcu_emit_kv_write_kernel(kcu_gen *x, kir_val v, const char *suffix, kir_val kv, kir_val vv, int64_t layer);
