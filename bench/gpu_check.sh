@@ -81,6 +81,11 @@
 #         default 24, of its 48 layers; random bf16, ~31 GB) built and decoded at batch 1 and 32 against
 #         the bytes a step must read over the copy rate measured in the run; $OUT/moe_bench.json, and
 #         `kiln bench --profile` of both decodes ($OUT/moe_profile_b1.txt, _b32.txt).
+#       decode_ab — a change's effect on a whole decode step, graphs and kernel overlap on (what `kiln bench
+#         --profile`, a kernel at a time, does not see): the 8B shape with GPU_AB_LAYERS (default 8) layers,
+#         built once a variant of GPU_AB_VARIANTS ("name:ENV=V,ENV=V ..."; default: the default engine and
+#         KILN_CUDA_TC_PREFETCH=0), `kiln bench` decode at batch 1, 8 and 32, the variants interleaved, two
+#         rounds: $OUT/decode_ab.txt.
 #       probe — bench/gemv_probe.cu (compiled there by nvcc): the batch-1 matrix-vector designs (weights in
 #         flight in registers, a cp.async ring, bulk copies) at the 8B shapes against the copy rate.
 #       LLAMA8B_ARGS adds arguments to llama8b_check.py (e.g. "--dtypes bf16").
@@ -550,6 +555,38 @@ run() {
     for f in "$out"/moe_profile_b*.txt; do
       [ -f "$f" ] && { echo "== $(basename "$f")"; grep -A24 "decode steps" "$f" | head -30; } | tee -a "$summary"
     done
+  fi
+  if [[ $stages == *" decode_ab "* ]]; then
+    local layers=${GPU_AB_LAYERS:-8} m="/dev/shm/gpu_check_ab" v name envs r b
+    local variants=${GPU_AB_VARIANTS:-"default: no_prefetch:KILN_CUDA_TC_PREFETCH=0"}
+    echo "== decode_ab: Llama-3-8B's shape, $layers layers, variants: $variants" | tee -a "$summary"
+    (cd "$root/bench" && python3 -c "
+import json
+from llama8b_common import make_checkpoint
+cfg = json.load(open('../tests/data/llama3-8b-config.json')); cfg['num_hidden_layers'] = $layers
+make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
+    local pids=()
+    for v in $variants; do
+      name=${v%%:*}; envs=${v#*:}; envs=${envs//,/ }
+      # shellcheck disable=SC2086
+      env $envs "$kiln" build "$m" --dtype bf16 --max-tokens 2048 --target sm_90 -o "$m.$name.engine"         >"$out/decode_ab_build_$name.txt" 2>&1 &
+      pids+=($!)
+    done
+    wait "${pids[@]}"
+    rm -rf "$m"
+    for r in 1 2; do
+      for b in 1 8 32; do
+        for v in $variants; do
+          name=${v%%:*}
+          [ -f "$m.$name.engine" ] || { echo "FAIL: kiln build of variant $name" | tee -a "$summary"; continue; }
+          local bo=(--batch "$b")
+          [ "$b" = 1 ] && bo=()
+          echo "round $r, $name: $("$kiln" bench "$m.$name.engine" --prompts 1 --decode-prompt 16 --decode 64 \
+            "${bo[@]}" --reps 3 --warmup 1 2>&1 | grep -E "^decode, batch $b,")" | tee -a "$out/decode_ab.txt" "$summary"
+        done
+      done
+    done
+    rm -f "$m".*.engine
   fi
   if [[ $stages == *" profile "* ]]; then
     # the 8B shape with few layers (every layer runs the same kernels): quick per-kernel figures

@@ -108,6 +108,9 @@ typedef struct kcu_options {
     int tc_xahead;     /* 0: kcu_matmul_tc's sets of x in registers, KCU_TC_XAHEAD; else these
                         * (KILN_CUDA_TC_XAHEAD=N, 1 to 8, for comparisons) */
     int tc_ring_kb;    /* 0: kcu_matmul_tc's plan's ring; else at most this many kB (KILN_CUDA_TC_RING=N) */
+    int tc_prefetch;   /* 0: kcu_matmul_tc's weight steps prefetched into L2 before its wait for the kernel
+                        * before it, KCU_TC_PREFETCH; -1: none; else these (KILN_CUDA_TC_PREFETCH=N, 0 to 64,
+                        * for comparisons: no number depends on it) */
     ks_buf *choices;   /* NULL, or where the per-shape choices go, a line a distinct kernel that has
                         * variants: "k_matmul_fused_..: %7 matmul, 4096 -> 6144: sm_90a above 64 tokens: ..."
                         * (kiln build --stats prints them) */

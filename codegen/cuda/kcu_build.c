@@ -190,6 +190,9 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     const char *stats_batch = getenv("KILN_CUDA_STATS_BATCH");
     if (stats_batch && *stats_batch)
         opt.stats_batch = atoi(stats_batch) >= 1 && atoi(stats_batch) <= 16 ? atoi(stats_batch) : 0;
+    const char *tc_prefetch = getenv("KILN_CUDA_TC_PREFETCH");
+    if (tc_prefetch && *tc_prefetch && atoi(tc_prefetch) >= 0 && atoi(tc_prefetch) <= 64)
+        opt.tc_prefetch = atoi(tc_prefetch) > 0 ? atoi(tc_prefetch) : -1;
     if (tc_ring && *tc_ring) opt.tc_ring_kb = atoi(tc_ring) >= 32 && atoi(tc_ring) <= 224 ? atoi(tc_ring) : 0;
 
     krt_cuda_meta meta = {0};

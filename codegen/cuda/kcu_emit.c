@@ -189,7 +189,7 @@ static int emit_matmul(kcu_gen *x, kir_val v)
     else
         ks_buf_printf(&what, "x w^T with %s weights, fp32 sums (%d-element loads; a warp for %d rows when T <= %d)",
                       kir_dtype_name(w->dtype), vec, plan.rows, (int)decode_t);
-    kcu_open_body_min(x, k, ks_buf_cstr(&what), plan.per_sm);
+    (plan.tc ? kcu_open_body_tc : kcu_open_body_min)(x, k, ks_buf_cstr(&what), plan.per_sm);
     ks_buf_free(&what);
     for (int large = 0; large < 2; large++) {
         char shape[64];
@@ -873,6 +873,8 @@ int kcu_generate_with(const kir_graph *g, const kcu_options *opt, ks_buf *src, k
     if (rc == 0) {
         ks_buf_printf(src, banner, g->name ? g->name : "", meta->n_kernels, x.n_bodies);
         if (x.opt.stats_batch > 0) ks_buf_printf(src, "#define KCU_STATS_BATCH %d\n", x.opt.stats_batch);
+        if (x.opt.tc_prefetch != 0)
+            ks_buf_printf(src, "#define KCU_TC_PREFETCH %d\n", x.opt.tc_prefetch > 0 ? x.opt.tc_prefetch : 0);
         ks_buf_puts(src, kcu_prelude);
         ks_buf_put(src, kernels.data, kernels.len);
         meta->pdl = 1; /* kcu_open_body, kcu_open_large and the gemm90 wrappers open with KCU_PDL_ENTER */

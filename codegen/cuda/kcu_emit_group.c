@@ -1355,7 +1355,7 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
     ks_buf_puts(&what, "fused");
     for (int i = 0; i < count; i++) ks_buf_printf(&what, " %s", kir_op_table[g->nodes[nodes[i]].op].name);
     ks_buf_printf(&what, "; %s weights, fp32 sums", kir_dtype_name(wn->dtype));
-    kcu_open_body_min(x, k, ks_buf_cstr(&what), plan.per_sm);
+    (plan.tc ? kcu_open_body_tc : kcu_open_body_min)(x, k, ks_buf_cstr(&what), plan.per_sm);
     ks_buf_free(&what);
     const char *wt = kcu_elem_type(wn->dtype);
     ks_buf call = {0}; /* the matmul's arguments after its name and shape */

@@ -239,7 +239,8 @@ void kcu_param_out(kcu_gen *x, krt_cuda_kernel *k, kir_val v)
 
 /* The kernel's signature and opening brace, with a comment naming what it
  * computes (no node numbers: the text is shared by every node it fits). */
-void kcu_open_body_attr(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks, const char *attr)
+static void open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks, const char *attr,
+                      const char *entry)
 {
     const kir_node *n = &x->g->nodes[k->node];
     ks_buf type = {0};
@@ -247,9 +248,19 @@ void kcu_open_body_attr(kcu_gen *x, const krt_cuda_kernel *k, const char *what, 
     ks_buf_printf(&x->body, "\n/* %s: %s -> %s */\n", kir_op_table[n->op].name, what, ks_buf_cstr(&type));
     ks_buf_printf(&x->body, "extern \"C\" __global__ void __launch_bounds__(%d", k->block);
     if (min_blocks > 0) ks_buf_printf(&x->body, ", %d", min_blocks);
-    ks_buf_printf(&x->body, ") %s%s" NAME_MARK "(%s)\n{\n    KCU_PDL_ENTER();\n", attr ? attr : "", attr ? " " : "",
-                  ks_buf_cstr(&x->params));
+    ks_buf_printf(&x->body, ") %s%s" NAME_MARK "(%s)\n{\n    %s\n", attr ? attr : "", attr ? " " : "",
+                  ks_buf_cstr(&x->params), entry);
     ks_buf_free(&type);
+}
+
+void kcu_open_body_attr(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks, const char *attr)
+{
+    open_body(x, k, what, min_blocks, attr, "KCU_PDL_ENTER();");
+}
+
+void kcu_open_body_tc(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks)
+{
+    open_body(x, k, what, min_blocks, NULL, "/* KCU_PDL_ENTER: kcu_matmul_tc's, after its L2 prefetch */");
 }
 
 void kcu_open_body_min(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks)

@@ -138,6 +138,9 @@ void kcu_open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what);
 void kcu_open_body_min(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks);
 /* The same with attr (e.g. "KCU_CLUSTER_Z(8)", NULL: none) between the launch bounds and the name. */
 void kcu_open_body_attr(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks, const char *attr);
+/* kcu_open_body_min's for a kernel whose body is a call of kcu_matmul_tc: its KCU_PDL_ENTER is
+ * kcu_matmul_tc's own, after the L2 prefetch of its first weights (kcu_tc_prefetch). */
+void kcu_open_body_tc(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks);
 /* After the kernel's body: the signature of its variant NAME_large, the
  * kernel launched instead for steps of more than `above` tokens (the body
  * follows, then kcu_kernel_end records both). */

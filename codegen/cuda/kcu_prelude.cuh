@@ -1950,6 +1950,41 @@ static __device__ __forceinline__ void kcu_tc_tiles(const int t0, const int TT, 
     kcu_cp_wait<0>(); /* the empty groups past the end: nothing of this thread's in flight */
 }
 
+/* Before the kernel waits for the one before it (kcu_matmul_tc calls KCU_PDL_ENTER itself, after
+ * this): the L2 lines of the block's first KCU_TC_PREFETCH weight steps of a one-token-tile step
+ * (T <= 8: U = 2 chunks a step, each warp from the start of its K slice of each of its first tiles'
+ * 16 rows), one bulk prefetch a (row, warp). A hint to L2 that reads nothing into the block: the
+ * order of every read and write stays the stream's (KCU_PDL_ENTER's rule), and what the weights'
+ * stream would have waited for at the kernel's start arrives while the kernel before it ends. */
+#ifndef KCU_TC_PREFETCH
+#define KCU_TC_PREFETCH 6 /* the generator defines another with kcu_options.tc_prefetch (KILN_CUDA_TC_PREFETCH) */
+#endif
+template <typename W, int K, int N, class Epi>
+__device__ __forceinline__ void kcu_tc_prefetch(const int tile0, const int nt, const W *__restrict__ w)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    typedef kcu_tc<W, K> G;
+    enum { U = 2, STEPS = (G::CW + U - 1) / U };
+    if constexpr (KCU_TC_PREFETCH > 0) {
+        const int warp = threadIdx.x / 32, r = threadIdx.x % 32, k0 = warp * G::CW * 32;
+        if (r >= 16 || k0 >= K) return;
+        for (int p = 0; p < KCU_TC_PREFETCH && p / STEPS < nt; p += STEPS) {
+            const int col = (tile0 + p / STEPS) * 16 + r;
+            const int steps = KCU_TC_PREFETCH - p < STEPS ? KCU_TC_PREFETCH - p : STEPS;
+            int len = steps * U * 32; /* halves */
+            if (len > G::CW * 32) len = G::CW * 32;
+            if (len > K - k0) len = K - k0;
+            if (col < N)
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + (long long)Epi::row(col) * K + k0),
+                             "r"(len * (int)sizeof(W))
+                             : "memory");
+        }
+    }
+#else
+    (void)tile0, (void)nt, (void)w;
+#endif
+}
+
 /* Tokens t0 .. t0 + TT - 1 (8 < TT <= 32) of the 8 tiles from column c0 (a warp each), the K slices
  * in order, each slice's norm values staged in slab ([TT][CW * 4] chunks; kcu_tc_wide above); the
  * weights through ring as kcu_tc_tiles' (RING bytes, each thread's own slots, D - 1 steps ahead). */
@@ -2084,6 +2119,8 @@ static __device__ __forceinline__ void kcu_matmul_tc(const int T, const X *__res
     uint4 *const ring = kcu_tc_ring;
 #endif
     const int tile0 = (int)blockIdx.x * J;
+    if (T <= 8 && tile0 < TILES) kcu_tc_prefetch<W, K, N, Epi>(tile0, TILES - tile0 < J ? TILES - tile0 : J, w);
+    KCU_PDL_ENTER(); /* the generated kernel leaves it to here (kcu_open_body_tc) */
     for (int t0 = 0; t0 < T; t0 += KCU_TC_GROUP) {
         const int TT = T - t0 < KCU_TC_GROUP ? T - t0 : KCU_TC_GROUP;
         if constexpr (WIDE) {
