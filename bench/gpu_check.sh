@@ -84,8 +84,8 @@
 #       decode_ab — a change's effect on a whole decode step, graphs and kernel overlap on (what `kiln bench
 #         --profile`, a kernel at a time, does not see): the 8B shape with GPU_AB_LAYERS (default 8) layers,
 #         built once a variant of GPU_AB_VARIANTS ("name:ENV=V,ENV=V ..."; default: the default engine and
-#         KILN_CUDA_TC_PREFETCH=0), `kiln bench` decode at batch 1, 8 and 32, the variants interleaved, two
-#         rounds: $OUT/decode_ab.txt.
+#         the prefetches off, KILN_CUDA_TC_PREFETCH=0 and KILN_CUDA_L2_AHEAD=0, apart and together), `kiln bench` decode at batch 1, 8 and 32, the variants interleaved, two
+#         rounds: $OUT/decode_ab.txt. GPU_AB_MODEL=moe: bench/moe_bench.py's Qwen3-30B-A3B shape instead.
 #       probe — bench/gemv_probe.cu (compiled there by nvcc): the batch-1 matrix-vector designs (weights in
 #         flight in registers, a cp.async ring, bulk copies) at the 8B shapes against the copy rate.
 #       LLAMA8B_ARGS adds arguments to llama8b_check.py (e.g. "--dtypes bf16").
@@ -558,13 +558,24 @@ run() {
   fi
   if [[ $stages == *" decode_ab "* ]]; then
     local layers=${GPU_AB_LAYERS:-8} m="/dev/shm/gpu_check_ab" v name envs r b
-    local variants=${GPU_AB_VARIANTS:-"default: no_prefetch:KILN_CUDA_TC_PREFETCH=0"}
-    echo "== decode_ab: Llama-3-8B's shape, $layers layers, variants: $variants" | tee -a "$summary"
-    (cd "$root/bench" && python3 -c "
+    local variants=${GPU_AB_VARIANTS:-"default: no_tc_prefetch:KILN_CUDA_TC_PREFETCH=0 no_ahead:KILN_CUDA_L2_AHEAD=0 neither:KILN_CUDA_TC_PREFETCH=0,KILN_CUDA_L2_AHEAD=0"}
+    # GPU_AB_MODEL=moe: Qwen3-30B-A3B's shape (bench/moe_bench.py's) with that many layers instead
+    local shape="Llama-3-8B's shape"
+    [ "${GPU_AB_MODEL:-}" = moe ] && shape="Qwen3-30B-A3B's shape"
+    echo "== decode_ab: $shape, $layers layers, variants: $variants" | tee -a "$summary"
+    if [ "${GPU_AB_MODEL:-}" = moe ]; then
+      (cd "$root/bench" && python3 -c "
+from llama8b_common import make_checkpoint
+from moe_bench import QWEN3_30B_A3B
+make_checkpoint(dict(QWEN3_30B_A3B, num_hidden_layers=$layers), '$m', 'cuda', 0,
+                ('Qwen3MoeConfig', 'Qwen3MoeForCausalLM'), '4GB')" 2>&1 | tail -1)
+    else
+      (cd "$root/bench" && python3 -c "
 import json
 from llama8b_common import make_checkpoint
 cfg = json.load(open('../tests/data/llama3-8b-config.json')); cfg['num_hidden_layers'] = $layers
 make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
+    fi
     local pids=()
     for v in $variants; do
       name=${v%%:*}; envs=${v#*:}; envs=${envs//,/ }

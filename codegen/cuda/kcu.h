@@ -108,6 +108,9 @@ typedef struct kcu_options {
     int tc_xahead;     /* 0: kcu_matmul_tc's sets of x in registers, KCU_TC_XAHEAD; else these
                         * (KILN_CUDA_TC_XAHEAD=N, 1 to 8, for comparisons) */
     int tc_ring_kb;    /* 0: kcu_matmul_tc's plan's ring; else at most this many kB (KILN_CUDA_TC_RING=N) */
+    int l2_ahead_mb;   /* 0: a kernel that streams no weights prefetches the next matmul's first
+                        * KCU_L2_AHEAD_MB MB into L2; -1: none; else these (KILN_CUDA_L2_AHEAD=N, 0 to 48, for
+                        * comparisons: no number depends on it) */
     int tc_prefetch;   /* 0: kcu_matmul_tc's weight steps prefetched into L2 before its wait for the kernel
                         * before it, KCU_TC_PREFETCH; -1: none; else these (KILN_CUDA_TC_PREFETCH=N, 0 to 64,
                         * for comparisons: no number depends on it) */

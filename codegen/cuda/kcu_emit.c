@@ -784,6 +784,23 @@ static int reads_operand(const kir_graph *g, kir_val u, int i)
 /* Emit every node: a fusion group (consecutive nodes with the same `fuse`,
  * weights and inputs among them allowed) as one kernel when
  * kcu_emit_group can, else node by node. */
+/* For each node, the weight of the first matmul after it in the graph's order (the kernels' order),
+ * or KIR_NONE where a routed expert_matmul (weights that depend on the step) or nothing comes first:
+ * kcu_gen.ahead. A matmul's weight is its second operand when that is a weight of the model. */
+static kir_val *next_weights(const kir_graph *g)
+{
+    kir_val *ahead = ks_xmalloc(sizeof *ahead * (g->n_nodes ? g->n_nodes : 1));
+    kir_val next = KIR_NONE;
+    for (size_t v = g->n_nodes; v-- > 0;) {
+        const kir_node *n = &g->nodes[v];
+        ahead[v] = next;
+        if (n->op != KIR_OP_MATMUL && n->op != KIR_OP_EXPERT_MATMUL) continue;
+        const int routed = n->op == KIR_OP_EXPERT_MATMUL && n->nin > 2 && n->in[2] != KIR_NONE;
+        next = !routed && g->nodes[n->in[1]].op == KIR_OP_WEIGHT ? n->in[1] : KIR_NONE;
+    }
+    return ahead;
+}
+
 static int emit_nodes(kcu_gen *x)
 {
     const kir_graph *g = x->g;
@@ -866,6 +883,7 @@ int kcu_generate_with(const kir_graph *g, const kcu_options *opt, ks_buf *src, k
     kcu_gen x = {.g = g, .src = &kernels, .meta = meta, .d = d};
     if (opt) x.opt = *opt;
     x.root = ks_xcalloc(g->n_nodes ? g->n_nodes : 1, sizeof *x.root);
+    x.ahead = next_weights(g);
     int have_output = 0;
     /* every value is of a float dtype kiln computes (f32, bf16, f16) or an i32 input: kir_verify */
     for (size_t v = 0; v < g->n_nodes; v++) x.root[v] = (uint32_t)v;
@@ -903,6 +921,7 @@ int kcu_generate_with(const kir_graph *g, const kcu_options *opt, ks_buf *src, k
     ks_buf_free(&x.texts);
     free(x.bodies);
     free(x.root);
+    free(x.ahead);
     return rc;
 }
 

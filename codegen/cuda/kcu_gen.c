@@ -237,38 +237,68 @@ void kcu_param_out(kcu_gen *x, krt_cuda_kernel *k, kir_val v)
     ks_buf_free(&decl);
 }
 
+/* KCU_L2_AHEAD_MB: the most a kernel prefetches of the matmul after it (L2 holds 50 MB on an H100 or H200) */
+enum { KCU_L2_AHEAD_MB = 32 };
+
+/* A kernel whose node is no matmul (attention, a norm, a rotation, routing, a sum) streams no weights:
+ * while it runs, HBM would idle. If a matmul with weights of its own comes after it (and no routed
+ * expert_matmul before that), the kernel gets that weight as the parameter `ahead` and its blocks
+ * prefetch the weight's first bytes into L2 before they wait for the kernel before them
+ * (kcu_l2_ahead: a hint that reads nothing into the kernel, KCU_PDL_ENTER's rule holds), so that
+ * the matmul's first reads hit L2. The byte count is part of the text. */
+static void put_l2_ahead(kcu_gen *x, krt_cuda_kernel *k, ks_buf *stmt)
+{
+    const kir_graph *g = x->g;
+    const kir_op op = g->nodes[k->node].op;
+    if (!x->ahead || x->opt.l2_ahead_mb < 0 || op == KIR_OP_MATMUL || op == KIR_OP_EXPERT_MATMUL ||
+        k->n_args >= KRT_CUDA_MAX_ARGS)
+        return;
+    const kir_val w = x->ahead[k->node];
+    if (w == KIR_NONE) return;
+    const kir_node *wn = &g->nodes[w];
+    int64_t bytes = kir_elems(wn, 0) * (int64_t)kir_dtype_size(wn->dtype);
+    const int64_t cap = (int64_t)(x->opt.l2_ahead_mb > 0 ? x->opt.l2_ahead_mb : KCU_L2_AHEAD_MB) << 20;
+    if (bytes > cap) bytes = cap;
+    bytes &= ~(int64_t)15;
+    if (bytes <= 0) return;
+    kcu_param_in(x, k, w, "ahead");
+    ks_buf_printf(stmt, "    kcu_l2_ahead(ahead, %lldLL); /* the next matmul's weights */\n", (long long)bytes);
+}
+
 /* The kernel's signature and opening brace, with a comment naming what it
  * computes (no node numbers: the text is shared by every node it fits). */
-static void open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks, const char *attr,
+static void open_body(kcu_gen *x, krt_cuda_kernel *k, const char *what, int min_blocks, const char *attr,
                       const char *entry)
 {
     const kir_node *n = &x->g->nodes[k->node];
-    ks_buf type = {0};
+    ks_buf type = {0}, ahead = {0};
+    put_l2_ahead(x, k, &ahead); /* its parameter now, its statement first in the body */
     kir_format_type(&type, n);
     ks_buf_printf(&x->body, "\n/* %s: %s -> %s */\n", kir_op_table[n->op].name, what, ks_buf_cstr(&type));
     ks_buf_printf(&x->body, "extern \"C\" __global__ void __launch_bounds__(%d", k->block);
     if (min_blocks > 0) ks_buf_printf(&x->body, ", %d", min_blocks);
-    ks_buf_printf(&x->body, ") %s%s" NAME_MARK "(%s)\n{\n    %s\n", attr ? attr : "", attr ? " " : "",
-                  ks_buf_cstr(&x->params), entry);
+    ks_buf_printf(&x->body, ") %s%s" NAME_MARK "(%s)\n{\n%s    %s\n", attr ? attr : "", attr ? " " : "",
+                  ks_buf_cstr(&x->params), ks_buf_cstr(&ahead), entry);
+    ks_buf_free(&ahead);
     ks_buf_free(&type);
 }
 
-void kcu_open_body_attr(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks, const char *attr)
+void kcu_open_body_attr(kcu_gen *x, krt_cuda_kernel *k, const char *what, int min_blocks, const char *attr)
 {
     open_body(x, k, what, min_blocks, attr, "KCU_PDL_ENTER();");
 }
 
-void kcu_open_body_tc(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks)
+void kcu_open_body_tc(kcu_gen *x, krt_cuda_kernel *k, const char *what, int min_blocks)
 {
     open_body(x, k, what, min_blocks, NULL, "/* KCU_PDL_ENTER: kcu_matmul_tc's, after its L2 prefetch */");
 }
 
-void kcu_open_body_min(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks)
+void kcu_open_body_min(kcu_gen *x, krt_cuda_kernel *k, const char *what, int min_blocks)
 {
     kcu_open_body_attr(x, k, what, min_blocks, NULL);
 }
 
-void kcu_open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what) { kcu_open_body_attr(x, k, what, 0, NULL); }
+void kcu_open_body(kcu_gen *x, krt_cuda_kernel *k, const char *what) { kcu_open_body_attr(x, k, what, 0, NULL); }
 
 /* x->body with every NAME_MARK replaced by name, appended to out. */
 static void put_named(ks_buf *out, const char *text, size_t len, const char *name)

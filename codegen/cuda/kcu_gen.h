@@ -60,6 +60,9 @@ typedef struct kcu_gen {
     ks_diag *d;            /* where errors go */
     int64_t large;         /* > 0: the kernel being written has a _large variant for steps above this many tokens */
     kcu_options opt;       /* the generator's choices (kcu.h) */
+    kir_val *ahead;        /* [n_nodes] the weight of the first matmul after each node, KIR_NONE where a routed
+                            * expert_matmul comes first or none does (kcu_emit's next_weights): what a kernel
+                            * that streams no weights itself prefetches into L2 (kcu_l2_ahead) */
 } kcu_gen;
 
 
@@ -132,15 +135,15 @@ void kcu_param_in(kcu_gen *x, krt_cuda_kernel *k, kir_val v, const char *name);
 /* Value v's buffer, written, as the parameter `out` (of v's dtype). */
 void kcu_param_out(kcu_gen *x, krt_cuda_kernel *k, kir_val v);
 /* The signature, with a comment saying what the kernel computes. */
-void kcu_open_body(kcu_gen *x, const krt_cuda_kernel *k, const char *what);
+void kcu_open_body(kcu_gen *x, krt_cuda_kernel *k, const char *what);
 /* The same for a kernel compiled to fit min_blocks blocks an SM (__launch_bounds__'s second
  * argument; 0: none). */
-void kcu_open_body_min(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks);
+void kcu_open_body_min(kcu_gen *x, krt_cuda_kernel *k, const char *what, int min_blocks);
 /* The same with attr (e.g. "KCU_CLUSTER_Z(8)", NULL: none) between the launch bounds and the name. */
-void kcu_open_body_attr(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks, const char *attr);
+void kcu_open_body_attr(kcu_gen *x, krt_cuda_kernel *k, const char *what, int min_blocks, const char *attr);
 /* kcu_open_body_min's for a kernel whose body is a call of kcu_matmul_tc: its KCU_PDL_ENTER is
  * kcu_matmul_tc's own, after the L2 prefetch of its first weights (kcu_tc_prefetch). */
-void kcu_open_body_tc(kcu_gen *x, const krt_cuda_kernel *k, const char *what, int min_blocks);
+void kcu_open_body_tc(kcu_gen *x, krt_cuda_kernel *k, const char *what, int min_blocks);
 /* After the kernel's body: the signature of its variant NAME_large, the
  * kernel launched instead for steps of more than `above` tokens (the body
  * follows, then kcu_kernel_end records both). */

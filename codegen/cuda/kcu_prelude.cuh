@@ -1950,6 +1950,27 @@ static __device__ __forceinline__ void kcu_tc_tiles(const int t0, const int TT, 
     kcu_cp_wait<0>(); /* the empty groups past the end: nothing of this thread's in flight */
 }
 
+/* A kernel that streams no weights (kcu_gen.c's put_l2_ahead): the first `bytes` of the next matmul's
+ * weights into L2, before it waits for the kernel before it — 64 kB pieces, spread over every thread of
+ * the grid, each a bulk prefetch (sm_90; elsewhere nothing). A hint: nothing is read into the kernel. */
+__device__ __forceinline__ void kcu_l2_ahead(const void *p, long long bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    enum { PIECE = 65536 };
+    const long long pieces = (bytes + PIECE - 1) / PIECE;
+    const long long blocks = (long long)gridDim.x * gridDim.y * gridDim.z;
+    const long long b = blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
+    for (long long i = b * blockDim.x + threadIdx.x; i < pieces; i += blocks * blockDim.x) {
+        const long long at = i * PIECE, len = bytes - at < PIECE ? bytes - at : PIECE;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char *>(p) + at),
+                     "r"((unsigned)len)
+                     : "memory");
+    }
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
 /* Before the kernel waits for the one before it (kcu_matmul_tc calls KCU_PDL_ENTER itself, after
  * this): the L2 lines of the block's first KCU_TC_PREFETCH weight steps of a one-token-tile step
  * (T <= 8: U = 2 chunks a step, each warp from the start of its K slice of each of its first tiles'
