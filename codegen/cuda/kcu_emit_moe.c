@@ -506,6 +506,21 @@ static void row_store(const kcu_gen *x, const row_group *r, int i, const uint8_t
     }
 }
 
+/* The first expert_matmul after node idx that idx routes, or KIR_NONE. */
+static kir_val routed_matmul(const kir_graph *g, kir_val idx)
+{
+    for (size_t u = (size_t)idx + 1; u < g->n_nodes; u++) {
+        const kir_node *n = &g->nodes[u];
+        if (n->op == KIR_OP_EXPERT_MATMUL && n->nin > 2 && n->in[2] == idx) return (kir_val)u;
+    }
+    return KIR_NONE;
+}
+
+/* A routing kernel knows the experts its tokens chose before the grouped matmul after it does: as each
+ * choice is made, the chosen expert's weights of that matmul (its [rows, depth] slab) go into L2, the
+ * first EXPERT_AHEAD bytes of them over the step's T k choices (kcu_l2_expert). */
+enum { EXPERT_AHEAD = 32 << 20 };
+
 int kcu_emit_row_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside)
 {
     const kir_graph *g = x->g;
@@ -548,7 +563,19 @@ int kcu_emit_row_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_
         kcu_add_param(x, k, KRT_CUDA_ARG_VALUE, nodes[i], ks_buf_cstr(&decl));
         ks_buf_free(&decl);
     }
-    kcu_open_body(x, k, "a token's row ops as one kernel (a warp a token), each value rounded to its dtype as stored");
+    /* a topk whose choices route an expert_matmul of the model's weights: those experts' weights ahead */
+    int ahead_of = -1;
+    int64_t expert_bytes = 0;
+    for (int i = 0; i < count && ahead_of < 0 && x->opt.l2_ahead_mb >= 0 && k->n_args < KRT_CUDA_MAX_ARGS; i++) {
+        const kir_val em = g->nodes[nodes[i]].op == KIR_OP_TOPK && read_outside[nodes[i]]
+                               ? routed_matmul(g, nodes[i]) : KIR_NONE;
+        if (em == KIR_NONE || g->nodes[g->nodes[em].in[1]].op != KIR_OP_WEIGHT) continue;
+        const kir_node *w = &g->nodes[g->nodes[em].in[1]];
+        expert_bytes = w->dims[1] * w->dims[2] * (int64_t)kir_dtype_size(w->dtype);
+        if (expert_bytes % 16) continue; /* bulk prefetches of whole 16-byte units */
+        kcu_param_in(x, k, g->nodes[em].in[1], "experts_ahead");
+        ahead_of = i;
+    }    kcu_open_body(x, k, "a token's row ops as one kernel (a warp a token), each value rounded to its dtype as stored");
     ks_buf *b = &x->body;
     ks_buf_printf(b,
                   "    __shared__ float rf[%d][%lld];\n"
@@ -592,6 +619,10 @@ int kcu_emit_row_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_
             ks_buf put = {0};
             ks_buf_printf(&put, "                ri[warp][%lld + j] = bi;\n", (long long)r.slot[i].off);
             if (read_outside[v]) ks_buf_printf(&put, "                if (live) o%d[t * K + j] = bi;\n", i);
+            if (i == ahead_of)
+                ks_buf_printf(&put, "                if (live) kcu_l2_expert(experts_ahead, bi, %lldLL, (long long)T * K, %lldLL);\n",
+                              (long long)expert_bytes,
+                              (long long)(x->opt.l2_ahead_mb > 0 ? (int64_t)x->opt.l2_ahead_mb << 20 : EXPERT_AHEAD));
             put_warp_topk(b, "        ", g->nodes[n->in[0]].dims[1], width, ks_buf_cstr(&a), ks_buf_cstr(&put));
             ks_buf_free(&put);
             break;

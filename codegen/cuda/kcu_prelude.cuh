@@ -1971,6 +1971,26 @@ __device__ __forceinline__ void kcu_l2_ahead(const void *p, long long bytes)
 #endif
 }
 
+/* A routing kernel's choice e (kcu_emit_moe.c's row group): expert e's slab of the grouped matmul's
+ * weights w ([experts][each] bytes) into L2, at most cap / choices bytes of it (cap over the step's
+ * choices), by the calling thread. */
+__device__ __forceinline__ void kcu_l2_expert(const void *w, int e, long long each, long long choices, long long cap)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    enum { PIECE = 65536 };
+    long long bytes = cap / (choices > 0 ? choices : 1);
+    if (bytes > each) bytes = each;
+    bytes &= ~15LL;
+    const char *base = static_cast<const char *>(w) + (long long)e * each;
+    for (long long at = 0; at < bytes; at += PIECE)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + at),
+                     "r"((unsigned)(bytes - at < PIECE ? bytes - at : PIECE))
+                     : "memory");
+#else
+    (void)w, (void)e, (void)each, (void)choices, (void)cap;
+#endif
+}
+
 /* Before the kernel waits for the one before it (kcu_matmul_tc calls KCU_PDL_ENTER itself, after
  * this): the L2 lines of the block's first KCU_TC_PREFETCH weight steps of a one-token-tile step
  * (T <= 8: U = 2 chunks a step, each warp from the start of its K slice of each of its first tiles'
