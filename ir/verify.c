@@ -545,7 +545,8 @@ static int64_t group_of(kir_verifier *c, kir_val v)
 
 /* Groups: contiguous runs; per run at most one matmul or attention (the
  * anchor), and a norm only before the matmul whose only input it is, or in
- * a group with no anchor (add + norm). */
+ * a group with no anchor (add + norm), or as many as the group has ropes,
+ * each norm's one use the rope after it (head norms: fuse_norm_rope). */
 static void check_groups(kir_verifier *c)
 {
     const kir_graph *g = c->g;
@@ -603,6 +604,12 @@ static void check_groups(kir_verifier *c)
                            "use must be matmul %%%u's input (it has %u use%s)",
                            (long long)id, (unsigned)v, (unsigned)uses[norm], uses[norm] == 1 ? "" : "s");
         } else if (fc == KIR_FUSE_NORM) {
+            /* a norm over each head whose one use is the next node, its group's rope (fuse_norm_rope's
+             * pairs: an attention's q and k may share a kernel) is no second norm */
+            const kir_node *r = i + 1 < g->n_nodes ? kir_node_at(g, v + 1) : NULL;
+            const int head_norm = uses[v] == 1 && r && r->op == KIR_OP_ROPE && r->nin > 0 && r->in[0] == v &&
+                                  group_of(c, v + 1) == id;
+            if (head_norm && anchor == KIR_NONE) continue;
             if (norm != KIR_NONE)
                 node_error(c, v, "fuse group %lld has a second norm (node %%%u is its first): a kernel has one",
                            (long long)id, (unsigned)norm);

@@ -628,70 +628,181 @@ static int emit_rope(kcu_gen *x, kir_val v)
     return 0;
 }
 
-/* passes/fuse_norm_rope.c's group {rms_norm, rope}: a block a (token, head) row; the norm as
- * kcu_emit_norm computes it (the squares in double, the block's fixed tree; its value rounded to its
- * dtype: f32 where nothing outside reads it), staged in shared memory, then each element rotated as
- * emit_rope rotates it. 0 (nothing written) for another group. */
+/* A {rms_norm, rope} pair of a fuse_norm_rope group. */
+typedef struct norm_rope_pair {
+    kir_val norm, rope;
+} norm_rope_pair;
+
+static int norm_rope_ok(const kcu_gen *x, norm_rope_pair p, const uint8_t *read_outside)
+{
+    const kir_graph *g = x->g;
+    const kir_node *n = &g->nodes[p.norm], *r = &g->nodes[p.rope];
+    int64_t short_up_to = 0;
+    return n->op == KIR_OP_RMS_NORM && r->op == KIR_OP_ROPE && r->nin == 2 && r->in[0] == p.norm &&
+           !read_outside[p.norm] && n->ndim == 3 && !kir_rope_by_length(g, p.rope, &short_up_to);
+}
+
+/* Pair i's (token, head) row `row`: the norm as kcu_emit_norm computes it (the squares in double, the
+ * block's fixed tree; its value rounded to its dtype), staged in shared memory, then each element rotated
+ * as emit_rope rotates it; stored to out<i> where store, and where kv (the group's kv_write, this pair
+ * its k) into the cache at the token's slot, the head's v row beside it. */
+static void put_norm_rope_rows(kcu_gen *x, norm_rope_pair p, int i, int store, kir_val kv)
+{
+    const kir_graph *g = x->g;
+    const kir_node *n = &g->nodes[p.norm], *r = &g->nodes[p.rope];
+    const int64_t heads = r->dims[1], rot = kir_attr_int(g, p.rope, KIR_A_ROPE_ROT_DIM);
+    const int half = (int)(rot / 2), pairs = kir_attr_word(g, p.rope, KIR_A_ROPE_STYLE) == KIR_ROPE_STYLE_PAIRS;
+    const int has_w = n->nin > 1 && n->in[1] != KIR_NONE;
+    const kir_dtype xt = g->nodes[n->in[0]].dtype;
+    ks_buf *b = &x->body;
+    char wv[32], dst[64];
+    snprintf(wv, sizeof wv, "y * kcu_f(w%d[i])", i);
+    ks_buf_printf(b,
+                  "        enum { H = %lld, ROT = %lld, HALF = %d };\n"
+                  "        const long long t = row / H;\n"
+                  "        const %s *xr = x%d + row * D;\n"
+                  "        const double eps = ",
+                  (long long)heads, (long long)rot, half, kcu_elem_type(xt), i);
+    kcu_put_double(b, kir_attr_float(g, p.norm, KIR_A_RMS_NORM_EPS));
+    ks_buf_puts(b, ";\n");
+    put_rms_inv(b, xt);
+    ks_buf_printf(b,
+                  "        for (int i = threadIdx.x; i < D; i += B) {\n"
+                  "            const float y = (float)(%sxr[i]%s * inv);\n"
+                  "            ys[i] = kcu_round<%s>(%s);\n"
+                  "        }\n"
+                  "        __syncthreads();\n",
+                  kcu_ld(xt), kcu_ld_end(xt), kcu_elem_type(n->dtype), has_w ? wv : "y");
+    if (kv != KIR_NONE) { /* the head's v row into the cache, beside k's */
+        const kir_node *vn = &g->nodes[g->nodes[kv].in[1]];
+        const int64_t vrow = kir_row_elems(vn) / heads;
+        ks_buf_printf(b,
+                      "        const long long slot = slots[t], h = row %% H;\n"
+                      "        for (int e = threadIdx.x; e < %lld; e += B) {\n",
+                      (long long)vrow);
+        char val[96];
+        snprintf(val, sizeof val, "%sv[row * %lld + e]%s", kcu_ld(vn->dtype), (long long)vrow, kcu_ld_end(vn->dtype));
+        snprintf(dst, sizeof dst, "vc[(slot * H + h) * %lld + e]", (long long)vrow);
+        kcu_put_store(b, kir_kv_dtype(g, kv), "            ", dst, val);
+        ks_buf_puts(b, "        }\n");
+    }
+    ks_buf_printf(b, "        for (int e = threadIdx.x; e < D; e += B) {\n            float y;\n"
+                     "            if (e >= ROT) {\n                y = ys[e];\n            } else {\n");
+    ks_buf_puts(b, pairs ? "                const int j = e / 2, i0 = 2 * j, i1 = 2 * j + 1;\n"
+                         : "                const int j = e % HALF, i0 = j, i1 = j + HALF;\n");
+    ks_buf_printf(b, "                const float angle = (float)pos%d[t] * " NAME_MARK "_inv_freq%d[j];\n", i, i);
+    if (kir_attr_int(g, p.rope, KIR_A_ANY_HALF_MATH))
+        ks_buf_puts(b, "                float c, s;\n                kcu_sincos_half(angle, &s, &c);\n");
+    else
+        ks_buf_puts(b, "                float c = (float)cos((double)angle), s = (float)sin((double)angle);\n");
+    kcu_rope_factor(g, p.rope, "                ", "c", "s", b);
+    ks_buf_puts(b, "                const float y0 = ys[i0], y1 = ys[i1];\n"
+                   "                y = e == i0 ? y0 * c - y1 * s : y1 * c + y0 * s;\n"
+                   "            }\n");
+    /* the rope's value rounded to its dtype, as its own kernel stores it; the cache's store rounds that */
+    if (store) {
+        snprintf(dst, sizeof dst, "out%d[row * D + e]", i);
+        kcu_put_store(b, r->dtype, "            ", dst, "y");
+    }
+    if (kv != KIR_NONE) {
+        ks_buf_printf(b, "            const float yr = kcu_round<%s>(y);\n", kcu_elem_type(r->dtype));
+        snprintf(dst, sizeof dst, "kc[(slot * H + h) * D + e]");
+        kcu_put_store(b, kir_kv_dtype(g, kv), "            ", dst, "yr");
+    }
+    ks_buf_puts(b, "        }\n");
+}
+
+/* passes/fuse_norm_rope.c's groups: {rms_norm, rope} — a norm over each head whose one use is its
+ * rotation — or two such pairs (an attention's q and k) and the kv_write of k and v: one kernel, a
+ * block a (token, head) row of each pair in turn (put_norm_rope_rows). 0 (nothing written) for another
+ * group. */
 static int emit_norm_rope(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside)
 {
     const kir_graph *g = x->g;
-    if (count != 2) return 0;
-    const kir_val nv = nodes[0], rv = nodes[1];
-    const kir_node *n = &g->nodes[nv], *r = &g->nodes[rv];
-    if (n->op != KIR_OP_RMS_NORM || r->op != KIR_OP_ROPE || r->nin != 2 || r->in[0] != nv || read_outside[nv] ||
-        n->ndim != 3)
-        return 0;
-    int64_t short_up_to = 0;
-    if (kir_rope_by_length(g, rv, &short_up_to)) return 0;
-    const int64_t heads = r->dims[1], d = r->dims[2], rot = kir_attr_int(g, rv, KIR_A_ROPE_ROT_DIM);
-    const int half = (int)(rot / 2), pairs = kir_attr_word(g, rv, KIR_A_ROPE_STYLE) == KIR_ROPE_STYLE_PAIRS;
+    norm_rope_pair p[2];
+    int np = 0;
+    kir_val kv = KIR_NONE;
+    for (int i = 0; i < count; i++) {
+        const kir_op op = g->nodes[nodes[i]].op;
+        if (op == KIR_OP_RMS_NORM && i + 1 < count && np < 2) p[np++] = (norm_rope_pair){nodes[i], nodes[i + 1]}, i++;
+        else if (op == KIR_OP_KV_WRITE && kv == KIR_NONE) kv = nodes[i];
+        else return 0;
+    }
+    if (np == 0 || (kv != KIR_NONE) != (np == 2)) return 0;
+    for (int i = 0; i < np; i++)
+        if (!norm_rope_ok(x, p[i], read_outside)) return 0;
+    int kp = -1; /* the pair that is the kv_write's k */
+    if (kv != KIR_NONE) {
+        const kir_node *w = &g->nodes[kv];
+        for (int i = 0; i < np; i++)
+            if (w->in[0] == p[i].rope) kp = i;
+        const int64_t layer = kir_attr_int(g, kv, KIR_A_ATTENTION_LAYER);
+        if (kp < 0 || layer < 0 || layer >= INT32_MAX) return 0;
+        const kir_node *vn = &g->nodes[w->in[1]];
+        if (kir_row_elems(vn) % g->nodes[p[kp].rope].dims[1] != 0) return 0;
+    }
+    const int64_t d = g->nodes[p[0].rope].dims[2];
+    for (int i = 1; i < np; i++)
+        if (g->nodes[p[i].rope].dims[2] != d) return 0;
     const int threads = reduce_threads(d);
-    const int has_w = n->nin > 1 && n->in[1] != KIR_NONE;
-    const kir_dtype xt = g->nodes[n->in[0]].dtype;
-    krt_cuda_kernel *k = kcu_kernel_new(x, rv, threads);
-    kcu_kernel_grid(k, 0, heads, 0, 1);
-    kcu_put_rope_table(x, &x->body, rv, rot, 1, "");
-    kcu_param_in(x, k, n->in[0], "x");
-    if (has_w) kcu_param_in(x, k, n->in[1], "w");
-    kcu_param_in(x, k, r->in[1], "pos");
-    kcu_param_out(x, k, rv);
-    kcu_open_body(x, k, pairs ? "each head's rms_norm, then its pairs (2j, 2j+1) rotated by pos * inv_freq[j]"
-                              : "each head's rms_norm, then (j, j + rot/2) rotated by pos * inv_freq[j]");
+    krt_cuda_kernel *k = kcu_kernel_new(x, p[np - 1].rope, threads);
+    int64_t rows = 0;
+    for (int i = 0; i < np; i++) rows += g->nodes[p[i].rope].dims[1];
+    kcu_kernel_grid(k, 0, rows, 0, 1);
+    for (int i = 0; i < np; i++) {
+        const kir_node *n = &g->nodes[p[i].norm], *r = &g->nodes[p[i].rope];
+        char name[16], suffix[8];
+        snprintf(suffix, sizeof suffix, "%d", i);
+        kcu_put_rope_table(x, &x->body, p[i].rope, kir_attr_int(g, p[i].rope, KIR_A_ROPE_ROT_DIM), 1, suffix);
+        snprintf(name, sizeof name, "x%d", i);
+        kcu_param_in(x, k, n->in[0], name);
+        if (n->nin > 1 && n->in[1] != KIR_NONE) {
+            snprintf(name, sizeof name, "w%d", i);
+            kcu_param_in(x, k, n->in[1], name);
+        }
+        snprintf(name, sizeof name, "pos%d", i);
+        kcu_param_in(x, k, r->in[1], name);
+    }
+    int store[2] = {1, 1};
+    for (int i = 0; i < np; i++) {
+        if (i == kp) store[i] = read_outside[p[i].rope] || read_outside[kv];
+        if (!store[i]) continue;
+        char decl[64];
+        snprintf(decl, sizeof decl, "%s *__restrict__ out%d", kcu_elem_type(g->nodes[p[i].rope].dtype), i);
+        kcu_add_param(x, k, KRT_CUDA_ARG_VALUE, p[i].rope, decl);
+    }
+    if (kv != KIR_NONE) {
+        const kir_node *w = &g->nodes[kv];
+        const int64_t layer = kir_attr_int(g, kv, KIR_A_ATTENTION_LAYER);
+        x->root[kv] = x->root[w->in[0]]; /* its value is k, passed through */
+        kcu_param_in(x, k, w->in[1], "v");
+        const char *ct = kcu_elem_type(kir_kv_dtype(g, kv));
+        char decl[64];
+        snprintf(decl, sizeof decl, "%s *__restrict__ kc", ct);
+        kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, decl);
+        snprintf(decl, sizeof decl, "%s *__restrict__ vc", ct);
+        kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
+        kcu_add_param(x, k, KRT_CUDA_ARG_SLOTS, 0, "const int *__restrict__ slots");
+    }
+    const int pairs = kir_attr_word(g, p[0].rope, KIR_A_ROPE_STYLE) == KIR_ROPE_STYLE_PAIRS;
+    kcu_open_body(x, k, np == 2 ? "q's and k's head norms and rotations, k and v into the KV cache"
+                        : pairs ? "each head's rms_norm, then its pairs (2j, 2j+1) rotated by pos * inv_freq[j]"
+                                : "each head's rms_norm, then (j, j + rot/2) rotated by pos * inv_freq[j]");
     ks_buf_printf(&x->body,
-                  "    enum { D = %lld, B = %d, ROT = %lld, HALF = %d };\n"
+                  "    enum { D = %lld, B = %d };\n"
                   "    __shared__ double red[B];\n"
                   "    __shared__ float ys[D];\n"
-                  "    const long long row = blockIdx.x, t = row / %lld;\n"
-                  "    const %s *xr = x + row * D;\n"
-                  "    %s *orow = out + row * D;\n"
-                  "    const double eps = ",
-                  (long long)d, threads, (long long)rot, half, (long long)heads, kcu_elem_type(xt),
-                  kcu_elem_type(r->dtype));
-    kcu_put_double(&x->body, kir_attr_float(g, nv, KIR_A_RMS_NORM_EPS));
-    ks_buf_puts(&x->body, ";\n");
-    put_rms_inv(&x->body, xt);
-    ks_buf_printf(&x->body,
-                  "    for (int i = threadIdx.x; i < D; i += B) {\n"
-                  "        const float y = (float)(%sxr[i]%s * inv);\n"
-                  "        ys[i] = kcu_round<%s>(%s);\n"
-                  "    }\n"
-                  "    __syncthreads();\n"
-                  "    for (int e = threadIdx.x; e < D; e += B) {\n"
-                  "        if (e >= ROT) {\n",
-                  kcu_ld(xt), kcu_ld_end(xt), kcu_elem_type(n->dtype), has_w ? "y * kcu_f(w[i])" : "y");
-    kcu_put_store(&x->body, r->dtype, "            ", "orow[e]", "ys[e]");
-    ks_buf_puts(&x->body, "            continue;\n        }\n");
-    ks_buf_puts(&x->body, pairs ? "        const int j = e / 2, i0 = 2 * j, i1 = 2 * j + 1;\n"
-                                : "        const int j = e % HALF, i0 = j, i1 = j + HALF;\n");
-    ks_buf_puts(&x->body, "        const float angle = (float)pos[t] * " NAME_MARK "_inv_freq[j];\n");
-    if (kir_attr_int(g, rv, KIR_A_ANY_HALF_MATH))
-        ks_buf_puts(&x->body, "        float c, s;\n        kcu_sincos_half(angle, &s, &c);\n");
-    else
-        ks_buf_puts(&x->body, "        float c = (float)cos((double)angle), s = (float)sin((double)angle);\n");
-    kcu_rope_factor(g, rv, "        ", "c", "s", &x->body);
-    ks_buf_puts(&x->body, "        const float x0 = ys[i0], x1 = ys[i1];\n");
-    kcu_put_store(&x->body, r->dtype, "        ", "orow[e]", "e == i0 ? x0 * c - x1 * s : x1 * c + x0 * s");
-    ks_buf_puts(&x->body, "    }\n}\n");
+                  "    long long row = blockIdx.x;\n",
+                  (long long)d, threads);
+    for (int i = 0; i < np; i++) {
+        const int64_t heads = g->nodes[p[i].rope].dims[1];
+        if (i + 1 < np) ks_buf_printf(&x->body, "    if (row < T * %lldLL) {\n", (long long)heads);
+        else ks_buf_puts(&x->body, "    {\n");
+        put_norm_rope_rows(x, p[i], i, store[i], i == kp ? kv : KIR_NONE);
+        ks_buf_puts(&x->body, "        return;\n    }\n");
+        if (i + 1 < np) ks_buf_printf(&x->body, "    row -= T * %lldLL;\n", (long long)heads);
+    }
+    ks_buf_puts(&x->body, "}\n");
     kcu_kernel_end(x, k, "norm");
     return 1;
 }
@@ -846,8 +957,8 @@ static int emit_nodes(kcu_gen *x)
             const kir_fusion_class fc = kir_op_table[g->nodes[members[i]].op].fusion;
             rows &= fc == KIR_FUSE_ROW || fc == KIR_FUSE_ELEMWISE;
         }
-        const int norm_rope = count == 2 && g->nodes[members[0]].op == KIR_OP_RMS_NORM &&
-                              g->nodes[members[1]].op == KIR_OP_ROPE;
+        const int norm_rope = count >= 2 && g->nodes[members[0]].op == KIR_OP_RMS_NORM &&
+                              g->nodes[members[1]].op == KIR_OP_ROPE; /* and maybe k's pair and the kv_write */
         if (consecutive && norm_rope)
             done = emit_norm_rope(x, members, count, outside);
         else if (consecutive)

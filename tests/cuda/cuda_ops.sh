@@ -103,7 +103,7 @@ if [[ "$ops_models" == *" qwen3_moe-tiny "* ]]; then
     "kcu_moe_matmul<kcu_bf16, 64, 64, 6, 2, 64, false>(T, x, w, idx, kcu_moe_swiglu<32, kcu_bf16>{out})" \
     "kcu_moe_matmul<kcu_bf16, 32, 64, 6, 2, 16, true>(T, x, w, idx, kcu_moe_store<64, kcu_bf16, false>{out, nullptr})" \
     "a warp a row" "the residual plus the chosen experts' rows weighted by g" "a token's row ops as one kernel" \
-    "each head's rms_norm, then (j, j + rot/2) rotated by pos * inv_freq[j]"; do
+    "q's and k's head norms and rotations, k and v into the KV cache"; do
     [[ "$src" == *"$want"* ]] && passes=$((passes+1)) || { echo "FAIL: no '$want' in qwen3_moe-tiny's fast source"; failures=$((failures+1)); }
   done
   tag=dtypebf16precisionfastqwen3_moe-tiny

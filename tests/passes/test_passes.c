@@ -646,6 +646,45 @@ static const pass_case cases[] = {
      "%11 : bf16[T,2,4] = add(%7, %10)\n"
      "%12 : bf16[T,2,4] = output(%11) {name=\"logits\"}\n",
      1},
+
+    /* An attention's q and k, each a head norm and its rotation, and the kv_write of k and v: the two
+     * pairs and the kv_write one group (one kernel), the kv_write moved up beside them. */
+    {"norm_rope_qk.ir", "fuse_norm_rope",
+     HEAD
+     "%0  : i32[T] = input() {name=\"tokens\"}\n"
+     "%1  : f32[16,8] = weight() {name=\"embed\"}\n"
+     "%2  : bf16[T,8] = embed(%1, %0)\n"
+     "%3  : bf16[T,2,4] = reshape(%2) {shape=[T,2,4]}\n"
+     "%4  : f32[4] = weight() {name=\"qn\"}\n"
+     "%5  : f32[4] = weight() {name=\"kn\"}\n"
+     "%6  : i32[T] = input() {name=\"positions\"}\n"
+     "%7  : bf16[T,2,4] = rms_norm(%3, %4) {eps=1e-06}\n"
+     "%8  : bf16[T,2,4] = rope(%7, %6) {theta=10000.0, style=\"halves\", rot_dim=4, scaling=\"none\", factor=1.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_positions=8}\n"
+     "%9  : bf16[T,2,4] = rms_norm(%3, %5) {eps=1e-06}\n"
+     "%10 : bf16[T,2,4] = rope(%9, %6) {theta=10000.0, style=\"halves\", rot_dim=4, scaling=\"none\", factor=1.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_positions=8}\n"
+     "%11 : bf16[T,2,4] = add(%3, %3)\n"
+     "%12 : bf16[T,2,4] = kv_write(%10, %3) {layer=0, kv_dtype=\"bf16\"}\n"
+     "%13 : bf16[T,2,4] = attention(%8, %12, %3) {layer=0, scale=0.5, window=0, softcap=0.0, write_kv=0, kv_dtype=\"bf16\"}\n"
+     "%14 : bf16[T,2,4] = add(%13, %11)\n"
+     "%15 : bf16[T,2,4] = output(%14) {name=\"logits\"}\n",
+     HEAD
+     "%0  : i32[T] = input() {name=\"tokens\"}\n"
+     "%1  : f32[16,8] = weight() {name=\"embed\"}\n"
+     "%2  : bf16[T,8] = embed(%1, %0)\n"
+     "%3  : bf16[T,2,4] = reshape(%2) {shape=[T,2,4]}\n"
+     "%4  : f32[4] = weight() {name=\"qn\"}\n"
+     "%5  : f32[4] = weight() {name=\"kn\"}\n"
+     "%6  : i32[T] = input() {name=\"positions\"}\n"
+     "%7  : bf16[T,2,4] = add(%3, %3)\n"
+     "%8  : bf16[T,2,4] = rms_norm(%3, %4) {eps=1e-06, fuse=0}\n"
+     "%9  : bf16[T,2,4] = rope(%8, %6) {theta=10000.0, style=\"halves\", rot_dim=4, scaling=\"none\", factor=1.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_positions=8, fuse=0}\n"
+     "%10 : bf16[T,2,4] = rms_norm(%3, %5) {eps=1e-06, fuse=0}\n"
+     "%11 : bf16[T,2,4] = rope(%10, %6) {theta=10000.0, style=\"halves\", rot_dim=4, scaling=\"none\", factor=1.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_positions=8, fuse=0}\n"
+     "%12 : bf16[T,2,4] = kv_write(%11, %3) {layer=0, kv_dtype=\"bf16\", fuse=0}\n"
+     "%13 : bf16[T,2,4] = attention(%9, %12, %3) {layer=0, scale=0.5, window=0, softcap=0.0, write_kv=0, kv_dtype=\"bf16\"}\n"
+     "%14 : bf16[T,2,4] = add(%13, %7)\n"
+     "%15 : bf16[T,2,4] = output(%14) {name=\"logits\"}\n",
+     3},
 };
 
 static void run_case(const pass_case *c)
