@@ -206,6 +206,21 @@ static int moe_grouped_inputs(const kcu_gen *x, kir_val v)
 /* ... and the grouped matmul stores its results itself: of a half dtype (a group's f32 value goes node by node). */
 static int moe_grouped(const kcu_gen *x, kir_val v) { return moe_grouped_inputs(x, v) && kcu_is_half(x->g->nodes[v].dtype); }
 
+/* The first expert_matmul after node `after` that idx routes, or KIR_NONE. */
+static kir_val routed_matmul(const kir_graph *g, kir_val idx, kir_val after)
+{
+    for (size_t u = (size_t)after + 1; u < g->n_nodes; u++) {
+        const kir_node *n = &g->nodes[u];
+        if (n->op == KIR_OP_EXPERT_MATMUL && n->nin > 2 && n->in[2] == idx) return (kir_val)u;
+    }
+    return KIR_NONE;
+}
+
+/* A routing kernel knows the experts its tokens chose before the grouped matmul after it does: as each
+ * choice is made, the chosen expert's weights of that matmul (its [rows, depth] slab) go into L2, the
+ * first EXPERT_AHEAD bytes of them over the step's T k choices (kcu_l2_expert). */
+enum { EXPERT_AHEAD = 32 << 20 };
+
 /* The grouped matmul's kernels (kcu_moe_matmul) for node v, whose results go to the epilogue `epi`
  * (a kcu_moe_* functor's type and initializer, over the kernel's parameters), `cols` outputs a tile
  * of the weight's rows. The caller has added the parameters: x, w, idx, then the epilogue's. */
@@ -220,13 +235,27 @@ static void moe_grouped_kernels(kcu_gen *x, krt_cuda_kernel *k, kir_val mm, cons
     const int bt_large = x->opt.moe_bt_large ? x->opt.moe_bt_large : MOE_BT_LARGE;
     k->smem = kcu_moe_smem(MOE_BT_DECODE);
     k->smem_large = kcu_moe_smem(bt_large);
+    /* the next grouped matmul of these choices (the down projection after the gate and up): each block
+     * prefetches its share of its expert's slab of those weights into L2 as it ends */
+    const kir_val next = x->opt.l2_ahead_mb >= 0 ? routed_matmul(x->g, n->in[2], mm) : KIR_NONE;
+    const kir_node *nw = next != KIR_NONE ? &x->g->nodes[x->g->nodes[next].in[1]] : NULL;
+    ks_buf ahead = {0};
+    if (nw && nw->op == KIR_OP_WEIGHT && nw->dims[0] == experts && k->n_args < KRT_CUDA_MAX_ARGS) {
+        const int64_t slab = nw->dims[1] * nw->dims[2] * (int64_t)kir_dtype_size(nw->dtype);
+        if (slab % 16 == 0) {
+            kcu_param_in(x, k, x->g->nodes[next].in[1], "next_w");
+            ks_buf_printf(&ahead, ", next_w, %lldLL, %lldLL", (long long)slab,
+                          (long long)(x->opt.l2_ahead_mb > 0 ? (int64_t)x->opt.l2_ahead_mb << 20 : EXPERT_AHEAD));
+        }
+    }
     kcu_open_body(x, k, what);
     for (int large = 0; large < 2; large++) {
         if (large) kcu_open_large(x, k, kcu_decode_t(x));
-        ks_buf_printf(&x->body, "    kcu_moe_matmul<%s, %lld, %lld, %lld, %lld, %d, %s>(T, x, w, idx, %s);\n}\n",
+        ks_buf_printf(&x->body, "    kcu_moe_matmul<%s, %lld, %lld, %lld, %lld, %d, %s>(T, x, w, idx, %s%s);\n}\n",
                       kcu_elem_type(w->dtype), (long long)depth, (long long)rows, (long long)experts, (long long)kk,
-                      large ? bt_large : MOE_BT_DECODE, in->ndim == 3 ? "true" : "false", epi);
+                      large ? bt_large : MOE_BT_DECODE, in->ndim == 3 ? "true" : "false", epi, ks_buf_cstr(&ahead));
     }
+    ks_buf_free(&ahead);
 }
 
 /* expert_matmul in fast precision: the grouped matmul, its results stored (plus the expert's bias). */
@@ -506,21 +535,6 @@ static void row_store(const kcu_gen *x, const row_group *r, int i, const uint8_t
     }
 }
 
-/* The first expert_matmul after node idx that idx routes, or KIR_NONE. */
-static kir_val routed_matmul(const kir_graph *g, kir_val idx)
-{
-    for (size_t u = (size_t)idx + 1; u < g->n_nodes; u++) {
-        const kir_node *n = &g->nodes[u];
-        if (n->op == KIR_OP_EXPERT_MATMUL && n->nin > 2 && n->in[2] == idx) return (kir_val)u;
-    }
-    return KIR_NONE;
-}
-
-/* A routing kernel knows the experts its tokens chose before the grouped matmul after it does: as each
- * choice is made, the chosen expert's weights of that matmul (its [rows, depth] slab) go into L2, the
- * first EXPERT_AHEAD bytes of them over the step's T k choices (kcu_l2_expert). */
-enum { EXPERT_AHEAD = 32 << 20 };
-
 int kcu_emit_row_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside)
 {
     const kir_graph *g = x->g;
@@ -568,7 +582,7 @@ int kcu_emit_row_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_
     int64_t expert_bytes = 0;
     for (int i = 0; i < count && ahead_of < 0 && x->opt.l2_ahead_mb >= 0 && k->n_args < KRT_CUDA_MAX_ARGS; i++) {
         const kir_val em = g->nodes[nodes[i]].op == KIR_OP_TOPK && read_outside[nodes[i]]
-                               ? routed_matmul(g, nodes[i]) : KIR_NONE;
+                               ? routed_matmul(g, nodes[i], nodes[i]) : KIR_NONE;
         if (em == KIR_NONE || g->nodes[g->nodes[em].in[1]].op != KIR_OP_WEIGHT) continue;
         const kir_node *w = &g->nodes[g->nodes[em].in[1]];
         expert_bytes = w->dims[1] * w->dims[2] * (int64_t)kir_dtype_size(w->dtype);

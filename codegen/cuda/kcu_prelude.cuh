@@ -1971,24 +1971,28 @@ __device__ __forceinline__ void kcu_l2_ahead(const void *p, long long bytes)
 #endif
 }
 
+/* bytes from p into L2, by the calling thread, 64 kB a bulk prefetch (sm_90; elsewhere nothing). */
+__device__ __forceinline__ void kcu_l2_range(const void *p, long long bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    enum { PIECE = 65536 };
+    for (long long at = 0; at < bytes; at += PIECE)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char *>(p) + at),
+                     "r"((unsigned)(bytes - at < PIECE ? bytes - at : PIECE))
+                     : "memory");
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
 /* A routing kernel's choice e (kcu_emit_moe.c's row group): expert e's slab of the grouped matmul's
  * weights w ([experts][each] bytes) into L2, at most cap / choices bytes of it (cap over the step's
  * choices), by the calling thread. */
 __device__ __forceinline__ void kcu_l2_expert(const void *w, int e, long long each, long long choices, long long cap)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    enum { PIECE = 65536 };
     long long bytes = cap / (choices > 0 ? choices : 1);
     if (bytes > each) bytes = each;
-    bytes &= ~15LL;
-    const char *base = static_cast<const char *>(w) + (long long)e * each;
-    for (long long at = 0; at < bytes; at += PIECE)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + at),
-                     "r"((unsigned)(bytes - at < PIECE ? bytes - at : PIECE))
-                     : "memory");
-#else
-    (void)w, (void)e, (void)each, (void)choices, (void)cap;
-#endif
+    kcu_l2_range(static_cast<const char *>(w) + (long long)e * each, bytes & ~15LL);
 }
 
 /* Before the kernel waits for the one before it (kcu_matmul_tc calls KCU_PDL_ENTER itself, after
@@ -2391,7 +2395,9 @@ template <int F, typename O> struct kcu_moe_swiglu {
  * .. + 15 and routed rows BT / 2 (w / 4) .. + BT / 2 - 1 of the tile. */
 template <typename W, int K, int N, int E, int KK, int BT, bool XR, class Epi>
 static __device__ __forceinline__ void kcu_moe_matmul(const int T, const W *__restrict__ x, const W *__restrict__ w,
-                                                      const int *__restrict__ idx, const Epi &epi)
+                                                      const int *__restrict__ idx, const Epi &epi,
+                                                      const void *next_w = nullptr, long long next_slab = 0,
+                                                      long long next_cap = 0)
 {
     enum {
         NT = BT / 16,                                  /* token tiles of 8 a warp */
@@ -2496,6 +2502,14 @@ static __device__ __forceinline__ void kcu_moe_matmul(const int T, const W *__re
         __syncthreads(); /* rows and the ring are read: the next rows may come */
         if (next >= n) break;
         from = next;
+    }
+    /* next_w: the next grouped matmul's weights over the same choices, [E][next_slab bytes]; this block's
+     * share (1 / gridDim.x) of its expert's slab, at most next_cap over the step's experts, into L2 */
+    if (next_w && tid == 0) {
+        long long each = next_cap / (long long)gridDim.y;
+        if (each > next_slab) each = next_slab;
+        const long long part = (each / (long long)gridDim.x) & ~15LL, at = part * (long long)blockIdx.x;
+        kcu_l2_range(static_cast<const char *>(next_w) + (long long)e * next_slab + at, part);
     }
 }
 
