@@ -585,8 +585,8 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
     done
     wait "${pids[@]}"
     rm -rf "$m"
-    for r in 1 2; do
-      for b in 1 8 32; do
+    for r in $(seq 1 "${GPU_AB_ROUNDS:-2}"); do
+      for b in ${GPU_AB_BATCHES:-1 8 32}; do
         for v in $variants; do
           name=${v%%:*}
           [ -f "$m.$name.engine" ] || { echo "FAIL: kiln build of variant $name" | tee -a "$summary"; continue; }
