@@ -84,8 +84,9 @@
 #       decode_ab — a change's effect on a whole decode step, graphs and kernel overlap on (what `kiln bench
 #         --profile`, a kernel at a time, does not see): the 8B shape with GPU_AB_LAYERS (default 8) layers,
 #         built once a variant of GPU_AB_VARIANTS ("name:ENV=V,ENV=V ..."; default: the default engine and
-#         the prefetches off, KILN_CUDA_TC_PREFETCH=0 and KILN_CUDA_L2_AHEAD=0, apart and together), `kiln bench` decode at batch 1, 8 and 32, the variants interleaved, two
-#         rounds: $OUT/decode_ab.txt. GPU_AB_MODEL=moe: bench/moe_bench.py's Qwen3-30B-A3B shape instead.
+#         the prefetches off, KILN_CUDA_TC_PREFETCH=0 and KILN_CUDA_L2_AHEAD=0, apart and together), `kiln
+#         bench` decode at batch 1, 8 and 32 (GPU_AB_BATCHES), the variants interleaved, two rounds
+#         (GPU_AB_ROUNDS): $OUT/decode_ab.txt. GPU_AB_MODEL=moe: bench/moe_bench.py's Qwen3-30B-A3B shape instead.
 #       probe — bench/gemv_probe.cu (compiled there by nvcc): the batch-1 matrix-vector designs (weights in
 #         flight in registers, a cp.async ring, bulk copies) at the 8B shapes against the copy rate.
 #       LLAMA8B_ARGS adds arguments to llama8b_check.py (e.g. "--dtypes bf16").
