@@ -69,9 +69,9 @@ static const char small_meta[] =
     "{\"format\":\"kiln-cuda-2\",\"archs\":[\"sm_80\",\"sm_90\"],\"output\":10,\"pdl\":true,\"aliases\":[[7,6],[11,10],[12,10]],"
     "\"kernels\":["
     "{\"name\":\"k_embed_#\",\"node\":2,\"block\":256,\"grid\":[[8,0,256],[0,1,1],[0,1,1]],"
-    "\"args\":[\"T\",\"value:0\",\"value:1\",\"value:2\"]},"
+    "\"args\":[\"T\",\"value:0\",\"value:1\",\"value:2\",\"value:5\"]},"
     "{\"name\":\"k_rms_norm_#\",\"node\":4,\"block\":32,\"grid\":[[1,0,1],[0,1,1],[0,1,1]],"
-    "\"args\":[\"T\",\"value:2\",\"value:3\",\"value:4\"]},"
+    "\"args\":[\"T\",\"value:2\",\"value:3\",\"value:4\",\"value:5\"]},"
     "{\"name\":\"k_matmul_#\",\"node\":6,\"block\":256,\"large\":{\"name\":\"k_matmul_#_large\",\"above\":32},\"grid\":[[0,8,16],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:4\",\"value:5\",\"value:6\"]},"
     "{\"name\":\"k_rope_#\",\"node\":9,\"block\":256,\"grid\":[[8,0,256],[0,1,1],[0,1,1]],"
@@ -202,19 +202,24 @@ static void test_generate(void)
     ks_buf_free(&s.log);
     kir_graph_free(g);
 
-    /* shared kernels: the two f32 layers launch the same two kernels */
+    /* shared kernels: the two f32 layers launch the same two kernels (the third layer's norm prefetches
+     * bf16 weights, fewer bytes: another text; kcu_l2_ahead) */
     g = layered_graph();
     sink_init(&s);
     krt_cuda_meta m2 = {0};
     CHECK(kcu_generate(g, &src, &m2, &s.d) == 0);
     CHECK_STR(sink_text(&s), "");
-    CHECK(m2.n_kernels == 7 && distinct_names(&m2) == 4);
+    CHECK(m2.n_kernels == 7 && distinct_names(&m2) == 5);
     if (m2.n_kernels == 7) {
-        CHECK(strcmp(m2.kernels[1].name, m2.kernels[3].name) == 0 && strcmp(m2.kernels[1].name, m2.kernels[5].name) == 0);
+        CHECK(strcmp(m2.kernels[1].name, m2.kernels[3].name) == 0 && strcmp(m2.kernels[1].name, m2.kernels[5].name) != 0);
         CHECK(strcmp(m2.kernels[2].name, m2.kernels[4].name) == 0 && strcmp(m2.kernels[2].name, m2.kernels[6].name) != 0);
         CHECK(m2.kernels[3].node == 8 && m2.kernels[3].args[1].index == 6 && m2.kernels[3].args[2].index == 7);
+        /* the norm's last parameter: the next matmul's weight, prefetched into L2 before the norm waits */
+        CHECK(m2.kernels[3].n_args == 5 && m2.kernels[3].args[4].index == 9);
+        CHECK(count_of(ks_buf_cstr(&src), "    kcu_l2_ahead(ahead, 16384LL); /* the next matmul's weights */\n"
+                                          "    KCU_PDL_ENTER();\n") == 2); /* the embedding's kernel too */
         /* each distinct kernel is in the source once */
-        CHECK(count_of(ks_buf_cstr(&src), "__global__") == 6); /* and the two matmuls' _large variants */
+        CHECK(count_of(ks_buf_cstr(&src), "__global__") == 7); /* and the two matmuls' _large variants */
         want.len = 0;
         ks_buf_printf(&want,
                       "void __launch_bounds__(256, 2) %s(int T, const float *__restrict__ x, const kcu_bf16 "
