@@ -105,18 +105,11 @@ int kp_fuse_epilogues(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, 
         groups++;
         v = last + 1;
     }
-    kir_val *map = NULL;
-    kir_graph *out = kp_reorder(g, order, n_order, &map);
-    for (kir_val v = 0; v < n; v++)
-        if (gid[v] >= 0) kir_attr_set_int(out, map[v], KIR_A_ANY_FUSE, gid[v]);
-    kp_group_renumber(out);
-    free(map);
+    kp_regroup(gp, order, n_order, gid);
     free(order);
     free(gid);
     free(member);
     free(dep);
-    kir_graph_free(*gp);
-    *gp = out;
     st->fusions = groups;
     return 0;
 }

@@ -96,16 +96,7 @@ static size_t join_q_k(kir_graph **gp)
         next_id++, joined++;
         v = last + 1;
     }
-    if (joined) {
-        kir_val *map = NULL;
-        kir_graph *out = kp_reorder(g, order, n_order, &map);
-        for (kir_val v = 0; v < n; v++)
-            if (gid[v] >= 0) kir_attr_set_int(out, map[v], KIR_A_ANY_FUSE, gid[v]);
-        kp_group_renumber(out);
-        free(map);
-        kir_graph_free(*gp);
-        *gp = out;
-    }
+    if (joined) kp_regroup(gp, order, n_order, gid);
     free(order), free(gid), free(member), free(dep), free(last_of), free(join);
     return joined;
 }

@@ -230,6 +230,19 @@ int kp_is_compute(const kir_graph *g, kir_val v)
     return op != KIR_OP_INPUT && op != KIR_OP_WEIGHT && op != KIR_OP_OUTPUT && op != KIR_OP_RESHAPE;
 }
 
+void kp_regroup(kir_graph **gp, const kir_val *order, size_t n, const int64_t *gid)
+{
+    const kir_graph *g = *gp;
+    kir_val *map = NULL;
+    kir_graph *out = kp_reorder(g, order, n, &map);
+    for (kir_val v = 0; v < g->n_nodes; v++)
+        if (gid[v] >= 0) kir_attr_set_int(out, map[v], KIR_A_ANY_FUSE, gid[v]);
+    kp_group_renumber(out);
+    free(map);
+    kir_graph_free(*gp);
+    *gp = out;
+}
+
 int kp_order_window(const kir_graph *g, kir_val first, kir_val last, const uint8_t *member, uint8_t *dep,
                     kir_val *order, size_t *n)
 {

@@ -102,6 +102,10 @@ int kp_node_joins_epilogue(const kir_graph *g, kir_val v);
  * free views). */
 int kp_is_compute(const kir_graph *g, kir_val v);
 
+/* *gp rebuilt in the order given (kp_reorder's rules), each node v of the old graph with gid[v] >= 0
+ * put in group gid[v], the groups renumbered (kp_group_renumber); the old graph freed. */
+void kp_regroup(kir_graph **gp, const kir_val *order, size_t n, const int64_t *gid);
+
 /* Order the window [first, last] of g so that its members (member[v] != 0,
  * indexed by old value) are contiguous: first the non-members that depend
  * on no member, then the members, then the non-members that do, each in
