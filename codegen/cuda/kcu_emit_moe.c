@@ -633,12 +633,15 @@ int kcu_emit_row_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_
             ks_buf put = {0};
             ks_buf_printf(&put, "                ri[warp][%lld + j] = bi;\n", (long long)r.slot[i].off);
             if (read_outside[v]) ks_buf_printf(&put, "                if (live) o%d[t * K + j] = bi;\n", i);
-            if (i == ahead_of)
-                ks_buf_printf(&put, "                if (live) kcu_l2_expert(experts_ahead, bi, %lldLL, (long long)T * K, %lldLL);\n",
-                              (long long)expert_bytes,
-                              (long long)(x->opt.l2_ahead_mb > 0 ? (int64_t)x->opt.l2_ahead_mb << 20 : EXPERT_AHEAD));
             put_warp_topk(b, "        ", g->nodes[n->in[0]].dims[1], width, ks_buf_cstr(&a), ks_buf_cstr(&put));
             ks_buf_free(&put);
+            if (i == ahead_of) /* after the rounds, a lane a choice: lane 0 alone would hold up every round */
+                ks_buf_printf(b,
+                              "        kcu_syncwarp();\n"
+                              "        for (int j = lane; live && j < K; j += 32)\n"
+                              "            kcu_l2_expert(experts_ahead, ri[warp][%lld + j], %lldLL, (long long)T * K, %lldLL);\n",
+                              (long long)r.slot[i].off, (long long)expert_bytes,
+                              (long long)(x->opt.l2_ahead_mb > 0 ? (int64_t)x->opt.l2_ahead_mb << 20 : EXPERT_AHEAD));
             break;
         }
         case KIR_OP_GATHER: {
