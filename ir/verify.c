@@ -596,9 +596,9 @@ static void check_groups(kir_verifier *c)
             }
             anchor = v;
             if (norm == KIR_NONE) continue;
-            if (n->op != KIR_OP_MATMUL)
-                node_error(c, norm, "fuse group %lld: a norm and an attention (node %%%u) cannot share a kernel",
-                           (long long)id, (unsigned)v);
+            if (n->op != KIR_OP_MATMUL && n->op != KIR_OP_EXPERT_MATMUL)
+                node_error(c, norm, "fuse group %lld: a norm and an %s (node %%%u) cannot share a kernel",
+                           (long long)id, kir_op_table[n->op].name, (unsigned)v);
             else if (n->in[0] != norm || uses[norm] != 1)
                 node_error(c, norm, "fuse group %lld: a norm joins a matmul's group only as its prologue, so its one "
                            "use must be matmul %%%u's input (it has %u use%s)",

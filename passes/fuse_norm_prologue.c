@@ -3,20 +3,35 @@
  *
  * Requires: a verified graph.
  * Guarantees: an rms_norm or layer_norm in no group whose one use is the
- *   input of a matmul joins that matmul: the matmul's group when the
- *   matmul starts one (fuse_epilogues made it), else a new group of the
- *   two. The norm moves to just before the matmul, as the group's first
- *   node (nothing between them uses it: the matmul is its only use), so
- *   groups stay contiguous. The normalized rows are internal to the
- *   kernel; values are unchanged.
- * Does not: fuse a norm with several uses (the rows would be computed
- *   twice, or stored anyway), or one that feeds an attention or a group
- *   that has a norm already.
+ *   input of a matmul or of a routed expert_matmul joins it: the matmul's
+ *   group when the matmul starts one (fuse_epilogues made it), else a new
+ *   group of the two. The norm moves to just before the matmul, as the
+ *   group's first node (nothing between them uses it: the matmul is its
+ *   only use), so groups stay contiguous. A norm in no group whose every
+ *   use is such a matmul's input (a mixture of experts' router and its
+ *   experts, or parallel attention and MLP) is first copied, one norm a use:
+ *   each kernel computes the rows' statistics again (a row of a few kB per
+ *   token) rather than a kernel of its own storing them. The normalized
+ *   rows are internal to the kernels; values are unchanged.
+ * Does not: fuse a norm with a use that is not such a matmul (it is stored
+ *   anyway), or one that feeds an attention or a group that has a norm
+ *   already.
  */
 #include <stdlib.h>
 
 #include "passes/pipeline.h"
 #include "passes/rewrite.h"
+
+/* Whether node m can take norm v as its prologue: a matmul or a routed expert_matmul of v's rows that
+ * opens its group, if it has one (so that the norm lands in front of it). */
+static int takes_prologue(const kir_graph *g, kir_val m, kir_val v)
+{
+    const kir_node *mn = kir_node_at(g, m);
+    const int routed = mn->op == KIR_OP_EXPERT_MATMUL && mn->nin > 2 && mn->in[2] != KIR_NONE;
+    if ((mn->op != KIR_OP_MATMUL && !routed) || mn->in[0] != v || (mn->nin > 1 && mn->in[1] == v)) return 0;
+    const int64_t id = kp_group_of(g, m);
+    return id < 0 || m == 0 || kp_group_of(g, m - 1) != id;
+}
 
 /* The matmul that norm v can join as its prologue, or KIR_NONE. */
 static kir_val prologue_of(const kir_graph *g, const kp_uses *uses, kir_val v)
@@ -24,17 +39,61 @@ static kir_val prologue_of(const kir_graph *g, const kp_uses *uses, kir_val v)
     kir_fusion_class fc = kir_op_table[kir_node_at(g, v)->op].fusion;
     if (fc != KIR_FUSE_NORM || kp_group_of(g, v) >= 0 || kp_use_count(uses, v) != 1) return KIR_NONE;
     kir_val m = uses->user[uses->start[v]];
-    const kir_node *mn = kir_node_at(g, m);
-    if (mn->op != KIR_OP_MATMUL || mn->in[0] != v) return KIR_NONE;
-    int64_t id = kp_group_of(g, m);
-    /* a grouped matmul must open its group, so the norm lands in front of it */
-    if (id >= 0 && m > 0 && kp_group_of(g, m - 1) == id) return KIR_NONE;
-    return m;
+    return takes_prologue(g, m, v) ? m : KIR_NONE;
+}
+
+/* Whether norm v (in no group) has several uses, each one that takes it as a prologue. */
+static int shared_norm(const kir_graph *g, const kp_uses *uses, kir_val v)
+{
+    if (kir_op_table[kir_node_at(g, v)->op].fusion != KIR_FUSE_NORM || kp_group_of(g, v) >= 0 ||
+        kp_use_count(uses, v) < 2)
+        return 0;
+    for (uint32_t u = uses->start[v]; u < uses->start[v + 1]; u++)
+        if (!takes_prologue(g, uses->user[u], v)) return 0;
+    return 1;
+}
+
+/* *gp with each shared norm copied for its second and later uses, each copy just before its use
+ * (the guarantee's first step); returns how many copies. */
+static size_t copy_shared_norms(kir_graph **gp)
+{
+    const kir_graph *g = *gp;
+    kp_uses uses;
+    kp_uses_build(&uses, g);
+    kir_val *norm_of = ks_xmalloc(sizeof *norm_of * (g->n_nodes ? g->n_nodes : 1)); /* a later use's norm */
+    for (kir_val v = 0; v < g->n_nodes; v++) norm_of[v] = KIR_NONE;
+    size_t copies = 0;
+    for (kir_val v = 0; v < g->n_nodes; v++) {
+        if (!shared_norm(g, &uses, v)) continue;
+        for (uint32_t u = uses.start[v] + 1; u < uses.start[v + 1]; u++) norm_of[uses.user[u]] = v, copies++;
+    }
+    if (copies) {
+        kp_rewriter rw;
+        kp_rw_begin(&rw, g);
+        for (kir_val v = 0; v < g->n_nodes; v++) {
+            const kir_val nv = norm_of[v];
+            if (nv != KIR_NONE) { /* the norm again, for this use alone */
+                const kir_val first = rw.map[nv];
+                kp_rw_copy(&rw, nv);
+                kp_rw_copy(&rw, v);
+                rw.map[nv] = first;
+            } else {
+                kp_rw_copy(&rw, v);
+            }
+        }
+        kir_graph *out = kp_rw_end(&rw);
+        kir_graph_free(*gp);
+        *gp = out;
+    }
+    kp_uses_free(&uses);
+    free(norm_of);
+    return copies;
 }
 
 int kp_fuse_norm_prologue(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_diag *d)
 {
     (void)d;
+    copy_shared_norms(gp);
     const kir_graph *g = *gp;
     size_t n = g->n_nodes, joined = 0;
     kp_uses uses;

@@ -15,7 +15,7 @@
  *     float32(x)) with every value computed from such values alone
  *     (weights and i32 indices aside): DeepSeek's router, as Hugging Face
  *     computes it;
- *   - a norm that a matmul of its group reads as x (a norm fused as the
+ *   - a norm that a matmul (or expert_matmul) of its group reads as x (a norm fused as the
  *     matmul's prologue) gets that dtype too: the matmul multiplies x and
  *     the weights in their half dtype, on the tensor cores as they are
  *     (one mma a product, not three parts of an f32 x), so the norm's
@@ -76,7 +76,8 @@ int kp_lower_precision(kir_graph **gp, const kp_options *opt, kp_pass_stats *st,
             if (group < 0 || kp_group_of(g, u) != group || (view_user && stored[u])) stored[v] = 1;
             if (view_user && keep_f32[u]) keep_f32[v] = 1;
             if ((node->op == KIR_OP_RMS_NORM || node->op == KIR_OP_LAYER_NORM) && group >= 0 &&
-                g->nodes[u].op == KIR_OP_MATMUL && g->nodes[u].in[0] == v && kp_group_of(g, u) == group)
+                (g->nodes[u].op == KIR_OP_MATMUL || g->nodes[u].op == KIR_OP_EXPERT_MATMUL) &&
+                g->nodes[u].in[0] == v && kp_group_of(g, u) == group)
                 prologue[v] = 1;
         }
     }

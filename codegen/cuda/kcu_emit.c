@@ -751,7 +751,7 @@ static int emit_norm_rope(kcu_gen *x, const kir_val *nodes, int count, const uin
     kcu_kernel_grid(k, 0, rows, 0, 1);
     for (int i = 0; i < np; i++) {
         const kir_node *n = &g->nodes[p[i].norm], *r = &g->nodes[p[i].rope];
-        char name[16], suffix[8];
+        char name[16], suffix[16];
         snprintf(suffix, sizeof suffix, "%d", i);
         kcu_put_rope_table(x, &x->body, p[i].rope, kir_attr_int(g, p[i].rope, KIR_A_ROPE_ROT_DIM), 1, suffix);
         snprintf(name, sizeof name, "x%d", i);
@@ -962,7 +962,8 @@ static int emit_nodes(kcu_gen *x)
         if (consecutive && norm_rope)
             done = emit_norm_rope(x, members, count, outside);
         else if (consecutive)
-            done = g->nodes[members[0]].op == KIR_OP_EXPERT_MATMUL || g->nodes[members[0]].op == KIR_OP_EXPERT_SUM
+            done = g->nodes[members[0]].op == KIR_OP_EXPERT_MATMUL || g->nodes[members[0]].op == KIR_OP_EXPERT_SUM ||
+                           (count > 1 && g->nodes[members[1]].op == KIR_OP_EXPERT_MATMUL) /* after its norm */
                        ? kcu_emit_moe_group(x, members, count, outside)
                    : rows                                          ? kcu_emit_row_group(x, members, count, outside)
                                                                    : kcu_emit_group(x, members, count, outside);

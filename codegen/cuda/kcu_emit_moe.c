@@ -224,8 +224,8 @@ enum { EXPERT_AHEAD = 32 << 20 };
 /* The grouped matmul's kernels (kcu_moe_matmul) for node v, whose results go to the epilogue `epi`
  * (a kcu_moe_* functor's type and initializer, over the kernel's parameters), `cols` outputs a tile
  * of the weight's rows. The caller has added the parameters: x, w, idx, then the epilogue's. */
-static void moe_grouped_kernels(kcu_gen *x, krt_cuda_kernel *k, kir_val mm, const char *what, const char *epi,
-                             int64_t tiles)
+static void moe_grouped_kernels(kcu_gen *x, krt_cuda_kernel *k, kir_val mm, const char *what, const char *pro,
+                                const char *epi, int64_t tiles)
 {
     const kir_node *n = &x->g->nodes[mm], *in = &x->g->nodes[n->in[0]], *w = &x->g->nodes[n->in[1]];
     const int64_t experts = w->dims[0], rows = w->dims[1], depth = w->dims[2], kk = n->dims[1];
@@ -251,23 +251,56 @@ static void moe_grouped_kernels(kcu_gen *x, krt_cuda_kernel *k, kir_val mm, cons
     kcu_open_body(x, k, what);
     for (int large = 0; large < 2; large++) {
         if (large) kcu_open_large(x, k, kcu_decode_t(x));
-        ks_buf_printf(&x->body, "    kcu_moe_matmul<%s, %lld, %lld, %lld, %lld, %d, %s>(T, x, w, idx, %s%s);\n}\n",
+        ks_buf_printf(&x->body, "    kcu_moe_matmul<%s, %lld, %lld, %lld, %lld, %d, %s>(T, x, w, idx, %s, %s%s);\n}\n",
                       kcu_elem_type(w->dtype), (long long)depth, (long long)rows, (long long)experts, (long long)kk,
-                      large ? bt_large : MOE_BT_DECODE, in->ndim == 3 ? "true" : "false", epi, ks_buf_cstr(&ahead));
+                      large ? bt_large : MOE_BT_DECODE, in->ndim == 3 ? "true" : "false", pro ? pro : "kcu_pro_none()",
+                      epi, ks_buf_cstr(&ahead));
     }
     ks_buf_free(&ahead);
 }
 
-/* expert_matmul in fast precision: the grouped matmul, its results stored (plus the expert's bias). */
-static int emit_expert_matmul_grouped(kcu_gen *x, kir_val v)
+/* Whether norm node pn (KIR_NONE: none) can be expert_matmul mm's prologue in the grouped kernel: an
+ * rms_norm or layer_norm of x rows of the weights' dtype, its value read by mm alone. */
+static int moe_prologue_ok(const kcu_gen *x, kir_val pn, kir_val mm, const uint8_t *read_outside)
+{
+    if (pn == KIR_NONE) return 1;
+    const kir_node *p = &x->g->nodes[pn], *n = &x->g->nodes[mm];
+    return (p->op == KIR_OP_RMS_NORM || p->op == KIR_OP_LAYER_NORM) && n->in[0] == pn && !read_outside[pn] &&
+           x->g->nodes[p->in[0]].dtype == x->g->nodes[n->in[1]].dtype && p->ndim == 2;
+}
+
+/* The grouped kernel's parameters x (the norm's input where pn is a prologue), w, idx and the norm's
+ * weights; its prologue's initializer into pro (kcu_pro_rms / _ln; nothing without one). */
+static void moe_grouped_params(kcu_gen *x, krt_cuda_kernel *k, kir_val mm, kir_val pn, ks_buf *pro)
+{
+    const kir_graph *g = x->g;
+    const kir_node *n = &g->nodes[mm];
+    const kir_node *p = pn != KIR_NONE ? &g->nodes[pn] : NULL;
+    kcu_param_in(x, k, p ? p->in[0] : n->in[0], "x");
+    kcu_param_in(x, k, n->in[1], "w");
+    kcu_param_in(x, k, n->in[2], "idx");
+    if (!p) return;
+    const int rms = p->op == KIR_OP_RMS_NORM, has_g = p->nin > 1 && p->in[1] != KIR_NONE,
+              has_b = !rms && p->nin > 2 && p->in[2] != KIR_NONE;
+    if (has_g) kcu_param_in(x, k, p->in[1], "g");
+    if (has_b) kcu_param_in(x, k, p->in[2], "gb");
+    ks_buf_printf(pro, "kcu_pro_%s<%lld, %s, %s>{%s, %s", rms ? "rms" : "ln", (long long)kcu_last_dim(p),
+                  has_g ? kcu_elem_type(g->nodes[p->in[1]].dtype) : "float", kcu_elem_type(p->dtype),
+                  has_g ? "g" : "nullptr", rms ? "" : (has_b ? "gb, " : "nullptr, "));
+    kcu_put_double(pro, kir_attr_float(g, pn, KIR_A_RMS_NORM_EPS));
+    ks_buf_puts(pro, "}");
+}
+
+/* expert_matmul in fast precision: the grouped matmul, its results stored (plus the expert's bias);
+ * pn: its norm prologue, or KIR_NONE. */
+static int emit_expert_matmul_grouped(kcu_gen *x, kir_val v, kir_val pn)
 {
     const kir_node *n = &x->g->nodes[v], *w = &x->g->nodes[n->in[1]];
     const int has_b = n->nin > 3 && n->in[3] != KIR_NONE;
     const int64_t rows = w->dims[1];
     krt_cuda_kernel *k = kcu_kernel_new(x, v, MM_THREADS);
-    kcu_param_in(x, k, n->in[0], "x");
-    kcu_param_in(x, k, n->in[1], "w");
-    kcu_param_in(x, k, n->in[2], "idx");
+    ks_buf pro = {0};
+    moe_grouped_params(x, k, v, pn, &pro);
     if (has_b) kcu_param_in(x, k, n->in[3], "bias");
     kcu_param_out(x, k, v);
     ks_buf epi = {0};
@@ -275,8 +308,9 @@ static int emit_expert_matmul_grouped(kcu_gen *x, kir_val v)
     if (has_b) ks_buf_printf(&epi, ", %s>{out, bias}", kcu_elem_type(x->g->nodes[n->in[3]].dtype));
     else ks_buf_puts(&epi, ">{out, nullptr}");
     moe_grouped_kernels(x, k, v, "each routed row through its expert, grouped by expert (tensor cores)",
-                            ks_buf_cstr(&epi), (rows + MOE_BW - 1) / MOE_BW);
+                        pro.len ? ks_buf_cstr(&pro) : NULL, ks_buf_cstr(&epi), (rows + MOE_BW - 1) / MOE_BW);
     ks_buf_free(&epi);
+    ks_buf_free(&pro);
     kcu_kernel_end(x, k, "");
     return 0;
 }
@@ -289,7 +323,7 @@ static int emit_expert_matmul_grouped(kcu_gen *x, kir_val v)
  * the row's alone: the same whatever else the step holds (batch invariant). */
 static int emit_expert_matmul(kcu_gen *x, kir_val v)
 {
-    if (moe_grouped(x, v)) return emit_expert_matmul_grouped(x, v);
+    if (moe_grouped(x, v)) return emit_expert_matmul_grouped(x, v, KIR_NONE);
     const kir_node *n = &x->g->nodes[v], *in = &x->g->nodes[n->in[0]], *w = &x->g->nodes[n->in[1]];
     int has_b = n->nin > 3 && n->in[3] != KIR_NONE;
     int64_t kk = n->dims[1], cols = w->dims[1], depth = w->dims[2];
@@ -383,8 +417,18 @@ static int emit_expert_sum(kcu_gen *x, kir_val v)
 static int emit_expert_matmul_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *read_outside)
 {
     const kir_graph *g = x->g;
+    /* a norm first: the matmul's prologue (passes/fuse_norm_prologue.c) */
+    const kir_val pn = count > 1 && kir_op_table[g->nodes[nodes[0]].op].fusion == KIR_FUSE_NORM ? nodes[0] : KIR_NONE;
+    if (pn != KIR_NONE) nodes++, count--;
     const kir_val mm = nodes[0];
-    if (count != 5 || g->nodes[mm].op != KIR_OP_EXPERT_MATMUL || !moe_grouped_inputs(x, mm)) return 0;
+    if (g->nodes[mm].op != KIR_OP_EXPERT_MATMUL || !moe_grouped_inputs(x, mm) ||
+        !moe_prologue_ok(x, pn, mm, read_outside))
+        return 0;
+    if (count == 1 && pn != KIR_NONE && moe_grouped(x, mm)) { /* the norm and the matmul alone */
+        emit_expert_matmul_grouped(x, mm, pn);
+        return 1;
+    }
+    if (count != 5) return 0;
     const int64_t rows = g->nodes[g->nodes[mm].in[1]].dims[1], half = rows / 2;
     kir_val lo = KIR_NONE, hi = KIR_NONE, act = KIR_NONE, prod = KIR_NONE;
     for (int i = 1; i < count; i++) {
@@ -406,16 +450,18 @@ static int emit_expert_matmul_group(kcu_gen *x, const kir_val *nodes, int count,
     for (int i = 0; i < count; i++)
         if (read_outside[nodes[i]] != (nodes[i] == prod)) return 0;
     krt_cuda_kernel *k = kcu_kernel_new(x, mm, MM_THREADS);
-    const kir_node *n = &g->nodes[mm];
-    kcu_param_in(x, k, n->in[0], "x");
-    kcu_param_in(x, k, n->in[1], "w");
-    kcu_param_in(x, k, n->in[2], "idx");
+    ks_buf pro = {0};
+    moe_grouped_params(x, k, mm, pn, &pro);
     kcu_param_out(x, k, prod);
     ks_buf epi = {0};
     ks_buf_printf(&epi, "kcu_moe_swiglu<%lld, %s>{out}", (long long)half, kcu_elem_type(p->dtype));
-    moe_grouped_kernels(x, k, mm, "silu(gate) up of each routed row's expert (gate and up one weight), grouped by "
-                            "expert (tensor cores)", ks_buf_cstr(&epi), (half + MOE_BW / 2 - 1) / (MOE_BW / 2));
+    moe_grouped_kernels(x, k, mm, pn != KIR_NONE ? "silu(gate) up of each routed row's expert (gate and up one weight), "
+                                               "grouped by expert (tensor cores), the norm of its x first"
+                                             : "silu(gate) up of each routed row's expert (gate and up one weight), grouped by "
+                                               "expert (tensor cores)",
+                        pro.len ? ks_buf_cstr(&pro) : NULL, ks_buf_cstr(&epi), (half + MOE_BW / 2 - 1) / (MOE_BW / 2));
     ks_buf_free(&epi);
+    ks_buf_free(&pro);
     kcu_kernel_end(x, k, "swiglu");
     return 1;
 }

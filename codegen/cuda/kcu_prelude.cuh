@@ -369,6 +369,7 @@ struct kcu_pro_none {
         typedef X T; /* what the matmul multiplies: x itself */
     };
     template <typename X> __device__ __forceinline__ void prepare(const X *__restrict__, int, long long, int) {}
+    template <typename X, class Row> __device__ __forceinline__ void prepare_rows(const X *__restrict__, int, const Row &) {}
     __device__ __forceinline__ float operator()(float v, long long, int) const { return v; }
     template <int VEC> __device__ __forceinline__ void chunk(float *, long long, int) const {}
 };
@@ -436,16 +437,16 @@ __device__ __forceinline__ double kcu_lane_sum(const X *__restrict__ xr, int lan
  * [*, K] into mean[], inv[]: warp w takes rows w, w + KCU_PRO_WARPS, ...
  * (blocks have at least KCU_PRO_WARPS warps); each lane sums its chunks
  * (kcu_lane_sum), then a butterfly of shuffles adds the 32 sums. */
-template <int K, bool LN, typename X>
-__device__ __forceinline__ void kcu_row_stats(const X *__restrict__ x, int T, long long r0, int n, double eps,
-                                              float *mean, float *inv)
+template <int K, bool LN, typename X, class Row>
+__device__ __forceinline__ void kcu_row_stats_of(const X *__restrict__ x, int n, const Row &row, double eps,
+                                                 float *mean, float *inv)
 {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     __syncthreads(); /* the previous rows' statistics are no longer read */
     for (int i = 0; i < n; i += KCU_PRO_WARPS) {
         const int r = i + warp;
-        const bool live = warp < KCU_PRO_WARPS && r < n && r0 + r < T; /* uniform in the warp */
-        const X *xr = x + (r0 + r) * (long long)K;
+        const bool live = warp < KCU_PRO_WARPS && r < n; /* uniform in the warp */
+        const X *xr = x + (live ? row(r) : 0) * (long long)K;
         double m = 0.0;
         if (LN) {
             if (live) m = kcu_lane_sum<K>(xr, lane, [](float v) { return (double)v; });
@@ -466,6 +467,16 @@ __device__ __forceinline__ void kcu_row_stats(const X *__restrict__ x, int T, lo
     __syncthreads();
 }
 
+/* ... of rows r0 .. r0 + n - 1 (those below T) into mean[0 ..], inv[0 ..]. */
+template <int K, bool LN, typename X>
+__device__ __forceinline__ void kcu_row_stats(const X *__restrict__ x, int T, long long r0, int n, double eps,
+                                              float *mean, float *inv)
+{
+    const long long below = T - r0;
+    kcu_row_stats_of<K, LN>(x, n < below ? n : (int)(below > 0 ? below : 0), [r0](int r) { return r0 + r; }, eps,
+                            mean, inv);
+}
+
 /* rms_norm over K (times the weight g, unless G is void): x * inv * g, as
  * a value of dtype O (the norm's: f32, or rounded to a half dtype). */
 template <int K, typename G, typename O = float> struct kcu_pro_rms {
@@ -482,6 +493,14 @@ template <int K, typename G, typename O = float> struct kcu_pro_rms {
         inv = s_inv;
         r0 = first;
         kcu_row_stats<K, false>(x, T, first, n, eps, s_inv, s_inv);
+    }
+    /* the statistics of rows row(0) .. row(n - 1) (n <= KCU_PRO_ROWS), as rows 0 .. n - 1 of chunk's t */
+    template <typename X, class Row> __device__ __forceinline__ void prepare_rows(const X *__restrict__ x, int n, const Row &row)
+    {
+        __shared__ float s_inv_rows[KCU_PRO_ROWS];
+        inv = s_inv_rows;
+        r0 = 0;
+        kcu_row_stats_of<K, false>(x, n, row, eps, s_inv_rows, s_inv_rows);
     }
     __device__ __forceinline__ float operator()(float v, long long t, int k) const
     {
@@ -540,6 +559,14 @@ template <int K, typename G, typename O = float> struct kcu_pro_ln {
         inv = s_inv;
         r0 = first;
         kcu_row_stats<K, true>(x, T, first, n, eps, s_mean, s_inv);
+    }
+    template <typename X, class Row> __device__ __forceinline__ void prepare_rows(const X *__restrict__ x, int n, const Row &row)
+    {
+        __shared__ float s_mean_rows[KCU_PRO_ROWS], s_inv_rows[KCU_PRO_ROWS];
+        mean = s_mean_rows;
+        inv = s_inv_rows;
+        r0 = 0;
+        kcu_row_stats_of<K, true>(x, n, row, eps, s_mean_rows, s_inv_rows);
     }
     __device__ __forceinline__ float operator()(float v, long long t, int k) const
     {
@@ -2393,9 +2420,9 @@ template <int F, typename O> struct kcu_moe_swiglu {
 /* The grouped matmul: N weight rows an expert (Epi::wrow's), E experts, KK choices a token, BT routed
  * rows a tile (16: the decode kernel; 64: the prompt's); 8 warps, warp w the weight rows 16 (w % 4)
  * .. + 15 and routed rows BT / 2 (w / 4) .. + BT / 2 - 1 of the tile. */
-template <typename W, int K, int N, int E, int KK, int BT, bool XR, class Epi>
+template <typename W, int K, int N, int E, int KK, int BT, bool XR, class Pro, class Epi>
 static __device__ __forceinline__ void kcu_moe_matmul(const int T, const W *__restrict__ x, const W *__restrict__ w,
-                                                      const int *__restrict__ idx, const Epi &epi,
+                                                      const int *__restrict__ idx, Pro pro, const Epi &epi,
                                                       const void *next_w = nullptr, long long next_slab = 0,
                                                       long long next_cap = 0)
 {
@@ -2433,6 +2460,9 @@ static __device__ __forceinline__ void kcu_moe_matmul(const int T, const W *__re
         int next;
         const int cnt = kcu_moe_collect<BT>(idx, n, e, from, rows, sh, &next);
         if (cnt == 0) break;
+        /* a norm's prologue: the statistics of the tile's rows' x, each row's values made from its x as
+         * its stage lands (kcu_pro_rms / _ln's chunk, rounded to W as the norm's kernel stores them) */
+        pro.prepare_rows(x, cnt, [&](int m) -> long long { return XR ? rows[m] : rows[m] / KK; });
         const W *xsrc[TC];
         bool xlive[TC];
 #pragma unroll
@@ -2474,6 +2504,20 @@ static __device__ __forceinline__ void kcu_moe_matmul(const int T, const W *__re
         }
         for (int kb = 0; kb < KB; kb++) {
             kcu_cp_wait<kcu_moe_pipe<BT>::STAGES - 2>();
+            if constexpr (!kcu_same<Pro, kcu_pro_none>::V) { /* this thread's row chunks of block kb, normalized */
+                uint4 *const st = ring + kb % kcu_moe_pipe<BT>::STAGES * STAGE;
+                const int k0 = kb * KCU_MOE_BK;
+#pragma unroll
+                for (int h = 0; h < TC; h++) {
+                    const int ch = tid + h * KCU_MM_THREADS, m = ch / 8, q = ch % 8;
+                    if (!xlive[h] || k0 + q * 8 >= K) continue;
+                    uint4 *const d = st + (KCU_MOE_BW + m) * 8 + (q ^ (m & 1) * 4);
+                    float v[8];
+                    kcu_vec<W>::unpack(*d, v);
+                    pro.template chunk<8>(v, m, k0 + q * 8);
+                    *d = kcu_pack8<W>(v);
+                }
+            }
             __syncthreads(); /* block kb is in every thread's view; block kb - 1's stage is read */
             if (kb + kcu_moe_pipe<BT>::STAGES - 1 < KB) issue(kb + kcu_moe_pipe<BT>::STAGES - 1);
             kcu_cp_commit();
