@@ -86,7 +86,8 @@
 #         built once a variant of GPU_AB_VARIANTS ("name:ENV=V,ENV=V ..."; default: the default engine and
 #         the prefetches off, KILN_CUDA_TC_PREFETCH=0 and KILN_CUDA_L2_AHEAD=0, apart and together), `kiln
 #         bench` decode at batch 1, 8 and 32 (GPU_AB_BATCHES), the variants interleaved, two rounds
-#         (GPU_AB_ROUNDS): $OUT/decode_ab.txt. GPU_AB_MODEL=moe: bench/moe_bench.py's Qwen3-30B-A3B shape instead.
+#         (GPU_AB_ROUNDS): $OUT/decode_ab.txt. GPU_AB_MODEL=moe: bench/moe_bench.py's Qwen3-30B-A3B shape instead;
+#         GPU_AB_MODELS="llama:8 moe:4": both, with those layers, one after the other.
 #       probe — bench/gemv_probe.cu (compiled there by nvcc): the batch-1 matrix-vector designs (weights in
 #         flight in registers, a cp.async ring, bulk copies) at the 8B shapes against the copy rate.
 #       LLAMA8B_ARGS adds arguments to llama8b_check.py (e.g. "--dtypes bf16").
@@ -558,47 +559,53 @@ run() {
     done
   fi
   if [[ $stages == *" decode_ab "* ]]; then
-    local layers=${GPU_AB_LAYERS:-8} m="/dev/shm/gpu_check_ab" v name envs r b
+    # GPU_AB_MODELS="llama:8 moe:4": each model (llama: the 8B shape; moe: bench/moe_bench.py's Qwen3-30B-A3B
+    # shape) with that many layers, one after another (default: GPU_AB_MODEL, llama or moe, GPU_AB_LAYERS layers)
     local variants=${GPU_AB_VARIANTS:-"default: no_tc_prefetch:KILN_CUDA_TC_PREFETCH=0 no_ahead:KILN_CUDA_L2_AHEAD=0 neither:KILN_CUDA_TC_PREFETCH=0,KILN_CUDA_L2_AHEAD=0"}
-    # GPU_AB_MODEL=moe: Qwen3-30B-A3B's shape (bench/moe_bench.py's) with that many layers instead
-    local shape="Llama-3-8B's shape"
-    [ "${GPU_AB_MODEL:-}" = moe ] && shape="Qwen3-30B-A3B's shape"
-    echo "== decode_ab: $shape, $layers layers, variants: $variants" | tee -a "$summary"
-    if [ "${GPU_AB_MODEL:-}" = moe ]; then
-      (cd "$root/bench" && python3 -c "
+    local m="/dev/shm/gpu_check_ab" v name envs r b ab model layers shape
+    for ab in ${GPU_AB_MODELS:-"${GPU_AB_MODEL:-llama}:${GPU_AB_LAYERS:-8}"}; do
+      model=${ab%%:*} layers=${ab#*:}
+      [ "$layers" = "$ab" ] && layers=8
+      shape="Llama-3-8B's shape"
+      [ "$model" = moe ] && shape="Qwen3-30B-A3B's shape"
+      echo "== decode_ab: $shape, $layers layers, variants: $variants" | tee -a "$summary" "$out/decode_ab.txt"
+      if [ "$model" = moe ]; then
+        (cd "$root/bench" && python3 -c "
 from llama8b_common import make_checkpoint
 from moe_bench import QWEN3_30B_A3B
 make_checkpoint(dict(QWEN3_30B_A3B, num_hidden_layers=$layers), '$m', 'cuda', 0,
                 ('Qwen3MoeConfig', 'Qwen3MoeForCausalLM'), '4GB')" 2>&1 | tail -1)
-    else
-      (cd "$root/bench" && python3 -c "
+      else
+        (cd "$root/bench" && python3 -c "
 import json
 from llama8b_common import make_checkpoint
 cfg = json.load(open('../tests/data/llama3-8b-config.json')); cfg['num_hidden_layers'] = $layers
 make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
-    fi
-    local pids=()
-    for v in $variants; do
-      name=${v%%:*}; envs=${v#*:}; envs=${envs//,/ }
-      # shellcheck disable=SC2086
-      env $envs "$kiln" build "$m" --dtype bf16 --max-tokens 2048 --target sm_90 -o "$m.$name.engine"         >"$out/decode_ab_build_$name.txt" 2>&1 &
-      pids+=($!)
-    done
-    wait "${pids[@]}"
-    rm -rf "$m"
-    for r in $(seq 1 "${GPU_AB_ROUNDS:-2}"); do
-      for b in ${GPU_AB_BATCHES:-1 8 32}; do
-        for v in $variants; do
-          name=${v%%:*}
-          [ -f "$m.$name.engine" ] || { echo "FAIL: kiln build of variant $name" | tee -a "$summary"; continue; }
-          local bo=(--batch "$b")
-          [ "$b" = 1 ] && bo=()
-          echo "round $r, $name: $("$kiln" bench "$m.$name.engine" --prompts 1 --decode-prompt 16 --decode 64 \
-            "${bo[@]}" --reps 3 --warmup 1 2>&1 | grep -E "^decode, batch $b,")" | tee -a "$out/decode_ab.txt" "$summary"
+      fi
+      local pids=()
+      for v in $variants; do
+        name=${v%%:*}; envs=${v#*:}; envs=${envs//,/ }
+        # shellcheck disable=SC2086
+        env $envs "$kiln" build "$m" --dtype bf16 --precision fast --max-tokens 2048 --target sm_90 \
+          -o "$m.$name.engine" >"$out/decode_ab_build_${model}_$name.txt" 2>&1 &
+        pids+=($!)
+      done
+      wait "${pids[@]}"
+      rm -rf "$m"
+      for r in $(seq 1 "${GPU_AB_ROUNDS:-2}"); do
+        for b in ${GPU_AB_BATCHES:-1 8 32}; do
+          for v in $variants; do
+            name=${v%%:*}
+            [ -f "$m.$name.engine" ] || { echo "FAIL: kiln build of variant $name" | tee -a "$summary"; continue; }
+            local bo=(--batch "$b")
+            [ "$b" = 1 ] && bo=()
+            echo "$model round $r, $name: $("$kiln" bench "$m.$name.engine" --prompts 1 --decode-prompt 16 --decode 64 \
+              "${bo[@]}" --reps 3 --warmup 1 2>&1 | grep -E "^decode, batch $b,")" | tee -a "$out/decode_ab.txt" "$summary"
+          done
         done
       done
+      rm -f "$m".*.engine
     done
-    rm -f "$m".*.engine
   fi
   if [[ $stages == *" profile "* ]]; then
     # the 8B shape with few layers (every layer runs the same kernels): quick per-kernel figures
