@@ -111,6 +111,8 @@ typedef struct kcu_options {
     int l2_ahead_mb;   /* 0: a kernel that streams no weights prefetches the next matmul's first
                         * KCU_L2_AHEAD_MB MB into L2; -1: none; else these (KILN_CUDA_L2_AHEAD=N, 0 to 48, for
                         * comparisons: no number depends on it) */
+    int tc_xring;      /* 0: steps of more than 8 tokens copy x through kcu_matmul_tc's ring (KCU_TC_XRING);
+                        * -1: into registers (KILN_CUDA_TC_XRING=0, for comparisons: the same sums) */
     int tc_prefetch;   /* 0: kcu_matmul_tc's weight steps prefetched into L2 before its wait for the kernel
                         * before it, KCU_TC_PREFETCH; -1: none; else these (KILN_CUDA_TC_PREFETCH=N, 0 to 64,
                         * for comparisons: no number depends on it) */

@@ -193,6 +193,8 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     const char *l2_ahead = getenv("KILN_CUDA_L2_AHEAD");
     if (l2_ahead && *l2_ahead && atoi(l2_ahead) >= 0 && atoi(l2_ahead) <= 48)
         opt.l2_ahead_mb = atoi(l2_ahead) > 0 ? atoi(l2_ahead) : -1;
+    const char *tc_xring = getenv("KILN_CUDA_TC_XRING");
+    if (tc_xring && strcmp(tc_xring, "0") == 0) opt.tc_xring = -1;
     const char *tc_prefetch = getenv("KILN_CUDA_TC_PREFETCH");
     if (tc_prefetch && *tc_prefetch && atoi(tc_prefetch) >= 0 && atoi(tc_prefetch) <= 64)
         opt.tc_prefetch = atoi(tc_prefetch) > 0 ? atoi(tc_prefetch) : -1;

@@ -1836,6 +1836,14 @@ template <int N> __device__ __forceinline__ void kcu_cp_wait()
  * runs then. XS: the norm's values of the group from xs ([TT][K / 8] chunks, staged), else x (and the
  * norm's weights) a step ahead in registers and normalized in the loop. red: the block's shared
  * [8 warps][16][8 NT] partial sums. */
+/* KCU_TC_XRING: steps of more than 8 tokens (four token tiles) copy their x chunks into the ring with the
+ * weights' (cp.async, D - 1 steps ahead) instead of loading them into registers a step or two ahead: 32
+ * tokens' x is twice a step's weights and comes from L2, ~600 cycles a load, where a step's work is ~100
+ * (the tile path at 32 tokens took q,k,v in 89.5 µs, 5x its weights' time: #11 step 9). Same values,
+ * same sums: the bits do not depend on it. */
+#ifndef KCU_TC_XRING
+#define KCU_TC_XRING 1 /* the generator defines 0 with kcu_options.tc_xring < 0 (KILN_CUDA_TC_XRING=0) */
+#endif
 template <int NT, bool XS, int RING, int XA, typename W, int K, int N, class Pro, class Epi, typename X, class Prep>
 static __device__ __forceinline__ void kcu_tc_tiles(const int t0, const int TT, const int tile0, const int nt,
                                                     const X *__restrict__ x, const W *__restrict__ w,
@@ -1849,7 +1857,8 @@ static __device__ __forceinline__ void kcu_tc_tiles(const int t0, const int TT, 
         TP = 8 * NT,                               /* tokens a row of red */
         U = NT == 1 ? 2 : 1,                       /* chunks a step */
         STEPS = (CW + U - 1) / U,                  /* steps a tile */
-        SLOT = 2 * U * KCU_MM_THREADS,             /* a step's chunks in the ring */
+        XR = KCU_TC_XRING && !XS && NT > 1 && sizeof(X) == sizeof(W), /* x through the ring too */
+        SLOT = (2 + (XR ? NT : 0)) * U * KCU_MM_THREADS, /* a step's chunks in the ring */
         D = RING / 16 / SLOT                       /* steps the ring holds */
     };
     static_assert(D >= 2, "kcu_matmul_tc: a ring of two steps at least");
@@ -1878,6 +1887,20 @@ static __device__ __forceinline__ void kcu_tc_tiles(const int t0, const int TT, 
                         *d = uint4{0u, 0u, 0u, 0u};
                 }
             }
+            if constexpr (XR) { /* the step's x chunks of this thread's tokens, after the weights' */
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int j = s * U + u, k = kw + 32 * j;
+#pragma unroll
+                    for (int n = 0; n < NT; n++) {
+                        uint4 *d = slot + (2 * U + u * NT + n) * KCU_MM_THREADS;
+                        if (j < CW && k < K)
+                            kcu_cp16(d, x + (long long)(t0 + tg(n)) * K + k);
+                        else
+                            *d = uint4{0u, 0u, 0u, 0u};
+                    }
+                }
+            }
         }
         kcu_cp_commit(); /* past the end an empty group: the count stays D - 1 ahead */
     };
@@ -1890,7 +1913,7 @@ static __device__ __forceinline__ void kcu_tc_tiles(const int t0, const int TT, 
                 const bool in = j < CW;
 #pragma unroll
                 for (int n = 0; n < NT; n++)
-                    xb[n][u] = in ? kcu_tc_ldx<K>(x + (long long)(t0 + tg(n)) * K, k) : uint4{0u, 0u, 0u, 0u};
+                    if constexpr (!XR) xb[n][u] = in ? kcu_tc_ldx<K>(x + (long long)(t0 + tg(n)) * K, k) : uint4{0u, 0u, 0u, 0u};
                 if constexpr (FUSED) gb[u] = in && k < K ? pro.raw16(k) : uint4{0u, 0u, 0u, 0u};
             }
         }
@@ -1938,7 +1961,10 @@ static __device__ __forceinline__ void kcu_tc_tiles(const int t0, const int TT, 
                 if constexpr (XS) {
                     q = k < K ? xs[tg(n) * (K / 8) + k / 8] : uint4{0u, 0u, 0u, 0u};
                 } else {
-                    q = xb[n][u];
+                    if constexpr (XR)
+                        q = slot[(2 * U + u * NT + n) * KCU_MM_THREADS];
+                    else
+                        q = xb[n][u];
                     if constexpr (FUSED) {
                         if (k < K) {
                             float v[8];
