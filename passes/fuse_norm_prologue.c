@@ -1,5 +1,5 @@
 /*
- * fuse_norm_prologue.c — a norm joins the kernel of the matmul it feeds.
+ * fuse_norm_prologue.c — a norm joins the kernel of the matmul it feeds (of each, copied, where several).
  *
  * Requires: a verified graph.
  * Guarantees: an rms_norm or layer_norm in no group whose one use is the
