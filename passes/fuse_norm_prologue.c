@@ -54,8 +54,8 @@ static int shared_norm(const kir_graph *g, const kp_uses *uses, kir_val v)
 }
 
 /* *gp with each shared norm copied for its second and later uses, each copy just before its use
- * (the guarantee's first step); returns how many copies. */
-static size_t copy_shared_norms(kir_graph **gp)
+ * (the guarantee's first step). */
+static void copy_shared_norms(kir_graph **gp)
 {
     const kir_graph *g = *gp;
     kp_uses uses;
@@ -87,7 +87,6 @@ static size_t copy_shared_norms(kir_graph **gp)
     }
     kp_uses_free(&uses);
     free(norm_of);
-    return copies;
 }
 
 int kp_fuse_norm_prologue(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_diag *d)
@@ -116,23 +115,17 @@ int kp_fuse_norm_prologue(kir_graph **gp, const kp_options *opt, kp_pass_stats *
             if (norm_of[v] != KIR_NONE) order[n_order++] = norm_of[v];
             order[n_order++] = v;
         }
-        kir_val *map = NULL;
-        kir_graph *out = kp_reorder(g, order, n_order, &map);
-        int64_t next_id = kp_group_next_id(g);
+        /* the matmul's group, or a new one of the two */
+        int64_t *gid = ks_xmalloc(sizeof *gid * n), next_id = kp_group_next_id(g);
+        for (kir_val v = 0; v < n; v++) gid[v] = -1;
         for (kir_val m = 0; m < n; m++) {
             if (norm_of[m] == KIR_NONE) continue;
-            int64_t id = kp_group_of(g, m);
-            if (id < 0) {
-                id = next_id++;
-                kir_attr_set_int(out, map[m], KIR_A_ANY_FUSE, id);
-            }
-            kir_attr_set_int(out, map[norm_of[m]], KIR_A_ANY_FUSE, id);
+            const int64_t id = kp_group_of(g, m);
+            gid[m] = gid[norm_of[m]] = id >= 0 ? id : next_id++;
         }
-        kp_group_renumber(out);
-        free(map);
+        kp_regroup(gp, order, n_order, gid);
+        free(gid);
         free(order);
-        kir_graph_free(*gp);
-        *gp = out;
     }
     kp_uses_free(&uses);
     free(norm_of);

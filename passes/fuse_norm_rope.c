@@ -130,20 +130,13 @@ int kp_fuse_norm_rope(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, 
             order[n_order++] = v;
             if (rope[v] != KIR_NONE) order[n_order++] = rope[v];
         }
-        kir_val *map = NULL;
-        kir_graph *out = kp_reorder(g, order, n_order, &map);
-        int64_t id = kp_group_next_id(g);
+        int64_t *gid = ks_xmalloc(sizeof *gid * n), id = kp_group_next_id(g);
+        for (kir_val v = 0; v < n; v++) gid[v] = -1;
         for (kir_val v = 0; v < n; v++)
-            if (rope[v] != KIR_NONE) {
-                kir_attr_set_int(out, map[v], KIR_A_ANY_FUSE, id);
-                kir_attr_set_int(out, map[rope[v]], KIR_A_ANY_FUSE, id);
-                id++;
-            }
-        kp_group_renumber(out);
-        free(map);
+            if (rope[v] != KIR_NONE) gid[v] = gid[rope[v]] = id++;
+        kp_regroup(gp, order, n_order, gid);
+        free(gid);
         free(order);
-        kir_graph_free(*gp);
-        *gp = out;
     }
     if (fused) fused += join_q_k(gp);
     st->fusions = fused;

@@ -2003,39 +2003,40 @@ static __device__ __forceinline__ void kcu_tc_tiles(const int t0, const int TT, 
     kcu_cp_wait<0>(); /* the empty groups past the end: nothing of this thread's in flight */
 }
 
-/* A kernel that streams no weights (kcu_gen.c's put_l2_ahead): the first `bytes` of the next matmul's
- * weights into L2, before it waits for the kernel before it — 64 kB pieces, spread over every thread of
- * the grid, each a bulk prefetch (sm_90; elsewhere nothing). A hint: nothing is read into the kernel. */
-__device__ __forceinline__ void kcu_l2_ahead(const void *p, long long bytes)
+/* The L2 prefetches: hints that bring lines into L2 and nothing into the kernel, so that a kernel may
+ * issue them before it waits for the one before it (KCU_PDL_ENTER's rule holds). kcu_l2_bulk: one bulk
+ * prefetch of bytes (a multiple of 16) from p, 16-byte aligned (sm_90; elsewhere nothing). */
+enum { KCU_L2_PIECE = 65536 }; /* the bytes of one bulk prefetch where a range is cut into pieces */
+__device__ __forceinline__ void kcu_l2_bulk(const void *p, unsigned bytes)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    enum { PIECE = 65536 };
-    const long long pieces = (bytes + PIECE - 1) / PIECE;
-    const long long blocks = (long long)gridDim.x * gridDim.y * gridDim.z;
-    const long long b = blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
-    for (long long i = b * blockDim.x + threadIdx.x; i < pieces; i += blocks * blockDim.x) {
-        const long long at = i * PIECE, len = bytes - at < PIECE ? bytes - at : PIECE;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char *>(p) + at),
-                     "r"((unsigned)len)
-                     : "memory");
-    }
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 #else
     (void)p, (void)bytes;
 #endif
 }
 
-/* bytes from p into L2, by the calling thread, 64 kB a bulk prefetch (sm_90; elsewhere nothing). */
+/* Piece i (KCU_L2_PIECE bytes, the last one shorter) of the bytes from p. */
+__device__ __forceinline__ void kcu_l2_piece(const void *p, long long bytes, long long i)
+{
+    const long long at = i * KCU_L2_PIECE;
+    kcu_l2_bulk(static_cast<const char *>(p) + at, (unsigned)(bytes - at < KCU_L2_PIECE ? bytes - at : KCU_L2_PIECE));
+}
+
+/* A kernel that streams no weights (kcu_gen.c's put_l2_ahead): the first `bytes` of the next matmul's
+ * weights, its pieces spread over every thread of the grid. */
+__device__ __forceinline__ void kcu_l2_ahead(const void *p, long long bytes)
+{
+    const long long pieces = (bytes + KCU_L2_PIECE - 1) / KCU_L2_PIECE;
+    const long long blocks = (long long)gridDim.x * gridDim.y * gridDim.z;
+    const long long b = blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
+    for (long long i = b * blockDim.x + threadIdx.x; i < pieces; i += blocks * blockDim.x) kcu_l2_piece(p, bytes, i);
+}
+
+/* bytes from p, every piece by the calling thread. */
 __device__ __forceinline__ void kcu_l2_range(const void *p, long long bytes)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    enum { PIECE = 65536 };
-    for (long long at = 0; at < bytes; at += PIECE)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char *>(p) + at),
-                     "r"((unsigned)(bytes - at < PIECE ? bytes - at : PIECE))
-                     : "memory");
-#else
-    (void)p, (void)bytes;
-#endif
+    for (long long i = 0; i * KCU_L2_PIECE < bytes; i++) kcu_l2_piece(p, bytes, i);
 }
 
 /* A routing kernel's choice e (kcu_emit_moe.c's row group): expert e's slab of the grouped matmul's
@@ -2060,7 +2061,6 @@ __device__ __forceinline__ void kcu_l2_expert(const void *w, int e, long long ea
 template <typename W, int K, int N, class Epi>
 __device__ __forceinline__ void kcu_tc_prefetch(const int tile0, const int nt, const W *__restrict__ w)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     typedef kcu_tc<W, K> G;
     enum { U = 2, STEPS = (G::CW + U - 1) / U };
     if constexpr (KCU_TC_PREFETCH > 0) {
@@ -2072,15 +2072,9 @@ __device__ __forceinline__ void kcu_tc_prefetch(const int tile0, const int nt, c
             int len = steps * U * 32; /* halves */
             if (len > G::CW * 32) len = G::CW * 32;
             if (len > K - k0) len = K - k0;
-            if (col < N)
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + (long long)Epi::row(col) * K + k0),
-                             "r"(len * (int)sizeof(W))
-                             : "memory");
+            if (col < N) kcu_l2_bulk(w + (long long)Epi::row(col) * K + k0, (unsigned)(len * (int)sizeof(W)));
         }
     }
-#else
-    (void)tile0, (void)nt, (void)w;
-#endif
 }
 
 /* Tokens t0 .. t0 + TT - 1 (8 < TT <= 32) of the 8 tiles from column c0 (a warp each), the K slices
