@@ -84,7 +84,7 @@
 #       decode_ab — a change's effect on a whole decode step, graphs and kernel overlap on (what `kiln bench
 #         --profile`, a kernel at a time, does not see): the 8B shape with GPU_AB_LAYERS (default 8) layers,
 #         built once a variant of GPU_AB_VARIANTS ("name:ENV=V,ENV=V ..."; default: the default engine, the
-#         L2 prefetches off (KILN_CUDA_TC_PREFETCH=0 KILN_CUDA_L2_AHEAD=0), x in registers (KILN_CUDA_TC_XRING=0)), `kiln
+#         L2 prefetches on, each alone (KILN_CUDA_TC_PREFETCH=6, KILN_CUDA_L2_AHEAD=32), x in registers (KILN_CUDA_TC_XRING=0)), `kiln
 #         bench` decode at batch 1, 8 and 32 (GPU_AB_BATCHES), the variants interleaved, two rounds
 #         (GPU_AB_ROUNDS): $OUT/decode_ab.txt. GPU_AB_MODEL=moe: bench/moe_bench.py's Qwen3-30B-A3B shape instead;
 #         GPU_AB_MODELS="llama:8 moe:4": both, with those layers, one after the other.
@@ -561,7 +561,7 @@ run() {
   if [[ $stages == *" decode_ab "* ]]; then
     # GPU_AB_MODELS="llama:8 moe:4": each model (llama: the 8B shape; moe: bench/moe_bench.py's Qwen3-30B-A3B
     # shape) with that many layers, one after another (default: GPU_AB_MODEL, llama or moe, GPU_AB_LAYERS layers)
-    local variants=${GPU_AB_VARIANTS:-"default: no_prefetch:KILN_CUDA_TC_PREFETCH=0,KILN_CUDA_L2_AHEAD=0 no_xring:KILN_CUDA_TC_XRING=0"}
+    local variants=${GPU_AB_VARIANTS:-"default: tc_prefetch:KILN_CUDA_TC_PREFETCH=6 l2_ahead:KILN_CUDA_L2_AHEAD=32 no_xring:KILN_CUDA_TC_XRING=0"}
     local m="/dev/shm/gpu_check_ab" v name envs r b ab model layers shape
     for ab in ${GPU_AB_MODELS:-"${GPU_AB_MODEL:-llama}:${GPU_AB_LAYERS:-8}"}; do
       model=${ab%%:*} layers=${ab#*:}

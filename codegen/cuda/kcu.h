@@ -108,14 +108,16 @@ typedef struct kcu_options {
     int tc_xahead;     /* 0: kcu_matmul_tc's sets of x in registers, KCU_TC_XAHEAD; else these
                         * (KILN_CUDA_TC_XAHEAD=N, 1 to 8, for comparisons) */
     int tc_ring_kb;    /* 0: kcu_matmul_tc's plan's ring; else at most this many kB (KILN_CUDA_TC_RING=N) */
-    int l2_ahead_mb;   /* 0: a kernel that streams no weights prefetches the next matmul's first
-                        * KCU_L2_AHEAD_MB MB into L2; -1: none; else these (KILN_CUDA_L2_AHEAD=N, 0 to 48, for
+    int l2_ahead_mb;   /* 0: no L2 prefetch ahead of a matmul (the default: on an H100 it cost a batch-1 step
+                        * of the 8B's shape 25 % and of the MoE's 2.8x, bench/RESULTS.md); else a kernel that
+                        * streams no weights prefetches the next matmul's first N MB into L2, and a MoE's
+                        * routing and gate/up kernels the chosen experts' (KILN_CUDA_L2_AHEAD=N, 1 to 48, for
                         * comparisons: no number depends on it) */
     int tc_xring;      /* 0: steps of more than 8 tokens copy x through kcu_matmul_tc's ring (KCU_TC_XRING);
                         * -1: into registers (KILN_CUDA_TC_XRING=0, for comparisons: the same sums) */
-    int tc_prefetch;   /* 0: kcu_matmul_tc's weight steps prefetched into L2 before its wait for the kernel
-                        * before it, KCU_TC_PREFETCH; -1: none; else these (KILN_CUDA_TC_PREFETCH=N, 0 to 64,
-                        * for comparisons: no number depends on it) */
+    int tc_prefetch;   /* 0: none (the default, measured slower with l2_ahead_mb); else kcu_matmul_tc's first N
+                        * weight steps prefetched into L2 before its wait for the kernel before it
+                        * (KILN_CUDA_TC_PREFETCH=N, 1 to 64, for comparisons: no number depends on it) */
     ks_buf *choices;   /* NULL, or where the per-shape choices go, a line a distinct kernel that has
                         * variants: "k_matmul_fused_..: %7 matmul, 4096 -> 6144: sm_90a above 64 tokens: ..."
                         * (kiln build --stats prints them) */

@@ -191,13 +191,12 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     if (stats_batch && *stats_batch)
         opt.stats_batch = atoi(stats_batch) >= 1 && atoi(stats_batch) <= 16 ? atoi(stats_batch) : 0;
     const char *l2_ahead = getenv("KILN_CUDA_L2_AHEAD");
-    if (l2_ahead && *l2_ahead && atoi(l2_ahead) >= 0 && atoi(l2_ahead) <= 48)
-        opt.l2_ahead_mb = atoi(l2_ahead) > 0 ? atoi(l2_ahead) : -1;
+    if (l2_ahead && *l2_ahead && atoi(l2_ahead) >= 1 && atoi(l2_ahead) <= 48) opt.l2_ahead_mb = atoi(l2_ahead);
     const char *tc_xring = getenv("KILN_CUDA_TC_XRING");
     if (tc_xring && strcmp(tc_xring, "0") == 0) opt.tc_xring = -1;
     const char *tc_prefetch = getenv("KILN_CUDA_TC_PREFETCH");
-    if (tc_prefetch && *tc_prefetch && atoi(tc_prefetch) >= 0 && atoi(tc_prefetch) <= 64)
-        opt.tc_prefetch = atoi(tc_prefetch) > 0 ? atoi(tc_prefetch) : -1;
+    if (tc_prefetch && *tc_prefetch && atoi(tc_prefetch) >= 1 && atoi(tc_prefetch) <= 64)
+        opt.tc_prefetch = atoi(tc_prefetch);
     if (tc_ring && *tc_ring) opt.tc_ring_kb = atoi(tc_ring) >= 32 && atoi(tc_ring) <= 224 ? atoi(tc_ring) : 0;
 
     krt_cuda_meta meta = {0};

@@ -1004,8 +1004,7 @@ int kcu_generate_with(const kir_graph *g, const kcu_options *opt, ks_buf *src, k
         ks_buf_printf(src, banner, g->name ? g->name : "", meta->n_kernels, x.n_bodies);
         if (x.opt.stats_batch > 0) ks_buf_printf(src, "#define KCU_STATS_BATCH %d\n", x.opt.stats_batch);
         if (x.opt.tc_xring < 0) ks_buf_puts(src, "#define KCU_TC_XRING 0\n");
-        if (x.opt.tc_prefetch != 0)
-            ks_buf_printf(src, "#define KCU_TC_PREFETCH %d\n", x.opt.tc_prefetch > 0 ? x.opt.tc_prefetch : 0);
+        if (x.opt.tc_prefetch > 0) ks_buf_printf(src, "#define KCU_TC_PREFETCH %d\n", x.opt.tc_prefetch);
         ks_buf_puts(src, kcu_prelude);
         ks_buf_put(src, kernels.data, kernels.len);
         meta->pdl = 1; /* kcu_open_body, kcu_open_large and the gemm90 wrappers open with KCU_PDL_ENTER */

@@ -218,8 +218,8 @@ static kir_val routed_matmul(const kir_graph *g, kir_val idx, kir_val after)
 
 /* A routing kernel knows the experts its tokens chose before the grouped matmul after it does: as each
  * choice is made, the chosen expert's weights of that matmul (its [rows, depth] slab) go into L2, the
- * first EXPERT_AHEAD bytes of them over the step's T k choices (kcu_l2_expert). */
-enum { EXPERT_AHEAD = 32 << 20 };
+ * first kcu_options.l2_ahead_mb MB of them over the step's T k choices (kcu_l2_expert); off unless
+ * asked for (measured slower). */
 
 /* The grouped matmul's kernels (kcu_moe_matmul) for node v, whose results go to the epilogue `epi`
  * (a kcu_moe_* functor's type and initializer, over the kernel's parameters), `cols` outputs a tile
@@ -237,7 +237,7 @@ static void moe_grouped_kernels(kcu_gen *x, krt_cuda_kernel *k, kir_val mm, cons
     k->smem_large = kcu_moe_smem(bt_large);
     /* the next grouped matmul of these choices (the down projection after the gate and up): each block
      * prefetches its share of its expert's slab of those weights into L2 as it ends */
-    const kir_val next = x->opt.l2_ahead_mb >= 0 ? routed_matmul(x->g, n->in[2], mm) : KIR_NONE;
+    const kir_val next = x->opt.l2_ahead_mb > 0 ? routed_matmul(x->g, n->in[2], mm) : KIR_NONE;
     const kir_node *nw = next != KIR_NONE ? &x->g->nodes[x->g->nodes[next].in[1]] : NULL;
     ks_buf ahead = {0};
     if (nw && nw->op == KIR_OP_WEIGHT && nw->dims[0] == experts && k->n_args < KRT_CUDA_MAX_ARGS) {
@@ -245,7 +245,7 @@ static void moe_grouped_kernels(kcu_gen *x, krt_cuda_kernel *k, kir_val mm, cons
         if (slab % 16 == 0) {
             kcu_param_in(x, k, x->g->nodes[next].in[1], "next_w");
             ks_buf_printf(&ahead, ", next_w, %lldLL, %lldLL", (long long)slab,
-                          (long long)(x->opt.l2_ahead_mb > 0 ? (int64_t)x->opt.l2_ahead_mb << 20 : EXPERT_AHEAD));
+                          (long long)((int64_t)x->opt.l2_ahead_mb << 20));
         }
     }
     kcu_open_body(x, k, what);
@@ -626,7 +626,7 @@ int kcu_emit_row_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_
     /* a topk whose choices route an expert_matmul of the model's weights: those experts' weights ahead */
     int ahead_of = -1;
     int64_t expert_bytes = 0;
-    for (int i = 0; i < count && ahead_of < 0 && x->opt.l2_ahead_mb >= 0 && k->n_args < KRT_CUDA_MAX_ARGS; i++) {
+    for (int i = 0; i < count && ahead_of < 0 && x->opt.l2_ahead_mb > 0 && k->n_args < KRT_CUDA_MAX_ARGS; i++) {
         const kir_val em = g->nodes[nodes[i]].op == KIR_OP_TOPK && read_outside[nodes[i]]
                                ? routed_matmul(g, nodes[i], nodes[i]) : KIR_NONE;
         if (em == KIR_NONE || g->nodes[g->nodes[em].in[1]].op != KIR_OP_WEIGHT) continue;
@@ -687,7 +687,7 @@ int kcu_emit_row_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_
                               "        for (int j = lane; live && j < K; j += 32)\n"
                               "            kcu_l2_expert(experts_ahead, ri[warp][%lld + j], %lldLL, (long long)T * K, %lldLL);\n",
                               (long long)r.slot[i].off, (long long)expert_bytes,
-                              (long long)(x->opt.l2_ahead_mb > 0 ? (int64_t)x->opt.l2_ahead_mb << 20 : EXPERT_AHEAD));
+                              (long long)((int64_t)x->opt.l2_ahead_mb << 20));
             break;
         }
         case KIR_OP_GATHER: {

@@ -237,27 +237,25 @@ void kcu_param_out(kcu_gen *x, krt_cuda_kernel *k, kir_val v)
     ks_buf_free(&decl);
 }
 
-/* KCU_L2_AHEAD_MB: the most a kernel prefetches of the matmul after it (L2 holds 50 MB on an H100 or H200) */
-enum { KCU_L2_AHEAD_MB = 32 };
-
 /* A kernel whose node is no matmul (attention, a norm, a rotation, routing, a sum) streams no weights:
  * while it runs, HBM would idle. If a matmul with weights of its own comes after it (and no routed
  * expert_matmul before that), the kernel gets that weight as the parameter `ahead` and its blocks
  * prefetch the weight's first bytes into L2 before they wait for the kernel before them
  * (kcu_l2_ahead: a hint that reads nothing into the kernel, KCU_PDL_ENTER's rule holds), so that
- * the matmul's first reads hit L2. The byte count is part of the text. */
+ * the matmul's first reads hit L2. The byte count is part of the text. Off unless asked for
+ * (kcu_options.l2_ahead_mb: measured slower). */
 static void put_l2_ahead(kcu_gen *x, krt_cuda_kernel *k, ks_buf *stmt)
 {
     const kir_graph *g = x->g;
     const kir_op op = g->nodes[k->node].op;
-    if (!x->ahead || x->opt.l2_ahead_mb < 0 || op == KIR_OP_MATMUL || op == KIR_OP_EXPERT_MATMUL ||
+    if (!x->ahead || x->opt.l2_ahead_mb <= 0 || op == KIR_OP_MATMUL || op == KIR_OP_EXPERT_MATMUL ||
         k->n_args >= KRT_CUDA_MAX_ARGS)
         return;
     const kir_val w = x->ahead[k->node];
     if (w == KIR_NONE) return;
     const kir_node *wn = &g->nodes[w];
     int64_t bytes = kir_elems(wn, 0) * (int64_t)kir_dtype_size(wn->dtype);
-    const int64_t cap = (int64_t)(x->opt.l2_ahead_mb > 0 ? x->opt.l2_ahead_mb : KCU_L2_AHEAD_MB) << 20;
+    const int64_t cap = (int64_t)x->opt.l2_ahead_mb << 20;
     if (bytes > cap) bytes = cap;
     bytes &= ~(int64_t)15;
     if (bytes <= 0) return;

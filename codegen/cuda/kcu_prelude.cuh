@@ -2056,7 +2056,8 @@ __device__ __forceinline__ void kcu_l2_expert(const void *w, int e, long long ea
  * order of every read and write stays the stream's (KCU_PDL_ENTER's rule), and what the weights'
  * stream would have waited for at the kernel's start arrives while the kernel before it ends. */
 #ifndef KCU_TC_PREFETCH
-#define KCU_TC_PREFETCH 6 /* the generator defines another with kcu_options.tc_prefetch (KILN_CUDA_TC_PREFETCH) */
+#define KCU_TC_PREFETCH 0 /* none: measured slower; the generator defines another with kcu_options.tc_prefetch
+                          * (KILN_CUDA_TC_PREFETCH=N) */
 #endif
 template <typename W, int K, int N, class Epi>
 __device__ __forceinline__ void kcu_tc_prefetch(const int tile0, const int nt, const W *__restrict__ w)

@@ -99,13 +99,24 @@ for m in $ops_models; do
 done
 if [[ "$ops_models" == *" qwen3_moe-tiny "* ]]; then
   src=$(cat "$work"/srcdtypebf16precisionfastqwen3_moe-tiny/*.cu)
-  for want in "kcu_moe_matmul<kcu_bf16, 64, 64, 6, 2, 16, false>(T, x, w, idx, kcu_pro_rms<64, kcu_bf16, kcu_bf16>{g, 9.9999999999999995e-07}, kcu_moe_swiglu<32, kcu_bf16>{out}, next_w, 4096LL, 33554432LL)" \
-    "kcu_moe_matmul<kcu_bf16, 64, 64, 6, 2, 64, false>(T, x, w, idx, kcu_pro_rms<64, kcu_bf16, kcu_bf16>{g, 9.9999999999999995e-07}, kcu_moe_swiglu<32, kcu_bf16>{out}, next_w, 4096LL, 33554432LL)" \
+  for want in "kcu_moe_matmul<kcu_bf16, 64, 64, 6, 2, 16, false>(T, x, w, idx, kcu_pro_rms<64, kcu_bf16, kcu_bf16>{g, 9.9999999999999995e-07}, kcu_moe_swiglu<32, kcu_bf16>{out})" \
+    "kcu_moe_matmul<kcu_bf16, 64, 64, 6, 2, 64, false>(T, x, w, idx, kcu_pro_rms<64, kcu_bf16, kcu_bf16>{g, 9.9999999999999995e-07}, kcu_moe_swiglu<32, kcu_bf16>{out})" \
     "kcu_moe_matmul<kcu_bf16, 32, 64, 6, 2, 16, true>(T, x, w, idx, kcu_pro_none(), kcu_moe_store<64, kcu_bf16, false>{out, nullptr})" \
     "a warp a row" "the residual plus the chosen experts' rows weighted by g" "a token's row ops as one kernel" \
     "q's and k's head norms and rotations, k and v into the KV cache"; do
     [[ "$src" == *"$want"* ]] && passes=$((passes+1)) || { echo "FAIL: no '$want' in qwen3_moe-tiny's fast source"; failures=$((failures+1)); }
   done
+  # the experts' L2 prefetches, off by default (measured slower), in with KILN_CUDA_L2_AHEAD=N: the routing
+  # kernel's of the chosen experts, and the gate/up kernel's of the down projection's slab
+  KILN_CUDA_L2_AHEAD=32 "$KILN_BIN" build "$(dirname "$0")/../data/qwen3_moe-tiny" --target sm_90 --dtype bf16 --precision fast \
+    --emit-source "$work/srcahead" -o "$work/ahead.engine" >"$work/ahead.log" 2>&1 \
+    || { echo "FAIL: build qwen3_moe-tiny with KILN_CUDA_L2_AHEAD=32"; cat "$work/ahead.log"; failures=$((failures+1)); }
+  src=$(cat "$work"/srcahead/*.cu)
+  for want in "kcu_moe_swiglu<32, kcu_bf16>{out}, next_w, 4096LL, 33554432LL)" "kcu_l2_expert(experts_ahead, ri[warp]["; do
+    [[ "$src" == *"$want"* ]] && passes=$((passes+1)) || { echo "FAIL: no '$want' with KILN_CUDA_L2_AHEAD=32"; failures=$((failures+1)); }
+  done
+  [[ "$(cat "$work"/srcdtypebf16precisionfastqwen3_moe-tiny/*.cu)" != *"kcu_l2_expert(experts_ahead"* ]] && passes=$((passes+1)) \
+    || { echo "FAIL: the experts' L2 prefetch in the default build"; failures=$((failures+1)); }
   tag=dtypebf16precisionfastqwen3_moe-tiny
   out=$(KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$work/$tag.so" "$KILN_TEST_SESSION" "$work/$tag.engine" 2>&1); rc=$?
   echo "$out" | grep -E "batch|session"

@@ -69,9 +69,9 @@ static const char small_meta[] =
     "{\"format\":\"kiln-cuda-2\",\"archs\":[\"sm_80\",\"sm_90\"],\"output\":10,\"pdl\":true,\"aliases\":[[7,6],[11,10],[12,10]],"
     "\"kernels\":["
     "{\"name\":\"k_embed_#\",\"node\":2,\"block\":256,\"grid\":[[8,0,256],[0,1,1],[0,1,1]],"
-    "\"args\":[\"T\",\"value:0\",\"value:1\",\"value:2\",\"value:5\"]},"
+    "\"args\":[\"T\",\"value:0\",\"value:1\",\"value:2\"]},"
     "{\"name\":\"k_rms_norm_#\",\"node\":4,\"block\":32,\"grid\":[[1,0,1],[0,1,1],[0,1,1]],"
-    "\"args\":[\"T\",\"value:2\",\"value:3\",\"value:4\",\"value:5\"]},"
+    "\"args\":[\"T\",\"value:2\",\"value:3\",\"value:4\"]},"
     "{\"name\":\"k_matmul_#\",\"node\":6,\"block\":256,\"large\":{\"name\":\"k_matmul_#_large\",\"above\":32},\"grid\":[[0,8,16],[0,1,1],[0,1,1]],"
     "\"args\":[\"T\",\"value:4\",\"value:5\",\"value:6\"]},"
     "{\"name\":\"k_rope_#\",\"node\":9,\"block\":256,\"grid\":[[8,0,256],[0,1,1],[0,1,1]],"
@@ -203,11 +203,12 @@ static void test_generate(void)
     kir_graph_free(g);
 
     /* shared kernels: the two f32 layers launch the same two kernels (the third layer's norm prefetches
-     * bf16 weights, fewer bytes: another text; kcu_l2_ahead) */
+     * bf16 weights, fewer bytes: another text; kcu_l2_ahead, asked for: it is off by default) */
     g = layered_graph();
     sink_init(&s);
     krt_cuda_meta m2 = {0};
-    CHECK(kcu_generate(g, &src, &m2, &s.d) == 0);
+    const kcu_options ahead = {.l2_ahead_mb = 32};
+    CHECK(kcu_generate_with(g, &ahead, &src, &m2, &s.d) == 0);
     CHECK_STR(sink_text(&s), "");
     CHECK(m2.n_kernels == 7 && distinct_names(&m2) == 5);
     if (m2.n_kernels == 7) {
