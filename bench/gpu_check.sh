@@ -83,7 +83,8 @@
 #         `kiln bench --profile` of both decodes ($OUT/moe_profile_b1.txt, _b32.txt).
 #       decode_ab — a change's effect on a whole decode step, graphs and kernel overlap on (what `kiln bench
 #         --profile`, a kernel at a time, does not see): the 8B shape with GPU_AB_LAYERS (default 8) layers,
-#         built once a variant of GPU_AB_VARIANTS ("name:ENV=V,ENV=V ..."; default: the default engine, the
+#         built once a variant of GPU_AB_VARIANTS ("name:ENV=V,ENV=V ...", a word +ARG a build argument:
+#         "no_rope:+--disable-pass,+fuse_norm_rope"; @alt: built by prepare's GPU_CHECK_ALT_REV, "before:@alt"; default: the default engine, the
 #         L2 prefetches on, each alone (KILN_CUDA_TC_PREFETCH=6, KILN_CUDA_L2_AHEAD=32), x in registers (KILN_CUDA_TC_XRING=0)), `kiln
 #         bench` decode at batch 1, 8 and 32 (GPU_AB_BATCHES), the variants interleaved, two rounds
 #         (GPU_AB_ROUNDS): $OUT/decode_ab.txt. GPU_AB_MODEL=moe: bench/moe_bench.py's Qwen3-30B-A3B shape instead;
@@ -585,8 +586,15 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
       local pids=()
       for v in $variants; do
         name=${v%%:*}; envs=${v#*:}; envs=${envs//,/ }
-        # shellcheck disable=SC2086
-        env $envs "$kiln" build "$m" --dtype bf16 --precision fast --max-tokens 2048 --target sm_90 \
+        # a word that starts with + is a build argument (no_rope:+--disable-pass,+fuse_norm_rope), the rest the environment
+        # and @alt builds it with bin/kiln-alt (prepare's GPU_CHECK_ALT_REV): before:@alt
+        local word vargs=() venv=() vkiln="$kiln"
+        for word in $envs; do
+          if [ "$word" = @alt ]; then vkiln="$gpu/bin/kiln-alt"
+          elif [[ $word == +* ]]; then vargs+=("${word#+}")
+          else venv+=("$word"); fi
+        done
+        env "${venv[@]}" "$vkiln" build "$m" --dtype bf16 --precision fast --max-tokens 2048 --target sm_90 "${vargs[@]}" \
           -o "$m.$name.engine" >"$out/decode_ab_build_${model}_$name.txt" 2>&1 &
         pids+=($!)
       done

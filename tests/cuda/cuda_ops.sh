@@ -99,8 +99,8 @@ for m in $ops_models; do
 done
 if [[ "$ops_models" == *" qwen3_moe-tiny "* ]]; then
   src=$(cat "$work"/srcdtypebf16precisionfastqwen3_moe-tiny/*.cu)
-  for want in "kcu_moe_matmul<kcu_bf16, 64, 64, 6, 2, 16, false>(T, x, w, idx, kcu_pro_rms<64, kcu_bf16, kcu_bf16>{g, 9.9999999999999995e-07}, kcu_moe_swiglu<32, kcu_bf16>{out})" \
-    "kcu_moe_matmul<kcu_bf16, 64, 64, 6, 2, 64, false>(T, x, w, idx, kcu_pro_rms<64, kcu_bf16, kcu_bf16>{g, 9.9999999999999995e-07}, kcu_moe_swiglu<32, kcu_bf16>{out})" \
+  for want in "kcu_moe_matmul<kcu_bf16, 64, 64, 6, 2, 16, false>(T, x, w, idx, kcu_pro_none(), kcu_moe_swiglu<32, kcu_bf16>{out})" \
+    "kcu_moe_matmul<kcu_bf16, 64, 64, 6, 2, 64, false>(T, x, w, idx, kcu_pro_none(), kcu_moe_swiglu<32, kcu_bf16>{out})" \
     "kcu_moe_matmul<kcu_bf16, 32, 64, 6, 2, 16, true>(T, x, w, idx, kcu_pro_none(), kcu_moe_store<64, kcu_bf16, false>{out, nullptr})" \
     "a warp a row" "the residual plus the chosen experts' rows weighted by g" "a token's row ops as one kernel" \
     "q's and k's head norms and rotations, k and v into the KV cache"; do
