@@ -8,6 +8,7 @@
 #include "runtime/engine.h"
 #include "compiler/synthetic.h"
 #include "compiler/version.h"
+#include "frontend/quantized.h"
 #include "runtime/text/tokenizer.h"
 
 static int ends_with(const char *s, const char *suffix)
@@ -81,21 +82,6 @@ static int load_generation(kd_model *m, ks_diag *d)
     int rc = ks_file_exists(path) ? load_json(&m->generation, path, d) : 0;
     free(path);
     return rc;
-}
-
-/* A checkpoint stored quantized (config.json's quantization_config, as
- * AWQ, GPTQ and compressed-tensors write it) is a clear error: kiln reads
- * float checkpoints only so far. */
-static int reject_quantized(const kd_model *m, ks_diag *d)
-{
-    const cJSON *q = cJSON_GetObjectItemCaseSensitive(m->config.json, "quantization_config");
-    if (!q) return 0;
-    const cJSON *method = cJSON_IsObject(q) ? cJSON_GetObjectItemCaseSensitive(q, "quant_method") : NULL;
-    ks_error(d, m->config.path,
-             "quantization_config (quant_method \"%s\"): kiln does not read quantized checkpoints yet; "
-             "use the model's float16, bfloat16 or float32 checkpoint",
-             cJSON_IsString(method) ? method->valuestring : "?");
-    return -1;
 }
 
 /* A llama2.c checkpoint (.bin): its header is the config. */
@@ -209,7 +195,9 @@ int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d
             free(p);
         }
     }
-    if (m->config.json && reject_quantized(m, d) != 0) return -1;
+    kf_json_doc quant_config = {m->config.json, {m->config.path ? m->config.path : "config.json", m->config.text,
+                                                  m->config.len}};
+    if (m->config.json && kf_quantization_check(&quant_config, d) != 0) return -1;
     if (m->config.json && load_generation(m, d) != 0) return -1;
     if (input_is_kiln) {
         size_t len = 0;
@@ -233,6 +221,8 @@ int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d
         }
         m->ckpt = kf_checkpoint_open(d, weights);
         if (!m->ckpt) return -1;
+        /* stored quantized (config.json's quantization_config): the packed layers decoded */
+        if (m->config.json && kf_checkpoint_dequantize(m->ckpt, &quant_config, d) != 0) return -1;
     }
     return compile_model(in, m, d);
 }

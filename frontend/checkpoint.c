@@ -163,7 +163,7 @@ static int read_rows(ks_diag *d, const kf_tensor *t, int transposed, int64_t row
                      int64_t row_step, float *out)
 {
     if (t->dtype != KIR_F32 && t->dtype != KIR_F16 && t->dtype != KIR_BF16) {
-        ks_error(d, t->file, "tensor '%s': dtype %d cannot be read as f32", t->name, (int)t->dtype);
+        ks_error(d, t->file, "tensor '%s': dtype %s cannot be read as f32", t->name, kir_dtype_name(t->dtype));
         return -1;
     }
     KS_ASSERT(t->ndim >= 0 && t->ndim <= KIR_MAX_DIMS);

@@ -8,7 +8,7 @@
  * known, shape non-negative and without overflow, data_offsets inside the
  * file's data section and of the size dtype x shape gives, no two tensors
  * overlapping. Problems are reported as `file: error: tensor 'name': ...`.
- * Dtypes other than F32, F16 and BF16 (I64, F64, F8...) are rejected at
+ * Dtypes other than F32, F16, BF16 and I32 (I64, F64, F8...) are rejected at
  * open, naming the tensor.
  *
  * Prefix: kf_ (frontend).
@@ -26,12 +26,14 @@
 
 typedef struct kf_tensor {
     const char *name;        /* checkpoint name, e.g. "model.layers.0.mlp.up_proj.weight" */
-    kir_dtype dtype;         /* KIR_F32, KIR_F16 or KIR_BF16 */
+    kir_dtype dtype;         /* KIR_F32, KIR_F16 or KIR_BF16; KIR_I32 (packed quantized weights) */
     int ndim;                /* 0..KIR_MAX_DIMS */
     int64_t shape[KIR_MAX_DIMS]; /* dims as stored */
     const uint8_t *data;     /* first byte, inside the file's mapping */
     size_t nbytes;           /* bytes of data */
     const char *file;        /* the file that holds it (for messages) */
+    int decoded;             /* a quantized layer's packed part, decoded into another tensor (quantized.c):
+                                no weight reads it, and no warning calls it unused */
 } kf_tensor;
 
 typedef struct kf_checkpoint kf_checkpoint;

@@ -151,7 +151,7 @@ void kf_check_unused(kf_lower *L, const kf_file *f, kf_binding *const *bound)
     size_t n_groups = 0, n_unused = 0;
     for (size_t t = 0; t < n_tensors; t++) {
         const char *name = kf_checkpoint_at(ck, t)->name;
-        if (ks_hmap_get_str(&used, name, strlen(name))) continue;
+        if (kf_checkpoint_at(ck, t)->decoded || ks_hmap_get_str(&used, name, strlen(name))) continue;
         int64_t layer = -1;
         int skip = 0;
         for (size_t k = 0; k < n_ignore && !skip; k++) skip = match_template(ignore[k], name, &layer);

@@ -12,9 +12,10 @@ comment = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 folders = ["support", "frontend", "ir", "passes", "codegen", "compiler", "cli"]
 # the importer of llama2.c's own checkpoint format is named for the format, not
 # a model; "llama3" is the name of a RoPE frequency-scaling scheme (Hugging
-# Face's rope_type), an algorithm the rope op implements
+# Face's rope_type), an algorithm the rope op implements; "gptq" a quantized
+# checkpoint format (quantization_config.quant_method), any model's
 allowed_files = re.compile(r"llama2c")
-allowed_words = re.compile(r"llama2c|llama3", re.I)
+allowed_words = re.compile(r"llama2c|llama3|gptq", re.I)
 bad = []
 scanned = 0
 for folder in folders:

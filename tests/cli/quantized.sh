@@ -1,13 +1,62 @@
 #!/usr/bin/env bash
-# The shared quantized checkpoints (AWQ, GPTQ, compressed-tensors FP8), which
-# kiln does not read yet: a clear error naming config.json and the method,
-# no engine written.
+# Quantized Hub checkpoints. Those in a format kiln does not read yet (the shared compressed-tensors
+# FP8 one): a clear error at config.json's quant_method, no engine written. AWQ and GPTQ run their
+# goldens with the other models (tests/golden); here, each malformed setting or packed tensor of a
+# copy of them is an error that points at the key (file:line:col and a caret) or names the tensor.
 . "$(dirname "$0")/lib.sh"
+# expect_fail_re NAME REGEX -- CMD...: as lib.sh's expect_fail, the message matched as a regular expression
+expect_fail_re() {
+  local name="$1" want="$2"; shift 3
+  local err rc
+  err=$("$@" 2>&1 >/dev/null); rc=$?
+  if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then
+    echo "FAIL $name: exit $rc"; echo "$err" | sed 's/^/    /'; failures=$((failures+1)); return
+  fi
+  [[ "$err" =~ $want ]] && passes=$((passes+1)) \
+    || { echo "FAIL $name: message differs"; echo "  want: $want"; echo "$err" | sed 's/^/   got: /'; failures=$((failures+1)); }
+}
 for dir in $(tr ':' '\n' <<<"${KILN_QUANTIZED:-}"); do
   name=$(basename "$dir")
   method=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['quantization_config']['quant_method'])" "$dir/config.json")
-  expect_fail "$name" "$dir/config.json: error: quantization_config (quant_method \"$method\"): kiln does not read quantized checkpoints yet" -- \
+  expect_fail_re "$name" "$dir/config.json:[0-9]+:[0-9]+: error: quantization_config.quant_method: \"$method\": kiln reads awq and gptq checkpoints" -- \
     "$KILN_BIN" build "$dir" -o "$work/$name.engine"
   [ ! -e "$work/$name.engine" ] && passes=$((passes+1)) || { echo "FAIL $name: engine written"; failures=$((failures+1)); }
 done
+# A copy of a shared AWQ or GPTQ folder with config.json's quantization_config changed by a Python
+# expression on q (the dict), and the expected error (a regular expression).
+bad_config() {
+  local model=$1 change=$2 want=$3 dir="$work/bad"
+  rm -rf "$dir" && mkdir -p "$dir" && ln -s "$KILN_SHARED/models/$model/model.safetensors" "$dir/model.safetensors"
+  [ -f "$KILN_SHARED/models/$model/tokenizer.json" ] && ln -s "$KILN_SHARED/models/$model/tokenizer.json" "$dir/"
+  python3 -c "
+import json, sys
+c = json.load(open(sys.argv[1])); q = c.get('quantization_config', {})
+$change
+json.dump(c, open(sys.argv[2], 'w'), indent=2)" "$KILN_SHARED/models/$model/config.json" "$dir/config.json"
+  expect_fail_re "$model: $change" "$want" -- "$KILN_BIN" build "$dir" -o "$work/bad.engine"
+  [ ! -e "$work/bad.engine" ] && passes=$((passes+1)) || { echo "FAIL $model ($change): engine written"; failures=$((failures+1)); }
+}
+if [ -d "$KILN_SHARED/models/llama-awq-tiny" ] && [ -d "$KILN_SHARED/models/llama-gptq-tiny" ]; then
+  bad_config llama-awq-tiny "q['bits'] = 3" "config.json:[0-9]+:[0-9]+: error: quantization_config.bits: AWQ checkpoints kiln reads are 4-bit"
+  bad_config llama-awq-tiny "q['version'] = 'gemv'" "error: quantization_config.version: kiln reads AWQ's GEMM packing"
+  bad_config llama-awq-tiny "q['zero_point'] = False" "error: quantization_config.zero_point: kiln reads AWQ with zero points"
+  bad_config llama-awq-tiny "q['group_size'] = 32" "tensor 'model.layers.0.*scales': its shape does not fit the layer's qweight and the group size"
+  bad_config llama-awq-tiny "q['quant_method'] = 'bitsandbytes'" "error: quantization_config.quant_method: \"bitsandbytes\": kiln reads awq and gptq"
+  bad_config llama-awq-tiny "q['quant_method'] = 7" "error: quantization_config.quant_method: missing, or not a string"
+  bad_config llama-awq-tiny "c['quantization_config'] = [1]" "error: quantization_config: must be an object"
+  bad_config llama-gptq-tiny "q['bits'] = 2" "error: quantization_config.bits: kiln reads 4- and 8-bit GPTQ"
+  bad_config llama-gptq-tiny "q['bits'] = 8" "tensor 'model.layers.0.[a-z_.]*qzeros': expected i32 \\[groups, out \\* bits / 32\\] zero points"
+  bad_config llama-gptq-tiny "q['group_size'] = 0" "error: quantization_config.group_size: must be positive, or -1"
+  bad_config llama-gptq-tiny "q['group_size'] = 'x'" "error: quantization_config.group_size: must be an integer"
+  bad_config llama-gptq-tiny "q['checkpoint_format'] = 'marlin'" "error: quantization_config.checkpoint_format: kiln reads \"gptq\" and \"gptq_v2\""
+  # a float checkpoint that says it is quantized: no packed layer
+  bad_config llama-gqa-tiny "c['quantization_config'] = {'quant_method': 'gptq', 'bits': 4, 'group_size': 64}" \
+    "config.json:[0-9]+:[0-9]+: error: quantization_config.quant_method: no quantized layer \\(P.qweight\\) in the checkpoint"
+  # the real ones build without calling their packed tensors unused
+  for model in llama-awq-tiny llama-gptq-tiny; do
+    out=$("$KILN_BIN" build "$KILN_SHARED/models/$model" -o "$work/$model.engine" 2>&1); rc=$?
+    [ $rc -eq 0 ] && [[ "$out" != *"does not use"* ]] && passes=$((passes+1)) \
+      || { echo "FAIL $model: exit $rc or a warning"; echo "$out" | sed 's/^/    /'; failures=$((failures+1)); }
+  done
+fi
 finish

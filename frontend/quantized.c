@@ -1,0 +1,270 @@
+/*
+ * quantized.c — a Hub checkpoint stored quantized, decoded into the float
+ * tensors its unquantized twin would hold (kf_checkpoint_dequantize,
+ * frontend/checkpoint.h).
+ *
+ * Read by format, as config.json's quantization_config names it, never by
+ * architecture: every tensor P.qweight with its P.scales (and P.qzeros,
+ * P.g_idx) becomes P.weight, f32 [out, in], so a model description's
+ * "....q_proj.weight" finds it whatever the model.
+ *
+ *   awq   AutoAWQ GEMM ("version": "gemm"), 4-bit, zero points, group g:
+ *         qweight i32 [in, out/8]: nibble j (bits 4j..4j+3) of packed column c
+ *         holds output channel 8c + AWQ_ORDER[j]; qzeros i32 [in/g, out/8]
+ *         packed the same way; scales [in/g, out];
+ *         w[o][i] = (q - z[i/g][o]) * s[i/g][o].
+ *   gptq  AutoGPTQ, b = 4 or 8 bits, sym or asym: qweight i32 [in*b/32, out],
+ *         input row i in bits b*(i % (32/b)) of row i / (32/b); qzeros i32
+ *         [groups, out*b/32] packed in order along the output, holding
+ *         zero - 1 ("checkpoint_format" gptq, the v1 layout) or the zero
+ *         (gptq_v2); scales [groups, out]; g_idx i32 [in] each input's group
+ *         (desc_act reorders them; absent: i / g);
+ *         w[o][i] = (q - z[g_idx[i]][o]) * s[g_idx[i]][o].
+ *
+ * The products are exact in f32 (a code of at most 8 bits times a half
+ * scale), so the decoded weights equal the formats' own float64
+ * dequantization. Problems are errors naming the config key (with a caret
+ * when the text is at hand) or the tensor.
+ */
+#include "frontend/quantized.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/checkpoint_internal.h"
+#include "support/json_locate.h"
+
+typedef enum { QUANT_AWQ, QUANT_GPTQ } quant_format;
+
+/* What quantization_config says, checked. */
+typedef struct quant_spec {
+    quant_format format;
+    int bits;      /* 4 (awq), 4 or 8 (gptq) */
+    int64_t group; /* inputs a scale covers; -1: the whole input (gptq) */
+    int zero_plus_one; /* gptq v1: a stored zero is the zero minus one */
+} quant_spec;
+
+/* AWQ's GEMM packing: nibble j of a packed int32 holds channel 8c + AWQ_ORDER[j]. */
+static const int AWQ_ORDER[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+/* Report msg at quantization_config.key (key NULL: the object itself). */
+static int config_error(const kf_json_doc *cfg, const char *key, ks_diag *d, const char *msg)
+{
+    ks_json_step steps[2] = {{"quantization_config", 0}, {key, 0}};
+    int line = 0, col = 0;
+    if (cfg->src.text && ks_json_locate(cfg->src.text, cfg->src.len, steps, key ? 2 : 1, &line, &col) == 0) {
+        ks_error_at(d, &cfg->src, line, col, "quantization_config%s%s: %s", key ? "." : "", key ? key : "", msg);
+    } else {
+        ks_error(d, cfg->src.name, "quantization_config%s%s: %s", key ? "." : "", key ? key : "", msg);
+    }
+    return -1;
+}
+
+/* An integer member: 0 with *out set, 1 when absent, -1 after an error (not an integer). */
+static int int_member(const kf_json_doc *cfg, const cJSON *q, const char *key, int64_t *out, ks_diag *d)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(q, key);
+    if (!v || cJSON_IsNull(v)) return 1;
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble || v->valuedouble < -1e9 ||
+        v->valuedouble > 1e9)
+        return config_error(cfg, key, d, "must be an integer");
+    *out = (int64_t)v->valuedouble;
+    return 0;
+}
+
+static const char *string_member(const cJSON *q, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(q, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int parse_spec(const kf_json_doc *cfg, const cJSON *q, quant_spec *s, ks_diag *d)
+{
+    if (!cJSON_IsObject(q)) return config_error(cfg, NULL, d, "must be an object");
+    const char *method = string_member(q, "quant_method");
+    if (!method) return config_error(cfg, "quant_method", d, "missing, or not a string (awq and gptq are read)");
+    int64_t bits = 4, group = 128;
+    int rc;
+    if ((rc = int_member(cfg, q, "bits", &bits, d)) < 0) return -1;
+    if (rc == 1 && (rc = int_member(cfg, q, "w_bit", &bits, d)) < 0) return -1;
+    if ((rc = int_member(cfg, q, "group_size", &group, d)) < 0) return -1;
+    if (rc == 1 && (rc = int_member(cfg, q, "q_group_size", &group, d)) < 0) return -1;
+    memset(s, 0, sizeof *s);
+    s->bits = (int)bits;
+    s->group = group;
+    if (strcmp(method, "awq") == 0) {
+        s->format = QUANT_AWQ;
+        const char *version = string_member(q, "version");
+        if (version && strcmp(version, "gemm") != 0 && strcmp(version, "GEMM") != 0)
+            return config_error(cfg, "version", d, "kiln reads AWQ's GEMM packing (\"gemm\") only");
+        if (bits != 4) return config_error(cfg, cJSON_GetObjectItemCaseSensitive(q, "bits") ? "bits" : "w_bit", d,
+                                           "AWQ checkpoints kiln reads are 4-bit");
+        const cJSON *zp = cJSON_GetObjectItemCaseSensitive(q, "zero_point");
+        if (zp && !cJSON_IsTrue(zp))
+            return config_error(cfg, "zero_point", d, "kiln reads AWQ with zero points (true) only");
+        if (group <= 0) return config_error(cfg, "group_size", d, "must be positive for AWQ");
+        return 0;
+    }
+    if (strcmp(method, "gptq") == 0) {
+        s->format = QUANT_GPTQ;
+        if (bits != 4 && bits != 8) return config_error(cfg, "bits", d, "kiln reads 4- and 8-bit GPTQ");
+        if (group == 0 || group < -1) return config_error(cfg, "group_size", d, "must be positive, or -1 (one group)");
+        const char *format = string_member(q, "checkpoint_format");
+        if (format && strcmp(format, "gptq") != 0 && strcmp(format, "gptq_v2") != 0)
+            return config_error(cfg, "checkpoint_format", d, "kiln reads \"gptq\" and \"gptq_v2\"");
+        s->zero_plus_one = !format || strcmp(format, "gptq") == 0;
+        return 0;
+    }
+    ks_buf msg = {0};
+    ks_buf_printf(&msg, "\"%s\": kiln reads awq and gptq checkpoints (compressed-tensors and fp8 not yet); use the "
+                        "model's float16, bfloat16 or float32 checkpoint", method);
+    config_error(cfg, "quant_method", d, ks_buf_cstr(&msg));
+    ks_buf_free(&msg);
+    return -1;
+}
+
+static int tensor_error(const kf_tensor *t, ks_diag *d, const char *what)
+{
+    ks_error(d, t->file, "tensor '%s': %s", t->name, what);
+    return -1;
+}
+
+/* The companion P.<suffix> of P.qweight (prefix_len bytes of P), or NULL. */
+static const kf_tensor *companion(const kf_checkpoint *c, const char *name, size_t prefix_len, const char *suffix)
+{
+    ks_buf b = {0};
+    ks_buf_put(&b, name, prefix_len);
+    ks_buf_puts(&b, suffix);
+    const kf_tensor *t = kf_ckpt_lookup(c, ks_buf_cstr(&b));
+    ks_buf_free(&b);
+    return t;
+}
+
+static int32_t i32_at(const kf_tensor *t, int64_t i)
+{
+    int32_t v;
+    memcpy(&v, t->data + (size_t)i * 4, 4);
+    return v;
+}
+
+static int is_2d(const kf_tensor *t, kir_dtype dt) { return t->dtype == dt && t->ndim == 2; }
+
+static int is_float(const kf_tensor *t) { return t->dtype == KIR_F32 || t->dtype == KIR_F16 || t->dtype == KIR_BF16; }
+
+/* Check the shapes of one layer's tensors and decode it into out[out_dim * in_dim]. */
+static int decode_layer(const quant_spec *s, const kf_tensor *qw, const kf_tensor *qz, const kf_tensor *sc,
+                        const kf_tensor *gi, float *out, int64_t in, int64_t outs, ks_diag *d)
+{
+    const int per = 32 / s->bits;
+    const uint32_t mask = (1u << s->bits) - 1;
+    const int64_t group = s->group > 0 ? s->group : in;
+    const int64_t groups = sc->shape[0];
+    if (sc->shape[1] != outs || (s->format == QUANT_AWQ && groups * group != in) ||
+        (s->format == QUANT_GPTQ && !gi && groups != (in + group - 1) / group))
+        return tensor_error(sc, d, "its shape does not fit the layer's qweight and the group size");
+    if (qz && (!is_2d(qz, KIR_I32) || qz->shape[0] != groups || qz->shape[1] * per != outs))
+        return tensor_error(qz, d, "expected i32 [groups, out * bits / 32] zero points");
+    if (gi && (gi->dtype != KIR_I32 || gi->ndim != 1 || gi->shape[0] != in))
+        return tensor_error(gi, d, "expected i32 [in], each input's group");
+    float *scales = ks_xmalloc((size_t)(groups * outs) * sizeof *scales);
+    int rc = kf_tensor_read_f32(d, sc, 0, 0, -1, scales);
+    for (int64_t i = 0; rc == 0 && i < in; i++) {
+        int64_t g = i / group;
+        if (gi) {
+            g = i32_at(gi, i);
+            if (g < 0 || g >= groups) {
+                ks_buf msg = {0};
+                ks_buf_printf(&msg, "input %lld's group %lld is not one of the %lld groups", (long long)i, (long long)g,
+                              (long long)groups);
+                rc = tensor_error(gi, d, ks_buf_cstr(&msg));
+                ks_buf_free(&msg);
+                break;
+            }
+        }
+        for (int64_t o = 0; o < outs; o++) {
+            uint32_t q, z;
+            if (s->format == QUANT_AWQ) {
+                const int64_t c = o / 8;
+                int j = 0;
+                while (AWQ_ORDER[j] != o % 8) j++;
+                q = ((uint32_t)i32_at(qw, i * (outs / 8) + c) >> (4 * j)) & mask;
+                z = ((uint32_t)i32_at(qz, g * (outs / 8) + c) >> (4 * j)) & mask;
+            } else {
+                q = ((uint32_t)i32_at(qw, (i / per) * outs + o) >> (s->bits * (i % per))) & mask;
+                z = qz ? ((uint32_t)i32_at(qz, g * (outs / per) + o / per) >> (s->bits * (o % per))) & mask
+                       : 1u << (s->bits - 1);
+                if (qz && s->zero_plus_one) z = (z + 1) & mask; /* AutoGPTQ v1 adds one, modulo 2^bits */
+            }
+            out[o * in + i] = ((float)(int32_t)q - (float)(int32_t)z) * scales[g * outs + o];
+        }
+    }
+    free(scales);
+    return rc;
+}
+
+int kf_quantization_check(const kf_json_doc *config, ks_diag *d)
+{
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(config->root, "quantization_config");
+    quant_spec s;
+    return q ? parse_spec(config, q, &s, d) : 0;
+}
+
+int kf_checkpoint_dequantize(kf_checkpoint *c, const kf_json_doc *config, ks_diag *d)
+{
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(config->root, "quantization_config");
+    if (!q) return 0;
+    quant_spec s;
+    if (parse_spec(config, q, &s, d) != 0) return -1;
+    const int per = 32 / s.bits;
+    const size_t n = c->n_tensors; /* the tensors added below are not visited */
+    size_t layers = 0;
+    for (size_t k = 0; k < n; k++) {
+        const kf_tensor *qw = &c->tensors[k];
+        const size_t len = strlen(qw->name);
+        if (len < 8 || strcmp(qw->name + len - 8, ".qweight") != 0) continue;
+        const size_t plen = len - 7; /* "P." */
+        const kf_tensor *sc = companion(c, qw->name, plen, "scales");
+        const kf_tensor *qz = companion(c, qw->name, plen, "qzeros");
+        const kf_tensor *gi = s.format == QUANT_GPTQ ? companion(c, qw->name, plen, "g_idx") : NULL;
+        if (!is_2d(qw, KIR_I32)) return tensor_error(qw, d, "a packed weight must be i32 of 2 dims");
+        if (!sc || !is_float(sc) || sc->ndim != 2)
+            return tensor_error(qw, d, "its scales (P.scales, f32, f16 or bf16, 2 dims) are missing or malformed");
+        if (s.format == QUANT_AWQ && !qz) return tensor_error(qw, d, "its zero points (P.qzeros) are missing");
+        const int64_t in = s.format == QUANT_AWQ ? qw->shape[0] : qw->shape[0] * per;
+        const int64_t outs = s.format == QUANT_AWQ ? qw->shape[1] * 8 : qw->shape[1];
+        if (s.format == QUANT_AWQ && sc->shape[1] != outs)
+            return tensor_error(qw, d, "its shape does not fit its scales' (AWQ packs 8 outputs an i32)");
+        kf_tensor t = {0};
+        ks_buf name = {0};
+        ks_buf_put(&name, qw->name, plen);
+        ks_buf_puts(&name, "weight");
+        if (kf_ckpt_lookup(c, ks_buf_cstr(&name))) {
+            ks_buf msg = {0};
+            ks_buf_printf(&msg, "the checkpoint holds both it and '%s'", ks_buf_cstr(&name));
+            tensor_error(qw, d, ks_buf_cstr(&msg));
+            ks_buf_free(&msg);
+            ks_buf_free(&name);
+            return -1;
+        }
+        t.name = kf_ckpt_strdup(c, ks_buf_cstr(&name));
+        ks_buf_free(&name);
+        t.dtype = KIR_F32;
+        t.ndim = 2;
+        t.shape[0] = outs;
+        t.shape[1] = in;
+        t.nbytes = (size_t)(outs * in) * sizeof(float);
+        t.file = qw->file;
+        float *data = ks_arena_alloc(&c->arena, t.nbytes ? t.nbytes : 1);
+        if (decode_layer(&s, qw, qz, sc, gi, data, in, outs, d) != 0) return -1;
+        t.data = (const uint8_t *)data;
+        if (c->n_tensors >= KF_CKPT_MAX_TENSORS) return tensor_error(qw, d, "too many tensors");
+        /* the packed parts are read: mark them before the add moves the table */
+        const size_t parts[4] = {k, (size_t)(sc - c->tensors), qz ? (size_t)(qz - c->tensors) : k,
+                                 gi ? (size_t)(gi - c->tensors) : k};
+        for (int p = 0; p < 4; p++) c->tensors[parts[p]].decoded = 1;
+        kf_ckpt_add(c, &t);
+        layers++;
+    }
+    if (layers == 0) return config_error(config, "quant_method", d, "no quantized layer (P.qweight) in the checkpoint");
+    return 0;
+}
