@@ -157,7 +157,7 @@ static int decode_layer(const quant_spec *s, const kf_tensor *qw, const kf_tenso
 {
     const int per = 32 / s->bits;
     const uint32_t mask = (1u << s->bits) - 1;
-    const int64_t group = s->group > 0 ? s->group : in;
+    const int64_t group = s->group > 0 ? s->group : in > 0 ? in : 1;
     const int64_t groups = sc->shape[0];
     if (sc->shape[1] != outs || (s->format == QUANT_AWQ && groups * group != in) ||
         (s->format == QUANT_GPTQ && !gi && groups != (in + group - 1) / group))
