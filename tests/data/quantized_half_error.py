@@ -46,6 +46,7 @@ def decode(q, tensors, prefix):
         qz = unpack_cols(tensors[prefix + "qzeros"], bits)
         if q.get("checkpoint_format", "gptq") == "gptq":
             qz = (qz + 1) & ((1 << bits) - 1)
+        group = qw.shape[0] if group == -1 else group  # one group: the whole input
         g = tensors[prefix + "g_idx"].astype(np.int64) if prefix + "g_idx" in tensors else \
             np.arange(qw.shape[0]) // group
     w = (qw - qz[g]) * scales[g]  # [in, out]
@@ -85,6 +86,7 @@ def half_error(folder):
           % (os.path.basename(folder), worst[0], worst[1], 2 * worst[0], 2 * worst[1]))
 
 
-shared = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared")
-for model in ("llama-awq-tiny", "llama-gptq-tiny"):
-    half_error(os.path.join(shared, "models", model))
+if __name__ == "__main__":
+    shared = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared")
+    for model in ("llama-awq-tiny", "llama-gptq-tiny"):
+        half_error(os.path.join(shared, "models", model))
