@@ -291,6 +291,7 @@ static void store_as(kir_dtype t, const float *in, size_t n, void *out)
         for (size_t i = 0; i < n; i++) h[i] = ks_f32_to_f16(in[i]);
         return;
     case KIR_I32:
+    case KIR_F8E4M3:
     case KIR_DTYPE_COUNT:
         break;
     }

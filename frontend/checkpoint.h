@@ -8,8 +8,8 @@
  * known, shape non-negative and without overflow, data_offsets inside the
  * file's data section and of the size dtype x shape gives, no two tensors
  * overlapping. Problems are reported as `file: error: tensor 'name': ...`.
- * Dtypes other than F32, F16, BF16 and I32 (I64, F64, F8...) are rejected at
- * open, naming the tensor.
+ * Dtypes other than F32, F16, BF16, I32 and F8_E4M3 (I64, F64, F8_E5M2...)
+ * are rejected at open, naming the tensor.
  *
  * Prefix: kf_ (frontend).
  */
@@ -26,7 +26,7 @@
 
 typedef struct kf_tensor {
     const char *name;        /* checkpoint name, e.g. "model.layers.0.mlp.up_proj.weight" */
-    kir_dtype dtype;         /* KIR_F32, KIR_F16 or KIR_BF16; KIR_I32 (packed quantized weights) */
+    kir_dtype dtype;         /* KIR_F32, KIR_F16 or KIR_BF16; KIR_I32, KIR_F8E4M3 (quantized weights) */
     int ndim;                /* 0..KIR_MAX_DIMS */
     int64_t shape[KIR_MAX_DIMS]; /* dims as stored */
     const uint8_t *data;     /* first byte, inside the file's mapping */

@@ -20,6 +20,14 @@
  *         (gptq_v2); scales [groups, out]; g_idx i32 [in] each input's group
  *         (desc_act reorders them; absent: i / g);
  *         w[o][i] = (q - z[g_idx[i]][o]) * s[g_idx[i]][o].
+ *   fp8   FP8 E4M3 weights P.weight [out, in] with a scale: compressed-tensors
+ *         ("compressed-tensors", format "float-quantized", each of
+ *         config_groups' weights 8-bit float symmetric, strategy "channel":
+ *         P.weight_scale [out, 1], "tensor": one, "block": [out/bo, in/bi]
+ *         for block_structure [bo, bi]) and FineGrainedFP8 ("fp8",
+ *         weight_block_size [bo, bi]: P.weight_scale_inv [ceil(out/bo),
+ *         ceil(in/bi)]; without one, a scale for the tensor);
+ *         w[o][i] = e4m3(P.weight[o][i]) * scale. P.weight is replaced.
  *
  * The products are exact in f32 (a code of at most 8 bits times a half
  * scale), so the decoded weights equal the formats' own float64
@@ -28,13 +36,15 @@
  */
 #include "frontend/quantized.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "frontend/checkpoint_internal.h"
 #include "support/json_locate.h"
 
-typedef enum { QUANT_AWQ, QUANT_GPTQ } quant_format;
+typedef enum { QUANT_AWQ, QUANT_GPTQ, QUANT_FP8 } quant_format;
+typedef enum { SCALE_TENSOR, SCALE_CHANNEL, SCALE_BLOCK } quant_scale; /* what an fp8 scale covers */
 
 /* What quantization_config says, checked. */
 typedef struct quant_spec {
@@ -42,22 +52,98 @@ typedef struct quant_spec {
     int bits;      /* 4 (awq), 4 or 8 (gptq) */
     int64_t group; /* inputs a scale covers; -1: the whole input (gptq) */
     int zero_plus_one; /* gptq v1: a stored zero is the zero minus one */
+    quant_scale scale; /* fp8 */
+    int64_t block[2];  /* fp8, SCALE_BLOCK: rows and columns a scale covers */
 } quant_spec;
 
 /* AWQ's GEMM packing: nibble j of a packed int32 holds channel 8c + AWQ_ORDER[j]. */
 static const int AWQ_ORDER[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 
+/* Report msg at quantization_config.keys[0].keys[1]... (n keys; 0: the object itself). */
+static int config_error_at(const kf_json_doc *cfg, const char *const *keys, size_t n, ks_diag *d, const char *msg)
+{
+    ks_json_step steps[4] = {{"quantization_config", 0}};
+    ks_buf path = {0};
+    ks_buf_puts(&path, "quantization_config");
+    for (size_t i = 0; i < n && i < 3; i++) {
+        steps[i + 1].key = keys[i];
+        ks_buf_printf(&path, ".%s", keys[i]);
+    }
+    int line = 0, col = 0;
+    if (cfg->src.text && ks_json_locate(cfg->src.text, cfg->src.len, steps, (n < 3 ? n : 3) + 1, &line, &col) == 0)
+        ks_error_at(d, &cfg->src, line, col, "%s: %s", ks_buf_cstr(&path), msg);
+    else
+        ks_error(d, cfg->src.name, "%s: %s", ks_buf_cstr(&path), msg);
+    ks_buf_free(&path);
+    return -1;
+}
+
 /* Report msg at quantization_config.key (key NULL: the object itself). */
 static int config_error(const kf_json_doc *cfg, const char *key, ks_diag *d, const char *msg)
 {
-    ks_json_step steps[2] = {{"quantization_config", 0}, {key, 0}};
-    int line = 0, col = 0;
-    if (cfg->src.text && ks_json_locate(cfg->src.text, cfg->src.len, steps, key ? 2 : 1, &line, &col) == 0) {
-        ks_error_at(d, &cfg->src, line, col, "quantization_config%s%s: %s", key ? "." : "", key ? key : "", msg);
-    } else {
-        ks_error(d, cfg->src.name, "quantization_config%s%s: %s", key ? "." : "", key ? key : "", msg);
+    return config_error_at(cfg, &key, key ? 1 : 0, d, msg);
+}
+
+static const char *string_member(const cJSON *q, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(q, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* A [rows, cols] block size from a JSON list of two positive integers: 0, or -1 (not one). */
+static int block_size(const cJSON *v, int64_t *block)
+{
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2) return -1;
+    for (int i = 0; i < 2; i++) {
+        const cJSON *e = cJSON_GetArrayItem(v, i);
+        if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > 1e6 ||
+            e->valuedouble != (double)(int64_t)e->valuedouble)
+            return -1;
+        block[i] = (int64_t)e->valuedouble;
     }
-    return -1;
+    return 0;
+}
+
+/* compressed-tensors' float-quantized scheme: every group's weights 8-bit float, symmetric, one strategy. */
+static int parse_compressed_tensors(const kf_json_doc *cfg, const cJSON *q, quant_spec *s, ks_diag *d)
+{
+    const char *format = string_member(q, "format");
+    if (!format || strcmp(format, "float-quantized") != 0)
+        return config_error(cfg, "format", d, "kiln reads compressed-tensors' \"float-quantized\" (FP8) format only");
+    const cJSON *groups = cJSON_GetObjectItemCaseSensitive(q, "config_groups");
+    if (!cJSON_IsObject(groups) || !groups->child)
+        return config_error(cfg, "config_groups", d, "must be an object of one or more schemes");
+    int seen = 0;
+    for (const cJSON *g = groups->child; g; g = g->next) {
+        const char *path[3] = {"config_groups", g->string, "weights"};
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(g, "weights");
+        if (!cJSON_IsObject(w)) return config_error_at(cfg, path, 2, d, "has no \"weights\" object");
+        const cJSON *bits = cJSON_GetObjectItemCaseSensitive(w, "num_bits");
+        const char *type = string_member(w, "type"), *strategy = string_member(w, "strategy");
+        const cJSON *sym = cJSON_GetObjectItemCaseSensitive(w, "symmetric");
+        if (!cJSON_IsNumber(bits) || bits->valuedouble != 8 || !type || strcmp(type, "float") != 0 || !cJSON_IsTrue(sym))
+            return config_error_at(cfg, path, 3, d, "kiln reads 8-bit symmetric float weights (FP8 E4M3) only");
+        quant_scale scale;
+        int64_t block[2] = {0, 0};
+        if (strategy && strcmp(strategy, "channel") == 0) {
+            scale = SCALE_CHANNEL;
+        } else if (strategy && strcmp(strategy, "tensor") == 0) {
+            scale = SCALE_TENSOR;
+        } else if (strategy && strcmp(strategy, "block") == 0) {
+            scale = SCALE_BLOCK;
+            if (block_size(cJSON_GetObjectItemCaseSensitive(w, "block_structure"), block) != 0)
+                return config_error_at(cfg, path, 3, d, "strategy \"block\" needs block_structure [rows, columns]");
+        } else {
+            return config_error_at(cfg, path, 3, d, "strategy must be \"channel\", \"tensor\" or \"block\"");
+        }
+        if (seen && (scale != s->scale || block[0] != s->block[0] || block[1] != s->block[1]))
+            return config_error_at(cfg, path, 2, d, "kiln reads config_groups whose weights share one scheme");
+        s->scale = scale;
+        s->block[0] = block[0];
+        s->block[1] = block[1];
+        seen = 1;
+    }
+    return 0;
 }
 
 /* An integer member: 0 with *out set, 1 when absent, -1 after an error (not an integer). */
@@ -72,17 +158,12 @@ static int int_member(const kf_json_doc *cfg, const cJSON *q, const char *key, i
     return 0;
 }
 
-static const char *string_member(const cJSON *q, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(q, key);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
 static int parse_spec(const kf_json_doc *cfg, const cJSON *q, quant_spec *s, ks_diag *d)
 {
     if (!cJSON_IsObject(q)) return config_error(cfg, NULL, d, "must be an object");
     const char *method = string_member(q, "quant_method");
-    if (!method) return config_error(cfg, "quant_method", d, "missing, or not a string (awq and gptq are read)");
+    if (!method)
+        return config_error(cfg, "quant_method", d, "missing, or not a string (awq, gptq, compressed-tensors and fp8 are read)");
     int64_t bits = 4, group = 128;
     int rc;
     if ((rc = int_member(cfg, q, "bits", &bits, d)) < 0) return -1;
@@ -92,6 +173,18 @@ static int parse_spec(const kf_json_doc *cfg, const cJSON *q, quant_spec *s, ks_
     memset(s, 0, sizeof *s);
     s->bits = (int)bits;
     s->group = group;
+    if (strcmp(method, "compressed-tensors") == 0) {
+        s->format = QUANT_FP8;
+        return parse_compressed_tensors(cfg, q, s, d);
+    }
+    if (strcmp(method, "fp8") == 0) {
+        s->format = QUANT_FP8;
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
+        s->scale = b && !cJSON_IsNull(b) ? SCALE_BLOCK : SCALE_TENSOR;
+        if (s->scale == SCALE_BLOCK && block_size(b, s->block) != 0)
+            return config_error(cfg, "weight_block_size", d, "must be [rows, columns], two positive integers");
+        return 0;
+    }
     if (strcmp(method, "awq") == 0) {
         s->format = QUANT_AWQ;
         const char *version = string_member(q, "version");
@@ -116,7 +209,7 @@ static int parse_spec(const kf_json_doc *cfg, const cJSON *q, quant_spec *s, ks_
         return 0;
     }
     ks_buf msg = {0};
-    ks_buf_printf(&msg, "\"%s\": kiln reads awq and gptq checkpoints (compressed-tensors and fp8 not yet); use the "
+    ks_buf_printf(&msg, "\"%s\": kiln reads awq, gptq, compressed-tensors (FP8) and fp8 checkpoints; use the "
                         "model's float16, bfloat16 or float32 checkpoint", method);
     config_error(cfg, "quant_method", d, ks_buf_cstr(&msg));
     ks_buf_free(&msg);
@@ -202,6 +295,60 @@ static int decode_layer(const quant_spec *s, const kf_tensor *qw, const kf_tenso
     return rc;
 }
 
+/* An FP8 E4M3 byte's value (OCP's e4m3fn: bias 7, no infinities, S.1111.111 NaN). */
+static float e4m3(uint8_t b)
+{
+    const int e = (b >> 3) & 15, m = b & 7;
+    const float sign = b & 0x80 ? -1.0f : 1.0f;
+    if (e == 15 && m == 7) return sign * __builtin_nanf("");
+    return sign * (e ? ldexpf(1.0f + (float)m / 8.0f, e - 7) : ldexpf((float)m / 8.0f, -6));
+}
+
+/* FP8 layer k (P.weight, F8_E4M3 [out, in]): its scale checked against the spec, the weight decoded into
+ * f32 in place of the codes. */
+static int decode_fp8(kf_checkpoint *c, const quant_spec *s, size_t k, ks_diag *d)
+{
+    const kf_tensor *w = &c->tensors[k];
+    if (w->ndim != 2) return tensor_error(w, d, "an FP8 weight must have 2 dims");
+    const size_t plen = strlen(w->name) - 6; /* "P." */
+    const kf_tensor *sc = companion(c, w->name, plen, "weight_scale");
+    if (!sc) sc = companion(c, w->name, plen, "weight_scale_inv");
+    if (!sc || !is_float(sc) || sc->ndim > 2)
+        return tensor_error(w, d, "its scale (P.weight_scale or P.weight_scale_inv, f32, f16 or bf16) is missing or malformed");
+    const int64_t outs = w->shape[0], in = w->shape[1];
+    int64_t elems = 1;
+    for (int i = 0; i < sc->ndim; i++) elems *= sc->shape[i];
+    int64_t bo = 0, bi = 0; /* the rows and columns a scale covers */
+    if (s->scale == SCALE_TENSOR && elems == 1) {
+        bo = outs > 0 ? outs : 1, bi = in > 0 ? in : 1;
+    } else if (s->scale == SCALE_CHANNEL && elems == outs && (sc->ndim == 1 || sc->shape[1] == 1)) {
+        bo = 1, bi = in > 0 ? in : 1;
+    } else if (s->scale == SCALE_BLOCK && sc->ndim == 2 && sc->shape[0] == (outs + s->block[0] - 1) / s->block[0] &&
+               sc->shape[1] == (in + s->block[1] - 1) / s->block[1]) {
+        bo = s->block[0], bi = s->block[1];
+    } else {
+        return tensor_error(sc, d, s->scale == SCALE_TENSOR    ? "expected one scale for the tensor"
+                                   : s->scale == SCALE_CHANNEL ? "expected a scale an output channel, [out, 1]"
+                                                               : "expected a scale a block, [ceil(out / rows), ceil(in / columns)]");
+    }
+    const int64_t cols = (in + bi - 1) / bi;
+    float *scales = ks_xmalloc((size_t)(elems ? elems : 1) * sizeof *scales);
+    float *out = ks_arena_alloc(&c->arena, (size_t)(outs * in) * sizeof *out + 1);
+    if (kf_tensor_read_f32(d, sc, 0, 0, -1, scales) != 0) {
+        free(scales);
+        return -1;
+    }
+    for (int64_t o = 0; o < outs; o++)
+        for (int64_t i = 0; i < in; i++) out[o * in + i] = e4m3(w->data[o * in + i]) * scales[(o / bo) * cols + i / bi];
+    free(scales);
+    c->tensors[(size_t)(sc - c->tensors)].decoded = 1;
+    kf_tensor *t = &c->tensors[k];
+    t->dtype = KIR_F32;
+    t->data = (const uint8_t *)out;
+    t->nbytes = (size_t)(outs * in) * sizeof *out;
+    return 0;
+}
+
 int kf_quantization_check(const kf_json_doc *config, ks_diag *d)
 {
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(config->root, "quantization_config");
@@ -215,12 +362,20 @@ int kf_checkpoint_dequantize(kf_checkpoint *c, const kf_json_doc *config, ks_dia
     if (!q) return 0;
     quant_spec s;
     if (parse_spec(config, q, &s, d) != 0) return -1;
-    const int per = 32 / s.bits;
+    const int per = 32 / (s.bits > 0 ? s.bits : 8);
     const size_t n = c->n_tensors; /* the tensors added below are not visited */
     size_t layers = 0;
     for (size_t k = 0; k < n; k++) {
         const kf_tensor *qw = &c->tensors[k];
         const size_t len = strlen(qw->name);
+        if (s.format == QUANT_FP8) {
+            if (qw->dtype != KIR_F8E4M3) continue;
+            if (len < 7 || strcmp(qw->name + len - 7, ".weight") != 0)
+                return tensor_error(qw, d, "an FP8 tensor that is no layer's weight (P.weight)");
+            if (decode_fp8(c, &s, k, d) != 0) return -1;
+            layers++;
+            continue;
+        }
         if (len < 8 || strcmp(qw->name + len - 8, ".qweight") != 0) continue;
         const size_t plen = len - 7; /* "P." */
         const kf_tensor *sc = companion(c, qw->name, plen, "scales");
@@ -265,6 +420,9 @@ int kf_checkpoint_dequantize(kf_checkpoint *c, const kf_json_doc *config, ks_dia
         kf_ckpt_add(c, &t);
         layers++;
     }
-    if (layers == 0) return config_error(config, "quant_method", d, "no quantized layer (P.qweight) in the checkpoint");
+    if (layers == 0)
+        return config_error(config, "quant_method", d,
+                            s.format == QUANT_FP8 ? "no quantized layer (P.weight in F8_E4M3) in the checkpoint"
+                                                  : "no quantized layer (P.qweight) in the checkpoint");
     return 0;
 }

@@ -17,8 +17,8 @@ kir_op kir_op_lookup(const char *name)
     return KIR_OP_COUNT;
 }
 
-static const char *const dtype_names[KIR_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32"};
-static const size_t dtype_sizes[KIR_DTYPE_COUNT] = {4, 2, 2, 4};
+static const char *const dtype_names[KIR_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32", "f8e4m3"};
+static const size_t dtype_sizes[KIR_DTYPE_COUNT] = {4, 2, 2, 4, 1};
 
 const char *kir_dtype_name(kir_dtype t)
 {

@@ -78,10 +78,13 @@ typedef enum kir_dtype {
     KIR_F16,  /* IEEE binary16 */
     KIR_BF16, /* bfloat16 */
     KIR_I32,  /* 32-bit signed integer (token ids, positions) */
+    KIR_F8E4M3, /* FP8 E4M3 (OCP, "e4m3fn": no infinities): checkpoint storage only, an FP8 checkpoint's
+                 * weights before frontend/quantized.c decodes them; no value of a graph has it (the shape
+                 * rules allow none) */
     KIR_DTYPE_COUNT
 } kir_dtype;
 
-const char *kir_dtype_name(kir_dtype t);   /* "f32", "f16", "bf16", "i32" */
+const char *kir_dtype_name(kir_dtype t);   /* "f32", "f16", "bf16", "i32", "f8e4m3" */
 int kir_dtype_lookup(const char *name);    /* -1 if unknown */
 size_t kir_dtype_size(kir_dtype t);        /* bytes per element */
 /* A float dtype's element format, for ks_decode_f32. */

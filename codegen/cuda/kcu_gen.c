@@ -66,6 +66,7 @@ const char *kcu_elem_type(kir_dtype t)
     case KIR_F16: return "kcu_f16";
     case KIR_BF16: return "kcu_bf16";
     case KIR_I32: return "int";
+    case KIR_F8E4M3: /* checkpoint storage only: no value has it */
     case KIR_DTYPE_COUNT: break;
     }
     KS_UNREACHABLE();

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Quantized Hub checkpoints. Those in a format kiln does not read yet (the shared compressed-tensors
-# FP8 one): a clear error at config.json's quant_method, no engine written. AWQ and GPTQ run their
-# goldens with the other models (tests/golden); here, each malformed setting or packed tensor of a
-# copy of them is an error that points at the key (file:line:col and a caret) or names the tensor.
+# Quantized Hub checkpoints. Those in a format kiln does not read yet (none of ../shared's now): a
+# clear error at config.json's quant_method, no engine written. AWQ, GPTQ and FP8 run their goldens
+# with the other models (tests/golden); here, each malformed setting or packed tensor of a copy of
+# them is an error that points at the key (file:line:col and a caret) or names the tensor.
 . "$(dirname "$0")/lib.sh"
 # expect_fail_re NAME REGEX -- CMD...: as lib.sh's expect_fail, the message matched as a regular expression
 expect_fail_re() {
@@ -18,7 +18,7 @@ expect_fail_re() {
 for dir in $(tr ':' '\n' <<<"${KILN_QUANTIZED:-}"); do
   name=$(basename "$dir")
   method=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['quantization_config']['quant_method'])" "$dir/config.json")
-  expect_fail_re "$name" "$dir/config.json:[0-9]+:[0-9]+: error: quantization_config.quant_method: \"$method\": kiln reads awq and gptq checkpoints" -- \
+  expect_fail_re "$name" "$dir/config.json:[0-9]+:[0-9]+: error: quantization_config.quant_method: \"$method\": kiln reads awq, gptq, compressed-tensors \\(FP8\\) and fp8 checkpoints" -- \
     "$KILN_BIN" build "$dir" -o "$work/$name.engine"
   [ ! -e "$work/$name.engine" ] && passes=$((passes+1)) || { echo "FAIL $name: engine written"; failures=$((failures+1)); }
 done
@@ -36,12 +36,13 @@ json.dump(c, open(sys.argv[2], 'w'), indent=2)" "$KILN_SHARED/models/$model/conf
   expect_fail_re "$model: $change" "$want" -- "$KILN_BIN" build "$dir" -o "$work/bad.engine"
   [ ! -e "$work/bad.engine" ] && passes=$((passes+1)) || { echo "FAIL $model ($change): engine written"; failures=$((failures+1)); }
 }
-if [ -d "$KILN_SHARED/models/llama-awq-tiny" ] && [ -d "$KILN_SHARED/models/llama-gptq-tiny" ]; then
+if [ -d "$KILN_SHARED/models/llama-awq-tiny" ] && [ -d "$KILN_SHARED/models/llama-gptq-tiny" ] &&
+   [ -d "$KILN_SHARED/models/llama-fp8-tiny" ]; then
   bad_config llama-awq-tiny "q['bits'] = 3" "config.json:[0-9]+:[0-9]+: error: quantization_config.bits: AWQ checkpoints kiln reads are 4-bit"
   bad_config llama-awq-tiny "q['version'] = 'gemv'" "error: quantization_config.version: kiln reads AWQ's GEMM packing"
   bad_config llama-awq-tiny "q['zero_point'] = False" "error: quantization_config.zero_point: kiln reads AWQ with zero points"
   bad_config llama-awq-tiny "q['group_size'] = 32" "tensor 'model.layers.0.*scales': its shape does not fit the layer's qweight and the group size"
-  bad_config llama-awq-tiny "q['quant_method'] = 'bitsandbytes'" "error: quantization_config.quant_method: \"bitsandbytes\": kiln reads awq and gptq"
+  bad_config llama-awq-tiny "q['quant_method'] = 'bitsandbytes'" "error: quantization_config.quant_method: \"bitsandbytes\": kiln reads awq, gptq, compressed-tensors \\(FP8\\) and fp8 checkpoints"
   bad_config llama-awq-tiny "q['quant_method'] = 7" "error: quantization_config.quant_method: missing, or not a string"
   bad_config llama-awq-tiny "c['quantization_config'] = [1]" "error: quantization_config: must be an object"
   bad_config llama-gptq-tiny "q['bits'] = 2" "error: quantization_config.bits: kiln reads 4- and 8-bit GPTQ"
@@ -49,11 +50,24 @@ if [ -d "$KILN_SHARED/models/llama-awq-tiny" ] && [ -d "$KILN_SHARED/models/llam
   bad_config llama-gptq-tiny "q['group_size'] = 0" "error: quantization_config.group_size: must be positive, or -1"
   bad_config llama-gptq-tiny "q['group_size'] = 'x'" "error: quantization_config.group_size: must be an integer"
   bad_config llama-gptq-tiny "q['checkpoint_format'] = 'marlin'" "error: quantization_config.checkpoint_format: kiln reads \"gptq\" and \"gptq_v2\""
+  bad_config llama-fp8-tiny "q['format'] = 'pack-quantized'" \
+    "config.json:[0-9]+:[0-9]+: error: quantization_config.format: kiln reads compressed-tensors' \"float-quantized\" \\(FP8\\) format only"
+  bad_config llama-fp8-tiny "q['config_groups']['group_0']['weights']['num_bits'] = 4" \
+    "error: quantization_config.config_groups.group_0.weights: kiln reads 8-bit symmetric float weights"
+  bad_config llama-fp8-tiny "q['config_groups']['group_0']['weights']['strategy'] = 'group'" \
+    "error: quantization_config.config_groups.group_0.weights: strategy must be \"channel\", \"tensor\" or \"block\""
+  bad_config llama-fp8-tiny "q['config_groups']['group_0']['weights']['strategy'] = 'tensor'" \
+    "tensor 'model.layers.0.[a-z_.]*weight_scale': expected one scale for the tensor"
+  bad_config llama-fp8-tiny "q['config_groups'] = {}" "error: quantization_config.config_groups: must be an object of one or more schemes"
+  bad_config llama-fp8-tiny "c['quantization_config'] = {'quant_method': 'fp8', 'weight_block_size': [0, 128]}" \
+    "error: quantization_config.weight_block_size: must be \\[rows, columns\\], two positive integers"
+  bad_config llama-fp8-tiny "c['quantization_config'] = {'quant_method': 'fp8', 'weight_block_size': [64, 64]}" \
+    "expected a scale a block"
   # a float checkpoint that says it is quantized: no packed layer
   bad_config llama-gqa-tiny "c['quantization_config'] = {'quant_method': 'gptq', 'bits': 4, 'group_size': 64}" \
     "config.json:[0-9]+:[0-9]+: error: quantization_config.quant_method: no quantized layer \\(P.qweight\\) in the checkpoint"
   # the real ones build without calling their packed tensors unused
-  for model in llama-awq-tiny llama-gptq-tiny; do
+  for model in llama-awq-tiny llama-gptq-tiny llama-fp8-tiny; do
     out=$("$KILN_BIN" build "$KILN_SHARED/models/$model" -o "$work/$model.engine" 2>&1); rc=$?
     [ $rc -eq 0 ] && [[ "$out" != *"does not use"* ]] && passes=$((passes+1)) \
       || { echo "FAIL $model: exit $rc or a warning"; echo "$out" | sed 's/^/    /'; failures=$((failures+1)); }

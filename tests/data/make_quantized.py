@@ -11,6 +11,9 @@ bf16 and fp16 error against the golden (tests/cuda/half_tolerances.txt takes twi
                     checkpoint_format gptq (v1: a zero stored minus one; zeros of 0 wrap to 255)
   llama-gptq4v2-tiny 4-bit, asym, group -1 (one group: the whole input), checkpoint_format gptq_v2
                     (zeros as they are), no g_idx tensor
+  llama-fp8block-tiny FineGrainedFP8 (quant_method "fp8", as DeepSeek-V3's and Qwen3's FP8 checkpoints):
+                    E4M3 weights with a float32 weight_scale_inv a 32 x 32 block (weight_block_size), rest
+                    bf16 (../shared's llama-fp8-tiny is compressed-tensors' per-channel form)
 
 Needs torch, transformers and safetensors (PyPI); the output is committed, so the tests need none.
 """
@@ -25,7 +28,8 @@ from safetensors.numpy import save_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from quantized_half_error import decode, half_error  # noqa: E402
+import safetensors.torch  # noqa: E402
+from quantized_half_error import decode, decode_fp8, half_error, load_tensors  # noqa: E402
 
 CONFIG = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
               num_hidden_layers=2, max_position_embeddings=128, bos_token_id=2, eos_token_id=1, pad_token_id=0,
@@ -34,6 +38,7 @@ MODELS = {
     "llama-gptq8-tiny": dict(bits=8, group_size=16, desc_act=True, sym=False, checkpoint_format="gptq", seed=53),
     "llama-gptq4v2-tiny": dict(bits=4, group_size=-1, desc_act=False, sym=False, checkpoint_format="gptq_v2",
                                seed=59),
+    "llama-fp8block-tiny": dict(fp8_block=[32, 32], seed=61),
 }
 LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -83,6 +88,22 @@ def quantize(w, spec, rng):
     return pack_rows(q, bits), pack_cols(stored, bits), scales, g_idx if spec["desc_act"] else None
 
 
+def quantize_fp8(w, block):
+    """w [out, in] float -> E4M3 codes (uint8) and float32 scale_inv [ceil(out/bo), ceil(in/bi)]: each block's
+    largest magnitude onto E4M3's largest finite value, 448."""
+    bo, bi = block
+    rows, cols = -(-w.shape[0] // bo), -(-w.shape[1] // bi)
+    scale = np.zeros((rows, cols), dtype=np.float32)
+    codes = torch.zeros(w.shape, dtype=torch.float8_e4m3fn)
+    for r in range(rows):
+        for c in range(cols):
+            blk = w[r * bo:(r + 1) * bo, c * bi:(c + 1) * bi]
+            scale[r, c] = np.float32(max(np.abs(blk).max(), 1e-6) / 448.0)
+            codes[r * bo:(r + 1) * bo, c * bi:(c + 1) * bi] = torch.from_numpy(blk / np.float64(scale[r, c])).to(
+                torch.float8_e4m3fn)
+    return codes, scale
+
+
 def make(name):
     spec = MODELS[name]
     out = os.path.join(HERE, name)
@@ -101,27 +122,41 @@ def make(name):
         else:
             v = 0.15 * rng.standard_normal(v.shape)
         layer = n.rsplit(".", 2)
-        if len(layer) == 3 and layer[1] in LINEAR and layer[2] == "weight":
+        if len(layer) == 3 and layer[1] in LINEAR and layer[2] == "weight" and "fp8_block" in spec:
+            codes, scale = quantize_fp8(v, spec["fp8_block"])
+            tensors[n], tensors[n + "_scale_inv"] = codes, torch.from_numpy(scale)
+        elif len(layer) == 3 and layer[1] in LINEAR and layer[2] == "weight":
             qw, qz, sc, gi = quantize(v, spec, rng)
             p_ = n[:-len("weight")]
             tensors[p_ + "qweight"], tensors[p_ + "qzeros"], tensors[p_ + "scales"] = qw, qz, sc
             if gi is not None:
                 tensors[p_ + "g_idx"] = gi
+        elif "fp8_block" in spec:
+            tensors[n] = torch.from_numpy(v).to(torch.bfloat16)
         else:
             tensors[n] = v.astype(np.float16)
-    qcfg = {"bits": spec["bits"], "group_size": spec["group_size"], "desc_act": spec["desc_act"], "sym": spec["sym"],
-            "quant_method": "gptq", "checkpoint_format": spec["checkpoint_format"], "true_sequential": True}
+    if "fp8_block" in spec:
+        qcfg = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": spec["fp8_block"]}
+        safetensors.torch.save_file(tensors, os.path.join(out, "model.safetensors"))
+        tensors = load_tensors(os.path.join(out, "model.safetensors"))
+    else:
+        qcfg = {"bits": spec["bits"], "group_size": spec["group_size"], "desc_act": spec["desc_act"],
+                "sym": spec["sym"], "quant_method": "gptq", "checkpoint_format": spec["checkpoint_format"],
+                "true_sequential": True}
+        save_file(tensors, os.path.join(out, "model.safetensors"))
     config = dict(CONFIG, architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",
-                  torch_dtype="float16", rope_scaling=None, quantization_config=qcfg)
-    save_file(tensors, os.path.join(out, "model.safetensors"))
+                  torch_dtype="bfloat16" if "fp8_block" in spec else "float16", rope_scaling=None,
+                  quantization_config=qcfg)
     os.chmod(os.path.join(out, "model.safetensors"), 0o644)
     json.dump(config, open(os.path.join(out, "config.json"), "w"), indent=2)
     # the golden: every packed layer decoded exactly (float64), the rest as stored
     state = {}
     for n, t in tensors.items():
-        if n.endswith(".qweight"):
+        if "fp8_block" in spec and t.dtype == np.uint8:
+            state[n] = torch.from_numpy(decode_fp8(qcfg, tensors, n[:-len("weight")]))
+        elif n.endswith(".qweight"):
             state[n[:-len("qweight")] + "weight"] = torch.from_numpy(decode(qcfg, tensors, n[:-len("qweight")]))
-        elif not n.endswith((".qzeros", ".scales", ".g_idx")):
+        elif not n.endswith((".qzeros", ".scales", ".g_idx", ".weight_scale_inv")):
             state[n] = torch.from_numpy(t.astype(np.float64))
     cfg._attn_implementation = "eager"
     ref = transformers.LlamaForCausalLM(cfg).eval()
@@ -129,9 +164,11 @@ def make(name):
     ref = ref.double()
     g = torch.Generator().manual_seed(5)
     cases = [torch.randint(3, 256, (n,), generator=g).tolist() for n in (1, 9, 40)]
-    golden = {"model": "tests/data/" + name, "weights_on_disk": "GPTQ %d-bit %s, group %d%s, checkpoint_format %s; "
-              "rest float16" % (spec["bits"], "sym" if spec["sym"] else "asym", spec["group_size"],
-                                ", desc_act (g_idx)" if spec["desc_act"] else "", spec["checkpoint_format"]),
+    on_disk = "FineGrainedFP8: E4M3 weights, a float32 weight_scale_inv a %d x %d block; rest bfloat16" % tuple(
+        spec["fp8_block"]) if "fp8_block" in spec else "GPTQ %d-bit %s, group %d%s, checkpoint_format %s; rest float16" % (
+        spec["bits"], "sym" if spec["sym"] else "asym", spec["group_size"],
+        ", desc_act (g_idx)" if spec["desc_act"] else "", spec["checkpoint_format"])
+    golden = {"model": "tests/data/" + name, "weights_on_disk": on_disk,
               "random_init_seed": spec["seed"],
               "reference": "transformers %s, torch %s, float64 on CPU, eager attention; quantized linear weights "
                            "decoded exactly (float64) from the stored tensors (tests/data/quantized_half_error.py)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hugging Face's own bf16 and fp16 error against the goldens of ../shared's AWQ and GPTQ Llamas, for
+"""Hugging Face's own bf16 and fp16 error against the goldens of ../shared's AWQ, GPTQ and FP8 Llamas, for
 tests/cuda/half_tolerances.txt (it takes twice it), as make_goldens.py measures tests/data's models.
 
 The packed layers are decoded here from the format definitions (../shared/models/*/README.md), an
@@ -14,7 +14,6 @@ import sys
 import numpy as np
 import torch
 import transformers
-from safetensors.numpy import load_file
 
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
 
@@ -53,13 +52,41 @@ def decode(q, tensors, prefix):
     return w.T.copy()
 
 
+def decode_fp8(q, tensors, prefix):
+    """FP8 E4M3 P.weight [out, in] times its scale: one, an output channel's ([out, 1]) or a block's."""
+    codes = torch.from_numpy(tensors[prefix + "weight"].view(np.uint8).copy()).view(torch.float8_e4m3fn)
+    w = codes.double().numpy()
+    scale = tensors.get(prefix + "weight_scale", tensors.get(prefix + "weight_scale_inv")).astype(np.float64)
+    if scale.size == 1:
+        return w * scale.reshape(())
+    if scale.shape == (w.shape[0], 1) or scale.shape == (w.shape[0],):
+        return w * scale.reshape(-1, 1)
+    bo, bi = -(-w.shape[0] // scale.shape[0]), -(-w.shape[1] // scale.shape[1])
+    return w * np.repeat(np.repeat(scale, bo, axis=0), bi, axis=1)[:w.shape[0], :w.shape[1]]
+
+
+def load_tensors(path):
+    """safetensors as numpy, F8_E4M3 tensors as uint8 codes (numpy has no fp8)."""
+    import safetensors.torch
+    out = {}
+    for k, v in safetensors.torch.load_file(path).items():
+        out[k] = v.view(torch.uint8).numpy() if v.dtype == torch.float8_e4m3fn else v.float().numpy() \
+            if v.dtype == torch.bfloat16 else v.numpy()
+    return out
+
+
 def half_error(folder):
     cfg = json.load(open(os.path.join(folder, "config.json")))
     q = cfg.pop("quantization_config")
-    tensors = load_file(os.path.join(folder, "model.safetensors"))
+    tensors = load_tensors(os.path.join(folder, "model.safetensors"))
     state = {}
     for name, t in tensors.items():
-        if name.endswith(".qweight"):
+        if q["quant_method"] in ("compressed-tensors", "fp8"):
+            if t.dtype == np.uint8:
+                state[name] = torch.from_numpy(decode_fp8(q, tensors, name[:-len("weight")]))
+            elif not name.endswith((".weight_scale", ".weight_scale_inv", ".input_scale")):
+                state[name] = torch.from_numpy(t.astype(np.float64))
+        elif name.endswith(".qweight"):
             prefix = name[:-len("qweight")]
             state[prefix + "weight"] = torch.from_numpy(decode(q, tensors, prefix))
         elif not name.endswith((".qzeros", ".scales", ".g_idx")):
@@ -88,5 +115,5 @@ def half_error(folder):
 
 if __name__ == "__main__":
     shared = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared")
-    for model in ("llama-awq-tiny", "llama-gptq-tiny"):
+    for model in ("llama-awq-tiny", "llama-gptq-tiny", "llama-fp8-tiny"):
         half_error(os.path.join(shared, "models", model))
