@@ -1,8 +1,8 @@
 /* fuzz_safetensors.c — bytes as one safetensors file, parsed from memory
  * (kf_checkpoint_open_memory), then every float tensor read as f32 whole,
  * transposed when 2-D, and as its second half of rows (an I32 one must
- * refuse); then the checkpoint's packed layers decoded as AWQ's and as
- * GPTQ's (kf_checkpoint_dequantize, group 2), each an error or a success. A
+ * refuse); then the checkpoint's packed layers decoded as AWQ's, GPTQ's
+ * and FP8's (kf_checkpoint_dequantize), each an error or a success. A
  * failed open must have reported an error; a crash, leak or sanitizer
  * report is the bug. */
 #include <stdlib.h>
@@ -51,6 +51,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             "{\"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 4, \"group_size\": 2}}",
             "{\"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 8, \"group_size\": -1, "
             "\"checkpoint_format\": \"gptq_v2\"}}",
+            "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", \"format\": \"float-quantized\", "
+            "\"config_groups\": {\"g\": {\"weights\": {\"num_bits\": 8, \"type\": \"float\", \"symmetric\": true, "
+            "\"strategy\": \"channel\"}}}}}",
+            "{\"quantization_config\": {\"quant_method\": \"fp8\", \"weight_block_size\": [2, 2]}}",
         };
         for (size_t k = 0; k < sizeof configs / sizeof *configs; k++) {
             cJSON *json = cJSON_Parse(configs[k]);
