@@ -27,7 +27,9 @@
  *         for block_structure [bo, bi]) and FineGrainedFP8 ("fp8",
  *         weight_block_size [bo, bi]: P.weight_scale_inv [ceil(out/bo),
  *         ceil(in/bi)]; without one, a scale for the tensor);
- *         w[o][i] = e4m3(P.weight[o][i]) * scale. P.weight is replaced.
+ *         w[o][i] = e4m3(P.weight[o][i]) * scale. P.weight is replaced. A static
+ *         P.input_scale is left unread: activations stay float (kiln's own FP8
+ *         activations, quantized per token, are issue #13's kernels).
  *
  * The products are exact in f32 (a code of at most 8 bits times a half
  * scale), so the decoded weights equal the formats' own float64
@@ -342,6 +344,10 @@ static int decode_fp8(kf_checkpoint *c, const quant_spec *s, size_t k, ks_diag *
         for (int64_t i = 0; i < in; i++) out[o * in + i] = e4m3(w->data[o * in + i]) * scales[(o / bo) * cols + i / bi];
     free(scales);
     c->tensors[(size_t)(sc - c->tensors)].decoded = 1;
+    /* a static activation scale (compressed-tensors' P.input_scale): activations stay float, so it is read by
+     * nothing; marked with the layer so that no warning calls it unused */
+    const kf_tensor *act = companion(c, c->tensors[k].name, plen, "input_scale");
+    if (act) c->tensors[(size_t)(act - c->tensors)].decoded = 1;
     kf_tensor *t = &c->tensors[k];
     t->dtype = KIR_F32;
     t->data = (const uint8_t *)out;

@@ -66,6 +66,22 @@ if [ -d "$KILN_SHARED/models/llama-awq-tiny" ] && [ -d "$KILN_SHARED/models/llam
   # a float checkpoint that says it is quantized: no packed layer
   bad_config llama-gqa-tiny "c['quantization_config'] = {'quant_method': 'gptq', 'bits': 4, 'group_size': 64}" \
     "config.json:[0-9]+:[0-9]+: error: quantization_config.quant_method: no quantized layer \\(P.qweight\\) in the checkpoint"
+  # an FP8 checkpoint with static activation scales (P.input_scale, bf16 [1]): left unread, not called unused
+  mkdir -p "$work/static" && cp "$KILN_SHARED/models/llama-fp8-tiny/config.json" "$work/static/"
+  python3 - "$KILN_SHARED/models/llama-fp8-tiny/model.safetensors" "$work/static/model.safetensors" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head, data = json.loads(raw[8:8 + n]), bytearray(raw[8 + n:])
+for k in [k for k in head if k.endswith(".weight_scale")]:
+    head[k[:-len("weight_scale")] + "input_scale"] = {"dtype": "BF16", "shape": [1], "data_offsets": [len(data), len(data) + 2]}
+    data += b"\x80\x3f"  # 1.0
+text = json.dumps(head).encode()
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + bytes(data))
+PY
+  out=$("$KILN_BIN" build "$work/static" -o "$work/static.engine" 2>&1); rc=$?
+  [ $rc -eq 0 ] && [[ "$out" != *"does not use"* ]] && passes=$((passes+1)) \
+    || { echo "FAIL: an FP8 checkpoint with input scales: exit $rc or a warning"; echo "$out" | sed 's/^/    /'; failures=$((failures+1)); }
   # the real ones build without calling their packed tensors unused
   for model in llama-awq-tiny llama-gptq-tiny llama-fp8-tiny; do
     out=$("$KILN_BIN" build "$KILN_SHARED/models/$model" -o "$work/$model.engine" 2>&1); rc=$?
