@@ -125,13 +125,18 @@ const char *kd_weights_dtype(const kir_graph *g)
     return kir_dtype_name(t);
 }
 
+/* config.json as the frontend reads it: the parsed document, and its text for carets. */
+static kf_json_doc config_doc(const kd_model *m)
+{
+    return (kf_json_doc){m->config.json, {m->config.path ? m->config.path : "config.json", m->config.text, m->config.len}};
+}
+
 /* kf_compile, then the weight dtype asked for. */
 static int compile_model(const kd_inputs *in, kd_model *m, ks_diag *d)
 {
     if (in->dtype && kd_parse_dtype(in->dtype, &m->weight_dtype, d) != 0) return -1;
     m->weight_dtype_given = in->dtype != NULL;
-    kf_json_doc config = {m->config.json, {m->config.path ? m->config.path : "config.json", m->config.text,
-                                            m->config.len}};
+    kf_json_doc config = config_doc(m);
     kf_json_doc generation = {m->generation.json, {m->generation.path ? m->generation.path : "generation_config.json",
                                                     m->generation.text, m->generation.len}};
     /* a .kiln input without a config: say how to give one */
@@ -195,9 +200,8 @@ int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d
             free(p);
         }
     }
-    kf_json_doc quant_config = {m->config.json, {m->config.path ? m->config.path : "config.json", m->config.text,
-                                                  m->config.len}};
-    if (m->config.json && kf_quantization_check(&quant_config, d) != 0) return -1;
+    const kf_json_doc config = config_doc(m);
+    if (m->config.json && kf_quantization_check(&config, d) != 0) return -1;
     if (m->config.json && load_generation(m, d) != 0) return -1;
     if (input_is_kiln) {
         size_t len = 0;
@@ -222,7 +226,7 @@ int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d
         m->ckpt = kf_checkpoint_open(d, weights);
         if (!m->ckpt) return -1;
         /* stored quantized (config.json's quantization_config): the packed layers decoded */
-        if (m->config.json && kf_checkpoint_dequantize(m->ckpt, &quant_config, d) != 0) return -1;
+        if (m->config.json && kf_checkpoint_dequantize(m->ckpt, &config, d) != 0) return -1;
     }
     return compile_model(in, m, d);
 }

@@ -51,7 +51,7 @@ typedef enum { SCALE_TENSOR, SCALE_CHANNEL, SCALE_BLOCK } quant_scale; /* what a
 /* What quantization_config says, checked. */
 typedef struct quant_spec {
     quant_format format;
-    int bits;      /* 4 (awq), 4 or 8 (gptq) */
+    int bits;      /* 4 (awq), 4 or 8 (gptq); 0 (fp8) */
     int64_t group; /* inputs a scale covers; -1: the whole input (gptq) */
     int zero_plus_one; /* gptq v1: a stored zero is the zero minus one */
     quant_scale scale; /* fp8 */
@@ -166,15 +166,7 @@ static int parse_spec(const kf_json_doc *cfg, const cJSON *q, quant_spec *s, ks_
     const char *method = string_member(q, "quant_method");
     if (!method)
         return config_error(cfg, "quant_method", d, "missing, or not a string (awq, gptq, compressed-tensors and fp8 are read)");
-    int64_t bits = 4, group = 128;
-    int rc;
-    if ((rc = int_member(cfg, q, "bits", &bits, d)) < 0) return -1;
-    if (rc == 1 && (rc = int_member(cfg, q, "w_bit", &bits, d)) < 0) return -1;
-    if ((rc = int_member(cfg, q, "group_size", &group, d)) < 0) return -1;
-    if (rc == 1 && (rc = int_member(cfg, q, "q_group_size", &group, d)) < 0) return -1;
     memset(s, 0, sizeof *s);
-    s->bits = (int)bits;
-    s->group = group;
     if (strcmp(method, "compressed-tensors") == 0) {
         s->format = QUANT_FP8;
         return parse_compressed_tensors(cfg, q, s, d);
@@ -187,6 +179,15 @@ static int parse_spec(const kf_json_doc *cfg, const cJSON *q, quant_spec *s, ks_
             return config_error(cfg, "weight_block_size", d, "must be [rows, columns], two positive integers");
         return 0;
     }
+    /* the integer formats: bits (AutoAWQ's w_bit) and group_size (q_group_size) */
+    int64_t bits = 4, group = 128;
+    int rc;
+    if ((rc = int_member(cfg, q, "bits", &bits, d)) < 0) return -1;
+    if (rc == 1 && (rc = int_member(cfg, q, "w_bit", &bits, d)) < 0) return -1;
+    if ((rc = int_member(cfg, q, "group_size", &group, d)) < 0) return -1;
+    if (rc == 1 && (rc = int_member(cfg, q, "q_group_size", &group, d)) < 0) return -1;
+    s->bits = (int)bits;
+    s->group = group;
     if (strcmp(method, "awq") == 0) {
         s->format = QUANT_AWQ;
         const char *version = string_member(q, "version");
@@ -368,7 +369,6 @@ int kf_checkpoint_dequantize(kf_checkpoint *c, const kf_json_doc *config, ks_dia
     if (!q) return 0;
     quant_spec s;
     if (parse_spec(config, q, &s, d) != 0) return -1;
-    const int per = 32 / (s.bits > 0 ? s.bits : 8);
     const size_t n = c->n_tensors; /* the tensors added below are not visited */
     size_t layers = 0;
     for (size_t k = 0; k < n; k++) {
@@ -384,6 +384,7 @@ int kf_checkpoint_dequantize(kf_checkpoint *c, const kf_json_doc *config, ks_dia
         }
         if (len < 8 || strcmp(qw->name + len - 8, ".qweight") != 0) continue;
         const size_t plen = len - 7; /* "P." */
+        const int per = 32 / s.bits;
         const kf_tensor *sc = companion(c, qw->name, plen, "scales");
         const kf_tensor *qz = companion(c, qw->name, plen, "qzeros");
         const kf_tensor *gi = s.format == QUANT_GPTQ ? companion(c, qw->name, plen, "g_idx") : NULL;

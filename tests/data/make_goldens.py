@@ -271,22 +271,28 @@ def make(name):
     half_error(name, model_cls, out, golden, {k: keys[k] for k in MOE if k in keys})
 
 
+def golden_error(model, folder, golden):
+    """model's logits against the golden of folder: the largest per-row max|d| / max|golden| over the cases."""
+    w = 0.0
+    with torch.no_grad():
+        for c in golden["cases"]:
+            want = np.fromfile(os.path.join(folder, c["logits"]), dtype="<f4").reshape(c["shape"])
+            got = model(torch.tensor([c["input_ids"]])).logits[0].float().numpy()
+            w = max(w, float((np.abs(got - want).max(axis=1) / np.abs(want).max(axis=1)).max()))
+    return w
+
+
 def half_error(name, model_cls, out, golden, extra={}):
     """Hugging Face's own bf16 and fp16 run against the golden: the largest per-row max|d| / max|golden|."""
     worst = []
     for dt in (torch.bfloat16, torch.float16):
         m = getattr(transformers, model_cls).from_pretrained(out, dtype=dt, attn_implementation="eager",
                                                              **extra).eval()
-        w = 0.0
-        with torch.no_grad():
-            for c in golden["cases"]:
-                want = np.fromfile(os.path.join(out, c["logits"]), dtype="<f4").reshape(c["shape"])
-                got = m(torch.tensor([c["input_ids"]])).logits[0].float().numpy()
-                w = max(w, float((np.abs(got - want).max(axis=1) / np.abs(want).max(axis=1)).max()))
-        worst.append(w)
+        worst.append(golden_error(m, out, golden))
     print("%-18s Hugging Face bf16 %.3g, fp16 %.3g (CPU): half_tolerances.txt %.3g %.3g"
           % (name, worst[0], worst[1], 2 * worst[0], 2 * worst[1]))
 
 
-for n in sys.argv[1:] or MODELS:
-    make(n)
+if __name__ == "__main__":
+    for n in sys.argv[1:] or MODELS:
+        make(n)

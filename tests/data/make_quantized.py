@@ -190,5 +190,6 @@ def make(name):
     half_error(out)
 
 
-for n in sys.argv[1:] or MODELS:
-    make(n)
+if __name__ == "__main__":
+    for n in sys.argv[1:] or MODELS:
+        make(n)

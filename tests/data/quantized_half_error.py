@@ -15,6 +15,9 @@ import numpy as np
 import torch
 import transformers
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_goldens import golden_error  # noqa: E402
+
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
 
 
@@ -99,14 +102,7 @@ def half_error(folder):
         m = transformers.LlamaForCausalLM(config).eval()
         missing, unexpected = m.load_state_dict(state, strict=False)
         assert not unexpected and all("rotary" in k for k in missing), (missing, unexpected)
-        m = m.to(dt)
-        w = 0.0
-        with torch.no_grad():
-            for c in golden["cases"]:
-                want = np.fromfile(os.path.join(folder, c["logits"]), dtype="<f4").reshape(c["shape"])
-                got = m(torch.tensor([c["input_ids"]])).logits[0].float().numpy()
-                w = max(w, float((np.abs(got - want).max(axis=1) / np.abs(want).max(axis=1)).max()))
-        worst.append(w)
+        worst.append(golden_error(m.to(dt), folder, golden))
     assert worst[0] < 1e-6, "the float64 run is %.3g from the golden: the decoding is wrong" % worst[0]
     worst = worst[1:]
     print("%-18s Hugging Face bf16 %.3g, fp16 %.3g (CPU): half_tolerances.txt %.3g %.3g"
