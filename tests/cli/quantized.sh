@@ -52,6 +52,24 @@ if [ -d "$KILN_SHARED/models/llama-awq-tiny" ] && [ -d "$KILN_SHARED/models/llam
     "error: quantization_config.weight_block_size: must be \\[rows, columns\\], two positive integers"
   bad_config llama-fp8-tiny "c['quantization_config'] = {'quant_method': 'fp8', 'weight_block_size': [64, 64]}" \
     "expected a scale a block"
+  # a checkpoint without one of its scale tensors: an error naming the layer's tensor
+  for drop in "llama-awq-tiny model.layers.0.self_attn.q_proj.scales model.layers.0.self_attn.q_proj.qweight" \
+              "llama-fp8-tiny model.layers.1.mlp.down_proj.weight_scale model.layers.1.mlp.down_proj.weight"; do
+    read -r model tensor named <<<"$drop"
+    rm -rf "$work/drop" && mkdir -p "$work/drop" && cp "$KILN_SHARED/models/$model/config.json" "$work/drop/"
+    python3 - "$KILN_SHARED/models/$model/model.safetensors" "$work/drop/model.safetensors" "$tensor" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+del head[sys.argv[3]]  # its bytes stay in the data section, unreferenced (safetensors allows gaps)
+text = json.dumps(head).encode()
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+PY
+    expect_fail_re "$model without $tensor" "model.safetensors: error: tensor '$named': its scale.* (is|are) missing" -- \
+      "$KILN_BIN" build "$work/drop" -o "$work/drop.engine"
+    [ ! -e "$work/drop.engine" ] && passes=$((passes+1)) || { echo "FAIL $model without $tensor: engine written"; failures=$((failures+1)); }
+  done
   # a float checkpoint that says it is quantized: no packed layer
   bad_config llama-gqa-tiny "c['quantization_config'] = {'quant_method': 'gptq', 'bits': 4, 'group_size': 64}" \
     "config.json:[0-9]+:[0-9]+: error: quantization_config.quant_method: no quantized layer \\(P.qweight\\) in the checkpoint"
