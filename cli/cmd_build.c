@@ -66,7 +66,21 @@ static const char build_help[] =
     "                       pass; the IR dump shows each dtype; prefill matmuls on tensor\n"
     "                       cores one mma a product); exact (the default with f32 weights):\n"
     "                       values between kernels, the KV cache and all arithmetic in f32\n"
-    "  --emit-source DIR    with a GPU target: also write the generated CUDA C there\n";
+    "  --emit-source DIR    with a GPU target: also write the generated CUDA C there\n"
+    "\n"
+    "Quantization (the quantize pass; the IR dump shows each weight's codes, scales\n"
+    "and zero points and each matmul's scheme):\n"
+    "  --quant SCHEME       w4a16: 4-bit codes in groups of 128 columns with f16 scales\n"
+    "                       and zero points; w8a16: 8-bit codes, a f16 scale a row;\n"
+    "                       fp8: E4M3 codes, a f32 scale a row, activations quantized\n"
+    "                       to fp8 a token at a time; w8a8: 8-bit codes and\n"
+    "                       activations (INT8 products). Round to nearest, at build\n"
+    "                       time. The embedding and the lm_head stay in --dtype\n"
+    "  --quant-group N      columns a scale covers (w4a16: 32, 64 or 128; default 128)\n"
+    "  --quant-sym          no zero points (w4a16's default has them)\n"
+    "  --quant-asym         zero points (w8a16: u8 codes)\n"
+    "  --quant-skip GLOB    leave weights whose description names match in --dtype, e.g.\n"
+    "                       'wd[*]' or 'w?[0]' (a merged weight: any of its parts; may repeat)\n";
 
 /* Seconds since t0 (CLOCK_MONOTONIC). */
 static double seconds_since(const struct timespec *t0)
@@ -83,8 +97,9 @@ int kc_cmd_build(int argc, char **argv)
     const struct timespec *t0 = &t0_;
     kd_inputs in = {0};
     const char *out = NULL, *dflt = NULL, *stats = NULL, *max_tokens = NULL, *list = NULL;
-    const char *disabled[KC_MAX_REPEAT];
-    int n_disabled = 0;
+    const char *disabled[KC_MAX_REPEAT], *quant_skip[KC_MAX_REPEAT];
+    const char *quant_group = NULL, *quant_sym = NULL, *quant_asym = NULL;
+    int n_disabled = 0, n_quant_skip = 0;
     kc_option opts[] = {
         {"-o|--output", 1, &out, NULL}, {"--weights", 1, &in.weights, NULL}, {"--config", 1, &in.config, NULL},
         {"--target", 1, &in.target, NULL}, {"--tokenizer", 1, &in.tokenizer, NULL}, {"--default", 0, &dflt, NULL},
@@ -93,7 +108,10 @@ int kc_cmd_build(int argc, char **argv)
         {"--from-ir", 1, &in.from_ir, NULL}, {"--stats", 0, &stats, NULL}, {"--max-tokens", 1, &max_tokens, NULL},
         {"--list-passes", 0, &list, NULL},
         {"--emit-source", 1, &in.emit_source, NULL}, {"--dtype", 1, &in.dtype, NULL},
-        {"--precision", 1, &in.precision, NULL}, {NULL, 0, NULL, NULL},
+        {"--precision", 1, &in.precision, NULL}, {"--quant", 1, &in.quant, NULL},
+        {"--quant-group", 1, &quant_group, NULL}, {"--quant-sym", 0, &quant_sym, NULL},
+        {"--quant-asym", 0, &quant_asym, NULL}, {"--quant-skip", KC_REPEAT, quant_skip, &n_quant_skip},
+        {NULL, 0, NULL, NULL},
     };
     const char *pos[1];
     int npos = 0;
@@ -116,6 +134,14 @@ int kc_cmd_build(int argc, char **argv)
     in.synthetic = dflt != NULL;
     in.stats = stats != NULL;
     if (max_tokens && kc_parse_int("build", "--max-tokens", max_tokens, 1, 1 << 24, &in.max_tokens)) return 2;
+    if (quant_group && kc_parse_int("build", "--quant-group", quant_group, 1, 1 << 20, &in.quant_group)) return 2;
+    if (quant_sym && quant_asym) {
+        fprintf(stderr, "kiln build: error: --quant-sym and --quant-asym: choose one\n");
+        return 2;
+    }
+    in.quant_asym = quant_asym ? 1 : quant_sym ? -1 : 0;
+    in.quant_skip = quant_skip;
+    in.n_quant_skip = (size_t)n_quant_skip;
     ks_buf off = {0};
     for (int i = 0; i < n_disabled; i++) ks_buf_printf(&off, "%s%s", i ? "," : "", disabled[i]);
     in.disabled = n_disabled ? ks_buf_cstr(&off) : NULL;

@@ -18,6 +18,7 @@ int kc_cmd_bench(int argc, char **argv);
 int kc_cmd_build(int argc, char **argv);
 int kc_cmd_ir(int argc, char **argv);
 int kc_cmd_inspect(int argc, char **argv);
+int kc_cmd_quant_check(int argc, char **argv);
 int kc_cmd_run(int argc, char **argv);
 int kc_cmd_tokenize(int argc, char **argv);
 int kc_cmd_verify(int argc, char **argv);

@@ -12,6 +12,7 @@ static const kc_command commands[] = {
     {"run", "run an engine: generate text from a prompt, or logits for given ids", kc_cmd_run},
     {"bench", "time an engine: time to first token by prompt length, decode per token", kc_cmd_bench},
     {"verify", "compare the fused build with the unfused one, value by value", kc_cmd_verify},
+    {"quant-check", "score an engine against a reference engine on a text: KL, top-1, perplexity", kc_cmd_quant_check},
     {"tokenize", "print the token ids an engine's tokenizer gives a text", kc_cmd_tokenize},
     {"version", "print kiln's version and what it was built with (also: kiln --version)", kc_cmd_version},
 };
@@ -20,7 +21,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: kiln COMMAND [ARGS]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\n'kiln COMMAND --help' describes each.\n");
 }
 

@@ -251,7 +251,7 @@ static int fill_weight(void *ctx, kir_val node, void *dst, size_t nbytes, ks_dia
 {
     fill_ctx *f = ctx;
     const kir_node *n = kir_node_at(f->g, node);
-    KS_ASSERT(nbytes == (size_t)kir_elems(n, 1) * kir_dtype_size(n->dtype));
+    KS_ASSERT(nbytes == kir_dtype_bytes(n->dtype, (uint64_t)kir_elems(n, 1)));
     int rc = kd_weight_data(f->m, f->g, node, dst, d);
     /* the checkpoint's pages of this weight: out of the build's memory (streamed, tensor by tensor) */
     kf_checkpoint_release(f->m->ckpt);
@@ -263,6 +263,7 @@ static int fill_weight(void *ctx, kir_val node, void *dst, size_t nbytes, ks_dia
 static int fill_weight_part(void *ctx, kir_val node, size_t at, void *dst, size_t nbytes, ks_diag *d)
 {
     fill_ctx *f = ctx;
+    if (kir_dtype_bits(kir_node_at(f->g, node)->dtype) < 8) return 1; /* packed codes: whole (kd_weight_data) */
     size_t es = kir_dtype_size(kir_node_at(f->g, node)->dtype);
     KS_ASSERT(at % es == 0 && nbytes % es == 0);
     int rc = kd_weight_part(f->m, f->g, node, at / es, nbytes / es, dst, d);

@@ -36,6 +36,11 @@ typedef struct kd_inputs {
                               dtype); NULL: kd_compute_dtype's default (fast for bf16/f16 weights) */
     const char *tokenizer; /* tokenizer file (tokenizer.json or llama2.c .bin); default:
                               tokenizer.json beside the weights, if any */
+    const char *quant;     /* --quant: w4a16, w8a16, fp8 or w8a8 (passes/quantize.c); NULL: float weights */
+    int64_t quant_group;   /* --quant-group: columns a scale covers; 0: the scheme's */
+    int quant_asym;        /* --quant-asym 1, --quant-sym -1; 0: the scheme's */
+    const char *const *quant_skip; /* --quant-skip globs: weights left in 16 bits */
+    size_t n_quant_skip;   /* entries in quant_skip */
     kd_progress *progress; /* where long steps show what they do (a terminal: compiler/progress.h), or NULL */
 } kd_inputs;
 

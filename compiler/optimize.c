@@ -9,6 +9,7 @@
 #include "compiler/driver.h"
 #include "compiler/synthetic.h"
 #include "passes/derived_weight.h"
+#include "passes/quantize_weight.h"
 #include "passes/pipeline.h"
 #include "ir/plan.h"
 
@@ -204,9 +205,41 @@ int kd_compute_dtype(const kd_inputs *in, const kir_graph *g, kir_dtype *out, ks
     return -1;
 }
 
+/* --quant's scheme, or KIR_QUANT_NONE without one; -1 after an error. */
+static int quant_scheme(const kd_inputs *in, kir_word *out, ks_diag *d)
+{
+    *out = KIR_QUANT_NONE;
+    if (!in->quant) {
+        if (in->quant_group || in->quant_asym || in->n_quant_skip) {
+            ks_error(d, "kiln", "%s is a setting of --quant, which is not given",
+                     in->quant_group ? "--quant-group" : in->quant_asym > 0 ? "--quant-asym" : in->quant_asym < 0 ? "--quant-sym"
+                                                                                                       : "--quant-skip");
+            return -1;
+        }
+        return 0;
+    }
+    kir_word w = kir_word_lookup(KIR_SET_QUANT, in->quant);
+    if (w == KIR_WORD_COUNT || w == KIR_QUANT_NONE) {
+        ks_error(d, "kiln", "--quant %s: unknown scheme (known: w4a16, w8a16, fp8, w8a8)", in->quant);
+        return -1;
+    }
+    if (in->quant_asym == 1 && (w == KIR_QUANT_FP8 || w == KIR_QUANT_W8A8)) {
+        ks_error(d, "kiln", "--quant-asym: --quant %s has no zero points (symmetric codes only)", in->quant);
+        return -1;
+    }
+    if (in->quant_group && w == KIR_QUANT_W8A8) {
+        ks_error(d, "kiln", "--quant-group: --quant w8a8 takes a scale a row (its INT8 products sum whole rows)");
+        return -1;
+    }
+    *out = w;
+    return 0;
+}
+
 int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
 {
     if (in->dump_after && check_dump_names(in->dump_after, d) != 0) return -1;
+    kir_word quant = KIR_QUANT_NONE;
+    if (quant_scheme(in, &quant, d) != 0) return -1;
     kir_graph *g = NULL;
     if (in->from_ir) {
         g = kd_read_ir(in->from_ir, d);
@@ -244,6 +277,11 @@ int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
             .after_ctx = &dc,
             .max_tokens = kd_plan_tokens(in, g),
             .compute_dtype = compute,
+            .quant = quant,
+            .quant_group = in->quant_group,
+            .quant_asym = in->quant_asym,
+            .quant_skip = in->quant_skip,
+            .n_quant_skip = in->n_quant_skip,
         };
         kp_pass_stats *st = NULL;
         size_t n_st = 0;
@@ -292,6 +330,9 @@ static void store_as(kir_dtype t, const float *in, size_t n, void *out)
         return;
     case KIR_I32:
     case KIR_F8E4M3:
+    case KIR_U4:
+    case KIR_U8:
+    case KIR_I8:
     case KIR_DTYPE_COUNT:
         break;
     }
@@ -435,17 +476,57 @@ int kd_weight_part(const kd_model *m, const kir_graph *g, kir_val node, size_t f
                    ks_diag *d)
 {
     const kir_node *n = kir_node_at(g, node);
+    if (kir_weight_quant_part(g, node)) return 1; /* quantized from its float matrix, whole */
     if (kp_weight_is_derived(g, node)) return concat_part(m, g, node, first, count, out, d);
     return read_named_part(m, kir_attr_str(g, node, KIR_A_WEIGHT_NAME), n->dtype, (size_t)kir_elems(n, 1), first, count,
                            out, d);
+}
+
+static int derived_data(const kd_model *m, const kir_graph *g, kir_val node, kir_dtype t, void *out, ks_diag *d);
+
+/* The scales' dtype of the quantization that part w belongs to: its matmul's scale operand's. */
+static kir_dtype quant_scale_dtype(const kir_graph *g, kir_val w)
+{
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        const kir_node *n = &g->nodes[v];
+        if (n->op == KIR_OP_MATMUL && n->nin >= 3)
+            for (int k = 1; k < n->nin; k++)
+                if (n->in[k] == w) return kir_node_at(g, n->in[2])->dtype;
+    }
+    KS_UNREACHABLE(); /* eliminate_dead_nodes drops a part no matmul reads */
+}
+
+/* Part `node` of a quantization (ir/ir.h, "quantized weights"): the float matrix its recipe derives,
+ * read in f32, quantized (passes/quantize_weight.h), that part written to out. */
+static int quant_part_data(const kd_model *m, const kir_graph *g, kir_val node, void *out, ks_diag *d)
+{
+    kir_quant_layout q;
+    kir_quant_layout_of_part(g, node, quant_scale_dtype(g, node), &q);
+    float *w = ks_xmalloc(sizeof(float) * (size_t)(q.rows * q.cols));
+    int rc = derived_data(m, g, node, KIR_F32, w, d);
+    if (rc == 0) {
+        kir_word part = kir_attr_word(g, node, KIR_A_WEIGHT_QUANT);
+        kp_quantize_matrix(&q, w, part == KIR_QUANT_PART_CODES ? out : NULL, part == KIR_QUANT_PART_SCALE ? out : NULL,
+                    part == KIR_QUANT_PART_ZERO ? out : NULL);
+    }
+    free(w);
+    return rc;
 }
 
 int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, void *out, ks_diag *d)
 {
     const kir_node *n = kir_node_at(g, node);
     const char *name = kir_attr_str(g, node, KIR_A_WEIGHT_NAME);
-    size_t es = kir_dtype_size(n->dtype);
+    if (kir_weight_quant_part(g, node)) return quant_part_data(m, g, node, out, d);
     if (!kp_weight_is_derived(g, node)) return read_named(m, name, n->dtype, out, (size_t)kir_elems(n, 1), d);
+    return derived_data(m, g, node, n->dtype, out, d);
+}
+
+/* A derived weight's data (its recipe's, with sources read as dtype t: the weight's own, or f32 for the
+ * float matrix of a quantization) into out. */
+static int derived_data(const kd_model *m, const kir_graph *g, kir_val node, kir_dtype t, void *out, ks_diag *d)
+{
+    size_t es = kir_dtype_size(t);
     ks_arena scratch = {0};
     kp_weight_recipe r;
     int rc = kp_weight_recipe_of(g, node, &scratch, &r);
@@ -453,7 +534,7 @@ int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, void *ou
     void **src = ks_xcalloc(r.n_sources, sizeof *src);
     for (size_t i = 0; i < r.n_sources && rc == 0; i++) {
         src[i] = ks_xmalloc(r.bytes[i] ? r.bytes[i] : 1);
-        rc = read_named(m, r.names[i], n->dtype, src[i], r.bytes[i] / es, d);
+        rc = read_named(m, r.names[i], t, src[i], r.bytes[i] / es, d);
     }
     if (rc == 0) kp_derive_weight(g, node, &r, (const void *const *)src, out);
     for (size_t i = 0; i < r.n_sources; i++) free(src[i]);

@@ -382,7 +382,7 @@ static void **graph_weights(const kd_model *m, const kir_graph *g, ks_diag *d)
     for (size_t v = 0; v < g->n_nodes && !d->errors; v++) {
         const kir_node *n = &g->nodes[v];
         if (n->op != KIR_OP_WEIGHT) continue;
-        w[v] = ks_xmalloc((size_t)kir_elems(n, 1) * kir_dtype_size(n->dtype));
+        w[v] = ks_xmalloc((size_t)kir_dtype_bytes(n->dtype, (uint64_t)kir_elems(n, 1)));
         kd_weight_data(m, g, (kir_val)v, w[v], d);
     }
     return w;

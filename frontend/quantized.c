@@ -298,15 +298,6 @@ static int decode_layer(const quant_spec *s, const kf_tensor *qw, const kf_tenso
     return rc;
 }
 
-/* An FP8 E4M3 byte's value (OCP's e4m3fn: bias 7, no infinities, S.1111.111 NaN). */
-static float e4m3(uint8_t b)
-{
-    const int e = (b >> 3) & 15, m = b & 7;
-    const float sign = b & 0x80 ? -1.0f : 1.0f;
-    if (e == 15 && m == 7) return sign * __builtin_nanf("");
-    return sign * (e ? ldexpf(1.0f + (float)m / 8.0f, e - 7) : ldexpf((float)m / 8.0f, -6));
-}
-
 /* FP8 layer k (P.weight, F8_E4M3 [out, in]): its scale checked against the spec, the weight decoded into
  * f32 in place of the codes. */
 static int decode_fp8(kf_checkpoint *c, const quant_spec *s, size_t k, ks_diag *d)
@@ -342,7 +333,7 @@ static int decode_fp8(kf_checkpoint *c, const quant_spec *s, size_t k, ks_diag *
         return -1;
     }
     for (int64_t o = 0; o < outs; o++)
-        for (int64_t i = 0; i < in; i++) out[o * in + i] = e4m3(w->data[o * in + i]) * scales[(o / bo) * cols + i / bi];
+        for (int64_t i = 0; i < in; i++) out[o * in + i] = ks_e4m3_to_f32(w->data[o * in + i]) * scales[(o / bo) * cols + i / bi];
     free(scales);
     c->tensors[(size_t)(sc - c->tensors)].decoded = 1;
     /* a static activation scale (compressed-tensors' P.input_scale): activations stay float, so it is read by

@@ -17,8 +17,8 @@ kir_op kir_op_lookup(const char *name)
     return KIR_OP_COUNT;
 }
 
-static const char *const dtype_names[KIR_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32", "f8e4m3"};
-static const size_t dtype_sizes[KIR_DTYPE_COUNT] = {4, 2, 2, 4, 1};
+static const char *const dtype_names[KIR_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32", "f8e4m3", "u4", "u8", "i8"};
+static const int dtype_bits[KIR_DTYPE_COUNT] = {32, 16, 16, 32, 8, 4, 8, 8};
 
 const char *kir_dtype_name(kir_dtype t)
 {
@@ -35,9 +35,19 @@ int kir_dtype_lookup(const char *name)
 
 size_t kir_dtype_size(kir_dtype t)
 {
-    KS_ASSERT(t < KIR_DTYPE_COUNT);
-    return dtype_sizes[t];
+    KS_ASSERT(t < KIR_DTYPE_COUNT && dtype_bits[t] % 8 == 0);
+    return (size_t)dtype_bits[t] / 8;
 }
+
+int kir_dtype_bits(kir_dtype t)
+{
+    KS_ASSERT(t < KIR_DTYPE_COUNT);
+    return dtype_bits[t];
+}
+
+uint64_t kir_dtype_bytes(kir_dtype t, uint64_t elems) { return (elems * (uint64_t)kir_dtype_bits(t) + 7) / 8; }
+
+int kir_dtype_is_quantized(kir_dtype t) { return t == KIR_F8E4M3 || t == KIR_U4 || t == KIR_U8 || t == KIR_I8; }
 
 /* Limits on graph size: far above any real model (Llama-3-405B unrolled is
  * ~3k nodes), low enough that a corrupt input cannot exhaust memory. */

@@ -78,15 +78,22 @@ typedef enum kir_dtype {
     KIR_F16,  /* IEEE binary16 */
     KIR_BF16, /* bfloat16 */
     KIR_I32,  /* 32-bit signed integer (token ids, positions) */
-    KIR_F8E4M3, /* FP8 E4M3 (OCP, "e4m3fn": no infinities): checkpoint storage only, an FP8 checkpoint's
-                 * weights before frontend/quantized.c decodes them; no value of a graph has it (the shape
-                 * rules allow none) */
+    KIR_F8E4M3, /* FP8 E4M3 (OCP, "e4m3fn": no infinities): an FP8 checkpoint's weights, and the codes of a
+                 * weight quantized to fp8 (passes/quantize.c) */
+    KIR_U4,     /* 4-bit unsigned codes, two a byte (the even element in the low nibble) along the last dim:
+                 * a weight quantized to 4 bits; no computed value has it */
+    KIR_U8,     /* 8-bit unsigned codes: a weight quantized to 8 bits with zero points; a checkpoint's U8 */
+    KIR_I8,     /* 8-bit signed codes: a weight quantized symmetrically to 8 bits; a checkpoint's I8 */
     KIR_DTYPE_COUNT
 } kir_dtype;
 
-const char *kir_dtype_name(kir_dtype t);   /* "f32", "f16", "bf16", "i32", "f8e4m3" */
+const char *kir_dtype_name(kir_dtype t);   /* "f32", "f16", "bf16", "i32", "f8e4m3", "u4", "u8", "i8" */
 int kir_dtype_lookup(const char *name);    /* -1 if unknown */
-size_t kir_dtype_size(kir_dtype t);        /* bytes per element */
+size_t kir_dtype_size(kir_dtype t);        /* bytes per element; not for u4 (half a byte: kir_dtype_bytes) */
+int kir_dtype_bits(kir_dtype t);           /* bits per element: 4 for u4 */
+uint64_t kir_dtype_bytes(kir_dtype t, uint64_t elems); /* bytes of elems elements, packed (u4: rounded up) */
+/* Whether t holds the codes of a quantized weight (u4, u8, i8, f8e4m3): a WEIGHT only, read with its scales. */
+int kir_dtype_is_quantized(kir_dtype t);
 /* A float dtype's element format, for ks_decode_f32. */
 static inline ks_float_kind kir_float_kind(kir_dtype t)
 {
@@ -356,6 +363,33 @@ int kir_infer(kir_graph *g, kir_val v, ks_buf *err);
  * checked once the rest verifies). Reports each problem through d, at the node's location; `what`
  * names the graph in messages (e.g. the IR file). Returns the error count. */
 int kir_verify(const kir_graph *g, ks_diag *d, const char *what);
+
+/* ---- quantized weights -----------------------------------------------------------
+ * passes/quantize.c replaces a matmul's float weight W [N,K] by three WEIGHT
+ * nodes, the parts of quantizing W's data, which a matmul takes as operands
+ * (x, codes, scale, zero):
+ *
+ *   %8 : u4[256,128] = weight() {name="wq[0]+wk[0]+wv[0]#codes", derive="concat0",
+ *        sources="wq[0],wk[0],wv[0]", rows=[128,64,64], quant="codes", qtype="u4", group=128, asym=1}
+ *   %9 : f16[256,1] = weight() {name="…#scale", …, quant="scale", …}
+ *   %10 : u8[256,1] = weight() {name="…#zero", …, quant="zero", …}
+ *   %11 : f32[T,256] = matmul(%7, %8, %9, %10) {quant="w4a16"}
+ *
+ * Each part carries the recipe of W's data (derive, sources, rows, offset:
+ * passes/derived_weight.h), read in f32, and how it is quantized: the codes'
+ * dtype (qtype), blocks of block_rows rows and group columns (group = K: a
+ * scale a row), asym (zero points). Element [n,k] of W is
+ *     (code[n,k] - zero[n/r, k/g]) * scale[n/r, k/g]
+ * with zero the block's u8 zero point, or without them the codes' midpoint
+ * (u4: 8, u8: 128; i8 and f8e4m3: 0). */
+/* Whether w is a WEIGHT that is a part of a quantization (has `quant`). */
+int kir_weight_quant_part(const kir_graph *g, kir_val w);
+/* The dims [N,K] of the float matrix that part w is a part of quantizing. */
+void kir_quant_data_dims(const kir_graph *g, kir_val w, int64_t dims[2]);
+/* The codes' dtype of part w's quantization (its qtype), or KIR_DTYPE_COUNT when qtype names none. */
+kir_dtype kir_quant_codes_dtype(const kir_graph *g, kir_val w);
+/* The verifier's check of the parts and of each quantized matmul's operands (kir_verify runs it). */
+int kir_verify_quant(const kir_graph *g, ks_diag *d, const char *what);
 
 /* ---- errors about a node ------------------------------------------------------
  * kir_node_error reports an error about node v: at its place in the .kiln or IR

@@ -92,7 +92,13 @@ static int kir_shape_weight(shape_ctx *c)
     memcpy(c->dims, c->n->dims, sizeof c->dims);
     for (int i = 0; i < c->ndim; i++)
         if (c->dims[i] <= 0) return fail(c, "weight dims must be positive constants");
-    if (!is_float(c->dtype)) return fail(c, "weights must be f32, f16 or bf16");
+    if (kir_dtype_is_quantized(c->dtype)) {
+        if (c->ndim != 2) return fail(c, "quantized weights (%s) must be [N,K] matrices", kir_dtype_name(c->dtype));
+        if (c->dtype == KIR_U4 && c->dims[1] % 2) return fail(c, "u4 weights pack two codes a byte: K must be even");
+        return 0;
+    }
+    if (!is_float(c->dtype))
+        return fail(c, "weights must be f32, f16 or bf16 (or quantized codes: u4, u8, i8, f8e4m3)");
     return 0;
 }
 
@@ -118,6 +124,36 @@ static int kir_shape_embed(shape_ctx *c)
     return rc;
 }
 
+/* The scheme a quantized weight's codes take: u4 w4a16; u8 w8a16; i8 w8a16 or w8a8; f8e4m3 fp8. */
+static int quant_fits(kir_dtype codes, kir_word q)
+{
+    switch (codes) {
+    case KIR_U4: return q == KIR_QUANT_W4A16;
+    case KIR_U8: return q == KIR_QUANT_W8A16;
+    case KIR_I8: return q == KIR_QUANT_W8A16 || q == KIR_QUANT_W8A8;
+    case KIR_F8E4M3: return q == KIR_QUANT_FP8;
+    default: return q == KIR_QUANT_NONE;
+    }
+}
+
+/* A quantized matmul's scale[N/r,K/g] and zero points (u8, the scale's dims; u4 and u8 codes only). */
+static int check_quant_operands(shape_ctx *c, const kir_node *w, ks_buf *b)
+{
+    const kir_node *scale = operand(c, 2), *zero = operand(c, 3);
+    if (!scale) return fail(c, "a quantized weight (%s) needs its scales", type_str(b, w));
+    if (scale->ndim != 2 || !is_float(scale->dtype) || scale->dims[0] <= 0 || scale->dims[1] <= 0 ||
+        w->dims[0] % scale->dims[0] || w->dims[1] % scale->dims[1])
+        return fail(c, "scales must be a float [N/r,K/g] whose blocks divide the weight's %lldx%lld, got %s",
+                    (long long)w->dims[0], (long long)w->dims[1], type_str(b, scale));
+    if (!zero) return 0;
+    if (w->dtype != KIR_U4 && w->dtype != KIR_U8)
+        return fail(c, "zero points go with u4 or u8 codes, not %s", kir_dtype_name(w->dtype));
+    if (zero->dtype != KIR_U8 || zero->ndim != 2 || zero->dims[0] != scale->dims[0] || zero->dims[1] != scale->dims[1])
+        return fail(c, "zero points must be u8[%lld,%lld] (a scale's blocks), got %s", (long long)scale->dims[0],
+                    (long long)scale->dims[1], type_str(b, zero));
+    return 0;
+}
+
 static int kir_shape_matmul(shape_ctx *c)
 {
     const kir_node *x = operand(c, 0), *w = operand(c, 1);
@@ -125,12 +161,20 @@ static int kir_shape_matmul(shape_ctx *c)
     if (want_activation(c, x, "input")) return -1;
     ks_buf b = KS_BUF_TRY, b2 = KS_BUF_TRY;
     int rc = 0;
+    kir_word q = kir_attr_word(c->g, c->v, KIR_A_MATMUL_QUANT);
+    int quantized = kir_dtype_is_quantized(w->dtype);
     if (x->ndim != 2)
         rc = fail(c, "input must be [T,K], got %s", type_str(&b, x));
-    else if (w->ndim != 2 || w->dims[0] == KIR_DIM_T || w->dims[1] == KIR_DIM_T || !is_float(w->dtype))
-        rc = fail(c, "weight must be a [N,K] float matrix, got %s", type_str(&b, w));
+    else if (w->ndim != 2 || w->dims[0] == KIR_DIM_T || w->dims[1] == KIR_DIM_T || !(is_float(w->dtype) || quantized))
+        rc = fail(c, "weight must be a [N,K] float or quantized matrix, got %s", type_str(&b, w));
     else if (x->dims[1] != w->dims[1])
         rc = fail(c, "inner dimensions differ: %s x %s", type_str(&b, x), type_str(&b2, w));
+    else if (!quant_fits(w->dtype, q))
+        rc = fail(c, "quant=%s does not multiply a %s weight", kir_word_table[q].text, kir_dtype_name(w->dtype));
+    else if (!quantized && c->n->nin > 2)
+        rc = fail(c, "scales and zero points go with a quantized weight, not %s", type_str(&b, w));
+    else if (quantized && check_quant_operands(c, w, &b) != 0)
+        rc = -1;
     else {
         c->dtype = activation_dtype(c);
         c->ndim = 2;

@@ -459,7 +459,12 @@ static void check_derived_weight(kir_verifier *c, kir_val v, const named_weight 
         }
         sum += r;
     }
-    if (n->ndim < along + 1 || sum != n->dims[along]) {
+    /* a part of a quantization derives the float matrix it quantizes: its dims, any float dtype */
+    const int quant = kir_weight_quant_part(g, v) && n->ndim == 2 && c->type_ok[v];
+    int64_t data_dims[KIR_MAX_DIMS];
+    memcpy(data_dims, n->dims, sizeof data_dims);
+    if (quant) kir_quant_data_dims(g, v, data_dims);
+    if (n->ndim < along + 1 || sum != data_dims[along]) {
         ks_buf t = KS_BUF_TRY;
         kir_format_type(&t, n);
         node_error(c, v, "rows add up to %lld, but the weight is %s%s", (long long)sum, ks_buf_cstr(&t),
@@ -479,8 +484,9 @@ static void check_derived_weight(kir_verifier *c, kir_val v, const named_weight 
         if (src != KIR_NONE && c->type_ok[src]) {
             /* a source still in the graph gives rows[i] rows of the same row type */
             const kir_node *s = kir_node_at(g, src);
-            int fits = s->dtype == n->dtype && s->ndim == n->ndim && s->dims[along] == rows->u.ints.v[i];
-            for (int d = 0; fits && d < n->ndim; d++) fits = d == along || s->dims[d] == n->dims[d];
+            int fits = (quant ? !kir_dtype_is_quantized(s->dtype) : s->dtype == n->dtype) && s->ndim == n->ndim &&
+                       s->dims[along] == rows->u.ints.v[i];
+            for (int d = 0; fits && d < n->ndim; d++) fits = d == along || s->dims[d] == data_dims[d];
             if (!fits) {
                 ks_buf ts = KS_BUF_TRY, tn = KS_BUF_TRY;
                 kir_format_type(&ts, s);
@@ -706,6 +712,7 @@ int kir_verify(const kir_graph *g, ks_diag *d, const char *what)
     check_kv_writes(&c);
     check_kv_dtype(&c);
     check_derived(&c);
+    if (c.errors == 0) c.errors += kir_verify_quant(g, d, c.what);
     check_groups(&c);
     check_output(&c);
     /* the plan's checker needs a sound graph: operands, types and groups */

@@ -8,11 +8,23 @@ int kp_weight_is_derived(const kir_graph *g, kir_val w)
     return kir_node_at(g, w)->op == KIR_OP_WEIGHT && kir_attr_has(g, w, KIR_A_WEIGHT_DERIVE);
 }
 
+/* The data w's recipe derives: w's own dtype and dims, or for a part of a quantization the f32
+ * matrix it quantizes (ir/ir.h, "quantized weights"). */
+static kir_node recipe_data(const kir_graph *g, kir_val w)
+{
+    kir_node d = *kir_node_at(g, w);
+    if (kir_weight_quant_part(g, w) && d.ndim == 2) {
+        d.dtype = KIR_F32;
+        kir_quant_data_dims(g, w, d.dims);
+    }
+    return d;
+}
+
 int kp_weight_recipe_of(const kir_graph *g, kir_val w, ks_arena *arena, kp_weight_recipe *r)
 {
     memset(r, 0, sizeof *r);
-    const kir_node *n = kir_node_at(g, w);
-    if (n->op != KIR_OP_WEIGHT || !kir_attr_has(g, w, KIR_A_WEIGHT_DERIVE)) return 0;
+    if (kir_node_at(g, w)->op != KIR_OP_WEIGHT || !kir_attr_has(g, w, KIR_A_WEIGHT_DERIVE)) return 0;
+    const kir_node data = recipe_data(g, w), *n = &data;
     const char *sources = kir_attr_str(g, w, KIR_A_WEIGHT_SOURCES);
     uint32_t n_rows = 0;
     const int64_t *rows = kir_attr_ints(g, w, KIR_A_WEIGHT_ROWS, &n_rows);
@@ -52,7 +64,7 @@ int kp_weight_recipe_of(const kir_graph *g, kir_val w, ks_arena *arena, kp_weigh
 
 void kp_derive_weight(const kir_graph *g, kir_val w, const kp_weight_recipe *r, const void *const *sources, void *out)
 {
-    const kir_node *n = kir_node_at(g, w);
+    const kir_node data = recipe_data(g, w), *n = &data;
     size_t total = (size_t)kir_elems(n, 1) * kir_dtype_size(n->dtype), at = 0;
     KS_ASSERT(r->n_sources > 0);
     if (kir_attr_word(g, w, KIR_A_WEIGHT_DERIVE) == KIR_DERIVE_OFFSET) {

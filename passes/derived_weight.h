@@ -54,7 +54,10 @@ int kp_weight_is_derived(const kir_graph *g, kir_val w);
 int kp_weight_recipe_of(const kir_graph *g, kir_val w, ks_arena *arena, kp_weight_recipe *r);
 
 /* Write w's data (kir_elems(w, 1) elements of its dtype) into out from the
- * sources' data: sources[i] holds r->bytes[i] bytes. */
+ * sources' data: sources[i] holds r->bytes[i] bytes. For a part of a
+ * quantization (ir/ir.h, "quantized weights") the recipe derives the float
+ * matrix it quantizes, in f32 (sources read as f32; kir_quant_data_dims),
+ * which kp_quantize (passes/quantize.h) then makes the part of. */
 void kp_derive_weight(const kir_graph *g, kir_val w, const kp_weight_recipe *r, const void *const *sources, void *out);
 
 #endif

@@ -5,6 +5,7 @@
  * any verified graph):
  *  - sibling matmuls merge first, so that a norm feeding Q, K and V has one
  *    consumer left and can become the merged matmul's prologue;
+ *  - quantization after the merge, so a merged weight is quantized once;
  *  - kv_write is split off attention before the epilogues grow, so that the
  *    QKV kernel writes the cache and attention only reads it;
  *  - epilogues before prologues: a prologue norm joins the group its matmul
@@ -30,6 +31,7 @@
 const kp_pass kp_passes[] = {
     {"fuse_sibling_matmuls", "matmuls that share an input become one over a concatenated weight, then slices",
      kp_fuse_sibling_matmuls},
+    {"quantize", "matmuls over float weights become matmuls over quantized codes and scales (--quant)", kp_quantize},
     {"split_kv_write", "attention's KV-cache write becomes a kv_write node; attention only reads",
      kp_split_kv_write},
     {"fuse_epilogues", "a matmul and the elementwise, view and kv_write nodes after it become one kernel",

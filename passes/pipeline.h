@@ -89,6 +89,12 @@ struct kp_options {
     const char *what;            /* names the run in messages; NULL: "kiln" */
     int64_t max_tokens;          /* plan_memory: the most tokens a step may have, which the plan holds
                                     (the build's --max-tokens); 0: no plan (plan_memory leaves the graph) */
+    kir_word quant;              /* quantize: the scheme (--quant), a KIR_QUANT_* word but NONE; any other
+                                    value (0, KIR_QUANT_NONE) leaves the graph untouched */
+    int64_t quant_group;         /* quantize: the columns a scale covers; 0: the scheme's (w4a16 128, else a row) */
+    int quant_asym;              /* quantize: 1 zero points, -1 none, 0 the scheme's (w4a16 with, else without) */
+    const char *const *quant_skip; /* quantize: globs of weight names left in 16 bits (--quant-skip) */
+    size_t n_quant_skip;         /* entries in quant_skip */
     kir_dtype compute_dtype;     /* lower_precision: KIR_BF16 or KIR_F16 stores values between kernels in
                                     that dtype (--precision fast); KIR_F32 (0): exact, the graph untouched */
 };
@@ -110,6 +116,7 @@ size_t kp_count_kernels(const kir_graph *g);
 
 /* ---- the passes, each in its own file -------------------------------------------------- */
 int kp_fuse_sibling_matmuls(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d); /* passes/fuse_sibling_matmuls.c */
+int kp_quantize(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);              /* passes/quantize.c */
 int kp_split_kv_write(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);       /* passes/split_kv_write.c */
 int kp_fuse_epilogues(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);       /* passes/fuse_epilogues.c */
 int kp_fuse_norm_prologue(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);   /* passes/fuse_norm_prologue.c */

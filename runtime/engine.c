@@ -88,7 +88,7 @@ int krt_engine_write_to(ks_outfile *out, const krt_engine_spec *spec, uint64_t *
     for (size_t v = 0; v < g->n_nodes; v++) {
         const kir_node *n = &g->nodes[v];
         if (n->op != KIR_OP_WEIGHT) continue;
-        uint64_t bytes = (uint64_t)kir_elems(n, 1) * kir_dtype_size(n->dtype);
+        uint64_t bytes = kir_dtype_bytes(n->dtype, (uint64_t)kir_elems(n, 1));
         wsize = (wsize + KRT_WEIGHT_ALIGN - 1) / KRT_WEIGHT_ALIGN * KRT_WEIGHT_ALIGN;
         uint8_t e[24];
         put_u32(e, (uint32_t)v);
@@ -180,7 +180,7 @@ int krt_engine_write_to(ks_outfile *out, const krt_engine_spec *spec, uint64_t *
             for (size_t v = 0; v < g->n_nodes && !rc && !w.out.err; v++) {
                 const kir_node *n = &g->nodes[v];
                 if (n->op != KIR_OP_WEIGHT) continue;
-                size_t bytes = (size_t)kir_elems(n, 1) * kir_dtype_size(n->dtype);
+                size_t bytes = (size_t)kir_dtype_bytes(n->dtype, (uint64_t)kir_elems(n, 1));
                 w_pad_to(&w, KRT_WEIGHT_ALIGN);
                 /* in parts where fill_part can (the buffer a part), else whole */
                 int whole = 1;
@@ -440,7 +440,7 @@ krt_engine *krt_engine_open(const char *path, ks_diag *d)
         const kir_node *n = &e->graph->nodes[node];
         const char *name = kir_attr_str(e->graph, node, KIR_A_WEIGHT_NAME);
         if (dtype != (uint32_t)n->dtype ||
-            bytes != (uint64_t)kir_elems(n, 1) * kir_dtype_size(n->dtype)) {
+            bytes != kir_dtype_bytes(n->dtype, (uint64_t)kir_elems(n, 1))) {
             open_fail(e, d, path, "damaged: weight '%s' has the wrong type or size in the index", name);
             return NULL;
         }

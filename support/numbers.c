@@ -3,6 +3,7 @@
 #include "support.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 static float bits_to_f32(uint32_t u)
@@ -107,6 +108,35 @@ uint16_t ks_f32_to_f16(float f)
     uint32_t rest = man & 0x1fff;
     if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
     return (uint16_t)(sign | h);
+}
+
+float ks_e4m3_to_f32(uint8_t b)
+{
+    const int e = (b >> 3) & 15, m = b & 7;
+    const float sign = b & 0x80 ? -1.0f : 1.0f;
+    if (e == 15 && m == 7) return sign * __builtin_nanf("");
+    return sign * (e ? ldexpf(1.0f + (float)m / 8.0f, e - 7) : ldexpf((float)m / 8.0f, -6));
+}
+
+uint8_t ks_f32_to_e4m3(float f)
+{
+    if (f != f) return 0x7f;
+    uint8_t sign = signbit(f) ? 0x80 : 0;
+    float a = fabsf(f);
+    /* the positive codes 0..126 increase with their value: the largest at or below a, then the nearer
+     * of it and the next (a tie to the even code) */
+    int lo = 0, hi = 126;
+    if (a >= 448.0f) return (uint8_t)(sign | 126);
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (ks_e4m3_to_f32((uint8_t)mid) <= a)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    float below = ks_e4m3_to_f32((uint8_t)lo), above = ks_e4m3_to_f32((uint8_t)(lo + 1));
+    int code = a - below < above - a ? lo : a - below > above - a ? lo + 1 : (lo % 2 ? lo + 1 : lo);
+    return (uint8_t)(sign | code);
 }
 
 uint64_t ks_hash64(uint64_t h, const void *data, size_t n)

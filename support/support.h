@@ -255,6 +255,9 @@ float ks_f16_to_f32(uint16_t h);
 float ks_bf16_to_f32(uint16_t h);
 uint16_t ks_f32_to_f16(float f);  /* round to nearest even */
 uint16_t ks_f32_to_bf16(float f); /* round to nearest even */
+/* FP8 E4M3 (OCP's e4m3fn: bias 7, no infinities, S.1111.111 NaN). */
+float ks_e4m3_to_f32(uint8_t b);
+uint8_t ks_f32_to_e4m3(float f);  /* round to nearest even, saturating at +-448; NaN: 0x7f */
 
 /* The element formats of stored float data (support does not know the IR's
  * dtypes: kir_float_kind maps them). */

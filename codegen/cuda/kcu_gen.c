@@ -66,7 +66,10 @@ const char *kcu_elem_type(kir_dtype t)
     case KIR_F16: return "kcu_f16";
     case KIR_BF16: return "kcu_bf16";
     case KIR_I32: return "int";
-    case KIR_F8E4M3: /* checkpoint storage only: no value has it */
+    case KIR_F8E4M3: /* quantized weights' codes: kcu_build refuses quantized matmuls */
+    case KIR_U4:
+    case KIR_U8:
+    case KIR_I8:
     case KIR_DTYPE_COUNT: break;
     }
     KS_UNREACHABLE();
@@ -255,7 +258,7 @@ static void put_l2_ahead(kcu_gen *x, krt_cuda_kernel *k, ks_buf *stmt)
     const kir_val w = x->ahead[k->node];
     if (w == KIR_NONE) return;
     const kir_node *wn = &g->nodes[w];
-    int64_t bytes = kir_elems(wn, 0) * (int64_t)kir_dtype_size(wn->dtype);
+    int64_t bytes = (int64_t)kir_dtype_bytes(wn->dtype, (uint64_t)kir_elems(wn, 0));
     const int64_t cap = (int64_t)x->opt.l2_ahead_mb << 20;
     if (bytes > cap) bytes = cap;
     bytes &= ~(int64_t)15;

@@ -86,12 +86,12 @@ static int prepare_weight(krt_interp *it, kir_val v, const void *data, ks_diag *
     const kir_node *n = &it->g->nodes[v];
     if (!data)
         return node_error(d, it->g, v, "'%s' has no data", kir_attr_str(it->g, v, KIR_A_WEIGHT_NAME));
-    size_t elem = kir_dtype_size(n->dtype);
+    size_t elem = kir_dtype_bits(n->dtype) < 8 ? 1 : kir_dtype_size(n->dtype);
     if ((uintptr_t)data % elem == 0) {
         it->weights[v] = data; /* used in place */
         return 0;
     }
-    size_t bytes = elem * (size_t)kir_elems(n, 1);
+    size_t bytes = (size_t)kir_dtype_bytes(n->dtype, (uint64_t)kir_elems(n, 1));
     void *copy = ks_try_malloc(bytes ? bytes : 1);
     if (!copy) {
         char what[96];

@@ -16,6 +16,8 @@
  */
 #include "runtime/interp/interp_kernels.h"
 
+#include "ir/quant.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -161,10 +163,38 @@ static float dot_weight(const float *a, const void *b, int64_t n, kir_dtype dt)
     }
 }
 
+/* A quantized weight (ir/quant.h): its parts, and whether x is quantized too, a token at a time. */
+typedef struct quant_weight {
+    kir_quant_layout q; /* its layout */
+    const void *scale;  /* its scales */
+    const void *zero;   /* its zero points, or NULL */
+    kir_word scheme;    /* the matmul's quant: fp8 and w8a8 quantize x's rows (quantize_row) */
+} quant_weight;
+
+/* Row x[0..k) as the scheme quantizes it a token at a time, into xq; returns the row's scale (x = xq *
+ * scale): fp8, e4m3 values of x / (amax / 448); w8a8, integers rint(x / (amax / 127)). A row of zeros
+ * has scale 0. */
+static float quantize_row(kir_word scheme, const float *x, int64_t k, float *xq)
+{
+    float amax = 0;
+    for (int64_t i = 0; i < k; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    const float s = amax / (scheme == KIR_QUANT_FP8 ? 448.0f : 127.0f);
+    for (int64_t i = 0; i < k; i++) {
+        if (s == 0) {
+            xq[i] = 0;
+            continue;
+        }
+        float v = x[i] / s;
+        xq[i] = scheme == KIR_QUANT_FP8 ? ks_e4m3_to_f32(ks_f32_to_e4m3(v)) : fminf(fmaxf(rintf(v), -127.0f), 127.0f);
+    }
+    return s;
+}
+
 typedef struct matmul_job {
     const float *x;    /* [rows, k] */
     const void *w;     /* [n, k] in w_dtype */
-    kir_dtype w_dtype; /* f32, f16 or bf16 */
+    kir_dtype w_dtype; /* f32, f16 or bf16; or a quantized weight's codes (quant) */
+    const quant_weight *quant; /* a quantized weight's parts and scheme, or NULL */
     float *out;        /* [rows, n] */
     float *buf;        /* [tile_floats(k)] this job's tile of w as float32 (converting), or NULL */
     int64_t rows;      /* rows of x */
@@ -191,6 +221,29 @@ static int64_t tile_rows(int64_t k)
     return tile < 1 ? 1 : tile;
 }
 static size_t tile_floats(int64_t k) { return (size_t)(tile_rows(k) * k); }
+/* A quantized weight's: its tile dequantized, and a row of x quantized (fp8, w8a8). */
+static size_t quant_tile_floats(int64_t k) { return tile_floats(k) + (size_t)k; }
+
+/* matmul_columns of a quantized weight: each tile dequantized (kir_dequantize_row), then every row
+ * of x against it; fp8 and w8a8 take x's row quantized (quantize_row) and scale the product back. */
+static void quant_columns(const matmul_job *j, int64_t tile)
+{
+    const quant_weight *qw = j->quant;
+    float *xq = j->buf + tile_floats(j->k);
+    const int quant_x = qw->scheme == KIR_QUANT_FP8 || qw->scheme == KIR_QUANT_W8A8;
+    for (int64_t c0 = j->n0; c0 < j->n1; c0 += tile) {
+        int64_t c1 = c0 + tile < j->n1 ? c0 + tile : j->n1;
+        for (int64_t c = c0; c < c1; c++)
+            kir_dequantize_row(&qw->q, j->w, qw->scale, qw->zero, c, j->buf + (c - c0) * j->k);
+        for (int64_t t = 0; t < j->rows; t++) {
+            const float *xr = j->x + t * j->k;
+            float sx = 1;
+            if (quant_x) sx = quantize_row(qw->scheme, xr, j->k, xq), xr = xq;
+            float *o = j->out + t * j->n;
+            for (int64_t c = c0; c < c1; c++) o[c] = dot(xr, j->buf + (c - c0) * j->k, j->k) * sx;
+        }
+    }
+}
 
 /* A tile of w's rows at a time, then every row of x against it. */
 static void matmul_columns(const matmul_job *j)
@@ -199,6 +252,10 @@ static void matmul_columns(const matmul_job *j)
     if (tile > j->n1 - j->n0) tile = j->n1 - j->n0;
     int convert = j->w_dtype != KIR_F32 && j->rows >= MATMUL_CONVERT_ROWS;
     float *buf = j->buf;
+    if (j->quant) { /* the reference dequantization: a tile of rows as float32 */
+        quant_columns(j, tile);
+        return;
+    }
     size_t row_bytes = kir_dtype_size(j->w_dtype) * (size_t)j->k;
     for (int64_t c0 = j->n0; c0 < j->n1; c0 += tile) {
         int64_t c1 = c0 + tile < j->n1 ? c0 + tile : j->n1;
@@ -231,8 +288,8 @@ static void *matmul_worker(void *p)
 enum { MATMUL_MAX_THREADS = 16 };
 
 /* tiles: [n_threads * tile_floats(k)] for f16/bf16 weights (NULL for f32). */
-static void matmul(const float *xs, const void *w, kir_dtype w_dtype, float *out, int64_t rows, int64_t k, int64_t n,
-                   int n_threads, float *tiles, size_t tile)
+static void matmul(const float *xs, const void *w, kir_dtype w_dtype, const quant_weight *quant, float *out,
+                   int64_t rows, int64_t k, int64_t n, int n_threads, float *tiles, size_t tile)
 {
     matmul_job jobs[MATMUL_MAX_THREADS];
     pthread_t tid[MATMUL_MAX_THREADS];
@@ -242,7 +299,7 @@ static void matmul(const float *xs, const void *w, kir_dtype w_dtype, float *out
     if (nt > n) nt = (int)n;
     if (nt < 1) nt = 1;
     for (int i = 0; i < nt; i++)
-        jobs[i] = (matmul_job){xs, w, w_dtype, out, tiles ? tiles + (size_t)i * tile : NULL, rows, k, n, n * i / nt,
+        jobs[i] = (matmul_job){xs, w, w_dtype, quant, out, tiles ? tiles + (size_t)i * tile : NULL, rows, k, n, n * i / nt,
                                n * (i + 1) / nt};
     /* Split by columns: each element is one dot(), whoever computes it. A
      * thread that cannot start leaves its columns to this one. */
@@ -261,7 +318,15 @@ static void run_matmul(const krt_interp_exec *x, kir_val v)
     const kir_node *n = node_of(x, v);
     const kir_node *w = node_of(x, n->in[1]);
     int64_t k = w->dims[1], cols = w->dims[0];
-    matmul(x->src[n->in[0]], data_of(x, n->in[1]), w->dtype, x->dst[v], elems_of(x, n->in[0]) / k, k, cols,
+    quant_weight qw, *quant = NULL;
+    if (n->nin > 2) {
+        kir_quant_layout_of(x->g, v, &qw.q);
+        qw.scale = data_of(x, n->in[2]);
+        qw.zero = n->nin > 3 && n->in[3] != KIR_NONE ? data_of(x, n->in[3]) : NULL;
+        qw.scheme = kir_attr_word(x->g, v, KIR_A_MATMUL_QUANT);
+        quant = &qw;
+    }
+    matmul(x->src[n->in[0]], data_of(x, n->in[1]), w->dtype, quant, x->dst[v], elems_of(x, n->in[0]) / k, k, cols,
            x->n_threads, w->dtype != KIR_F32 ? x->scratch->tiles : NULL, x->scratch->tile);
 }
 
@@ -773,7 +838,9 @@ void krt_interp_scratch_sizes(const kir_graph *g, size_t *conv, size_t *tile, si
             c = conv_floats(g, optional_operand(n, 3));
             break;
         case KIR_OP_MATMUL:
-            if (g->nodes[n->in[1]].dtype != KIR_F32 && tile_floats(g->nodes[n->in[1]].dims[1]) > *tile)
+            if (n->nin > 2 && quant_tile_floats(g->nodes[n->in[1]].dims[1]) > *tile)
+                *tile = quant_tile_floats(g->nodes[n->in[1]].dims[1]);
+            else if (g->nodes[n->in[1]].dtype != KIR_F32 && tile_floats(g->nodes[n->in[1]].dims[1]) > *tile)
                 *tile = tile_floats(g->nodes[n->in[1]].dims[1]);
             break;
         case KIR_OP_ROPE: { /* cos and sin, and the frequencies of a longer sequence: rot_dim * 3/2 */
