@@ -144,6 +144,11 @@ static int score_row(qc_side *eng, qc_side *ref, int64_t vocab, int r, int32_t n
                  "the logits predicting token %zu of the text are not all finite (NaN or infinite)", pos + 1);
         return -1;
     }
+    if (next >= vocab) { /* a token id the embedding takes but no logit scores */
+        ks_error(d, ref->path, "token %zu of the text is id %d, past the %lld logits a token gets", pos + 1, next,
+                 (long long)vocab);
+        return -1;
+    }
     res->kl[res->scored++] = row_kl(pr, lr, pe, le, vocab);
     res->top1 += ae == ar;
     eng->nll += le - (double)pe[next];
@@ -194,9 +199,9 @@ static void summarize(const qc_side *eng, const qc_side *ref, qc_result *res)
     double sum = 0;
     for (size_t i = 0; i < res->scored; i++) sum += res->kl[i];
     qsort(res->kl, res->scored, sizeof *res->kl, cmp_double);
-    size_t rank = (size_t)ceil(0.99 * (double)res->scored); /* nearest rank, 1-based */
+    size_t rank = (99 * res->scored + 99) / 100; /* nearest rank, 1-based: ceil(0.99 n), at least 1 */
     res->mean_kl = sum / (double)res->scored;
-    res->p99_kl = res->kl[(rank ? rank : 1) - 1];
+    res->p99_kl = res->kl[rank - 1];
     res->max_kl = res->kl[res->scored - 1];
     res->ppl = exp(eng->nll / (double)res->scored);
     res->ref_ppl = exp(ref->nll / (double)res->scored);
@@ -291,7 +296,7 @@ static int quant_check(qc_side *eng, qc_side *ref, const char *text_path, const 
                  res->text_tokens, res->text_tokens == 1 ? "" : "s");
         return -1;
     }
-    const char *smaller = de->max_context < dr->max_context ? eng->path : ref->path;
+    const char *smaller = de->max_context <= dr->max_context ? eng->path : ref->path; /* on a tie, the engine */
     int context = de->max_context < dr->max_context ? de->max_context : dr->max_context;
     if (window > context) {
         ks_error(d, smaller, "--window %lld is more than its context of %d positions", (long long)window, context);

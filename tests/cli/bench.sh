@@ -104,7 +104,7 @@ expect_same "help" "exit 0: usage: kiln bench ENGINE [--prompts N,N,...] [--deco
 for opt in --prompts --decode --decode-prompt --batch --reps --warmup --json --max-context --kv-blocks --no-cuda-graphs --profile; do
   grep -q -- "^  $opt " <<<"$out" && passes=$((passes+1)) || { echo "FAIL: help lacks $opt"; failures=$((failures+1)); }
 done
-expect_same "kiln --help lists bench" "  bench    time an engine: time to first token by prompt length, decode per token" \
+expect_same "kiln --help lists bench" "  bench       time an engine: time to first token by prompt length, decode per token" \
   "$("$KILN_BIN" --help | grep '^  bench ')"
 
 # argument errors: exit 2, the message pinned

@@ -38,7 +38,7 @@ static const verify_case cases[] = {
      "m.kiln:44:9: error: node %7 (matmul): inner dimensions differ: f32[T,8] x f32[5,7]\n"
      "types.ir: error: node %8 (input): declared f32[T] but its shape rule gives i32[T]\n"
      "types.ir: error: node %9 (output): declared bf16[T,8] but operands give f32[T,8]\n"
-     "types.ir: error: node %10 (weight): weights must be f32, f16 or bf16\n"
+     "types.ir: error: node %10 (weight): weights must be f32, f16 or bf16 (or quantized codes: u4, u8, i8, f8e4m3)\n"
      "types.ir: error: node %11 (silu): dim 9223372036854775807 makes f32[T,9223372036854775807,2] too large "
      "(more than 2^48 elements per token)\n"},
 
