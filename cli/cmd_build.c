@@ -79,6 +79,9 @@ static const char build_help[] =
     "  --quant-group N      columns a scale covers (w4a16: 32, 64 or 128; default 128)\n"
     "  --quant-sym          no zero points (w4a16's default has them)\n"
     "  --quant-asym         zero points (w8a16: u8 codes)\n"
+    "  --calib FILE         a text whose activations weigh the quantization: run through\n"
+    "                       the reference interpreter (CPU), each matmul input's columns'\n"
+    "                       mean squares weigh the clipping search's error\n"
     "  --quant-skip GLOB    leave weights whose description names match in --dtype, e.g.\n"
     "                       'wd[*]' or 'w?[0]' (a merged weight: any of its parts; may repeat)\n";
 
@@ -108,7 +111,7 @@ int kc_cmd_build(int argc, char **argv)
         {"--from-ir", 1, &in.from_ir, NULL}, {"--stats", 0, &stats, NULL}, {"--max-tokens", 1, &max_tokens, NULL},
         {"--list-passes", 0, &list, NULL},
         {"--emit-source", 1, &in.emit_source, NULL}, {"--dtype", 1, &in.dtype, NULL},
-        {"--precision", 1, &in.precision, NULL}, {"--quant", 1, &in.quant, NULL},
+        {"--precision", 1, &in.precision, NULL}, {"--quant", 1, &in.quant, NULL}, {"--calib", 1, &in.calib, NULL},
         {"--quant-group", 1, &quant_group, NULL}, {"--quant-sym", 0, &quant_sym, NULL},
         {"--quant-asym", 0, &quant_asym, NULL}, {"--quant-skip", KC_REPEAT, quant_skip, &n_quant_skip},
         {NULL, 0, NULL, NULL},

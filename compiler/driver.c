@@ -234,6 +234,7 @@ int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d
 void kd_model_free(kd_model *m)
 {
     kir_graph_free(m->optimized);
+    kd_calib_free(m->calib);
     kf_model_free(m->model);
     kf_checkpoint_close(m->ckpt);
     free_json(&m->config);
@@ -303,29 +304,47 @@ static int check_tokenizer_ids(const krt_tok *t, const char *path, const kir_gra
  * weights. Loaded once here so that a broken tokenizer, or one whose ids
  * the model (graph g) cannot take, fails the build, not a later run.
  * *bytes is NULL when there is none. */
+/* The tokenizer file of a build (--tokenizer, or tokenizer.json beside the weights), or NULL. */
+static char *tokenizer_path(const kd_inputs *in)
+{
+    if (in->tokenizer) return ks_xstrdup(in->tokenizer);
+    if (!in->input) return NULL;
+    const char *dir = ks_is_dir(in->input) ? in->input : in->weights && ks_is_dir(in->weights) ? in->weights : NULL;
+    char *path = dir ? ks_path_join(dir, "tokenizer.json") : NULL;
+    if (path && !ks_file_exists(path)) {
+        free(path);
+        path = NULL;
+    }
+    return path;
+}
+
+krt_tok *kd_load_tokenizer(const kd_inputs *in, ks_diag *d)
+{
+    if (in->synthetic && !in->tokenizer) {
+        size_t len = 0;
+        char *bytes = kd_synthetic_tokenizer(&len);
+        krt_tok *t = krt_tok_load_memory(d, "the default model's tokenizer", bytes, len, KRT_TOK_LLAMA2C_BIN);
+        free(bytes);
+        return t;
+    }
+    char *path = tokenizer_path(in);
+    krt_tok *t = path ? krt_tok_load_file(d, path, KRT_TOK_AUTO) : NULL;
+    free(path);
+    return t;
+}
+
 static int read_tokenizer(const kd_inputs *in, const kir_graph *g, char **bytes, size_t *len, uint32_t *kind,
                           ks_diag *d)
 {
     *bytes = NULL;
     *len = 0;
-    char *path = NULL;
     if (in->synthetic && !in->tokenizer) {
         *bytes = kd_synthetic_tokenizer(len);
         *kind = KRT_TOK_LLAMA2C_BIN;
         return 0;
     }
-    if (in->tokenizer) {
-        path = ks_xstrdup(in->tokenizer);
-    } else if (!in->input) {
-        return 0;
-    } else {
-        const char *dir = ks_is_dir(in->input) ? in->input : in->weights && ks_is_dir(in->weights) ? in->weights : NULL;
-        if (dir) path = ks_path_join(dir, "tokenizer.json");
-        if (!path || !ks_file_exists(path)) {
-            free(path);
-            return 0;
-        }
-    }
+    char *path = tokenizer_path(in);
+    if (!path) return 0;
     *bytes = ks_read_file(d, path, len);
     int rc = -1;
     if (*bytes) {

@@ -36,6 +36,7 @@ typedef struct kd_inputs {
                               dtype); NULL: kd_compute_dtype's default (fast for bf16/f16 weights) */
     const char *tokenizer; /* tokenizer file (tokenizer.json or llama2.c .bin); default:
                               tokenizer.json beside the weights, if any */
+    const char *calib;     /* --calib: a text whose activations weigh the quantization (compiler/calibrate.c) */
     const char *quant;     /* --quant: w4a16, w8a16, fp8 or w8a8 (passes/quantize.c); NULL: float weights */
     int64_t quant_group;   /* --quant-group: columns a scale covers; 0: the scheme's */
     int quant_asym;        /* --quant-asym 1, --quant-sym -1; 0: the scheme's */
@@ -70,6 +71,7 @@ typedef struct kd_model {
     kir_graph *optimized;  /* the graph after kd_optimize (owned), or NULL */
     int weight_dtype_given; /* 1: --dtype named the weights' dtype (parsed once, into weight_dtype) */
     kir_dtype weight_dtype; /* the weights' dtype when given */
+    struct kd_calib *calib; /* --calib's statistics (compiler/calibrate.c), or NULL */
 } kd_model;
 
 /* Resolve and compile. need_weights: open the checkpoint (a build) rather than
@@ -78,6 +80,22 @@ typedef struct kd_model {
  * -1 after reporting. */
 int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d);
 void kd_model_free(kd_model *m);
+
+/* The tokenizer a build packs (--tokenizer, tokenizer.json beside the weights, the default model's),
+ * loaded; NULL when there is none (nothing reported) or after reporting a broken one (d->errors). */
+struct krt_tok *kd_load_tokenizer(const kd_inputs *in, ks_diag *d);
+
+/* ---- calibration (compiler/calibrate.c) ----
+ * kd_calibrate runs in->calib's text through the reference interpreter over the compiled graph (its
+ * weights as the build reads them) and keeps, for each matmul over a model weight, the mean square of
+ * each column of its input: how much each input channel weighs in the product, which the quantization
+ * of that weight (passes/quantize_weight.h: the clipping search) takes as each column's importance. */
+int kd_calibrate(const kd_inputs *in, kd_model *m, ks_diag *d);
+/* The mean x^T x [K,K] of the input of the matmul over model weight `name`, or NULL without one. */
+const double *kd_calib_gram(const kd_model *m, const char *name);
+/* The importance of the columns of model weight `name` ([K] floats: the gram's diagonal), or NULL. */
+const float *kd_calib_importance(const kd_model *m, const char *name);
+void kd_calib_free(struct kd_calib *c);
 
 /* The pass pipeline, a line per pass: its name and what it does. */
 void kd_list_passes(FILE *out);

@@ -239,7 +239,7 @@ int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
 {
     if (in->dump_after && check_dump_names(in->dump_after, d) != 0) return -1;
     kir_word quant = KIR_QUANT_NONE;
-    if (quant_scheme(in, &quant, d) != 0) return -1;
+    if (quant_scheme(in, &quant, d) != 0 || kd_calibrate(in, m, d) != 0) return -1;
     kir_graph *g = NULL;
     if (in->from_ir) {
         g = kd_read_ir(in->from_ir, d);
@@ -506,8 +506,22 @@ static int quant_part_data(const kd_model *m, const kir_graph *g, kir_val node, 
     int rc = derived_data(m, g, node, KIR_F32, w, d);
     if (rc == 0) {
         kir_word part = kir_attr_word(g, node, KIR_A_WEIGHT_QUANT);
-        kp_quantize_matrix(&q, w, part == KIR_QUANT_PART_CODES ? out : NULL, part == KIR_QUANT_PART_SCALE ? out : NULL,
+        /* --calib: the columns' importance, its first source's (merged sources multiply the same input) */
+        ks_arena scratch = {0};
+        kp_weight_recipe r;
+        const float *importance = NULL;
+        const double *gram = NULL;
+        if (kp_weight_recipe_of(g, node, &scratch, &r) == 0 && r.n_sources) {
+            importance = kd_calib_importance(m, r.names[0]);
+            gram = kd_calib_gram(m, r.names[0]);
+        }
+        void *want[3] = {part == KIR_QUANT_PART_CODES ? out : NULL, part == KIR_QUANT_PART_SCALE ? out : NULL,
+                         part == KIR_QUANT_PART_ZERO ? out : NULL};
+        /* GPTQ where there is a gram and it applies, else round to nearest */
+        if (!gram || kp_quantize_gptq(&q, w, gram, want[0], want[1], want[2]) != 0)
+            kp_quantize_matrix(&q, w, importance, part == KIR_QUANT_PART_CODES ? out : NULL, part == KIR_QUANT_PART_SCALE ? out : NULL,
                     part == KIR_QUANT_PART_ZERO ? out : NULL);
+        ks_arena_free(&scratch);
     }
     free(w);
     return rc;

@@ -26,13 +26,12 @@
  *   Left as they are: the embedding and the matmul whose value the graph's
  *   output is (the lm_head, through views and elementwise ops: a logit
  *   soft-cap), a matmul one of whose weights' names (a merged weight's
- *   sources too) matches a glob of opt->quant_skip, and expert_matmul.
+ *   sources too) matches a glob of opt->quant_skip ('*' and '?'; '[' is itself), and expert_matmul.
  *   A K that the group does not divide is the user's error, naming the
  *   weight. A skip pattern no weight matches is a warning.
  * Does not: drop the float weights it replaced (eliminate_dead_nodes does),
  *   or look at the data (the engine builder quantizes it).
  */
-#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +73,22 @@ static void mark_heads(const kir_graph *g, uint8_t *head)
     }
 }
 
+/* Whether name matches glob: '*' any run of characters, '?' any one, every other character itself
+ * ('[' too: the description's names index layers, wq[0]). */
+static int glob_match(const char *glob, const char *name)
+{
+    for (; *glob; glob++, name++) {
+        if (*glob == '*') {
+            for (const char *rest = name;; rest++) {
+                if (glob_match(glob + 1, rest)) return 1;
+                if (!*rest) return 0;
+            }
+        }
+        if (!*name || (*glob != '?' && *glob != *name)) return 0;
+    }
+    return !*name;
+}
+
 /* The names weight w's data comes from: its recipe's sources, or its own. */
 static void each_source(const kir_graph *g, kir_val w, ks_buf *names)
 {
@@ -88,12 +103,12 @@ static int skipped(const kir_graph *g, kir_val w, const kp_options *opt, size_t 
     each_source(g, w, names);
     int skip = 0;
     for (size_t p = 0; p < opt->n_quant_skip; p++) {
-        int hit = fnmatch(opt->quant_skip[p], kir_attr_str(g, w, KIR_A_WEIGHT_NAME), 0) == 0;
+        int hit = glob_match(opt->quant_skip[p], kir_attr_str(g, w, KIR_A_WEIGHT_NAME));
         char *list = (char *)ks_buf_cstr(names);
         for (char *name = list; !hit && name;) {
             char *comma = strchr(name, ',');
             if (comma) *comma = 0;
-            hit = fnmatch(opt->quant_skip[p], name, 0) == 0;
+            hit = glob_match(opt->quant_skip[p], name);
             if (comma) *comma = ',';
             name = comma ? comma + 1 : NULL;
         }

@@ -35,58 +35,94 @@ static void put_code(const kir_quant_layout *q, uint8_t *codes, int64_t at, int 
     *b = at % 2 ? (uint8_t)((*b & 15) | (c << 4)) : (uint8_t)((*b & 0xf0) | c);
 }
 
-/* The codes of one block: rows [r0, r0 + block_rows), columns [c0, c0 + group). */
-static void quantize_block(const kir_quant_layout *q, const float *w, int64_t r0, int64_t c0, uint8_t *codes, float *s_out,
-                           int *z_out)
+/* A block's integer codes for range [lo, hi] (asym) or [-amax, amax] (sym): its scale, as stored, and zero. */
+typedef struct int_grid {
+    float s;        /* scale, rounded to the scale's dtype */
+    int zero;       /* zero point (asym), else 0 */
+    int cmin, cmax; /* the codes' range before the midpoint */
+} int_grid;
+
+static int_grid grid_for(const kir_quant_layout *q, float lo, float hi)
 {
-    float lo = 0, hi = 0, amax = 0;
+    const int bits = kir_dtype_bits(q->codes);
+    int_grid g = {0};
+    if (q->asym) {
+        g.cmax = (1 << bits) - 1;
+        g.s = round_scale(q->scale, (hi - lo) / (float)g.cmax);
+        if (g.s > 0) {
+            float z = rintf(-lo / g.s);
+            g.zero = z < 0 ? 0 : z > (float)g.cmax ? g.cmax : (int)z;
+        }
+    } else {
+        g.cmax = (1 << (bits - 1)) - 1;
+        g.cmin = -g.cmax;
+        g.s = round_scale(q->scale, (-lo > hi ? -lo : hi) / (float)g.cmax);
+    }
+    return g;
+}
+
+static int code_of(const int_grid *g, float x)
+{
+    if (!(g->s > 0)) return g->zero;
+    float v = rintf(x / g->s) + (float)g->zero;
+    return v < (float)g->cmin ? g->cmin : v > (float)g->cmax ? g->cmax : (int)v;
+}
+
+/* The squared error of a block's codes on grid g, each column's weighted by importance (NULL: 1). */
+static double block_error(const kir_quant_layout *q, const float *w, int64_t r0, int64_t c0, const int_grid *g,
+                          const float *importance)
+{
+    double e = 0;
+    for (int64_t r = r0; r < r0 + q->block_rows; r++)
+        for (int64_t c = c0; c < c0 + q->group; c++) {
+            float x = w[r * q->cols + c], d = x - (float)(code_of(g, x) - g->zero) * g->s;
+            e += (double)d * d * (importance ? importance[c] : 1.0f);
+        }
+    return e;
+}
+
+/* Clipping tried for integer codes: the range shrunk by 1 - k/100, k = 0 .. KP_CLIP_STEPS - 1. */
+enum { KP_CLIP_STEPS = 40 };
+
+/* The codes of one block: rows [r0, r0 + block_rows), columns [c0, c0 + group). */
+static void quantize_block(const kir_quant_layout *q, const float *w, int64_t r0, int64_t c0, const float *importance,
+                           uint8_t *codes, float *s_out, int *z_out)
+{
+    float lo = 0, hi = 0;
     for (int64_t r = r0; r < r0 + q->block_rows; r++)
         for (int64_t c = c0; c < c0 + q->group; c++) {
             float x = w[r * q->cols + c];
             lo = x < lo ? x : lo;
             hi = x > hi ? x : hi;
         }
-    amax = -lo > hi ? -lo : hi;
-    const int bits = kir_dtype_bits(q->codes);
-    float s;
-    int zero = 0, cmin, cmax;
     if (q->codes == KIR_F8E4M3) {
-        s = round_scale(q->scale, amax / 448.0f);
-        cmin = cmax = 0;
-    } else if (q->asym) {
-        cmin = 0;
-        cmax = (1 << bits) - 1;
-        s = round_scale(q->scale, (hi - lo) / (float)cmax);
-        if (s > 0) {
-            float z = rintf(-lo / s);
-            zero = z < 0 ? 0 : z > (float)cmax ? cmax : (int)z;
-        }
-    } else {
-        cmax = (1 << (bits - 1)) - 1;
-        cmin = -cmax;
-        s = round_scale(q->scale, amax / (float)cmax);
+        const float s = round_scale(q->scale, (-lo > hi ? -lo : hi) / 448.0f);
+        for (int64_t r = r0; r < r0 + q->block_rows; r++)
+            for (int64_t c = c0; c < c0 + q->group; c++)
+                codes[r * q->cols + c] = s > 0 ? ks_f32_to_e4m3(w[r * q->cols + c] / s) : 0;
+        *s_out = s;
+        *z_out = 0;
+        return;
     }
-    const int mid = q->asym || q->codes == KIR_I8 || q->codes == KIR_F8E4M3 ? 0 : 1 << (bits - 1);
+    /* the range, or a clipped one where that gives a smaller (weighted) squared error */
+    int_grid best = grid_for(q, lo, hi);
+    double best_e = block_error(q, w, r0, c0, &best, importance);
+    for (int k = 1; k < KP_CLIP_STEPS && best_e > 0; k++) {
+        const float f = 1.0f - (float)k / 100.0f;
+        int_grid g = grid_for(q, lo * f, hi * f);
+        double e = block_error(q, w, r0, c0, &g, importance);
+        if (e < best_e) best = g, best_e = e;
+    }
+    const int mid = q->asym || q->codes == KIR_I8 ? 0 : 1 << (kir_dtype_bits(q->codes) - 1);
     for (int64_t r = r0; r < r0 + q->block_rows; r++)
-        for (int64_t c = c0; c < c0 + q->group; c++) {
-            float x = w[r * q->cols + c];
-            int64_t at = r * q->cols + c;
-            if (q->codes == KIR_F8E4M3) {
-                codes[at] = s > 0 ? ks_f32_to_e4m3(x / s) : 0;
-                continue;
-            }
-            int code = zero;
-            if (s > 0) {
-                float v = rintf(x / s) + (float)zero;
-                code = v < (float)cmin ? cmin : v > (float)cmax ? cmax : (int)v;
-            }
-            put_code(q, codes, at, code + mid);
-        }
-    *s_out = s;
-    *z_out = zero;
+        for (int64_t c = c0; c < c0 + q->group; c++)
+            put_code(q, codes, r * q->cols + c, code_of(&best, w[r * q->cols + c]) + mid);
+    *s_out = best.s;
+    *z_out = best.zero;
 }
 
-void kp_quantize_matrix(const kir_quant_layout *q, const float *w, void *codes, void *scale, void *zero)
+void kp_quantize_matrix(const kir_quant_layout *q, const float *w, const float *importance, void *codes, void *scale,
+                        void *zero)
 {
     KS_ASSERT(q->rows % q->block_rows == 0 && q->cols % q->group == 0);
     uint8_t *tmp = codes ? NULL : ks_xmalloc(kir_quant_codes_bytes(q) ? kir_quant_codes_bytes(q) : 1);
@@ -96,9 +132,111 @@ void kp_quantize_matrix(const kir_quant_layout *q, const float *w, void *codes, 
         for (int64_t b = 0; b < bc; b++) {
             float s;
             int z;
-            quantize_block(q, w, br * q->block_rows, b * q->group, out, &s, &z);
+            quantize_block(q, w, br * q->block_rows, b * q->group, importance, out, &s, &z);
             if (scale) store_scale(q->scale, scale, br * bc + b, s);
             if (zero && q->asym) ((uint8_t *)zero)[br * bc + b] = (uint8_t)z;
         }
     free(tmp);
+}
+
+/* ---- GPTQ --------------------------------------------------------------------------------- */
+
+/* In-place Cholesky of the SPD matrix a [n,n] (lower triangle: a = L L^T); -1 when not positive definite. */
+static int cholesky(double *a, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++) {
+        double s = a[j * n + j];
+        for (int64_t k = 0; k < j; k++) s -= a[j * n + k] * a[j * n + k];
+        if (!(s > 0)) return -1;
+        a[j * n + j] = sqrt(s);
+        for (int64_t i = j + 1; i < n; i++) {
+            double t = a[i * n + j];
+            for (int64_t k = 0; k < j; k++) t -= a[i * n + k] * a[j * n + k];
+            a[i * n + j] = t / a[j * n + j];
+        }
+        for (int64_t i = 0; i < j; i++) a[i * n + j] = 0;
+    }
+    return 0;
+}
+
+/* u [k,k]: the upper Cholesky factor of the inverse of the damped gram (inverse = u^T u); -1 when the
+ * gram is not positive definite even damped. */
+static int inverse_factor(const double *gram, int64_t k, double *u)
+{
+    double mean = 0;
+    for (int64_t i = 0; i < k; i++) mean += gram[i * k + i];
+    mean = mean > 0 ? mean / (double)k : 1;
+    double *l = ks_xmalloc(sizeof(double) * (size_t)(k * k)), *inv = ks_xcalloc((size_t)(k * k), sizeof(double));
+    memcpy(l, gram, sizeof(double) * (size_t)(k * k));
+    for (int64_t i = 0; i < k; i++) l[i * k + i] = (l[i * k + i] > 0 ? l[i * k + i] : mean) + 0.01 * mean;
+    int rc = cholesky(l, k);
+    if (rc == 0) {
+        /* inv = L^-T L^-1, column by column of L^-1 (forward substitution) */
+        double *col = ks_xmalloc(sizeof(double) * (size_t)k);
+        for (int64_t c = 0; c < k; c++) {
+            for (int64_t i = 0; i < k; i++) {
+                double t = i == c ? 1 : 0;
+                for (int64_t j = c; j < i; j++) t -= l[i * k + j] * col[j];
+                col[i] = i < c ? 0 : t / l[i * k + i];
+            }
+            /* inv[:, c] = L^-T col: back substitution */
+            for (int64_t i = k - 1; i >= 0; i--) {
+                double t = col[i];
+                for (int64_t j = i + 1; j < k; j++) t -= l[j * k + i] * inv[j * k + c];
+                inv[i * k + c] = t / l[i * k + i];
+            }
+        }
+        free(col);
+        rc = cholesky(inv, k); /* inv = L2 L2^T; u = L2^T */
+        for (int64_t i = 0; rc == 0 && i < k; i++)
+            for (int64_t j = 0; j < k; j++) u[i * k + j] = j >= i ? inv[j * k + i] : 0;
+    }
+    free(l);
+    free(inv);
+    return rc;
+}
+
+int kp_quantize_gptq(const kir_quant_layout *q, const float *w_in, const double *gram, void *codes, void *scale,
+                     void *zero)
+{
+    if (q->codes == KIR_F8E4M3 || q->block_rows != 1) return -1;
+    const int64_t k = q->cols, n = q->rows, bc = q->cols / q->group;
+    double *u = ks_xmalloc(sizeof(double) * (size_t)(k * k));
+    if (inverse_factor(gram, k, u) != 0) {
+        free(u);
+        return -1;
+    }
+    float *w = ks_xmalloc(sizeof(float) * (size_t)(n * k));
+    memcpy(w, w_in, sizeof(float) * (size_t)(n * k));
+    uint8_t *out = codes ? codes : ks_xmalloc(kir_quant_codes_bytes(q) ? kir_quant_codes_bytes(q) : 1);
+    const int mid = q->asym || q->codes == KIR_I8 ? 0 : 1 << (kir_dtype_bits(q->codes) - 1);
+    for (int64_t r = 0; r < n; r++) {
+        float *row = w + r * k;
+        int_grid g = {0};
+        for (int64_t i = 0; i < k; i++) {
+            if (i % q->group == 0) {
+                /* the group's grid from the row as compensated so far: its range, clipped where that is better */
+                float lo = 0, hi = 0;
+                for (int64_t c = i; c < i + q->group; c++) lo = row[c] < lo ? row[c] : lo, hi = row[c] > hi ? row[c] : hi;
+                g = grid_for(q, lo, hi);
+                double best = block_error(q, row, 0, i, &g, NULL);
+                for (int s = 1; s < KP_CLIP_STEPS && best > 0; s++) {
+                    int_grid t = grid_for(q, lo * (1.0f - (float)s / 100.0f), hi * (1.0f - (float)s / 100.0f));
+                    double e = block_error(q, row, 0, i, &t, NULL);
+                    if (e < best) g = t, best = e;
+                }
+                if (scale) store_scale(q->scale, scale, r * bc + i / q->group, g.s);
+                if (zero && q->asym) ((uint8_t *)zero)[r * bc + i / q->group] = (uint8_t)g.zero;
+            }
+            int c = code_of(&g, row[i]);
+            put_code(q, out, r * k + i, c + mid);
+            /* the rounding's error, spread over the columns still to come */
+            double err = ((double)row[i] - (double)(c - g.zero) * g.s) / u[i * k + i];
+            for (int64_t j = i + 1; j < k; j++) row[j] -= (float)(err * u[i * k + j]);
+        }
+    }
+    if (out != codes) free(out);
+    free(w);
+    free(u);
+    return 0;
 }

@@ -8,6 +8,9 @@
  *   asymmetric: the block's range [min(w, 0), max(w, 0)] over 2^b - 1 steps
  *     (0 stays exact): scale = (max - min) / (2^b - 1), zero = rint(-min /
  *     scale), code = clamp(rint(w / scale) + zero, 0, 2^b - 1);
+ *   integer codes clip: the range shrunk by 1%, 2%, ... 39% too, and the one
+ *     with the smallest squared error (each column's weighted by an
+ *     importance, when given) kept (GPTQ's and AWQ's clipping search);
  *   f8e4m3: scale = amax / 448, code = e4m3(w / scale), nearest even.
  * Each scale is rounded to the scale's dtype first and the codes computed
  * with the rounded scale, so that dequantizing gives what was chosen. A
@@ -15,7 +18,7 @@
  *
  *     kir_quant_layout q;
  *     kir_quant_layout_of_part(g, part, KIR_F16, &q);
- *     kp_quantize_matrix(&q, w, codes, scale, zero);   // w: f32 [q.rows, q.cols]; an output may be NULL
+ *     kp_quantize_matrix(&q, w, NULL, codes, scale, zero);   // w: f32 [q.rows, q.cols]; an output may be NULL
  *
  * The engine builder (compiler/optimize.c) and the tests share it.
  *
@@ -26,7 +29,19 @@
 
 #include "ir/quant.h"
 
-/* Quantize w (f32 [rows, cols]) into codes, scales and zero points (each may be NULL: not wanted). */
-void kp_quantize_matrix(const kir_quant_layout *q, const float *w, void *codes, void *scale, void *zero);
+/* Quantize w (f32 [rows, cols]) into codes, scales and zero points (each may be NULL: not wanted).
+ * importance: a weight for each column's squared error in the clipping search (the mean square of
+ * the input x_k over a calibration text: the error of x w^T), or NULL for 1. */
+void kp_quantize_matrix(const kir_quant_layout *q, const float *w, const float *importance, void *codes, void *scale,
+                        void *zero);
+
+/* GPTQ (Frantar et al., 2022): the codes chosen a column at a time, each rounding's error spread over
+ * the columns still to come through the inverse of the input's gram matrix (gram [cols, cols]: the
+ * mean of x^T x over a calibration text, damped by 1% of its mean diagonal); each group's scale and
+ * zero point (the clipping search's) from the row as compensated when the group starts. Integer codes
+ * with a row a block (block_rows 1) only: -1 (nothing written) for f8e4m3, larger blocks, or a gram
+ * that is not positive definite. */
+int kp_quantize_gptq(const kir_quant_layout *q, const float *w, const double *gram, void *codes, void *scale,
+                     void *zero);
 
 #endif

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # kiln quant-check: TinyStories-656K's bf16 engine against its f32 engine on
-# tests/data/tinystories_calib.txt (original stories in the TinyStories style),
+# tests/data/tinystories_eval.txt (original stories in the TinyStories style),
 # an engine against itself, steps shorter than the window, the --max-kl gate,
 # --json, and bad input.
 . "$(dirname "$0")/lib.sh"
 ts="$KILN_SHARED/models/tinystories-656k"
-text="$(cd "$(dirname "$0")/../data" && pwd)/tinystories_calib.txt"
+text="$(cd "$(dirname "$0")/../data" && pwd)/tinystories_eval.txt"
 for args in "-o $work/f32.engine" "--dtype bf16 -o $work/bf16.engine" "--max-tokens 16 -o $work/step16.engine"; do
   # shellcheck disable=SC2086 # args is split on purpose
   "$KILN_BIN" build "$ts" $args 2>/dev/null || { echo "FAIL build $args"; exit 1; }

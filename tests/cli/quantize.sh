@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The quantize pass (--quant): what the IR dump shows of each scheme, that a dump builds again to the
+# same engine, the quality gates of issue #13 on TinyStories-656K (kiln quant-check against the f32
+# engine on tests/data/tinystories_eval.txt; --calib takes the other stories, tinystories_calib.txt),
+# and each bad setting a clear error with no engine written.
+. "$(dirname "$0")/lib.sh"
+ts="$KILN_SHARED/models/tinystories-656k"
+data="$(cd "$(dirname "$0")/../data" && pwd)"
+eval_text="$data/tinystories_eval.txt"
+[ -n "${KILN_SANITIZED:-}" ] && { head -3 "$eval_text" > "$work/eval.txt"; eval_text="$work/eval.txt"; }
+"$KILN_BIN" build "$ts" -o "$work/f32.engine" 2>/dev/null || { echo "FAIL: the f32 build"; exit 1; }
+
+# IR: the merged q,k,v weight's three parts, the matmul's scheme; 8 quantized matmuls (4 a layer), the
+# lm_head and the embedding left in f32
+"$KILN_BIN" build "$ts" -o "$work/w4.engine" --quant w4a16 --dump-ir-after quantize,plan_memory --dump-dir "$work/dump" \
+  2>/dev/null || { echo "FAIL: the w4a16 build"; failures=$((failures+1)); }
+ir="$work/dump/02-quantize.ir"
+expect_same "w4a16: codes" 1 "$(grep -c '^%[0-9]* *: u4\[256,128\] = weight() {name="wq\[0\]+wk\[0\]+wv\[0\]#codes", derive="concat0", sources="wq\[0\],wk\[0\],wv\[0\]", rows=\[128,64,64\], quant="codes", qtype="u4", group=128, asym=1}' "$ir")"
+expect_same "w4a16: scales" 1 "$(grep -c '^%[0-9]* *: f16\[256,1\] = weight() {name="wq\[0\]+wk\[0\]+wv\[0\]#scale",.* quant="scale", qtype="u4", group=128, asym=1}' "$ir")"
+expect_same "w4a16: zero points" 1 "$(grep -c '^%[0-9]* *: u8\[256,1\] = weight() {name="wq\[0\]+wk\[0\]+wv\[0\]#zero",.* quant="zero", qtype="u4", group=128, asym=1}' "$ir")"
+expect_same "w4a16: quantized matmuls" 8 "$(grep -c '= matmul(%[0-9]*, %[0-9]*, %[0-9]*, %[0-9]*) {quant="w4a16"}' "$ir")"
+expect_same "w4a16: the lm_head stays f32" 1 "$(grep -c '= matmul(%[0-9]*, %[0-9]*) @' "$ir")"
+# the last dump (planned, fused) builds again to an engine with the same logits
+"$KILN_BIN" build "$ts" --from-ir "$work/dump/11-plan_memory.ir" -o "$work/w4-again.engine" 2>/dev/null \
+  || { echo "FAIL: --from-ir of the quantized dump"; failures=$((failures+1)); }
+"$KILN_BIN" run "$work/w4.engine" --ids 1,415,204,263 -n 0 --logits-out "$work/a.bin" >/dev/null 2>&1
+"$KILN_BIN" run "$work/w4-again.engine" --ids 1,415,204,263 -n 0 --logits-out "$work/b.bin" >/dev/null 2>&1
+cmp -s "$work/a.bin" "$work/b.bin" && [ -s "$work/a.bin" ] && passes=$((passes+1)) \
+  || { echo "FAIL: the dump's engine gives other logits"; failures=$((failures+1)); }
+# w8a16: i8 codes, a f16 scale a row, no zero points; fp8: f8e4m3 codes, f32 scales; w8a8: i8, f32
+for s in "w8a16:i8:f16" "fp8:f8e4m3:f32" "w8a8:i8:f32" "w4a16 --quant-group 32 --quant-sym:u4:f16"; do
+  IFS=: read -r args codes scale <<<"$s"
+  rm -rf "$work/d2"
+  "$KILN_BIN" build "$ts" -o "$work/x.engine" --quant $args --dump-ir-after quantize --dump-dir "$work/d2" 2>/dev/null
+  k=$([ "$args" = "${args#w4a16}" ] && echo 1 || echo 4)
+  expect_same "$args: codes and scales" 2 "$(grep -cE "^%[0-9]* *: ($codes\[256,128\]|$scale\[256,$k\]) = weight\(\) \{name=\"wq\[0\]\+wk\[0\]\+wv\[0\]#(codes|scale)\"" "$work/d2/02-quantize.ir")"
+  expect_same "$args: no zero points" 0 "$(grep -c '#zero' "$work/d2/02-quantize.ir")"
+done
+# --quant-skip: a glob of description names ('[' is itself); a merged weight goes when any part matches
+"$KILN_BIN" build "$ts" -o "$work/x.engine" --quant w8a16 --quant-skip 'wq[*]' --quant-skip 'wd[1]' \
+  --dump-ir-after quantize --dump-dir "$work/d3" 2>/dev/null
+expect_same "--quant-skip: 5 quantized matmuls" 5 "$(grep -c '{quant="w8a16"}' "$work/d3/02-quantize.ir")"
+expect_fail skip-nothing "kiln: warning: --quant-skip 'nosuch*' matches no weight a matmul quantizes" -- \
+  sh -c "'$KILN_BIN' build '$ts' -o '$work/x.engine' --quant w8a16 --quant-skip 'nosuch*' && exit 1"
+
+# quality (bench/RESULTS.md has the figures): mean KL against f32 on held-out text
+gate() {
+  local name=$1 max=$2; shift 2
+  "$KILN_BIN" build "$ts" -o "$work/q.engine" "$@" 2>/dev/null || { echo "FAIL: $name build"; failures=$((failures+1)); return; }
+  out=$("$KILN_BIN" quant-check "$work/q.engine" --reference "$work/f32.engine" --text "$eval_text" --max-kl "$max" 2>&1) \
+    && passes=$((passes+1)) || { echo "FAIL: $name: mean KL over $max"; echo "$out"; failures=$((failures+1)); }
+}
+gate w8a16 0.01 --quant w8a16
+gate w8a8 0.01 --quant w8a8
+gate fp8 0.0125 --quant fp8
+gate "w4a16 (RTN)" 0.12 --quant w4a16
+gate "w4a16 GPTQ --calib" 0.07 --quant w4a16 --calib "$data/tinystories_calib.txt"
+# GPTQ beats round to nearest on the held-out text
+kl() { "$KILN_BIN" quant-check "$1" --reference "$work/f32.engine" --text "$eval_text" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['mean_kl'])"; }
+"$KILN_BIN" build "$ts" -o "$work/rtn.engine" --quant w4a16 2>/dev/null
+"$KILN_BIN" build "$ts" -o "$work/gptq.engine" --quant w4a16 --calib "$data/tinystories_calib.txt" 2>/dev/null
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 0.8 * float(sys.argv[2]) else 1)" "$(kl "$work/gptq.engine")" "$(kl "$work/rtn.engine")" \
+  && passes=$((passes+1)) || { echo "FAIL: GPTQ not 20% below RTN's KL"; failures=$((failures+1)); }
+
+# bad settings: an error, no engine
+bad() {
+  local name=$1 want=$2; shift 2
+  rm -f "$work/bad.engine"
+  expect_fail "$name" "$want" -- "$KILN_BIN" build "$ts" -o "$work/bad.engine" "$@"
+  [ ! -e "$work/bad.engine" ] && passes=$((passes+1)) || { echo "FAIL $name: engine written"; failures=$((failures+1)); }
+}
+bad unknown-scheme "kiln: error: --quant w5a16: unknown scheme (known: w4a16, w8a16, fp8, w8a8)" --quant w5a16
+bad group-not-dividing "kiln: error: --quant w4a16: weight 'wq[0]+wk[0]+wv[0]' has 128 columns (inputs), which groups of 96 do not divide" --quant w4a16 --quant-group 96
+bad group-without-quant "kiln: error: --quant-group is a setting of --quant, which is not given" --quant-group 64
+bad skip-without-quant "kiln: error: --quant-skip is a setting of --quant, which is not given" --quant-skip 'w*'
+bad asym-fp8 "kiln: error: --quant-asym: --quant fp8 has no zero points (symmetric codes only)" --quant fp8 --quant-asym
+bad group-w8a8 "kiln: error: --quant-group: --quant w8a8 takes a scale a row" --quant w8a8 --quant-group 64
+bad sym-and-asym "kiln build: error: --quant-sym and --quant-asym: choose one" --quant w4a16 --quant-sym --quant-asym
+bad group-zero "--quant-group" --quant w4a16 --quant-group 0
+bad calib-without-quant "kiln: error: --calib $data/tinystories_calib.txt: a calibration text weighs --quant's quantization, which is not given" --calib "$data/tinystories_calib.txt"
+bad calib-missing "$work/none.txt" --quant w4a16 --calib "$work/none.txt"
+: > "$work/empty.txt"
+bad calib-empty "a calibration text needs at least 2 tokens" --quant w4a16 --calib "$work/empty.txt"
+if [ "${KILN_HAVE_NVRTC:-0}" = 1 ]; then
+  bad cuda "kiln: error: --target sm_90: quantized matmuls (quant=w4a16, wq[0]+wk[0]+wv[0]#codes) have no CUDA kernels yet" --quant w4a16 --target sm_90
+fi
+finish
