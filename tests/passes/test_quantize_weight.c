@@ -1,0 +1,136 @@
+/*
+ * test_quantize_weight.c — the numbers of quantized weights: e4m3 both ways
+ * (support), the codes' packing and what they dequantize to (ir/quant.h),
+ * round to nearest with its clipping search and GPTQ (passes/quantize_weight.h).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/quantize_weight.h"
+#include "tests/check.h"
+
+static void test_e4m3(void)
+{
+    int wrong = 0;
+    for (int b = 0; b < 256; b++) {
+        if ((b & 0x7f) == 0x7f) continue; /* NaN */
+        float f = ks_e4m3_to_f32((uint8_t)b);
+        uint8_t back = ks_f32_to_e4m3(f);
+        wrong += back != b && !(f == 0 && (back & 0x7f) == 0);
+    }
+    CHECK(wrong == 0);
+    CHECK(ks_e4m3_to_f32(0x7e) == 448.0f && ks_f32_to_e4m3(1e6f) == 0x7e && ks_f32_to_e4m3(-1e6f) == 0xfe);
+    /* halfway between 1 (0x38) and 1.125 (0x39): to the even code */
+    CHECK(ks_f32_to_e4m3(1.0625f) == 0x38 && ks_f32_to_e4m3(1.1875f) == 0x3a);
+    CHECK(ks_e4m3_to_f32(0x01) == ldexpf(1.0f, -9) && isnan(ks_e4m3_to_f32(0x7f)));
+}
+
+/* A [rows, cols] matrix of pseudo-random values in (-1, 1), one column large (an outlier). */
+static float *matrix(int64_t rows, int64_t cols, unsigned seed)
+{
+    float *w = malloc(sizeof(float) * (size_t)(rows * cols));
+    for (int64_t i = 0; i < rows * cols; i++) {
+        seed = seed * 1103515245u + 12345u;
+        w[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+        if (i % cols == 3) w[i] *= 6;
+    }
+    return w;
+}
+
+static double error_of(const kir_quant_layout *q, const float *w, const void *codes, const void *scale, const void *zero)
+{
+    float *row = malloc(sizeof(float) * (size_t)q->cols);
+    double e = 0;
+    for (int64_t n = 0; n < q->rows; n++) {
+        kir_dequantize_row(q, codes, scale, zero, n, row);
+        for (int64_t k = 0; k < q->cols; k++) e += (double)(row[k] - w[n * q->cols + k]) * (row[k] - w[n * q->cols + k]);
+    }
+    free(row);
+    return e;
+}
+
+static void test_schemes(void)
+{
+    const int64_t rows = 8, cols = 64;
+    float *w = matrix(rows, cols, 7);
+    struct { kir_dtype codes, scale; int64_t group; int asym; double max_rms; } cases[] = {
+        {KIR_U4, KIR_F16, 32, 1, 0.25}, {KIR_U4, KIR_F16, 64, 0, 0.35}, {KIR_I8, KIR_F16, 64, 0, 0.02},
+        {KIR_U8, KIR_F32, 16, 1, 0.01}, {KIR_F8E4M3, KIR_F32, 64, 0, 0.1},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        kir_quant_layout q = {cases[c].codes, cases[c].scale, rows, cols, 1, cases[c].group, cases[c].asym};
+        uint8_t *codes = calloc(1, kir_quant_codes_bytes(&q)), *scale = calloc(1, kir_quant_scale_bytes(&q));
+        uint8_t *zero = q.asym ? calloc(1, kir_quant_zero_bytes(&q)) : NULL;
+        kp_quantize_matrix(&q, w, NULL, codes, scale, zero);
+        double rms = sqrt(error_of(&q, w, codes, scale, zero) / (double)(rows * cols));
+        CHECK_MSG(rms < cases[c].max_rms, "case %zu: rms error %g", c, rms);
+        free(codes);
+        free(scale);
+        free(zero);
+    }
+    /* u4 packing: element 2i in the low nibble; symmetric codes around 8; a block of zeros stays 0 */
+    kir_quant_layout q = {KIR_U4, KIR_F32, 1, 4, 1, 4, 0};
+    float x[4] = {0, 0, 0, 0}, back[4] = {1, 1, 1, 1};
+    uint8_t codes[2];
+    float s = -1;
+    kp_quantize_matrix(&q, x, NULL, codes, &s, NULL);
+    kir_dequantize_row(&q, codes, &s, NULL, 0, back);
+    CHECK(s == 0 && codes[0] == 0x88 && codes[1] == 0x88 && back[0] == 0 && back[3] == 0);
+    float y[4] = {-7, 7, 1, -1};
+    kp_quantize_matrix(&q, y, NULL, codes, &s, NULL);
+    CHECK(s == 1 && codes[0] == (1 | 15 << 4) && codes[1] == (9 | 7 << 4));
+    free(w);
+}
+
+/* GPTQ: on inputs whose columns correlate, the product's error over those inputs is below round to
+ * nearest's. */
+static void test_gptq(void)
+{
+    const int64_t rows = 16, cols = 32, n = 256;
+    float *w = matrix(rows, cols, 11), *x = matrix(n, cols, 5);
+    for (int64_t t = 0; t < n; t++) /* correlate neighbouring columns */
+        for (int64_t k = 1; k < cols; k++) x[t * cols + k] = 0.6f * x[t * cols + k - 1] + 0.4f * x[t * cols + k];
+    double *gram = calloc((size_t)(cols * cols), sizeof(double));
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < cols; i++)
+            for (int64_t j = 0; j < cols; j++) gram[i * cols + j] += (double)x[t * cols + i] * x[t * cols + j] / (double)n;
+    kir_quant_layout q = {KIR_U4, KIR_F16, rows, cols, 1, 16, 1};
+    double out_err[2];
+    for (int gptq = 0; gptq < 2; gptq++) {
+        uint8_t *codes = calloc(1, kir_quant_codes_bytes(&q)), *scale = calloc(1, kir_quant_scale_bytes(&q));
+        uint8_t *zero = calloc(1, kir_quant_zero_bytes(&q));
+        if (gptq)
+            CHECK(kp_quantize_gptq(&q, w, gram, codes, scale, zero) == 0);
+        else
+            kp_quantize_matrix(&q, w, NULL, codes, scale, zero);
+        float *row = malloc(sizeof(float) * (size_t)cols);
+        out_err[gptq] = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            kir_dequantize_row(&q, codes, scale, zero, r, row);
+            for (int64_t t = 0; t < n; t++) {
+                double d = 0;
+                for (int64_t k = 0; k < cols; k++) d += (double)x[t * cols + k] * (row[k] - w[r * cols + k]);
+                out_err[gptq] += d * d;
+            }
+        }
+        free(row);
+        free(codes);
+        free(scale);
+        free(zero);
+    }
+    CHECK_MSG(out_err[1] < 0.8 * out_err[0], "GPTQ's output error %g, round to nearest's %g", out_err[1], out_err[0]);
+    kir_quant_layout f8 = {KIR_F8E4M3, KIR_F32, rows, cols, 1, cols, 0};
+    CHECK(kp_quantize_gptq(&f8, w, gram, NULL, NULL, NULL) == -1);
+    free(gram);
+    free(w);
+    free(x);
+}
+
+int main(void)
+{
+    test_e4m3();
+    test_schemes();
+    test_gptq();
+    return check_finish("test_quantize_weight");
+}
