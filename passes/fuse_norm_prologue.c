@@ -32,6 +32,7 @@ static int takes_prologue(const kir_graph *g, kir_val m, kir_val v)
 {
     const kir_node *mn = kir_node_at(g, m);
     if (mn->op != KIR_OP_MATMUL || mn->in[0] != v || (mn->nin > 1 && mn->in[1] == v)) return 0;
+    if (mn->nin > 2) return 0; /* a quantized matmul: its kernel (kcu_matmul_q) reads x as it lies */
     const int64_t id = kp_group_of(g, m);
     return id < 0 || m == 0 || kp_group_of(g, m - 1) != id;
 }

@@ -55,6 +55,10 @@ int kcu_is_target(const char *target);
  * entry. Returns the count, or -1 after reporting. */
 int kcu_parse_target(const char *target, ks_arena *a, const char ***archs, ks_diag *d);
 
+/* Whether quantized matmul mm (ir/quant.h) has a CUDA kernel (kcu_matmul_q: w4a16 and w8a16, a scale
+ * a row and group, groups of whole 16-byte chunks): NULL, or why not (kcu_build reports it). */
+const char *kcu_qmatmul_supported(const kir_graph *g, kir_val mm);
+
 /* ---- generation --------------------------------------------------------------- */
 /* Choices of the generator that the graph does not make (zeroed: the defaults). */
 typedef struct kcu_options {

@@ -169,11 +169,11 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     int n = kcu_parse_target(target, &out->arena, &out->archs, d);
     if (n < 0) return -1;
     for (size_t v = 0; v < g->n_nodes; v++)
-        if (g->nodes[v].op == KIR_OP_MATMUL && kir_attr_word(g, (kir_val)v, KIR_A_MATMUL_QUANT) != KIR_QUANT_NONE) {
-            ks_error(d, "kiln", "--target %s: quantized matmuls (quant=%s, %s) have no CUDA kernels yet; build "
-                     "with --target cpu, or without --quant", target,
+        if (g->nodes[v].op == KIR_OP_MATMUL && g->nodes[v].nin > 2 && kcu_qmatmul_supported(g, (kir_val)v)) {
+            ks_error(d, "kiln", "--target %s: quantized matmul over '%s' (quant=%s): %s; build with --target cpu, "
+                     "or another --quant", target, kir_attr_str(g, g->nodes[v].in[1], KIR_A_WEIGHT_NAME),
                      kir_word_table[kir_attr_word(g, (kir_val)v, KIR_A_MATMUL_QUANT)].text,
-                     kir_attr_str(g, g->nodes[v].in[1], KIR_A_WEIGHT_NAME));
+                     kcu_qmatmul_supported(g, (kir_val)v));
             kcu_parts_free(out);
             return -1;
         }

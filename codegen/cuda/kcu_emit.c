@@ -35,6 +35,7 @@
  */
 #include "codegen/cuda/kcu_gen.h"
 #include "ir/numerics.h"
+#include "ir/quant.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -162,6 +163,39 @@ int kcu_use_tc(const kcu_gen *x, kir_dtype xt, kir_dtype ot, kir_dtype wt, int64
            x->opt.smem_optin >= KCU_TC_MIN_OPTIN;
 }
 
+const char *kcu_qmatmul_supported(const kir_graph *g, kir_val mm)
+{
+    const kir_node *n = &g->nodes[mm];
+    kir_word q = kir_attr_word(g, mm, KIR_A_MATMUL_QUANT);
+    if (q != KIR_QUANT_W4A16 && q != KIR_QUANT_W8A16) return "fp8 and w8a8 matmuls have no CUDA kernels yet";
+    kir_quant_layout L;
+    kir_quant_layout_of(g, mm, &L);
+    const int per = L.codes == KIR_U4 ? 32 : 16;
+    if (L.block_rows != 1) return "blocks of several rows have no CUDA kernel yet (a scale a row and group)";
+    if (L.cols % per || L.group % per) return "the CUDA kernel reads groups of whole 16-byte chunks (32 u4, 16 8-bit codes)";
+    (void)n;
+    return NULL;
+}
+
+void kcu_qmatmul_params(kcu_gen *x, krt_cuda_kernel *k, kir_val mm)
+{
+    const kir_node *n = &x->g->nodes[mm];
+    kcu_param_in(x, k, n->in[2], "qs");
+    if (n->nin > 3 && n->in[3] != KIR_NONE) kcu_param_in(x, k, n->in[3], "qz");
+}
+
+void kcu_put_qmatmul(kcu_gen *x, kir_val mm, int R, const char *epi)
+{
+    const kir_node *n = &x->g->nodes[mm];
+    kir_quant_layout L;
+    kir_quant_layout_of(x->g, mm, &L);
+    const int asym = n->nin > 3 && n->in[3] != KIR_NONE;
+    ks_buf_printf(&x->body, "    kcu_matmul_q<%d, %s, %s, %lld, %lld, %lld, %d>(T, x, w, qs, %s, %s);\n}\n",
+                  L.codes == KIR_U4 ? 4 : 8, L.codes == KIR_I8 ? "true" : "false", asym ? "true" : "false",
+                  (long long)L.cols, (long long)L.rows, (long long)L.group, R,
+                  asym ? "qz" : "(const unsigned char *)nullptr", epi);
+}
+
 /* out[t, c] = dot(x[t, :], w[c, :]): kcu_matmul (kcu_prelude.cuh) at this
  * node's shapes and weight dtype; the decode kernel on its plan's grid. */
 static int emit_matmul(kcu_gen *x, kir_val v)
@@ -171,16 +205,18 @@ static int emit_matmul(kcu_gen *x, kir_val v)
     if (K >= INT32_MAX / 16 || N >= INT32_MAX / 16)
         return kcu_node_error(x, v, "a [%lld,%lld] weight is larger than the CUDA matmul indexes", (long long)N,
                           (long long)K);
-    int vec = matmul_vec(K, w->dtype);
+    const int quant = n->nin > 2;
+    int vec = quant ? 16 : matmul_vec(K, w->dtype);
     const kir_dtype xt = x->g->nodes[n->in[0]].dtype;
     kcu_gemv_plan plan =
-        kcu_use_tc(x, xt, xt, w->dtype, K) ? kcu_plan_gemv_tc(N, 0, &x->opt) : kcu_plan_gemv(N);
+        !quant && kcu_use_tc(x, xt, xt, w->dtype, K) ? kcu_plan_gemv_tc(N, 0, &x->opt) : kcu_plan_gemv(N);
     const int64_t decode_t = kcu_decode_t(x);
     krt_cuda_kernel *k = kcu_kernel_new(x, v, MM_THREADS);
     kcu_matmul_grids(k, N, &plan);
     k->smem = plan.ring;
     kcu_param_in(x, k, n->in[0], "x");
     kcu_param_in(x, k, n->in[1], "w");
+    if (quant) kcu_qmatmul_params(x, k, v);
     kcu_param_out(x, k, v);
     ks_buf what = {0};
     if (plan.tc)
@@ -197,6 +233,14 @@ static int emit_matmul(kcu_gen *x, kir_val v)
         else if (plan.tc) snprintf(shape, sizeof shape, "%lld, %lld, %d, %d", (long long)K, (long long)N, plan.rows, plan.ring);
         else snprintf(shape, sizeof shape, "%lld, %lld, %d", (long long)K, (long long)N, plan.rows);
         if (large) kcu_open_large(x, k, decode_t);
+        if (quant) {
+            ks_buf epi = {0};
+            ks_buf_printf(&epi, "kcu_epi_store<%lld%s%s>{out}", (long long)N, n->dtype == KIR_F32 ? "" : ", ",
+                          n->dtype == KIR_F32 ? "" : kcu_elem_type(n->dtype));
+            kcu_put_qmatmul(x, v, large ? 2 : plan.rows, ks_buf_cstr(&epi));
+            ks_buf_free(&epi);
+            continue;
+        }
         ks_buf_printf(&x->body,
                       "    kcu_matmul_%s<%s, %s>(T, x, w, kcu_pro_none(), kcu_epi_store<%lld%s%s>{out});\n}\n",
                       large ? "large" : plan.tc ? "tc" : "small", kcu_elem_type(w->dtype), shape, (long long)N,

@@ -1280,8 +1280,10 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
         if (gn->r == ROLE_BINARY && gn->a >= 0 && gn->b >= 0 && G.n[gn->a].base != G.n[gn->b].base)
             for (int64_t e = 0; e < gn->size && ok; e++) ok = G.partner[gn->base + e] == G.n[gn->b].base + e;
     }
+    const int quant = mn->nin > 2; /* kcu_matmul_q: no prologue (passes/fuse_norm_prologue.c), no gemm90 */
+    if (quant && G.pro >= 0) ok = 0;
     g90_plan P = {0};
-    if (ok) plan_g90(&G, &P);
+    if (ok && !quant) plan_g90(&G, &P);
     if (!ok) {
         free(G.partner);
         return 0;
@@ -1290,12 +1292,13 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
     /* ---- the kernel: matmul grid, parameters, the functor, the body ---- */
     const kir_node *pn = G.pro >= 0 ? &g->nodes[nodes[G.pro]] : NULL;
     const kcu_gemv_plan plan =
-        group_tc(&G) ? kcu_plan_gemv_tc(G.N, G.pro >= 0, &x->opt) : kcu_plan_gemv(G.N);
+        !quant && group_tc(&G) ? kcu_plan_gemv_tc(G.N, G.pro >= 0, &x->opt) : kcu_plan_gemv(G.N);
     krt_cuda_kernel *k = kcu_kernel_new(x, nodes[G.mm], MM_THREADS);
     kcu_matmul_grids(k, G.N, &plan);
     k->smem = plan.ring;
     kcu_param_in(x, k, pn ? pn->in[0] : mn->in[0], "x");
     kcu_param_in(x, k, mn->in[1], "w");
+    if (quant) kcu_qmatmul_params(x, k, nodes[G.mm]);
     int has_g = pn && pn->nin > 1 && pn->in[1] != KIR_NONE, has_b = pn && pn->nin > 2 && pn->in[2] != KIR_NONE;
     if (has_g) kcu_param_in(x, k, pn->in[1], "g");
     if (has_b) kcu_param_in(x, k, pn->in[2], "gb");
@@ -1376,6 +1379,10 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
     for (int large = 0; large < 2; large++) {
         if (large) kcu_open_large(x, k, kcu_decode_t(x));
         ks_buf_printf(&x->body, "    const " NAME_MARK "_epi epi = {%s};\n", ks_buf_cstr(&inits));
+        if (quant) {
+            kcu_put_qmatmul(x, nodes[G.mm], large ? 2 : plan.rows, "epi");
+            continue;
+        }
         ks_buf_printf(&x->body, "    kcu_matmul_%s<%s, %lld, %lld", large ? "large" : plan.tc ? "tc" : "small", wt,
                       (long long)G.K, (long long)G.N);
         if (!large) ks_buf_printf(&x->body, ", %d", plan.rows);

@@ -66,10 +66,10 @@ const char *kcu_elem_type(kir_dtype t)
     case KIR_F16: return "kcu_f16";
     case KIR_BF16: return "kcu_bf16";
     case KIR_I32: return "int";
-    case KIR_F8E4M3: /* quantized weights' codes: kcu_build refuses quantized matmuls */
+    case KIR_F8E4M3: /* quantized weights' codes: bytes (kcu_matmul_q unpacks them) */
     case KIR_U4:
     case KIR_U8:
-    case KIR_I8:
+    case KIR_I8: return "unsigned char";
     case KIR_DTYPE_COUNT: break;
     }
     KS_UNREACHABLE();

@@ -83,6 +83,14 @@ int kcu_use_tc(const kcu_gen *x, kir_dtype xt, kir_dtype ot, kir_dtype wt, int64
 int64_t kcu_decode_t(const kcu_gen *x);
 /* The device type of elements of dtype t ("float", "kcu_bf16", ...). */
 const char *kcu_elem_type(kir_dtype t);
+
+/* ---- quantized matmuls (kcu_emit.c) ----
+ * A matmul over a quantized weight (ir/quant.h) runs kcu_matmul_q (kcu_prelude.cuh) in both of its
+ * kernels (kcu.h's kcu_qmatmul_supported says which have it); kcu_qmatmul_params adds its scale
+ * ("qs") and zero-point ("qz") parameters after x and w; kcu_put_qmatmul writes the call, R columns a
+ * warp, with epilogue expression epi. */
+void kcu_qmatmul_params(kcu_gen *x, krt_cuda_kernel *k, kir_val mm);
+void kcu_put_qmatmul(kcu_gen *x, kir_val mm, int R, const char *epi);
 /* Reading and writing values in their dtypes: "%s<element>%s" with
  * kcu_ld(t), kcu_ld_end(t) is the element of a value of dtype t as f32
  * (kcu_f() around a half; nothing around f32, so that the kernels of f32

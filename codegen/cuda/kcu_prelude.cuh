@@ -1636,6 +1636,122 @@ static __device__ __forceinline__ void kcu_matmul_small(const int T, const X *__
     }
 }
 
+/* ---- matmul over quantized weights (ir/quant.h; passes/quantize.c) -----------------------------
+ *
+ * out[t, n] = sum_k x[t, k] (code[n, k] - zero[n, k / G]) scale[n, k / G]: QB-bit codes (4: two a
+ * byte, the even k in the low nibble; 8: a byte, FLIP for i8's signed codes, read as unsigned ones
+ * around 128), a scale (type S) and, ASYM, a u8 zero point for each G columns of a row; without zero
+ * points the codes' midpoint (8, 128). Like kcu_matmul_small: R columns a warp, a lane 16-byte chunks
+ * c = lane, lane + 32, ... of each row (32 u4 or 16 8-bit codes, one group's), KCU_QMM_U chunks in
+ * flight a row, then the warp's butterfly; TG tokens at a time (a longer step KCU_GEMV_T tokens at a
+ * time: correct, and slow for prefill, which reads the codes again for each 8 tokens). A chunk's sum
+ * is scale (sum_j x_j q_j - zero sum_j x_j), in f32: the reference (runtime/interp) dequantizes
+ * each weight first, so the two differ by f32 roundings. x is read where it lies (no prologue: the
+ * quantize pass's matmuls take none, passes/fuse_norm_prologue.c). */
+#ifndef KCU_QMM_U
+#define KCU_QMM_U 2 /* chunks of each row a lane loads before it sums them */
+#endif
+template <int QB, bool FLIP, bool ASYM, int K, int N, int G, int R, int TG, typename S, class Epi, typename X>
+static __device__ __forceinline__ void kcu_qgemv_tokens(const int t0, const int TT, const X *__restrict__ x,
+                                                        const unsigned char *__restrict__ codes,
+                                                        const S *__restrict__ scale,
+                                                        const unsigned char *__restrict__ zero, const Epi &epi)
+{
+    enum { PER = 128 / QB, CHUNKS = K / PER, ROW = K * QB / 8, NG = K / G, U = KCU_QMM_U };
+    static_assert(K % PER == 0 && G % PER == 0, "kcu_matmul_q: a 16-byte chunk of codes lies in one group");
+    static_assert(R / 2 * TG <= 32, "kcu_matmul_q: a lane a (pair, token)");
+    const int tid = threadIdx.x, lane = tid % 32;
+    const int c0 = ((int)blockIdx.x * (KCU_MM_THREADS / 32) + tid / 32) * R;
+    int rows[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) rows[r] = c0 + r < N ? Epi::row(c0 + r) : -1;
+    float acc[R][TG];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < TG; t++) acc[r][t] = 0.0f;
+    const float mid = QB == 4 ? 8.0f : 128.0f;
+#pragma unroll 1
+    for (int cb = lane; cb < CHUNKS; cb += 32 * U) {
+        uint4 raw[U][R];
+        float sc[U][R], zp[U][R];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = cb + 32 * u < CHUNKS ? cb + 32 * u : CHUNKS - 1;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const long long row = rows[r] < 0 ? 0 : rows[r];
+                raw[u][r] = *reinterpret_cast<const uint4 *>(codes + row * ROW + (long long)c * 16);
+                const long long gi = row * NG + (long long)c * PER / G;
+                sc[u][r] = kcu_f(scale[gi]);
+                zp[u][r] = ASYM ? (float)zero[gi] : mid;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = cb + 32 * u;
+            if (c >= CHUNKS) break;
+#pragma unroll
+            for (int t = 0; t < TG; t++) {
+                if (TG > 1 && t >= TT) break;
+                float xv[PER];
+                kcu_xload<PER>(x + (long long)(t0 + t) * K + (long long)c * PER, xv);
+                float xs = 0.0f;
+#pragma unroll
+                for (int j = 0; j < PER; j++) xs += xv[j];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const unsigned int wd[4] = {raw[u][r].x, raw[u][r].y, raw[u][r].z, raw[u][r].w};
+                    float dq = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < PER; j++) {
+                        unsigned int q = QB == 4 ? (wd[j / 8] >> (4 * (j % 8))) & 15u : (wd[j / 4] >> (8 * (j % 4))) & 255u;
+                        if (FLIP) q ^= 128u;
+                        dq = fmaf(xv[j], __uint_as_float(0x4B000000u | q) - 8388608.0f, dq);
+                    }
+                    acc[r][t] = fmaf(sc[u][r], dq - zp[u][r] * xs, acc[r][t]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < TG; t++) {
+            if (TG > 1 && t >= TT) break;
+#pragma unroll
+            for (int sh = 16; sh > 0; sh >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], sh);
+        }
+    float v0 = 0.0f, v1 = 0.0f;
+    int n0 = -1, n1 = -1;
+#pragma unroll
+    for (int p = 0; p < R / 2; p++)
+#pragma unroll
+        for (int t = 0; t < TG; t++)
+            if (lane == p * TG + t) v0 = acc[2 * p][t], v1 = acc[2 * p + 1][t], n0 = rows[2 * p], n1 = rows[2 * p + 1];
+    const int tq = lane % TG;
+    if (lane < R / 2 * TG && tq < TT) {
+        if (n1 >= 0)
+            epi.two(t0 + tq, n0, v0, n1, v1);
+        else if (n0 >= 0)
+            epi.one(t0 + tq, n0, v0);
+    }
+}
+
+template <int QB, bool FLIP, bool ASYM, int K, int N, int G, int R, typename S, class Epi, typename X>
+static __device__ __forceinline__ void kcu_matmul_q(const int T, const X *__restrict__ x,
+                                                    const unsigned char *__restrict__ codes, const S *__restrict__ scale,
+                                                    const unsigned char *__restrict__ zero, const Epi &epi)
+{
+    for (int t0 = 0; t0 < T; t0 += KCU_GEMV_T) {
+        const int TT = T - t0 < KCU_GEMV_T ? T - t0 : KCU_GEMV_T;
+        if (TT == 1)
+            kcu_qgemv_tokens<QB, FLIP, ASYM, K, N, G, R, 1>(t0, TT, x, codes, scale, zero, epi);
+        else
+            kcu_qgemv_tokens<QB, FLIP, ASYM, K, N, G, R, KCU_GEMV_T>(t0, TT, x, codes, scale, zero, epi);
+    }
+}
+
 /* ---- matmul, decode on tensor cores (fast precision, T <= kcu.h's KCU_DECODE_T) ---------------
  *
  * kcu_matmul_small sums on CUDA cores: at T = 8 its 8 multiply-adds a weight,

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# cuda_quant.sh — quantized matmuls (kiln build --quant) through the CUDA backend, emulated on the
+# CPU: kcu_matmul_q's logits against the reference interpreter's (the same codes: both engines are
+# built from one RTN quantization), for a step of 11 tokens (the prefill path: 8 tokens, then 3) and
+# decode steps, in exact precision (f32 x: u4 codes with zero points, groups of 128) and in fast
+# precision (bf16 x: i8 codes, a scale a row); and the schemes without a CUDA kernel, refused.
+. "$(dirname "$0")/../cli/lib.sh"
+. "$(dirname "$0")/cuda_lib.sh"
+: "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}"
+if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ] || [ -z "${KILN_GXX:-}" ]; then
+  echo "skipped: needs NVRTC and g++"; exit 77
+fi
+ts="$KILN_SHARED/models/tinystories-656k"
+ids=1,415,204,263,300,301,302,303,304,305,306
+check() {
+  local name=$1 tol=$2; shift 2
+  local d="$work/$name"
+  mkdir -p "$d"
+  "$KILN_BIN" build "$ts" -o "$d/cpu.engine" "$@" 2>/dev/null &&
+    "$KILN_BIN" build "$ts" -o "$d/cuda.engine" --target sm_90 --emit-source "$d/src" "$@" 2>/dev/null ||
+    { echo "FAIL: $name: builds"; failures=$((failures+1)); return; }
+  expect_same "$name: kcu_matmul_q in every matmul kernel but the lm_head's" 8 "$(cat "$d"/src/*.cu | grep -c '^    kcu_matmul_q<')"
+  compile_kernels "$d/src" "$d/kernels.so" || { echo "FAIL: $name: g++"; failures=$((failures+1)); return; }
+  KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$d/kernels.so" "$KILN_BIN" run "$d/cuda.engine" --ids $ids -n 4 \
+    --temperature 0 --logits-out "$d/cuda.bin" >/dev/null 2>&1
+  "$KILN_BIN" run "$d/cpu.engine" --ids $ids -n 4 --temperature 0 --logits-out "$d/cpu.bin" >/dev/null 2>&1
+  out=$(python3 -c "
+import struct, sys
+a = open(sys.argv[1], 'rb').read(); b = open(sys.argv[2], 'rb').read()
+if not a or len(a) != len(b): print('sizes', len(a), len(b)); sys.exit(1)
+x = struct.unpack('%df' % (len(a) // 4), a); y = struct.unpack('%df' % (len(b) // 4), b)
+err = max(abs(p - q) for p, q in zip(x, y)) / max(abs(q) for q in y)
+print('max|cuda-cpu|/max|cpu| = %.3g' % err); sys.exit(0 if err <= float(sys.argv[3]) else 1)" "$d/cuda.bin" "$d/cpu.bin" "$tol") \
+    && passes=$((passes+1)) || { echo "FAIL: $name: $out (tolerance $tol)"; failures=$((failures+1)); }
+  echo "$name: $out"
+}
+check w4a16-f32 1e-5 --quant w4a16
+check w8a16-bf16-fast 0.0156 --quant w8a16 --dtype bf16
+for s in fp8 w8a8; do
+  expect_fail "$s on sm_90" "kiln: error: --target sm_90: quantized matmul over 'wq[0]+wk[0]+wv[0]#codes' (quant=$s): fp8 and w8a8 matmuls have no CUDA kernels yet" -- \
+    "$KILN_BIN" build "$ts" -o "$work/x.engine" --quant $s --target sm_90
+done
+finish
