@@ -72,6 +72,7 @@ typedef struct kd_model {
     int weight_dtype_given; /* 1: --dtype named the weights' dtype (parsed once, into weight_dtype) */
     kir_dtype weight_dtype; /* the weights' dtype when given */
     struct kd_calib *calib; /* --calib's statistics (compiler/calibrate.c), or NULL */
+    struct kd_quant_cache *qcache; /* the last quantized weight's parts (compiler/optimize.c), owned */
 } kd_model;
 
 /* Resolve and compile. need_weights: open the checkpoint (a build) rather than
@@ -96,6 +97,8 @@ const double *kd_calib_gram(const kd_model *m, const char *name);
 /* The importance of the columns of model weight `name` ([K] floats: the gram's diagonal), or NULL. */
 const float *kd_calib_importance(const kd_model *m, const char *name);
 void kd_calib_free(struct kd_calib *c);
+struct kd_quant_cache *kd_quant_cache_new(void);
+void kd_quant_cache_free(struct kd_quant_cache *c);
 
 /* The pass pipeline, a line per pass: its name and what it does. */
 void kd_list_passes(FILE *out);

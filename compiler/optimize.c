@@ -496,17 +496,70 @@ static kir_dtype quant_scale_dtype(const kir_graph *g, kir_val w)
     KS_UNREACHABLE(); /* eliminate_dead_nodes drops a part no matmul reads */
 }
 
+/* The last quantization computed, all three parts: a build reads a weight's codes, scales and zero
+ * points one after another (they are adjacent in the graph), so each float matrix is read and
+ * quantized once. key: everything its data depends on. */
+typedef struct kd_quant_cache {
+    char *key;         /* the recipe and layout, as text; NULL: empty */
+    uint8_t *parts[3]; /* codes, scales, zero points (NULL without) */
+    size_t bytes[3];   /* their sizes */
+} kd_quant_cache;
+
+kd_quant_cache *kd_quant_cache_new(void) { return ks_xcalloc(1, sizeof(kd_quant_cache)); }
+
+void kd_quant_cache_free(kd_quant_cache *c)
+{
+    if (!c) return;
+    free(c->key);
+    for (int i = 0; i < 3; i++) free(c->parts[i]);
+    free(c);
+}
+
+static char *quant_key(const kir_graph *g, kir_val node, const kir_quant_layout *q)
+{
+    ks_buf k = {0};
+    static const char *const attrs[] = {"derive", "sources", "offset"};
+    for (size_t i = 0; i < sizeof attrs / sizeof *attrs; i++) {
+        const kir_attr *a = kir_get(g, node, attrs[i]);
+        if (a && a->kind == KIR_ATTR_STR) ks_buf_printf(&k, "%s=%s;", attrs[i], a->u.s);
+        if (a && a->kind == KIR_ATTR_FLOAT) ks_buf_printf(&k, "%s=%.17g;", attrs[i], a->u.f);
+    }
+    uint32_t n = 0;
+    const int64_t *rows = kir_attr_ints(g, node, KIR_A_WEIGHT_ROWS, &n);
+    for (uint32_t i = 0; i < n; i++) ks_buf_printf(&k, "%lld,", (long long)rows[i]);
+    ks_buf_printf(&k, ";%d %d %lld %lld %lld %lld %d", (int)q->codes, (int)q->scale, (long long)q->rows, (long long)q->cols,
+                  (long long)q->block_rows, (long long)q->group, q->asym);
+    char *key = ks_xstrdup(ks_buf_cstr(&k));
+    ks_buf_free(&k);
+    return key;
+}
+
 /* Part `node` of a quantization (ir/ir.h, "quantized weights"): the float matrix its recipe derives,
- * read in f32, quantized (passes/quantize_weight.h), that part written to out. */
+ * read in f32, quantized (passes/quantize_weight.h: GPTQ with --calib's gram, else round to nearest),
+ * that part written to out. */
 static int quant_part_data(const kd_model *m, const kir_graph *g, kir_val node, void *out, ks_diag *d)
 {
     kir_quant_layout q;
     kir_quant_layout_of_part(g, node, quant_scale_dtype(g, node), &q);
+    kir_word part = kir_attr_word(g, node, KIR_A_WEIGHT_QUANT);
+    const int which = part == KIR_QUANT_PART_CODES ? 0 : part == KIR_QUANT_PART_SCALE ? 1 : 2;
+    char *key = quant_key(g, node, &q);
+    kd_quant_cache local = {0}, *c = m->qcache ? m->qcache : &local;
+    if (c->key && strcmp(c->key, key) == 0 && c->parts[which]) {
+        memcpy(out, c->parts[which], c->bytes[which]);
+        free(key);
+        return 0;
+    }
     float *w = ks_xmalloc(sizeof(float) * (size_t)(q.rows * q.cols));
     int rc = derived_data(m, g, node, KIR_F32, w, d);
     if (rc == 0) {
-        kir_word part = kir_attr_word(g, node, KIR_A_WEIGHT_QUANT);
-        /* --calib: the columns' importance, its first source's (merged sources multiply the same input) */
+        free(c->key);
+        for (int i = 0; i < 3; i++) free(c->parts[i]), c->parts[i] = NULL;
+        c->key = key;
+        key = NULL;
+        c->bytes[0] = kir_quant_codes_bytes(&q), c->bytes[1] = kir_quant_scale_bytes(&q), c->bytes[2] = kir_quant_zero_bytes(&q);
+        for (int i = 0; i < 3; i++) c->parts[i] = c->bytes[i] ? ks_xmalloc(c->bytes[i]) : NULL;
+        /* --calib: the columns' importance and gram, its first source's (merged sources multiply one input) */
         ks_arena scratch = {0};
         kp_weight_recipe r;
         const float *importance = NULL;
@@ -515,15 +568,17 @@ static int quant_part_data(const kd_model *m, const kir_graph *g, kir_val node, 
             importance = kd_calib_importance(m, r.names[0]);
             gram = kd_calib_gram(m, r.names[0]);
         }
-        void *want[3] = {part == KIR_QUANT_PART_CODES ? out : NULL, part == KIR_QUANT_PART_SCALE ? out : NULL,
-                         part == KIR_QUANT_PART_ZERO ? out : NULL};
-        /* GPTQ where there is a gram and it applies, else round to nearest */
-        if (!gram || kp_quantize_gptq(&q, w, gram, want[0], want[1], want[2]) != 0)
-            kp_quantize_matrix(&q, w, importance, part == KIR_QUANT_PART_CODES ? out : NULL, part == KIR_QUANT_PART_SCALE ? out : NULL,
-                    part == KIR_QUANT_PART_ZERO ? out : NULL);
+        if (!gram || kp_quantize_gptq(&q, w, gram, c->parts[0], c->parts[1], c->parts[2]) != 0)
+            kp_quantize_matrix(&q, w, importance, c->parts[0], c->parts[1], c->parts[2]);
         ks_arena_free(&scratch);
+        memcpy(out, c->parts[which], c->bytes[which]);
     }
+    free(key);
     free(w);
+    if (c == &local) {
+        free(local.key);
+        for (int i = 0; i < 3; i++) free(local.parts[i]);
+    }
     return rc;
 }
 

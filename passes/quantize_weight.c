@@ -3,7 +3,9 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A scale as stored (its dtype's rounding), and read back. */
 static float round_scale(kir_dtype t, float s)
@@ -38,6 +40,7 @@ static void put_code(const kir_quant_layout *q, uint8_t *codes, int64_t at, int 
 /* A block's integer codes for range [lo, hi] (asym) or [-amax, amax] (sym): its scale, as stored, and zero. */
 typedef struct int_grid {
     float s;        /* scale, rounded to the scale's dtype */
+    float inv;      /* 1 / s (0 when s is 0) */
     int zero;       /* zero point (asym), else 0 */
     int cmin, cmax; /* the codes' range before the midpoint */
 } int_grid;
@@ -58,13 +61,17 @@ static int_grid grid_for(const kir_quant_layout *q, float lo, float hi)
         g.cmin = -g.cmax;
         g.s = round_scale(q->scale, (-lo > hi ? -lo : hi) / (float)g.cmax);
     }
+    g.inv = g.s > 0 ? 1.0f / g.s : 0.0f;
     return g;
 }
 
+/* x rounded to the nearest integer, ties to even, for |x| < 2^22 (the codes' range and a bit): rintf
+ * in the default rounding mode, without a call (x86-64's baseline has no roundss) */
+static inline float round_code(float x) { return (x + 12582912.0f) - 12582912.0f; }
+
 static int code_of(const int_grid *g, float x)
 {
-    if (!(g->s > 0)) return g->zero;
-    float v = rintf(x / g->s) + (float)g->zero;
+    float v = round_code(x * g->inv) + (float)g->zero;
     return v < (float)g->cmin ? g->cmin : v > (float)g->cmax ? g->cmax : (int)v;
 }
 
@@ -72,12 +79,30 @@ static int code_of(const int_grid *g, float x)
 static double block_error(const kir_quant_layout *q, const float *w, int64_t r0, int64_t c0, const int_grid *g,
                           const float *importance)
 {
+    /* code_of's arithmetic in floats, eight partial sums a row in blocks of 8 columns (so that it
+     * vectorizes; a group is a multiple of 8 or the tail goes one by one) */
+    const float s = g->s, inv = g->inv, z = (float)g->zero, lo = (float)g->cmin, hi = (float)g->cmax;
     double e = 0;
-    for (int64_t r = r0; r < r0 + q->block_rows; r++)
-        for (int64_t c = c0; c < c0 + q->group; c++) {
-            float x = w[r * q->cols + c], d = x - (float)(code_of(g, x) - g->zero) * g->s;
-            e += (double)d * d * (importance ? importance[c] : 1.0f);
+    for (int64_t r = r0; r < r0 + q->block_rows; r++) {
+        const float *x = w + r * q->cols + c0;
+        const float *imp = importance ? importance + c0 : NULL;
+        float acc[8] = {0};
+        int64_t c = 0;
+        for (; c + 8 <= q->group; c += 8)
+            for (int l = 0; l < 8; l++) {
+                float v = round_code(x[c + l] * inv) + z;
+                v = v < lo ? lo : v > hi ? hi : v;
+                const float d = x[c + l] - (v - z) * s;
+                acc[l] += d * d * (imp ? imp[c + l] : 1.0f);
+            }
+        for (int l = 0; c < q->group; c++, l++) {
+            float v = round_code(x[c] * inv) + z;
+            v = v < lo ? lo : v > hi ? hi : v;
+            const float d = x[c] - (v - z) * s;
+            acc[l] += d * d * (imp ? imp[c] : 1.0f);
         }
+        e += (double)(((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])));
+    }
     return e;
 }
 
@@ -121,21 +146,74 @@ static void quantize_block(const kir_quant_layout *q, const float *w, int64_t r0
     *z_out = best.zero;
 }
 
+/* ---- rows over threads ---------------------------------------------------------------------
+ * Blocks of rows are independent: the quantizers hand them out to threads, each its own rows (u4
+ * rows are whole bytes: K is even), so the result does not depend on the thread count. */
+typedef struct row_job {
+    void (*run)(const struct row_job *j, int64_t r0, int64_t r1); /* rows [r0, r1) of the job */
+    int64_t n;            /* row blocks in all */
+    int64_t next;         /* the next block to hand out (under lock) */
+    pthread_mutex_t lock; /* guards next */
+    const kir_quant_layout *q;
+    const float *w, *importance;
+    const double *u;      /* GPTQ: the inverse gram's factor */
+    uint8_t *codes;
+    void *scale, *zero;
+} row_job;
+
+enum { ROWS_A_TAKE = 16, MAX_QUANT_THREADS = 64 };
+
+static void *row_worker(void *p)
+{
+    row_job *j = p;
+    for (;;) {
+        pthread_mutex_lock(&j->lock);
+        int64_t r0 = j->next;
+        j->next += ROWS_A_TAKE;
+        pthread_mutex_unlock(&j->lock);
+        if (r0 >= j->n) return NULL;
+        j->run(j, r0, r0 + ROWS_A_TAKE < j->n ? r0 + ROWS_A_TAKE : j->n);
+    }
+}
+
+static void run_rows(row_job *j)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = cpus < 1 ? 1 : cpus > MAX_QUANT_THREADS ? MAX_QUANT_THREADS : (int)cpus;
+    if (j->n < 2 * ROWS_A_TAKE) nt = 1;
+    pthread_mutex_init(&j->lock, NULL);
+    j->next = 0;
+    pthread_t tid[MAX_QUANT_THREADS];
+    int started[MAX_QUANT_THREADS] = {0};
+    for (int i = 1; i < nt; i++) started[i] = pthread_create(&tid[i], NULL, row_worker, j) == 0;
+    row_worker(j);
+    for (int i = 1; i < nt; i++)
+        if (started[i]) pthread_join(tid[i], NULL);
+    pthread_mutex_destroy(&j->lock);
+}
+
+static void rtn_rows(const row_job *j, int64_t br0, int64_t br1)
+{
+    const kir_quant_layout *q = j->q;
+    const int64_t bc = q->cols / q->group;
+    for (int64_t br = br0; br < br1; br++)
+        for (int64_t b = 0; b < bc; b++) {
+            float s;
+            int z;
+            quantize_block(q, j->w, br * q->block_rows, b * q->group, j->importance, j->codes, &s, &z);
+            if (j->scale) store_scale(q->scale, j->scale, br * bc + b, s);
+            if (j->zero && q->asym) ((uint8_t *)j->zero)[br * bc + b] = (uint8_t)z;
+        }
+}
+
 void kp_quantize_matrix(const kir_quant_layout *q, const float *w, const float *importance, void *codes, void *scale,
                         void *zero)
 {
     KS_ASSERT(q->rows % q->block_rows == 0 && q->cols % q->group == 0);
     uint8_t *tmp = codes ? NULL : ks_xmalloc(kir_quant_codes_bytes(q) ? kir_quant_codes_bytes(q) : 1);
-    uint8_t *out = codes ? codes : tmp;
-    const int64_t bc = q->cols / q->group;
-    for (int64_t br = 0; br < q->rows / q->block_rows; br++)
-        for (int64_t b = 0; b < bc; b++) {
-            float s;
-            int z;
-            quantize_block(q, w, br * q->block_rows, b * q->group, importance, out, &s, &z);
-            if (scale) store_scale(q->scale, scale, br * bc + b, s);
-            if (zero && q->asym) ((uint8_t *)zero)[br * bc + b] = (uint8_t)z;
-        }
+    row_job j = {.run = rtn_rows, .n = q->rows / q->block_rows, .q = q, .w = w, .importance = importance,
+                 .codes = codes ? codes : tmp, .scale = scale, .zero = zero};
+    run_rows(&j);
     free(tmp);
 }
 
@@ -196,22 +274,17 @@ static int inverse_factor(const double *gram, int64_t k, double *u)
     return rc;
 }
 
-int kp_quantize_gptq(const kir_quant_layout *q, const float *w_in, const double *gram, void *codes, void *scale,
-                     void *zero)
+static void gptq_rows(const row_job *j, int64_t r0, int64_t r1)
 {
-    if (q->codes == KIR_F8E4M3 || q->block_rows != 1) return -1;
-    const int64_t k = q->cols, n = q->rows, bc = q->cols / q->group;
-    double *u = ks_xmalloc(sizeof(double) * (size_t)(k * k));
-    if (inverse_factor(gram, k, u) != 0) {
-        free(u);
-        return -1;
-    }
-    float *w = ks_xmalloc(sizeof(float) * (size_t)(n * k));
-    memcpy(w, w_in, sizeof(float) * (size_t)(n * k));
-    uint8_t *out = codes ? codes : ks_xmalloc(kir_quant_codes_bytes(q) ? kir_quant_codes_bytes(q) : 1);
+    const kir_quant_layout *q = j->q;
+    const int64_t k = q->cols, bc = q->cols / q->group;
+    const double *u = j->u;
+    uint8_t *out = j->codes;
+    void *scale = j->scale, *zero = j->zero;
     const int mid = q->asym || q->codes == KIR_I8 ? 0 : 1 << (kir_dtype_bits(q->codes) - 1);
-    for (int64_t r = 0; r < n; r++) {
-        float *row = w + r * k;
+    float *row = ks_xmalloc(sizeof(float) * (size_t)k);
+    for (int64_t r = r0; r < r1; r++) {
+        memcpy(row, j->w + r * k, sizeof(float) * (size_t)k);
         int_grid g = {0};
         for (int64_t i = 0; i < k; i++) {
             if (i % q->group == 0) {
@@ -232,11 +305,28 @@ int kp_quantize_gptq(const kir_quant_layout *q, const float *w_in, const double 
             put_code(q, out, r * k + i, c + mid);
             /* the rounding's error, spread over the columns still to come */
             double err = ((double)row[i] - (double)(c - g.zero) * g.s) / u[i * k + i];
-            for (int64_t j = i + 1; j < k; j++) row[j] -= (float)(err * u[i * k + j]);
+            for (int64_t c2 = i + 1; c2 < k; c2++) row[c2] -= (float)(err * u[i * k + c2]);
         }
     }
-    if (out != codes) free(out);
-    free(w);
+    free(row);
+}
+
+int kp_quantize_gptq(const kir_quant_layout *q, const float *w_in, const double *gram, void *codes, void *scale,
+                     void *zero)
+{
+    if (q->codes == KIR_F8E4M3 || q->block_rows != 1) return -1;
+    const int64_t k = q->cols, n = q->rows;
+    double *u = ks_xmalloc(sizeof(double) * (size_t)(k * k));
+    if (inverse_factor(gram, k, u) != 0) {
+        free(u);
+        return -1;
+    }
+    row_job j = {.run = gptq_rows, .n = n, .q = q, .w = w_in, .u = u, .codes = codes ? codes : NULL, .scale = scale,
+                 .zero = zero};
+    uint8_t *own = codes ? NULL : ks_xmalloc(kir_quant_codes_bytes(q) ? kir_quant_codes_bytes(q) : 1);
+    if (own) j.codes = own;
+    run_rows(&j);
+    free(own);
     free(u);
     return 0;
 }
