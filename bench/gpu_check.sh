@@ -81,6 +81,11 @@
 #         default 24, of its 48 layers; random bf16, ~31 GB) built and decoded at batch 1 and 32 against
 #         the bytes a step must read over the copy rate measured in the run; $OUT/moe_bench.json, and
 #         `kiln bench --profile` of both decodes ($OUT/moe_profile_b1.txt, _b32.txt).
+#       quant — bench/quant_bench.py (issue #13): the 8B shape (GPU_QUANT_LAYERS, default 32) built bf16 and
+#         with --quant GPU_QUANT_SCHEMES (default w4a16,w8a16) from one random bf16 checkpoint, each decoded at
+#         batch 1 and 8 against the bytes a step must read over the copy rate measured in the run, and its
+#         time to first token at 512; $OUT/quant_bench.json and `kiln bench --profile` of each batch-1 decode
+#         ($OUT/quant_profile_<scheme>.txt).
 #       decode_ab — a change's effect on a whole decode step, graphs and kernel overlap on (what `kiln bench
 #         --profile`, a kernel at a time, does not see): the 8B shape with GPU_AB_LAYERS (default 8) layers,
 #         built once a variant of GPU_AB_VARIANTS ("name:ENV=V,ENV=V ...", a word +ARG a build argument:
@@ -546,6 +551,17 @@ run() {
     echo "prefill_bench exit ${PIPESTATUS[0]}" | tee -a "$summary"
     kill $bsmi 2>/dev/null; wait $bsmi 2>/dev/null
     [ -f "$out/prefill_bench.md" ] && cat "$out/prefill_bench.md" >> "$summary"
+  fi
+  if [[ $stages == *" quant "* ]]; then
+    # issue #13: quantized 8B-shaped engines against their bytes floors and the bf16 engine
+    echo "== bench/quant_bench.py: Llama-3-8B's shape, ${GPU_QUANT_LAYERS:-32} layers, ${GPU_QUANT_SCHEMES:-w4a16,w8a16}"
+    PYTHONUNBUFFERED=1 timeout $(( ${GPU_CHECK_BUDGET:-585} - SECONDS )) python3 "$root/bench/quant_bench.py" \
+      --kiln "$kiln" --layers "${GPU_QUANT_LAYERS:-32}" --schemes "${GPU_QUANT_SCHEMES:-w4a16,w8a16}" --out "$out" \
+      --profile 2>&1 | grep -v 'it/s\]$' | tee "$out/quant_bench.log" | grep -E '^(\||copy|model|kiln|floor|FAIL)' >> "$summary"
+    echo "quant_bench exit ${PIPESTATUS[0]}" | tee -a "$summary"
+    for f in "$out"/quant_profile_*.txt; do
+      [ -f "$f" ] && { echo "== $(basename "$f")"; grep -A16 "decode steps" "$f" | head -20; } | tee -a "$summary"
+    done
   fi
   if [[ $stages == *" moe "* ]]; then
     # issue #12: a Qwen3-30B-A3B-shaped MoE (24 layers, random bf16) decoded against its bytes floor

@@ -997,6 +997,77 @@ template <typename H> struct kcu_mma_raw {
     }
 };
 
+/* Where kcu_matmul_mma reads its weights: a pointer to W rows (row r at w + r K), or a quantized
+ * weight's handle (kcu_qsrc, below), which brings its own loader: kcu_mma_src<WP, M>::T is the loader
+ * of weight source WP, M for a pointer. */
+template <typename WP, class M> struct kcu_mma_src {
+    typedef M T;
+};
+template <int K, typename W> static __device__ __forceinline__ const W *kcu_wrow(const W *w, long long r)
+{
+    return w + r * K;
+}
+
+/* A quantized weight (ir/quant.h) as kcu_matmul_mma's fast-precision prefill reads it: QB-bit codes
+ * (FLIP: i8), scales S and (ASYM) zero points of groups of G along K; a handle at row `row`, column k.
+ * Its loader dequantizes 8 codes, (code - zero) scale in f32, each rounded to H (the mma's half type):
+ * the tensor cores take them as they take a half weight. */
+template <int QB, bool FLIP, bool ASYM, int K, int G, typename S, typename H> struct kcu_qsrc {
+    const unsigned char *codes;
+    const S *scale;
+    const unsigned char *zero;
+    long long row;
+    int k;
+    __device__ __forceinline__ kcu_qsrc operator+(int d) const { return kcu_qsrc{codes, scale, zero, row, k + d}; }
+    struct loader {
+        enum { PW = 1, ON = 1, BK = 64 };
+        typedef uint4 Raw;
+        template <int KK, int VEC> static __device__ __forceinline__ Raw load(const kcu_qsrc &h, int)
+        {
+            const long long gi = h.row * (K / G) + h.k / G;
+            const float s = kcu_f(h.scale[gi]), z = ASYM ? (float)h.zero[gi] : (QB == 4 ? 8.0f : 128.0f);
+            unsigned q[8];
+            if (QB == 4) {
+                const unsigned wd = *reinterpret_cast<const unsigned *>(h.codes + h.row * (K / 2) + h.k / 2);
+#pragma unroll
+                for (int j = 0; j < 8; j++) q[j] = (wd >> (4 * j)) & 15u;
+            } else {
+                const unsigned *wd = reinterpret_cast<const unsigned *>(h.codes + h.row * K + h.k);
+                const unsigned lo = wd[0], hi = wd[1];
+#pragma unroll
+                for (int j = 0; j < 8; j++) q[j] = ((j < 4 ? lo : hi) >> (8 * (j % 4))) & 255u;
+            }
+            unsigned u[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                unsigned b[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const unsigned c = FLIP ? q[2 * j + e] ^ 128u : q[2 * j + e];
+                    const float v = ((float)c - z) * s;
+                    b[e] = kcu_same<H, kcu_bf16>::V ? kcu_bf16_bits(v) : kcu_f16_bits(v);
+                }
+                u[j] = b[0] | b[1] << 16;
+            }
+            return uint4{u[0], u[1], u[2], u[3]};
+        }
+        static __device__ __forceinline__ void split(const Raw &r, unsigned (*parts)[4])
+        {
+            parts[0][0] = r.x, parts[0][1] = r.y, parts[0][2] = r.z, parts[0][3] = r.w;
+        }
+    };
+};
+template <int QB, bool FLIP, bool ASYM, int K, int G, typename S, typename H, class M>
+struct kcu_mma_src<kcu_qsrc<QB, FLIP, ASYM, K, G, S, H>, M> {
+    typedef typename kcu_qsrc<QB, FLIP, ASYM, K, G, S, H>::loader T;
+};
+template <int K, int QB, bool FLIP, bool ASYM, int KQ, int G, typename S, typename H>
+static __device__ __forceinline__ kcu_qsrc<QB, FLIP, ASYM, KQ, G, S, H>
+kcu_wrow(const kcu_qsrc<QB, FLIP, ASYM, KQ, G, S, H> &w, long long r)
+{
+    return kcu_qsrc<QB, FLIP, ASYM, KQ, G, S, H>{w.codes, w.scale, w.zero, r, 0};
+}
+
 /* How x reaches the tensor cores. Xv (f32, exact precision): CH chunks of 4
  * consecutive x of each of a thread's two rows, split into PX bf16 parts.
  * Xh (half, fast precision): 8 consecutive x of each row, as bits. */
@@ -1020,15 +1091,15 @@ struct alignas(8) kcu_u2 {
  * blocks of BK (32 or 64; 64 with half x), loaded PF blocks ahead (1 or
  * 2). X: x's dtype in memory; what the matmul multiplies (Pro::out) is f32
  * (exact: parts) or the weights' half type (fast: as it is). */
-template <typename W, int K, int N, int GRID, int PX, int BK, int PF, class Pro, class Epi, typename X>
-static __device__ __forceinline__ void kcu_matmul_mma(const int T, const X *__restrict__ x,
-                                                      const W *__restrict__ w, Pro &pro, const Epi &epi)
+template <typename W, int K, int N, int GRID, int PX, int BK, int PF, class Pro, class Epi, typename X, typename WP>
+static __device__ __forceinline__ void kcu_matmul_mma(const int T, const X *__restrict__ x, const WP w, Pro &pro,
+                                                      const Epi &epi)
 {
     typedef typename Pro::template out<X>::T XO;
     enum { HALF = !kcu_same<XO, float>::V }; /* fast precision: x (as multiplied) and w of one half type */
     typedef kcu_mma_w<W> MWx;
     typedef kcu_mma_raw<W> MWh;
-    typedef typename kcu_pick<HALF, MWh, MWx>::T MW;
+    typedef typename kcu_mma_src<WP, typename kcu_pick<HALF, MWh, MWx>::T>::T MW; /* WP: W rows, or kcu_qsrc */
     typedef typename kcu_pick<HALF, W, kcu_bf16>::T E; /* the mma's input type */
     typedef typename MW::Raw Raw;
     enum {
@@ -1077,7 +1148,7 @@ static __device__ __forceinline__ void kcu_matmul_mma(const int T, const X *__re
         const int xoff = HALF ? xk8 : xk;
         const X *const xrow[2] = {x + (row0 + xm) * K + xoff, x + (row0 + xm + 8) * K + xoff};
         const bool wlive = col0 + wc < N;
-        const W *const wrow = w + (long long)(wlive ? Epi::row(col0 + wc) : 0) * K + wk;
+        const auto wrow = kcu_wrow<K>(w, wlive ? Epi::row(col0 + wc) : 0) + wk;
         float hi[4][4], lo[4][4];
 #pragma unroll
         for (int t = 0; t < 4; t++)
@@ -1743,6 +1814,19 @@ static __device__ __forceinline__ void kcu_matmul_q(const int T, const X *__rest
                                                     const unsigned char *__restrict__ codes, const S *__restrict__ scale,
                                                     const unsigned char *__restrict__ zero, const Epi &epi)
 {
+#if KCU_MMA
+    /* a step past the decode path's with half x (fast precision): the tiles of kcu_matmul_mma on tensor
+     * cores, each weight dequantized as it is loaded (kcu_qsrc), on the prefill grid (R == 2) */
+    if constexpr (!kcu_same<X, float>::V) {
+        if (R == 2 && T > KCU_GEMV_T) {
+            enum { GRID = (N + KCU_MM_GRID_COLS - 1) / KCU_MM_GRID_COLS };
+            kcu_pro_none pro;
+            kcu_matmul_mma<X, K, N, GRID, 1, 64, 1>(T, x, kcu_qsrc<QB, FLIP, ASYM, K, G, S, X>{codes, scale, zero, 0, 0},
+                                                     pro, epi);
+            return;
+        }
+    }
+#endif
     for (int t0 = 0; t0 < T; t0 += KCU_GEMV_T) {
         const int TT = T - t0 < KCU_GEMV_T ? T - t0 : KCU_GEMV_T;
         if (TT == 1)

@@ -2,8 +2,10 @@
 # cuda_quant.sh — quantized matmuls (kiln build --quant) through the CUDA backend, emulated on the
 # CPU: kcu_matmul_q's logits against the reference interpreter's (the same codes: both engines are
 # built from one RTN quantization), for a step of 11 tokens (the prefill path: 8 tokens, then 3) and
-# decode steps, in exact precision (f32 x: u4 codes with zero points, groups of 128) and in fast
-# precision (bf16 x: i8 codes, a scale a row); and the schemes without a CUDA kernel, refused.
+# decode steps, in exact precision (f32 x: u4 codes with zero points, groups of 128; the prefill
+# 8 tokens at a time on CUDA cores) and in fast precision (bf16 x: i8 codes, a scale a row; u4 in
+# groups of 64; the prefill on kcu_matmul_mma's tensor cores, each weight dequantized to bf16 as it is
+# loaded, hence the fast tolerance); and the schemes without a CUDA kernel, refused.
 . "$(dirname "$0")/../cli/lib.sh"
 . "$(dirname "$0")/cuda_lib.sh"
 : "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}"
@@ -36,6 +38,7 @@ print('max|cuda-cpu|/max|cpu| = %.3g' % err); sys.exit(0 if err <= float(sys.arg
 }
 check w4a16-f32 1e-5 --quant w4a16
 check w8a16-bf16-fast 0.0156 --quant w8a16 --dtype bf16
+check w4a16-g64-bf16-fast 0.0156 --quant w4a16 --quant-group 64 --dtype bf16
 for s in fp8 w8a8; do
   expect_fail "$s on sm_90" "kiln: error: --target sm_90: quantized matmul over 'wq[0]+wk[0]+wv[0]#codes' (quant=$s): fp8 and w8a8 matmuls have no CUDA kernels yet" -- \
     "$KILN_BIN" build "$ts" -o "$work/x.engine" --quant $s --target sm_90
