@@ -8,7 +8,7 @@
  * known, shape non-negative and without overflow, data_offsets inside the
  * file's data section and of the size dtype x shape gives, no two tensors
  * overlapping. Problems are reported as `file: error: tensor 'name': ...`.
- * Dtypes other than F32, F16, BF16, I32 and F8_E4M3 (I64, F64, F8_E5M2...)
+ * Dtypes other than F32, F16, BF16, I32, I8, U8 and F8_E4M3 (I64, F64, F8_E5M2...)
  * are rejected at open, naming the tensor.
  *
  * Prefix: kf_ (frontend).

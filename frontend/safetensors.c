@@ -15,9 +15,10 @@
  * reader and some writers pad). The first problem found is reported as
  * `file: error: tensor 'name': ...` and the open fails.
  *
- * Dtypes: F32, F16 and BF16 are read, and I32 and F8_E4M3 (the packed
- * integers of AWQ and GPTQ checkpoints, FP8 checkpoints' weights: for
- * frontend/quantized.c to decode); the other safetensors dtypes (BOOL, other
+ * Dtypes: F32, F16 and BF16 are read, and I32, I8, U8 and F8_E4M3 (the
+ * packed integers of AWQ and GPTQ checkpoints, FP8 checkpoints' weights: for
+ * frontend/quantized.c to decode; 8-bit codes of other formats, which a
+ * weight of the model cannot bind: lower_weights.c says so); the other safetensors dtypes (BOOL, other
  * integers, F64, the other F8 kinds) are rejected at open, naming the
  * tensor, since kf_tensor has no way to carry them.
  */
@@ -36,7 +37,7 @@
 
 /* The safetensors dtypes kiln knows of but cannot read. */
 static const char *const unsupported_dtypes[] = {
-    "BOOL", "U8", "I8", "U16", "I16", "U32", "U64", "I64", "F64",
+    "BOOL", "U16", "I16", "U32", "U64", "I64", "F64",
     "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64",
 };
 
@@ -59,7 +60,8 @@ typedef struct st_span {
 /* The safetensors name of a dtype kiln reads. */
 static const char *dtype_name(kir_dtype dt)
 {
-    return dt == KIR_F32 ? "F32" : dt == KIR_F16 ? "F16" : dt == KIR_I32 ? "I32" : dt == KIR_F8E4M3 ? "F8_E4M3" : "BF16";
+    return dt == KIR_F32 ? "F32" : dt == KIR_F16 ? "F16" : dt == KIR_I32 ? "I32" : dt == KIR_F8E4M3 ? "F8_E4M3" : dt == KIR_I8 ? "I8"
+           : dt == KIR_U8 ? "U8" : "BF16";
 }
 
 /* "[a, b, c]" into b. */
@@ -107,10 +109,12 @@ static int parse_dtype(st_file *f, const char *tensor, const cJSON *entry, kir_d
     else if (strcmp(s, "BF16") == 0) *out = KIR_BF16;
     else if (strcmp(s, "I32") == 0) *out = KIR_I32;
     else if (strcmp(s, "F8_E4M3") == 0) *out = KIR_F8E4M3;
+    else if (strcmp(s, "I8") == 0) *out = KIR_I8;
+    else if (strcmp(s, "U8") == 0) *out = KIR_U8;
     else {
         for (size_t i = 0; i < sizeof unsupported_dtypes / sizeof *unsupported_dtypes; i++) {
             if (strcmp(s, unsupported_dtypes[i]) == 0)
-                return tensor_error(f, tensor, "dtype %s is not supported (kiln reads F32, F16, BF16, I32 and F8_E4M3)", s);
+                return tensor_error(f, tensor, "dtype %s is not supported (kiln reads F32, F16, BF16, I32, I8, U8 and F8_E4M3)", s);
         }
         return tensor_error(f, tensor, "unknown dtype \"%s\"", s);
     }

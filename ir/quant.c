@@ -79,7 +79,30 @@ void kir_dequantize_row(const kir_quant_layout *q, const void *codes, const void
     for (int64_t b = 0; b < bc; b++) {
         const float s = kir_quant_scale(q, scale, br * bc + b);
         const float z = q->asym ? (float)((const uint8_t *)zero)[br * bc + b] : 0.0f;
-        for (int64_t k = b * q->group; k < (b + 1) * q->group; k++) out[k] = (kir_quant_code(q, codes, n, k) - z) * s;
+        const int64_t k0 = b * q->group, k1 = k0 + q->group;
+        const uint8_t *c = (const uint8_t *)codes;
+        /* kir_quant_code's cases, each its own loop (the interpreter's matmul dequantizes every weight of a step) */
+        switch (q->codes) {
+        case KIR_U4: {
+            const float m = q->asym ? z : z + 8.0f;
+            for (int64_t k = k0; k < k1; k++) {
+                const int64_t at = n * q->cols + k;
+                out[k] = ((float)(at % 2 ? c[at / 2] >> 4 : c[at / 2] & 15) - m) * s;
+            }
+            break;
+        }
+        case KIR_U8: {
+            const float m = q->asym ? z : z + 128.0f;
+            for (int64_t k = k0; k < k1; k++) out[k] = ((float)c[n * q->cols + k] - m) * s;
+            break;
+        }
+        case KIR_I8:
+            for (int64_t k = k0; k < k1; k++) out[k] = (float)(int8_t)c[n * q->cols + k] * s;
+            break;
+        default:
+            for (int64_t k = k0; k < k1; k++) out[k] = (kir_quant_code(q, codes, n, k) - z) * s;
+            break;
+        }
     }
 }
 

@@ -185,7 +185,7 @@ static int test_every_model(ct_run *r)
         CHECK(c != NULL && kf_checkpoint_count(c) > 0);
         for (size_t i = 0; c && i < kf_checkpoint_count(c); i++) {
             const kf_tensor *t = kf_checkpoint_at(c, i);
-            if (t->dtype == KIR_I32 || t->dtype == KIR_F8E4M3) { /* a quantized layer's codes: no float to read */
+            if (t->dtype != KIR_F32 && t->dtype != KIR_F16 && t->dtype != KIR_BF16) { /* quantized codes: no float to read */
                 CHECK(kf_tensor_read_f32(&r->out.d, t, 0, 0, -1, NULL) != 0);
                 sink_clear(&r->out);
                 continue;
@@ -414,10 +414,10 @@ static const bad_header bad_headers[] = {
     {"i64.safetensors",
      "{" W4 ",\"position_ids\":{\"dtype\":\"I64\",\"shape\":[1,2],\"data_offsets\":[16,32]}}", 32,
      "$TMP/i64.safetensors: error: tensor 'position_ids': dtype I64 is not supported (kiln reads F32, F16, "
-     "BF16, I32 and F8_E4M3)\n"},
+     "BF16, I32, I8, U8 and F8_E4M3)\n"},
     {"f8.safetensors", "{\"w\":{\"dtype\":\"F8_E5M2\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4,
-     "$TMP/f8.safetensors: error: tensor 'w': dtype F8_E5M2 is not supported (kiln reads F32, F16, BF16, I32 and "
-     "F8_E4M3)\n"},
+     "$TMP/f8.safetensors: error: tensor 'w': dtype F8_E5M2 is not supported (kiln reads F32, F16, BF16, I32, I8, "
+     "U8 and F8_E4M3)\n"},
     {"no_shape.safetensors", "{\"w\":{\"dtype\":\"F32\",\"data_offsets\":[0,16]}}", 16,
      "$TMP/no_shape.safetensors: error: tensor 'w': missing \"shape\"\n"},
     {"shape_not_array.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":4,\"data_offsets\":[0,16]}}", 16,
@@ -592,6 +592,26 @@ static void test_bad_index(ct_run *r)
 /* kf_tensor_read_view over a stacked [3 experts, 4, 5] f32 tensor (and the same bytes as a 2-D [12, 5] read in groups), v[e][i][j] = 100 e + 10 i + j: a 3-D .T
  * (each expert's matrix) with rows of dim 0 (experts 1 and 2), rows of dim 1 with a step, both with .T (gpt-oss's
  * interleaved gate and up), against the elements they must be; and a step of 0 refused. */
+/* 8-bit codes (I8, U8): read as they are, with their bytes; not as floats (a weight cannot bind them) */
+static void test_byte_dtypes(ct_run *r)
+{
+    static const char header[] = "{\"q\":{\"dtype\":\"I8\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
+                                 "\"z\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[4,7]}} ";
+    const uint8_t data[8] = {0x81, 0x7f, 0x00, 0xff, 7, 8, 250, 0};
+    const char *path = ct_write_st(r, "bytes.safetensors", header, data, sizeof data);
+    sink_clear(&r->out);
+    kf_checkpoint *c = kf_checkpoint_open(&r->out.d, path);
+    CHECK(c != NULL);
+    if (!c) return;
+    const kf_tensor *q = kf_checkpoint_find(c, "q"), *z = kf_checkpoint_find(c, "z");
+    CHECK(q && q->dtype == KIR_I8 && q->nbytes == 4 && (int8_t)q->data[0] == -127 && (int8_t)q->data[3] == -1);
+    CHECK(z && z->dtype == KIR_U8 && z->nbytes == 3 && z->data[2] == 250);
+    float v[4];
+    CHECK(kf_tensor_read_f32(&r->out.d, q, 0, 0, -1, v) != 0);
+    CT_EXPECT_LOG(r, "I8 as f32", "$TMP/bytes.safetensors: error: tensor 'q': dtype i8 cannot be read as f32\n");
+    kf_checkpoint_close(c);
+}
+
 static void test_views(ct_run *r)
 {
     float v[3][4][5], out[60];
@@ -656,6 +676,7 @@ int main(void)
     test_bad_headers(&r);
     test_bad_index(&r);
     test_views(&r);
+    test_byte_dtypes(&r);
     ct_cleanup(&r);
     return check_finish("test_safetensors");
 }
