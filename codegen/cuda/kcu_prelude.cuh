@@ -1713,22 +1713,32 @@ static __device__ __forceinline__ void kcu_matmul_small(const int T, const X *__
  * byte, the even k in the low nibble; 8: a byte, FLIP for i8's signed codes, read as unsigned ones
  * around 128), a scale (type S) and, ASYM, a u8 zero point for each G columns of a row; without zero
  * points the codes' midpoint (8, 128). Like kcu_matmul_small: R columns a warp, a lane 16-byte chunks
- * c = lane, lane + 32, ... of each row (32 u4 or 16 8-bit codes, one group's), KCU_QMM_U chunks in
- * flight a row, then the warp's butterfly; TG tokens at a time (a longer step KCU_GEMV_T tokens at a
- * time: correct, and slow for prefill, which reads the codes again for each 8 tokens). A chunk's sum
- * is scale (sum_j x_j q_j - zero sum_j x_j), in f32: the reference (runtime/interp) dequantizes
- * each weight first, so the two differ by f32 roundings. x is read where it lies (no prologue: the
+ * c = lane, lane + 32, ... of each row (32 u4 or 16 8-bit codes, one group's), two steps in flight
+ * (the next chunk's loads issued before this one's sums), then the warp's butterfly; TG tokens at a time (a longer step KCU_GEMV_T tokens at a
+ * time: correct, and slow for prefill, which reads the codes again for each 8 tokens). One token's
+ * chunk sum is scale (sum_j x_j q_j - zero sum_j x_j), several tokens' each weight's (q - zero) scale
+ * times x, in f32: the reference (runtime/interp) dequantizes each weight first, so they differ by
+ * f32 roundings. x is read where it lies (no prologue: the
  * quantize pass's matmuls take none, passes/fuse_norm_prologue.c). */
-#ifndef KCU_QMM_U
-#define KCU_QMM_U 2 /* chunks of each row a lane loads before it sums them */
-#endif
+/* A chunk's codes (16 bytes) for kcu_qgemv_tokens: code j of piece p (8 codes: u4 one 32-bit word, 8-bit
+ * two) as an exact float. */
+template <int QB, bool FLIP>
+static __device__ __forceinline__ float kcu_qcode(const uint4 &raw, int p, int j)
+{
+    const unsigned wd[4] = {raw.x, raw.y, raw.z, raw.w};
+    unsigned q = QB == 4 ? (wd[p] >> (4 * j)) & 15u : (wd[2 * p + j / 4] >> (8 * (j % 4))) & 255u;
+    if (FLIP) q ^= 128u;
+    return __uint_as_float(0x4B000000u | q) - 8388608.0f;
+}
+
 template <int QB, bool FLIP, bool ASYM, int K, int N, int G, int R, int TG, typename S, class Epi, typename X>
 static __device__ __forceinline__ void kcu_qgemv_tokens(const int t0, const int TT, const X *__restrict__ x,
                                                         const unsigned char *__restrict__ codes,
                                                         const S *__restrict__ scale,
                                                         const unsigned char *__restrict__ zero, const Epi &epi)
 {
-    enum { PER = 128 / QB, CHUNKS = K / PER, ROW = K * QB / 8, NG = K / G, U = KCU_QMM_U };
+    enum { PER = 128 / QB, PIECES = PER / 8, CHUNKS = K / PER, ROW = K * QB / 8, NG = K / G,
+           STEPS = (CHUNKS + 31) / 32 /* a step: a chunk of each row a lane */ };
     static_assert(K % PER == 0 && G % PER == 0, "kcu_matmul_q: a 16-byte chunk of codes lies in one group");
     static_assert(R / 2 * TG <= 32, "kcu_matmul_q: a lane a (pair, token)");
     const int tid = threadIdx.x, lane = tid % 32;
@@ -1742,47 +1752,83 @@ static __device__ __forceinline__ void kcu_qgemv_tokens(const int t0, const int 
 #pragma unroll
         for (int t = 0; t < TG; t++) acc[r][t] = 0.0f;
     const float mid = QB == 4 ? 8.0f : 128.0f;
-#pragma unroll 1
-    for (int cb = lane; cb < CHUNKS; cb += 32 * U) {
-        uint4 raw[U][R];
-        float sc[U][R], zp[U][R];
+    /* step st's chunk of each row (the last chunk past the end: its sums are skipped), its scales and zeros */
+    auto load = [&](int st, uint4 (&raw)[R], float (&sc)[R], float (&zp)[R]) {
+        const int c = st * 32 + lane < CHUNKS ? st * 32 + lane : CHUNKS - 1;
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = cb + 32 * u < CHUNKS ? cb + 32 * u : CHUNKS - 1;
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const long long row = rows[r] < 0 ? 0 : rows[r];
-                raw[u][r] = *reinterpret_cast<const uint4 *>(codes + row * ROW + (long long)c * 16);
-                const long long gi = row * NG + (long long)c * PER / G;
-                sc[u][r] = kcu_f(scale[gi]);
-                zp[u][r] = ASYM ? (float)zero[gi] : mid;
-            }
+        for (int r = 0; r < R; r++) {
+            const long long row = rows[r] < 0 ? 0 : rows[r];
+            raw[r] = __ldg(reinterpret_cast<const uint4 *>(codes + row * ROW + (long long)c * 16));
+            const long long gi = row * NG + (long long)c * PER / G;
+            sc[r] = kcu_f(scale[gi]);
+            zp[r] = ASYM ? (float)zero[gi] : mid;
         }
+    };
+    /* a chunk's sum a (row, token). One token: scale (sum_j x_j q_j - zero sum_j x_j), the codes turned
+     * into floats as they are used. Several: each 8 codes of each row dequantized once, (q - zero) scale,
+     * for every token (registers: the bound of two blocks an SM is 128 a thread) */
+    auto sum = [&](int st, const uint4 (&raw)[R], const float (&sc)[R], const float (&zp)[R]) {
+        const int c = st * 32 + lane;
+        if (c >= CHUNKS) return;
+        if constexpr (TG == 1) {
+            float dq[R], xs = 0.0f;
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = cb + 32 * u;
-            if (c >= CHUNKS) break;
+            for (int r = 0; r < R; r++) dq[r] = 0.0f;
 #pragma unroll
-            for (int t = 0; t < TG; t++) {
-                if (TG > 1 && t >= TT) break;
-                float xv[PER];
-                kcu_xload<PER>(x + (long long)(t0 + t) * K + (long long)c * PER, xv);
-                float xs = 0.0f;
+            for (int p = 0; p < PIECES; p++) {
+                float xv[8];
+                kcu_xload<8>(x + (long long)t0 * K + (long long)c * PER + 8 * p, xv);
 #pragma unroll
-                for (int j = 0; j < PER; j++) xs += xv[j];
+                for (int j = 0; j < 8; j++) xs += xv[j];
 #pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const unsigned int wd[4] = {raw[u][r].x, raw[u][r].y, raw[u][r].z, raw[u][r].w};
-                    float dq = 0.0f;
+                for (int r = 0; r < R; r++)
 #pragma unroll
-                    for (int j = 0; j < PER; j++) {
-                        unsigned int q = QB == 4 ? (wd[j / 8] >> (4 * (j % 8))) & 15u : (wd[j / 4] >> (8 * (j % 4))) & 255u;
-                        if (FLIP) q ^= 128u;
-                        dq = fmaf(xv[j], __uint_as_float(0x4B000000u | q) - 8388608.0f, dq);
-                    }
-                    acc[r][t] = fmaf(sc[u][r], dq - zp[u][r] * xs, acc[r][t]);
+                    for (int j = 0; j < 8; j++) dq[r] = fmaf(xv[j], kcu_qcode<QB, FLIP>(raw[r], p, j), dq[r]);
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[r][0] = fmaf(sc[r], dq[r] - zp[r] * xs, acc[r][0]);
+        } else {
+#pragma unroll
+            for (int p = 0; p < PIECES; p++) {
+                float wq[R][8];
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int j = 0; j < 8; j++) wq[r][j] = (kcu_qcode<QB, FLIP>(raw[r], p, j) - zp[r]) * sc[r];
+#pragma unroll
+                for (int t = 0; t < TG; t++) {
+                    if (t >= TT) break;
+                    float xv[8];
+                    kcu_xload<8>(x + (long long)(t0 + t) * K + (long long)c * PER + 8 * p, xv);
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+#pragma unroll
+                        for (int j = 0; j < 8; j++) acc[r][t] = fmaf(xv[j], wq[r][j], acc[r][t]);
                 }
             }
+        }
+    };
+    /* one token: two steps in flight (the next step's loads issued before this one's sums); several: a
+     * step at a time (their sums hide the loads) */
+    if constexpr (TG == 1) {
+        uint4 ra[R], rb[R];
+        float sa[R], sb[R], za[R], zb[R];
+        load(0, ra, sa, za);
+#pragma unroll 1
+        for (int st = 0; st < STEPS; st += 2) {
+            if (st + 1 < STEPS) load(st + 1, rb, sb, zb);
+            sum(st, ra, sa, za);
+            if (st + 1 >= STEPS) break;
+            if (st + 2 < STEPS) load(st + 2, ra, sa, za);
+            sum(st + 1, rb, sb, zb);
+        }
+    } else {
+#pragma unroll 1
+        for (int st = 0; st < STEPS; st++) {
+            uint4 ra[R];
+            float sa[R], za[R];
+            load(st, ra, sa, za);
+            sum(st, ra, sa, za);
         }
     }
 #pragma unroll
