@@ -49,6 +49,14 @@ static inline float __int_as_float(unsigned int u)
     return f;
 }
 static inline float __uint_as_float(unsigned int u) { return __int_as_float(u); }
+/* byte i of the result: byte (s >> 4i) & 7 of the eight bytes y:x (x the low four) */
+static inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s)
+{
+    const unsigned long long b = (unsigned long long)y << 32 | x;
+    unsigned int r = 0;
+    for (int i = 0; i < 4; i++) r |= (unsigned int)(b >> (8 * ((s >> (4 * i)) & 7)) & 0xffu) << (8 * i);
+    return r;
+}
 
 /* CUDA's 16-byte vector types, and the read-only load */
 struct uint4 {
