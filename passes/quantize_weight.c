@@ -156,7 +156,8 @@ typedef struct row_job {
     pthread_mutex_t lock; /* guards next */
     const kir_quant_layout *q;
     const float *w, *importance;
-    const double *u;      /* GPTQ: the inverse gram's factor */
+    const double *u;      /* GPTQ: the inverse gram's factor, in perm's order */
+    const int64_t *perm;  /* GPTQ: the columns in the order they are quantized (act order) */
     uint8_t *codes;
     void *scale, *zero;
 } row_job;
@@ -279,36 +280,52 @@ static void gptq_rows(const row_job *j, int64_t r0, int64_t r1)
     const kir_quant_layout *q = j->q;
     const int64_t k = q->cols, bc = q->cols / q->group;
     const double *u = j->u;
+    const int64_t *perm = j->perm;
     uint8_t *out = j->codes;
-    void *scale = j->scale, *zero = j->zero;
     const int mid = q->asym || q->codes == KIR_I8 ? 0 : 1 << (kir_dtype_bits(q->codes) - 1);
     float *row = ks_xmalloc(sizeof(float) * (size_t)k);
+    int_grid *grids = ks_xmalloc(sizeof *grids * (size_t)bc);
     for (int64_t r = r0; r < r1; r++) {
         memcpy(row, j->w + r * k, sizeof(float) * (size_t)k);
-        int_grid g = {0};
-        for (int64_t i = 0; i < k; i++) {
-            if (i % q->group == 0) {
-                /* the group's grid from the row as compensated so far: its range, clipped where that is better */
-                float lo = 0, hi = 0;
-                for (int64_t c = i; c < i + q->group; c++) lo = row[c] < lo ? row[c] : lo, hi = row[c] > hi ? row[c] : hi;
-                g = grid_for(q, lo, hi);
-                double best = block_error(q, row, 0, i, &g, NULL);
-                for (int s = 1; s < KP_CLIP_STEPS && best > 0; s++) {
-                    int_grid t = grid_for(q, lo * (1.0f - (float)s / 100.0f), hi * (1.0f - (float)s / 100.0f));
-                    double e = block_error(q, row, 0, i, &t, NULL);
-                    if (e < best) g = t, best = e;
-                }
-                if (scale) store_scale(q->scale, scale, r * bc + i / q->group, g.s);
-                if (zero && q->asym) ((uint8_t *)zero)[r * bc + i / q->group] = (uint8_t)g.zero;
+        /* each group's grid from the row as it is (static groups: the act order visits a group's columns
+         * at different times): its range, clipped where that is better */
+        for (int64_t b = 0; b < bc; b++) {
+            float lo = 0, hi = 0;
+            for (int64_t c = b * q->group; c < (b + 1) * q->group; c++) lo = row[c] < lo ? row[c] : lo, hi = row[c] > hi ? row[c] : hi;
+            int_grid g = grid_for(q, lo, hi);
+            double best = block_error(q, row, 0, b * q->group, &g, NULL);
+            for (int st = 1; st < KP_CLIP_STEPS && best > 0; st++) {
+                int_grid t = grid_for(q, lo * (1.0f - (float)st / 100.0f), hi * (1.0f - (float)st / 100.0f));
+                double e = block_error(q, row, 0, b * q->group, &t, NULL);
+                if (e < best) g = t, best = e;
             }
-            int c = code_of(&g, row[i]);
-            put_code(q, out, r * k + i, c + mid);
+            grids[b] = g;
+            if (j->scale) store_scale(q->scale, j->scale, r * bc + b, g.s);
+            if (j->zero && q->asym) ((uint8_t *)j->zero)[r * bc + b] = (uint8_t)g.zero;
+        }
+        for (int64_t i = 0; i < k; i++) {
+            const int64_t col = perm[i];
+            const int_grid *g = &grids[col / q->group];
+            int c = code_of(g, row[col]);
+            put_code(q, out, r * k + col, c + mid);
             /* the rounding's error, spread over the columns still to come */
-            double err = ((double)row[i] - (double)(c - g.zero) * g.s) / u[i * k + i];
-            for (int64_t c2 = i + 1; c2 < k; c2++) row[c2] -= (float)(err * u[i * k + c2]);
+            double err = ((double)row[col] - (double)(c - g->zero) * g->s) / u[i * k + i];
+            for (int64_t i2 = i + 1; i2 < k; i2++) row[perm[i2]] -= (float)(err * u[i * k + i2]);
         }
     }
+    free(grids);
     free(row);
+}
+
+/* A column and its gram's diagonal, for GPTQ's act order: largest first (ties: lower index). */
+typedef struct diag_col {
+    double d;
+    int64_t col;
+} diag_col;
+static int by_diag(const void *a, const void *b)
+{
+    const diag_col *x = a, *y = b;
+    return x->d > y->d ? -1 : x->d < y->d ? 1 : (x->col > y->col) - (x->col < y->col);
 }
 
 int kp_quantize_gptq(const kir_quant_layout *q, const float *w_in, const double *gram, void *codes, void *scale,
@@ -316,17 +333,31 @@ int kp_quantize_gptq(const kir_quant_layout *q, const float *w_in, const double 
 {
     if (q->codes == KIR_F8E4M3 || q->block_rows != 1) return -1;
     const int64_t k = q->cols, n = q->rows;
+    /* act order: the columns whose inputs are largest first, while the most columns are left to take their errors */
+    int64_t *perm = ks_xmalloc(sizeof *perm * (size_t)k);
+    diag_col *diag = ks_xmalloc(sizeof *diag * (size_t)k);
+    double *gp = ks_xmalloc(sizeof(double) * (size_t)(k * k));
+    for (int64_t i = 0; i < k; i++) diag[i] = (diag_col){gram[i * k + i], i};
+    qsort(diag, (size_t)k, sizeof *diag, by_diag);
+    for (int64_t i = 0; i < k; i++) perm[i] = diag[i].col;
+    for (int64_t i = 0; i < k; i++)
+        for (int64_t c = 0; c < k; c++) gp[i * k + c] = gram[perm[i] * k + perm[c]];
     double *u = ks_xmalloc(sizeof(double) * (size_t)(k * k));
-    if (inverse_factor(gram, k, u) != 0) {
+    int rc = inverse_factor(gp, k, u);
+    free(gp);
+    free(diag);
+    if (rc != 0) {
         free(u);
+        free(perm);
         return -1;
     }
-    row_job j = {.run = gptq_rows, .n = n, .q = q, .w = w_in, .u = u, .codes = codes ? codes : NULL, .scale = scale,
-                 .zero = zero};
+    row_job j = {.run = gptq_rows, .n = n, .q = q, .w = w_in, .u = u, .perm = perm, .codes = codes ? codes : NULL,
+                 .scale = scale, .zero = zero};
     uint8_t *own = codes ? NULL : ks_xmalloc(kir_quant_codes_bytes(q) ? kir_quant_codes_bytes(q) : 1);
     if (own) j.codes = own;
     run_rows(&j);
     free(own);
     free(u);
+    free(perm);
     return 0;
 }
