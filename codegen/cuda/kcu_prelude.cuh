@@ -1566,6 +1566,37 @@ template <typename W, int K, int R, int TG, typename XO, bool STAGED> struct kcu
     typedef typename WC::raw Raw;
 };
 
+/* The end of a decode matmul's warp (kcu_gemv_tokens, kcu_qgemv_tokens): its 32 partial sums of each
+ * (column, token) totalled in every lane by a butterfly of shuffles, then lane p TG + t hands pair p's
+ * sums for token t to the epilogue (one call site: the epilogue is compiled once an instance). */
+template <int R, int TG, class Epi>
+static __device__ __forceinline__ void kcu_gemv_hand(float (&acc)[R][TG], const int (&rows)[R], const int t0, const int TT,
+                                                     const int lane, const Epi &epi)
+{
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < TG; t++) {
+            if (TG > 1 && t >= TT) break;
+#pragma unroll
+            for (int sh = 16; sh > 0; sh >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], sh);
+        }
+    float v0 = 0.0f, v1 = 0.0f;
+    int n0 = -1, n1 = -1;
+#pragma unroll
+    for (int p = 0; p < R / 2; p++)
+#pragma unroll
+        for (int t = 0; t < TG; t++)
+            if (lane == p * TG + t) v0 = acc[2 * p][t], v1 = acc[2 * p + 1][t], n0 = rows[2 * p], n1 = rows[2 * p + 1];
+    const int tq = lane % TG;
+    if (lane < R / 2 * TG && tq < TT) {
+        if (n1 >= 0)
+            epi.two(t0 + tq, n0, v0, n1, v1);
+        else if (n0 >= 0)
+            epi.one(t0 + tq, n0, v0);
+    }
+}
+
 /* Tokens t0 .. t0 + TT - 1 (TT <= TG) of kcu_matmul_small, with accumulators
  * for TG tokens: 1 (no per-token tests), or KCU_GEMV_T for any TT. xs: the
  * shared staging buffer when the prologue is staged. */
@@ -1656,31 +1687,7 @@ static __device__ __forceinline__ void kcu_gemv_tokens(const int T, const int t0
         step(s + 1, wb, wa);
     }
     if (STEPS % 2) step(STEPS - 1, wa, wb);
-    /* the warp's 32 partial sums of each (column, token), totalled in every lane */
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < TG; t++) {
-            if (TG > 1 && t >= TT) break;
-#pragma unroll
-            for (int sh = 16; sh > 0; sh >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], sh);
-        }
-    /* lane p TG + t hands pair p's sums for token t to the epilogue (one call site: the epilogue is
-     * compiled once an instance) */
-    float v0 = 0.0f, v1 = 0.0f;
-    int n0 = -1, n1 = -1;
-#pragma unroll
-    for (int p = 0; p < R / 2; p++)
-#pragma unroll
-        for (int t = 0; t < TG; t++)
-            if (lane == p * TG + t) v0 = acc[2 * p][t], v1 = acc[2 * p + 1][t], n0 = rows[2 * p], n1 = rows[2 * p + 1];
-    const int tq = lane % TG;
-    if (lane < R / 2 * TG && tq < TT) {
-        if (n1 >= 0)
-            epi.two(t0 + tq, n0, v0, n1, v1);
-        else if (n0 >= 0)
-            epi.one(t0 + tq, n0, v0);
-    }
+    kcu_gemv_hand<R, TG>(acc, rows, t0, TT, lane, epi);
 }
 
 /* The decode path (T <= KCU_GEMV_T; a longer step is taken KCU_GEMV_T
@@ -1868,28 +1875,7 @@ static __device__ __forceinline__ void kcu_qgemv_tokens(const int t0, const int 
             sum(st, ra, sa, za);
         }
     }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < TG; t++) {
-            if (TG > 1 && t >= TT) break;
-#pragma unroll
-            for (int sh = 16; sh > 0; sh >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], sh);
-        }
-    float v0 = 0.0f, v1 = 0.0f;
-    int n0 = -1, n1 = -1;
-#pragma unroll
-    for (int p = 0; p < R / 2; p++)
-#pragma unroll
-        for (int t = 0; t < TG; t++)
-            if (lane == p * TG + t) v0 = acc[2 * p][t], v1 = acc[2 * p + 1][t], n0 = rows[2 * p], n1 = rows[2 * p + 1];
-    const int tq = lane % TG;
-    if (lane < R / 2 * TG && tq < TT) {
-        if (n1 >= 0)
-            epi.two(t0 + tq, n0, v0, n1, v1);
-        else if (n0 >= 0)
-            epi.one(t0 + tq, n0, v0);
-    }
+    kcu_gemv_hand<R, TG>(acc, rows, t0, TT, lane, epi);
 }
 
 template <int QB, bool FLIP, bool ASYM, int K, int N, int G, int R, typename S, class Epi, typename X>
