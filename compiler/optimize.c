@@ -534,9 +534,85 @@ static char *quant_key(const kir_graph *g, kir_val node, const kir_quant_layout 
     return key;
 }
 
-/* Part `node` of a quantization (ir/ir.h, "quantized weights"): the float matrix its recipe derives,
- * read in f32, quantized (passes/quantize_weight.h: GPTQ with --calib's gram, else round to nearest),
- * that part written to out. */
+/* A codes/scales/zeros companion of checkpoint tensor `tensor` ("#codes" etc.: frontend/quantized.h), or NULL. */
+static const kf_tensor *companion_of(const kd_model *m, const char *tensor, const char *suffix)
+{
+    ks_buf b = {0};
+    ks_buf_printf(&b, "%s%s", tensor, suffix);
+    const kf_tensor *t = m->ckpt ? kf_checkpoint_find(m->ckpt, ks_buf_cstr(&b)) : NULL;
+    ks_buf_free(&b);
+    return t;
+}
+
+/* The checkpoint's own codes for part `node`'s quantization (an AWQ or GPTQ checkpoint's, kept by
+ * frontend/quantized.c) when every source of its recipe is such a layer, read straight (no transpose, all
+ * its rows), concatenated along dim 0 (derive concat0), and stored with this layout: the same group, the
+ * codes' range (u4: 0..15), the zero points where asym (else the midpoint everywhere: 8, or 128 for i8
+ * and u8). Writes the three parts into c's buffers and returns 1; 0 (nothing written) where not. */
+static int checkpoint_codes(const kd_model *m, const kir_graph *g, kir_val node, const kir_quant_layout *q,
+                            uint8_t *const parts[3])
+{
+    if (!m->ckpt || kir_attr_word(g, node, KIR_A_WEIGHT_DERIVE) != KIR_DERIVE_CONCAT0 || q->block_rows != 1 ||
+        q->codes == KIR_F8E4M3)
+        return 0;
+    ks_arena scratch = {0};
+    kp_weight_recipe r;
+    int ok = kp_weight_recipe_of(g, node, &scratch, &r) == 0 && r.n_sources > 0;
+    const int64_t groups = q->cols / q->group;
+    const int mid = q->codes == KIR_U4 ? 8 : 128;
+    int64_t row = 0;
+    /* first a check of every source, then the copy: nothing written unless all fit */
+    for (int pass = 0; pass < 2 && ok; pass++) {
+        row = 0;
+        for (size_t i = 0; i < r.n_sources && ok; i++) {
+            const kf_weight_binding *b = kd_binding(m, r.names[i]);
+            const kf_tensor *w = b && !b->n_parts ? kf_checkpoint_find(m->ckpt, b->tensor) : NULL;
+            const kf_tensor *tc = w ? companion_of(m, b->tensor, "#codes") : NULL;
+            const kf_tensor *ts = w ? companion_of(m, b->tensor, "#scales") : NULL;
+            const kf_tensor *tz = w ? companion_of(m, b->tensor, "#zeros") : NULL;
+            ok = tc && ts && tz && straight_rows(b, w, (size_t)(r.rows[i] * q->cols)) == w->data &&
+                 tc->shape[0] == r.rows[i] && tc->shape[1] == q->cols && ts->shape[1] == groups;
+            for (int64_t e = 0; ok && pass == 0 && e < r.rows[i] * q->cols; e++)
+                ok = q->codes != KIR_U4 || tc->data[e] < 16;
+            for (int64_t e = 0; ok && pass == 0 && !q->asym && e < r.rows[i] * groups; e++) ok = tz->data[e] == mid;
+            if (!ok || pass == 0) {
+                row += r.rows[i];
+                continue;
+            }
+            const float *sc = (const float *)(const void *)ts->data;
+            for (int64_t n = 0; n < r.rows[i]; n++) {
+                for (int64_t k = 0; k < q->cols; k++) {
+                    const int64_t at = (row + n) * q->cols + k;
+                    int code = tc->data[n * q->cols + k];
+                    if (q->codes == KIR_U4) {
+                        uint8_t *byte = &parts[0][at / 2];
+                        *byte = at % 2 ? (uint8_t)((*byte & 15) | code << 4) : (uint8_t)((*byte & 0xf0) | code);
+                    } else {
+                        parts[0][at] = (uint8_t)(q->codes == KIR_I8 ? code - 128 : code);
+                    }
+                }
+                for (int64_t gi = 0; gi < groups; gi++) {
+                    const float v = sc[n * groups + gi];
+                    const int64_t at = (row + n) * groups + gi;
+                    if (q->scale == KIR_F32) memcpy(parts[1] + 4 * at, &v, 4);
+                    else {
+                        const uint16_t h = q->scale == KIR_F16 ? ks_f32_to_f16(v) : ks_f32_to_bf16(v);
+                        memcpy(parts[1] + 2 * at, &h, 2);
+                    }
+                    if (q->asym) parts[2][at] = tz->data[n * groups + gi];
+                }
+            }
+            row += r.rows[i];
+        }
+    }
+    ks_arena_free(&scratch);
+    return ok && row == q->rows;
+}
+
+/* Part `node` of a quantization (ir/ir.h, "quantized weights"): the checkpoint's own codes where it
+ * stores them in this layout (checkpoint_codes), else the float matrix its recipe derives, read in f32,
+ * quantized (passes/quantize_weight.h: GPTQ with --calib's gram, else round to nearest); that part
+ * written to out. */
 static int quant_part_data(const kd_model *m, const kir_graph *g, kir_val node, void *out, ks_diag *d)
 {
     kir_quant_layout q;
@@ -568,7 +644,8 @@ static int quant_part_data(const kd_model *m, const kir_graph *g, kir_val node, 
             importance = kd_calib_importance(m, r.names[0]);
             gram = kd_calib_gram(m, r.names[0]);
         }
-        if (!gram || kp_quantize_gptq(&q, w, gram, c->parts[0], c->parts[1], c->parts[2]) != 0)
+        if (!checkpoint_codes(m, g, node, &q, c->parts) &&
+            (!gram || kp_quantize_gptq(&q, w, gram, c->parts[0], c->parts[1], c->parts[2]) != 0))
             kp_quantize_matrix(&q, w, importance, c->parts[0], c->parts[1], c->parts[2]);
         ks_arena_free(&scratch);
         memcpy(out, c->parts[which], c->bytes[which]);

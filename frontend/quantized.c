@@ -248,8 +248,15 @@ static int is_2d(const kf_tensor *t, kir_dtype dt) { return t->dtype == dt && t-
 static int is_float(const kf_tensor *t) { return t->dtype == KIR_F32 || t->dtype == KIR_F16 || t->dtype == KIR_BF16; }
 
 /* Check the shapes of one layer's tensors and decode it into out[out_dim * in_dim]. */
+/* The layer's codes and zero points as they are (kf_checkpoint_dequantize's "P.weight#codes" and
+ * "#zeros", [out, in] and [out, groups] bytes), or NULL where they are not kept. */
+typedef struct layer_codes {
+    uint8_t *codes, *zeros;
+    float *scales; /* [out, groups]: the layer's scales transposed */
+} layer_codes;
+
 static int decode_layer(const quant_spec *s, const kf_tensor *qw, const kf_tensor *qz, const kf_tensor *sc,
-                        const kf_tensor *gi, float *out, int64_t in, int64_t outs, ks_diag *d)
+                        const kf_tensor *gi, float *out, int64_t in, int64_t outs, const layer_codes *keep, ks_diag *d)
 {
     const int per = 32 / s->bits;
     const uint32_t mask = (1u << s->bits) - 1;
@@ -292,6 +299,10 @@ static int decode_layer(const quant_spec *s, const kf_tensor *qw, const kf_tenso
                 if (qz && s->zero_plus_one) z = (z + 1) & mask; /* AutoGPTQ v1 adds one, modulo 2^bits */
             }
             out[o * in + i] = ((float)(int32_t)q - (float)(int32_t)z) * scales[g * outs + o];
+            if (keep) {
+                keep->codes[o * in + i] = (uint8_t)q;
+                if (i % group == 0) keep->zeros[o * groups + g] = (uint8_t)z, keep->scales[o * groups + g] = scales[g * outs + o];
+            }
         }
     }
     free(scales);
@@ -344,6 +355,38 @@ static int decode_fp8(kf_checkpoint *c, const quant_spec *s, size_t k, ks_diag *
     t->dtype = KIR_F32;
     t->data = (const uint8_t *)out;
     t->nbytes = (size_t)(outs * in) * sizeof *out;
+    return 0;
+}
+
+/* The codes, scales and zero points of decoded layer `name` ("P.weight", [outs, in]), as "P.weight#codes"
+ * (u8 [out, in]), "#scales" (f32 [out, groups]: P.scales transposed, in keep) and "#zeros" (u8 [out,
+ * groups]); marked decoded (no weight binds them: kd_weight_data reads them by name). Adding moves the
+ * table: the caller passes what it needs of the tensors, not pointers into it. */
+static int add_codes(kf_checkpoint *c, const char *name, const char *file, int64_t outs, int64_t in, int64_t groups,
+                     const layer_codes *keep, ks_diag *d)
+{
+    static const char *const suffix[3] = {"#codes", "#scales", "#zeros"};
+    const void *data[3] = {keep->codes, keep->scales, keep->zeros};
+    for (int i = 0; i < 3; i++) {
+        kf_tensor t = {0};
+        ks_buf b = {0};
+        ks_buf_printf(&b, "%s%s", name, suffix[i]);
+        t.name = kf_ckpt_strdup(c, ks_buf_cstr(&b));
+        ks_buf_free(&b);
+        t.dtype = i == 1 ? KIR_F32 : KIR_U8;
+        t.ndim = 2;
+        t.shape[0] = outs;
+        t.shape[1] = i == 0 ? in : groups;
+        t.nbytes = (size_t)(t.shape[0] * t.shape[1]) * (i == 1 ? sizeof(float) : 1);
+        t.file = file;
+        t.data = data[i];
+        t.decoded = 1;
+        if (c->n_tensors >= KF_CKPT_MAX_TENSORS) {
+            ks_error(d, file, "tensor '%s': too many tensors", t.name);
+            return -1;
+        }
+        kf_ckpt_add(c, &t);
+    }
     return 0;
 }
 
@@ -408,7 +451,18 @@ int kf_checkpoint_dequantize(kf_checkpoint *c, const kf_json_doc *config, ks_dia
         t.nbytes = (size_t)(outs * in) * sizeof(float);
         t.file = qw->file;
         float *data = ks_arena_alloc(&c->arena, t.nbytes ? t.nbytes : 1);
-        if (decode_layer(&s, qw, qz, sc, gi, data, in, outs, d) != 0) return -1;
+        /* the codes as they are, where groups of whole columns hold them in order (no g_idx that permutes
+         * them): kiln build --quant takes them for the layer's codes, not a quantization of its own */
+        const int64_t group = s.group > 0 ? s.group : in;
+        int in_order = group > 0 && in % group == 0 && sc->shape[0] == in / group;
+        for (int64_t i = 0; gi && in_order && i < in; i++) in_order = i32_at(gi, i) == i / group;
+        layer_codes keep = {0};
+        if (in_order) {
+            keep.codes = ks_arena_alloc(&c->arena, (size_t)(outs * in) + 1);
+            keep.zeros = ks_arena_alloc(&c->arena, (size_t)(outs * (in / group)) + 1);
+            keep.scales = ks_arena_alloc(&c->arena, sizeof(float) * (size_t)(outs * (in / group)) + 1);
+        }
+        if (decode_layer(&s, qw, qz, sc, gi, data, in, outs, in_order ? &keep : NULL, d) != 0) return -1;
         t.data = (const uint8_t *)data;
         if (c->n_tensors >= KF_CKPT_MAX_TENSORS) return tensor_error(qw, d, "too many tensors");
         /* the packed parts are read: mark them before the add moves the table */
@@ -416,6 +470,7 @@ int kf_checkpoint_dequantize(kf_checkpoint *c, const kf_json_doc *config, ks_dia
                                  gi ? (size_t)(gi - c->tensors) : k};
         for (int p = 0; p < 4; p++) c->tensors[parts[p]].decoded = 1;
         kf_ckpt_add(c, &t);
+        if (in_order && add_codes(c, t.name, t.file, outs, in, in / group, &keep, d) != 0) return -1;
         layers++;
     }
     if (layers == 0)

@@ -16,8 +16,11 @@
  * "gptq" (4- and 8-bit, sym and asym, desc_act's g_idx, checkpoint_format gptq or gptq_v2). Another
  * method, or a setting kiln does not read, is an error naming the key; a packed tensor of the wrong
  * dtype or shape one naming the tensor. Returns 0, or -1 after reporting through d. The decoded
- * tensors live in c's arena: f32, 8x the packed bytes of 4-bit weights (engines store what --dtype
- * says; packed storage and quantized kernels are issue #13's next steps). */
+ * tensors live in c's arena: f32, 8x the packed bytes of 4-bit weights. An AWQ or GPTQ layer whose
+ * groups are whole columns in order (no g_idx that permutes them) also keeps its codes as they are:
+ * "P.weight#codes" (u8 [out, in]), "P.weight#scales" (f32 [out, groups]) and "P.weight#zeros" (u8 [out,
+ * groups], v1's +1 applied), which `kiln build --quant` of the same layout takes as the engine's codes
+ * (compiler/optimize.c) instead of quantizing the decoded weight again. */
 int kf_checkpoint_dequantize(kf_checkpoint *c, const kf_json_doc *config, ks_diag *d);
 
 /* Whether kiln reads the quantization_config of config (none: yes), before the checkpoint is

@@ -43,6 +43,28 @@ expect_same "--quant-skip: 5 quantized matmuls" 5 "$(grep -c '{quant="w8a16"}' "
 expect_fail skip-nothing "kiln: warning: --quant-skip 'nosuch*' matches no weight a matmul quantizes" -- \
   sh -c "'$KILN_BIN' build '$ts' -o '$work/x.engine' --quant w8a16 --quant-skip 'nosuch*' && exit 1"
 
+# a Hub checkpoint's own codes: --quant in its layout (AWQ: groups of 64 with zero points; GPTQ sym: 64,
+# no zero points) takes them as they are, so the engine's logits are the f32 engine's of the decoded weights,
+# bit for bit; another layout quantizes the decoded weights again (close, not equal)
+same_logits() {
+  local name=$1 want=$2 model=$3; shift 3
+  "$KILN_BIN" build "$KILN_SHARED/models/$model" -o "$work/hub-f32.engine" 2>/dev/null &&
+    "$KILN_BIN" build "$KILN_SHARED/models/$model" -o "$work/hub-q.engine" "$@" 2>/dev/null ||
+    { echo "FAIL: $name: builds"; failures=$((failures+1)); return; }
+  "$KILN_BIN" run "$work/hub-f32.engine" --ids 1,5,9,20,33,40 -n 0 --logits-out "$work/hf.bin" >/dev/null 2>&1
+  "$KILN_BIN" run "$work/hub-q.engine" --ids 1,5,9,20,33,40 -n 0 --logits-out "$work/hq.bin" >/dev/null 2>&1
+  local got=different
+  [ -s "$work/hf.bin" ] && cmp -s "$work/hf.bin" "$work/hq.bin" && got=same
+  expect_same "$name" "$want" "$got"
+}
+if [ -d "$KILN_SHARED/models/llama-awq-tiny" ] && [ -d "$KILN_SHARED/models/llama-gptq-tiny" ]; then
+  same_logits "AWQ's codes as they are" same llama-awq-tiny --quant w4a16 --quant-group 64
+  same_logits "GPTQ's codes as they are" same llama-gptq-tiny --quant w4a16 --quant-group 64 --quant-sym
+  same_logits "AWQ quantized again in groups of 32" different llama-awq-tiny --quant w4a16 --quant-group 32
+  same_logits "GPTQ sym in the layout with zero points (each 8): its codes too" same llama-gptq-tiny --quant w4a16 --quant-group 64
+  same_logits "GPTQ 4-bit as w8a16: quantized again" different llama-gptq-tiny --quant w8a16
+fi
+
 # quality (bench/RESULTS.md has the figures): mean KL against f32 on held-out text
 gate() {
   local name=$1 max=$2; shift 2
