@@ -218,6 +218,11 @@ static int quant_scheme(const kd_inputs *in, kir_word *out, ks_diag *d)
         }
         return 0;
     }
+    if (in->from_ir) {
+        ks_error(d, "kiln", "--quant %s with --from-ir %s: no pass runs on an IR text, whose weights say what is "
+                 "quantized (build the model with --quant and --dump-ir-after to get such a text)", in->quant, in->from_ir);
+        return -1;
+    }
     kir_word w = kir_word_lookup(KIR_SET_QUANT, in->quant);
     if (w == KIR_WORD_COUNT || w == KIR_QUANT_NONE) {
         ks_error(d, "kiln", "--quant %s: unknown scheme (known: w4a16, w8a16, fp8, w8a8)", in->quant);

@@ -101,6 +101,8 @@ bad sym-and-asym "kiln build: error: --quant-sym and --quant-asym: choose one" -
 bad group-zero "--quant-group" --quant w4a16 --quant-group 0
 bad calib-without-quant "kiln: error: --calib $data/tinystories_calib.txt: a calibration text weighs --quant's quantization, which is not given" --calib "$data/tinystories_calib.txt"
 bad calib-missing "$work/none.txt" --quant w4a16 --calib "$work/none.txt"
+bad quant-from-ir "kiln: error: --quant w4a16 with --from-ir $work/dump/11-plan_memory.ir: no pass runs on an IR text" \
+  --quant w4a16 --from-ir "$work/dump/11-plan_memory.ir"
 : > "$work/empty.txt"
 bad calib-empty "a calibration text needs at least 2 tokens" --quant w4a16 --calib "$work/empty.txt"
 if [ "${KILN_HAVE_NVRTC:-0}" = 1 ]; then
