@@ -238,7 +238,7 @@ static int cholesky(double *a, int64_t n)
     return 0;
 }
 
-/* u [k,k]: the upper Cholesky factor of the inverse of the damped gram (inverse = u^T u); -1 when the
+/* u [k,k]: the upper Cholesky factor of the inverse of the damped gram (10% of its mean diagonal added) (inverse = u^T u); -1 when the
  * gram is not positive definite even damped. */
 static int inverse_factor(const double *gram, int64_t k, double *u)
 {
@@ -247,7 +247,7 @@ static int inverse_factor(const double *gram, int64_t k, double *u)
     mean = mean > 0 ? mean / (double)k : 1;
     double *l = ks_xmalloc(sizeof(double) * (size_t)(k * k)), *inv = ks_xcalloc((size_t)(k * k), sizeof(double));
     memcpy(l, gram, sizeof(double) * (size_t)(k * k));
-    for (int64_t i = 0; i < k; i++) l[i * k + i] = (l[i * k + i] > 0 ? l[i * k + i] : mean) + 0.01 * mean;
+    for (int64_t i = 0; i < k; i++) l[i * k + i] = (l[i * k + i] > 0 ? l[i * k + i] : mean) + 0.1 * mean;
     int rc = cholesky(l, k);
     if (rc == 0) {
         /* inv = L^-T L^-1, column by column of L^-1 (forward substitution) */
@@ -293,10 +293,10 @@ static void gptq_rows(const row_job *j, int64_t r0, int64_t r1)
             float lo = 0, hi = 0;
             for (int64_t c = b * q->group; c < (b + 1) * q->group; c++) lo = row[c] < lo ? row[c] : lo, hi = row[c] > hi ? row[c] : hi;
             int_grid g = grid_for(q, lo, hi);
-            double best = block_error(q, row, 0, b * q->group, &g, NULL);
+            double best = block_error(q, row, 0, b * q->group, &g, j->importance);
             for (int st = 1; st < KP_CLIP_STEPS && best > 0; st++) {
                 int_grid t = grid_for(q, lo * (1.0f - (float)st / 100.0f), hi * (1.0f - (float)st / 100.0f));
-                double e = block_error(q, row, 0, b * q->group, &t, NULL);
+                double e = block_error(q, row, 0, b * q->group, &t, j->importance);
                 if (e < best) g = t, best = e;
             }
             grids[b] = g;
@@ -351,13 +351,16 @@ int kp_quantize_gptq(const kir_quant_layout *q, const float *w_in, const double 
         free(perm);
         return -1;
     }
-    row_job j = {.run = gptq_rows, .n = n, .q = q, .w = w_in, .u = u, .perm = perm, .codes = codes ? codes : NULL,
-                 .scale = scale, .zero = zero};
+    float *imp = ks_xmalloc(sizeof *imp * (size_t)k);
+    for (int64_t i = 0; i < k; i++) imp[i] = (float)gram[i * k + i];
+    row_job j = {.run = gptq_rows, .n = n, .q = q, .w = w_in, .u = u, .perm = perm, .importance = imp,
+                 .codes = codes ? codes : NULL, .scale = scale, .zero = zero};
     uint8_t *own = codes ? NULL : ks_xmalloc(kir_quant_codes_bytes(q) ? kir_quant_codes_bytes(q) : 1);
     if (own) j.codes = own;
     run_rows(&j);
     free(own);
     free(u);
     free(perm);
+    free(imp);
     return 0;
 }

@@ -37,9 +37,11 @@ void kp_quantize_matrix(const kir_quant_layout *q, const float *w, const float *
 
 /* GPTQ (Frantar et al., 2022): the codes chosen a column at a time, each rounding's error spread over
  * the columns still to come through the inverse of the input's gram matrix (gram [cols, cols]: the
- * mean of x^T x over a calibration text, damped by 1% of its mean diagonal); the columns in act order
- * (largest diagonal first) with static groups: each group's scale and zero point (the clipping
- * search's) from the row as it is. Integer codes with a row a block (block_rows 1) only: -1 (nothing
+ * mean of x^T x over a calibration text, damped by 10% of its mean diagonal: a text of a few thousand
+ * tokens gives a noisy gram, and GPTQ's usual 1% measured worse, bench/RESULTS.md); the columns in act
+ * order (largest diagonal first) with static groups: each group's scale and zero point from the row as
+ * it is, by the clipping search with each column's error weighted by its input's mean square (the
+ * gram's diagonal). Integer codes with a row a block (block_rows 1) only: -1 (nothing
  * written) for f8e4m3, larger blocks, or a gram that is not positive definite. */
 int kp_quantize_gptq(const kir_quant_layout *q, const float *w, const double *gram, void *codes, void *scale,
                      void *zero);

@@ -76,7 +76,7 @@ gate w8a16 0.01 --quant w8a16
 gate w8a8 0.01 --quant w8a8
 gate fp8 0.0125 --quant fp8
 gate "w4a16 (RTN)" 0.12 --quant w4a16
-gate "w4a16 GPTQ --calib" 0.07 --quant w4a16 --calib "$data/tinystories_calib.txt"
+gate "w4a16 GPTQ --calib" 0.06 --quant w4a16 --calib "$data/tinystories_calib.txt"
 # GPTQ beats round to nearest on the held-out text
 kl() { "$KILN_BIN" quant-check "$1" --reference "$work/f32.engine" --text "$eval_text" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['mean_kl'])"; }
 "$KILN_BIN" build "$ts" -o "$work/rtn.engine" --quant w4a16 2>/dev/null
