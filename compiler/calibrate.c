@@ -86,8 +86,8 @@ static void tap(void *ctx, kir_val v, const float *data, int n_tokens)
     }
 }
 
-/* The text's ids, BOS first when the tokenizer has one; NULL after reporting. */
-static krt_tok_ids *read_text(const kd_inputs *in, ks_diag *d)
+/* The text's ids, and the tokenizer's BOS (-1: none) for the windows to start with; NULL after reporting. */
+static krt_tok_ids *read_text(const kd_inputs *in, int32_t *bos, ks_diag *d)
 {
     krt_tok *t = kd_load_tokenizer(in, d);
     if (!t) {
@@ -104,6 +104,7 @@ static krt_tok_ids *read_text(const kd_inputs *in, ks_diag *d)
         rc = -1;
     }
     free(text);
+    *bos = krt_tok_bos(t);
     krt_tok_free(t);
     if (rc) {
         krt_tok_ids_free(ids);
@@ -175,7 +176,8 @@ int kd_calibrate(const kd_inputs *in, kd_model *m, ks_diag *d)
         ks_error(d, "kiln", "--calib %s: a calibration text weighs --quant's quantization, which is not given", in->calib);
         return -1;
     }
-    krt_tok_ids *ids = read_text(in, d);
+    int32_t bos = -1;
+    krt_tok_ids *ids = read_text(in, &bos, d);
     if (!ids) return -1;
     kd_progress_step(in->progress, "calibrating");
     const kir_graph *g = m->model->graph;
@@ -194,9 +196,6 @@ int kd_calibrate(const kd_inputs *in, kd_model *m, ks_diag *d)
         const size_t k = (size_t)g->nodes[mm->in[0]].dims[1];
         if (!c->sum_sq[mm->in[0]]) c->sum_sq[mm->in[0]] = ks_xcalloc(k * k, sizeof(double));
     }
-    krt_tok *t = kd_load_tokenizer(in, d);
-    int32_t bos = t ? krt_tok_bos(t) : -1;
-    krt_tok_free(t);
     int rc = run_text(c, m, ids, bos, d);
     kd_progress_done(in->progress);
     krt_tok_ids_free(ids);

@@ -625,21 +625,28 @@ static int quant_part_data(const kd_model *m, const kir_graph *g, kir_val node, 
     kir_word part = kir_attr_word(g, node, KIR_A_WEIGHT_QUANT);
     const int which = part == KIR_QUANT_PART_CODES ? 0 : part == KIR_QUANT_PART_SCALE ? 1 : 2;
     char *key = quant_key(g, node, &q);
-    kd_quant_cache local = {0}, *c = m->qcache ? m->qcache : &local;
+    kd_quant_cache *c = m->qcache; /* kd_model_load made it */
+    KS_ASSERT(c);
     if (c->key && strcmp(c->key, key) == 0 && c->parts[which]) {
         memcpy(out, c->parts[which], c->bytes[which]);
         free(key);
         return 0;
     }
-    float *w = ks_xmalloc(sizeof(float) * (size_t)(q.rows * q.cols));
-    int rc = derived_data(m, g, node, KIR_F32, w, d);
+    free(c->key);
+    for (int i = 0; i < 3; i++) free(c->parts[i]), c->parts[i] = NULL;
+    c->key = NULL;
+    c->bytes[0] = kir_quant_codes_bytes(&q), c->bytes[1] = kir_quant_scale_bytes(&q), c->bytes[2] = kir_quant_zero_bytes(&q);
+    for (int i = 0; i < 3; i++) c->parts[i] = c->bytes[i] ? ks_xmalloc(c->bytes[i]) : NULL;
+    /* the checkpoint's own codes need no float matrix */
+    float *w = NULL;
+    int rc = 0, own = checkpoint_codes(m, g, node, &q, c->parts);
+    if (!own) {
+        w = ks_xmalloc(sizeof(float) * (size_t)(q.rows * q.cols));
+        rc = derived_data(m, g, node, KIR_F32, w, d);
+    }
     if (rc == 0) {
-        free(c->key);
-        for (int i = 0; i < 3; i++) free(c->parts[i]), c->parts[i] = NULL;
         c->key = key;
         key = NULL;
-        c->bytes[0] = kir_quant_codes_bytes(&q), c->bytes[1] = kir_quant_scale_bytes(&q), c->bytes[2] = kir_quant_zero_bytes(&q);
-        for (int i = 0; i < 3; i++) c->parts[i] = c->bytes[i] ? ks_xmalloc(c->bytes[i]) : NULL;
         /* --calib: the columns' importance and gram, its first source's (merged sources multiply one input) */
         ks_arena scratch = {0};
         kp_weight_recipe r;
@@ -649,18 +656,13 @@ static int quant_part_data(const kd_model *m, const kir_graph *g, kir_val node, 
             importance = kd_calib_importance(m, r.names[0]);
             gram = kd_calib_gram(m, r.names[0]);
         }
-        if (!checkpoint_codes(m, g, node, &q, c->parts) &&
-            (!gram || kp_quantize_gptq(&q, w, gram, c->parts[0], c->parts[1], c->parts[2]) != 0))
+        if (!own && (!gram || kp_quantize_gptq(&q, w, gram, c->parts[0], c->parts[1], c->parts[2]) != 0))
             kp_quantize_matrix(&q, w, importance, c->parts[0], c->parts[1], c->parts[2]);
         ks_arena_free(&scratch);
         memcpy(out, c->parts[which], c->bytes[which]);
     }
     free(key);
     free(w);
-    if (c == &local) {
-        free(local.key);
-        for (int i = 0; i < 3; i++) free(local.parts[i]);
-    }
     return rc;
 }
 

@@ -165,7 +165,6 @@ int kcu_use_tc(const kcu_gen *x, kir_dtype xt, kir_dtype ot, kir_dtype wt, int64
 
 const char *kcu_qmatmul_supported(const kir_graph *g, kir_val mm)
 {
-    const kir_node *n = &g->nodes[mm];
     kir_word q = kir_attr_word(g, mm, KIR_A_MATMUL_QUANT);
     if (q != KIR_QUANT_W4A16 && q != KIR_QUANT_W8A16) return "fp8 and w8a8 matmuls have no CUDA kernels yet";
     kir_quant_layout L;
@@ -173,7 +172,6 @@ const char *kcu_qmatmul_supported(const kir_graph *g, kir_val mm)
     const int per = L.codes == KIR_U4 ? 32 : 16;
     if (L.block_rows != 1) return "blocks of several rows have no CUDA kernel yet (a scale a row and group)";
     if (L.cols % per || L.group % per) return "the CUDA kernel reads groups of whole 16-byte chunks (32 u4, 16 8-bit codes)";
-    (void)n;
     return NULL;
 }
 
@@ -184,15 +182,15 @@ void kcu_qmatmul_params(kcu_gen *x, krt_cuda_kernel *k, kir_val mm)
     if (n->nin > 3 && n->in[3] != KIR_NONE) kcu_param_in(x, k, n->in[3], "qz");
 }
 
-void kcu_put_qmatmul(kcu_gen *x, kir_val mm, int R, const char *epi)
+void kcu_put_qmatmul(kcu_gen *x, kir_val mm, int R, int prefill, const char *epi)
 {
     const kir_node *n = &x->g->nodes[mm];
     kir_quant_layout L;
     kir_quant_layout_of(x->g, mm, &L);
     const int asym = n->nin > 3 && n->in[3] != KIR_NONE;
-    ks_buf_printf(&x->body, "    kcu_matmul_q<%d, %s, %s, %lld, %lld, %lld, %d>(T, x, w, qs, %s, %s);\n}\n",
+    ks_buf_printf(&x->body, "    kcu_matmul_q<%d, %s, %s, %lld, %lld, %lld, %d, %s>(T, x, w, qs, %s, %s);\n}\n",
                   L.codes == KIR_U4 ? 4 : 8, L.codes == KIR_I8 ? "true" : "false", asym ? "true" : "false",
-                  (long long)L.cols, (long long)L.rows, (long long)L.group, R,
+                  (long long)L.cols, (long long)L.rows, (long long)L.group, R, prefill ? "true" : "false",
                   asym ? "qz" : "(const unsigned char *)nullptr", epi);
 }
 
@@ -237,7 +235,7 @@ static int emit_matmul(kcu_gen *x, kir_val v)
             ks_buf epi = {0};
             ks_buf_printf(&epi, "kcu_epi_store<%lld%s%s>{out}", (long long)N, n->dtype == KIR_F32 ? "" : ", ",
                           n->dtype == KIR_F32 ? "" : kcu_elem_type(n->dtype));
-            kcu_put_qmatmul(x, v, large ? 2 : plan.rows, ks_buf_cstr(&epi));
+            kcu_put_qmatmul(x, v, large ? 2 : plan.rows, large, ks_buf_cstr(&epi));
             ks_buf_free(&epi);
             continue;
         }

@@ -1380,7 +1380,7 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
         if (large) kcu_open_large(x, k, kcu_decode_t(x));
         ks_buf_printf(&x->body, "    const " NAME_MARK "_epi epi = {%s};\n", ks_buf_cstr(&inits));
         if (quant) {
-            kcu_put_qmatmul(x, nodes[G.mm], large ? 2 : plan.rows, "epi");
+            kcu_put_qmatmul(x, nodes[G.mm], large ? 2 : plan.rows, large, "epi");
             continue;
         }
         ks_buf_printf(&x->body, "    kcu_matmul_%s<%s, %lld, %lld", large ? "large" : plan.tc ? "tc" : "small", wt,

@@ -88,9 +88,9 @@ const char *kcu_elem_type(kir_dtype t);
  * A matmul over a quantized weight (ir/quant.h) runs kcu_matmul_q (kcu_prelude.cuh) in both of its
  * kernels (kcu.h's kcu_qmatmul_supported says which have it); kcu_qmatmul_params adds its scale
  * ("qs") and zero-point ("qz") parameters after x and w; kcu_put_qmatmul writes the call, R columns a
- * warp, with epilogue expression epi. */
+ * warp, in the decode kernel or the prefill one (prefill), with epilogue expression epi. */
 void kcu_qmatmul_params(kcu_gen *x, krt_cuda_kernel *k, kir_val mm);
-void kcu_put_qmatmul(kcu_gen *x, kir_val mm, int R, const char *epi);
+void kcu_put_qmatmul(kcu_gen *x, kir_val mm, int R, int prefill, const char *epi);
 /* Reading and writing values in their dtypes: "%s<element>%s" with
  * kcu_ld(t), kcu_ld_end(t) is the element of a value of dtype t as f32
  * (kcu_f() around a half; nothing around f32, so that the kernels of f32

@@ -1721,19 +1721,18 @@ static __device__ __forceinline__ void kcu_matmul_small(const int T, const X *__
  * around 128), a scale (type S) and, ASYM, a u8 zero point for each G columns of a row; without zero
  * points the codes' midpoint (8, 128). Like kcu_matmul_small: R columns a warp, a lane 16-byte chunks
  * c = lane, lane + 32, ... of each row (32 u4 or 16 8-bit codes, one group's), two steps in flight
- * (the next chunk's loads issued before this one's sums), then the warp's butterfly; TG tokens at a time (a longer step KCU_GEMV_T tokens at a
- * time: correct, and slow for prefill, which reads the codes again for each 8 tokens). One token's
+ * (the next chunk's loads issued before this one's sums), then the warp's butterfly; TG tokens at a
+ * time (a longer step KCU_GEMV_T tokens at a time; past the decode path with half x, kcu_matmul_mma's
+ * tiles instead). One token's
  * chunk sum is scale (sum_j x_j q_j - zero sum_j x_j), several tokens' each weight's (q - zero) scale
  * times x, in f32: the reference (runtime/interp) dequantizes each weight first, so they differ by
  * f32 roundings. x is read where it lies (no prologue: the
  * quantize pass's matmuls take none, passes/fuse_norm_prologue.c). */
-/* A chunk's codes (16 bytes) for kcu_qgemv_tokens: code j of piece p (8 codes: u4 one 32-bit word, 8-bit
- * two) as an exact float. */
 /* u4 codes as kcu_qgemv_tokens sums them: the 8 codes of 32-bit word w as floats 0.5 + q / 256 (the code
  * in bits 16..19 of 0.5's mantissa: one byte permute a code, after two masks for the 8), so that
  * sum_j x_j q_j = 256 sum_j x_j v_j - 128 sum_j x_j: two instructions a weight where converting q itself
  * takes four (measured compute-bound: 1.4 TB/s of codes on an H100) at the cost of ~4 of the sum's 24
- * bits (q / 256 against 0.5) */
+ * bits (q / 256 against 0.5): fast precision only (half x); exact precision converts q itself */
 static __device__ __forceinline__ void kcu_u4_halves(unsigned w, float (&v)[8])
 {
     const unsigned lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu; /* codes 0, 2, 4, 6 and 1, 3, 5, 7 */
@@ -1744,11 +1743,12 @@ static __device__ __forceinline__ void kcu_u4_halves(unsigned w, float (&v)[8])
     }
 }
 
-template <int QB, bool FLIP>
-static __device__ __forceinline__ float kcu_qcode(const uint4 &raw, int p, int j)
+/* 8-bit codes as kcu_qgemv_tokens sums them: code j of piece p (8 codes, two 32-bit words of a chunk's 16
+ * bytes) as an exact float (FLIP: i8's signed code read as unsigned around 128). */
+template <bool FLIP> static __device__ __forceinline__ float kcu_code8(const uint4 &raw, int p, int j)
 {
     const unsigned wd[4] = {raw.x, raw.y, raw.z, raw.w};
-    unsigned q = QB == 4 ? (wd[p] >> (4 * j)) & 15u : (wd[2 * p + j / 4] >> (8 * (j % 4))) & 255u;
+    unsigned q = (wd[2 * p + j / 4] >> (8 * (j % 4))) & 255u;
     if (FLIP) q ^= 128u;
     return __uint_as_float(0x4B000000u | q) - 8388608.0f;
 }
@@ -1786,71 +1786,74 @@ static __device__ __forceinline__ void kcu_qgemv_tokens(const int t0, const int 
             zp[r] = ASYM ? (float)zero[gi] : mid;
         }
     };
-    /* a chunk's sum a (row, token). One token: scale (sum_j x_j q_j - zero sum_j x_j), the codes turned
-     * into floats as they are used. Several: each 8 codes of each row dequantized once, (q - zero) scale,
-     * for every token (registers: the bound of two blocks an SM is 128 a thread) */
+    /* a chunk's sum a (row, token): scale (sum_j x_j q_j - zero sum_j x_j), each product summed in the
+     * chunk's order (piece p, code j) whatever TG is, so that a token's sums do not depend on what its
+     * step holds (batch invariance). One token: x loaded once a piece, the codes turned into floats for
+     * each row; several: the codes once a (piece, row), x again from L1 for each row. */
     auto sum = [&](int st, const uint4 (&raw)[R], const float (&sc)[R], const float (&zp)[R]) {
         const int c = st * 32 + lane;
         if (c >= CHUNKS) return;
-        if constexpr (TG == 1) {
-            float dq[R], xs = 0.0f;
+        float dq[R][TG], xs[TG];
 #pragma unroll
-            for (int r = 0; r < R; r++) dq[r] = 0.0f;
+        for (int t = 0; t < TG; t++) {
+            xs[t] = 0.0f;
 #pragma unroll
-            for (int p = 0; p < PIECES; p++) {
+            for (int r = 0; r < R; r++) dq[r][t] = 0.0f;
+        }
+        /* u4 codes with half x (fast precision) as 0.5 + q / 256 (kcu_u4_halves); f32 x (exact) keeps q itself */
+        enum { HALVES = QB == 4 && !kcu_same<X, float>::V };
+        auto codes8 = [&](int r, int p, float (&v)[8]) {
+            const unsigned wd[4] = {raw[r].x, raw[r].y, raw[r].z, raw[r].w};
+            if constexpr (HALVES) {
+                kcu_u4_halves(wd[p], v);
+            } else if constexpr (QB == 4) {
+#pragma unroll
+                for (int j = 0; j < 8; j++) v[j] = __uint_as_float(0x4B000000u | ((wd[p] >> (4 * j)) & 15u)) - 8388608.0f;
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++) v[j] = kcu_code8<FLIP>(raw[r], p, j);
+            }
+        };
+#pragma unroll
+        for (int p = 0; p < PIECES; p++) {
+            if constexpr (TG == 1) {
                 float xv[8];
                 kcu_xload<8>(x + (long long)t0 * K + (long long)c * PER + 8 * p, xv);
 #pragma unroll
-                for (int j = 0; j < 8; j++) xs += xv[j];
+                for (int j = 0; j < 8; j++) xs[0] += xv[j];
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    if constexpr (QB == 4) { /* dq: sum_j x_j (0.5 + q_j / 256) */
-                        const unsigned wd[4] = {raw[r].x, raw[r].y, raw[r].z, raw[r].w};
-                        float v[8];
-                        kcu_u4_halves(wd[p], v);
+                    float v[8];
+                    codes8(r, p, v);
 #pragma unroll
-                        for (int j = 0; j < 8; j++) dq[r] = fmaf(xv[j], v[j], dq[r]);
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < 8; j++) dq[r] = fmaf(xv[j], kcu_qcode<QB, FLIP>(raw[r], p, j), dq[r]);
-                    }
+                    for (int j = 0; j < 8; j++) dq[r][0] = fmaf(xv[j], v[j], dq[r][0]);
                 }
-            }
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const float xq = QB == 4 ? 256.0f * dq[r] - 128.0f * xs : dq[r]; /* sum_j x_j q_j */
-                acc[r][0] = fmaf(sc[r], xq - zp[r] * xs, acc[r][0]);
-            }
-        } else {
-#pragma unroll
-            for (int p = 0; p < PIECES; p++) {
-                float wq[R][8];
+            } else {
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    if constexpr (QB == 4) { /* (q - zero) scale = v 256 scale - (128 + zero) scale */
-                        const unsigned wd[4] = {raw[r].x, raw[r].y, raw[r].z, raw[r].w};
-                        float v[8];
-                        kcu_u4_halves(wd[p], v);
-                        const float a = 256.0f * sc[r], b = -(128.0f + zp[r]) * sc[r];
+                    float v[8];
+                    codes8(r, p, v);
 #pragma unroll
-                        for (int j = 0; j < 8; j++) wq[r][j] = fmaf(v[j], a, b);
-                    } else {
+                    for (int t = 0; t < TG; t++) {
+                        if (t >= TT) break;
+                        float xv[8];
+                        kcu_xload<8>(x + (long long)(t0 + t) * K + (long long)c * PER + 8 * p, xv);
+                        if (r == 0)
 #pragma unroll
-                        for (int j = 0; j < 8; j++) wq[r][j] = (kcu_qcode<QB, FLIP>(raw[r], p, j) - zp[r]) * sc[r];
+                            for (int j = 0; j < 8; j++) xs[t] += xv[j];
+#pragma unroll
+                        for (int j = 0; j < 8; j++) dq[r][t] = fmaf(xv[j], v[j], dq[r][t]);
                     }
-                }
-#pragma unroll
-                for (int t = 0; t < TG; t++) {
-                    if (t >= TT) break;
-                    float xv[8];
-                    kcu_xload<8>(x + (long long)(t0 + t) * K + (long long)c * PER + 8 * p, xv);
-#pragma unroll
-                    for (int r = 0; r < R; r++)
-#pragma unroll
-                        for (int j = 0; j < 8; j++) acc[r][t] = fmaf(xv[j], wq[r][j], acc[r][t]);
                 }
             }
         }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < TG; t++) {
+                const float xq = HALVES ? 256.0f * dq[r][t] - 128.0f * xs[t] : dq[r][t]; /* sum_j x_j q_j */
+                acc[r][t] = fmaf(sc[r], xq - zp[r] * xs[t], acc[r][t]);
+            }
     };
     /* one token: two steps in flight (the next step's loads issued before this one's sums); several: a
      * step at a time (their sums hide the loads) */
@@ -1878,22 +1881,22 @@ static __device__ __forceinline__ void kcu_qgemv_tokens(const int t0, const int 
     kcu_gemv_hand<R, TG>(acc, rows, t0, TT, lane, epi);
 }
 
-template <int QB, bool FLIP, bool ASYM, int K, int N, int G, int R, typename S, class Epi, typename X>
+template <int QB, bool FLIP, bool ASYM, int K, int N, int G, int R, bool PREFILL, typename S, class Epi, typename X>
 static __device__ __forceinline__ void kcu_matmul_q(const int T, const X *__restrict__ x,
                                                     const unsigned char *__restrict__ codes, const S *__restrict__ scale,
                                                     const unsigned char *__restrict__ zero, const Epi &epi)
 {
 #if KCU_MMA
-    /* a step past the decode path's with half x (fast precision): the tiles of kcu_matmul_mma on tensor
-     * cores, each weight dequantized as it is loaded (kcu_qsrc), on the prefill grid (R == 2) */
-    if constexpr (!kcu_same<X, float>::V) {
-        if (R == 2 && T > KCU_GEMV_T) {
-            enum { GRID = (N + KCU_MM_GRID_COLS - 1) / KCU_MM_GRID_COLS };
-            kcu_pro_none pro;
-            kcu_matmul_mma<X, K, N, GRID, 1, 64, 1>(T, x, kcu_qsrc<QB, FLIP, ASYM, K, G, S, X>{codes, scale, zero, 0, 0},
-                                                     pro, epi);
-            return;
-        }
+    /* the prefill kernel (PREFILL: steps past the decode path's, on the prefill grid, R == 2) with half x
+     * (fast precision): the tiles of kcu_matmul_mma on tensor cores, each weight dequantized as it is
+     * loaded (kcu_qsrc); the decode kernel keeps every step on the sums above (batch invariance) */
+    if constexpr (PREFILL && !kcu_same<X, float>::V) {
+        static_assert(R == 2, "kcu_matmul_q: the prefill grid is a block for every 16 columns");
+        enum { GRID = (N + KCU_MM_GRID_COLS - 1) / KCU_MM_GRID_COLS };
+        kcu_pro_none pro;
+        kcu_matmul_mma<X, K, N, GRID, 1, 64, 1>(T, x, kcu_qsrc<QB, FLIP, ASYM, K, G, S, X>{codes, scale, zero, 0, 0}, pro,
+                                                 epi);
+        return;
     }
 #endif
     for (int t0 = 0; t0 < T; t0 += KCU_GEMV_T) {

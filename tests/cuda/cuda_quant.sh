@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # cuda_quant.sh — quantized matmuls (kiln build --quant) through the CUDA backend, emulated on the
 # CPU: kcu_matmul_q's logits against the reference interpreter's (the same codes: both engines are
-# built from one RTN quantization), for a step of 11 tokens (the prefill path: 8 tokens, then 3) and
+# built from one RTN quantization), for a step of 40 tokens (the prefill kernel) and
 # decode steps, in exact precision (f32 x: u4 codes with zero points, groups of 128; the prefill
 # 8 tokens at a time on CUDA cores) and in fast precision (bf16 x: i8 codes, a scale a row; u4 in
 # groups of 64; the prefill on kcu_matmul_mma's tensor cores, each weight dequantized to bf16 as it is
 # loaded, hence the fast tolerance); and the schemes without a CUDA kernel, refused.
 . "$(dirname "$0")/../cli/lib.sh"
 . "$(dirname "$0")/cuda_lib.sh"
-: "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}"
+: "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}" "${KILN_TEST_SESSION:?}"
 if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ] || [ -z "${KILN_GXX:-}" ]; then
   echo "skipped: needs NVRTC and g++"; exit 77
 fi
 ts="$KILN_SHARED/models/tinystories-656k"
-ids=1,415,204,263,300,301,302,303,304,305,306
+ids=$(python3 -c "print(','.join(str(1 + 37 * i % 2000) for i in range(40)))") # 40 tokens: past the decode kernel's 32
 check() {
   local name=$1 tol=$2; shift 2
   local d="$work/$name"
@@ -39,6 +39,15 @@ print('max|cuda-cpu|/max|cpu| = %.3g' % err); sys.exit(0 if err <= float(sys.arg
 check w4a16-f32 1e-5 --quant w4a16
 check w8a16-bf16-fast 0.0156 --quant w8a16 --dtype bf16
 check w4a16-g64-bf16-fast 0.0156 --quant w4a16 --quant-group 64 --dtype bf16
+# batch invariance (issue #11): a sequence's decode steps alone, among 7 and among 31 others, bitwise the same
+# (tests/session's test_session over the emulator: its decode steps of 1, 8 and 32 tokens on kcu_matmul_q)
+d="$work/w4a16-g64-bf16-fast"
+if [ -f "$d/kernels.so" ]; then
+  out=$(KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$d/kernels.so" "$KILN_TEST_SESSION" "$d/cuda.engine")
+  rc=$?
+  echo "$out" | grep -E "batch invariance"
+  [ $rc -eq 0 ] && passes=$((passes+1)) || { echo "FAIL: test_session on the quantized engine (exit $rc)"; echo "$out" | tail -5; failures=$((failures+1)); }
+fi
 for s in fp8 w8a8; do
   expect_fail "$s on sm_90" "kiln: error: --target sm_90: quantized matmul over 'wq[0]+wk[0]+wv[0]#codes' (quant=$s): fp8 and w8a8 matmuls have no CUDA kernels yet" -- \
     "$KILN_BIN" build "$ts" -o "$work/x.engine" --quant $s --target sm_90
