@@ -282,7 +282,8 @@ static void gptq_rows(const row_job *j, int64_t r0, int64_t r1)
     const double *u = j->u;
     const int64_t *perm = j->perm;
     uint8_t *out = j->codes;
-    const int mid = q->asym || q->codes == KIR_I8 ? 0 : 1 << (kir_dtype_bits(q->codes) - 1);
+    const int f8 = q->codes == KIR_F8E4M3;
+    const int mid = q->asym || q->codes == KIR_I8 || f8 ? 0 : 1 << (kir_dtype_bits(q->codes) - 1);
     float *row = ks_xmalloc(sizeof(float) * (size_t)k);
     int_grid *grids = ks_xmalloc(sizeof *grids * (size_t)bc);
     for (int64_t r = r0; r < r1; r++) {
@@ -292,6 +293,12 @@ static void gptq_rows(const row_job *j, int64_t r0, int64_t r1)
         for (int64_t b = 0; b < bc; b++) {
             float lo = 0, hi = 0;
             for (int64_t c = b * q->group; c < (b + 1) * q->group; c++) lo = row[c] < lo ? row[c] : lo, hi = row[c] > hi ? row[c] : hi;
+            if (f8) { /* e4m3's range: amax / 448 (its rounding is relative: no clipping search) */
+                const float s = round_scale(q->scale, (-lo > hi ? -lo : hi) / 448.0f);
+                grids[b] = (int_grid){.s = s, .inv = s > 0 ? 1.0f / s : 0.0f};
+                if (j->scale) store_scale(q->scale, j->scale, r * bc + b, s);
+                continue;
+            }
             int_grid g = grid_for(q, lo, hi);
             double best = block_error(q, row, 0, b * q->group, &g, j->importance);
             for (int st = 1; st < KP_CLIP_STEPS && best > 0; st++) {
@@ -306,10 +313,18 @@ static void gptq_rows(const row_job *j, int64_t r0, int64_t r1)
         for (int64_t i = 0; i < k; i++) {
             const int64_t col = perm[i];
             const int_grid *g = &grids[col / q->group];
-            int c = code_of(g, row[col]);
-            put_code(q, out, r * k + col, c + mid);
+            double got; /* the value the code stands for */
+            if (f8) {
+                const uint8_t e = g->s > 0 ? ks_f32_to_e4m3(row[col] / g->s) : 0;
+                out[r * k + col] = e;
+                got = (double)ks_e4m3_to_f32(e) * g->s;
+            } else {
+                const int c = code_of(g, row[col]);
+                put_code(q, out, r * k + col, c + mid);
+                got = (double)(c - g->zero) * g->s;
+            }
             /* the rounding's error, spread over the columns still to come */
-            double err = ((double)row[col] - (double)(c - g->zero) * g->s) / u[i * k + i];
+            double err = ((double)row[col] - got) / u[i * k + i];
             for (int64_t i2 = i + 1; i2 < k; i2++) row[perm[i2]] -= (float)(err * u[i * k + i2]);
         }
     }
@@ -331,7 +346,7 @@ static int by_diag(const void *a, const void *b)
 int kp_quantize_gptq(const kir_quant_layout *q, const float *w_in, const double *gram, void *codes, void *scale,
                      void *zero)
 {
-    if (q->codes == KIR_F8E4M3 || q->block_rows != 1) return -1;
+    if (q->block_rows != 1) return -1;
     const int64_t k = q->cols, n = q->rows;
     /* act order: the columns whose inputs are largest first, while the most columns are left to take their errors */
     int64_t *perm = ks_xmalloc(sizeof *perm * (size_t)k);

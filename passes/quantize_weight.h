@@ -41,8 +41,9 @@ void kp_quantize_matrix(const kir_quant_layout *q, const float *w, const float *
  * tokens gives a noisy gram, and GPTQ's usual 1% measured worse, bench/RESULTS.md); the columns in act
  * order (largest diagonal first) with static groups: each group's scale and zero point from the row as
  * it is, by the clipping search with each column's error weighted by its input's mean square (the
- * gram's diagonal). Integer codes with a row a block (block_rows 1) only: -1 (nothing
- * written) for f8e4m3, larger blocks, or a gram that is not positive definite. */
+ * gram's diagonal); f8e4m3 codes with each group's amax / 448 as its scale. A row a block
+ * (block_rows 1) only: -1 (nothing written) for larger blocks or a gram that is not positive
+ * definite. */
 int kp_quantize_gptq(const kir_quant_layout *q, const float *w, const double *gram, void *codes, void *scale,
                      void *zero);
 
