@@ -83,7 +83,11 @@ static const char build_help[] =
     "                       the reference interpreter (CPU), each matmul input's columns'\n"
     "                       mean squares weigh the clipping search's error\n"
     "  --quant-skip GLOB    leave weights whose description names match in --dtype, e.g.\n"
-    "                       'wd[*]' or 'w?[0]' (a merged weight: any of its parts; may repeat)\n";
+    "                       'wd[*]' or 'w?[0]' (a merged weight: any of its parts; may repeat)\n"
+    "  --kv-dtype T         int8 or fp8: the KV cache holds 8-bit codes, each position's\n"
+    "                       row of a KV head with a f32 scale of its own (amax / 127, or\n"
+    "                       amax / 448 for E4M3), about half a 16-bit cache's bytes\n"
+    "                       (the quantize_kv pass; CPU target only so far)\n";
 
 /* Seconds since t0 (CLOCK_MONOTONIC). */
 static double seconds_since(const struct timespec *t0)
@@ -111,7 +115,8 @@ int kc_cmd_build(int argc, char **argv)
         {"--from-ir", 1, &in.from_ir, NULL}, {"--stats", 0, &stats, NULL}, {"--max-tokens", 1, &max_tokens, NULL},
         {"--list-passes", 0, &list, NULL},
         {"--emit-source", 1, &in.emit_source, NULL}, {"--dtype", 1, &in.dtype, NULL},
-        {"--precision", 1, &in.precision, NULL}, {"--quant", 1, &in.quant, NULL}, {"--calib", 1, &in.calib, NULL},
+        {"--precision", 1, &in.precision, NULL}, {"--quant", 1, &in.quant, NULL},
+        {"--kv-dtype", 1, &in.kv_dtype, NULL}, {"--calib", 1, &in.calib, NULL},
         {"--quant-group", 1, &quant_group, NULL}, {"--quant-sym", 0, &quant_sym, NULL},
         {"--quant-asym", 0, &quant_asym, NULL}, {"--quant-skip", KC_REPEAT, quant_skip, &n_quant_skip},
         {NULL, 0, NULL, NULL},

@@ -37,6 +37,8 @@ typedef struct kd_inputs {
     const char *tokenizer; /* tokenizer file (tokenizer.json or llama2.c .bin); default:
                               tokenizer.json beside the weights, if any */
     const char *calib;     /* --calib: a text whose activations weigh the quantization (compiler/calibrate.c) */
+    const char *kv_dtype;  /* --kv-dtype: int8 or fp8, the KV cache's codes (passes/quantize_kv.c); NULL: the
+                              compute dtype's */
     const char *quant;     /* --quant: w4a16, w8a16, fp8 or w8a8 (passes/quantize.c); NULL: float weights */
     int64_t quant_group;   /* --quant-group: columns a scale covers; 0: the scheme's */
     int quant_asym;        /* --quant-asym 1, --quant-sym -1; 0: the scheme's */

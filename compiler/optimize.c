@@ -240,11 +240,34 @@ static int quant_scheme(const kd_inputs *in, kir_word *out, ks_diag *d)
     return 0;
 }
 
+/* --kv-dtype: the KV cache's codes (KIR_F32 when not given). */
+static int kv_dtype_of(const kd_inputs *in, kir_dtype *out, ks_diag *d)
+{
+    *out = KIR_F32;
+    if (!in->kv_dtype) return 0;
+    if (in->from_ir) {
+        ks_error(d, "kiln", "--kv-dtype %s with --from-ir %s: no pass runs on an IR text, whose attention nodes say "
+                 "what the cache holds (their kv_dtype)", in->kv_dtype, in->from_ir);
+        return -1;
+    }
+    if (strcmp(in->kv_dtype, "int8") == 0)
+        *out = KIR_I8;
+    else if (strcmp(in->kv_dtype, "fp8") == 0)
+        *out = KIR_F8E4M3;
+    else {
+        ks_error(d, "kiln", "--kv-dtype %s: unknown (known: int8, fp8; without it the cache holds the compute dtype)",
+                 in->kv_dtype);
+        return -1;
+    }
+    return 0;
+}
+
 int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
 {
     if (in->dump_after && check_dump_names(in->dump_after, d) != 0) return -1;
     kir_word quant = KIR_QUANT_NONE;
-    if (quant_scheme(in, &quant, d) != 0 || kd_calibrate(in, m, d) != 0) return -1;
+    kir_dtype kv_dtype = KIR_F32;
+    if (quant_scheme(in, &quant, d) != 0 || kv_dtype_of(in, &kv_dtype, d) != 0 || kd_calibrate(in, m, d) != 0) return -1;
     kir_graph *g = NULL;
     if (in->from_ir) {
         g = kd_read_ir(in->from_ir, d);
@@ -283,6 +306,7 @@ int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
             .max_tokens = kd_plan_tokens(in, g),
             .compute_dtype = compute,
             .quant = quant,
+            .kv_dtype = kv_dtype,
             .quant_group = in->quant_group,
             .quant_asym = in->quant_asym,
             .quant_skip = in->quant_skip,

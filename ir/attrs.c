@@ -130,13 +130,21 @@ kir_dtype kir_kv_dtype(const kir_graph *g, kir_val v)
     switch (kir_attr_word(g, v, op == KIR_OP_ATTENTION ? KIR_A_ATTENTION_KV_DTYPE : KIR_A_KV_WRITE_KV_DTYPE)) {
     case KIR_KV_DTYPE_BF16: return KIR_BF16;
     case KIR_KV_DTYPE_F16: return KIR_F16;
+    case KIR_KV_DTYPE_I8: return KIR_I8;
+    case KIR_KV_DTYPE_F8E4M3: return KIR_F8E4M3;
     default: return KIR_F32;
     }
 }
 
 kir_word kir_kv_dtype_word(kir_dtype t)
 {
-    return t == KIR_BF16 ? KIR_KV_DTYPE_BF16 : t == KIR_F16 ? KIR_KV_DTYPE_F16 : KIR_KV_DTYPE_F32;
+    switch (t) {
+    case KIR_BF16: return KIR_KV_DTYPE_BF16;
+    case KIR_F16: return KIR_KV_DTYPE_F16;
+    case KIR_I8: return KIR_KV_DTYPE_I8;
+    case KIR_F8E4M3: return KIR_KV_DTYPE_F8E4M3;
+    default: return KIR_KV_DTYPE_F32;
+    }
 }
 
 const char *kir_attr_str(const kir_graph *g, kir_val v, kir_attr_id a)

@@ -305,8 +305,8 @@ const char *kir_attr_str(const kir_graph *g, kir_val v, kir_attr_id a); /* STR; 
 const int64_t *kir_attr_ints(const kir_graph *g, kir_val v, kir_attr_id a, uint32_t *n); /* INTS; NULL when absent */
 const double *kir_attr_floats(const kir_graph *g, kir_val v, kir_attr_id a, uint32_t *n); /* FLOATS; NULL when absent */
 int kir_attr_has(const kir_graph *g, kir_val v, kir_attr_id a);        /* 1 when present */
-/* The dtype an ATTENTION or KV_WRITE node stores K/V rows as (kv_dtype),
- * and the kv_dtype word of a float dtype. */
+/* The dtype an ATTENTION or KV_WRITE node stores K/V rows as (kv_dtype: f32, bf16, f16, or the codes
+ * of a quantized cache, i8 or f8e4m3, ir/quant.h's kir_kv_round), and the kv_dtype word of such a dtype. */
 kir_dtype kir_kv_dtype(const kir_graph *g, kir_val v);
 kir_word kir_kv_dtype_word(kir_dtype t);
 void kir_attr_set_int(kir_graph *g, kir_val v, kir_attr_id a, int64_t value);

@@ -4,6 +4,7 @@
  * quantization. */
 #include "ir/quant.h"
 
+#include <math.h>
 #include <string.h>
 
 int kir_weight_quant_part(const kir_graph *g, kir_val w)
@@ -200,4 +201,38 @@ int kir_verify_quant(const kir_graph *g, ks_diag *d, const char *what)
     }
     ks_buf_free(&why);
     return errors;
+}
+
+void kir_kv_round(kir_dtype t, float *row, int64_t n)
+{
+    switch (t) {
+    case KIR_BF16:
+        for (int64_t i = 0; i < n; i++) row[i] = ks_bf16_to_f32(ks_f32_to_bf16(row[i]));
+        return;
+    case KIR_F16:
+        for (int64_t i = 0; i < n; i++) row[i] = ks_f16_to_f32(ks_f32_to_f16(row[i]));
+        return;
+    case KIR_I8:
+    case KIR_F8E4M3: {
+        float amax = 0.0f;
+        for (int64_t i = 0; i < n; i++) amax = fabsf(row[i]) > amax ? fabsf(row[i]) : amax;
+        const float s = amax / (t == KIR_I8 ? 127.0f : 448.0f);
+        for (int64_t i = 0; i < n; i++) {
+            if (!(s > 0.0f)) {
+                row[i] = 0.0f;
+                continue;
+            }
+            float c = row[i] / s;
+            if (t == KIR_I8) {
+                c = rintf(c);
+                c = c < -127.0f ? -127.0f : c > 127.0f ? 127.0f : c;
+            } else {
+                c = ks_e4m3_to_f32(ks_f32_to_e4m3(c));
+            }
+            row[i] = c * s;
+        }
+        return;
+    }
+    default: return;
+    }
 }

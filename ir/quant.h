@@ -46,6 +46,14 @@ float kir_quant_scale(const kir_quant_layout *q, const void *scale, int64_t i);
 void kir_dequantize_row(const kir_quant_layout *q, const void *codes, const void *scale, const void *zero, int64_t n,
                         float *out);
 
+/* One KV head's row of n values (a position's K or V of that head) as a cache of dtype t holds it, in
+ * place: f32 as it is; bf16, f16 rounded to nearest even; i8 and f8e4m3 (--kv-dtype int8, fp8) as
+ * codes with the row's own f32 scale, amax / 127 (code = rint(x / scale), ties to even, in [-127, 127])
+ * or amax / 448 (code = e4m3(x / scale), nearest even): code * scale. A row of zeros stays zeros. A
+ * scale a (position, head) never changes once the row is written, so a cache block fills without
+ * requantizing what it holds. */
+void kir_kv_round(kir_dtype t, float *row, int64_t n);
+
 /* The code at [n,k] as a number: e4m3's value, an i8's, a u4's or u8's (minus the midpoint, 8 or 128,
  * when there are no zero points). */
 static inline float kir_quant_code(const kir_quant_layout *q, const uint8_t *codes, int64_t n, int64_t k)

@@ -14,7 +14,8 @@
  *  - dead-node elimination: the passes before leave the weights they
  *    replaced for it to drop, and it renumbers the groups;
  *  - precision once the groups are final: what a group keeps in registers
- *    stays f32, what it stores becomes half;
+ *    stays f32, what it stores becomes half; a quantized KV cache after it
+ *    (its kv_dtype replaces the compute dtype's);
  *  - the rows of a token's routing, and a head's norm with its rotation,
  *    after precision: their groups keep the dtypes (a rounding that moves
  *    can change which experts a mixture of experts chooses);
@@ -43,6 +44,7 @@ const kp_pass kp_passes[] = {
      kp_eliminate_dead_nodes},
     {"lower_precision", "values stored between kernels become f16/bf16 (fast precision); registers stay f32",
      kp_lower_precision},
+    {"quantize_kv", "the KV cache holds int8 or fp8 codes, a scale a position and head (--kv-dtype)", kp_quantize_kv},
     {"fuse_rows", "a token's routing (softmax, topk, gather, sum, elementwise ops) becomes one kernel; dtypes kept",
      kp_fuse_rows},
     {"fuse_norm_rope", "a head norm and its rotation one kernel, an attention's q and k and its KV write one; dtypes kept",

@@ -95,6 +95,8 @@ struct kp_options {
     int quant_asym;              /* quantize: 1 zero points, -1 none, 0 the scheme's (w4a16 with, else without) */
     const char *const *quant_skip; /* quantize: globs of weight names left in 16 bits (--quant-skip) */
     size_t n_quant_skip;         /* entries in quant_skip */
+    kir_dtype kv_dtype;          /* quantize_kv: KIR_I8 or KIR_F8E4M3, the KV cache's codes (--kv-dtype);
+                                    KIR_F32 (0): the cache as lower_precision leaves it */
     kir_dtype compute_dtype;     /* lower_precision: KIR_BF16 or KIR_F16 stores values between kernels in
                                     that dtype (--precision fast); KIR_F32 (0): exact, the graph untouched */
 };
@@ -123,6 +125,7 @@ int kp_fuse_norm_prologue(kir_graph **g, const kp_options *opt, kp_pass_stats *s
 int kp_fuse_add_norm(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);        /* passes/fuse_add_norm.c */
 int kp_eliminate_dead_nodes(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d); /* passes/eliminate_dead_nodes.c */
 int kp_lower_precision(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);      /* passes/lower_precision.c */
+int kp_quantize_kv(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);           /* passes/quantize_kv.c */
 int kp_fuse_rows(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);            /* passes/fuse_rows.c */
 int kp_fuse_norm_rope(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);       /* passes/fuse_norm_rope.c */
 int kp_plan_memory_pass(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d); /* passes/plan_memory.c */

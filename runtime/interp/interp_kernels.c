@@ -710,11 +710,11 @@ static void round_to(kir_dtype t, float *p, size_t n)
         for (size_t i = 0; i < n; i++) p[i] = ks_f16_to_f32(ks_f32_to_f16(p[i]));
 }
 
-/* Each token's K row (krow floats) and V row (vrow floats) into the cache
- * of `layer`, at the slot of its (sequence, position), rounded to the
- * cache's dtype (node v's kv_dtype). */
+/* Each token's K row (krow floats) and V row (vrow floats) of kv_heads heads into the cache of `layer`,
+ * at the slot of its (sequence, position), each head's part as the cache's dtype (node v's kv_dtype)
+ * holds it (kir_kv_round: rounded to a half dtype, or the values of a quantized cache's codes). */
 static void write_kv_rows(const krt_interp_exec *x, kir_val v, int layer, const float *k, const float *vv, int64_t krow,
-                          int64_t vrow)
+                          int64_t vrow, int64_t kv_heads)
 {
     float *kc = krt_kv_k(x->kv, layer), *vc = krt_kv_v(x->kv, layer);
     const krt_step *st = x->step;
@@ -723,8 +723,10 @@ static void write_kv_rows(const krt_interp_exec *x, kir_val v, int layer, const 
         int64_t slot = krt_kv_slot(x->kv, st->seq_ids[t_], st->positions[t_]);
         memcpy(kc + slot * krow, k + t_ * krow, sizeof(float) * (size_t)krow);
         memcpy(vc + slot * vrow, vv + t_ * vrow, sizeof(float) * (size_t)vrow);
-        round_to(t, kc + slot * krow, (size_t)krow);
-        round_to(t, vc + slot * vrow, (size_t)vrow);
+        for (int64_t h = 0; h < kv_heads; h++) {
+            kir_kv_round(t, kc + slot * krow + h * (krow / kv_heads), krow / kv_heads);
+            kir_kv_round(t, vc + slot * vrow + h * (vrow / kv_heads), vrow / kv_heads);
+        }
     }
 }
 
@@ -734,7 +736,7 @@ static void run_kv_write(const krt_interp_exec *x, kir_val v)
     const kir_node *n = node_of(x, v);
     const kir_node *kn = node_of(x, n->in[0]), *vn = node_of(x, n->in[1]);
     int layer = (int)kir_attr_int(x->g, v, KIR_A_ATTENTION_LAYER);
-    write_kv_rows(x, v, layer, x->src[n->in[0]], x->src[n->in[1]], kir_row_elems(kn), kir_row_elems(vn));
+    write_kv_rows(x, v, layer, x->src[n->in[0]], x->src[n->in[1]], kir_row_elems(kn), kir_row_elems(vn), kn->dims[1]);
     if (x->dst[v] != x->src[n->in[0]]) memcpy(x->dst[v], x->src[n->in[0]], sizeof(float) * (size_t)elems_of(x, v));
 }
 
@@ -761,12 +763,12 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
      * ones dividing after (kcu_flash_attention, kcu_flash90, kcu_flash_decode); the same here, relative
      * to the row's maximum, which the GPU's running maximum mostly is from the first positions on */
     const kir_dtype kvt = kir_kv_dtype(x->g, v);
-    const int half = kvt != KIR_F32;
+    const int half = kvt == KIR_BF16 || kvt == KIR_F16; /* a quantized cache's values: f32 products */
 
     /* 1. Every token's K and V go into the cache first, so tokens later in
      *    the step see the earlier ones of their sequence; with write_kv=0 a
      *    kv_write earlier in the schedule has put them there. */
-    if (kir_attr_int(x->g, v, KIR_A_ATTENTION_WRITE_KV)) write_kv_rows(x, v, layer, k, vv, krow, vrow);
+    if (kir_attr_int(x->g, v, KIR_A_ATTENTION_WRITE_KV)) write_kv_rows(x, v, layer, k, vv, krow, vrow, kv_heads);
     /* 2. Each token attends to positions [lo, pos] of its sequence (the scratch has room for the step's
      *    largest position + 1). */
     int64_t *slots = x->scratch->slots;

@@ -21,7 +21,7 @@ expect_same "w4a16: zero points" 1 "$(grep -c '^%[0-9]* *: u8\[256,1\] = weight(
 expect_same "w4a16: quantized matmuls" 8 "$(grep -c '= matmul(%[0-9]*, %[0-9]*, %[0-9]*, %[0-9]*) {quant="w4a16"}' "$ir")"
 expect_same "w4a16: the lm_head stays f32" 1 "$(grep -c '= matmul(%[0-9]*, %[0-9]*) @' "$ir")"
 # the last dump (planned, fused) builds again to an engine with the same logits
-"$KILN_BIN" build "$ts" --from-ir "$work/dump/11-plan_memory.ir" -o "$work/w4-again.engine" 2>/dev/null \
+"$KILN_BIN" build "$ts" --from-ir "$work/dump/12-plan_memory.ir" -o "$work/w4-again.engine" 2>/dev/null \
   || { echo "FAIL: --from-ir of the quantized dump"; failures=$((failures+1)); }
 "$KILN_BIN" run "$work/w4.engine" --ids 1,415,204,263 -n 0 --logits-out "$work/a.bin" >/dev/null 2>&1
 "$KILN_BIN" run "$work/w4-again.engine" --ids 1,415,204,263 -n 0 --logits-out "$work/b.bin" >/dev/null 2>&1
@@ -77,6 +77,12 @@ gate w8a8 0.01 --quant w8a8
 gate fp8 0.0125 --quant fp8
 gate "w4a16 (RTN)" 0.12 --quant w4a16
 gate "w4a16 GPTQ --calib" 0.06 --quant w4a16 --calib "$data/tinystories_calib.txt"
+gate "fp8 GPTQ --calib" 0.01 --quant fp8 --calib "$data/tinystories_calib.txt"
+# the KV cache quantized (--kv-dtype): int8 and fp8 codes, a scale a position and head
+gate "KV int8" 0.001 --kv-dtype int8
+gate "KV fp8" 0.01 --kv-dtype fp8
+"$KILN_BIN" build "$ts" -o "$work/kv.engine" --kv-dtype int8 --dump-ir-after quantize_kv --dump-dir "$work/d4" 2>/dev/null
+expect_same "--kv-dtype int8: 2 attention, 2 kv_write on i8" 4 "$(grep -cE '= (attention|kv_write)\(.*kv_dtype="i8"' "$work/d4/09-quantize_kv.ir")"
 # GPTQ beats round to nearest on the held-out text
 kl() { "$KILN_BIN" quant-check "$1" --reference "$work/f32.engine" --text "$eval_text" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['mean_kl'])"; }
 "$KILN_BIN" build "$ts" -o "$work/rtn.engine" --quant w4a16 2>/dev/null
@@ -101,11 +107,15 @@ bad sym-and-asym "kiln build: error: --quant-sym and --quant-asym: choose one" -
 bad group-zero "--quant-group" --quant w4a16 --quant-group 0
 bad calib-without-quant "kiln: error: --calib $data/tinystories_calib.txt: a calibration text weighs --quant's quantization, which is not given" --calib "$data/tinystories_calib.txt"
 bad calib-missing "$work/none.txt" --quant w4a16 --calib "$work/none.txt"
-bad quant-from-ir "kiln: error: --quant w4a16 with --from-ir $work/dump/11-plan_memory.ir: no pass runs on an IR text" \
-  --quant w4a16 --from-ir "$work/dump/11-plan_memory.ir"
+bad quant-from-ir "kiln: error: --quant w4a16 with --from-ir $work/dump/12-plan_memory.ir: no pass runs on an IR text" \
+  --quant w4a16 --from-ir "$work/dump/12-plan_memory.ir"
 : > "$work/empty.txt"
 bad calib-empty "a calibration text needs at least 2 tokens" --quant w4a16 --calib "$work/empty.txt"
-if [ "${KILN_HAVE_NVRTC:-0}" = 1 ]; then
-  bad cuda "kiln: error: --target sm_90: quantized matmuls (quant=w4a16, wq[0]+wk[0]+wv[0]#codes) have no CUDA kernels yet" --quant w4a16 --target sm_90
+bad kv-unknown "kiln: error: --kv-dtype int4: unknown (known: int8, fp8; without it the cache holds the compute dtype)" --kv-dtype int4
+bad kv-from-ir "kiln: error: --kv-dtype int8 with --from-ir $work/dump/12-plan_memory.ir: no pass runs on an IR text" \
+  --kv-dtype int8 --from-ir "$work/dump/12-plan_memory.ir"
+if [ "${KILN_HAVE_NVRTC:-}" = ON ]; then
+  bad cuda-fp8 "kiln: error: --target sm_90: quantized matmul over 'wq[0]+wk[0]+wv[0]#codes' (quant=fp8): fp8 and w8a8 matmuls have no CUDA kernels yet" --quant fp8 --target sm_90
+  bad cuda-kv "kiln: error: --target sm_90: a KV cache of i8 codes (--kv-dtype) has no CUDA kernels yet" --kv-dtype int8 --target sm_90
 fi
 finish

@@ -130,7 +130,7 @@ static const verify_case cases[] = {
      "%9 : f32[T,2,4] = output(%7) {name=\"logits\"}\n",
      3,
      "dtypes.ir: error: node %4 (reshape): declared f32[T,2,4] but operands give f16[T,2,4]\n"
-     "dtypes.ir: error: node %8 (kv_write): attribute kv_dtype is \"half\", not \"f32\", \"bf16\" or \"f16\"\n"
+     "dtypes.ir: error: node %8 (kv_write): attribute kv_dtype is \"half\", not \"f32\", \"bf16\", \"f16\", \"i8\" or \"f8e4m3\"\n"
      "dtypes.ir: error: node %7 (attention): kv_dtype=f16, but node %6 stores the KV cache as bf16: the cache has "
      "one dtype\n"},
 

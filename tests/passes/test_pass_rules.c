@@ -228,14 +228,14 @@ static void test_pipeline(void)
     CHECK(run(&opt, &log, NULL, NULL, NULL) == -1);
     CHECK_TEXT("unknown pass", ks_buf_cstr(&log),
                "kiln: error: unknown pass 'fuse_qkv' (the passes: fuse_sibling_matmuls, quantize, split_kv_write, "
-               "fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes, lower_precision, fuse_rows, fuse_norm_rope, plan_memory)\n");
+               "fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes, lower_precision, quantize_kv, fuse_rows, fuse_norm_rope, plan_memory)\n");
     log.len = 0;
     const char *bad_off[] = {""};
     kp_options opt2 = {.disabled = bad_off, .n_disabled = 1, .what = "kiln build"};
     CHECK(run(&opt2, &log, NULL, NULL, NULL) == -1);
     CHECK_TEXT("empty name", ks_buf_cstr(&log),
                "kiln build: error: unknown pass '' (the passes: fuse_sibling_matmuls, quantize, split_kv_write, "
-               "fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes, lower_precision, fuse_rows, fuse_norm_rope, plan_memory)\n");
+               "fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes, lower_precision, quantize_kv, fuse_rows, fuse_norm_rope, plan_memory)\n");
 
     /* the whole pipeline, one pass disabled; stats and the hook */
     log.len = 0;
@@ -247,9 +247,10 @@ static void test_pipeline(void)
     kir_graph *g = NULL;
     CHECK(run(&opt3, &log, &st, &n_st, &g) == 0);
     CHECK_TEXT("hook", ks_buf_cstr(&h.names),
-               "fuse_sibling_matmuls:5,quantize:5,fuse_epilogues:2,fuse_norm_prologue:2,eliminate_dead_nodes:2,lower_precision:2,fuse_rows:2,fuse_norm_rope:2,plan_memory:2");
-    CHECK(n_st == 9); /* plan_memory ran, and planned nothing: no max_tokens; quantize did nothing: no --quant */
-    if (n_st == 9) {
+               "fuse_sibling_matmuls:5,quantize:5,fuse_epilogues:2,fuse_norm_prologue:2,eliminate_dead_nodes:2,lower_precision:2,quantize_kv:2,fuse_rows:2,fuse_norm_rope:2,plan_memory:2");
+    CHECK(n_st == 10); /* plan_memory ran, and planned nothing: no max_tokens; quantize and quantize_kv did nothing:
+                          no --quant, no --kv-dtype */
+    if (n_st == 10) {
         CHECK(strcmp(st[0].pass, "fuse_sibling_matmuls") == 0 && st[0].nodes_before == 9 && st[0].nodes_after == 11 &&
               st[0].kernels_before == 4 && st[0].kernels_after == 5 && st[0].fusions == 1);
         CHECK(strcmp(st[1].pass, "quantize") == 0 && st[1].fusions == 0 && st[1].nodes_after == 11);

@@ -95,33 +95,38 @@ static void test_gptq(void)
     for (int64_t t = 0; t < n; t++)
         for (int64_t i = 0; i < cols; i++)
             for (int64_t j = 0; j < cols; j++) gram[i * cols + j] += (double)x[t * cols + i] * x[t * cols + j] / (double)n;
-    kir_quant_layout q = {KIR_U4, KIR_F16, rows, cols, 1, 16, 1};
-    double out_err[2];
-    for (int gptq = 0; gptq < 2; gptq++) {
-        uint8_t *codes = calloc(1, kir_quant_codes_bytes(&q)), *scale = calloc(1, kir_quant_scale_bytes(&q));
-        uint8_t *zero = calloc(1, kir_quant_zero_bytes(&q));
-        if (gptq)
-            CHECK(kp_quantize_gptq(&q, w, gram, codes, scale, zero) == 0);
-        else
-            kp_quantize_matrix(&q, w, NULL, codes, scale, zero);
-        float *row = malloc(sizeof(float) * (size_t)cols);
-        out_err[gptq] = 0;
-        for (int64_t r = 0; r < rows; r++) {
-            kir_dequantize_row(&q, codes, scale, zero, r, row);
-            for (int64_t t = 0; t < n; t++) {
-                double d = 0;
-                for (int64_t k = 0; k < cols; k++) d += (double)x[t * cols + k] * (row[k] - w[r * cols + k]);
-                out_err[gptq] += d * d;
+    /* u4 in groups of 16 with zero points; f8e4m3 with a scale a row */
+    const kir_quant_layout layouts[2] = {{KIR_U4, KIR_F16, rows, cols, 1, 16, 1}, {KIR_F8E4M3, KIR_F32, rows, cols, 1, cols, 0}};
+    for (int l = 0; l < 2; l++) {
+        const kir_quant_layout q = layouts[l];
+        double out_err[2];
+        for (int gptq = 0; gptq < 2; gptq++) {
+            uint8_t *codes = calloc(1, kir_quant_codes_bytes(&q)), *scale = calloc(1, kir_quant_scale_bytes(&q));
+            uint8_t *zero = calloc(1, kir_quant_zero_bytes(&q) ? kir_quant_zero_bytes(&q) : 1);
+            if (gptq)
+                CHECK(kp_quantize_gptq(&q, w, gram, codes, scale, zero) == 0);
+            else
+                kp_quantize_matrix(&q, w, NULL, codes, scale, zero);
+            float *row = malloc(sizeof(float) * (size_t)cols);
+            out_err[gptq] = 0;
+            for (int64_t r = 0; r < rows; r++) {
+                kir_dequantize_row(&q, codes, scale, q.asym ? zero : NULL, r, row);
+                for (int64_t t = 0; t < n; t++) {
+                    double d = 0;
+                    for (int64_t k = 0; k < cols; k++) d += (double)x[t * cols + k] * (row[k] - w[r * cols + k]);
+                    out_err[gptq] += d * d;
+                }
             }
+            free(row);
+            free(codes);
+            free(scale);
+            free(zero);
         }
-        free(row);
-        free(codes);
-        free(scale);
-        free(zero);
+        CHECK_MSG(out_err[1] < 0.8 * out_err[0], "%s: GPTQ's output error %g, round to nearest's %g",
+                  kir_dtype_name(q.codes), out_err[1], out_err[0]);
     }
-    CHECK_MSG(out_err[1] < 0.8 * out_err[0], "GPTQ's output error %g, round to nearest's %g", out_err[1], out_err[0]);
-    kir_quant_layout f8 = {KIR_F8E4M3, KIR_F32, rows, cols, 1, cols, 0};
-    CHECK(kp_quantize_gptq(&f8, w, gram, NULL, NULL, NULL) == -1);
+    kir_quant_layout blocks = {KIR_F8E4M3, KIR_F32, rows, cols, 8, cols, 0}; /* blocks of 8 rows: not GPTQ's */
+    CHECK(kp_quantize_gptq(&blocks, w, gram, NULL, NULL, NULL) == -1);
     free(gram);
     free(w);
     free(x);
