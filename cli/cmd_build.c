@@ -80,8 +80,17 @@ static const char build_help[] =
     "  --quant-sym          no zero points (w4a16's default has them)\n"
     "  --quant-asym         zero points (w8a16: u8 codes)\n"
     "  --calib FILE         a text whose activations weigh the quantization: run through\n"
-    "                       the reference interpreter (CPU), each matmul input's columns'\n"
-    "                       mean squares weigh the clipping search's error\n"
+    "                       the reference interpreter (CPU); each matmul input's statistics\n"
+    "                       (mean x^T x, mean |x|, max |x|) drive GPTQ, the clipping search\n"
+    "                       and the smoothing\n"
+    "  --quant-round R      gptq (the default with --calib: each rounding's error spread\n"
+    "                       over the columns still to round) or rtn (round to nearest with\n"
+    "                       a clipping search; the only rounding without --calib)\n"
+    "  --quant-smooth S     with --calib, the input channels of a matmul after a norm\n"
+    "                       smoothed: the weight's columns times s, the norm's gain over s\n"
+    "                       (the IR shows both); awq (s = mean|x|^a, a searched),\n"
+    "                       smoothquant (s = sqrt(max|x| / max|w|); w8a8's default) or none\n"
+    "                       (the other schemes' default)\n"
     "  --quant-skip GLOB    leave weights whose description names match in --dtype, e.g.\n"
     "                       'wd[*]' or 'w?[0]' (a merged weight: any of its parts; may repeat)\n"
     "  --kv-dtype T         int8 or fp8: the KV cache holds 8-bit codes, each position's\n"
@@ -116,7 +125,8 @@ int kc_cmd_build(int argc, char **argv)
         {"--list-passes", 0, &list, NULL},
         {"--emit-source", 1, &in.emit_source, NULL}, {"--dtype", 1, &in.dtype, NULL},
         {"--precision", 1, &in.precision, NULL}, {"--quant", 1, &in.quant, NULL},
-        {"--kv-dtype", 1, &in.kv_dtype, NULL}, {"--calib", 1, &in.calib, NULL},
+        {"--kv-dtype", 1, &in.kv_dtype, NULL}, {"--quant-smooth", 1, &in.quant_smooth, NULL},
+        {"--quant-round", 1, &in.quant_round, NULL}, {"--calib", 1, &in.calib, NULL},
         {"--quant-group", 1, &quant_group, NULL}, {"--quant-sym", 0, &quant_sym, NULL},
         {"--quant-asym", 0, &quant_asym, NULL}, {"--quant-skip", KC_REPEAT, quant_skip, &n_quant_skip},
         {NULL, 0, NULL, NULL},

@@ -13,9 +13,12 @@
  * column k) the importance of the weight's column k in the clipping search
  * (the error of x w^T for an error e_k in that column is x_k e_k: its mean
  * square weighs e_k^2 by mean(x_k^2)). A weight read by several matmuls (a
- * tied embedding aside, no quantized one is) keeps the first's. The grams
- * take K^2 doubles each: an 8B model's 14336-wide down projection 1.6 GB.
+ * tied embedding aside, no quantized one is) keeps the first's. Beside the
+ * gram, each column's mean |x_k| (AWQ's activation scale) and max |x_k|
+ * (SmoothQuant's). The grams take K^2 doubles each: an 8B model's
+ * 14336-wide down projection 1.6 GB.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +35,9 @@ typedef struct kd_calib {
     const kir_graph *g;  /* the graph calibrated */
     kir_val *input_of;   /* [n_nodes] for a WEIGHT node: the value the first matmul over it multiplies, or KIR_NONE */
     double **sum_sq;     /* [n_nodes] for such an input value: the sums of x^T x over its rows [K,K], then their mean */
-    float **importance;  /* [n_nodes] for a WEIGHT node: its columns' mean squares [K] (the gram's diagonal) */
+    double **sum_abs;    /* [n_nodes] likewise: the sums of |x_k| [K], then their mean */
+    float **absmax;      /* [n_nodes] likewise: max |x_k| [K] */
+    float **meanabs;     /* [n_nodes] sum_abs in f32 */
     int64_t rows;        /* rows (tokens) summed */
 } kd_calib;
 
@@ -41,40 +46,38 @@ void kd_calib_free(kd_calib *c)
     if (!c) return;
     for (size_t v = 0; v < c->g->n_nodes; v++) {
         free(c->sum_sq[v]);
-        free(c->importance[v]);
+        free(c->sum_abs[v]);
+        free(c->absmax[v]);
+        free(c->meanabs[v]);
     }
     free(c->sum_sq);
-    free(c->importance);
+    free(c->sum_abs);
+    free(c->absmax);
+    free(c->meanabs);
     free(c->input_of);
     free(c);
 }
 
-const double *kd_calib_gram(const kd_model *m, const char *name)
+int kd_calib_input_of(const kd_model *m, const char *name, kd_calib_input *out)
 {
+    memset(out, 0, sizeof *out);
     const kd_calib *c = m->calib;
-    if (!c) return NULL;
+    if (!c) return -1;
     for (size_t v = 0; v < c->g->n_nodes; v++)
         if (c->g->nodes[v].op == KIR_OP_WEIGHT && c->input_of[v] != KIR_NONE &&
-            strcmp(kir_attr_str(c->g, (kir_val)v, KIR_A_WEIGHT_NAME), name) == 0)
-            return c->sum_sq[c->input_of[v]];
-    return NULL;
-}
-
-const float *kd_calib_importance(const kd_model *m, const char *name)
-{
-    const kd_calib *c = m->calib;
-    if (!c) return NULL;
-    for (size_t v = 0; v < c->g->n_nodes; v++)
-        if (c->g->nodes[v].op == KIR_OP_WEIGHT && c->importance[v] &&
-            strcmp(kir_attr_str(c->g, (kir_val)v, KIR_A_WEIGHT_NAME), name) == 0)
-            return c->importance[v];
-    return NULL;
+            strcmp(kir_attr_str(c->g, (kir_val)v, KIR_A_WEIGHT_NAME), name) == 0) {
+            const kir_val x = c->input_of[v];
+            *out = (kd_calib_input){c->g->nodes[x].dims[1], c->sum_sq[x], c->meanabs[x], c->absmax[x]};
+            return 0;
+        }
+    return -1;
 }
 
 static void tap(void *ctx, kir_val v, const float *data, int n_tokens)
 {
     kd_calib *c = ctx;
-    double *s = c->sum_sq[v];
+    double *s = c->sum_sq[v], *a = c->sum_abs[v];
+    float *mx = c->absmax[v];
     if (!s) return;
     const int64_t k = c->g->nodes[v].dims[1];
     for (int t = 0; t < n_tokens; t++) {
@@ -82,6 +85,8 @@ static void tap(void *ctx, kir_val v, const float *data, int n_tokens)
         for (int64_t i = 0; i < k; i++) {
             const double xi = x[i];
             for (int64_t j = 0; j <= i; j++) s[i * k + j] += xi * x[j];
+            a[i] += fabs(xi);
+            mx[i] = fabsf(x[i]) > mx[i] ? fabsf(x[i]) : mx[i];
         }
     }
 }
@@ -186,7 +191,9 @@ int kd_calibrate(const kd_inputs *in, kd_model *m, ks_diag *d)
     size_t n = g->n_nodes ? g->n_nodes : 1;
     c->input_of = ks_xmalloc(sizeof *c->input_of * n);
     c->sum_sq = ks_xcalloc(n, sizeof *c->sum_sq);
-    c->importance = ks_xcalloc(n, sizeof *c->importance);
+    c->sum_abs = ks_xcalloc(n, sizeof *c->sum_abs);
+    c->absmax = ks_xcalloc(n, sizeof *c->absmax);
+    c->meanabs = ks_xcalloc(n, sizeof *c->meanabs);
     for (size_t v = 0; v < g->n_nodes; v++) c->input_of[v] = KIR_NONE;
     for (size_t v = 0; v < g->n_nodes; v++) {
         const kir_node *mm = &g->nodes[v];
@@ -194,7 +201,12 @@ int kd_calibrate(const kd_inputs *in, kd_model *m, ks_diag *d)
             continue;
         c->input_of[mm->in[1]] = mm->in[0];
         const size_t k = (size_t)g->nodes[mm->in[0]].dims[1];
-        if (!c->sum_sq[mm->in[0]]) c->sum_sq[mm->in[0]] = ks_xcalloc(k * k, sizeof(double));
+        if (!c->sum_sq[mm->in[0]]) {
+            c->sum_sq[mm->in[0]] = ks_xcalloc(k * k, sizeof(double));
+            c->sum_abs[mm->in[0]] = ks_xcalloc(k, sizeof(double));
+            c->absmax[mm->in[0]] = ks_xcalloc(k, sizeof(float));
+            c->meanabs[mm->in[0]] = ks_xcalloc(k, sizeof(float));
+        }
     }
     int rc = run_text(c, m, ids, bos, d);
     kd_progress_done(in->progress);
@@ -211,13 +223,8 @@ int kd_calibrate(const kd_inputs *in, kd_model *m, ks_diag *d)
         for (int64_t i = 0; s && i < k; i++)
             for (int64_t j = 0; j <= i; j++) s[i * k + j] = s[j * k + i] = s[i * k + j] / rows;
     }
-    for (size_t v = 0; v < g->n_nodes; v++) {
-        kir_val x = c->input_of[v];
-        if (x == KIR_NONE) continue;
-        const int64_t k = g->nodes[x].dims[1];
-        c->importance[v] = ks_xmalloc(sizeof(float) * (size_t)k);
-        for (int64_t i = 0; i < k; i++) c->importance[v][i] = (float)c->sum_sq[x][i * k + i];
-    }
+    for (size_t v = 0; v < g->n_nodes; v++) /* the mean |x_k| */
+        for (int64_t i = 0; c->sum_abs[v] && i < g->nodes[v].dims[1]; i++) c->meanabs[v][i] = (float)(c->sum_abs[v][i] / rows);
     kd_calib_free(m->calib);
     m->calib = c;
     return 0;

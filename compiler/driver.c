@@ -156,6 +156,7 @@ int kd_model_load(const kd_inputs *in, int need_weights, kd_model *m, ks_diag *d
 {
     memset(m, 0, sizeof *m);
     m->qcache = kd_quant_cache_new();
+    m->smooth = kd_smooth_new();
     if (in->synthetic) {
         /* weights come from kd_synthetic_weight, so no checkpoint */
         for (size_t i = 0; i < kf_builtin_model_count && !m->config.json; i++) {
@@ -237,6 +238,7 @@ void kd_model_free(kd_model *m)
     kir_graph_free(m->optimized);
     kd_calib_free(m->calib);
     kd_quant_cache_free(m->qcache);
+    kd_smooth_free(m->smooth);
     kf_model_free(m->model);
     kf_checkpoint_close(m->ckpt);
     free_json(&m->config);

@@ -13,6 +13,7 @@
 
 #include "compiler/progress.h"
 #include "frontend/frontend.h"
+#include "ir/quant.h"
 #include "support/support.h"
 
 typedef struct kd_inputs {
@@ -40,6 +41,8 @@ typedef struct kd_inputs {
     const char *kv_dtype;  /* --kv-dtype: int8 or fp8, the KV cache's codes (passes/quantize_kv.c); NULL: the
                               compute dtype's */
     const char *quant;     /* --quant: w4a16, w8a16, fp8 or w8a8 (passes/quantize.c); NULL: float weights */
+    const char *quant_round;  /* --quant-round: gptq or rtn; NULL: gptq with --calib, else rtn */
+    const char *quant_smooth; /* --quant-smooth: awq, smoothquant or none (compiler/smooth.c); NULL: the scheme's */
     int64_t quant_group;   /* --quant-group: columns a scale covers; 0: the scheme's */
     int quant_asym;        /* --quant-asym 1, --quant-sym -1; 0: the scheme's */
     const char *const *quant_skip; /* --quant-skip globs: weights left in 16 bits */
@@ -75,6 +78,8 @@ typedef struct kd_model {
     kir_dtype weight_dtype; /* the weights' dtype when given */
     struct kd_calib *calib; /* --calib's statistics (compiler/calibrate.c), or NULL */
     struct kd_quant_cache *qcache; /* the last quantized weight's parts (compiler/optimize.c), owned */
+    struct kd_smooth *smooth; /* the smoothing vectors computed (compiler/smooth.c), owned */
+    int quant_rtn;            /* 1: quantize by round to nearest, not GPTQ (--quant-round rtn, or no --calib) */
 } kd_model;
 
 /* Resolve and compile. need_weights: open the checkpoint (a build) rather than
@@ -94,11 +99,27 @@ struct krt_tok *kd_load_tokenizer(const kd_inputs *in, ks_diag *d);
  * each column of its input: how much each input channel weighs in the product, which the quantization
  * of that weight (passes/quantize_weight.h: the clipping search) takes as each column's importance. */
 int kd_calibrate(const kd_inputs *in, kd_model *m, ks_diag *d);
-/* The mean x^T x [K,K] of the input of the matmul over model weight `name`, or NULL without one. */
-const double *kd_calib_gram(const kd_model *m, const char *name);
-/* The importance of the columns of model weight `name` ([K] floats: the gram's diagonal), or NULL. */
-const float *kd_calib_importance(const kd_model *m, const char *name);
+/* What the calibration saw of the input x [T,K] of the matmul over model weight `name`. */
+typedef struct kd_calib_input {
+    int64_t k;            /* K */
+    const double *gram;   /* [K,K] the mean of x^T x (its diagonal: each column's mean square) */
+    const float *meanabs; /* [K] the mean |x_k| */
+    const float *absmax;  /* [K] max |x_k| */
+} kd_calib_input;
+/* Fills *out and returns 0, or -1 (zeros) without a calibration or such a matmul. */
+int kd_calib_input_of(const kd_model *m, const char *name, kd_calib_input *out);
 void kd_calib_free(struct kd_calib *c);
+
+/* ---- smoothing (compiler/smooth.c) ----
+ * The smoothing vector s [K] (ir/ops.def's SMOOTH words: awq, smoothquant) of the quantized weight
+ * `name` whose float matrix is w ([q->rows, q->cols], layout q), from the calibration of its input
+ * (the matmul over model weight `source`: its recipe's first source); computed once a build. NULL
+ * without such a calibration. */
+typedef struct kd_smooth kd_smooth;
+kd_smooth *kd_smooth_new(void);
+void kd_smooth_free(kd_smooth *c);
+const float *kd_smooth_vector(const kd_model *m, const char *name, kir_word method, const kir_quant_layout *q,
+                              const float *w, const char *source);
 struct kd_quant_cache *kd_quant_cache_new(void);
 void kd_quant_cache_free(struct kd_quant_cache *c);
 

@@ -262,12 +262,69 @@ static int kv_dtype_of(const kd_inputs *in, kir_dtype *out, ks_diag *d)
     return 0;
 }
 
+/* --quant-smooth (SMOOTH words; with --calib the scheme's default: w8a8 smoothquant, the others none:
+ * on TinyStories-656K AWQ's smoothing before GPTQ measured worse than GPTQ alone, bench/RESULTS.md);
+ * KIR_SMOOTH_NONE without --calib. */
+static int quant_smooth_of(const kd_inputs *in, kir_word quant, kir_word *out, ks_diag *d)
+{
+    *out = KIR_SMOOTH_NONE;
+    if (in->quant_smooth && !in->quant) {
+        ks_error(d, "kiln", "--quant-smooth is a setting of --quant, which is not given");
+        return -1;
+    }
+    if (!in->quant_smooth) {
+        if (in->calib && quant == KIR_QUANT_W8A8) *out = KIR_SMOOTH_SMOOTHQUANT;
+        return 0;
+    }
+    kir_word w = kir_word_lookup(KIR_SET_SMOOTH, in->quant_smooth);
+    if (w == KIR_WORD_COUNT) {
+        ks_error(d, "kiln", "--quant-smooth %s: unknown (known: awq, smoothquant, none)", in->quant_smooth);
+        return -1;
+    }
+    if (w != KIR_SMOOTH_NONE && !in->calib) {
+        ks_error(d, "kiln", "--quant-smooth %s: smoothing follows the inputs' statistics, which --calib FILE gives",
+                 in->quant_smooth);
+        return -1;
+    }
+    *out = w;
+    return 0;
+}
+
+/* --quant-round: gptq (with --calib, the default) or rtn (round to nearest, with the clipping search;
+ * the only rounding without --calib): m->quant_rtn. */
+static int quant_round_of(const kd_inputs *in, kd_model *m, ks_diag *d)
+{
+    m->quant_rtn = !in->calib;
+    if (!in->quant_round) return 0;
+    if (!in->quant) {
+        ks_error(d, "kiln", "--quant-round is a setting of --quant, which is not given");
+        return -1;
+    }
+    if (strcmp(in->quant_round, "rtn") == 0) {
+        m->quant_rtn = 1;
+        return 0;
+    }
+    if (strcmp(in->quant_round, "gptq") != 0) {
+        ks_error(d, "kiln", "--quant-round %s: unknown (known: gptq, rtn)", in->quant_round);
+        return -1;
+    }
+    if (!in->calib) {
+        ks_error(d, "kiln", "--quant-round gptq: GPTQ spreads each rounding's error by the inputs' statistics, which "
+                 "--calib FILE gives");
+        return -1;
+    }
+    return 0;
+}
+
 int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
 {
     if (in->dump_after && check_dump_names(in->dump_after, d) != 0) return -1;
     kir_word quant = KIR_QUANT_NONE;
     kir_dtype kv_dtype = KIR_F32;
-    if (quant_scheme(in, &quant, d) != 0 || kv_dtype_of(in, &kv_dtype, d) != 0 || kd_calibrate(in, m, d) != 0) return -1;
+    kir_word smooth = KIR_SMOOTH_NONE;
+    if (quant_scheme(in, &quant, d) != 0 || quant_smooth_of(in, quant, &smooth, d) != 0 || quant_round_of(in, m, d) != 0 ||
+        kv_dtype_of(in, &kv_dtype, d) != 0 || kd_calibrate(in, m, d) != 0)
+        return -1;
     kir_graph *g = NULL;
     if (in->from_ir) {
         g = kd_read_ir(in->from_ir, d);
@@ -308,6 +365,7 @@ int kd_optimize(const kd_inputs *in, kd_model *m, ks_diag *d)
             .quant = quant,
             .kv_dtype = kv_dtype,
             .quant_group = in->quant_group,
+            .quant_smooth = smooth,
             .quant_asym = in->quant_asym,
             .quant_skip = in->quant_skip,
             .n_quant_skip = in->n_quant_skip,
@@ -547,7 +605,7 @@ void kd_quant_cache_free(kd_quant_cache *c)
 static char *quant_key(const kir_graph *g, kir_val node, const kir_quant_layout *q)
 {
     ks_buf k = {0};
-    static const char *const attrs[] = {"derive", "sources", "offset"};
+    static const char *const attrs[] = {"derive", "sources", "offset", "smooth"};
     for (size_t i = 0; i < sizeof attrs / sizeof *attrs; i++) {
         const kir_attr *a = kir_get(g, node, attrs[i]);
         if (a && a->kind == KIR_ATTR_STR) ks_buf_printf(&k, "%s=%s;", attrs[i], a->u.s);
@@ -638,6 +696,13 @@ static int checkpoint_codes(const kd_model *m, const kir_graph *g, kir_val node,
     return ok && row == q->rows;
 }
 
+/* The name of the quantized weight whose part v is ("W" of "W#codes"), in arena a. */
+static const char *part_base(const kir_graph *g, kir_val v, ks_arena *a)
+{
+    const char *name = kir_attr_str(g, v, KIR_A_WEIGHT_NAME), *hash = strrchr(name, '#');
+    return ks_arena_strndup(a, name, hash ? (size_t)(hash - name) : strlen(name));
+}
+
 /* Part `node` of a quantization (ir/ir.h, "quantized weights"): the checkpoint's own codes where it
  * stores them in this layout (checkpoint_codes), else the float matrix its recipe derives, read in f32,
  * quantized (passes/quantize_weight.h: GPTQ with --calib's gram, else round to nearest); that part
@@ -671,17 +736,33 @@ static int quant_part_data(const kd_model *m, const kir_graph *g, kir_val node, 
     if (rc == 0) {
         c->key = key;
         key = NULL;
-        /* --calib: the columns' importance and gram, its first source's (merged sources multiply one input) */
+        /* --calib: the input's gram, its first source's (merged sources multiply one input), and the
+         * columns' importance (its diagonal); a smoothed weight's columns times s, and the statistics
+         * of x / s (compiler/smooth.c) */
         ks_arena scratch = {0};
         kp_weight_recipe r;
-        const float *importance = NULL;
-        const double *gram = NULL;
-        if (kp_weight_recipe_of(g, node, &scratch, &r) == 0 && r.n_sources) {
-            importance = kd_calib_importance(m, r.names[0]);
-            gram = kd_calib_gram(m, r.names[0]);
+        kd_calib_input in = {0};
+        float *importance = NULL;
+        double *gram = NULL;
+        if (!own && kp_weight_recipe_of(g, node, &scratch, &r) == 0 && r.n_sources &&
+            kd_calib_input_of(m, r.names[0], &in) == 0 && in.k == q.cols) {
+            const int64_t k = q.cols;
+            const kir_word smooth = kir_attr_word(g, node, KIR_A_WEIGHT_SMOOTH);
+            const float *s = smooth == KIR_SMOOTH_NONE ? NULL : kd_smooth_vector(m, part_base(g, node, &scratch), smooth, &q, w, r.names[0]);
+            KS_ASSERT(smooth == KIR_SMOOTH_NONE || s);
+            gram = ks_xmalloc(sizeof *gram * (size_t)(k * k));
+            importance = ks_xmalloc(sizeof *importance * (size_t)k);
+            for (int64_t i = 0; i < k; i++) {
+                for (int64_t j = 0; j < k; j++) gram[i * k + j] = s ? in.gram[i * k + j] / ((double)s[i] * s[j]) : in.gram[i * k + j];
+                importance[i] = (float)gram[i * k + i];
+            }
+            for (int64_t n = 0; s && n < q.rows; n++)
+                for (int64_t i = 0; i < k; i++) w[n * k + i] *= s[i];
         }
-        if (!own && (!gram || kp_quantize_gptq(&q, w, gram, c->parts[0], c->parts[1], c->parts[2]) != 0))
+        if (!own && (!gram || m->quant_rtn || kp_quantize_gptq(&q, w, gram, c->parts[0], c->parts[1], c->parts[2]) != 0))
             kp_quantize_matrix(&q, w, importance, c->parts[0], c->parts[1], c->parts[2]);
+        free(gram);
+        free(importance);
         ks_arena_free(&scratch);
         memcpy(out, c->parts[which], c->bytes[which]);
     }
@@ -690,11 +771,61 @@ static int quant_part_data(const kd_model *m, const kir_graph *g, kir_val node, 
     return rc;
 }
 
+/* A norm's gain divided by the smoothing of the quantized weight it feeds (derive="smooth",
+ * passes/quantize.c): its source read in f32, the smoothing vector of weight smooth_of (computed from
+ * that weight's float matrix where no part has asked for it yet), the quotient stored in the gain's dtype. */
+static int smoothed_gain_data(const kd_model *m, const kir_graph *g, kir_val node, void *out, ks_diag *d)
+{
+    const kir_node *n = kir_node_at(g, node);
+    const char *of = kir_attr_str(g, node, KIR_A_WEIGHT_SMOOTH_OF), *name = kir_attr_str(g, node, KIR_A_WEIGHT_NAME);
+    ks_arena scratch = {0};
+    kir_val codes = KIR_NONE; /* the smoothed weight's codes part */
+    for (size_t v = 0; v < g->n_nodes && codes == KIR_NONE; v++)
+        if (g->nodes[v].op == KIR_OP_WEIGHT && kir_weight_quant_part(g, (kir_val)v) &&
+            kir_attr_word(g, (kir_val)v, KIR_A_WEIGHT_QUANT) == KIR_QUANT_PART_CODES &&
+            kir_attr_word(g, (kir_val)v, KIR_A_WEIGHT_SMOOTH) != KIR_SMOOTH_NONE &&
+            strcmp(part_base(g, (kir_val)v, &scratch), of) == 0)
+            codes = (kir_val)v;
+    kp_weight_recipe r, gr;
+    if (codes == KIR_NONE || kp_weight_recipe_of(g, codes, &scratch, &r) != 0 || !r.n_sources ||
+        kp_weight_recipe_of(g, node, &scratch, &gr) != 0 || gr.n_sources != 1) {
+        ks_error(d, "kiln", "weight '%s': smooth_of=\"%s\" names no smoothed quantized weight of the graph", name, of);
+        ks_arena_free(&scratch);
+        return -1;
+    }
+    kir_quant_layout q;
+    kir_quant_layout_of_part(g, codes, KIR_F32, &q);
+    const size_t k = (size_t)kir_elems(n, 1);
+    float *gain = ks_xmalloc(sizeof *gain * k), *w = NULL;
+    int rc = read_named(m, gr.names[0], KIR_F32, gain, k, d);
+    const kir_word method = kir_attr_word(g, codes, KIR_A_WEIGHT_SMOOTH);
+    const float *s = NULL;
+    if (rc == 0) {
+        w = ks_xmalloc(sizeof(float) * (size_t)(q.rows * q.cols));
+        rc = derived_data(m, g, codes, KIR_F32, w, d);
+    }
+    if (rc == 0 && (int64_t)k == q.cols && !(s = kd_smooth_vector(m, of, method, &q, w, r.names[0]))) {
+        ks_error(d, "kiln", "weight '%s': smoothing '%s' (%s) needs the calibration of its input (--calib), which a "
+                 "build from an IR text does not run", name, of, kir_word_table[method].text);
+        rc = -1;
+    }
+    if (rc == 0) {
+        for (size_t i = 0; i < k; i++) gain[i] /= s[i];
+        store_as(n->dtype, gain, k, out);
+    }
+    free(gain);
+    free(w);
+    ks_arena_free(&scratch);
+    return rc;
+}
+
 int kd_weight_data(const kd_model *m, const kir_graph *g, kir_val node, void *out, ks_diag *d)
 {
     const kir_node *n = kir_node_at(g, node);
     const char *name = kir_attr_str(g, node, KIR_A_WEIGHT_NAME);
     if (kir_weight_quant_part(g, node)) return quant_part_data(m, g, node, out, d);
+    if (kir_attr_has(g, node, KIR_A_WEIGHT_DERIVE) && kir_attr_word(g, node, KIR_A_WEIGHT_DERIVE) == KIR_DERIVE_SMOOTH)
+        return smoothed_gain_data(m, g, node, out, d);
     if (!kp_weight_is_derived(g, node)) return read_named(m, name, n->dtype, out, (size_t)kir_elems(n, 1), d);
     return derived_data(m, g, node, n->dtype, out, d);
 }

@@ -31,12 +31,13 @@ int kp_weight_recipe_of(const kir_graph *g, kir_val w, ks_arena *arena, kp_weigh
     kir_word derive = kir_attr_word(g, w, KIR_A_WEIGHT_DERIVE);
     /* along: the dim the sources' rows make up (concat1: 1, the stacked experts' rows) */
     const int along = derive == KIR_DERIVE_CONCAT1;
-    if ((derive != KIR_DERIVE_CONCAT0 && derive != KIR_DERIVE_CONCAT1 && derive != KIR_DERIVE_OFFSET) || !sources ||
-        !rows || n->ndim < along + 1)
+    const int one = derive == KIR_DERIVE_OFFSET || derive == KIR_DERIVE_SMOOTH; /* one source */
+    if ((derive != KIR_DERIVE_CONCAT0 && derive != KIR_DERIVE_CONCAT1 && !one) || !sources || !rows || n->ndim < along + 1 ||
+        (derive == KIR_DERIVE_SMOOTH && !kir_attr_str(g, w, KIR_A_WEIGHT_SMOOTH_OF)))
         return -1;
     size_t count = 1;
     for (const char *p = sources; *p; p++) count += *p == ',';
-    if (count != n_rows || (derive == KIR_DERIVE_OFFSET && count != 1)) return -1;
+    if (count != n_rows || (one && count != 1)) return -1;
     /* bytes of one row of dim `along`, times the rows of the dims before it (concat1: each expert's) */
     size_t row_bytes = kir_dtype_size(n->dtype);
     for (int d = 0; d < n->ndim; d++)
@@ -67,6 +68,8 @@ void kp_derive_weight(const kir_graph *g, kir_val w, const kp_weight_recipe *r, 
     const kir_node data = recipe_data(g, w), *n = &data;
     size_t total = (size_t)kir_elems(n, 1) * kir_dtype_size(n->dtype), at = 0;
     KS_ASSERT(r->n_sources > 0);
+    /* smooth: the engine builder's, from the calibration (compiler/smooth.c) */
+    KS_ASSERT(kir_attr_word(g, w, KIR_A_WEIGHT_DERIVE) != KIR_DERIVE_SMOOTH);
     if (kir_attr_word(g, w, KIR_A_WEIGHT_DERIVE) == KIR_DERIVE_OFFSET) {
         /* offset: each element plus the offset, in f32, rounded once to the weight's dtype */
         KS_ASSERT(r->n_sources == 1 && r->bytes[0] == total);

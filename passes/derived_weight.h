@@ -12,7 +12,11 @@
  *            along dim 0 (rows of [out,in] matrices, elements of 1-D biases);
  *            "concat1", along dim 1: for each index of dim 0, each source's
  *            rows of it in turn (stacked experts [E,N,K]: expert e's gate
- *            rows, then its up rows);
+ *            rows, then its up rows); "offset", its one source plus the
+ *            weight's `offset`; "smooth", its one source (a norm's gain)
+ *            divided by the smoothing vector of the quantized weight named
+ *            by `smooth_of` (quantize's --calib smoothing: the engine
+ *            builder computes it, compiler/smooth.c; kp_derive_weight not);
  *   sources  the `name`s of the source weights, comma-separated (they need
  *            not be in the graph any more);
  *   rows     how many rows of dim 0 (concat1: of dim 1) each source gives.

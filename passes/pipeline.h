@@ -93,6 +93,8 @@ struct kp_options {
                                     value (0, KIR_QUANT_NONE) leaves the graph untouched */
     int64_t quant_group;         /* quantize: the columns a scale covers; 0: the scheme's (w4a16 128, else a row) */
     int quant_asym;              /* quantize: 1 zero points, -1 none, 0 the scheme's (w4a16 with, else without) */
+    kir_word quant_smooth;       /* quantize: KIR_SMOOTH_AWQ or _SMOOTHQUANT smooths the matmuls after a norm
+                                    (--calib); KIR_SMOOTH_NONE (or 0) none */
     const char *const *quant_skip; /* quantize: globs of weight names left in 16 bits (--quant-skip) */
     size_t n_quant_skip;         /* entries in quant_skip */
     kir_dtype kv_dtype;          /* quantize_kv: KIR_I8 or KIR_F8E4M3, the KV cache's codes (--kv-dtype);

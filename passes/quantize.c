@@ -29,6 +29,17 @@
  *   sources too) matches a glob of opt->quant_skip ('*' and '?'; '[' is itself), and expert_matmul.
  *   A K that the group does not divide is the user's error, naming the
  *   weight. A skip pattern no weight matches is a warning.
+ *   With opt->quant_smooth AWQ or SMOOTHQUANT (--calib), a quantized matmul
+ *   whose x is an rms_norm that nothing else reads, over a plain gain
+ *   weight G, has its input channels smoothed: its parts get smooth=<word>
+ *   (their float matrix is W's columns times the smoothing vector s, which
+ *   the engine builder computes from the calibration, compiler/smooth.c),
+ *   and the norm reads instead
+ *       %g = weight() {name="G#smooth", derive="smooth", sources="G", rows=[K], smooth_of="W"}
+ *   G / s, so that x w^T is unchanged up to the codes' rounding: the
+ *   channels with large inputs get finer steps (AWQ) or the inputs' range
+ *   moves into the weights (SmoothQuant, for w8a8's quantized x). Other
+ *   matmuls (o and down projections) are not smoothed.
  * Does not: drop the float weights it replaced (eliminate_dead_nodes does),
  *   or look at the data (the engine builder quantizes it).
  */
@@ -118,8 +129,9 @@ static int skipped(const kir_graph *g, kir_val w, const kp_options *opt, size_t 
     return skip;
 }
 
-/* One part of W's quantization: a WEIGHT with W's recipe. */
-static kir_val emit_part(kp_rewriter *rw, const kir_graph *g, kir_val w, const scheme *s, int64_t group, kir_word part)
+/* One part of W's quantization: a WEIGHT with W's recipe (smooth: the smoothing of its columns, or NONE). */
+static kir_val emit_part(kp_rewriter *rw, const kir_graph *g, kir_val w, const scheme *s, int64_t group, kir_word part,
+                         kir_word smooth)
 {
     const kir_node *wn = kir_node_at(g, w);
     const char *name = kir_attr_str(g, w, KIR_A_WEIGHT_NAME);
@@ -149,7 +161,38 @@ static kir_val emit_part(kp_rewriter *rw, const kir_graph *g, kir_val w, const s
     kir_attr_set_str(rw->g, p, KIR_A_WEIGHT_QTYPE, kir_dtype_name(s->codes));
     kir_attr_set_int(rw->g, p, KIR_A_WEIGHT_GROUP, group);
     if (s->asym) kir_attr_set_int(rw->g, p, KIR_A_WEIGHT_ASYM, 1);
+    if (smooth != KIR_SMOOTH_NONE) kir_attr_set_word(rw->g, p, KIR_A_WEIGHT_SMOOTH, smooth);
     return p;
+}
+
+/* The norm's gain divided by the smoothing of the quantized weight w (the norm's one reader's). */
+static kir_val emit_smoothed_gain(kp_rewriter *rw, const kir_graph *g, kir_val gain, kir_val w)
+{
+    const kir_node *gn = kir_node_at(g, gain);
+    const char *name = kir_attr_str(g, gain, KIR_A_WEIGHT_NAME);
+    ks_buf pname = {0};
+    ks_buf_printf(&pname, "%s#smooth", name);
+    kir_val p = kir_weight(rw->g, ks_buf_cstr(&pname), gn->dtype, gn->ndim, gn->dims, gn->loc);
+    ks_buf_free(&pname);
+    kir_attr_set_word(rw->g, p, KIR_A_WEIGHT_DERIVE, KIR_DERIVE_SMOOTH);
+    kir_attr_set_str(rw->g, p, KIR_A_WEIGHT_SOURCES, name);
+    kir_attr_set_ints(rw->g, p, KIR_A_WEIGHT_ROWS, &gn->dims[0], 1);
+    kir_attr_set_str(rw->g, p, KIR_A_WEIGHT_SMOOTH_OF, kir_attr_str(g, w, KIR_A_WEIGHT_NAME));
+    return p;
+}
+
+/* The rms_norm x of matmul v when v's weight can be smoothed through it: x read by v alone, its gain
+ * a plain float WEIGHT of one dim; else KIR_NONE. uses: each node's readers. */
+static kir_val smoothing_norm(const kir_graph *g, kir_val v, const uint32_t *uses)
+{
+    const kir_val x = g->nodes[v].in[0];
+    const kir_node *xn = kir_node_at(g, x);
+    if (xn->op != KIR_OP_RMS_NORM || xn->nin < 2 || xn->in[1] == KIR_NONE || uses[x] != 1) return KIR_NONE;
+    const kir_node *gn = kir_node_at(g, xn->in[1]);
+    if (gn->op != KIR_OP_WEIGHT || gn->ndim != 1 || kir_attr_has(g, xn->in[1], KIR_A_WEIGHT_DERIVE) ||
+        kir_dtype_is_quantized(gn->dtype))
+        return KIR_NONE;
+    return x;
 }
 
 int kp_quantize(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_diag *d)
@@ -165,19 +208,44 @@ int kp_quantize(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_dia
     for (size_t i = 0; i < g->n_nodes; i++)
         if (g->nodes[i].op == KIR_OP_EMBED) embedded[g->nodes[i].in[0]] = 1;
     ks_buf names = {0};
+    /* the matmuls quantized, and the norms that smooth one (smoothed[norm]: its matmul) */
+    const size_t nn = g->n_nodes ? g->n_nodes : 1;
+    const int smoothing = opt->quant_smooth == KIR_SMOOTH_AWQ || opt->quant_smooth == KIR_SMOOTH_SMOOTHQUANT;
+    uint8_t *eligible = ks_xcalloc(nn, 1);
+    uint32_t *uses = ks_xcalloc(nn, sizeof *uses);
+    kir_val *smoothed = ks_xmalloc(sizeof *smoothed * nn);
+    for (size_t v = 0; v < g->n_nodes; v++) {
+        smoothed[v] = KIR_NONE;
+        for (int i = 0; i < g->nodes[v].nin; i++)
+            if (g->nodes[v].in[i] != KIR_NONE) uses[g->nodes[v].in[i]]++;
+    }
+    for (kir_val v = 0; v < g->n_nodes; v++) {
+        const kir_node *n = kir_node_at(g, v);
+        kir_val w = n->op == KIR_OP_MATMUL ? n->in[1] : KIR_NONE;
+        eligible[v] = w != KIR_NONE && n->nin == 2 && g->nodes[w].op == KIR_OP_WEIGHT &&
+                      !kir_dtype_is_quantized(g->nodes[w].dtype) && !head[v] && !embedded[w];
+        if (eligible[v] && skipped(g, w, opt, hits, &names)) eligible[v] = 0;
+        const kir_val norm = eligible[v] && smoothing ? smoothing_norm(g, v, uses) : KIR_NONE;
+        if (norm != KIR_NONE) smoothed[norm] = v;
+    }
     kp_rewriter rw;
     kp_rw_begin(&rw, g);
     int rc = 0;
     for (kir_val v = 0; v < g->n_nodes; v++) {
         const kir_node *n = kir_node_at(g, v);
-        kir_val w = n->op == KIR_OP_MATMUL ? n->in[1] : KIR_NONE;
-        int eligible = w != KIR_NONE && n->nin == 2 && g->nodes[w].op == KIR_OP_WEIGHT &&
-                       !kir_dtype_is_quantized(g->nodes[w].dtype) && !head[v] && !embedded[w];
-        if (eligible && skipped(g, w, opt, hits, &names)) eligible = 0;
-        if (!eligible) {
+        if (smoothed[v] != KIR_NONE) { /* the norm over the smoothed gain */
+            kir_val in[KIR_MAX_INPUTS];
+            for (int i = 0; i < n->nin; i++) in[i] = n->in[i] == KIR_NONE ? KIR_NONE : rw.map[n->in[i]];
+            in[1] = emit_smoothed_gain(&rw, g, n->in[1], g->nodes[smoothed[v]].in[1]);
+            kp_rw_rebuild(&rw, v, in, n->nin, NULL, 0);
+            continue;
+        }
+        if (!eligible[v]) {
             kp_rw_copy(&rw, v);
             continue;
         }
+        kir_val w = n->in[1];
+        const kir_word smooth = smoothed[n->in[0]] == v ? opt->quant_smooth : KIR_SMOOTH_NONE;
         const kir_node *wn = kir_node_at(g, w);
         int64_t group = s.group ? s.group : wn->dims[1];
         if (wn->dims[1] % group) {
@@ -189,9 +257,9 @@ int kp_quantize(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_dia
             rc = -1;
             break;
         }
-        kir_val in[4] = {rw.map[n->in[0]], emit_part(&rw, g, w, &s, group, KIR_QUANT_PART_CODES),
-                         emit_part(&rw, g, w, &s, group, KIR_QUANT_PART_SCALE),
-                         s.asym ? emit_part(&rw, g, w, &s, group, KIR_QUANT_PART_ZERO) : KIR_NONE};
+        kir_val in[4] = {rw.map[n->in[0]], emit_part(&rw, g, w, &s, group, KIR_QUANT_PART_CODES, smooth),
+                         emit_part(&rw, g, w, &s, group, KIR_QUANT_PART_SCALE, smooth),
+                         s.asym ? emit_part(&rw, g, w, &s, group, KIR_QUANT_PART_ZERO, smooth) : KIR_NONE};
         kir_setting set = KIR_WITH_WORD(KIR_A_MATMUL_QUANT, opt->quant);
         kp_rw_rebuild(&rw, v, in, s.asym ? 4 : 3, &set, 1);
         st->fusions++;
@@ -202,6 +270,9 @@ int kp_quantize(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_dia
             ks_warning(d, opt->what ? opt->what : "kiln", "--quant-skip '%s' matches no weight a matmul quantizes",
                        opt->quant_skip[p]);
     ks_buf_free(&names);
+    free(eligible);
+    free(uses);
+    free(smoothed);
     free(head);
     free(embedded);
     free(hits);

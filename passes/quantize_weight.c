@@ -160,6 +160,8 @@ typedef struct row_job {
     const int64_t *perm;  /* GPTQ: the columns in the order they are quantized (act order) */
     uint8_t *codes;
     void *scale, *zero;
+    const float *smooth;  /* kp_scaled_rtn_error: the columns' factors */
+    double *block_error;  /* kp_scaled_rtn_error: each row block's error */
 } row_job;
 
 enum { ROWS_A_TAKE = 16, MAX_QUANT_THREADS = 64 };
@@ -216,6 +218,60 @@ void kp_quantize_matrix(const kir_quant_layout *q, const float *w, const float *
                  .codes = codes ? codes : tmp, .scale = scale, .zero = zero};
     run_rows(&j);
     free(tmp);
+}
+
+/* A row block's error in kp_scaled_rtn_error. */
+static void scaled_rows(const row_job *j, int64_t br0, int64_t br1)
+{
+    const kir_quant_layout *q = j->q;
+    const int64_t bc = q->cols / q->group;
+    const float *s = j->smooth, *imp = j->importance;
+    for (int64_t br = br0; br < br1; br++) {
+        double e = 0;
+        for (int64_t b = 0; b < bc; b++) {
+            const int64_t c0 = b * q->group;
+            float lo = 0, hi = 0;
+            for (int64_t r = br * q->block_rows; r < (br + 1) * q->block_rows; r++)
+                for (int64_t c = c0; c < c0 + q->group; c++) {
+                    const float x = j->w[r * q->cols + c] * s[c];
+                    lo = x < lo ? x : lo;
+                    hi = x > hi ? x : hi;
+                }
+            const int f8 = q->codes == KIR_F8E4M3;
+            int_grid g = {0};
+            if (f8) {
+                g.s = round_scale(q->scale, (-lo > hi ? -lo : hi) / 448.0f);
+                g.inv = g.s > 0 ? 1.0f / g.s : 0.0f;
+            } else {
+                g = grid_for(q, lo, hi);
+            }
+            for (int64_t r = br * q->block_rows; r < (br + 1) * q->block_rows; r++)
+                for (int64_t c = c0; c < c0 + q->group; c++) {
+                    const float w = j->w[r * q->cols + c], x = w * s[c];
+                    float got;
+                    if (f8)
+                        got = g.s > 0 ? ks_e4m3_to_f32(ks_f32_to_e4m3(x / g.s)) * g.s : 0.0f;
+                    else
+                        got = (float)(code_of(&g, x) - g.zero) * g.s;
+                    const double d = (double)got / s[c] - w;
+                    e += d * d * (imp ? imp[c] : 1.0f);
+                }
+        }
+        j->block_error[br] = e;
+    }
+}
+
+double kp_scaled_rtn_error(const kir_quant_layout *q, const float *w, const float *s, const float *importance)
+{
+    KS_ASSERT(q->rows % q->block_rows == 0 && q->cols % q->group == 0);
+    const int64_t n = q->rows / q->block_rows;
+    double *errors = ks_xcalloc((size_t)(n ? n : 1), sizeof *errors);
+    row_job j = {.run = scaled_rows, .n = n, .q = q, .w = w, .importance = importance, .smooth = s, .block_error = errors};
+    run_rows(&j);
+    double e = 0;
+    for (int64_t i = 0; i < n; i++) e += errors[i];
+    free(errors);
+    return e;
 }
 
 /* ---- GPTQ --------------------------------------------------------------------------------- */

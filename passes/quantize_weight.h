@@ -35,6 +35,11 @@
 void kp_quantize_matrix(const kir_quant_layout *q, const float *w, const float *importance, void *codes, void *scale,
                         void *zero);
 
+/* The error of round to nearest (each block's range, no clipping search) of w's columns each times
+ * s[k] (a smoothing: AWQ's search compares them), measured back in w's scale: the sum of importance[k]
+ * (dequantized_nk / s_k - w_nk)^2 (importance NULL: 1). Threads by row blocks; the sum in their order. */
+double kp_scaled_rtn_error(const kir_quant_layout *q, const float *w, const float *s, const float *importance);
+
 /* GPTQ (Frantar et al., 2022): the codes chosen a column at a time, each rounding's error spread over
  * the columns still to come through the inverse of the input's gram matrix (gram [cols, cols]: the
  * mean of x^T x over a calibration text, damped by 10% of its mean diagonal: a text of a few thousand

@@ -89,6 +89,25 @@ kl() { "$KILN_BIN" quant-check "$1" --reference "$work/f32.engine" --text "$eval
 "$KILN_BIN" build "$ts" -o "$work/gptq.engine" --quant w4a16 --calib "$data/tinystories_calib.txt" 2>/dev/null
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 0.8 * float(sys.argv[2]) else 1)" "$(kl "$work/gptq.engine")" "$(kl "$work/rtn.engine")" \
   && passes=$((passes+1)) || { echo "FAIL: GPTQ not 20% below RTN's KL"; failures=$((failures+1)); }
+# smoothing (--quant-smooth): each below the same rounding without it
+below() { # name, then two sets of build arguments separated by --
+  local name=$1; shift
+  local a=() b=()
+  while [ "$1" != -- ]; do a+=("$1"); shift; done; shift; b=("$@")
+  "$KILN_BIN" build "$ts" -o "$work/a.engine" "${a[@]}" 2>/dev/null && "$KILN_BIN" build "$ts" -o "$work/b.engine" "${b[@]}" 2>/dev/null \
+    && python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" "$(kl "$work/a.engine")" "$(kl "$work/b.engine")" \
+    && passes=$((passes+1)) || { echo "FAIL: $name"; failures=$((failures+1)); }
+}
+calib=(--calib "$data/tinystories_calib.txt")
+below "SmoothQuant below w8a8 unsmoothed" --quant w8a8 "${calib[@]}" -- --quant w8a8 "${calib[@]}" --quant-smooth none
+below "AWQ below round to nearest" --quant w4a16 "${calib[@]}" --quant-smooth awq --quant-round rtn -- --quant w4a16 "${calib[@]}" --quant-round rtn
+gate "w8a8 SmoothQuant --calib" 0.01 --quant w8a8 "${calib[@]}"
+# the IR of smoothing: each norm before a quantized matmul reads its gain over s; the matmul's parts say how
+"$KILN_BIN" build "$ts" -o "$work/sq.engine" --quant w8a8 "${calib[@]}" --dump-ir-after quantize,plan_memory --dump-dir "$work/d5" 2>/dev/null
+expect_same "smoothquant: the gains over s" 4 "$(grep -c '= weight() {name="[a-z_]*\[[01]\]#smooth", derive="smooth", sources="[a-z_]*\[[01]\]", rows=\[128\], smooth_of="w[a-z]\[[01]\]+w' "$work/d5/02-quantize.ir")"
+expect_same "smoothquant: the smoothed parts" 4 "$(grep -c '#codes".*smooth="smoothquant"' "$work/d5/02-quantize.ir")"
+expect_fail smooth-from-ir "kiln: error: weight 'attn_norm[0]#smooth': smoothing 'wq[0]+wk[0]+wv[0]' (smoothquant) needs the calibration of its input (--calib), which a build from an IR text does not run" -- \
+  "$KILN_BIN" build "$ts" --from-ir "$work/d5/12-plan_memory.ir" -o "$work/none.engine"
 
 # bad settings: an error, no engine
 bad() {
@@ -111,6 +130,11 @@ bad quant-from-ir "kiln: error: --quant w4a16 with --from-ir $work/dump/12-plan_
   --quant w4a16 --from-ir "$work/dump/12-plan_memory.ir"
 : > "$work/empty.txt"
 bad calib-empty "a calibration text needs at least 2 tokens" --quant w4a16 --calib "$work/empty.txt"
+bad smooth-without-quant "kiln: error: --quant-smooth is a setting of --quant, which is not given" --quant-smooth awq
+bad smooth-without-calib "kiln: error: --quant-smooth awq: smoothing follows the inputs' statistics, which --calib FILE gives" --quant w4a16 --quant-smooth awq
+bad smooth-unknown "kiln: error: --quant-smooth foo: unknown (known: awq, smoothquant, none)" --quant w4a16 --quant-smooth foo "${calib[@]}"
+bad round-gptq-without-calib "kiln: error: --quant-round gptq: GPTQ spreads each rounding's error by the inputs' statistics, which --calib FILE gives" --quant w4a16 --quant-round gptq
+bad round-unknown "kiln: error: --quant-round x: unknown (known: gptq, rtn)" --quant w4a16 --quant-round x
 bad kv-unknown "kiln: error: --kv-dtype int4: unknown (known: int8, fp8; without it the cache holds the compute dtype)" --kv-dtype int4
 bad kv-from-ir "kiln: error: --kv-dtype int8 with --from-ir $work/dump/12-plan_memory.ir: no pass runs on an IR text" \
   --kv-dtype int8 --from-ir "$work/dump/12-plan_memory.ir"
