@@ -436,13 +436,19 @@ static void check_derived_weight(kir_verifier *c, kir_val v, const named_weight 
         return;
     }
     if (derive->kind != KIR_ATTR_STR || sources->kind != KIR_ATTR_STR || rows->kind != KIR_ATTR_INTS ||
-        (strcmp(derive->u.s, "concat0") != 0 && strcmp(derive->u.s, "concat1") != 0 && strcmp(derive->u.s, "offset") != 0))
+        (strcmp(derive->u.s, "concat0") != 0 && strcmp(derive->u.s, "concat1") != 0 && strcmp(derive->u.s, "offset") != 0 &&
+         strcmp(derive->u.s, "smooth") != 0))
         return; /* check_attrs reported it */
     const int along = strcmp(derive->u.s, "concat1") == 0; /* the dim the sources' rows make up */
     uint32_t count = 1;
     for (const char *p = sources->u.s; *p; p++) count += *p == ',';
-    if (strcmp(derive->u.s, "offset") == 0 && count != 1) {
-        node_error(c, v, "an offset weight derives from one source, not %u", (unsigned)count);
+    if ((strcmp(derive->u.s, "offset") == 0 || strcmp(derive->u.s, "smooth") == 0) && count != 1) {
+        node_error(c, v, "a%s %s weight derives from one source, not %u", derive->u.s[0] == 'o' ? "n" : "", derive->u.s,
+                   (unsigned)count);
+        return;
+    }
+    if (strcmp(derive->u.s, "smooth") == 0 && !kir_attr_str(g, v, KIR_A_WEIGHT_SMOOTH_OF)) {
+        node_error(c, v, "a smooth weight needs smooth_of, the quantized weight whose smoothing divides it");
         return;
     }
     if (count != rows->u.ints.n) {

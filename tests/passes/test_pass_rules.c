@@ -87,9 +87,11 @@ static const verify_case verify_cases[] = {
      "%14 : f32[6,8] = weight() {name=\"x9\", sources=\"a,b\"}\n"
      "%15 : f32[6,8] = weight() {name=\"x10\", derive=\"concat0\", sources=\"a,,b\", rows=[4,1,1]}\n"
      "%16 : f32[6,8] = weight() {name=\"x11\", derive=\"concat0\", sources=\"a,b\", rows=4}\n"
-     "%17 : f32[T,8] = output(%2) {name=\"logits\"}\n",
-     12,
-     "derived.ir: error: node %6 (weight): attribute derive is \"concat2\", not \"concat0\", \"concat1\" or \"offset\"\n"
+     "%17 : f32[4,8] = weight() {name=\"x12\", derive=\"smooth\", sources=\"a\", rows=[4]}\n"
+     "%18 : f32[6,8] = weight() {name=\"x13\", derive=\"smooth\", sources=\"a,b\", rows=[4,2], smooth_of=\"w\"}\n"
+     "%19 : f32[T,8] = output(%2) {name=\"logits\"}\n",
+     14,
+     "derived.ir: error: node %6 (weight): attribute derive is \"concat2\", not \"concat0\", \"concat1\", \"offset\" or \"smooth\"\n"
      "derived.ir: error: node %16 (weight): attribute rows is an int, not a list of ints\n"
      "derived.ir: error: node %7 (weight): a derived weight needs derive, sources and rows; rows is missing\n"
      "derived.ir: error: node %8 (weight): sources names 3 weights but rows has 2 numbers\n"
@@ -100,7 +102,10 @@ static const verify_case verify_cases[] = {
      "derived.ir: error: node %13 (weight): source \"a\" (node %3) is f32[4,8], not 4 rows of f16[6,8]\n"
      "derived.ir: error: node %13 (weight): source \"b\" (node %4) is f32[2,8], not 2 rows of f16[6,8]\n"
      "derived.ir: error: node %14 (weight): a derived weight needs derive, sources and rows; derive is missing\n"
-     "derived.ir: error: node %15 (weight): sources \"a,,b\": name 2 is empty\n"},
+     "derived.ir: error: node %15 (weight): sources \"a,,b\": name 2 is empty\n"
+     "derived.ir: error: node %17 (weight): a smooth weight needs smooth_of, the quantized weight whose smoothing "
+     "divides it\n"
+     "derived.ir: error: node %18 (weight): a smooth weight derives from one source, not 2\n"},
 
     {"groups.ir",
      "kiln-ir 1\n"
