@@ -88,7 +88,8 @@
 #         ($OUT/quant_profile_<scheme>.txt).
 #       decode_ab — a change's effect on a whole decode step, graphs and kernel overlap on (what `kiln bench
 #         --profile`, a kernel at a time, does not see): the 8B shape with GPU_AB_LAYERS (default 8) layers,
-#         built once a variant of GPU_AB_VARIANTS ("name:ENV=V,ENV=V ...", a word +ARG a build argument:
+#         built once a variant of GPU_AB_VARIANTS ("name:ENV=V,ENV=V ...", the environment of its build and of its
+#         bench run (a runtime knob such as KILN_CUDA_CARVEOUT=100 too), a word +ARG a build argument:
 #         "no_rope:+--disable-pass,+fuse_norm_rope"; @alt: built by prepare's GPU_CHECK_ALT_REV, "before:@alt"; default: the default engine, the
 #         L2 prefetches on, each alone (KILN_CUDA_TC_PREFETCH=6, KILN_CUDA_L2_AHEAD=32), x in registers (KILN_CUDA_TC_XRING=0)), `kiln
 #         bench` decode at batch 1, 8 and 32 (GPU_AB_BATCHES), the variants interleaved, two rounds
@@ -619,11 +620,13 @@ make_checkpoint(cfg, '$m', 'cuda', 0)" 2>&1 | tail -1)
       for r in $(seq 1 "${GPU_AB_ROUNDS:-2}"); do
         for b in ${GPU_AB_BATCHES:-1 8 32}; do
           for v in $variants; do
-            name=${v%%:*}
+            name=${v%%:*}; envs=${v#*:}; envs=${envs//,/ }
             [ -f "$m.$name.engine" ] || { echo "FAIL: kiln build of variant $name" | tee -a "$summary"; continue; }
-            local bo=(--batch "$b")
+            local bo=(--batch "$b") benv=()
             [ "$b" = 1 ] && bo=()
-            echo "$model round $r, $name: $("$kiln" bench "$m.$name.engine" --prompts 1 --decode-prompt 16 --decode 64 \
+            # the variant's environment holds for the run too (a runtime knob: KILN_CUDA_CARVEOUT)
+            for word in $envs; do [[ $word == +* || $word == @alt ]] || benv+=("$word"); done
+            echo "$model round $r, $name: $(env "${benv[@]}" "$kiln" bench "$m.$name.engine" --prompts 1 --decode-prompt 16 --decode 64 \
               "${bo[@]}" --reps 3 --warmup 1 2>&1 | grep -E "^decode, batch $b,")" | tee -a "$out/decode_ab.txt" "$summary"
           done
         done

@@ -112,6 +112,9 @@ typedef struct kcu_options {
     int tc_xahead;     /* 0: kcu_matmul_tc's sets of x in registers, KCU_TC_XAHEAD; else these
                         * (KILN_CUDA_TC_XAHEAD=N, 1 to 8, for comparisons) */
     int tc_ring_kb;    /* 0: kcu_matmul_tc's plan's ring; else at most this many kB (KILN_CUDA_TC_RING=N) */
+    int tc_min_blocks; /* 0: kcu_matmul_tc's launch bounds ask for its plan's blocks an SM; else for these
+                        * (KILN_CUDA_TC_MIN_BLOCKS=N, 1 to 4: 2 caps it at 128 registers, so that the next
+                        * kernel's block, launched early, fits beside it; for comparisons) */
     int l2_ahead_mb;   /* 0: no L2 prefetch ahead of a matmul (the default: on an H100 it cost a batch-1 step
                         * of the 8B's shape 25 % and of the MoE's 2.8x, bench/RESULTS.md); else a kernel that
                         * streams no weights prefetches the next matmul's first N MB into L2, and a MoE's

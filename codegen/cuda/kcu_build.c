@@ -214,6 +214,9 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
     const char *tc_prefetch = getenv("KILN_CUDA_TC_PREFETCH");
     if (tc_prefetch && *tc_prefetch && atoi(tc_prefetch) >= 1 && atoi(tc_prefetch) <= 64)
         opt.tc_prefetch = atoi(tc_prefetch);
+    const char *tc_min_blocks = getenv("KILN_CUDA_TC_MIN_BLOCKS");
+    if (tc_min_blocks && *tc_min_blocks && atoi(tc_min_blocks) >= 1 && atoi(tc_min_blocks) <= 4)
+        opt.tc_min_blocks = atoi(tc_min_blocks);
     if (tc_ring && *tc_ring) opt.tc_ring_kb = atoi(tc_ring) >= 32 && atoi(tc_ring) <= 224 ? atoi(tc_ring) : 0;
 
     krt_cuda_meta meta = {0};

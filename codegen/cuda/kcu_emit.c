@@ -143,7 +143,7 @@ kcu_gemv_plan kcu_plan_gemv_tc(int64_t N, int norm, const kcu_options *opt)
     const int per_sm = opt->tc_per_sm > 0 ? opt->tc_per_sm : PER_SM;
     p.rows = (int)((tiles + per_sm * SMS - 1) / (per_sm * SMS));
     p.cols = 16 * p.rows;
-    p.per_sm = per_sm;
+    p.per_sm = opt->tc_min_blocks > 0 ? opt->tc_min_blocks : per_sm; /* the launch bounds' */
     int64_t room = (opt->smem_optin + RESERVED) / per_sm - RESERVED - STATIC;
     const int64_t cap = opt->tc_ring_kb > 0 ? (int64_t)opt->tc_ring_kb * 1024 : RING_CAP;
     if (room > cap) room = cap;

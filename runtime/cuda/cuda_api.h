@@ -52,6 +52,7 @@ enum {
     KRT_CU_TMAP_L2_256B = 3,                    /* CU_TENSOR_MAP_L2_PROMOTION_L2_256B */
     KRT_CU_TMAP_OOB_ZERO = 0,                   /* CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: zeros past the edges */
     KRT_CU_FUNC_MAX_DYNAMIC_SHARED_BYTES = 8,   /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    KRT_CU_FUNC_PREFERRED_SHARED_CARVEOUT = 9,  /* CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT */
 };
 
 /* cuLaunchKernelEx's CUlaunchAttribute (an id, padding to 8 bytes, a 64-byte union of values) and

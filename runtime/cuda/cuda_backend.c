@@ -99,6 +99,9 @@ typedef struct cu_state {
     char device_name[128];    /* as the driver names it */
     char arch[16];            /* the cubin picked, "sm_90" */
     int pdl;                  /* 1: kernels launched with programmatic stream serialization (launch_fn) */
+    int carveout;             /* KILN_CUDA_CARVEOUT (0-100): every kernel's preferred shared-memory share of
+                                 L1 (100: the most, so that a decode matmul's block and the next kernel's,
+                                 launched early, fit an SM together); -1: the driver's choice */
     krt_cu_mod module;        /* the loaded cubin; NULL until loaded */
     krt_cu_stream stream;     /* every copy and launch goes on it; NULL until created */
     krt_backend_opts opts;    /* graphs on or off, and the largest step captured */
@@ -258,13 +261,19 @@ static int open_device(cu_state *s, ks_diag *d)
     /* programmatic dependent launch: kernels that wait for their predecessor (the meta says so), a
        device (and so a cubin) of sm_90 or later, a driver with cuLaunchKernelEx, not turned off */
     s->pdl = s->opts.kernel_overlap && s->meta.pdl && major >= 9 && s->api.cuLaunchKernelEx != NULL;
+    const char *carve = getenv("KILN_CUDA_CARVEOUT"); /* a measurement knob (bench/gpu_check.sh decode_ab) */
+    s->carveout = carve && *carve && atoi(carve) >= 0 && atoi(carve) <= 100 ? atoi(carve) : -1;
     return 0;
 }
 
-/* Allow kernel fn (called name) smem bytes of dynamic shared memory (nothing when 0), once: the
- * attribute stays with the function. */
+/* Allow kernel fn (called name) smem bytes of dynamic shared memory (nothing when 0), and give it
+ * the preferred carveout where one is asked for, once: the attributes stay with the function. */
 static int set_smem(cu_state *s, krt_cu_fn fn, const char *name, int smem, ks_diag *d)
 {
+    if (s->carveout >= 0 && s->api.cuFuncSetAttribute) {
+        krt_cu_result r = s->api.cuFuncSetAttribute(fn, KRT_CU_FUNC_PREFERRED_SHARED_CARVEOUT, s->carveout);
+        if (r != 0) return cu_error(s, d, r, "cannot give kernel %s a shared-memory carveout of %d%%", name, s->carveout);
+    }
     if (smem <= 0) return 0;
     if (!s->api.cuFuncSetAttribute) {
         ks_error(d, "cuda", "kernel %s needs %d bytes of shared memory, and the driver has no "
