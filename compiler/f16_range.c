@@ -52,11 +52,12 @@ static void scan(const kf_tensor *t, f16_loss *s)
 {
     size_t n = t->nbytes / kir_dtype_size(t->dtype);
     size_t over = 0, below = 0, zero = 0;
+    const uint8_t *data = kf_tensor_bytes(t); /* a lazy tensor's decoded */
     uint32_t hi = 0, lo = F32_INF;
     if (t->dtype == KIR_F32) {
         for (size_t i = 0; i < n; i++) {
             uint32_t u;
-            memcpy(&u, t->data + 4 * i, 4);
+            memcpy(&u, data + 4 * i, 4);
             u &= 0x7fffffffu;
             int finite = u < F32_INF, tiny = u != 0 && u < F32_NORMAL;
             over += finite && u >= F32_OVERFLOW;
@@ -67,7 +68,7 @@ static void scan(const kf_tensor *t, f16_loss *s)
         }
     } else { /* bf16 */
         for (size_t i = 0; i < n; i++) {
-            uint32_t u = (uint32_t)(t->data[2 * i] | t->data[2 * i + 1] << 8) & 0x7fffu;
+            uint32_t u = (uint32_t)(data[2 * i] | data[2 * i + 1] << 8) & 0x7fffu;
             int finite = u < BF16_INF, tiny = u != 0 && u < BF16_NORMAL;
             over += finite && u >= BF16_OVERFLOW;
             below += tiny;
@@ -126,7 +127,9 @@ int kd_check_f16_range(const kd_model *m, const kir_graph *g, ks_diag *d)
     size_t n = 0, cap = 0;
     for (size_t v = 0; v < g->n_nodes; v++) {
         const kir_node *node = &g->nodes[v];
-        if (node->op != KIR_OP_WEIGHT || node->dtype != KIR_F16) continue;
+        /* a quantized weight's f16 scales are amax / qmax of its values, far inside f16 (kp_quantize_matrix):
+         * its float data is not stored as f16 */
+        if (node->op != KIR_OP_WEIGHT || node->dtype != KIR_F16 || kir_weight_quant_part(g, (kir_val)v)) continue;
         if (!kp_weight_is_derived(g, (kir_val)v)) {
             add_tensors_of(m, kir_attr_str(g, (kir_val)v, KIR_A_WEIGHT_NAME), &list, &n, &cap);
             continue;
@@ -143,6 +146,7 @@ int kd_check_f16_range(const kd_model *m, const kir_graph *g, ks_diag *d)
         f16_loss s;
         scan(list[i], &s);
         if (report(list[i], &s, d) != 0) rc = -1;
+        if (m->ckpt) kf_checkpoint_release(m->ckpt); /* its pages: a tensor at a time, as the build writes */
     }
     free(list);
     return rc;

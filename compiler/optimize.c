@@ -450,18 +450,27 @@ static void convert_rows(const uint8_t *data, kir_dtype src, size_t n, kir_dtype
 
 /* Read the compiled model's weight `name` as `elems` elements of dtype t into
  * out: from the checkpoint through f32 (synthetic data without one). */
-/* Where binding b's elems elements start in the stored tensor when they are its rows [row_start,
- * row_end) as stored (not transposed: contiguous, converted straight), else NULL. */
-static const uint8_t *straight_rows(const kf_weight_binding *b, const kf_tensor *tensor, size_t elems)
+/* Whether binding b's elems elements are the stored tensor's rows [row_start, row_end) as stored (not
+ * transposed: contiguous, converted straight); *at: the byte where they start. */
+static int straight_at(const kf_weight_binding *b, const kf_tensor *tensor, size_t elems, size_t *at)
 {
     if (b->transposed || b->row_dim != 0 || b->row_step != 1 || b->groups || tensor->ndim < 1 || tensor->shape[0] <= 0)
-        return NULL;
+        return 0;
     size_t row_elems = tensor->nbytes / kir_dtype_size(tensor->dtype) / (size_t)tensor->shape[0];
     int64_t end = b->row_end < 0 ? tensor->shape[0] : b->row_end;
     if (b->row_start < 0 || b->row_start > end || end > tensor->shape[0] ||
         (size_t)(end - b->row_start) * row_elems != elems)
-        return NULL;
-    return tensor->data + (size_t)b->row_start * row_elems * kir_dtype_size(tensor->dtype);
+        return 0;
+    *at = (size_t)b->row_start * row_elems * kir_dtype_size(tensor->dtype);
+    return 1;
+}
+
+/* Where binding b's elems elements start in the stored tensor's bytes (a lazy tensor's decoded) when
+ * straight_at, else NULL. */
+static const uint8_t *straight_rows(const kf_weight_binding *b, const kf_tensor *tensor, size_t elems)
+{
+    size_t at = 0;
+    return straight_at(b, tensor, elems, &at) ? kf_tensor_bytes(tensor) + at : NULL;
 }
 
 /* elems elements of checkpoint tensor `tensor` read as binding b says (transposed, rows) as dtype t into out. */
@@ -657,20 +666,23 @@ static int checkpoint_codes(const kd_model *m, const kir_graph *g, kir_val node,
             const kf_tensor *tc = w ? companion_of(m, b->tensor, "#codes") : NULL;
             const kf_tensor *ts = w ? companion_of(m, b->tensor, "#scales") : NULL;
             const kf_tensor *tz = w ? companion_of(m, b->tensor, "#zeros") : NULL;
-            ok = tc && ts && tz && straight_rows(b, w, (size_t)(r.rows[i] * q->cols)) == w->data &&
+            size_t first = 1;
+            ok = tc && ts && tz && straight_at(b, w, (size_t)(r.rows[i] * q->cols), &first) && first == 0 &&
                  tc->shape[0] == r.rows[i] && tc->shape[1] == q->cols && ts->shape[1] == groups;
+            /* the three of one layer: decoded once, all valid together (kf_tensor_bytes) */
+            const uint8_t *codes = ok ? kf_tensor_bytes(tc) : NULL, *zeros = ok ? kf_tensor_bytes(tz) : NULL;
+            const float *sc = ok ? (const float *)(const void *)kf_tensor_bytes(ts) : NULL;
             for (int64_t e = 0; ok && pass == 0 && e < r.rows[i] * q->cols; e++)
-                ok = q->codes != KIR_U4 || tc->data[e] < 16;
-            for (int64_t e = 0; ok && pass == 0 && !q->asym && e < r.rows[i] * groups; e++) ok = tz->data[e] == mid;
+                ok = q->codes != KIR_U4 || codes[e] < 16;
+            for (int64_t e = 0; ok && pass == 0 && !q->asym && e < r.rows[i] * groups; e++) ok = zeros[e] == mid;
             if (!ok || pass == 0) {
                 row += r.rows[i];
                 continue;
             }
-            const float *sc = (const float *)(const void *)ts->data;
             for (int64_t n = 0; n < r.rows[i]; n++) {
                 for (int64_t k = 0; k < q->cols; k++) {
                     const int64_t at = (row + n) * q->cols + k;
-                    int code = tc->data[n * q->cols + k];
+                    int code = codes[n * q->cols + k];
                     if (q->codes == KIR_U4) {
                         uint8_t *byte = &parts[0][at / 2];
                         *byte = at % 2 ? (uint8_t)((*byte & 15) | code << 4) : (uint8_t)((*byte & 0xf0) | code);
@@ -686,7 +698,7 @@ static int checkpoint_codes(const kd_model *m, const kir_graph *g, kir_val node,
                         const uint16_t h = q->scale == KIR_F16 ? ks_f32_to_f16(v) : ks_f32_to_bf16(v);
                         memcpy(parts[1] + 2 * at, &h, 2);
                     }
-                    if (q->asym) parts[2][at] = tz->data[n * groups + gi];
+                    if (q->asym) parts[2][at] = zeros[n * groups + gi];
                 }
             }
             row += r.rows[i];

@@ -54,6 +54,7 @@ const kf_tensor *kf_ckpt_add(kf_checkpoint *c, const kf_tensor *t)
 void kf_checkpoint_close(kf_checkpoint *c)
 {
     if (!c) return;
+    kf_qcache_free(c->qcache);
     for (size_t i = 0; i < c->n_maps; i++) ks_mmap_close(&c->maps[i]);
     free(c->maps);
     free(c->tensors);
@@ -68,6 +69,8 @@ void kf_checkpoint_release(kf_checkpoint *c)
 }
 
 size_t kf_checkpoint_count(const kf_checkpoint *c) { return c->n_tensors; }
+
+const uint8_t *kf_tensor_bytes(const kf_tensor *t) { return t->lazy ? kf_lazy_bytes(t->lazy) : t->data; }
 
 const kf_tensor *kf_checkpoint_at(const kf_checkpoint *c, size_t i)
 {
@@ -123,7 +126,9 @@ int kf_tensor_read_view(ks_diag *d, const kf_tensor *t, const kf_tensor_view *v,
             ks_error(d, t->file, "tensor '%s': .T and rows of dim 1 of a 2-D tensor", t->name);
             return -1;
         }
+        const uint8_t *bytes = kf_tensor_bytes(t);
         kf_tensor sub = *t; /* the part at one index of dim 0 */
+        sub.lazy = NULL;
         sub.ndim = t->ndim - 1;
         for (int i = 0; i < sub.ndim; i++) sub.shape[i] = t->shape[i + 1];
         sub.nbytes = t->nbytes / (size_t)(t->shape[0] > 0 ? t->shape[0] : 1);
@@ -144,7 +149,7 @@ int kf_tensor_read_view(ks_diag *d, const kf_tensor *t, const kf_tensor_view *v,
         int64_t n_rows = end > lo ? (end - lo + step - 1) / step : 0, cols = n_rows ? (int64_t)part / n_rows : 0;
         float *tmp = v->transposed_after && part ? ks_xmalloc(sizeof(float) * part) : NULL;
         for (int64_t e = e0, k = 0; e < e1; e += es, k++) {
-            sub.data = t->data + (size_t)e * sub.nbytes;
+            sub.data = bytes + (size_t)e * sub.nbytes;
             float *o = out + (size_t)k * part;
             if (read_rows(d, &sub, v->transposed, lo, hi, step, tmp ? tmp : o) != 0) {
                 free(tmp);
@@ -195,15 +200,16 @@ static int read_rows(ks_diag *d, const kf_tensor *t, int transposed, int64_t row
      * not be aligned (safetensors headers have any length): ks_decode_f32 reads both. */
     ks_float_kind kind = kir_float_kind(t->dtype);
     size_t es = kir_dtype_size(t->dtype);
+    const uint8_t *data = kf_tensor_bytes(t);
     if (!transposed) {
         size_t row_elems = rows ? elems / (size_t)rows : 0;
         if (row_step == 1) {
             size_t first = (size_t)row_start * row_elems, n = (size_t)(row_end - row_start) * row_elems;
-            if (n) ks_decode_f32(t->data + first * es, kind, n, out); /* n is 0 for a [5, 0] tensor */
+            if (n) ks_decode_f32(data + first * es, kind, n, out); /* n is 0 for a [5, 0] tensor */
             return 0;
         }
         for (int64_t r = row_start, k = 0; r < row_end; r += row_step, k++)
-            if (row_elems) ks_decode_f32(t->data + (size_t)r * row_elems * es, kind, row_elems, out + (size_t)k * row_elems);
+            if (row_elems) ks_decode_f32(data + (size_t)r * row_elems * es, kind, row_elems, out + (size_t)k * row_elems);
         return 0;
     }
     /* Stored [a, b]; result [b, a] restricted to rows row_start, + row_step, ... below row_end:
@@ -216,7 +222,7 @@ static int read_rows(ks_diag *d, const kf_tensor *t, int transposed, int64_t row
         for (size_t jj = j0; jj < j1; jj += TILE) {
             size_t je = jj + TILE < j1 ? jj + TILE : j1;
             for (size_t i = ii; i < ie; i++) {
-                ks_decode_f32(t->data + (i * b + jj) * es, kind, je - jj, row);
+                ks_decode_f32(data + (i * b + jj) * es, kind, je - jj, row);
                 for (size_t j = jj; j < je; j++)
                     if ((j - j0) % js == 0) out[(j - j0) / js * a + i] = row[j - jj];
             }

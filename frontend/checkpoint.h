@@ -29,12 +29,20 @@ typedef struct kf_tensor {
     kir_dtype dtype;         /* KIR_F32, KIR_F16 or KIR_BF16; KIR_I32, KIR_F8E4M3 (quantized weights) */
     int ndim;                /* 0..KIR_MAX_DIMS */
     int64_t shape[KIR_MAX_DIMS]; /* dims as stored */
-    const uint8_t *data;     /* first byte, inside the file's mapping */
+    const uint8_t *data;     /* first byte, inside the file's mapping; NULL for a lazy tensor */
     size_t nbytes;           /* bytes of data */
     const char *file;        /* the file that holds it (for messages) */
     int decoded;             /* a quantized layer's packed part, decoded into another tensor (quantized.c):
                                 no weight reads it, and no warning calls it unused */
+    const struct kf_lazy *lazy; /* NULL: data holds the bytes; else they are made when read (kf_tensor_bytes):
+                                   a Hub layer decoded from its packed parts (quantized.c) */
 } kf_tensor;
+
+/* The bytes of t: its data, or a lazy tensor's decoded into its checkpoint's cache of one layer (valid
+ * until another layer of that checkpoint is decoded: read them before asking for the next layer's), so
+ * that a build of a quantized checkpoint holds one decoded layer, not the model. Never fails: the
+ * layer was checked when the checkpoint was read. */
+const uint8_t *kf_tensor_bytes(const kf_tensor *t);
 
 typedef struct kf_checkpoint kf_checkpoint;
 

@@ -34,7 +34,13 @@ struct kf_checkpoint {
     ks_mmap *maps;         /* files mapped for this checkpoint, unmapped on close */
     size_t n_maps;         /* maps in use */
     size_t cap_maps;       /* capacity of maps */
+    struct kf_qcache *qcache; /* the quantized layer decoded last (quantized.c), or NULL */
 };
+
+/* The bytes of a lazy tensor (kf_tensor_bytes; quantized.c). */
+const uint8_t *kf_lazy_bytes(const struct kf_lazy *z);
+/* Free a checkpoint's decoded layer (quantized.c; NULL: nothing). */
+void kf_qcache_free(struct kf_qcache *q);
 
 /* A new empty table for `path` (copied). */
 kf_checkpoint *kf_ckpt_new(const char *path);

@@ -247,43 +247,83 @@ static int is_2d(const kf_tensor *t, kir_dtype dt) { return t->dtype == dt && t-
 
 static int is_float(const kf_tensor *t) { return t->dtype == KIR_F32 || t->dtype == KIR_F16 || t->dtype == KIR_BF16; }
 
-/* Check the shapes of one layer's tensors and decode it into out[out_dim * in_dim]. */
-/* The layer's codes and zero points as they are (kf_checkpoint_dequantize's "P.weight#codes" and
- * "#zeros", [out, in] and [out, groups] bytes), or NULL where they are not kept. */
-typedef struct layer_codes {
-    uint8_t *codes, *zeros;
-    float *scales; /* [out, groups]: the layer's scales transposed */
-} layer_codes;
+/* A quantized layer, decoded when read: the packed tensors' descriptors (their data stays in the mapped
+ * files) and what their checks at open found. */
+typedef struct kf_qlayer {
+    quant_spec spec;
+    kf_tensor qw, sc, qz, gi; /* qz, gi: data NULL when absent; fp8: qw the E4M3 codes, sc their scale */
+    int64_t in, outs;         /* the weight [outs, in] */
+    int64_t groups;           /* the scales' groups (int formats: P.scales' rows) */
+    int keep;                 /* the codes kept as they are (P.weight#codes, #scales, #zeros) */
+    int64_t bo, bi;           /* fp8: the rows and columns a scale covers */
+} kf_qlayer;
 
-static int decode_layer(const quant_spec *s, const kf_tensor *qw, const kf_tensor *qz, const kf_tensor *sc,
-                        const kf_tensor *gi, float *out, int64_t in, int64_t outs, const layer_codes *keep, ks_diag *d)
+/* A lazy tensor: part `part` of layer `layer` (0 the weight, f32 [outs, in]; 1 its codes, u8 [outs, in];
+ * 2 its scales, f32 [outs, groups]; 3 its zero points, u8 [outs, groups]). */
+struct kf_lazy {
+    struct kf_qcache *cache;
+    const kf_qlayer *layer;
+    int part;
+};
+
+/* The layer decoded last: each part's bytes (codes, scales, zeros where the layer keeps them). */
+struct kf_qcache {
+    const kf_qlayer *layer; /* NULL: none yet */
+    uint8_t *part[4];
+};
+
+void kf_qcache_free(struct kf_qcache *q)
 {
+    if (!q) return;
+    for (int i = 0; i < 4; i++) free(q->part[i]);
+    free(q);
+}
+
+/* An integer layer's checks: its scales, zero points and g_idx against the qweight and the group size
+ * (g_idx's values too, so that decoding cannot fail). */
+static int check_layer(kf_qlayer *L, ks_diag *d)
+{
+    const quant_spec *s = &L->spec;
     const int per = 32 / s->bits;
-    const uint32_t mask = (1u << s->bits) - 1;
-    const int64_t group = s->group > 0 ? s->group : in > 0 ? in : 1;
-    const int64_t groups = sc->shape[0];
-    if (sc->shape[1] != outs || (s->format == QUANT_AWQ && groups * group != in) ||
-        (s->format == QUANT_GPTQ && !gi && groups != (in + group - 1) / group))
+    const int64_t group = s->group > 0 ? s->group : L->in > 0 ? L->in : 1, in = L->in, outs = L->outs;
+    const kf_tensor *sc = &L->sc, *qz = L->qz.data ? &L->qz : NULL, *gi = L->gi.data ? &L->gi : NULL;
+    L->groups = sc->shape[0];
+    if (sc->shape[1] != outs || (s->format == QUANT_AWQ && L->groups * group != in) ||
+        (s->format == QUANT_GPTQ && !gi && L->groups != (in + group - 1) / group))
         return tensor_error(sc, d, "its shape does not fit the layer's qweight and the group size");
-    if (qz && (!is_2d(qz, KIR_I32) || qz->shape[0] != groups || qz->shape[1] * per != outs))
+    if (qz && (!is_2d(qz, KIR_I32) || qz->shape[0] != L->groups || qz->shape[1] * per != outs))
         return tensor_error(qz, d, "expected i32 [groups, out * bits / 32] zero points");
     if (gi && (gi->dtype != KIR_I32 || gi->ndim != 1 || gi->shape[0] != in))
         return tensor_error(gi, d, "expected i32 [in], each input's group");
-    float *scales = ks_xmalloc((size_t)(groups * outs) * sizeof *scales);
-    int rc = kf_tensor_read_f32(d, sc, 0, 0, -1, scales);
-    for (int64_t i = 0; rc == 0 && i < in; i++) {
-        int64_t g = i / group;
-        if (gi) {
-            g = i32_at(gi, i);
-            if (g < 0 || g >= groups) {
-                ks_buf msg = {0};
-                ks_buf_printf(&msg, "input %lld's group %lld is not one of the %lld groups", (long long)i, (long long)g,
-                              (long long)groups);
-                rc = tensor_error(gi, d, ks_buf_cstr(&msg));
-                ks_buf_free(&msg);
-                break;
-            }
+    for (int64_t i = 0; gi && i < in; i++) {
+        const int64_t g = i32_at(gi, i);
+        if (g < 0 || g >= L->groups) {
+            ks_buf msg = {0};
+            ks_buf_printf(&msg, "input %lld's group %lld is not one of the %lld groups", (long long)i, (long long)g,
+                          (long long)L->groups);
+            tensor_error(gi, d, ks_buf_cstr(&msg));
+            ks_buf_free(&msg);
+            return -1;
         }
+    }
+    return 0;
+}
+
+/* Decode integer layer L into out [outs, in] (and its codes, zeros and scales where it keeps them). */
+static void decode_layer(const kf_qlayer *L, float *out, uint8_t *codes, float *kept_scales, uint8_t *zeros)
+{
+    const quant_spec *s = &L->spec;
+    const int per = 32 / s->bits;
+    const uint32_t mask = (1u << s->bits) - 1;
+    const int64_t in = L->in, outs = L->outs, groups = L->groups;
+    const int64_t group = s->group > 0 ? s->group : in > 0 ? in : 1;
+    const kf_tensor *qw = &L->qw, *qz = L->qz.data ? &L->qz : NULL, *gi = L->gi.data ? &L->gi : NULL;
+    float *scales = ks_xmalloc((size_t)(groups * outs > 0 ? groups * outs : 1) * sizeof *scales);
+    ks_diag quiet = {0};
+    const int rc = kf_tensor_read_f32(&quiet, &L->sc, 0, 0, -1, scales);
+    KS_ASSERT(rc == 0); /* a float tensor of 2 dims: checked at open */
+    for (int64_t i = 0; i < in; i++) {
+        const int64_t g = gi ? i32_at(gi, i) : i / group;
         for (int64_t o = 0; o < outs; o++) {
             uint32_t q, z;
             if (s->format == QUANT_AWQ) {
@@ -299,19 +339,81 @@ static int decode_layer(const quant_spec *s, const kf_tensor *qw, const kf_tenso
                 if (qz && s->zero_plus_one) z = (z + 1) & mask; /* AutoGPTQ v1 adds one, modulo 2^bits */
             }
             out[o * in + i] = ((float)(int32_t)q - (float)(int32_t)z) * scales[g * outs + o];
-            if (keep) {
-                keep->codes[o * in + i] = (uint8_t)q;
-                if (i % group == 0) keep->zeros[o * groups + g] = (uint8_t)z, keep->scales[o * groups + g] = scales[g * outs + o];
+            if (codes) {
+                codes[o * in + i] = (uint8_t)q;
+                if (i % group == 0) zeros[o * groups + g] = (uint8_t)z, kept_scales[o * groups + g] = scales[g * outs + o];
             }
         }
     }
     free(scales);
-    return rc;
 }
 
-/* FP8 layer k (P.weight, F8_E4M3 [out, in]): its scale checked against the spec, the weight decoded into
- * f32 in place of the codes. */
-static int decode_fp8(kf_checkpoint *c, const quant_spec *s, size_t k, ks_diag *d)
+/* Decode FP8 layer L into out [outs, in]. */
+static void decode_fp8_layer(const kf_qlayer *L, float *out)
+{
+    const int64_t outs = L->outs, in = L->in, cols = (in + L->bi - 1) / L->bi;
+    int64_t elems = 1;
+    for (int i = 0; i < L->sc.ndim; i++) elems *= L->sc.shape[i];
+    float *scales = ks_xmalloc((size_t)(elems ? elems : 1) * sizeof *scales);
+    ks_diag quiet = {0};
+    const int rc = kf_tensor_read_f32(&quiet, &L->sc, 0, 0, -1, scales);
+    KS_ASSERT(rc == 0); /* a float tensor: checked at open */
+    for (int64_t o = 0; o < outs; o++)
+        for (int64_t i = 0; i < in; i++) out[o * in + i] = ks_e4m3_to_f32(L->qw.data[o * in + i]) * scales[(o / L->bo) * cols + i / L->bi];
+    free(scales);
+}
+
+const uint8_t *kf_lazy_bytes(const struct kf_lazy *z)
+{
+    struct kf_qcache *q = z->cache;
+    const kf_qlayer *L = z->layer;
+    if (q->layer != L) { /* the previous layer's bytes go: one decoded layer at a time */
+        for (int i = 0; i < 4; i++) free(q->part[i]), q->part[i] = NULL;
+        const size_t n = (size_t)(L->outs * L->in), ng = (size_t)(L->outs * L->groups);
+        q->part[0] = ks_xmalloc(sizeof(float) * (n ? n : 1));
+        if (L->keep) {
+            q->part[1] = ks_xmalloc(n ? n : 1);
+            q->part[2] = ks_xmalloc(sizeof(float) * (ng ? ng : 1));
+            q->part[3] = ks_xmalloc(ng ? ng : 1);
+        }
+        if (L->spec.format == QUANT_FP8)
+            decode_fp8_layer(L, (float *)(void *)q->part[0]);
+        else
+            decode_layer(L, (float *)(void *)q->part[0], q->part[1], (float *)(void *)q->part[2], q->part[3]);
+        q->layer = L;
+    }
+    KS_ASSERT(q->part[z->part]);
+    return q->part[z->part];
+}
+
+/* Add the lazy tensor `name` (part of layer L, dtype and [rows, cols]), marked decoded where it is a
+ * companion (no weight binds those: kd_weight_data reads them by name). Adding moves the table. */
+static int add_lazy(kf_checkpoint *c, const char *name, const char *file, const kf_qlayer *L, int part, kir_dtype dt,
+                    int64_t rows, int64_t cols, ks_diag *d)
+{
+    struct kf_lazy *z = ks_arena_alloc(&c->arena, sizeof *z);
+    *z = (struct kf_lazy){c->qcache, L, part};
+    kf_tensor t = {0};
+    t.name = kf_ckpt_strdup(c, name);
+    t.dtype = dt;
+    t.ndim = 2;
+    t.shape[0] = rows;
+    t.shape[1] = cols;
+    t.nbytes = (size_t)(rows * cols) * kir_dtype_size(dt);
+    t.file = file;
+    t.decoded = part != 0;
+    t.lazy = z;
+    if (c->n_tensors >= KF_CKPT_MAX_TENSORS) {
+        ks_error(d, file, "tensor '%s': too many tensors", t.name);
+        return -1;
+    }
+    kf_ckpt_add(c, &t);
+    return 0;
+}
+
+/* FP8 layer k (P.weight, F8_E4M3 [out, in]): its scale checked against the spec, and the tensor made a
+ * lazy f32 one that decodes it (the codes' descriptor kept in the layer). */
+static int check_fp8(kf_checkpoint *c, const quant_spec *s, size_t k, ks_diag *d)
 {
     const kf_tensor *w = &c->tensors[k];
     if (w->ndim != 2) return tensor_error(w, d, "an FP8 weight must have 2 dims");
@@ -336,16 +438,10 @@ static int decode_fp8(kf_checkpoint *c, const quant_spec *s, size_t k, ks_diag *
                                    : s->scale == SCALE_CHANNEL ? "expected a scale an output channel, [out, 1]"
                                                                : "expected a scale a block, [ceil(out / rows), ceil(in / columns)]");
     }
-    const int64_t cols = (in + bi - 1) / bi;
-    float *scales = ks_xmalloc((size_t)(elems ? elems : 1) * sizeof *scales);
-    float *out = ks_arena_alloc(&c->arena, (size_t)(outs * in) * sizeof *out + 1);
-    if (kf_tensor_read_f32(d, sc, 0, 0, -1, scales) != 0) {
-        free(scales);
-        return -1;
-    }
-    for (int64_t o = 0; o < outs; o++)
-        for (int64_t i = 0; i < in; i++) out[o * in + i] = ks_e4m3_to_f32(w->data[o * in + i]) * scales[(o / bo) * cols + i / bi];
-    free(scales);
+    kf_qlayer *L = ks_arena_alloc(&c->arena, sizeof *L);
+    *L = (kf_qlayer){.spec = *s, .qw = *w, .sc = *sc, .in = in, .outs = outs, .bo = bo, .bi = bi};
+    struct kf_lazy *z = ks_arena_alloc(&c->arena, sizeof *z);
+    *z = (struct kf_lazy){c->qcache, L, 0};
     c->tensors[(size_t)(sc - c->tensors)].decoded = 1;
     /* a static activation scale (compressed-tensors' P.input_scale): activations stay float, so it is read by
      * nothing; marked with the layer so that no warning calls it unused */
@@ -353,40 +449,9 @@ static int decode_fp8(kf_checkpoint *c, const quant_spec *s, size_t k, ks_diag *
     if (act) c->tensors[(size_t)(act - c->tensors)].decoded = 1;
     kf_tensor *t = &c->tensors[k];
     t->dtype = KIR_F32;
-    t->data = (const uint8_t *)out;
-    t->nbytes = (size_t)(outs * in) * sizeof *out;
-    return 0;
-}
-
-/* The codes, scales and zero points of decoded layer `name` ("P.weight", [outs, in]), as "P.weight#codes"
- * (u8 [out, in]), "#scales" (f32 [out, groups]: P.scales transposed, in keep) and "#zeros" (u8 [out,
- * groups]); marked decoded (no weight binds them: kd_weight_data reads them by name). Adding moves the
- * table: the caller passes what it needs of the tensors, not pointers into it. */
-static int add_codes(kf_checkpoint *c, const char *name, const char *file, int64_t outs, int64_t in, int64_t groups,
-                     const layer_codes *keep, ks_diag *d)
-{
-    static const char *const suffix[3] = {"#codes", "#scales", "#zeros"};
-    const void *data[3] = {keep->codes, keep->scales, keep->zeros};
-    for (int i = 0; i < 3; i++) {
-        kf_tensor t = {0};
-        ks_buf b = {0};
-        ks_buf_printf(&b, "%s%s", name, suffix[i]);
-        t.name = kf_ckpt_strdup(c, ks_buf_cstr(&b));
-        ks_buf_free(&b);
-        t.dtype = i == 1 ? KIR_F32 : KIR_U8;
-        t.ndim = 2;
-        t.shape[0] = outs;
-        t.shape[1] = i == 0 ? in : groups;
-        t.nbytes = (size_t)(t.shape[0] * t.shape[1]) * (i == 1 ? sizeof(float) : 1);
-        t.file = file;
-        t.data = data[i];
-        t.decoded = 1;
-        if (c->n_tensors >= KF_CKPT_MAX_TENSORS) {
-            ks_error(d, file, "tensor '%s': too many tensors", t.name);
-            return -1;
-        }
-        kf_ckpt_add(c, &t);
-    }
+    t->data = NULL;
+    t->lazy = z;
+    t->nbytes = (size_t)(outs * in) * sizeof(float);
     return 0;
 }
 
@@ -403,6 +468,7 @@ int kf_checkpoint_dequantize(kf_checkpoint *c, const kf_json_doc *config, ks_dia
     if (!q) return 0;
     quant_spec s;
     if (parse_spec(config, q, &s, d) != 0) return -1;
+    if (!c->qcache) c->qcache = ks_xcalloc(1, sizeof *c->qcache);
     const size_t n = c->n_tensors; /* the tensors added below are not visited */
     size_t layers = 0;
     for (size_t k = 0; k < n; k++) {
@@ -412,7 +478,7 @@ int kf_checkpoint_dequantize(kf_checkpoint *c, const kf_json_doc *config, ks_dia
             if (qw->dtype != KIR_F8E4M3) continue;
             if (len < 7 || strcmp(qw->name + len - 7, ".weight") != 0)
                 return tensor_error(qw, d, "an FP8 tensor that is no layer's weight (P.weight)");
-            if (decode_fp8(c, &s, k, d) != 0) return -1;
+            if (check_fp8(c, &s, k, d) != 0) return -1;
             layers++;
             continue;
         }
@@ -430,7 +496,6 @@ int kf_checkpoint_dequantize(kf_checkpoint *c, const kf_json_doc *config, ks_dia
         const int64_t outs = s.format == QUANT_AWQ ? qw->shape[1] * 8 : qw->shape[1];
         if (s.format == QUANT_AWQ && sc->shape[1] != outs)
             return tensor_error(qw, d, "its shape does not fit its scales' (AWQ packs 8 outputs an i32)");
-        kf_tensor t = {0};
         ks_buf name = {0};
         ks_buf_put(&name, qw->name, plen);
         ks_buf_puts(&name, "weight");
@@ -442,35 +507,34 @@ int kf_checkpoint_dequantize(kf_checkpoint *c, const kf_json_doc *config, ks_dia
             ks_buf_free(&name);
             return -1;
         }
-        t.name = kf_ckpt_strdup(c, ks_buf_cstr(&name));
-        ks_buf_free(&name);
-        t.dtype = KIR_F32;
-        t.ndim = 2;
-        t.shape[0] = outs;
-        t.shape[1] = in;
-        t.nbytes = (size_t)(outs * in) * sizeof(float);
-        t.file = qw->file;
-        float *data = ks_arena_alloc(&c->arena, t.nbytes ? t.nbytes : 1);
+        kf_qlayer *L = ks_arena_alloc(&c->arena, sizeof *L);
+        *L = (kf_qlayer){.spec = s, .qw = *qw, .sc = *sc, .in = in, .outs = outs};
+        if (qz) L->qz = *qz;
+        if (gi) L->gi = *gi;
+        if (check_layer(L, d) != 0) {
+            ks_buf_free(&name);
+            return -1;
+        }
         /* the codes as they are, where groups of whole columns hold them in order (no g_idx that permutes
          * them): kiln build --quant takes them for the layer's codes, not a quantization of its own */
         const int64_t group = s.group > 0 ? s.group : in;
-        int in_order = group > 0 && in % group == 0 && sc->shape[0] == in / group;
-        for (int64_t i = 0; gi && in_order && i < in; i++) in_order = i32_at(gi, i) == i / group;
-        layer_codes keep = {0};
-        if (in_order) {
-            keep.codes = ks_arena_alloc(&c->arena, (size_t)(outs * in) + 1);
-            keep.zeros = ks_arena_alloc(&c->arena, (size_t)(outs * (in / group)) + 1);
-            keep.scales = ks_arena_alloc(&c->arena, sizeof(float) * (size_t)(outs * (in / group)) + 1);
-        }
-        if (decode_layer(&s, qw, qz, sc, gi, data, in, outs, in_order ? &keep : NULL, d) != 0) return -1;
-        t.data = (const uint8_t *)data;
-        if (c->n_tensors >= KF_CKPT_MAX_TENSORS) return tensor_error(qw, d, "too many tensors");
-        /* the packed parts are read: mark them before the add moves the table */
+        L->keep = group > 0 && in % group == 0 && sc->shape[0] == in / group;
+        for (int64_t i = 0; gi && L->keep && i < in; i++) L->keep = i32_at(gi, i) == i / group;
+        /* the packed parts are read: mark them before the adds move the table */
         const size_t parts[4] = {k, (size_t)(sc - c->tensors), qz ? (size_t)(qz - c->tensors) : k,
                                  gi ? (size_t)(gi - c->tensors) : k};
         for (int p = 0; p < 4; p++) c->tensors[parts[p]].decoded = 1;
-        kf_ckpt_add(c, &t);
-        if (in_order && add_codes(c, t.name, t.file, outs, in, in / group, &keep, d) != 0) return -1;
+        const char *file = qw->file;
+        static const char *const suffix[3] = {"#codes", "#scales", "#zeros"};
+        int rc = add_lazy(c, ks_buf_cstr(&name), file, L, 0, KIR_F32, outs, in, d);
+        for (int p = 0; rc == 0 && L->keep && p < 3; p++) {
+            ks_buf part = {0};
+            ks_buf_printf(&part, "%s%s", ks_buf_cstr(&name), suffix[p]);
+            rc = add_lazy(c, ks_buf_cstr(&part), file, L, p + 1, p == 1 ? KIR_F32 : KIR_U8, outs, p == 0 ? in : L->groups, d);
+            ks_buf_free(&part);
+        }
+        ks_buf_free(&name);
+        if (rc) return -1;
         layers++;
     }
     if (layers == 0)

@@ -618,7 +618,7 @@ static void test_views(ct_run *r)
     for (int e = 0; e < 3; e++)
         for (int i = 0; i < 4; i++)
             for (int j = 0; j < 5; j++) v[e][i][j] = (float)(100 * e + 10 * i + j);
-    kf_tensor t = {"stacked", KIR_F32, 3, {3, 4, 5}, (const uint8_t *)v, sizeof v, "view-test", 0};
+    kf_tensor t = {"stacked", KIR_F32, 3, {3, 4, 5}, (const uint8_t *)v, sizeof v, "view-test", 0, NULL};
     size_t wrong = 0;
     kf_tensor_view tr_experts = {1, 0, 1, 3, 1, 0, 0}; /* .T[1 : 3]: [2, 5, 4] */
     CHECK(kf_tensor_read_view(&r->out.d, &t, &tr_experts, out) == 0);
@@ -643,7 +643,7 @@ static void test_views(ct_run *r)
             for (int k = 0; k < 2; k++) wrong += out[(e * 5 + j) * 2 + k] != v[e][1 + k][j];
     /* the same tensor stored 2-D [12, 5] (DeepSeek's kv_b_proj), read as 3 groups of 4 rows: [:, 0 : 2].T
      * ([3, 5, 2]) and [:, 2 : 4] ([3, 2, 5]) */
-    kf_tensor flat = {"flat", KIR_F32, 2, {12, 5}, (const uint8_t *)v, sizeof v, "view-test", 0};
+    kf_tensor flat = {"flat", KIR_F32, 2, {12, 5}, (const uint8_t *)v, sizeof v, "view-test", 0, NULL};
     kf_tensor_view key = {0, 1, 0, 2, 1, 3, 1}, value = {0, 1, 2, 4, 1, 3, 0};
     CHECK(kf_tensor_read_view(&r->out.d, &flat, &key, out) == 0);
     for (int e = 0; e < 3; e++)
