@@ -1,7 +1,8 @@
 /*
  * test_quantize_weight.c — the numbers of quantized weights: e4m3 both ways
  * (support), the codes' packing and what they dequantize to (ir/quant.h),
- * round to nearest with its clipping search and GPTQ (passes/quantize_weight.h).
+ * round to nearest with its clipping search and GPTQ (passes/quantize_weight.h), a KV row as a
+ * quantized cache holds it (kir_kv_round), the smoothed error AWQ's search compares.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -132,10 +133,51 @@ static void test_gptq(void)
     free(x);
 }
 
+/* kir_kv_round: a head's row as an i8 or f8e4m3 cache gives it back: codes times the row's own scale. */
+static void test_kv_round(void)
+{
+    float r[4] = {1.0f, -0.5f, 0.25f, 0.0f};
+    kir_kv_round(KIR_I8, r, 4); /* scale 1/127: 127, -63.5 -> -64 (ties to even), 31.75 -> 32, 0 */
+    CHECK(r[0] == 1.0f && r[1] == -64.0f / 127.0f && r[2] == 32.0f / 127.0f && r[3] == 0.0f);
+    float f[3] = {448.0f, 1.0625f, -3.0f};
+    kir_kv_round(KIR_F8E4M3, f, 3); /* scale 1: e4m3's own values, 1.0625 to the even 1 */
+    CHECK(f[0] == 448.0f && f[1] == 1.0f && f[2] == -3.0f);
+    float z[2] = {0.0f, 0.0f}, h[2] = {1.0f / 3.0f, 2.0f};
+    kir_kv_round(KIR_I8, z, 2);
+    kir_kv_round(KIR_BF16, h, 2);
+    CHECK(z[0] == 0.0f && z[1] == 0.0f && h[0] == ks_bf16_to_f32(ks_f32_to_bf16(1.0f / 3.0f)) && h[1] == 2.0f);
+}
+
+/* kp_scaled_rtn_error: with s = 1 the error of round to nearest without clipping; a smoothing that gives
+ * the outlier column (3) finer steps relative to its importance changes it, measured in w's scale. */
+static void test_scaled_error(void)
+{
+    const int64_t rows = 4, cols = 32;
+    float *w = matrix(rows, cols, 3), s[32], imp[32];
+    for (int k = 0; k < cols; k++) s[k] = 1.0f, imp[k] = 1.0f;
+    kir_quant_layout q = {KIR_U4, KIR_F32, rows, cols, 1, cols, 0};
+    double e1 = kp_scaled_rtn_error(&q, w, s, imp), e = 0;
+    for (int64_t n = 0; n < rows; n++) { /* by hand: amax / 7, codes in [-7, 7] */
+        float amax = 0;
+        for (int64_t k = 0; k < cols; k++) amax = fabsf(w[n * cols + k]) > amax ? fabsf(w[n * cols + k]) : amax;
+        const float sc = amax / 7.0f;
+        for (int64_t k = 0; k < cols; k++) {
+            const double dq = (double)(rintf(w[n * cols + k] * (1.0f / sc)) * sc) - w[n * cols + k];
+            e += dq * dq;
+        }
+    }
+    CHECK_MSG(fabs(e1 - e) <= 1e-9 * e, "scaled error %g, by hand %g", e1, e);
+    for (int k = 0; k < cols; k++) s[k] = k == 3 ? 0.25f : 1.0f; /* the outlier shrunk: the others' steps finer */
+    CHECK(kp_scaled_rtn_error(&q, w, s, imp) != e1);
+    free(w);
+}
+
 int main(void)
 {
     test_e4m3();
     test_schemes();
     test_gptq();
+    test_kv_round();
+    test_scaled_error();
     return check_finish("test_quantize_weight");
 }
