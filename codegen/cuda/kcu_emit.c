@@ -166,7 +166,8 @@ int kcu_use_tc(const kcu_gen *x, kir_dtype xt, kir_dtype ot, kir_dtype wt, int64
 const char *kcu_qmatmul_supported(const kir_graph *g, kir_val mm)
 {
     kir_word q = kir_attr_word(g, mm, KIR_A_MATMUL_QUANT);
-    if (q != KIR_QUANT_W4A16 && q != KIR_QUANT_W8A16) return "fp8 and w8a8 matmuls have no CUDA kernels yet";
+    if (q != KIR_QUANT_W4A16 && q != KIR_QUANT_W8A16 && q != KIR_QUANT_FP8 && q != KIR_QUANT_W8A8)
+        return "the scheme has no CUDA kernel";
     kir_quant_layout L;
     kir_quant_layout_of(g, mm, &L);
     const int per = L.codes == KIR_U4 ? 32 : 16;
@@ -188,10 +189,13 @@ void kcu_put_qmatmul(kcu_gen *x, kir_val mm, int R, int prefill, const char *epi
     kir_quant_layout L;
     kir_quant_layout_of(x->g, mm, &L);
     const int asym = n->nin > 3 && n->in[3] != KIR_NONE;
-    ks_buf_printf(&x->body, "    kcu_matmul_q<%d, %s, %s, %lld, %lld, %lld, %d, %s>(T, x, w, qs, %s, %s);\n}\n",
+    /* fp8 and w8a8 quantize x a token at a time (kcu_pro_xq: amax / 448 or / 127, as the interpreter) */
+    const kir_word q = kir_attr_word(x->g, mm, KIR_A_MATMUL_QUANT);
+    const int xq = q == KIR_QUANT_FP8 ? 448 : q == KIR_QUANT_W8A8 ? 127 : 0;
+    ks_buf_printf(&x->body, "    kcu_matmul_q<%d, %s, %s, %lld, %lld, %lld, %d, %s, %d, %s>(T, x, w, qs, %s, %s);\n}\n",
                   L.codes == KIR_U4 ? 4 : 8, L.codes == KIR_I8 ? "true" : "false", asym ? "true" : "false",
-                  (long long)L.cols, (long long)L.rows, (long long)L.group, R, prefill ? "true" : "false",
-                  asym ? "qz" : "(const unsigned char *)nullptr", epi);
+                  (long long)L.cols, (long long)L.rows, (long long)L.group, R, prefill ? "true" : "false", xq,
+                  L.codes == KIR_F8E4M3 ? "true" : "false", asym ? "qz" : "(const unsigned char *)nullptr", epi);
 }
 
 /* out[t, c] = dot(x[t, :], w[c, :]): kcu_matmul (kcu_prelude.cuh) at this

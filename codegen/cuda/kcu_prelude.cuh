@@ -477,6 +477,83 @@ __device__ __forceinline__ void kcu_row_stats(const X *__restrict__ x, int T, lo
                             mean, inv);
 }
 
+/* An f8e4m3 code's value (ir/quant.h; NaN codes are never written), and v rounded to e4m3's nearest
+ * value, ties to the even code, saturating at 448: ks_e4m3_to_f32(ks_f32_to_e4m3(v)) of the host. */
+__device__ __forceinline__ float kcu_e4m3_value(unsigned b)
+{
+    const unsigned e = (b >> 3) & 15u, m = b & 7u;
+    const float v = e ? __uint_as_float(((e + 120u) << 23) | (m << 20)) : (float)m * 0.001953125f;
+    return (b & 0x80u) ? -v : v;
+}
+__device__ __forceinline__ float kcu_e4m3_round(float v)
+{
+    float a = fabsf(v);
+    if (a >= 448.0f) {
+        a = 448.0f;
+    } else if (a < 0.015625f) { /* subnormal: steps of 2^-9 (the step to 2^-6 lands on the first normal) */
+        a = rintf(a * 512.0f) * 0.001953125f;
+    } else { /* 3 bits of mantissa, to nearest even */
+        unsigned u = __float_as_uint(a);
+        u += 0x7FFFFu + ((u >> 20) & 1u);
+        a = __uint_as_float(u & 0xFFF00000u);
+    }
+    return copysignf(a, v);
+}
+
+/* x quantized a token at a time (the fp8 and w8a8 matmuls, ir/quant.h; the interpreter's quantize_row):
+ * each row's scale s = amax / Q (Q 448: e4m3 values of x / s; Q 127: integers rint(x / s) in
+ * [-127, 127]), and what the matmul multiplies is the code times s (a row of zeros stays zeros). */
+template <int K, int Q> struct kcu_pro_xq {
+    float *scale;  /* shared [KCU_PRO_ROWS], set by prepare */
+    long long r0;  /* the first row prepared */
+    template <typename X> struct out {
+        typedef X T;
+    };
+    template <typename X, class Row> __device__ __forceinline__ void amax_of(const X *__restrict__ x, int n, const Row &row)
+    {
+        const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+        __syncthreads(); /* the previous rows' scales are no longer read */
+        for (int i = 0; i < n; i += KCU_PRO_WARPS) {
+            const int r = i + warp;
+            const bool live = warp < KCU_PRO_WARPS && r < n;
+            float m = 0.0f;
+            for (int k = lane; live && k < K; k += 32) m = fmaxf(m, fabsf(kcu_f(x[(long long)row(r) * K + k])));
+#pragma unroll
+            for (int s = 16; s > 0; s >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, s));
+            if (live && lane == 0) scale[r] = m / (float)Q;
+        }
+        __syncthreads();
+    }
+    template <typename X> __device__ __forceinline__ void prepare(const X *__restrict__ x, int T, long long first, int n)
+    {
+        __shared__ float s_scale[KCU_PRO_ROWS];
+        scale = s_scale;
+        r0 = first;
+        const long long below = T - first;
+        amax_of(x, n < below ? n : (int)(below > 0 ? below : 0), [first](int r) { return first + r; });
+    }
+    template <typename X, class Row> __device__ __forceinline__ void prepare_rows(const X *__restrict__ x, int n, const Row &row)
+    {
+        __shared__ float s_scale_rows[KCU_PRO_ROWS];
+        scale = s_scale_rows;
+        r0 = 0;
+        amax_of(x, n, row);
+    }
+    static __device__ __forceinline__ float code(float v, float s)
+    {
+        if (!(s > 0.0f)) return 0.0f;
+        const float c = v / s;
+        return (Q == 448 ? kcu_e4m3_round(c) : fminf(fmaxf(rintf(c), -127.0f), 127.0f)) * s;
+    }
+    __device__ __forceinline__ float operator()(float v, long long t, int) const { return code(v, scale[t - r0]); }
+    template <int VEC> __device__ __forceinline__ void chunk(float *v, long long t, int) const
+    {
+        const float s = scale[t - r0];
+#pragma unroll
+        for (int j = 0; j < VEC; j++) v[j] = code(v[j], s);
+    }
+};
+
 /* rms_norm over K (times the weight g, unless G is void): x * inv * g, as
  * a value of dtype O (the norm's: f32, or rounded to a half dtype). */
 template <int K, typename G, typename O = float> struct kcu_pro_rms {
@@ -1009,10 +1086,11 @@ template <int K, typename W> static __device__ __forceinline__ const W *kcu_wrow
 }
 
 /* A quantized weight (ir/quant.h) as kcu_matmul_mma's fast-precision prefill reads it: QB-bit codes
- * (FLIP: i8), scales S and (ASYM) zero points of groups of G along K; a handle at row `row`, column k.
- * Its loader dequantizes 8 codes, (code - zero) scale in f32, each rounded to H (the mma's half type):
- * the tensor cores take them as they take a half weight. */
-template <int QB, bool FLIP, bool ASYM, int K, int G, typename S, typename H> struct kcu_qsrc {
+ * (FLIP: i8; E4M3: f8e4m3), scales S and (ASYM) zero points of groups of G along K; a handle at row
+ * `row`, column k. Its loader dequantizes 8 codes, (code - zero) scale in f32 (e4m3: its value times
+ * the scale), each rounded to H (the mma's half type): the tensor cores take them as they take a half
+ * weight. */
+template <int QB, bool FLIP, bool ASYM, int K, int G, typename S, typename H, bool E4M3 = false> struct kcu_qsrc {
     const unsigned char *codes;
     const S *scale;
     const unsigned char *zero;
@@ -1044,7 +1122,7 @@ template <int QB, bool FLIP, bool ASYM, int K, int G, typename S, typename H> st
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const unsigned c = FLIP ? q[2 * j + e] ^ 128u : q[2 * j + e];
-                    const float v = ((float)c - z) * s;
+                    const float v = E4M3 ? kcu_e4m3_value(q[2 * j + e]) * s : ((float)c - z) * s;
                     b[e] = kcu_same<H, kcu_bf16>::V ? kcu_bf16_bits(v) : kcu_f16_bits(v);
                 }
                 u[j] = b[0] | b[1] << 16;
@@ -1057,15 +1135,15 @@ template <int QB, bool FLIP, bool ASYM, int K, int G, typename S, typename H> st
         }
     };
 };
-template <int QB, bool FLIP, bool ASYM, int K, int G, typename S, typename H, class M>
-struct kcu_mma_src<kcu_qsrc<QB, FLIP, ASYM, K, G, S, H>, M> {
-    typedef typename kcu_qsrc<QB, FLIP, ASYM, K, G, S, H>::loader T;
+template <int QB, bool FLIP, bool ASYM, int K, int G, typename S, typename H, bool E4M3, class M>
+struct kcu_mma_src<kcu_qsrc<QB, FLIP, ASYM, K, G, S, H, E4M3>, M> {
+    typedef typename kcu_qsrc<QB, FLIP, ASYM, K, G, S, H, E4M3>::loader T;
 };
-template <int K, int QB, bool FLIP, bool ASYM, int KQ, int G, typename S, typename H>
-static __device__ __forceinline__ kcu_qsrc<QB, FLIP, ASYM, KQ, G, S, H>
-kcu_wrow(const kcu_qsrc<QB, FLIP, ASYM, KQ, G, S, H> &w, long long r)
+template <int K, int QB, bool FLIP, bool ASYM, int KQ, int G, typename S, typename H, bool E4M3>
+static __device__ __forceinline__ kcu_qsrc<QB, FLIP, ASYM, KQ, G, S, H, E4M3>
+kcu_wrow(const kcu_qsrc<QB, FLIP, ASYM, KQ, G, S, H, E4M3> &w, long long r)
 {
-    return kcu_qsrc<QB, FLIP, ASYM, KQ, G, S, H>{w.codes, w.scale, w.zero, r, 0};
+    return kcu_qsrc<QB, FLIP, ASYM, KQ, G, S, H, E4M3>{w.codes, w.scale, w.zero, r, 0};
 }
 
 /* How x reaches the tensor cores. Xv (f32, exact precision): CH chunks of 4
@@ -1744,20 +1822,23 @@ static __device__ __forceinline__ void kcu_u4_halves(unsigned w, float (&v)[8])
 }
 
 /* 8-bit codes as kcu_qgemv_tokens sums them: code j of piece p (8 codes, two 32-bit words of a chunk's 16
- * bytes) as an exact float (FLIP: i8's signed code read as unsigned around 128). */
-template <bool FLIP> static __device__ __forceinline__ float kcu_code8(const uint4 &raw, int p, int j)
+ * bytes) as an exact float (FLIP: i8's signed code read as unsigned around 128; E4M3: the e4m3 value). */
+template <bool FLIP, bool E4M3 = false> static __device__ __forceinline__ float kcu_code8(const uint4 &raw, int p, int j)
 {
     const unsigned wd[4] = {raw.x, raw.y, raw.z, raw.w};
     unsigned q = (wd[2 * p + j / 4] >> (8 * (j % 4))) & 255u;
+    if (E4M3) return kcu_e4m3_value(q);
     if (FLIP) q ^= 128u;
     return __uint_as_float(0x4B000000u | q) - 8388608.0f;
 }
 
-template <int QB, bool FLIP, bool ASYM, int K, int N, int G, int R, int TG, typename S, class Epi, typename X>
+template <int QB, bool FLIP, bool ASYM, int K, int N, int G, int R, int TG, bool E4M3, typename S, class Pro, class Epi,
+          typename X>
 static __device__ __forceinline__ void kcu_qgemv_tokens(const int t0, const int TT, const X *__restrict__ x,
                                                         const unsigned char *__restrict__ codes,
                                                         const S *__restrict__ scale,
-                                                        const unsigned char *__restrict__ zero, const Epi &epi)
+                                                        const unsigned char *__restrict__ zero, const Pro &pro,
+                                                        const Epi &epi)
 {
     enum { PER = 128 / QB, PIECES = PER / 8, CHUNKS = K / PER, ROW = K * QB / 8, NG = K / G,
            STEPS = (CHUNKS + 31) / 32 /* a step: a chunk of each row a lane */ };
@@ -1773,7 +1854,7 @@ static __device__ __forceinline__ void kcu_qgemv_tokens(const int t0, const int 
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < TG; t++) acc[r][t] = 0.0f;
-    const float mid = QB == 4 ? 8.0f : 128.0f;
+    const float mid = E4M3 ? 0.0f : QB == 4 ? 8.0f : 128.0f;
     /* step st's chunk of each row (the last chunk past the end: its sums are skipped), its scales and zeros */
     auto load = [&](int st, uint4 (&raw)[R], float (&sc)[R], float (&zp)[R]) {
         const int c = st * 32 + lane < CHUNKS ? st * 32 + lane : CHUNKS - 1;
@@ -1811,7 +1892,7 @@ static __device__ __forceinline__ void kcu_qgemv_tokens(const int t0, const int 
                 for (int j = 0; j < 8; j++) v[j] = __uint_as_float(0x4B000000u | ((wd[p] >> (4 * j)) & 15u)) - 8388608.0f;
             } else {
 #pragma unroll
-                for (int j = 0; j < 8; j++) v[j] = kcu_code8<FLIP>(raw[r], p, j);
+                for (int j = 0; j < 8; j++) v[j] = kcu_code8<FLIP, E4M3>(raw[r], p, j);
             }
         };
 #pragma unroll
@@ -1819,6 +1900,7 @@ static __device__ __forceinline__ void kcu_qgemv_tokens(const int t0, const int 
             if constexpr (TG == 1) {
                 float xv[8];
                 kcu_xload<8>(x + (long long)t0 * K + (long long)c * PER + 8 * p, xv);
+                pro.template chunk<8>(xv, t0, c * PER + 8 * p); /* fp8, w8a8: x's codes times its scale */
 #pragma unroll
                 for (int j = 0; j < 8; j++) xs[0] += xv[j];
 #pragma unroll
@@ -1838,6 +1920,7 @@ static __device__ __forceinline__ void kcu_qgemv_tokens(const int t0, const int 
                         if (t >= TT) break;
                         float xv[8];
                         kcu_xload<8>(x + (long long)(t0 + t) * K + (long long)c * PER + 8 * p, xv);
+                        pro.template chunk<8>(xv, t0 + t, c * PER + 8 * p);
                         if (r == 0)
 #pragma unroll
                             for (int j = 0; j < 8; j++) xs[t] += xv[j];
@@ -1881,11 +1964,15 @@ static __device__ __forceinline__ void kcu_qgemv_tokens(const int t0, const int 
     kcu_gemv_hand<R, TG>(acc, rows, t0, TT, lane, epi);
 }
 
-template <int QB, bool FLIP, bool ASYM, int K, int N, int G, int R, bool PREFILL, typename S, class Epi, typename X>
+/* XQ: 0, x as it is (w4a16, w8a16); 448 or 127, x quantized a token at a time (fp8, w8a8: kcu_pro_xq, each
+ * row's scale computed by the block first). E4M3: f8e4m3 codes (fp8). */
+template <int QB, bool FLIP, bool ASYM, int K, int N, int G, int R, bool PREFILL, int XQ = 0, bool E4M3 = false,
+          typename S, class Epi, typename X>
 static __device__ __forceinline__ void kcu_matmul_q(const int T, const X *__restrict__ x,
                                                     const unsigned char *__restrict__ codes, const S *__restrict__ scale,
                                                     const unsigned char *__restrict__ zero, const Epi &epi)
 {
+    typedef typename kcu_pick<XQ != 0, kcu_pro_xq<K, XQ ? XQ : 127>, kcu_pro_none>::T Pro;
 #if KCU_MMA
     /* the prefill kernel (PREFILL: steps past the decode path's, on the prefill grid, R == 2) with half x
      * (fast precision): the tiles of kcu_matmul_mma on tensor cores, each weight dequantized as it is
@@ -1893,18 +1980,20 @@ static __device__ __forceinline__ void kcu_matmul_q(const int T, const X *__rest
     if constexpr (PREFILL && !kcu_same<X, float>::V) {
         static_assert(R == 2, "kcu_matmul_q: the prefill grid is a block for every 16 columns");
         enum { GRID = (N + KCU_MM_GRID_COLS - 1) / KCU_MM_GRID_COLS };
-        kcu_pro_none pro;
-        kcu_matmul_mma<X, K, N, GRID, 1, 64, 1>(T, x, kcu_qsrc<QB, FLIP, ASYM, K, G, S, X>{codes, scale, zero, 0, 0}, pro,
-                                                 epi);
+        Pro pro;
+        kcu_matmul_mma<X, K, N, GRID, 1, 64, 1>(T, x, kcu_qsrc<QB, FLIP, ASYM, K, G, S, X, E4M3>{codes, scale, zero, 0, 0},
+                                                 pro, epi);
         return;
     }
 #endif
+    Pro pro;
     for (int t0 = 0; t0 < T; t0 += KCU_GEMV_T) {
         const int TT = T - t0 < KCU_GEMV_T ? T - t0 : KCU_GEMV_T;
+        pro.prepare(x, T, t0, TT); /* the rows' scales (XQ), by the whole block */
         if (TT == 1)
-            kcu_qgemv_tokens<QB, FLIP, ASYM, K, N, G, R, 1>(t0, TT, x, codes, scale, zero, epi);
+            kcu_qgemv_tokens<QB, FLIP, ASYM, K, N, G, R, 1, E4M3>(t0, TT, x, codes, scale, zero, pro, epi);
         else
-            kcu_qgemv_tokens<QB, FLIP, ASYM, K, N, G, R, KCU_GEMV_T>(t0, TT, x, codes, scale, zero, epi);
+            kcu_qgemv_tokens<QB, FLIP, ASYM, K, N, G, R, KCU_GEMV_T, E4M3>(t0, TT, x, codes, scale, zero, pro, epi);
     }
 }
 

@@ -139,7 +139,6 @@ bad kv-unknown "kiln: error: --kv-dtype int4: unknown (known: int8, fp8; without
 bad kv-from-ir "kiln: error: --kv-dtype int8 with --from-ir $work/dump/12-plan_memory.ir: no pass runs on an IR text" \
   --kv-dtype int8 --from-ir "$work/dump/12-plan_memory.ir"
 if [ "${KILN_HAVE_NVRTC:-}" = ON ]; then
-  bad cuda-fp8 "kiln: error: --target sm_90: quantized matmul over 'wq[0]+wk[0]+wv[0]#codes' (quant=fp8): fp8 and w8a8 matmuls have no CUDA kernels yet" --quant fp8 --target sm_90
   bad cuda-kv "kiln: error: --target sm_90: a KV cache of i8 codes (--kv-dtype) has no CUDA kernels yet" --kv-dtype int8 --target sm_90
 fi
 finish

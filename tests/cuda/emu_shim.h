@@ -49,6 +49,12 @@ static inline float __int_as_float(unsigned int u)
     return f;
 }
 static inline float __uint_as_float(unsigned int u) { return __int_as_float(u); }
+static inline unsigned int __float_as_uint(float f)
+{
+    unsigned int u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
 /* byte i of the result: byte (s >> 4i) & 7 of the eight bytes y:x (x the low four) */
 static inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s)
 {

@@ -457,7 +457,15 @@ static void test_batch_invariance(int large_only)
          * the matmuls take the prefill kernels there (another order), so close rather than equal: within
          * 1e-4 of the largest logit where the values between kernels are f32, within four half ulps where
          * they are bf16 or f16 (fast precision: another order flips a rounding of a value now and then) */
-        const double tol = engine->desc.kv_dtype == KIR_BF16 ? 4.0 / 256 : engine->desc.kv_dtype == KIR_F16 ? 4.0 / 2048 : 1e-4;
+        double tol = engine->desc.kv_dtype == KIR_BF16 ? 4.0 / 256 : engine->desc.kv_dtype == KIR_F16 ? 4.0 / 2048 : 1e-4;
+        /* fp8 and w8a8 quantize x a token at a time: another order's last bit moves an element of x across a
+         * code boundary now and then, a whole step (e4m3: 1/16 of it), so a tenth of the largest logit */
+        const kir_graph *g = engine->desc.graph;
+        for (size_t v = 0; v < g->n_nodes; v++)
+            if (g->nodes[v].op == KIR_OP_MATMUL && g->nodes[v].nin > 2) {
+                const kir_word q = kir_attr_word(g, (kir_val)v, KIR_A_MATMUL_QUANT);
+                if (q == KIR_QUANT_FP8 || q == KIR_QUANT_W8A8) tol = 0.1;
+            }
         invariance_run(40, among);
         double worst = 0, scale = 0;
         for (size_t i = 0; i < INV_DECODE * (size_t)vocab; i++) {
