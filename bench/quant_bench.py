@@ -42,6 +42,8 @@ def step_bytes(cfg, layers, scheme, group=128):
             per_layer += n * k / 2 + n * (k // group) * 3
         elif scheme == "w8a16":  # i8 codes, an f16 scale a row
             per_layer += n * k + 2 * n
+        elif scheme in ("fp8", "w8a8"):  # e4m3 or i8 codes, an f32 scale a row
+            per_layer += n * k + 4 * n
         else:
             raise ValueError(scheme)
     norms = 2 * h * 2
