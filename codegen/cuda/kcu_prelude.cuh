@@ -509,20 +509,34 @@ template <int K, int Q> struct kcu_pro_xq {
     template <typename X> struct out {
         typedef X T;
     };
+    /* each row's amax by the whole block (8 elements a thread at a time; a decode step's one row would
+     * keep a single warp busy for K / 32 loads in a row), then the warps' maxima through shared memory */
     template <typename X, class Row> __device__ __forceinline__ void amax_of(const X *__restrict__ x, int n, const Row &row)
     {
-        const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+        static_assert(K % 8 == 0, "kcu_pro_xq: rows of whole 8-element chunks");
+        __shared__ float s_warp[32];
+        const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = (int)blockDim.x / 32;
         __syncthreads(); /* the previous rows' scales are no longer read */
-        for (int i = 0; i < n; i += KCU_PRO_WARPS) {
-            const int r = i + warp;
-            const bool live = warp < KCU_PRO_WARPS && r < n;
+        for (int r = 0; r < n; r++) {
+            const X *xr = x + (long long)row(r) * K;
             float m = 0.0f;
-            for (int k = lane; live && k < K; k += 32) m = fmaxf(m, fabsf(kcu_f(x[(long long)row(r) * K + k])));
+            for (int c = tid; c < K / 8; c += (int)blockDim.x) {
+                float v[8];
+                kcu_xload<8>(xr + 8 * c, v);
+#pragma unroll
+                for (int j = 0; j < 8; j++) m = fmaxf(m, fabsf(v[j]));
+            }
 #pragma unroll
             for (int s = 16; s > 0; s >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, s));
-            if (live && lane == 0) scale[r] = m / (float)Q;
+            if (lane == 0) s_warp[warp] = m;
+            __syncthreads();
+            if (tid == 0) {
+                float t = 0.0f;
+                for (int w = 0; w < warps; w++) t = fmaxf(t, s_warp[w]);
+                scale[r] = t / (float)Q;
+            }
+            __syncthreads();
         }
-        __syncthreads();
     }
     template <typename X> __device__ __forceinline__ void prepare(const X *__restrict__ x, int T, long long first, int n)
     {
