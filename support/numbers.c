@@ -123,20 +123,17 @@ uint8_t ks_f32_to_e4m3(float f)
     if (f != f) return 0x7f;
     uint8_t sign = signbit(f) ? 0x80 : 0;
     float a = fabsf(f);
-    /* the positive codes 0..126 increase with their value: the largest at or below a, then the nearer
-     * of it and the next (a tie to the even code) */
-    int lo = 0, hi = 126;
     if (a >= 448.0f) return (uint8_t)(sign | 126);
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (ks_e4m3_to_f32((uint8_t)mid) <= a)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    float below = ks_e4m3_to_f32((uint8_t)lo), above = ks_e4m3_to_f32((uint8_t)(lo + 1));
-    int code = a - below < above - a ? lo : a - below > above - a ? lo + 1 : (lo % 2 ? lo + 1 : lo);
-    return (uint8_t)(sign | code);
+    /* subnormal codes 0..7 are steps of 2^-9 (8 steps: the first normal code, 8); rintf in the default mode
+     * rounds a tie to the even step, the even code */
+    if (a < 0.015625f) return (uint8_t)(sign | (int)rintf(a * 512.0f));
+    /* normal: f32's mantissa rounded to 3 bits, to nearest even (a carry moves to the next binade: the
+     * next code), then exponent and mantissa as the code's (bias 7 against f32's 127); under 448 no
+     * rounding reaches 480, the NaN code */
+    uint32_t u;
+    memcpy(&u, &a, sizeof u);
+    u += 0x7FFFFu + ((u >> 20) & 1u);
+    return (uint8_t)(sign | (int)((((u >> 23) - 120u) << 3) | ((u >> 20) & 7u)));
 }
 
 uint64_t ks_hash64(uint64_t h, const void *data, size_t n)
