@@ -32,7 +32,11 @@ static int takes_prologue(const kir_graph *g, kir_val m, kir_val v)
 {
     const kir_node *mn = kir_node_at(g, m);
     if (mn->op != KIR_OP_MATMUL || mn->in[0] != v || (mn->nin > 1 && mn->in[1] == v)) return 0;
-    if (mn->nin > 2) return 0; /* a quantized matmul: its kernel (kcu_matmul_q) reads x as it lies */
+    if (mn->nin > 2) { /* a quantized matmul: its kernel (kcu_matmul_q) normalizes x as w4a16 and w8a16 read it,
+                          while fp8 and w8a8 quantize x itself */
+        const kir_word q = kir_attr_word(g, m, KIR_A_MATMUL_QUANT);
+        if (q != KIR_QUANT_W4A16 && q != KIR_QUANT_W8A16) return 0;
+    }
     const int64_t id = kp_group_of(g, m);
     return id < 0 || m == 0 || kp_group_of(g, m - 1) != id;
 }

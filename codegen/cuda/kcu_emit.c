@@ -183,19 +183,24 @@ void kcu_qmatmul_params(kcu_gen *x, krt_cuda_kernel *k, kir_val mm)
     if (n->nin > 3 && n->in[3] != KIR_NONE) kcu_param_in(x, k, n->in[3], "qz");
 }
 
-void kcu_put_qmatmul(kcu_gen *x, kir_val mm, int R, int prefill, const char *epi)
+void kcu_put_qmatmul(kcu_gen *x, kir_val mm, int R, int prefill, const char *pro, const char *epi)
 {
     const kir_node *n = &x->g->nodes[mm];
     kir_quant_layout L;
     kir_quant_layout_of(x->g, mm, &L);
     const int asym = n->nin > 3 && n->in[3] != KIR_NONE;
-    /* fp8 and w8a8 quantize x a token at a time (kcu_pro_xq: amax / 448 or / 127, as the interpreter) */
+    /* fp8 and w8a8 quantize x a token at a time (kcu_pro_xq: amax / 448 or / 127, as the interpreter); they take
+     * no norm (passes/fuse_norm_prologue.c) */
     const kir_word q = kir_attr_word(x->g, mm, KIR_A_MATMUL_QUANT);
     const int xq = q == KIR_QUANT_FP8 ? 448 : q == KIR_QUANT_W8A8 ? 127 : 0;
-    ks_buf_printf(&x->body, "    kcu_matmul_q<%d, %s, %s, %lld, %lld, %lld, %d, %s, %d, %s>(T, x, w, qs, %s, %s);\n}\n",
+    KS_ASSERT(!(xq && pro));
+    char xpro[64];
+    snprintf(xpro, sizeof xpro, "kcu_pro_xq<%lld, %d>()", (long long)L.cols, xq);
+    ks_buf_printf(&x->body, "    kcu_matmul_q<%d, %s, %s, %lld, %lld, %lld, %d, %s, %s>(T, x, w, qs, %s, %s, %s);\n}\n",
                   L.codes == KIR_U4 ? 4 : 8, L.codes == KIR_I8 ? "true" : "false", asym ? "true" : "false",
-                  (long long)L.cols, (long long)L.rows, (long long)L.group, R, prefill ? "true" : "false", xq,
-                  L.codes == KIR_F8E4M3 ? "true" : "false", asym ? "qz" : "(const unsigned char *)nullptr", epi);
+                  (long long)L.cols, (long long)L.rows, (long long)L.group, R, prefill ? "true" : "false",
+                  L.codes == KIR_F8E4M3 ? "true" : "false", asym ? "qz" : "(const unsigned char *)nullptr",
+                  pro ? pro : xq ? xpro : "kcu_pro_none()", epi);
 }
 
 /* out[t, c] = dot(x[t, :], w[c, :]): kcu_matmul (kcu_prelude.cuh) at this
@@ -239,7 +244,7 @@ static int emit_matmul(kcu_gen *x, kir_val v)
             ks_buf epi = {0};
             ks_buf_printf(&epi, "kcu_epi_store<%lld%s%s>{out}", (long long)N, n->dtype == KIR_F32 ? "" : ", ",
                           n->dtype == KIR_F32 ? "" : kcu_elem_type(n->dtype));
-            kcu_put_qmatmul(x, v, large ? 2 : plan.rows, large, ks_buf_cstr(&epi));
+            kcu_put_qmatmul(x, v, large ? 2 : plan.rows, large, NULL, ks_buf_cstr(&epi));
             ks_buf_free(&epi);
             continue;
         }

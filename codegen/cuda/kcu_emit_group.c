@@ -1280,8 +1280,8 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
         if (gn->r == ROLE_BINARY && gn->a >= 0 && gn->b >= 0 && G.n[gn->a].base != G.n[gn->b].base)
             for (int64_t e = 0; e < gn->size && ok; e++) ok = G.partner[gn->base + e] == G.n[gn->b].base + e;
     }
-    const int quant = mn->nin > 2; /* kcu_matmul_q: no prologue (passes/fuse_norm_prologue.c), no gemm90 */
-    if (quant && G.pro >= 0) ok = 0;
+    const int quant = mn->nin > 2; /* kcu_matmul_q: a norm prologue for w4a16 and w8a16 only
+                                      (passes/fuse_norm_prologue.c), no gemm90 */
     g90_plan P = {0};
     if (ok && !quant) plan_g90(&G, &P);
     if (!ok) {
@@ -1361,26 +1361,27 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
     (plan.tc ? kcu_open_body_tc : kcu_open_body_min)(x, k, ks_buf_cstr(&what), plan.per_sm);
     ks_buf_free(&what);
     const char *wt = kcu_elem_type(wn->dtype);
-    ks_buf call = {0}; /* the matmul's arguments after its name and shape */
+    ks_buf call = {0}, pro = {0}; /* the matmul's arguments after its name and shape; its prologue */
     if (!pn) {
-        ks_buf_puts(&call, "(T, x, w, kcu_pro_none(), epi);\n}\n");
+        ks_buf_puts(&pro, "kcu_pro_none()");
     } else {
         const char *gt = has_g ? kcu_elem_type(g->nodes[pn->in[1]].dtype) : "float";
         int rms = pn->op == KIR_OP_RMS_NORM;
         /* the norm's values are of its dtype: a half one rounds them as the matmul takes them */
         ks_buf ot = {0};
         if (pn->dtype != KIR_F32) ks_buf_printf(&ot, ", %s", kcu_elem_type(pn->dtype));
-        ks_buf_printf(&call, "(T, x, w, kcu_pro_%s<%lld, %s%s>{%s, %s", rms ? "rms" : "ln", (long long)G.K, gt,
-                      ks_buf_cstr(&ot), has_g ? "g" : "nullptr", rms ? "" : (has_b ? "gb, " : "nullptr, "));
+        ks_buf_printf(&pro, "kcu_pro_%s<%lld, %s%s>{%s, %s", rms ? "rms" : "ln", (long long)G.K, gt, ks_buf_cstr(&ot),
+                      has_g ? "g" : "nullptr", rms ? "" : (has_b ? "gb, " : "nullptr, "));
         ks_buf_free(&ot);
-        kcu_put_double(&call, kir_attr_float(g, nodes[G.pro], KIR_A_RMS_NORM_EPS));
-        ks_buf_puts(&call, "}, epi);\n}\n");
+        kcu_put_double(&pro, kir_attr_float(g, nodes[G.pro], KIR_A_RMS_NORM_EPS));
+        ks_buf_puts(&pro, "}");
     }
+    ks_buf_printf(&call, "(T, x, w, %s, epi);\n}\n", ks_buf_cstr(&pro));
     for (int large = 0; large < 2; large++) {
         if (large) kcu_open_large(x, k, kcu_decode_t(x));
         ks_buf_printf(&x->body, "    const " NAME_MARK "_epi epi = {%s};\n", ks_buf_cstr(&inits));
         if (quant) {
-            kcu_put_qmatmul(x, nodes[G.mm], large ? 2 : plan.rows, large, "epi");
+            kcu_put_qmatmul(x, nodes[G.mm], large ? 2 : plan.rows, large, pn ? ks_buf_cstr(&pro) : NULL, "epi");
             continue;
         }
         ks_buf_printf(&x->body, "    kcu_matmul_%s<%s, %lld, %lld", large ? "large" : plan.tc ? "tc" : "small", wt,
@@ -1391,6 +1392,7 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
         ks_buf_printf(&x->body, ">%s", ks_buf_cstr(&call));
     }
     ks_buf_free(&call);
+    ks_buf_free(&pro);
     if (P.n) {
         /* the gemm90 kernels' parameters: T, the maps, the epilogue's fields ("    decl;\n" each) */
         ks_buf params = {0};

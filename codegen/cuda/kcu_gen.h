@@ -90,7 +90,7 @@ const char *kcu_elem_type(kir_dtype t);
  * ("qs") and zero-point ("qz") parameters after x and w; kcu_put_qmatmul writes the call, R columns a
  * warp, in the decode kernel or the prefill one (prefill), with epilogue expression epi. */
 void kcu_qmatmul_params(kcu_gen *x, krt_cuda_kernel *k, kir_val mm);
-void kcu_put_qmatmul(kcu_gen *x, kir_val mm, int R, int prefill, const char *epi);
+void kcu_put_qmatmul(kcu_gen *x, kir_val mm, int R, int prefill, const char *pro, const char *epi);
 /* Reading and writing values in their dtypes: "%s<element>%s" with
  * kcu_ld(t), kcu_ld_end(t) is the element of a value of dtype t as f32
  * (kcu_f() around a half; nothing around f32, so that the kernels of f32

@@ -1896,7 +1896,7 @@ static __device__ __forceinline__ void kcu_qgemv_tokens(const int t0, const int 
             for (int r = 0; r < R; r++) dq[r][t] = 0.0f;
         }
         /* u4 codes with half x (fast precision) as 0.5 + q / 256 (kcu_u4_halves); f32 x (exact) keeps q itself */
-        enum { HALVES = QB == 4 && !kcu_same<X, float>::V };
+        enum { HALVES = QB == 4 && !kcu_same<typename Pro::template out<X>::T, float>::V };
         auto codes8 = [&](int r, int p, float (&v)[8]) {
             const unsigned wd[4] = {raw[r].x, raw[r].y, raw[r].z, raw[r].w};
             if constexpr (HALVES) {
@@ -1978,32 +1978,31 @@ static __device__ __forceinline__ void kcu_qgemv_tokens(const int t0, const int 
     kcu_gemv_hand<R, TG>(acc, rows, t0, TT, lane, epi);
 }
 
-/* XQ: 0, x as it is (w4a16, w8a16); 448 or 127, x quantized a token at a time (fp8, w8a8: kcu_pro_xq, each
- * row's scale computed by the block first). E4M3: f8e4m3 codes (fp8). */
-template <int QB, bool FLIP, bool ASYM, int K, int N, int G, int R, bool PREFILL, int XQ = 0, bool E4M3 = false,
-          typename S, class Epi, typename X>
+/* pro: what the matmul multiplies of x — x as it is (kcu_pro_none), a fused norm's values (kcu_pro_rms,
+ * kcu_pro_ln: w4a16 and w8a16), or x quantized a token at a time (kcu_pro_xq: fp8 and w8a8), each row's
+ * statistics computed by the block first. E4M3: f8e4m3 codes (fp8). */
+template <int QB, bool FLIP, bool ASYM, int K, int N, int G, int R, bool PREFILL, bool E4M3 = false, typename S,
+          class Pro, class Epi, typename X>
 static __device__ __forceinline__ void kcu_matmul_q(const int T, const X *__restrict__ x,
                                                     const unsigned char *__restrict__ codes, const S *__restrict__ scale,
-                                                    const unsigned char *__restrict__ zero, const Epi &epi)
+                                                    const unsigned char *__restrict__ zero, Pro pro, const Epi &epi)
 {
-    typedef typename kcu_pick<XQ != 0, kcu_pro_xq<K, XQ ? XQ : 127>, kcu_pro_none>::T Pro;
 #if KCU_MMA
     /* the prefill kernel (PREFILL: steps past the decode path's, on the prefill grid, R == 2) with half x
      * (fast precision): the tiles of kcu_matmul_mma on tensor cores, each weight dequantized as it is
      * loaded (kcu_qsrc); the decode kernel keeps every step on the sums above (batch invariance) */
-    if constexpr (PREFILL && !kcu_same<X, float>::V) {
+    if constexpr (PREFILL && !kcu_same<typename Pro::template out<X>::T, float>::V) {
         static_assert(R == 2, "kcu_matmul_q: the prefill grid is a block for every 16 columns");
         enum { GRID = (N + KCU_MM_GRID_COLS - 1) / KCU_MM_GRID_COLS };
-        Pro pro;
-        kcu_matmul_mma<X, K, N, GRID, 1, 64, 1>(T, x, kcu_qsrc<QB, FLIP, ASYM, K, G, S, X, E4M3>{codes, scale, zero, 0, 0},
+        typedef typename Pro::template out<X>::T XO; /* the mma's half type */
+        kcu_matmul_mma<X, K, N, GRID, 1, 64, 1>(T, x, kcu_qsrc<QB, FLIP, ASYM, K, G, S, XO, E4M3>{codes, scale, zero, 0, 0},
                                                  pro, epi);
         return;
     }
 #endif
-    Pro pro;
     for (int t0 = 0; t0 < T; t0 += KCU_GEMV_T) {
         const int TT = T - t0 < KCU_GEMV_T ? T - t0 : KCU_GEMV_T;
-        pro.prepare(x, T, t0, TT); /* the rows' scales (XQ), by the whole block */
+        pro.prepare(x, T, t0, TT); /* the rows' statistics, by the whole block */
         if (TT == 1)
             kcu_qgemv_tokens<QB, FLIP, ASYM, K, N, G, R, 1, E4M3>(t0, TT, x, codes, scale, zero, pro, epi);
         else

@@ -5,7 +5,8 @@
 # decode steps, in exact precision (f32 x: u4 codes with zero points, groups of 128; the prefill
 # 8 tokens at a time on CUDA cores) and in fast precision (bf16 x: i8 codes, a scale a row; u4 in
 # groups of 64; the prefill on kcu_matmul_mma's tensor cores, each weight dequantized to bf16 as it is
-# loaded, hence the fast tolerance); fp8 and w8a8 likewise, x quantized a token at a time in the kernel.
+# loaded, hence the fast tolerance), the norm before q,k,v and gate/up fused into them; fp8 and w8a8 likewise,
+# x quantized a token at a time in the kernel.
 . "$(dirname "$0")/../cli/lib.sh"
 . "$(dirname "$0")/cuda_lib.sh"
 : "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}" "${KILN_TEST_SESSION:?}"
@@ -22,6 +23,12 @@ check() {
     "$KILN_BIN" build "$ts" -o "$d/cuda.engine" --target sm_90 --emit-source "$d/src" "$@" 2>/dev/null ||
     { echo "FAIL: $name: builds"; failures=$((failures+1)); return; }
   expect_same "$name: kcu_matmul_q in every matmul kernel but the lm_head's" 8 "$(cat "$d"/src/*.cu | grep -c '^    kcu_matmul_q<')"
+  # the norms before q,k,v and gate/up inside them (w4a16, w8a16: two kernel texts, decode and prefill, each);
+  # fp8 and w8a8 quantize x instead (kcu_pro_xq in all 8)
+  case $name in
+    w*16*) expect_same "$name: the norms fused" 4 "$(cat "$d"/src/*.cu | grep -c '^    kcu_matmul_q<.*kcu_pro_rms')" ;;
+    *) expect_same "$name: x quantized in the kernel" 8 "$(cat "$d"/src/*.cu | grep -c '^    kcu_matmul_q<.*kcu_pro_xq')" ;;
+  esac
   compile_kernels "$d/src" "$d/kernels.so" || { echo "FAIL: $name: g++"; failures=$((failures+1)); return; }
   KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$d/kernels.so" "$KILN_BIN" run "$d/cuda.engine" --ids $ids -n 4 \
     --temperature 0 --logits-out "$d/cuda.bin" >/dev/null 2>&1
