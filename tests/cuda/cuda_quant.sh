@@ -26,7 +26,7 @@ check() {
   # the norms before q,k,v and gate/up inside them (w4a16, w8a16: two kernel texts, decode and prefill, each);
   # fp8 and w8a8 quantize x instead (kcu_pro_xq in all 8)
   case $name in
-    w*16*) expect_same "$name: the norms fused" 4 "$(cat "$d"/src/*.cu | grep -c '^    kcu_matmul_q<.*kcu_pro_rms')" ;;
+    w4a16*|w8a16*) expect_same "$name: the norms fused" 4 "$(cat "$d"/src/*.cu | grep -c '^    kcu_matmul_q<.*kcu_pro_rms')" ;;
     *) expect_same "$name: x quantized in the kernel" 8 "$(cat "$d"/src/*.cu | grep -c '^    kcu_matmul_q<.*kcu_pro_xq')" ;;
   esac
   compile_kernels "$d/src" "$d/kernels.so" || { echo "FAIL: $name: g++"; failures=$((failures+1)); return; }
