@@ -553,6 +553,30 @@ run() {
     kill $bsmi 2>/dev/null; wait $bsmi 2>/dev/null
     [ -f "$out/prefill_bench.md" ] && cat "$out/prefill_bench.md" >> "$summary"
   fi
+  if [[ $stages == *" quant "* ]] && [ -d "$gpu/models/tinystories-656k" ]; then
+    # issue #13, correctness on the GPU first: TinyStories-656K quantized (bf16 fast), the GPU's logits of a
+    # 40-token prompt and 4 greedy steps against the interpreter's engine of the same codes, within
+    # tests/cuda/cuda_quant.sh's tolerances (0.0156 weight-only; x-quantized fp8 0.08, w8a8 0.05)
+    local qm="$gpu/models/tinystories-656k" qd="/dev/shm/gpu_check_quant" qids
+    qids=$(python3 -c "print(','.join(str(1 + 37 * i % 2000) for i in range(40)))")
+    mkdir -p "$qd"
+    for qs in w4a16:0.0156 w8a16:0.0156 fp8:0.08 w8a8:0.05; do
+      local scheme=${qs%%:*} tol=${qs#*:}
+      "$kiln" build "$qm" --dtype bf16 --quant "$scheme" -o "$qd/cpu.engine" >/dev/null 2>&1 &&
+        "$kiln" build "$qm" --dtype bf16 --quant "$scheme" --target sm_90 -o "$qd/gpu.engine" >/dev/null 2>&1 &&
+        "$kiln" run "$qd/gpu.engine" --ids "$qids" -n 4 --temperature 0 --logits-out "$qd/gpu.bin" >/dev/null 2>&1 &&
+        "$kiln" run "$qd/cpu.engine" --ids "$qids" -n 4 --temperature 0 --logits-out "$qd/cpu.bin" >/dev/null 2>&1 ||
+        { echo "FAIL: quant $scheme: build or run" | tee -a "$summary"; continue; }
+      python3 -c "
+import struct, sys
+a = open(sys.argv[1], 'rb').read(); b = open(sys.argv[2], 'rb').read()
+x = struct.unpack('%df' % (len(a) // 4), a); y = struct.unpack('%df' % (len(b) // 4), b)
+err = max(abs(p - q) for p, q in zip(x, y)) / max(abs(q) for q in y) if a and len(a) == len(b) else 1e9
+print('quant %s on the GPU: max|gpu-cpu|/max|cpu| = %.3g (tolerance %s) %s' % (sys.argv[3], err, sys.argv[4],
+      'ok' if err <= float(sys.argv[4]) else 'FAIL'))" "$qd/gpu.bin" "$qd/cpu.bin" "$scheme" "$tol" | tee -a "$summary"
+    done
+    rm -rf "$qd"
+  fi
   if [[ $stages == *" quant "* ]]; then
     # issue #13: quantized 8B-shaped engines against their bytes floors and the bf16 engine
     echo "== bench/quant_bench.py: Llama-3-8B's shape, ${GPU_QUANT_LAYERS:-32} layers, ${GPU_QUANT_SCHEMES:-w4a16,w8a16}"
