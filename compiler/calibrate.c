@@ -37,7 +37,6 @@ typedef struct kd_calib {
     double **sum_sq;     /* [n_nodes] for such an input value: the sums of x^T x over its rows [K,K], then their mean */
     double **sum_abs;    /* [n_nodes] likewise: the sums of |x_k| [K], then their mean */
     float **absmax;      /* [n_nodes] likewise: max |x_k| [K] */
-    float **meanabs;     /* [n_nodes] sum_abs in f32 */
     int64_t rows;        /* rows (tokens) summed */
 } kd_calib;
 
@@ -48,12 +47,10 @@ void kd_calib_free(kd_calib *c)
         free(c->sum_sq[v]);
         free(c->sum_abs[v]);
         free(c->absmax[v]);
-        free(c->meanabs[v]);
     }
     free(c->sum_sq);
     free(c->sum_abs);
     free(c->absmax);
-    free(c->meanabs);
     free(c->input_of);
     free(c);
 }
@@ -67,7 +64,7 @@ int kd_calib_input_of(const kd_model *m, const char *name, kd_calib_input *out)
         if (c->g->nodes[v].op == KIR_OP_WEIGHT && c->input_of[v] != KIR_NONE &&
             strcmp(kir_attr_str(c->g, (kir_val)v, KIR_A_WEIGHT_NAME), name) == 0) {
             const kir_val x = c->input_of[v];
-            *out = (kd_calib_input){c->g->nodes[x].dims[1], c->sum_sq[x], c->meanabs[x], c->absmax[x]};
+            *out = (kd_calib_input){c->g->nodes[x].dims[1], c->sum_sq[x], c->sum_abs[x], c->absmax[x]};
             return 0;
         }
     return -1;
@@ -184,6 +181,17 @@ int kd_calibrate(const kd_inputs *in, kd_model *m, ks_diag *d)
     int32_t bos = -1;
     krt_tok_ids *ids = read_text(in, &bos, d);
     if (!ids) return -1;
+    /* ids the model has no row for (a tokenizer not the model's own): the user's error, before the interpreter */
+    const int64_t vocab = kir_token_ids(m->model->graph);
+    for (size_t i = 0; vocab >= 0 && i < ids->len; i++)
+        if (ids->ids[i] < 0 || ids->ids[i] >= vocab || bos >= vocab) {
+            ks_error(d, in->calib, "the tokenizer gives id %d, but the model's vocabulary has %lld ids (the rows of its "
+                     "embedding table): is the tokenizer the model's own?",
+                     ids->ids[i] >= vocab || ids->ids[i] < 0 ? (int)ids->ids[i] : (int)bos, (long long)vocab);
+            krt_tok_ids_free(ids);
+            free(ids);
+            return -1;
+        }
     kd_progress_step(in->progress, "calibrating");
     const kir_graph *g = m->model->graph;
     kd_calib *c = ks_xcalloc(1, sizeof *c);
@@ -193,7 +201,6 @@ int kd_calibrate(const kd_inputs *in, kd_model *m, ks_diag *d)
     c->sum_sq = ks_xcalloc(n, sizeof *c->sum_sq);
     c->sum_abs = ks_xcalloc(n, sizeof *c->sum_abs);
     c->absmax = ks_xcalloc(n, sizeof *c->absmax);
-    c->meanabs = ks_xcalloc(n, sizeof *c->meanabs);
     for (size_t v = 0; v < g->n_nodes; v++) c->input_of[v] = KIR_NONE;
     for (size_t v = 0; v < g->n_nodes; v++) {
         const kir_node *mm = &g->nodes[v];
@@ -205,7 +212,6 @@ int kd_calibrate(const kd_inputs *in, kd_model *m, ks_diag *d)
             c->sum_sq[mm->in[0]] = ks_xcalloc(k * k, sizeof(double));
             c->sum_abs[mm->in[0]] = ks_xcalloc(k, sizeof(double));
             c->absmax[mm->in[0]] = ks_xcalloc(k, sizeof(float));
-            c->meanabs[mm->in[0]] = ks_xcalloc(k, sizeof(float));
         }
     }
     int rc = run_text(c, m, ids, bos, d);
@@ -224,7 +230,7 @@ int kd_calibrate(const kd_inputs *in, kd_model *m, ks_diag *d)
             for (int64_t j = 0; j <= i; j++) s[i * k + j] = s[j * k + i] = s[i * k + j] / rows;
     }
     for (size_t v = 0; v < g->n_nodes; v++) /* the mean |x_k| */
-        for (int64_t i = 0; c->sum_abs[v] && i < g->nodes[v].dims[1]; i++) c->meanabs[v][i] = (float)(c->sum_abs[v][i] / rows);
+        for (int64_t i = 0; c->sum_abs[v] && i < g->nodes[v].dims[1]; i++) c->sum_abs[v][i] /= rows;
     kd_calib_free(m->calib);
     m->calib = c;
     return 0;

@@ -103,7 +103,7 @@ int kd_calibrate(const kd_inputs *in, kd_model *m, ks_diag *d);
 typedef struct kd_calib_input {
     int64_t k;            /* K */
     const double *gram;   /* [K,K] the mean of x^T x (its diagonal: each column's mean square) */
-    const float *meanabs; /* [K] the mean |x_k| */
+    const double *meanabs; /* [K] the mean |x_k| */
     const float *absmax;  /* [K] max |x_k| */
 } kd_calib_input;
 /* Fills *out and returns 0, or -1 (zeros) without a calibration or such a matmul. */

@@ -648,8 +648,9 @@ static const kf_tensor *companion_of(const kd_model *m, const char *tensor, cons
 static int checkpoint_codes(const kd_model *m, const kir_graph *g, kir_val node, const kir_quant_layout *q,
                             uint8_t *const parts[3])
 {
+    /* a smoothed part's float matrix is the weight's columns times s, which the checkpoint's codes are not */
     if (!m->ckpt || kir_attr_word(g, node, KIR_A_WEIGHT_DERIVE) != KIR_DERIVE_CONCAT0 || q->block_rows != 1 ||
-        q->codes == KIR_F8E4M3)
+        q->codes == KIR_F8E4M3 || kir_attr_word(g, node, KIR_A_WEIGHT_SMOOTH) != KIR_SMOOTH_NONE)
         return 0;
     ks_arena scratch = {0};
     kp_weight_recipe r;
@@ -715,6 +716,26 @@ static const char *part_base(const kir_graph *g, kir_val v, ks_arena *a)
     return ks_arena_strndup(a, name, hash ? (size_t)(hash - name) : strlen(name));
 }
 
+/* The smoothing vector (compiler/smooth.c) of the quantized weight whose part is `part` (its `smooth`
+ * attribute; *s NULL for none), w its float matrix ([q->rows, q->cols]) and source its recipe's first
+ * source; 0, or -1 after reporting, for weight `asked` (the part or the gain it divides), when the build
+ * has no calibration of that input (a build from an IR text). */
+static int smoothing_of(const kd_model *m, const kir_graph *g, kir_val part, const kir_quant_layout *q, const float *w,
+                        const char *source, const char *asked, const float **s, ks_diag *d)
+{
+    *s = NULL;
+    const kir_word method = kir_attr_word(g, part, KIR_A_WEIGHT_SMOOTH);
+    if (method == KIR_SMOOTH_NONE) return 0;
+    ks_arena scratch = {0};
+    const char *of = part_base(g, part, &scratch);
+    *s = kd_smooth_vector(m, of, method, q, w, source);
+    if (!*s)
+        ks_error(d, "kiln", "weight '%s': smoothing '%s' (%s) needs the calibration of its input (--calib), which a "
+                 "build from an IR text does not run", asked, of, kir_word_table[method].text);
+    ks_arena_free(&scratch);
+    return *s ? 0 : -1;
+}
+
 /* Part `node` of a quantization (ir/ir.h, "quantized weights"): the checkpoint's own codes where it
  * stores them in this layout (checkpoint_codes), else the float matrix its recipe derives, read in f32,
  * quantized (passes/quantize_weight.h: GPTQ with --calib's gram, else round to nearest); that part
@@ -745,39 +766,41 @@ static int quant_part_data(const kd_model *m, const kir_graph *g, kir_val node, 
         w = ks_xmalloc(sizeof(float) * (size_t)(q.rows * q.cols));
         rc = derived_data(m, g, node, KIR_F32, w, d);
     }
+    /* --calib: the input's gram, its first source's (merged sources multiply one input), and the columns'
+     * importance (its diagonal); a smoothed weight's columns times s, and the statistics of x / s */
+    ks_arena scratch = {0};
+    kp_weight_recipe r;
+    kd_calib_input in = {0};
+    const float *s = NULL;
+    float *importance = NULL;
+    double *scaled = NULL; /* the gram of x / s */
+    const double *gram = NULL;
+    if (rc == 0 && !own && kp_weight_recipe_of(g, node, &scratch, &r) == 0 && r.n_sources) {
+        rc = smoothing_of(m, g, node, &q, w, r.names[0], kir_attr_str(g, node, KIR_A_WEIGHT_NAME), &s, d);
+        if (rc == 0 && kd_calib_input_of(m, r.names[0], &in) == 0 && in.k == q.cols) {
+            const int64_t k = q.cols;
+            gram = in.gram;
+            if (s) {
+                gram = scaled = ks_xmalloc(sizeof *scaled * (size_t)(k * k));
+                for (int64_t i = 0; i < k; i++)
+                    for (int64_t j = 0; j < k; j++) scaled[i * k + j] = in.gram[i * k + j] / ((double)s[i] * s[j]);
+                for (int64_t n = 0; n < q.rows; n++)
+                    for (int64_t i = 0; i < k; i++) w[n * k + i] *= s[i];
+            }
+            importance = ks_xmalloc(sizeof *importance * (size_t)k);
+            for (int64_t i = 0; i < k; i++) importance[i] = (float)gram[i * k + i];
+        }
+    }
     if (rc == 0) {
         c->key = key;
         key = NULL;
-        /* --calib: the input's gram, its first source's (merged sources multiply one input), and the
-         * columns' importance (its diagonal); a smoothed weight's columns times s, and the statistics
-         * of x / s (compiler/smooth.c) */
-        ks_arena scratch = {0};
-        kp_weight_recipe r;
-        kd_calib_input in = {0};
-        float *importance = NULL;
-        double *gram = NULL;
-        if (!own && kp_weight_recipe_of(g, node, &scratch, &r) == 0 && r.n_sources &&
-            kd_calib_input_of(m, r.names[0], &in) == 0 && in.k == q.cols) {
-            const int64_t k = q.cols;
-            const kir_word smooth = kir_attr_word(g, node, KIR_A_WEIGHT_SMOOTH);
-            const float *s = smooth == KIR_SMOOTH_NONE ? NULL : kd_smooth_vector(m, part_base(g, node, &scratch), smooth, &q, w, r.names[0]);
-            KS_ASSERT(smooth == KIR_SMOOTH_NONE || s);
-            gram = ks_xmalloc(sizeof *gram * (size_t)(k * k));
-            importance = ks_xmalloc(sizeof *importance * (size_t)k);
-            for (int64_t i = 0; i < k; i++) {
-                for (int64_t j = 0; j < k; j++) gram[i * k + j] = s ? in.gram[i * k + j] / ((double)s[i] * s[j]) : in.gram[i * k + j];
-                importance[i] = (float)gram[i * k + i];
-            }
-            for (int64_t n = 0; s && n < q.rows; n++)
-                for (int64_t i = 0; i < k; i++) w[n * k + i] *= s[i];
-        }
         if (!own && (!gram || m->quant_rtn || kp_quantize_gptq(&q, w, gram, c->parts[0], c->parts[1], c->parts[2]) != 0))
             kp_quantize_matrix(&q, w, importance, c->parts[0], c->parts[1], c->parts[2]);
-        free(gram);
-        free(importance);
-        ks_arena_free(&scratch);
         memcpy(out, c->parts[which], c->bytes[which]);
     }
+    free(scaled);
+    free(importance);
+    ks_arena_free(&scratch);
     free(key);
     free(w);
     return rc;
@@ -791,13 +814,16 @@ static int smoothed_gain_data(const kd_model *m, const kir_graph *g, kir_val nod
     const kir_node *n = kir_node_at(g, node);
     const char *of = kir_attr_str(g, node, KIR_A_WEIGHT_SMOOTH_OF), *name = kir_attr_str(g, node, KIR_A_WEIGHT_NAME);
     ks_arena scratch = {0};
-    kir_val codes = KIR_NONE; /* the smoothed weight's codes part */
-    for (size_t v = 0; v < g->n_nodes && codes == KIR_NONE; v++)
-        if (g->nodes[v].op == KIR_OP_WEIGHT && kir_weight_quant_part(g, (kir_val)v) &&
+    const size_t of_len = strlen(of);
+    kir_val codes = KIR_NONE; /* the smoothed weight's codes part, "<of>#codes" */
+    for (size_t v = 0; v < g->n_nodes && codes == KIR_NONE; v++) {
+        const char *pn = g->nodes[v].op == KIR_OP_WEIGHT ? kir_attr_str(g, (kir_val)v, KIR_A_WEIGHT_NAME) : NULL;
+        if (pn && kir_weight_quant_part(g, (kir_val)v) &&
             kir_attr_word(g, (kir_val)v, KIR_A_WEIGHT_QUANT) == KIR_QUANT_PART_CODES &&
-            kir_attr_word(g, (kir_val)v, KIR_A_WEIGHT_SMOOTH) != KIR_SMOOTH_NONE &&
-            strcmp(part_base(g, (kir_val)v, &scratch), of) == 0)
+            kir_attr_word(g, (kir_val)v, KIR_A_WEIGHT_SMOOTH) != KIR_SMOOTH_NONE && strncmp(pn, of, of_len) == 0 &&
+            pn[of_len] == '#')
             codes = (kir_val)v;
+    }
     kp_weight_recipe r, gr;
     if (codes == KIR_NONE || kp_weight_recipe_of(g, codes, &scratch, &r) != 0 || !r.n_sources ||
         kp_weight_recipe_of(g, node, &scratch, &gr) != 0 || gr.n_sources != 1) {
@@ -810,17 +836,17 @@ static int smoothed_gain_data(const kd_model *m, const kir_graph *g, kir_val nod
     const size_t k = (size_t)kir_elems(n, 1);
     float *gain = ks_xmalloc(sizeof *gain * k), *w = NULL;
     int rc = read_named(m, gr.names[0], KIR_F32, gain, k, d);
-    const kir_word method = kir_attr_word(g, codes, KIR_A_WEIGHT_SMOOTH);
     const float *s = NULL;
-    if (rc == 0) {
+    if (rc == 0 && (int64_t)k != q.cols) {
+        ks_error(d, "kiln", "weight '%s': %zu elements, but the weight it smooths (smooth_of=\"%s\") has %lld columns",
+                 name, k, of, (long long)q.cols);
+        rc = -1;
+    }
+    if (rc == 0) { /* the float matrix, for the vector (a part that comes later finds it computed) */
         w = ks_xmalloc(sizeof(float) * (size_t)(q.rows * q.cols));
         rc = derived_data(m, g, codes, KIR_F32, w, d);
     }
-    if (rc == 0 && (int64_t)k == q.cols && !(s = kd_smooth_vector(m, of, method, &q, w, r.names[0]))) {
-        ks_error(d, "kiln", "weight '%s': smoothing '%s' (%s) needs the calibration of its input (--calib), which a "
-                 "build from an IR text does not run", name, of, kir_word_table[method].text);
-        rc = -1;
-    }
+    if (rc == 0) rc = smoothing_of(m, g, codes, &q, w, r.names[0], name, &s, d);
     if (rc == 0) {
         for (size_t i = 0; i < k; i++) gain[i] /= s[i];
         store_as(n->dtype, gain, k, out);

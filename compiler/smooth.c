@@ -59,7 +59,7 @@ static void awq_vector(const kir_quant_layout *q, const float *w, const kd_calib
         const double alpha = (double)a / AWQ_GRID;
         double lo = INFINITY, hi = 0;
         for (int64_t i = 0; i < k; i++) {
-            t[i] = in->meanabs[i] > 0 ? (float)pow((double)in->meanabs[i], alpha) : 1.0f;
+            t[i] = in->meanabs[i] > 0 ? (float)pow(in->meanabs[i], alpha) : 1.0f;
             lo = t[i] < lo ? t[i] : lo;
             hi = t[i] > hi ? t[i] : hi;
         }

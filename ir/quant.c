@@ -214,25 +214,27 @@ void kir_kv_round(kir_dtype t, float *row, int64_t n)
         return;
     case KIR_I8:
     case KIR_F8E4M3: {
-        float amax = 0.0f;
-        for (int64_t i = 0; i < n; i++) amax = fabsf(row[i]) > amax ? fabsf(row[i]) : amax;
-        const float s = amax / (t == KIR_I8 ? 127.0f : 448.0f);
-        for (int64_t i = 0; i < n; i++) {
-            if (!(s > 0.0f)) {
-                row[i] = 0.0f;
-                continue;
-            }
-            float c = row[i] / s;
-            if (t == KIR_I8) {
-                c = rintf(c);
-                c = c < -127.0f ? -127.0f : c > 127.0f ? 127.0f : c;
-            } else {
-                c = ks_e4m3_to_f32(ks_f32_to_e4m3(c));
-            }
-            row[i] = c * s;
-        }
+        const float s = kir_quantize_row(t, row, n, row);
+        for (int64_t i = 0; i < n; i++) row[i] *= s;
         return;
     }
     default: return;
     }
+}
+
+float kir_quantize_row(kir_dtype t, const float *x, int64_t n, float *q)
+{
+    KS_ASSERT(t == KIR_I8 || t == KIR_F8E4M3);
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    const float s = amax / (t == KIR_I8 ? 127.0f : 448.0f);
+    for (int64_t i = 0; i < n; i++) {
+        if (!(s > 0.0f)) {
+            q[i] = 0.0f;
+            continue;
+        }
+        const float c = x[i] / s;
+        q[i] = t == KIR_I8 ? fminf(fmaxf(rintf(c), -127.0f), 127.0f) : ks_e4m3_to_f32(ks_f32_to_e4m3(c));
+    }
+    return s;
 }

@@ -48,11 +48,16 @@ void kir_dequantize_row(const kir_quant_layout *q, const void *codes, const void
 
 /* One KV head's row of n values (a position's K or V of that head) as a cache of dtype t holds it, in
  * place: f32 as it is; bf16, f16 rounded to nearest even; i8 and f8e4m3 (--kv-dtype int8, fp8) as
- * codes with the row's own f32 scale, amax / 127 (code = rint(x / scale), ties to even, in [-127, 127])
- * or amax / 448 (code = e4m3(x / scale), nearest even): code * scale. A row of zeros stays zeros. A
- * scale a (position, head) never changes once the row is written, so a cache block fills without
- * requantizing what it holds. */
+ * kir_quantize_row's codes times the row's own f32 scale. A scale a (position, head) never changes once
+ * the row is written, so a cache block fills without requantizing what it holds. */
 void kir_kv_round(kir_dtype t, float *row, int64_t n);
+
+/* Row x[0..n) as 8-bit codes with its own scale s = amax / 127 (t KIR_I8: integers rint(x / s) in
+ * [-127, 127], ties to even) or amax / 448 (KIR_F8E4M3: e4m3 values of x / s, nearest even): the codes'
+ * values into q (q may be x); returns s (0 for a row of zeros, whose codes are 0). What the fp8 and
+ * w8a8 matmuls do to x a token at a time (the interpreter; the CUDA backend's kcu_pro_xq) and a
+ * quantized KV cache to a head's row (kir_kv_round). */
+float kir_quantize_row(kir_dtype t, const float *x, int64_t n, float *q);
 
 /* The code at [n,k] as a number: e4m3's value, an i8's, a u4's or u8's (minus the midpoint, 8 or 128,
  * when there are no zero points). */

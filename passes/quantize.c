@@ -182,12 +182,12 @@ static kir_val emit_smoothed_gain(kp_rewriter *rw, const kir_graph *g, kir_val g
 }
 
 /* The rms_norm x of matmul v when v's weight can be smoothed through it: x read by v alone, its gain
- * a plain float WEIGHT of one dim; else KIR_NONE. uses: each node's readers. */
-static kir_val smoothing_norm(const kir_graph *g, kir_val v, const uint32_t *uses)
+ * a plain float WEIGHT of one dim; else KIR_NONE. */
+static kir_val smoothing_norm(const kir_graph *g, kir_val v, const kp_uses *uses)
 {
     const kir_val x = g->nodes[v].in[0];
     const kir_node *xn = kir_node_at(g, x);
-    if (xn->op != KIR_OP_RMS_NORM || xn->nin < 2 || xn->in[1] == KIR_NONE || uses[x] != 1) return KIR_NONE;
+    if (xn->op != KIR_OP_RMS_NORM || xn->nin < 2 || xn->in[1] == KIR_NONE || kp_use_count(uses, x) != 1) return KIR_NONE;
     const kir_node *gn = kir_node_at(g, xn->in[1]);
     if (gn->op != KIR_OP_WEIGHT || gn->ndim != 1 || kir_attr_has(g, xn->in[1], KIR_A_WEIGHT_DERIVE) ||
         kir_dtype_is_quantized(gn->dtype))
@@ -212,20 +212,17 @@ int kp_quantize(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_dia
     const size_t nn = g->n_nodes ? g->n_nodes : 1;
     const int smoothing = opt->quant_smooth == KIR_SMOOTH_AWQ || opt->quant_smooth == KIR_SMOOTH_SMOOTHQUANT;
     uint8_t *eligible = ks_xcalloc(nn, 1);
-    uint32_t *uses = ks_xcalloc(nn, sizeof *uses);
     kir_val *smoothed = ks_xmalloc(sizeof *smoothed * nn);
-    for (size_t v = 0; v < g->n_nodes; v++) {
-        smoothed[v] = KIR_NONE;
-        for (int i = 0; i < g->nodes[v].nin; i++)
-            if (g->nodes[v].in[i] != KIR_NONE) uses[g->nodes[v].in[i]]++;
-    }
+    for (size_t v = 0; v < g->n_nodes; v++) smoothed[v] = KIR_NONE;
+    kp_uses uses;
+    kp_uses_build(&uses, g);
     for (kir_val v = 0; v < g->n_nodes; v++) {
         const kir_node *n = kir_node_at(g, v);
         kir_val w = n->op == KIR_OP_MATMUL ? n->in[1] : KIR_NONE;
         eligible[v] = w != KIR_NONE && n->nin == 2 && g->nodes[w].op == KIR_OP_WEIGHT &&
                       !kir_dtype_is_quantized(g->nodes[w].dtype) && !head[v] && !embedded[w];
         if (eligible[v] && skipped(g, w, opt, hits, &names)) eligible[v] = 0;
-        const kir_val norm = eligible[v] && smoothing ? smoothing_norm(g, v, uses) : KIR_NONE;
+        const kir_val norm = eligible[v] && smoothing ? smoothing_norm(g, v, &uses) : KIR_NONE;
         if (norm != KIR_NONE) smoothed[norm] = v;
     }
     kp_rewriter rw;
@@ -271,7 +268,7 @@ int kp_quantize(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, ks_dia
                        opt->quant_skip[p]);
     ks_buf_free(&names);
     free(eligible);
-    free(uses);
+    kp_uses_free(&uses);
     free(smoothed);
     free(head);
     free(embedded);

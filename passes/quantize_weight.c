@@ -37,7 +37,8 @@ static void put_code(const kir_quant_layout *q, uint8_t *codes, int64_t at, int 
     *b = at % 2 ? (uint8_t)((*b & 15) | (c << 4)) : (uint8_t)((*b & 0xf0) | c);
 }
 
-/* A block's integer codes for range [lo, hi] (asym) or [-amax, amax] (sym): its scale, as stored, and zero. */
+/* A block's codes for range [lo, hi] (asym) or [-amax, amax] (sym): its scale, as stored, and zero;
+ * f8e4m3: amax / 448 (e4m3's rounding is relative: its codes take no range). */
 typedef struct int_grid {
     float s;        /* scale, rounded to the scale's dtype */
     float inv;      /* 1 / s (0 when s is 0) */
@@ -49,7 +50,9 @@ static int_grid grid_for(const kir_quant_layout *q, float lo, float hi)
 {
     const int bits = kir_dtype_bits(q->codes);
     int_grid g = {0};
-    if (q->asym) {
+    if (q->codes == KIR_F8E4M3) {
+        g.s = round_scale(q->scale, (-lo > hi ? -lo : hi) / 448.0f);
+    } else if (q->asym) {
         g.cmax = (1 << bits) - 1;
         g.s = round_scale(q->scale, (hi - lo) / (float)g.cmax);
         if (g.s > 0) {
@@ -73,6 +76,20 @@ static int code_of(const int_grid *g, float x)
 {
     float v = round_code(x * g->inv) + (float)g->zero;
     return v < (float)g->cmin ? g->cmin : v > (float)g->cmax ? g->cmax : (int)v;
+}
+
+/* x's code on grid g as stored (put_code's: an integer code plus the midpoint where there are no zero
+ * points; an e4m3 byte), and in *got the value it stands for. */
+static int code_at(const kir_quant_layout *q, const int_grid *g, float x, double *got)
+{
+    if (q->codes == KIR_F8E4M3) {
+        const uint8_t e = g->s > 0 ? ks_f32_to_e4m3(x / g->s) : 0;
+        *got = (double)ks_e4m3_to_f32(e) * g->s;
+        return e;
+    }
+    const int c = code_of(g, x);
+    *got = (double)(c - g->zero) * g->s;
+    return c + (q->asym || q->codes == KIR_I8 ? 0 : 1 << (kir_dtype_bits(q->codes) - 1));
 }
 
 /* The squared error of a block's codes on grid g, each column's weighted by importance (NULL: 1). */
@@ -109,28 +126,21 @@ static double block_error(const kir_quant_layout *q, const float *w, int64_t r0,
 /* Clipping tried for integer codes: the range shrunk by 1 - k/100, k = 0 .. KP_CLIP_STEPS - 1. */
 enum { KP_CLIP_STEPS = 40 };
 
-/* The codes of one block: rows [r0, r0 + block_rows), columns [c0, c0 + group). */
-static void quantize_block(const kir_quant_layout *q, const float *w, int64_t r0, int64_t c0, const float *importance,
-                           uint8_t *codes, float *s_out, int *z_out)
+/* The grid of one block, rows [r0, r0 + block_rows) and columns [c0, c0 + group) of w (each value times
+ * smooth[c], NULL: 1): its range, or for integer codes a clipped one where that gives a smaller
+ * (importance-weighted) squared error (clip: the search, else the range alone). */
+static int_grid block_grid(const kir_quant_layout *q, const float *w, const float *smooth, int64_t r0, int64_t c0,
+                           const float *importance, int clip)
 {
     float lo = 0, hi = 0;
     for (int64_t r = r0; r < r0 + q->block_rows; r++)
         for (int64_t c = c0; c < c0 + q->group; c++) {
-            float x = w[r * q->cols + c];
+            const float x = w[r * q->cols + c] * (smooth ? smooth[c] : 1.0f);
             lo = x < lo ? x : lo;
             hi = x > hi ? x : hi;
         }
-    if (q->codes == KIR_F8E4M3) {
-        const float s = round_scale(q->scale, (-lo > hi ? -lo : hi) / 448.0f);
-        for (int64_t r = r0; r < r0 + q->block_rows; r++)
-            for (int64_t c = c0; c < c0 + q->group; c++)
-                codes[r * q->cols + c] = s > 0 ? ks_f32_to_e4m3(w[r * q->cols + c] / s) : 0;
-        *s_out = s;
-        *z_out = 0;
-        return;
-    }
-    /* the range, or a clipped one where that gives a smaller (weighted) squared error */
     int_grid best = grid_for(q, lo, hi);
+    if (q->codes == KIR_F8E4M3 || !clip) return best;
     double best_e = block_error(q, w, r0, c0, &best, importance);
     for (int k = 1; k < KP_CLIP_STEPS && best_e > 0; k++) {
         const float f = 1.0f - (float)k / 100.0f;
@@ -138,10 +148,18 @@ static void quantize_block(const kir_quant_layout *q, const float *w, int64_t r0
         double e = block_error(q, w, r0, c0, &g, importance);
         if (e < best_e) best = g, best_e = e;
     }
-    const int mid = q->asym || q->codes == KIR_I8 ? 0 : 1 << (kir_dtype_bits(q->codes) - 1);
+    return best;
+}
+
+/* The codes of one block: rows [r0, r0 + block_rows), columns [c0, c0 + group). */
+static void quantize_block(const kir_quant_layout *q, const float *w, int64_t r0, int64_t c0, const float *importance,
+                           uint8_t *codes, float *s_out, int *z_out)
+{
+    const int_grid best = block_grid(q, w, NULL, r0, c0, importance, 1);
+    double got;
     for (int64_t r = r0; r < r0 + q->block_rows; r++)
         for (int64_t c = c0; c < c0 + q->group; c++)
-            put_code(q, codes, r * q->cols + c, code_of(&best, w[r * q->cols + c]) + mid);
+            put_code(q, codes, r * q->cols + c, code_at(q, &best, w[r * q->cols + c], &got));
     *s_out = best.s;
     *z_out = best.zero;
 }
@@ -230,30 +248,13 @@ static void scaled_rows(const row_job *j, int64_t br0, int64_t br1)
         double e = 0;
         for (int64_t b = 0; b < bc; b++) {
             const int64_t c0 = b * q->group;
-            float lo = 0, hi = 0;
+            const int_grid g = block_grid(q, j->w, s, br * q->block_rows, c0, NULL, 0);
             for (int64_t r = br * q->block_rows; r < (br + 1) * q->block_rows; r++)
                 for (int64_t c = c0; c < c0 + q->group; c++) {
-                    const float x = j->w[r * q->cols + c] * s[c];
-                    lo = x < lo ? x : lo;
-                    hi = x > hi ? x : hi;
-                }
-            const int f8 = q->codes == KIR_F8E4M3;
-            int_grid g = {0};
-            if (f8) {
-                g.s = round_scale(q->scale, (-lo > hi ? -lo : hi) / 448.0f);
-                g.inv = g.s > 0 ? 1.0f / g.s : 0.0f;
-            } else {
-                g = grid_for(q, lo, hi);
-            }
-            for (int64_t r = br * q->block_rows; r < (br + 1) * q->block_rows; r++)
-                for (int64_t c = c0; c < c0 + q->group; c++) {
-                    const float w = j->w[r * q->cols + c], x = w * s[c];
-                    float got;
-                    if (f8)
-                        got = g.s > 0 ? ks_e4m3_to_f32(ks_f32_to_e4m3(x / g.s)) * g.s : 0.0f;
-                    else
-                        got = (float)(code_of(&g, x) - g.zero) * g.s;
-                    const double d = (double)got / s[c] - w;
+                    const float w = j->w[r * q->cols + c];
+                    double got;
+                    code_at(q, &g, w * s[c], &got);
+                    const double d = got / s[c] - w;
                     e += d * d * (imp ? imp[c] : 1.0f);
                 }
         }
@@ -338,8 +339,6 @@ static void gptq_rows(const row_job *j, int64_t r0, int64_t r1)
     const double *u = j->u;
     const int64_t *perm = j->perm;
     uint8_t *out = j->codes;
-    const int f8 = q->codes == KIR_F8E4M3;
-    const int mid = q->asym || q->codes == KIR_I8 || f8 ? 0 : 1 << (kir_dtype_bits(q->codes) - 1);
     float *row = ks_xmalloc(sizeof(float) * (size_t)k);
     int_grid *grids = ks_xmalloc(sizeof *grids * (size_t)bc);
     for (int64_t r = r0; r < r1; r++) {
@@ -347,38 +346,15 @@ static void gptq_rows(const row_job *j, int64_t r0, int64_t r1)
         /* each group's grid from the row as it is (static groups: the act order visits a group's columns
          * at different times): its range, clipped where that is better */
         for (int64_t b = 0; b < bc; b++) {
-            float lo = 0, hi = 0;
-            for (int64_t c = b * q->group; c < (b + 1) * q->group; c++) lo = row[c] < lo ? row[c] : lo, hi = row[c] > hi ? row[c] : hi;
-            if (f8) { /* e4m3's range: amax / 448 (its rounding is relative: no clipping search) */
-                const float s = round_scale(q->scale, (-lo > hi ? -lo : hi) / 448.0f);
-                grids[b] = (int_grid){.s = s, .inv = s > 0 ? 1.0f / s : 0.0f};
-                if (j->scale) store_scale(q->scale, j->scale, r * bc + b, s);
-                continue;
-            }
-            int_grid g = grid_for(q, lo, hi);
-            double best = block_error(q, row, 0, b * q->group, &g, j->importance);
-            for (int st = 1; st < KP_CLIP_STEPS && best > 0; st++) {
-                int_grid t = grid_for(q, lo * (1.0f - (float)st / 100.0f), hi * (1.0f - (float)st / 100.0f));
-                double e = block_error(q, row, 0, b * q->group, &t, j->importance);
-                if (e < best) g = t, best = e;
-            }
+            const int_grid g = block_grid(q, row, NULL, 0, b * q->group, j->importance, 1);
             grids[b] = g;
             if (j->scale) store_scale(q->scale, j->scale, r * bc + b, g.s);
             if (j->zero && q->asym) ((uint8_t *)j->zero)[r * bc + b] = (uint8_t)g.zero;
         }
         for (int64_t i = 0; i < k; i++) {
             const int64_t col = perm[i];
-            const int_grid *g = &grids[col / q->group];
             double got; /* the value the code stands for */
-            if (f8) {
-                const uint8_t e = g->s > 0 ? ks_f32_to_e4m3(row[col] / g->s) : 0;
-                out[r * k + col] = e;
-                got = (double)ks_e4m3_to_f32(e) * g->s;
-            } else {
-                const int c = code_of(g, row[col]);
-                put_code(q, out, r * k + col, c + mid);
-                got = (double)(c - g->zero) * g->s;
-            }
+            put_code(q, out, r * k + col, code_at(q, &grids[col / q->group], row[col], &got));
             /* the rounding's error, spread over the columns still to come */
             double err = ((double)row[col] - got) / u[i * k + i];
             for (int64_t i2 = i + 1; i2 < k; i2++) row[perm[i2]] -= (float)(err * u[i * k + i2]);

@@ -500,7 +500,7 @@ __device__ __forceinline__ float kcu_e4m3_round(float v)
     return copysignf(a, v);
 }
 
-/* x quantized a token at a time (the fp8 and w8a8 matmuls, ir/quant.h; the interpreter's quantize_row):
+/* x quantized a token at a time (the fp8 and w8a8 matmuls: ir/quant.h's kir_quantize_row):
  * each row's scale s = amax / Q (Q 448: e4m3 values of x / s; Q 127: integers rint(x / s) in
  * [-127, 127]), and what the matmul multiplies is the code times s (a row of zeros stays zeros). */
 template <int K, int Q> struct kcu_pro_xq {

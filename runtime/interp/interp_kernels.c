@@ -168,27 +168,8 @@ typedef struct quant_weight {
     kir_quant_layout q; /* its layout */
     const void *scale;  /* its scales */
     const void *zero;   /* its zero points, or NULL */
-    kir_word scheme;    /* the matmul's quant: fp8 and w8a8 quantize x's rows (quantize_row) */
+    kir_word scheme;    /* the matmul's quant: fp8 and w8a8 quantize x's rows (kir_quantize_row) */
 } quant_weight;
-
-/* Row x[0..k) as the scheme quantizes it a token at a time, into xq; returns the row's scale (x = xq *
- * scale): fp8, e4m3 values of x / (amax / 448); w8a8, integers rint(x / (amax / 127)). A row of zeros
- * has scale 0. */
-static float quantize_row(kir_word scheme, const float *x, int64_t k, float *xq)
-{
-    float amax = 0;
-    for (int64_t i = 0; i < k; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
-    const float s = amax / (scheme == KIR_QUANT_FP8 ? 448.0f : 127.0f);
-    for (int64_t i = 0; i < k; i++) {
-        if (s == 0) {
-            xq[i] = 0;
-            continue;
-        }
-        float v = x[i] / s;
-        xq[i] = scheme == KIR_QUANT_FP8 ? ks_e4m3_to_f32(ks_f32_to_e4m3(v)) : fminf(fmaxf(rintf(v), -127.0f), 127.0f);
-    }
-    return s;
-}
 
 typedef struct matmul_job {
     const float *x;    /* [rows, k] */
@@ -225,7 +206,7 @@ static size_t tile_floats(int64_t k) { return (size_t)(tile_rows(k) * k); }
 static size_t quant_tile_floats(int64_t k) { return tile_floats(k) + (size_t)k; }
 
 /* matmul_columns of a quantized weight: each tile dequantized (kir_dequantize_row), then every row
- * of x against it; fp8 and w8a8 take x's row quantized (quantize_row) and scale the product back. */
+ * of x against it; fp8 and w8a8 take x's row quantized (kir_quantize_row) and scale the product back. */
 static void quant_columns(const matmul_job *j, int64_t tile)
 {
     const quant_weight *qw = j->quant;
@@ -238,7 +219,7 @@ static void quant_columns(const matmul_job *j, int64_t tile)
         for (int64_t t = 0; t < j->rows; t++) {
             const float *xr = j->x + t * j->k;
             float sx = 1;
-            if (quant_x) sx = quantize_row(qw->scheme, xr, j->k, xq), xr = xq;
+            if (quant_x) sx = kir_quantize_row(qw->scheme == KIR_QUANT_FP8 ? KIR_F8E4M3 : KIR_I8, xr, j->k, xq), xr = xq;
             float *o = j->out + t * j->n;
             for (int64_t c = c0; c < c1; c++) o[c] = dot(xr, j->buf + (c - c0) * j->k, j->k) * sx;
         }

@@ -162,7 +162,7 @@ static void test_scaled_error(void)
         for (int64_t k = 0; k < cols; k++) amax = fabsf(w[n * cols + k]) > amax ? fabsf(w[n * cols + k]) : amax;
         const float sc = amax / 7.0f;
         for (int64_t k = 0; k < cols; k++) {
-            const double dq = (double)(rintf(w[n * cols + k] * (1.0f / sc)) * sc) - w[n * cols + k];
+            const double dq = (double)rintf(w[n * cols + k] * (1.0f / sc)) * sc - w[n * cols + k];
             e += dq * dq;
         }
     }
