@@ -176,6 +176,8 @@ int64_t kp_group_of(const kir_graph *g, kir_val v)
     return group >= 0 ? group : -1;
 }
 
+void kp_group_leave(kir_graph *g, kir_val v) { remove_attr(g, v, KIR_A_ANY_FUSE); }
+
 int64_t kp_group_next_id(const kir_graph *g)
 {
     int64_t next = 0;

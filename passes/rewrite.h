@@ -87,6 +87,9 @@ static inline uint32_t kp_use_count(const kp_uses *u, kir_val v) { return u->sta
 /* ---- groups ---------------------------------------------------------------------------- */
 /* v's `fuse` group, or -1 when it has none. */
 int64_t kp_group_of(const kir_graph *g, kir_val v);
+/* v leaves its group (its `fuse` attribute removed); the caller keeps the
+ * groups contiguous and renumbers. */
+void kp_group_leave(kir_graph *g, kir_val v);
 /* An id no node of g uses yet (one more than the largest). */
 int64_t kp_group_next_id(const kir_graph *g);
 /* Renumber the groups of g densely from 0 in schedule order and dissolve

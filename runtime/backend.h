@@ -49,6 +49,10 @@ typedef struct krt_backend {
     /* Bytes per K/V element this backend stores for an engine described by
      * desc (whose kv_dtype says what the rows are). */
     size_t (*kv_elem_size)(const krt_desc *desc);
+    /* Bytes of the scale of a (position, KV head) row of such a cache: 0, or
+     * NULL, where it holds values; 4 (an f32) where it holds int8 or fp8
+     * codes (runtime/kv/kv_cache.h's scale_size). */
+    size_t (*kv_scale_size)(const krt_desc *desc);
     /* Prepare to run e's graph (described by e->desc) with KV cache kv,
      * laid out as e->desc.kv_layers; returns the backend's state. */
     void *(*create)(const krt_engine *e, krt_kv *kv, ks_diag *d);

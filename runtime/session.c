@@ -44,14 +44,6 @@ static int report(ks_diag *d, const char *fmt, ...)
 }
 
 /* Bytes of one KV block over every layer's K and V. */
-static double kv_block_bytes(const krt_kv_layer *layers, int n_layers, int block_size, size_t elem)
-{
-    double per_pos = 0;
-    for (int l = 0; l < n_layers; l++)
-        per_pos += (double)layers[l].kv_heads * (double)(layers[l].head_dim_k + layers[l].head_dim_v);
-    return per_pos * block_size * (double)elem;
-}
-
 /* The option checks, with the messages kiln run's flags map to. */
 static int check_opts(const krt_session_opts *o, int model_ctx, ks_diag *d)
 {
@@ -158,8 +150,8 @@ krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_
         }
         storage.ctx = s->state;
     }
-    size_t kv_elem = be->kv_elem_size(desc);
-    if (size_kv(s, o, bs, kv_block_bytes(desc->kv_layers, desc->n_kv_layers, bs, kv_elem), d) != 0) {
+    size_t kv_elem = be->kv_elem_size(desc), kv_scale = be->kv_scale_size ? be->kv_scale_size(desc) : 0;
+    if (size_kv(s, o, bs, krt_kv_block_bytes(desc->kv_layers, desc->n_kv_layers, bs, kv_elem, kv_scale), d) != 0) {
         krt_session_free(s);
         return NULL;
     }
@@ -171,6 +163,7 @@ krt_session *krt_session_new(const krt_engine *e, const krt_session_opts *o, ks_
         .max_seqs = s->max_seqs,
         .max_context = s->max_context,
         .elem_size = kv_elem,
+        .scale_size = kv_scale,
     };
     s->kv = krt_kv_new_named(&cfg, &storage, e->path, d);
     if (!s->kv) {

@@ -177,14 +177,6 @@ int kcu_build(const kir_graph *g, const char *target, const char *emit_dir, kcu_
             kcu_parts_free(out);
             return -1;
         }
-    for (size_t v = 0; v < g->n_nodes; v++)
-        if (g->nodes[v].op == KIR_OP_ATTENTION &&
-            (kir_kv_dtype(g, (kir_val)v) == KIR_I8 || kir_kv_dtype(g, (kir_val)v) == KIR_F8E4M3)) {
-            ks_error(d, "kiln", "--target %s: a KV cache of %s codes (--kv-dtype) has no CUDA kernels yet; build with "
-                     "--target cpu, or without --kv-dtype", target, kir_dtype_name(kir_kv_dtype(g, (kir_val)v)));
-            kcu_parts_free(out);
-            return -1;
-        }
     out->n_archs = n;
     /* A target's sm_90 is compiled for sm_90a, whose cubin holds the gemm90 kernels too
      * (kcu_gemm90: wgmma and setmaxnreg are sm_90a's; such a cubin runs on compute capability

@@ -1008,6 +1008,10 @@ static int emit_nodes(kcu_gen *x)
             const kir_fusion_class fc = kir_op_table[g->nodes[members[i]].op].fusion;
             rows &= fc == KIR_FUSE_ROW || fc == KIR_FUSE_ELEMWISE;
         }
+        /* a kv_write of int8/fp8 codes (quantize_kv leaves it in no group; an edited IR may not): node by node */
+        for (int i = 0; i < count; i++)
+            if (g->nodes[members[i]].op == KIR_OP_KV_WRITE && kir_dtype_is_quantized(kir_kv_dtype(g, members[i])))
+                consecutive = 0;
         const int norm_rope = count >= 2 && g->nodes[members[0]].op == KIR_OP_RMS_NORM &&
                               g->nodes[members[1]].op == KIR_OP_ROPE; /* and maybe k's pair and the kv_write */
         if (consecutive && norm_rope)

@@ -29,11 +29,72 @@ enum { ATT_WARPS = 8, ATT_FLASH_T = 32 };
  * cluster size. */
 enum { ATT_SPLIT = 8 };
 
+/* Whether node v's KV cache holds int8 or fp8 codes (--kv-dtype), each row with a scale. */
+static int kv_codes(const kcu_gen *x, kir_val v)
+{
+    const kir_dtype t = kir_kv_dtype(x->g, v);
+    return t == KIR_I8 || t == KIR_F8E4M3;
+}
+
+/* The KV cache's element type (attention or kv_write v's kv_dtype: f32, a half type in fast precision,
+ * or a code type of the prelude's kcu_kv_codes). */
+static const char *kv_elem_type(const kcu_gen *x, kir_val v)
+{
+    const kir_dtype t = kir_kv_dtype(x->g, v);
+    return t == KIR_I8 ? "kcu_kv_i8" : t == KIR_F8E4M3 ? "kcu_kv_e4m3" : kcu_elem_type(t);
+}
+
+/* A cache of codes' scales, the kernel's ks and vs: [slots, KH] floats of layer `layer`. */
+static void add_scale_params(kcu_gen *x, krt_cuda_kernel *k, int64_t layer, int writes)
+{
+    kcu_add_param(x, k, KRT_CUDA_ARG_KV_KS, layer, writes ? "float *__restrict__ ks" : "const float *__restrict__ ks");
+    kcu_add_param(x, k, KRT_CUDA_ARG_KV_VS, layer, writes ? "float *__restrict__ vs" : "const float *__restrict__ vs");
+}
+
+enum { KV_CODE_WARPS = 8 };
+/* The write of a step's K and V rows as codes (kv_codes): a warp a (token, K or V, kv head) row,
+ * kcu_kv_put_row (the row's amax, its scale, its codes), KV_CODE_WARPS rows a block. */
+static void emit_kv_write_codes(kcu_gen *x, kir_val v, const char *suffix, kir_val kv, kir_val vv, int64_t layer)
+{
+    const kir_node *kn = &x->g->nodes[kv], *vn = &x->g->nodes[vv];
+    const int64_t kh = kn->dims[1], dk = kn->dims[2], dv = vn->dims[2];
+    krt_cuda_kernel *k = kcu_kernel_new(x, v, 32 * KV_CODE_WARPS);
+    kcu_kernel_grid(k, 0, 2 * kh, 0, KV_CODE_WARPS);
+    kcu_param_in(x, k, kv, "k");
+    kcu_param_in(x, k, vv, "v");
+    char decl[64];
+    snprintf(decl, sizeof decl, "%s *__restrict__ kc", kv_elem_type(x, v));
+    kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, decl);
+    snprintf(decl, sizeof decl, "%s *__restrict__ vc", kv_elem_type(x, v));
+    kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
+    add_scale_params(x, k, layer, 1);
+    kcu_add_param(x, k, KRT_CUDA_ARG_SLOTS, 0, "const int *__restrict__ slots");
+    kcu_open_body(x, k, "K and V rows of the step into a layer of the KV cache as codes (kc, vc) and a scale a row "
+                        "(ks, vs), at each token's slot: a warp a (token, K or V, head) row");
+    ks_buf_printf(&x->body,
+                  "    enum { KH = %lld, DK = %lld, DV = %lld, W = %d };\n"
+                  "    const long long r = (long long)blockIdx.x * W + threadIdx.x / 32;\n"
+                  "    if (r >= (long long)T * 2 * KH) return;\n"
+                  "    const long long t = r / (2 * KH), slot = slots[t];\n"
+                  "    const int j = (int)(r %% (2 * KH)), h = j %% KH, lane = threadIdx.x %% 32;\n"
+                  "    if (j < KH)\n"
+                  "        kcu_kv_put_row<DK>(k + (t * KH + h) * DK, kc + (slot * KH + h) * DK, ks + slot * KH + h, lane);\n"
+                  "    else\n"
+                  "        kcu_kv_put_row<DV>(v + (t * KH + h) * DV, vc + (slot * KH + h) * DV, vs + slot * KH + h, lane);\n"
+                  "}\n",
+                  (long long)kh, (long long)dk, (long long)dv, KV_CODE_WARPS);
+    kcu_kernel_end(x, k, suffix);
+}
+
 /* The kernel that writes a step's K and V rows into layer `layer` of the
  * cache (its kv_k/kv_v arguments), at each token's slot; k and v are
  * values kv and vv. */
 void kcu_emit_kv_write_kernel(kcu_gen *x, kir_val v, const char *suffix, kir_val kv, kir_val vv, int64_t layer)
 {
+    if (kv_codes(x, v)) {
+        emit_kv_write_codes(x, v, suffix, kv, vv, layer);
+        return;
+    }
     const kir_node *kn = &x->g->nodes[kv], *vn = &x->g->nodes[vv];
     int64_t krow = kir_row_elems(kn), vrow = kir_row_elems(vn);
     krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, krow + vrow);
@@ -102,10 +163,6 @@ static att_plan plan_attention(int64_t group, int64_t dk, int64_t dv)
     return a;
 }
 
-/* The element type of the KV cache: f32 (runtime/kv). Fast precision will make it the engine's half
- * dtype; kcu_flash_attention takes either. */
-/* The KV cache's element type (attention or kv_write v's kv_dtype: f32, or half in fast precision). */
-static const char *kv_elem_type(const kcu_gen *x, kir_val v) { return kcu_elem_type(kir_kv_dtype(x->g, v)); }
 
 /*
  * The tensor-core prefill (kcu_flash_attention, kcu_flash.cuh): FlashAttention-2's forward
@@ -467,8 +524,10 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     if (kir_attr_int(g, v, KIR_A_ATTENTION_WRITE_KV) != 0) kcu_emit_kv_write_kernel(x, v, "_kv_write", n->in[1], n->in[2], layer);
 
     att_plan a = plan_attention(heads / kv_heads, dk, dv);
-    /* fast precision (a half KV cache) takes the tensor cores; kcu_options.flash_prefill forces them */
-    int flash = use_flash_prefill(x, v, kir_kv_dtype(g, v) != KIR_F32 || x->opt.flash_prefill);
+    /* fast precision (a half KV cache) takes the tensor cores; kcu_options.flash_prefill forces them; a
+     * cache of codes is read by kcu_attention_kernel alone (each row's codes times its scale, in f32) */
+    const int codes = kv_codes(x, v);
+    int flash = !codes && use_flash_prefill(x, v, kir_kv_dtype(g, v) != KIR_F32 || x->opt.flash_prefill);
     int g90 = 0;              /* the sm_90a cubin's prefill is kcu_flash90 */
     kcu_flash90_plan f9 = {0}; /* its plan */
     krt_cuda_kernel *k = kcu_kernel_new(x, v, flash ? 32 * ATT_WARPS : 32 * a.nw);
@@ -476,8 +535,11 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     /* the kernels' calls end with the heads' ALiBi slopes where the node has them */
     /* and with the heads' sinks (a weight: a logit a head in every row's softmax) where it has them */
     const int has_sinks = n->nin > 3 && n->in[3] != KIR_NONE;
-    const char *call_end = alibi ? (has_sinks ? ", " NAME_MARK "_alibi, sinks);\n" : ", " NAME_MARK "_alibi);\n")
-                                 : (has_sinks ? ", nullptr, sinks);\n" : ");\n");
+    /* and, over a cache of codes, with its scales */
+    char call_end[96];
+    snprintf(call_end, sizeof call_end, "%s%s%s);\n",
+             alibi ? ", " NAME_MARK "_alibi" : has_sinks || codes ? ", nullptr" : "",
+             has_sinks ? ", sinks" : codes ? ", (const float *)nullptr" : "", codes ? ", ks, vs" : "");
     if (alibi) { /* the heads' slopes, as the interpreter computes them */
         float *slopes = ks_xmalloc(sizeof(float) * (size_t)heads);
         for (int64_t h = 0; h < heads; h++) slopes[h] = kir_alibi_slope(heads, h);
@@ -496,6 +558,7 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, decl);
     snprintf(decl, sizeof decl, "const %s *__restrict__ vc", kv_elem_type(x, v));
     kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
+    if (codes) add_scale_params(x, k, layer, 0);
     kcu_param_out(x, k, v);
     kcu_add_param(x, k, KRT_CUDA_ARG_POSITIONS, 0, "const int *__restrict__ positions");
     kcu_add_param(x, k, KRT_CUDA_ARG_TABLE_OFF, 0, "const int *__restrict__ table_off");

@@ -3100,17 +3100,96 @@ template <> struct kcu_kv_load<1> {
 struct alignas(8) kcu_kv_u2 {
     unsigned x, y; /* four halves */
 };
-template <typename H> struct kcu_kv_load<4, H> {
-    static __device__ __forceinline__ void load(const H *p, float *o)
-    {
-        const kcu_kv_u2 v = *reinterpret_cast<const kcu_kv_u2 *>(p);
-        o[0] = kcu_f(H{(unsigned short)(v.x & 0xffffu)}), o[1] = kcu_f(H{(unsigned short)(v.x >> 16)});
-        o[2] = kcu_f(H{(unsigned short)(v.y & 0xffffu)}), o[3] = kcu_f(H{(unsigned short)(v.y >> 16)});
-    }
-};
 template <typename H> struct kcu_kv_load<1, H> {
     static __device__ __forceinline__ void load(const H *p, float *o) { o[0] = kcu_f(*p); }
 };
+
+/* A KV cache of codes (kiln build --kv-dtype int8|fp8): each (slot, KV head) row of K or V holds
+ * its one-byte codes and, in the layer's scales ([slots, KH] floats after the codes: runtime/kv), a
+ * scale s; the row's values are code * s, in f32 (ir/quant.h's kir_kv_round: s = amax / 127 and
+ * codes rint(x / s) in [-127, 127] as signed bytes, or s = amax / 448 and e4m3's codes of x / s;
+ * a row of zeros has s = 0 and codes 0). kcu_kv_codes<C>::V is 0 for a cache of values. */
+struct kcu_kv_i8 {
+    unsigned char c;
+};
+struct kcu_kv_e4m3 {
+    unsigned char c;
+};
+/* e4m3's code of v, a value on its grid (kcu_e4m3_round's): sign, 4 bits of exponent (bias 7), 3 of
+ * mantissa; below 2^-6 the subnormals m 2^-9 */
+__device__ __forceinline__ unsigned kcu_e4m3_bits(float v)
+{
+    const float a = fabsf(v);
+    unsigned b;
+    if (a < 0.015625f) {
+        b = (unsigned)(a * 512.0f);
+    } else {
+        const unsigned u = __float_as_uint(a);
+        b = ((((u >> 23) & 255u) - 120u) << 3) | ((u >> 20) & 7u);
+    }
+    return ((__float_as_uint(v) >> 31) << 7) | b;
+}
+template <typename C> struct kcu_kv_codes {
+    enum { V = 0 };
+};
+template <> struct kcu_kv_codes<kcu_kv_i8> {
+    enum { V = 1, Q = 127 };
+    static __device__ __forceinline__ float value(unsigned b) { return (float)(int)(signed char)(unsigned char)b; }
+    static __device__ __forceinline__ unsigned code(float c) { return (unsigned)(int)fminf(fmaxf(rintf(c), -127.0f), 127.0f) & 255u; }
+};
+template <> struct kcu_kv_codes<kcu_kv_e4m3> {
+    enum { V = 1, Q = 448 };
+    static __device__ __forceinline__ float value(unsigned b) { return kcu_e4m3_value(b); }
+    static __device__ __forceinline__ unsigned code(float c) { return kcu_e4m3_bits(kcu_e4m3_round(c)); }
+};
+/* VEC codes as their values over the scale (the caller multiplies by the row's scale): 4 codes one
+ * 4-byte load (p 4-byte aligned), or one */
+template <typename C> struct kcu_kv_load<4, C> {
+    static __device__ __forceinline__ void load(const C *p, float *o)
+    {
+        if constexpr (kcu_kv_codes<C>::V) {
+            const unsigned u = *reinterpret_cast<const unsigned *>(p);
+#pragma unroll
+            for (int i = 0; i < 4; i++) o[i] = kcu_kv_codes<C>::value((u >> (8 * i)) & 255u);
+        } else {
+            const kcu_kv_u2 v = *reinterpret_cast<const kcu_kv_u2 *>(p);
+            o[0] = kcu_f(C{(unsigned short)(v.x & 0xffffu)}), o[1] = kcu_f(C{(unsigned short)(v.x >> 16)});
+            o[2] = kcu_f(C{(unsigned short)(v.y & 0xffffu)}), o[3] = kcu_f(C{(unsigned short)(v.y >> 16)});
+        }
+    }
+};
+template <> struct kcu_kv_load<1, kcu_kv_i8> {
+    static __device__ __forceinline__ void load(const kcu_kv_i8 *p, float *o) { o[0] = kcu_kv_codes<kcu_kv_i8>::value(p->c); }
+};
+template <> struct kcu_kv_load<1, kcu_kv_e4m3> {
+    static __device__ __forceinline__ void load(const kcu_kv_e4m3 *p, float *o) { o[0] = kcu_kv_codes<kcu_kv_e4m3>::value(p->c); }
+};
+
+/* A warp writes one (slot, KV head) row of D values x as codes C at c and its scale at s (lane l takes
+ * elements l, l + 32, ...): the amax over the warp (a maximum: the same in any order), s = amax / Q,
+ * each code of x / s, as kir_quantize_row. */
+template <int D, typename C, typename X>
+static __device__ __forceinline__ void kcu_kv_put_row(const X *__restrict__ x, C *__restrict__ c, float *__restrict__ s,
+                                                      const int lane)
+{
+    enum { N = (D + 31) / 32 };
+    float v[N], m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const int d = i * 32 + lane;
+        v[i] = d < D ? kcu_f(x[d]) : 0.0f;
+        m = fmaxf(m, fabsf(v[i]));
+    }
+#pragma unroll
+    for (int st = 16; st > 0; st >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, st));
+    const float sc = m / (float)kcu_kv_codes<C>::Q;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const int d = i * 32 + lane;
+        if (d < D) c[d].c = (unsigned char)(sc > 0.0f ? kcu_kv_codes<C>::code(v[i] / sc) : 0u);
+    }
+    if (lane == 0) *s = sc;
+}
 
 /* kcu_log2<N>::V: log2 of a power of two. */
 template <int N> struct kcu_log2 {
@@ -3128,7 +3207,9 @@ template <int KH, int DK, int DV, int P, int VK, int CK, int VV, int CV, typenam
 static __device__ __forceinline__ void kcu_att_rows(const C *__restrict__ kbase, const C *__restrict__ vbase,
                                                     const int *__restrict__ table, const int block_size,
                                                     const int p0, const int n, const int first, const int lane,
-                                                    float (&kr)[P][CK * VK], float (&vr)[P][CV * VV])
+                                                    float (&kr)[P][CK * VK], float (&vr)[P][CV * VV],
+                                                    const float *__restrict__ ksb = nullptr,
+                                                    const float *__restrict__ vsb = nullptr)
 {
     int b = 0, o = 0;
     long long base = 0;
@@ -3152,6 +3233,13 @@ static __device__ __forceinline__ void kcu_att_rows(const C *__restrict__ kbase,
             for (int c = 0; c < CV; c++)
                 if ((c * 32 + lane) * VV < DV)
                     kcu_kv_load<VV, C>::load(vbase + slot * (KH * DV) + (c * 32 + lane) * VV, &vr[j][c * VV]);
+            if constexpr (kcu_kv_codes<C>::V) { /* codes: times their row's scale (ksb, vsb: the kv head's) */
+                const float sk = ksb[slot * KH], sv = vsb[slot * KH];
+#pragma unroll
+                for (int i = 0; i < CK * VK; i++) kr[j][i] *= sk;
+#pragma unroll
+                for (int i = 0; i < CV * VV; i++) vr[j][i] *= sv;
+            }
             if (++o == block_size && j + 1 < n) o = 0, base = (long long)table[++b] * block_size;
         }
     }
@@ -3173,7 +3261,9 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
                                                      const int *__restrict__ tables, const int block_size,
                                                      const float scale, const float softcap,
                                                      const float *__restrict__ alibi = nullptr,
-                                                     const SK *__restrict__ sinks = nullptr)
+                                                     const SK *__restrict__ sinks = nullptr,
+                                                     const float *__restrict__ ks = nullptr,
+                                                     const float *__restrict__ vs = nullptr)
 {
     enum {
         GROUP = H / KH,
@@ -3245,7 +3335,8 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
         /* the next step's first block, read a step ahead: its latency overlaps this one */
         const int next = j0 + vwn * P < len ? table[(lo + j0 + vwn * P) / block_size] : 0;
         float kr[P][CK * VK], vr[P][CV * VV];
-        kcu_att_rows<KH, DK, DV, P, VK, CK, VV, CV>(kbase, vbase, table, block_size, lo + j0, n, first, lane, kr, vr);
+        kcu_att_rows<KH, DK, DV, P, VK, CK, VV, CV>(kbase, vbase, table, block_size, lo + j0, n, first, lane, kr, vr,
+                                                    ks ? ks + kh : nullptr, vs ? vs + kh : nullptr);
         first = next;
         /* the lane's part of each dot product, its dims in order */
         float s[NV];
@@ -3390,16 +3481,18 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
                                                             const int *__restrict__ tables, const int block_size,
                                                             const float scale, const float softcap,
                                                             const float *__restrict__ alibi = nullptr,
-                                                            const SK *__restrict__ sinks = nullptr)
+                                                            const SK *__restrict__ sinks = nullptr,
+                                                            const float *__restrict__ ks = nullptr,
+                                                            const float *__restrict__ vs = nullptr)
 {
     if (!KCU_CLUSTERS && blockIdx.z > 0) return; /* no clusters: block z = 0 takes every position */
     if (HBW > 1 && T > WIDE_T && (long long)T * (H / HBW) >= KCU_ATT_WIDE) {
         if (blockIdx.y < H / HBW)
             kcu_attention<H, KH, DK, DV, HBW, PW, NW, S, WINDOW>(q, kc, vc, out, positions, table_off, tables,
-                                                                 block_size, scale, softcap, alibi, sinks);
+                                                                 block_size, scale, softcap, alibi, sinks, ks, vs);
     } else {
         kcu_attention<H, KH, DK, DV, 1, P1, NW, S, WINDOW>(q, kc, vc, out, positions, table_off, tables, block_size,
-                                                           scale, softcap, alibi, sinks);
+                                                           scale, softcap, alibi, sinks, ks, vs);
     }
 }
 /* ==== end of attention ================================================================ */

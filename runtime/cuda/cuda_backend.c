@@ -473,8 +473,13 @@ static int place_values(cu_state *s, ks_diag *d)
     return read_plan(s, d);
 }
 
-/* The kernels keep K/V rows in the engine's kv_dtype: 4 bytes (f32) or 2 (bf16, f16). */
+/* The kernels keep K/V rows in the engine's kv_dtype: 4 bytes (f32), 2 (bf16, f16) or 1 (int8 and fp8
+ * codes, each (position, KV head) row with an f32 scale: ir/quant.h's kir_kv_round). */
 static size_t cuda_kv_elem_size(const krt_desc *desc) { return kir_dtype_size(desc->kv_dtype); }
+static size_t cuda_kv_scale_size(const krt_desc *desc)
+{
+    return desc->kv_dtype == KIR_I8 || desc->kv_dtype == KIR_F8E4M3 ? sizeof(float) : 0;
+}
 
 /* A launch's values and layers exist. */
 static int check_args(cu_state *s, const char *name, const krt_cuda_arg *args, int n_args, ks_diag *d)
@@ -484,7 +489,8 @@ static int check_args(cu_state *s, const char *name, const krt_cuda_arg *args, i
         const krt_cuda_arg *arg = &args[a];
         if ((arg->kind == KRT_CUDA_ARG_VALUE || arg->kind == KRT_CUDA_ARG_TMAP) && arg->index >= (int64_t)s->g->n_nodes)
             return meta_error(s, d, "kernel %s reads value %lld, past the graph", name, (long long)arg->index);
-        if (arg->kind == KRT_CUDA_ARG_KV_K || arg->kind == KRT_CUDA_ARG_KV_V) {
+        if (arg->kind == KRT_CUDA_ARG_KV_K || arg->kind == KRT_CUDA_ARG_KV_V || arg->kind == KRT_CUDA_ARG_KV_KS ||
+            arg->kind == KRT_CUDA_ARG_KV_VS) {
             if (arg->index >= cfg->n_layers || cfg->layers[arg->index].kv_heads == 0)
                 return meta_error(s, d, "kernel %s uses KV layer %lld, which the cache does not have", name,
                                   (long long)arg->index);
@@ -508,7 +514,7 @@ static int check_kernels(cu_state *s, ks_diag *d)
                 if (check_args(s, ln->name, ln->args, ln->n_args, d) != 0) return -1;
             }
     }
-    if (cfg->elem_size != cuda_kv_elem_size(s->desc))
+    if (cfg->elem_size != cuda_kv_elem_size(s->desc) || cfg->scale_size != cuda_kv_scale_size(s->desc))
         return meta_error(s, d, "the KV cache holds %zu-byte elements; these kernels need %s", cfg->elem_size,
                           kir_dtype_name(s->desc->kv_dtype));
     return 0;
@@ -1016,6 +1022,12 @@ static void fill_params(cu_state *s, const krt_cuda_arg *args, int n_args, int64
         case KRT_CUDA_ARG_KV_V:
             slot[a].ptr = (krt_cu_ptr)(uintptr_t)krt_kv_v(s->kv, (int)arg->index);
             break;
+        case KRT_CUDA_ARG_KV_KS:
+            slot[a].ptr = (krt_cu_ptr)(uintptr_t)krt_kv_k_scales(s->kv, (int)arg->index);
+            break;
+        case KRT_CUDA_ARG_KV_VS:
+            slot[a].ptr = (krt_cu_ptr)(uintptr_t)krt_kv_v_scales(s->kv, (int)arg->index);
+            break;
         case KRT_CUDA_ARG_POSITIONS:
             slot[a].ptr = p->positions;
             break;
@@ -1475,6 +1487,7 @@ const krt_backend krt_backend_cuda = {
     .name = "cuda",
     .kv_storage = &cuda_kv_storage,
     .kv_elem_size = cuda_kv_elem_size,
+    .kv_scale_size = cuda_kv_scale_size,
     .create = NULL,
     .destroy = cuda_destroy,
     .step = cuda_step,

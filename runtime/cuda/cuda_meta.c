@@ -20,6 +20,8 @@ static const struct {
     [KRT_CUDA_ARG_TABLES] = {"tables", 0},
     [KRT_CUDA_ARG_BLOCK_SIZE] = {"block_size", 0},
     [KRT_CUDA_ARG_TMAP] = {"tmap", 2}, /* tmap:value:box rows */
+    [KRT_CUDA_ARG_KV_KS] = {"kv_ks", 1},
+    [KRT_CUDA_ARG_KV_VS] = {"kv_vs", 1},
 };
 
 void krt_cuda_arg_format(const krt_cuda_arg *a, ks_buf *b)

@@ -80,12 +80,14 @@ typedef enum krt_cuda_arg_kind {
     KRT_CUDA_ARG_TABLES,     /* pointer: int[] block tables */
     KRT_CUDA_ARG_BLOCK_SIZE, /* int: positions per KV block */
     KRT_CUDA_ARG_TMAP,       /* CUtensorMap by value: value `index` in boxes of `box` rows */
+    KRT_CUDA_ARG_KV_KS,      /* pointer: float scales of layer `index`'s K rows (a cache of codes) */
+    KRT_CUDA_ARG_KV_VS,      /* pointer: float scales of layer `index`'s V rows */
     KRT_CUDA_ARG_COUNT
 } krt_cuda_arg_kind;
 
 typedef struct krt_cuda_arg {
     krt_cuda_arg_kind kind; /* what the parameter receives */
-    int64_t index;          /* value or layer number for VALUE, KV_K, KV_V, TMAP; 0 otherwise */
+    int64_t index;          /* value or layer number for VALUE, KV_K, KV_V, KV_KS, KV_VS, TMAP; 0 otherwise */
     int32_t box;            /* TMAP: rows of a box (8 .. 256); 0 otherwise */
 } krt_cuda_arg;
 

@@ -137,6 +137,22 @@ static size_t block_bytes(const krt_kv_config *cfg, int heads, int head_dim)
     return b;
 }
 
+/* Bytes of the scales of one block of one layer (a cache of codes), 0 without. */
+static size_t block_scale_bytes(const krt_kv_config *cfg, int heads)
+{
+    return (size_t)cfg->block_size * (size_t)heads * cfg->scale_size;
+}
+
+double krt_kv_block_bytes(const krt_kv_layer *layers, int n_layers, int block_size, size_t elem_size,
+                          size_t scale_size)
+{
+    double per_pos = 0;
+    for (int l = 0; l < n_layers; l++)
+        per_pos += (double)layers[l].kv_heads *
+                   ((double)(layers[l].head_dim_k + layers[l].head_dim_v) * (double)elem_size + 2.0 * (double)scale_size);
+    return per_pos * block_size;
+}
+
 /* Allocate one layer's K or V storage of n_blocks blocks. */
 static int alloc_layer(krt_kv *kv, ks_diag *d, int layer, const char *which, size_t per_block, void **out)
 {
@@ -197,8 +213,9 @@ krt_kv *krt_kv_new_named(const krt_kv_config *cfg, const krt_kv_storage *storage
         if (ly->kv_heads == 0) continue;
         kv->block_bytes_k[l] = block_bytes(cfg, ly->kv_heads, ly->head_dim_k);
         kv->block_bytes_v[l] = block_bytes(cfg, ly->kv_heads, ly->head_dim_v);
-        if (alloc_layer(kv, d, l, "K", kv->block_bytes_k[l], &kv->k[l]) != 0 ||
-            alloc_layer(kv, d, l, "V", kv->block_bytes_v[l], &kv->v[l]) != 0) {
+        const size_t sb = block_scale_bytes(cfg, ly->kv_heads); /* the codes' scales after them */
+        if (alloc_layer(kv, d, l, "K", kv->block_bytes_k[l] ? kv->block_bytes_k[l] + sb : 0, &kv->k[l]) != 0 ||
+            alloc_layer(kv, d, l, "V", kv->block_bytes_v[l] ? kv->block_bytes_v[l] + sb : 0, &kv->v[l]) != 0) {
             krt_kv_free(kv);
             return NULL;
         }
@@ -273,6 +290,10 @@ static void copy_block(krt_kv *kv, int32_t dst, int32_t src)
         size_t bk = kv->block_bytes_k[l], bv = kv->block_bytes_v[l];
         kv->storage.copy(kv->storage.ctx, kv->k[l], (size_t)dst * bk, (size_t)src * bk, bk);
         kv->storage.copy(kv->storage.ctx, kv->v[l], (size_t)dst * bv, (size_t)src * bv, bv);
+        const size_t sb = block_scale_bytes(&kv->cfg, kv->layers[l].kv_heads), nb = (size_t)kv->cfg.n_blocks;
+        if (sb == 0) continue;
+        kv->storage.copy(kv->storage.ctx, kv->k[l], nb * bk + (size_t)dst * sb, nb * bk + (size_t)src * sb, sb);
+        kv->storage.copy(kv->storage.ctx, kv->v[l], nb * bv + (size_t)dst * sb, nb * bv + (size_t)src * sb, sb);
     }
 }
 
@@ -417,4 +438,18 @@ void *krt_kv_v(krt_kv *kv, int layer)
 {
     KS_ASSERT(layer >= 0 && layer < kv->cfg.n_layers);
     return kv->v[layer];
+}
+
+void *krt_kv_k_scales(krt_kv *kv, int layer)
+{
+    KS_ASSERT(layer >= 0 && layer < kv->cfg.n_layers);
+    if (kv->cfg.scale_size == 0 || !kv->k[layer]) return NULL;
+    return (char *)kv->k[layer] + (size_t)kv->cfg.n_blocks * kv->block_bytes_k[layer];
+}
+
+void *krt_kv_v_scales(krt_kv *kv, int layer)
+{
+    KS_ASSERT(layer >= 0 && layer < kv->cfg.n_layers);
+    if (kv->cfg.scale_size == 0 || !kv->v[layer]) return NULL;
+    return (char *)kv->v[layer] + (size_t)kv->cfg.n_blocks * kv->block_bytes_v[layer];
 }

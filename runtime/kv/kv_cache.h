@@ -11,7 +11,10 @@
  *
  * Layout of one layer's K (and V) storage: [n_blocks * block_size, kv_heads,
  * head_dim] of `elem_size`-byte elements; the row of (seq, pos) is
- * krt_kv_slot(kv, seq, pos).
+ * krt_kv_slot(kv, seq, pos). A cache of codes (int8, fp8: scale_size > 0)
+ * holds after them, in the same allocation, [n_blocks * block_size,
+ * kv_heads] scales of `scale_size` bytes, one a (position, KV head) row
+ * (krt_kv_k_scales); a block's copy copies its scales with its codes.
  *
  * Prefix: krt_ (runtime).
  */
@@ -37,6 +40,7 @@ typedef struct krt_kv_config {
     int max_seqs;                /* sequence ids are 0..max_seqs-1 */
     int max_context;             /* positions per sequence at most */
     size_t elem_size;            /* bytes per K/V element (4 for f32) */
+    size_t scale_size;           /* bytes of a (position, KV head) row's scale: 0 (none), 4 (codes: f32) */
 } krt_kv_config;
 
 /* Where the blocks' bytes live: a backend's table of functions. */
@@ -82,5 +86,13 @@ int krt_kv_free_blocks(const krt_kv *kv);
 /* Storage of one layer: base of [n_blocks*block_size, kv_heads, head_dim]. */
 void *krt_kv_k(krt_kv *kv, int layer);
 void *krt_kv_v(krt_kv *kv, int layer);
+/* The scales of a cache of codes: base of [n_blocks*block_size, kv_heads]
+ * (inside the layer's storage, after its codes); NULL when scale_size is 0. */
+void *krt_kv_k_scales(krt_kv *kv, int layer);
+void *krt_kv_v_scales(krt_kv *kv, int layer);
+/* Bytes of one block of every layer's K and V (codes and scales): what a
+ * block costs the memory that sizes the cache. */
+double krt_kv_block_bytes(const krt_kv_layer *layers, int n_layers, int block_size, size_t elem_size,
+                          size_t scale_size);
 
 #endif

@@ -793,7 +793,7 @@ static void attention_case(const attn_case *ac)
     int n_layers = t.desc.n_kv_layers;
     const krt_kv_layer *layers = t.desc.kv_layers;
     CHECK(n_layers == 1 && layers[0].kv_heads == KH && layers[0].head_dim_k == D && layers[0].head_dim_v == DV);
-    krt_kv_config cfg = {n_layers, layers, 2, 16, 2, 32, sizeof(float)};
+    krt_kv_config cfg = {n_layers, layers, 2, 16, 2, 32, sizeof(float), 0};
     krt_kv *kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
     const char *why;
     CHECK(krt_kv_seq_add(kv, 0, &why) == 0 && krt_kv_seq_add(kv, 1, &why) == 0);
@@ -920,7 +920,7 @@ static void lm_open(lm_run *r, tgraph *t, int block_size, int n_blocks)
     memset(r, 0, sizeof *r);
     r->d = (ks_diag){.log = &r->log, .quiet = 1};
     CHECK(tg_describe(t, &r->d) == 0);
-    krt_kv_config cfg = {t->desc.n_kv_layers, t->desc.kv_layers, block_size, n_blocks, 4, 64, sizeof(float)};
+    krt_kv_config cfg = {t->desc.n_kv_layers, t->desc.kv_layers, block_size, n_blocks, 4, 64, sizeof(float), 0};
     r->kv = krt_kv_new(&cfg, &krt_kv_host_storage, &r->d);
     r->it = r->kv ? tg_interp(t, r->kv, &r->d) : NULL;
     CHECK(r->it != NULL);
@@ -1062,7 +1062,7 @@ static void test_new_errors(void)
 
     /* A cache laid out for another model. */
     krt_kv_layer wrong[2] = {{LM_KV_HEADS, LM_HEAD_DIM, LM_HEAD_DIM}, {1, LM_HEAD_DIM, LM_HEAD_DIM}};
-    krt_kv_config cfg = {2, wrong, 4, 8, 1, 32, sizeof(float)};
+    krt_kv_config cfg = {2, wrong, 4, 8, 1, 32, sizeof(float), 0};
     krt_kv *kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
     log.len = 0;
     CHECK(tg_interp(&t, kv, &d) == NULL);
@@ -1145,7 +1145,7 @@ static void test_layout_queries(void)
     CHECK(layers[2].kv_heads == 2 && layers[2].head_dim_k == 6 && layers[2].head_dim_v == 6);
     CHECK(t.desc.vocab == 20);
     /* The cache accepts the hole and the interpreter runs over it. */
-    krt_kv_config cfg = {n, layers, 4, 4, 1, 8, sizeof(float)};
+    krt_kv_config cfg = {n, layers, 4, 4, 1, 8, sizeof(float), 0};
     krt_kv *kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
     CHECK(kv && krt_kv_k(kv, 1) == NULL);
     const char *why;

@@ -38,7 +38,7 @@ static int runner_open(runner *r, const kir_graph *g, const void *const *weights
     memset(r, 0, sizeof *r);
     r->described = krt_desc_init(&r->desc, g, "test", d) == 0;
     if (!r->described) return -1;
-    krt_kv_config cfg = {r->desc.n_kv_layers, r->desc.kv_layers, 16, 16, 2, 128, sizeof(float)};
+    krt_kv_config cfg = {r->desc.n_kv_layers, r->desc.kv_layers, 16, 16, 2, 128, sizeof(float), 0};
     r->kv = krt_kv_new(&cfg, &krt_kv_host_storage, d);
     const char *why = NULL;
     if (!r->kv || krt_kv_seq_add(r->kv, 0, &why) || krt_kv_seq_add(r->kv, 1, &why)) return -1;

@@ -194,7 +194,7 @@ static int runner_open(runner *r, const kir_graph *g, const weights *w, ks_diag 
 {
     r->described = krt_desc_init(&r->desc, g, "test", d) == 0;
     if (!r->described) return -1;
-    krt_kv_config cfg = {r->desc.n_kv_layers, r->desc.kv_layers, 8, 16, 2, 64, sizeof(float)};
+    krt_kv_config cfg = {r->desc.n_kv_layers, r->desc.kv_layers, 8, 16, 2, 64, sizeof(float), 0};
     r->kv = krt_kv_new(&cfg, &krt_kv_host_storage, d);
     if (!r->kv) return -1;
     const char *why = NULL;

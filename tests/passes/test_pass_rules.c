@@ -450,7 +450,7 @@ static int interp_run(const char *text, float *out, float *kc_rows, ks_buf *log)
     const krt_kv_layer *layers = described ? desc.kv_layers : NULL;
     if (described && desc.n_kv_layers == 1 && layers[0].kv_heads == 2 && layers[0].head_dim_k == 4 &&
         layers[0].head_dim_v == 4) {
-        krt_kv_config cfg = {desc.n_kv_layers, layers, 4, 4, 1, 16, sizeof(float)};
+        krt_kv_config cfg = {desc.n_kv_layers, layers, 4, 4, 1, 16, sizeof(float), 0};
         krt_kv *kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
         krt_interp *it = kv ? krt_interp_new(&desc, w, kv, &d) : NULL;
         const char *why = NULL;

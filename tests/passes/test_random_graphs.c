@@ -292,7 +292,7 @@ static int64_t run(const kir_graph *g, void **w, float *out, float *cache, ks_bu
     if (krt_desc_init(&desc, g, "random", &d) != 0) return -1;
     int n_layers = desc.n_kv_layers;
     const krt_kv_layer *layers = desc.kv_layers;
-    krt_kv_config cfg = {n_layers, layers, 4, 8, 2, 16, sizeof(float)};
+    krt_kv_config cfg = {n_layers, layers, 4, 8, 2, 16, sizeof(float), 0};
     krt_kv *kv = n_layers ? krt_kv_new(&cfg, &krt_kv_host_storage, &d) : NULL;
     krt_interp *it = krt_interp_new(&desc, (const void *const *)w, kv, &d);
     int64_t row = desc.vocab, written = -1;
