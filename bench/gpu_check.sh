@@ -560,10 +560,12 @@ run() {
     local qm="$gpu/models/tinystories-656k" qd="/dev/shm/gpu_check_quant" qids
     qids=$(python3 -c "print(','.join(str(1 + 37 * i % 2000) for i in range(40)))")
     mkdir -p "$qd"
-    for qs in w4a16:0.0156 w8a16:0.0156 fp8:0.08 w8a8:0.05; do
-      local scheme=${qs%%:*} tol=${qs#*:}
-      "$kiln" build "$qm" --dtype bf16 --quant "$scheme" -o "$qd/cpu.engine" >/dev/null 2>&1 &&
-        "$kiln" build "$qm" --dtype bf16 --quant "$scheme" --target sm_90 -o "$qd/gpu.engine" >/dev/null 2>&1 &&
+    # (kv-int8, kv-fp8: bf16 weights, the KV cache of codes, --kv-dtype: tests/cuda/cuda_quant.sh's 0.0156)
+    for qs in w4a16:0.0156 w8a16:0.0156 fp8:0.08 w8a8:0.05 kv-int8:0.0156 kv-fp8:0.0156; do
+      local scheme=${qs%%:*} tol=${qs#*:} qargs
+      if [[ $scheme == kv-* ]]; then qargs=(--kv-dtype "${scheme#kv-}"); else qargs=(--quant "$scheme"); fi
+      "$kiln" build "$qm" --dtype bf16 "${qargs[@]}" -o "$qd/cpu.engine" >/dev/null 2>&1 &&
+        "$kiln" build "$qm" --dtype bf16 "${qargs[@]}" --target sm_90 -o "$qd/gpu.engine" >/dev/null 2>&1 &&
         "$kiln" run "$qd/gpu.engine" --ids "$qids" -n 4 --temperature 0 --logits-out "$qd/gpu.bin" >/dev/null 2>&1 &&
         "$kiln" run "$qd/cpu.engine" --ids "$qids" -n 4 --temperature 0 --logits-out "$qd/cpu.bin" >/dev/null 2>&1 ||
         { echo "FAIL: quant $scheme: build or run" | tee -a "$summary"; continue; }

@@ -5,7 +5,8 @@ bf16 engine of the same weights, on the GPU machine.
 The shape: Llama-3-8B (tests/data/llama3-8b-config.json), LAYERS of its 32 (default all), random bf16
 weights (N(0, 0.02), norms 1) made on the GPU by transformers and saved as safetensors. One engine a
 scheme from that checkpoint: `kiln build DIR --dtype bf16 --precision fast --target sm_90 [--quant S]`
-(S: each of --schemes, default w4a16,w8a16; the embedding and the lm_head stay bf16); `kiln bench
+(S: each of --schemes, default w4a16,w8a16; the embedding and the lm_head stay bf16; kv-int8 and kv-fp8:
+bf16 weights and `--kv-dtype int8|fp8`, whose KV blocks at the same fraction are logged beside bf16's); `kiln bench
 --json` of each: time to first token at --prompts, decode at batch 1 and the --batch sizes.
 
 The floor of a batch-1 step: the bytes it must read — each layer's quantized matmuls' codes, scales and
@@ -36,7 +37,7 @@ def step_bytes(cfg, layers, scheme, group=128):
     mats = [(q + 2 * kv, h), (h, q), (2 * inter, h), (h, inter)]  # q,k,v; o; gate,up; down: [N, K]
     per_layer = 0.0
     for n, k in mats:
-        if scheme == "bf16":
+        if scheme == "bf16" or scheme.startswith("kv-"):  # kv-int8, kv-fp8: bf16 weights, a cache of codes
             per_layer += 2 * n * k
         elif scheme == "w4a16":  # u4 codes, an f16 scale and a u8 zero point a group of 128
             per_layer += n * k / 2 + n * (k // group) * 3
@@ -91,7 +92,7 @@ def main():
     engines, procs = {}, {}
     for s in schemes:  # the builds side by side (the quantization uses every core: they share them)
         engines[s] = os.path.join(work, f"{s}.engine")
-        quant = [] if s == "bf16" else ["--quant", s]
+        quant = [] if s == "bf16" else ["--kv-dtype", s[3:]] if s.startswith("kv-") else ["--quant", s]
         procs[s] = (time.time(), subprocess.Popen([a.kiln, "build", ckpt, "--dtype", "bf16", "--precision", "fast",
                                                    *quant, *target, "--max-tokens", "2048", "-o", engines[s]],
                                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -121,6 +122,8 @@ def main():
         batches = {b["batch"]: b["ms_per_step_median"] for b in kb.get("decode_batch") or [] if b.get("ran")}
         ttft = {pp["tokens"]: pp["ttft_ms_median"] for pp in kb.get("prefill") or [] if pp.get("ran")}
         rows.append((s, b1, floor_ms, batches, ttft))
+        log(f"{s}: KV cache {kb.get('kv_blocks')} blocks of {kb.get('kv_block_size')} positions, "
+            f"{(kb.get('kv_bytes') or 0) / 2**30:.2f} GiB (kiln bench's default fraction of the free memory)")
         if a.profile:
             p = subprocess.run([a.kiln, "bench", engines[s], "--prompts", "16", "--decode-prompt", "16", "--decode", "16",
                                 "--reps", "1", "--warmup", "1", "--profile"], capture_output=True, text=True)

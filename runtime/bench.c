@@ -424,6 +424,9 @@ int krt_bench_json(const krt_bench_result *r, const char *engine, ks_buf *out, k
              add(o, "vocab", cJSON_CreateNumber((double)r->vocab)) &&
              add(o, "max_context", cJSON_CreateNumber(r->max_context)) &&
              add(o, "max_step_tokens", cJSON_CreateNumber((double)r->max_step_tokens)) &&
+             add(o, "kv_blocks", cJSON_CreateNumber(r->kv_blocks)) &&
+             add(o, "kv_block_size", cJSON_CreateNumber(r->kv_block_size)) &&
+             add(o, "kv_bytes", cJSON_CreateNumber((double)r->kv_bytes)) &&
              add(o, "warmup", cJSON_CreateNumber(r->warmup)) && add(o, "reps", cJSON_CreateNumber(r->reps));
     for (int i = 0; ok && i < r->n_prefill; i++) {
         cJSON *p = prefill_json(r, &r->prefill[i]);

@@ -50,7 +50,7 @@ ok = all(p["ttft_ms_min"] <= p["ttft_ms_median"] <= p["ttft_ms_max"] and p["ttft
          <= p["ttft_ms_max"] for p in r["prefill"] if p["ran"])
 print("min <= median:", ok and r["decode"]["ms_per_token_min"] <= r["decode"]["ms_per_token_median"])
 ' <<<"$out")
-expect_same "json shape" "{'kiln_bench': 1, 'engine': 'str', 'device': 'cpu', 'weight_dtype': 'f32', 'vocab': 2048, 'max_context': 512, 'max_step_tokens': 64, 'warmup': 0, 'reps': 3, 'prefill': 'list', 'decode': 'dict', 'cold_start': 'dict', 'decode_batch': 'list'}
+expect_same "json shape" "{'kiln_bench': 1, 'engine': 'str', 'device': 'cpu', 'weight_dtype': 'f32', 'vocab': 2048, 'max_context': 512, 'max_step_tokens': 64, 'kv_blocks': 32, 'kv_block_size': 16, 'kv_bytes': 524288, 'warmup': 0, 'reps': 3, 'prefill': 'list', 'decode': 'dict', 'cold_start': 'dict', 'decode_batch': 'list'}
 {'tokens': 8, 'ran': True, 'steps': 1, 'ttft_ms_median': 'num', 'ttft_ms_min': 'num', 'ttft_ms_max': 'num', 'ttft_ms_first': 'num', 'tokens_per_s': 'num', 'note': None}
 {'tokens': 100, 'ran': True, 'steps': 2, 'ttft_ms_median': 'num', 'ttft_ms_min': 'num', 'ttft_ms_max': 'num', 'ttft_ms_first': 'num', 'tokens_per_s': 'num', 'note': \"prefilled in 2 steps of at most 64 tokens (the engine's largest step: kiln build --max-tokens)\"}
 {'tokens': 1000, 'ran': False, 'steps': 0, 'ttft_ms_median': 'null', 'ttft_ms_min': 'null', 'ttft_ms_max': 'null', 'ttft_ms_first': 'null', 'tokens_per_s': 'null', 'note': 'skipped: longer than the context of 512 positions'}

@@ -6,10 +6,10 @@
 # 8 tokens at a time on CUDA cores) and in fast precision (bf16 x: i8 codes, a scale a row; u4 in
 # groups of 64; the prefill on kcu_matmul_mma's tensor cores, each weight dequantized to bf16 as it is
 # loaded, hence the fast tolerance), the norm before q,k,v and gate/up fused into them; fp8 and w8a8 likewise,
-# x quantized a token at a time in the kernel.
+# x quantized a token at a time in the kernel; a KV cache of int8 or fp8 codes (--kv-dtype).
 . "$(dirname "$0")/../cli/lib.sh"
 . "$(dirname "$0")/cuda_lib.sh"
-: "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}" "${KILN_TEST_SESSION:?}"
+: "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}" "${KILN_TEST_SESSION:?}" "${KILN_TEST_CUDA:?}"
 if [ "${KILN_HAVE_NVRTC:-OFF}" != "ON" ] || [ -z "${KILN_GXX:-}" ]; then
   echo "skipped: needs NVRTC and g++"; exit 77
 fi
@@ -22,12 +22,18 @@ check() {
   "$KILN_BIN" build "$ts" -o "$d/cpu.engine" "$@" 2>/dev/null &&
     "$KILN_BIN" build "$ts" -o "$d/cuda.engine" --target sm_90 --emit-source "$d/src" "$@" 2>/dev/null ||
     { echo "FAIL: $name: builds"; failures=$((failures+1)); return; }
-  expect_same "$name: kcu_matmul_q in every matmul kernel but the lm_head's" 8 "$(cat "$d"/src/*.cu | grep -c '^    kcu_matmul_q<')"
+  case $name in
+    kv-*) # a KV cache of codes: each layer's write a kernel of its own, attention on the codes
+      expect_same "$name: the layers' writes of codes (one kernel text)" 1 "$(cat "$d"/src/*.cu | grep -c 'kcu_kv_put_row<DK>')"
+      expect_same "$name: attention over codes (one kernel text)" 1 "$(cat "$d"/src/*.cu | grep -c '^        table_off, tables, block_size, .*, ks, vs);')" ;;
+    *)
+      expect_same "$name: kcu_matmul_q in every matmul kernel but the lm_head's" 8 "$(cat "$d"/src/*.cu | grep -c '^    kcu_matmul_q<')" ;;
+  esac
   # the norms before q,k,v and gate/up inside them (w4a16, w8a16: two kernel texts, decode and prefill, each);
   # fp8 and w8a8 quantize x instead (kcu_pro_xq in all 8)
   case $name in
     w4a16*|w8a16*) expect_same "$name: the norms fused" 4 "$(cat "$d"/src/*.cu | grep -c '^    kcu_matmul_q<.*kcu_pro_rms')" ;;
-    *) expect_same "$name: x quantized in the kernel" 8 "$(cat "$d"/src/*.cu | grep -c '^    kcu_matmul_q<.*kcu_pro_xq')" ;;
+    fp8*|w8a8*) expect_same "$name: x quantized in the kernel" 8 "$(cat "$d"/src/*.cu | grep -c '^    kcu_matmul_q<.*kcu_pro_xq')" ;;
   esac
   compile_kernels "$d/src" "$d/kernels.so" || { echo "FAIL: $name: g++"; failures=$((failures+1)); return; }
   KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$d/kernels.so" "$KILN_BIN" run "$d/cuda.engine" --ids $ids -n 4 \
@@ -56,10 +62,33 @@ check fp8-f32 5e-3 --quant fp8
 check w8a8-f32 1e-3 --quant w8a8
 check fp8-bf16-fast 0.08 --quant fp8 --dtype bf16
 check w8a8-bf16-fast 0.05 --quant w8a8 --dtype bf16
+# a KV cache of int8 or fp8 codes (--kv-dtype): each (position, KV head) row's codes and scale written by a warp
+# (the row's amax, as the interpreter's kir_kv_round), attention reading codes times scale; the same values in
+# the cache as the interpreter's, so the tolerances of the weights alone (measured here: int8 f32 4.7e-7, fp8
+# f32 4.2e-7, int8 bf16 fast 5.7e-4, fp8 bf16 fast 1.6e-4)
+check kv-int8-f32 1e-5 --kv-dtype int8
+check kv-fp8-bf16-fast 0.0156 --kv-dtype fp8 --dtype bf16
+check kv-int8-w4a16-bf16-fast 0.0156 --kv-dtype int8 --quant w4a16 --dtype bf16
+# forked sequences (copy-on-write of a shared, half-full block: the codes and their scales) against the interpreter
+d="$work/kv-int8-f32"
+if [ -f "$d/kernels.so" ]; then
+  KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$d/kernels.so" "$KILN_TEST_CUDA" --fork-check "$d/cuda.engine" \
+    "$d/cpu.engine" && passes=$((passes+1)) || { echo "FAIL: kv-int8: forked sequences"; failures=$((failures+1)); }
+fi
+# the same fraction of free memory holds more blocks of codes: TinyStories-656K's heads of 16 dims take 2 x 16
+# bytes a (position, head) in bf16 and 16 + 4 (its scale) in int8: 1.6x the blocks (the 8B's heads of 128: 1.94x)
+blocks() {
+  KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$work/$1/kernels.so" "$KILN_BIN" run "$work/$1/cuda.engine" --ids 1,2,3 \
+    -n 1 --kv-fraction 0.0001 2>&1 >/dev/null | sed -n 's/.*KV cache on .*: \([0-9]*\) blocks.*/\1/p'
+}
+b16=$(blocks w8a16-bf16-fast) b8=$(blocks kv-fp8-bf16-fast)
+expect_same "KV blocks: fp8 codes over bf16 at one fraction, 1.6x" ok \
+  "$(python3 -c "import sys; r = int(sys.argv[2]) / int(sys.argv[1]); print('ok' if 1.55 <= r <= 1.65 else r)" \
+     "${b16:-1}" "${b8:-0}")"
 # batch invariance (issue #11): a sequence's decode steps alone, among 7 and among 31 others, bitwise the same
 # (tests/session's test_session over the emulator: its decode steps of 1, 8 and 32 tokens on kcu_matmul_q;
-# fp8's x scales are each token's own)
-for name in w4a16-g64-bf16-fast fp8-bf16-fast; do
+# fp8's x scales are each token's own; a cache of codes: each row's scale its own)
+for name in w4a16-g64-bf16-fast fp8-bf16-fast kv-int8-w4a16-bf16-fast; do
 d="$work/$name"
 if [ -f "$d/kernels.so" ]; then
   out=$(KILN_CUDA_LIB="$KILN_EMU_LIB" KILN_EMU_KERNELS="$d/kernels.so" "$KILN_TEST_SESSION" "$d/cuda.engine")

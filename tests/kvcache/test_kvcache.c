@@ -493,8 +493,63 @@ static void test_random_against_model(void)
     krt_kv_free(kv);
 }
 
+/* A cache of codes (scale_size > 0): each layer's K and V hold one-byte codes, then a scale a (position,
+ * head) row after every block's codes; a block's copy-on-write copies its codes and their scales, and the
+ * memory a block costs counts both. */
+static void test_scales(void)
+{
+    counting_storage cs = {.fail_after = -1};
+    krt_kv_storage st = counting_table(&cs);
+    krt_kv_config cfg = small_config(4, 8, 4, 32);
+    cfg.elem_size = 1;
+    cfg.scale_size = sizeof(float);
+    ks_diag d = {0};
+    krt_kv *kv = krt_kv_new(&cfg, &st, &d);
+    CHECK(kv != NULL);
+    if (!kv) return;
+    /* the scales right after the codes: layer 0's K 8 blocks x 4 positions x 2 heads x 3 codes */
+    CHECK((char *)krt_kv_k_scales(kv, 0) == (char *)krt_kv_k(kv, 0) + 8 * 4 * 2 * 3);
+    CHECK((char *)krt_kv_v_scales(kv, 1) == (char *)krt_kv_v(kv, 1) + 8 * 4 * 1 * 4);
+    /* a block: positions x (heads x (dk + dv codes + 2 scales of 4 bytes)) over the layers */
+    CHECK(krt_kv_block_bytes(two_layers, 2, 4, 1, sizeof(float)) == 4.0 * (2 * (3 + 5 + 8) + 1 * (4 + 4 + 8)));
+    const char *why = NULL;
+    CHECK(krt_kv_seq_add(kv, 0, &why) == 0);
+    CHECK(krt_kv_seq_reserve(kv, 0, 6, &why) == 0);
+    for (int l = 0; l < 2; l++) {
+        const int heads = two_layers[l].kv_heads;
+        float *ks = krt_kv_k_scales(kv, l), *vs = krt_kv_v_scales(kv, l);
+        for (int p = 0; p < 6; p++)
+            for (int h = 0; h < heads; h++) {
+                ks[krt_kv_slot(kv, 0, p) * heads + h] = (float)(1000 * l + 10 * p + h);
+                vs[krt_kv_slot(kv, 0, p) * heads + h] = (float)(-1000 * l - 10 * p - h);
+            }
+    }
+    CHECK(krt_kv_seq_fork(kv, 0, 1, &why) == 0);
+    CHECK(krt_kv_seq_reserve(kv, 1, 7, &why) == 0); /* the half-full block copied: codes and scales, K and V */
+    CHECK(cs.copies == 8);
+    int nb;
+    const int32_t *t0 = krt_kv_block_table(kv, 0, &nb), *t1 = krt_kv_block_table(kv, 1, &nb);
+    CHECK(t0[1] != t1[1]);
+    for (int l = 0; l < 2; l++) {
+        const int heads = two_layers[l].kv_heads;
+        const float *ks = krt_kv_k_scales(kv, l), *vs = krt_kv_v_scales(kv, l);
+        for (int p = 0; p < 6; p++)
+            for (int h = 0; h < heads; h++) {
+                CHECK(ks[krt_kv_slot(kv, 1, p) * heads + h] == (float)(1000 * l + 10 * p + h));
+                CHECK(vs[krt_kv_slot(kv, 1, p) * heads + h] == (float)(-1000 * l - 10 * p - h));
+            }
+    }
+    krt_kv_free(kv);
+    /* a cache of values has none */
+    krt_kv_config plain = small_config(4, 8, 4, 32);
+    kv = krt_kv_new(&plain, &krt_kv_host_storage, &d);
+    CHECK(kv && krt_kv_k_scales(kv, 0) == NULL && krt_kv_v_scales(kv, 0) == NULL);
+    krt_kv_free(kv);
+}
+
 int main(void)
 {
+    test_scales();
     test_config_errors();
     test_add_fork_free_reserve();
     test_sequence_errors();

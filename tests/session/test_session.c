@@ -466,6 +466,9 @@ static void test_batch_invariance(int large_only)
                 const kir_word q = kir_attr_word(g, (kir_val)v, KIR_A_MATMUL_QUANT);
                 if (q == KIR_QUANT_FP8 || q == KIR_QUANT_W8A8) tol = 0.1;
             }
+        /* a KV cache of codes likewise: a k or v element across a code boundary moves a step (int8: 1/127 of
+         * its row's amax; fp8: 1/16 of it) */
+        if (engine->desc.kv_dtype == KIR_I8 || engine->desc.kv_dtype == KIR_F8E4M3) tol = 0.1;
         invariance_run(40, among);
         double worst = 0, scale = 0;
         for (size_t i = 0; i < INV_DECODE * (size_t)vocab; i++) {
