@@ -460,10 +460,9 @@ static int use_flash_prefill(const kcu_gen *x, kir_val v, int fast)
  * else bf16 (f32 activations: bf16 keeps their range). */
 static const char *flash_mma_type(const kcu_gen *x, kir_val v, kir_val q)
 {
-    kir_dtype t = x->g->nodes[q].dtype;
+    kir_dtype t = x->g->nodes[q].dtype, c = kir_kv_dtype(x->g, v);
     if (t == KIR_BF16 || t == KIR_F16) return kcu_elem_type(t);
-    const char *kv = kv_elem_type(x, v);
-    return strcmp(kv, "float") != 0 ? kv : "kcu_bf16";
+    return c == KIR_BF16 || c == KIR_F16 ? kcu_elem_type(c) : "kcu_bf16";
 }
 
 /*
@@ -524,10 +523,13 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     if (kir_attr_int(g, v, KIR_A_ATTENTION_WRITE_KV) != 0) kcu_emit_kv_write_kernel(x, v, "_kv_write", n->in[1], n->in[2], layer);
 
     att_plan a = plan_attention(heads / kv_heads, dk, dv);
-    /* fast precision (a half KV cache) takes the tensor cores; kcu_options.flash_prefill forces them; a
-     * cache of codes is read by kcu_attention_kernel alone (each row's codes times its scale, in f32) */
+    /* fast precision (a half KV cache, or a cache of codes with half q) takes the tensor cores (codes times
+     * their row's scale rounded to the mma's type as they are staged); kcu_options.flash_prefill forces
+     * them; exact precision over codes keeps kcu_attention_kernel (codes times scale, in f32) */
     const int codes = kv_codes(x, v);
-    int flash = !codes && use_flash_prefill(x, v, kir_kv_dtype(g, v) != KIR_F32 || x->opt.flash_prefill);
+    const int half_q = qn->dtype == KIR_BF16 || qn->dtype == KIR_F16;
+    int flash = use_flash_prefill(x, v, codes ? half_q || x->opt.flash_prefill
+                                              : kir_kv_dtype(g, v) != KIR_F32 || x->opt.flash_prefill);
     int g90 = 0;              /* the sm_90a cubin's prefill is kcu_flash90 */
     kcu_flash90_plan f9 = {0}; /* its plan */
     krt_cuda_kernel *k = kcu_kernel_new(x, v, flash ? 32 * ATT_WARPS : 32 * a.nw);

@@ -292,11 +292,30 @@ template <int DP> struct kcu_fa_rows {
  * MT bits; src is the chunk's first element (a global address; read only when valid), and
  * elements past D or of an invalid row are zeros. A 16-byte cp.async when E is MT and rows are
  * whole chunks (lands after kcu_fa_wait); else loads converted on the way (float4 loads of an
- * f32 row when D % 4 == 0), stored at once. */
+ * f32 row when D % 4 == 0; 8 codes of a cache of codes in one 8-byte load, times the row's scale
+ * sc), stored at once. */
 template <typename MT, typename E, int D>
-static __device__ __forceinline__ void kcu_fa_chunk(unsigned short *dst, const E *src, const int ch, const bool valid)
+static __device__ __forceinline__ void kcu_fa_chunk(unsigned short *dst, const E *src, const int ch, const bool valid,
+                                                    const float sc = 1.0f)
 {
-    if constexpr (kcu_same<E, MT>::V && D % 8 == 0) {
+    if constexpr (kcu_kv_codes<E>::V) { /* a cache of codes: each code times its row's scale sc, rounded to MT */
+        unsigned short h[8];
+        if constexpr (D % 8 == 0) {
+            kcu_kv_u2 u = {0u, 0u};
+            if (valid && 8 * ch < D) u = *reinterpret_cast<const kcu_kv_u2 *>(src);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                h[e] = kcu_fa_h<MT>::of(kcu_kv_codes<E>::value(((e < 4 ? u.x : u.y) >> (8 * (e % 4))) & 255u) * sc);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                h[e] = valid && 8 * ch + e < D ? kcu_fa_h<MT>::of(kcu_kv_codes<E>::value(src[e].c) * sc) : 0;
+        }
+        uint4 w;
+        w.x = h[0] | (unsigned)h[1] << 16, w.y = h[2] | (unsigned)h[3] << 16;
+        w.z = h[4] | (unsigned)h[5] << 16, w.w = h[6] | (unsigned)h[7] << 16;
+        *reinterpret_cast<uint4 *>(dst) = w;
+    } else if constexpr (kcu_same<E, MT>::V && D % 8 == 0) {
         kcu_fa_cp16(dst, src, valid && 8 * ch < D);
     } else {
         unsigned short h[8];
@@ -339,7 +358,9 @@ static __device__ __forceinline__ void kcu_fa_kv_tile(unsigned short *__restrict
                                                       unsigned short *__restrict__ vdst,
                                                       const KV *__restrict__ kbase, const KV *__restrict__ vbase,
                                                       const int *__restrict__ table, const int block_size,
-                                                      const int bsh, const int p0, const int hi)
+                                                      const int bsh, const int p0, const int hi,
+                                                      const float *__restrict__ ksc = nullptr,
+                                                      const float *__restrict__ vsc = nullptr)
 {
     typedef kcu_fa_rows<DKP> KL;
     typedef kcu_fa_rows<DVP> VL;
@@ -348,8 +369,13 @@ static __device__ __forceinline__ void kcu_fa_kv_tile(unsigned short *__restrict
         const int r = i / CH, ch = i % CH, p = p0 + r;
         const bool valid = p <= hi;
         const long long slot = valid ? kcu_fa_slot(table, block_size, bsh, p) : 0;
-        if (ch < (int)KL::CH) kcu_fa_chunk<MT, KV, DK>(kdst + KL::at(r, ch), kbase + slot * (KH * DK) + 8 * ch, ch, valid);
-        if (ch < (int)VL::CH) kcu_fa_chunk<MT, KV, DV>(vdst + VL::at(r, ch), vbase + slot * (KH * DV) + 8 * ch, ch, valid);
+        /* a cache of codes: the row's scales (ksc, vsc: the kv head's, row stride KH) */
+        const float sk = kcu_kv_codes<KV>::V && valid ? ksc[slot * KH] : 1.0f;
+        const float sv = kcu_kv_codes<KV>::V && valid ? vsc[slot * KH] : 1.0f;
+        if (ch < (int)KL::CH)
+            kcu_fa_chunk<MT, KV, DK>(kdst + KL::at(r, ch), kbase + slot * (KH * DK) + 8 * ch, ch, valid, sk);
+        if (ch < (int)VL::CH)
+            kcu_fa_chunk<MT, KV, DV>(vdst + VL::at(r, ch), vbase + slot * (KH * DV) + 8 * ch, ch, valid, sv);
     }
 }
 
@@ -417,7 +443,9 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
                                                            const int *__restrict__ tables, const int block_size,
                                                            const float scale, const float softcap,
                                                            const float *__restrict__ alibi = nullptr,
-                                                           const SK *__restrict__ sinks = nullptr)
+                                                           const SK *__restrict__ sinks = nullptr,
+                                                           const float *__restrict__ ksc = nullptr,
+                                                           const float *__restrict__ vsc = nullptr)
 {
 #if KCU_MMA
     enum {
@@ -528,6 +556,7 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
         const int *table = tables + seq;
         const int n_tiles = (khi - klo + BN) / BN;
         const KV *kbase = kc + (long long)kh * DK, *vbase = vc + (long long)kh * DV;
+        const float *ksb = ksc ? ksc + kh : nullptr, *vsb = vsc ? vsc + kh : nullptr; /* a cache of codes' scales */
         __syncthreads(); /* every warp is done with the tiles of the previous segment */
         /* the token rows of warp w's (w / HB: TW of them, shared by the heads): the positions any of them
          * needs, [wlo, whi]; the positions all of them need, [flo, fhi] (empty when a row is of
@@ -550,7 +579,7 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
         for (int st = 0; st < NS - 1; st++) {
             if (st < n_tiles)
                 kcu_fa_kv_tile<MT, KV, KH, DK, DKP, DV, DVP, BN, NT>(ks + st * KT, vs + st * VT, kbase, vbase, table,
-                                                                     block_size, bsh, klo + st * BN, khi);
+                                                                     block_size, bsh, klo + st * BN, khi, ksb, vsb);
             kcu_fa_commit();
         }
         for (int it = 0; it < n_tiles; it++) {
@@ -563,7 +592,7 @@ static __device__ __forceinline__ void kcu_flash_attention(const int T, const Q 
                 if (nx < n_tiles)
                     kcu_fa_kv_tile<MT, KV, KH, DK, DKP, DV, DVP, BN, NT>(ks + nx % NS * KT, vs + nx % NS * VT, kbase,
                                                                          vbase, table, block_size, bsh, klo + nx * BN,
-                                                                         khi);
+                                                                         khi, ksb, vsb);
                 kcu_fa_commit();
             }
             if (!kcu_fa_any(wrange[tw][1] >= p0 && wrange[tw][0] <= p0 + BN - 1)) continue; /* no score of the warp's here */

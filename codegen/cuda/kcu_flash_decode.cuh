@@ -44,7 +44,9 @@ template <typename MT, typename KV, int KH, int DK, int DKP, int DV, int DVP, in
 static __device__ __forceinline__ void kcu_fd_rows(unsigned short *__restrict__ kdst, unsigned short *__restrict__ vdst,
                                                    const KV *__restrict__ kbase, const KV *__restrict__ vbase,
                                                    const int *__restrict__ table, const int block_size, const int bsh,
-                                                   const int p0, const int hi, const int lane)
+                                                   const int p0, const int hi, const int lane,
+                                                   const float *__restrict__ ksc = nullptr,
+                                                   const float *__restrict__ vsc = nullptr)
 {
     typedef kcu_fa_rows<DKP> KL;
     typedef kcu_fa_rows<DVP> VL;
@@ -57,8 +59,13 @@ static __device__ __forceinline__ void kcu_fd_rows(unsigned short *__restrict__ 
         const int r = i / CH, ch = i % CH;
         const long long slot = kcu_fd_shfl(mine, r);
         const bool valid = p0 + r <= hi;
-        if (ch < (int)KL::CH) kcu_fa_chunk<MT, KV, DK>(kdst + KL::at(r, ch), kbase + slot * (KH * DK) + 8 * ch, ch, valid);
-        if (ch < (int)VL::CH) kcu_fa_chunk<MT, KV, DV>(vdst + VL::at(r, ch), vbase + slot * (KH * DV) + 8 * ch, ch, valid);
+        /* a cache of codes: the row's scales (ksc, vsc: the kv head's, row stride KH) */
+        const float sk = kcu_kv_codes<KV>::V && valid ? ksc[slot * KH] : 1.0f;
+        const float sv = kcu_kv_codes<KV>::V && valid ? vsc[slot * KH] : 1.0f;
+        if (ch < (int)KL::CH)
+            kcu_fa_chunk<MT, KV, DK>(kdst + KL::at(r, ch), kbase + slot * (KH * DK) + 8 * ch, ch, valid, sk);
+        if (ch < (int)VL::CH)
+            kcu_fa_chunk<MT, KV, DV>(vdst + VL::at(r, ch), vbase + slot * (KH * DV) + 8 * ch, ch, valid, sv);
     }
 }
 
@@ -94,7 +101,9 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
                                                         const int *__restrict__ tables, const int block_size,
                                                         const float scale, const float softcap,
                                                         const float *__restrict__ alibi = nullptr,
-                                                        const SK *__restrict__ sinks = nullptr)
+                                                        const SK *__restrict__ sinks = nullptr,
+                                                        const float *__restrict__ ksc = nullptr,
+                                                        const float *__restrict__ vsc = nullptr)
 {
 #if KCU_MMA
     typedef kcu_fd_smem_of<DK, DV, NW, BN, NS> L;
@@ -160,6 +169,7 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
     const int rounds = (chunks + vwn - 1) / vwn; /* the same in every warp of the block */
     const int *table = tables + table_off[t];
     const KV *kbase = kc + (long long)kh * DK, *vbase = vc + (long long)kh * DV;
+    const float *ksb = ksc ? ksc + kh : nullptr, *vsb = vsc ? vsc + kh : nullptr; /* a cache of codes' scales */
     int bsh = -1;
     if (block_size > 0 && (block_size & (block_size - 1)) == 0)
         for (bsh = 0; 1 << bsh < block_size;) bsh++;
@@ -202,7 +212,7 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
         const int p0 = lo + (st * vwn + vw) * BN;
         if (st < rounds && kcu_fa_any(p0 <= pos))
             kcu_fd_rows<MT, KV, KH, DK, DKP, DV, DVP, BN>(ks + st * KT, vs + st * VT, kbase, vbase, table, block_size,
-                                                          bsh, p0, pos, lane);
+                                                          bsh, p0, pos, lane, ksb, vsb);
         kcu_fa_commit();
     }
     float m[2] = {ninf, ninf}, l[2] = {0.0f, 0.0f}; /* rows g, g + 8: running maximum, the lane's part of the sum */
@@ -219,7 +229,7 @@ static __device__ __forceinline__ void kcu_flash_decode(const int T, const Q *__
             const int nx = it + NS - 1, n0 = lo + (nx * vwn + vw) * BN;
             if (nx < rounds && kcu_fa_any(n0 <= pos))
                 kcu_fd_rows<MT, KV, KH, DK, DKP, DV, DVP, BN>(ks + nx % NS * KT, vs + nx % NS * VT, kbase, vbase, table,
-                                                              block_size, bsh, n0, pos, lane);
+                                                              block_size, bsh, n0, pos, lane, ksb, vsb);
             kcu_fa_commit();
         }
         if (!kcu_fa_any(p0 <= pos)) continue; /* past the warp's last chunk (the same in every lane) */

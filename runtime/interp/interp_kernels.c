@@ -711,6 +711,23 @@ static void write_kv_rows(const krt_interp_exec *x, kir_val v, int layer, const 
     }
 }
 
+/* x rounded to half dtype t (bf16 or f16). */
+static float round1(kir_dtype t, float x)
+{
+    return t == KIR_BF16 ? ks_bf16_to_f32(ks_f32_to_bf16(x)) : ks_f16_to_f32(ks_f32_to_f16(x));
+}
+
+/* dot(a, b) with each element of b rounded to half dtype t first (dot_as's order). */
+static float dot_round(const float *a, const float *b, int64_t n, kir_dtype t)
+{
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * round1(t, b[i + l]);
+    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * round1(t, b[i]);
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 /* kv_write(k, v): the rows into the cache; its value is k. */
 static void run_kv_write(const krt_interp_exec *x, kir_val v)
 {
@@ -744,7 +761,14 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
      * ones dividing after (kcu_flash_attention, kcu_flash90, kcu_flash_decode); the same here, relative
      * to the row's maximum, which the GPU's running maximum mostly is from the first positions on */
     const kir_dtype kvt = kir_kv_dtype(x->g, v);
-    const int half = kvt == KIR_BF16 || kvt == KIR_F16; /* a quantized cache's values: f32 products */
+    /* a cache of codes under half q (fast precision) goes through the same kernels, each code times its
+     * row's scale rounded to q's dtype as it is staged (kcu_fa_chunk): mt that dtype, and K's and V's
+     * values rounded to it as they are read (rk); in exact precision a cache of codes' values multiply in f32 */
+    const int codes = kvt == KIR_I8 || kvt == KIR_F8E4M3;
+    const kir_dtype mt = kvt == KIR_BF16 || kvt == KIR_F16                       ? kvt
+                         : codes && (qn->dtype == KIR_BF16 || qn->dtype == KIR_F16) ? qn->dtype
+                                                                                    : KIR_F32;
+    const int half = mt != KIR_F32, rk = half && codes;
 
     /* 1. Every token's K and V go into the cache first, so tokens later in
      *    the step see the earlier ones of their sequence; with write_kv=0 a
@@ -765,7 +789,8 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
             float m = -INFINITY;
             const float slope = alibi ? kir_alibi_slope(heads, h) : 0.0f;
             for (int j = 0; j < len; j++) {
-                float s = dot(qh, kc + slots[j] * krow + kh * dk, dk) * scale;
+                const float *kj = kc + slots[j] * krow + kh * dk;
+                float s = (rk ? dot_round(qh, kj, dk, mt) : dot(qh, kj, dk)) * scale;
                 if (softcap > 0.0f) s = softcap * (float)tanh((double)(s / softcap));
                 if (alibi) s += slope * (float)(lo + j); /* the key's position */
                 score[j] = s;
@@ -782,11 +807,14 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
             memset(oh, 0, sizeof(float) * (size_t)dv);
             /* a half cache: p v on half operands, the exponentials rounded and the sum of the unrounded
              * ones dividing after; else p normalized first, in f32 */
-            if (half) round_to(kvt, score, (size_t)len);
+            if (half) round_to(mt, score, (size_t)len);
             for (int j = 0; j < len; j++) {
                 float p = half ? score[j] : (float)(score[j] / sum);
                 const float *vj = vc + slots[j] * vrow + kh * dv;
-                for (int64_t i = 0; i < dv; i++) oh[i] += p * vj[i];
+                if (rk)
+                    for (int64_t i = 0; i < dv; i++) oh[i] += p * round1(mt, vj[i]);
+                else
+                    for (int64_t i = 0; i < dv; i++) oh[i] += p * vj[i];
             }
             if (half)
                 for (int64_t i = 0; i < dv; i++) oh[i] = (float)(oh[i] / sum);

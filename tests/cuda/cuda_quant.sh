@@ -25,7 +25,14 @@ check() {
   case $name in
     kv-*) # a KV cache of codes: each layer's write a kernel of its own, attention on the codes
       expect_same "$name: the layers' writes of codes (one kernel text)" 1 "$(cat "$d"/src/*.cu | grep -c 'kcu_kv_put_row<DK>')"
-      expect_same "$name: attention over codes (one kernel text)" 1 "$(cat "$d"/src/*.cu | grep -c '^        table_off, tables, block_size, .*, ks, vs);')" ;;
+      # the attention kernel's calls with the scales: kcu_attention_kernel (exact), or kcu_flash_decode and
+      # kcu_flash_attention's two plans (fast precision: the tensor cores stage the codes times their scales)
+      case $name in *fast) calls=3 ;; *) calls=1 ;; esac
+      expect_same "$name: attention over codes" $calls "$(cat "$d"/src/*.cu | grep -cE '^        [a-z].*, ks, vs\);$')"
+      case $name in
+        *fast) expect_same "$name: kcu_flash_attention and kcu_flash_decode over codes" 3 \
+                 "$(cat "$d"/src/*.cu | grep -cE '^ +kcu_flash_(attention|decode)<.*kcu_kv_(i8|e4m3)')" ;;
+      esac ;;
     *)
       expect_same "$name: kcu_matmul_q in every matmul kernel but the lm_head's" 8 "$(cat "$d"/src/*.cu | grep -c '^    kcu_matmul_q<')" ;;
   esac
@@ -63,10 +70,14 @@ check w8a8-f32 1e-3 --quant w8a8
 check fp8-bf16-fast 0.08 --quant fp8 --dtype bf16
 check w8a8-bf16-fast 0.05 --quant w8a8 --dtype bf16
 # a KV cache of int8 or fp8 codes (--kv-dtype): each (position, KV head) row's codes and scale written by a warp
-# (the row's amax, as the interpreter's kir_kv_round), attention reading codes times scale; the same values in
-# the cache as the interpreter's, so the tolerances of the weights alone (measured here: int8 f32 4.7e-7, fp8
-# f32 4.2e-7, int8 bf16 fast 5.7e-4, fp8 bf16 fast 1.6e-4)
-check kv-int8-f32 1e-5 --kv-dtype int8
+# (the row's amax, as the interpreter's kir_kv_round), attention reading codes times scale (exact precision:
+# kcu_attention_kernel in f32; fast: the tensor-core kernels, each value rounded to bf16 as it is staged, as the
+# interpreter models it); the same values in the cache as the interpreter's, so the tolerances of the weights
+# alone, but for a k or v element that the GPU's other summation order puts across a code boundary: that code
+# moves a whole step (int8: 1/127 of its row's amax), and every later row that attends to it moves ~1e-3 (measured
+# here with this prompt: int8 f32 4.7e-7; fp8 bf16 fast 1.3e-3, int8 bf16 fast 2.1e-3, each from position 16 on;
+# a 12-token prompt on the decode kernels: int8 f32 1.4e-3 from position 6 on, fading to 1e-5 by position 20)
+check kv-int8-f32 5e-3 --kv-dtype int8
 check kv-fp8-bf16-fast 0.0156 --kv-dtype fp8 --dtype bf16
 check kv-int8-w4a16-bf16-fast 0.0156 --kv-dtype int8 --quant w4a16 --dtype bf16
 # forked sequences (copy-on-write of a shared, half-full block: the codes and their scales) against the interpreter
