@@ -648,9 +648,15 @@ static void check_kv_dtype(kir_verifier *c)
         const kir_attr *a = kir_get(g, (kir_val)i, "kv_dtype");
         if (a && (a->kind != KIR_ATTR_STR || kir_word_lookup(KIR_SET_KV_DTYPE, a->u.s) == KIR_WORD_COUNT))
             continue; /* check_attrs reported it */
-        if (first == KIR_NONE)
-            first = (kir_val)i;
-        else if (kir_kv_dtype(g, (kir_val)i) != kir_kv_dtype(g, first))
+        if (first == KIR_NONE) first = (kir_val)i;
+        /* v_in_k: v is each head's first dims of k (passes/share_kv.c proves it): as many heads, no more dims */
+        const kir_val ki = g->nodes[i].in[op == KIR_OP_ATTENTION ? 1 : 0], vi = g->nodes[i].in[op == KIR_OP_ATTENTION ? 2 : 1];
+        const kir_node *kn = ki < i ? &g->nodes[ki] : NULL, *vn = vi < i ? &g->nodes[vi] : NULL;
+        if (kir_attr_int(g, (kir_val)i, op == KIR_OP_ATTENTION ? KIR_A_ATTENTION_V_IN_K : KIR_A_KV_WRITE_V_IN_K) && kn &&
+            vn && kn->ndim == 3 && vn->ndim == 3 && (vn->dims[1] != kn->dims[1] || vn->dims[2] > kn->dims[2]))
+            node_error(c, (kir_val)i, "v_in_k=1, but v [T,%lld,%lld] is not the first dims of each head of k [T,%lld,%lld]",
+                       (long long)vn->dims[1], (long long)vn->dims[2], (long long)kn->dims[1], (long long)kn->dims[2]);
+        if (first != (kir_val)i && kir_kv_dtype(g, (kir_val)i) != kir_kv_dtype(g, first))
             node_error(c, (kir_val)i, "kv_dtype=%s, but node %%%u stores the KV cache as %s: the cache has one dtype",
                        kir_dtype_name(kir_kv_dtype(g, (kir_val)i)), (unsigned)first,
                        kir_dtype_name(kir_kv_dtype(g, first)));

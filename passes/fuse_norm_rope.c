@@ -16,7 +16,8 @@
  *   one group (q's norm and rotation, k's, and the write of k and v into the cache: one kernel), when
  *   the nodes between them can be ordered around it.
  * Does not: join a layer_norm, a norm read by more than the rope, a norm over the whole q row
- *   (OLMo 2's, reshaped before its rope), or a kv_write of int8/fp8 codes (quantize_kv's).
+ *   (OLMo 2's, reshaped before its rope), or a kv_write of int8/fp8 codes (quantize_kv's) or of K alone
+ *   (share_kv's v_in_k).
  */
 #include <stdlib.h>
 
@@ -64,7 +65,7 @@ static size_t join_q_k(kir_graph **gp)
         const kir_node *wn = kir_node_at(g, w);
         if (wn->op != KIR_OP_KV_WRITE || kp_group_of(g, w) >= 0) continue;
         /* a write of codes (quantize_kv) stays a kernel of its own: its scale is a row's amax */
-        if (kir_dtype_is_quantized(kir_kv_dtype(g, w))) continue;
+        if (kir_dtype_is_quantized(kir_kv_dtype(g, w)) || kir_attr_int(g, w, KIR_A_KV_WRITE_V_IN_K)) continue;
         const kir_val rk = wn->in[0], nq = pair_norm(g, rq), nk = pair_norm(g, rk);
         if (nq == KIR_NONE || nk == KIR_NONE || nq == nk) continue;
         if (kir_node_at(g, nq)->dims[2] != kir_node_at(g, nk)->dims[2]) continue;

@@ -6,6 +6,8 @@
  *  - sibling matmuls merge first, so that a norm feeding Q, K and V has one
  *    consumer left and can become the merged matmul's prologue;
  *  - quantization after the merge, so a merged weight is quantized once;
+ *  - an attention whose V is part of its K shares its cache rows first, so
+ *    that the kv_write split off it writes K alone;
  *  - kv_write is split off attention before the epilogues grow, so that the
  *    QKV kernel writes the cache and attention only reads it;
  *  - epilogues before prologues: a prologue norm joins the group its matmul
@@ -33,6 +35,8 @@ const kp_pass kp_passes[] = {
     {"fuse_sibling_matmuls", "matmuls that share an input become one over a concatenated weight, then slices",
      kp_fuse_sibling_matmuls},
     {"quantize", "matmuls over float weights become matmuls over quantized codes and scales (--quant)", kp_quantize},
+    {"share_kv", "an attention whose v is each head's first dims of its k keeps K alone in the cache (v_in_k)",
+     kp_share_kv},
     {"split_kv_write", "attention's KV-cache write becomes a kv_write node; attention only reads",
      kp_split_kv_write},
     {"fuse_epilogues", "a matmul and the elementwise, view and kv_write nodes after it become one kernel",

@@ -128,6 +128,7 @@ int kp_fuse_add_norm(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks
 int kp_eliminate_dead_nodes(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d); /* passes/eliminate_dead_nodes.c */
 int kp_lower_precision(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);      /* passes/lower_precision.c */
 int kp_quantize_kv(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);           /* passes/quantize_kv.c */
+int kp_share_kv(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);              /* passes/share_kv.c */
 int kp_fuse_rows(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);            /* passes/fuse_rows.c */
 int kp_fuse_norm_rope(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d);       /* passes/fuse_norm_rope.c */
 int kp_plan_memory_pass(kir_graph **g, const kp_options *opt, kp_pass_stats *st, ks_diag *d); /* passes/plan_memory.c */

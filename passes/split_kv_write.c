@@ -6,7 +6,8 @@
  *   (write_kv absent or 1) becomes
  *       %w = kv_write(k, v) {layer=L}                 right after k and v are both defined
  *       attention(q, %w, v[, sinks]) {…, write_kv=0}  where it was
- *   both at the attention's location. kv_write's value is k, so the
+ *   both at the attention's location (the write v_in_k where the attention
+ *   is: it stores K alone). kv_write's value is k, so the
  *   attention depends on the write; the step computes the same values and
  *   writes the same cache rows, before the attention reads them. Placed
  *   early, the write can join the kernel that computes k and v
@@ -62,12 +63,14 @@ int kp_split_kv_write(kir_graph **gp, const kp_options *opt, kp_pass_stats *st, 
             for (kir_val a = after[v]; a != KIR_NONE; a = next[a]) {
                 const kir_node *att = kir_node_at(g, a);
                 kir_val in[2] = {rw.map[att->in[1]], rw.map[att->in[2]]};
-                kir_setting set[2] = {KIR_WITH_INT(KIR_A_KV_WRITE_LAYER, kir_attr_int(g, a, KIR_A_ATTENTION_LAYER))};
+                kir_setting set[3] = {KIR_WITH_INT(KIR_A_KV_WRITE_LAYER, kir_attr_int(g, a, KIR_A_ATTENTION_LAYER))};
+                int n_set = 1;
+                /* V in K's rows (share_kv): the write stores K alone */
+                if (kir_attr_int(g, a, KIR_A_ATTENTION_V_IN_K)) set[n_set++] = KIR_WITH_INT(KIR_A_KV_WRITE_V_IN_K, 1);
                 /* inside a group's run the write joins the group, which stays contiguous */
                 int64_t id = kp_group_of(g, v);
-                int joins = id >= 0 && v + 1 < n && kp_group_of(g, v + 1) == id;
-                if (joins) set[1] = KIR_WITH_INT(KIR_A_ANY_FUSE, id);
-                write[a] = kp_rw_build(&rw, KIR_OP_KV_WRITE, att->loc, in, 2, set, 1 + joins);
+                if (id >= 0 && v + 1 < n && kp_group_of(g, v + 1) == id) set[n_set++] = KIR_WITH_INT(KIR_A_ANY_FUSE, id);
+                write[a] = kp_rw_build(&rw, KIR_OP_KV_WRITE, att->loc, in, 2, set, n_set);
             }
         }
         free(write);

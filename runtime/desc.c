@@ -46,6 +46,17 @@ int krt_desc_kv_operands(const kir_node *n, kir_val *k, kir_val *v)
     return 0;
 }
 
+krt_kv_layer krt_desc_kv_layer_of(const kir_graph *g, kir_val v)
+{
+    kir_val k = KIR_NONE, val = KIR_NONE;
+    KS_ASSERT(krt_desc_kv_operands(&g->nodes[v], &k, &val));
+    const kir_node *kn = &g->nodes[k], *vn = &g->nodes[val];
+    /* V in K's rows (v_in_k, passes/share_kv.c): the layer stores no V */
+    const int v_in_k = kir_attr_int(g, v, g->nodes[v].op == KIR_OP_ATTENTION ? KIR_A_ATTENTION_V_IN_K
+                                                                              : KIR_A_KV_WRITE_V_IN_K) != 0;
+    return (krt_kv_layer){(int)kn->dims[1], (int)kn->dims[2], v_in_k ? 0 : (int)vn->dims[2]};
+}
+
 static int describe_kv(krt_desc *desc, const char *what, ks_diag *d)
 {
     const kir_graph *g = desc->graph;
@@ -71,8 +82,7 @@ static int describe_kv(krt_desc *desc, const char *what, ks_diag *d)
         if (!krt_desc_kv_operands(&g->nodes[v], &k, &val)) continue;
         int64_t l = kir_attr_int(g, (kir_val)v, KIR_A_ATTENTION_LAYER);
         if (l < 0 || l >= n || desc->kv_layers[l].kv_heads != 0) continue; /* the first one decides */
-        const kir_node *kn = &g->nodes[k], *vn = &g->nodes[val];
-        desc->kv_layers[l] = (krt_kv_layer){(int)kn->dims[1], (int)kn->dims[2], (int)vn->dims[2]};
+        desc->kv_layers[l] = krt_desc_kv_layer_of(g, (kir_val)v);
     }
     return 0;
 }

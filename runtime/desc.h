@@ -76,6 +76,10 @@ void krt_desc_free(krt_desc *desc);
 /* The K and V operands of a node that writes or reads the KV cache
  * (ATTENTION, KV_WRITE) into *k and *v: 1; 0 for other nodes. */
 int krt_desc_kv_operands(const kir_node *n, kir_val *k, kir_val *v);
+/* The KV-cache layer that such a node v of g needs: its K heads and dims, and its V dims (0 where V
+ * is read from the K rows: v_in_k). The one definition the description's layers and the backends'
+ * checks share. */
+krt_kv_layer krt_desc_kv_layer_of(const kir_graph *g, kir_val v);
 
 /* 1 when id is one of the description's end-of-sequence ids. */
 int krt_desc_is_eos(const krt_desc *desc, int32_t id);

@@ -1008,9 +1008,11 @@ static int emit_nodes(kcu_gen *x)
             const kir_fusion_class fc = kir_op_table[g->nodes[members[i]].op].fusion;
             rows &= fc == KIR_FUSE_ROW || fc == KIR_FUSE_ELEMWISE;
         }
-        /* a kv_write of int8/fp8 codes (quantize_kv leaves it in no group; an edited IR may not): node by node */
+        /* a kv_write of int8/fp8 codes (quantize_kv leaves it in no group; an edited IR may not) or of K alone
+         * (v_in_k): its own kernel (kcu_emit_kv_write_kernel), so node by node */
         for (int i = 0; i < count; i++)
-            if (g->nodes[members[i]].op == KIR_OP_KV_WRITE && kir_dtype_is_quantized(kir_kv_dtype(g, members[i])))
+            if (g->nodes[members[i]].op == KIR_OP_KV_WRITE &&
+                (kir_dtype_is_quantized(kir_kv_dtype(g, members[i])) || kir_attr_int(g, members[i], KIR_A_KV_WRITE_V_IN_K)))
                 consecutive = 0;
         const int norm_rope = count >= 2 && g->nodes[members[0]].op == KIR_OP_RMS_NORM &&
                               g->nodes[members[1]].op == KIR_OP_ROPE; /* and maybe k's pair and the kv_write */

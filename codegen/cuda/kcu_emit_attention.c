@@ -29,6 +29,12 @@ enum { ATT_WARPS = 8, ATT_FLASH_T = 32 };
  * cluster size. */
 enum { ATT_SPLIT = 8 };
 
+/* Whether attention or kv_write v reads V from the K rows (v_in_k, passes/share_kv.c): the cache holds K alone. */
+static int v_in_k(const kcu_gen *x, kir_val v)
+{
+    return kir_attr_int(x->g, v, x->g->nodes[v].op == KIR_OP_ATTENTION ? KIR_A_ATTENTION_V_IN_K : KIR_A_KV_WRITE_V_IN_K) != 0;
+}
+
 /* Whether node v's KV cache holds int8 or fp8 codes (--kv-dtype), each row with a scale. */
 static int kv_codes(const kcu_gen *x, kir_val v)
 {
@@ -44,13 +50,6 @@ static const char *kv_elem_type(const kcu_gen *x, kir_val v)
     return t == KIR_I8 ? "kcu_kv_i8" : t == KIR_F8E4M3 ? "kcu_kv_e4m3" : kcu_elem_type(t);
 }
 
-/* A cache of codes' scales, the kernel's ks and vs: [slots, KH] floats of layer `layer`. */
-static void add_scale_params(kcu_gen *x, krt_cuda_kernel *k, int64_t layer, int writes)
-{
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_KS, layer, writes ? "float *__restrict__ ks" : "const float *__restrict__ ks");
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_VS, layer, writes ? "float *__restrict__ vs" : "const float *__restrict__ vs");
-}
-
 enum { KV_CODE_WARPS = 8 };
 /* The write of a step's K and V rows as codes (kv_codes): a warp a (token, K or V, kv head) row,
  * kcu_kv_put_row (the row's amax, its scale, its codes), KV_CODE_WARPS rows a block. */
@@ -58,31 +57,37 @@ static void emit_kv_write_codes(kcu_gen *x, kir_val v, const char *suffix, kir_v
 {
     const kir_node *kn = &x->g->nodes[kv], *vn = &x->g->nodes[vv];
     const int64_t kh = kn->dims[1], dk = kn->dims[2], dv = vn->dims[2];
+    const int vik = v_in_k(x, v), sides = vik ? 1 : 2; /* V in the K rows: K's alone */
     krt_cuda_kernel *k = kcu_kernel_new(x, v, 32 * KV_CODE_WARPS);
-    kcu_kernel_grid(k, 0, 2 * kh, 0, KV_CODE_WARPS);
+    kcu_kernel_grid(k, 0, sides * kh, 0, KV_CODE_WARPS);
     kcu_param_in(x, k, kv, "k");
-    kcu_param_in(x, k, vv, "v");
+    if (!vik) kcu_param_in(x, k, vv, "v");
     char decl[64];
     snprintf(decl, sizeof decl, "%s *__restrict__ kc", kv_elem_type(x, v));
     kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, decl);
-    snprintf(decl, sizeof decl, "%s *__restrict__ vc", kv_elem_type(x, v));
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
-    add_scale_params(x, k, layer, 1);
+    if (!vik) {
+        snprintf(decl, sizeof decl, "%s *__restrict__ vc", kv_elem_type(x, v));
+        kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
+    }
+    kcu_add_param(x, k, KRT_CUDA_ARG_KV_KS, layer, "float *__restrict__ ks");
+    if (!vik) kcu_add_param(x, k, KRT_CUDA_ARG_KV_VS, layer, "float *__restrict__ vs");
     kcu_add_param(x, k, KRT_CUDA_ARG_SLOTS, 0, "const int *__restrict__ slots");
     kcu_open_body(x, k, "K and V rows of the step into a layer of the KV cache as codes (kc, vc) and a scale a row "
                         "(ks, vs), at each token's slot: a warp a (token, K or V, head) row");
     ks_buf_printf(&x->body,
-                  "    enum { KH = %lld, DK = %lld, DV = %lld, W = %d };\n"
+                  "    enum { KH = %lld, DK = %lld, DV = %lld, W = %d, SIDES = %d };\n"
                   "    const long long r = (long long)blockIdx.x * W + threadIdx.x / 32;\n"
-                  "    if (r >= (long long)T * 2 * KH) return;\n"
-                  "    const long long t = r / (2 * KH), slot = slots[t];\n"
-                  "    const int j = (int)(r %% (2 * KH)), h = j %% KH, lane = threadIdx.x %% 32;\n"
+                  "    if (r >= (long long)T * SIDES * KH) return;\n"
+                  "    const long long t = r / (SIDES * KH), slot = slots[t];\n"
+                  "    const int j = (int)(r %% (SIDES * KH)), h = j %% KH, lane = threadIdx.x %% 32;\n"
                   "    if (j < KH)\n"
-                  "        kcu_kv_put_row<DK>(k + (t * KH + h) * DK, kc + (slot * KH + h) * DK, ks + slot * KH + h, lane);\n"
-                  "    else\n"
-                  "        kcu_kv_put_row<DV>(v + (t * KH + h) * DV, vc + (slot * KH + h) * DV, vs + slot * KH + h, lane);\n"
-                  "}\n",
-                  (long long)kh, (long long)dk, (long long)dv, KV_CODE_WARPS);
+                  "        kcu_kv_put_row<DK>(k + (t * KH + h) * DK, kc + (slot * KH + h) * DK, ks + slot * KH + h, lane);\n",
+                  (long long)kh, (long long)dk, (long long)dv, KV_CODE_WARPS, sides);
+    if (!vik)
+        ks_buf_puts(&x->body,
+                    "    else\n"
+                    "        kcu_kv_put_row<DV>(v + (t * KH + h) * DV, vc + (slot * KH + h) * DV, vs + slot * KH + h, lane);\n");
+    ks_buf_puts(&x->body, "}\n");
     kcu_kernel_end(x, k, suffix);
 }
 
@@ -96,16 +101,20 @@ void kcu_emit_kv_write_kernel(kcu_gen *x, kir_val v, const char *suffix, kir_val
         return;
     }
     const kir_node *kn = &x->g->nodes[kv], *vn = &x->g->nodes[vv];
-    int64_t krow = kir_row_elems(kn), vrow = kir_row_elems(vn);
+    /* V in the K rows (v_in_k): K's rows alone */
+    const int vik = v_in_k(x, v);
+    int64_t krow = kir_row_elems(kn), vrow = vik ? 0 : kir_row_elems(vn);
     krt_cuda_kernel *k = kcu_elementwise_kernel(x, v, krow + vrow);
     kcu_param_in(x, k, kv, "k");
-    kcu_param_in(x, k, vv, "v");
+    if (!vik) kcu_param_in(x, k, vv, "v");
     kir_dtype ct = kir_kv_dtype(x->g, v);
     char decl[64];
     snprintf(decl, sizeof decl, "%s *__restrict__ kc", kcu_elem_type(ct));
     kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, decl);
-    snprintf(decl, sizeof decl, "%s *__restrict__ vc", kcu_elem_type(ct));
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
+    if (!vik) {
+        snprintf(decl, sizeof decl, "%s *__restrict__ vc", kcu_elem_type(ct));
+        kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
+    }
     kcu_add_param(x, k, KRT_CUDA_ARG_SLOTS, 0, "const int *__restrict__ slots");
     kcu_open_body(x, k, "K and V rows of the step into a layer of the KV cache (kc, vc), at each token's slot");
     kcu_elementwise_prologue(x, krow + vrow);
@@ -117,9 +126,11 @@ void kcu_emit_kv_write_kernel(kcu_gen *x, kir_val v, const char *suffix, kir_val
     char val[64];
     snprintf(val, sizeof val, "%sk[t * KROW + e]%s", kcu_ld(kn->dtype), kcu_ld_end(kn->dtype));
     kcu_put_store(&x->body, ct, "        ", "kc[slot * KROW + e]", val);
-    ks_buf_puts(&x->body, "    else\n");
-    snprintf(val, sizeof val, "%sv[t * VROW + e - KROW]%s", kcu_ld(vn->dtype), kcu_ld_end(vn->dtype));
-    kcu_put_store(&x->body, ct, "        ", "vc[slot * VROW + e - KROW]", val);
+    if (!vik) {
+        ks_buf_puts(&x->body, "    else\n");
+        snprintf(val, sizeof val, "%sv[t * VROW + e - KROW]%s", kcu_ld(vn->dtype), kcu_ld_end(vn->dtype));
+        kcu_put_store(&x->body, ct, "        ", "vc[slot * VROW + e - KROW]", val);
+    }
     ks_buf_puts(&x->body, "}\n");
     kcu_kernel_end(x, k, suffix);
 }
@@ -528,8 +539,11 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
      * them; exact precision over codes keeps kcu_attention_kernel (codes times scale, in f32) */
     const int codes = kv_codes(x, v);
     const int half_q = qn->dtype == KIR_BF16 || qn->dtype == KIR_F16;
-    int flash = use_flash_prefill(x, v, codes ? half_q || x->opt.flash_prefill
-                                              : kir_kv_dtype(g, v) != KIR_F32 || x->opt.flash_prefill);
+    /* V in the K rows (v_in_k: latent attention, whose heads of 576 dims the tensor-core kernels do not take
+     * anyway) is read by kcu_attention_kernel alone */
+    const int vik = v_in_k(x, v);
+    int flash = !vik && use_flash_prefill(x, v, codes ? half_q || x->opt.flash_prefill
+                                                      : kir_kv_dtype(g, v) != KIR_F32 || x->opt.flash_prefill);
     int g90 = 0;              /* the sm_90a cubin's prefill is kcu_flash90 */
     kcu_flash90_plan f9 = {0}; /* its plan */
     krt_cuda_kernel *k = kcu_kernel_new(x, v, flash ? 32 * ATT_WARPS : 32 * a.nw);
@@ -541,7 +555,7 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     char call_end[96];
     snprintf(call_end, sizeof call_end, "%s%s%s);\n",
              alibi ? ", " NAME_MARK "_alibi" : has_sinks || codes ? ", nullptr" : "",
-             has_sinks ? ", sinks" : codes ? ", (const float *)nullptr" : "", codes ? ", ks, vs" : "");
+             has_sinks ? ", sinks" : codes ? ", (const float *)nullptr" : "", codes ? (vik ? ", ks, ks" : ", ks, vs") : "");
     if (alibi) { /* the heads' slopes, as the interpreter computes them */
         float *slopes = ks_xmalloc(sizeof(float) * (size_t)heads);
         for (int64_t h = 0; h < heads; h++) slopes[h] = kir_alibi_slope(heads, h);
@@ -558,9 +572,14 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     char decl[64];
     snprintf(decl, sizeof decl, "const %s *__restrict__ kc", kv_elem_type(x, v));
     kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, decl);
-    snprintf(decl, sizeof decl, "const %s *__restrict__ vc", kv_elem_type(x, v));
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
-    if (codes) add_scale_params(x, k, layer, 0);
+    if (!vik) {
+        snprintf(decl, sizeof decl, "const %s *__restrict__ vc", kv_elem_type(x, v));
+        kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
+    }
+    if (codes) {
+        kcu_add_param(x, k, KRT_CUDA_ARG_KV_KS, layer, "const float *__restrict__ ks");
+        if (!vik) kcu_add_param(x, k, KRT_CUDA_ARG_KV_VS, layer, "const float *__restrict__ vs");
+    }
     kcu_param_out(x, k, v);
     kcu_add_param(x, k, KRT_CUDA_ARG_POSITIONS, 0, "const int *__restrict__ positions");
     kcu_add_param(x, k, KRT_CUDA_ARG_TABLE_OFF, 0, "const int *__restrict__ table_off");
@@ -590,10 +609,10 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
         k->smem = fd.smem;
     } else {
         ks_buf_printf(&x->body,
-                      "    kcu_attention_kernel<%lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %lld, %lld>(T, q, kc, vc, out, "
+                      "    kcu_attention_kernel<%lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %lld, %lld%s>(T, q, kc, %s, out, "
                       "positions,\n        table_off, tables, block_size, ",
                       (long long)heads, (long long)kv_heads, (long long)dk, (long long)dv, a.hbw, a.pw, a.p1, a.nw,
-                      ATT_SPLIT, (long long)window, (long long)kcu_decode_t(x));
+                      ATT_SPLIT, (long long)window, (long long)kcu_decode_t(x), vik ? ", 1" : "", vik ? "kc" : "vc");
     }
     kcu_put_float(&x->body, scale);
     ks_buf_puts(&x->body, ", ");

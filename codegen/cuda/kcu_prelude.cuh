@@ -3201,9 +3201,10 @@ template <> struct kcu_log2<1> {
 
 /* The K and V rows of positions [p0, p0 + n) of a sequence (slots through its block table;
  * first is table[p0 / block_size], read ahead by the caller), this lane's dims of each
- * (kcu_attention's layout), into kr and vr; rows from n on are zeros (n <= 0: all). The loads
+ * (kcu_attention's layout; VROW elements from a slot's V row to the next: KH DV, or KH DK where V
+ * is read from the K rows), into kr and vr; rows from n on are zeros (n <= 0: all). The loads
  * are all issued before any is used. */
-template <int KH, int DK, int DV, int P, int VK, int CK, int VV, int CV, typename C>
+template <int KH, int DK, int DV, int P, int VK, int CK, int VV, int CV, int VROW, typename C>
 static __device__ __forceinline__ void kcu_att_rows(const C *__restrict__ kbase, const C *__restrict__ vbase,
                                                     const int *__restrict__ table, const int block_size,
                                                     const int p0, const int n, const int first, const int lane,
@@ -3232,7 +3233,7 @@ static __device__ __forceinline__ void kcu_att_rows(const C *__restrict__ kbase,
 #pragma unroll
             for (int c = 0; c < CV; c++)
                 if ((c * 32 + lane) * VV < DV)
-                    kcu_kv_load<VV, C>::load(vbase + slot * (KH * DV) + (c * 32 + lane) * VV, &vr[j][c * VV]);
+                    kcu_kv_load<VV, C>::load(vbase + slot * VROW + (c * 32 + lane) * VV, &vr[j][c * VV]);
             if constexpr (kcu_kv_codes<C>::V) { /* codes: times their row's scale (ksb, vsb: the kv head's) */
                 const float sk = ksb[slot * KH], sv = vsb[slot * KH];
 #pragma unroll
@@ -3252,8 +3253,8 @@ static __device__ __forceinline__ void kcu_att_rows(const C *__restrict__ kbase,
  * out [T, H, DV]. P positions a warp step, P * HB <= 32, all powers of two. Q, C, O: the
  * elements of q, of the cache and of out (f32, or a half type: read as f32, out rounded).
  */
-template <int H, int KH, int DK, int DV, int HB, int P, int NW, int S, int WINDOW, typename Q, typename C, typename O,
-          typename SK = float>
+template <int H, int KH, int DK, int DV, int HB, int P, int NW, int S, int WINDOW, int VIK, typename Q, typename C,
+          typename O, typename SK = float>
 static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, const C *__restrict__ kc,
                                                      const C *__restrict__ vc, O *__restrict__ out,
                                                      const int *__restrict__ positions,
@@ -3269,7 +3270,7 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
         GROUP = H / KH,
         VK = DK % 4 == 0 && DK >= 128 ? 4 : 1, /* floats a lane loads at once from a K row */
         CK = (DK / VK + 31) / 32,              /* loads a lane makes of each K row */
-        VV = DV % 4 == 0 && DV >= 128 ? 4 : 1, /* the same for V rows */
+        VV = DV % 4 == 0 && DV >= 128 && (!VIK || DK % 4 == 0) ? 4 : 1, /* the same for V rows (in K's: aligned) */
         CV = (DV / VV + 31) / 32,
         NV = P * HB,  /* scores of a warp step: position j, head h is score j * HB + h */
         RL = 32 / NV, /* lanes that hold each score once reduced: lane l holds score l / RL */
@@ -3304,7 +3305,7 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
     if ((int)z >= split) return;
     const int vw = (int)z * NW + w, vwn = split * NW; /* this (virtual) warp, and how many */
     const int *table = tables + table_off[t];
-    const C *kbase = kc + kh * DK, *vbase = vc + kh * DV;
+    const C *kbase = kc + kh * DK, *vbase = vc + kh * (VIK ? DK : DV); /* VIK: V the first DV of each K row */
 
     /* the lane's dims of q: dims (c * 32 + lane) * VK + e */
     float qr[HB][CK * VK];
@@ -3335,7 +3336,8 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
         /* the next step's first block, read a step ahead: its latency overlaps this one */
         const int next = j0 + vwn * P < len ? table[(lo + j0 + vwn * P) / block_size] : 0;
         float kr[P][CK * VK], vr[P][CV * VV];
-        kcu_att_rows<KH, DK, DV, P, VK, CK, VV, CV>(kbase, vbase, table, block_size, lo + j0, n, first, lane, kr, vr,
+        kcu_att_rows<KH, DK, DV, P, VK, CK, VV, CV, KH *(VIK ? DK : DV)>(kbase, vbase, table, block_size, lo + j0, n,
+                                                                         first, lane, kr, vr,
                                                     ks ? ks + kh : nullptr, vs ? vs + kh : nullptr);
         first = next;
         /* the lane's part of each dot product, its dims in order */
@@ -3472,8 +3474,8 @@ static __device__ __forceinline__ void kcu_attention(const Q *__restrict__ q, co
  * whatever else the step holds (measured before WIDE_T: an f32 engine's sequence among 31 others
  * differed from alone by 3e-7, bench/RESULTS.md #11 step 1). */
 enum { KCU_ATT_WIDE = 128 };
-template <int H, int KH, int DK, int DV, int HBW, int PW, int P1, int NW, int S, int WINDOW, int WIDE_T, typename Q,
-          typename C, typename O, typename SK = float>
+template <int H, int KH, int DK, int DV, int HBW, int PW, int P1, int NW, int S, int WINDOW, int WIDE_T, int VIK = 0,
+          typename Q, typename C, typename O, typename SK = float>
 static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q *__restrict__ q,
                                                             const C *__restrict__ kc, const C *__restrict__ vc,
                                                             O *__restrict__ out, const int *__restrict__ positions,
@@ -3488,10 +3490,10 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
     if (!KCU_CLUSTERS && blockIdx.z > 0) return; /* no clusters: block z = 0 takes every position */
     if (HBW > 1 && T > WIDE_T && (long long)T * (H / HBW) >= KCU_ATT_WIDE) {
         if (blockIdx.y < H / HBW)
-            kcu_attention<H, KH, DK, DV, HBW, PW, NW, S, WINDOW>(q, kc, vc, out, positions, table_off, tables,
+            kcu_attention<H, KH, DK, DV, HBW, PW, NW, S, WINDOW, VIK>(q, kc, vc, out, positions, table_off, tables,
                                                                  block_size, scale, softcap, alibi, sinks, ks, vs);
     } else {
-        kcu_attention<H, KH, DK, DV, 1, P1, NW, S, WINDOW>(q, kc, vc, out, positions, table_off, tables, block_size,
+        kcu_attention<H, KH, DK, DV, 1, P1, NW, S, WINDOW, VIK>(q, kc, vc, out, positions, table_off, tables, block_size,
                                                            scale, softcap, alibi, sinks, ks, vs);
     }
 }

@@ -139,14 +139,13 @@ static int prepare_kv_node(krt_interp *it, kir_val v, ks_diag *d)
     if (layer < 0 || layer >= cfg->n_layers)
         return node_error(d, g, v, "layer %lld is not in the KV cache (it has %d layers)", (long long)layer,
                           cfg->n_layers);
-    const kir_node *k = &g->nodes[kv_k], *val = &g->nodes[kv_v];
-    const krt_kv_layer *kl = &cfg->layers[layer];
-    if (kl->kv_heads != k->dims[1] || kl->head_dim_k != k->dims[2] || kl->head_dim_v != val->dims[2])
+    const krt_kv_layer *kl = &cfg->layers[layer], need = krt_desc_kv_layer_of(g, v);
+    if (kl->kv_heads != need.kv_heads || kl->head_dim_k != need.head_dim_k || kl->head_dim_v != need.head_dim_v)
         return node_error(d, g, v,
-                          "layer %lld needs %lld KV heads of %lld (K) and %lld (V) elements; "
+                          "layer %lld needs %d KV heads of %d (K) and %d (V) elements; "
                           "the KV cache has %d, %d and %d",
-                          (long long)layer, (long long)k->dims[1], (long long)k->dims[2], (long long)val->dims[2],
-                          kl->kv_heads, kl->head_dim_k, kl->head_dim_v);
+                          (long long)layer, need.kv_heads, need.head_dim_k, need.head_dim_v, kl->kv_heads,
+                          kl->head_dim_k, kl->head_dim_v);
     it->has_attention = 1;
     return 0;
 }

@@ -697,16 +697,16 @@ static void round_to(kir_dtype t, float *p, size_t n)
 static void write_kv_rows(const krt_interp_exec *x, kir_val v, int layer, const float *k, const float *vv, int64_t krow,
                           int64_t vrow, int64_t kv_heads)
 {
-    float *kc = krt_kv_k(x->kv, layer), *vc = krt_kv_v(x->kv, layer);
+    float *kc = krt_kv_k(x->kv, layer), *vc = krt_kv_v(x->kv, layer); /* vc NULL: V in the K rows (v_in_k) */
     const krt_step *st = x->step;
     kir_dtype t = kir_kv_dtype(x->g, v);
     for (int64_t t_ = 0; t_ < x->n_tokens; t_++) {
         int64_t slot = krt_kv_slot(x->kv, st->seq_ids[t_], st->positions[t_]);
         memcpy(kc + slot * krow, k + t_ * krow, sizeof(float) * (size_t)krow);
-        memcpy(vc + slot * vrow, vv + t_ * vrow, sizeof(float) * (size_t)vrow);
+        if (vc) memcpy(vc + slot * vrow, vv + t_ * vrow, sizeof(float) * (size_t)vrow);
         for (int64_t h = 0; h < kv_heads; h++) {
             kir_kv_round(t, kc + slot * krow + h * (krow / kv_heads), krow / kv_heads);
-            kir_kv_round(t, vc + slot * vrow + h * (vrow / kv_heads), vrow / kv_heads);
+            if (vc) kir_kv_round(t, vc + slot * vrow + h * (vrow / kv_heads), vrow / kv_heads);
         }
     }
 }
@@ -751,6 +751,10 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
     int64_t window = kir_attr_int(x->g, v, KIR_A_ATTENTION_WINDOW);
     float softcap = (float)kir_attr_float(x->g, v, KIR_A_ATTENTION_SOFTCAP);
     float *kc = krt_kv_k(x->kv, layer), *vc = krt_kv_v(x->kv, layer);
+    /* V in the K rows (v_in_k, passes/share_kv.c): each head's first dv values of its K row */
+    const int v_in_k = kir_attr_int(x->g, v, KIR_A_ATTENTION_V_IN_K) != 0;
+    const int64_t vstride = v_in_k ? krow : vrow, vhead = v_in_k ? dk : dv;
+    if (v_in_k) vc = kc;
     const int alibi = kir_attr_int(x->g, v, KIR_A_ATTENTION_ALIBI) != 0;
     /* sinks: a logit a head that every row's softmax holds besides its positions', with no value (gpt-oss;
      * transformers puts it among the scores, the maximum over both) */
@@ -810,7 +814,7 @@ static void run_attention(const krt_interp_exec *x, kir_val v)
             if (half) round_to(mt, score, (size_t)len);
             for (int j = 0; j < len; j++) {
                 float p = half ? score[j] : (float)(score[j] / sum);
-                const float *vj = vc + slots[j] * vrow + kh * dv;
+                const float *vj = vc + slots[j] * vstride + kh * vhead;
                 if (rk)
                     for (int64_t i = 0; i < dv; i++) oh[i] += p * round1(mt, vj[i]);
                 else

@@ -87,8 +87,8 @@ static int check_config(const krt_kv_config *cfg, const char *who, ks_diag *d)
     for (int l = 0; l < cfg->n_layers; l++) {
         const krt_kv_layer *ly = &cfg->layers[l];
         /* A layer with no heads is a hole in the layer numbering: it stores nothing. */
-        if (ly->kv_heads < 0 || (ly->kv_heads > 0 && (ly->head_dim_k <= 0 || ly->head_dim_v <= 0))) {
-            ks_error(d, who, "layer %d: kv_heads, head_dim_k and head_dim_v must be positive (got %d, %d, %d)",
+        if (ly->kv_heads < 0 || (ly->kv_heads > 0 && (ly->head_dim_k <= 0 || ly->head_dim_v < 0))) {
+            ks_error(d, who, "layer %d: kv_heads and head_dim_k must be positive, head_dim_v not negative (got %d, %d, %d)",
                      l, ly->kv_heads, ly->head_dim_k, ly->head_dim_v);
             return -1;
         }
@@ -149,7 +149,8 @@ double krt_kv_block_bytes(const krt_kv_layer *layers, int n_layers, int block_si
     double per_pos = 0;
     for (int l = 0; l < n_layers; l++)
         per_pos += (double)layers[l].kv_heads *
-                   ((double)(layers[l].head_dim_k + layers[l].head_dim_v) * (double)elem_size + 2.0 * (double)scale_size);
+                   ((double)(layers[l].head_dim_k + layers[l].head_dim_v) * (double)elem_size +
+                    (layers[l].head_dim_v > 0 ? 2.0 : 1.0) * (double)scale_size);
     return per_pos * block_size;
 }
 
@@ -214,8 +215,10 @@ krt_kv *krt_kv_new_named(const krt_kv_config *cfg, const krt_kv_storage *storage
         kv->block_bytes_k[l] = block_bytes(cfg, ly->kv_heads, ly->head_dim_k);
         kv->block_bytes_v[l] = block_bytes(cfg, ly->kv_heads, ly->head_dim_v);
         const size_t sb = block_scale_bytes(cfg, ly->kv_heads); /* the codes' scales after them */
+        /* (a layer of head_dim_v 0 stores no V: its attention reads V from the K rows) */
         if (alloc_layer(kv, d, l, "K", kv->block_bytes_k[l] ? kv->block_bytes_k[l] + sb : 0, &kv->k[l]) != 0 ||
-            alloc_layer(kv, d, l, "V", kv->block_bytes_v[l] ? kv->block_bytes_v[l] + sb : 0, &kv->v[l]) != 0) {
+            (ly->head_dim_v > 0 &&
+             alloc_layer(kv, d, l, "V", kv->block_bytes_v[l] ? kv->block_bytes_v[l] + sb : 0, &kv->v[l]) != 0)) {
             krt_kv_free(kv);
             return NULL;
         }
@@ -289,11 +292,11 @@ static void copy_block(krt_kv *kv, int32_t dst, int32_t src)
         if (!kv->k[l]) continue;
         size_t bk = kv->block_bytes_k[l], bv = kv->block_bytes_v[l];
         kv->storage.copy(kv->storage.ctx, kv->k[l], (size_t)dst * bk, (size_t)src * bk, bk);
-        kv->storage.copy(kv->storage.ctx, kv->v[l], (size_t)dst * bv, (size_t)src * bv, bv);
+        if (kv->v[l]) kv->storage.copy(kv->storage.ctx, kv->v[l], (size_t)dst * bv, (size_t)src * bv, bv);
         const size_t sb = block_scale_bytes(&kv->cfg, kv->layers[l].kv_heads), nb = (size_t)kv->cfg.n_blocks;
         if (sb == 0) continue;
         kv->storage.copy(kv->storage.ctx, kv->k[l], nb * bk + (size_t)dst * sb, nb * bk + (size_t)src * sb, sb);
-        kv->storage.copy(kv->storage.ctx, kv->v[l], nb * bv + (size_t)dst * sb, nb * bv + (size_t)src * sb, sb);
+        if (kv->v[l]) kv->storage.copy(kv->storage.ctx, kv->v[l], nb * bv + (size_t)dst * sb, nb * bv + (size_t)src * sb, sb);
     }
 }
 

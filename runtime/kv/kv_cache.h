@@ -29,7 +29,7 @@
 typedef struct krt_kv_layer {
     int kv_heads;   /* heads of K and V */
     int head_dim_k; /* elements per K head */
-    int head_dim_v; /* elements per V head */
+    int head_dim_v; /* elements per V head; 0: no V storage (V read from the K rows: the IR's v_in_k) */
 } krt_kv_layer;
 
 typedef struct krt_kv_config {

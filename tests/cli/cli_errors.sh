@@ -53,14 +53,14 @@ expect_fail logits-dir "$work/out: error: is a directory; --logits-out names the
 echo > "$work/file"
 expect_fail dump-dir-file "$work/file: error: not a directory; --dump-dir names the folder the IR dumps go to" -- \
   "$KILN_BIN" build "$ts" -o "$work/x.engine" --dump-ir-after all --dump-dir "$work/file"
-expect_fail dump-unknown-pass "kiln: error: --dump-ir-after: unknown pass 'nosuch' (known: compiled, from-ir, fuse_sibling_matmuls, quantize, split_kv_write, fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes, lower_precision, quantize_kv, fuse_rows, fuse_norm_rope, plan_memory, all)" -- \
+expect_fail dump-unknown-pass "kiln: error: --dump-ir-after: unknown pass 'nosuch' (known: compiled, from-ir, fuse_sibling_matmuls, quantize, share_kv, split_kv_write, fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes, lower_precision, quantize_kv, fuse_rows, fuse_norm_rope, plan_memory, all)" -- \
   "$KILN_BIN" build "$ts" -o "$work/x.engine" --dump-ir-after fuse_epilogues,nosuch --dump-dir "$work/out"
 expect_fail precision-unknown "kiln: error: --precision quick: unknown precision (known: exact, fast)" -- \
   "$KILN_BIN" build "$ts" -o "$work/x.engine" --precision quick
 expect_fail precision-fast-f32 "kiln: error: --precision fast computes in the weights' half dtype, and these are f32: build with --dtype bf16 or f16, or --precision exact" -- \
   "$KILN_BIN" build "$ts" -o "$work/x.engine" --precision fast
 "$KILN_BIN" build "$ts" -o "$work/dumped.engine" --dump-ir-after compiled,fuse_epilogues,plan_memory --dump-dir "$work/dumps" \
-  && expect_same "dumps of known passes" "00-compiled.ir 04-fuse_epilogues.ir 12-plan_memory.ir" "$(ls "$work/dumps" | tr '\n' ' ' | sed 's/ $//')" \
+  && expect_same "dumps of known passes" "00-compiled.ir 05-fuse_epilogues.ir 13-plan_memory.ir" "$(ls "$work/dumps" | tr '\n' ' ' | sed 's/ $//')" \
   || { echo "FAIL: --dump-ir-after with known passes"; failures=$((failures+1)); }
 rm -rf "$work/dumps" "$work/dumped.engine"
 [ -z "$(ls -A "$work/out")" ] && passes=$((passes+1)) || { echo "FAIL: files in $work/out"; failures=$((failures+1)); }

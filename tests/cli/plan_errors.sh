@@ -8,7 +8,7 @@ ts="$KILN_SHARED/models/tinystories-656k"
 "$KILN_BIN" build "$ts" -o "$work/good.engine" --dump-ir-after all --dump-dir "$work/dumps" ||
   { echo "FAIL: build"; exit 1; }
 last=$(ls "$work/dumps"/*.ir | tail -1)
-expect_same "the last dump holds the plan" "12-plan_memory.ir" "$(basename "$last")"
+expect_same "the last dump holds the plan" "13-plan_memory.ir" "$(basename "$last")"
 
 # field N KEY: the int attribute KEY of node %N in the dump; loc N: its source place
 field() { sed -n "s/^%$1 .*[{ ]$2=\([0-9]*\).*/\1/p" "$last"; }

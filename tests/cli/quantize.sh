@@ -21,7 +21,7 @@ expect_same "w4a16: zero points" 1 "$(grep -c '^%[0-9]* *: u8\[256,1\] = weight(
 expect_same "w4a16: quantized matmuls" 8 "$(grep -c '= matmul(%[0-9]*, %[0-9]*, %[0-9]*, %[0-9]*) {quant="w4a16"}' "$ir")"
 expect_same "w4a16: the lm_head stays f32" 1 "$(grep -c '= matmul(%[0-9]*, %[0-9]*) @' "$ir")"
 # the last dump (planned, fused) builds again to an engine with the same logits
-"$KILN_BIN" build "$ts" --from-ir "$work/dump/12-plan_memory.ir" -o "$work/w4-again.engine" 2>/dev/null \
+"$KILN_BIN" build "$ts" --from-ir "$work/dump/13-plan_memory.ir" -o "$work/w4-again.engine" 2>/dev/null \
   || { echo "FAIL: --from-ir of the quantized dump"; failures=$((failures+1)); }
 "$KILN_BIN" run "$work/w4.engine" --ids 1,415,204,263 -n 0 --logits-out "$work/a.bin" >/dev/null 2>&1
 "$KILN_BIN" run "$work/w4-again.engine" --ids 1,415,204,263 -n 0 --logits-out "$work/b.bin" >/dev/null 2>&1
@@ -95,12 +95,12 @@ gate "fp8 GPTQ --calib" 0.01 --quant fp8 --calib "$data/tinystories_calib.txt"
 gate "KV int8" 0.001 --kv-dtype int8
 gate "KV fp8" 0.01 --kv-dtype fp8
 "$KILN_BIN" build "$ts" -o "$work/kv.engine" --kv-dtype int8 --dump-ir-after quantize_kv --dump-dir "$work/d4" 2>/dev/null
-expect_same "--kv-dtype int8: 2 attention, 2 kv_write on i8" 4 "$(grep -cE '= (attention|kv_write)\(.*kv_dtype="i8"' "$work/d4/09-quantize_kv.ir")"
+expect_same "--kv-dtype int8: 2 attention, 2 kv_write on i8" 4 "$(grep -cE '= (attention|kv_write)\(.*kv_dtype="i8"' "$work/d4/10-quantize_kv.ir")"
 # a write of codes is a kernel of its own (its scale is a head row's amax): out of the q,k,v matmul's group,
 # right after it
-expect_same "--kv-dtype int8: kv_write in no group" 0 "$(grep -cE '= kv_write\(.*fuse=' "$work/d4/09-quantize_kv.ir")"
+expect_same "--kv-dtype int8: kv_write in no group" 0 "$(grep -cE '= kv_write\(.*fuse=' "$work/d4/10-quantize_kv.ir")"
 expect_same "--kv-dtype int8: kv_write after the group" 2 \
-  "$(grep -B1 -E '= kv_write\(' "$work/d4/09-quantize_kv.ir" | grep -cE '= rope\(.*fuse=')"
+  "$(grep -B1 -E '= kv_write\(' "$work/d4/10-quantize_kv.ir" | grep -cE '= rope\(.*fuse=')"
 # GPTQ beats round to nearest on the held-out text
 kl() { "$KILN_BIN" quant-check "$1" --reference "$work/f32.engine" --text "$eval_text" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['mean_kl'])"; }
 "$KILN_BIN" build "$ts" -o "$work/rtn.engine" --quant w4a16 2>/dev/null
@@ -125,7 +125,7 @@ gate "w8a8 SmoothQuant --calib" 0.01 --quant w8a8 "${calib[@]}"
 expect_same "smoothquant: the gains over s" 4 "$(grep -c '= weight() {name="[a-z_]*\[[01]\]#smooth", derive="smooth", sources="[a-z_]*\[[01]\]", rows=\[128\], smooth_of="w[a-z]\[[01]\]+w' "$work/d5/02-quantize.ir")"
 expect_same "smoothquant: the smoothed parts" 4 "$(grep -c '#codes".*smooth="smoothquant"' "$work/d5/02-quantize.ir")"
 expect_fail smooth-from-ir "kiln: error: weight 'attn_norm[0]#smooth': smoothing 'wq[0]+wk[0]+wv[0]' (smoothquant) needs the calibration of its input (--calib), which a build from an IR text does not run" -- \
-  "$KILN_BIN" build "$ts" --from-ir "$work/d5/12-plan_memory.ir" -o "$work/none.engine"
+  "$KILN_BIN" build "$ts" --from-ir "$work/d5/13-plan_memory.ir" -o "$work/none.engine"
 
 # bad settings: an error, no engine
 bad() {
@@ -144,8 +144,8 @@ bad sym-and-asym "kiln build: error: --quant-sym and --quant-asym: choose one" -
 bad group-zero "--quant-group" --quant w4a16 --quant-group 0
 bad calib-without-quant "kiln: error: --calib $data/tinystories_calib.txt: a calibration text weighs --quant's quantization, which is not given" --calib "$data/tinystories_calib.txt"
 bad calib-missing "$work/none.txt" --quant w4a16 --calib "$work/none.txt"
-bad quant-from-ir "kiln: error: --quant w4a16 with --from-ir $work/dump/12-plan_memory.ir: no pass runs on an IR text" \
-  --quant w4a16 --from-ir "$work/dump/12-plan_memory.ir"
+bad quant-from-ir "kiln: error: --quant w4a16 with --from-ir $work/dump/13-plan_memory.ir: no pass runs on an IR text" \
+  --quant w4a16 --from-ir "$work/dump/13-plan_memory.ir"
 : > "$work/empty.txt"
 bad calib-empty "a calibration text needs at least 2 tokens" --quant w4a16 --calib "$work/empty.txt"
 bad smooth-without-quant "kiln: error: --quant-smooth is a setting of --quant, which is not given" --quant-smooth awq
@@ -154,6 +154,6 @@ bad smooth-unknown "kiln: error: --quant-smooth foo: unknown (known: awq, smooth
 bad round-gptq-without-calib "kiln: error: --quant-round gptq: GPTQ spreads each rounding's error by the inputs' statistics, which --calib FILE gives" --quant w4a16 --quant-round gptq
 bad round-unknown "kiln: error: --quant-round x: unknown (known: gptq, rtn)" --quant w4a16 --quant-round x
 bad kv-unknown "kiln: error: --kv-dtype int4: unknown (known: int8, fp8; without it the cache holds the compute dtype)" --kv-dtype int4
-bad kv-from-ir "kiln: error: --kv-dtype int8 with --from-ir $work/dump/12-plan_memory.ir: no pass runs on an IR text" \
-  --kv-dtype int8 --from-ir "$work/dump/12-plan_memory.ir"
+bad kv-from-ir "kiln: error: --kv-dtype int8 with --from-ir $work/dump/13-plan_memory.ir: no pass runs on an IR text" \
+  --kv-dtype int8 --from-ir "$work/dump/13-plan_memory.ir"
 finish

@@ -134,6 +134,22 @@ static const verify_case cases[] = {
      "dtypes.ir: error: node %7 (attention): kv_dtype=f16, but node %6 stores the KV cache as bf16: the cache has "
      "one dtype\n"},
 
+    /* V read from the K rows (v_in_k): v must be each head's first dims of k */
+    {"v_in_k.ir",
+     "kiln-ir 1\n"
+     "%0 : i32[T] = input() {name=\"tokens\"}\n"
+     "%1 : f32[10,16] = weight() {name=\"embed\"}\n"
+     "%2 : f32[T,16] = embed(%1, %0)\n"
+     "%3 : f32[T,2,8] = reshape(%2) {shape=[T,2,8]}\n"
+     "%4 : f32[T,2,4] = slice(%3) {start=0, end=4}\n"
+     "%5 : f32[T,2,8] = kv_write(%3, %4) {layer=0, v_in_k=1}\n"
+     "%6 : f32[T,2,4] = attention(%3, %5, %4) {layer=0, scale=0.5, window=0, softcap=0.0, write_kv=0, v_in_k=1}\n"
+     "%7 : f32[T,2,8] = reshape(%2) {shape=[T,2,8]}\n"
+     "%8 : f32[T,2,4] = kv_write(%4, %7) {layer=1, v_in_k=1}\n"
+     "%9 : f32[T,2,4] = output(%6) {name=\"logits\"}\n",
+     1,
+     "v_in_k.ir: error: node %8 (kv_write): v_in_k=1, but v [T,2,8] is not the first dims of each head of k [T,2,4]\n"},
+
     {"noout.ir",
      "kiln-ir 1\n"
      "%0 : i32[T] = input() {name=\"tokens\"} @\"m.kiln\":1:1\n",

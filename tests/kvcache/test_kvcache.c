@@ -146,7 +146,7 @@ static void test_config_errors(void)
     ks_diag d = quiet_diag(&log);
     CHECK(krt_kv_new(&cfg, &krt_kv_host_storage, &d) == NULL);
     CHECK_STR(ks_buf_cstr(&log),
-              "kv cache: error: layer 0: kv_heads, head_dim_k and head_dim_v must be positive (got 4, 0, 8)\n");
+              "kv cache: error: layer 0: kv_heads and head_dim_k must be positive, head_dim_v not negative (got 4, 0, 8)\n");
     ks_buf_free(&log);
 
     /* Storage that runs out: the second allocation (layer 0's V) fails, and

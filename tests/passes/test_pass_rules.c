@@ -232,14 +232,14 @@ static void test_pipeline(void)
     kp_options opt = {.passes = bad, .n_passes = 1};
     CHECK(run(&opt, &log, NULL, NULL, NULL) == -1);
     CHECK_TEXT("unknown pass", ks_buf_cstr(&log),
-               "kiln: error: unknown pass 'fuse_qkv' (the passes: fuse_sibling_matmuls, quantize, split_kv_write, "
+               "kiln: error: unknown pass 'fuse_qkv' (the passes: fuse_sibling_matmuls, quantize, share_kv, split_kv_write, "
                "fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes, lower_precision, quantize_kv, fuse_rows, fuse_norm_rope, plan_memory)\n");
     log.len = 0;
     const char *bad_off[] = {""};
     kp_options opt2 = {.disabled = bad_off, .n_disabled = 1, .what = "kiln build"};
     CHECK(run(&opt2, &log, NULL, NULL, NULL) == -1);
     CHECK_TEXT("empty name", ks_buf_cstr(&log),
-               "kiln build: error: unknown pass '' (the passes: fuse_sibling_matmuls, quantize, split_kv_write, "
+               "kiln build: error: unknown pass '' (the passes: fuse_sibling_matmuls, quantize, share_kv, split_kv_write, "
                "fuse_epilogues, fuse_norm_prologue, fuse_add_norm, eliminate_dead_nodes, lower_precision, quantize_kv, fuse_rows, fuse_norm_rope, plan_memory)\n");
 
     /* the whole pipeline, one pass disabled; stats and the hook */
@@ -252,15 +252,16 @@ static void test_pipeline(void)
     kir_graph *g = NULL;
     CHECK(run(&opt3, &log, &st, &n_st, &g) == 0);
     CHECK_TEXT("hook", ks_buf_cstr(&h.names),
-               "fuse_sibling_matmuls:5,quantize:5,fuse_epilogues:2,fuse_norm_prologue:2,eliminate_dead_nodes:2,lower_precision:2,quantize_kv:2,fuse_rows:2,fuse_norm_rope:2,plan_memory:2");
-    CHECK(n_st == 10); /* plan_memory ran, and planned nothing: no max_tokens; quantize and quantize_kv did nothing:
-                          no --quant, no --kv-dtype */
-    if (n_st == 10) {
+               "fuse_sibling_matmuls:5,quantize:5,share_kv:5,fuse_epilogues:2,fuse_norm_prologue:2,eliminate_dead_nodes:2,lower_precision:2,quantize_kv:2,fuse_rows:2,fuse_norm_rope:2,plan_memory:2");
+    CHECK(n_st == 11); /* plan_memory ran, and planned nothing: no max_tokens; quantize and quantize_kv did nothing:
+                          no --quant, no --kv-dtype; share_kv found no V inside a K */
+    if (n_st == 11) {
         CHECK(strcmp(st[0].pass, "fuse_sibling_matmuls") == 0 && st[0].nodes_before == 9 && st[0].nodes_after == 11 &&
               st[0].kernels_before == 4 && st[0].kernels_after == 5 && st[0].fusions == 1);
         CHECK(strcmp(st[1].pass, "quantize") == 0 && st[1].fusions == 0 && st[1].nodes_after == 11);
-        CHECK(strcmp(st[2].pass, "fuse_epilogues") == 0 && st[2].fusions == 1 && st[2].kernels_after == 2);
-        CHECK(strcmp(st[4].pass, "eliminate_dead_nodes") == 0 && st[4].nodes_before == 11 && st[4].nodes_after == 9);
+        CHECK(strcmp(st[2].pass, "share_kv") == 0 && st[2].fusions == 0 && st[2].nodes_after == 11);
+        CHECK(strcmp(st[3].pass, "fuse_epilogues") == 0 && st[3].fusions == 1 && st[3].kernels_after == 2);
+        CHECK(strcmp(st[5].pass, "eliminate_dead_nodes") == 0 && st[5].nodes_before == 11 && st[5].nodes_after == 9);
     }
     ks_buf text = {0};
     kir_print(g, &text);
@@ -318,7 +319,7 @@ static void test_pipeline(void)
                "IR given to the passes: error: graph has no output\n"
                "kiln: error: the graph given to the passes does not verify\n");
     kir_graph_free(broken);
-    CHECK(kp_pass_find("fuse_epilogues") == &kp_passes[3] && kp_pass_find("fuse") == NULL);
+    CHECK(kp_pass_find("fuse_epilogues") == &kp_passes[4] && kp_pass_find("fuse") == NULL);
     ks_buf_free(&log);
 }
 
