@@ -347,6 +347,23 @@ __device__ __forceinline__ long long kcu_fa_slot(const int *__restrict__ table, 
     return (long long)table[p / block_size] * block_size + p % block_size;
 }
 
+/* Chunk ch of row r of a K/V tile (kcu_fa_kv_tile, kcu_fd_rows): K's into kdst and V's into vdst (rows laid out
+ * as kcu_fa_rows<DKP> and <DVP>) from cache slot `slot` (kbase, vbase: the kv head's; a row's chunks past
+ * its dims take none); a cache of codes times the row's scale (ksc, vsc: the kv head's, row stride KH). */
+template <typename MT, typename KV, int KH, int DK, int DKP, int DV, int DVP>
+static __device__ __forceinline__ void kcu_fa_kv_chunk(unsigned short *__restrict__ kdst, unsigned short *__restrict__ vdst,
+                                                       const KV *__restrict__ kbase, const KV *__restrict__ vbase,
+                                                       const int r, const int ch, const long long slot, const bool valid,
+                                                       const float *__restrict__ ksc, const float *__restrict__ vsc)
+{
+    typedef kcu_fa_rows<DKP> KL;
+    typedef kcu_fa_rows<DVP> VL;
+    const float sk = kcu_kv_codes<KV>::V && valid ? ksc[slot * KH] : 1.0f;
+    const float sv = kcu_kv_codes<KV>::V && valid ? vsc[slot * KH] : 1.0f;
+    if (ch < (int)KL::CH) kcu_fa_chunk<MT, KV, DK>(kdst + KL::at(r, ch), kbase + slot * (KH * DK) + 8 * ch, ch, valid, sk);
+    if (ch < (int)VL::CH) kcu_fa_chunk<MT, KV, DV>(vdst + VL::at(r, ch), vbase + slot * (KH * DV) + 8 * ch, ch, valid, sv);
+}
+
 /* Rows of positions [p0, p0 + BN) of a sequence (slots through table) of one kv head: its K rows of DK
  * elements (kbase: the cache at the head, row stride KH * DK) into kdst and its V rows of DV elements
  * (vbase, stride KH * DV) into vdst (BN rows laid out as kcu_fa_rows<DKP> and <DVP>), as MT; positions
@@ -369,13 +386,7 @@ static __device__ __forceinline__ void kcu_fa_kv_tile(unsigned short *__restrict
         const int r = i / CH, ch = i % CH, p = p0 + r;
         const bool valid = p <= hi;
         const long long slot = valid ? kcu_fa_slot(table, block_size, bsh, p) : 0;
-        /* a cache of codes: the row's scales (ksc, vsc: the kv head's, row stride KH) */
-        const float sk = kcu_kv_codes<KV>::V && valid ? ksc[slot * KH] : 1.0f;
-        const float sv = kcu_kv_codes<KV>::V && valid ? vsc[slot * KH] : 1.0f;
-        if (ch < (int)KL::CH)
-            kcu_fa_chunk<MT, KV, DK>(kdst + KL::at(r, ch), kbase + slot * (KH * DK) + 8 * ch, ch, valid, sk);
-        if (ch < (int)VL::CH)
-            kcu_fa_chunk<MT, KV, DV>(vdst + VL::at(r, ch), vbase + slot * (KH * DV) + 8 * ch, ch, valid, sv);
+        kcu_fa_kv_chunk<MT, KV, KH, DK, DKP, DV, DVP>(kdst, vdst, kbase, vbase, r, ch, slot, valid, ksc, vsc);
     }
 }
 

@@ -59,13 +59,7 @@ static __device__ __forceinline__ void kcu_fd_rows(unsigned short *__restrict__ 
         const int r = i / CH, ch = i % CH;
         const long long slot = kcu_fd_shfl(mine, r);
         const bool valid = p0 + r <= hi;
-        /* a cache of codes: the row's scales (ksc, vsc: the kv head's, row stride KH) */
-        const float sk = kcu_kv_codes<KV>::V && valid ? ksc[slot * KH] : 1.0f;
-        const float sv = kcu_kv_codes<KV>::V && valid ? vsc[slot * KH] : 1.0f;
-        if (ch < (int)KL::CH)
-            kcu_fa_chunk<MT, KV, DK>(kdst + KL::at(r, ch), kbase + slot * (KH * DK) + 8 * ch, ch, valid, sk);
-        if (ch < (int)VL::CH)
-            kcu_fa_chunk<MT, KV, DV>(vdst + VL::at(r, ch), vbase + slot * (KH * DV) + 8 * ch, ch, valid, sv);
+        kcu_fa_kv_chunk<MT, KV, KH, DK, DKP, DV, DVP>(kdst, vdst, kbase, vbase, r, ch, slot, valid, ksc, vsc);
     }
 }
 
