@@ -50,6 +50,27 @@ static const char *kv_elem_type(const kcu_gen *x, kir_val v)
     return t == KIR_I8 ? "kcu_kv_i8" : t == KIR_F8E4M3 ? "kcu_kv_e4m3" : kcu_elem_type(t);
 }
 
+/* A kernel's parameters for layer `layer` of node v's cache: kc, and vc unless V is in the K rows (v_in_k); over
+ * codes, their scales ks (and vs). const where the kernel only reads. */
+static void add_cache_params(kcu_gen *x, krt_cuda_kernel *k, kir_val v, int64_t layer, int writes)
+{
+    const char *c = writes ? "" : "const ";
+    const int vik = v_in_k(x, v);
+    char decl[64];
+    snprintf(decl, sizeof decl, "%s%s *__restrict__ kc", c, kv_elem_type(x, v));
+    kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, decl);
+    if (!vik) {
+        snprintf(decl, sizeof decl, "%s%s *__restrict__ vc", c, kv_elem_type(x, v));
+        kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
+    }
+    if (!kv_codes(x, v)) return;
+    snprintf(decl, sizeof decl, "%sfloat *__restrict__ ks", c);
+    kcu_add_param(x, k, KRT_CUDA_ARG_KV_KS, layer, decl);
+    if (vik) return;
+    snprintf(decl, sizeof decl, "%sfloat *__restrict__ vs", c);
+    kcu_add_param(x, k, KRT_CUDA_ARG_KV_VS, layer, decl);
+}
+
 enum { KV_CODE_WARPS = 8 };
 /* The write of a step's K and V rows as codes (kv_codes): a warp a (token, K or V, kv head) row,
  * kcu_kv_put_row (the row's amax, its scale, its codes), KV_CODE_WARPS rows a block. */
@@ -62,15 +83,7 @@ static void emit_kv_write_codes(kcu_gen *x, kir_val v, const char *suffix, kir_v
     kcu_kernel_grid(k, 0, sides * kh, 0, KV_CODE_WARPS);
     kcu_param_in(x, k, kv, "k");
     if (!vik) kcu_param_in(x, k, vv, "v");
-    char decl[64];
-    snprintf(decl, sizeof decl, "%s *__restrict__ kc", kv_elem_type(x, v));
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, decl);
-    if (!vik) {
-        snprintf(decl, sizeof decl, "%s *__restrict__ vc", kv_elem_type(x, v));
-        kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
-    }
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_KS, layer, "float *__restrict__ ks");
-    if (!vik) kcu_add_param(x, k, KRT_CUDA_ARG_KV_VS, layer, "float *__restrict__ vs");
+    add_cache_params(x, k, v, layer, 1);
     kcu_add_param(x, k, KRT_CUDA_ARG_SLOTS, 0, "const int *__restrict__ slots");
     kcu_open_body(x, k, "K and V rows of the step into a layer of the KV cache as codes (kc, vc) and a scale a row "
                         "(ks, vs), at each token's slot: a warp a (token, K or V, head) row");
@@ -108,13 +121,7 @@ void kcu_emit_kv_write_kernel(kcu_gen *x, kir_val v, const char *suffix, kir_val
     kcu_param_in(x, k, kv, "k");
     if (!vik) kcu_param_in(x, k, vv, "v");
     kir_dtype ct = kir_kv_dtype(x->g, v);
-    char decl[64];
-    snprintf(decl, sizeof decl, "%s *__restrict__ kc", kcu_elem_type(ct));
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, decl);
-    if (!vik) {
-        snprintf(decl, sizeof decl, "%s *__restrict__ vc", kcu_elem_type(ct));
-        kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
-    }
+    add_cache_params(x, k, v, layer, 1);
     kcu_add_param(x, k, KRT_CUDA_ARG_SLOTS, 0, "const int *__restrict__ slots");
     kcu_open_body(x, k, "K and V rows of the step into a layer of the KV cache (kc, vc), at each token's slot");
     kcu_elementwise_prologue(x, krow + vrow);
@@ -569,17 +576,7 @@ int kcu_emit_attention(kcu_gen *x, kir_val v)
     kcu_kernel_grid(k, 1, 0, fd.smem > 0 ? kv_heads : heads, 1);
     kcu_kernel_grid(k, 2, 0, ATT_SPLIT, 1);
     kcu_param_in(x, k, n->in[0], "q");
-    char decl[64];
-    snprintf(decl, sizeof decl, "const %s *__restrict__ kc", kv_elem_type(x, v));
-    kcu_add_param(x, k, KRT_CUDA_ARG_KV_K, layer, decl);
-    if (!vik) {
-        snprintf(decl, sizeof decl, "const %s *__restrict__ vc", kv_elem_type(x, v));
-        kcu_add_param(x, k, KRT_CUDA_ARG_KV_V, layer, decl);
-    }
-    if (codes) {
-        kcu_add_param(x, k, KRT_CUDA_ARG_KV_KS, layer, "const float *__restrict__ ks");
-        if (!vik) kcu_add_param(x, k, KRT_CUDA_ARG_KV_VS, layer, "const float *__restrict__ vs");
-    }
+    add_cache_params(x, k, v, layer, 0);
     kcu_param_out(x, k, v);
     kcu_add_param(x, k, KRT_CUDA_ARG_POSITIONS, 0, "const int *__restrict__ positions");
     kcu_add_param(x, k, KRT_CUDA_ARG_TABLE_OFF, 0, "const int *__restrict__ table_off");
