@@ -84,7 +84,8 @@
 #       quant — bench/quant_bench.py (issue #13): the 8B shape (GPU_QUANT_LAYERS, default 32) built bf16 and
 #         with --quant GPU_QUANT_SCHEMES (default w4a16,w8a16) from one random bf16 checkpoint, each decoded at
 #         batch 1 and 8 against the bytes a step must read over the copy rate measured in the run, and its
-#         time to first token at 512; $OUT/quant_bench.json and `kiln bench --profile` of each batch-1 decode
+#         time to first token at GPU_QUANT_PROMPTS (default 512,2048; the ratio to bf16's printed: fp8's bar is
+#         0.6 at 2048); $OUT/quant_bench.json and `kiln bench --profile` of each batch-1 decode
 #         ($OUT/quant_profile_<scheme>.txt).
 #       decode_ab — a change's effect on a whole decode step, graphs and kernel overlap on (what `kiln bench
 #         --profile`, a kernel at a time, does not see): the 8B shape with GPU_AB_LAYERS (default 8) layers,
@@ -584,7 +585,8 @@ print('quant %s on the GPU: max|gpu-cpu|/max|cpu| = %.3g (tolerance %s) %s' % (s
     echo "== bench/quant_bench.py: Llama-3-8B's shape, ${GPU_QUANT_LAYERS:-32} layers, ${GPU_QUANT_SCHEMES:-w4a16,w8a16}"
     PYTHONUNBUFFERED=1 timeout $(( ${GPU_CHECK_BUDGET:-585} - SECONDS )) python3 "$root/bench/quant_bench.py" \
       --kiln "$kiln" --layers "${GPU_QUANT_LAYERS:-32}" --schemes "${GPU_QUANT_SCHEMES:-w4a16,w8a16}" --out "$out" \
-      --profile 2>&1 | grep -v 'it/s\]$' | tee "$out/quant_bench.log" | grep -E '^(\||copy|model|kiln|floor|FAIL)' >> "$summary"
+      --prompts "${GPU_QUANT_PROMPTS:-512,2048}" --profile 2>&1 | grep -v 'it/s\]$' | tee "$out/quant_bench.log" \
+      | grep -E '^(\||copy|model|kiln|floor|FAIL|.* time to first token / )' >> "$summary"
     echo "quant_bench exit ${PIPESTATUS[0]}" | tee -a "$summary"
     for f in "$out"/quant_profile_*.txt; do
       [ -f "$f" ] && { echo "== $(basename "$f")"; grep -A16 "decode steps" "$f" | head -20; } | tee -a "$summary"

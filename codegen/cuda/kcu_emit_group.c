@@ -51,6 +51,7 @@
  */
 #include "codegen/cuda/kcu_gen.h"
 #include "ir/numerics.h"
+#include "ir/quant.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -1019,7 +1020,30 @@ typedef struct g90_plan {
     int width[G90_MAX];                     /* variant i runs width kcu_g90_widths[width[i]] */
     int64_t above[G90_MAX];                 /* for steps of more than above[i] tokens */
     kir_val xv;                             /* the value the matmul reads through the x map: the norm's, or its operand */
+    kir_dtype codes;                        /* KIR_DTYPE_COUNT: halves; else the one-byte codes of both operands
+                                               (f8e4m3, i8: g90_codes), x's written by a pre-pass kernel */
 } g90_plan;
+
+/* The prelude's type of one-byte codes t (kcu_gemm90's operands) */
+static const char *code_type(kir_dtype t) { return t == KIR_I8 ? "kcu_kv_i8" : "kcu_kv_e4m3"; }
+
+/* The codes group G's quantized matmul multiplies on kcu_gemm90, or KIR_DTYPE_COUNT: fp8 and w8a8 (x quantized a
+ * token at a time, so both operands are e4m3 or i8 codes: wgmma k32, sums scaled by x's row scale and
+ * the weight row's), with a scale a weight row, half x (fast precision: exact precision keeps f32
+ * sums of the values in the interpreter's order), rows of 16-byte chunks. */
+static kir_dtype g90_codes(const group *G)
+{
+    const kir_graph *g = G->x->g;
+    const kir_val mm = G->n[G->mm].v;
+    const kir_node *mn = &g->nodes[mm];
+    if (mn->nin <= 2 || G->pro >= 0 || G->K % 16 || !kcu_is_half(g->nodes[mn->in[0]].dtype)) return KIR_DTYPE_COUNT;
+    const kir_word q = kir_attr_word(g, mm, KIR_A_MATMUL_QUANT);
+    kir_quant_layout L;
+    kir_quant_layout_of(g, mm, &L);
+    if (L.block_rows != 1 || L.group != L.cols) return KIR_DTYPE_COUNT;
+    if ((q == KIR_QUANT_FP8 && L.codes == KIR_F8E4M3) || (q == KIR_QUANT_W8A8 && L.codes == KIR_I8)) return L.codes;
+    return KIR_DTYPE_COUNT;
+}
 
 
 /* Whether the group's decode kernel is kcu_matmul_tc: x, the fused norm's values (if any) and the
@@ -1053,11 +1077,16 @@ static void plan_g90(const group *G, g90_plan *P)
     const kcu_gen *x = G->x;
     const kir_graph *g = x->g;
     memset(P, 0, sizeof *P);
+    P->codes = KIR_DTYPE_COUNT;
     if (!x->opt.gemm90) return;
     const kir_node *mn = &g->nodes[G->n[G->mm].v];
     kir_dtype wt = g->nodes[mn->in[1]].dtype;
     P->xv = mn->in[0];
-    if ((wt != KIR_BF16 && wt != KIR_F16) || g->nodes[P->xv].dtype != wt || G->K % 8 || G->N < 2) return;
+    P->codes = g90_codes(G);
+    const int codes = P->codes != KIR_DTYPE_COUNT;
+    if (mn->nin > 2 && !codes) return; /* other quantized matmuls: kcu_matmul_q's tensor-core tiles */
+    if (!codes && ((wt != KIR_BF16 && wt != KIR_F16) || g->nodes[P->xv].dtype != wt || G->K % 8)) return;
+    if (G->N < 2) return;
     int64_t above = x->opt.gemm90_above > 0 ? x->opt.gemm90_above : kcu_decode_t(x);
     if (above < kcu_decode_t(x)) above = kcu_decode_t(x); /* the decode kernel's steps stay its own */
     kcu_g90_tiles all[KCU_G90_WIDTHS];
@@ -1128,6 +1157,21 @@ static void put_g90(group *G, const g90_plan *P, const char *g90_params, const c
     const kir_graph *g = G->x->g;
     const char *xt = kcu_elem_type(g->nodes[P->xv].dtype);
     ks_buf_puts(b, "\n#if KCU_GEMM90_KERNELS\n");
+    const int codes = P->codes != KIR_DTYPE_COUNT;
+    const char *ot = codes ? code_type(P->codes) : xt; /* the operands' type */
+    char pro[96];
+    snprintf(pro, sizeof pro, codes ? "kcu_g90_xq<%s>{g90_xs, g90_ws}" : "kcu_g90_none()",
+             codes ? kcu_elem_type(g->nodes[g->nodes[G->n[G->mm].v].in[2]].dtype) : "");
+    if (codes)
+        ks_buf_printf(b,
+                      "/* x's rows as %s codes and their scales for the gemm90 kernels below: a warp a row */\n"
+                      "extern \"C\" __global__ void __launch_bounds__(256) " NAME_MARK
+                      "_xq(int T, const %s *__restrict__ x, unsigned char *__restrict__ codes, float *__restrict__ xs)\n"
+                      "{\n"
+                      "    KCU_PDL_ENTER();\n"
+                      "    kcu_g90_quantize_x<%s, %lld>(T, x, reinterpret_cast<%s *>(codes), xs);\n"
+                      "}\n",
+                      kir_dtype_name(P->codes), xt, ot, (long long)G->K, ot);
     for (int i = 0; i < KCU_G90_WIDTHS; i++) {
         const kcu_g90_tiles *t = &P->tiles[i];
         if (!t->bn) continue;
@@ -1161,16 +1205,16 @@ static void put_g90(group *G, const g90_plan *P, const char *g90_params, const c
                       "{\n"
                       "    KCU_PDL_ENTER();\n"
                       "    const " NAME_MARK "_epi epi = {%s};\n"
-                      "    kcu_gemm90<%s, %lld, %lld, %d, %d, %s, %d>(T, ta, tb, kcu_g90_none(), epi);\n"
+                      "    kcu_gemm90<%s, %lld, %lld, %d, %d, %s, %d>(T, ta, tb, %s, epi);\n"
                       "}\n",
                       (long long)first, t->bn, cluster > 1 ? ", in clusters of two sharing the weight tile" : "",
-                      cluster > 1 ? "KCU_G90_CLUSTER2 " : "", t->bn, g90_params, inits, xt, (long long)G->K,
-                      (long long)G->N, t->bn, kcu_g90_stages(t->bn), tiles, cluster);
+                      cluster > 1 ? "KCU_G90_CLUSTER2 " : "", t->bn, g90_params, inits, ot,
+                      (long long)G->K, (long long)G->N, t->bn, kcu_g90_stages(t->bn), tiles, cluster, pro);
     }
     ks_buf_puts(b, "#endif\n");
 }
 
-/* The variants of kernel ki (named): [the norm's own kernel,] the gemm90 kernel. */
+/* The variants of kernel ki (named): [the norm's own kernel, or x's codes' pre-pass,] the gemm90 kernel. */
 static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cuda_arg *fargs, int n_fargs)
 {
     kcu_gen *x = G->x;
@@ -1191,7 +1235,20 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
     krt_cuda_kernel *k = &x->meta->kernels[ki];
     k->variants = ks_arena_alloc(&x->meta->arena, sizeof *k->variants * (size_t)P->n);
     k->n_variants = P->n;
-    const kir_val wv = g->nodes[G->n[G->mm].v].in[1];
+    const kir_node *mn = &g->nodes[G->n[G->mm].v];
+    const kir_val wv = mn->in[1], xr = x->root[P->xv];
+    krt_cuda_launch xq = {0}; /* x's codes and scales (P->codes): a warp a row, 8 a block */
+    const int codes = P->codes != KIR_DTYPE_COUNT;
+    if (codes) {
+        xq.name = ks_arena_printf(&x->meta->arena, "%s_xq", x->meta->kernels[ki].name);
+        xq.block = 256;
+        const int64_t grid[3][4] = {{1, 0, 8, 0}, {0, 1, 1, 0}, {0, 1, 1, 0}};
+        memcpy(xq.grid, grid, sizeof grid);
+        xq.args[xq.n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_T, 0, 0};
+        xq.args[xq.n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_VALUE, xr, 0};
+        xq.args[xq.n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_XCODES, xr, 0};
+        xq.args[xq.n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_XSCALES, xr, 0};
+    }
     for (int i = 0; i < P->n; i++) {
         const kcu_g90_tiles *t = &P->tiles[P->width[i]];
         krt_cuda_variant *v = &k->variants[i];
@@ -1199,6 +1256,7 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
         v->arch = KCU_GEMM90_ARCH;
         v->above = P->above[i];
         if (G->pro >= 0) v->launches[v->n_launches++] = norm;
+        if (codes) v->launches[v->n_launches++] = xq;
         krt_cuda_launch *l = &v->launches[v->n_launches++];
         l->name = ks_arena_printf(&x->meta->arena, "%s_g90_%d", k->name, t->bn);
         l->block = 384; /* the prelude's KCU_G90_THREADS */
@@ -1210,8 +1268,12 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
         int64_t pairs[3][4] = {{0, 2, 1, 0}, {1, 0, 256, 0}, {0, t->nt, 1, 0}};
         memcpy(l->grid, cluster > 1 ? pairs : plain, sizeof plain);
         l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_T, 0, 0};
-        l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_TMAP, x->root[P->xv], 128};
+        l->args[l->n_args++] = (krt_cuda_arg){codes ? KRT_CUDA_ARG_TMAP_XCODES : KRT_CUDA_ARG_TMAP, xr, 128};
         l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_TMAP, wv, t->bn / t->nbox / cluster};
+        if (codes) { /* the sums' scales: x's rows' (g90_xs), the weight rows' (g90_ws) */
+            l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_XSCALES, xr, 0};
+            l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_VALUE, x->root[mn->in[2]], 0};
+        }
         KS_ASSERT(l->n_args + n_fargs <= KRT_CUDA_MAX_ARGS);
         for (int a = 0; a < n_fargs; a++) l->args[l->n_args++] = fargs[a];
     }
@@ -1226,10 +1288,12 @@ static void put_choices(const group *G, const g90_plan *P, const krt_cuda_kernel
     for (int i = 0; i < P->n; i++) {
         const kcu_g90_tiles *t = &P->tiles[P->width[i]];
         const int stages = kcu_g90_stages(t->bn);
-        ks_buf_printf(b, "%s %s above %lld tokens: %swgmma tiles 128 x %d (%d column tiles of %d box%s, %d stages, %d "
+        ks_buf_printf(b, "%s %s above %lld tokens: %swgmma%s tiles 128 x %d (%d column tiles of %d box%s, %d stages, %d "
                          "bytes of shared memory%s)",
-                      i ? ";" : "", KCU_GEMM90_ARCH, (long long)P->above[i], G->pro >= 0 ? "the norm's kernel, then " : "",
-                      t->bn, t->nt, t->nbox, t->nbox > 1 ? "es" : "", stages, kcu_g90_smem_bytes(t->bn, stages),
+                      i ? ";" : "", KCU_GEMM90_ARCH, (long long)P->above[i], G->pro >= 0                   ? "the norm's kernel, then "
+                      : P->codes != KIR_DTYPE_COUNT ? "x's codes, then "
+                                                    : "",
+                      P->codes == KIR_DTYPE_COUNT ? "" : P->codes == KIR_I8 ? " s8" : " e4m3", t->bn, t->nt, t->nbox, t->nbox > 1 ? "es" : "", stages, kcu_g90_smem_bytes(t->bn, stages),
                       g90_cluster(G->x, t) > 1 ? ", clusters of two blocks sharing the weight tile" : "");
     }
     ks_buf_puts(b, "\n");
@@ -1281,9 +1345,9 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
             for (int64_t e = 0; e < gn->size && ok; e++) ok = G.partner[gn->base + e] == G.n[gn->b].base + e;
     }
     const int quant = mn->nin > 2; /* kcu_matmul_q: a norm prologue for w4a16 and w8a16 only
-                                      (passes/fuse_norm_prologue.c), no gemm90 */
+                                      (passes/fuse_norm_prologue.c); gemm90 for fp8 and w8a8 (g90_codes) */
     g90_plan P = {0};
-    if (ok && !quant) plan_g90(&G, &P);
+    if (ok) plan_g90(&G, &P);
     if (!ok) {
         free(G.partner);
         return 0;
@@ -1397,6 +1461,9 @@ int kcu_emit_group(kcu_gen *x, const kir_val *nodes, int count, const uint8_t *r
         /* the gemm90 kernels' parameters: T, the maps, the epilogue's fields ("    decl;\n" each) */
         ks_buf params = {0};
         ks_buf_puts(&params, "int T, const __grid_constant__ kcu_tmap ta, const __grid_constant__ kcu_tmap tb");
+        if (P.codes != KIR_DTYPE_COUNT)
+            ks_buf_printf(&params, ", const float *__restrict__ g90_xs, const %s *__restrict__ g90_ws",
+                          kcu_elem_type(g->nodes[mn->in[2]].dtype));
         for (const char *f = ks_buf_cstr(&fields); *f;) {
             const char *end = strchr(f, '\n');
             KS_ASSERT(end && end - f > 5 && end[-1] == ';');

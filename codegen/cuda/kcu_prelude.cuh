@@ -3648,24 +3648,49 @@ static __device__ __forceinline__ void kcu_attention_kernel(const int T, const Q
      1024)
 
 #if KCU_GEMM90_KERNELS
-enum { KCU_G90_THREADS = 384, KCU_G90_BM = 128, KCU_G90_BK = 64 };
+enum { KCU_G90_THREADS = 384, KCU_G90_BM = 128, KCU_G90_ROW = 128 /* bytes of a row a stage */ };
 
-/* the operands: 1 for f16, 0 for bf16 (which wgmma; the tensor maps' data type) */
-template <typename X> struct kcu_g90_f16 {
-    enum { ON = 0 };
+/* The operands X of both x and w: bf16, f16, or one-byte codes (kcu_kv_e4m3: the fp8 scheme's;
+ * kcu_kv_i8: w8a8's). OP says which wgmma multiplies them: m64nNk16 for halves, m64nNk32 for bytes
+ * (e4m3 f32 sums; s8 s32 sums, exact), 32 bytes of each row either way, so a stage's 128-byte rows
+ * hold BK = 64 or 128 elements and every descriptor step is the same. TMAP: the tensor maps' data
+ * type (cuTensorMapEncodeTiled's: 9 bf16, 6 f16, 0 uint8). */
+template <typename X> struct kcu_g90_op;
+template <> struct kcu_g90_op<kcu_bf16> {
+    enum { OP = 0, BK = 64, TMAP = 9 };
+    typedef float acc;
 };
-template <> struct kcu_g90_f16<kcu_f16> {
-    enum { ON = 1 };
+template <> struct kcu_g90_op<kcu_f16> {
+    enum { OP = 1, BK = 64, TMAP = 6 };
+    typedef float acc;
+};
+template <> struct kcu_g90_op<kcu_kv_e4m3> {
+    enum { OP = 2, BK = 128, TMAP = 0 };
+    typedef float acc;
+};
+template <> struct kcu_g90_op<kcu_kv_i8> {
+    enum { OP = 3, BK = 128, TMAP = 0 };
+    typedef int acc;
 };
 
-/* prologues: none, or rms_norm with its weight folded into w and the rows'
- * 1 / rms from kcu_g90_rms_inv (a pre-pass), applied to the sums */
+/* prologues: what multiplies each sum — none; rms_norm with its weight folded into w and the rows'
+ * 1 / rms from kcu_g90_rms_inv (a pre-pass); or (kcu_g90_xq) the codes' scales of x's row
+ * (kcu_g90_quantize_x, a pre-pass) and of w's row (the column's). scale(t) a row's, col(c) weight
+ * row c's. */
 struct kcu_g90_none {
     __device__ __forceinline__ float scale(long long) const { return 1.0f; }
+    __device__ __forceinline__ float col(int) const { return 1.0f; }
 };
 struct kcu_g90_rms {
     const float *__restrict__ inv; /* [T] 1 / sqrt(mean_k x[t, k]^2 + eps), from kcu_g90_rms_inv */
     __device__ __forceinline__ float scale(long long t) const { return inv[t]; }
+    __device__ __forceinline__ float col(int) const { return 1.0f; }
+};
+template <typename S> struct kcu_g90_xq {
+    const float *__restrict__ xs; /* [T] each row's scale, from kcu_g90_quantize_x */
+    const S *__restrict__ ws;     /* [N] each weight row's scale (a scale a row: fp8, w8a8) */
+    __device__ __forceinline__ float scale(long long t) const { return xs[t]; }
+    __device__ __forceinline__ float col(int c) const { return kcu_f(ws[c]); }
 };
 
 /* Which weight rows the B tile of column tile y holds (kcu_gemm90's Tiles):
@@ -3705,8 +3730,8 @@ template <int BN> struct kcu_g90_plain {
  * every pass of U is in the tile, so no row is tested) */
 template <bool FULL, int U, int LD, class S, class Pro, class Epi>
 static __device__ __forceinline__ void kcu_g90_hand_rows(const Epi &epi, const Pro &pro, const float *tile, long long m0,
-                                                         int rows, int r0, int pass, int n0, int n1,
-                                                         const typename S::col &cc)
+                                                         int rows, int r0, int pass, int n0, int n1, float s0,
+                                                         float s1, const typename S::col &cc)
 {
     for (int r = r0; r < rows; r += U * pass) {
         typename S::in in[U];
@@ -3716,8 +3741,8 @@ static __device__ __forceinline__ void kcu_g90_hand_rows(const Epi &epi, const P
             /* past the last row: fetch the last again (not applied), so that no branch parts the loads */
             const int rr = FULL || r + u * pass < rows ? r + u * pass : rows - 1;
             const float sc = pro.scale(m0 + rr);
-            v0[u] = tile[rr * LD + n0] * sc;
-            v1[u] = tile[rr * LD + n1] * sc; /* (not handed over when pc < 0) */
+            v0[u] = tile[rr * LD + n0] * sc * s0;
+            v1[u] = tile[rr * LD + n1] * sc * s1; /* (not handed over when pc < 0) */
             S::fetch(epi, m0 + rr, cc, in[u]);
         }
 #pragma unroll
@@ -3744,12 +3769,13 @@ static __device__ __forceinline__ void kcu_g90_handoff(const Epi &epi, const Pro
     const int c0 = Tiles::PLAIN ? Epi::row(c) : c, c1 = pc < 0 ? -1 : Tiles::PLAIN ? Epi::row(pc) : pc;
     typename S::col cc; /* what the columns decide, once for all the rows */
     S::column(epi, c0, c1, cc);
+    const float s0 = pro.col(c), s1 = pc < 0 ? 0.0f : pro.col(pc); /* the weight rows' scales (1: none) */
     const int rows = T - m0 < KCU_G90_BM ? (int)(T - m0) : KCU_G90_BM;
     /* a full tile's rows, in passes of U * pass rows that divide it, need no tests */
     if (rows == KCU_G90_BM && KCU_G90_BM % (U * pass) == 0)
-        kcu_g90_hand_rows<true, U, LD, S>(epi, pro, tile, m0, rows, first / UPR, pass, n0, n1, cc);
+        kcu_g90_hand_rows<true, U, LD, S>(epi, pro, tile, m0, rows, first / UPR, pass, n0, n1, s0, s1, cc);
     else
-        kcu_g90_hand_rows<false, U, LD, S>(epi, pro, tile, m0, rows, first / UPR, pass, n0, n1, cc);
+        kcu_g90_hand_rows<false, U, LD, S>(epi, pro, tile, m0, rows, first / UPR, pass, n0, n1, s0, s1, cc);
 }
 enum { KCU_G90_U = 8 }; /* rows a thread fetches before applying any (kcu_g90_handoff) */
 
@@ -3780,6 +3806,50 @@ template <int CLUSTER> __device__ __forceinline__ kcu_g90_at kcu_g90_block_at()
     if (CLUSTER == 2) return kcu_g90_raster(2 * blockIdx.y + blockIdx.x, blockIdx.z, 2 * gridDim.y, gridDim.z);
     return kcu_g90_raster(blockIdx.x, blockIdx.y, gridDim.x, gridDim.y);
 }
+
+/* x's rows as codes C (kcu_kv_e4m3 or kcu_kv_i8) for the fp8 and w8a8 matmuls on kcu_gemm90 (a
+ * pre-pass, as ir/quant.h's kir_quantize_row and the decode kernels' kcu_pro_xq): row t's scale
+ * xs[t] = amax / Q and codes[t, k] the code of x[t, k] / xs[t] (a row of zeros: scale 0, codes 0).
+ * A warp a row (blocks of KCU_G90_INV_ROWS warps: grid ceil(T / 8)); lane l takes 8-element chunks
+ * l, l + 32, ... (x rows 16-byte aligned: K % 16 == 0), the amax by a butterfly of shuffles (a
+ * maximum: the same in any order), 8 codes an 8-byte store. */
+enum { KCU_G90_INV_ROWS = 8 };
+template <typename C, int K, typename X>
+static __device__ __forceinline__ void kcu_g90_quantize_x(const int T, const X *__restrict__ x, C *__restrict__ codes,
+                                                          float *__restrict__ xs)
+{
+    static_assert(K % 16 == 0, "rows of 16-byte chunks of codes");
+    typedef kcu_kv_codes<C> Q;
+    const int lane = threadIdx.x % 32;
+    const long long t = (long long)blockIdx.x * KCU_G90_INV_ROWS + threadIdx.x / 32;
+    const bool live = t < T; /* every lane of the block takes part in the shuffles */
+    const X *const row = x + (live ? t : 0) * K;
+    float m = 0.0f;
+    for (int c = lane; live && c < K / 8; c += 32) {
+        float v[8];
+        kcu_xload<8>(row + 8 * c, v);
+#pragma unroll
+        for (int j = 0; j < 8; j++) m = fmaxf(m, fabsf(v[j]));
+    }
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, s));
+    if (!live) return;
+    const float sc = m / (float)Q::Q;
+    if (lane == 0) xs[t] = sc;
+    unsigned char *const out = reinterpret_cast<unsigned char *>(codes) + t * K;
+    for (int c = lane; c < K / 8; c += 32) {
+        float v[8];
+        kcu_xload<8>(row + 8 * c, v);
+        unsigned lo = 0, hi = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const unsigned b = sc > 0.0f ? Q::code(v[j] / sc) : 0u;
+            if (j < 4) lo |= b << (8 * j);
+            else hi |= b << (8 * (j - 4));
+        }
+        *reinterpret_cast<unsigned long long *>(out + 8 * c) = (unsigned long long)hi << 32 | lo;
+    }
+}
 #endif
 
 #if KCU_GEMM90_EMU
@@ -3792,7 +3862,7 @@ struct kcu_emu_tmap {
     unsigned long long dims[2];   /* elements: innermost, rows */
     unsigned long long stride;    /* bytes between rows */
     unsigned box[2];              /* elements, rows */
-    int dtype;                    /* 9 bf16, 6 f16 */
+    int dtype;                    /* 9 bf16, 6 f16, 0 bytes */
 };
 struct kcu_tmap {
     const kcu_emu_tmap *m;
@@ -3801,18 +3871,20 @@ struct kcu_tmap {
 template <typename X> static inline float kcu_emu_tmap_at(const kcu_emu_tmap *m, long long k, long long row)
 {
     if (k >= (long long)m->dims[0] || row >= (long long)m->dims[1]) return 0.0f;
-    return kcu_f(*(const X *)((const char *)m->base + row * m->stride + k * 2));
+    const X *p = (const X *)((const char *)m->base + row * m->stride + k * (long long)sizeof(X));
+    if constexpr (kcu_kv_codes<X>::V) return kcu_kv_codes<X>::value(p->c); /* a code's value */
+    else return kcu_f(*p);
 }
-/* The stand-ins' checks of the maps against the kernel (boxes {64, 128} and {64, R}, the operand type),
+/* The stand-ins' checks of the maps against the kernel (boxes {BK, 128} and {BK, R}, the operand type),
  * then column tile y of token tile x computed in f32 (k in order, reading x and w through their maps as
  * TMA would) into tile and handed to the epilogue as the real kernels do. */
 template <typename X, int K, int N, int BN, class Tiles, int CLUSTER, class Pro, class Epi>
 static inline void kcu_emu_g90_tile(const kcu_tmap &ta, const kcu_tmap &tb, const Pro &pro, const Epi &epi, int T,
                                     float *tile)
 {
-    enum { R = BN / Tiles::NBOX, DTYPE = kcu_g90_f16<X>::ON ? 6 : 9 };
+    enum { R = BN / Tiles::NBOX, DTYPE = kcu_g90_op<X>::TMAP, BK = kcu_g90_op<X>::BK };
     const kcu_emu_tmap *a = ta.m, *w = tb.m;
-    if (a->box[0] != KCU_G90_BK || a->box[1] != KCU_G90_BM || w->box[0] != KCU_G90_BK || w->box[1] != R / CLUSTER ||
+    if (a->box[0] != BK || a->box[1] != KCU_G90_BM || w->box[0] != BK || w->box[1] != R / CLUSTER ||
         a->dims[0] != K || w->dims[0] != K || a->dtype != DTYPE || w->dtype != DTYPE)
         __builtin_trap();
     const kcu_g90_at at = kcu_g90_block_at<CLUSTER>();
@@ -3852,7 +3924,6 @@ struct alignas(128) kcu_tmap {
  * warp a row (blocks of KCU_G90_INV_ROWS warps: grid ceil(T / 8)); lane l
  * sums the squares of 8-element chunks l, l + 32, ... in f32 (x rows 16-byte
  * aligned: K % 8 == 0), then a fixed butterfly of shuffles: deterministic. */
-enum { KCU_G90_INV_ROWS = 8 };
 template <typename X, int K>
 static __device__ __forceinline__ void kcu_g90_rms_inv(const int T, const X *__restrict__ x, const float eps,
                                                        float *__restrict__ inv)
@@ -3943,10 +4014,20 @@ template <int R> __device__ __forceinline__ void kcu_wg_hold(float (&d)[R])
 #pragma unroll
     for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
+template <int R> __device__ __forceinline__ void kcu_wg_hold(int (&d)[R])
+{
+#pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+r"(d[i])::"memory");
+}
 
 #define KCU_WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
     "+f"(d[i + 7])
 #define KCU_WG_D32(i) KCU_WG_D8(i), KCU_WG_D8(i + 8), KCU_WG_D8(i + 16), KCU_WG_D8(i + 24)
+/* the same for s32 accumulators (i8 operands) */
+#define KCU_WG_I8(i) "+r"(d[i]), "+r"(d[i + 1]), "+r"(d[i + 2]), "+r"(d[i + 3]), "+r"(d[i + 4]), "+r"(d[i + 5]), "+r"(d[i + 6]), \
+    "+r"(d[i + 7])
+#define KCU_WG_I32(i) KCU_WG_I8(i), KCU_WG_I8(i + 8), KCU_WG_I8(i + 16), KCU_WG_I8(i + 24)
+#define KCU_WG_LIST(...) __VA_ARGS__
 /* The accumulators' operand numbers of wgmma's register list, 32 (16) at a time: "%0, %1, ..., %31" */
 #define KCU_WG_R0 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "\
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -3958,32 +4039,62 @@ template <int R> __device__ __forceinline__ void kcu_wg_hold(float (&d)[R])
     "%104, %105, %106, %107, %108, %109, %110, %111"
 #define KCU_WG_R112_16 "%112, %113, %114, %115, %116, %117, %118, %119, "\
     "%120, %121, %122, %123, %124, %125, %126, %127"
-/* One wgmma m64nNk16 of type TY (f16, bf16) on the accumulators REGS, descriptors A, B, its scale-d
- * predicate from operand P (1: d += a b^T) */
-#define KCU_WG_ASM(N, TY, REGS, A, B, P)                                                                              \
+/* One wgmma m64nN of SHAPE_TYPES ("k16.f32.bf16.bf16", ...) on the accumulators REGS, descriptors A,
+ * B, its scale-d predicate from operand P (1: d += a b^T), then TAIL (the halves' scales and
+ * transposes; e4m3's scales; nothing for s8) */
+#define KCU_WG_ASM(N, SHAPE_TYPES, REGS, A, B, P, TAIL)                                                                \
     "{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n"                                                                \
-    "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" REGS "}, " A ", " B ", p, 1, 1, 0, 0;\n}\n"
-template <int BN> struct kcu_wg_mma; /* d += a b^T, m64 x BN x k16: a, b shared-memory descriptors */
-/* kcu_wg_mma<N> on R accumulators a thread; the outputs' constraints last */
-#define KCU_WG_MMA_N(N, R, REGS, A, B, P, ...)                                                                        \
+    "wgmma.mma_async.sync.aligned.m64n" #N SHAPE_TYPES " {" REGS "}, " A ", " B ", p" TAIL ";\n}\n"
+template <int BN> struct kcu_wg_mma; /* d += a b^T, m64 x BN x k16 (k32 bytes): a, b shared-memory descriptors */
+/* kcu_wg_mma<N> on R accumulators a thread: run (halves), e4m3 and s8; DF, DI the outputs'
+ * constraints, f32 and s32 (each a parenthesized list) */
+#define KCU_WG_MMA_N(N, R, REGS, A, B, P, DF, DI)                                                                     \
     template <> struct kcu_wg_mma<N> {                                                                              \
         template <bool F16>                                                                                         \
         static __device__ __forceinline__ void run(float (&d)[R], unsigned long long a, unsigned long long b)       \
         {                                                                                                           \
             if constexpr (F16)                                                                                      \
-                asm volatile(KCU_WG_ASM(N, "f16", REGS, A, B, P) : __VA_ARGS__ : "l"(a), "l"(b), "r"(1));             \
+                asm volatile(KCU_WG_ASM(N, "k16.f32.f16.f16", REGS, A, B, P, ", 1, 1, 0, 0")                        \
+                             : KCU_WG_LIST DF : "l"(a), "l"(b), "r"(1));                                            \
             else                                                                                                    \
-                asm volatile(KCU_WG_ASM(N, "bf16", REGS, A, B, P) : __VA_ARGS__ : "l"(a), "l"(b), "r"(1));            \
+                asm volatile(KCU_WG_ASM(N, "k16.f32.bf16.bf16", REGS, A, B, P, ", 1, 1, 0, 0")                      \
+                             : KCU_WG_LIST DF : "l"(a), "l"(b), "r"(1));                                            \
+        }                                                                                                           \
+        static __device__ __forceinline__ void e4m3(float (&d)[R], unsigned long long a, unsigned long long b)      \
+        {                                                                                                           \
+            asm volatile(KCU_WG_ASM(N, "k32.f32.e4m3.e4m3", REGS, A, B, P, ", 1, 1")                                \
+                         : KCU_WG_LIST DF : "l"(a), "l"(b), "r"(1));                                                \
+        }                                                                                                           \
+        static __device__ __forceinline__ void s8(int (&d)[R], unsigned long long a, unsigned long long b)          \
+        {                                                                                                           \
+            asm volatile(KCU_WG_ASM(N, "k32.s32.s8.s8", REGS, A, B, P, "")                                          \
+                         : KCU_WG_LIST DI : "l"(a), "l"(b), "r"(1));                                                \
         }                                                                                                           \
     };
-KCU_WG_MMA_N(64, 32, KCU_WG_R0, "%32", "%33", "%34", KCU_WG_D32(0))
-KCU_WG_MMA_N(128, 64, KCU_WG_R0 ", " KCU_WG_R32, "%64", "%65", "%66", KCU_WG_D32(0), KCU_WG_D32(32))
-KCU_WG_MMA_N(192, 96, KCU_WG_R0 ", " KCU_WG_R32 ", " KCU_WG_R64, "%96", "%97", "%98", KCU_WG_D32(0), KCU_WG_D32(32),
-             KCU_WG_D32(64))
-KCU_WG_MMA_N(224, 112, KCU_WG_R0 ", " KCU_WG_R32 ", " KCU_WG_R64 ", " KCU_WG_R96_16, "%112", "%113", "%114", KCU_WG_D32(0),
-             KCU_WG_D32(32), KCU_WG_D32(64), KCU_WG_D8(96), KCU_WG_D8(104))
+KCU_WG_MMA_N(64, 32, KCU_WG_R0, "%32", "%33", "%34", (KCU_WG_D32(0)), (KCU_WG_I32(0)))
+KCU_WG_MMA_N(128, 64, KCU_WG_R0 ", " KCU_WG_R32, "%64", "%65", "%66", (KCU_WG_D32(0), KCU_WG_D32(32)),
+             (KCU_WG_I32(0), KCU_WG_I32(32)))
+KCU_WG_MMA_N(192, 96, KCU_WG_R0 ", " KCU_WG_R32 ", " KCU_WG_R64, "%96", "%97", "%98",
+             (KCU_WG_D32(0), KCU_WG_D32(32), KCU_WG_D32(64)), (KCU_WG_I32(0), KCU_WG_I32(32), KCU_WG_I32(64)))
+KCU_WG_MMA_N(224, 112, KCU_WG_R0 ", " KCU_WG_R32 ", " KCU_WG_R64 ", " KCU_WG_R96_16, "%112", "%113", "%114",
+             (KCU_WG_D32(0), KCU_WG_D32(32), KCU_WG_D32(64), KCU_WG_D8(96), KCU_WG_D8(104)),
+             (KCU_WG_I32(0), KCU_WG_I32(32), KCU_WG_I32(64), KCU_WG_I8(96), KCU_WG_I8(104)))
 KCU_WG_MMA_N(256, 128, KCU_WG_R0 ", " KCU_WG_R32 ", " KCU_WG_R64 ", " KCU_WG_R96_16 ", " KCU_WG_R112_16, "%128", "%129",
-             "%130", KCU_WG_D32(0), KCU_WG_D32(32), KCU_WG_D32(64), KCU_WG_D32(96))
+             "%130", (KCU_WG_D32(0), KCU_WG_D32(32), KCU_WG_D32(64), KCU_WG_D32(96)),
+             (KCU_WG_I32(0), KCU_WG_I32(32), KCU_WG_I32(64), KCU_WG_I32(96)))
+/* One wgmma of kcu_g90_op OP (0 bf16, 1 f16, 2 e4m3: f32 accumulators; 3 s8: s32) */
+template <int BN, int OP, int R>
+__device__ __forceinline__ void kcu_g90_mma(float (&d)[R], unsigned long long a, unsigned long long b)
+{
+    if constexpr (OP == 2) kcu_wg_mma<BN>::e4m3(d, a, b);
+    else kcu_wg_mma<BN>::template run<OP == 1>(d, a, b);
+}
+template <int BN, int OP, int R>
+__device__ __forceinline__ void kcu_g90_mma(int (&d)[R], unsigned long long a, unsigned long long b)
+{
+    static_assert(OP == 3, "s32 accumulators: i8 operands");
+    kcu_wg_mma<BN>::s8(d, a, b);
+}
 
 /* A gemm90 block's start: thread 0 prefetches the tensor maps and sets up the ring's barriers, full
  * (one arrival: the producer's expect, then the bytes) and empty (`releasers` arrivals: the warps
@@ -4009,16 +4120,15 @@ static __device__ __forceinline__ void kcu_g90_ring_init(const kcu_tmap &ta, con
 /* The producer's fills g0 .. g0 + KT - 1 of the ring (the one thread that issues them): fill g into
  * stage g % STAGES once fill g - STAGES is released, the k blocks of x rows m0 .. m0 + 127 (sa: the x
  * stages) and of column tile y's boxes (sb: the w stages). */
-template <int K, int BN, int STAGES, class Tiles, int CLUSTER>
+template <int K, int BK, int BN, int STAGES, class Tiles, int CLUSTER>
 static __device__ __forceinline__ void kcu_g90_produce(const kcu_tmap &ta, const kcu_tmap &tb, unsigned sa,
                                                        unsigned sb, unsigned full, unsigned empty, int m0, int y,
                                                        int g0, int rank)
 {
     enum {
-        BK = KCU_G90_BK,
         KT = (K + BK - 1) / BK,
-        A_BYTES = KCU_G90_BM * BK * 2,
-        B_BYTES = BN * BK * 2,
+        A_BYTES = KCU_G90_BM * KCU_G90_ROW,
+        B_BYTES = BN * KCU_G90_ROW,
         NBOX = Tiles::NBOX,
         RB = BN / NBOX
     };
@@ -4041,30 +4151,31 @@ static __device__ __forceinline__ void kcu_g90_produce(const kcu_tmap &ta, const
     }
 }
 
-/* The matmul of the design above on X (kcu_bf16 or kcu_f16) operands: K, N
- * the shape, BN the tile's columns, STAGES the ring's depth; ta, tb the
- * tensor maps of x and w (kernel parameters, __grid_constant__); pro
- * kcu_g90_none or kcu_g90_rms. Called from a kernel of KCU_G90_THREADS
- * threads with kcu_gemm90_smem(BN, STAGES) bytes of dynamic shared memory. */
+/* The matmul of the design above on X (kcu_g90_op: kcu_bf16, kcu_f16, or the codes kcu_kv_e4m3 and
+ * kcu_kv_i8) operands: K, N the shape, BN the tile's columns, STAGES the ring's depth; ta, tb the
+ * tensor maps of x and w (kernel parameters, __grid_constant__); pro kcu_g90_none, kcu_g90_rms or
+ * (codes) kcu_g90_xq. Called from a kernel of KCU_G90_THREADS threads with kcu_gemm90_smem(BN,
+ * STAGES) bytes of dynamic shared memory. */
 template <typename X, int K, int N, int BN, int STAGES, class Tiles = kcu_g90_plain<BN>, int CLUSTER = 1, class Pro,
           class Epi>
 static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &ta, const kcu_tmap &tb, const Pro pro,
                                                   const Epi &epi)
 {
+    typedef kcu_g90_op<X> OPX;
     enum {
         BM = KCU_G90_BM,
-        BK = KCU_G90_BK,
+        BK = OPX::BK,                        /* elements of a row a stage (128 bytes) */
         KT = (K + BK - 1) / BK,              /* k blocks */
-        A_BYTES = BM * BK * 2,               /* a stage's x tile */
-        B_BYTES = BN * BK * 2,               /* a stage's w tile */
+        A_BYTES = BM * KCU_G90_ROW,          /* a stage's x tile */
+        B_BYTES = BN * KCU_G90_ROW,          /* a stage's w tile */
         NBOX = Tiles::NBOX,                  /* its boxes */
         RB = BN / NBOX,                      /* rows a box */
         STAGE_BYTES = A_BYTES + B_BYTES,
         R = BN / 2,                          /* accumulators a consumer thread */
         CONSUMER_WARPS = 8,
-        F16 = kcu_g90_f16<X>::ON /* f16 operands, else bf16 */
+        KSTEP = 32 / sizeof(X)               /* k a wgmma: 16 halves, 32 bytes */
     };
-    static_assert(sizeof(X) == 2, "bf16 or f16 operands");
+    static_assert(sizeof(X) * BK == KCU_G90_ROW && BK % KSTEP == 0, "128-byte rows of whole wgmma steps");
     static_assert((BN % 64 == 0 || BN == 224) && BN >= 64 && BN <= 256, "BN: 64, 128, 192, 224 or 256");
     static_assert(STAGES >= 2 && kcu_gemm90_smem(BN, STAGES) <= 232448 - 1024, "stages fit in shared memory");
     static_assert(BN % NBOX == 0 && RB % 8 == 0 && RB <= 256, "boxes of whole swizzle atoms");
@@ -4085,13 +4196,13 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
         /* the producer */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (warp == 0 && lane == 0)
-            kcu_g90_produce<K, BN, STAGES, Tiles, CLUSTER>(ta, tb, sa, sb, full, empty, m0, at.y, 0, rank);
+            kcu_g90_produce<K, BK, BN, STAGES, Tiles, CLUSTER>(ta, tb, sa, sb, full, empty, m0, at.y, 0, rank);
     } else {
         /* a consumer: tokens 64 cg .. +63 of the tile */
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        float d[R];
+        typename OPX::acc d[R]; /* f32, or s32 for i8 */
 #pragma unroll
-        for (int i = 0; i < R; i++) d[i] = 0.0f;
+        for (int i = 0; i < R; i++) d[i] = 0;
         const unsigned arow = (unsigned)cg * 64 * 128; /* the warpgroup's first x row in a stage */
         for (int kt = 0; kt < KT; kt++) {
             const int s = kt % STAGES;
@@ -4099,7 +4210,7 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
             const unsigned long long da = kcu_wg_desc(sa + s * A_BYTES + arow), db = kcu_wg_desc(sb + s * B_BYTES);
             kcu_wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++) kcu_wg_mma<BN>::template run<F16>(d, da + 2 * kk, db + 2 * kk);
+            for (int kk = 0; kk < BK / KSTEP; kk++) kcu_g90_mma<BN, OPX::OP>(d, da + 2 * kk, db + 2 * kk);
             kcu_wg_commit();
             kcu_wg_wait<1>(); /* the previous stage's wgmma are done: release it */
             kcu_wg_hold(d);
@@ -4122,7 +4233,7 @@ static __device__ __forceinline__ void kcu_gemm90(const int T, const kcu_tmap &t
 #pragma unroll
             for (int h = 0; h < 2; h++)
                 *reinterpret_cast<float2 *>(tile + (rt + 8 * h) * KCU_G90_LD(BN) + 8 * j + 2 * (lane % 4)) =
-                    make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                    make_float2((float)d[4 * j + 2 * h], (float)d[4 * j + 2 * h + 1]);
         kcu_g90_consumers_sync();
         kcu_g90_handoff<BN, N, Tiles, KCU_G90_U>(epi, pro, T, m0, at.y, tile, cg * 128 + tid % 128, 256);
     }

@@ -44,6 +44,7 @@ typedef struct krt_cu_tmap {
 /* cuTensorMapEncodeTiled's enums (CUtensorMapDataType, ...Swizzle, ...) and
  * CUfunction_attribute values used here. */
 enum {
+    KRT_CU_TMAP_UINT8 = 0,                      /* CU_TENSOR_MAP_DATA_TYPE_UINT8 (one-byte codes) */
     KRT_CU_TMAP_FLOAT16 = 6,                    /* CU_TENSOR_MAP_DATA_TYPE_FLOAT16 */
     KRT_CU_TMAP_FLOAT32 = 7,                    /* CU_TENSOR_MAP_DATA_TYPE_FLOAT32 */
     KRT_CU_TMAP_BFLOAT16 = 9,                   /* CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 */

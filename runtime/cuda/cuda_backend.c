@@ -118,6 +118,10 @@ typedef struct cu_state {
     krt_cu_tmap *tmaps;       /* every tensor map a variant passes, made once a session (make_tmaps) */
     size_t n_tmaps;           /* how many */
     int64_t tmaps_rows;       /* the activation rows they were made for (0: not made) */
+    int64_t xq_cols;          /* the widest row of a value the loaded arch's launches read as codes ("xcodes",
+                                 "xscales", "tmap_xcodes"; 0: none): the scratch after the activations holds
+                                 t_cap such rows of one-byte codes, then t_cap f32 scales (xq_ptr) */
+    size_t scratch_off;       /* where the scratch starts in acts */
     const krt_engine *e;      /* the engine; not owned */
     const krt_desc *desc;     /* its description: &e->desc */
     const kir_graph *g;       /* its graph */
@@ -181,6 +185,19 @@ static int cu_error(const cu_state *s, ks_diag *d, krt_cu_result r, const char *
     va_start(ap, fmt);
     krt_cuda_verror(&s->api, d, r, fmt, ap);
     va_end(ap);
+    return -1;
+}
+
+static int meta_error(cu_state *s, ks_diag *d, const char *fmt, ...) KS_PRINTF(3, 4);
+static int meta_error(cu_state *s, ks_diag *d, const char *fmt, ...)
+{
+    ks_buf msg = KS_BUF_TRY;
+    va_list ap;
+    va_start(ap, fmt);
+    ks_buf_vprintf(&msg, fmt, ap);
+    va_end(ap);
+    ks_error(d, s->e->path, "damaged cuda.meta: %s", ks_buf_cstr(&msg));
+    ks_buf_free(&msg);
     return -1;
 }
 
@@ -311,7 +328,21 @@ static int load_variants(cu_state *s, ks_diag *d)
                 if (r != 0) return cu_error(s, d, r, "damaged engine: kernel %s is not in its %s cubin", ln->name, s->arch);
                 if (set_smem(s, s->vfns[slot], ln->name, ln->smem, d) != 0) return -1;
                 s->tm_base[slot] = maps;
-                for (int a = 0; a < ln->n_args; a++) maps += ln->args[a].kind == KRT_CUDA_ARG_TMAP;
+                for (int a = 0; a < ln->n_args; a++) {
+                    const krt_cuda_arg *arg = &ln->args[a];
+                    maps += arg->kind == KRT_CUDA_ARG_TMAP || arg->kind == KRT_CUDA_ARG_TMAP_XCODES;
+                    if (arg->kind != KRT_CUDA_ARG_XCODES && arg->kind != KRT_CUDA_ARG_XSCALES &&
+                        arg->kind != KRT_CUDA_ARG_TMAP_XCODES)
+                        continue;
+                    /* a row a token, of whole 16-byte chunks of codes */
+                    if (arg->index >= (int64_t)s->g->n_nodes || s->home[arg->index] == HOME_WEIGHT ||
+                        s->home[arg->index] == HOME_TOKENS || s->home[arg->index] == HOME_POSITIONS ||
+                        s->home[arg->index] == HOME_SEQ_LENGTHS || kir_row_elems(&s->g->nodes[arg->index]) % 16)
+                        return meta_error(s, d, "kernel %s reads value %lld as codes: not an activation of rows of "
+                                          "a multiple of 16 elements", ln->name, (long long)arg->index);
+                    const int64_t cols = kir_row_elems(&s->g->nodes[arg->index]);
+                    if (cols > s->xq_cols) s->xq_cols = cols;
+                }
             }
         }
     }
@@ -377,18 +408,6 @@ static int load_kernels(cu_state *s, ks_diag *d)
 }
 
 /* ---- the value table, the weights -------------------------------------------------------------- */
-static int meta_error(cu_state *s, ks_diag *d, const char *fmt, ...) KS_PRINTF(3, 4);
-static int meta_error(cu_state *s, ks_diag *d, const char *fmt, ...)
-{
-    ks_buf msg = KS_BUF_TRY;
-    va_list ap;
-    va_start(ap, fmt);
-    ks_buf_vprintf(&msg, fmt, ap);
-    va_end(ap);
-    ks_error(d, s->e->path, "damaged cuda.meta: %s", ks_buf_cstr(&msg));
-    ks_buf_free(&msg);
-    return -1;
-}
 
 static int plan_error(cu_state *s, ks_diag *d, const char *fmt, ...) KS_PRINTF(3, 4);
 static int plan_error(cu_state *s, ks_diag *d, const char *fmt, ...)
@@ -487,7 +506,9 @@ static int check_args(cu_state *s, const char *name, const krt_cuda_arg *args, i
     const krt_kv_config *cfg = krt_kv_config_of(s->kv);
     for (int a = 0; a < n_args; a++) {
         const krt_cuda_arg *arg = &args[a];
-        if ((arg->kind == KRT_CUDA_ARG_VALUE || arg->kind == KRT_CUDA_ARG_TMAP) && arg->index >= (int64_t)s->g->n_nodes)
+        if ((arg->kind == KRT_CUDA_ARG_VALUE || arg->kind == KRT_CUDA_ARG_TMAP || arg->kind == KRT_CUDA_ARG_XCODES ||
+             arg->kind == KRT_CUDA_ARG_XSCALES || arg->kind == KRT_CUDA_ARG_TMAP_XCODES) &&
+            arg->index >= (int64_t)s->g->n_nodes)
             return meta_error(s, d, "kernel %s reads value %lld, past the graph", name, (long long)arg->index);
         if (arg->kind == KRT_CUDA_ARG_KV_K || arg->kind == KRT_CUDA_ARG_KV_V || arg->kind == KRT_CUDA_ARG_KV_KS ||
             arg->kind == KRT_CUDA_ARG_KV_VS) {
@@ -569,11 +590,29 @@ static int upload_weights(cu_state *s, ks_diag *d)
     return 0;
 }
 
-/* The planned arena, once: every step of up to plan.max_tokens tokens runs in it. */
+/* The scratch of codes (xq_cols) for activations of cap rows: the codes, then the scales. */
+static size_t scratch_codes_bytes(const cu_state *s, int64_t cap)
+{
+    return ((size_t)cap * (size_t)s->xq_cols + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN;
+}
+static size_t scratch_bytes(const cu_state *s, int64_t cap)
+{
+    return s->xq_cols ? scratch_codes_bytes(s, cap) + (size_t)cap * sizeof(float) : 0;
+}
+/* "xcodes:N" (scales 0) and "xscales:N" (1): every value's codes start the scratch (one launch at a
+ * time uses them) */
+static krt_cu_ptr xq_ptr(const cu_state *s, int scales)
+{
+    return s->acts + s->scratch_off + (scales ? scratch_codes_bytes(s, s->t_cap) : 0);
+}
+
+/* The planned arena, once: every step of up to plan.max_tokens tokens runs in it; the scratch
+ * after it. */
 static int alloc_arena(cu_state *s, ks_diag *d)
 {
     const krt_plan *plan = &s->desc->plan;
-    size_t bytes = (size_t)plan->mem.arena_bytes;
+    s->scratch_off = ((size_t)plan->mem.arena_bytes + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN;
+    size_t bytes = s->xq_cols ? s->scratch_off + scratch_bytes(s, plan->max_tokens) : (size_t)plan->mem.arena_bytes;
     krt_cu_result r = s->api.cuMemAlloc(&s->acts, bytes ? bytes : PLAN_ALIGN);
     if (r != 0) {
         s->acts = 0;
@@ -807,6 +846,8 @@ static int reserve_acts(cu_state *s, int64_t T, ks_diag *d)
         size_t bytes = (size_t)kir_elems(&s->g->nodes[v], cap) * sizeof(float);
         at += (bytes + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN;
     }
+    s->scratch_off = at;
+    at += scratch_bytes(s, cap);
     /* the graphs write the old buffer: capture them again when they are next used */
     drop_graphs(s);
     if (s->acts) s->api.cuMemFree(s->acts);
@@ -961,22 +1002,27 @@ static int make_tmaps(cu_state *s, ks_diag *d)
             for (int l = 0; l < v->n_launches; l++)
                 for (int a = 0; a < v->launches[l].n_args; a++) {
                     const krt_cuda_arg *arg = &v->launches[l].args[a];
-                    if (arg->kind != KRT_CUDA_ARG_TMAP) continue;
+                    if (arg->kind != KRT_CUDA_ARG_TMAP && arg->kind != KRT_CUDA_ARG_TMAP_XCODES) continue;
                     const kir_node *n = &s->g->nodes[arg->index];
                     uint32_t r = s->root[arg->index];
+                    const int codes = arg->kind == KRT_CUDA_ARG_TMAP_XCODES; /* the value's codes in the scratch */
                     /* a weight [N, K]: N rows; an activation: a row a token ([T, heads, dim] too) */
-                    int weight = s->home[r] == HOME_WEIGHT;
+                    int weight = !codes && s->home[r] == HOME_WEIGHT;
                     int64_t K = !n->ndim ? 0 : weight ? n->dims[n->ndim - 1] : kir_row_elems(n);
-                    int dt = n->dtype == KIR_BF16 ? KRT_CU_TMAP_BFLOAT16 : n->dtype == KIR_F16 ? KRT_CU_TMAP_FLOAT16 : -1;
-                    if (dt < 0 || K <= 0 || (K * 2) % 16 || s->home[r] == HOME_TOKENS || s->home[r] == HOME_POSITIONS ||
-                        s->home[r] == HOME_SEQ_LENGTHS)
+                    const int one = codes || n->dtype == KIR_F8E4M3 || n->dtype == KIR_I8; /* one-byte codes */
+                    int dt = one ? KRT_CU_TMAP_UINT8 : n->dtype == KIR_BF16 ? KRT_CU_TMAP_BFLOAT16
+                             : n->dtype == KIR_F16 ? KRT_CU_TMAP_FLOAT16 : -1;
+                    const int64_t esize = one ? 1 : 2;
+                    if (dt < 0 || K <= 0 || (K * esize) % 16 || s->home[r] == HOME_TOKENS ||
+                        s->home[r] == HOME_POSITIONS || s->home[r] == HOME_SEQ_LENGTHS)
                         return meta_error(s, d, "kernel %s reads value %%%lld through a tensor map, which needs "
-                                          "bf16 or f16 rows of a multiple of 8 elements", v->launches[l].name,
+                                          "bf16, f16 or one-byte rows of 16-byte chunks", v->launches[l].name,
                                           (long long)arg->index);
-                    krt_cu_ptr base = value_ptr(s, (uint32_t)arg->index, &none);
+                    krt_cu_ptr base = codes ? xq_ptr(s, 0) : value_ptr(s, (uint32_t)arg->index, &none);
                     const uint64_t dims[2] = {(uint64_t)K, (uint64_t)(weight ? kir_elems(n, 1) / K : s->t_cap)},
-                                   strides[1] = {(uint64_t)K * 2};
-                    const unsigned box[2] = {64, (unsigned)arg->box}, es[2] = {1, 1};
+                                   strides[1] = {(uint64_t)(K * esize)};
+                    /* a box row: 128 bytes (one row of the 128-byte swizzle) */
+                    const unsigned box[2] = {(unsigned)(128 / esize), (unsigned)arg->box}, es[2] = {1, 1};
                     KS_ASSERT(at < s->n_tmaps);
                     krt_cu_result res = s->api.cuTensorMapEncodeTiled(
                         &s->tmaps[at++], dt, 2, (void *)(uintptr_t)base, dims, strides, box, es,
@@ -1041,8 +1087,13 @@ static void fill_params(cu_state *s, const krt_cuda_arg *args, int n_args, int64
             slot[a].ptr = p->tables;
             break;
         case KRT_CUDA_ARG_TMAP:
+        case KRT_CUDA_ARG_TMAP_XCODES:
             KS_ASSERT(tm < s->n_tmaps);
             params[a] = &s->tmaps[tm++];
+            break;
+        case KRT_CUDA_ARG_XCODES:
+        case KRT_CUDA_ARG_XSCALES:
+            slot[a].ptr = xq_ptr(s, arg->kind == KRT_CUDA_ARG_XSCALES);
             break;
         case KRT_CUDA_ARG_COUNT:
             KS_UNREACHABLE();

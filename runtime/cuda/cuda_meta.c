@@ -22,6 +22,9 @@ static const struct {
     [KRT_CUDA_ARG_TMAP] = {"tmap", 2}, /* tmap:value:box rows */
     [KRT_CUDA_ARG_KV_KS] = {"kv_ks", 1},
     [KRT_CUDA_ARG_KV_VS] = {"kv_vs", 1},
+    [KRT_CUDA_ARG_XCODES] = {"xcodes", 1},
+    [KRT_CUDA_ARG_XSCALES] = {"xscales", 1},
+    [KRT_CUDA_ARG_TMAP_XCODES] = {"tmap_xcodes", 2}, /* tmap_xcodes:value:box rows */
 };
 
 void krt_cuda_arg_format(const krt_cuda_arg *a, ks_buf *b)

@@ -54,6 +54,16 @@
  *                  activation: the rows its buffer holds, the plan's max_tokens),
  *                  bf16 or f16 as the value, boxes of 64 elements x R rows,
  *                  128-byte swizzle, zeros past the edges; made once a session
+ *                  (one-byte codes, f8e4m3 or i8: boxes of 128 elements, the
+ *                  maps' type uint8)
+ *   "xcodes:N"     pointer: value N's rows as one-byte codes, a row a token (the
+ *                  fp8 and w8a8 matmuls' x: a pre-pass writes them, the matmul
+ *                  reads them), in the backend's scratch after the activations
+ *   "xscales:N"    pointer: those rows' f32 scales, a token each
+ *   "tmap_xcodes:N:R"  CUtensorMap of "xcodes:N" (rows of the step's capacity),
+ *                  boxes of 128 codes x R rows, as "tmap"
+ *                  (the scratch is one region for every launch: they run one after
+ *                  the other; it holds the widest N's codes)
  *
  * Prefix: krt_.
  */
@@ -82,13 +92,17 @@ typedef enum krt_cuda_arg_kind {
     KRT_CUDA_ARG_TMAP,       /* CUtensorMap by value: value `index` in boxes of `box` rows */
     KRT_CUDA_ARG_KV_KS,      /* pointer: float scales of layer `index`'s K rows (a cache of codes) */
     KRT_CUDA_ARG_KV_VS,      /* pointer: float scales of layer `index`'s V rows */
+    KRT_CUDA_ARG_XCODES,     /* pointer: value `index`'s rows as one-byte codes (scratch) */
+    KRT_CUDA_ARG_XSCALES,    /* pointer: their f32 scales, a row each (scratch) */
+    KRT_CUDA_ARG_TMAP_XCODES, /* CUtensorMap by value: the codes of value `index` in boxes of `box` rows */
     KRT_CUDA_ARG_COUNT
 } krt_cuda_arg_kind;
 
 typedef struct krt_cuda_arg {
     krt_cuda_arg_kind kind; /* what the parameter receives */
-    int64_t index;          /* value or layer number for VALUE, KV_K, KV_V, KV_KS, KV_VS, TMAP; 0 otherwise */
-    int32_t box;            /* TMAP: rows of a box (8 .. 256); 0 otherwise */
+    int64_t index;          /* value or layer number for VALUE, KV_K, KV_V, KV_KS, KV_VS, TMAP, XCODES, XSCALES,
+                               TMAP_XCODES; 0 otherwise */
+    int32_t box;            /* TMAP, TMAP_XCODES: rows of a box (8 .. 256); 0 otherwise */
 } krt_cuda_arg;
 
 enum { KRT_CUDA_MAX_ARGS = 24, KRT_CUDA_MAX_LAUNCHES = 4, KRT_CUDA_MAX_VARIANTS = 16 };

@@ -315,8 +315,8 @@ static int is_g90_kernel(void *fn)
 }
 
 /* cuTensorMapEncodeTiled: checks the arguments against what kcu_gemm90 (kcu_prelude.cuh) needs —
- * a 2-D bf16 or f16 tensor, 16-byte aligned base and row stride, boxes of 64 elements (one 128-byte
- * swizzle row) by 8..256 rows, element strides 1, no interleave, 128-byte swizzle, zeros past the
+ * a 2-D bf16, f16 or uint8 tensor, 16-byte aligned base and row stride, boxes of one 128-byte
+ * swizzle row (64 or 128 elements) by 8..256 rows, element strides 1, no interleave, 128-byte swizzle, zeros past the
  * edges — and records them in the map itself, as the emulated kernels read them (kcu_emu_tmap),
  * with the record's address in the map's first 8 bytes: the 8 bytes a parameter that
  * cuLaunchKernel passes. The map must stay where it is while kernels use it (the backend's do). */
@@ -330,8 +330,10 @@ int cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank, void *base, cons
                            const uint64_t *strides, const unsigned *box, const unsigned *es, int interleave,
                            int swizzle, int l2, int oob)
 {
-    if (!map || ((uintptr_t)map % 128) || rank != 2 || (dtype != 6 && dtype != 9) || !base || (uintptr_t)base % 16 ||
-        dims[0] == 0 || dims[1] == 0 || strides[0] % 16 || strides[0] < dims[0] * 2 || box[0] != 64 || box[1] < 8 ||
+    const unsigned esize = dtype == 0 ? 1 : 2; /* uint8 (one-byte codes), or f16 and bf16 */
+    if (!map || ((uintptr_t)map % 128) || rank != 2 || (dtype != 0 && dtype != 6 && dtype != 9) || !base ||
+        (uintptr_t)base % 16 || dims[0] == 0 || dims[1] == 0 || strides[0] % 16 || strides[0] < dims[0] * esize ||
+        box[0] != 128 / esize || box[1] < 8 ||
         box[1] > 256 || es[0] != 1 || es[1] != 1 || interleave != 0 || swizzle != 3 || l2 != 3 || oob != 0)
         return EMU_INVALID;
     uint64_t *m = map;
