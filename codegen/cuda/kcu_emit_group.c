@@ -1022,6 +1022,8 @@ typedef struct g90_plan {
     kir_val xv;                             /* the value the matmul reads through the x map: the norm's, or its operand */
     kir_dtype codes;                        /* KIR_DTYPE_COUNT: halves; else the one-byte codes of both operands
                                                (f8e4m3, i8: g90_codes), x's written by a pre-pass kernel */
+    int deq;                                /* 1: the weight's codes dequantized to x's half type by a pre-pass
+                                               kernel, the matmul on halves (w4a16, w8a16: g90_deq) */
 } g90_plan;
 
 /* The prelude's type of one-byte codes t (kcu_gemm90's operands) */
@@ -1031,6 +1033,21 @@ static const char *code_type(kir_dtype t) { return t == KIR_I8 ? "kcu_kv_i8" : "
  * token at a time, so both operands are e4m3 or i8 codes: wgmma k32, sums scaled by x's row scale and
  * the weight row's), with a scale a weight row, half x (fast precision: exact precision keeps f32
  * sums of the values in the interpreter's order), rows of 16-byte chunks. */
+/* Whether group G's quantized matmul runs kcu_gemm90 on its weight dequantized to x's half type by a
+ * pre-pass (w4a16, w8a16: weight-only codes of any group, x half). The pre-pass writes N K halves each
+ * prefill step (Llama-3-8B: 16 GB for its 32 layers, ~5 ms at the H200's copy rate) where kcu_matmul_q's
+ * tiles dequantize every weight as each token tile loads it (mma.sync: 88 ms at 512 tokens on an H100
+ * against bf16's 12 on kcu_gemm90, bench/RESULTS.md #13 step 2): vLLM's AWQ does the same from 256 tokens. */
+static int g90_deq(const group *G)
+{
+    const kir_graph *g = G->x->g;
+    const kir_val mm = G->n[G->mm].v;
+    const kir_node *mn = &g->nodes[mm];
+    if (mn->nin <= 2 || G->K % 8 || !kcu_is_half(g->nodes[mn->in[0]].dtype)) return 0;
+    const kir_word q = kir_attr_word(g, mm, KIR_A_MATMUL_QUANT);
+    return (q == KIR_QUANT_W4A16 || q == KIR_QUANT_W8A16) && !kcu_qmatmul_supported(g, mm);
+}
+
 static kir_dtype g90_codes(const group *G)
 {
     const kir_graph *g = G->x->g;
@@ -1071,6 +1088,9 @@ static int group_tc(const group *G)
  * (2 waves, fuller) ran at 697 (H200, 2026-12-04, bench/RESULTS.md #10
  * step 11). */
 enum { G90_SCAN = 64, G90_LONG = 1024, G90_MIN_BOX = 32 }; /* token tiles: 8192 tokens; a long step's; rows */
+/* Steps above which a dequantized weight's gemm90 runs (g90_deq; KILN_CUDA_GEMM90_ABOVE sets it too): where the
+ * pre-pass's bytes cost less than the tiles' dequantization, estimated from the figures there (not measured) */
+enum { G90_DEQ_ABOVE = 64 };
 #define G90_BACK 0.15
 static void plan_g90(const group *G, g90_plan *P)
 {
@@ -1084,10 +1104,12 @@ static void plan_g90(const group *G, g90_plan *P)
     P->xv = mn->in[0];
     P->codes = g90_codes(G);
     const int codes = P->codes != KIR_DTYPE_COUNT;
-    if (mn->nin > 2 && !codes) return; /* other quantized matmuls: kcu_matmul_q's tensor-core tiles */
+    P->deq = !codes && g90_deq(G);
+    if (mn->nin > 2 && !codes && !P->deq) return; /* other quantized matmuls: kcu_matmul_q's tensor-core tiles */
+    if (P->deq) wt = g->nodes[P->xv].dtype;       /* the copy's */
     if (!codes && ((wt != KIR_BF16 && wt != KIR_F16) || g->nodes[P->xv].dtype != wt || G->K % 8)) return;
     if (G->N < 2) return;
-    int64_t above = x->opt.gemm90_above > 0 ? x->opt.gemm90_above : kcu_decode_t(x);
+    int64_t above = x->opt.gemm90_above > 0 ? x->opt.gemm90_above : P->deq ? G90_DEQ_ABOVE : kcu_decode_t(x);
     if (above < kcu_decode_t(x)) above = kcu_decode_t(x); /* the decode kernel's steps stay its own */
     kcu_g90_tiles all[KCU_G90_WIDTHS];
     int nt[KCU_G90_WIDTHS] = {0};
@@ -1172,6 +1194,26 @@ static void put_g90(group *G, const g90_plan *P, const char *g90_params, const c
                       "    kcu_g90_quantize_x<%s, %lld>(T, x, reinterpret_cast<%s *>(codes), xs);\n"
                       "}\n",
                       kir_dtype_name(P->codes), xt, ot, (long long)G->K, ot);
+    if (P->deq) {
+        const kir_val mm = G->n[G->mm].v;
+        const kir_node *mn = &g->nodes[mm];
+        kir_quant_layout L;
+        kir_quant_layout_of(g, mm, &L);
+        const int asym = mn->nin > 3 && mn->in[3] != KIR_NONE;
+        const char *st = kcu_elem_type(g->nodes[mn->in[2]].dtype);
+        ks_buf_printf(b,
+                      "/* the weight's %s codes dequantized to %s for the gemm90 kernels below: 8 codes a thread */\n"
+                      "extern \"C\" __global__ void __launch_bounds__(256) " NAME_MARK
+                      "_deq(const unsigned char *__restrict__ w, const %s *__restrict__ qs%s, %s *__restrict__ out)\n"
+                      "{\n"
+                      "    KCU_PDL_ENTER(); /* the scratch it writes: the previous gemm90 read it */\n"
+                      "    kcu_dequantize_weight<%lld>(kcu_qsrc<%d, %s, %s, %lld, %lld, %s, %s, %s>{w, qs, %s, 0, 0}, out);\n"
+                      "}\n",
+                      kir_dtype_name(L.codes), xt, st, asym ? ", const unsigned char *__restrict__ qz" : "", xt,
+                      (long long)L.rows, L.codes == KIR_U4 ? 4 : 8, L.codes == KIR_I8 ? "true" : "false",
+                      asym ? "true" : "false", (long long)L.cols, (long long)L.group, st, xt,
+                      L.codes == KIR_F8E4M3 ? "true" : "false", asym ? "qz" : "nullptr");
+    }
     for (int i = 0; i < KCU_G90_WIDTHS; i++) {
         const kcu_g90_tiles *t = &P->tiles[i];
         if (!t->bn) continue;
@@ -1249,6 +1291,17 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
         xq.args[xq.n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_XCODES, xr, 0};
         xq.args[xq.n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_XSCALES, xr, 0};
     }
+    krt_cuda_launch deq = {0}; /* the weight dequantized (P->deq): 8 codes a thread, 256 a block */
+    if (P->deq) {
+        deq.name = ks_arena_printf(&x->meta->arena, "%s_deq", x->meta->kernels[ki].name);
+        deq.block = 256;
+        const int64_t grid[3][4] = {{0, G->N * (G->K / 8), 256, 0}, {0, 1, 1, 0}, {0, 1, 1, 0}};
+        memcpy(deq.grid, grid, sizeof grid);
+        deq.args[deq.n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_VALUE, x->root[wv], 0};
+        for (int q = 2; q < mn->nin && q < 4; q++)
+            if (mn->in[q] != KIR_NONE) deq.args[deq.n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_VALUE, x->root[mn->in[q]], 0};
+        deq.args[deq.n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_WDEQ, x->root[wv], 0};
+    }
     for (int i = 0; i < P->n; i++) {
         const kcu_g90_tiles *t = &P->tiles[P->width[i]];
         krt_cuda_variant *v = &k->variants[i];
@@ -1257,6 +1310,7 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
         v->above = P->above[i];
         if (G->pro >= 0) v->launches[v->n_launches++] = norm;
         if (codes) v->launches[v->n_launches++] = xq;
+        if (P->deq) v->launches[v->n_launches++] = deq;
         krt_cuda_launch *l = &v->launches[v->n_launches++];
         l->name = ks_arena_printf(&x->meta->arena, "%s_g90_%d", k->name, t->bn);
         l->block = 384; /* the prelude's KCU_G90_THREADS */
@@ -1269,7 +1323,8 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
         memcpy(l->grid, cluster > 1 ? pairs : plain, sizeof plain);
         l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_T, 0, 0};
         l->args[l->n_args++] = (krt_cuda_arg){codes ? KRT_CUDA_ARG_TMAP_XCODES : KRT_CUDA_ARG_TMAP, xr, 128};
-        l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_TMAP, wv, t->bn / t->nbox / cluster};
+        l->args[l->n_args++] =
+            (krt_cuda_arg){P->deq ? KRT_CUDA_ARG_TMAP_WDEQ : KRT_CUDA_ARG_TMAP, x->root[wv], t->bn / t->nbox / cluster};
         if (codes) { /* the sums' scales: x's rows' (g90_xs), the weight rows' (g90_ws) */
             l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_XSCALES, xr, 0};
             l->args[l->n_args++] = (krt_cuda_arg){KRT_CUDA_ARG_VALUE, x->root[mn->in[2]], 0};
@@ -1284,16 +1339,20 @@ static int add_g90_variants(group *G, const g90_plan *P, size_t ki, const krt_cu
 static void put_choices(const group *G, const g90_plan *P, const krt_cuda_kernel *k)
 {
     ks_buf *b = G->x->opt.choices;
+    /* the pre-passes before the gemm90 kernel, and the operands' wgmma */
+    const char *pre = G->pro >= 0 ? (P->deq ? "the norm's kernel, the weight dequantized, then " : "the norm's kernel, then ")
+                      : P->deq ? "the weight dequantized, then "
+                      : P->codes != KIR_DTYPE_COUNT ? "x's codes, then "
+                                                    : "";
+    const char *op = P->codes == KIR_DTYPE_COUNT ? "" : P->codes == KIR_I8 ? " s8" : " e4m3";
     ks_buf_printf(b, "%s: %%%u matmul, %lld -> %lld:", k->name, k->node, (long long)G->K, (long long)G->N);
     for (int i = 0; i < P->n; i++) {
         const kcu_g90_tiles *t = &P->tiles[P->width[i]];
         const int stages = kcu_g90_stages(t->bn);
         ks_buf_printf(b, "%s %s above %lld tokens: %swgmma%s tiles 128 x %d (%d column tiles of %d box%s, %d stages, %d "
                          "bytes of shared memory%s)",
-                      i ? ";" : "", KCU_GEMM90_ARCH, (long long)P->above[i], G->pro >= 0                   ? "the norm's kernel, then "
-                      : P->codes != KIR_DTYPE_COUNT ? "x's codes, then "
-                                                    : "",
-                      P->codes == KIR_DTYPE_COUNT ? "" : P->codes == KIR_I8 ? " s8" : " e4m3", t->bn, t->nt, t->nbox, t->nbox > 1 ? "es" : "", stages, kcu_g90_smem_bytes(t->bn, stages),
+                      i ? ";" : "", KCU_GEMM90_ARCH, (long long)P->above[i], pre, op, t->bn, t->nt, t->nbox,
+                      t->nbox > 1 ? "es" : "", stages, kcu_g90_smem_bytes(t->bn, stages),
                       g90_cluster(G->x, t) > 1 ? ", clusters of two blocks sharing the weight tile" : "");
     }
     ks_buf_puts(b, "\n");

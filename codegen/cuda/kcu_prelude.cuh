@@ -1105,6 +1105,7 @@ template <int K, typename W> static __device__ __forceinline__ const W *kcu_wrow
  * the scale), each rounded to H (the mma's half type): the tensor cores take them as they take a half
  * weight. */
 template <int QB, bool FLIP, bool ASYM, int K, int G, typename S, typename H, bool E4M3 = false> struct kcu_qsrc {
+    enum { KK = K };
     const unsigned char *codes;
     const S *scale;
     const unsigned char *zero;
@@ -1149,6 +1150,20 @@ template <int QB, bool FLIP, bool ASYM, int K, int G, typename S, typename H, bo
         }
     };
 };
+/* A quantized weight [N, K] dequantized into a half copy out (kcu_gemm90's prefill of w4a16 and w8a16: a
+ * pre-pass; the matmul reads the copy through a tensor map): each value as kcu_qsrc's loader makes it for
+ * kcu_matmul_mma, 8 codes a thread, 16 bytes a store; grid ceil(N K / 8 / blockDim.x). */
+template <int N, class Q, typename H>
+static __device__ __forceinline__ void kcu_dequantize_weight(const Q &w, H *__restrict__ out)
+{
+    enum { K = Q::KK };
+    static_assert(K % 8 == 0, "rows of 8-code chunks");
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; /* the chunk */
+    if (i >= (long long)N * (K / 8)) return;
+    const long long r = i / (K / 8);
+    const int k = (int)(i % (K / 8)) * 8;
+    *reinterpret_cast<uint4 *>(out + r * K + k) = Q::loader::template load<K, 8>(Q{w.codes, w.scale, w.zero, r, k}, 0);
+}
 template <int QB, bool FLIP, bool ASYM, int K, int G, typename S, typename H, bool E4M3, class M>
 struct kcu_mma_src<kcu_qsrc<QB, FLIP, ASYM, K, G, S, H, E4M3>, M> {
     typedef typename kcu_qsrc<QB, FLIP, ASYM, K, G, S, H, E4M3>::loader T;
@@ -3882,10 +3897,12 @@ template <typename X, int K, int N, int BN, class Tiles, int CLUSTER, class Pro,
 static inline void kcu_emu_g90_tile(const kcu_tmap &ta, const kcu_tmap &tb, const Pro &pro, const Epi &epi, int T,
                                     float *tile)
 {
-    enum { R = BN / Tiles::NBOX, DTYPE = kcu_g90_op<X>::TMAP, BK = kcu_g90_op<X>::BK };
+    /* the maps' element size: one byte (uint8) or two (bf16 or f16: a dequantized weight's map is bf16 for
+     * either half, as TMA copies bytes) */
+    enum { R = BN / Tiles::NBOX, ONE = sizeof(X) == 1, BK = kcu_g90_op<X>::BK };
     const kcu_emu_tmap *a = ta.m, *w = tb.m;
     if (a->box[0] != BK || a->box[1] != KCU_G90_BM || w->box[0] != BK || w->box[1] != R / CLUSTER ||
-        a->dims[0] != K || w->dims[0] != K || a->dtype != DTYPE || w->dtype != DTYPE)
+        a->dims[0] != K || w->dims[0] != K || (a->dtype == 0) != ONE || (w->dtype == 0) != ONE)
         __builtin_trap();
     const kcu_g90_at at = kcu_g90_block_at<CLUSTER>();
     int y;

@@ -121,6 +121,8 @@ typedef struct cu_state {
     int64_t xq_cols;          /* the widest row of a value the loaded arch's launches read as codes ("xcodes",
                                  "xscales", "tmap_xcodes"; 0: none): the scratch after the activations holds
                                  t_cap such rows of one-byte codes, then t_cap f32 scales (xq_ptr) */
+    size_t wdeq_bytes;        /* the largest weight the loaded arch's launches dequantize ("wdeq", "tmap_wdeq"), at 2
+                                 bytes an element: the scratch holds it after the codes (wdeq_ptr) */
     size_t scratch_off;       /* where the scratch starts in acts */
     const krt_engine *e;      /* the engine; not owned */
     const krt_desc *desc;     /* its description: &e->desc */
@@ -330,7 +332,18 @@ static int load_variants(cu_state *s, ks_diag *d)
                 s->tm_base[slot] = maps;
                 for (int a = 0; a < ln->n_args; a++) {
                     const krt_cuda_arg *arg = &ln->args[a];
-                    maps += arg->kind == KRT_CUDA_ARG_TMAP || arg->kind == KRT_CUDA_ARG_TMAP_XCODES;
+                    maps += arg->kind == KRT_CUDA_ARG_TMAP || arg->kind == KRT_CUDA_ARG_TMAP_XCODES ||
+                            arg->kind == KRT_CUDA_ARG_TMAP_WDEQ;
+                    if (arg->kind == KRT_CUDA_ARG_WDEQ || arg->kind == KRT_CUDA_ARG_TMAP_WDEQ) {
+                        /* a quantized weight's codes [rows, cols], cols a multiple of 8 */
+                        const kir_node *wn = arg->index < (int64_t)s->g->n_nodes ? &s->g->nodes[arg->index] : NULL;
+                        if (!wn || s->home[arg->index] != HOME_WEIGHT || wn->ndim != 2 || wn->dims[1] % 8)
+                            return meta_error(s, d, "kernel %s dequantizes value %lld: not a weight of rows of a "
+                                              "multiple of 8 elements", ln->name, (long long)arg->index);
+                        const size_t bytes = (size_t)kir_elems(wn, 1) * 2;
+                        if (bytes > s->wdeq_bytes) s->wdeq_bytes = bytes;
+                        continue;
+                    }
                     if (arg->kind != KRT_CUDA_ARG_XCODES && arg->kind != KRT_CUDA_ARG_XSCALES &&
                         arg->kind != KRT_CUDA_ARG_TMAP_XCODES)
                         continue;
@@ -507,7 +520,8 @@ static int check_args(cu_state *s, const char *name, const krt_cuda_arg *args, i
     for (int a = 0; a < n_args; a++) {
         const krt_cuda_arg *arg = &args[a];
         if ((arg->kind == KRT_CUDA_ARG_VALUE || arg->kind == KRT_CUDA_ARG_TMAP || arg->kind == KRT_CUDA_ARG_XCODES ||
-             arg->kind == KRT_CUDA_ARG_XSCALES || arg->kind == KRT_CUDA_ARG_TMAP_XCODES) &&
+             arg->kind == KRT_CUDA_ARG_XSCALES || arg->kind == KRT_CUDA_ARG_TMAP_XCODES ||
+             arg->kind == KRT_CUDA_ARG_WDEQ || arg->kind == KRT_CUDA_ARG_TMAP_WDEQ) &&
             arg->index >= (int64_t)s->g->n_nodes)
             return meta_error(s, d, "kernel %s reads value %lld, past the graph", name, (long long)arg->index);
         if (arg->kind == KRT_CUDA_ARG_KV_K || arg->kind == KRT_CUDA_ARG_KV_V || arg->kind == KRT_CUDA_ARG_KV_KS ||
@@ -595,10 +609,14 @@ static size_t scratch_codes_bytes(const cu_state *s, int64_t cap)
 {
     return ((size_t)cap * (size_t)s->xq_cols + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN;
 }
-static size_t scratch_bytes(const cu_state *s, int64_t cap)
+static size_t scratch_xq_bytes(const cu_state *s, int64_t cap)
 {
-    return s->xq_cols ? scratch_codes_bytes(s, cap) + (size_t)cap * sizeof(float) : 0;
+    const size_t b = s->xq_cols ? scratch_codes_bytes(s, cap) + (size_t)cap * sizeof(float) : 0;
+    return (b + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN;
 }
+static size_t scratch_bytes(const cu_state *s, int64_t cap) { return scratch_xq_bytes(s, cap) + s->wdeq_bytes; }
+/* "wdeq:N": the dequantized weight, after the codes */
+static krt_cu_ptr wdeq_ptr(const cu_state *s) { return s->acts + s->scratch_off + scratch_xq_bytes(s, s->t_cap); }
 /* "xcodes:N" (scales 0) and "xscales:N" (1): every value's codes start the scratch (one launch at a
  * time uses them) */
 static krt_cu_ptr xq_ptr(const cu_state *s, int scales)
@@ -612,7 +630,8 @@ static int alloc_arena(cu_state *s, ks_diag *d)
 {
     const krt_plan *plan = &s->desc->plan;
     s->scratch_off = ((size_t)plan->mem.arena_bytes + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN;
-    size_t bytes = s->xq_cols ? s->scratch_off + scratch_bytes(s, plan->max_tokens) : (size_t)plan->mem.arena_bytes;
+    size_t bytes = scratch_bytes(s, plan->max_tokens) ? s->scratch_off + scratch_bytes(s, plan->max_tokens)
+                                                      : (size_t)plan->mem.arena_bytes;
     krt_cu_result r = s->api.cuMemAlloc(&s->acts, bytes ? bytes : PLAN_ALIGN);
     if (r != 0) {
         s->acts = 0;
@@ -1002,23 +1021,29 @@ static int make_tmaps(cu_state *s, ks_diag *d)
             for (int l = 0; l < v->n_launches; l++)
                 for (int a = 0; a < v->launches[l].n_args; a++) {
                     const krt_cuda_arg *arg = &v->launches[l].args[a];
-                    if (arg->kind != KRT_CUDA_ARG_TMAP && arg->kind != KRT_CUDA_ARG_TMAP_XCODES) continue;
+                    if (arg->kind != KRT_CUDA_ARG_TMAP && arg->kind != KRT_CUDA_ARG_TMAP_XCODES &&
+                        arg->kind != KRT_CUDA_ARG_TMAP_WDEQ)
+                        continue;
                     const kir_node *n = &s->g->nodes[arg->index];
                     uint32_t r = s->root[arg->index];
                     const int codes = arg->kind == KRT_CUDA_ARG_TMAP_XCODES; /* the value's codes in the scratch */
+                    const int deq = arg->kind == KRT_CUDA_ARG_TMAP_WDEQ;     /* the weight dequantized there */
                     /* a weight [N, K]: N rows; an activation: a row a token ([T, heads, dim] too) */
                     int weight = !codes && s->home[r] == HOME_WEIGHT;
                     int64_t K = !n->ndim ? 0 : weight ? n->dims[n->ndim - 1] : kir_row_elems(n);
-                    const int one = codes || n->dtype == KIR_F8E4M3 || n->dtype == KIR_I8; /* one-byte codes */
-                    int dt = one ? KRT_CU_TMAP_UINT8 : n->dtype == KIR_BF16 ? KRT_CU_TMAP_BFLOAT16
-                             : n->dtype == KIR_F16 ? KRT_CU_TMAP_FLOAT16 : -1;
+                    const int one = codes || (!deq && (n->dtype == KIR_F8E4M3 || n->dtype == KIR_I8)); /* one-byte codes */
+                    /* (a dequantized weight: 16-bit elements, of whichever half type; TMA copies bytes) */
+                    int dt = one                       ? KRT_CU_TMAP_UINT8
+                             : deq || n->dtype == KIR_BF16 ? KRT_CU_TMAP_BFLOAT16
+                             : n->dtype == KIR_F16     ? KRT_CU_TMAP_FLOAT16
+                                                       : -1;
                     const int64_t esize = one ? 1 : 2;
                     if (dt < 0 || K <= 0 || (K * esize) % 16 || s->home[r] == HOME_TOKENS ||
                         s->home[r] == HOME_POSITIONS || s->home[r] == HOME_SEQ_LENGTHS)
                         return meta_error(s, d, "kernel %s reads value %%%lld through a tensor map, which needs "
                                           "bf16, f16 or one-byte rows of 16-byte chunks", v->launches[l].name,
                                           (long long)arg->index);
-                    krt_cu_ptr base = codes ? xq_ptr(s, 0) : value_ptr(s, (uint32_t)arg->index, &none);
+                    krt_cu_ptr base = codes ? xq_ptr(s, 0) : deq ? wdeq_ptr(s) : value_ptr(s, (uint32_t)arg->index, &none);
                     const uint64_t dims[2] = {(uint64_t)K, (uint64_t)(weight ? kir_elems(n, 1) / K : s->t_cap)},
                                    strides[1] = {(uint64_t)(K * esize)};
                     /* a box row: 128 bytes (one row of the 128-byte swizzle) */
@@ -1088,12 +1113,16 @@ static void fill_params(cu_state *s, const krt_cuda_arg *args, int n_args, int64
             break;
         case KRT_CUDA_ARG_TMAP:
         case KRT_CUDA_ARG_TMAP_XCODES:
+        case KRT_CUDA_ARG_TMAP_WDEQ:
             KS_ASSERT(tm < s->n_tmaps);
             params[a] = &s->tmaps[tm++];
             break;
         case KRT_CUDA_ARG_XCODES:
         case KRT_CUDA_ARG_XSCALES:
             slot[a].ptr = xq_ptr(s, arg->kind == KRT_CUDA_ARG_XSCALES);
+            break;
+        case KRT_CUDA_ARG_WDEQ:
+            slot[a].ptr = wdeq_ptr(s);
             break;
         case KRT_CUDA_ARG_COUNT:
             KS_UNREACHABLE();

@@ -25,6 +25,8 @@ static const struct {
     [KRT_CUDA_ARG_XCODES] = {"xcodes", 1},
     [KRT_CUDA_ARG_XSCALES] = {"xscales", 1},
     [KRT_CUDA_ARG_TMAP_XCODES] = {"tmap_xcodes", 2}, /* tmap_xcodes:value:box rows */
+    [KRT_CUDA_ARG_WDEQ] = {"wdeq", 1},
+    [KRT_CUDA_ARG_TMAP_WDEQ] = {"tmap_wdeq", 2}, /* tmap_wdeq:value:box rows */
 };
 
 void krt_cuda_arg_format(const krt_cuda_arg *a, ks_buf *b)

@@ -62,8 +62,14 @@
  *   "xscales:N"    pointer: those rows' f32 scales, a token each
  *   "tmap_xcodes:N:R"  CUtensorMap of "xcodes:N" (rows of the step's capacity),
  *                  boxes of 128 codes x R rows, as "tmap"
+ *   "wdeq:N"       pointer: weight N (a quantized weight's codes, [rows, cols])
+ *                  dequantized to a half type, 2 bytes an element, in the scratch
+ *                  (w4a16 and w8a16's prefill on kcu_gemm90: a pre-pass writes it)
+ *   "tmap_wdeq:N:R"  CUtensorMap of "wdeq:N", boxes of 64 elements x R rows, as
+ *                  "tmap" (the map's type 16-bit: TMA copies bytes)
  *                  (the scratch is one region for every launch: they run one after
- *                  the other; it holds the widest N's codes)
+ *                  the other; it holds the widest N's codes, their scales, and the
+ *                  largest dequantized weight)
  *
  * Prefix: krt_.
  */
@@ -95,14 +101,16 @@ typedef enum krt_cuda_arg_kind {
     KRT_CUDA_ARG_XCODES,     /* pointer: value `index`'s rows as one-byte codes (scratch) */
     KRT_CUDA_ARG_XSCALES,    /* pointer: their f32 scales, a row each (scratch) */
     KRT_CUDA_ARG_TMAP_XCODES, /* CUtensorMap by value: the codes of value `index` in boxes of `box` rows */
+    KRT_CUDA_ARG_WDEQ,       /* pointer: weight `index` dequantized to 16 bits (scratch) */
+    KRT_CUDA_ARG_TMAP_WDEQ,  /* CUtensorMap by value: that dequantized weight in boxes of `box` rows */
     KRT_CUDA_ARG_COUNT
 } krt_cuda_arg_kind;
 
 typedef struct krt_cuda_arg {
     krt_cuda_arg_kind kind; /* what the parameter receives */
     int64_t index;          /* value or layer number for VALUE, KV_K, KV_V, KV_KS, KV_VS, TMAP, XCODES, XSCALES,
-                               TMAP_XCODES; 0 otherwise */
-    int32_t box;            /* TMAP, TMAP_XCODES: rows of a box (8 .. 256); 0 otherwise */
+                               TMAP_XCODES, WDEQ, TMAP_WDEQ; 0 otherwise */
+    int32_t box;            /* TMAP, TMAP_XCODES, TMAP_WDEQ: rows of a box (8 .. 256); 0 otherwise */
 } krt_cuda_arg;
 
 enum { KRT_CUDA_MAX_ARGS = 24, KRT_CUDA_MAX_LAUNCHES = 4, KRT_CUDA_MAX_VARIANTS = 16 };

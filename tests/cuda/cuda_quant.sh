@@ -6,8 +6,8 @@
 # 8 tokens at a time on CUDA cores) and in fast precision (bf16 x: i8 codes, a scale a row; u4 in
 # groups of 64; the prefill on kcu_matmul_mma's tensor cores, each weight dequantized to bf16 as it is
 # loaded, hence the fast tolerance), the norm before q,k,v and gate/up fused into them; fp8 and w8a8 likewise,
-# x quantized a token at a time in the kernel, and on sm_90a's FP8 and INT8 wgmma (kcu_gemm90 on codes); a KV
-# cache of int8 or fp8 codes (--kv-dtype).
+# x quantized a token at a time in the kernel, and on sm_90a's FP8 and INT8 wgmma (kcu_gemm90 on codes); w4a16's
+# prefill on kcu_gemm90 over its weights dequantized by a pre-pass; a KV cache of int8 or fp8 codes (--kv-dtype).
 . "$(dirname "$0")/../cli/lib.sh"
 . "$(dirname "$0")/cuda_lib.sh"
 : "${KILN_EMU_LIB:?}" "${KILN_EMU_SHIM:?}" "${KILN_TEST_SESSION:?}" "${KILN_TEST_CUDA:?}"
@@ -46,6 +46,8 @@ check() {
   # sm_90a's prefill of fp8 and w8a8 on FP8 and INT8 wgmma: each of the four matmul groups' x codes by a pre-pass
   # kernel, and kcu_gemm90 on e4m3 or i8 codes of both operands
   case $name in
+    w4a16*-g90) expect_same "$name: the weights dequantized by a pre-pass" 4 \
+                  "$(cat "$d"/src/*.cu | grep -c '^    kcu_dequantize_weight<')" ;;
     *-g90) expect_same "$name: x's codes by a pre-pass" 4 "$(cat "$d"/src/*.cu | grep -c '^    kcu_g90_quantize_x<')"
            n=$(cat "$d"/src/*.cu | grep -c '^    kcu_gemm90<kcu_kv_\(e4m3\|i8\),')
            expect_same "$name: kcu_gemm90 on codes, a tile width or more a group" ok "$([ "$n" -ge 4 ] && echo ok || echo "$n")" ;;
@@ -67,6 +69,10 @@ print('max|cuda-cpu|/max|cpu| = %.3g' % err); sys.exit(0 if err <= float(sys.arg
 check w4a16-f32 1e-5 --quant w4a16
 check w8a16-bf16-fast 0.0156 --quant w8a16 --dtype bf16
 check w4a16-g64-bf16-fast 0.0156 --quant w4a16 --quant-group 64 --dtype bf16
+# its prefill on sm_90a's kcu_gemm90 (from KILN_CUDA_GEMM90_ABOVE tokens; by default 64): a pre-pass kernel
+# dequantizes each weight to bf16 as the tiles above do, the matmul reads that copy (measured here 7.97e-3, the
+# same as the tiles': the weights' bf16 rounding)
+KILN_CUDA_GEMM90_ABOVE=8 check w4a16-g64-bf16-fast-g90 0.0156 --quant w4a16 --quant-group 64 --dtype bf16
 # fp8 and w8a8: x quantized a token at a time in the kernel (kcu_pro_xq), e4m3 or i8 codes; exact (f32 x) and
 # fast (bf16 x: the prefill's tensor cores take x's codes times its scale rounded to bf16). Quantizing x
 # magnifies the summation order's last bits: where the GPU's x and the interpreter's differ by an f32 (or
