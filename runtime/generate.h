@@ -103,6 +103,39 @@ krt_tok *krt_engine_tokenizer(const krt_engine *e, ks_diag *d);
  * model has no BOS). Appends to ids. 0, or -1 after reporting. */
 int krt_gen_prompt(const krt_tok *tok, const krt_desc *desc, const char *text, krt_tok_ids *ids, ks_diag *d);
 
+/* One generation as a state machine, for a loop that runs many in one step
+ * (runtime/sched.h) as krt_generate runs one: it owns the sampler, the
+ * end-of-sequence and stop-string checks, the counts and the text; the loop
+ * owns the steps.
+ *
+ *     krt_gen *g = krt_gen_new(s, seq, tok, prompt, n, &o, &cb, &d);
+ *     // run the prompt (its last token with krt_gen_sampler(g)), then:
+ *     while (krt_gen_take(g, next, &d) == 0)   // next: the id drawn
+ *         // run `next` in seq with krt_gen_sampler(g) for the one after it
+ *     krt_gen_finish(g, &d);                   // the rest of the text
+ *     krt_gen_free(g);
+ *
+ * krt_gen_new checks what krt_generate checks (the sequence exists, a
+ * prompt of at least one token that fits the context left) and reports;
+ * NULL then. */
+typedef struct krt_gen krt_gen;
+krt_gen *krt_gen_new(krt_session *s, int seq, const krt_tok *tok, const int32_t *prompt, int n_prompt,
+                     const krt_gen_opts *o, const krt_gen_callbacks *cb, ks_diag *d);
+/* Draws g's next token; NULL once it has ended (or wants none: max_new 0). */
+krt_sampler *krt_gen_sampler(krt_gen *g);
+/* Take the token drawn after the prompt or after the last one (-1: none could be drawn, the logits were
+ * not finite: an error): end of sequence, the callbacks, text and stop strings. 1 when generation has
+ * ended (krt_gen_stats_of(g)->end says why; the token is not to be run), 0 when the token is to be run
+ * next, -1 after reporting. */
+int krt_gen_take(krt_gen *g, int32_t token, ks_diag *d);
+int krt_gen_done(const krt_gen *g);
+/* Ends it (if it had not): the held-back text flushed to on_text, the end and the times settled. 0, or -1
+ * after reporting out of memory. */
+int krt_gen_finish(krt_gen *g, ks_diag *d);
+krt_gen_stats *krt_gen_stats_of(krt_gen *g);
+int krt_gen_have(const krt_gen *g); /* the sequence's length before the prompt */
+void krt_gen_free(krt_gen *g);
+
 /* Generate in sequence seq of s (it must exist; generation continues after
  * what it holds) from the n_prompt ids of prompt (at least one). tok may be
  * NULL when no text is wanted (no on_text, no stop strings, no EOS text).
