@@ -210,6 +210,8 @@ void krt_session_free(krt_session *s)
 const krt_desc *krt_session_desc(const krt_session *s) { return s->desc; }
 int64_t krt_session_vocab(const krt_session *s) { return s->desc->vocab; }
 int krt_session_max_context(const krt_session *s) { return s->max_context; }
+int krt_session_max_seqs(const krt_session *s) { return s->max_seqs; }
+int krt_session_free_blocks(const krt_session *s) { return krt_kv_free_blocks(s->kv); }
 const krt_kv_info *krt_session_kv_info(const krt_session *s) { return &s->kv_info; }
 
 int krt_session_profile(const krt_session *s, double ceiling_tflops, ks_buf *out)

@@ -57,6 +57,8 @@ void krt_session_free(krt_session *s);
 const krt_desc *krt_session_desc(const krt_session *s); /* the engine's description */
 int64_t krt_session_vocab(const krt_session *s);       /* elements per output row: desc->vocab */
 int krt_session_max_context(const krt_session *s);
+int krt_session_max_seqs(const krt_session *s); /* sequence ids are below it */
+int krt_session_free_blocks(const krt_session *s); /* KV blocks no sequence holds */
 int krt_session_seq_add(krt_session *s, int seq, ks_diag *d);
 int krt_session_seq_fork(krt_session *s, int src, int dst, ks_diag *d);
 void krt_session_seq_free(krt_session *s, int seq);
