@@ -140,6 +140,45 @@ typedef int (*kiln_text_fn)(void *ctx, const char *text, size_t len);
 KILN_API int kiln_generate(kiln_session *s, int seq, const char *prompt, const kiln_generate_opts *o,
                            kiln_text_fn on_text, void *ctx, char *err, size_t err_len);
 
+/* Many generations at once (continuous batching). A scheduler runs requests
+ * together in its session's steps: each kiln_scheduler_step runs one step
+ * of every running request (the next token of the decoding ones, chunks of
+ * the prompts within the token budget); requests join as sequences and KV
+ * blocks free up, and leave when they end; when the KV cache runs out of
+ * blocks, the newest are preempted and recomputed later (their text is
+ * what it would have been). While a scheduler lives, it owns its session's
+ * sequences: make no other calls on them.
+ *
+ *     kiln_scheduler *q = kiln_scheduler_new(s, 0, 0, err, sizeof err);
+ *     kiln_submit(q, "Once upon a time", &go, print_a, NULL, done, NULL, err, sizeof err);
+ *     kiln_submit(q, "The little dog", &go, print_b, NULL, done, NULL, err, sizeof err);
+ *     while (kiln_scheduler_busy(q)) kiln_scheduler_step(q, err, sizeof err);
+ *     kiln_scheduler_free(q);
+ */
+typedef struct kiln_scheduler kiln_scheduler;
+
+/* A request's end, once: the tokens it generated, and error NULL, or its message ("cancelled" when
+ * kiln_cancel ended it). */
+typedef void (*kiln_done_fn)(void *ctx, int request, int generated, const char *error);
+
+/* max_batch: requests running at once (0: the session's max_seqs); token_budget: tokens a step (0: the
+ * engine's largest step). */
+KILN_API kiln_scheduler *kiln_scheduler_new(kiln_session *s, int max_batch, int token_budget, char *err,
+                                            size_t err_len);
+KILN_API void kiln_scheduler_free(kiln_scheduler *q); /* requests left end as cancelled */
+
+/* Queue a prompt (tokenized as kiln_generate's; o NULL: the defaults; its stop strings must outlive the
+ * request). on_text gets its text as it is generated, done its end. Returns the request's id (>= 0), or
+ * -1 (an empty or too long prompt, bad options). */
+KILN_API int kiln_submit(kiln_scheduler *q, const char *prompt, const kiln_generate_opts *o, kiln_text_fn on_text,
+                         void *ctx, kiln_done_fn done, void *done_ctx, char *err, size_t err_len);
+/* End a request now (its done gets "cancelled"); callable from its callbacks. 0, or -1: no such request. */
+KILN_API int kiln_cancel(kiln_scheduler *q, int request);
+/* One step; 0, or -1 when the step itself failed (its requests end with the error; the scheduler goes on). */
+KILN_API int kiln_scheduler_step(kiln_scheduler *q, char *err, size_t err_len);
+/* 1 while requests wait or run. */
+KILN_API int kiln_scheduler_busy(const kiln_scheduler *q);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "runtime/generate.h"
+#include "runtime/sched.h"
 
 struct kiln_engine {
     krt_engine *engine; /* the mapped, checked engine */
@@ -172,6 +173,26 @@ static int text_to_caller(void *ctx, const char *text, size_t len)
     return t->fn ? t->fn(t->ctx, text, len) : 0;
 }
 
+/* The generation loop's options from the API's; -1 after reporting bad stop strings. */
+static int gen_opts_of(const kiln_generate_opts *k, krt_gen_opts *g, ks_diag *d)
+{
+    if (k->n_stop < 0 || (k->n_stop > 0 && !k->stop)) {
+        ks_error(d, "kiln", "n_stop is %d but the stop strings are %s", k->n_stop, k->stop ? "given" : "NULL");
+        return -1;
+    }
+    *g = krt_gen_defaults();
+    g->max_new = k->max_new;
+    g->sampling.temperature = k->sampling.temperature;
+    g->sampling.top_k = k->sampling.top_k;
+    g->sampling.top_p = k->sampling.top_p;
+    g->sampling.repetition_penalty = k->sampling.repetition_penalty;
+    g->sampling.seed = k->sampling.seed;
+    g->stops = k->stop;
+    g->n_stops = k->n_stop;
+    g->ignore_eos = k->ignore_eos;
+    return 0;
+}
+
 int kiln_generate(kiln_session *s, int seq, const char *prompt, const kiln_generate_opts *o, kiln_text_fn on_text,
                   void *ctx, char *err, size_t err_len)
 {
@@ -180,22 +201,12 @@ int kiln_generate(kiln_session *s, int seq, const char *prompt, const kiln_gener
     kiln_generate_opts k = o ? *o : kiln_generate_defaults();
     krt_tok_ids ids = {0};
     int generated = -1, had = krt_session_seq_len(s->s, seq); /* -1: the call adds the sequence */
+    krt_gen_opts g;
     if (!s->e->tok) {
         ks_error(&a.d, s->e->engine->path, "the engine holds no tokenizer");
-    } else if (k.n_stop < 0 || (k.n_stop > 0 && !k.stop)) {
-        ks_error(&a.d, "kiln", "n_stop is %d but the stop strings are %s", k.n_stop, k.stop ? "given" : "NULL");
-    } else if (krt_gen_prompt(s->e->tok, &s->e->engine->desc, prompt ? prompt : "", &ids, &a.d) == 0 &&
+    } else if (gen_opts_of(&k, &g, &a.d) == 0 &&
+               krt_gen_prompt(s->e->tok, &s->e->engine->desc, prompt ? prompt : "", &ids, &a.d) == 0 &&
                (krt_session_seq_len(s->s, seq) >= 0 || krt_session_seq_add(s->s, seq, &a.d) == 0)) {
-        krt_gen_opts g = krt_gen_defaults();
-        g.max_new = k.max_new;
-        g.sampling.temperature = k.sampling.temperature;
-        g.sampling.top_k = k.sampling.top_k;
-        g.sampling.top_p = k.sampling.top_p;
-        g.sampling.repetition_penalty = k.sampling.repetition_penalty;
-        g.sampling.seed = k.sampling.seed;
-        g.stops = k.stop;
-        g.n_stops = k.n_stop;
-        g.ignore_eos = k.ignore_eos;
         text_sink sink = {on_text, ctx};
         krt_gen_callbacks cb = {.on_text = text_to_caller, .ctx = &sink};
         generated = krt_generate(s->s, seq, s->e->tok, ids.ids, (int)ids.len, &g, &cb, NULL, &a.d);
@@ -205,3 +216,87 @@ int kiln_generate(kiln_session *s, int seq, const char *prompt, const kiln_gener
     krt_tok_ids_free(&ids);
     return api_diag_done(&a, err, err_len) != 0 ? -1 : generated;
 }
+
+/* ---- the scheduler ------------------------------------------------------------------------------ */
+struct kiln_scheduler {
+    kiln_session *s; /* not owned */
+    krt_sched *q;    /* owned */
+};
+
+/* A request's callbacks through the API's types (owned by the request: freed at its end) */
+typedef struct api_req {
+    text_sink sink;
+    kiln_done_fn done;
+    void *done_ctx;
+} api_req;
+
+static void done_to_caller(void *ctx, int id, const krt_gen_stats *st, const char *error)
+{
+    api_req *r = ctx;
+    if (r->done) r->done(r->done_ctx, id, st->generated, error);
+    free(r);
+}
+
+kiln_scheduler *kiln_scheduler_new(kiln_session *s, int max_batch, int token_budget, char *err, size_t err_len)
+{
+    api_diag a;
+    api_diag_init(&a);
+    kiln_scheduler *k = ks_try_calloc(1, sizeof *k);
+    if (!k) ks_error_oom(&a.d, s->e->engine->path, sizeof *k, "a scheduler");
+    krt_sched_opts o = {.max_batch = max_batch, .token_budget = token_budget};
+    if (k) k->q = krt_sched_new(s->s, s->e->tok, &o, &a.d);
+    if (api_diag_done(&a, err, err_len) != 0) {
+        free(k);
+        return NULL;
+    }
+    k->s = s;
+    return k;
+}
+
+void kiln_scheduler_free(kiln_scheduler *q)
+{
+    if (!q) return;
+    krt_sched_free(q->q);
+    free(q);
+}
+
+int kiln_submit(kiln_scheduler *q, const char *prompt, const kiln_generate_opts *o, kiln_text_fn on_text, void *ctx,
+                kiln_done_fn done, void *done_ctx, char *err, size_t err_len)
+{
+    api_diag a;
+    api_diag_init(&a);
+    kiln_generate_opts k = o ? *o : kiln_generate_defaults();
+    const kiln_engine *e = q->s->e;
+    krt_tok_ids ids = {0};
+    krt_gen_opts g;
+    int id = -1;
+    api_req *r = NULL;
+    if (!e->tok) {
+        ks_error(&a.d, e->engine->path, "the engine holds no tokenizer");
+    } else if (gen_opts_of(&k, &g, &a.d) == 0 &&
+               krt_gen_prompt(e->tok, &e->engine->desc, prompt ? prompt : "", &ids, &a.d) == 0) {
+        r = ks_try_calloc(1, sizeof *r);
+        if (!r) {
+            ks_error_oom(&a.d, "kiln", sizeof *r, "a request");
+        } else {
+            *r = (api_req){{on_text, ctx}, done, done_ctx};
+            krt_gen_callbacks cb = {.on_text = text_to_caller, .ctx = &r->sink};
+            id = krt_sched_submit(q->q, ids.ids, (int)ids.len, &g, &cb, done_to_caller, r, &a.d);
+            if (id < 0) free(r);
+        }
+    }
+    krt_tok_ids_free(&ids);
+    return api_diag_done(&a, err, err_len) != 0 ? -1 : id;
+}
+
+int kiln_cancel(kiln_scheduler *q, int request) { return krt_sched_cancel(q->q, request); }
+
+int kiln_scheduler_step(kiln_scheduler *q, char *err, size_t err_len)
+{
+    api_diag a;
+    api_diag_init(&a);
+    krt_sched_step(q->q, &a.d);
+    return api_diag_done(&a, err, err_len);
+}
+
+int kiln_scheduler_busy(const kiln_scheduler *q) { return krt_sched_busy(q->q); }

@@ -15,7 +15,9 @@
  *    the others finish as alone, and every sequence is gone at the end;
  *  - stop strings and end of sequence end requests as alone;
  *  - a request the whole cache cannot hold fails with its message, the
- *    others finish; a prompt past the context is refused at submit.
+ *    others finish; a prompt past the context is refused at submit;
+ *  - runtime/kiln.h's scheduler: three text prompts at once give
+ *    kiln_generate's texts, a cancelled one says so.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,7 @@
 #include <unistd.h>
 
 #include "compiler/driver.h"
+#include "runtime/kiln.h"
 #include "runtime/sched.h"
 #include "tests/check.h"
 
@@ -277,6 +280,66 @@ static void test_too_large(void)
     free_outcomes(got, b.n);
 }
 
+/* ---- through runtime/kiln.h ---------------------------------------------------------------------- */
+typedef struct api_out {
+    ks_buf text;
+    int generated;
+    char error[64];
+    int ended;
+} api_out;
+
+static int api_text(void *ctx, const char *text, size_t len)
+{
+    ks_buf_put(&((api_out *)ctx)->text, text, len);
+    return 0;
+}
+
+static void api_done(void *ctx, int request, int generated, const char *error)
+{
+    (void)request;
+    api_out *o = ctx;
+    o->ended++;
+    o->generated = generated;
+    snprintf(o->error, sizeof o->error, "%s", error ? error : "");
+}
+
+static void test_api(const char *path)
+{
+    static const char *const prompts[3] = {"Once upon a time", "The little dog", "Lily wanted to"};
+    char err[512];
+    kiln_engine *e = kiln_engine_open(path, err, sizeof err);
+    if (!CHECK(e != NULL)) return;
+    kiln_session *s = kiln_session_new(e, NULL, err, sizeof err);
+    kiln_generate_opts go = kiln_generate_defaults();
+    go.max_new = 24;
+    api_out alone[3], got[4];
+    memset(alone, 0, sizeof alone);
+    memset(got, 0, sizeof got);
+    for (int i = 0; i < 3; i++) {
+        CHECK(kiln_generate(s, 0, prompts[i], &go, api_text, &alone[i], err, sizeof err) > 0);
+        kiln_seq_free(s, 0);
+    }
+    kiln_scheduler *q = kiln_scheduler_new(s, 0, 0, err, sizeof err);
+    if (!CHECK(q != NULL)) return;
+    int ids[4];
+    for (int i = 0; i < 4; i++)
+        ids[i] = kiln_submit(q, prompts[i % 3], &go, api_text, &got[i], api_done, &got[i], err, sizeof err);
+    CHECK(ids[0] >= 0 && ids[3] >= 0 && kiln_cancel(q, ids[3]) == 0 && kiln_cancel(q, 12345) == -1);
+    while (kiln_scheduler_busy(q)) CHECK(kiln_scheduler_step(q, err, sizeof err) == 0);
+    for (int i = 0; i < 3; i++) {
+        CHECK(got[i].ended == 1 && !got[i].error[0] && got[i].generated == 24);
+        CHECK_TEXT("kiln_submit's text", ks_buf_cstr(&got[i].text), ks_buf_cstr(&alone[i].text));
+    }
+    CHECK(got[3].ended == 1);
+    CHECK_STR(got[3].error, "cancelled");
+    kiln_scheduler_free(q);
+    kiln_session_free(s);
+    kiln_engine_close(e);
+    for (int i = 0; i < 4; i++) ks_buf_free(&got[i].text);
+    for (int i = 0; i < 3; i++) ks_buf_free(&alone[i].text);
+    printf("runtime/kiln.h's scheduler: 3 prompts as kiln_generate gives them, one cancelled\n");
+}
+
 int main(int argc, char **argv)
 {
     ks_diag d = {0};
@@ -306,6 +369,7 @@ int main(int argc, char **argv)
     test_preemption();
     test_cancel_and_stops();
     test_too_large();
+    test_api(argc == 2 ? argv[1] : path);
     krt_tok_free(tok);
     krt_engine_close(e);
     if (path) {
