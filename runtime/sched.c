@@ -28,6 +28,10 @@ typedef struct req {
     size_t cap;
     int ran;                  /* tokens of ids in its sequence */
     int seq;                  /* its sequence while it runs; -1 while it waits */
+    uint64_t *hashes;         /* [n_hashed] the chain hashes of ids' first full blocks (prefix caching) */
+    int n_hashed;
+    size_t hash_cap;
+    int published;            /* blocks of its sequence published (or taken from the cache) */
     int at, m;                /* its chunk in the step being built: tokens [at, at + m) (m 0: none) */
     int cancelled;            /* krt_sched_cancel asked while a step ran */
     int ended;                /* its done was called: to be removed */
@@ -37,6 +41,8 @@ struct krt_sched {
     krt_session *s;
     const krt_tok *tok;
     int max_batch, budget;    /* the options, settled */
+    int prefix_cache;         /* 1: requests share their prompts' full KV blocks */
+    int block_size;           /* the KV cache's */
     req **reqs;               /* [n_reqs] in arrival order (a preempted one keeps its place: ahead of later ones) */
     int n_reqs;
     size_t cap;
@@ -95,6 +101,7 @@ static void reap(krt_sched *q)
         }
         krt_gen_free(r->gen);
         free(r->ids);
+        free(r->hashes);
         free(r);
     }
     q->n_reqs = k;
@@ -134,6 +141,8 @@ krt_sched *krt_sched_new(krt_session *s, const krt_tok *tok, const krt_sched_opt
     q->max_seqs = max_seqs;
     q->max_batch = o->max_batch && o->max_batch < max_seqs ? o->max_batch : max_seqs;
     q->budget = o->token_budget && o->token_budget < largest ? o->token_budget : largest;
+    q->prefix_cache = !o->no_prefix_cache;
+    q->block_size = krt_session_block_size(s);
     const size_t n = (size_t)q->budget;
     q->seq_used = ks_try_calloc((size_t)max_seqs, 1);
     q->tokens = ks_try_calloc(n, sizeof *q->tokens);
@@ -192,6 +201,8 @@ int krt_sched_busy(const krt_sched *q) { return q->n_reqs > 0; }
 krt_sched_counts krt_sched_counts_of(const krt_sched *q)
 {
     krt_sched_counts c = q->counts;
+    const krt_kv_prefix_stats ps = krt_session_prefix_stats(q->s);
+    c.prefix_lookups = ps.lookups, c.prefix_hits = ps.hits;
     c.waiting = c.running = 0;
     for (int i = 0; i < q->n_reqs; i++) {
         if (q->reqs[i]->ended) continue;
@@ -199,6 +210,40 @@ krt_sched_counts krt_sched_counts_of(const krt_sched *q)
         else c.waiting++;
     }
     return c;
+}
+
+/* ---- prefix caching ---------------------------------------------------------------------------- */
+/* The chain hashes of r's first `blocks` full blocks of ids (krt_kv_chain_hash); -1 out of memory. */
+static int hash_blocks(krt_sched *q, req *r, int blocks)
+{
+    if (blocks <= r->n_hashed) return 0;
+    if (KS_TRY_GROW(r->hashes, (size_t)blocks, r->hash_cap, (size_t)1 << 24) != 0) return -1;
+    const int bs = q->block_size;
+    for (int b = r->n_hashed; b < blocks; b++)
+        r->hashes[b] = krt_kv_chain_hash(b ? r->hashes[b - 1] : 0, r->ids + (size_t)b * (size_t)bs, bs);
+    r->n_hashed = blocks;
+    return 0;
+}
+
+/* r's sequence takes the cached blocks of its tokens but the last (which must run: its logits draw the
+ * next token) */
+static void attach_cached(krt_sched *q, req *r)
+{
+    r->published = 0;
+    if (!q->prefix_cache || hash_blocks(q, r, (r->n_ids - 1) / q->block_size) != 0) return;
+    const int got = krt_session_seq_attach_cached(q->s, r->seq, r->hashes, (r->n_ids - 1) / q->block_size);
+    r->ran = got * q->block_size;
+    r->published = got;
+    q->counts.cached_tokens += r->ran;
+}
+
+/* The full blocks r's step wrote, published for later requests */
+static void publish(krt_sched *q, req *r)
+{
+    const int full = r->ran / q->block_size;
+    if (!q->prefix_cache || full <= r->published || hash_blocks(q, r, full) != 0) return;
+    for (int b = r->published; b < full; b++) krt_session_seq_publish(q->s, r->seq, b, r->hashes[b]);
+    r->published = full;
 }
 
 /* ---- a step ------------------------------------------------------------------------------------- */
@@ -233,6 +278,7 @@ static void admit(krt_sched *q)
         r->seq = seq;
         r->ran = 0;
         running++;
+        attach_cached(q, r);
         if (!r->gen) {
             r->gen = krt_gen_new(q->s, seq, q->tok, r->ids, r->n_prompt, &r->o, &r->cb, &d);
             if (!r->gen) end_req(q, r, diag_text(&msg));
@@ -300,6 +346,7 @@ int krt_sched_step(krt_sched *q, ks_diag *d)
             if (r->m == 1 && r->ran >= r->n_prompt) q->counts.decode_tokens++;
             else q->counts.prefill_tokens += r->m;
             r->ran += r->m;
+            publish(q, r);
             if (q->samplers[r->at + r->m - 1]) take(q, r, q->next[r->at + r->m - 1]);
             continue;
         }

@@ -29,6 +29,15 @@
  * it would have had. A request that the whole cache cannot hold fails with
  * an error; every other admitted request finishes.
  *
+ * Prefix caching (unless opts.no_prefix_cache): a running request publishes
+ * each full block of its sequence under the chain hash of its tokens, and a
+ * request that joins takes the published blocks of its tokens' first full
+ * blocks instead of running them (all but its last token, whose logits draw
+ * the next one); published blocks that no sequence holds stay cached until
+ * the KV cache needs them, least recently released first
+ * (runtime/kv/kv_cache.h). A preempted request, joining again, finds its own
+ * blocks there if they were not taken meanwhile.
+ *
  * Threads: one thread at a time calls into a krt_sched (the server's loop).
  *
  * Prefix: krt_sched_.
@@ -43,6 +52,7 @@
 typedef struct krt_sched_opts {
     int max_batch;    /* requests running at once; 0: the session's sequences (at most) */
     int token_budget; /* tokens a step at most; 0: the engine's largest step (its plan's max_tokens) */
+    int no_prefix_cache; /* 1: no request takes another's KV blocks */
 } krt_sched_opts;
 
 /* A request's end: its generation's counts and why it ended, or error (NULL when it finished: the
@@ -80,6 +90,9 @@ typedef struct krt_sched_counts {
     long preemptions;       /* requests sent back to the queue for want of KV blocks */
     long prefill_tokens;    /* prompt (and recomputed) tokens run */
     long decode_tokens;     /* generated tokens run */
+    long cached_tokens;     /* prompt (and recomputed) tokens taken from the prefix cache instead of run */
+    long prefix_lookups;    /* KV blocks looked up in the prefix cache (runtime/kv/kv_cache.h) */
+    long prefix_hits;       /* of those, found */
 } krt_sched_counts;
 krt_sched_counts krt_sched_counts_of(const krt_sched *q);
 

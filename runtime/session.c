@@ -212,6 +212,13 @@ int64_t krt_session_vocab(const krt_session *s) { return s->desc->vocab; }
 int krt_session_max_context(const krt_session *s) { return s->max_context; }
 int krt_session_max_seqs(const krt_session *s) { return s->max_seqs; }
 int krt_session_free_blocks(const krt_session *s) { return krt_kv_free_blocks(s->kv); }
+int krt_session_block_size(const krt_session *s) { return krt_kv_config_of(s->kv)->block_size; }
+int krt_session_seq_attach_cached(krt_session *s, int seq, const uint64_t *hashes, int n)
+{
+    return krt_kv_seq_attach_cached(s->kv, seq, hashes, n);
+}
+void krt_session_seq_publish(krt_session *s, int seq, int b, uint64_t hash) { krt_kv_seq_publish(s->kv, seq, b, hash); }
+krt_kv_prefix_stats krt_session_prefix_stats(const krt_session *s) { return krt_kv_prefix_stats_of(s->kv); }
 const krt_kv_info *krt_session_kv_info(const krt_session *s) { return &s->kv_info; }
 
 int krt_session_profile(const krt_session *s, double ceiling_tflops, ks_buf *out)

@@ -30,6 +30,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/engine.h"
+#include "runtime/kv/kv_cache.h"
 #include "runtime/text/sampler.h"
 
 #define KRT_KV_FRACTION_DEFAULT 0.9 /* of the device memory free after the weights */
@@ -58,7 +59,13 @@ const krt_desc *krt_session_desc(const krt_session *s); /* the engine's descript
 int64_t krt_session_vocab(const krt_session *s);       /* elements per output row: desc->vocab */
 int krt_session_max_context(const krt_session *s);
 int krt_session_max_seqs(const krt_session *s); /* sequence ids are below it */
-int krt_session_free_blocks(const krt_session *s); /* KV blocks no sequence holds */
+int krt_session_free_blocks(const krt_session *s); /* KV blocks a sequence can take */
+int krt_session_block_size(const krt_session *s);  /* positions a KV block */
+/* Prefix caching (runtime/kv/kv_cache.h): an empty sequence takes the cached blocks of its first blocks'
+ * chain hashes (returns how many: its length is that many blocks); a sequence publishes a full block. */
+int krt_session_seq_attach_cached(krt_session *s, int seq, const uint64_t *hashes, int n);
+void krt_session_seq_publish(krt_session *s, int seq, int b, uint64_t hash);
+krt_kv_prefix_stats krt_session_prefix_stats(const krt_session *s);
 int krt_session_seq_add(krt_session *s, int seq, ks_diag *d);
 int krt_session_seq_fork(krt_session *s, int src, int dst, ks_diag *d);
 void krt_session_seq_free(krt_session *s, int seq);

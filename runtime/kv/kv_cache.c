@@ -19,6 +19,15 @@
  * copies) before it touches anything, so a failure leaves every sequence
  * and the free list as they were.
  *
+ * Prefix caching: a sequence publishes its full blocks under the chain hash
+ * of their tokens (krt_kv_seq_publish); a new sequence whose first blocks'
+ * hashes are published takes those blocks (krt_kv_seq_attach_cached) as a
+ * fork would. A published block that no sequence holds is not free: it
+ * waits, least recently released first, until a block is wanted and the
+ * free list is empty (pop_block evicts it then). A published block is full,
+ * so no sequence writes it again (a shared one is copied first; a shortened
+ * sequence that alone holds it unpublishes it).
+ *
  * Bookkeeping lives in host memory; the blocks' bytes live wherever the
  * backend's krt_kv_storage puts them, and are only touched through it.
  */
@@ -49,6 +58,15 @@ struct krt_kv {
     int table_cap;           /* block-table entries per sequence: ceil(max_context / block_size) */
     krt_kv_seq *seqs;        /* [max_seqs] */
     int32_t *tables;         /* [max_seqs * table_cap]: sequence s's table at s*table_cap */
+    /* prefix caching: a full block's content named by its chain hash (krt_kv_chain_hash) */
+    uint64_t *hash;          /* [n_blocks] the hash a block is published under; 0: none */
+    int32_t *by_hash;        /* [hash_cap] open addressing over hash[]: a block id, -1 empty, -2 deleted */
+    size_t hash_cap;         /* a power of two, at least 2 n_blocks */
+    size_t hash_used;        /* slots not empty (blocks and deleted marks) */
+    int32_t *lru_prev, *lru_next; /* [n_blocks] published blocks no sequence holds, oldest first: reusable */
+    int32_t lru_head, lru_tail;   /* -1: none */
+    int n_lru;               /* how many */
+    krt_kv_prefix_stats stats;
 };
 
 /* ---- host storage ---------------------------------------------------------- */
@@ -236,10 +254,18 @@ krt_kv *krt_kv_new_named(const krt_kv_config *cfg, const krt_kv_storage *storage
             ks_error(d, who, "block tables for %d sequences of %d blocks overflow the address space",
                      cfg->max_seqs, kv->table_cap);
     }
-    if (!kv->tables) {
+    kv->hash_cap = 4;
+    while (kv->hash_cap < 2 * (size_t)cfg->n_blocks) kv->hash_cap *= 2;
+    kv->hash = kv->tables ? alloc_table(who, d, (size_t)cfg->n_blocks, sizeof *kv->hash, "prefix hashes") : NULL;
+    kv->by_hash = kv->hash ? alloc_table(who, d, kv->hash_cap, sizeof *kv->by_hash, "prefix table") : NULL;
+    kv->lru_prev = kv->by_hash ? alloc_table(who, d, (size_t)cfg->n_blocks, sizeof *kv->lru_prev, "cached blocks") : NULL;
+    kv->lru_next = kv->lru_prev ? alloc_table(who, d, (size_t)cfg->n_blocks, sizeof *kv->lru_next, "cached blocks") : NULL;
+    if (!kv->lru_next) {
         krt_kv_free(kv);
         return NULL;
     }
+    for (size_t i = 0; i < kv->hash_cap; i++) kv->by_hash[i] = -1;
+    kv->lru_head = kv->lru_tail = -1;
     /* Block 0 is handed out first. */
     for (int i = 0; i < cfg->n_blocks; i++) kv->free_list[i] = cfg->n_blocks - 1 - i;
     kv->n_free = cfg->n_blocks;
@@ -262,6 +288,10 @@ void krt_kv_free(krt_kv *kv)
     free(kv->free_list);
     free(kv->seqs);
     free(kv->tables);
+    free(kv->hash);
+    free(kv->by_hash);
+    free(kv->lru_prev);
+    free(kv->lru_next);
     free(kv);
 }
 
@@ -270,20 +300,99 @@ const krt_kv_config *krt_kv_config_of(const krt_kv *kv) { return &kv->cfg; }
 /* ---- blocks -------------------------------------------------------------------- */
 static int32_t *table_of(const krt_kv *kv, int seq) { return kv->tables + (size_t)seq * (size_t)kv->table_cap; }
 
+/* ---- the prefix table: published blocks by hash (linear probing; deletions marked, the table rebuilt
+ * when marks and blocks fill half of it) ---- */
+static size_t hash_slot(const krt_kv *kv, uint64_t h) { return (size_t)(h ^ (h >> 29)) & (kv->hash_cap - 1); }
+
+/* The block published under h, or -1 */
+static int32_t find_hash(const krt_kv *kv, uint64_t h)
+{
+    for (size_t i = hash_slot(kv, h);; i = (i + 1) & (kv->hash_cap - 1)) {
+        const int32_t b = kv->by_hash[i];
+        if (b == -1) return -1;
+        if (b >= 0 && kv->hash[b] == h) return b;
+    }
+}
+
+static void insert_hash(krt_kv *kv, int32_t b)
+{
+    size_t i = hash_slot(kv, kv->hash[b]);
+    while (kv->by_hash[i] >= 0) i = (i + 1) & (kv->hash_cap - 1);
+    if (kv->by_hash[i] == -1) kv->hash_used++;
+    kv->by_hash[i] = b;
+}
+
+/* Block b no longer holds the content of its hash. */
+static void unpublish(krt_kv *kv, int32_t b)
+{
+    if (!kv->hash[b]) return;
+    for (size_t i = hash_slot(kv, kv->hash[b]);; i = (i + 1) & (kv->hash_cap - 1)) {
+        KS_ASSERT(kv->by_hash[i] != -1);
+        if (kv->by_hash[i] == b) {
+            kv->by_hash[i] = -2;
+            break;
+        }
+    }
+    kv->hash[b] = 0;
+    kv->stats.cached--;
+    if (kv->hash_used * 2 > kv->hash_cap) { /* the marks fill it: the live blocks again, no marks */
+        for (size_t i = 0; i < kv->hash_cap; i++) kv->by_hash[i] = -1;
+        kv->hash_used = 0;
+        for (int32_t x = 0; x < kv->cfg.n_blocks; x++)
+            if (kv->hash[x]) insert_hash(kv, x);
+    }
+}
+
+static void lru_unlink(krt_kv *kv, int32_t b)
+{
+    const int32_t p = kv->lru_prev[b], n = kv->lru_next[b];
+    if (p >= 0) kv->lru_next[p] = n;
+    else kv->lru_head = n;
+    if (n >= 0) kv->lru_prev[n] = p;
+    else kv->lru_tail = p;
+    kv->n_lru--;
+}
+
+static void lru_append(krt_kv *kv, int32_t b)
+{
+    kv->lru_prev[b] = kv->lru_tail;
+    kv->lru_next[b] = -1;
+    if (kv->lru_tail >= 0) kv->lru_next[kv->lru_tail] = b;
+    else kv->lru_head = b;
+    kv->lru_tail = b;
+    kv->n_lru++;
+}
+
+/* A block for a sequence: a free one, else the published block no sequence has used for longest
+ * (evicted: its content forgotten). */
 static int32_t pop_block(krt_kv *kv)
 {
-    KS_ASSERT(kv->n_free > 0);
-    int32_t b = kv->free_list[--kv->n_free];
+    int32_t b;
+    if (kv->n_free > 0) {
+        b = kv->free_list[--kv->n_free];
+    } else {
+        KS_ASSERT(kv->n_lru > 0);
+        b = kv->lru_head;
+        lru_unlink(kv, b);
+        unpublish(kv, b);
+        kv->stats.evictions++;
+    }
     KS_ASSERT(kv->refs[b] == 0);
     kv->refs[b] = 1;
     return b;
 }
 
+/* One holder less; a block no sequence holds is free, or, published, cached for a later prefix. */
 static void release_block(krt_kv *kv, int32_t b)
 {
     KS_ASSERT(b >= 0 && b < kv->cfg.n_blocks && kv->refs[b] > 0);
-    if (--kv->refs[b] == 0) kv->free_list[kv->n_free++] = b;
+    if (--kv->refs[b] > 0) return;
+    if (kv->hash[b]) lru_append(kv, b);
+    else kv->free_list[kv->n_free++] = b;
 }
+
+/* Blocks a reserve can take */
+static int available(const krt_kv *kv) { return kv->n_free + kv->n_lru; }
 
 /* Copy block src's bytes into block dst in every layer's K and V. */
 static void copy_block(krt_kv *kv, int32_t dst, int32_t src)
@@ -380,7 +489,9 @@ int krt_kv_seq_reserve(krt_kv *kv, int seq, int n, const char **why)
     int need = (int)(((int64_t)n + bs - 1) / bs);
 
     if (n <= s->len) {
-        /* Shorten: nothing is written, so nothing is copied. */
+        /* Shorten: nothing is written, so nothing is copied. A published block that stays partly (its
+           rest to be written again) and that this sequence alone holds is no longer what its hash says. */
+        if (n % bs && need > 0 && kv->refs[t[need - 1]] == 1) unpublish(kv, t[need - 1]);
         for (int b = s->n_blocks - 1; b >= need; b--) release_block(kv, t[b]);
         s->n_blocks = need;
         s->len = n;
@@ -393,7 +504,7 @@ int krt_kv_seq_reserve(krt_kv *kv, int seq, int n, const char **why)
     int copies = 0;
     for (int b = first; b < s->n_blocks; b++)
         if (kv->refs[t[b]] > 1) copies++;
-    if (copies + (need - s->n_blocks) > kv->n_free) {
+    if (copies + (need - s->n_blocks) > available(kv)) {
         *why = "out of KV cache blocks";
         return -1;
     }
@@ -429,7 +540,51 @@ const int32_t *krt_kv_block_table(const krt_kv *kv, int seq, int *n_blocks)
     return table_of(kv, seq);
 }
 
-int krt_kv_free_blocks(const krt_kv *kv) { return kv->n_free; }
+int krt_kv_free_blocks(const krt_kv *kv) { return available(kv); }
+
+/* ---- prefix caching ------------------------------------------------------------- */
+uint64_t krt_kv_chain_hash(uint64_t prev, const int32_t *tokens, int n)
+{
+    uint64_t h = prev ^ 0x9e3779b97f4a7c15ull; /* FNV-1a over the ids, after the chain so far */
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 4; k++) h = (h ^ (((uint32_t)tokens[i] >> (8 * k)) & 0xffu)) * 0x100000001b3ull;
+    h ^= h >> 31; /* a final mix (splitmix64's) */
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 27;
+    return h ? h : 1; /* 0 means none */
+}
+
+int krt_kv_seq_attach_cached(krt_kv *kv, int seq, const uint64_t *hashes, int n)
+{
+    if (!krt_kv_seq_exists(kv, seq) || kv->seqs[seq].len != 0) return 0;
+    int32_t *t = table_of(kv, seq);
+    int got = 0;
+    if (n > kv->table_cap) n = kv->table_cap;
+    for (; got < n; got++) {
+        const int32_t b = find_hash(kv, hashes[got]);
+        if (b < 0) break;
+        if (kv->refs[b]++ == 0) lru_unlink(kv, b); /* held again */
+        t[got] = b;
+    }
+    kv->stats.lookups += n;
+    kv->stats.hits += got;
+    kv->seqs[seq].n_blocks = got;
+    kv->seqs[seq].len = got * kv->cfg.block_size;
+    return got;
+}
+
+void krt_kv_seq_publish(krt_kv *kv, int seq, int b, uint64_t hash)
+{
+    if (!krt_kv_seq_exists(kv, seq) || b < 0 || (int64_t)(b + 1) * kv->cfg.block_size > kv->seqs[seq].len || !hash)
+        return;
+    const int32_t blk = table_of(kv, seq)[b];
+    if (kv->hash[blk] || find_hash(kv, hash) >= 0) return; /* published already, or the content is elsewhere */
+    kv->hash[blk] = hash;
+    insert_hash(kv, blk);
+    kv->stats.cached++;
+}
+
+krt_kv_prefix_stats krt_kv_prefix_stats_of(const krt_kv *kv) { return kv->stats; }
 
 void *krt_kv_k(krt_kv *kv, int layer)
 {

@@ -81,7 +81,25 @@ int krt_kv_seq_reserve(krt_kv *kv, int seq, int n, const char **why);
 int64_t krt_kv_slot(const krt_kv *kv, int seq, int pos);
 /* The block table of seq: ids of its blocks in position order. */
 const int32_t *krt_kv_block_table(const krt_kv *kv, int seq, int *n_blocks);
-int krt_kv_free_blocks(const krt_kv *kv);
+int krt_kv_free_blocks(const krt_kv *kv); /* blocks a sequence can take: free, or cached and held by none */
+
+/* Prefix caching (vLLM's automatic prefix caching): a full block's content is named by the chain hash
+ * of its tokens and of every token before them, h_b = krt_kv_chain_hash(h_{b-1}, block b's ids) from
+ * h_{-1} = 0 (64 bits; two prefixes with one hash would share KV rows: taken as never happening). */
+uint64_t krt_kv_chain_hash(uint64_t prev, const int32_t *tokens, int n);
+/* Empty seq takes the published blocks of hashes[0], hashes[1], ... while there are: returns how many
+ * (its length is then that many blocks of positions). */
+int krt_kv_seq_attach_cached(krt_kv *kv, int seq, const uint64_t *hashes, int n);
+/* Block b of seq, full (its positions all stored), holds the content named hash: later sequences may
+ * take it. Nothing when it or that content is published already. */
+void krt_kv_seq_publish(krt_kv *kv, int seq, int b, uint64_t hash);
+typedef struct krt_kv_prefix_stats {
+    long lookups;   /* blocks asked for by krt_kv_seq_attach_cached */
+    long hits;      /* of those, found */
+    long evictions; /* published blocks whose content was forgotten to make room */
+    int cached;     /* blocks published now (held or not) */
+} krt_kv_prefix_stats;
+krt_kv_prefix_stats krt_kv_prefix_stats_of(const krt_kv *kv);
 
 /* Storage of one layer: base of [n_blocks*block_size, kv_heads, head_dim]. */
 void *krt_kv_k(krt_kv *kv, int layer);

@@ -547,8 +547,57 @@ static void test_scales(void)
     krt_kv_free(kv);
 }
 
+/* Prefix caching: published full blocks taken by a new sequence with the same hashes, kept while no
+ * sequence holds them, evicted least recently released first when blocks run out; a shortened
+ * sequence that alone holds a published block unpublishes it. */
+static void test_prefix_cache(void)
+{
+    krt_kv_config cfg = small_config(2, 6, 4, 100); /* blocks of 2 positions, 6 blocks */
+    ks_diag d = {0};
+    krt_kv *kv = krt_kv_new(&cfg, &krt_kv_host_storage, &d);
+    const char *why = NULL;
+    int nb;
+    const int32_t ids[6] = {5, 6, 7, 8, 9, 10};
+    uint64_t h[3];
+    for (int b = 0; b < 3; b++) h[b] = krt_kv_chain_hash(b ? h[b - 1] : 0, ids + 2 * b, 2);
+    CHECK(h[0] != h[1] && h[1] != h[2] && krt_kv_chain_hash(0, ids + 2, 2) != h[1]); /* the chain counts */
+    /* sequence 0 writes 5 positions and publishes its two full blocks */
+    CHECK(krt_kv_seq_add(kv, 0, &why) == 0 && krt_kv_seq_reserve(kv, 0, 5, &why) == 0);
+    for (int p = 0; p < 5; p++) write_pos(kv, 0, p, 30 + p);
+    krt_kv_seq_publish(kv, 0, 0, h[0]);
+    krt_kv_seq_publish(kv, 0, 1, h[1]);
+    krt_kv_seq_publish(kv, 0, 2, h[2]); /* not full: ignored */
+    CHECK(krt_kv_prefix_stats_of(kv).cached == 2);
+    /* sequence 1 takes them (its length 4), not the third */
+    CHECK(krt_kv_seq_add(kv, 1, &why) == 0);
+    CHECK(krt_kv_seq_attach_cached(kv, 1, h, 3) == 2);
+    CHECK(krt_kv_seq_len(kv, 1) == 4);
+    for (int p = 0; p < 4; p++) CHECK(holds(kv, 1, p, 30 + p));
+    const int32_t *t0 = krt_kv_block_table(kv, 0, &nb), *t1 = krt_kv_block_table(kv, 1, &nb);
+    CHECK(t0[0] == t1[0] && t0[1] == t1[1]);
+    /* both freed: the published blocks stay cached (and count as free); a new sequence takes them again */
+    krt_kv_seq_free(kv, 0);
+    krt_kv_seq_free(kv, 1);
+    CHECK(krt_kv_free_blocks(kv) == 6 && krt_kv_prefix_stats_of(kv).cached == 2);
+    CHECK(krt_kv_seq_add(kv, 2, &why) == 0 && krt_kv_seq_attach_cached(kv, 2, h, 2) == 2);
+    for (int p = 0; p < 4; p++) CHECK(holds(kv, 2, p, 30 + p));
+    /* shortened into its second block (which it alone holds): that block is no longer published */
+    CHECK(krt_kv_seq_reserve(kv, 2, 3, &why) == 0);
+    CHECK(krt_kv_prefix_stats_of(kv).cached == 1);
+    krt_kv_seq_free(kv, 2);
+    /* a sequence that needs every block evicts the cached one */
+    CHECK(krt_kv_seq_add(kv, 3, &why) == 0 && krt_kv_seq_reserve(kv, 3, 12, &why) == 0);
+    CHECK(krt_kv_prefix_stats_of(kv).cached == 0 && krt_kv_prefix_stats_of(kv).evictions == 1);
+    krt_kv_seq_free(kv, 3);
+    CHECK(krt_kv_seq_add(kv, 0, &why) == 0 && krt_kv_seq_attach_cached(kv, 0, h, 2) == 0);
+    const krt_kv_prefix_stats st = krt_kv_prefix_stats_of(kv);
+    CHECK(st.lookups == 7 && st.hits == 4);
+    krt_kv_free(kv);
+}
+
 int main(void)
 {
+    test_prefix_cache();
     test_scales();
     test_config_errors();
     test_add_fork_free_reserve();

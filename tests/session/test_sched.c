@@ -13,6 +13,9 @@
  *    and every one finishes with its exact text;
  *  - a request cancelled after its third token: its done says "cancelled",
  *    the others finish as alone, and every sequence is gone at the end;
+ *  - prefix caching: requests that share a prompt's first blocks take them
+ *    from the cache (counted) and give what they give alone; with the cache
+ *    off, nothing is taken;
  *  - stop strings and end of sequence end requests as alone;
  *  - a request the whole cache cannot hold fails with its message, the
  *    others finish; a prompt past the context is refused at submit;
@@ -221,10 +224,42 @@ static void test_preemption(void)
     krt_sched_counts c = run_sched(&b, got, s, NULL, NULL);
     compare("12 requests in 24 KV blocks (preempted and recomputed)", &b, alone, got);
     CHECK_MSG(c.preemptions > 0, "no preemption happened");
-    printf("  %ld preemptions\n", c.preemptions);
+    printf("  %ld preemptions, %ld recomputed tokens taken from the prefix cache\n", c.preemptions, c.cached_tokens);
     krt_session_free(s);
     free_outcomes(alone, b.n);
     free_outcomes(got, b.n);
+}
+
+/* 10 requests whose prompts share their first 70 tokens (4 blocks of 16), 3 at a time: the later ones take
+ * the first's blocks from the prefix cache, and give what they give alone */
+static void test_prefix_cache(void)
+{
+    static batch b;
+    static outcome alone[MAX_REQ], got[MAX_REQ];
+    make_batch(&b, 10, 30, 20);
+    for (int i = 0; i < b.n; i++) {
+        b.len[i] = 70 + 3 * i;
+        for (int j = 1; j < b.len[i]; j++) b.prompts[i][j] = j < 70 ? 3 + (17 * j) % 1900 : 3 + (37 * i + 11 * j) % 1900;
+    }
+    run_alone(&b, alone);
+    krt_session *s = session(3, 0);
+    krt_sched_counts c = run_sched(&b, got, s, NULL, NULL);
+    compare("10 requests sharing a 70-token prefix, 3 at a time", &b, alone, got);
+    CHECK_MSG(c.cached_tokens >= 7 * 64, "%ld prompt tokens from the cache", c.cached_tokens);
+    printf("  %ld of %ld prompt tokens from the prefix cache (%ld of %ld blocks found)\n", c.cached_tokens,
+           c.cached_tokens + c.prefill_tokens, c.prefix_hits, c.prefix_lookups);
+    /* the same without the cache: nothing taken */
+    static outcome plain[MAX_REQ];
+    krt_session_free(s);
+    s = session(3, 0);
+    krt_sched_opts so = {.no_prefix_cache = 1};
+    c = run_sched(&b, plain, s, &so, NULL);
+    compare("the same without the prefix cache", &b, alone, plain);
+    CHECK(c.cached_tokens == 0 && c.prefix_lookups == 0);
+    krt_session_free(s);
+    free_outcomes(alone, b.n);
+    free_outcomes(got, b.n);
+    free_outcomes(plain, b.n);
 }
 
 static void test_cancel_and_stops(void)
@@ -367,6 +402,7 @@ int main(int argc, char **argv)
     test_greedy();
     test_sampling();
     test_preemption();
+    test_prefix_cache();
     test_cancel_and_stops();
     test_too_large();
     test_api(argc == 2 ? argv[1] : path);
