@@ -110,7 +110,7 @@ gpu="$build/gpu"
 
 prepare() {
   local shared="${KILN_SHARED:-$root/../shared}"
-  cmake -S "$root" -B "$build" -G Ninja -DKILN_WERROR=ON >/dev/null || return 1
+  cmake -S "$root" -B "$build" -G Ninja -DKILN_WERROR=ON -DKILN_SERVER=OFF >/dev/null || return 1 # (no libmicrohttpd there)
   cmake --build "$build" --target kiln golden_test test_cuda test_session test_oom || return 1
   grep -q 'KILN_HAVE_NVRTC:INTERNAL=ON' "$build/CMakeCache.txt" || { echo "kiln was built without NVRTC"; return 1; }
   rm -rf "$gpu" && mkdir -p "$gpu/bin" "$gpu/lib" "$gpu/models" || return 1
@@ -133,7 +133,7 @@ prepare() {
     local wt="$build/alt-src"
     rm -rf "$wt" && git -C "$root" worktree prune && git -C "$root" worktree add -f --detach "$wt" "$GPU_CHECK_ALT_REV" \
       >/dev/null || return 1
-    cmake -S "$wt" -B "$build/alt-build" -G Ninja >/dev/null && cmake --build "$build/alt-build" --target kiln >/dev/null \
+    cmake -S "$wt" -B "$build/alt-build" -G Ninja -DKILN_SERVER=OFF >/dev/null && cmake --build "$build/alt-build" --target kiln >/dev/null \
       || return 1
     cp "$build/alt-build/cli/kiln" "$gpu/bin/kiln-alt"
     git -C "$root" worktree remove --force "$wt"

@@ -20,6 +20,7 @@ int kc_cmd_ir(int argc, char **argv);
 int kc_cmd_inspect(int argc, char **argv);
 int kc_cmd_quant_check(int argc, char **argv);
 int kc_cmd_run(int argc, char **argv);
+int kc_cmd_serve(int argc, char **argv);
 int kc_cmd_tokenize(int argc, char **argv);
 int kc_cmd_verify(int argc, char **argv);
 int kc_cmd_version(int argc, char **argv);

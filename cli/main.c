@@ -10,6 +10,7 @@ static const kc_command commands[] = {
     {"ir", "print the IR of a model", kc_cmd_ir},
     {"inspect", "say what an engine file holds", kc_cmd_inspect},
     {"run", "run an engine: generate text from a prompt, or logits for given ids", kc_cmd_run},
+    {"serve", "answer OpenAI-style completion requests over HTTP, many at once", kc_cmd_serve},
     {"bench", "time an engine: time to first token by prompt length, decode per token", kc_cmd_bench},
     {"verify", "compare the fused build with the unfused one, value by value", kc_cmd_verify},
     {"quant-check", "score an engine against a reference engine on a text: KL, top-1, perplexity", kc_cmd_quant_check},

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""serve_check.py — `kiln serve` against `kiln run` (issue #14's CPU acceptance), Python's standard library only.
+
+    python3 serve_check.py KILN ENGINE
+
+Starts servers on free ports and checks, printing one line a check and exiting 1 if any failed:
+  - 32 concurrent clients, different prompts and lengths, greedy: each text is exactly what `kiln run
+    --temperature 0 -n N` prints after the prompt; streamed chunks concatenate to the same text;
+  - seeded sampling through the server gives `kiln run --temperature T --seed S`'s text;
+  - a server whose KV cache holds a few requests at once (--kv-blocks 24): 16 long requests all finish
+    with their exact texts (preemption), and /metrics counts the preemptions;
+  - a streaming client that goes away mid-stream: the others finish, the KV blocks all come back;
+  - bad requests, each its status and an OpenAI error object while a long request is being served:
+    malformed JSON, a bad field, an unknown path, a wrong method, a body past 1 MiB, a prompt past the
+    context, no API key (401) on a server that wants one, a full queue (429);
+  - /health, /v1/models, /metrics.
+"""
+import http.client, json, os, re, socket, subprocess, sys, threading, time
+
+KILN, ENGINE = sys.argv[1], sys.argv[2]
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    failures += 0 if ok else 1
+
+
+class Server:
+    def __init__(self, *args):
+        self.p = subprocess.Popen([KILN, "serve", ENGINE, "--port", "0", *args], stderr=subprocess.PIPE, text=True)
+        line = self.p.stderr.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        if not m:
+            raise SystemExit("kiln serve did not start: " + line + self.p.stderr.read())
+        self.port = int(m.group(1))
+
+    def request(self, method, path, body=None, headers=None, timeout=120):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        c.request(method, path, body=data, headers=headers or {"Content-Type": "application/json"})
+        r = c.getresponse()
+        out = (r.status, r.read())
+        c.close()
+        return out
+
+    def complete(self, body, **kw):
+        status, data = self.request("POST", "/v1/completions", body, **kw)
+        return status, json.loads(data) if data[:1] == b"{" else data
+
+    def stream(self, body, stop_after=None):
+        """The text pieces of a streamed completion, and its final chunk; stop_after: close after that many."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        c.request("POST", "/v1/completions", body=json.dumps(dict(body, stream=True)).encode())
+        r = c.getresponse()
+        pieces, final = [], None
+        buf = b""
+        while True:
+            chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
+            if not chunk:
+                break
+            buf += chunk
+            while b"\n\n" in buf:
+                event, buf = buf.split(b"\n\n", 1)
+                payload = event[len(b"data: "):]
+                if payload == b"[DONE]":
+                    c.close()
+                    return pieces, final
+                j = json.loads(payload)
+                if j["choices"][0]["finish_reason"]:
+                    final = j
+                else:
+                    pieces.append(j["choices"][0]["text"])
+                if stop_after is not None and len(pieces) >= stop_after:
+                    c.sock.shutdown(socket.SHUT_RDWR)
+                    c.close()
+                    return pieces, None
+        c.close()
+        return pieces, final
+
+    def metrics(self):
+        status, data = self.request("GET", "/metrics")
+        return {m.group(1): float(m.group(2)) for m in re.finditer(r"^([a-z_]+(?:\{[^}]*\})?) (\S+)$", data.decode(), re.M)}
+
+    def stop(self):
+        self.p.terminate()
+        try:
+            self.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+        return self.p.returncode
+
+
+def run_text(prompt, n, *extra):
+    """`kiln run`'s text after the prompt."""
+    out = subprocess.run([KILN, "run", ENGINE, "--prompt", prompt, "-n", str(n), *extra], capture_output=True,
+                         text=True).stdout
+    out = out[:-1] if out.endswith("\n") else out  # kiln run ends its output with a newline
+    return out[len(prompt):] if out.startswith(prompt) else None
+
+
+WORDS = ("Once upon a time there was a little girl named Lily who loved to play in the park with her dog and "
+         "her best friend Tom every sunny day of the summer").split()
+prompts = [" ".join(WORDS[(3 * i) % 20:(3 * i) % 20 + 2 + (i * 7) % 12]) for i in range(32)]
+lengths = [1 + (i * 11) % 48 for i in range(32)]
+
+# ---- 32 concurrent greedy clients -------------------------------------------------------------------
+want = [run_text(p, n, "--temperature", "0") for p, n in zip(prompts, lengths)]
+srv = Server("--max-batch", "32")
+got, streamed = [None] * 32, [None] * 32
+
+
+def client(i):
+    body = {"prompt": prompts[i], "max_tokens": lengths[i], "temperature": 0}
+    if i % 2:
+        pieces, final = srv.stream(body)
+        streamed[i] = ("".join(pieces), final)
+    else:
+        got[i] = srv.complete(body)
+
+
+threads = [threading.Thread(target=client, args=(i,)) for i in range(32)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+same = 0
+for i in range(32):
+    if i % 2:
+        text, final = streamed[i]
+        ok = text == want[i] and final is not None and final["usage"]["completion_tokens"] <= lengths[i]
+    else:
+        status, j = got[i]
+        ok = status == 200 and j["choices"][0]["text"] == want[i] and j["usage"]["prompt_tokens"] > 0
+    if not ok:
+        print(f"  client {i}: {got[i] if i % 2 == 0 else streamed[i]!r} against {want[i]!r}")
+    same += ok
+check(same == 32, f"32 concurrent greedy clients (16 streamed) get kiln run's text: {same} of 32")
+
+# ---- seeded sampling --------------------------------------------------------------------------------
+same = 0
+for i in range(4):
+    w = run_text(prompts[i], 30, "--temperature", "0.8", "--top-p", "0.9", "--seed", str(100 + i))
+    status, j = srv.complete({"prompt": prompts[i], "max_tokens": 30, "temperature": 0.8, "top_p": 0.9, "seed": 100 + i})
+    same += status == 200 and j["choices"][0]["text"] == w
+check(same == 4, f"seeded sampling gives kiln run --seed's text: {same} of 4")
+
+# ---- the endpoints, and bad requests while a long one runs -----------------------------------------
+status, data = srv.request("GET", "/health")
+check(status == 200 and json.loads(data) == {"status": "ok"}, "/health")
+status, data = srv.request("GET", "/v1/models")
+check(status == 200 and json.loads(data)["data"][0]["object"] == "model", "/v1/models")
+long_one = threading.Thread(target=lambda: got.__setitem__(0, srv.complete({"prompt": "Once", "max_tokens": 400,
+                                                                           "temperature": 0})))
+long_one.start()
+bad = [
+    ("malformed JSON", "POST", "/v1/completions", b'{"prompt": "Once', 400),
+    ("a bad field", "POST", "/v1/completions", {"prompt": "Once", "temperature": 7}, 400),
+    ("a list of prompts", "POST", "/v1/completions", {"prompt": ["a", "b"]}, 400),
+    ("a token id past the vocabulary", "POST", "/v1/completions", {"prompt": [1, 99999999]}, 400),
+    ("an unknown path", "GET", "/v2/nothing", None, 404),
+    ("a wrong method", "GET", "/v1/completions", None, 405),
+    ("a body past 1 MiB", "POST", "/v1/completions", b'{"prompt": "' + b"a" * (1 << 20) + b'"}', 413),
+    ("a prompt past the context", "POST", "/v1/completions", {"prompt": [5] * 100000}, 413),
+]
+for what, method, path, body, code in bad:
+    status, data = srv.request(method, path, body)
+    ok = status == code
+    try:
+        ok = ok and "message" in json.loads(data)["error"]
+    except ValueError:
+        ok = False
+    check(ok, f"{what}: {status} (want {code}) and an error object")
+long_one.join()
+check(got[0][0] == 200 and got[0][1]["usage"]["completion_tokens"] > 0, "the long request, served meanwhile")
+
+# ---- a streaming client that goes away --------------------------------------------------------------
+others = [threading.Thread(target=client, args=(i,)) for i in range(1, 8, 2)]
+for t in others:
+    t.start()
+pieces, final = srv.stream({"prompt": "Once", "max_tokens": 400, "temperature": 0}, stop_after=2)
+for t in others:
+    t.join()
+time.sleep(0.5)
+m = srv.metrics()
+check(all(streamed[i][0] == want[i] for i in range(1, 8, 2)), "a client that went away mid-stream: the others finish")
+check(m.get("kiln_kv_blocks_used") == 0 and m.get("kiln_running_requests") == 0,
+      f"... and every KV block came back: {m.get('kiln_kv_blocks_used')} used, {m.get('kiln_running_requests')} running")
+check(m.get('kiln_requests_total{status="400"}', 0) >= 4 and m.get("kiln_time_to_first_token_seconds_count", 0) >= 32,
+      "/metrics counts requests by status and time to first token")
+check(srv.stop() == 0, "kiln serve stops on SIGTERM with status 0")
+
+# ---- preemption: a KV cache of 24 blocks for 16 long requests ---------------------------------------
+srv = Server("--max-batch", "16", "--kv-blocks", "24")
+want16 = [run_text(prompts[i], 120, "--temperature", "0", "--ignore-eos") for i in range(16)]
+got16 = [None] * 16
+
+
+def long_client(i):
+    got16[i] = srv.complete({"prompt": prompts[i], "max_tokens": 120, "temperature": 0, "ignore_eos": True})
+
+
+ts = [threading.Thread(target=long_client, args=(i,)) for i in range(16)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+same = sum(got16[i][0] == 200 and got16[i][1]["choices"][0]["text"] == want16[i] for i in range(16))
+m = srv.metrics()
+check(same == 16, f"16 requests in a KV cache of 24 blocks all finish with kiln run's text: {same} of 16")
+check(m.get("kiln_preemptions_total", 0) > 0, f"... preempted and recomputed: {m.get('kiln_preemptions_total')}")
+srv.stop()
+
+# ---- the API key and the queue ----------------------------------------------------------------------
+srv = Server("--api-key", "sesame", "--max-batch", "1", "--max-queue", "1")
+status, j = srv.complete({"prompt": "Once", "max_tokens": 2})
+check(status == 401 and "error" in j, "no API key: 401")
+auth = {"Content-Type": "application/json", "Authorization": "Bearer sesame"}
+status, j = srv.complete({"prompt": "Once", "max_tokens": 2}, headers=auth)
+check(status == 200, "the API key: 200")
+results = []
+ts = [threading.Thread(target=lambda: results.append(srv.complete({"prompt": "Once", "max_tokens": 200,
+                                                                   "temperature": 0}, headers=auth)[0]))
+      for _ in range(6)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+check(429 in results and 200 in results, f"a full queue: 429 for some, 200 for the others ({sorted(results)})")
+srv.stop()
+print(f"serve_check: {failures} failed")
+sys.exit(1 if failures else 0)
