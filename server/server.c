@@ -524,6 +524,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
         cJSON_AddStringToObject(m, "object", "model");
         cJSON_AddNumberToObject(m, "created", 0);
         cJSON_AddStringToObject(m, "owned_by", "kiln");
+        cJSON_AddNumberToObject(m, "max_model_len", krt_session_max_context(srv->s)); /* as vLLM says it */
+        cJSON_AddNumberToObject(m, "vocab_size", (double)srv->e->desc.vocab);          /* token ids are below it */
         cJSON_AddItemToArray(data, m);
         return answer_json(con, srv, 200, j);
     }

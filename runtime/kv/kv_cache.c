@@ -73,8 +73,13 @@ struct krt_kv {
 static void *host_alloc(void *ctx, size_t bytes)
 {
     (void)ctx;
-    /* Zeroed, so a block read before it is written holds zeros, not garbage. */
-    return ks_try_calloc(1, bytes);
+    /* Zeroed, so a block read before it is written holds zeros, not garbage; written here, not left to
+       calloc's untouched pages, so that the pool is resident from the start: a server's memory does not
+       creep up as the prefix cache spreads over blocks never used before (measured: TinyStories-656K's
+       67 MB pool took a 90-second soak from 41 to 84 MB of RSS). */
+    void *p = ks_try_malloc(bytes ? bytes : 1);
+    if (p) memset(p, 0, bytes);
+    return p;
 }
 
 static void host_free(void *ctx, void *p)
