@@ -381,6 +381,62 @@ static void on_weights(void *ctx, uint64_t done, uint64_t total)
     kd_progress_bytes(ctx, (double)done, (double)total);
 }
 
+/* A special token of tokenizer_config.json ("<s>", or {"content": "<s>", ...}) as text; "" when absent. */
+static const char *special_text(const cJSON *cfg, const char *key)
+{
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    if (cJSON_IsObject(t)) t = cJSON_GetObjectItemCaseSensitive(t, "content");
+    return cJSON_IsString(t) ? t->valuestring : "";
+}
+
+/* The chat template beside the weights (tokenizer_config.json's "chat_template": a string, or a list of
+ * {"name", "template"} whose "default" is taken) with the BOS and EOS texts it renders, as the engine's
+ * "chat_template" section: {"template": ..., "bos_token": ..., "eos_token": ...} (kiln serve's
+ * /v1/chat/completions). *json NULL when there is none; -1 after reporting a tokenizer_config.json that
+ * is not JSON. */
+static int read_chat_template(const kd_inputs *in, char **json, ks_diag *d)
+{
+    *json = NULL;
+    if (!in->input || in->synthetic) return 0;
+    const char *dir = ks_is_dir(in->input) ? in->input : in->weights && ks_is_dir(in->weights) ? in->weights : NULL;
+    char *path = dir ? ks_path_join(dir, "tokenizer_config.json") : NULL;
+    if (!path || !ks_file_exists(path)) {
+        free(path);
+        return 0;
+    }
+    size_t len = 0;
+    char *text = ks_read_file(d, path, &len);
+    cJSON *cfg = text ? cJSON_ParseWithLength(text, len) : NULL;
+    int rc = 0;
+    if (text && !cfg) {
+        ks_error(d, path, "not JSON (reading its chat_template)");
+        rc = -1;
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
+    if (cJSON_IsArray(t)) { /* named templates: the default one */
+        const cJSON *pick = NULL;
+        for (const cJSON *e = t->child; e; e = e->next)
+            if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(e, "name")) &&
+                strcmp(cJSON_GetObjectItemCaseSensitive(e, "name")->valuestring, "default") == 0)
+                pick = cJSON_GetObjectItemCaseSensitive(e, "template");
+        t = pick;
+    }
+    if (cJSON_IsString(t)) {
+        cJSON *sec = cJSON_CreateObject();
+        cJSON_AddStringToObject(sec, "template", t->valuestring);
+        cJSON_AddStringToObject(sec, "bos_token", special_text(cfg, "bos_token"));
+        cJSON_AddStringToObject(sec, "eos_token", special_text(cfg, "eos_token"));
+        char *out = cJSON_PrintUnformatted(sec);
+        cJSON_Delete(sec);
+        *json = out ? ks_xstrdup(out) : NULL;
+        cJSON_free(out);
+    }
+    cJSON_Delete(cfg);
+    free(text);
+    free(path);
+    return rc;
+}
+
 int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, kd_build_info *info, ks_diag *d)
 {
     const char *target_spec = in->target ? in->target : "cpu";
@@ -399,16 +455,22 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, kd_b
                             .on_step = on_target_step,
                             .on_step_ctx = in->progress,
                             .stats_out = in->stats ? (in->stats_out ? in->stats_out : stdout) : NULL};
-    char *tok = NULL;
+    char *tok = NULL, *chat = NULL;
     size_t tok_len = 0;
     uint32_t tok_kind = 0;
     if (kd_check_f16_range(m, kd_graph(m), d) != 0 ||
         (target->build && target->build(kd_graph(m), target_spec, &topts, &parts, d) != 0) ||
-        read_tokenizer(in, kd_graph(m), &tok, &tok_len, &tok_kind, d) != 0) {
+        read_tokenizer(in, kd_graph(m), &tok, &tok_len, &tok_kind, d) != 0 || read_chat_template(in, &chat, d) != 0) {
         ks_outfile_abort(&out);
         kd_target_parts_free(&parts);
+        free(tok);
         return -1;
     }
+    /* the target's sections, then the chat template's */
+    krt_engine_section *sections = ks_xcalloc(parts.n_sections + 1, sizeof *sections);
+    if (parts.n_sections) memcpy(sections, parts.sections, parts.n_sections * sizeof *sections);
+    size_t n_sections = parts.n_sections;
+    if (chat) sections[n_sections++] = (krt_engine_section){KRT_CHAT_TEMPLATE_SECTION, chat, strlen(chat)};
     const kir_graph *g = kd_graph(m);
     fill_ctx f = {m, g};
     cJSON *meta = cJSON_CreateObject();
@@ -435,8 +497,8 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, kd_b
         .tokenizer = tok,
         .tokenizer_len = tok_len,
         .tokenizer_kind = tok_kind,
-        .extra = parts.sections,
-        .n_extra = parts.n_sections,
+        .extra = sections,
+        .n_extra = n_sections,
         .progress = on_weights,
         .progress_ctx = in->progress,
     };
@@ -452,6 +514,8 @@ int kd_write_engine(const kd_inputs *in, kd_model *m, const char *out_path, kd_b
         for (size_t v = 0; v < g->n_nodes; v++) info->layers += g->nodes[v].op == KIR_OP_ATTENTION;
     }
     kd_target_parts_free(&parts);
+    free(sections);
+    free(chat);
     free(tok);
     cJSON_free(meta_text);
     return rc;

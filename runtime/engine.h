@@ -45,6 +45,11 @@ enum { KRT_WEIGHT_ALIGN = 256 };
 /* Bytes of a weight the writer asks fill_part for at once (a multiple of every element size). */
 enum { KRT_WEIGHT_PART = 64 << 20 };
 
+/* The extra section that holds a model's chat template, when its checkpoint has one: JSON
+ * {"template": ..., "bos_token": ..., "eos_token": ...} (kiln build from tokenizer_config.json; kiln
+ * serve's /v1/chat/completions renders it). */
+#define KRT_CHAT_TEMPLATE_SECTION "chat_template"
+
 /* An extra named section (a backend's code or tables). */
 typedef struct krt_engine_section {
     const char *name;  /* at most 15 bytes, none of the standard names */
