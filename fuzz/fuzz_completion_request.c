@@ -1,4 +1,5 @@
-/* fuzz_completion_request.c — bytes as the body of a POST /v1/completions (server/completion_request.h).
+/* fuzz_completion_request.c — bytes as the body of a POST /v1/completions and of a POST
+ * /v1/chat/completions (server/completion_request.h).
  * The parse either succeeds, with a prompt (text or ids in range), options in their ranges and at most
  * KSV_MAX_STOPS stop strings, or refuses with a 400, 413 or 503 status and a message. A crash, leak or
  * sanitizer report is the bug. */
@@ -25,6 +26,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ksv_completion_free(&c);
     } else {
         KS_ASSERT((status == 400 || status == 413 || status == 503) && msg[0]);
+    }
+    /* the same bytes as a chat's body: messages, each with a role and a content */
+    const int chat = ksv_chat_parse((const char *)data, size, &lim, &c, msg, sizeof msg);
+    if (chat == 0) {
+        KS_ASSERT(c.n_messages >= 1 && c.n_messages <= KSV_MAX_MESSAGES && !c.prompt && !c.ids);
+        for (int i = 0; i < c.n_messages; i++) KS_ASSERT(c.messages[i].role[0] && c.messages[i].content);
+        ksv_completion_free(&c);
+    } else {
+        KS_ASSERT((chat == 400 || chat == 413 || chat == 503) && msg[0]);
     }
     return 0;
 }

@@ -25,6 +25,8 @@ void ksv_completion_free(ksv_completion *c)
     free(c->prompt);
     free(c->ids);
     for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
+    for (int i = 0; i < c->n_messages; i++) free(c->messages[i].role), free(c->messages[i].content);
+    free(c->messages);
     memset(c, 0, sizeof *c);
 }
 
@@ -123,11 +125,60 @@ static int stops_of(const cJSON *root, ksv_completion *c, char *msg, size_t msg_
     return 0;
 }
 
-static int fields(const cJSON *root, const ksv_limits *lim, ksv_completion *c, char *msg, size_t msg_len)
+/* A message's content as text: a string, or the "text" of its parts joined */
+static int content_of(const cJSON *m, int i, ks_buf *b, char *msg, size_t msg_len)
+{
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+    if (cJSON_IsString(c)) {
+        ks_buf_puts(b, c->valuestring);
+        return 0;
+    }
+    if (cJSON_IsNull(c) || !c) return 0; /* an assistant's turn with no text */
+    if (!cJSON_IsArray(c)) return refuse(msg, msg_len, 400, "'messages'[%d].content must be a string or a list of parts", i);
+    for (const cJSON *part = c->child; part; part = part->next) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type"), *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text))
+            return refuse(msg, msg_len, 400, "'messages'[%d].content holds a part that is not text (only text is served)", i);
+        ks_buf_puts(b, text->valuestring);
+    }
+    return 0;
+}
+
+static int messages_of(const cJSON *root, ksv_completion *c, char *msg, size_t msg_len)
+{
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (!ms) return refuse(msg, msg_len, 400, "'messages' is required");
+    const int n = cJSON_IsArray(ms) ? cJSON_GetArraySize(ms) : -1;
+    if (n < 1 || n > KSV_MAX_MESSAGES)
+        return refuse(msg, msg_len, 400, "'messages' must be a list of 1 to %d messages", KSV_MAX_MESSAGES);
+    c->messages = ks_try_calloc((size_t)n, sizeof *c->messages);
+    if (!c->messages) return refuse(msg, msg_len, 503, "out of memory for the messages");
+    int i = 0;
+    for (const cJSON *m = ms->child; m; m = m->next, i++) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role) || !role->valuestring[0])
+            return refuse(msg, msg_len, 400, "'messages'[%d] needs a \"role\"", i);
+        ks_buf b = KS_BUF_TRY;
+        int rc = content_of(m, i, &b, msg, msg_len);
+        c->messages[i].role = dup_text(role->valuestring);
+        c->messages[i].content = rc || b.failed ? NULL : dup_text(b.len ? ks_buf_cstr(&b) : "");
+        c->n_messages = i + 1;
+        ks_buf_free(&b);
+        if (rc) return rc;
+        if (!c->messages[i].role || !c->messages[i].content) return refuse(msg, msg_len, 503, "out of memory for the messages");
+    }
+    return 0;
+}
+
+static int fields(const cJSON *root, const ksv_limits *lim, ksv_completion *c, int chat, char *msg, size_t msg_len)
 {
     if (!cJSON_IsObject(root)) return refuse(msg, msg_len, 400, "the body must be a JSON object");
-    int rc = prompt_of(root, lim, c, msg, msg_len);
+    int rc = chat ? messages_of(root, c, msg, msg_len) : prompt_of(root, lim, c, msg, msg_len);
     double max_tokens = 16, top_k = 0, seed = -1, n = 1, best_of = 1;
+    if (chat) {
+        max_tokens = 0; /* a chat goes on to its end by default */
+        if (!rc) rc = integer(root, "max_completion_tokens", 0, (double)lim->max_context, &max_tokens, msg, msg_len);
+    }
     c->temperature = 1.0;
     c->top_p = 1.0;
     if (!rc) rc = integer(root, "max_tokens", 0, (double)lim->max_context, &max_tokens, msg, msg_len);
@@ -139,7 +190,7 @@ static int fields(const cJSON *root, const ksv_limits *lim, ksv_completion *c, c
     if (!rc) rc = integer(root, "n", 1, 1, &n, msg, msg_len);
     if (!rc) rc = integer(root, "best_of", 1, 1, &best_of, msg, msg_len);
     if (!rc) rc = boolean(root, "stream", &c->stream, msg, msg_len);
-    if (!rc) rc = boolean(root, "echo", &c->echo, msg, msg_len);
+    if (!rc && !chat) rc = boolean(root, "echo", &c->echo, msg, msg_len);
     if (!rc) rc = boolean(root, "ignore_eos", &c->ignore_eos, msg, msg_len);
     if (!rc) rc = stops_of(root, c, msg, msg_len);
     const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
@@ -152,8 +203,8 @@ static int fields(const cJSON *root, const ksv_limits *lim, ksv_completion *c, c
     return rc;
 }
 
-int ksv_completion_parse(const char *body, size_t len, const ksv_limits *lim, ksv_completion *c, char *msg,
-                         size_t msg_len)
+static int parse(const char *body, size_t len, const ksv_limits *lim, ksv_completion *c, int chat, char *msg,
+                 size_t msg_len)
 {
     memset(c, 0, sizeof *c);
     if (len > lim->max_body)
@@ -164,8 +215,19 @@ int ksv_completion_parse(const char *body, size_t len, const ksv_limits *lim, ks
         size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
         return refuse(msg, msg_len, 400, "malformed JSON at byte %zu of the body", at);
     }
-    int rc = fields(root, lim, c, msg, msg_len);
+    int rc = fields(root, lim, c, chat, msg, msg_len);
     cJSON_Delete(root);
     if (rc) ksv_completion_free(c);
     return rc;
+}
+
+int ksv_completion_parse(const char *body, size_t len, const ksv_limits *lim, ksv_completion *c, char *msg,
+                         size_t msg_len)
+{
+    return parse(body, len, lim, c, 0, msg, msg_len);
+}
+
+int ksv_chat_parse(const char *body, size_t len, const ksv_limits *lim, ksv_completion *c, char *msg, size_t msg_len)
+{
+    return parse(body, len, lim, c, 1, msg, msg_len);
 }

@@ -23,6 +23,9 @@
  *   logprobs     null or absent (log probabilities are not served yet: refused)
  *   n, best_of   1 or absent
  *
+ * A chat (POST /v1/chat/completions, ksv_chat_parse) has "messages" instead
+ * of "prompt": the server renders them with the model's chat template.
+ *
  * Prefix: ksv_ (server).
  */
 #ifndef KILN_SERVER_COMPLETION_REQUEST_H
@@ -31,7 +34,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { KSV_MAX_STOPS = 4 };
+enum { KSV_MAX_STOPS = 4, KSV_MAX_MESSAGES = 4096 };
+
+/* A chat message: its role and its text (a content of parts: their "text" parts joined). */
+typedef struct ksv_message {
+    char *role, *content; /* owned */
+} ksv_message;
 
 typedef struct ksv_limits {
     int64_t vocab;      /* token ids are below it */
@@ -51,12 +59,18 @@ typedef struct ksv_completion {
     char *stops[KSV_MAX_STOPS];    /* owned */
     int n_stops;
     int stream, echo, ignore_eos;
+    ksv_message *messages;         /* [n_messages] a chat's (ksv_chat_parse), owned; NULL for a completion */
+    int n_messages;
 } ksv_completion;
 
 /* 0 and c filled, or an HTTP status (400 malformed JSON or field, 413 too long) with the message in msg
  * (c then holds nothing to free). */
 int ksv_completion_parse(const char *body, size_t len, const ksv_limits *lim, ksv_completion *c, char *msg,
                          size_t msg_len);
+/* The body of a POST /v1/chat/completions: "messages" (a list of {"role", "content"}: content a string,
+ * or a list of parts whose "text" parts are joined) in place of "prompt" (and "echo"); the other fields as
+ * a completion's, "max_completion_tokens" as "max_tokens". */
+int ksv_chat_parse(const char *body, size_t len, const ksv_limits *lim, ksv_completion *c, char *msg, size_t msg_len);
 void ksv_completion_free(ksv_completion *c);
 
 #endif
