@@ -782,7 +782,7 @@ static void put_node_slot(epi_text *E, int i, int j)
     if (nd->dtype != KIR_F32 && !E->lazy[i] && !same)
         ks_buf_printf(b, "        x%d_%d = kcu_round<%s>(x%d_%d);\n", i, j, kcu_elem_type(nd->dtype), i, j);
     if (gn->store) {
-        char base[16], val[16];
+        char base[24], val[32];
         snprintf(base, sizeof base, "out%d", i);
         snprintf(val, sizeof val, "x%d_%d", i, j);
         queue_store(E, j, i, range_of(E, gn->base, gn->size), nd->dtype, base, "t", gn->size, val);
