@@ -336,8 +336,9 @@ int krt_sched_step(krt_sched *q, ks_diag *d)
                          .status = q->status};
     int rc = krt_session_run(q->s, &step, d);
     q->counts.steps += rc == 0;
-    /* the outcomes, newest request first: one out of KV blocks is preempted while an older one (or any other)
-       holds blocks that will come free; alone, it can never fit */
+    /* the outcomes: one out of KV blocks is preempted (it waits at the head of the queue, and nothing is
+       admitted before it: it runs again once blocks come free), or, when its tokens are more than the whole
+       cache holds, fails */
     for (int i = q->n_reqs - 1; i >= 0; i--) {
         req *r = q->reqs[i];
         if (!r->m || r->cancelled || r->ended) continue;
@@ -350,9 +351,9 @@ int krt_sched_step(krt_sched *q, ks_diag *d)
             if (q->samplers[r->at + r->m - 1]) take(q, r, q->next[r->at + r->m - 1]);
             continue;
         }
-        int holders = 0;
-        for (int j = 0; j < q->n_reqs; j++) holders += j != i && q->reqs[j]->seq >= 0;
-        if (st == KRT_STEP_OUT_OF_BLOCKS && holders > 0) {
+        /* out of blocks: preempted, unless the whole cache could not hold its tokens (it never runs then) */
+        const int need = (r->ran + r->m + q->block_size - 1) / q->block_size;
+        if (st == KRT_STEP_OUT_OF_BLOCKS && need <= krt_session_kv_info(q->s)->n_blocks) {
             release_seq(q, r); /* its blocks back to the cache; its tokens recomputed when it runs again */
             r->ran = 0;
             q->counts.preemptions++;

@@ -19,6 +19,7 @@
 
 #include "runtime/generate.h"
 #include "runtime/sched.h"
+#include "server/chat_template.h"
 #include "server/completion_request.h"
 
 ksv_opts ksv_defaults(void)
@@ -63,6 +64,8 @@ typedef struct ksv_req {
     ks_buf out;               /* a stream's bytes not yet handed to libmicrohttpd */
     size_t out_at;
     int stream_end;           /* 1: the last chunk and [DONE] are in out */
+    int chat;                 /* a /v1/chat/completions request: its messages rendered, chat answers */
+    int role_sent;            /* a chat stream's first chunk (the role) went out */
     struct ksv_req *next;     /* in the inbox */
     struct ksv_server *srv;
 } ksv_req;
@@ -73,6 +76,8 @@ typedef struct ksv_server {
     const krt_tok *tok;
     ksv_opts o;
     krt_sched *q;
+    ksv_tpl *tpl;        /* the engine's chat template, or NULL: no /v1/chat/completions */
+    char *bos_text, *eos_text; /* what the template renders as bos_token, eos_token */
     pthread_mutex_t mu;
     pthread_cond_t work; /* the engine waits for requests */
     pthread_cond_t out;  /* connections wait for text */
@@ -158,7 +163,25 @@ static void submit(ksv_server *srv, ksv_req *r)
     krt_tok_ids ids = {0};
     const int32_t *p = r->c.ids;
     int n = r->c.n_ids, status = 0;
-    if (!p) {
+    if (r->chat) {
+        /* the messages through the chat template, then its text as the tokenizer cuts it, special tokens
+           included and none added (the template writes BOS where the model wants it), as transformers'
+           apply_chat_template does */
+        ks_buf text = KS_BUF_TRY;
+        ksv_tpl_message *ms = ks_try_calloc((size_t)r->c.n_messages, sizeof *ms);
+        const ksv_tpl_vars vars = {.bos_token = srv->bos_text, .eos_token = srv->eos_text, .add_generation_prompt = 1};
+        for (int i = 0; ms && i < r->c.n_messages; i++) ms[i] = (ksv_tpl_message){r->c.messages[i].role, r->c.messages[i].content};
+        if (!ms) status = 503;
+        else if (ksv_tpl_render(srv->tpl, ms, r->c.n_messages, &vars, &text, &d) != 0) status = 400;
+        else if (krt_tok_encode(srv->tok, text.data ? text.data : "", text.len, 0, &ids, &d) != 0) status = 400;
+        free(ms);
+        ks_buf_free(&text);
+        p = ids.ids, n = (int)ids.len;
+        if (!status && n < 1) {
+            ks_error(&d, "kiln", "the chat template rendered these messages as no tokens");
+            status = 400;
+        }
+    } else if (!p) {
         if (krt_gen_prompt(srv->tok, &srv->e->desc, r->c.prompt, &ids, &d) != 0) status = 400;
         p = ids.ids, n = (int)ids.len;
     }
@@ -292,16 +315,22 @@ static cJSON *completion_json(const ksv_server *srv, const ksv_req *r, const cha
                               int usage)
 {
     char id[32];
-    snprintf(id, sizeof id, "cmpl-%ld", r->num);
+    snprintf(id, sizeof id, "%s-%ld", r->chat ? "chatcmpl" : "cmpl", r->num);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "id", id);
-    cJSON_AddStringToObject(j, "object", "text_completion");
+    cJSON_AddStringToObject(j, "object", !r->chat ? "text_completion" : r->c.stream ? "chat.completion.chunk" : "chat.completion");
     cJSON_AddNumberToObject(j, "created", (double)r->created);
     cJSON_AddStringToObject(j, "model", srv->o.model);
     cJSON *choices = cJSON_AddArrayToObject(j, "choices"), *c = cJSON_CreateObject();
     char *t = ks_try_malloc(len + 1);
     if (t) memcpy(t, text, len), t[len] = 0;
-    cJSON_AddStringToObject(c, "text", t ? t : "");
+    if (!r->chat) {
+        cJSON_AddStringToObject(c, "text", t ? t : "");
+    } else { /* a chat: the message, or in a stream its delta (the role in the first chunk, nothing in the last) */
+        cJSON *m = cJSON_AddObjectToObject(c, r->c.stream ? "delta" : "message");
+        if (!r->c.stream || !r->role_sent) cJSON_AddStringToObject(m, "role", "assistant");
+        if (!r->c.stream || len) cJSON_AddStringToObject(m, "content", t ? t : "");
+    }
     free(t);
     cJSON_AddNumberToObject(c, "index", 0);
     cJSON_AddNullToObject(c, "logprobs");
@@ -343,6 +372,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         if (r->text.len > r->sent) {
             put_event(&r->out, completion_json(srv, r, r->text.data + r->sent, r->text.len - r->sent, NULL, 0));
             r->sent = r->text.len;
+            r->role_sent = 1;
         } else if (r->done) {
             if (r->status) {
                 cJSON *j = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(j, "error");
@@ -384,7 +414,7 @@ typedef struct conn {
     int too_large;  /* it passed max_body: the rest was dropped */
 } conn;
 
-static enum MHD_Result completions(struct MHD_Connection *con, ksv_server *srv, conn *cs)
+static enum MHD_Result completions(struct MHD_Connection *con, ksv_server *srv, conn *cs, int chat)
 {
     const krt_desc *desc = &srv->e->desc;
     ksv_limits lim = {desc->vocab, krt_session_max_context(srv->s), srv->o.max_body};
@@ -393,13 +423,19 @@ static enum MHD_Result completions(struct MHD_Connection *con, ksv_server *srv, 
         return answer_error(con, srv, 413, "the body is longer than this server takes");
     ksv_req *r = ks_try_calloc(1, sizeof *r);
     if (!r) return answer_error(con, srv, 503, "out of memory");
-    int status = ksv_completion_parse(cs->body.data ? cs->body.data : "", cs->body.len, &lim, &r->c, msg, sizeof msg);
-    if (!status && r->c.prompt && !srv->tok) status = 400, snprintf(msg, sizeof msg, "the engine holds no tokenizer: send token ids");
+    int status = (chat ? ksv_chat_parse : ksv_completion_parse)(cs->body.data ? cs->body.data : "", cs->body.len, &lim,
+                                                                 &r->c, msg, sizeof msg);
+    if (!status && (r->c.prompt || chat) && !srv->tok)
+        status = 400, snprintf(msg, sizeof msg, "the engine holds no tokenizer: send token ids to /v1/completions");
+    if (!status && chat && !srv->tpl)
+        status = 400, snprintf(msg, sizeof msg, "the model has no chat template (its tokenizer_config.json had none): "
+                                                "use /v1/completions");
     if (status) {
         free(r);
         return answer_error(con, srv, status, msg);
     }
     r->refs = 2;
+    r->chat = chat;
     r->srv = srv;
     r->sched_id = -1;
     r->created = time(NULL);
@@ -511,9 +547,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
             return answer_error(con, srv, 401, "a valid API key is required: Authorization: Bearer KEY");
     }
     const int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
-    if (strcmp(url, "/v1/completions") == 0) {
-        if (!post) return answer_error(con, srv, 405, "/v1/completions takes POST");
-        return completions(con, srv, cs);
+    if (strcmp(url, "/v1/completions") == 0 || strcmp(url, "/v1/chat/completions") == 0) {
+        if (!post) return answer_error(con, srv, 405, "the completions endpoints take POST");
+        return completions(con, srv, cs, url[4] == 'c' && url[5] == 'h');
     }
     if (strcmp(url, "/health") == 0 && get) return answer(con, srv, 200, "application/json", "{\"status\":\"ok\"}", 15);
     if (strcmp(url, "/metrics") == 0 && get) return metrics(con, srv);
@@ -544,13 +580,49 @@ static void completed(void *cls, struct MHD_Connection *con, void **con_cls, enu
     *con_cls = NULL;
 }
 
+/* The engine's chat template (runtime/engine.h's KRT_CHAT_TEMPLATE_SECTION), parsed: 0 (none is fine),
+ * or -1 after reporting one that does not parse (at ENGINE:chat_template:LINE:COL). */
+static int load_template(ksv_server *srv, ks_diag *d)
+{
+    size_t size = 0;
+    const char *text = krt_engine_section_data(srv->e, KRT_CHAT_TEMPLATE_SECTION, &size);
+    if (!text) return 0;
+    cJSON *j = cJSON_ParseWithLength(text, size);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "template"), *b = cJSON_GetObjectItemCaseSensitive(j, "bos_token"),
+                *e = cJSON_GetObjectItemCaseSensitive(j, "eos_token");
+    int rc = -1;
+    if (!cJSON_IsString(t)) {
+        ks_error(d, srv->e->path, "damaged chat_template section");
+    } else {
+        char name[512];
+        snprintf(name, sizeof name, "%s:chat_template", srv->e->path);
+        srv->tpl = ksv_tpl_parse(t->valuestring, strlen(t->valuestring), name, d);
+        srv->bos_text = ks_xstrdup(cJSON_IsString(b) ? b->valuestring : "");
+        srv->eos_text = ks_xstrdup(cJSON_IsString(e) ? e->valuestring : "");
+        rc = srv->tpl ? 0 : -1;
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
 int ksv_serve(const krt_engine *e, krt_session *s, const krt_tok *tok, const ksv_opts *o, volatile sig_atomic_t *stop,
               ks_diag *d)
 {
     ksv_server srv = {.e = e, .s = s, .tok = tok, .o = *o};
+    if (load_template(&srv, d) != 0) {
+        ksv_tpl_free(srv.tpl);
+        free(srv.bos_text);
+        free(srv.eos_text);
+        return -1;
+    }
     krt_sched_opts so = {.max_batch = o->max_batch};
     srv.q = krt_sched_new(s, tok, &so, d);
-    if (!srv.q) return -1;
+    if (!srv.q) {
+        ksv_tpl_free(srv.tpl);
+        free(srv.bos_text);
+        free(srv.eos_text);
+        return -1;
+    }
     srv.kv_total = krt_session_kv_info(s)->n_blocks;
     pthread_mutex_init(&srv.mu, NULL);
     pthread_cond_init(&srv.work, NULL);
@@ -594,6 +666,9 @@ int ksv_serve(const krt_engine *e, krt_session *s, const krt_tok *tok, const ksv
     }
     krt_sched_free(srv.q);
     free(srv.active);
+    ksv_tpl_free(srv.tpl);
+    free(srv.bos_text);
+    free(srv.eos_text);
     pthread_cond_destroy(&srv.out);
     pthread_cond_destroy(&srv.work);
     pthread_mutex_destroy(&srv.mu);

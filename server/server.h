@@ -18,6 +18,10 @@
  *                         answers server-sent events, `data: {...}` a piece of
  *                         text, then a chunk with finish_reason, then
  *                         `data: [DONE]`)
+ *   POST /v1/chat/completions  "messages" rendered by the engine's chat template
+ *                         (server/chat_template.h; kiln build keeps the checkpoint's),
+ *                         answered as chat.completion (a stream: chat.completion.chunk
+ *                         deltas, the role first)
  *   GET  /v1/models       the one model
  *   GET  /health          {"status":"ok"}
  *   GET  /metrics         Prometheus text: requests by status, tokens,

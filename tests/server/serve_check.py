@@ -1,8 +1,6 @@
 #!/usr/bin/env python3
 """serve_check.py — `kiln serve` against `kiln run` (issue #14's CPU acceptance), Python's standard library only.
 
-    python3 serve_check.py KILN ENGINE
-
 Starts servers on free ports and checks, printing one line a check and exiting 1 if any failed:
   - 32 concurrent clients, different prompts and lengths, greedy: each text is exactly what `kiln run
     --temperature 0 -n N` prints after the prompt; streamed chunks concatenate to the same text;
@@ -13,7 +11,12 @@ Starts servers on free ports and checks, printing one line a check and exiting 1
   - bad requests, each its status and an OpenAI error object while a long request is being served:
     malformed JSON, a bad field, an unknown path, a wrong method, a body past 1 MiB, a prompt past the
     context, no API key (401) on a server that wants one, a full queue (429);
-  - /health, /v1/models, /metrics.
+  - /health, /v1/models, /metrics;
+  - with MODEL_DIR and TEMPLATE (and jinja2 importable): the model again with that chat template in its
+    tokenizer_config.json; /v1/chat/completions answers what /v1/completions answers on the ids of the
+    conversation as jinja2 renders it (transformers' settings), streamed too.
+
+    python3 serve_check.py KILN ENGINE [MODEL_DIR TEMPLATE]
 """
 import http.client, json, os, re, socket, subprocess, sys, threading, time
 
@@ -229,5 +232,69 @@ for t in ts:
     t.join()
 check(429 in results and 200 in results, f"a full queue: 429 for some, 200 for the others ({sorted(results)})")
 srv.stop()
+# ---- /v1/chat/completions: a ChatML template (tests/data/chat_templates/qwen2.jinja) in a copy of the model ----
+MODEL_DIR = sys.argv[3] if len(sys.argv) > 3 else None
+TEMPLATE = sys.argv[4] if len(sys.argv) > 4 else None
+try:
+    import jinja2  # the oracle: the template rendered as transformers' apply_chat_template does
+except ImportError:
+    jinja2 = None
+if MODEL_DIR and TEMPLATE and jinja2:
+    import tempfile
+    work = tempfile.mkdtemp(prefix="kiln_serve_chat.")
+    model = os.path.join(work, "model")
+    os.mkdir(model)
+    for f in os.listdir(MODEL_DIR):
+        if f != "tokenizer_config.json":
+            os.symlink(os.path.join(MODEL_DIR, f), os.path.join(model, f))
+    cfg = json.load(open(os.path.join(MODEL_DIR, "tokenizer_config.json")))
+    cfg["chat_template"] = open(TEMPLATE).read()
+    json.dump(cfg, open(os.path.join(model, "tokenizer_config.json"), "w"))
+    chat_engine = os.path.join(work, "chat.engine")
+    subprocess.run([KILN, "build", model, "-o", chat_engine], check=True, capture_output=True)
+    ENGINE = chat_engine
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    tpl = env.from_string(cfg["chat_template"])
+    srv = Server()
+    conversations = [
+        [{"role": "user", "content": "Tell me a story about a cat."}],
+        [{"role": "system", "content": "You tell short stories."}, {"role": "user", "content": "A dog?"},
+         {"role": "assistant", "content": "Once there was a dog."}, {"role": "user", "content": "And then?"}],
+    ]
+    same = 0
+    for k, conv in enumerate(conversations):
+        text = tpl.render(messages=conv, add_generation_prompt=True, bos_token="", eos_token="")
+        ids = [int(x) for x in subprocess.run([KILN, "tokenize", chat_engine, "--prompt", text, "--no-special"],
+                                              capture_output=True, text=True, check=True).stdout.split()]
+        _, want_j = srv.complete({"prompt": ids, "max_tokens": 24, "temperature": 0})
+        status, j = srv.request("POST", "/v1/chat/completions", {"messages": conv, "max_tokens": 24, "temperature": 0})
+        j = json.loads(j)
+        ok = status == 200 and j["object"] == "chat.completion" and j["choices"][0]["message"]["role"] == "assistant" \
+            and j["choices"][0]["message"]["content"] == want_j["choices"][0]["text"] \
+            and j["usage"]["prompt_tokens"] == len(ids)
+        if not ok:
+            print(f"  conversation {k}: {j!r} against the prompt {text!r} -> {want_j!r}")
+        same += ok
+    check(same == len(conversations), f"/v1/chat/completions renders the template as jinja2 and answers as "
+          f"/v1/completions on those ids: {same} of {len(conversations)}")
+    # a chat stream: chat.completion.chunk deltas, the role first, concatenating to the same text
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+    c.request("POST", "/v1/chat/completions", body=json.dumps({"messages": conversations[0], "max_tokens": 24,
+                                                                "temperature": 0, "stream": True}).encode())
+    raw = c.getresponse().read().decode()
+    events = [json.loads(e[6:]) for e in raw.split("\n\n") if e.startswith("data: {")]
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events)
+    _, j = srv.complete({"messages": conversations[0]} and {"prompt": [int(x) for x in subprocess.run(
+        [KILN, "tokenize", chat_engine, "--prompt", tpl.render(messages=conversations[0], add_generation_prompt=True,
+                                                               bos_token="", eos_token=""), "--no-special"],
+        capture_output=True, text=True, check=True).stdout.split()], "max_tokens": 24, "temperature": 0})
+    check(events and events[0]["object"] == "chat.completion.chunk" and events[0]["choices"][0]["delta"].get("role") ==
+          "assistant" and text == j["choices"][0]["text"] and raw.rstrip().endswith("data: [DONE]"),
+          "a chat stream: deltas, the role first, the same text")
+    status, j = srv.request("POST", "/v1/chat/completions", {"messages": [{"content": "no role"}]})
+    check(status == 400 and "role" in json.loads(j)["error"]["message"], "a message without a role: 400")
+    srv.stop()
+elif MODEL_DIR:
+    print("skip /v1/chat/completions: no jinja2 (python3-jinja2) for the oracle")
 print(f"serve_check: {failures} failed")
 sys.exit(1 if failures else 0)
