@@ -67,29 +67,6 @@ static uint32_t utf8_decode(const char *s, size_t n, size_t i, size_t *len)
     return cp;
 }
 
-static size_t utf8_encode(uint32_t cp, char *out)
-{
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | cp >> 6);
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | cp >> 12);
-        out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | cp >> 18);
-    out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-    out[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
 
 static int py_isspace(uint32_t c)
 {
@@ -407,7 +384,7 @@ static int lex_string(lexer *lx, size_t *pos)
                 lex_error_at(lx, j - 10, "illegal Unicode character in \\U escape");
                 return -1;
             }
-            o += utf8_encode(cp, out + o); /* never longer than the escape that wrote it */
+            o += (size_t)ks_utf8_encode(cp, out + o); /* never longer than the escape that wrote it */
             break;
         }
         default:
@@ -415,7 +392,7 @@ static int lex_string(lexer *lx, size_t *pos)
                 uint32_t cp = (uint32_t)(e - '0');
                 for (int k = 0; k < 2 && j < i && lx->src[j] >= '0' && lx->src[j] <= '7'; k++)
                     cp = cp * 8 + (uint32_t)(lx->src[j++] - '0');
-                o += utf8_encode(cp, out + o);
+                o += (size_t)ks_utf8_encode(cp, out + o);
             } else {
                 out[o++] = '\\'; /* Python keeps an unknown escape as it is */
                 out[o++] = e;

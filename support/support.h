@@ -286,6 +286,10 @@ uint64_t ks_hash64(uint64_t h, const void *data, size_t n);
  * returns buf. */
 const char *ks_human_bytes(double bytes, char *buf, size_t len);
 
+/* ---- text ------------------------------------------------------------------- */
+/* Code point cp (below 0x110000) as UTF-8 into out; returns the bytes written (1 to 4). */
+int ks_utf8_encode(uint32_t cp, char out[4]);
+
 /* ---- hash maps ----------------------------------------------------------------
  * ks_hmap maps keys to 64-bit values (an index, an id, two 32-bit numbers), by open
  * addressing with linear probing (support/hmap.c). One map holds one kind of key:

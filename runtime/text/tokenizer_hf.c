@@ -49,7 +49,7 @@ static void put_byte_level(ks_buf *out, const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         char u[4];
-        int k = krt_tok_utf8_encode(byte_to_cp((uint8_t)s[i]), u);
+        int k = ks_utf8_encode(byte_to_cp((uint8_t)s[i]), u);
         ks_buf_put(out, u, (size_t)k);
     }
 }

@@ -90,7 +90,6 @@ int krt_tok_utf8_is_valid(const char *s, size_t n);
 /* How many bytes at the end of s[0..n) are an incomplete but so far valid
  * start of a character (0..3). */
 size_t krt_tok_utf8_incomplete_tail(const char *s, size_t n);
-int krt_tok_utf8_encode(uint32_t cp, char out[4]); /* bytes written */
 /* Unicode White_Space (Rust's char::is_whitespace and regex \s). */
 int krt_tok_is_space(uint32_t cp);
 
