@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (int i = 0; i < c.n_ids; i++) KS_ASSERT(c.ids[i] >= 0 && c.ids[i] < lim.vocab);
         KS_ASSERT(c.n_ids <= lim.max_context && c.max_tokens >= 0 && c.max_tokens <= lim.max_context);
         KS_ASSERT(c.temperature >= 0 && c.temperature <= 2 && c.top_p > 0 && c.top_p <= 1 && c.top_k >= 0);
-        KS_ASSERT(c.n_stops >= 0 && c.n_stops <= KSV_MAX_STOPS);
+        KS_ASSERT(c.n_stops >= 0 && c.n_stops <= KSV_MAX_STOPS && c.logprobs >= -1 && c.logprobs <= 20);
         for (int i = 0; i < c.n_stops; i++) KS_ASSERT(c.stops[i] && c.stops[i][0]);
         ksv_completion_free(&c);
     } else {

@@ -13,6 +13,7 @@
  * concerns (or the submit), not the scheduler. */
 #include "runtime/sched.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,9 @@ typedef struct req {
     size_t hash_cap;
     int published;            /* blocks of its sequence published (or taken from the cache) */
     int at, m;                /* its chunk in the step being built: tokens [at, at + m) (m 0: none) */
+    int lp_top;               /* logprobs: -1 none, else the alternatives wanted (krt_sched_logprobs) */
+    krt_sched_logprob_fn lp_fn;
+    void *lp_ctx;
     int cancelled;            /* krt_sched_cancel asked while a step ran */
     int ended;                /* its done was called: to be removed */
 } req;
@@ -55,6 +59,7 @@ struct krt_sched {
     int32_t *tokens, *seq_ids, *next;
     krt_sampler **samplers;
     krt_step_status *status;
+    float *logits;            /* [budget, vocab] for the steps that hold a request that wants logprobs; NULL until */
 };
 
 /* ---- a request's end ---------------------------------------------------------------------------- */
@@ -121,6 +126,7 @@ void krt_sched_free(krt_sched *q)
     free(q->next);
     free(q->samplers);
     free(q->status);
+    free(q->logits);
     free(q);
 }
 
@@ -176,12 +182,46 @@ int krt_sched_submit(krt_sched *q, const int32_t *prompt, int n_prompt, const kr
         return ks_error_oom(d, "kiln", sizeof *r + sizeof *ids * (size_t)(n_prompt + 16), "a request");
     }
     memcpy(ids, prompt, sizeof *ids * (size_t)n_prompt);
-    *r = (req){.id = q->next_id++, .o = *o, .done = done, .done_ctx = done_ctx, .ids = ids, .n_ids = n_prompt,
+    *r = (req){.id = q->next_id++, .o = *o, .done = done, .done_ctx = done_ctx, .ids = ids, .n_ids = n_prompt, .lp_top = -1,
                .cap = (size_t)n_prompt + 16, .n_prompt = n_prompt, .seq = -1};
     if (cb) r->cb = *cb;
     if (q->next_id < 0) q->next_id = 0; /* after 2^31 requests */
     q->reqs[q->n_reqs++] = r;
     return r->id;
+}
+
+int krt_sched_logprobs(krt_sched *q, int id, int top, krt_sched_logprob_fn fn, void *ctx)
+{
+    if (top < 0 || top > KRT_SCHED_MAX_TOP || !fn) return -1;
+    for (int i = 0; i < q->n_reqs; i++) {
+        req *r = q->reqs[i];
+        if (r->id != id || r->ended) continue;
+        r->lp_top = top, r->lp_fn = fn, r->lp_ctx = ctx;
+        return 0;
+    }
+    return -1;
+}
+
+/* The log probability of token in a logits row (log_softmax, in double) and the top most likely ids with
+ * theirs, to r's callback */
+static void give_logprobs(const krt_sched *q, const req *r, const float *row, int32_t token)
+{
+    const int64_t vocab = krt_session_vocab(q->s);
+    double mx = -INFINITY, sum = 0;
+    for (int64_t v = 0; v < vocab; v++) mx = row[v] > mx ? row[v] : mx;
+    for (int64_t v = 0; v < vocab; v++) sum += exp((double)row[v] - mx);
+    const double lse = mx + log(sum);
+    int32_t ids[KRT_SCHED_MAX_TOP];
+    float lps[KRT_SCHED_MAX_TOP];
+    int n = 0;
+    for (int64_t v = 0; v < vocab && r->lp_top > 0; v++) { /* insertion into the top list, ties to the lower id */
+        if (n == r->lp_top && row[v] <= row[ids[n - 1]]) continue;
+        int k = n < r->lp_top ? n++ : n - 1;
+        while (k > 0 && row[ids[k - 1]] < row[v]) ids[k] = ids[k - 1], k--;
+        ids[k] = (int32_t)v;
+    }
+    for (int k = 0; k < n; k++) lps[k] = (float)((double)row[ids[k]] - lse);
+    r->lp_fn(r->lp_ctx, token, (float)((double)row[token] - lse), ids, lps, n);
 }
 
 int krt_sched_cancel(krt_sched *q, int id)
@@ -331,9 +371,21 @@ int krt_sched_step(krt_sched *q, ks_diag *d)
         reap(q);
         return 0;
     }
+    /* the logits rows come back when a request of the step wants log probabilities */
+    int want_logits = 0;
+    for (int i = 0; i < q->n_reqs; i++) want_logits |= q->reqs[i]->m > 0 && q->reqs[i]->lp_top >= 0;
+    if (want_logits && !q->logits) {
+        q->logits = ks_try_malloc(sizeof *q->logits * (size_t)q->budget * (size_t)krt_session_vocab(q->s));
+        if (!q->logits) {
+            for (int i = 0; i < q->n_reqs; i++)
+                if (q->reqs[i]->m > 0 && q->reqs[i]->lp_top >= 0) end_req(q, q->reqs[i], "out of memory for log probabilities");
+            reap(q);
+            return 0; /* the others run next step */
+        }
+    }
     q->in_step = 1;
     krt_step_req step = {.n = n, .tokens = q->tokens, .seq_ids = q->seq_ids, .samplers = q->samplers, .next = q->next,
-                         .status = q->status};
+                         .status = q->status, .logits = want_logits ? q->logits : NULL};
     int rc = krt_session_run(q->s, &step, d);
     q->counts.steps += rc == 0;
     /* the outcomes: one out of KV blocks is preempted (it waits at the head of the queue, and nothing is
@@ -348,7 +400,10 @@ int krt_sched_step(krt_sched *q, ks_diag *d)
             else q->counts.prefill_tokens += r->m;
             r->ran += r->m;
             publish(q, r);
-            if (q->samplers[r->at + r->m - 1]) take(q, r, q->next[r->at + r->m - 1]);
+            const int last = r->at + r->m - 1;
+            if (q->samplers[last] && r->lp_top >= 0 && q->next[last] >= 0)
+                give_logprobs(q, r, q->logits + (size_t)last * (size_t)krt_session_vocab(q->s), q->next[last]);
+            if (q->samplers[last]) take(q, r, q->next[last]);
             continue;
         }
         /* out of blocks: preempted, unless the whole cache could not hold its tokens (it never runs then) */

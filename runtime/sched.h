@@ -72,6 +72,16 @@ void krt_sched_free(krt_sched *q); /* requests still there end as cancelled */
 int krt_sched_submit(krt_sched *q, const int32_t *prompt, int n_prompt, const krt_gen_opts *o,
                      const krt_gen_callbacks *cb, krt_sched_done_fn done, void *done_ctx, ks_diag *d);
 
+/* Log probabilities of request id's generated tokens (OpenAI's logprobs): before each token is taken,
+ * fn gets it, its log probability under the model's distribution (log_softmax of its logits row, before
+ * any temperature), and the `top` (0 to KRT_SCHED_MAX_TOP) most likely ids with theirs, most likely
+ * first. Asks each step that holds the request for its logits rows (on a GPU they come back). Set before
+ * the request's first step; 0, or -1 when there is no such request or top is out of range. */
+enum { KRT_SCHED_MAX_TOP = 20 };
+typedef void (*krt_sched_logprob_fn)(void *ctx, int32_t token, float logprob, const int32_t *top_ids,
+                                     const float *top_logprobs, int n_top);
+int krt_sched_logprobs(krt_sched *q, int id, int top, krt_sched_logprob_fn fn, void *ctx);
+
 /* End request id now (its done gets "cancelled"); 0, or -1 when there is no such request. */
 int krt_sched_cancel(krt_sched *q, int id);
 

@@ -193,9 +193,14 @@ static int fields(const cJSON *root, const ksv_limits *lim, ksv_completion *c, i
     if (!rc && !chat) rc = boolean(root, "echo", &c->echo, msg, msg_len);
     if (!rc) rc = boolean(root, "ignore_eos", &c->ignore_eos, msg, msg_len);
     if (!rc) rc = stops_of(root, c, msg, msg_len);
-    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
-    if (!rc && lp && !cJSON_IsNull(lp) && !(cJSON_IsNumber(lp) && lp->valuedouble == 0) && !cJSON_IsFalse(lp))
-        rc = refuse(msg, msg_len, 400, "'logprobs' is not served yet");
+    /* log probabilities: a completion's "logprobs": N; a chat's "logprobs": true with "top_logprobs": N */
+    double lp = -1, top = 0;
+    int want = 0;
+    if (!chat && !rc) rc = integer(root, "logprobs", 0, 20, &lp, msg, msg_len);
+    if (chat && !rc) rc = boolean(root, "logprobs", &want, msg, msg_len);
+    if (chat && !rc) rc = integer(root, "top_logprobs", 0, 20, &top, msg, msg_len);
+    if (chat && !rc && top > 0 && !want) rc = refuse(msg, msg_len, 400, "'top_logprobs' needs \"logprobs\": true");
+    c->logprobs = chat ? (want ? (int)top : -1) : (int)lp;
     c->max_tokens = (int)max_tokens;
     c->top_k = (int)top_k;
     c->has_seed = seed >= 0;

@@ -20,7 +20,8 @@
  *   stream       true: server-sent events, a chunk a piece of text
  *   echo         true: the prompt's text before the completion
  *   ignore_eos   true: go on past the model's end-of-sequence tokens (vLLM's)
- *   logprobs     null or absent (log probabilities are not served yet: refused)
+ *   logprobs     an integer 0 to 20: each generated token's log probability and that many
+ *                alternatives (a chat: "logprobs": true and "top_logprobs" 0 to 20)
  *   n, best_of   1 or absent
  *
  * A chat (POST /v1/chat/completions, ksv_chat_parse) has "messages" instead
@@ -59,6 +60,7 @@ typedef struct ksv_completion {
     char *stops[KSV_MAX_STOPS];    /* owned */
     int n_stops;
     int stream, echo, ignore_eos;
+    int logprobs;                  /* -1: none; else the alternatives wanted a token (0 to 20) */
     ksv_message *messages;         /* [n_messages] a chat's (ksv_chat_parse), owned; NULL for a completion */
     int n_messages;
 } ksv_completion;

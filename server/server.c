@@ -45,6 +45,16 @@ static void observe(histogram *h, double s)
     h->n++;
 }
 
+/* A generated token's log probability and its alternatives (logprobs), their texts in the request's
+ * lp_text at off, len */
+typedef struct lp_entry {
+    float logprob;
+    uint32_t off, len;
+    int n_top;
+    float top_lp[KRT_SCHED_MAX_TOP];
+    uint32_t top_off[KRT_SCHED_MAX_TOP], top_len[KRT_SCHED_MAX_TOP];
+} lp_entry;
+
 typedef struct ksv_req {
     int refs;                 /* the connection's and the engine's */
     ksv_completion c;         /* the parsed body */
@@ -65,6 +75,11 @@ typedef struct ksv_req {
     size_t out_at;
     int stream_end;           /* 1: the last chunk and [DONE] are in out */
     int chat;                 /* a /v1/chat/completions request: its messages rendered, chat answers */
+    lp_entry *lp;             /* [n_lp] the generated tokens' log probabilities (c.logprobs >= 0) */
+    int n_lp;
+    size_t lp_cap;
+    int lp_sent;              /* of them, in a stream's chunks already */
+    ks_buf lp_text;           /* their texts */
     int role_sent;            /* a chat stream's first chunk (the role) went out */
     struct ksv_req *next;     /* in the inbox */
     struct ksv_server *srv;
@@ -102,6 +117,8 @@ static void req_release(ksv_req *r) /* under mu */
     ksv_completion_free(&r->c);
     ks_buf_free(&r->text);
     ks_buf_free(&r->out);
+    ks_buf_free(&r->lp_text);
+    free(r->lp);
     free(r);
 }
 
@@ -128,6 +145,33 @@ static int on_text(void *ctx, const char *text, size_t len)
     pthread_cond_broadcast(&r->srv->out);
     pthread_mutex_unlock(&r->srv->mu);
     return 0;
+}
+
+/* A token's text (its piece alone, special tokens written) into r->lp_text: its offset and length */
+static void lp_piece(ksv_server *srv, ksv_req *r, int32_t id, uint32_t *off, uint32_t *len)
+{
+    *off = (uint32_t)r->lp_text.len;
+    if (srv->tok) krt_tok_decode(srv->tok, &id, 1, 0, &r->lp_text);
+    *len = (uint32_t)(r->lp_text.len - *off);
+}
+
+/* The scheduler's log probabilities of r's next token (engine thread) */
+static void on_logprob(void *ctx, int32_t token, float logprob, const int32_t *top_ids, const float *top_lps, int n_top)
+{
+    ksv_req *r = ctx;
+    ksv_server *srv = r->srv;
+    pthread_mutex_lock(&srv->mu);
+    if (KS_TRY_GROW(r->lp, (size_t)r->n_lp + 1, r->lp_cap, (size_t)1 << 24) == 0) {
+        lp_entry *e = &r->lp[r->n_lp++];
+        e->logprob = logprob;
+        e->n_top = n_top;
+        lp_piece(srv, r, token, &e->off, &e->len);
+        for (int k = 0; k < n_top; k++) {
+            e->top_lp[k] = top_lps[k];
+            lp_piece(srv, r, top_ids[k], &e->top_off[k], &e->top_len[k]);
+        }
+    }
+    pthread_mutex_unlock(&srv->mu);
 }
 
 /* r ends (under mu): its end, or its error with status */
@@ -209,6 +253,7 @@ static void submit(ksv_server *srv, ksv_req *r)
     if (!status) {
         id = krt_sched_submit(srv->q, p, n, &o, &cb, on_done, r, &d);
         if (id < 0) status = 400;
+        else if (r->c.logprobs >= 0) krt_sched_logprobs(srv->q, id, r->c.logprobs, on_logprob, r);
     }
     pthread_mutex_lock(&srv->mu);
     r->n_prompt = n;
@@ -311,8 +356,72 @@ static const char *finish_reason(const krt_gen_stats *st)
 }
 
 /* A completion object (non-stream: the whole text, usage; stream: one chunk) */
+/* A token's text from lp_text as a JSON string */
+static cJSON *lp_string(const ksv_req *r, uint32_t off, uint32_t len)
+{
+    char *t = ks_try_malloc((size_t)len + 1);
+    if (t) memcpy(t, r->lp_text.data + off, len), t[len] = 0;
+    cJSON *j = cJSON_CreateString(t ? t : "");
+    free(t);
+    return j;
+}
+
+/* Entries [from, to) of r's log probabilities: a completion's {"tokens", "token_logprobs", "top_logprobs",
+ * "text_offset"}, a chat's {"content": [{"token", "logprob", "top_logprobs": [{"token", "logprob"}]}]} */
+static cJSON *logprobs_json(const ksv_req *r, int from, int to)
+{
+    cJSON *j = cJSON_CreateObject();
+    if (r->chat) {
+        cJSON *content = cJSON_AddArrayToObject(j, "content");
+        for (int i = from; i < to; i++) {
+            const lp_entry *e = &r->lp[i];
+            cJSON *t = cJSON_CreateObject(), *tops = cJSON_CreateArray();
+            cJSON_AddItemToObject(t, "token", lp_string(r, e->off, e->len));
+            cJSON_AddNumberToObject(t, "logprob", e->logprob);
+            for (int k = 0; k < e->n_top; k++) {
+                cJSON *a = cJSON_CreateObject();
+                cJSON_AddItemToObject(a, "token", lp_string(r, e->top_off[k], e->top_len[k]));
+                cJSON_AddNumberToObject(a, "logprob", e->top_lp[k]);
+                cJSON_AddItemToArray(tops, a);
+            }
+            cJSON_AddItemToObject(t, "top_logprobs", tops);
+            cJSON_AddItemToArray(content, t);
+        }
+        return j;
+    }
+    cJSON *tokens = cJSON_AddArrayToObject(j, "tokens"), *lps = cJSON_AddArrayToObject(j, "token_logprobs"),
+          *tops = cJSON_AddArrayToObject(j, "top_logprobs"), *offs = cJSON_AddArrayToObject(j, "text_offset");
+    size_t at = 0;
+    for (int i = 0; i < from; i++) at += r->lp[i].len;
+    for (int i = from; i < to; i++) {
+        const lp_entry *e = &r->lp[i];
+        cJSON_AddItemToArray(tokens, lp_string(r, e->off, e->len));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(e->logprob));
+        cJSON *alt = cJSON_CreateObject();
+        for (int k = 0; k < e->n_top; k++) {
+            char *t = ks_try_malloc((size_t)e->top_len[k] + 1);
+            if (!t) continue;
+            memcpy(t, r->lp_text.data + e->top_off[k], e->top_len[k]);
+            t[e->top_len[k]] = 0;
+            if (!cJSON_HasObjectItem(alt, t)) cJSON_AddNumberToObject(alt, t, e->top_lp[k]);
+            free(t);
+        }
+        cJSON_AddItemToArray(tops, alt);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)at));
+        at += e->len;
+    }
+    return j;
+}
+
+/* The entries of r's log probabilities that belong to its generated tokens (an end-of-sequence token drawn
+ * last is not one) */
+static int lp_count(const ksv_req *r)
+{
+    return r->done && r->n_lp > r->st.generated ? r->st.generated : r->n_lp;
+}
+
 static cJSON *completion_json(const ksv_server *srv, const ksv_req *r, const char *text, size_t len, const char *reason,
-                              int usage)
+                              int usage, int lp_from, int lp_to)
 {
     char id[32];
     snprintf(id, sizeof id, "%s-%ld", r->chat ? "chatcmpl" : "cmpl", r->num);
@@ -333,7 +442,8 @@ static cJSON *completion_json(const ksv_server *srv, const ksv_req *r, const cha
     }
     free(t);
     cJSON_AddNumberToObject(c, "index", 0);
-    cJSON_AddNullToObject(c, "logprobs");
+    if (r->c.logprobs >= 0) cJSON_AddItemToObject(c, "logprobs", logprobs_json(r, lp_from, lp_to));
+    else cJSON_AddNullToObject(c, "logprobs");
     if (reason) cJSON_AddStringToObject(c, "finish_reason", reason);
     else cJSON_AddNullToObject(c, "finish_reason");
     cJSON_AddItemToArray(choices, c);
@@ -370,8 +480,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
         if (r->text.len > r->sent) {
-            put_event(&r->out, completion_json(srv, r, r->text.data + r->sent, r->text.len - r->sent, NULL, 0));
+            const int to = lp_count(r);
+            put_event(&r->out, completion_json(srv, r, r->text.data + r->sent, r->text.len - r->sent, NULL, 0, r->lp_sent, to));
             r->sent = r->text.len;
+            r->lp_sent = to;
             r->role_sent = 1;
         } else if (r->done) {
             if (r->status) {
@@ -379,7 +491,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
                 cJSON_AddStringToObject(e, "message", r->error);
                 put_event(&r->out, j);
             } else {
-                put_event(&r->out, completion_json(srv, r, "", 0, finish_reason(&r->st), 1));
+                const int to = lp_count(r) > r->lp_sent ? lp_count(r) : r->lp_sent;
+                put_event(&r->out, completion_json(srv, r, "", 0, finish_reason(&r->st), 1, r->lp_sent, to));
+                r->lp_sent = to;
             }
             ks_buf_puts(&r->out, "data: [DONE]\n\n");
             r->stream_end = 1;
@@ -440,7 +554,7 @@ static enum MHD_Result completions(struct MHD_Connection *con, ksv_server *srv, 
     r->sched_id = -1;
     r->created = time(NULL);
     r->t_arrived = ks_now_seconds();
-    r->text.fallible = r->out.fallible = 1;
+    r->text.fallible = r->out.fallible = r->lp_text.fallible = 1;
     pthread_mutex_lock(&srv->mu);
     if (srv->queued >= srv->o.max_queue || srv->stopping) {
         const int stopping = srv->stopping;
@@ -460,7 +574,8 @@ static enum MHD_Result completions(struct MHD_Connection *con, ksv_server *srv, 
     while (!(r->c.stream ? r->accepted : r->done)) pthread_cond_wait(&srv->out, &srv->mu);
     if (r->done && (r->status || !r->c.stream)) {
         const int st = r->status;
-        cJSON *j = st ? NULL : completion_json(srv, r, r->text.data ? r->text.data : "", r->text.len, finish_reason(&r->st), 1);
+        cJSON *j = st ? NULL : completion_json(srv, r, r->text.data ? r->text.data : "", r->text.len, finish_reason(&r->st), 1,
+                                               0, lp_count(r));
         char err[256];
         snprintf(err, sizeof err, "%s", r->error);
         req_release(r);

@@ -11,6 +11,8 @@ Starts servers on free ports and checks, printing one line a check and exiting 1
   - bad requests, each its status and an OpenAI error object while a long request is being served:
     malformed JSON, a bad field, an unknown path, a wrong method, a body past 1 MiB, a prompt past the
     context, no API key (401) on a server that wants one, a full queue (429);
+  - logprobs: greedy tokens are their own top alternative, and the first token's log probability is
+    log_softmax of `kiln run --logits-out`'s last row;
   - /health, /v1/models, /metrics;
   - with MODEL_DIR and TEMPLATE (and jinja2 importable): the model again with that chat template in its
     tokenizer_config.json; /v1/chat/completions answers what /v1/completions answers on the ids of the
@@ -30,9 +32,20 @@ def check(ok, what):
     failures += 0 if ok else 1
 
 
+servers = []  # every server started, stopped at exit whatever happens (ctest waits for their output pipes)
+
+
+@__import__("atexit").register
+def stop_servers():
+    for p in servers:
+        if p.poll() is None:
+            p.kill()
+
+
 class Server:
     def __init__(self, *args):
         self.p = subprocess.Popen([KILN, "serve", ENGINE, "--port", "0", *args], stderr=subprocess.PIPE, text=True)
+        servers.append(self.p)
         line = self.p.stderr.readline()
         m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
         if not m:
@@ -149,6 +162,29 @@ for i in range(4):
     same += status == 200 and j["choices"][0]["text"] == w
 check(same == 4, f"seeded sampling gives kiln run --seed's text: {same} of 4")
 
+# ---- log probabilities --------------------------------------------------------------------------------
+import math, struct, tempfile
+ids = [1, 415, 1804, 263, 931]
+status, j = srv.complete({"prompt": ids, "max_tokens": 8, "temperature": 0, "logprobs": 3})
+lp = j["choices"][0]["logprobs"] if status == 200 else None
+ok = lp is not None and len(lp["tokens"]) == j["usage"]["completion_tokens"] and \
+    "".join(lp["tokens"]) == j["choices"][0]["text"] and all(v <= 0 for v in lp["token_logprobs"]) and \
+    all(len(t) <= 3 and max(t.values()) == v and sum(math.exp(x) for x in t.values()) <= 1 + 1e-6
+        for t, v in zip(lp["top_logprobs"], lp["token_logprobs"]))
+# the first token's against log_softmax of the prompt's last logits row, from kiln run --logits-out
+with tempfile.NamedTemporaryFile(suffix=".f32") as f:
+    subprocess.run([KILN, "run", ENGINE, "--ids", ",".join(map(str, ids)), "-n", "0", "--logits-out", f.name],
+                   capture_output=True, check=True)
+    raw = open(f.name, "rb").read()
+row = struct.unpack("%df" % (len(raw) // 4), raw)
+vocab = len(row) // len(ids)
+last = row[-vocab:]
+mx = max(last)
+lse = mx + math.log(sum(math.exp(x - mx) for x in last))
+ok = ok and abs(lp["token_logprobs"][0] - (mx - lse)) < 1e-5
+check(ok, f"logprobs: greedy tokens are their top alternative, text offsets add up, the first "
+          f"{lp['token_logprobs'][0] if lp else None:.6f} is log_softmax of kiln run's logits ({mx - lse:.6f})")
+
 # ---- the endpoints, and bad requests while a long one runs -----------------------------------------
 status, data = srv.request("GET", "/health")
 check(status == 200 and json.loads(data) == {"status": "ok"}, "/health")
@@ -162,6 +198,7 @@ bad = [
     ("a bad field", "POST", "/v1/completions", {"prompt": "Once", "temperature": 7}, 400),
     ("a list of prompts", "POST", "/v1/completions", {"prompt": ["a", "b"]}, 400),
     ("a token id past the vocabulary", "POST", "/v1/completions", {"prompt": [1, 99999999]}, 400),
+    ("logprobs past 20", "POST", "/v1/completions", {"prompt": "Once", "logprobs": 21}, 400),
     ("an unknown path", "GET", "/v2/nothing", None, 404),
     ("a wrong method", "GET", "/v1/completions", None, 405),
     ("a body past 1 MiB", "POST", "/v1/completions", b'{"prompt": "' + b"a" * (1 << 20) + b'"}', 413),
