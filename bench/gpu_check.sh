@@ -77,6 +77,11 @@
 #         with kernel overlap, without it and without graphs, each against the CPU interpreter's
 #         logits; kiln verify --precision fast (the first fused value past its tolerance); and
 #         compute-sanitizer memcheck, racecheck and synccheck on the default engine.
+#       serve — bench/serve_gpu.py (issue #14): `kiln serve` of the 8B shape (GPU_SERVE_LAYERS, default 32;
+#         bf16 fast) at concurrency GPU_SERVE_LEVELS (default 1,16,64,256; 512-token prompts, 128 new tokens):
+#         throughput and P50/P99 TTFT, inter-token and end-to-end latency; with GPU_SERVE_SOAK=SECONDS a soak at
+#         the last level, RSS and device memory growth (a call of its own: GPU_SERVE_LEVELS=64
+#         GPU_SERVE_SOAK=480). $OUT/serve_gpu.json, serve_levels.json, serve_soak.json.
 #       moe — bench/moe_bench.py (issue #12): a Qwen3-30B-A3B-shaped mixture of experts (GPU_MOE_LAYERS,
 #         default 24, of its 48 layers; random bf16, ~31 GB) built and decoded at batch 1 and 32 against
 #         the bytes a step must read over the copy rate measured in the run; $OUT/moe_bench.json, and
@@ -110,7 +115,7 @@ gpu="$build/gpu"
 
 prepare() {
   local shared="${KILN_SHARED:-$root/../shared}"
-  cmake -S "$root" -B "$build" -G Ninja -DKILN_WERROR=ON -DKILN_SERVER=OFF >/dev/null || return 1 # (no libmicrohttpd there)
+  cmake -S "$root" -B "$build" -G Ninja -DKILN_WERROR=ON >/dev/null || return 1
   cmake --build "$build" --target kiln golden_test test_cuda test_session test_oom || return 1
   grep -q 'KILN_HAVE_NVRTC:INTERNAL=ON' "$build/CMakeCache.txt" || { echo "kiln was built without NVRTC"; return 1; }
   rm -rf "$gpu" && mkdir -p "$gpu/bin" "$gpu/lib" "$gpu/models" || return 1
@@ -122,7 +127,10 @@ prepare() {
   "$build/tests/cuda/cuda_mm_check" --compile sm_90 "$gpu/cubin/mm_sm90.cubin" >/dev/null || return 1
   "$build/tests/cuda/cuda_gemm90_check" --compile "$gpu/cubin/gemm90_sm90a.cubin" >/dev/null || return 1
   "$build/tests/cuda/cuda_att_check" --compile sm_90 "$gpu/cubin/att_sm90.cubin" >/dev/null || return 1
-  for lib in libcjson.so.1 libpcre2-8.so.0; do
+  # the libraries kiln loads that the GPU machine may not have: cJSON, PCRE2, and kiln serve's libmicrohttpd
+  # with what it loads (gnutls and its own)
+  for lib in libcjson.so.1 libpcre2-8.so.0 libmicrohttpd.so.12 libgnutls.so.30 libp11-kit.so.0 libidn2.so.0 \
+    libunistring.so.2 libtasn1.so.6 libnettle.so.8 libhogweed.so.6 libgmp.so.10 libffi.so.8; do
     local path
     path=$(ldd "$build/cli/kiln" | awk -v l="$lib" '$1 == l { print $3 }')
     [ -n "$path" ] && cp -L "$path" "$gpu/lib/"
@@ -591,6 +599,14 @@ print('quant %s on the GPU: max|gpu-cpu|/max|cpu| = %.3g (tolerance %s) %s' % (s
     for f in "$out"/quant_profile_*.txt; do
       [ -f "$f" ] && { echo "== $(basename "$f")"; grep -A16 "decode steps" "$f" | head -20; } | tee -a "$summary"
     done
+  fi
+  if [[ $stages == *" serve "* ]]; then
+    echo "== bench/serve_gpu.py: kiln serve, Llama-3-8B's shape, ${GPU_SERVE_LAYERS:-32} layers"
+    PYTHONUNBUFFERED=1 timeout $(( ${GPU_CHECK_BUDGET:-585} - SECONDS )) python3 "$root/bench/serve_gpu.py" \
+      --kiln "$kiln" --layers "${GPU_SERVE_LAYERS:-32}" --levels "${GPU_SERVE_LEVELS:-1,16,64,256}" \
+      --soak "${GPU_SERVE_SOAK:-0}" --out "$out" 2>&1 | grep -v 'it/s\]$' | tee "$out/serve_gpu.log" \
+      | grep -E '^(\||soak|kiln build|FAIL)' >> "$summary"
+    echo "serve_gpu exit ${PIPESTATUS[0]}" | tee -a "$summary"
   fi
   if [[ $stages == *" moe "* ]]; then
     # issue #12: a Qwen3-30B-A3B-shaped MoE (24 layers, random bf16) decoded against its bytes floor
