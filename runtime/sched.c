@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { LP_STEP = 64 }; /* tokens a step at most while a request wants log probabilities */
+
 typedef struct req {
     int id;                   /* krt_sched_submit's answer */
     krt_gen *gen;             /* its generation: NULL until it first runs */
@@ -59,7 +61,7 @@ struct krt_sched {
     int32_t *tokens, *seq_ids, *next;
     krt_sampler **samplers;
     krt_step_status *status;
-    float *logits;            /* [budget, vocab] for the steps that hold a request that wants logprobs; NULL until */
+    float *logits;            /* [LP_STEP, vocab] for the steps while a request wants logprobs; NULL until then */
 };
 
 /* ---- a request's end ---------------------------------------------------------------------------- */
@@ -357,15 +359,20 @@ static void take(krt_sched *q, req *r, int32_t token)
 int krt_sched_step(krt_sched *q, ks_diag *d)
 {
     admit(q);
-    /* decoding requests (one token left) first, then the others' chunks, in arrival order */
-    int n = 0;
-    for (int i = 0; i < q->n_reqs; i++) q->reqs[i]->m = 0;
+    /* decoding requests (one token left) first, then the others' chunks, in arrival order; while a running
+       request wants log probabilities, steps of at most LP_STEP tokens (their logits rows come back: a
+       vocabulary of 128k is half a megabyte a row) */
+    int n = 0, budget = q->budget;
+    for (int i = 0; i < q->n_reqs; i++) {
+        q->reqs[i]->m = 0;
+        if (q->reqs[i]->seq >= 0 && !q->reqs[i]->ended && q->reqs[i]->lp_top >= 0 && budget > LP_STEP) budget = LP_STEP;
+    }
     for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < q->n_reqs && n < q->budget; i++) {
+        for (int i = 0; i < q->n_reqs && n < budget; i++) {
             req *r = q->reqs[i];
             const int left = r->n_ids - r->ran;
             if (r->seq < 0 || r->ended || (pass == 0) != (left == 1)) continue;
-            put_chunk(q, r, left < q->budget - n ? left : q->budget - n, &n);
+            put_chunk(q, r, left < budget - n ? left : budget - n, &n);
         }
     if (n == 0) {
         reap(q);
@@ -375,7 +382,7 @@ int krt_sched_step(krt_sched *q, ks_diag *d)
     int want_logits = 0;
     for (int i = 0; i < q->n_reqs; i++) want_logits |= q->reqs[i]->m > 0 && q->reqs[i]->lp_top >= 0;
     if (want_logits && !q->logits) {
-        q->logits = ks_try_malloc(sizeof *q->logits * (size_t)q->budget * (size_t)krt_session_vocab(q->s));
+        q->logits = ks_try_malloc(sizeof *q->logits * (size_t)LP_STEP * (size_t)krt_session_vocab(q->s));
         if (!q->logits) {
             for (int i = 0; i < q->n_reqs; i++)
                 if (q->reqs[i]->m > 0 && q->reqs[i]->lp_top >= 0) end_req(q, q->reqs[i], "out of memory for log probabilities");
