@@ -1568,6 +1568,25 @@ static void *ralloc(render *r, size_t n)
     return p;
 }
 
+/* Room for one more entry in the parallel arrays *a and *b (elements of ea and eb bytes; n used, *cap
+ * allocated, first the capacity of a first allocation), from the render's arena: the entries copied into
+ * arrays twice as long, the old ones left to the arena. 0, or -1 after reporting. */
+static int grow_pair(render *r, void **a, size_t ea, void **b, size_t eb, int n, int *cap, int first)
+{
+    if (n < *cap) return 0;
+    const int c = *cap ? *cap * 2 : first;
+    void *na = ralloc(r, (size_t)c * ea), *nb = ralloc(r, (size_t)c * eb);
+    if (!na || !nb) return -1;
+    if (n) {
+        memcpy(na, *a, (size_t)n * ea);
+        memcpy(nb, *b, (size_t)n * eb);
+    }
+    *a = na;
+    *b = nb;
+    *cap = c;
+    return 0;
+}
+
 /* A new string of len bytes (plus a NUL), within TPL_MAX_STR. */
 static char *rstr(render *r, const node *n, size_t len)
 {
@@ -1663,18 +1682,7 @@ static int dict_set(render *r, tdict *d, tval key, tval val)
         d->vals[i] = val;
         return 0;
     }
-    if (d->n == d->cap) {
-        int cap = d->cap ? d->cap * 2 : 4;
-        tval *k = ralloc(r, (size_t)cap * sizeof *k), *v = ralloc(r, (size_t)cap * sizeof *v);
-        if (!k || !v) return -1;
-        if (d->n) {
-            memcpy(k, d->keys, (size_t)d->n * sizeof *k);
-            memcpy(v, d->vals, (size_t)d->n * sizeof *v);
-        }
-        d->keys = k;
-        d->vals = v;
-        d->cap = cap;
-    }
+    if (grow_pair(r, (void **)&d->keys, sizeof *d->keys, (void **)&d->vals, sizeof *d->vals, d->n, &d->cap, 4)) return -1;
     d->keys[d->n] = key;
     d->vals[d->n++] = val;
     return 0;
@@ -2063,19 +2071,7 @@ static int frame_set(render *r, frame *f, const char *name, tval v)
             f->vals[i] = v;
             return 0;
         }
-    if (f->n == f->cap) {
-        int cap = f->cap ? f->cap * 2 : 8;
-        const char **names = ralloc(r, (size_t)cap * sizeof *names);
-        tval *vals = ralloc(r, (size_t)cap * sizeof *vals);
-        if (!names || !vals) return -1;
-        if (f->n) {
-            memcpy(names, f->names, (size_t)f->n * sizeof *names);
-            memcpy(vals, f->vals, (size_t)f->n * sizeof *vals);
-        }
-        f->names = names;
-        f->vals = vals;
-        f->cap = cap;
-    }
+    if (grow_pair(r, (void **)&f->names, sizeof *f->names, (void **)&f->vals, sizeof *f->vals, f->n, &f->cap, 8)) return -1;
     f->names[f->n] = name;
     f->vals[f->n++] = v;
     return 0;

@@ -27,10 +27,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "compiler/driver.h"
 #include "runtime/kiln.h"
 #include "runtime/sched.h"
 #include "tests/check.h"
+#include "tests/session/test_engine.h"
 
 static const krt_engine *engine;
 static krt_tok *tok;
@@ -378,23 +378,8 @@ static void test_api(const char *path)
 int main(int argc, char **argv)
 {
     ks_diag d = {0};
-    char dir[64] = "", *path = NULL;
-    krt_engine *e = NULL;
-    if (argc == 2) {
-        e = krt_engine_open(argv[1], &d);
-    } else {
-        const char *shared = getenv("KILN_SHARED");
-        char *model = ks_path_join(shared ? shared : "../shared", "models/tinystories-656k");
-        snprintf(dir, sizeof dir, "/tmp/kiln_sched_test.XXXXXX");
-        if (!mkdtemp(dir)) return 1;
-        path = ks_path_join(dir, "ts.engine");
-        kd_inputs in = {.input = model};
-        kd_model m;
-        if (kd_model_load(&in, 1, &m, &d) == 0 && kd_optimize(&in, &m, &d) == 0) kd_write_engine(&in, &m, path, NULL, &d);
-        kd_model_free(&m);
-        free(model);
-        if (!d.errors) e = krt_engine_open(path, &d);
-    }
+    test_engine te;
+    krt_engine *e = test_engine_open(argc == 2 ? argv[1] : NULL, &te, &d);
     if (!e) return 1;
     engine = e;
     tok = krt_engine_tokenizer(e, &d);
@@ -405,13 +390,8 @@ int main(int argc, char **argv)
     test_prefix_cache();
     test_cancel_and_stops();
     test_too_large();
-    test_api(argc == 2 ? argv[1] : path);
+    test_api(te.path);
     krt_tok_free(tok);
-    krt_engine_close(e);
-    if (path) {
-        unlink(path);
-        rmdir(dir);
-        free(path);
-    }
+    test_engine_close(&te, e);
     return check_finish("sched");
 }

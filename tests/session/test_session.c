@@ -41,6 +41,7 @@
 #include "runtime/text/sampler.h"
 #include "runtime/session.h"
 #include "tests/check.h"
+#include "tests/session/test_engine.h"
 
 static const krt_engine *engine; /* the engine under test */
 static int64_t vocab;            /* its logits per token */
@@ -507,25 +508,9 @@ static void test_tap(void)
 int main(int argc, char **argv)
 {
     ks_diag d = {0};
-    char dir[64] = "", *path = NULL;
-    krt_engine *e = NULL;
     const int large_only = argc == 3 && strcmp(argv[2], "--batch-of-41") == 0;
-    if (argc == 2 || large_only) {
-        e = krt_engine_open(argv[1], &d);
-    } else {
-        /* tinystories for the CPU, into a temporary folder */
-        const char *shared = getenv("KILN_SHARED");
-        char *model = ks_path_join(shared ? shared : "../shared", "models/tinystories-656k");
-        snprintf(dir, sizeof dir, "/tmp/kiln_session_test.XXXXXX");
-        if (!mkdtemp(dir)) return 1;
-        path = ks_path_join(dir, "ts.engine");
-        kd_inputs in = {.input = model};
-        kd_model m;
-        if (kd_model_load(&in, 1, &m, &d) == 0 && kd_optimize(&in, &m, &d) == 0) kd_write_engine(&in, &m, path, NULL, &d);
-        kd_model_free(&m);
-        free(model);
-        if (!d.errors) e = krt_engine_open(path, &d);
-    }
+    test_engine te;
+    krt_engine *e = test_engine_open(argc == 2 || large_only ? argv[1] : NULL, &te, &d);
     if (!e) return 1;
     engine = e;
     krt_session *probe = session(NULL);
@@ -534,7 +519,7 @@ int main(int argc, char **argv)
     krt_session_free(probe);
     if (large_only) {
         test_batch_invariance(1);
-        krt_engine_close(e);
+        test_engine_close(&te, e);
         return check_finish("session");
     }
     test_out_of_blocks();
@@ -545,11 +530,6 @@ int main(int argc, char **argv)
     test_tap();
     printf("failures: out of blocks, context, bad id, unknown sequence: %s\n",
            failures ? "see above" : "each failed alone, the others ran");
-    krt_engine_close(e);
-    if (path) {
-        unlink(path);
-        rmdir(dir);
-        free(path);
-    }
+    test_engine_close(&te, e);
     return check_finish("session");
 }
